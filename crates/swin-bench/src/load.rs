@@ -1,0 +1,266 @@
+//! The load generator: N keep-alive HTTP/1.1 connections, closed loop (as fast as
+//! answers come) or open loop at a target rate (latency counted from when a request was
+//! due, so a stalled server is not hidden), single or batch increments, round robin
+//! over several nodes.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use rand::SeedableRng;
+use serde::Serialize;
+
+use crate::keys::Keys;
+
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    /// `host:port` of each node; connections are spread round robin.
+    pub targets: Vec<String>,
+    pub connections: usize,
+    pub duration: Option<Duration>,
+    pub requests: Option<u64>,
+    /// Requests per second over all connections; `None` is closed loop.
+    pub rate: Option<f64>,
+    pub keys: Keys,
+    pub namespace: String,
+    pub window_size: Option<u32>,
+    /// Increments per request through `/v1/increments`; `None` sends single increments.
+    pub batch: Option<usize>,
+    /// Send `/hit` decisions instead of increments (200 admitted, 429 denied).
+    pub hit: bool,
+    pub progress: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub requests: u64,
+    pub increments: u64,
+    pub seconds: f64,
+    pub requests_per_sec: f64,
+    pub increments_per_sec: f64,
+    pub latency_ms: Latency,
+    pub statuses: BTreeMap<u16, u64>,
+    pub errors: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+struct Shared {
+    sent: AtomicU64,
+    done: AtomicU64,
+    errors: AtomicU64,
+    stop: AtomicBool,
+}
+
+fn path_and_body(spec: &LoadSpec, rng: &mut impl rand::Rng) -> (String, Bytes) {
+    match spec.batch {
+        None if spec.hit => {
+            let key = spec.keys.pick(rng);
+            (
+                format!("/v1/namespaces/{}/keys/{key}/hit", spec.namespace),
+                Bytes::new(),
+            )
+        }
+        None => {
+            let key = spec.keys.pick(rng);
+            let body = match spec.window_size {
+                Some(w) => format!("{{\"window_size\":{w}}}"),
+                None => String::new(),
+            };
+            (
+                format!("/v1/namespaces/{}/keys/{key}/increment", spec.namespace),
+                Bytes::from(body),
+            )
+        }
+        Some(n) => {
+            // written by hand: building serde_json values per item costs the load tool
+            // more CPU than the server spends counting them
+            use std::fmt::Write;
+            let ns = serde_json::to_string(&spec.namespace).unwrap_or_default();
+            let size = spec
+                .window_size
+                .map(|w| format!(",\"window_size\":{w}"))
+                .unwrap_or_default();
+            let mut body = String::with_capacity(16 + n * (40 + ns.len()));
+            body.push_str("{\"increments\":[");
+            for i in 0..n {
+                if i > 0 {
+                    body.push(',');
+                }
+                let key = serde_json::to_string(&spec.keys.pick(rng)).unwrap_or_default();
+                let _ = write!(body, "{{\"namespace\":{ns},\"key\":{key}{size}}}");
+            }
+            body.push_str("]}");
+            ("/v1/increments".to_owned(), Bytes::from(body))
+        }
+    }
+}
+
+/// What one connection saw; merged at the end (no lock shared between connections).
+struct Tally {
+    hist: hdrhistogram::Histogram<u64>,
+    statuses: BTreeMap<u16, u64>,
+}
+
+async fn connection(
+    spec: Arc<LoadSpec>,
+    shared: Arc<Shared>,
+    target: String,
+    id: usize,
+    interval: Option<Duration>,
+) -> anyhow::Result<Tally> {
+    let mut tally = Tally {
+        hist: hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3)?,
+        statuses: BTreeMap::new(),
+    };
+    let stream = tokio::net::TcpStream::connect(&target).await?;
+    stream.set_nodelay(true)?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(id as u64 * 7919 + 1);
+    let started = Instant::now();
+    let mut due = started;
+    // Batch bodies are costly to build and the load tool shares the machine with the
+    // server: build 64 per connection up front and cycle through them.
+    // (Not for sequential keys: those must each be sent.)
+    let pool: Vec<(String, Bytes)> = match (&spec.batch, &spec.keys) {
+        (_, Keys::Sequential(..)) | (None, _) => Vec::new(),
+        (Some(_), _) => (0..64).map(|_| path_and_body(&spec, &mut rng)).collect(),
+    };
+    let mut n = 0usize;
+    while !shared.stop.load(Ordering::Relaxed) {
+        if let Some(limit) = spec.requests {
+            if shared.sent.fetch_add(1, Ordering::Relaxed) >= limit {
+                break;
+            }
+        } else {
+            shared.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(iv) = interval {
+            due += iv;
+            tokio::time::sleep_until(due.into()).await;
+        }
+        let (path, body) = if pool.is_empty() {
+            path_and_body(&spec, &mut rng)
+        } else {
+            n += 1;
+            pool[n % pool.len()].clone()
+        };
+        let req = Request::post(path)
+            .header("host", &target)
+            .header("content-type", "application/json")
+            .body(Full::new(body))?;
+        let t0 = if interval.is_some() {
+            due
+        } else {
+            Instant::now()
+        };
+        sender.ready().await?;
+        match sender.send_request(req).await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                resp.into_body().collect().await?;
+                let us = t0.elapsed().as_micros() as u64;
+                tally.hist.saturating_record(us.max(1));
+                *tally.statuses.entry(status).or_default() += 1;
+                shared.done.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                shared.errors.fetch_add(1, Ordering::Relaxed);
+                return Ok(tally);
+            }
+        }
+    }
+    Ok(tally)
+}
+
+pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
+    anyhow::ensure!(
+        spec.connections > 0 && !spec.targets.is_empty(),
+        "need connections and targets"
+    );
+    let shared = Arc::new(Shared {
+        sent: AtomicU64::new(0),
+        done: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+    });
+    let interval = spec
+        .rate
+        .map(|r| Duration::from_secs_f64(spec.connections as f64 / r));
+    let spec = Arc::new(spec);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for id in 0..spec.connections {
+        let target = spec.targets[id % spec.targets.len()].clone();
+        tasks.push(tokio::spawn(connection(
+            spec.clone(),
+            shared.clone(),
+            target,
+            id,
+            interval,
+        )));
+    }
+    let progress = {
+        let (spec, shared) = (spec.clone(), shared.clone());
+        tokio::spawn(async move {
+            let mut last = 0;
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let done = shared.done.load(Ordering::Relaxed);
+                if spec.progress {
+                    eprintln!(
+                        "  {:>6.1} s  {:>9} req/s  {done} done",
+                        started.elapsed().as_secs_f64(),
+                        done - last
+                    );
+                }
+                last = done;
+                if spec.duration.is_some_and(|d| started.elapsed() >= d) {
+                    shared.stop.store(true, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut statuses = BTreeMap::new();
+    for t in tasks {
+        let tally = t.await??;
+        hist.add(&tally.hist)?;
+        for (s, n) in tally.statuses {
+            *statuses.entry(s).or_default() += n;
+        }
+    }
+    progress.abort();
+    let seconds = started.elapsed().as_secs_f64();
+    let requests: u64 = statuses.values().sum();
+    let ok = statuses.get(&200).copied().unwrap_or(0);
+    let per = spec.batch.unwrap_or(1) as u64;
+    let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    Ok(Report {
+        requests,
+        increments: ok * per,
+        seconds,
+        requests_per_sec: requests as f64 / seconds,
+        increments_per_sec: (ok * per) as f64 / seconds,
+        latency_ms: Latency {
+            p50: ms(0.5),
+            p90: ms(0.9),
+            p99: ms(0.99),
+            max: hist.max() as f64 / 1000.0,
+        },
+        statuses,
+        errors: shared.errors.load(Ordering::Relaxed),
+    })
+}

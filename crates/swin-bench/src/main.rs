@@ -1,0 +1,165 @@
+//! `swin-bench`: load a swin cluster (or the baseline) and print what it did.
+
+mod accuracy;
+mod baseline;
+mod keys;
+mod load;
+
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "swin-bench",
+    about = "Load generator and baseline server for swin"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// A bare axum server answering swin's increment routes with a constant JSON body.
+    Baseline {
+        #[arg(long, default_value = "127.0.0.1:7171")]
+        listen: String,
+    },
+    /// Sends increments and reports requests/s, latency and statuses.
+    Load {
+        /// Node addresses (host:port), comma separated; round robin over connections.
+        #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:7070")]
+        target: Vec<String>,
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+        /// Seconds to run (default 10 unless --requests is given).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Total requests to send, then stop.
+        #[arg(long)]
+        requests: Option<u64>,
+        /// Open loop at this many requests/s; without it, closed loop.
+        #[arg(long)]
+        rate: Option<f64>,
+        /// hot | uniform:K | zipf:K[:S]
+        #[arg(long, default_value = "uniform:10000")]
+        keys: String,
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        #[arg(long)]
+        window_size: Option<u32>,
+        /// Increments per request through /v1/increments.
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Ask for decisions (POST …/hit) instead of counting increments.
+        #[arg(long, conflicts_with = "batch")]
+        hit: bool,
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        progress: bool,
+    },
+    /// One hot key round robin over the nodes, one request at a time: how far each
+    /// answer lags the true count.
+    Accuracy {
+        #[arg(long, value_delimiter = ',', required = true)]
+        target: Vec<String>,
+        #[arg(long, default_value_t = 5000)]
+        requests: u64,
+        /// Hits per second over the cluster; without it, as fast as answers come.
+        #[arg(long)]
+        rate: Option<f64>,
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        #[arg(long, default_value = "hot")]
+        key: String,
+        #[arg(long, default_value_t = 3600)]
+        window_size: u32,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Baseline { listen } => baseline::serve(&listen).await,
+        Command::Accuracy {
+            target,
+            requests,
+            rate,
+            namespace,
+            key,
+            window_size,
+            json,
+        } => {
+            let r = accuracy::run(accuracy::AccuracySpec {
+                targets: target,
+                requests,
+                rate,
+                namespace,
+                key,
+                window_size,
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "hits {} in {:.1} s ({:.0}/s)   divergence: max {:.0}  p99 {:.0}  p50 {:.0}  mean {:.1}   over-reports {}",
+                    r.requests, r.seconds, r.hits_per_sec, r.divergence_max, r.divergence_p99, r.divergence_p50, r.divergence_mean, r.over_reports
+                );
+            }
+            Ok(())
+        }
+        Command::Load {
+            target,
+            connections,
+            duration,
+            requests,
+            rate,
+            keys,
+            namespace,
+            window_size,
+            batch,
+            hit,
+            json,
+            progress,
+        } => {
+            let duration = match (duration, requests) {
+                (Some(d), _) => Some(Duration::from_secs_f64(d)),
+                (None, Some(_)) => None,
+                (None, None) => Some(Duration::from_secs(10)),
+            };
+            let spec = load::LoadSpec {
+                targets: target,
+                connections,
+                duration,
+                requests,
+                rate,
+                keys: keys::Keys::parse(&keys)?,
+                namespace,
+                window_size,
+                batch,
+                hit,
+                progress,
+            };
+            let r = load::run(spec).await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "requests {:>10}   {:>10.0} req/s   {:>12.0} increments/s   {:.1} s",
+                    r.requests, r.requests_per_sec, r.increments_per_sec, r.seconds
+                );
+                println!(
+                    "latency ms  p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}",
+                    r.latency_ms.p50, r.latency_ms.p90, r.latency_ms.p99, r.latency_ms.max
+                );
+                println!("statuses {:?}   connection errors {}", r.statuses, r.errors);
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Errors of the counting core; each variant is something a caller can act on.
+
+/// What went wrong with a counting call.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CoreError {
+    #[error("value must be a finite number, got {0}")]
+    NonFiniteValue(f64),
+    #[error("window size must be between 1 and {max} seconds, got {got}")]
+    InvalidWindowSize { got: u64, max: u32 },
+    #[error("namespace {0:?} is not configured")]
+    UnknownNamespace(String),
+    #[error("namespace {namespace:?} has no window size {window_size}")]
+    UnknownWindowSize { namespace: String, window_size: u32 },
+    #[error("namespace {0:?} already exists")]
+    DuplicateNamespace(String),
+    #[error("invalid limit: {0}")]
+    InvalidLimit(String),
+    #[error("cost must be between 0 and the burst ({burst}), got {cost}")]
+    InvalidCost { cost: i64, burst: i64 },
+    #[error(
+        "counter table of namespace {namespace:?} is full ({max} counters, all with unsynced hits)"
+    )]
+    CapacityExceeded { namespace: String, max: usize },
+}

@@ -1,0 +1,44 @@
+//! Sliding-window counting for swin, with no I/O: window math, the lock-free counter
+//! table a node keeps in local memory, and the types the sync engine moves around.
+//!
+//! Time is always an argument ([`UnixMs`]); nothing here reads a clock, so every
+//! property can be tested without sleeping.
+
+mod cell;
+mod decision;
+mod entry;
+mod error;
+mod gcra;
+mod namespace;
+mod table;
+mod time;
+mod window;
+
+pub use compact_str::CompactString;
+pub use decision::{WindowAlgorithm, WindowDecision, WindowLimit};
+pub use error::CoreError;
+pub use gcra::{Gcra, GcraDecision};
+pub use namespace::{Counters, NamespaceCounters};
+pub use table::{CounterOptions, Retention, WindowTable};
+pub use time::UnixMs;
+pub use window::{sliding_rate, WindowRate, WindowSize, MAX_WINDOW_SIZE_SECS};
+
+/// A diff drained from the table: local hits on one key's window not yet in a store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Diff {
+    pub key: CompactString,
+    pub window_size: u32,
+    /// Start of the window, Unix seconds.
+    pub window_start: i64,
+    pub value: f64,
+}
+
+/// A cluster total read from a store for one key's window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Total {
+    pub key: CompactString,
+    pub window_size: u32,
+    /// Start of the window, Unix seconds.
+    pub window_start: i64,
+    pub count: f64,
+}

@@ -1,0 +1,313 @@
+//! The counters of one namespace for one window size: a lock-free map from key to
+//! [`Entry`], with a cap on entries held and an overflow list for diffs whose window
+//! rolled out of an entry before it was drained.
+//!
+//! Why papaya and not dashmap: dashmap takes its shard's read lock on every lookup, an
+//! atomic write to a line every thread shares, so a hot key hit from two threads
+//! serialises on that line (the `counters` benchmark shows the dashmap baseline falling
+//! on two threads). papaya's reads write nothing shared.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use compact_str::CompactString;
+
+use crate::entry::{Added, Entry, View};
+use crate::{CoreError, Diff, Total, UnixMs, WindowRate, WindowSize};
+
+/// What happens to hits once their window has passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retention {
+    /// Diffs are kept until drained by a sync, even when their window rolls over.
+    Synced,
+    /// Nothing ever drains: an expired window's hits are simply forgotten.
+    LocalOnly,
+}
+
+/// Sizing and retention of a counter table.
+#[derive(Debug, Clone, Copy)]
+pub struct CounterOptions {
+    pub retention: Retention,
+    /// Entries (key × window size) held before least recently used ones are evicted.
+    pub max_counters: usize,
+}
+
+impl Default for CounterOptions {
+    fn default() -> Self {
+        CounterOptions {
+            retention: Retention::Synced,
+            max_counters: 1 << 20,
+        }
+    }
+}
+
+/// foldhash: a fast, seeded hasher (keys are attacker-chosen, so the seed matters).
+type Hasher = foldhash::fast::RandomState;
+
+#[derive(Debug)]
+pub struct WindowTable {
+    namespace: CompactString,
+    size: WindowSize,
+    options: CounterOptions,
+    map: papaya::HashMap<CompactString, Entry, Hasher>,
+    overflow: Mutex<Vec<Diff>>,
+    evict_lock: Mutex<()>,
+    evictions: AtomicU64,
+}
+
+impl WindowTable {
+    pub fn new(namespace: &str, size: WindowSize, options: CounterOptions) -> Self {
+        WindowTable {
+            namespace: namespace.into(),
+            size,
+            options,
+            map: papaya::HashMap::builder()
+                .hasher(Hasher::default())
+                .resize_mode(papaya::ResizeMode::Blocking)
+                .build(),
+            overflow: Mutex::new(Vec::new()),
+            evict_lock: Mutex::new(()),
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    pub fn size(&self) -> WindowSize {
+        self.size
+    }
+
+    /// Entries held (key × this window size).
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Entries evicted to stay under the cap since the table was made.
+    pub fn evictions(&self) -> u64 {
+        self.evictions.load(Ordering::Relaxed)
+    }
+
+    fn spill(&self, key: &str, start: i64, value: f64) {
+        if self.options.retention == Retention::Synced {
+            self.overflow
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Diff {
+                    key: key.into(),
+                    window_size: self.size.secs(),
+                    window_start: start,
+                    value,
+                });
+        }
+    }
+
+    /// Adds `value` to the key's current window and returns the sliding rate after it.
+    pub fn increment(&self, key: &str, value: f64, now: UnixMs) -> Result<WindowRate, CoreError> {
+        if !value.is_finite() {
+            return Err(CoreError::NonFiniteValue(value));
+        }
+        let size = self.size.secs();
+        let start = self.size.start_of(now);
+        let map = self.map.pin();
+        let entry = match map.get(key) {
+            Some(e) => e,
+            None => {
+                self.make_room()?;
+                map.get_or_insert_with(key.into(), || Entry::new(now.secs()))
+            }
+        };
+        entry.touch(now.secs());
+        let mut spill = |s, v| self.spill(key, s, v);
+        let Some(idx) = entry.prepare(start, size, &mut spill) else {
+            // The caller's clock is windows behind this entry: keep the hit for the
+            // store, and answer as if the window were new.
+            self.spill(key, start, value);
+            return Ok(WindowRate::at(self.size, now, value, 0.0));
+        };
+        let added = entry.add(idx, value);
+        let rate = self.rate_of(entry, now, None, View::Hot { now_ms: now.0 });
+        if added == Added::Retired {
+            entry.flush_retired(&mut spill);
+        }
+        Ok(rate)
+    }
+
+    /// The sliding rate of a key without counting a hit. `current_diff` replaces this
+    /// node's unsynced hits in the current window (Kong's `sliding_window(cur_diff)`).
+    pub fn rate(&self, key: &str, now: UnixMs, current_diff: Option<f64>) -> WindowRate {
+        let map = self.map.pin();
+        match map.get(key) {
+            Some(e) => {
+                e.touch(now.secs());
+                self.rate_of(e, now, current_diff, View::Exact)
+            }
+            None => WindowRate::at(self.size, now, current_diff.unwrap_or(0.0), 0.0),
+        }
+    }
+
+    /// Like [`WindowTable::rate`], but a key the table does not hold yet is added (cap
+    /// permitting) so that the next sync fetches its cluster total.
+    pub fn rate_tracked(&self, key: &str, now: UnixMs) -> WindowRate {
+        let map = self.map.pin();
+        let entry = match map.get(key) {
+            Some(e) => e,
+            None if self.make_room().is_ok() => {
+                map.get_or_insert_with(key.into(), || Entry::new(now.secs()))
+            }
+            None => return WindowRate::at(self.size, now, 0.0, 0.0),
+        };
+        entry.touch(now.secs());
+        self.rate_of(entry, now, None, View::Exact)
+    }
+
+    /// Whether the table holds the key at all.
+    pub fn contains(&self, key: &str) -> bool {
+        self.map.pin().contains_key(key)
+    }
+
+    fn rate_of(&self, e: &Entry, now: UnixMs, current_diff: Option<f64>, view: View) -> WindowRate {
+        let size = self.size.secs();
+        let start = self.size.start_of(now);
+        let (synced, diff) = e.parts_of(start, size, view);
+        let current = synced + current_diff.unwrap_or(diff);
+        let (prev_synced, prev_diff) = e.parts_of(start - i64::from(size), size, view);
+        let previous = prev_synced + prev_diff;
+        WindowRate::at(self.size, now, current, previous)
+    }
+
+    /// Takes every non-zero diff, including those of windows that rolled over. An
+    /// increment racing with the drain is in this batch or left for the next, never both.
+    /// Also drops entries whose windows have all expired and that hold no diff.
+    pub fn drain(&self, now: UnixMs) -> Vec<Diff> {
+        let mut out = std::mem::take(&mut *self.overflow.lock().unwrap_or_else(|p| p.into_inner()));
+        let size = self.size.secs();
+        let oldest_live = self.size.previous_start_of(now);
+        let map = self.map.pin();
+        let mut expired = Vec::new();
+        for (key, e) in map.iter() {
+            if e.has_diff() {
+                e.drain(&mut |start, value| {
+                    out.push(Diff {
+                        key: key.clone(),
+                        window_size: size,
+                        window_start: start,
+                        value,
+                    })
+                });
+            } else if e.expired(oldest_live) {
+                expired.push(key.clone());
+            }
+        }
+        for key in expired {
+            if let Some(e) = map.get(&key) {
+                if e.expired(oldest_live) && e.retire(self.options.retention) {
+                    self.remove_retired(&map, &key, e);
+                }
+            }
+        }
+        out
+    }
+
+    /// Puts diffs back after a failed push; those whose window left the entry meanwhile
+    /// wait in the overflow list for the next drain.
+    pub fn restore(&self, diffs: Vec<Diff>) {
+        let size = self.size.secs();
+        let map = self.map.pin();
+        for d in diffs {
+            let back = map
+                .get(d.key.as_str())
+                .is_some_and(|e| e.restore(d.window_start, size, d.value));
+            if !back {
+                self.spill(&d.key, d.window_start, d.value);
+            }
+        }
+    }
+
+    /// Overwrites the synced totals of the given windows. With `create`, keys the table
+    /// does not hold are added (warm-up), as far as the cap allows.
+    pub fn apply(&self, totals: &[Total], now: UnixMs, create: bool) {
+        let size = self.size.secs();
+        let oldest_live = self.size.previous_start_of(now);
+        let map = self.map.pin();
+        for t in totals {
+            if t.window_start < oldest_live {
+                continue;
+            }
+            let entry = match map.get(t.key.as_str()) {
+                Some(e) => e,
+                None if create && self.make_room().is_ok() => {
+                    map.get_or_insert_with(t.key.clone(), || Entry::new(now.secs()))
+                }
+                None => continue,
+            };
+            let mut spill = |s, v| self.spill(&t.key, s, v);
+            entry.apply(t.window_start, size, t.count, &mut spill);
+        }
+    }
+
+    /// Every key the table holds.
+    pub fn keys(&self) -> Vec<CompactString> {
+        self.map.pin().keys().cloned().collect()
+    }
+
+    /// Keys used (incremented or read) at or after `since`, for refreshing their totals.
+    pub fn active_keys(&self, since: UnixMs) -> Vec<CompactString> {
+        let since = u32::try_from(since.secs().max(0)).unwrap_or(u32::MAX);
+        self.map
+            .pin()
+            .iter()
+            .filter(|(_, e)| e.last_used() >= since)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Evicts least recently used entries without unsynced diffs once the cap is reached:
+    /// down to 90 % of the cap, so the scan is paid once per tenth of the cap inserts.
+    fn make_room(&self) -> Result<(), CoreError> {
+        let max = self.options.max_counters;
+        if self.map.len() < max {
+            return Ok(());
+        }
+        let _guard = self.evict_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.map.len() < max {
+            return Ok(());
+        }
+        let map = self.map.pin();
+        let mut candidates: Vec<(u32, CompactString)> = map
+            .iter()
+            .filter(|(_, e)| !e.has_diff())
+            .map(|(k, e)| (e.last_used(), k.clone()))
+            .collect();
+        let target = max - max / 10;
+        let excess = self.map.len().saturating_sub(target.max(1) - 1);
+        let n = excess.min(candidates.len());
+        if n > 0 && n < candidates.len() {
+            candidates.select_nth_unstable_by_key(n - 1, |(t, _)| *t);
+        }
+        for (_, key) in candidates.into_iter().take(n) {
+            if let Some(e) = map.get(&key) {
+                if e.retire(self.options.retention) {
+                    self.remove_retired(&map, &key, e);
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        if self.map.len() < max {
+            Ok(())
+        } else {
+            Err(CoreError::CapacityExceeded {
+                namespace: self.namespace.to_string(),
+                max,
+            })
+        }
+    }
+
+    /// Removes `key` only while it still maps to the retired `entry`.
+    fn remove_retired(&self, map: &MapRef<'_>, key: &str, entry: &Entry) {
+        let _ = map.remove_if(key, |_, v| std::ptr::eq(v, entry));
+    }
+}
+
+type MapRef<'a> = papaya::HashMapRef<'a, CompactString, Entry, Hasher, papaya::LocalGuard<'a>>;

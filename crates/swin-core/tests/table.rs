@@ -1,0 +1,278 @@
+//! Behaviour of the counter table through its public API, with an injected clock.
+
+use swin_core::{
+    CoreError, CounterOptions, Counters, Diff, NamespaceCounters, Retention, Total, UnixMs,
+    WindowSize, WindowTable,
+};
+
+const T0: i64 = 1_763_784_000; // a minute boundary
+
+fn at(secs: i64) -> UnixMs {
+    UnixMs::from_secs(T0 + secs)
+}
+
+fn table(size: u64, max: usize, retention: Retention) -> WindowTable {
+    WindowTable::new(
+        "test",
+        WindowSize::new(size).expect("valid size"),
+        CounterOptions {
+            retention,
+            max_counters: max,
+        },
+    )
+}
+
+fn sum(diffs: &[Diff]) -> f64 {
+    diffs.iter().map(|d| d.value).sum()
+}
+
+#[test]
+fn seed_example_through_the_table() {
+    let t = table(60, 100, Retention::Synced);
+    t.increment("k", 40.0, at(-1)).expect("finite");
+    let r = t.increment("k", 10.0, at(30)).expect("finite");
+    assert_eq!((r.current, r.previous, r.rate), (10.0, 40.0, 30.0));
+    assert_eq!(r.window_start, T0);
+    assert_eq!(r.window_size, 60);
+}
+
+#[test]
+fn rate_reads_without_counting_and_takes_an_override() {
+    let t = table(60, 100, Retention::Synced);
+    t.increment("k", 20.0, at(-30)).expect("finite");
+    t.increment("k", 10.0, at(10)).expect("finite");
+    assert_eq!(t.rate("k", at(30), None).rate, 20.0);
+    assert_eq!(t.rate("k", at(30), None).rate, 20.0);
+    assert_eq!(t.rate("k", at(30), Some(2.0)).rate, 12.0);
+    assert_eq!(t.rate("absent", at(30), None).rate, 0.0);
+}
+
+#[test]
+fn fractional_and_negative_values() {
+    let t = table(1, 100, Retention::Synced);
+    t.increment("k", 0.25, at(0)).expect("finite");
+    let r = t.increment("k", -1.0, at(0)).expect("finite");
+    assert_eq!(r.current, -0.75);
+}
+
+#[test]
+fn non_finite_values_are_rejected() {
+    let t = table(1, 100, Retention::Synced);
+    for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        assert!(matches!(
+            t.increment("k", v, at(0)),
+            Err(CoreError::NonFiniteValue(_))
+        ));
+    }
+    assert!(t.is_empty());
+}
+
+#[test]
+fn drain_moves_diffs_into_synced_and_restore_puts_them_back() {
+    let t = table(60, 100, Retention::Synced);
+    t.increment("a", 3.0, at(1)).expect("finite");
+    t.increment("b", 2.0, at(1)).expect("finite");
+    let drained = t.drain(at(2));
+    assert_eq!(drained.len(), 2);
+    assert_eq!(sum(&drained), 5.0);
+    // the view does not dip while the push is in flight
+    assert_eq!(t.rate("a", at(2), None).current, 3.0);
+    assert!(t.drain(at(2)).is_empty());
+    t.restore(drained);
+    assert_eq!(t.rate("a", at(2), None).current, 3.0);
+    let again = t.drain(at(3));
+    assert_eq!(sum(&again), 5.0);
+}
+
+#[test]
+fn apply_overwrites_synced_and_keeps_local_diff() {
+    let t = table(60, 100, Retention::Synced);
+    t.increment("foo", 3.0, at(1)).expect("finite");
+    let drained = t.drain(at(1));
+    assert_eq!(sum(&drained), 3.0);
+    // the store was seeded with 3; after the push it holds 6
+    t.apply(
+        &[Total {
+            key: "foo".into(),
+            window_size: 60,
+            window_start: T0,
+            count: 6.0,
+        }],
+        at(1),
+        false,
+    );
+    assert_eq!(t.rate("foo", at(1), None).current, 6.0);
+    assert_eq!(t.rate("foo", at(1), Some(0.0)).current, 6.0); // local diff is 0
+    t.increment("foo", 1.0, at(2)).expect("finite");
+    assert_eq!(t.rate("foo", at(2), None).current, 7.0);
+}
+
+#[test]
+fn apply_with_create_warms_up_unknown_keys() {
+    let t = table(60, 100, Retention::Synced);
+    let totals = [
+        Total {
+            key: "x".into(),
+            window_size: 60,
+            window_start: T0,
+            count: 4.0,
+        },
+        Total {
+            key: "x".into(),
+            window_size: 60,
+            window_start: T0 - 60,
+            count: 8.0,
+        },
+        Total {
+            key: "old".into(),
+            window_size: 60,
+            window_start: T0 - 600,
+            count: 8.0,
+        },
+    ];
+    t.apply(&totals, at(30), false);
+    assert!(!t.contains("x"));
+    t.apply(&totals, at(30), true);
+    assert_eq!(t.rate("x", at(30), None).rate, 8.0);
+    assert!(!t.contains("old"));
+}
+
+#[test]
+fn rolled_over_diffs_are_kept_until_drained() {
+    let t = table(1, 100, Retention::Synced);
+    t.increment("k", 1.0, at(0)).expect("finite");
+    t.increment("k", 2.0, at(1)).expect("finite");
+    t.increment("k", 4.0, at(2)).expect("finite"); // reuses the slot of window 0
+    let drained = t.drain(at(2));
+    assert_eq!(sum(&drained), 7.0);
+    let mut starts: Vec<i64> = drained.iter().map(|d| d.window_start - T0).collect();
+    starts.sort();
+    assert_eq!(starts, vec![0, 1, 2]);
+}
+
+#[test]
+fn local_only_forgets_expired_windows() {
+    let t = table(1, 100, Retention::LocalOnly);
+    t.increment("k", 1.0, at(0)).expect("finite");
+    t.increment("k", 1.0, at(5)).expect("finite");
+    assert_eq!(t.rate("k", at(5), None).current, 1.0);
+}
+
+#[test]
+fn expired_entries_are_dropped_once_drained() {
+    let t = table(1, 100, Retention::Synced);
+    t.increment("k", 1.0, at(0)).expect("finite");
+    assert_eq!(t.drain(at(0)).len(), 1);
+    assert_eq!(t.len(), 1);
+    assert!(t.drain(at(10)).is_empty());
+    assert_eq!(t.len(), 0);
+}
+
+#[test]
+fn the_cap_evicts_least_recently_used_synced_keys() {
+    let t = table(60, 10, Retention::Synced);
+    for i in 0..10 {
+        t.increment(&format!("k{i}"), 1.0, at(i)).expect("room");
+    }
+    // every key has an unsynced diff: nothing may be evicted
+    assert!(matches!(
+        t.increment("new", 1.0, at(20)),
+        Err(CoreError::CapacityExceeded { .. })
+    ));
+    assert_eq!(t.evictions(), 0);
+    t.drain(at(20));
+    t.rate("k0", at(21), None); // k0 is used again: k1 is now the oldest
+    t.increment("new", 1.0, at(22))
+        .expect("room after eviction");
+    assert!(t.evictions() >= 1);
+    assert!(t.contains("k0"));
+    assert!(!t.contains("k1"));
+    assert!(t.len() <= 10);
+}
+
+#[test]
+fn a_flood_of_distinct_keys_stays_under_the_cap() {
+    let t = table(60, 1000, Retention::Synced);
+    for i in 0..20_000 {
+        match t.increment(&format!("flood-{i}"), 1.0, at(1)) {
+            Ok(_) => {}
+            Err(CoreError::CapacityExceeded { .. }) => {
+                let d = t.drain(at(1));
+                assert!(!d.is_empty());
+            }
+            Err(e) => panic!("unexpected {e}"),
+        }
+        assert!(t.len() <= 1000);
+    }
+    assert!(t.evictions() > 10_000);
+}
+
+#[test]
+fn namespaces_route_by_name_and_window_size() {
+    let counters = Counters::new();
+    let sizes = [
+        WindowSize::new(1).expect("valid"),
+        WindowSize::new(60).expect("valid"),
+    ];
+    counters
+        .create(NamespaceCounters::new(
+            "api",
+            &sizes,
+            CounterOptions::default(),
+        ))
+        .expect("new");
+    assert!(matches!(
+        counters.create(NamespaceCounters::new(
+            "api",
+            &sizes,
+            CounterOptions::default()
+        )),
+        Err(CoreError::DuplicateNamespace(_))
+    ));
+    let r = counters
+        .increment("api", "k", 60, 2.0, at(0))
+        .expect("known");
+    assert_eq!(r.current, 2.0);
+    assert!(matches!(
+        counters.increment("api", "k", 30, 1.0, at(0)),
+        Err(CoreError::UnknownWindowSize {
+            window_size: 30,
+            ..
+        })
+    ));
+    assert!(matches!(
+        counters.increment("nope", "k", 60, 1.0, at(0)),
+        Err(CoreError::UnknownNamespace(_))
+    ));
+    assert_eq!(counters.names(), vec!["api".to_string()]);
+    assert!(counters.remove("api").is_some());
+}
+
+#[test]
+fn a_tracked_read_adds_the_key_for_the_next_sync() {
+    let t = table(60, 100, Retention::Synced);
+    assert_eq!(t.rate_tracked("seen-elsewhere", at(1)).rate, 0.0);
+    assert!(t.contains("seen-elsewhere"));
+    assert_eq!(t.active_keys(at(0)), vec!["seen-elsewhere"]);
+    assert!(t.active_keys(at(5)).is_empty());
+    assert!(t.drain(at(1)).is_empty());
+}
+
+#[test]
+fn totals_reach_a_key_that_was_only_read() {
+    let t = table(3600, 100, Retention::Synced);
+    let now = UnixMs(1_795_328_680_193);
+    assert_eq!(t.rate_tracked("k", now).current, 0.0);
+    let start = WindowSize::new(3600).expect("size").start_of(now);
+    t.apply(
+        &[Total {
+            key: "k".into(),
+            window_size: 3600,
+            window_start: start,
+            count: 10.0,
+        }],
+        now,
+        false,
+    );
+    assert_eq!(t.rate("k", now, None).current, 10.0);
+}

@@ -1,0 +1,423 @@
+//! Configuration: TOML parsed into raw serde structs, then validated into [`Config`].
+//! Errors name the file, the field and why.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use swin_core::WindowSize;
+use swin_sync::SyncMode;
+
+/// The embedded default (`config/swin.toml`).
+pub const DEFAULT_CONFIG: &str = include_str!("../../../config/swin.toml");
+pub const DEFAULT_CONFIG_NAME: &str = "<embedded config/swin.toml>";
+
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {field}: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub field: String,
+    pub message: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<String>,
+    migrate: Option<bool>,
+    log_format: Option<String>,
+    body_limit: Option<usize>,
+    shutdown_grace: Option<f64>,
+    store_timeout: Option<f64>,
+    max_counters: Option<usize>,
+    #[serde(default)]
+    stores: BTreeMap<String, RawStore>,
+    #[serde(default)]
+    namespaces: Vec<RawNamespace>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    kind: String,
+    url: String,
+    max_connections: Option<u32>,
+    prefix: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNamespace {
+    name: String,
+    window_sizes: Vec<i64>,
+    sync_rate: f64,
+    store: Option<String>,
+    max_counters: Option<usize>,
+    algorithm: Option<String>,
+    #[serde(default)]
+    limits: Vec<crate::limits::RawLimit>,
+    gcra: Option<toml::Value>,
+    count_denied: Option<bool>,
+    #[serde(default)]
+    overrides: Vec<crate::limits::RawOverride>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreKind {
+    Postgres,
+    Redis,
+    Sqlite,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    pub kind: StoreKind,
+    pub url: String,
+    pub max_connections: u32,
+    pub prefix: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamespaceConfig {
+    pub name: String,
+    pub window_sizes: Vec<WindowSize>,
+    pub mode: SyncMode,
+    /// `None` exactly when the namespace is local only.
+    pub store: Option<String>,
+    pub max_counters: usize,
+    /// Limits that `/hit` decides against; `None` when the namespace only counts.
+    pub limits: Option<crate::limits::Limits>,
+}
+
+/// The validated configuration the node runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub migrate: bool,
+    pub log_format: LogFormat,
+    pub body_limit: usize,
+    pub shutdown_grace: Duration,
+    pub store_timeout: Duration,
+    pub stores: BTreeMap<String, StoreConfig>,
+    pub namespaces: Vec<NamespaceConfig>,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: name.clone(),
+            field: "(file)".into(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Config::parse(&name, &text, &|k| std::env::var(k).ok())
+    }
+
+    pub fn embedded_default() -> Result<Config, ConfigError> {
+        Config::parse(DEFAULT_CONFIG_NAME, DEFAULT_CONFIG, &|k| {
+            std::env::var(k).ok()
+        })
+    }
+
+    /// Parses and validates `text`; `env` looks up overrides (`SWIN_LISTEN`, …).
+    pub fn parse(
+        file: &str,
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let err = |field: &str, message: String| ConfigError {
+            file: file.to_owned(),
+            field: field.to_owned(),
+            message,
+        };
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let field = e.span().map_or("(toml)".to_string(), |s| {
+                format!("(toml, bytes {}..{})", s.start, s.end)
+            });
+            err(&field, e.message().to_owned())
+        })?;
+
+        let listen_s = env("SWIN_LISTEN")
+            .or(raw.listen)
+            .unwrap_or_else(|| "127.0.0.1:7070".into());
+        let listen = listen_s.parse().map_err(|_| {
+            err(
+                "listen",
+                format!("{listen_s:?} is not an address like 127.0.0.1:7070"),
+            )
+        })?;
+        let migrate = match env("SWIN_MIGRATE") {
+            Some(v) => parse_bool(&v).ok_or_else(|| {
+                err(
+                    "migrate",
+                    format!("SWIN_MIGRATE={v:?} is not true or false"),
+                )
+            })?,
+            None => raw.migrate.unwrap_or(true),
+        };
+        let log_format = match env("SWIN_LOG_FORMAT").or(raw.log_format).as_deref() {
+            None | Some("pretty") => LogFormat::Pretty,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                return Err(err(
+                    "log_format",
+                    format!("{other:?} is not \"pretty\" or \"json\""),
+                ))
+            }
+        };
+        let body_limit = raw.body_limit.unwrap_or(1 << 20);
+        if body_limit == 0 {
+            return Err(err("body_limit", "must be above 0".into()));
+        }
+        let secs = |field: &str, v: Option<f64>, default: f64| -> Result<Duration, ConfigError> {
+            let v = v.unwrap_or(default);
+            if !(v.is_finite() && v > 0.0 && v < 86_400.0) {
+                return Err(err(
+                    field,
+                    format!("{v} is not a number of seconds between 0 and 86400"),
+                ));
+            }
+            Ok(Duration::from_secs_f64(v))
+        };
+        let shutdown_grace = secs("shutdown_grace", raw.shutdown_grace, 10.0)?;
+        let store_timeout = secs("store_timeout", raw.store_timeout, 5.0)?;
+        let default_max = raw.max_counters.unwrap_or(1_000_000);
+
+        let mut stores = BTreeMap::new();
+        for (name, s) in raw.stores {
+            let f = |k: &str| format!("stores.{name}.{k}");
+            let kind = match s.kind.as_str() {
+                "postgres" => StoreKind::Postgres,
+                "redis" => StoreKind::Redis,
+                "sqlite" => StoreKind::Sqlite,
+                other => {
+                    return Err(err(
+                        &f("kind"),
+                        format!("{other:?} is not \"postgres\", \"redis\" or \"sqlite\""),
+                    ))
+                }
+            };
+            let url = env(&format!(
+                "SWIN_STORE_{}_URL",
+                name.to_uppercase().replace('-', "_")
+            ))
+            .unwrap_or(s.url);
+            let scheme_ok = match kind {
+                StoreKind::Postgres => {
+                    url.starts_with("postgres://") || url.starts_with("postgresql://")
+                }
+                StoreKind::Redis => {
+                    url.starts_with("redis://")
+                        || url.starts_with("rediss://")
+                        || url.starts_with("redis+unix://")
+                }
+                StoreKind::Sqlite => url.starts_with("sqlite:"),
+            };
+            if !scheme_ok {
+                return Err(err(&f("url"), format!("{url:?} is not a {} URL", s.kind)));
+            }
+            let max_connections = s.max_connections.unwrap_or(8);
+            if max_connections == 0 {
+                return Err(err(&f("max_connections"), "must be above 0".into()));
+            }
+            stores.insert(
+                name,
+                StoreConfig {
+                    kind,
+                    url,
+                    max_connections,
+                    prefix: s.prefix.unwrap_or_else(|| "swin".into()),
+                },
+            );
+        }
+
+        let mut namespaces: Vec<NamespaceConfig> = Vec::new();
+        for (i, n) in raw.namespaces.into_iter().enumerate() {
+            let f = |k: &str| format!("namespaces[{i}].{k}");
+            if n.name.is_empty() || n.name.len() > 256 {
+                return Err(err(&f("name"), "must be 1 to 256 bytes".into()));
+            }
+            if namespaces.iter().any(|o| o.name == n.name) {
+                return Err(err(&f("name"), format!("{:?} is defined twice", n.name)));
+            }
+            if n.window_sizes.is_empty() {
+                return Err(err(
+                    &f("window_sizes"),
+                    "needs at least one window size".into(),
+                ));
+            }
+            let mut sizes = Vec::new();
+            for s in &n.window_sizes {
+                let size = u64::try_from(*s)
+                    .ok()
+                    .and_then(|s| WindowSize::new(s).ok())
+                    .ok_or_else(|| {
+                        err(
+                            &f("window_sizes"),
+                            format!(
+                                "{s} is not between 1 and {} seconds",
+                                swin_core::MAX_WINDOW_SIZE_SECS
+                            ),
+                        )
+                    })?;
+                if sizes.contains(&size) {
+                    return Err(err(&f("window_sizes"), format!("{s} is listed twice")));
+                }
+                sizes.push(size);
+            }
+            let mode = SyncMode::from_rate(n.sync_rate)
+                .ok_or_else(|| err(&f("sync_rate"), "must be a finite number".into()))?;
+            let store = match (mode, n.store) {
+                (SyncMode::LocalOnly, _) => None,
+                (_, None) => {
+                    return Err(err(
+                        &f("store"),
+                        "is required unless sync_rate < 0 (local only)".into(),
+                    ))
+                }
+                (_, Some(s)) if !stores.contains_key(&s) => {
+                    return Err(err(
+                        &f("store"),
+                        format!(
+                            "{s:?} is not one of [stores]: {:?}",
+                            stores.keys().collect::<Vec<_>>()
+                        ),
+                    ))
+                }
+                (_, Some(s)) => Some(s),
+            };
+            let max_counters = n.max_counters.unwrap_or(default_max);
+            if max_counters == 0 {
+                return Err(err(&f("max_counters"), "must be above 0".into()));
+            }
+            let raw = crate::limits::RawLimits {
+                algorithm: n.algorithm,
+                limits: n.limits,
+                gcra: n.gcra,
+                count_denied: n.count_denied,
+                overrides: n.overrides,
+            };
+            let limits = crate::limits::validate(raw, &sizes)
+                .map_err(|(field, why)| err(&f(&field), why))?;
+            namespaces.push(NamespaceConfig {
+                name: n.name,
+                window_sizes: sizes,
+                mode,
+                store,
+                max_counters,
+                limits,
+            });
+        }
+        Ok(Config {
+            listen,
+            migrate,
+            log_format,
+            body_limit,
+            shutdown_grace,
+            store_timeout,
+            stores,
+            namespaces,
+        })
+    }
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn every_shipped_config_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).expect("config dir") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let text = std::fs::read_to_string(&path).expect("read");
+                Config::parse(&path.display().to_string(), &text, &no_env)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 4, "expected the shipped configs, found {n}");
+    }
+
+    #[test]
+    fn the_embedded_default_is_sqlite_on_7070() {
+        let c = Config::parse("x", DEFAULT_CONFIG, &no_env).expect("valid");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:7070");
+        assert_eq!(c.stores["main"].kind, StoreKind::Sqlite);
+        let ns = &c.namespaces[0];
+        assert_eq!(ns.name, "default");
+        assert_eq!(
+            ns.window_sizes.iter().map(|s| s.secs()).collect::<Vec<_>>(),
+            vec![1, 60, 3600]
+        );
+    }
+
+    #[test]
+    fn environment_overrides_listen_and_store_urls() {
+        let env = |k: &str| match k {
+            "SWIN_LISTEN" => Some("0.0.0.0:9000".to_string()),
+            "SWIN_STORE_MAIN_URL" => Some("sqlite::memory:".to_string()),
+            _ => None,
+        };
+        let c = Config::parse("x", DEFAULT_CONFIG, &env).expect("valid");
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(c.stores["main"].url, "sqlite::memory:");
+    }
+
+    fn fails(text: &str, field: &str) {
+        let e = Config::parse("f.toml", text, &no_env).expect_err("invalid");
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.to_string().starts_with("f.toml: "), "{e}");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        fails("listen = \"nope\"", "listen");
+        fails(
+            "[[namespaces]]\nname = \"a\"\nwindow_sizes = [0]\nsync_rate = -1",
+            "namespaces[0].window_sizes",
+        );
+        fails(
+            "[[namespaces]]\nname = \"a\"\nwindow_sizes = []\nsync_rate = -1",
+            "namespaces[0].window_sizes",
+        );
+        fails(
+            "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = 1",
+            "namespaces[0].store",
+        );
+        fails(
+            "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = 1\nstore = \"x\"",
+            "namespaces[0].store",
+        );
+        fails("[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1\n[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1", "namespaces[1].name");
+        fails("[stores.m]\nkind = \"mysql\"\nurl = \"x\"", "stores.m.kind");
+        fails(
+            "[stores.m]\nkind = \"redis\"\nurl = \"postgres://x\"",
+            "stores.m.url",
+        );
+        fails("log_format = \"xml\"", "log_format");
+        fails("bogus = 1", "(toml, bytes 0..5)");
+    }
+}

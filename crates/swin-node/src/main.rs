@@ -1,0 +1,91 @@
+//! `swin-node`: parses the command line, loads config, sets up tracing, runs the node.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use swin_node::config::{Config, LogFormat};
+use swin_node::node::{migrate_all, Node};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "swin-node",
+    version,
+    about = "Clustered sliding-window rate-limit counters"
+)]
+struct Cli {
+    /// TOML config; without it, the embedded config/swin.toml (SQLite under ./data).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Address to listen on (overrides the config and SWIN_LISTEN).
+    #[arg(long)]
+    listen: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Apply the SQL schema to every PostgreSQL and SQLite store of the config.
+    Migrate,
+    /// Validate a config file and exit.
+    CheckConfig { path: PathBuf },
+}
+
+fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
+    Ok(match path {
+        Some(p) => Config::load(p)?,
+        None => Config::embedded_default()?,
+    })
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Pretty => builder.init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::CheckConfig { path }) => {
+            let c = Config::load(&path)?;
+            eprintln!(
+                "{}: ok ({} stores, {} namespaces)",
+                path.display(),
+                c.stores.len(),
+                c.namespaces.len()
+            );
+            Ok(())
+        }
+        Some(Command::Migrate) => {
+            let config = load(cli.config.as_ref())?;
+            init_tracing(config.log_format);
+            migrate_all(&config).await?;
+            tracing::info!("migrations applied");
+            Ok(())
+        }
+        None => {
+            let mut config = load(cli.config.as_ref())?;
+            if let Some(l) = cli.listen {
+                config.listen = l
+                    .parse()
+                    .with_context(|| format!("--listen {l:?} is not an address"))?;
+            }
+            init_tracing(config.log_format);
+            let listener = tokio::net::TcpListener::bind(config.listen)
+                .await
+                .with_context(|| format!("listen on {}", config.listen))?;
+            tracing::info!(listen = %listener.local_addr()?, namespaces = config.namespaces.len(), "swin-node ready");
+            let node = Node::start(config).await?;
+            node.serve(listener, cli.config).await
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The real binary against the real stores: two nodes converge on PostgreSQL, Redis and
+//! SQLite; increments followed at once by SIGTERM are all in the store; SIGHUP reloads;
+//! a node started while its store is down serves, reports degraded, and catches up.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use swin_cluster_tests::{read, use_node_binary, within, Node, TestStore};
+
+/// The store's section and namespace `api` (window 3600 s, synced every 100 ms), then
+/// `extra`.
+fn write_config(dir: &Path, store: &TestStore, extra: &str) -> PathBuf {
+    let path = dir.join("swin.toml");
+    std::fs::write(&path, store.config(0.1) + extra).expect("write config");
+    path
+}
+
+fn start(config: &Path) -> Node {
+    use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    Node::spawn(config)
+}
+
+async fn stored(store: &TestStore, key: &str) -> f64 {
+    store.totals().await.get(key).copied().unwrap_or(0.0)
+}
+
+/// The key's count over the current and previous hour as the node reports it (a test
+/// that crosses the hour still sees every hit).
+async fn count(client: &reqwest::Client, base: &str, ns: &str, key: &str) -> f64 {
+    let n = read(client, base, ns, key).await;
+    n.current + n.previous
+}
+
+async fn hit(client: &reqwest::Client, base: &str, ns: &str, key: &str, n: usize) {
+    for _ in 0..n {
+        let r = client
+            .post(format!("{base}/v1/namespaces/{ns}/keys/{key}/increment"))
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(r.status(), 200);
+    }
+}
+
+async fn eventually(what: &str, check: impl AsyncFnMut() -> bool) {
+    within(Duration::from_secs(15), what, check).await;
+}
+
+/// Two nodes on one store: 50 hits on A and 70 on B read 120 on both within a few sync
+/// periods and the store holds 120; then hits followed at once by SIGTERM all land.
+async fn converge_and_terminate(backend: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = write_config(dir.path(), &backend, "");
+    let mut a = start(&config);
+    let mut b = start(&config);
+    let client = reqwest::Client::new();
+    hit(&client, &a.base, "api", "shared", 50).await;
+    hit(&client, &b.base, "api", "shared", 70).await;
+    eventually("both nodes read 120", async || {
+        count(&client, &a.base, "api", "shared").await == 120.0
+            && count(&client, &b.base, "api", "shared").await == 120.0
+    })
+    .await;
+    assert_eq!(stored(&backend, "shared").await, 120.0);
+
+    hit(&client, &a.base, "api", "last", 33).await;
+    let status = a.terminate();
+    assert!(status, "SIGTERM exits 0");
+    assert_eq!(stored(&backend, "last").await, 33.0);
+    assert!(b.terminate());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_two_nodes_converge_and_sigterm_loses_nothing() {
+    converge_and_terminate(TestStore::postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_two_nodes_converge_and_sigterm_loses_nothing() {
+    let backend = TestStore::Redis {
+        url: swin_testkit::redis_url(),
+        prefix: swin_testkit::unique("swin-e2e"),
+    };
+    converge_and_terminate(backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_two_nodes_share_one_file_and_converge() {
+    converge_and_terminate(TestStore::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_adds_a_namespace_keeps_counts_and_rejects_a_bad_file() {
+    let backend = TestStore::sqlite();
+    let dir = tempfile::tempdir().expect("dir");
+    let config = write_config(dir.path(), &backend, "");
+    let mut node = start(&config);
+    let client = reqwest::Client::new();
+    hit(&client, &node.base, "api", "k", 5).await;
+
+    let extra = "[[namespaces]]\nname = \"extra\"\nwindow_sizes = [60]\nsync_rate = -1\n";
+    write_config(dir.path(), &backend, extra);
+    node.signal("HUP");
+    eventually("namespace extra appears", async || {
+        client
+            .post(format!(
+                "{}/v1/namespaces/extra/keys/x/increment",
+                node.base
+            ))
+            .send()
+            .await
+            .expect("post")
+            .status()
+            == 200
+    })
+    .await;
+    assert_eq!(
+        count(&client, &node.base, "api", "k").await,
+        5.0,
+        "api kept its counts"
+    );
+
+    std::fs::write(&config, "this is not toml [").expect("write");
+    node.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    hit(&client, &node.base, "extra", "x", 1).await;
+    assert_eq!(
+        count(&client, &node.base, "extra", "x").await,
+        2.0,
+        "the old config stays"
+    );
+    assert!(node.terminate());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_while_redis_is_down_serves_and_catches_up() {
+    let port = swin_testkit::free_port();
+    let backend = TestStore::Redis {
+        url: format!("redis://127.0.0.1:{port}"),
+        prefix: "swin".into(),
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let config = write_config(dir.path(), &backend, "");
+    let mut node = start(&config);
+    let client = reqwest::Client::new();
+    hit(&client, &node.base, "api", "k", 10).await;
+    eventually("readyz reports the store down", async || {
+        let r = client
+            .get(format!("{}/readyz", node.base))
+            .send()
+            .await
+            .expect("get");
+        r.status() == 503
+    })
+    .await;
+
+    let data = tempfile::tempdir().expect("dir");
+    let server = swin_testkit::start_redis(port, data.path());
+    eventually("ready again and pushed", async || {
+        let r = client
+            .get(format!("{}/readyz", node.base))
+            .send()
+            .await
+            .expect("get");
+        r.status() == 200 && stored(&backend, "k").await == 10.0
+    })
+    .await;
+    assert!(node.terminate());
+    server.kill();
+}

@@ -1,0 +1,507 @@
+//! The router without a socket: routes, JSON shapes and every bad-input case.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use swin_core::{CounterOptions, NamespaceCounters, Retention, WindowSize};
+use swin_node::app::{app, AppState, Namespace, Namespaces};
+use swin_sync::{NamespaceSync, SyncMode};
+use tower::ServiceExt;
+
+fn local_namespace(
+    name: &str,
+    sizes: &[u64],
+    limits: Option<swin_node::limits::Limits>,
+) -> Arc<Namespace> {
+    let sizes: Vec<WindowSize> = sizes
+        .iter()
+        .map(|s| WindowSize::new(*s).expect("size"))
+        .collect();
+    let counters = Arc::new(NamespaceCounters::new(
+        name,
+        &sizes,
+        CounterOptions {
+            retention: Retention::LocalOnly,
+            max_counters: 1000,
+        },
+    ));
+    let sync = Arc::new(NamespaceSync::new(
+        counters,
+        SyncMode::LocalOnly,
+        None,
+        "test".into(),
+        std::time::Duration::from_secs(1),
+    ));
+    Arc::new(Namespace {
+        sync,
+        store_name: None,
+        limits,
+    })
+}
+
+/// `api` counts; `login` allows 5 hits a minute (50 for the key `vip`).
+fn router() -> axum::Router {
+    let five = swin_core::WindowLimit::new(
+        WindowSize::new(60).expect("size"),
+        5.0,
+        swin_core::WindowAlgorithm::Sliding,
+    )
+    .expect("limit");
+    let fifty = swin_core::WindowLimit {
+        limit: 50.0,
+        ..five
+    };
+    let limits = swin_node::limits::Limits {
+        default: vec![five],
+        overrides: [("vip".to_string(), vec![fifty])].into_iter().collect(),
+        count_denied: false,
+    };
+    let mut ns = Namespaces::new();
+    ns.insert("api".into(), local_namespace("api", &[1, 60], None));
+    ns.insert(
+        "login".into(),
+        local_namespace("login", &[60], Some(limits)),
+    );
+    app(Arc::new(AppState::new(ns, 4096)))
+}
+
+async fn call(
+    r: &axum::Router,
+    method: &str,
+    uri: &str,
+    ctype: Option<&str>,
+    body: &str,
+) -> (StatusCode, serde_json::Value) {
+    let mut req = Request::builder().method(method).uri(uri);
+    if let Some(c) = ctype {
+        req = req.header("content-type", c);
+    }
+    let resp = r
+        .clone()
+        .oneshot(req.body(Body::from(body.to_owned())).expect("request"))
+        .await
+        .expect("response");
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let json = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::String(
+        String::from_utf8_lossy(&bytes).into(),
+    ));
+    (status, json)
+}
+
+const JSON: Option<&str> = Some("application/json");
+
+/// A `/hit` call: status, body and the rate-limit headers.
+async fn hit(
+    r: &axum::Router,
+    key: &str,
+    body: &str,
+) -> (StatusCode, serde_json::Value, [Option<String>; 3]) {
+    let mut req = Request::builder()
+        .method("POST")
+        .uri(format!("/v1/namespaces/login/keys/{key}/hit"));
+    if !body.is_empty() {
+        req = req.header("content-type", "application/json");
+    }
+    let resp = r
+        .clone()
+        .oneshot(req.body(Body::from(body.to_owned())).expect("request"))
+        .await
+        .expect("response");
+    let h = |n: &str| {
+        resp.headers()
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let headers = [h("ratelimit-policy"), h("ratelimit"), h("retry-after")];
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).expect("json"),
+        headers,
+    )
+}
+
+#[tokio::test]
+async fn hits_are_allowed_up_to_the_limit_then_429_with_headers() {
+    let r = router();
+    for i in 0..5 {
+        let (s, v, h) = hit(&r, "alice", "").await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(v["allowed"], true);
+        assert_eq!(v["limit"], 5.0);
+        assert_eq!(v["remaining"], f64::from(4 - i));
+        assert_eq!(h[0].as_deref(), Some("\"60s\";q=5;w=60"));
+        assert!(
+            h[1].as_deref()
+                .is_some_and(|x| x.starts_with(&format!("\"60s\";r={};t=", 4 - i))),
+            "{h:?}"
+        );
+        assert_eq!(h[2], None);
+    }
+    let (s, v, h) = hit(&r, "alice", "").await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(v["allowed"], false);
+    let retry: u64 = h[2]
+        .as_deref()
+        .expect("Retry-After")
+        .parse()
+        .expect("whole seconds");
+    assert!(retry >= 1 && (retry as f64) >= v["retry_after"].as_f64().expect("retry_after"));
+    let t: u64 = h[1]
+        .as_deref()
+        .expect("RateLimit")
+        .rsplit("t=")
+        .next()
+        .expect("t")
+        .parse()
+        .expect("t");
+    assert!(retry >= t, "Retry-After {retry} earlier than t {t}");
+    // denied hits are not counted; another key has its own budget; vip has fifty
+    let (_, v) = call(&r, "GET", "/v1/namespaces/login/keys/alice", None, "").await;
+    assert_eq!(v["windows"][0]["current"], 5.0);
+    assert_eq!(hit(&r, "bob", "").await.0, StatusCode::OK);
+    for _ in 0..10 {
+        assert_eq!(hit(&r, "vip", "").await.0, StatusCode::OK);
+    }
+}
+
+#[tokio::test]
+async fn refunds_give_back_admitted_hits() {
+    let r = router();
+    for _ in 0..5 {
+        assert_eq!(hit(&r, "dave", "").await.0, StatusCode::OK);
+    }
+    assert_eq!(hit(&r, "dave", "").await.0, StatusCode::TOO_MANY_REQUESTS);
+    let (s, v) = call(
+        &r,
+        "POST",
+        "/v1/namespaces/login/keys/dave/refund",
+        JSON,
+        r#"{"cost": 2}"#,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["allowed"].clone(), v["remaining"].clone()),
+        (serde_json::json!(true), serde_json::json!(2.0))
+    );
+    assert_eq!(hit(&r, "dave", "").await.0, StatusCode::OK);
+    assert_eq!(hit(&r, "dave", "").await.0, StatusCode::OK);
+    assert_eq!(hit(&r, "dave", "").await.0, StatusCode::TOO_MANY_REQUESTS);
+    // nothing counted, nothing to give back; never below zero
+    let (s, v) = call(
+        &r,
+        "POST",
+        "/v1/namespaces/login/keys/erin/refund",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(
+        (s, v["allowed"].clone()),
+        (StatusCode::OK, serde_json::json!(false))
+    );
+    let (_, v) = call(&r, "GET", "/v1/namespaces/login/keys/erin", None, "").await;
+    assert_eq!(v["windows"][0]["current"], 0.0);
+    let (s, _) = call(
+        &r,
+        "POST",
+        "/v1/namespaces/login/keys/erin/refund",
+        JSON,
+        r#"{"cost": -1}"#,
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn dry_runs_and_costs() {
+    let r = router();
+    let (s, v, _) = hit(&r, "carol", r#"{"cost": 3}"#).await;
+    assert_eq!(
+        (s, v["remaining"].clone()),
+        (StatusCode::OK, serde_json::json!(2.0))
+    );
+    let (s, v, _) = hit(&r, "carol", r#"{"cost": 3, "dry_run": true}"#).await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(v["remaining"], 2.0);
+    let (s, v, _) = hit(&r, "carol", r#"{"cost": 2, "dry_run": true}"#).await;
+    assert_eq!(
+        (s, v["remaining"].clone()),
+        (StatusCode::OK, serde_json::json!(0.0))
+    );
+    let (s, _, _) = hit(&r, "carol", r#"{"cost": 2}"#).await;
+    assert_eq!(s, StatusCode::OK, "the dry runs counted nothing");
+    let (s, v) = call(
+        &r,
+        "POST",
+        "/v1/namespaces/login/keys/carol/hit",
+        JSON,
+        r#"{"cost": 6}"#,
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    let (s, v) = call(&r, "POST", "/v1/namespaces/api/keys/k/hit", None, "").await;
+    assert_eq!(
+        s,
+        StatusCode::BAD_REQUEST,
+        "a namespace without limits: {v}"
+    );
+}
+
+/// method, uri, content type, body, expected status, expected error code
+type Case<'a> = (
+    &'a str,
+    String,
+    Option<&'a str>,
+    &'a str,
+    StatusCode,
+    &'a str,
+);
+
+#[tokio::test]
+async fn increment_with_an_empty_body_counts_every_window_size() {
+    let r = router();
+    let (s, v) = call(
+        &r,
+        "POST",
+        "/v1/namespaces/api/keys/1.2.3.4/increment",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["namespace"], "api");
+    assert_eq!(v["key"], "1.2.3.4");
+    let w = v["windows"].as_array().expect("windows");
+    assert_eq!(w.len(), 2);
+    for field in ["window_size", "window_start", "current", "previous", "rate"] {
+        assert!(w[0].get(field).is_some(), "{field} missing in {v}");
+    }
+    assert_eq!(w[1]["current"], 1.0);
+}
+
+#[tokio::test]
+async fn increment_one_window_with_a_value_then_read_it() {
+    let r = router();
+    let (s, v) = call(
+        &r,
+        "POST",
+        "/v1/namespaces/api/keys/k/increment",
+        JSON,
+        r#"{"value": 2.5, "window_size": 60}"#,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["windows"][0]["current"], 2.5);
+    let (s, v) = call(
+        &r,
+        "GET",
+        "/v1/namespaces/api/keys/k?window_size=60",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["windows"][0]["current"], 2.5);
+    assert_eq!(v["windows"].as_array().expect("windows").len(), 1);
+}
+
+#[tokio::test]
+async fn keys_are_percent_decoded_utf8() {
+    let r = router();
+    for (path, key) in [
+        ("a%2Fb", "a/b"),
+        ("with%20space", "with space"),
+        ("x%3Ay", "x:y"),
+        ("100%25", "100%"),
+        ("%D0%BA%D0%BB%D1%8E%D1%87", "ключ"),
+    ] {
+        let (s, v) = call(
+            &r,
+            "POST",
+            &format!("/v1/namespaces/api/keys/{path}/increment"),
+            None,
+            "",
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{path}: {v}");
+        assert_eq!(v["key"], key);
+    }
+}
+
+#[tokio::test]
+async fn batch_answers_in_order() {
+    let r = router();
+    let body = r#"{"increments":[{"namespace":"api","key":"a","value":1,"window_size":60},{"namespace":"api","key":"a","value":2,"window_size":60},{"namespace":"api","key":"b"}]}"#;
+    let (s, v) = call(&r, "POST", "/v1/increments", JSON, body).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let res = v["results"].as_array().expect("results");
+    assert_eq!(res.len(), 3);
+    assert_eq!(res[1]["windows"][0]["current"], 3.0);
+    assert_eq!(res[2]["key"], "b");
+}
+
+#[tokio::test]
+async fn bad_input_gets_its_status_and_a_json_error() {
+    let r = router();
+    let long = "k".repeat(1025);
+    let big = "x".repeat(5000);
+    let cases: Vec<Case> = vec![
+        (
+            "POST",
+            "/v1/namespaces/api/keys/k/increment".into(),
+            JSON,
+            "{",
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "POST",
+            "/v1/namespaces/api/keys/k/increment".into(),
+            JSON,
+            r#"{"value":"1"}"#,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "POST",
+            "/v1/namespaces/api/keys/k/increment".into(),
+            JSON,
+            r#"{"value":1e400}"#,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "POST",
+            "/v1/namespaces/api/keys/k/increment".into(),
+            JSON,
+            r#"{"window_size":30}"#,
+            StatusCode::BAD_REQUEST,
+            "unknown_window_size",
+        ),
+        (
+            "POST",
+            "/v1/namespaces/api/keys/k/increment".into(),
+            JSON,
+            r#"{"bogus":1}"#,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "POST",
+            format!("/v1/namespaces/api/keys/{long}/increment"),
+            None,
+            "",
+            StatusCode::BAD_REQUEST,
+            "invalid_key",
+        ),
+        (
+            "POST",
+            "/v1/namespaces/nope/keys/k/increment".into(),
+            None,
+            "",
+            StatusCode::NOT_FOUND,
+            "unknown_namespace",
+        ),
+        (
+            "GET",
+            "/v1/nothing".into(),
+            None,
+            "",
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "DELETE",
+            "/v1/increments".into(),
+            None,
+            "",
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+        ),
+        (
+            "POST",
+            "/v1/namespaces/api/keys/k/increment".into(),
+            Some("text/plain"),
+            "value=1",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        ),
+        (
+            "POST",
+            "/v1/increments".into(),
+            JSON,
+            &big,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+        ),
+        (
+            "POST",
+            "/v1/increments".into(),
+            JSON,
+            r#"{"increments":[{"namespace":"api","key":""}]}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_key",
+        ),
+        (
+            "GET",
+            "/v1/namespaces/api/keys/k?window_size=abc".into(),
+            None,
+            "",
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+    ];
+    for (method, uri, ctype, body, status, code) in cases {
+        let (s, v) = call(&r, method, &uri, ctype, body).await;
+        assert_eq!(
+            s,
+            status,
+            "{method} {} {body:.40}: {v}",
+            &uri[..uri.len().min(60)]
+        );
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert!(v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    // nothing of the rejected batch was counted
+    let (_, v) = call(&r, "GET", "/v1/namespaces/api/keys/k", None, "").await;
+    assert_eq!(v["windows"][0]["current"], 0.0);
+}
+
+#[tokio::test]
+async fn health_ready_namespaces_and_metrics() {
+    let r = router();
+    call(&r, "POST", "/v1/namespaces/api/keys/k/increment", None, "").await;
+    assert_eq!(
+        call(&r, "GET", "/healthz", None, "").await.0,
+        StatusCode::OK
+    );
+    assert_eq!(call(&r, "GET", "/readyz", None, "").await.0, StatusCode::OK);
+    let (s, v) = call(&r, "GET", "/v1/namespaces", None, "").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["namespaces"][0]["sync_mode"], "local");
+    assert_eq!(
+        v["namespaces"][0]["window_sizes"],
+        serde_json::json!([1, 60])
+    );
+    let (s, v) = call(&r, "GET", "/metrics", None, "").await;
+    assert_eq!(s, StatusCode::OK);
+    let text = v.as_str().expect("text");
+    assert!(
+        text.contains("swin_increments_total{namespace=\"api\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("swin_http_requests_total{route=\"/v1/namespaces/{namespace}/keys/{key}/increment\",status=\"200\"} 1"), "{text}");
+    assert!(
+        text.contains("swin_counters{namespace=\"api\"} 2"),
+        "{text}"
+    );
+}

@@ -1,0 +1,510 @@
+//! The sync engine of one namespace: the three sync modes, the periodic timer, retries
+//! with backoff, exactly-once pushes and the final push on shutdown.
+//!
+//! One sync: drain every diff (they move into `synced`, so the node's view does not
+//! dip), push them as one batch with the next sequence number, apply the totals the push
+//! returns, then read the current and previous totals of every key this node holds and
+//! apply them, so hits other nodes pushed reach this node even for keys it has not seen
+//! lately. Its cost grows with the keys this node holds — keys used here within the last
+//! two windows (older entries are dropped at the drain), at most `max_counters` — not
+//! with every key in the cluster (Kong reads the whole namespace on every node).
+//!
+//! A failed push keeps its batch and sequence number; the next attempt sends exactly the
+//! same batch, which the store applies at most once (see `store::Push`). New hits wait in
+//! the counter table meanwhile and go in the batch after it.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+use swin_core::{CoreError, Diff, NamespaceCounters, UnixMs, WindowRate, WindowSize};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::backoff::Backoff;
+use crate::store::{normalize, Push, Store, WindowKey};
+use crate::StoreError;
+
+/// How a namespace meets the store (Kong's `sync_rate`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SyncMode {
+    /// `sync_rate > 0`: push and fetch every period.
+    Periodic(Duration),
+    /// `sync_rate == 0`: every increment goes to the store and reads its totals back.
+    Synchronous,
+    /// `sync_rate < 0`: no store at all.
+    LocalOnly,
+}
+
+impl SyncMode {
+    /// From a `sync_rate` in seconds. `None` for a non-finite rate.
+    pub fn from_rate(secs: f64) -> Option<Self> {
+        if !secs.is_finite() {
+            None
+        } else if secs > 0.0 {
+            Some(SyncMode::Periodic(Duration::from_secs_f64(secs.max(0.001))))
+        } else if secs == 0.0 {
+            Some(SyncMode::Synchronous)
+        } else {
+            Some(SyncMode::LocalOnly)
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            SyncMode::Periodic(_) => "periodic",
+            SyncMode::Synchronous => "synchronous",
+            SyncMode::LocalOnly => "local",
+        }
+    }
+}
+
+/// What one sync did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SyncReport {
+    /// Windows pushed (key × window).
+    pub pushed: usize,
+    /// Totals read back and applied.
+    pub fetched: usize,
+    pub duration_ms: f64,
+}
+
+/// The engine's health, for readiness and metrics.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SyncStatus {
+    /// Unix milliseconds of the last sync that reached the store.
+    pub last_success_ms: Option<i64>,
+    /// Why the last attempt failed, while the store is unreachable.
+    pub degraded: Option<String>,
+    pub consecutive_failures: u32,
+    /// Windows drained but not yet confirmed by the store.
+    pub pending_diffs: usize,
+    pub syncs: u64,
+    pub failures: u64,
+    pub last_duration_ms: f64,
+    /// Syncs per duration bucket of [`SYNC_BUCKETS_SECS`] (not cumulative).
+    pub duration_buckets: [u64; SYNC_BUCKETS_SECS.len()],
+    pub duration_sum_secs: f64,
+}
+
+/// Upper bounds (seconds) of the sync duration histogram.
+pub const SYNC_BUCKETS_SECS: [f64; 10] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
+
+/// Windows read per store call when refreshing held keys.
+const READ_CHUNK: usize = 10_000;
+
+/// Whether applying totals may add keys the table does not hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Create {
+    Yes,
+    No,
+}
+
+#[derive(Debug, Default)]
+struct PushState {
+    seq: u64,
+    pending: Option<(u64, Vec<Diff>)>,
+}
+
+#[derive(Debug)]
+pub struct NamespaceSync {
+    counters: Arc<NamespaceCounters>,
+    mode: SyncMode,
+    store: Option<Store>,
+    node_id: Arc<str>,
+    timeout: Duration,
+    state: tokio::sync::Mutex<PushState>,
+    status: Mutex<SyncStatus>,
+}
+
+fn now() -> UnixMs {
+    UnixMs::from_system_time(SystemTime::now())
+}
+
+impl NamespaceSync {
+    /// `store` must be `Some` unless `mode` is [`SyncMode::LocalOnly`]; `timeout` bounds
+    /// every store call.
+    pub fn new(
+        counters: Arc<NamespaceCounters>,
+        mode: SyncMode,
+        store: Option<Store>,
+        node_id: Arc<str>,
+        timeout: Duration,
+    ) -> Self {
+        let store = if mode == SyncMode::LocalOnly {
+            None
+        } else {
+            store
+        };
+        NamespaceSync {
+            counters,
+            mode,
+            store,
+            node_id,
+            timeout,
+            state: tokio::sync::Mutex::new(PushState::default()),
+            status: Mutex::new(SyncStatus::default()),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.counters.name()
+    }
+
+    pub fn counters(&self) -> &Arc<NamespaceCounters> {
+        &self.counters
+    }
+
+    pub fn mode(&self) -> SyncMode {
+        self.mode
+    }
+
+    pub fn store(&self) -> Option<&Store> {
+        self.store.as_ref()
+    }
+
+    pub fn status(&self) -> SyncStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    async fn call<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.timeout, f).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(self.timeout)),
+        }
+    }
+
+    fn record(&self, outcome: Result<&SyncReport, &StoreError>, pending: usize) {
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.pending_diffs = pending;
+        match outcome {
+            Ok(report) => {
+                s.last_success_ms = Some(now().0);
+                s.degraded = None;
+                s.consecutive_failures = 0;
+                s.syncs += 1;
+                s.last_duration_ms = report.duration_ms;
+                let secs = report.duration_ms / 1e3;
+                s.duration_sum_secs += secs;
+                if let Some(i) = SYNC_BUCKETS_SECS.iter().position(|le| secs <= *le) {
+                    s.duration_buckets[i] += 1;
+                }
+            }
+            Err(e) => {
+                s.degraded = Some(e.to_string());
+                s.consecutive_failures += 1;
+                s.failures += 1;
+            }
+        }
+    }
+
+    /// Loads the namespace's current and previous windows from the store (a node that
+    /// starts knows the cluster's totals before its first sync).
+    pub async fn warm_up(&self, now: UnixMs) -> Result<usize, StoreError> {
+        let Some(store) = &self.store else {
+            return Ok(0);
+        };
+        let windows: Vec<(u32, i64)> = self
+            .counters
+            .window_sizes()
+            .map(|s| (s.secs(), s.previous_start_of(now)))
+            .collect();
+        let totals = self
+            .call(store.load_namespace(self.name(), &windows))
+            .await?;
+        let (counters, loaded) = (self.counters.clone(), totals.len());
+        off_runtime(move || apply_to(&counters, &totals, now, Create::Yes)).await;
+        Ok(loaded)
+    }
+
+    /// One sync now: push pending and fresh diffs, then refresh active keys.
+    pub async fn sync_once(&self, now: UnixMs) -> Result<SyncReport, StoreError> {
+        let Some(store) = &self.store else {
+            // local only: draining drops expired entries; there is nowhere to push
+            for t in self.counters.tables() {
+                t.drain(now);
+            }
+            return Ok(SyncReport::default());
+        };
+        let started = Instant::now();
+        let mut st = self.state.lock().await;
+        let result = self.sync_locked(store, &mut st, now).await;
+        let pending = st.pending.as_ref().map_or(0, |(_, d)| d.len());
+        let result = result.map(|(pushed, fetched)| SyncReport {
+            pushed,
+            fetched,
+            duration_ms: started.elapsed().as_secs_f64() * 1e3,
+        });
+        self.record(result.as_ref(), pending);
+        result
+    }
+
+    async fn sync_locked(
+        &self,
+        store: &Store,
+        st: &mut PushState,
+        now: UnixMs,
+    ) -> Result<(usize, usize), StoreError> {
+        let mut pushed = 0;
+        // At most two pushes: a batch left by a failure, then the fresh diffs.
+        for _ in 0..2 {
+            if st.pending.is_none() {
+                let counters = self.counters.clone();
+                let drained = off_runtime(move || {
+                    let all: Vec<Diff> = counters
+                        .tables()
+                        .iter()
+                        .flat_map(|t| t.drain(now))
+                        .collect();
+                    normalize(&all)
+                })
+                .await;
+                if drained.is_empty() {
+                    break;
+                }
+                st.seq += 1;
+                st.pending = Some((st.seq, drained));
+            }
+            let Some((seq, diffs)) = &st.pending else {
+                break;
+            };
+            let push = Push {
+                node_id: &self.node_id,
+                seq: Some(*seq),
+                diffs,
+            };
+            let totals = self.call(store.push(self.name(), push)).await?;
+            pushed += diffs.len();
+            st.pending = None;
+            self.apply_off_runtime(totals, now).await;
+        }
+        let counters = self.counters.clone();
+        let wanted = off_runtime(move || {
+            let mut wanted = Vec::new();
+            for t in counters.tables() {
+                let size = t.size();
+                for key in t.keys() {
+                    for start in [size.start_of(now), size.previous_start_of(now)] {
+                        wanted.push(WindowKey {
+                            key: key.clone(),
+                            window_size: size.secs(),
+                            window_start: start,
+                        });
+                    }
+                }
+            }
+            wanted
+        })
+        .await;
+        // In chunks: a node holding 100,000 keys should not decode 200,000 rows on a
+        // runtime worker in one go, nor send one statement of that size.
+        let mut fetched = 0;
+        for chunk in wanted.chunks(READ_CHUNK) {
+            let totals = self.call(store.read(self.name(), chunk)).await?;
+            fetched += totals.len();
+            self.apply_off_runtime(totals, now).await;
+        }
+        Ok((pushed, fetched))
+    }
+
+    /// Applies store totals on a blocking thread: with 100,000 keys this is tens of
+    /// milliseconds of CPU that must not hold up a runtime worker serving requests.
+    async fn apply_off_runtime(&self, totals: Vec<swin_core::Total>, now: UnixMs) {
+        let counters = self.counters.clone();
+        off_runtime(move || apply_to(&counters, &totals, now, Create::No)).await;
+    }
+
+    fn apply(&self, totals: &[swin_core::Total], now: UnixMs, create: Create) {
+        apply_to(&self.counters, totals, now, create);
+    }
+
+    /// Counts a hit and returns the key's rate, as the namespace's mode says: locally
+    /// (periodic, local only) or through the store (synchronous; on a store failure the
+    /// hit is counted locally and pushed later, and the answer comes from local memory).
+    pub async fn increment(
+        &self,
+        key: &str,
+        window_size: u32,
+        value: f64,
+        now: UnixMs,
+    ) -> Result<WindowRate, CoreError> {
+        let table = self.counters.table(window_size)?;
+        match (&self.mode, &self.store) {
+            (SyncMode::Synchronous, Some(store)) => {
+                if !value.is_finite() {
+                    return Err(CoreError::NonFiniteValue(value));
+                }
+                match self
+                    .increment_in_store(store, key, table.size(), value, now)
+                    .await
+                {
+                    Ok(rate) => Ok(rate),
+                    Err(e) => {
+                        warn!(namespace = self.name(), cause = %e, "synchronous increment failed; counted locally");
+                        self.record(Err(&e), self.status().pending_diffs);
+                        table.increment(key, value, now)
+                    }
+                }
+            }
+            _ => table.increment(key, value, now),
+        }
+    }
+
+    async fn increment_in_store(
+        &self,
+        store: &Store,
+        key: &str,
+        size: WindowSize,
+        value: f64,
+        now: UnixMs,
+    ) -> Result<WindowRate, StoreError> {
+        let start = size.start_of(now);
+        let prev = size.previous_start_of(now);
+        let diffs = [Diff {
+            key: key.into(),
+            window_size: size.secs(),
+            window_start: start,
+            value,
+        }];
+        let prev_key = [WindowKey {
+            key: key.into(),
+            window_size: size.secs(),
+            window_start: prev,
+        }];
+        // push and previous-window read in parallel: one round trip of latency
+        let (pushed, previous) = tokio::join!(
+            self.call(store.push(
+                self.name(),
+                Push {
+                    node_id: &self.node_id,
+                    seq: None,
+                    diffs: &diffs
+                }
+            )),
+            self.call(store.read(self.name(), &prev_key)),
+        );
+        let (pushed, previous) = (pushed?, previous?);
+        let current = pushed.first().map_or(value, |t| t.count);
+        let previous_count = previous.first().map_or(0.0, |t| t.count);
+        self.apply(&pushed, now, Create::Yes);
+        self.apply(&previous, now, Create::Yes);
+        Ok(WindowRate::at(size, now, current, previous_count))
+    }
+
+    /// Runs until `cancel`: periodic syncs (synchronous and local-only namespaces tick
+    /// every second to push fallback hits and drop expired entries), retries with capped
+    /// exponential backoff, and one last push before returning.
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let period = match self.mode {
+            SyncMode::Periodic(p) => p,
+            SyncMode::Synchronous | SyncMode::LocalOnly => Duration::from_secs(1),
+        };
+        let mut backoff = Backoff::new(
+            period.max(Duration::from_millis(100)),
+            Duration::from_secs(30),
+        );
+        let mut next = tokio::time::Instant::now() + period;
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep_until(next) => {}
+            }
+            match self.sync_once(now()).await {
+                Ok(report) => {
+                    if backoff.failures() > 0 {
+                        info!(
+                            namespace = self.name(),
+                            pushed = report.pushed,
+                            "store reachable again"
+                        );
+                    }
+                    backoff.reset();
+                    debug!(
+                        namespace = self.name(),
+                        pushed = report.pushed,
+                        fetched = report.fetched,
+                        "synced"
+                    );
+                    // missed ticks are skipped, never burst
+                    next += period;
+                    let t = tokio::time::Instant::now();
+                    if next < t {
+                        next = t + period;
+                    }
+                }
+                Err(e) => {
+                    let delay = backoff.next_delay();
+                    warn!(namespace = self.name(), cause = %e, transient = e.is_transient(), retry_in_ms = delay.as_millis() as u64, "sync failed");
+                    next = tokio::time::Instant::now() + delay;
+                }
+            }
+        }
+        self.final_push().await;
+    }
+
+    /// The push on shutdown: a few quick attempts; what still fails is logged with its size.
+    pub async fn final_push(&self) {
+        if self.store.is_none() {
+            return;
+        }
+        for attempt in 1..=3 {
+            match self.sync_once(now()).await {
+                Ok(report) => {
+                    info!(
+                        namespace = self.name(),
+                        pushed = report.pushed,
+                        "final push done"
+                    );
+                    return;
+                }
+                Err(e) => {
+                    warn!(namespace = self.name(), attempt, cause = %e, "final push failed");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+        let pending = self.status().pending_diffs;
+        warn!(
+            namespace = self.name(),
+            pending, "shutting down with diffs the store did not confirm"
+        );
+    }
+}
+
+/// Writes store totals into the namespace's tables (the window-size split is per table).
+fn apply_to(
+    counters: &NamespaceCounters,
+    totals: &[swin_core::Total],
+    now: UnixMs,
+    create: Create,
+) {
+    for t in counters.tables() {
+        let size = t.size().secs();
+        let mine: Vec<_> = totals
+            .iter()
+            .filter(|x| x.window_size == size)
+            .cloned()
+            .collect();
+        if !mine.is_empty() {
+            t.apply(&mine, now, create == Create::Yes);
+        }
+    }
+}
+
+/// Runs CPU-bound table work (draining, applying totals, listing active keys) on
+/// tokio's blocking pool, so the OS, not the cooperative scheduler, shares the core
+/// with requests. A panic in it is a bug: it is raised here again.
+async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}

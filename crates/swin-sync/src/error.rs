@@ -1,0 +1,66 @@
+//! Store errors, split by what the sync engine should do about them.
+
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("postgres: {0}")]
+    Postgres(#[source] sqlx::Error),
+    #[error("sqlite: {0}")]
+    Sqlite(#[source] sqlx::Error),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("migrate: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("store answered something unexpected: {0}")]
+    Protocol(String),
+    #[error("injected fault")]
+    Injected,
+}
+
+impl StoreError {
+    /// Worth retrying: the store may answer later (down, slow, busy, a lost connection,
+    /// a serialization failure). Everything else needs an operator.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Timeout(_) | StoreError::Injected => true,
+            StoreError::Postgres(e) | StoreError::Sqlite(e) => sqlx_transient(e),
+            StoreError::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_timeout()
+                    || e.is_cluster_error()
+                    || matches!(
+                        e.kind(),
+                        redis::ErrorKind::BusyLoadingError | redis::ErrorKind::TryAgain
+                    )
+            }
+            StoreError::Migrate(_) | StoreError::Protocol(_) => false,
+        }
+    }
+}
+
+fn sqlx_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            // PostgreSQL: connection (08), serialization/deadlock (40), resources (53),
+            // shutdown (57P). SQLite: BUSY (5), LOCKED (6) and their extended codes.
+            code.starts_with("08")
+                || code.starts_with("40")
+                || code.starts_with("53")
+                || code.starts_with("57P")
+                || matches!(code.parse::<i32>().map(|c| c & 0xff), Ok(5) | Ok(6))
+        }
+        _ => false,
+    }
+}

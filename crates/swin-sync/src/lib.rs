@@ -1,0 +1,18 @@
+//! How a node's local counts meet everyone else's: the stores (PostgreSQL, Redis,
+//! SQLite) behind one small boundary, and the per-namespace sync engine.
+
+mod backoff;
+mod engine;
+mod error;
+pub mod store;
+
+pub use engine::{NamespaceSync, SyncMode, SyncReport, SyncStatus, SYNC_BUCKETS_SECS};
+pub use error::StoreError;
+pub use store::{Push, Store, WindowKey};
+
+/// A random id for this process, so the store can tell its pushes from other nodes'.
+pub fn new_node_id() -> String {
+    use rand::Rng;
+    let n: u64 = rand::thread_rng().gen();
+    format!("{}-{n:016x}", std::process::id())
+}

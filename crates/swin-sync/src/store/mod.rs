@@ -1,0 +1,218 @@
+//! The store boundary: push diffs (getting the new totals back), read totals of given
+//! windows, load a namespace for warm-up, purge expired windows, ping. Three stores
+//! implement it, dispatched by an enum; `Faulty` wraps one to inject failures.
+
+mod faulty;
+mod postgres;
+mod redis;
+mod sqlite;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+
+pub use self::faulty::{Fault, FaultyStore};
+pub use self::postgres::PostgresStore;
+pub use self::redis::RedisStore;
+pub use self::sqlite::SqliteStore;
+use swin_core::{CompactString, Diff, Total, UnixMs};
+
+use crate::StoreError;
+
+/// One key's window, to read its total.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WindowKey {
+    pub key: CompactString,
+    pub window_size: u32,
+    pub window_start: i64,
+}
+
+impl WindowKey {
+    /// The window a diff counts in.
+    pub fn of(d: &Diff) -> Self {
+        WindowKey {
+            key: d.key.clone(),
+            window_size: d.window_size,
+            window_start: d.window_start,
+        }
+    }
+}
+
+/// A total as the SQL stores return it: key, window size, window start, count.
+pub(crate) type TotalRow = (String, i64, i64, f64);
+
+pub(crate) fn totals(rows: Vec<TotalRow>) -> Result<Vec<Total>, StoreError> {
+    rows.into_iter()
+        .map(|(key, size, window_start, count)| {
+            let window_size = u32::try_from(size)
+                .map_err(|_| StoreError::Protocol(format!("window_size {size} out of range")))?;
+            Ok(Total {
+                key: key.into(),
+                window_size,
+                window_start,
+                count,
+            })
+        })
+        .collect()
+}
+
+/// A batch of diffs from one node. With `seq`, the store applies the batch at most once
+/// per `(node_id, namespace, seq)`: the engine retries a failed push with the same
+/// sequence number and the same diffs, so a push whose reply was lost is not counted
+/// twice. Without `seq` (synchronous increments) there is no such record.
+#[derive(Debug, Clone, Copy)]
+pub struct Push<'a> {
+    pub node_id: &'a str,
+    pub seq: Option<u64>,
+    pub diffs: &'a [Diff],
+}
+
+#[derive(Debug, Clone)]
+pub enum Store {
+    Postgres(PostgresStore),
+    Redis(RedisStore),
+    Sqlite(SqliteStore),
+    Faulty(std::sync::Arc<FaultyStore>),
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+impl Store {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Store::Postgres(_) => "postgres",
+            Store::Redis(_) => "redis",
+            Store::Sqlite(_) => "sqlite",
+            Store::Faulty(f) => f.inner().kind(),
+        }
+    }
+
+    /// Applies the schema (PostgreSQL, SQLite); nothing to do for Redis.
+    pub fn migrate(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            match self {
+                Store::Postgres(s) => s.migrate().await,
+                Store::Redis(_) => Ok(()),
+                Store::Sqlite(s) => s.migrate().await,
+                Store::Faulty(f) => f.inner().migrate().await,
+            }
+        })
+    }
+
+    /// Adds the diffs atomically and returns the new total of every pushed window.
+    pub fn push<'a>(
+        &'a self,
+        namespace: &'a str,
+        push: Push<'a>,
+    ) -> BoxFuture<'a, Result<Vec<Total>, StoreError>> {
+        Box::pin(async move {
+            match self {
+                Store::Postgres(s) => s.push(namespace, push).await,
+                Store::Redis(s) => s.push(namespace, push).await,
+                Store::Sqlite(s) => s.push(namespace, push).await,
+                Store::Faulty(f) => f.push(namespace, push).await,
+            }
+        })
+    }
+
+    /// Totals of the given windows; windows the store has never seen are left out.
+    pub fn read<'a>(
+        &'a self,
+        namespace: &'a str,
+        keys: &'a [WindowKey],
+    ) -> BoxFuture<'a, Result<Vec<Total>, StoreError>> {
+        Box::pin(async move {
+            if keys.is_empty() {
+                return Ok(Vec::new());
+            }
+            match self {
+                Store::Postgres(s) => s.read(namespace, keys).await,
+                Store::Redis(s) => s.read(namespace, keys).await,
+                Store::Sqlite(s) => s.read(namespace, keys).await,
+                Store::Faulty(f) => f.read(namespace, keys).await,
+            }
+        })
+    }
+
+    /// Every total of the namespace in windows of the given sizes starting at or after
+    /// the paired start (a node's warm-up, Kong's `fetch`).
+    pub fn load_namespace<'a>(
+        &'a self,
+        namespace: &'a str,
+        windows: &'a [(u32, i64)],
+    ) -> BoxFuture<'a, Result<Vec<Total>, StoreError>> {
+        Box::pin(async move {
+            match self {
+                Store::Postgres(s) => s.load_namespace(namespace, windows).await,
+                Store::Redis(s) => s.load_namespace(namespace, windows).await,
+                Store::Sqlite(s) => s.load_namespace(namespace, windows).await,
+                Store::Faulty(f) => f.inner().load_namespace(namespace, windows).await,
+            }
+        })
+    }
+
+    /// Deletes windows that ended more than one window ago, and old push records.
+    /// Returns the rows deleted (0 where the store expires keys by itself).
+    pub fn purge(&self, now: UnixMs) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move {
+            match self {
+                Store::Postgres(s) => s.purge(now).await,
+                Store::Redis(_) => Ok(0),
+                Store::Sqlite(s) => s.purge(now).await,
+                Store::Faulty(f) => f.inner().purge(now).await,
+            }
+        })
+    }
+
+    pub fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            match self {
+                Store::Postgres(s) => s.ping().await,
+                Store::Redis(s) => s.ping().await,
+                Store::Sqlite(s) => s.ping().await,
+                Store::Faulty(f) => f.ping().await,
+            }
+        })
+    }
+}
+
+/// Sums duplicate windows and sorts by key, size and start: a statement may touch a row
+/// once, and every node taking row locks in the same order is what rules out deadlocks.
+pub(crate) fn normalize(diffs: &[Diff]) -> Vec<Diff> {
+    let mut sums: BTreeMap<(&str, u32, i64), f64> = BTreeMap::new();
+    for d in diffs {
+        *sums
+            .entry((d.key.as_str(), d.window_size, d.window_start))
+            .or_default() += d.value;
+    }
+    sums.into_iter()
+        .map(|((key, window_size, window_start), value)| Diff {
+            key: key.into(),
+            window_size,
+            window_start,
+            value,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_sums_duplicates_in_order() {
+        let d = |k: &str, s, v| Diff {
+            key: k.into(),
+            window_size: 60,
+            window_start: s,
+            value: v,
+        };
+        let out = normalize(&[
+            d("b", 0, 1.0),
+            d("a", 60, 2.0),
+            d("b", 0, 3.0),
+            d("a", 0, 1.0),
+        ]);
+        assert_eq!(out, vec![d("a", 0, 1.0), d("a", 60, 2.0), d("b", 0, 4.0)]);
+    }
+}

@@ -1,0 +1,181 @@
+//! PostgreSQL store: `swin_counters`, pushed with one `INSERT … SELECT FROM unnest(…)
+//! ON CONFLICT DO UPDATE … RETURNING` per batch, so thousands of rows cost one round
+//! trip and the new totals come back in it.
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use swin_core::{Total, UnixMs};
+use tracing::instrument;
+
+use super::{normalize, totals, Push, TotalRow, WindowKey};
+use crate::StoreError;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+/// Only one node purges at a time: a transaction-scoped advisory lock on this id.
+const PURGE_LOCK: i64 = 0x7377_696e_7075_7267; // "swinpurg"
+
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+fn err(e: sqlx::Error) -> StoreError {
+    StoreError::Postgres(e)
+}
+
+/// One statement per batch. With a sequence number ($7) the push record and the upsert
+/// commit together; a retry of an applied push inserts no record, so the gate is false
+/// and nothing is added again (the caller then reads the totals). Rows go in key order
+/// so that nodes pushing the same keys lock them in the same order: no deadlocks.
+const PUSH: &str = "
+WITH fresh AS (
+    INSERT INTO swin_pushes (node_id, namespace, seq)
+    SELECT $6, $1, $7 WHERE $7::int8 IS NOT NULL
+    ON CONFLICT DO NOTHING RETURNING 1)
+INSERT INTO swin_counters AS c (namespace, key, window_size, window_start, count)
+SELECT $1, r.key, r.window_size, to_timestamp(r.window_start), r.diff
+FROM unnest($2::text[], $3::int4[], $4::int8[], $5::float8[]) AS r(key, window_size, window_start, diff)
+WHERE $7::int8 IS NULL OR EXISTS (SELECT 1 FROM fresh)
+ORDER BY r.key, r.window_size, r.window_start
+ON CONFLICT (namespace, key, window_size, window_start)
+DO UPDATE SET count = c.count + EXCLUDED.count, updated_at = now()
+RETURNING c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count";
+
+impl PostgresStore {
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let opts: PgConnectOptions = url.parse().map_err(err)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect_lazy_with(opts.application_name("swin"));
+        Ok(PostgresStore { pool })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub(crate) async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    #[instrument(skip_all, fields(namespace, rows = push.diffs.len()))]
+    pub(crate) async fn push(
+        &self,
+        namespace: &str,
+        push: Push<'_>,
+    ) -> Result<Vec<Total>, StoreError> {
+        let diffs = normalize(push.diffs);
+        if diffs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&str> = diffs.iter().map(|d| d.key.as_str()).collect();
+        let sizes: Vec<i32> = diffs.iter().map(|d| d.window_size as i32).collect();
+        let starts: Vec<i64> = diffs.iter().map(|d| d.window_start).collect();
+        let values: Vec<f64> = diffs.iter().map(|d| d.value).collect();
+        let rows: Vec<TotalRow> = sqlx::query_as(PUSH)
+            .bind(namespace)
+            .bind(&keys)
+            .bind(&sizes)
+            .bind(&starts)
+            .bind(&values)
+            .bind(push.node_id)
+            .bind(push.seq.map(|s| s as i64))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err)?;
+        if rows.is_empty() {
+            // Applied by an earlier attempt: answer with the current totals.
+            let windows: Vec<WindowKey> = diffs.iter().map(WindowKey::of).collect();
+            return self.read(namespace, &windows).await;
+        }
+        totals(rows)
+    }
+
+    pub(crate) async fn read(
+        &self,
+        namespace: &str,
+        keys: &[WindowKey],
+    ) -> Result<Vec<Total>, StoreError> {
+        let k: Vec<&str> = keys.iter().map(|w| w.key.as_str()).collect();
+        let sizes: Vec<i32> = keys.iter().map(|w| w.window_size as i32).collect();
+        let starts: Vec<i64> = keys.iter().map(|w| w.window_start).collect();
+        let rows: Vec<TotalRow> = sqlx::query_as(
+            "SELECT c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count
+             FROM unnest($2::text[], $3::int4[], $4::int8[]) AS r(key, window_size, window_start)
+             JOIN swin_counters c ON c.namespace = $1 AND c.key = r.key
+              AND c.window_size = r.window_size AND c.window_start = to_timestamp(r.window_start)",
+        )
+        .bind(namespace)
+        .bind(&k)
+        .bind(&sizes)
+        .bind(&starts)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err)?;
+        totals(rows)
+    }
+
+    pub(crate) async fn load_namespace(
+        &self,
+        namespace: &str,
+        windows: &[(u32, i64)],
+    ) -> Result<Vec<Total>, StoreError> {
+        let sizes: Vec<i32> = windows.iter().map(|w| w.0 as i32).collect();
+        let starts: Vec<i64> = windows.iter().map(|w| w.1).collect();
+        let rows: Vec<TotalRow> = sqlx::query_as(
+            "SELECT c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count
+             FROM unnest($2::int4[], $3::int8[]) AS w(window_size, oldest)
+             JOIN swin_counters c ON c.namespace = $1 AND c.window_size = w.window_size
+              AND c.window_start >= to_timestamp(w.oldest)",
+        )
+        .bind(namespace)
+        .bind(&sizes)
+        .bind(&starts)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err)?;
+        totals(rows)
+    }
+
+    pub(crate) async fn purge(&self, now: UnixMs) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(err)?;
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+            .bind(PURGE_LOCK)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(err)?;
+        if !locked {
+            return Ok(0);
+        }
+        let now_s = now.secs();
+        let deleted = sqlx::query(
+            "DELETE FROM swin_counters
+             WHERE window_start < to_timestamp($1) - make_interval(secs => window_size * 2)",
+        )
+        .bind(now_s as f64)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?
+        .rows_affected();
+        // A retry comes within seconds; an hour of push records is plenty.
+        sqlx::query(
+            "DELETE FROM swin_pushes WHERE pushed_at < to_timestamp($1) - interval '1 hour'",
+        )
+        .bind(now_s as f64)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(deleted)
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+}

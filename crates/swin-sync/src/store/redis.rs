@@ -1,0 +1,402 @@
+//! Redis store.
+//!
+//! Layout: one hash per (namespace, key, window size):
+//!
+//! ```text
+//! swin:{<len(namespace)>:<namespace>:<key>}:<window_size>
+//!     <window_start>  -> count        (HINCRBYFLOAT)
+//!     n:<node_id>     -> last push seq applied from that node
+//! ```
+//!
+//! The hash tag `{…}` covers namespace and key, so a namespace's keys spread over every
+//! Redis Cluster slot instead of piling onto one hash (Kong keeps one hash per window and
+//! namespace). The length prefix keeps `("a:b", "c")` and `("a", "b:c")` apart. A push
+//! refreshes the hash's TTL to three windows and drops the window before the previous
+//! one, so a key nobody pushes expires by itself.
+//!
+//! A push groups the batch's hashes by cluster slot (CRC16 of the hash tag, as Redis
+//! computes it) and sends one script call per group of at most 64 hashes of one slot, so a
+//! script never crosses slots and its overhead is shared by several keys.
+//!
+//! Exactly-once: each script call adds its diffs only when the batch's sequence number is
+//! above the node's last one recorded in the group's first hash (`n:<node_id>`), and
+//! records it in the same atomic step. The engine retries a failed batch unchanged, so the
+//! groups (a pure function of the sorted batch) come out the same: groups the first
+//! attempt reached skip it, the others apply it.
+
+use redis::aio::ConnectionManager;
+use redis::Script;
+use swin_core::Total;
+
+use super::{normalize, Push, WindowKey};
+use crate::StoreError;
+
+const PUSH_LUA: &str = r#"
+-- KEYS: hashes of one cluster slot; KEYS[1] also holds the node's last applied seq.
+-- ARGV: node field, seq (-1: no dedupe), then per key: ttl, stale window field, n, and
+-- n pairs (window_start, diff). Returns the new count of each pushed window, in order.
+local seq = tonumber(ARGV[2])
+local apply = true
+if seq >= 0 then
+  local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
+  apply = seq > last
+end
+local out = {}
+local a = 3
+for k = 1, #KEYS do
+  local ttl, stale, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  a = a + 3
+  local opened = false
+  for i = 1, n do
+    if apply then
+      local v = redis.call('HINCRBYFLOAT', KEYS[k], ARGV[a], ARGV[a + 1])
+      -- a window that just appeared: the one before the previous may still be there
+      if tonumber(v) == tonumber(ARGV[a + 1]) then opened = true end
+      out[#out + 1] = v
+    else
+      out[#out + 1] = redis.call('HGET', KEYS[k], ARGV[a]) or '0'
+    end
+    a = a + 2
+  end
+  if apply then
+    if opened then redis.call('HDEL', KEYS[k], stale) end
+    redis.call('EXPIRE', KEYS[k], ttl)
+  end
+end
+if apply and seq >= 0 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return out
+"#;
+
+/// Hashes per script call: enough to share the call's overhead, small enough that one
+/// call never blocks Redis for long.
+const HASHES_PER_CALL: usize = 64;
+
+#[derive(Clone)]
+pub struct RedisStore {
+    client: redis::Client,
+    /// Connected on first use, so a node starts (degraded) while Redis is down; the
+    /// manager reconnects by itself after that.
+    conn: std::sync::Arc<tokio::sync::OnceCell<ConnectionManager>>,
+    prefix: String,
+    push_script: Script,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// `prefix` starts every key (default `swin`); tests use their own. Only the URL is
+    /// checked here: the connection is made on first use.
+    pub async fn connect(url: &str, prefix: &str) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url)?;
+        Ok(RedisStore {
+            client,
+            conn: Default::default(),
+            prefix: prefix.to_owned(),
+            push_script: Script::new(PUSH_LUA),
+        })
+    }
+
+    async fn conn(&self) -> Result<ConnectionManager, StoreError> {
+        let manager = self
+            .conn
+            .get_or_try_init(|| {
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(std::time::Duration::from_secs(2))
+                    .set_response_timeout(std::time::Duration::from_secs(5))
+                    .set_number_of_retries(1);
+                ConnectionManager::new_with_config(self.client.clone(), config)
+            })
+            .await?;
+        Ok(manager.clone())
+    }
+
+    fn hash_key(&self, namespace: &str, key: &str, window_size: u32) -> String {
+        format!(
+            "{}:{{{}:{}:{}}}:{}",
+            self.prefix,
+            namespace.len(),
+            namespace,
+            key,
+            window_size
+        )
+    }
+
+    pub(crate) async fn push(
+        &self,
+        namespace: &str,
+        push: Push<'_>,
+    ) -> Result<Vec<Total>, StoreError> {
+        let diffs = normalize(push.diffs);
+        // One run of diffs per hash (normalize sorts by key, size, start).
+        let mut hashes: Vec<(String, std::ops::Range<usize>)> = Vec::new();
+        let mut i = 0;
+        while i < diffs.len() {
+            let d = &diffs[i];
+            let mut j = i + 1;
+            while j < diffs.len() && diffs[j].key == d.key && diffs[j].window_size == d.window_size
+            {
+                j += 1;
+            }
+            hashes.push((self.hash_key(namespace, &d.key, d.window_size), i..j));
+            i = j;
+        }
+        if hashes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (h, (key, _)) in hashes.iter().enumerate() {
+            by_slot.entry(key_slot(key.as_bytes())).or_default().push(h);
+        }
+        let node_field = format!("n:{}", push.node_id);
+        let seq = push.seq.map_or(-1i64, |s| s as i64);
+        let mut pipe = redis::pipe();
+        let mut calls: Vec<Vec<usize>> = Vec::new();
+        for group in by_slot.values() {
+            for chunk in group.chunks(HASHES_PER_CALL) {
+                let mut inv = self.push_script.prepare_invoke();
+                inv.arg(&node_field).arg(seq);
+                for &h in chunk {
+                    let (key, range) = &hashes[h];
+                    let first = &diffs[range.start];
+                    let size = i64::from(first.window_size);
+                    let newest = diffs[range.clone()]
+                        .iter()
+                        .map(|x| x.window_start)
+                        .max()
+                        .unwrap_or(first.window_start);
+                    inv.key(key);
+                    inv.arg(3 * size).arg(newest - 2 * size).arg(range.len());
+                    for x in &diffs[range.clone()] {
+                        inv.arg(x.window_start).arg(x.value);
+                    }
+                }
+                pipe.invoke_script(&inv);
+                calls.push(chunk.to_vec());
+            }
+        }
+        let mut conn = self.conn().await?;
+        // Load the script once; EVALSHA in the pipeline then finds it.
+        self.push_script
+            .prepare_invoke()
+            .load_async(&mut conn)
+            .await?;
+        let replies: Vec<Vec<String>> = pipe.query_async(&mut conn).await?;
+        let mut out = Vec::with_capacity(diffs.len());
+        for (call, counts) in calls.iter().zip(replies) {
+            let windows: Vec<&swin_core::Diff> = call
+                .iter()
+                .flat_map(|&h| &diffs[hashes[h].1.clone()])
+                .collect();
+            if counts.len() != windows.len() {
+                return Err(StoreError::Protocol(format!(
+                    "push script returned {} counts for {} windows",
+                    counts.len(),
+                    windows.len()
+                )));
+            }
+            for (d, c) in windows.into_iter().zip(counts) {
+                out.push(Total {
+                    key: d.key.clone(),
+                    window_size: d.window_size,
+                    window_start: d.window_start,
+                    count: parse(&c)?,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn read(
+        &self,
+        namespace: &str,
+        keys: &[WindowKey],
+    ) -> Result<Vec<Total>, StoreError> {
+        let mut pipe = redis::pipe();
+        for w in keys {
+            pipe.hget(
+                self.hash_key(namespace, &w.key, w.window_size),
+                w.window_start,
+            );
+        }
+        let mut conn = self.conn().await?;
+        let replies: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
+        keys.iter()
+            .zip(replies)
+            .filter_map(|(w, r)| r.map(|c| (w, c)))
+            .map(|(w, c)| {
+                Ok(Total {
+                    key: w.key.clone(),
+                    window_size: w.window_size,
+                    window_start: w.window_start,
+                    count: parse(&c)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Warm-up scans for the namespace's hashes: Redis keeps no per-namespace index
+    /// (it would be one hot key per namespace), so this walks the keyspace once, at start.
+    pub(crate) async fn load_namespace(
+        &self,
+        namespace: &str,
+        windows: &[(u32, i64)],
+    ) -> Result<Vec<Total>, StoreError> {
+        let head = format!("{}:{{{}:{}:", self.prefix, namespace.len(), namespace);
+        let pattern = format!("{}*", glob_escape(&head));
+        let mut conn = self.conn().await?;
+        let mut out = Vec::new();
+        for hash in self.scan(&pattern).await? {
+            let Some((key, size)) = parse_hash_key(&hash, &head) else {
+                continue;
+            };
+            let Some(&(_, oldest)) = windows.iter().find(|(s, _)| *s == size) else {
+                continue;
+            };
+            let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+                .arg(&hash)
+                .query_async(&mut conn)
+                .await?;
+            for (f, v) in fields {
+                let Ok(start) = f.parse::<i64>() else {
+                    continue;
+                };
+                if start >= oldest {
+                    out.push(Total {
+                        key: key.into(),
+                        window_size: size,
+                        window_start: start,
+                        count: parse(&v)?,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every key matching `pattern`, walking the keyspace with SCAN (never KEYS).
+    async fn scan(&self, pattern: &str) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.conn().await?;
+        let mut cursor: u64 = 0;
+        let mut keys = Vec::new();
+        loop {
+            let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await?;
+            keys.extend(found);
+            cursor = next;
+            if cursor == 0 {
+                return Ok(keys);
+            }
+        }
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn().await?;
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// Deletes every key under this store's prefix (tests clean up with it).
+    pub async fn delete_prefix(&self) -> Result<u64, StoreError> {
+        let keys = self
+            .scan(&format!("{}:*", glob_escape(&self.prefix)))
+            .await?;
+        let mut conn = self.conn().await?;
+        let mut deleted = 0;
+        for chunk in keys.chunks(500) {
+            let n: u64 = redis::cmd("DEL").arg(chunk).query_async(&mut conn).await?;
+            deleted += n;
+        }
+        Ok(deleted)
+    }
+}
+
+/// The Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag — the part between
+/// the first `{` and the next `}` when that part is not empty — or of the whole key.
+fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        rest.iter()
+            .position(|&b| b == b'}')
+            .filter(|&close| close > 0)
+            .map(|close| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(key)) % 16384
+}
+
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+fn parse(count: &str) -> Result<f64, StoreError> {
+    count
+        .parse::<f64>()
+        .map_err(|_| StoreError::Protocol(format!("count {count:?} is not a number")))
+}
+
+/// `swin:{4:name:KEY}:60` → (`KEY`, 60), given the head `swin:{4:name:`.
+fn parse_hash_key<'a>(hash: &'a str, head: &str) -> Option<(&'a str, u32)> {
+    let rest = hash.strip_prefix(head)?;
+    let (key, size) = rest.rsplit_once("}:")?;
+    Some((key, size.parse().ok()?))
+}
+
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis() {
+        // vectors from the Redis Cluster specification and CLUSTER KEYSLOT
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        // an empty tag hashes the whole key
+        assert_eq!(key_slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+    }
+
+    #[test]
+    fn hash_keys_parse_back_even_with_braces_and_colons() {
+        let head = "swin:{3:a:b:";
+        assert_eq!(
+            parse_hash_key("swin:{3:a:b:k}:x}:60", head),
+            Some(("k}:x", 60))
+        );
+        assert_eq!(parse_hash_key("swin:{3:a:b:}:1", head), Some(("", 1)));
+        assert_eq!(glob_escape("a*b[c]"), "a\\*b\\[c\\]");
+    }
+}

@@ -1,0 +1,509 @@
+//! One conformance suite, run against the real PostgreSQL, Redis and SQLite.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::TestStore;
+use swin_core::{CounterOptions, Diff, NamespaceCounters, Total, UnixMs, WindowSize};
+use swin_sync::store::Fault;
+use swin_sync::{NamespaceSync, Push, Store, SyncMode, WindowKey};
+
+const NOW: i64 = 1_763_784_030; // 30 s into a minute
+const CUR: i64 = 1_763_784_000;
+const PREV: i64 = CUR - 60;
+
+fn diff(key: &str, start: i64, value: f64) -> Diff {
+    Diff {
+        key: key.into(),
+        window_size: 60,
+        window_start: start,
+        value,
+    }
+}
+
+fn wk(key: &str, start: i64) -> WindowKey {
+    WindowKey {
+        key: key.into(),
+        window_size: 60,
+        window_start: start,
+    }
+}
+
+async fn totals(store: &Store, ns: &str, keys: &[WindowKey]) -> Vec<(String, i64, f64)> {
+    let mut t: Vec<_> = store
+        .read(ns, keys)
+        .await
+        .expect("read")
+        .into_iter()
+        .map(|t| (t.key.to_string(), t.window_start, t.count))
+        .collect();
+    t.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    t
+}
+
+fn push<'a>(node: &'a str, seq: u64, diffs: &'a [Diff]) -> Push<'a> {
+    Push {
+        node_id: node,
+        seq: Some(seq),
+        diffs,
+    }
+}
+
+fn engine(store: &Store, mode: SyncMode, sizes: &[u64]) -> Arc<NamespaceSync> {
+    let sizes: Vec<WindowSize> = sizes
+        .iter()
+        .map(|s| WindowSize::new(*s).expect("size"))
+        .collect();
+    let counters = Arc::new(NamespaceCounters::new(
+        "api",
+        &sizes,
+        CounterOptions::default(),
+    ));
+    Arc::new(NamespaceSync::new(
+        counters,
+        mode,
+        Some(store.clone()),
+        swin_sync::new_node_id().into(),
+        Duration::from_secs(5),
+    ))
+}
+
+/// Kong's spec vectors: two pushes leave cur 10/10 and prev 2/1.
+async fn kong_push_vectors(s: &TestStore) {
+    let st = &s.store;
+    let first = [
+        diff("foo", CUR, 5.0),
+        diff("foo", PREV, 2.0),
+        diff("1.2.3.4", CUR, 5.0),
+        diff("1.2.3.4", PREV, 1.0),
+    ];
+    let back = st.push("ns", push("n1", 1, &first)).await.expect("push");
+    assert_eq!(back.len(), 4);
+    let second = [diff("foo", CUR, 5.0), diff("1.2.3.4", CUR, 5.0)];
+    let mut back = st.push("ns", push("n1", 2, &second)).await.expect("push");
+    back.sort_by(|a, b| a.key.cmp(&b.key));
+    assert_eq!(
+        back.iter().map(|t| t.count).collect::<Vec<_>>(),
+        vec![10.0, 10.0]
+    );
+    let all = [
+        wk("foo", CUR),
+        wk("foo", PREV),
+        wk("1.2.3.4", CUR),
+        wk("1.2.3.4", PREV),
+        wk("nope", CUR),
+    ];
+    assert_eq!(
+        totals(st, "ns", &all).await,
+        vec![
+            ("1.2.3.4".into(), PREV, 1.0),
+            ("1.2.3.4".into(), CUR, 10.0),
+            ("foo".into(), PREV, 2.0),
+            ("foo".into(), CUR, 10.0)
+        ]
+    );
+    // namespaces are separate
+    assert!(totals(st, "other", &all).await.is_empty());
+}
+
+/// Kong's second vector: store seeded with 3, a local increment of 3 and one sync leave
+/// the store at 6, the local diff at 0 and the local synced value at 6.
+async fn kong_seeded_sync(s: &TestStore) {
+    let st = &s.store;
+    st.push("api", push("seed", 1, &[diff("foo", CUR, 3.0)]))
+        .await
+        .expect("seed");
+    let e = engine(st, SyncMode::Periodic(Duration::from_millis(100)), &[60]);
+    let now = UnixMs::from_secs(NOW);
+    e.increment("foo", 60, 3.0, now).await.expect("increment");
+    e.sync_once(now).await.expect("sync");
+    assert_eq!(
+        totals(st, "api", &[wk("foo", CUR)]).await,
+        vec![("foo".into(), CUR, 6.0)]
+    );
+    let t = e.counters().table(60).expect("size");
+    assert_eq!(t.rate("foo", now, Some(0.0)).current, 6.0, "synced");
+    assert_eq!(
+        t.rate("foo", now, None).current,
+        6.0,
+        "synced + diff, so diff is 0"
+    );
+}
+
+async fn retried_push_applies_once(s: &TestStore) {
+    let st = &s.store;
+    let d = [diff("k", CUR, 2.5), diff("j", CUR, 1.0)];
+    st.push("ns", push("n1", 7, &d)).await.expect("push");
+    let again = st.push("ns", push("n1", 7, &d)).await.expect("retry");
+    assert_eq!(
+        again.iter().map(|t| t.count).sum::<f64>(),
+        3.5,
+        "the retry answers with the totals"
+    );
+    // another node's push with the same number is its own
+    st.push("ns", push("n2", 7, &d)).await.expect("other node");
+    assert_eq!(
+        totals(st, "ns", &[wk("k", CUR)]).await,
+        vec![("k".into(), CUR, 5.0)]
+    );
+}
+
+async fn fractional_and_negative(s: &TestStore) {
+    let st = &s.store;
+    st.push(
+        "ns",
+        push("n", 1, &[diff("k", CUR, 0.25), diff("k", CUR, 0.5)]),
+    )
+    .await
+    .expect("push");
+    st.push("ns", push("n", 2, &[diff("k", CUR, -1.0)]))
+        .await
+        .expect("push");
+    assert_eq!(
+        totals(st, "ns", &[wk("k", CUR)]).await,
+        vec![("k".into(), CUR, -0.25)]
+    );
+}
+
+async fn odd_keys_round_trip(s: &TestStore) {
+    let st = &s.store;
+    let keys = [
+        "a/b c",
+        "x:y:z",
+        "100%",
+        "ключ",
+        "{brace}",
+        "*glob?[x]",
+        "'quote\"",
+    ];
+    let d: Vec<Diff> = keys.iter().map(|k| diff(k, CUR, 1.0)).collect();
+    st.push("n:s{1}", push("n", 1, &d)).await.expect("push");
+    let wanted: Vec<WindowKey> = keys.iter().map(|k| wk(k, CUR)).collect();
+    assert_eq!(totals(st, "n:s{1}", &wanted).await.len(), keys.len());
+    let loaded = st
+        .load_namespace("n:s{1}", &[(60, PREV)])
+        .await
+        .expect("load");
+    assert_eq!(loaded.len(), keys.len());
+}
+
+async fn load_namespace_returns_live_windows(s: &TestStore) {
+    let st = &s.store;
+    let d = [
+        diff("a", CUR, 1.0),
+        diff("a", PREV, 2.0),
+        diff("a", PREV - 60, 4.0),
+        diff("b", CUR, 8.0),
+    ];
+    st.push("ns", push("n", 1, &d)).await.expect("push");
+    st.push("elsewhere", push("n", 1, &[diff("a", CUR, 100.0)]))
+        .await
+        .expect("push");
+    let mut loaded: Vec<Total> = st.load_namespace("ns", &[(60, PREV)]).await.expect("load");
+    loaded.sort_by(|a, b| (a.key.as_str(), a.window_start).cmp(&(b.key.as_str(), b.window_start)));
+    let got: Vec<(String, i64, f64)> = loaded
+        .iter()
+        .map(|t| (t.key.to_string(), t.window_start, t.count))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("a".into(), PREV, 2.0),
+            ("a".into(), CUR, 1.0),
+            ("b".into(), CUR, 8.0)
+        ]
+    );
+}
+
+async fn purge_drops_old_windows(s: &TestStore) {
+    let st = &s.store;
+    let d = [
+        diff("a", CUR, 1.0),
+        diff("a", PREV, 1.0),
+        diff("a", CUR - 180, 1.0),
+    ];
+    st.push("ns", push("n", 1, &d)).await.expect("push");
+    let purged = st.purge(UnixMs::from_secs(NOW)).await.expect("purge");
+    let left = totals(st, "ns", &[wk("a", CUR), wk("a", PREV), wk("a", CUR - 180)]).await;
+    match st.kind() {
+        // Redis expires hashes by TTL and drops the window before the previous on push
+        "redis" => assert_eq!(purged, 0),
+        _ => {
+            assert_eq!(purged, 1);
+            assert_eq!(left.len(), 2);
+        }
+    }
+}
+
+/// Eight pushers add to the same keys at once: totals exact, nothing deadlocks.
+async fn concurrent_pushers_same_keys(s: &TestStore) {
+    let st = &s.store;
+    let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
+    let mut tasks = Vec::new();
+    for p in 0..8 {
+        let st = st.clone();
+        let mut keys = keys.clone();
+        if p % 2 == 1 {
+            keys.reverse(); // the store must order rows itself
+        }
+        tasks.push(tokio::spawn(async move {
+            let node = format!("pusher-{p}");
+            for round in 0..10u64 {
+                let d: Vec<Diff> = keys.iter().map(|k| diff(k, CUR, 1.0)).collect();
+                st.push("ns", push(&node, round + 1, &d))
+                    .await
+                    .expect("push never fails under contention");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("pusher");
+    }
+    let wanted: Vec<WindowKey> = keys.iter().map(|k| wk(k, CUR)).collect();
+    let got = totals(st, "ns", &wanted).await;
+    assert_eq!(got.len(), 200);
+    assert!(got.iter().all(|(_, _, c)| *c == 80.0), "{got:?}");
+}
+
+/// Two nodes on one store: 50 hits on A and 70 on B read 120 on both after syncs.
+async fn two_engines_converge(s: &TestStore) {
+    let st = &s.store;
+    let a = engine(st, SyncMode::Periodic(Duration::from_millis(100)), &[1, 60]);
+    let b = engine(st, SyncMode::Periodic(Duration::from_millis(100)), &[1, 60]);
+    let now = UnixMs::from_secs(NOW);
+    for _ in 0..50 {
+        a.increment("shared", 60, 1.0, now).await.expect("a");
+    }
+    for _ in 0..70 {
+        b.increment("shared", 60, 1.0, now).await.expect("b");
+    }
+    a.sync_once(now).await.expect("sync a");
+    b.sync_once(now).await.expect("sync b");
+    a.sync_once(now).await.expect("sync a again");
+    for e in [&a, &b] {
+        let r = e.counters().rate("shared", 60, now, None).expect("size");
+        assert_eq!(r.current, 120.0, "{r:?}");
+    }
+    assert_eq!(
+        totals(st, "api", &[wk("shared", CUR)]).await,
+        vec![("shared".into(), CUR, 120.0)]
+    );
+    // hits that B pushes after A last used the key still reach A (A does not touch it)
+    for _ in 0..5 {
+        b.increment("shared", 60, 1.0, now).await.expect("b");
+    }
+    b.sync_once(now).await.expect("sync b");
+    a.sync_once(now).await.expect("sync a, key idle on a");
+    let r = a.counters().rate("shared", 60, now, None).expect("size");
+    assert_eq!(r.current, 125.0, "{r:?}");
+    // a node that never held a key reads the cluster total after one sync of being asked
+    let c = engine(st, SyncMode::Periodic(Duration::from_millis(100)), &[60]);
+    assert_eq!(
+        c.counters()
+            .table(60)
+            .expect("size")
+            .rate_tracked("shared", now)
+            .current,
+        0.0
+    );
+    c.sync_once(now).await.expect("sync c");
+    assert_eq!(
+        c.counters()
+            .rate("shared", 60, now, None)
+            .expect("size")
+            .current,
+        125.0
+    );
+    // and a node that starts warms up from the store
+    let d = engine(st, SyncMode::Periodic(Duration::from_millis(100)), &[60]);
+    assert!(d.warm_up(now).await.expect("warm up") >= 1);
+    assert_eq!(
+        d.counters()
+            .rate("shared", 60, now, None)
+            .expect("size")
+            .current,
+        125.0
+    );
+}
+
+/// A key used on A long ago (but still in its window) gets B's later hits at A's next
+/// sync: every held key is refreshed, not only recently used ones.
+async fn idle_keys_are_still_refreshed(s: &TestStore) {
+    let st = &s.store;
+    let a = engine(st, SyncMode::Periodic(Duration::from_millis(100)), &[3600]);
+    let b = engine(st, SyncMode::Periodic(Duration::from_millis(100)), &[3600]);
+    let t0 = UnixMs::from_secs(1_763_784_000 + 60);
+    let later = UnixMs::from_secs(1_763_784_000 + 1800);
+    a.increment("idle", 3600, 1.0, t0).await.expect("a");
+    a.sync_once(t0).await.expect("sync a");
+    b.increment("idle", 3600, 4.0, later).await.expect("b");
+    b.sync_once(later).await.expect("sync b");
+    a.sync_once(later)
+        .await
+        .expect("sync a, 29 minutes after it last used the key");
+    let r = a.counters().rate("idle", 3600, later, None).expect("size");
+    assert_eq!(r.current, 5.0, "{r:?}");
+}
+
+/// Failures before and after the store applied a push: nothing lost, nothing doubled.
+async fn failures_lose_and_double_nothing(s: &TestStore) {
+    let (faulty, control) = common::faulty(&s.store);
+    let e = engine(
+        &faulty,
+        SyncMode::Periodic(Duration::from_millis(100)),
+        &[60],
+    );
+    let now = UnixMs::from_secs(NOW);
+    let mut expected = 0.0;
+    for round in 0..6 {
+        for _ in 0..10 {
+            e.increment("k", 60, 1.0, now).await.expect("inc");
+            expected += 1.0;
+        }
+        match round % 3 {
+            0 => control.plan([Fault::FailBefore]),
+            1 => control.plan([Fault::FailAfter]),
+            _ => {}
+        }
+        let r = e.sync_once(now).await;
+        assert_eq!(r.is_err(), round % 3 != 2, "round {round}");
+        if r.is_err() {
+            assert!(e.status().degraded.is_some());
+            assert!(e.status().pending_diffs > 0);
+        }
+        // the local view never loses a hit
+        assert_eq!(
+            e.counters().rate("k", 60, now, None).expect("size").current,
+            expected
+        );
+    }
+    control.set_down(true);
+    e.increment("k", 60, 5.0, now)
+        .await
+        .expect("inc while down");
+    expected += 5.0;
+    assert!(e.sync_once(now).await.is_err());
+    control.set_down(false);
+    e.sync_once(now).await.expect("store back");
+    e.sync_once(now).await.expect("nothing left");
+    assert!(e.status().degraded.is_none());
+    assert_eq!(e.status().pending_diffs, 0);
+    assert_eq!(
+        totals(&s.store, "api", &[wk("k", CUR)]).await,
+        vec![("k".into(), CUR, expected)]
+    );
+}
+
+/// Synchronous mode: every answer is the store's total, including the caller's hit.
+async fn synchronous_mode_reads_store_totals(s: &TestStore) {
+    let st = &s.store;
+    let a = engine(st, SyncMode::Synchronous, &[60]);
+    let b = engine(st, SyncMode::Synchronous, &[60]);
+    let now = UnixMs::from_secs(NOW);
+    st.push("api", push("seed", 1, &[diff("k", PREV, 10.0)]))
+        .await
+        .expect("seed");
+    for i in 1..=10 {
+        let e = if i % 2 == 0 { &a } else { &b };
+        let r = e.increment("k", 60, 1.0, now).await.expect("inc");
+        assert_eq!(r.current, f64::from(i));
+        assert_eq!(r.previous, 10.0);
+        assert_eq!(r.rate, f64::from(i) + 5.0);
+    }
+    // concurrent callers each see a total that includes their own hit
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let a = a.clone();
+        tasks.push(tokio::spawn(async move {
+            a.increment("c", 60, 1.0, now).await.expect("inc").current
+        }));
+    }
+    let mut seen = Vec::new();
+    for t in tasks {
+        seen.push(t.await.expect("task"));
+    }
+    seen.sort_by(|x, y| x.partial_cmp(y).expect("no NaN"));
+    assert_eq!(seen, (1..=32).map(f64::from).collect::<Vec<_>>());
+}
+
+/// A synchronous namespace whose store is down counts locally and pushes later.
+async fn synchronous_mode_falls_back_when_down(s: &TestStore) {
+    let (faulty, control) = common::faulty(&s.store);
+    let e = engine(&faulty, SyncMode::Synchronous, &[60]);
+    let now = UnixMs::from_secs(NOW);
+    e.increment("k", 60, 1.0, now).await.expect("inc");
+    control.set_down(true);
+    let r = e
+        .increment("k", 60, 1.0, now)
+        .await
+        .expect("answered from local memory");
+    assert_eq!(r.current, 2.0);
+    assert!(e.status().degraded.is_some());
+    control.set_down(false);
+    e.sync_once(now).await.expect("push the fallback hit");
+    assert_eq!(
+        totals(&s.store, "api", &[wk("k", CUR)]).await,
+        vec![("k".into(), CUR, 2.0)],
+        "{:?}",
+        e.status()
+    );
+}
+
+/// Cancelling the engine pushes once more before it returns.
+async fn shutdown_pushes_last_diffs(s: &TestStore) {
+    let e = engine(
+        &s.store,
+        SyncMode::Periodic(Duration::from_secs(3600)),
+        &[60],
+    );
+    let now = UnixMs::from_system_time(std::time::SystemTime::now());
+    for _ in 0..7 {
+        e.increment("bye", 60, 1.0, now).await.expect("inc");
+    }
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(e.clone().run(cancel.clone()));
+    cancel.cancel();
+    task.await.expect("engine");
+    let start = WindowSize::new(60).expect("size").start_of(now);
+    let got = s
+        .store
+        .read("api", &[wk("bye", start)])
+        .await
+        .expect("read");
+    assert_eq!(got.first().map(|t| t.count), Some(7.0));
+}
+
+for_all_stores!(
+    kong_push_vectors,
+    kong_seeded_sync,
+    retried_push_applies_once,
+    fractional_and_negative,
+    odd_keys_round_trip,
+    load_namespace_returns_live_windows,
+    purge_drops_old_windows,
+    concurrent_pushers_same_keys,
+    two_engines_converge,
+    failures_lose_and_double_nothing,
+    idle_keys_are_still_refreshed,
+    synchronous_mode_reads_store_totals,
+    synchronous_mode_falls_back_when_down,
+    shutdown_pushes_last_diffs,
+);
+
+#[tokio::test]
+async fn local_only_touches_no_store() {
+    let s = common::sqlite().await;
+    let (faulty, control) = common::faulty(&s.store);
+    control.set_down(true); // any store call would fail
+    let e = engine(&faulty, SyncMode::LocalOnly, &[60]);
+    let now = UnixMs::from_secs(NOW);
+    assert_eq!(
+        e.increment("k", 60, 2.0, now).await.expect("inc").current,
+        2.0
+    );
+    e.sync_once(now).await.expect("local sync needs no store");
+    assert!(e.store().is_none());
+    assert!(e.status().degraded.is_none());
+}

@@ -1,0 +1,292 @@
+//! Test support shared by every crate's tests: where the test services are, isolated
+//! PostgreSQL databases that drop themselves, child processes that die with the test,
+//! free ports and polling with a deadline.
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// Admin URL of the PostgreSQL the tests may create databases on (`scripts/test` sets it).
+pub fn postgres_admin_url() -> String {
+    std::env::var("SWIN_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// The Redis the tests may write prefixed keys to.
+pub fn redis_url() -> String {
+    std::env::var("SWIN_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// A name no other test (or test process) uses.
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}_{}_{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind an ephemeral port")
+        .port()
+}
+
+/// Blocks until something listens on `port`, or panics after `timeout`.
+pub fn wait_for_port(port: u16, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing listened on port {port} within {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `ok` until it holds, or panics after `timeout`.
+pub async fn wait_until(timeout: Duration, what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ok() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reached within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A child process killed when the guard drops (a failing test leaves nothing behind).
+#[derive(Debug)]
+pub struct ChildGuard(pub Child);
+
+impl ChildGuard {
+    /// Sends SIGTERM and waits for the exit.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        signal(&self.0, "TERM");
+        self.0.wait().expect("wait for child")
+    }
+
+    /// Sends SIGKILL and waits.
+    pub fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    pub fn signal(&self, name: &str) {
+        signal(&self.0, name);
+    }
+}
+
+fn signal(child: &Child, name: &str) {
+    std::process::Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("run kill");
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A fresh PostgreSQL database, dropped (WITH FORCE) when the guard drops.
+#[derive(Debug)]
+pub struct TestDatabase {
+    pub url: String,
+    admin: String,
+    name: String,
+}
+
+impl TestDatabase {
+    pub async fn create() -> TestDatabase {
+        let admin = postgres_admin_url();
+        let name = unique("swin_test");
+        let pool = sqlx::PgPool::connect(&admin)
+            .await
+            .expect("connect to the test PostgreSQL (scripts/test starts it)");
+        sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+            .execute(&pool)
+            .await
+            .expect("create test database");
+        pool.close().await;
+        let (base, _) = admin
+            .rsplit_once('/')
+            .expect("admin url ends with /database");
+        TestDatabase {
+            url: format!("{base}/{name}"),
+            admin,
+            name,
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        // Drop cannot await: run the cleanup on a runtime of its own.
+        let cleanup = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                if let Ok(pool) = sqlx::PgPool::connect(&admin).await {
+                    let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                    let _ = sqlx::query(&sql).execute(&pool).await;
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+/// A PostgreSQL server of the test's own in a temp dir (initdb, trust auth, fsync off),
+/// which the test can stop and start again. Run as user `postgres` when the test runs
+/// as root (initdb refuses root).
+#[derive(Debug)]
+pub struct EphemeralPostgres {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    pub port: u16,
+}
+
+impl EphemeralPostgres {
+    pub fn init() -> EphemeralPostgres {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect(
+                "PostgreSQL server binaries under /usr/lib/postgresql (scripts/test installs them)",
+            )
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .filter(|p| p.join("initdb").exists())
+            .max_by_key(|p| {
+                p.parent()
+                    .and_then(|v| v.file_name())
+                    .and_then(|v| v.to_str())
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .unwrap_or(0)
+            })
+            .expect("an initdb under /usr/lib/postgresql/*/bin");
+        let dir = tempfile::tempdir().expect("temp dir");
+        if is_root() {
+            let status = std::process::Command::new("chown")
+                .args(["-R", "postgres"])
+                .arg(dir.path())
+                .status()
+                .expect("chown");
+            assert!(
+                status.success(),
+                "chown to user postgres (does the user exist?)"
+            );
+        }
+        let pg = EphemeralPostgres {
+            dir,
+            bin,
+            port: free_port(),
+        };
+        pg.run(
+            "initdb",
+            &["-D", &pg.data(), "-U", "postgres", "--auth=trust", "-N"],
+        );
+        pg
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").display().to_string()
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) {
+        let exe = self.bin.join(tool);
+        let mut cmd = if is_root() {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        let out = cmd.args(args).output().expect("run a PostgreSQL tool");
+        assert!(
+            out.status.success(),
+            "{tool} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn start(&self) {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("log").display().to_string();
+        self.run(
+            "pg_ctl",
+            &["-D", &self.data(), "-l", &log, "-w", "-o", &opts, "start"],
+        );
+    }
+
+    /// Stops at once, as a crash would (`-m immediate`).
+    pub fn stop(&self) {
+        self.run(
+            "pg_ctl",
+            &["-D", &self.data(), "-m", "immediate", "-w", "stop"],
+        );
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for EphemeralPostgres {
+    fn drop(&mut self) {
+        let exe = self.bin.join("pg_ctl");
+        let data = self.data();
+        let mut cmd = if is_root() {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        let _ = cmd
+            .args(["-D", &data, "-m", "immediate", "stop"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// A redis-server of the test's own on `port`, with an append-only file in `dir` so it
+/// keeps its data over a restart.
+pub fn start_redis(port: u16, dir: &std::path::Path) -> ChildGuard {
+    let child = std::process::Command::new("redis-server")
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server on PATH (scripts/test installs it)");
+    let guard = ChildGuard(child);
+    wait_for_port(port, Duration::from_secs(10));
+    guard
+}

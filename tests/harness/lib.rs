@@ -1,0 +1,492 @@
+//! Test harness for the cluster tests in the top-level `tests/`: N real `swin-node`
+//! processes on loopback ports behind a real nginx balancing round robin, stores the
+//! test can stop and start, and a TCP proxy that delays a store connection.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use swin_testkit::ChildGuard;
+
+static NODE_BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Names the `swin-node` binary to run: the cluster tests are a test target of the
+/// swin-node package, so Cargo builds the binary first and passes its path as
+/// `CARGO_BIN_EXE_swin-node`.
+pub fn use_node_binary(path: &str) {
+    let _ = NODE_BINARY.set(PathBuf::from(path));
+}
+
+fn node_binary() -> &'static Path {
+    NODE_BINARY
+        .get()
+        .expect("call use_node_binary(env!(\"CARGO_BIN_EXE_swin-node\")) first")
+}
+
+fn nginx_binary() -> PathBuf {
+    ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect("nginx installed (scripts/test installs Debian's nginx-light)")
+}
+
+/// One `swin-node` process.
+#[derive(Debug)]
+pub struct Node {
+    child: Option<ChildGuard>,
+    pub port: u16,
+    pub base: String,
+}
+
+impl Node {
+    /// Starts a node on a free loopback port.
+    pub fn spawn(config: &Path) -> Node {
+        Node::start(config, swin_testkit::free_port())
+    }
+
+    /// SIGTERM and wait; whether it exited 0.
+    pub fn terminate(&mut self) -> bool {
+        self.child.take().is_some_and(|c| c.terminate().success())
+    }
+
+    pub fn signal(&self, name: &str) {
+        if let Some(c) = &self.child {
+            c.signal(name);
+        }
+    }
+
+    fn start(config: &Path, port: u16) -> Node {
+        let child = Command::new(node_binary())
+            .arg("--config")
+            .arg(config)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start swin-node");
+        let child = ChildGuard(child);
+        swin_testkit::wait_for_port(port, Duration::from_secs(30));
+        Node {
+            child: Some(child),
+            port,
+            base: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+/// Nodes behind nginx, all reading one config file.
+#[derive(Debug)]
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    /// Base URL of the load balancer.
+    pub lb: String,
+    nginx: ChildGuard,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl Cluster {
+    /// `config` is a swin-node TOML without `listen`. Every node's port is in the nginx
+    /// upstream from the start (a node started later with [`Cluster::join`] too).
+    pub fn start(n: usize, config: &str, spare: usize) -> Cluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config_path = dir.path().join("swin.toml");
+        std::fs::write(&config_path, config).expect("write config");
+        let ports: Vec<u16> = (0..n + spare).map(|_| swin_testkit::free_port()).collect();
+        let nodes = ports[..n]
+            .iter()
+            .map(|&p| Node::start(&config_path, p))
+            .collect::<Vec<_>>();
+        let mut all = nodes;
+        for &p in &ports[n..] {
+            all.push(Node {
+                child: None,
+                port: p,
+                base: format!("http://127.0.0.1:{p}"),
+            });
+        }
+        let lb_port = swin_testkit::free_port();
+        let nginx = start_nginx(dir.path(), lb_port, &ports);
+        Cluster {
+            nodes: all,
+            lb: format!("http://127.0.0.1:{lb_port}"),
+            nginx,
+            dir,
+            config: config_path,
+        }
+    }
+
+    /// Nodes that are running.
+    pub fn running(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().filter(|n| n.is_running())
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(c) = self.nodes[i].child.take() {
+            c.kill();
+        }
+    }
+
+    /// SIGTERM and wait; returns whether the node exited 0.
+    pub fn terminate(&mut self, i: usize) -> bool {
+        self.nodes[i].terminate()
+    }
+
+    /// Starts the first spare node (or a stopped one) and returns its index.
+    pub fn join(&mut self) -> usize {
+        let i = self
+            .nodes
+            .iter()
+            .position(|n| !n.is_running())
+            .expect("a spare node slot");
+        let port = self.nodes[i].port;
+        self.nodes[i] = Node::start(&self.config, port);
+        i
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn nginx_pid(&self) -> u32 {
+        self.nginx.0.id()
+    }
+}
+
+fn start_nginx(dir: &Path, port: u16, upstreams: &[u16]) -> ChildGuard {
+    let servers: String = upstreams
+        .iter()
+        .map(|p| format!("server 127.0.0.1:{p} max_fails=0;\n"))
+        .collect();
+    let d = dir.display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log crit;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
+         fastcgi_temp_path {d}/fastcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
+         upstream swin {{\n{servers} keepalive 32;\n }}\n\
+         server {{\n  listen 127.0.0.1:{port};\n  location / {{\n   proxy_pass http://swin;\n   proxy_http_version 1.1;\n\
+         proxy_set_header Connection \"\";\n   proxy_next_upstream error timeout http_502;\n   proxy_connect_timeout 1s;\n  }}\n }}\n}}\n"
+    );
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).expect("write nginx.conf");
+    let child = Command::new(nginx_binary())
+        .arg("-p")
+        .arg(dir)
+        .arg("-c")
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start nginx");
+    let guard = ChildGuard(child);
+    swin_testkit::wait_for_port(port, Duration::from_secs(10));
+    guard
+}
+
+/// The reply of an increment or read: the first window's counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Counts {
+    pub current: f64,
+    pub previous: f64,
+}
+
+/// POSTs a batch of `(key, value)` increments to namespace `ns`; panics unless 200.
+pub async fn increment_batch(
+    client: &reqwest::Client,
+    base: &str,
+    ns: &str,
+    items: &[(String, f64)],
+) {
+    let increments: Vec<serde_json::Value> = items
+        .iter()
+        .map(|(k, v)| serde_json::json!({"namespace": ns, "key": k, "value": v}))
+        .collect();
+    let r = client
+        .post(format!("{base}/v1/increments"))
+        .json(&serde_json::json!({ "increments": increments }))
+        .send()
+        .await
+        .expect("post batch");
+    assert_eq!(r.status(), 200, "batch answered {}", r.status());
+}
+
+/// One increment; `None` when the node did not answer (it is down).
+pub async fn increment(
+    client: &reqwest::Client,
+    base: &str,
+    ns: &str,
+    key: &str,
+) -> Option<(u16, Counts)> {
+    let r = client
+        .post(format!("{base}/v1/namespaces/{ns}/keys/{key}/increment"))
+        .send()
+        .await
+        .ok()?;
+    let status = r.status().as_u16();
+    let v: serde_json::Value = r.json().await.ok()?;
+    Some((status, counts(&v)))
+}
+
+pub async fn read(client: &reqwest::Client, base: &str, ns: &str, key: &str) -> Counts {
+    let v: serde_json::Value = client
+        .get(format!("{base}/v1/namespaces/{ns}/keys/{key}"))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    counts(&v)
+}
+
+fn counts(v: &serde_json::Value) -> Counts {
+    let w = &v["windows"][0];
+    Counts {
+        current: w["current"].as_f64().unwrap_or(f64::NAN),
+        previous: w["previous"].as_f64().unwrap_or(f64::NAN),
+    }
+}
+
+/// Polls `check` until it holds; returns how long that took, or panics after `limit`.
+pub async fn within(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A TCP proxy that holds every chunk for `delay` before passing it on, both ways: a
+/// store connection with that much added latency.
+#[derive(Debug)]
+pub struct DelayProxy {
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl DelayProxy {
+    pub async fn start(target: String, delay: Duration) -> DelayProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let task = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                tokio::spawn(async move {
+                    let Ok(outbound) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    let (ri, wi) = inbound.into_split();
+                    let (ro, wo) = outbound.into_split();
+                    // the delay is added once per round trip: on the way to the store
+                    tokio::join!(pipe(ri, wo, delay), pipe(ro, wi, Duration::ZERO));
+                });
+            }
+        });
+        DelayProxy { port, task }
+    }
+}
+
+impl Drop for DelayProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Forwards bytes from `from` to `to`, each chunk `delay` after it arrived (latency,
+/// not a throughput cap: chunks in flight are not delayed one after another).
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay: Duration,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let reader = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if tx
+                        .send((tokio::time::Instant::now() + delay, buf[..n].to_vec()))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    let writer = async move {
+        while let Some((due, bytes)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+        let _ = to.shutdown().await;
+    };
+    tokio::join!(reader, writer);
+}
+
+pub use swin_testkit::start_redis;
+
+/// A store the nodes under test sync through, and a way to read what it holds (namespace
+/// `api`). Isolated per test: its own database, key prefix or file; removed on drop.
+#[derive(Debug)]
+pub enum TestStore {
+    Postgres {
+        url: String,
+        _db: Option<swin_testkit::TestDatabase>,
+    },
+    Redis {
+        url: String,
+        prefix: String,
+    },
+    Sqlite(tempfile::TempDir),
+}
+
+impl TestStore {
+    pub async fn postgres() -> TestStore {
+        let db = swin_testkit::TestDatabase::create().await;
+        TestStore::Postgres {
+            url: db.url.clone(),
+            _db: Some(db),
+        }
+    }
+
+    pub fn redis() -> TestStore {
+        TestStore::Redis {
+            url: swin_testkit::redis_url(),
+            prefix: swin_testkit::unique("swin-cluster"),
+        }
+    }
+
+    pub fn sqlite() -> TestStore {
+        TestStore::Sqlite(tempfile::tempdir().expect("dir"))
+    }
+
+    pub fn section(&self) -> String {
+        match self {
+            TestStore::Postgres { url, .. } => {
+                format!("[stores.main]\nkind = \"postgres\"\nurl = \"{url}\"\n")
+            }
+            TestStore::Redis { url, prefix } => {
+                format!("[stores.main]\nkind = \"redis\"\nurl = \"{url}\"\nprefix = \"{prefix}\"\n")
+            }
+            TestStore::Sqlite(dir) => format!(
+                "[stores.main]\nkind = \"sqlite\"\nurl = \"sqlite://{}\"\n",
+                dir.path().join("cluster.db").display()
+            ),
+        }
+    }
+
+    /// Three nodes' config: a short store timeout so an outage shows at once.
+    pub fn config(&self, sync_rate: f64) -> String {
+        format!(
+            "store_timeout = 1\n\n{}\n[[namespaces]]\nname = \"api\"\nwindow_sizes = [3600]\nsync_rate = {sync_rate}\nstore = \"main\"\n",
+            self.section()
+        )
+    }
+
+    /// Every key's count in namespace `api`, summed over windows.
+    pub async fn totals(&self) -> std::collections::BTreeMap<String, f64> {
+        const SQL: &str =
+            "SELECT key, sum(count) FROM swin_counters WHERE namespace = 'api' GROUP BY key";
+        match self {
+            TestStore::Postgres { url, .. } => {
+                let pool = sqlx::PgPool::connect(url).await.expect("connect");
+                // before the first node migrated there is no table: nothing stored yet
+                let rows: Vec<(String, f64)> = sqlx::query_as(SQL)
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap_or_default();
+                pool.close().await;
+                rows.into_iter().collect()
+            }
+            TestStore::Sqlite(dir) => {
+                let url = format!("sqlite://{}", dir.path().join("cluster.db").display());
+                let pool = sqlx::SqlitePool::connect(&url).await.expect("open");
+                let rows: Vec<(String, f64)> =
+                    sqlx::query_as(SQL).fetch_all(&pool).await.expect("sum");
+                pool.close().await;
+                rows.into_iter().collect()
+            }
+            TestStore::Redis { url, prefix } => {
+                let client = redis::Client::open(url.as_str()).expect("url");
+                let mut conn = client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("connect");
+                let mut out = std::collections::BTreeMap::new();
+                let mut cursor: u64 = 0;
+                loop {
+                    let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(format!("{prefix}:*"))
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("scan");
+                    for hash in keys {
+                        let head = format!("{prefix}:{{3:api:");
+                        let Some(key) = hash
+                            .strip_prefix(&head)
+                            .and_then(|r| r.rsplit_once("}:"))
+                            .map(|(k, _)| k.to_owned())
+                        else {
+                            continue;
+                        };
+                        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+                            .arg(&hash)
+                            .query_async(&mut conn)
+                            .await
+                            .expect("hgetall");
+                        let sum: f64 = fields
+                            .iter()
+                            .filter(|(f, _)| !f.starts_with("n:"))
+                            .map(|(_, v)| v.parse::<f64>().expect("count"))
+                            .sum();
+                        *out.entry(key).or_default() += sum;
+                    }
+                    cursor = next;
+                    if cursor == 0 {
+                        return out;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for TestStore {
+    fn drop(&mut self) {
+        if let TestStore::Redis { url, prefix } = self {
+            if let Ok(client) = redis::Client::open(url.as_str()) {
+                if let Ok(mut conn) = client.get_connection() {
+                    let keys: Vec<String> = redis::cmd("KEYS")
+                        .arg(format!("{prefix}:*"))
+                        .query(&mut conn)
+                        .unwrap_or_default();
+                    for k in keys {
+                        let _: Result<(), _> = redis::cmd("DEL").arg(k).query(&mut conn);
+                    }
+                }
+            }
+        }
+    }
+}
