@@ -4,6 +4,7 @@
 //! Time is always an argument ([`UnixMs`]); nothing here reads a clock, so every
 //! property can be tested without sleeping.
 
+mod buckets;
 mod cell;
 mod decision;
 mod entry;
@@ -14,6 +15,7 @@ mod table;
 mod time;
 mod window;
 
+pub use buckets::{Advance, BucketTable, Tat};
 pub use compact_str::CompactString;
 pub use decision::{WindowAlgorithm, WindowDecision, WindowLimit};
 pub use error::CoreError;

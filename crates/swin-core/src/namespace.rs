@@ -3,13 +3,15 @@
 
 use std::sync::Arc;
 
-use crate::{CoreError, CounterOptions, UnixMs, WindowRate, WindowSize, WindowTable};
+use crate::{BucketTable, CoreError, CounterOptions, UnixMs, WindowRate, WindowSize, WindowTable};
 
 /// The counters of one namespace, one table per configured window size.
 #[derive(Debug)]
 pub struct NamespaceCounters {
     name: String,
     tables: Vec<WindowTable>,
+    /// GCRA buckets (namespaces with `algorithm = "gcra"`; empty otherwise).
+    buckets: BucketTable,
 }
 
 impl NamespaceCounters {
@@ -20,6 +22,7 @@ impl NamespaceCounters {
         sizes.dedup();
         NamespaceCounters {
             name: name.to_owned(),
+            buckets: BucketTable::new(name, options.max_counters),
             tables: sizes
                 .into_iter()
                 .map(|s| WindowTable::new(name, s, options))
@@ -33,6 +36,10 @@ impl NamespaceCounters {
 
     pub fn window_sizes(&self) -> impl Iterator<Item = WindowSize> + '_ {
         self.tables.iter().map(|t| t.size())
+    }
+
+    pub fn buckets(&self) -> &BucketTable {
+        &self.buckets
     }
 
     pub fn tables(&self) -> &[WindowTable] {

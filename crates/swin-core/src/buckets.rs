@@ -1,0 +1,438 @@
+//! GCRA buckets a node holds in local memory: per key, the theoretical arrival time
+//! (TAT, Unix nanoseconds) and the advances made here that no store has seen yet.
+//!
+//! A spend moves the TAT forward from `max(tat, now)` by `cost · emission interval`; that
+//! move is the bucket's diff. A sync drains the advances, the store applies them as
+//! `tat = max(tat, now) + Σ advances` and returns the cluster's TAT, and the node takes
+//! `max(its TAT, cluster TAT + advances made since the drain)`: its own hits are never
+//! forgotten and other nodes' hits arrive within a sync period.
+//!
+//! Lock-free: the TAT is one atomic, changed by compare-and-swap, so two threads racing
+//! for the last token can never both get it. A bucket that is full again (TAT at or
+//! before `now`) with nothing pending is the same as no bucket and is dropped at the next
+//! drain; a spend that races with the drop retries on a fresh bucket.
+
+use std::sync::atomic::{AtomicI64, Ordering::SeqCst};
+use std::sync::Arc;
+
+use compact_str::CompactString;
+
+use crate::{CoreError, Gcra, GcraDecision};
+
+/// A TAT advance drained from a bucket: what this node's spends (and refunds) moved it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advance {
+    pub key: CompactString,
+    /// Nanoseconds; negative after refunds.
+    pub ns: i64,
+}
+
+/// A bucket's TAT as a store holds it (Unix nanoseconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tat {
+    pub key: CompactString,
+    pub tat_ns: i64,
+}
+
+/// TAT of a bucket that was dropped; whoever sees it looks the key up again.
+const DEAD: i64 = i64::MIN;
+/// TAT of a bucket never spent from (Boulder's "no TAT stored").
+const NEVER: i64 = 0;
+
+#[derive(Debug, Default)]
+struct Bucket {
+    tat: AtomicI64,
+    pending: AtomicI64,
+}
+
+type Hasher = foldhash::fast::RandomState;
+
+/// The GCRA buckets of one namespace. The limit (burst, count, period) is an argument of
+/// every call, so per-key overrides and reloads need nothing from the table.
+#[derive(Debug)]
+pub struct BucketTable {
+    namespace: CompactString,
+    max: usize,
+    map: papaya::HashMap<CompactString, Arc<Bucket>, Hasher>,
+}
+
+impl BucketTable {
+    pub fn new(namespace: &str, max_buckets: usize) -> Self {
+        BucketTable {
+            namespace: namespace.into(),
+            max: max_buckets.max(1),
+            map: papaya::HashMap::builder()
+                .hasher(Hasher::default())
+                .resize_mode(papaya::ResizeMode::Blocking)
+                .build(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    fn bucket(&self, key: &str, now_ns: i64) -> Result<Arc<Bucket>, CoreError> {
+        let map = self.map.pin();
+        if let Some(b) = map.get(key) {
+            return Ok(b.clone());
+        }
+        if map.len() >= self.max {
+            self.evict_full(now_ns);
+            if self.map.len() >= self.max {
+                return Err(CoreError::CapacityExceeded {
+                    namespace: self.namespace.to_string(),
+                    max: self.max,
+                });
+            }
+        }
+        Ok(map
+            .get_or_insert_with(key.into(), || Arc::new(Bucket::default()))
+            .clone())
+    }
+
+    /// Drops `b` from the map if it is still the key's bucket.
+    fn forget(&self, key: &str, b: &Arc<Bucket>) {
+        let map = self.map.pin();
+        let _ = map.remove_if(key, |_, v| Arc::ptr_eq(v, b));
+    }
+
+    /// The key's TAT (`None`: full, nothing known).
+    pub fn tat(&self, key: &str) -> Option<i64> {
+        let map = self.map.pin();
+        let t = map.get(key)?.tat.load(SeqCst);
+        (t != NEVER && t != DEAD).then_some(t)
+    }
+
+    /// Spends `cost` if the limit allows it; with `force` a denied spend moves the TAT
+    /// anyway (the namespace counts denied hits). Only an allowed or forced spend changes
+    /// anything.
+    pub fn spend(
+        &self,
+        gcra: &Gcra,
+        key: &str,
+        now_ns: i64,
+        cost: i64,
+        force: bool,
+    ) -> Result<GcraDecision, CoreError> {
+        self.update(key, now_ns, |tat| {
+            let d = gcra.spend(tat, now_ns, cost)?;
+            if d.allowed || !force {
+                return Ok((d, d.allowed));
+            }
+            let ei = i64::try_from(gcra.emission_interval().as_nanos()).unwrap_or(i64::MAX);
+            let forced = tat
+                .unwrap_or(now_ns)
+                .max(now_ns)
+                .saturating_add(ei.saturating_mul(cost));
+            Ok((GcraDecision { new_tat: forced, ..d }, true))
+        })
+    }
+
+    /// Gives `cost` back (Boulder's refund); nothing changes when the bucket is full.
+    pub fn refund(
+        &self,
+        gcra: &Gcra,
+        key: &str,
+        now_ns: i64,
+        cost: i64,
+    ) -> Result<GcraDecision, CoreError> {
+        self.update(key, now_ns, |tat| {
+            let d = gcra.refund(tat, now_ns, cost)?;
+            Ok((d, d.allowed))
+        })
+    }
+
+    /// What a spend would answer, changing nothing.
+    pub fn check(
+        &self,
+        gcra: &Gcra,
+        key: &str,
+        now_ns: i64,
+        cost: i64,
+    ) -> Result<GcraDecision, CoreError> {
+        gcra.check(self.tat(key), now_ns, cost)
+    }
+
+    /// Decides with `f` on the key's TAT and, when `f` says so, moves the TAT to the
+    /// decision's `new_tat` by compare-and-swap, recording the move as pending.
+    fn update(
+        &self,
+        key: &str,
+        now_ns: i64,
+        f: impl Fn(Option<i64>) -> Result<(GcraDecision, bool), CoreError>,
+    ) -> Result<GcraDecision, CoreError> {
+        loop {
+            let b = self.bucket(key, now_ns)?;
+            let old = b.tat.load(SeqCst);
+            if old == DEAD {
+                self.forget(key, &b);
+                continue;
+            }
+            let (d, store) = f((old != NEVER).then_some(old))?;
+            if !store || d.new_tat == old {
+                return Ok(d);
+            }
+            let advance = d.new_tat - old.max(now_ns);
+            // pending first: a drop looks at pending before it marks the bucket dead
+            b.pending.fetch_add(advance, SeqCst);
+            if b.tat.compare_exchange(old, d.new_tat, SeqCst, SeqCst).is_ok() {
+                return Ok(d);
+            }
+            b.pending.fetch_sub(advance, SeqCst);
+        }
+    }
+
+    /// Marks a full, idle bucket dead and drops it. False when it is in use.
+    fn try_drop(&self, key: &str, b: &Arc<Bucket>, now_ns: i64) -> bool {
+        let t = b.tat.load(SeqCst);
+        if t == DEAD {
+            self.forget(key, b);
+            return true;
+        }
+        if t > now_ns || b.pending.load(SeqCst) != 0 {
+            return false;
+        }
+        if b.tat.compare_exchange(t, DEAD, SeqCst, SeqCst).is_ok() {
+            self.forget(key, b);
+            return true;
+        }
+        false
+    }
+
+    fn evict_full(&self, now_ns: i64) {
+        let map = self.map.pin();
+        let full: Vec<(CompactString, Arc<Bucket>)> = map
+            .iter()
+            .filter(|(_, b)| b.tat.load(SeqCst) <= now_ns)
+            .map(|(k, b)| (k.clone(), b.clone()))
+            .collect();
+        drop(map);
+        for (k, b) in full {
+            self.try_drop(&k, &b, now_ns);
+        }
+    }
+
+    /// Takes every pending advance (a spend racing with it lands in this batch or the
+    /// next) and drops buckets that are full and idle.
+    pub fn drain(&self, now_ns: i64) -> Vec<Advance> {
+        let map = self.map.pin();
+        let mut out = Vec::new();
+        let mut idle = Vec::new();
+        for (k, b) in map.iter() {
+            let ns = b.pending.swap(0, SeqCst);
+            if ns != 0 {
+                out.push(Advance {
+                    key: k.clone(),
+                    ns,
+                });
+            } else if b.tat.load(SeqCst) <= now_ns {
+                idle.push((k.clone(), b.clone()));
+            }
+        }
+        drop(map);
+        for (k, b) in idle {
+            self.try_drop(&k, &b, now_ns);
+        }
+        out
+    }
+
+    /// Puts drained advances back after a failed push.
+    pub fn restore(&self, advances: &[Advance]) {
+        for a in advances {
+            loop {
+                let map = self.map.pin();
+                let b = map
+                    .get_or_insert_with(a.key.clone(), || Arc::new(Bucket::default()))
+                    .clone();
+                drop(map);
+                if b.tat.load(SeqCst) == DEAD {
+                    self.forget(&a.key, &b);
+                    continue;
+                }
+                b.pending.fetch_add(a.ns, SeqCst);
+                if b.tat.load(SeqCst) != DEAD {
+                    break;
+                }
+                // dropped between the two loads: take it back out and retry
+                b.pending.fetch_sub(a.ns, SeqCst);
+            }
+        }
+    }
+
+    /// Takes the cluster's TATs: each bucket keeps the later of its own TAT and the
+    /// store's plus what it spent since the drain. `create` adds buckets for keys it does
+    /// not hold (warm-up, synchronous spends).
+    pub fn apply(&self, tats: &[Tat], create: bool) {
+        for t in tats {
+            let map = self.map.pin();
+            let b = if create {
+                map.get_or_insert_with(t.key.clone(), || Arc::new(Bucket::default()))
+                    .clone()
+            } else {
+                match map.get(&t.key) {
+                    Some(b) => b.clone(),
+                    None => continue,
+                }
+            };
+            drop(map);
+            loop {
+                let old = b.tat.load(SeqCst);
+                if old == DEAD {
+                    break;
+                }
+                let want = t.tat_ns.saturating_add(b.pending.load(SeqCst));
+                if want <= old {
+                    break;
+                }
+                if b.tat.compare_exchange(old, want, SeqCst, SeqCst).is_ok() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Keys held, to refresh from the store.
+    pub fn keys(&self) -> Vec<CompactString> {
+        self.map.pin().keys().cloned().collect()
+    }
+
+    /// Forgets the key's bucket and anything it had pending (a reset).
+    pub fn reset(&self, key: &str) {
+        let map = self.map.pin();
+        if let Some(b) = map.get(key) {
+            b.pending.store(0, SeqCst);
+            b.tat.store(DEAD, SeqCst);
+        }
+        map.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const NOW: i64 = 1_763_784_000_000_000_000;
+    const SEC: i64 = 1_000_000_000;
+
+    fn gcra() -> Gcra {
+        // 10 per 10 s, burst 10: one token a second
+        Gcra::new(10, 10, Duration::from_secs(10)).expect("gcra")
+    }
+
+    #[test]
+    fn spends_until_empty_and_records_the_advances() {
+        let t = BucketTable::new("ns", 100);
+        let g = gcra();
+        for _ in 0..10 {
+            assert!(t.spend(&g, "k", NOW, 1, false).expect("spend").allowed);
+        }
+        let d = t.spend(&g, "k", NOW, 1, false).expect("spend");
+        assert!(!d.allowed);
+        assert_eq!(d.retry_in, Duration::from_secs(1));
+        assert_eq!(t.tat("k"), Some(NOW + 10 * SEC));
+        assert_eq!(
+            t.drain(NOW),
+            vec![Advance {
+                key: "k".into(),
+                ns: 10 * SEC
+            }]
+        );
+        assert!(t.drain(NOW).is_empty());
+    }
+
+    #[test]
+    fn forced_spends_move_the_tat_when_denied() {
+        let t = BucketTable::new("ns", 100);
+        let g = gcra();
+        for _ in 0..12 {
+            t.spend(&g, "k", NOW, 1, true).expect("spend");
+        }
+        assert_eq!(t.tat("k"), Some(NOW + 12 * SEC));
+    }
+
+    #[test]
+    fn cluster_tats_and_own_spends_combine() {
+        let t = BucketTable::new("ns", 100);
+        let g = gcra();
+        t.spend(&g, "k", NOW, 2, false).expect("spend");
+        let drained = t.drain(NOW);
+        assert_eq!(drained[0].ns, 2 * SEC);
+        // spent again after the drain; the store says others spent 5 more
+        t.spend(&g, "k", NOW, 1, false).expect("spend");
+        t.apply(
+            &[Tat {
+                key: "k".into(),
+                tat_ns: NOW + 7 * SEC,
+            }],
+            false,
+        );
+        assert_eq!(t.tat("k"), Some(NOW + 8 * SEC));
+        // an older answer never moves it back
+        t.apply(
+            &[Tat {
+                key: "k".into(),
+                tat_ns: NOW,
+            }],
+            false,
+        );
+        assert_eq!(t.tat("k"), Some(NOW + 8 * SEC));
+    }
+
+    #[test]
+    fn full_idle_buckets_are_dropped_and_the_cap_holds() {
+        let t = BucketTable::new("ns", 2);
+        let g = gcra();
+        t.spend(&g, "a", NOW, 1, false).expect("spend");
+        t.spend(&g, "b", NOW, 1, false).expect("spend");
+        assert!(matches!(
+            t.spend(&g, "c", NOW, 1, false),
+            Err(CoreError::CapacityExceeded { .. })
+        ));
+        t.drain(NOW);
+        // a second later both are full again and nothing is pending: room for c
+        let later = NOW + SEC;
+        assert!(t.spend(&g, "c", later, 1, false).expect("spend").allowed);
+        t.drain(later);
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn restore_puts_advances_back_and_refund_takes_one_back() {
+        let t = BucketTable::new("ns", 100);
+        let g = gcra();
+        t.spend(&g, "k", NOW, 3, false).expect("spend");
+        let d = t.drain(NOW);
+        t.restore(&d);
+        assert_eq!(t.drain(NOW), d);
+        assert!(t.refund(&g, "k", NOW, 1).expect("refund").allowed);
+        assert_eq!(t.tat("k"), Some(NOW + 2 * SEC));
+        assert_eq!(t.drain(NOW)[0].ns, -SEC);
+    }
+
+    #[test]
+    fn concurrent_spends_never_exceed_the_burst() {
+        let t = Arc::new(BucketTable::new("ns", 100));
+        let g = gcra();
+        let allowed: usize = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    let t = t.clone();
+                    s.spawn(move || {
+                        (0..100)
+                            .filter(|_| t.spend(&g, "k", NOW, 1, false).expect("spend").allowed)
+                            .count()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("join")).sum()
+        });
+        assert_eq!(allowed, 10);
+        assert_eq!(t.drain(NOW)[0].ns, 10 * SEC);
+    }
+}
