@@ -129,7 +129,13 @@ impl BucketTable {
                 .unwrap_or(now_ns)
                 .max(now_ns)
                 .saturating_add(ei.saturating_mul(cost));
-            Ok((GcraDecision { new_tat: forced, ..d }, true))
+            Ok((
+                GcraDecision {
+                    new_tat: forced,
+                    ..d
+                },
+                true,
+            ))
         })
     }
 
@@ -180,7 +186,10 @@ impl BucketTable {
             let advance = d.new_tat - old.max(now_ns);
             // pending first: a drop looks at pending before it marks the bucket dead
             b.pending.fetch_add(advance, SeqCst);
-            if b.tat.compare_exchange(old, d.new_tat, SeqCst, SeqCst).is_ok() {
+            if b.tat
+                .compare_exchange(old, d.new_tat, SeqCst, SeqCst)
+                .is_ok()
+            {
                 return Ok(d);
             }
             b.pending.fetch_sub(advance, SeqCst);
@@ -226,10 +235,7 @@ impl BucketTable {
         for (k, b) in map.iter() {
             let ns = b.pending.swap(0, SeqCst);
             if ns != 0 {
-                out.push(Advance {
-                    key: k.clone(),
-                    ns,
-                });
+                out.push(Advance { key: k.clone(), ns });
             } else if b.tat.load(SeqCst) <= now_ns {
                 idle.push((k.clone(), b.clone()));
             }

@@ -17,12 +17,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
-use swin_core::{CoreError, Diff, NamespaceCounters, UnixMs, WindowRate, WindowSize};
+use swin_core::{
+    Advance, CompactString, CoreError, Diff, Gcra, GcraDecision, NamespaceCounters, Tat, UnixMs,
+    WindowRate, WindowSize,
+};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
-use crate::store::{normalize, Push, Store, WindowKey};
+use crate::store::{normalize, normalize_advances, Push, Store, TatPush, WindowKey};
 use crate::StoreError;
 
 /// How a namespace meets the store (Kong's `sync_rate`).
@@ -105,6 +108,8 @@ enum Create {
 struct PushState {
     seq: u64,
     pending: Option<(u64, Vec<Diff>)>,
+    /// GCRA advances drained but not confirmed, with their own sequence number.
+    pending_tats: Option<(u64, Vec<Advance>)>,
 }
 
 #[derive(Debug)]
@@ -114,8 +119,14 @@ pub struct NamespaceSync {
     store: Option<Store>,
     node_id: Arc<str>,
     timeout: Duration,
+    /// The namespace keeps GCRA buckets (warm-up loads them too).
+    buckets: bool,
     state: tokio::sync::Mutex<PushState>,
     status: Mutex<SyncStatus>,
+}
+
+fn nanos(now: UnixMs) -> i64 {
+    now.0.saturating_mul(1_000_000)
 }
 
 fn now() -> UnixMs {
@@ -143,9 +154,16 @@ impl NamespaceSync {
             store,
             node_id,
             timeout,
+            buckets: false,
             state: tokio::sync::Mutex::new(PushState::default()),
             status: Mutex::new(SyncStatus::default()),
         }
+    }
+
+    /// A namespace of GCRA buckets: warm-up loads its buckets from the store.
+    pub fn with_buckets(mut self) -> Self {
+        self.buckets = true;
+        self
     }
 
     pub fn name(&self) -> &str {
@@ -219,8 +237,14 @@ impl NamespaceSync {
         let totals = self
             .call(store.load_namespace(self.name(), &windows))
             .await?;
-        let (counters, loaded) = (self.counters.clone(), totals.len());
+        let (counters, mut loaded) = (self.counters.clone(), totals.len());
         off_runtime(move || apply_to(&counters, &totals, now, Create::Yes)).await;
+        if self.buckets {
+            let tats = self.call(store.load_tats(self.name(), nanos(now))).await?;
+            loaded += tats.len();
+            let counters = self.counters.clone();
+            off_runtime(move || counters.buckets().apply(&tats, true)).await;
+        }
         Ok(loaded)
     }
 
@@ -231,12 +255,14 @@ impl NamespaceSync {
             for t in self.counters.tables() {
                 t.drain(now);
             }
+            self.counters.buckets().drain(nanos(now));
             return Ok(SyncReport::default());
         };
         let started = Instant::now();
         let mut st = self.state.lock().await;
         let result = self.sync_locked(store, &mut st, now).await;
-        let pending = st.pending.as_ref().map_or(0, |(_, d)| d.len());
+        let pending = st.pending.as_ref().map_or(0, |(_, d)| d.len())
+            + st.pending_tats.as_ref().map_or(0, |(_, a)| a.len());
         let result = result.map(|(pushed, fetched)| SyncReport {
             pushed,
             fetched,
@@ -285,6 +311,7 @@ impl NamespaceSync {
             st.pending = None;
             self.apply_off_runtime(totals, now).await;
         }
+        pushed += self.sync_buckets(store, st, now).await?;
         let counters = self.counters.clone();
         let wanted = off_runtime(move || {
             let mut wanted = Vec::new();
@@ -311,7 +338,192 @@ impl NamespaceSync {
             fetched += totals.len();
             self.apply_off_runtime(totals, now).await;
         }
+        let held = self.counters.buckets().keys();
+        for chunk in held.chunks(READ_CHUNK) {
+            let tats = self.call(store.read_tats(self.name(), chunk)).await?;
+            fetched += tats.len();
+            self.apply_tats_off_runtime(tats).await;
+        }
         Ok((pushed, fetched))
+    }
+
+    /// The GCRA half of a sync: the same drain, keep-on-failure and exactly-once as for
+    /// diffs, with advances applied as `tat = max(tat, now) + Σ`.
+    async fn sync_buckets(
+        &self,
+        store: &Store,
+        st: &mut PushState,
+        now: UnixMs,
+    ) -> Result<usize, StoreError> {
+        let mut pushed = 0;
+        for _ in 0..2 {
+            if st.pending_tats.is_none() {
+                let counters = self.counters.clone();
+                let drained =
+                    off_runtime(move || normalize_advances(&counters.buckets().drain(nanos(now))))
+                        .await;
+                if drained.is_empty() {
+                    break;
+                }
+                st.seq += 1;
+                st.pending_tats = Some((st.seq, drained));
+            }
+            let Some((seq, advances)) = &st.pending_tats else {
+                break;
+            };
+            let push = TatPush {
+                node_id: &self.node_id,
+                seq: Some(*seq),
+                now_ns: nanos(now),
+                advances,
+            };
+            let tats = self.call(store.push_tats(self.name(), push)).await?;
+            pushed += advances.len();
+            st.pending_tats = None;
+            self.apply_tats_off_runtime(tats).await;
+        }
+        Ok(pushed)
+    }
+
+    async fn apply_tats_off_runtime(&self, tats: Vec<Tat>) {
+        let counters = self.counters.clone();
+        off_runtime(move || counters.buckets().apply(&tats, false)).await;
+    }
+
+    /// A GCRA spend of `cost` on `key`, as the namespace's mode says: on local buckets
+    /// (periodic, local only) or through the store (synchronous: the advance is applied
+    /// there and the decision taken on the TAT it returns, taken back when denied; on a
+    /// store failure the spend is decided locally and pushed later). With `force` a
+    /// denied spend counts too.
+    pub async fn spend(
+        &self,
+        gcra: &Gcra,
+        key: &str,
+        cost: i64,
+        now: UnixMs,
+        force: bool,
+    ) -> Result<GcraDecision, CoreError> {
+        let buckets = self.counters.buckets();
+        let now_ns = nanos(now);
+        let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) else {
+            return buckets.spend(gcra, key, now_ns, cost, force);
+        };
+        // validates the cost before anything reaches the store
+        gcra.check(None, now_ns, cost)?;
+        match self
+            .spend_in_store(store, gcra, key, cost, now_ns, force)
+            .await
+        {
+            Ok(d) => Ok(d),
+            Err(e) => {
+                warn!(namespace = self.name(), cause = %e, "synchronous spend failed; decided locally");
+                self.record(Err(&e), self.status().pending_diffs);
+                buckets.spend(gcra, key, now_ns, cost, force)
+            }
+        }
+    }
+
+    async fn spend_in_store(
+        &self,
+        store: &Store,
+        gcra: &Gcra,
+        key: &str,
+        cost: i64,
+        now_ns: i64,
+        force: bool,
+    ) -> Result<GcraDecision, StoreError> {
+        let ei = i64::try_from(gcra.emission_interval().as_nanos()).unwrap_or(i64::MAX);
+        let advance = ei.saturating_mul(cost);
+        let push = |ns: i64| {
+            let advances = [Advance {
+                key: key.into(),
+                ns,
+            }];
+            async move {
+                self.call(store.push_tats(
+                    self.name(),
+                    TatPush {
+                        node_id: &self.node_id,
+                        seq: None,
+                        now_ns,
+                        advances: &advances,
+                    },
+                ))
+                .await
+            }
+        };
+        let tats = push(advance).await?;
+        let tat = tats.first().map_or(now_ns + advance, |t| t.tat_ns);
+        // the TAT before this spend, as the store's max(tat, now) saw it
+        let d = gcra
+            .spend(Some(tat - advance), now_ns, cost)
+            .map_err(|e| StoreError::Protocol(e.to_string()))?;
+        let tats = if d.allowed || force {
+            tats
+        } else {
+            push(-advance).await?
+        };
+        self.counters.buckets().apply(&tats, true);
+        Ok(d)
+    }
+
+    /// Gives back `cost` of a GCRA bucket (Boulder's refund), locally or, in synchronous
+    /// mode, in the store.
+    pub async fn refund_tokens(
+        &self,
+        gcra: &Gcra,
+        key: &str,
+        cost: i64,
+        now: UnixMs,
+    ) -> Result<GcraDecision, CoreError> {
+        let buckets = self.counters.buckets();
+        let now_ns = nanos(now);
+        if let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) {
+            let keys = [CompactString::from(key)];
+            if let Ok(tats) = self.call(store.read_tats(self.name(), &keys)).await {
+                let tat = tats.first().map(|t| t.tat_ns);
+                let d = gcra.refund(tat, now_ns, cost)?;
+                if !d.allowed {
+                    return Ok(d);
+                }
+                let back = d.new_tat - tat.unwrap_or(now_ns).max(now_ns);
+                let advances = [Advance {
+                    key: key.into(),
+                    ns: back,
+                }];
+                let push = TatPush {
+                    node_id: &self.node_id,
+                    seq: None,
+                    now_ns,
+                    advances: &advances,
+                };
+                if self.call(store.push_tats(self.name(), push)).await.is_ok() {
+                    return Ok(d);
+                }
+            }
+        }
+        buckets.refund(gcra, key, now_ns, cost)
+    }
+
+    /// The key's bucket as a spend of `cost` would find it, spending nothing (in
+    /// synchronous mode, read from the store).
+    pub async fn check(
+        &self,
+        gcra: &Gcra,
+        key: &str,
+        cost: i64,
+        now: UnixMs,
+    ) -> Result<GcraDecision, CoreError> {
+        let buckets = self.counters.buckets();
+        let now_ns = nanos(now);
+        if let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) {
+            let keys = [CompactString::from(key)];
+            if let Ok(tats) = self.call(store.read_tats(self.name(), &keys)).await {
+                buckets.apply(&tats, true);
+                return gcra.check(tats.first().map(|t| t.tat_ns), now_ns, cost);
+            }
+        }
+        buckets.check(gcra, key, now_ns, cost)
     }
 
     /// Applies store totals on a blocking thread: with 100,000 keys this is tens of

@@ -5,9 +5,9 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use swin_core::Total;
+use swin_core::{Tat, Total};
 
-use super::{Push, Store, WindowKey};
+use super::{Push, Store, TatPush, WindowKey};
 use crate::StoreError;
 
 /// What the next call does.
@@ -70,6 +70,21 @@ impl FaultyStore {
                 Err(StoreError::Injected)
             }
             None => self.inner.push(ns, push).await,
+        }
+    }
+
+    pub(crate) async fn push_tats(
+        &self,
+        ns: &str,
+        push: TatPush<'_>,
+    ) -> Result<Vec<Tat>, StoreError> {
+        match self.next_fault() {
+            Some(Fault::FailBefore) => Err(StoreError::Injected),
+            Some(Fault::FailAfter) => {
+                self.inner.push_tats(ns, push).await?;
+                Err(StoreError::Injected)
+            }
+            None => self.inner.push_tats(ns, push).await,
         }
     }
 

@@ -15,7 +15,7 @@ pub use self::faulty::{Fault, FaultyStore};
 pub use self::postgres::PostgresStore;
 pub use self::redis::RedisStore;
 pub use self::sqlite::SqliteStore;
-use swin_core::{CompactString, Diff, Total, UnixMs};
+use swin_core::{Advance, CompactString, Diff, Tat, Total, UnixMs};
 
 use crate::StoreError;
 
@@ -65,6 +65,44 @@ pub struct Push<'a> {
     pub node_id: &'a str,
     pub seq: Option<u64>,
     pub diffs: &'a [Diff],
+}
+
+/// A batch of GCRA TAT advances from one node, applied at `now_ns` as
+/// `tat = max(tat, now) + Σ advances`, at most once per `(node_id, namespace, seq)` like
+/// [`Push`] (the two share the namespace's sequence numbers).
+#[derive(Debug, Clone, Copy)]
+pub struct TatPush<'a> {
+    pub node_id: &'a str,
+    pub seq: Option<u64>,
+    pub now_ns: i64,
+    pub advances: &'a [Advance],
+}
+
+/// A TAT as the SQL stores return it.
+pub(crate) type TatRow = (String, i64);
+
+pub(crate) fn tats(rows: Vec<TatRow>) -> Vec<Tat> {
+    rows.into_iter()
+        .map(|(key, tat_ns)| Tat {
+            key: key.into(),
+            tat_ns,
+        })
+        .collect()
+}
+
+/// Sums advances per key, in key order (the lock order, as for diffs).
+pub(crate) fn normalize_advances(advances: &[Advance]) -> Vec<Advance> {
+    let mut sums: BTreeMap<&str, i64> = BTreeMap::new();
+    for a in advances {
+        let s = sums.entry(a.key.as_str()).or_default();
+        *s = s.saturating_add(a.ns);
+    }
+    sums.into_iter()
+        .map(|(key, ns)| Advance {
+            key: key.into(),
+            ns,
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone)]
@@ -160,6 +198,78 @@ impl Store {
                 Store::Redis(_) => Ok(0),
                 Store::Sqlite(s) => s.purge(now).await,
                 Store::Faulty(f) => f.inner().purge(now).await,
+            }
+        })
+    }
+
+    /// Applies TAT advances atomically and returns the new TAT of every pushed bucket.
+    pub fn push_tats<'a>(
+        &'a self,
+        namespace: &'a str,
+        push: TatPush<'a>,
+    ) -> BoxFuture<'a, Result<Vec<Tat>, StoreError>> {
+        Box::pin(async move {
+            if push.advances.is_empty() {
+                return Ok(Vec::new());
+            }
+            match self {
+                Store::Postgres(s) => s.push_tats(namespace, push).await,
+                Store::Redis(s) => s.push_tats(namespace, push).await,
+                Store::Sqlite(s) => s.push_tats(namespace, push).await,
+                Store::Faulty(f) => f.push_tats(namespace, push).await,
+            }
+        })
+    }
+
+    /// TATs of the given buckets; buckets the store does not hold (full) are left out.
+    pub fn read_tats<'a>(
+        &'a self,
+        namespace: &'a str,
+        keys: &'a [CompactString],
+    ) -> BoxFuture<'a, Result<Vec<Tat>, StoreError>> {
+        Box::pin(async move {
+            if keys.is_empty() {
+                return Ok(Vec::new());
+            }
+            match self {
+                Store::Postgres(s) => s.read_tats(namespace, keys).await,
+                Store::Redis(s) => s.read_tats(namespace, keys).await,
+                Store::Sqlite(s) => s.read_tats(namespace, keys).await,
+                Store::Faulty(f) => f.inner().read_tats(namespace, keys).await,
+            }
+        })
+    }
+
+    /// Every bucket of the namespace that is not full at `now_ns` (warm-up).
+    pub fn load_tats<'a>(
+        &'a self,
+        namespace: &'a str,
+        now_ns: i64,
+    ) -> BoxFuture<'a, Result<Vec<Tat>, StoreError>> {
+        Box::pin(async move {
+            match self {
+                Store::Postgres(s) => s.load_tats(namespace, now_ns).await,
+                Store::Redis(s) => s.load_tats(namespace, now_ns).await,
+                Store::Sqlite(s) => s.load_tats(namespace, now_ns).await,
+                Store::Faulty(f) => f.inner().load_tats(namespace, now_ns).await,
+            }
+        })
+    }
+
+    /// Deletes a key's counters (of the given window sizes) and its bucket: a reset
+    /// across the cluster.
+    pub fn reset<'a>(
+        &'a self,
+        namespace: &'a str,
+        key: &'a str,
+        window_sizes: &'a [u32],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            match self {
+                Store::Postgres(s) => s.reset(namespace, key).await,
+                Store::Redis(s) => s.reset(namespace, key, window_sizes).await,
+                Store::Sqlite(s) => s.reset(namespace, key).await,
+                Store::Faulty(f) => f.inner().reset(namespace, key, window_sizes).await,
             }
         })
     }

@@ -3,10 +3,12 @@
 //! trip and the new totals come back in it.
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use swin_core::{Total, UnixMs};
+use swin_core::{CompactString, Tat, Total, UnixMs};
 use tracing::instrument;
 
-use super::{normalize, totals, Push, TotalRow, WindowKey};
+use super::{
+    normalize, normalize_advances, tats, totals, Push, TatPush, TatRow, TotalRow, WindowKey,
+};
 use crate::StoreError;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
@@ -40,6 +42,22 @@ ORDER BY r.key, r.window_size, r.window_start
 ON CONFLICT (namespace, key, window_size, window_start)
 DO UPDATE SET count = c.count + EXCLUDED.count, updated_at = now()
 RETURNING c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count";
+
+/// TAT advances, gated like [`PUSH`]: the insert of a new bucket is `now + advance`,
+/// an existing one becomes `greatest(tat, now) + advance`.
+const PUSH_TATS: &str = "
+WITH fresh AS (
+    INSERT INTO swin_pushes (node_id, namespace, seq)
+    SELECT $5, $1, $6 WHERE $6::int8 IS NOT NULL
+    ON CONFLICT DO NOTHING RETURNING 1)
+INSERT INTO swin_buckets AS b (namespace, key, tat_ns)
+SELECT $1, r.key, $4 + r.advance
+FROM unnest($2::text[], $3::int8[]) AS r(key, advance)
+WHERE $6::int8 IS NULL OR EXISTS (SELECT 1 FROM fresh)
+ORDER BY r.key
+ON CONFLICT (namespace, key)
+DO UPDATE SET tat_ns = greatest(b.tat_ns, $4) + (EXCLUDED.tat_ns - $4), updated_at = now()
+RETURNING b.key, b.tat_ns";
 
 impl PostgresStore {
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
@@ -139,6 +157,80 @@ impl PostgresStore {
         totals(rows)
     }
 
+    pub(crate) async fn push_tats(
+        &self,
+        namespace: &str,
+        push: TatPush<'_>,
+    ) -> Result<Vec<Tat>, StoreError> {
+        let advances = normalize_advances(push.advances);
+        let keys: Vec<&str> = advances.iter().map(|a| a.key.as_str()).collect();
+        let values: Vec<i64> = advances.iter().map(|a| a.ns).collect();
+        let rows: Vec<TatRow> = sqlx::query_as(PUSH_TATS)
+            .bind(namespace)
+            .bind(&keys)
+            .bind(&values)
+            .bind(push.now_ns)
+            .bind(push.node_id)
+            .bind(push.seq.map(|s| s as i64))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err)?;
+        if rows.is_empty() {
+            let keys: Vec<CompactString> = advances.into_iter().map(|a| a.key).collect();
+            return self.read_tats(namespace, &keys).await;
+        }
+        Ok(tats(rows))
+    }
+
+    pub(crate) async fn read_tats(
+        &self,
+        namespace: &str,
+        keys: &[CompactString],
+    ) -> Result<Vec<Tat>, StoreError> {
+        let k: Vec<&str> = keys.iter().map(CompactString::as_str).collect();
+        let rows: Vec<TatRow> = sqlx::query_as(
+            "SELECT key, tat_ns FROM swin_buckets WHERE namespace = $1 AND key = ANY($2)",
+        )
+        .bind(namespace)
+        .bind(&k)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err)?;
+        Ok(tats(rows))
+    }
+
+    pub(crate) async fn load_tats(
+        &self,
+        namespace: &str,
+        now_ns: i64,
+    ) -> Result<Vec<Tat>, StoreError> {
+        let rows: Vec<TatRow> = sqlx::query_as(
+            "SELECT key, tat_ns FROM swin_buckets WHERE namespace = $1 AND tat_ns > $2",
+        )
+        .bind(namespace)
+        .bind(now_ns)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err)?;
+        Ok(tats(rows))
+    }
+
+    pub(crate) async fn reset(&self, namespace: &str, key: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(err)?;
+        for table in ["swin_counters", "swin_buckets"] {
+            sqlx::query(&format!(
+                "DELETE FROM {table} WHERE namespace = $1 AND key = $2"
+            ))
+            .bind(namespace)
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        }
+        tx.commit().await.map_err(err)?;
+        Ok(())
+    }
+
     pub(crate) async fn purge(&self, now: UnixMs) -> Result<u64, StoreError> {
         let mut tx = self.pool.begin().await.map_err(err)?;
         let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
@@ -159,6 +251,13 @@ impl PostgresStore {
         .await
         .map_err(err)?
         .rows_affected();
+        // a bucket whose TAT passed a minute ago is full: the same as no row
+        let full = sqlx::query("DELETE FROM swin_buckets WHERE tat_ns < $1")
+            .bind(now.0.saturating_sub(60_000).saturating_mul(1_000_000))
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?
+            .rows_affected();
         // A retry comes within seconds; an hour of push records is plenty.
         sqlx::query(
             "DELETE FROM swin_pushes WHERE pushed_at < to_timestamp($1) - interval '1 hour'",
@@ -168,7 +267,7 @@ impl PostgresStore {
         .await
         .map_err(err)?;
         tx.commit().await.map_err(err)?;
-        Ok(deleted)
+        Ok(deleted + full)
     }
 
     pub(crate) async fn ping(&self) -> Result<(), StoreError> {

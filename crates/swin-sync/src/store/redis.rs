@@ -18,6 +18,18 @@
 //! computes it) and sends one script call per group of at most 64 hashes of one slot, so a
 //! script never crosses slots and its overhead is shared by several keys.
 //!
+//! GCRA buckets (namespaces with `algorithm = "gcra"`) are one hash per key beside them:
+//!
+//! ```text
+//! swin:{<len(namespace)>:<namespace>:<key>}:gcra
+//!     tat             -> theoretical arrival time, Unix nanoseconds (integer)
+//!     n:<node_id>     -> last push seq applied from that node
+//! ```
+//!
+//! advanced by a script as `tat = max(tat, now) + advance` (HINCRBY, so the 64-bit
+//! integer is exact; Lua's numbers are doubles), expiring an hour after the bucket is
+//! full again.
+//!
 //! Exactly-once: each script call adds its diffs only when the batch's sequence number is
 //! above the node's last one recorded in the group's first hash (`n:<node_id>`), and
 //! records it in the same atomic step. The engine retries a failed batch unchanged, so the
@@ -26,9 +38,9 @@
 
 use redis::aio::ConnectionManager;
 use redis::Script;
-use swin_core::Total;
+use swin_core::{CompactString, Tat, Total};
 
-use super::{normalize, Push, WindowKey};
+use super::{normalize, normalize_advances, Push, TatPush, WindowKey};
 use crate::StoreError;
 
 const PUSH_LUA: &str = r#"
@@ -67,6 +79,37 @@ if apply and seq >= 0 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 return out
 "#;
 
+const PUSH_TATS_LUA: &str = r#"
+-- KEYS: bucket hashes of one cluster slot; KEYS[1] also holds the node's last applied seq.
+-- ARGV: node field, seq (-1: no dedupe), now (ns), then one advance (ns) per key.
+-- Returns each bucket's TAT as a string, in order.
+local seq = tonumber(ARGV[2])
+local apply = true
+if seq >= 0 then
+  local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
+  apply = seq > last
+end
+local now = ARGV[3]
+local out = {}
+for k = 1, #KEYS do
+  if apply then
+    local tat = redis.call('HGET', KEYS[k], 'tat')
+    if (not tat) or tonumber(tat) < tonumber(now) then
+      redis.call('HSET', KEYS[k], 'tat', now)
+    end
+    redis.call('HINCRBY', KEYS[k], 'tat', ARGV[3 + k])
+    tat = redis.call('HGET', KEYS[k], 'tat')
+    local ms = math.max(0, (tonumber(tat) - tonumber(now)) / 1e6)
+    redis.call('PEXPIRE', KEYS[k], math.floor(ms) + 3600000)
+    out[#out + 1] = tat
+  else
+    out[#out + 1] = redis.call('HGET', KEYS[k], 'tat') or now
+  end
+end
+if apply and seq >= 0 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return out
+"#;
+
 /// Hashes per script call: enough to share the call's overhead, small enough that one
 /// call never blocks Redis for long.
 const HASHES_PER_CALL: usize = 64;
@@ -79,6 +122,7 @@ pub struct RedisStore {
     conn: std::sync::Arc<tokio::sync::OnceCell<ConnectionManager>>,
     prefix: String,
     push_script: Script,
+    push_tats_script: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -99,6 +143,7 @@ impl RedisStore {
             conn: Default::default(),
             prefix: prefix.to_owned(),
             push_script: Script::new(PUSH_LUA),
+            push_tats_script: Script::new(PUSH_TATS_LUA),
         })
     }
 
@@ -210,6 +255,145 @@ impl RedisStore {
             }
         }
         Ok(out)
+    }
+
+    fn bucket_key(&self, namespace: &str, key: &str) -> String {
+        format!(
+            "{}:{{{}:{}:{}}}:gcra",
+            self.prefix,
+            namespace.len(),
+            namespace,
+            key
+        )
+    }
+
+    pub(crate) async fn push_tats(
+        &self,
+        namespace: &str,
+        push: TatPush<'_>,
+    ) -> Result<Vec<Tat>, StoreError> {
+        let advances = normalize_advances(push.advances);
+        let hashes: Vec<String> = advances
+            .iter()
+            .map(|a| self.bucket_key(namespace, &a.key))
+            .collect();
+        let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (i, h) in hashes.iter().enumerate() {
+            by_slot.entry(key_slot(h.as_bytes())).or_default().push(i);
+        }
+        let node_field = format!("n:{}", push.node_id);
+        let seq = push.seq.map_or(-1i64, |s| s as i64);
+        let mut pipe = redis::pipe();
+        let mut calls: Vec<Vec<usize>> = Vec::new();
+        for group in by_slot.values() {
+            for chunk in group.chunks(HASHES_PER_CALL) {
+                let mut inv = self.push_tats_script.prepare_invoke();
+                inv.arg(&node_field).arg(seq).arg(push.now_ns);
+                for &i in chunk {
+                    inv.key(&hashes[i]);
+                }
+                for &i in chunk {
+                    inv.arg(advances[i].ns);
+                }
+                pipe.invoke_script(&inv);
+                calls.push(chunk.to_vec());
+            }
+        }
+        let mut conn = self.conn().await?;
+        self.push_tats_script
+            .prepare_invoke()
+            .load_async(&mut conn)
+            .await?;
+        let replies: Vec<Vec<String>> = pipe.query_async(&mut conn).await?;
+        let mut out = Vec::with_capacity(advances.len());
+        for (call, values) in calls.iter().zip(replies) {
+            if values.len() != call.len() {
+                return Err(StoreError::Protocol(format!(
+                    "push_tats script returned {} values for {} buckets",
+                    values.len(),
+                    call.len()
+                )));
+            }
+            for (&i, v) in call.iter().zip(values) {
+                out.push(Tat {
+                    key: advances[i].key.clone(),
+                    tat_ns: parse_ns(&v)?,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn read_tats(
+        &self,
+        namespace: &str,
+        keys: &[CompactString],
+    ) -> Result<Vec<Tat>, StoreError> {
+        let mut pipe = redis::pipe();
+        for k in keys {
+            pipe.hget(self.bucket_key(namespace, k), "tat");
+        }
+        let mut conn = self.conn().await?;
+        let replies: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
+        keys.iter()
+            .zip(replies)
+            .filter_map(|(k, r)| r.map(|v| (k, v)))
+            .map(|(k, v)| {
+                Ok(Tat {
+                    key: k.clone(),
+                    tat_ns: parse_ns(&v)?,
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn load_tats(
+        &self,
+        namespace: &str,
+        now_ns: i64,
+    ) -> Result<Vec<Tat>, StoreError> {
+        let head = format!("{}:{{{}:{}:", self.prefix, namespace.len(), namespace);
+        let pattern = format!("{}*}}:gcra", glob_escape(&head));
+        let hashes = self.scan(&pattern).await?;
+        let mut conn = self.conn().await?;
+        let mut out = Vec::new();
+        for chunk in hashes.chunks(500) {
+            let mut pipe = redis::pipe();
+            for h in chunk {
+                pipe.hget(h, "tat");
+            }
+            let replies: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
+            for (h, r) in chunk.iter().zip(replies) {
+                let key = h.strip_prefix(&head).and_then(|r| r.strip_suffix("}:gcra"));
+                if let (Some(key), Some(v)) = (key, r) {
+                    let tat_ns = parse_ns(&v)?;
+                    if tat_ns > now_ns {
+                        out.push(Tat {
+                            key: key.into(),
+                            tat_ns,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes the key's hashes: one per window size and its bucket.
+    pub(crate) async fn reset(
+        &self,
+        namespace: &str,
+        key: &str,
+        window_sizes: &[u32],
+    ) -> Result<(), StoreError> {
+        let mut del = redis::cmd("DEL");
+        del.arg(self.bucket_key(namespace, key));
+        for s in window_sizes {
+            del.arg(self.hash_key(namespace, key, *s));
+        }
+        let mut conn = self.conn().await?;
+        let _: u64 = del.query_async(&mut conn).await?;
+        Ok(())
     }
 
     pub(crate) async fn read(
@@ -354,6 +538,11 @@ fn parse(count: &str) -> Result<f64, StoreError> {
     count
         .parse::<f64>()
         .map_err(|_| StoreError::Protocol(format!("count {count:?} is not a number")))
+}
+
+fn parse_ns(v: &str) -> Result<i64, StoreError> {
+    v.parse::<i64>()
+        .map_err(|_| StoreError::Protocol(format!("TAT {v:?} is not an integer")))
 }
 
 /// `swin:{4:name:KEY}:60` → (`KEY`, 60), given the head `swin:{4:name:`.

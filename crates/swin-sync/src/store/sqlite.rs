@@ -8,9 +8,11 @@ use std::time::Duration;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use swin_core::{Total, UnixMs};
+use swin_core::{CompactString, Tat, Total, UnixMs};
 
-use super::{normalize, totals, Push, TotalRow, WindowKey};
+use super::{
+    normalize, normalize_advances, tats, totals, Push, TatPush, TatRow, TotalRow, WindowKey,
+};
 use crate::StoreError;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -163,6 +165,103 @@ impl SqliteStore {
         totals(rows)
     }
 
+    pub(crate) async fn push_tats(
+        &self,
+        namespace: &str,
+        push: TatPush<'_>,
+    ) -> Result<Vec<Tat>, StoreError> {
+        let advances = normalize_advances(push.advances);
+        let rows: Vec<serde_json::Value> = advances
+            .iter()
+            .map(|a| serde_json::json!([a.key.as_str(), a.ns]))
+            .collect();
+        let batch = serde_json::Value::Array(rows).to_string();
+        let mut tx = self.pool.begin().await.map_err(err)?;
+        if let Some(seq) = push.seq {
+            let fresh = sqlx::query(
+                "INSERT INTO swin_pushes (node_id, namespace, seq) VALUES (?1, ?2, ?3)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(push.node_id)
+            .bind(namespace)
+            .bind(seq as i64)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?
+            .rows_affected();
+            if fresh == 0 {
+                tx.rollback().await.map_err(err)?;
+                let keys: Vec<CompactString> = advances.into_iter().map(|a| a.key).collect();
+                return self.read_tats(namespace, &keys).await;
+            }
+        }
+        let out: Vec<TatRow> = sqlx::query_as(
+            "INSERT INTO swin_buckets (namespace, key, tat_ns)
+             SELECT ?1, value ->> 0, ?3 + (value ->> 1) FROM json_each(?2) WHERE true
+             ON CONFLICT (namespace, key)
+             DO UPDATE SET tat_ns = max(tat_ns, ?3) + (excluded.tat_ns - ?3), updated_at = unixepoch()
+             RETURNING key, tat_ns",
+        )
+        .bind(namespace)
+        .bind(&batch)
+        .bind(push.now_ns)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(tats(out))
+    }
+
+    pub(crate) async fn read_tats(
+        &self,
+        namespace: &str,
+        keys: &[CompactString],
+    ) -> Result<Vec<Tat>, StoreError> {
+        let wanted: Vec<&str> = keys.iter().map(CompactString::as_str).collect();
+        let rows: Vec<TatRow> = sqlx::query_as(
+            "SELECT b.key, b.tat_ns FROM json_each(?2) AS r
+             CROSS JOIN swin_buckets b WHERE b.namespace = ?1 AND b.key = r.value",
+        )
+        .bind(namespace)
+        .bind(serde_json::to_string(&wanted).unwrap_or_default())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err)?;
+        Ok(tats(rows))
+    }
+
+    pub(crate) async fn load_tats(
+        &self,
+        namespace: &str,
+        now_ns: i64,
+    ) -> Result<Vec<Tat>, StoreError> {
+        let rows: Vec<TatRow> = sqlx::query_as(
+            "SELECT key, tat_ns FROM swin_buckets WHERE namespace = ?1 AND tat_ns > ?2",
+        )
+        .bind(namespace)
+        .bind(now_ns)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(err)?;
+        Ok(tats(rows))
+    }
+
+    pub(crate) async fn reset(&self, namespace: &str, key: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(err)?;
+        for table in ["swin_counters", "swin_buckets"] {
+            sqlx::query(&format!(
+                "DELETE FROM {table} WHERE namespace = ?1 AND key = ?2"
+            ))
+            .bind(namespace)
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        }
+        tx.commit().await.map_err(err)?;
+        Ok(())
+    }
+
     pub(crate) async fn purge(&self, now: UnixMs) -> Result<u64, StoreError> {
         // SQLite serialises writers anyway: whichever node gets the lock purges.
         let deleted =
@@ -172,12 +271,18 @@ impl SqliteStore {
                 .await
                 .map_err(err)?
                 .rows_affected();
+        let full = sqlx::query("DELETE FROM swin_buckets WHERE tat_ns < ?1")
+            .bind(now.0.saturating_sub(60_000).saturating_mul(1_000_000))
+            .execute(&self.pool)
+            .await
+            .map_err(err)?
+            .rows_affected();
         sqlx::query("DELETE FROM swin_pushes WHERE pushed_at < ?1 - 3600")
             .bind(now.secs())
             .execute(&self.pool)
             .await
             .map_err(err)?;
-        Ok(deleted)
+        Ok(deleted + full)
     }
 
     pub(crate) async fn ping(&self) -> Result<(), StoreError> {
