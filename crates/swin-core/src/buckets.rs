@@ -302,6 +302,23 @@ impl BucketTable {
         }
     }
 
+    /// Drops the key's bucket if nothing is pending: the store no longer holds it (a
+    /// reset elsewhere in the cluster, or full and purged).
+    pub fn forget_if_idle(&self, key: &str) {
+        let map = self.map.pin();
+        let Some(b) = map.get(key).cloned() else {
+            return;
+        };
+        drop(map);
+        let t = b.tat.load(SeqCst);
+        if t != DEAD
+            && b.pending.load(SeqCst) == 0
+            && b.tat.compare_exchange(t, DEAD, SeqCst, SeqCst).is_ok()
+        {
+            self.forget(key, &b);
+        }
+    }
+
     /// Keys held, to refresh from the store.
     pub fn keys(&self) -> Vec<CompactString> {
         self.map.pin().keys().cloned().collect()

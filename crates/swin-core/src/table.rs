@@ -247,6 +247,12 @@ impl WindowTable {
         }
     }
 
+    /// Forgets the key: its counts and any hits not yet pushed (a reset). A hit racing
+    /// with it may land on either side.
+    pub fn reset(&self, key: &str) {
+        self.map.pin().remove(key);
+    }
+
     /// Every key the table holds.
     pub fn keys(&self) -> Vec<CompactString> {
         self.map.pin().keys().cloned().collect()

@@ -332,17 +332,31 @@ impl NamespaceSync {
         .await;
         // In chunks: a node holding 100,000 keys should not decode 200,000 rows on a
         // runtime worker in one go, nor send one statement of that size.
+        // A held window the store does not hold counts 0 in the cluster: never pushed, or
+        // reset (DELETE on some node) — its synced total drops to 0, local hits stay.
         let mut fetched = 0;
         for chunk in wanted.chunks(READ_CHUNK) {
             let totals = self.call(store.read(self.name(), chunk)).await?;
             fetched += totals.len();
+            let totals = with_absent_as_zero(chunk, totals);
             self.apply_off_runtime(totals, now).await;
         }
         let held = self.counters.buckets().keys();
         for chunk in held.chunks(READ_CHUNK) {
             let tats = self.call(store.read_tats(self.name(), chunk)).await?;
             fetched += tats.len();
-            self.apply_tats_off_runtime(tats).await;
+            let counters = self.counters.clone();
+            let chunk = chunk.to_vec();
+            off_runtime(move || {
+                let b = counters.buckets();
+                let found: std::collections::HashSet<&str> =
+                    tats.iter().map(|t| t.key.as_str()).collect();
+                for k in chunk.iter().filter(|k| !found.contains(k.as_str())) {
+                    b.forget_if_idle(k);
+                }
+                b.apply(&tats, false);
+            })
+            .await;
         }
         Ok((pushed, fetched))
     }
@@ -388,6 +402,21 @@ impl NamespaceSync {
     async fn apply_tats_off_runtime(&self, tats: Vec<Tat>) {
         let counters = self.counters.clone();
         off_runtime(move || counters.buckets().apply(&tats, false)).await;
+    }
+
+    /// Resets a key across the cluster: the store's rows first (an error leaves
+    /// everything as it was), then this node's counts and pending hits. Other nodes drop
+    /// their totals at their next sync.
+    pub async fn reset(&self, key: &str) -> Result<(), StoreError> {
+        if let Some(store) = &self.store {
+            let sizes: Vec<u32> = self.counters.window_sizes().map(|s| s.secs()).collect();
+            self.call(store.reset(self.name(), key, &sizes)).await?;
+        }
+        for t in self.counters.tables() {
+            t.reset(key);
+        }
+        self.counters.buckets().reset(key);
+        Ok(())
     }
 
     /// A GCRA spend of `cost` on `key`, as the namespace's mode says: on local buckets
@@ -689,6 +718,29 @@ impl NamespaceSync {
             pending, "shutting down with diffs the store did not confirm"
         );
     }
+}
+
+/// The totals read for `wanted`, with a zero total for every window the store lacks.
+fn with_absent_as_zero(
+    wanted: &[WindowKey],
+    mut totals: Vec<swin_core::Total>,
+) -> Vec<swin_core::Total> {
+    let found: std::collections::HashSet<(&str, u32, i64)> = totals
+        .iter()
+        .map(|t| (t.key.as_str(), t.window_size, t.window_start))
+        .collect();
+    let absent: Vec<swin_core::Total> = wanted
+        .iter()
+        .filter(|w| !found.contains(&(w.key.as_str(), w.window_size, w.window_start)))
+        .map(|w| swin_core::Total {
+            key: w.key.clone(),
+            window_size: w.window_size,
+            window_start: w.window_start,
+            count: 0.0,
+        })
+        .collect();
+    totals.extend(absent);
+    totals
 }
 
 /// Writes store totals into the namespace's tables (the window-size split is per table).

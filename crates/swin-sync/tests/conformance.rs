@@ -657,7 +657,65 @@ async fn gcra_synchronous_admits_exactly_the_burst(s: &TestStore) {
     assert!(a.status().degraded.is_none());
 }
 
+/// A reset on one node reaches the others at their next sync, for counters and buckets.
+async fn reset_reaches_every_node(s: &TestStore) {
+    let st = &s.store;
+    let a = engine(st, SyncMode::Periodic(Duration::from_millis(100)), &[60]);
+    let b = engine(st, SyncMode::Periodic(Duration::from_millis(100)), &[60]);
+    let now = UnixMs::from_secs(NOW);
+    for _ in 0..5 {
+        a.increment("k", 60, 1.0, now).await.expect("a");
+    }
+    b.increment("k", 60, 1.0, now).await.expect("b");
+    a.sync_once(now).await.expect("a");
+    b.sync_once(now).await.expect("b");
+    assert_eq!(
+        b.counters().rate("k", 60, now, None).expect("size").current,
+        6.0
+    );
+    a.reset("k").await.expect("reset");
+    assert_eq!(
+        a.counters().rate("k", 60, now, None).expect("size").current,
+        0.0
+    );
+    b.sync_once(now).await.expect("b after the reset");
+    assert_eq!(
+        b.counters().rate("k", 60, now, None).expect("size").current,
+        0.0
+    );
+    // hits after the reset count from zero everywhere
+    b.increment("k", 60, 2.0, now).await.expect("b");
+    b.sync_once(now).await.expect("b");
+    // (a no longer holds the key: asking for it makes the next sync fetch it)
+    a.counters().table(60).expect("size").rate_tracked("k", now);
+    a.sync_once(now).await.expect("a");
+    assert_eq!(
+        a.counters().rate("k", 60, now, None).expect("size").current,
+        2.0
+    );
+
+    let g = ten_per_ten_secs();
+    let now = UnixMs(NOW * 1000);
+    let (x, y) = (
+        gcra_engine(st, SyncMode::Periodic(Duration::from_millis(100))),
+        gcra_engine(st, SyncMode::Periodic(Duration::from_millis(100))),
+    );
+    for _ in 0..10 {
+        x.spend(&g, "k", 1, now, false).await.expect("spend");
+    }
+    x.sync_once(now).await.expect("x");
+    y.spend(&g, "k", 1, now, false)
+        .await
+        .expect("y's own spend");
+    y.sync_once(now).await.expect("y");
+    assert!(!y.check(&g, "k", 1, now).await.expect("check").allowed);
+    x.reset("k").await.expect("reset");
+    y.sync_once(now).await.expect("y after the reset");
+    assert!(y.check(&g, "k", 1, now).await.expect("check").allowed);
+}
+
 for_all_stores!(
+    reset_reaches_every_node,
     tat_advances_apply_max_then_add,
     gcra_buckets_are_shared,
     gcra_synchronous_admits_exactly_the_burst,
