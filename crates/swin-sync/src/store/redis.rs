@@ -121,8 +121,8 @@ pub struct RedisStore {
     /// manager reconnects by itself after that.
     conn: std::sync::Arc<tokio::sync::OnceCell<ConnectionManager>>,
     prefix: String,
-    push_script: Script,
-    push_tats_script: Script,
+    push_script: std::sync::Arc<Script>,
+    push_tats_script: std::sync::Arc<Script>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -142,8 +142,8 @@ impl RedisStore {
             client,
             conn: Default::default(),
             prefix: prefix.to_owned(),
-            push_script: Script::new(PUSH_LUA),
-            push_tats_script: Script::new(PUSH_TATS_LUA),
+            push_script: std::sync::Arc::new(Script::new(PUSH_LUA)),
+            push_tats_script: std::sync::Arc::new(Script::new(PUSH_TATS_LUA)),
         })
     }
 
