@@ -12,7 +12,7 @@ use axum::extract::{MatchedPath, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -70,7 +70,12 @@ pub fn app(state: Arc<AppState>) -> Router {
             "/v1/namespaces/{namespace}/keys/{key}/increment",
             post(increment),
         )
-        .route("/v1/namespaces/{namespace}/keys/{key}", get(read_key))
+        .route(
+            "/v1/namespaces/{namespace}/keys/{key}",
+            get(read_key).delete(crate::hit::reset),
+        )
+        .route("/v1/hits", post(crate::hit::batch))
+        .route("/v1/auth/{namespace}", any(crate::hit::auth))
         .route(
             "/v1/namespaces/{namespace}/keys/{key}/hit",
             post(crate::hit::hit),

@@ -51,6 +51,7 @@ struct RawStore {
 #[serde(deny_unknown_fields)]
 struct RawNamespace {
     name: String,
+    #[serde(default)]
     window_sizes: Vec<i64>,
     sync_rate: f64,
     store: Option<String>,
@@ -58,8 +59,9 @@ struct RawNamespace {
     algorithm: Option<String>,
     #[serde(default)]
     limits: Vec<crate::limits::RawLimit>,
-    gcra: Option<toml::Value>,
+    gcra: Option<crate::limits::RawGcra>,
     count_denied: Option<bool>,
+    key_from: Option<String>,
     #[serde(default)]
     overrides: Vec<crate::limits::RawOverride>,
 }
@@ -248,7 +250,8 @@ impl Config {
             if namespaces.iter().any(|o| o.name == n.name) {
                 return Err(err(&f("name"), format!("{:?} is defined twice", n.name)));
             }
-            if n.window_sizes.is_empty() {
+            // a GCRA namespace needs no windows (it may still count in some)
+            if n.window_sizes.is_empty() && n.algorithm.as_deref() != Some("gcra") {
                 return Err(err(
                     &f("window_sizes"),
                     "needs at least one window size".into(),
@@ -303,6 +306,7 @@ impl Config {
                 limits: n.limits,
                 gcra: n.gcra,
                 count_denied: n.count_denied,
+                key_from: n.key_from,
                 overrides: n.overrides,
             };
             let limits = crate::limits::validate(raw, &sizes)

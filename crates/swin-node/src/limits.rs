@@ -1,13 +1,13 @@
-//! Limits of a namespace (config keys `algorithm`, `limits`, `count_denied`,
-//! `[[namespaces.overrides]]`), validated, and the decision `/hit` answers with: every
-//! limit of the key is checked and the strictest decision wins (a denial, then the longer
-//! wait, then fewer remaining).
+//! Limits of a namespace (config keys `algorithm`, `limits`, `gcra`, `count_denied`,
+//! `key_from`, `[[namespaces.overrides]]`), validated, and the decision `/hit` answers
+//! with: every limit of the key is checked and the strictest decision wins (a denial,
+//! then the longer wait, then fewer remaining).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
-use swin_core::{WindowAlgorithm, WindowDecision, WindowLimit, WindowSize};
+use swin_core::{Gcra, WindowAlgorithm, WindowDecision, WindowLimit, WindowSize};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -16,36 +16,65 @@ pub struct RawLimit {
     limit: f64,
 }
 
+/// `gcra = { burst = 300, count = 300, period = "180m" }` (Boulder's limit).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGcra {
+    burst: i64,
+    count: i64,
+    period: String,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawOverride {
     keys: Vec<String>,
     #[serde(default)]
     limits: Vec<RawLimit>,
-    gcra: Option<toml::Value>,
+    gcra: Option<RawGcra>,
 }
 
 #[derive(Debug)]
 pub struct RawLimits {
     pub algorithm: Option<String>,
     pub limits: Vec<RawLimit>,
-    pub gcra: Option<toml::Value>,
+    pub gcra: Option<RawGcra>,
     pub count_denied: Option<bool>,
+    pub key_from: Option<String>,
     pub overrides: Vec<RawOverride>,
 }
 
-/// A namespace's limits: the default set and per-key overrides.
+/// The limits one key is decided against.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyLimits {
+    /// Sliding or fixed windows, each checked; the strictest wins.
+    Windows(Vec<WindowLimit>),
+    /// One GCRA bucket.
+    Gcra(Gcra),
+}
+
+/// Where the forward-auth endpoint takes the key from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyFrom {
+    /// The client's address: `X-Forwarded-For` (first), `X-Real-IP`, else the peer.
+    ClientAddress,
+    /// A request header (lower-cased name).
+    Header(String),
+}
+
+/// A namespace's limits: the default and per-key overrides.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
-    pub default: Vec<WindowLimit>,
-    pub overrides: BTreeMap<String, Vec<WindowLimit>>,
+    pub default: KeyLimits,
+    pub overrides: BTreeMap<String, KeyLimits>,
     /// Denied hits count too (Kong's penalty); by default they do not.
     pub count_denied: bool,
+    pub key_from: KeyFrom,
 }
 
 impl Limits {
-    pub fn for_key(&self, key: &str) -> &[WindowLimit] {
-        self.overrides.get(key).map_or(&self.default, Vec::as_slice)
+    pub fn for_key(&self, key: &str) -> &KeyLimits {
+        self.overrides.get(key).unwrap_or(&self.default)
     }
 }
 
@@ -85,68 +114,126 @@ fn window_limits(
     Ok(out)
 }
 
+fn gcra_limit(raw: &RawGcra, field: &str) -> Result<Gcra, FieldError> {
+    let period = humantime::parse_duration(raw.period.trim()).map_err(|e| {
+        (
+            format!("{field}.period"),
+            format!(
+                "{:?} is not a duration like \"1s\", \"180m\" or \"1h 30m\": {e}",
+                raw.period
+            ),
+        )
+    })?;
+    Gcra::new(raw.burst, raw.count, period).map_err(|e| (field.to_owned(), e.to_string()))
+}
+
+fn key_from(raw: Option<&str>) -> Result<KeyFrom, FieldError> {
+    match raw {
+        None | Some("client_address") => Ok(KeyFrom::ClientAddress),
+        Some(h) => match h.strip_prefix("header:") {
+            Some(name)
+                if !name.is_empty()
+                    && axum::http::HeaderName::from_bytes(name.as_bytes()).is_ok() =>
+            {
+                Ok(KeyFrom::Header(name.to_ascii_lowercase()))
+            }
+            _ => Err((
+                "key_from".into(),
+                format!("{h:?} is not \"client_address\" or \"header:<name>\""),
+            )),
+        },
+    }
+}
+
 /// Validates a namespace's limit keys; `None` when it has none.
 pub fn validate(raw: RawLimits, sizes: &[WindowSize]) -> Result<Option<Limits>, FieldError> {
     let algorithm = match raw.algorithm.as_deref() {
-        None | Some("sliding_window") => WindowAlgorithm::Sliding,
-        Some("fixed_window") => WindowAlgorithm::Fixed,
-        Some("gcra") => {
-            return Err(("algorithm".into(), "\"gcra\" namespaces are not available in this version (sliding_window and fixed_window are)".into()))
+        None | Some("sliding_window") => Some(WindowAlgorithm::Sliding),
+        Some("fixed_window") => Some(WindowAlgorithm::Fixed),
+        Some("gcra") => None,
+        Some(other) => {
+            return Err((
+                "algorithm".into(),
+                format!("{other:?} is not \"sliding_window\", \"fixed_window\" or \"gcra\""),
+            ))
         }
-        Some(other) => return Err(("algorithm".into(), format!("{other:?} is not \"sliding_window\", \"fixed_window\" or \"gcra\""))),
     };
-    if raw.gcra.is_some() {
-        return Err(("gcra".into(), "only for algorithm = \"gcra\"".into()));
-    }
-    let default = window_limits(&raw.limits, sizes, algorithm, "limits")?;
+    let key_from = key_from(raw.key_from.as_deref())?;
+    let one = |field: &str,
+               limits: &[RawLimit],
+               gcra: Option<&RawGcra>|
+     -> Result<Option<KeyLimits>, FieldError> {
+        match algorithm {
+            Some(a) => {
+                if gcra.is_some() {
+                    return Err((
+                        format!("{field}gcra"),
+                        "only for algorithm = \"gcra\"".into(),
+                    ));
+                }
+                let l = window_limits(limits, sizes, a, &format!("{field}limits"))?;
+                Ok((!l.is_empty()).then_some(KeyLimits::Windows(l)))
+            }
+            None => {
+                if !limits.is_empty() {
+                    return Err((
+                        format!("{field}limits"),
+                        "a \"gcra\" namespace takes `gcra = { burst, count, period }`, not window limits".into(),
+                    ));
+                }
+                gcra.map(|g| gcra_limit(g, &format!("{field}gcra")).map(KeyLimits::Gcra))
+                    .transpose()
+            }
+        }
+    };
+    let default = one("", &raw.limits, raw.gcra.as_ref())?;
     let mut overrides = BTreeMap::new();
     for (i, o) in raw.overrides.iter().enumerate() {
-        if o.gcra.is_some() {
-            return Err((
-                format!("overrides[{i}].gcra"),
-                "only for algorithm = \"gcra\"".into(),
-            ));
-        }
+        let f = format!("overrides[{i}].");
         if o.keys.is_empty() {
-            return Err((
-                format!("overrides[{i}].keys"),
-                "needs at least one key".into(),
-            ));
+            return Err((format!("{f}keys"), "needs at least one key".into()));
         }
-        let limits = window_limits(
-            &o.limits,
-            sizes,
-            algorithm,
-            &format!("overrides[{i}].limits"),
-        )?;
-        if limits.is_empty() {
-            return Err((
-                format!("overrides[{i}].limits"),
-                "needs at least one limit".into(),
-            ));
-        }
+        let Some(limits) = one(&f, &o.limits, o.gcra.as_ref())? else {
+            let what = if algorithm.is_some() {
+                "limits"
+            } else {
+                "gcra"
+            };
+            return Err((format!("{f}{what}"), "an override needs its limits".into()));
+        };
         for k in &o.keys {
             if overrides.insert(k.clone(), limits.clone()).is_some() {
-                return Err((
-                    format!("overrides[{i}].keys"),
-                    format!("{k:?} is in two overrides"),
-                ));
+                return Err((format!("{f}keys"), format!("{k:?} is in two overrides")));
             }
         }
     }
-    if default.is_empty() && overrides.is_empty() {
-        if raw.count_denied.is_some() || raw.algorithm.is_some() {
+    let Some(default) = default else {
+        if algorithm.is_none() {
+            return Err((
+                "gcra".into(),
+                "algorithm = \"gcra\" needs `gcra = { burst, count, period }`".into(),
+            ));
+        }
+        if !overrides.is_empty() {
             return Err((
                 "limits".into(),
-                "algorithm and count_denied need limits".into(),
+                "overrides need a default: every key is limited by `limits` unless overridden"
+                    .into(),
+            ));
+        }
+        if raw.count_denied.is_some() || raw.algorithm.is_some() || raw.key_from.is_some() {
+            return Err((
+                "limits".into(),
+                "algorithm, count_denied and key_from need limits".into(),
             ));
         }
         return Ok(None);
-    }
+    };
     Ok(Some(Limits {
         default,
         overrides,
         count_denied: raw.count_denied.unwrap_or(false),
+        key_from,
     }))
 }
 
@@ -194,6 +281,7 @@ mod tests {
                 .collect(),
             gcra: None,
             count_denied: None,
+            key_from: None,
             overrides: Vec::new(),
         }
     }
@@ -204,7 +292,10 @@ mod tests {
         let l = validate(raw(Some("fixed_window"), vec![(60, 5.0)]), &sizes())
             .expect("valid")
             .expect("some");
-        assert_eq!(l.default[0].algorithm, WindowAlgorithm::Fixed);
+        let KeyLimits::Windows(w) = &l.default else {
+            panic!("windows")
+        };
+        assert_eq!(w[0].algorithm, WindowAlgorithm::Fixed);
         assert_eq!(
             validate(raw(None, vec![(30, 5.0)]), &sizes())
                 .expect_err("size")
@@ -229,10 +320,18 @@ mod tests {
                 .0,
             "algorithm"
         );
-        assert!(validate(raw(Some("gcra"), vec![]), &sizes())
-            .expect_err("gcra")
-            .1
-            .contains("not available"));
+        assert_eq!(
+            validate(raw(Some("gcra"), vec![]), &sizes())
+                .expect_err("gcra")
+                .0,
+            "gcra"
+        );
+        assert_eq!(
+            validate(raw(Some("gcra"), vec![(60, 1.0)]), &sizes())
+                .expect_err("windows on gcra")
+                .0,
+            "limits"
+        );
     }
 
     #[test]
@@ -247,8 +346,58 @@ mod tests {
             gcra: None,
         });
         let l = validate(r, &sizes()).expect("valid").expect("some");
-        assert_eq!(l.for_key("vip")[0].limit, 50.0);
-        assert_eq!(l.for_key("anyone")[0].limit, 5.0);
+        let limit = |k: &str| match l.for_key(k) {
+            KeyLimits::Windows(w) => w[0].limit,
+            KeyLimits::Gcra(_) => panic!("windows"),
+        };
+        assert_eq!(limit("vip"), 50.0);
+        assert_eq!(limit("anyone"), 5.0);
+    }
+
+    fn gcra(burst: i64, count: i64, period: &str) -> RawGcra {
+        RawGcra {
+            burst,
+            count,
+            period: period.into(),
+        }
+    }
+
+    #[test]
+    fn gcra_limits_take_durations_and_overrides() {
+        let mut r = raw(Some("gcra"), vec![]);
+        r.gcra = Some(gcra(300, 300, "180m"));
+        r.overrides.push(RawOverride {
+            keys: vec!["12345678".into()],
+            limits: vec![],
+            gcra: Some(gcra(300, 600, "180m")),
+        });
+        r.key_from = Some("header:X-Api-Key".into());
+        let l = validate(r, &[]).expect("valid").expect("some");
+        let KeyLimits::Gcra(g) = l.for_key("12345678") else {
+            panic!("gcra")
+        };
+        assert_eq!(g.emission_interval(), Duration::from_secs(18));
+        let KeyLimits::Gcra(g) = l.for_key("other") else {
+            panic!("gcra")
+        };
+        assert_eq!(g.emission_interval(), Duration::from_secs(36));
+        assert_eq!(l.key_from, KeyFrom::Header("x-api-key".into()));
+
+        let mut r = raw(Some("gcra"), vec![]);
+        r.gcra = Some(gcra(300, 300, "three hours"));
+        assert_eq!(validate(r, &[]).expect_err("period").0, "gcra.period");
+        let mut r = raw(Some("gcra"), vec![]);
+        r.gcra = Some(gcra(0, 300, "1h"));
+        assert_eq!(validate(r, &[]).expect_err("burst").0, "gcra");
+        let mut r = raw(None, vec![(60, 5.0)]);
+        r.gcra = Some(gcra(1, 1, "1s"));
+        assert_eq!(
+            validate(r, &sizes()).expect_err("gcra on windows").0,
+            "gcra"
+        );
+        let mut r = raw(None, vec![(60, 5.0)]);
+        r.key_from = Some("cookie:x".into());
+        assert_eq!(validate(r, &sizes()).expect_err("key_from").0, "key_from");
     }
 
     #[test]

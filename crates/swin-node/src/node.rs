@@ -198,13 +198,18 @@ impl Node {
             .as_ref()
             .and_then(|s| self.stores.get(s))
             .map(|(_, st)| st.clone());
-        let sync = Arc::new(NamespaceSync::new(
+        let sync = NamespaceSync::new(
             counters,
             cfg.mode,
             store,
             self.node_id.clone(),
             self.config.store_timeout,
-        ));
+        );
+        let gcra = matches!(
+            cfg.limits.as_ref().map(|l| &l.default),
+            Some(crate::limits::KeyLimits::Gcra(_))
+        );
+        let sync = Arc::new(if gcra { sync.with_buckets() } else { sync });
         let cancel = self.shutdown.child_token();
         let engine = sync.clone();
         let token = cancel.clone();
@@ -330,9 +335,13 @@ impl Node {
         let stop = CancellationToken::new();
         let server_stop = stop.clone();
         let server = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move { server_stop.cancelled().await })
-                .await
+            // the peer address is the forward-auth key of last resort
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move { server_stop.cancelled().await })
+            .await
         });
         let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("install SIGHUP handler")?;

@@ -7,6 +7,7 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use swin_core::{CounterOptions, NamespaceCounters, Retention, WindowSize};
 use swin_node::app::{app, AppState, Namespace, Namespaces};
+use swin_node::limits::{KeyFrom, KeyLimits, Limits};
 use swin_sync::{NamespaceSync, SyncMode};
 use tower::ServiceExt;
 
@@ -41,7 +42,8 @@ fn local_namespace(
     })
 }
 
-/// `api` counts; `login` allows 5 hits a minute (50 for the key `vip`).
+/// `api` counts; `login` allows 5 hits a minute (50 for the key `vip`); `orders` is a
+/// GCRA bucket of 3 a minute keyed by `X-Api-Key` for forward auth.
 fn router() -> axum::Router {
     let five = swin_core::WindowLimit::new(
         WindowSize::new(60).expect("size"),
@@ -53,16 +55,31 @@ fn router() -> axum::Router {
         limit: 50.0,
         ..five
     };
-    let limits = swin_node::limits::Limits {
-        default: vec![five],
-        overrides: [("vip".to_string(), vec![fifty])].into_iter().collect(),
+    let limits = Limits {
+        default: KeyLimits::Windows(vec![five]),
+        overrides: [("vip".to_string(), KeyLimits::Windows(vec![fifty]))]
+            .into_iter()
+            .collect(),
         count_denied: false,
+        key_from: KeyFrom::ClientAddress,
+    };
+    // 3 a minute, burst 3: a token every 20 s
+    let gcra = swin_core::Gcra::new(3, 3, std::time::Duration::from_secs(60)).expect("gcra");
+    let orders = Limits {
+        default: KeyLimits::Gcra(gcra),
+        overrides: Default::default(),
+        count_denied: false,
+        key_from: KeyFrom::Header("x-api-key".into()),
     };
     let mut ns = Namespaces::new();
     ns.insert("api".into(), local_namespace("api", &[1, 60], None));
     ns.insert(
         "login".into(),
         local_namespace("login", &[60], Some(limits)),
+    );
+    ns.insert(
+        "orders".into(),
+        local_namespace("orders", &[], Some(orders)),
     );
     app(Arc::new(AppState::new(ns, 4096)))
 }
@@ -93,17 +110,34 @@ async fn call(
 
 const JSON: Option<&str> = Some("application/json");
 
-/// A `/hit` call: status, body and the rate-limit headers.
-async fn hit(
+type Answer = (StatusCode, serde_json::Value, [Option<String>; 3]);
+
+/// A `/hit` call on `login`: status, body and the rate-limit headers.
+async fn hit(r: &axum::Router, key: &str, body: &str) -> Answer {
+    send(
+        r,
+        "POST",
+        &format!("/v1/namespaces/login/keys/{key}/hit"),
+        &[],
+        body,
+    )
+    .await
+}
+
+/// Any call, with headers: status, body and the rate-limit headers.
+async fn send(
     r: &axum::Router,
-    key: &str,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
     body: &str,
-) -> (StatusCode, serde_json::Value, [Option<String>; 3]) {
-    let mut req = Request::builder()
-        .method("POST")
-        .uri(format!("/v1/namespaces/login/keys/{key}/hit"));
+) -> Answer {
+    let mut req = Request::builder().method(method).uri(uri);
     if !body.is_empty() {
         req = req.header("content-type", "application/json");
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
     }
     let resp = r
         .clone()
@@ -251,6 +285,173 @@ async fn dry_runs_and_costs() {
         s,
         StatusCode::BAD_REQUEST,
         "a namespace without limits: {v}"
+    );
+}
+
+#[tokio::test]
+async fn gcra_buckets_spend_refund_and_say_when() {
+    let r = router();
+    let orders = |key: &str| format!("/v1/namespaces/orders/keys/{key}/hit");
+    for i in 0..3 {
+        let (s, v, h) = send(&r, "POST", &orders("o1"), &[], "").await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(v["limit"], 3.0);
+        assert_eq!(v["remaining"], f64::from(2 - i));
+        assert_eq!(h[0].as_deref(), Some("\"gcra\";q=3;w=60"));
+    }
+    let (s, v, h) = send(&r, "POST", &orders("o1"), &[], "").await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    let retry = v["retry_after"].as_f64().expect("retry_after");
+    assert!(retry > 19.0 && retry <= 20.0, "{v}");
+    assert_eq!(h[2].as_deref(), Some("20"));
+    assert_eq!(v["reset_after"].as_f64().map(f64::round), Some(60.0));
+    // a dry run spends nothing; a refund gives one token back
+    let (s, _, _) = send(&r, "POST", &orders("o1"), &[], r#"{"dry_run": true}"#).await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    let (s, v) = call(&r, "POST", "/v1/namespaces/orders/keys/o1/refund", None, "").await;
+    assert_eq!(
+        (s, v["allowed"].clone()),
+        (StatusCode::OK, serde_json::json!(true))
+    );
+    assert_eq!(
+        send(&r, "POST", &orders("o1"), &[], "").await.0,
+        StatusCode::OK
+    );
+    // costs are whole tokens, at most the burst
+    for bad in [r#"{"cost": 1.5}"#, r#"{"cost": 4}"#, r#"{"cost": -1}"#] {
+        let (s, v, _) = send(&r, "POST", &orders("o2"), &[], bad).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {v}");
+    }
+}
+
+#[tokio::test]
+async fn batch_decisions_are_all_or_nothing() {
+    let r = router();
+    let both = r#"{"hits": [{"namespace": "login", "key": "b1"},
+                            {"namespace": "orders", "key": "b1", "cost": 2}]}"#;
+    let (s, v, h) = send(&r, "POST", "/v1/hits", &[], both).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["spent"], true);
+    assert_eq!(v["results"][1]["namespace"], "orders");
+    assert_eq!(v["results"][1]["remaining"], 1.0);
+    // the strictest (orders, 1 left) is the answer at the top
+    assert_eq!(v["remaining"], 1.0);
+    assert_eq!(
+        h[0].as_deref(),
+        Some("\"login.60s\";q=5;w=60, \"orders.gcra\";q=3;w=60")
+    );
+    assert!(
+        h[1].as_deref()
+            .is_some_and(|x| x.starts_with("\"orders.gcra\";r=1;")),
+        "{h:?}"
+    );
+    // orders has 1 token left: a batch wanting 2 is denied and login is not counted
+    let (s, v, h) = send(&r, "POST", "/v1/hits", &[], both).await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(
+        (v["spent"].clone(), v["allowed"].clone()),
+        (false.into(), false.into())
+    );
+    assert_eq!(v["results"][0]["allowed"], true);
+    assert!(h[2].is_some());
+    let (_, v) = call(&r, "GET", "/v1/namespaces/login/keys/b1", None, "").await;
+    assert_eq!(v["windows"][0]["current"], 1.0, "given back");
+    let one = r#"{"hits": [{"namespace": "orders", "key": "b1"}]}"#;
+    assert_eq!(
+        send(&r, "POST", "/v1/hits", &[], one).await.0,
+        StatusCode::OK
+    );
+    // bad batches name the hit; nothing of them stays counted
+    let bad =
+        r#"{"hits": [{"namespace": "login", "key": "b2"}, {"namespace": "api", "key": "x"}]}"#;
+    let (s, v, _) = send(&r, "POST", "/v1/hits", &[], bad).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("hits[1]")),
+        "{v}"
+    );
+    let (_, v) = call(&r, "GET", "/v1/namespaces/login/keys/b2", None, "").await;
+    assert_eq!(v["windows"][0]["current"], 0.0);
+    for body in [r#"{"hits": []}"#, "", r#"{"hits": [{"key": "k"}]}"#] {
+        let (s, _) = call(&r, "POST", "/v1/hits", JSON, body).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{body}");
+    }
+}
+
+#[tokio::test]
+async fn delete_resets_a_key() {
+    let r = router();
+    for _ in 0..5 {
+        hit(&r, "zed", "").await;
+    }
+    assert_eq!(hit(&r, "zed", "").await.0, StatusCode::TOO_MANY_REQUESTS);
+    let (s, v) = call(&r, "DELETE", "/v1/namespaces/login/keys/zed", None, "").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v,
+        serde_json::json!({"namespace": "login", "key": "zed", "reset": true})
+    );
+    assert_eq!(hit(&r, "zed", "").await.0, StatusCode::OK);
+    let (s, _) = call(&r, "DELETE", "/v1/namespaces/nope/keys/zed", None, "").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn forward_auth_takes_the_key_from_a_header_or_the_client_address() {
+    let r = router();
+    let key = [("x-api-key", "team-a")];
+    for _ in 0..3 {
+        let (s, v, h) = send(&r, "GET", "/v1/auth/orders", &key, "").await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert!(h[1].is_some());
+    }
+    let (s, _, h) = send(&r, "GET", "/v1/auth/orders", &key, "").await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    assert!(h[2].is_some(), "Retry-After on a denial");
+    let (s, _, _) = send(&r, "POST", "/v1/auth/orders?deny_status=403", &key, "").await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let other = [("x-api-key", "team-b")];
+    assert_eq!(
+        send(&r, "GET", "/v1/auth/orders", &other, "").await.0,
+        StatusCode::OK
+    );
+    let (s, v, _) = send(&r, "GET", "/v1/auth/orders", &[], "").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{v}");
+    // login limits by client address: the first X-Forwarded-For entry, else X-Real-IP
+    let fwd = [("x-forwarded-for", "203.0.113.7, 10.0.0.1")];
+    for _ in 0..5 {
+        assert_eq!(
+            send(&r, "GET", "/v1/auth/login", &fwd, "").await.0,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        send(
+            &r,
+            "GET",
+            "/v1/auth/login",
+            &[("x-real-ip", "203.0.113.7")],
+            ""
+        )
+        .await
+        .0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let (_, v) = call(&r, "GET", "/v1/namespaces/login/keys/203.0.113.7", None, "").await;
+    assert_eq!(v["windows"][0]["current"], 5.0);
+    for bad in [
+        "/v1/auth/login?deny_status=500",
+        "/v1/auth/login?cost=x",
+        "/v1/auth/api",
+    ] {
+        let (s, _, _) = send(&r, "GET", bad, &fwd, "").await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}");
+    }
+    assert_eq!(
+        send(&r, "GET", "/v1/auth/nope", &fwd, "").await.0,
+        StatusCode::NOT_FOUND
     );
 }
 
