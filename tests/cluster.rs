@@ -593,3 +593,190 @@ async fn synchronous_limit_redis() {
     swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
     synchronous_limit(Store::redis()).await;
 }
+
+/// The shipped nginx snippet (config/nginx-auth-request.conf), run by a real nginx in
+/// front of a backend: swin decides, nginx answers 429 with swin's headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_auth_request_limits_a_backend() {
+    let _serial = SERIAL.lock().await;
+    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    let store = Store::sqlite();
+    let config = store.config(0.0).replace(
+        "store = \"main\"\n",
+        "store = \"main\"\nlimits = [{ window_size = 3600, limit = 3 }]\nkey_from = \"header:X-Api-Key\"\n",
+    );
+    let (front, back) = (swin_testkit::free_port(), swin_testkit::free_port());
+    let snippet = include_str!("../config/nginx-auth-request.conf")
+        .replace("127.0.0.1:8080", &format!("127.0.0.1:{front}"))
+        .replace("127.0.0.1:9000", &format!("127.0.0.1:{back}"));
+    assert!(snippet.contains(&format!("listen 127.0.0.1:{front};")));
+    let extra = format!(
+        "{snippet}\nserver {{ listen 127.0.0.1:{back}; location / {{ return 200 \"backend ok\\n\"; }} }}\n"
+    );
+    let _cluster = Cluster::start_with(2, &config, 0, &extra);
+    swin_testkit::wait_for_port(front, Duration::from_secs(10));
+    let c = client();
+    let get = |key: Option<&str>| {
+        let mut r = c.get(format!("http://127.0.0.1:{front}/orders/42"));
+        if let Some(k) = key {
+            r = r.header("X-Api-Key", k);
+        }
+        r.send()
+    };
+    for i in 0..3 {
+        let r = get(Some("alice")).await.expect("request");
+        assert_eq!(r.status().as_u16(), 200, "hit {i}");
+        let state = r.headers().get("ratelimit").cloned();
+        assert_eq!(r.text().await.expect("body"), "backend ok\n");
+        let state = state.expect("RateLimit passed on");
+        assert!(
+            state
+                .to_str()
+                .expect("ascii")
+                .starts_with(&format!("\"3600s\";r={};", 2 - i)),
+            "{state:?}"
+        );
+    }
+    let r = get(Some("alice")).await.expect("request");
+    assert_eq!(r.status().as_u16(), 429);
+    let retry: u64 = r
+        .headers()
+        .get("retry-after")
+        .expect("Retry-After")
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!(retry >= 1);
+    assert!(r.headers().get("ratelimit-policy").is_some());
+    assert_eq!(
+        get(Some("bob")).await.expect("request").status().as_u16(),
+        200
+    );
+    // no key to limit by: swin's 401 goes through auth_request as it is
+    assert_eq!(get(None).await.expect("request").status().as_u16(), 401);
+    assert_eq!(store_count(&store, "alice").await, Some(3.0));
+}
+
+async fn store_count(store: &Store, key: &str) -> Option<f64> {
+    store.totals().await.get(key).copied()
+}
+
+/// A GCRA namespace over 3 nodes: synchronous mode admits exactly the burst; periodic
+/// mode converges on one bucket; DELETE resets a key on every node.
+async fn gcra_and_reset(store: Store) {
+    let config = format!(
+        "store_timeout = 1\n\n{}\n\
+         [[namespaces]]\nname = \"strict\"\nsync_rate = 0\nstore = \"main\"\nalgorithm = \"gcra\"\n\
+         gcra = {{ burst = 10, count = 10, period = \"1h\" }}\n\n\
+         [[namespaces]]\nname = \"loose\"\nsync_rate = 0.1\nstore = \"main\"\nalgorithm = \"gcra\"\n\
+         gcra = {{ burst = 10, count = 10, period = \"1h\" }}\n",
+        store.section()
+    );
+    let cluster = Cluster::start(3, &config, 0);
+    let c = client();
+    let hit = |ns: &str, base: &str, dry: bool| {
+        let req = c
+            .post(format!("{base}/v1/namespaces/{ns}/keys/k/hit"))
+            .header("content-type", "application/json")
+            .body(format!("{{\"dry_run\": {dry}}}"));
+        async move {
+            let r = req.send().await.expect("hit");
+            let status = r.status().as_u16();
+            let v: serde_json::Value = r.json().await.expect("json");
+            (status, v)
+        }
+    };
+    // synchronous: 8 clients × 5 hits through nginx, never more than the burst
+    let allowed = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (c, lb, allowed) = (c.clone(), cluster.lb.clone(), allowed.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                let r = c
+                    .post(format!("{lb}/v1/namespaces/strict/keys/k/hit"))
+                    .send()
+                    .await
+                    .expect("hit");
+                match r.status().as_u16() {
+                    200 => {
+                        allowed.fetch_add(1, Ordering::SeqCst);
+                    }
+                    429 => {}
+                    other => panic!("hit answered {other}"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("client");
+    }
+    let allowed = allowed.load(Ordering::SeqCst);
+    eprintln!("gcra burst 10, 40 synchronous hits over 3 nodes: {allowed} allowed");
+    assert!(allowed <= 10, "{allowed} admitted against a burst of 10");
+    assert!(allowed >= 1);
+
+    // periodic: 4 hits on each node, then every node sees the bucket empty
+    // (a node that already sees others' spends may deny some: at least 10 pass)
+    let mut passed = 0;
+    for node in cluster.running() {
+        for _ in 0..4 {
+            let (status, v) = hit("loose", &node.base, false).await;
+            assert!(status == 200 || status == 429, "{status} {v}");
+            passed += usize::from(status == 200);
+        }
+    }
+    assert!(passed >= 10, "{passed}");
+    let bases: Vec<String> = cluster.running().map(|n| n.base.clone()).collect();
+    let took = within(
+        Duration::from_secs(3),
+        "every node sees the cluster's spends",
+        async || {
+            for b in &bases {
+                let (status, v) = hit("loose", b, true).await;
+                if status != 429 || v["remaining"] != 0.0 {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    eprintln!("gcra periodic (0.1 s): every node empty after {took:?}");
+    // a reset on one node reaches every node
+    let r = c
+        .delete(format!("{}/v1/namespaces/loose/keys/k", bases[0]))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status().as_u16(), 200);
+    within(
+        Duration::from_secs(3),
+        "the reset reaches every node",
+        async || {
+            for b in &bases {
+                let (status, v) = hit("loose", b, true).await;
+                if status != 200 || v["remaining"] != 9.0 {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcra_and_reset_postgres() {
+    let _serial = SERIAL.lock().await;
+    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    gcra_and_reset(Store::postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcra_and_reset_redis() {
+    let _serial = SERIAL.lock().await;
+    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    gcra_and_reset(Store::redis()).await;
+}

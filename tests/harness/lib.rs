@@ -95,6 +95,12 @@ impl Cluster {
     /// `config` is a swin-node TOML without `listen`. Every node's port is in the nginx
     /// upstream from the start (a node started later with [`Cluster::join`] too).
     pub fn start(n: usize, config: &str, spare: usize) -> Cluster {
+        Cluster::start_with(n, config, spare, "")
+    }
+
+    /// As [`Cluster::start`], with `extra` added to nginx's `http` block (where the
+    /// upstream `swin` names every node).
+    pub fn start_with(n: usize, config: &str, spare: usize, extra: &str) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let config_path = dir.path().join("swin.toml");
         std::fs::write(&config_path, config).expect("write config");
@@ -112,7 +118,7 @@ impl Cluster {
             });
         }
         let lb_port = swin_testkit::free_port();
-        let nginx = start_nginx(dir.path(), lb_port, &ports);
+        let nginx = start_nginx(dir.path(), lb_port, &ports, extra);
         Cluster {
             nodes: all,
             lb: format!("http://127.0.0.1:{lb_port}"),
@@ -159,7 +165,7 @@ impl Cluster {
     }
 }
 
-fn start_nginx(dir: &Path, port: u16, upstreams: &[u16]) -> ChildGuard {
+fn start_nginx(dir: &Path, port: u16, upstreams: &[u16], extra: &str) -> ChildGuard {
     let servers: String = upstreams
         .iter()
         .map(|p| format!("server 127.0.0.1:{p} max_fails=0;\n"))
@@ -172,7 +178,7 @@ fn start_nginx(dir: &Path, port: u16, upstreams: &[u16]) -> ChildGuard {
          fastcgi_temp_path {d}/fastcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
          upstream swin {{\n{servers} keepalive 32;\n }}\n\
          server {{\n  listen 127.0.0.1:{port};\n  location / {{\n   proxy_pass http://swin;\n   proxy_http_version 1.1;\n\
-         proxy_set_header Connection \"\";\n   proxy_next_upstream error timeout http_502;\n   proxy_connect_timeout 1s;\n  }}\n }}\n}}\n"
+         proxy_set_header Connection \"\";\n   proxy_next_upstream error timeout http_502;\n   proxy_connect_timeout 1s;\n  }}\n }}\n{extra}\n}}\n"
     );
     let path = dir.join("nginx.conf");
     std::fs::write(&path, conf).expect("write nginx.conf");
