@@ -187,6 +187,11 @@ async fn take(
         }
         KeyLimits::Windows(set) => set,
     };
+    // every limit checks the cost before anything is counted: a refused hit must not
+    // stay in the counts
+    for l in set {
+        l.decide(0.0, 0.0, now, cost)?;
+    }
     let counters = ns.sync.counters();
     let mut decisions = Vec::with_capacity(set.len());
     for l in set {
