@@ -246,6 +246,23 @@ impl Node {
                 Some(r) if r.config == *cfg => {
                     next.insert(cfg.name.clone(), r);
                 }
+                Some(r) if only_limits_changed(&r.config, cfg) => {
+                    // same counters and engine, new limits: nothing counted is lost
+                    info!(namespace = cfg.name, "limits changed");
+                    let namespace = Arc::new(Namespace {
+                        sync: r.namespace.sync.clone(),
+                        store_name: r.namespace.store_name.clone(),
+                        limits: cfg.limits.clone(),
+                    });
+                    next.insert(
+                        cfg.name.clone(),
+                        Running {
+                            config: cfg.clone(),
+                            namespace,
+                            cancel: r.cancel,
+                        },
+                    );
+                }
                 old => {
                     if let Some(old) = old {
                         info!(namespace = cfg.name, "namespace changed; rebuilding");
@@ -381,4 +398,18 @@ impl Node {
         info!("stopped");
         Ok(())
     }
+}
+
+/// True when two configs of a namespace differ in their limits only, and not in kind
+/// (window limits and GCRA keep different state).
+fn only_limits_changed(old: &NamespaceConfig, new: &NamespaceConfig) -> bool {
+    let gcra = |c: &NamespaceConfig| {
+        matches!(
+            c.limits.as_ref().map(|l| &l.default),
+            Some(crate::limits::KeyLimits::Gcra(_))
+        )
+    };
+    let mut same = new.clone();
+    same.limits = old.limits.clone();
+    same == *old && gcra(old) == gcra(new)
 }

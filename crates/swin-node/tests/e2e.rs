@@ -129,6 +129,26 @@ async fn sighup_adds_a_namespace_keeps_counts_and_rejects_a_bad_file() {
         2.0,
         "the old config stays"
     );
+
+    // new limits on a local-only namespace: its counts (2 hits on x) stay
+    let limited = format!("{extra}limits = [{{ window_size = 60, limit = 3 }}]\n");
+    write_config(dir.path(), &backend, &limited);
+    node.signal("HUP");
+    let hit_x = async || {
+        client
+            .post(format!("{}/v1/namespaces/extra/keys/x/hit", node.base))
+            .send()
+            .await
+            .expect("post")
+            .status()
+            .as_u16()
+    };
+    eventually("the limit applies", async || hit_x().await == 200).await;
+    assert_eq!(
+        hit_x().await,
+        429,
+        "2 counted before the reload + 1 = the limit"
+    );
     assert!(node.terminate());
 }
 

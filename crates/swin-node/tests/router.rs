@@ -281,7 +281,10 @@ async fn dry_runs_and_costs() {
     .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
     let (_, v) = call(&r, "GET", "/v1/namespaces/login/keys/carol", None, "").await;
-    assert_eq!(v["windows"][0]["current"], 5.0, "a refused cost counts nothing");
+    assert_eq!(
+        v["windows"][0]["current"], 5.0,
+        "a refused cost counts nothing"
+    );
     let (s, v) = call(&r, "POST", "/v1/namespaces/api/keys/k/hit", None, "").await;
     assert_eq!(
         s,
