@@ -409,7 +409,10 @@ struct NamespaceInfo {
     sync_mode: &'static str,
     sync_rate: f64,
     store: Option<String>,
+    /// `sliding_window`, `fixed_window` or `gcra`; none when the namespace only counts.
+    algorithm: Option<&'static str>,
     counters: usize,
+    buckets: usize,
     evictions: u64,
     last_sync_ms: Option<i64>,
     pending_diffs: usize,
@@ -435,7 +438,15 @@ fn info(ns: &Namespace) -> NamespaceInfo {
             swin_sync::SyncMode::LocalOnly => -1.0,
         },
         store: ns.store_name.clone(),
+        algorithm: ns.limits.as_ref().map(|l| match &l.default {
+            crate::limits::KeyLimits::Gcra(_) => "gcra",
+            crate::limits::KeyLimits::Windows(w) => match w.first().map(|w| w.algorithm) {
+                Some(swin_core::WindowAlgorithm::Fixed) => "fixed_window",
+                _ => "sliding_window",
+            },
+        }),
         counters: ns.sync.counters().len(),
+        buckets: ns.sync.counters().buckets().len(),
         evictions: ns.sync.counters().evictions(),
         last_sync_ms: st.last_success_ms,
         pending_diffs: st.pending_diffs,

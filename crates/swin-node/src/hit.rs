@@ -288,6 +288,7 @@ pub async fn hit(
     let body: HitBody = parse_json(bytes.as_ref())?;
     let ns = state.namespace(&namespace)?;
     let v = take(&ns, &namespace, &key, body.cost, body.dry_run).await?;
+    state.metrics.decision(&namespace, v.allowed);
     Ok(respond(&v, &v.policies, status_of(&v), v.answer()))
 }
 
@@ -444,6 +445,9 @@ pub async fn batch(
         }
     }
     let denied = taken.iter().any(|(_, v)| !v.allowed);
+    for h in &body.hits {
+        state.metrics.decision(&h.namespace, !denied);
+    }
     if denied {
         give_back_all(&body.hits, &taken, body.dry_run).await?;
     }
@@ -611,6 +615,7 @@ pub async fn auth(
             .into_response());
     };
     let v = take(&ns, &namespace, &key, q.cost, false).await?;
+    state.metrics.decision(&namespace, v.allowed);
     let status = if v.allowed { StatusCode::OK } else { deny };
     Ok(respond(&v, &v.policies, status, v.answer()))
 }

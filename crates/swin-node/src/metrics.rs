@@ -12,6 +12,8 @@ use crate::app::Namespaces;
 pub struct Metrics {
     http: papaya::HashMap<String, papaya::HashMap<u16, AtomicU64>>,
     increments: papaya::HashMap<String, AtomicU64>,
+    /// Decisions by namespace: denied, allowed.
+    decisions: [papaya::HashMap<String, AtomicU64>; 2],
 }
 
 fn bump<K, Q>(map: &papaya::HashMap<K, AtomicU64>, key: &Q, owned: impl FnOnce() -> K, n: u64)
@@ -42,13 +44,28 @@ impl Metrics {
         bump(&self.increments, namespace, || namespace.to_owned(), n);
     }
 
+    pub fn decision(&self, namespace: &str, allowed: bool) {
+        bump(
+            &self.decisions[usize::from(allowed)],
+            namespace,
+            || namespace.to_owned(),
+            1,
+        );
+    }
+
     fn sorted_increments(&self) -> Vec<(String, u64)> {
-        let mut v: Vec<_> = self
-            .increments
-            .pin()
-            .iter()
-            .map(|(k, c)| (k.clone(), c.load(Ordering::Relaxed)))
-            .collect();
+        sorted(&self.increments)
+    }
+
+    fn sorted_decisions(&self) -> Vec<(String, &'static str, u64)> {
+        let mut v = Vec::new();
+        for (i, name) in ["denied", "allowed"].into_iter().enumerate() {
+            v.extend(
+                sorted(&self.decisions[i])
+                    .into_iter()
+                    .map(|(ns, n)| (ns, name, n)),
+            );
+        }
         v.sort();
         v
     }
@@ -74,6 +91,14 @@ impl Metrics {
                 esc(&ns)
             );
         }
+        let _ = writeln!(out, "# HELP swin_decisions_total Limit decisions (/hit, /v1/hits, /v1/auth), by namespace and outcome.\n# TYPE swin_decisions_total counter");
+        for (ns, decision, v) in self.sorted_decisions() {
+            let _ = writeln!(
+                out,
+                "swin_decisions_total{{namespace=\"{}\",decision=\"{decision}\"}} {v}",
+                esc(&ns)
+            );
+        }
         let _ = writeln!(out, "# HELP swin_http_requests_total HTTP requests, by route and status.\n# TYPE swin_http_requests_total counter");
         for (route, status, v) in self.sorted_http() {
             let _ = writeln!(
@@ -82,7 +107,12 @@ impl Metrics {
                 esc(&route)
             );
         }
-        let gauges: [(&str, &str, &str); 6] = [
+        let gauges: [(&str, &str, &str); 7] = [
+            (
+                "swin_buckets",
+                "gauge",
+                "GCRA buckets held in local memory.",
+            ),
             (
                 "swin_counters",
                 "gauge",
@@ -117,6 +147,7 @@ impl Metrics {
                 let c = ns.sync.counters();
                 let v = match name {
                     "swin_counters" => c.len() as f64,
+                    "swin_buckets" => c.buckets().len() as f64,
                     "swin_evictions_total" => c.evictions() as f64,
                     "swin_pending_diffs" => st.pending_diffs as f64,
                     "swin_sync_failures_total" => st.failures as f64,
@@ -156,6 +187,16 @@ impl Metrics {
         }
         out
     }
+}
+
+fn sorted(map: &papaya::HashMap<String, AtomicU64>) -> Vec<(String, u64)> {
+    let mut v: Vec<_> = map
+        .pin()
+        .iter()
+        .map(|(k, c)| (k.clone(), c.load(Ordering::Relaxed)))
+        .collect();
+    v.sort();
+    v
 }
 
 fn esc(s: &str) -> String {

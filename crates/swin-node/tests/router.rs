@@ -710,4 +710,32 @@ async fn health_ready_namespaces_and_metrics() {
         text.contains("swin_counters{namespace=\"api\"} 2"),
         "{text}"
     );
+    // decisions and buckets
+    for _ in 0..4 {
+        send(&r, "POST", "/v1/namespaces/orders/keys/m/hit", &[], "").await;
+    }
+    let (_, v) = call(&r, "GET", "/metrics", None, "").await;
+    let text = v.as_str().expect("text");
+    for line in [
+        "swin_decisions_total{namespace=\"orders\",decision=\"allowed\"} 3",
+        "swin_decisions_total{namespace=\"orders\",decision=\"denied\"} 1",
+        "swin_buckets{namespace=\"orders\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    let (_, v) = call(&r, "GET", "/v1/namespaces", None, "").await;
+    let algorithms: Vec<_> = v["namespaces"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|n| (n["name"].clone(), n["algorithm"].clone()))
+        .collect();
+    assert_eq!(
+        algorithms,
+        vec![
+            ("api".into(), serde_json::Value::Null),
+            ("login".into(), "sliding_window".into()),
+            ("orders".into(), "gcra".into()),
+        ]
+    );
 }
