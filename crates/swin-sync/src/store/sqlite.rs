@@ -26,6 +26,29 @@ fn err(e: sqlx::Error) -> StoreError {
     StoreError::Sqlite(e)
 }
 
+/// Records a push in `swin_pushes` inside `tx`; false when that push was applied before.
+/// As the first statement of the transaction it writes, so the write lock is taken
+/// (waiting on busy_timeout) before anything is read.
+async fn record_push(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    node_id: &str,
+    namespace: &str,
+    seq: u64,
+) -> Result<bool, StoreError> {
+    let fresh = sqlx::query(
+        "INSERT INTO swin_pushes (node_id, namespace, seq) VALUES (?1, ?2, ?3)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(node_id)
+    .bind(namespace)
+    .bind(seq as i64)
+    .execute(&mut **tx)
+    .await
+    .map_err(err)?
+    .rows_affected();
+    Ok(fresh > 0)
+}
+
 impl SqliteStore {
     /// `url` is `sqlite://path/to/file.db` (created when missing) or `sqlite::memory:`.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
@@ -81,20 +104,7 @@ impl SqliteStore {
         let batch = serde_json::Value::Array(rows).to_string();
         let mut tx = self.pool.begin().await.map_err(err)?;
         if let Some(seq) = push.seq {
-            // The first statement writes, so the write lock is taken (waiting on
-            // busy_timeout) before anything is read.
-            let fresh = sqlx::query(
-                "INSERT INTO swin_pushes (node_id, namespace, seq) VALUES (?1, ?2, ?3)
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(push.node_id)
-            .bind(namespace)
-            .bind(seq as i64)
-            .execute(&mut *tx)
-            .await
-            .map_err(err)?
-            .rows_affected();
-            if fresh == 0 {
+            if !record_push(&mut tx, push.node_id, namespace, seq).await? {
                 tx.rollback().await.map_err(err)?;
                 let windows: Vec<WindowKey> = diffs.iter().map(WindowKey::of).collect();
                 return self.read(namespace, &windows).await;
@@ -178,18 +188,7 @@ impl SqliteStore {
         let batch = serde_json::Value::Array(rows).to_string();
         let mut tx = self.pool.begin().await.map_err(err)?;
         if let Some(seq) = push.seq {
-            let fresh = sqlx::query(
-                "INSERT INTO swin_pushes (node_id, namespace, seq) VALUES (?1, ?2, ?3)
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(push.node_id)
-            .bind(namespace)
-            .bind(seq as i64)
-            .execute(&mut *tx)
-            .await
-            .map_err(err)?
-            .rows_affected();
-            if fresh == 0 {
+            if !record_push(&mut tx, push.node_id, namespace, seq).await? {
                 tx.rollback().await.map_err(err)?;
                 let keys: Vec<CompactString> = advances.into_iter().map(|a| a.key).collect();
                 return self.read_tats(namespace, &keys).await;
