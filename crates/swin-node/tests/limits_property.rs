@@ -1,6 +1,6 @@
-//! Property: in synchronous mode a sliding-window limit is never exceeded across three
-//! nodes, whatever the limit, the costs and the interleaving of concurrent hits — on the
-//! real PostgreSQL and Redis. Each node is its own router, namespace and store
+//! Property: in synchronous mode a sliding-window limit, and a GCRA bucket, are never
+//! exceeded across three nodes, whatever the limit, the costs and the interleaving of
+//! concurrent hits — on the real PostgreSQL and Redis. Each node is its own router, namespace and store
 //! connection, as three swin-node processes would be.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,27 +22,32 @@ use tower::ServiceExt;
 
 const HOUR: u64 = 3600;
 
-fn node(store: Store, ns: &str, limit: f64) -> axum::Router {
+fn node(store: Store, ns: &str, limit: f64, gcra: bool) -> axum::Router {
     let size = WindowSize::new(HOUR).expect("size");
     let counters = Arc::new(NamespaceCounters::new(
         ns,
         &[size],
         CounterOptions::default(),
     ));
-    let sync = Arc::new(NamespaceSync::new(
+    let sync = NamespaceSync::new(
         counters,
         SyncMode::Synchronous,
         Some(store),
         swin_sync::new_node_id().into(),
         Duration::from_secs(5),
-    ));
+    );
+    let (sync, default) = if gcra {
+        // burst `limit`, refilled over an hour: no refill to speak of during a case
+        let g = swin_core::Gcra::new(limit as i64, limit as i64, Duration::from_secs(HOUR))
+            .expect("gcra");
+        (sync.with_buckets(), KeyLimits::Gcra(g))
+    } else {
+        let w = WindowLimit::new(size, limit, WindowAlgorithm::Sliding).expect("limit");
+        (sync, KeyLimits::Windows(vec![w]))
+    };
+    let sync = Arc::new(sync);
     let limits = Limits {
-        default: KeyLimits::Windows(vec![WindowLimit::new(
-            size,
-            limit,
-            WindowAlgorithm::Sliding,
-        )
-        .expect("limit")]),
+        default,
         overrides: Default::default(),
         count_denied: false,
         key_from: KeyFrom::ClientAddress,
@@ -72,10 +77,11 @@ async fn case(
     ns: &str,
     limit: u32,
     hits: Vec<(usize, u32)>,
+    gcra: bool,
 ) -> Result<(), TestCaseError> {
     let nodes: Vec<axum::Router> = stores
         .iter()
-        .map(|s| node(s.clone(), ns, f64::from(limit)))
+        .map(|s| node(s.clone(), ns, f64::from(limit), gcra))
         .collect();
     let started = hour_start();
     let admitted = Arc::new(AtomicU64::new(0));
@@ -114,6 +120,24 @@ async fn case(
         admitted <= u64::from(limit),
         "{admitted} admitted against a limit of {limit}"
     );
+    if gcra {
+        // the store's TAT is the admitted cost's emission intervals past the first
+        // spend: at most `limit` of them, so the bucket never over-fills
+        let keys = [swin_core::CompactString::from("k")];
+        let tat = stores[0].read_tats(ns, &keys).await.expect("read tats");
+        let ei = HOUR as f64 / f64::from(limit);
+        let now_s = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs_f64();
+        let ahead = tat.first().map_or(0.0, |t| t.tat_ns as f64 / 1e9 - now_s);
+        let want = admitted as f64 * ei;
+        prop_assert!(
+            ahead <= want + 1e-3 && ahead >= want - 5.0,
+            "TAT {ahead} s ahead for {admitted} admitted of {ei} s each"
+        );
+        return Ok(());
+    }
     let size = WindowSize::new(HOUR).expect("size");
     let now = UnixMs::from_system_time(SystemTime::now());
     let key = swin_sync::WindowKey {
@@ -133,16 +157,20 @@ async fn case(
 
 fn run(stores: [Store; 3], rt: &tokio::runtime::Runtime) {
     let mut runner = TestRunner::new(Config {
-        cases: 16,
+        cases: 24,
         failure_persistence: None,
         ..Config::default()
     });
     let n = AtomicU64::new(0);
-    let strategy = (1u32..20, prop::collection::vec((0usize..3, 1u32..4), 1..48));
+    let strategy = (
+        1u32..20,
+        prop::collection::vec((0usize..3, 1u32..4), 1..48),
+        any::<bool>(),
+    );
     runner
-        .run(&strategy, |(limit, hits)| {
+        .run(&strategy, |(limit, hits, gcra)| {
             let ns = format!("prop{}", n.fetch_add(1, Ordering::SeqCst));
-            rt.block_on(case(&stores, &ns, limit, hits))
+            rt.block_on(case(&stores, &ns, limit, hits, gcra))
         })
         .unwrap_or_else(|e| panic!("{e}"));
 }
@@ -156,7 +184,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 #[test]
-fn synchronous_sliding_limit_holds_across_three_nodes_postgres() {
+fn synchronous_limits_hold_across_three_nodes_postgres() {
     let rt = runtime();
     let db = rt.block_on(swin_testkit::TestDatabase::create());
     let stores = rt.block_on(async {
@@ -181,7 +209,7 @@ fn synchronous_sliding_limit_holds_across_three_nodes_postgres() {
 }
 
 #[test]
-fn synchronous_sliding_limit_holds_across_three_nodes_redis() {
+fn synchronous_limits_hold_across_three_nodes_redis() {
     let rt = runtime();
     let prefix = swin_testkit::unique("swin-prop");
     let url = swin_testkit::redis_url();
