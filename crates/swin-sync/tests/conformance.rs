@@ -558,6 +558,23 @@ async fn tat_advances_apply_max_then_add(s: &TestStore) {
     st.reset("g", "k", &[60]).await.expect("reset");
     assert_eq!(tat_of(st, "g", "k").await, None);
     assert!(totals(st, "g", &[wk("k", CUR)]).await.is_empty());
+    // a retry of a push applied before the reset is still recognised (its reply was
+    // lost): the reset is not undone
+    st.push("g", push("n1", 3, &[diff("k", CUR, 3.0)]))
+        .await
+        .expect("retry after the reset");
+    st.push_tats("g", tat_push(Some(2), NOW_NS + SEC, &[adv("k", 5)]))
+        .await
+        .expect("retry after the reset");
+    assert_eq!(
+        totals(st, "g", &[wk("k", CUR)])
+            .await
+            .iter()
+            .map(|t| t.2)
+            .sum::<f64>(),
+        0.0
+    );
+    assert!(tat_of(st, "g", "k").await.is_none_or(|t| t <= NOW_NS + SEC));
     assert_eq!(tat_of(st, "g", "j").await, Some(NOW_NS + SEC));
 }
 

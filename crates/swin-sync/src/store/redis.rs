@@ -110,6 +110,18 @@ if apply and seq >= 0 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 return out
 "#;
 
+/// A reset: every field of the key's hashes but the per-node push records (`n:…`), so a
+/// retried push that was applied before the reset is still recognised and not applied
+/// again. The hashes then expire as they would have.
+const RESET_LUA: &str = r#"
+for k = 1, #KEYS do
+  for _, f in ipairs(redis.call('HKEYS', KEYS[k])) do
+    if string.sub(f, 1, 2) ~= 'n:' then redis.call('HDEL', KEYS[k], f) end
+  end
+end
+return 0
+"#;
+
 /// Hashes per script call: enough to share the call's overhead, small enough that one
 /// call never blocks Redis for long.
 const HASHES_PER_CALL: usize = 64;
@@ -379,20 +391,23 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// Deletes the key's hashes: one per window size and its bucket.
+    /// Empties the key's hashes, one per window size and its bucket, but for their push
+    /// records.
     pub(crate) async fn reset(
         &self,
         namespace: &str,
         key: &str,
         window_sizes: &[u32],
     ) -> Result<(), StoreError> {
-        let mut del = redis::cmd("DEL");
-        del.arg(self.bucket_key(namespace, key));
+        // one hash tag: every key of the call is in one cluster slot
+        let script = Script::new(RESET_LUA);
+        let mut inv = script.prepare_invoke();
+        inv.key(self.bucket_key(namespace, key));
         for s in window_sizes {
-            del.arg(self.hash_key(namespace, key, *s));
+            inv.key(self.hash_key(namespace, key, *s));
         }
         let mut conn = self.conn().await?;
-        let _: u64 = del.query_async(&mut conn).await?;
+        let _: i64 = inv.invoke_async(&mut conn).await?;
         Ok(())
     }
 
