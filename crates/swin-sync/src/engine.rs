@@ -279,6 +279,8 @@ impl NamespaceSync {
         now: UnixMs,
     ) -> Result<(usize, usize), StoreError> {
         let mut pushed = 0;
+        // windows whose totals a push of this sync returned: no need to read them again
+        let mut fresh: Vec<Diff> = Vec::new();
         // At most two pushes: a batch left by a failure, then the fresh diffs.
         for _ in 0..2 {
             if st.pending.is_none() {
@@ -308,17 +310,27 @@ impl NamespaceSync {
             };
             let totals = self.call(store.push(self.name(), push)).await?;
             pushed += diffs.len();
-            st.pending = None;
+            if let Some((_, diffs)) = st.pending.take() {
+                fresh.extend(diffs);
+            }
             self.apply_off_runtime(totals, now).await;
         }
         pushed += self.sync_buckets(store, st, now).await?;
         let counters = self.counters.clone();
         let wanted = off_runtime(move || {
+            let fresh: std::collections::HashSet<(&str, u32, i64), foldhash::fast::RandomState> =
+                fresh
+                    .iter()
+                    .map(|d| (d.key.as_str(), d.window_size, d.window_start))
+                    .collect();
             let mut wanted = Vec::new();
             for t in counters.tables() {
                 let size = t.size();
                 for key in t.keys() {
                     for start in [size.start_of(now), size.previous_start_of(now)] {
+                        if fresh.contains(&(key.as_str(), size.secs(), start)) {
+                            continue;
+                        }
                         wanted.push(WindowKey {
                             key: key.clone(),
                             window_size: size.secs(),

@@ -731,7 +731,37 @@ async fn reset_reaches_every_node(s: &TestStore) {
     assert!(y.check(&g, "k", 1, now).await.expect("check").allowed);
 }
 
+/// A sync reads back only what its push did not answer: the pushed windows' totals come
+/// with the push.
+async fn pushed_windows_are_not_read_again(s: &TestStore) {
+    let st = &s.store;
+    let a = engine(st, SyncMode::Periodic(Duration::from_millis(100)), &[60]);
+    let b = engine(st, SyncMode::Periodic(Duration::from_millis(100)), &[60]);
+    let now = UnixMs::from_secs(NOW);
+    st.push(
+        "api",
+        push("seed", 1, &[diff("k", PREV, 4.0), diff("k", CUR, 1.0)]),
+    )
+    .await
+    .expect("seed");
+    a.increment("k", 60, 1.0, now).await.expect("a");
+    b.increment("k", 60, 1.0, now).await.expect("b");
+    b.sync_once(now).await.expect("b");
+    let r = a.sync_once(now).await.expect("a");
+    assert_eq!(
+        (r.pushed, r.fetched),
+        (1, 1),
+        "the previous window only: {r:?}"
+    );
+    let rate = a.counters().rate("k", 60, now, None).expect("size");
+    assert_eq!((rate.current, rate.previous), (3.0, 4.0));
+    // with nothing to push, both windows are read
+    let r = a.sync_once(now).await.expect("a");
+    assert_eq!((r.pushed, r.fetched), (0, 2), "{r:?}");
+}
+
 for_all_stores!(
+    pushed_windows_are_not_read_again,
     reset_reaches_every_node,
     tat_advances_apply_max_then_add,
     gcra_buckets_are_shared,
