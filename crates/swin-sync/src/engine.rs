@@ -94,8 +94,10 @@ pub struct SyncStatus {
 pub const SYNC_BUCKETS_SECS: [f64; 10] =
     [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
 
-/// Windows read per store call when refreshing held keys.
-const READ_CHUNK: usize = 10_000;
+/// Windows read per store call when refreshing held keys, and pushed per store call:
+/// small enough that decoding one reply holds a runtime worker for a few milliseconds.
+const READ_CHUNK: usize = 5_000;
+const PUSH_CHUNK: usize = 5_000;
 
 /// Whether applying totals may add keys the table does not hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +109,8 @@ enum Create {
 #[derive(Debug, Default)]
 struct PushState {
     seq: u64,
-    pending: Option<(u64, Vec<Diff>)>,
+    /// Drained batches not yet confirmed, each with its sequence number, in push order.
+    pending: std::collections::VecDeque<(u64, Vec<Diff>)>,
     /// GCRA advances drained but not confirmed, with their own sequence number.
     pending_tats: Option<(u64, Vec<Advance>)>,
 }
@@ -261,7 +264,7 @@ impl NamespaceSync {
         let started = Instant::now();
         let mut st = self.state.lock().await;
         let result = self.sync_locked(store, &mut st, now).await;
-        let pending = st.pending.as_ref().map_or(0, |(_, d)| d.len())
+        let pending = st.pending.iter().map(|(_, d)| d.len()).sum::<usize>()
             + st.pending_tats.as_ref().map_or(0, |(_, a)| a.len());
         let result = result.map(|(pushed, fetched)| SyncReport {
             pushed,
@@ -281,9 +284,12 @@ impl NamespaceSync {
         let mut pushed = 0;
         // windows whose totals a push of this sync returned: no need to read them again
         let mut fresh: Vec<Diff> = Vec::new();
-        // At most two pushes: a batch left by a failure, then the fresh diffs.
+        // Two rounds: what a failed sync left, then the fresh diffs (the first round drains
+        // when nothing was left). A drained batch goes out in chunks of PUSH_CHUNK windows,
+        // each its own statement with its own sequence number, so that no single reply
+        // holds a runtime worker decoding 100,000 rows while requests wait behind it.
         for _ in 0..2 {
-            if st.pending.is_none() {
+            if st.pending.is_empty() {
                 let counters = self.counters.clone();
                 let drained = off_runtime(move || {
                     let all: Vec<Diff> = counters
@@ -297,23 +303,24 @@ impl NamespaceSync {
                 if drained.is_empty() {
                     break;
                 }
-                st.seq += 1;
-                st.pending = Some((st.seq, drained));
+                for chunk in drained.chunks(PUSH_CHUNK) {
+                    st.seq += 1;
+                    st.pending.push_back((st.seq, chunk.to_vec()));
+                }
             }
-            let Some((seq, diffs)) = &st.pending else {
-                break;
-            };
-            let push = Push {
-                node_id: &self.node_id,
-                seq: Some(*seq),
-                diffs,
-            };
-            let totals = self.call(store.push(self.name(), push)).await?;
-            pushed += diffs.len();
-            if let Some((_, diffs)) = st.pending.take() {
-                fresh.extend(diffs);
+            while let Some((seq, diffs)) = st.pending.front() {
+                let push = Push {
+                    node_id: &self.node_id,
+                    seq: Some(*seq),
+                    diffs,
+                };
+                let totals = self.call(store.push(self.name(), push)).await?;
+                if let Some((_, diffs)) = st.pending.pop_front() {
+                    pushed += diffs.len();
+                    fresh.extend(diffs);
+                }
+                self.apply_off_runtime(totals, now).await;
             }
-            self.apply_off_runtime(totals, now).await;
         }
         pushed += self.sync_buckets(store, st, now).await?;
         let counters = self.counters.clone();

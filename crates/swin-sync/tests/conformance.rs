@@ -760,7 +760,36 @@ async fn pushed_windows_are_not_read_again(s: &TestStore) {
     assert_eq!((r.pushed, r.fetched), (0, 2), "{r:?}");
 }
 
+/// A batch larger than one push statement goes out in chunks; a failure after the first
+/// chunk was applied (its reply lost) loses and doubles nothing.
+async fn large_batches_go_in_chunks_exactly_once(s: &TestStore) {
+    let (faulty, control) = common::faulty(&s.store);
+    let e = engine(
+        &faulty,
+        SyncMode::Periodic(Duration::from_millis(100)),
+        &[60],
+    );
+    let now = UnixMs::from_secs(NOW);
+    let keys: Vec<String> = (0..12_000).map(|i| format!("c{i}")).collect();
+    for k in &keys {
+        e.increment(k, 60, 1.0, now).await.expect("inc");
+    }
+    e.increment("c7", 60, 2.0, now).await.expect("inc");
+    control.plan([Fault::FailAfter]);
+    assert!(e.sync_once(now).await.is_err());
+    assert_eq!(e.status().pending_diffs, 12_000);
+    let r = e.sync_once(now).await.expect("retry");
+    assert_eq!(r.pushed, 12_000);
+    assert_eq!(e.status().pending_diffs, 0);
+    let wanted: Vec<WindowKey> = keys.iter().map(|k| wk(k, CUR)).collect();
+    let got = s.store.read("api", &wanted).await.expect("read");
+    assert_eq!(got.len(), 12_000);
+    let sum: f64 = got.iter().map(|t| t.count).sum();
+    assert_eq!(sum, 12_002.0);
+}
+
 for_all_stores!(
+    large_batches_go_in_chunks_exactly_once,
     pushed_windows_are_not_read_again,
     reset_reaches_every_node,
     tat_advances_apply_max_then_add,
