@@ -2,16 +2,18 @@
 //! with backoff, exactly-once pushes and the final push on shutdown.
 //!
 //! One sync: drain every diff (they move into `synced`, so the node's view does not
-//! dip), push them as one batch with the next sequence number, apply the totals the push
-//! returns, then read the current and previous totals of every key this node holds and
-//! apply them, so hits other nodes pushed reach this node even for keys it has not seen
-//! lately. Its cost grows with the keys this node holds — keys used here within the last
-//! two windows (older entries are dropped at the drain), at most `max_counters` — not
-//! with every key in the cluster (Kong reads the whole namespace on every node).
+//! dip), push them in chunks of at most 5,000 windows, each with the next sequence
+//! number, apply the totals each push returns, then read the current and previous totals
+//! of every other window this node holds and apply them, so hits other nodes pushed reach
+//! this node even for keys it has not seen lately. Its cost grows with the keys this node
+//! holds — keys used here within the last two windows (older entries are dropped at the
+//! drain), at most `max_counters` — not with every key in the cluster (Kong reads the
+//! whole namespace on every node). GCRA buckets go the same way (TAT advances instead of
+//! diffs).
 //!
-//! A failed push keeps its batch and sequence number; the next attempt sends exactly the
-//! same batch, which the store applies at most once (see `store::Push`). New hits wait in
-//! the counter table meanwhile and go in the batch after it.
+//! A failed push keeps its chunks and their sequence numbers; the next attempt sends
+//! exactly the same chunks, which the store applies at most once each (see
+//! `store::Push`). New hits wait in the counter table meanwhile and go in the batch after.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
