@@ -117,6 +117,27 @@ struct PushState {
     pending_tats: Option<(u64, Vec<Advance>)>,
 }
 
+/// A synchronous increment waiting for its round trip.
+#[derive(Debug)]
+struct Waiting {
+    key: CompactString,
+    size: WindowSize,
+    value: f64,
+    now: UnixMs,
+    /// The rate after it, or `None` when the store failed.
+    tx: tokio::sync::oneshot::Sender<Option<WindowRate>>,
+}
+
+#[derive(Debug, Default)]
+struct SyncQueue {
+    waiting: Vec<Waiting>,
+    /// A task is sending batches; new arrivals only queue.
+    flushing: bool,
+}
+
+/// Synchronous increments per round trip at most.
+const SYNC_BATCH: usize = 2_000;
+
 #[derive(Debug)]
 pub struct NamespaceSync {
     counters: Arc<NamespaceCounters>,
@@ -126,6 +147,8 @@ pub struct NamespaceSync {
     timeout: Duration,
     /// The namespace keeps GCRA buckets (warm-up loads them too).
     buckets: bool,
+    /// Synchronous increments waiting for the next round trip.
+    sync_queue: Mutex<SyncQueue>,
     state: tokio::sync::Mutex<PushState>,
     status: Mutex<SyncStatus>,
 }
@@ -160,6 +183,7 @@ impl NamespaceSync {
             node_id,
             timeout,
             buckets: false,
+            sync_queue: Mutex::new(SyncQueue::default()),
             state: tokio::sync::Mutex::new(PushState::default()),
             status: Mutex::new(SyncStatus::default()),
         }
@@ -591,7 +615,7 @@ impl NamespaceSync {
     /// (periodic, local only) or through the store (synchronous; on a store failure the
     /// hit is counted locally and pushed later, and the answer comes from local memory).
     pub async fn increment(
-        &self,
+        self: &Arc<Self>,
         key: &str,
         window_size: u32,
         value: f64,
@@ -599,48 +623,95 @@ impl NamespaceSync {
     ) -> Result<WindowRate, CoreError> {
         let table = self.counters.table(window_size)?;
         match (&self.mode, &self.store) {
-            (SyncMode::Synchronous, Some(store)) => {
+            (SyncMode::Synchronous, Some(_)) => {
                 if !value.is_finite() {
                     return Err(CoreError::NonFiniteValue(value));
                 }
-                match self
-                    .increment_in_store(store, key, table.size(), value, now)
-                    .await
-                {
-                    Ok(rate) => Ok(rate),
-                    Err(e) => {
-                        warn!(namespace = self.name(), cause = %e, "synchronous increment failed; counted locally");
-                        self.record(Err(&e), self.status().pending_diffs);
-                        table.increment(key, value, now)
-                    }
+                match self.increment_in_store(key, table.size(), value, now).await {
+                    Some(rate) => Ok(rate),
+                    // the store failed (logged and recorded once for the batch): counted
+                    // here, pushed by a later sync
+                    None => table.increment(key, value, now),
                 }
             }
             _ => table.increment(key, value, now),
         }
     }
 
+    /// Queues a synchronous increment for the store and waits for its answer. Increments
+    /// that arrive while a round trip is in flight wait and go together in the next one
+    /// (one push statement and one read for all of them), so throughput grows with the
+    /// callers while each still waits about one round trip. The flushing runs in a task of
+    /// its own: a caller that gives up does not stall the others.
     async fn increment_in_store(
-        &self,
-        store: &Store,
+        self: &Arc<Self>,
         key: &str,
         size: WindowSize,
         value: f64,
         now: UnixMs,
-    ) -> Result<WindowRate, StoreError> {
-        let start = size.start_of(now);
-        let prev = size.previous_start_of(now);
-        let diffs = [Diff {
-            key: key.into(),
-            window_size: size.secs(),
-            window_start: start,
-            value,
-        }];
-        let prev_key = [WindowKey {
-            key: key.into(),
-            window_size: size.secs(),
-            window_start: prev,
-        }];
-        // push and previous-window read in parallel: one round trip of latency
+    ) -> Option<WindowRate> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let lead = {
+            let mut q = self.sync_queue.lock().unwrap_or_else(|p| p.into_inner());
+            q.waiting.push(Waiting {
+                key: key.into(),
+                size,
+                value,
+                now,
+                tx,
+            });
+            !std::mem::replace(&mut q.flushing, true)
+        };
+        if lead {
+            let this = self.clone();
+            tokio::spawn(async move { this.flush_synchronous().await });
+        }
+        rx.await.ok().flatten()
+    }
+
+    /// Sends what waits, in batches of at most SYNC_BATCH, until nothing does.
+    async fn flush_synchronous(self: Arc<Self>) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        loop {
+            let batch: Vec<Waiting> = {
+                let mut q = self.sync_queue.lock().unwrap_or_else(|p| p.into_inner());
+                if q.waiting.is_empty() {
+                    q.flushing = false;
+                    return;
+                }
+                let n = q.waiting.len().min(SYNC_BATCH);
+                q.waiting.drain(..n).collect()
+            };
+            self.push_synchronous(&store, batch).await;
+        }
+    }
+
+    /// One round trip for a batch of synchronous increments: the push and the read of the
+    /// previous windows together. Each caller gets the store's total as if the batch's
+    /// increments had come one after another in queue order: the total before the batch
+    /// plus its own and the earlier ones'.
+    async fn push_synchronous(&self, store: &Store, batch: Vec<Waiting>) {
+        let diffs: Vec<Diff> = batch
+            .iter()
+            .map(|w| Diff {
+                key: w.key.clone(),
+                window_size: w.size.secs(),
+                window_start: w.size.start_of(w.now),
+                value: w.value,
+            })
+            .collect();
+        let mut prev_keys: Vec<WindowKey> = batch
+            .iter()
+            .map(|w| WindowKey {
+                key: w.key.clone(),
+                window_size: w.size.secs(),
+                window_start: w.size.previous_start_of(w.now),
+            })
+            .collect();
+        prev_keys.sort();
+        prev_keys.dedup();
         let (pushed, previous) = tokio::join!(
             self.call(store.push(
                 self.name(),
@@ -650,14 +721,54 @@ impl NamespaceSync {
                     diffs: &diffs
                 }
             )),
-            self.call(store.read(self.name(), &prev_key)),
+            self.call(store.read(self.name(), &prev_keys)),
         );
-        let (pushed, previous) = (pushed?, previous?);
-        let current = pushed.first().map_or(value, |t| t.count);
-        let previous_count = previous.first().map_or(0.0, |t| t.count);
+        let (pushed, previous) = match (pushed, previous) {
+            (Ok(p), Ok(r)) => (p, r),
+            (Err(e), _) | (_, Err(e)) => {
+                warn!(namespace = self.name(), cause = %e, hits = batch.len(), "synchronous increments failed; counted locally");
+                self.record(Err(&e), self.status().pending_diffs);
+                for w in batch {
+                    let _ = w.tx.send(None);
+                }
+                return;
+            }
+        };
+        let now = batch.iter().map(|w| w.now).max().unwrap_or(UnixMs(0));
         self.apply(&pushed, now, Create::Yes);
         self.apply(&previous, now, Create::Yes);
-        Ok(WindowRate::at(size, now, current, previous_count))
+        type Window = (CompactString, u32, i64);
+        let mut after: std::collections::HashMap<Window, f64> = pushed
+            .iter()
+            .map(|t| ((t.key.clone(), t.window_size, t.window_start), t.count))
+            .collect();
+        // the total before the batch: the total after it less the batch's own increments
+        for d in &diffs {
+            if let Some(t) = after.get_mut(&(d.key.clone(), d.window_size, d.window_start)) {
+                *t -= d.value;
+            }
+        }
+        let prev: std::collections::HashMap<Window, f64> = previous
+            .iter()
+            .map(|t| ((t.key.clone(), t.window_size, t.window_start), t.count))
+            .collect();
+        for (w, d) in batch.into_iter().zip(&diffs) {
+            let window = (d.key.clone(), d.window_size, d.window_start);
+            let current = match after.get_mut(&window) {
+                Some(t) => {
+                    *t += d.value;
+                    *t
+                }
+                None => d.value,
+            };
+            let previous = prev
+                .get(&(d.key.clone(), d.window_size, w.size.previous_start_of(w.now)))
+                .copied()
+                .unwrap_or(0.0);
+            let _ = w
+                .tx
+                .send(Some(WindowRate::at(w.size, w.now, current, previous)));
+        }
     }
 
     /// Runs until `cancel`: periodic syncs (synchronous and local-only namespaces tick
