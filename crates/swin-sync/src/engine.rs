@@ -641,8 +641,9 @@ impl NamespaceSync {
     /// Queues a synchronous increment for the store and waits for its answer. Increments
     /// that arrive while a round trip is in flight wait and go together in the next one
     /// (one push statement and one read for all of them), so throughput grows with the
-    /// callers while each still waits about one round trip. The flushing runs in a task of
-    /// its own: a caller that gives up does not stall the others.
+    /// callers while each still waits about one round trip (PostgreSQL, SQLite: one
+    /// transaction instead of one per hit). The flushing runs in a task of its own: a
+    /// caller that gives up does not stall the others.
     async fn increment_in_store(
         self: &Arc<Self>,
         key: &str,
@@ -651,6 +652,19 @@ impl NamespaceSync {
         now: UnixMs,
     ) -> Option<WindowRate> {
         let (tx, rx) = tokio::sync::oneshot::channel();
+        // Redis pipelines concurrent commands over one connection: they already share
+        // round trips, and a queue would only make them wait (measured: p50 0.82 → 1.2 ms)
+        if let Some(store) = self.store.as_ref().filter(|s| s.kind() == "redis") {
+            let one = Waiting {
+                key: key.into(),
+                size,
+                value,
+                now,
+                tx,
+            };
+            self.push_synchronous(store, vec![one]).await;
+            return rx.await.ok().flatten();
+        }
         let lead = {
             let mut q = self.sync_queue.lock().unwrap_or_else(|p| p.into_inner());
             q.waiting.push(Waiting {
