@@ -776,12 +776,15 @@ impl NamespaceSync {
                 None => d.value,
             };
             let previous = prev
-                .get(&(d.key.clone(), d.window_size, w.size.previous_start_of(w.now)))
+                .get(&(
+                    d.key.clone(),
+                    d.window_size,
+                    w.size.previous_start_of(w.now),
+                ))
                 .copied()
                 .unwrap_or(0.0);
-            let _ = w
-                .tx
-                .send(Some(WindowRate::at(w.size, w.now, current, previous)));
+            let _ =
+                w.tx.send(Some(WindowRate::at(w.size, w.now, current, previous)));
         }
     }
 

@@ -59,7 +59,11 @@ pub(crate) fn totals(rows: Vec<TotalRow>) -> Result<Vec<Total>, StoreError> {
 /// A batch of diffs from one node. With `seq`, the store applies the batch at most once
 /// per `(node_id, namespace, seq)`: the engine retries a failed push with the same
 /// sequence number and the same diffs, so a push whose reply was lost is not counted
-/// twice. Without `seq` (synchronous increments) there is no such record.
+/// twice. Without `seq` (synchronous increments) there is no such record: a synchronous
+/// round trip that the store applied but whose reply timed out leaves its hits counted
+/// locally as well (the fallback), and the next sync pushes them again — those hits count
+/// twice. Losing acknowledged hits instead would be worse; a store that answers within
+/// `store_timeout` never gets there.
 #[derive(Debug, Clone, Copy)]
 pub struct Push<'a> {
     pub node_id: &'a str,
