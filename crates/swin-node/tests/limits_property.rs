@@ -222,10 +222,16 @@ fn synchronous_limits_hold_across_three_nodes_redis() {
         }
         [v[0].clone(), v[1].clone(), v[2].clone()]
     });
-    run(stores.clone(), &rt);
+    // cleaned up whether the property holds or not
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(stores.clone(), &rt);
+    }));
     rt.block_on(async {
         if let Store::Redis(r) = &stores[0] {
             r.delete_prefix().await.expect("clean up");
         }
     });
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
 }
