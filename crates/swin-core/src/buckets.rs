@@ -124,11 +124,10 @@ impl BucketTable {
             if d.allowed || !force {
                 return Ok((d, d.allowed));
             }
-            let ei = i64::try_from(gcra.emission_interval().as_nanos()).unwrap_or(i64::MAX);
             let forced = tat
                 .unwrap_or(now_ns)
                 .max(now_ns)
-                .saturating_add(ei.saturating_mul(cost));
+                .saturating_add(gcra.emission_ns().saturating_mul(cost));
             Ok((
                 GcraDecision {
                     new_tat: forced,

@@ -76,6 +76,11 @@ impl Gcra {
         nanos(self.emission_ns)
     }
 
+    /// The emission interval in nanoseconds: how far one unit of cost moves the TAT.
+    pub fn emission_ns(&self) -> i64 {
+        self.emission_ns
+    }
+
     fn check_cost(&self, cost: i64) -> Result<(), CoreError> {
         if cost < 0 || cost > self.burst {
             return Err(CoreError::InvalidCost {

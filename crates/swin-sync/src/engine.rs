@@ -497,6 +497,34 @@ impl NamespaceSync {
         }
     }
 
+    /// Applies one TAT advance in the store (no sequence number: a synchronous call).
+    async fn push_advance(
+        &self,
+        store: &Store,
+        key: &str,
+        ns: i64,
+        now_ns: i64,
+    ) -> Result<Vec<Tat>, StoreError> {
+        let advances = [Advance {
+            key: key.into(),
+            ns,
+        }];
+        let push = TatPush {
+            node_id: &self.node_id,
+            seq: None,
+            now_ns,
+            advances: &advances,
+        };
+        self.call(store.push_tats(self.name(), push)).await
+    }
+
+    /// The key's TAT in the store (`None`: the store holds no bucket, it is full).
+    async fn store_tat(&self, store: &Store, key: &str) -> Result<Option<i64>, StoreError> {
+        let keys = [CompactString::from(key)];
+        let tats = self.call(store.read_tats(self.name(), &keys)).await?;
+        Ok(tats.first().map(|t| t.tat_ns))
+    }
+
     async fn spend_in_store(
         &self,
         store: &Store,
@@ -506,27 +534,8 @@ impl NamespaceSync {
         now_ns: i64,
         force: bool,
     ) -> Result<GcraDecision, StoreError> {
-        let ei = i64::try_from(gcra.emission_interval().as_nanos()).unwrap_or(i64::MAX);
-        let advance = ei.saturating_mul(cost);
-        let push = |ns: i64| {
-            let advances = [Advance {
-                key: key.into(),
-                ns,
-            }];
-            async move {
-                self.call(store.push_tats(
-                    self.name(),
-                    TatPush {
-                        node_id: &self.node_id,
-                        seq: None,
-                        now_ns,
-                        advances: &advances,
-                    },
-                ))
-                .await
-            }
-        };
-        let tats = push(advance).await?;
+        let advance = gcra.emission_ns().saturating_mul(cost);
+        let tats = self.push_advance(store, key, advance, now_ns).await?;
         let tat = tats.first().map_or(now_ns + advance, |t| t.tat_ns);
         // the TAT before this spend, as the store's max(tat, now) saw it
         let d = gcra
@@ -535,14 +544,14 @@ impl NamespaceSync {
         let tats = if d.allowed || force {
             tats
         } else {
-            push(-advance).await?
+            self.push_advance(store, key, -advance, now_ns).await?
         };
         self.counters.buckets().apply(&tats, true);
         Ok(d)
     }
 
     /// Gives back `cost` of a GCRA bucket (Boulder's refund), locally or, in synchronous
-    /// mode, in the store.
+    /// mode, in the store (on a store failure: locally, pushed by a later sync).
     pub async fn refund_tokens(
         &self,
         gcra: &Gcra,
@@ -550,37 +559,32 @@ impl NamespaceSync {
         cost: i64,
         now: UnixMs,
     ) -> Result<GcraDecision, CoreError> {
-        let buckets = self.counters.buckets();
         let now_ns = nanos(now);
         if let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) {
-            let keys = [CompactString::from(key)];
-            if let Ok(tats) = self.call(store.read_tats(self.name(), &keys)).await {
-                let tat = tats.first().map(|t| t.tat_ns);
-                let d = gcra.refund(tat, now_ns, cost)?;
-                if !d.allowed {
-                    return Ok(d);
+            let in_store = async {
+                let tat = self.store_tat(store, key).await?;
+                let d = gcra
+                    .refund(tat, now_ns, cost)
+                    .map_err(|e| StoreError::Protocol(e.to_string()))?;
+                if d.allowed {
+                    let back = d.new_tat - tat.unwrap_or(now_ns).max(now_ns);
+                    self.push_advance(store, key, back, now_ns).await?;
                 }
-                let back = d.new_tat - tat.unwrap_or(now_ns).max(now_ns);
-                let advances = [Advance {
-                    key: key.into(),
-                    ns: back,
-                }];
-                let push = TatPush {
-                    node_id: &self.node_id,
-                    seq: None,
-                    now_ns,
-                    advances: &advances,
-                };
-                if self.call(store.push_tats(self.name(), push)).await.is_ok() {
-                    return Ok(d);
+                Ok::<_, StoreError>(d)
+            };
+            match in_store.await {
+                Ok(d) => return Ok(d),
+                Err(e) => {
+                    warn!(namespace = self.name(), cause = %e, "synchronous refund failed; given back locally");
+                    self.record(Err(&e), self.status().pending_diffs);
                 }
             }
         }
-        buckets.refund(gcra, key, now_ns, cost)
+        self.counters.buckets().refund(gcra, key, now_ns, cost)
     }
 
     /// The key's bucket as a spend of `cost` would find it, spending nothing (in
-    /// synchronous mode, read from the store).
+    /// synchronous mode, read from the store; locally when it cannot be read).
     pub async fn check(
         &self,
         gcra: &Gcra,
@@ -588,16 +592,13 @@ impl NamespaceSync {
         cost: i64,
         now: UnixMs,
     ) -> Result<GcraDecision, CoreError> {
-        let buckets = self.counters.buckets();
         let now_ns = nanos(now);
         if let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) {
-            let keys = [CompactString::from(key)];
-            if let Ok(tats) = self.call(store.read_tats(self.name(), &keys)).await {
-                buckets.apply(&tats, true);
-                return gcra.check(tats.first().map(|t| t.tat_ns), now_ns, cost);
+            if let Ok(tat) = self.store_tat(store, key).await {
+                return gcra.check(tat, now_ns, cost);
             }
         }
-        buckets.check(gcra, key, now_ns, cost)
+        self.counters.buckets().check(gcra, key, now_ns, cost)
     }
 
     /// Applies store totals on a blocking thread: with 100,000 keys this is tens of

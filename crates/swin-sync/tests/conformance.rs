@@ -671,6 +671,29 @@ async fn gcra_synchronous_admits_exactly_the_burst(s: &TestStore) {
         allowed += 1;
     }
     assert_eq!(allowed, 10);
+    // a refund on one node gives the token back to the cluster: the other spends it
+    let g = ten_per_ten_secs();
+    let tat = tat_of(&s.store, "g", "k").await.expect("tat");
+    assert!(
+        a.refund_tokens(&g, "k", 1, now)
+            .await
+            .expect("refund")
+            .allowed
+    );
+    assert_eq!(tat_of(&s.store, "g", "k").await, Some(tat - SEC));
+    assert!(b.check(&g, "k", 1, now).await.expect("check").allowed);
+    assert!(
+        b.spend(&g, "k", 1, now, false)
+            .await
+            .expect("spend")
+            .allowed
+    );
+    assert!(
+        !a.spend(&g, "k", 1, now, false)
+            .await
+            .expect("spend")
+            .allowed
+    );
     assert!(a.status().degraded.is_none());
 }
 
