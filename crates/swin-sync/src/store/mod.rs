@@ -129,6 +129,13 @@ impl Store {
         }
     }
 
+    /// Whether concurrent calls already share round trips (Redis pipelines every command
+    /// of the node over one connection), so synchronous increments need no queue of their
+    /// own; PostgreSQL and SQLite take a pooled connection and a transaction per call.
+    pub fn pipelines(&self) -> bool {
+        self.kind() == "redis"
+    }
+
     /// Applies the schema (PostgreSQL, SQLite); nothing to do for Redis.
     pub fn migrate(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {

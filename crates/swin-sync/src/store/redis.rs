@@ -206,36 +206,30 @@ impl RedisStore {
         if hashes.is_empty() {
             return Ok(Vec::new());
         }
-        let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
-        for (h, (key, _)) in hashes.iter().enumerate() {
-            by_slot.entry(key_slot(key.as_bytes())).or_default().push(h);
-        }
+        let names: Vec<&str> = hashes.iter().map(|(k, _)| k.as_str()).collect();
+        let calls = slot_calls(&names);
         let node_field = format!("n:{}", push.node_id);
         let seq = push.seq.map_or(-1i64, |s| s as i64);
         let mut pipe = redis::pipe();
-        let mut calls: Vec<Vec<usize>> = Vec::new();
-        for group in by_slot.values() {
-            for chunk in group.chunks(HASHES_PER_CALL) {
-                let mut inv = self.push_script.prepare_invoke();
-                inv.arg(&node_field).arg(seq);
-                for &h in chunk {
-                    let (key, range) = &hashes[h];
-                    let first = &diffs[range.start];
-                    let size = i64::from(first.window_size);
-                    let newest = diffs[range.clone()]
-                        .iter()
-                        .map(|x| x.window_start)
-                        .max()
-                        .unwrap_or(first.window_start);
-                    inv.key(key);
-                    inv.arg(3 * size).arg(newest - 2 * size).arg(range.len());
-                    for x in &diffs[range.clone()] {
-                        inv.arg(x.window_start).arg(x.value);
-                    }
+        for call in &calls {
+            let mut inv = self.push_script.prepare_invoke();
+            inv.arg(&node_field).arg(seq);
+            for &h in call {
+                let (key, range) = &hashes[h];
+                let first = &diffs[range.start];
+                let size = i64::from(first.window_size);
+                let newest = diffs[range.clone()]
+                    .iter()
+                    .map(|x| x.window_start)
+                    .max()
+                    .unwrap_or(first.window_start);
+                inv.key(key);
+                inv.arg(3 * size).arg(newest - 2 * size).arg(range.len());
+                for x in &diffs[range.clone()] {
+                    inv.arg(x.window_start).arg(x.value);
                 }
-                pipe.invoke_script(&inv);
-                calls.push(chunk.to_vec());
             }
+            pipe.invoke_script(&inv);
         }
         let mut conn = self.conn().await?;
         // Load the script once; EVALSHA in the pipeline then finds it.
@@ -289,27 +283,21 @@ impl RedisStore {
             .iter()
             .map(|a| self.bucket_key(namespace, &a.key))
             .collect();
-        let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
-        for (i, h) in hashes.iter().enumerate() {
-            by_slot.entry(key_slot(h.as_bytes())).or_default().push(i);
-        }
+        let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
+        let calls = slot_calls(&names);
         let node_field = format!("n:{}", push.node_id);
         let seq = push.seq.map_or(-1i64, |s| s as i64);
         let mut pipe = redis::pipe();
-        let mut calls: Vec<Vec<usize>> = Vec::new();
-        for group in by_slot.values() {
-            for chunk in group.chunks(HASHES_PER_CALL) {
-                let mut inv = self.push_tats_script.prepare_invoke();
-                inv.arg(&node_field).arg(seq).arg(push.now_ns);
-                for &i in chunk {
-                    inv.key(&hashes[i]);
-                }
-                for &i in chunk {
-                    inv.arg(advances[i].ns);
-                }
-                pipe.invoke_script(&inv);
-                calls.push(chunk.to_vec());
+        for call in &calls {
+            let mut inv = self.push_tats_script.prepare_invoke();
+            inv.arg(&node_field).arg(seq).arg(push.now_ns);
+            for &i in call {
+                inv.key(&hashes[i]);
             }
+            for &i in call {
+                inv.arg(advances[i].ns);
+            }
+            pipe.invoke_script(&inv);
         }
         let mut conn = self.conn().await?;
         self.push_tats_script
@@ -519,6 +507,20 @@ impl RedisStore {
         }
         Ok(deleted)
     }
+}
+
+/// The script calls for a batch of hashes: the hashes of each cluster slot (a script may
+/// not cross slots), at most HASHES_PER_CALL per call. A pure function of the batch, so a
+/// retried push makes the same calls and finds its seq records where it left them.
+fn slot_calls(hashes: &[&str]) -> Vec<Vec<usize>> {
+    let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+    for (i, h) in hashes.iter().enumerate() {
+        by_slot.entry(key_slot(h.as_bytes())).or_default().push(i);
+    }
+    by_slot
+        .values()
+        .flat_map(|g| g.chunks(HASHES_PER_CALL).map(<[usize]>::to_vec))
+        .collect()
 }
 
 /// The Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag — the part between
