@@ -56,6 +56,17 @@ impl WindowLimit {
         })
     }
 
+    /// A cost this limit can decide: between 0 and the limit.
+    pub fn check_cost(&self, cost: f64) -> Result<(), CoreError> {
+        if !(cost.is_finite() && cost >= 0.0 && cost <= self.limit) {
+            return Err(CoreError::InvalidLimit(format!(
+                "cost must be between 0 and the limit ({}), got {cost}",
+                self.limit
+            )));
+        }
+        Ok(())
+    }
+
     /// Decides a hit of `cost` given the key's counts in the current and previous window
     /// (cluster totals plus local hits), without counting it.
     pub fn decide(
@@ -65,12 +76,7 @@ impl WindowLimit {
         now: UnixMs,
         cost: f64,
     ) -> Result<WindowDecision, CoreError> {
-        if !(cost.is_finite() && cost >= 0.0 && cost <= self.limit) {
-            return Err(CoreError::InvalidLimit(format!(
-                "cost must be between 0 and the limit ({}), got {cost}",
-                self.limit
-            )));
-        }
+        self.check_cost(cost)?;
         let s = i64::from(self.window.secs()) * 1000;
         let into = now.0.rem_euclid(s);
         let to_end = s - into;

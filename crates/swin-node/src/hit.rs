@@ -33,7 +33,7 @@ use swin_core::{Gcra, GcraDecision, WindowLimit};
 
 use crate::app::{check_key, json_bytes, now, parse_json, ApiPath, AppState, Namespace};
 use crate::error::ApiError;
-use crate::limits::{ceil_secs, strictest, KeyFrom, KeyLimits};
+use crate::limits::{ceil_secs, strictest, KeyFrom, KeyLimits, Limits};
 
 /// Hits in one `/v1/hits` call.
 const MAX_BATCH_HITS: usize = 1000;
@@ -149,17 +149,13 @@ fn check_cost(cost: f64) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn limits_of<'a>(
-    ns: &'a Namespace,
-    namespace: &str,
-    key: &str,
-) -> Result<(&'a KeyLimits, bool), ApiError> {
-    let Some(limits) = &ns.limits else {
-        return Err(ApiError::BadRequest(format!(
+/// The namespace's limits; a namespace that only counts has none to decide against.
+fn limits_of<'a>(ns: &'a Namespace, namespace: &str) -> Result<&'a Limits, ApiError> {
+    ns.limits.as_ref().ok_or_else(|| {
+        ApiError::BadRequest(format!(
             "namespace {namespace:?} has no limits to decide against"
-        )));
-    };
-    Ok((limits.for_key(key), limits.count_denied))
+        ))
+    })
 }
 
 /// Decides a hit of `cost` on `key` and, unless `dry_run`, spends it when allowed (and
@@ -173,7 +169,9 @@ async fn take(
 ) -> Result<Verdict, ApiError> {
     check_key(key)?;
     check_cost(cost)?;
-    let (limits, count_denied) = limits_of(ns, namespace, key)?;
+    let limits = limits_of(ns, namespace)?;
+    let count_denied = limits.count_denied;
+    let limits = limits.for_key(key);
     let now = now();
     let set = match limits {
         KeyLimits::Gcra(g) => {
@@ -190,7 +188,7 @@ async fn take(
     // every limit checks the cost before anything is counted: a refused hit must not
     // stay in the counts
     for l in set {
-        l.decide(0.0, 0.0, now, cost)?;
+        l.check_cost(cost)?;
     }
     let counters = ns.sync.counters();
     let mut decisions = Vec::with_capacity(set.len());
@@ -320,7 +318,7 @@ pub async fn refund(
     check_key(&key)?;
     check_cost(body.cost)?;
     let ns = state.namespace(&namespace)?;
-    let (limits, _) = limits_of(&ns, &namespace, &key)?;
+    let limits = limits_of(&ns, &namespace)?.for_key(&key);
     let now = now();
     let set = match limits {
         KeyLimits::Gcra(g) => {
@@ -588,11 +586,7 @@ pub async fn auth(
         }
     };
     let ns = state.namespace(&namespace)?;
-    let Some(limits) = &ns.limits else {
-        return Err(ApiError::BadRequest(format!(
-            "namespace {namespace:?} has no limits to decide against"
-        )));
-    };
+    let limits = limits_of(&ns, &namespace)?;
     let key = match &limits.key_from {
         KeyFrom::ClientAddress => client_address(&parts),
         KeyFrom::Header(h) => parts
