@@ -114,7 +114,7 @@ struct PushState {
     /// Drained batches not yet confirmed, each with its sequence number, in push order.
     pending: std::collections::VecDeque<(u64, Vec<Diff>)>,
     /// GCRA advances drained but not confirmed, with their own sequence number.
-    pending_tats: Option<(u64, Vec<Advance>)>,
+    pending_tats: std::collections::VecDeque<(u64, Vec<Advance>)>,
 }
 
 /// A synchronous increment waiting for its round trip.
@@ -291,7 +291,7 @@ impl NamespaceSync {
         let mut st = self.state.lock().await;
         let result = self.sync_locked(store, &mut st, now).await;
         let pending = st.pending.iter().map(|(_, d)| d.len()).sum::<usize>()
-            + st.pending_tats.as_ref().map_or(0, |(_, a)| a.len());
+            + st.pending_tats.iter().map(|(_, a)| a.len()).sum::<usize>();
         let result = result.map(|(pushed, fetched)| SyncReport {
             pushed,
             fetched,
@@ -329,10 +329,7 @@ impl NamespaceSync {
                 if drained.is_empty() {
                     break;
                 }
-                for chunk in drained.chunks(PUSH_CHUNK) {
-                    st.seq += 1;
-                    st.pending.push_back((st.seq, chunk.to_vec()));
-                }
+                enqueue(&mut st.seq, &mut st.pending, drained);
             }
             while let Some((seq, diffs)) = st.pending.front() {
                 let push = Push {
@@ -416,7 +413,7 @@ impl NamespaceSync {
     ) -> Result<usize, StoreError> {
         let mut pushed = 0;
         for _ in 0..2 {
-            if st.pending_tats.is_none() {
+            if st.pending_tats.is_empty() {
                 let counters = self.counters.clone();
                 let drained =
                     off_runtime(move || normalize_advances(&counters.buckets().drain(nanos(now))))
@@ -424,22 +421,20 @@ impl NamespaceSync {
                 if drained.is_empty() {
                     break;
                 }
-                st.seq += 1;
-                st.pending_tats = Some((st.seq, drained));
+                enqueue(&mut st.seq, &mut st.pending_tats, drained);
             }
-            let Some((seq, advances)) = &st.pending_tats else {
-                break;
-            };
-            let push = TatPush {
-                node_id: &self.node_id,
-                seq: Some(*seq),
-                now_ns: nanos(now),
-                advances,
-            };
-            let tats = self.call(store.push_tats(self.name(), push)).await?;
-            pushed += advances.len();
-            st.pending_tats = None;
-            self.apply_tats_off_runtime(tats).await;
+            while let Some((seq, advances)) = st.pending_tats.front() {
+                let push = TatPush {
+                    node_id: &self.node_id,
+                    seq: Some(*seq),
+                    now_ns: nanos(now),
+                    advances,
+                };
+                let tats = self.call(store.push_tats(self.name(), push)).await?;
+                pushed += advances.len();
+                st.pending_tats.pop_front();
+                self.apply_tats_off_runtime(tats).await;
+            }
         }
         Ok(pushed)
     }
@@ -910,6 +905,19 @@ fn apply_to(
         if !mine.is_empty() {
             t.apply(&mine, now, create == Create::Yes);
         }
+    }
+}
+
+/// Queues a drained batch for pushing: chunks of at most PUSH_CHUNK, each with the next
+/// sequence number of the namespace (shared by counters and buckets).
+fn enqueue<T: Clone>(
+    seq: &mut u64,
+    pending: &mut std::collections::VecDeque<(u64, Vec<T>)>,
+    drained: Vec<T>,
+) {
+    for chunk in drained.chunks(PUSH_CHUNK) {
+        *seq += 1;
+        pending.push_back((*seq, chunk.to_vec()));
     }
 }
 

@@ -809,6 +809,29 @@ async fn large_batches_go_in_chunks_exactly_once(s: &TestStore) {
     assert_eq!(got.len(), 12_000);
     let sum: f64 = got.iter().map(|t| t.count).sum();
     assert_eq!(sum, 12_002.0);
+
+    // the same for GCRA buckets: 12,000 advances in chunks, the first applied then lost
+    let g = gcra_engine(&faulty, SyncMode::Periodic(Duration::from_millis(100)));
+    let now = UnixMs(NOW * 1000);
+    for k in &keys {
+        assert!(
+            g.spend(&ten_per_ten_secs(), k, 1, now, false)
+                .await
+                .expect("spend")
+                .allowed
+        );
+    }
+    control.plan([Fault::FailAfter]);
+    assert!(g.sync_once(now).await.is_err());
+    assert_eq!(g.status().pending_diffs, 12_000);
+    assert_eq!(g.sync_once(now).await.expect("retry").pushed, 12_000);
+    let wanted: Vec<CompactString> = keys.iter().map(|k| k.as_str().into()).collect();
+    let tats = s.store.read_tats("g", &wanted).await.expect("read tats");
+    assert_eq!(tats.len(), 12_000);
+    assert!(
+        tats.iter().all(|t| t.tat_ns == NOW_NS + SEC),
+        "each advanced once"
+    );
 }
 
 for_all_stores!(
