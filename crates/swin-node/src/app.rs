@@ -438,13 +438,7 @@ fn info(ns: &Namespace) -> NamespaceInfo {
             swin_sync::SyncMode::LocalOnly => -1.0,
         },
         store: ns.store_name.clone(),
-        algorithm: ns.limits.as_ref().map(|l| match &l.default {
-            crate::limits::KeyLimits::Gcra(_) => "gcra",
-            crate::limits::KeyLimits::Windows(w) => match w.first().map(|w| w.algorithm) {
-                Some(swin_core::WindowAlgorithm::Fixed) => "fixed_window",
-                _ => "sliding_window",
-            },
-        }),
+        algorithm: ns.limits.as_ref().map(crate::limits::Limits::algorithm),
         counters: ns.sync.counters().len(),
         buckets: ns.sync.counters().buckets().len(),
         evictions: ns.sync.counters().evictions(),

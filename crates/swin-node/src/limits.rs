@@ -76,6 +76,22 @@ impl Limits {
     pub fn for_key(&self, key: &str) -> &KeyLimits {
         self.overrides.get(key).unwrap_or(&self.default)
     }
+
+    /// `sliding_window`, `fixed_window` or `gcra` (overrides are of the same kind).
+    pub fn algorithm(&self) -> &'static str {
+        match &self.default {
+            KeyLimits::Gcra(_) => "gcra",
+            KeyLimits::Windows(w) => match w.first().map(|w| w.algorithm) {
+                Some(WindowAlgorithm::Fixed) => "fixed_window",
+                _ => "sliding_window",
+            },
+        }
+    }
+
+    /// GCRA limits keep buckets, not window counts.
+    pub fn is_gcra(&self) -> bool {
+        matches!(self.default, KeyLimits::Gcra(_))
+    }
 }
 
 type FieldError = (String, String);

@@ -205,11 +205,11 @@ impl Node {
             self.node_id.clone(),
             self.config.store_timeout,
         );
-        let gcra = matches!(
-            cfg.limits.as_ref().map(|l| &l.default),
-            Some(crate::limits::KeyLimits::Gcra(_))
-        );
-        let sync = Arc::new(if gcra { sync.with_buckets() } else { sync });
+        let sync = Arc::new(if is_gcra(cfg) {
+            sync.with_buckets()
+        } else {
+            sync
+        });
         let cancel = self.shutdown.child_token();
         let engine = sync.clone();
         let token = cancel.clone();
@@ -403,13 +403,13 @@ impl Node {
 /// True when two configs of a namespace differ in their limits only, and not in kind
 /// (window limits and GCRA keep different state).
 fn only_limits_changed(old: &NamespaceConfig, new: &NamespaceConfig) -> bool {
-    let gcra = |c: &NamespaceConfig| {
-        matches!(
-            c.limits.as_ref().map(|l| &l.default),
-            Some(crate::limits::KeyLimits::Gcra(_))
-        )
-    };
     let mut same = new.clone();
     same.limits = old.limits.clone();
-    same == *old && gcra(old) == gcra(new)
+    same == *old && is_gcra(old) == is_gcra(new)
+}
+
+fn is_gcra(cfg: &NamespaceConfig) -> bool {
+    cfg.limits
+        .as_ref()
+        .is_some_and(crate::limits::Limits::is_gcra)
 }
