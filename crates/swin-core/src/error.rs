@@ -5,6 +5,10 @@
 pub enum CoreError {
     #[error("value must be a finite number, got {0}")]
     NonFiniteValue(f64),
+    /// A value, or the count it would make, beyond ±[`crate::MAX_COUNT`]: past 2^53 a
+    /// store's double no longer holds every integer, and sums can overflow.
+    #[error("value {value} would take a count past ±{max} (2^53); nothing was counted")]
+    CountOutOfRange { value: f64, max: f64 },
     #[error("window size must be between 1 and {max} seconds, got {got}")]
     InvalidWindowSize { got: u64, max: u32 },
     #[error("namespace {0:?} is not configured")]

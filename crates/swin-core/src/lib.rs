@@ -21,9 +21,14 @@ pub use decision::{WindowAlgorithm, WindowDecision, WindowLimit};
 pub use error::CoreError;
 pub use gcra::{Gcra, GcraDecision};
 pub use namespace::{Counters, NamespaceCounters};
-pub use table::{CounterOptions, Retention, WindowTable};
+pub use table::{check_value, CounterOptions, Retention, WindowTable};
 pub use time::UnixMs;
 pub use window::{sliding_rate, WindowRate, WindowSize, MAX_WINDOW_SIZE_SECS};
+
+/// The largest count a window may hold, either sign: 2^53, up to which a double (the
+/// stores' count type) holds every integer exactly, and far enough from `f64::MAX` that
+/// no sum of pushes can overflow a store's column.
+pub const MAX_COUNT: f64 = 9_007_199_254_740_992.0;
 
 /// A diff drained from the table: local hits on one key's window not yet in a store.
 #[derive(Debug, Clone, PartialEq)]

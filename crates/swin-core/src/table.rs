@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use compact_str::CompactString;
 
 use crate::entry::{Added, Entry, View};
-use crate::{CoreError, Diff, Total, UnixMs, WindowRate, WindowSize};
+use crate::{CoreError, Diff, Total, UnixMs, WindowRate, WindowSize, MAX_COUNT};
 
 /// What happens to hits once their window has passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,9 +105,7 @@ impl WindowTable {
 
     /// Adds `value` to the key's current window and returns the sliding rate after it.
     pub fn increment(&self, key: &str, value: f64, now: UnixMs) -> Result<WindowRate, CoreError> {
-        if !value.is_finite() {
-            return Err(CoreError::NonFiniteValue(value));
-        }
+        check_value(value)?;
         let size = self.size.secs();
         let start = self.size.start_of(now);
         let map = self.map.pin();
@@ -126,10 +124,23 @@ impl WindowTable {
             self.spill(key, start, value);
             return Ok(WindowRate::at(self.size, now, value, 0.0));
         };
-        let added = entry.add(idx, value);
+        let mut added = entry.add(idx, value);
         let rate = self.rate_of(entry, now, None, View::Hot { now_ms: now.0 });
+        // The check costs nothing on the hot path: the rate is computed anyway. A hit
+        // that would take the window out of range is taken back out (a racing drain
+        // may push the two halves apart; they still sum to nothing).
+        let out_of_range = rate.current.abs() > MAX_COUNT;
+        if out_of_range && entry.add(idx, -value) == Added::Retired {
+            added = Added::Retired;
+        }
         if added == Added::Retired {
             entry.flush_retired(&mut spill);
+        }
+        if out_of_range {
+            return Err(CoreError::CountOutOfRange {
+                value,
+                max: MAX_COUNT,
+            });
         }
         Ok(rate)
     }
@@ -314,6 +325,20 @@ impl WindowTable {
     fn remove_retired(&self, map: &MapRef<'_>, key: &str, entry: &Entry) {
         let _ = map.remove_if(key, |_, v| std::ptr::eq(v, entry));
     }
+}
+
+/// A value may be counted: finite and within ±[`MAX_COUNT`].
+pub fn check_value(value: f64) -> Result<(), CoreError> {
+    if !value.is_finite() {
+        return Err(CoreError::NonFiniteValue(value));
+    }
+    if value.abs() > MAX_COUNT {
+        return Err(CoreError::CountOutOfRange {
+            value,
+            max: MAX_COUNT,
+        });
+    }
+    Ok(())
 }
 
 type MapRef<'a> = papaya::HashMapRef<'a, CompactString, Entry, Hasher, papaya::LocalGuard<'a>>;

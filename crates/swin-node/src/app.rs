@@ -30,6 +30,9 @@ pub struct Namespace {
     pub sync: Arc<NamespaceSync>,
     pub store_name: Option<String>,
     pub limits: Option<crate::limits::Limits>,
+    /// Whether `/increment` takes negative values (`allow_decrements`); without it a
+    /// client could lift its own limit.
+    pub allow_decrements: bool,
 }
 
 pub type Namespaces = BTreeMap<String, Arc<Namespace>>;
@@ -192,7 +195,12 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromR
     }
 }
 
+/// Keys are UTF-8 (the path extractor checked that) of 1 to [`MAX_KEY_BYTES`] bytes
+/// without U+0000, which PostgreSQL's `text` cannot hold.
 pub(crate) fn check_key(key: &str) -> Result<(), ApiError> {
+    if key.contains('\0') {
+        return Err(ApiError::InvalidKey("key must not contain U+0000".into()));
+    }
     if key.is_empty() {
         return Err(ApiError::InvalidKey("key must not be empty".into()));
     }
@@ -237,22 +245,32 @@ pub(crate) fn parse_json<'a, T: Deserialize<'a> + Default>(
 ) -> Result<T, ApiError> {
     match body {
         None => Ok(T::default()),
+        // serde would also take a struct as an array of its fields (`[1, 60]`): bodies
+        // are objects, so such a body is malformed, not a shorthand
+        Some(b) if b.trim_ascii_start().first() != Some(&b'{') => Err(ApiError::BadRequest(
+            "malformed JSON body: must be a JSON object".into(),
+        )),
         Some(b) => serde_json::from_slice(b)
             .map_err(|e| ApiError::BadRequest(format!("malformed JSON body: {e}"))),
     }
 }
 
-fn check_value(v: Option<f64>) -> Result<f64, ApiError> {
+/// The value of an increment (1 when absent): finite, within ±2^53, and not negative
+/// unless the namespace allows decrements.
+fn check_value(v: Option<f64>, ns: &Namespace) -> Result<f64, ApiError> {
     let v = v.unwrap_or(1.0);
-    if !v.is_finite() {
-        return Err(ApiError::BadRequest(format!(
-            "value must be a finite number, got {v}"
+    swin_core::check_value(v)?;
+    if v < 0.0 && !ns.allow_decrements {
+        return Err(ApiError::InvalidValue(format!(
+            "value must not be negative, got {v} (namespace {:?} does not set allow_decrements)",
+            ns.sync.name()
         )));
     }
     Ok(v)
 }
 
-/// Counts one hit of `key` in one window size, or in every size of the namespace.
+/// Counts one hit of `key` in one window size, or in every size of the namespace. All
+/// or nothing: when a window refuses it, the windows counted before are given back.
 async fn increment_key(
     ns: &Namespace,
     key: &str,
@@ -261,19 +279,29 @@ async fn increment_key(
     now: UnixMs,
 ) -> Result<Vec<WindowJson>, ApiError> {
     let counters = ns.sync.counters();
-    match window_size {
-        Some(s) => Ok(vec![ns.sync.increment(key, s, value, now).await?.into()]),
-        None => {
-            let mut windows = Vec::with_capacity(counters.tables().len());
-            for t in counters.tables() {
-                windows.push(
-                    ns.sync
-                        .increment(key, t.size().secs(), value, now)
-                        .await?
-                        .into(),
-                );
+    let sizes: Vec<u32> = match window_size {
+        Some(s) => vec![s],
+        None => counters.window_sizes().map(|s| s.secs()).collect(),
+    };
+    let mut windows = Vec::with_capacity(sizes.len());
+    for (i, &s) in sizes.iter().enumerate() {
+        match ns.sync.increment(key, s, value, now).await {
+            Ok(r) => windows.push(r.into()),
+            Err(e) => {
+                give_back(ns, key, value, &sizes[..i], now).await;
+                return Err(e.into());
             }
-            Ok(windows)
+        }
+    }
+    Ok(windows)
+}
+
+/// Takes `value` back out of the windows of `sizes` (an increment that cannot stand).
+async fn give_back(ns: &Namespace, key: &str, value: f64, sizes: &[u32], now: UnixMs) {
+    for &s in sizes {
+        if let Err(e) = ns.sync.increment(key, s, -value, now).await {
+            // the key holds the value just counted, so its entry cannot be refused
+            tracing::error!(namespace = ns.sync.name(), key, cause = %e, "could not give back an increment");
         }
     }
 }
@@ -286,9 +314,9 @@ async fn increment(
 ) -> Result<Response, ApiError> {
     let bytes = json_bytes(&headers, body, state.body_limit)?;
     let body: IncrementBody = parse_json(bytes.as_ref())?;
-    let value = check_value(body.value)?;
     check_key(&key)?;
     let ns = state.namespace(&namespace)?;
+    let value = check_value(body.value, &ns)?;
     let windows = increment_key(&ns, &key, value, body.window_size, now()).await?;
     state.metrics.increments(&namespace, 1);
     Ok(Json(KeyRates {
@@ -342,19 +370,19 @@ async fn batch(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = json_bytes(&headers, body, state.body_limit)?;
-    let body: BatchBody = parse_json(bytes.as_ref())?;
+    let Some(bytes) = bytes else {
+        return Err(ApiError::BadRequest(
+            "body must be {\"increments\": [{\"namespace\": …, \"key\": …}, …]}".into(),
+        ));
+    };
+    let body: BatchBody = parse_json(Some(&bytes))?;
     // Validate everything first: a bad item rejects the batch before anything is
     // counted. Namespaces are resolved once per distinct name, not once per item.
     let mut used: Vec<Arc<Namespace>> = Vec::new();
     let mut which = Vec::with_capacity(body.increments.len());
     for (i, item) in body.increments.iter().enumerate() {
-        let at = |e: ApiError| match e {
-            ApiError::BadRequest(m) => ApiError::BadRequest(format!("increments[{i}]: {m}")),
-            ApiError::InvalidKey(m) => ApiError::InvalidKey(format!("increments[{i}]: {m}")),
-            other => other,
-        };
+        let at = |e: ApiError| e.at(&format!("increments[{i}]"));
         check_key(&item.key).map_err(at)?;
-        check_value(item.value).map_err(at)?;
         let idx = match used.iter().position(|n| n.sync.name() == item.namespace) {
             Some(idx) => idx,
             None => {
@@ -362,6 +390,7 @@ async fn batch(
                 used.len() - 1
             }
         };
+        check_value(item.value, &used[idx]).map_err(at)?;
         if let Some(s) = item.window_size {
             used[idx].sync.counters().table(s)?;
         }
@@ -370,9 +399,29 @@ async fn batch(
     let now = now();
     let mut results = Vec::with_capacity(body.increments.len());
     let mut counted = vec![0u64; used.len()];
-    for (item, &idx) in body.increments.iter().zip(&which) {
+    for (i, (item, &idx)) in body.increments.iter().zip(&which).enumerate() {
         let value = item.value.unwrap_or(1.0);
-        let windows = increment_key(&used[idx], &item.key, value, item.window_size, now).await?;
+        let windows = match increment_key(&used[idx], &item.key, value, item.window_size, now).await
+        {
+            Ok(w) => w,
+            Err(e) => {
+                // all or nothing: what the items before this one counted goes back,
+                // so a client that retries the batch counts it once
+                for (done, &j) in body.increments[..i].iter().zip(&which) {
+                    let sizes: Vec<u32> = match done.window_size {
+                        Some(s) => vec![s],
+                        None => used[j]
+                            .sync
+                            .counters()
+                            .window_sizes()
+                            .map(|s| s.secs())
+                            .collect(),
+                    };
+                    give_back(&used[j], &done.key, done.value.unwrap_or(1.0), &sizes, now).await;
+                }
+                return Err(e.at(&format!("increments[{i}]")));
+            }
+        };
         counted[idx] += 1;
         results.push(KeyRates {
             namespace: &item.namespace,

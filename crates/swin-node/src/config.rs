@@ -64,6 +64,7 @@ struct RawNamespace {
     key_from: Option<String>,
     #[serde(default)]
     overrides: Vec<crate::limits::RawOverride>,
+    allow_decrements: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +98,8 @@ pub struct NamespaceConfig {
     pub max_counters: usize,
     /// Limits that `/hit` decides against; `None` when the namespace only counts.
     pub limits: Option<crate::limits::Limits>,
+    /// `/increment` takes negative values (default false).
+    pub allow_decrements: bool,
 }
 
 /// The validated configuration the node runs with.
@@ -301,6 +304,7 @@ impl Config {
             if max_counters == 0 {
                 return Err(err(&f("max_counters"), "must be above 0".into()));
             }
+            let allow_decrements = n.allow_decrements.unwrap_or(false);
             let raw = crate::limits::RawLimits {
                 algorithm: n.algorithm,
                 limits: n.limits,
@@ -318,6 +322,7 @@ impl Config {
                 store,
                 max_counters,
                 limits,
+                allow_decrements,
             });
         }
         Ok(Config {

@@ -12,6 +12,8 @@ pub enum ApiError {
     BadRequest(String),
     #[error("{0}")]
     InvalidKey(String),
+    #[error("{0}")]
+    InvalidValue(String),
     #[error("namespace {0:?} is not configured")]
     UnknownNamespace(String),
     #[error("namespace {namespace:?} has no window size {window_size}")]
@@ -31,10 +33,21 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The same error about one item of a batch: its message starts with `at`.
+    pub fn at(self, at: &str) -> ApiError {
+        match self {
+            ApiError::BadRequest(m) => ApiError::BadRequest(format!("{at}: {m}")),
+            ApiError::InvalidKey(m) => ApiError::InvalidKey(format!("{at}: {m}")),
+            ApiError::InvalidValue(m) => ApiError::InvalidValue(format!("{at}: {m}")),
+            other => other,
+        }
+    }
+
     fn parts(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             ApiError::InvalidKey(_) => (StatusCode::BAD_REQUEST, "invalid_key"),
+            ApiError::InvalidValue(_) => (StatusCode::BAD_REQUEST, "invalid_value"),
             ApiError::UnknownNamespace(_) => (StatusCode::NOT_FOUND, "unknown_namespace"),
             ApiError::UnknownWindowSize { .. } => (StatusCode::BAD_REQUEST, "unknown_window_size"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
@@ -52,8 +65,10 @@ impl ApiError {
 impl From<CoreError> for ApiError {
     fn from(e: CoreError) -> Self {
         match e {
-            CoreError::NonFiniteValue(_)
-            | CoreError::InvalidWindowSize { .. }
+            CoreError::NonFiniteValue(_) | CoreError::CountOutOfRange { .. } => {
+                ApiError::InvalidValue(e.to_string())
+            }
+            CoreError::InvalidWindowSize { .. }
             | CoreError::InvalidCost { .. }
             | CoreError::InvalidLimit(_) => ApiError::BadRequest(e.to_string()),
             CoreError::UnknownNamespace(n) => ApiError::UnknownNamespace(n),

@@ -141,10 +141,28 @@ fn gcra_cost(cost: f64) -> Result<i64, ApiError> {
 }
 
 fn check_cost(cost: f64) -> Result<(), ApiError> {
-    if !(cost.is_finite() && cost >= 0.0) {
+    if !(cost.is_finite() && (0.0..=swin_core::MAX_COUNT).contains(&cost)) {
         return Err(ApiError::BadRequest(format!(
-            "cost must be a number of at least 0, got {cost}"
+            "cost must be a number from 0 to 2^53, got {cost}"
         )));
+    }
+    Ok(())
+}
+
+/// Everything `take` checks before it spends: the key, the cost, and that the namespace
+/// has limits the cost fits. A batch checks every hit this way before spending any.
+fn validate(ns: &Namespace, namespace: &str, key: &str, cost: f64) -> Result<(), ApiError> {
+    check_key(key)?;
+    check_cost(cost)?;
+    match limits_of(ns, namespace)?.for_key(key) {
+        KeyLimits::Gcra(_) => {
+            gcra_cost(cost)?;
+        }
+        KeyLimits::Windows(set) => {
+            for l in set {
+                l.check_cost(cost)?;
+            }
+        }
     }
     Ok(())
 }
@@ -167,8 +185,7 @@ async fn take(
     cost: f64,
     dry_run: bool,
 ) -> Result<Verdict, ApiError> {
-    check_key(key)?;
-    check_cost(cost)?;
+    validate(ns, namespace, key, cost)?;
     let limits = limits_of(ns, namespace)?;
     let count_denied = limits.count_denied;
     let limits = limits.for_key(key);
@@ -185,11 +202,6 @@ async fn take(
         }
         KeyLimits::Windows(set) => set,
     };
-    // every limit checks the cost before anything is counted: a refused hit must not
-    // stay in the counts
-    for l in set {
-        l.check_cost(cost)?;
-    }
     let counters = ns.sync.counters();
     let mut decisions = Vec::with_capacity(set.len());
     for l in set {
@@ -423,22 +435,25 @@ pub async fn batch(
             body.hits.len()
         )));
     }
-    let mut taken: Vec<(Arc<Namespace>, Verdict)> = Vec::with_capacity(body.hits.len());
+    // every hit is checked before any is spent: a bad one rejects the batch untouched
+    let mut namespaces: Vec<Arc<Namespace>> = Vec::with_capacity(body.hits.len());
     for (i, h) in body.hits.iter().enumerate() {
         let ns = state.namespace(&h.namespace)?;
+        validate(&ns, &h.namespace, &h.key, h.cost).map_err(|e| e.at(&format!("hits[{i}]")))?;
+        namespaces.push(ns);
+    }
+    let mut taken: Vec<(Arc<Namespace>, Verdict)> = Vec::with_capacity(body.hits.len());
+    for (i, (h, ns)) in body.hits.iter().zip(namespaces).enumerate() {
         match take(&ns, &h.namespace, &h.key, h.cost, body.dry_run).await {
             Ok(mut v) => {
                 v.policy = format!("{}.{}", h.namespace, v.policy);
                 taken.push((ns, v));
             }
             Err(e) => {
-                // nothing of a rejected batch stays counted
+                // what fails only while spending (a full table): nothing of the batch
+                // stays counted
                 give_back_all(&body.hits, &taken, body.dry_run).await?;
-                return Err(match e {
-                    ApiError::BadRequest(m) => ApiError::BadRequest(format!("hits[{i}]: {m}")),
-                    ApiError::InvalidKey(m) => ApiError::InvalidKey(format!("hits[{i}]: {m}")),
-                    other => other,
-                });
+                return Err(e.at(&format!("hits[{i}]")));
             }
         }
     }

@@ -231,6 +231,7 @@ impl Node {
                 sync,
                 store_name: cfg.store.clone(),
                 limits: cfg.limits.clone(),
+                allow_decrements: cfg.allow_decrements,
             }),
             cancel,
         }
@@ -253,6 +254,7 @@ impl Node {
                         sync: r.namespace.sync.clone(),
                         store_name: r.namespace.store_name.clone(),
                         limits: cfg.limits.clone(),
+                        allow_decrements: cfg.allow_decrements,
                     });
                     next.insert(
                         cfg.name.clone(),
@@ -405,6 +407,7 @@ impl Node {
 fn only_limits_changed(old: &NamespaceConfig, new: &NamespaceConfig) -> bool {
     let mut same = new.clone();
     same.limits = old.limits.clone();
+    same.allow_decrements = old.allow_decrements;
     same == *old && is_gcra(old) == is_gcra(new)
 }
 

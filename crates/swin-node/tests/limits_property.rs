@@ -59,6 +59,7 @@ fn node(store: Store, ns: &str, limit: f64, gcra: bool) -> axum::Router {
             sync,
             store_name: Some("main".into()),
             limits: Some(limits),
+            allow_decrements: false,
         }),
     );
     app(Arc::new(AppState::new(map, 4096)))

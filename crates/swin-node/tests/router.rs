@@ -16,6 +16,19 @@ fn local_namespace(
     sizes: &[u64],
     limits: Option<swin_node::limits::Limits>,
 ) -> Arc<Namespace> {
+    namespace_with(name, sizes, limits, Retention::LocalOnly, 1000, false)
+}
+
+/// A namespace of its own kind: `Retention::Synced` keeps every hit until a sync that
+/// never comes here, so a small `max_counters` fills up.
+fn namespace_with(
+    name: &str,
+    sizes: &[u64],
+    limits: Option<swin_node::limits::Limits>,
+    retention: Retention,
+    max_counters: usize,
+    allow_decrements: bool,
+) -> Arc<Namespace> {
     let sizes: Vec<WindowSize> = sizes
         .iter()
         .map(|s| WindowSize::new(*s).expect("size"))
@@ -24,8 +37,8 @@ fn local_namespace(
         name,
         &sizes,
         CounterOptions {
-            retention: Retention::LocalOnly,
-            max_counters: 1000,
+            retention,
+            max_counters,
         },
     ));
     let sync = Arc::new(NamespaceSync::new(
@@ -39,6 +52,7 @@ fn local_namespace(
         sync,
         store_name: None,
         limits,
+        allow_decrements,
     })
 }
 
@@ -80,6 +94,14 @@ fn router() -> axum::Router {
     ns.insert(
         "orders".into(),
         local_namespace("orders", &[], Some(orders)),
+    );
+    ns.insert(
+        "tiny".into(),
+        namespace_with("tiny", &[1, 60], None, Retention::Synced, 2, false),
+    );
+    ns.insert(
+        "signed".into(),
+        namespace_with("signed", &[60], None, Retention::LocalOnly, 1000, true),
     );
     app(Arc::new(AppState::new(ns, 4096)))
 }
@@ -736,6 +758,183 @@ async fn health_ready_namespaces_and_metrics() {
             ("api".into(), serde_json::Value::Null),
             ("login".into(), "sliding_window".into()),
             ("orders".into(), "gcra".into()),
+            ("signed".into(), serde_json::Value::Null),
+            ("tiny".into(), serde_json::Value::Null),
         ]
     );
+}
+
+/// The key's count in the current window of `size` on namespace `ns`.
+async fn current(r: &axum::Router, ns: &str, key: &str, size: u32) -> f64 {
+    let (status, body) = call(
+        r,
+        "GET",
+        &format!("/v1/namespaces/{ns}/keys/{key}?window_size={size}"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["windows"][0]["current"]
+        .as_f64()
+        .expect("a number, never null")
+}
+
+#[tokio::test]
+async fn keys_with_nul_are_refused_on_every_route() {
+    let r = router();
+    let routes = [
+        ("POST", "/v1/namespaces/api/keys/a%00b/increment", ""),
+        ("GET", "/v1/namespaces/api/keys/a%00b", ""),
+        ("DELETE", "/v1/namespaces/api/keys/a%00b", ""),
+        ("POST", "/v1/namespaces/login/keys/a%00b/hit", ""),
+        ("POST", "/v1/namespaces/login/keys/a%00b/refund", ""),
+        (
+            "POST",
+            "/v1/hits",
+            r#"{"hits":[{"namespace":"login","key":"a\u0000b"}]}"#,
+        ),
+        (
+            "POST",
+            "/v1/increments",
+            r#"{"increments":[{"namespace":"api","key":"a\u0000b"}]}"#,
+        ),
+    ];
+    for (method, uri, body) in routes {
+        let ctype = (!body.is_empty()).then_some("application/json");
+        let (status, json) = call(&r, method, uri, ctype, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{method} {uri}: {json}");
+        assert_eq!(
+            json["error"]["code"], "invalid_key",
+            "{method} {uri}: {json}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn values_that_would_leave_exact_counts_are_refused_before_counting() {
+    let r = router();
+    let inc = |value: &str| format!(r#"{{"value": {value}, "window_size": 60}}"#);
+    let uri = "/v1/namespaces/api/keys/huge/increment";
+    for bad in ["1e308", "-1e308", "9007199254740994", "1e16"] {
+        let (status, json) = call(&r, "POST", uri, JSON, &inc(bad)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {json}");
+        assert_eq!(json["error"]["code"], "invalid_value", "{bad}: {json}");
+    }
+    // 2^52 twice makes 2^53: fine; a third would pass 2^53 and is refused untouched
+    let half = "4503599627370496";
+    for _ in 0..2 {
+        let (status, json) = call(&r, "POST", uri, JSON, &inc(half)).await;
+        assert_eq!(status, StatusCode::OK, "{json}");
+    }
+    let (status, json) = call(&r, "POST", uri, JSON, &inc(half)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert_eq!(json["error"]["code"], "invalid_value");
+    assert_eq!(current(&r, "api", "huge", 60).await, 9007199254740992.0);
+}
+
+#[tokio::test]
+async fn negative_values_only_where_the_namespace_allows_decrements() {
+    let r = router();
+    let body = r#"{"value": -100, "window_size": 60}"#;
+    let (status, json) = call(
+        &r,
+        "POST",
+        "/v1/namespaces/api/keys/k/increment",
+        JSON,
+        body,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert_eq!(json["error"]["code"], "invalid_value");
+    assert_eq!(current(&r, "api", "k", 60).await, 0.0);
+    let batch = r#"{"increments":[{"namespace":"api","key":"k","value":1},{"namespace":"api","key":"k","value":-5}]}"#;
+    let (status, json) = call(&r, "POST", "/v1/increments", JSON, batch).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert!(
+        json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("increments[1]")),
+        "{json}"
+    );
+    assert_eq!(
+        current(&r, "api", "k", 60).await,
+        0.0,
+        "nothing of the batch counted"
+    );
+
+    let (status, json) = call(
+        &r,
+        "POST",
+        "/v1/namespaces/signed/keys/k/increment",
+        JSON,
+        body,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{json}");
+    assert_eq!(current(&r, "signed", "k", 60).await, -100.0);
+}
+
+#[tokio::test]
+async fn bodies_are_json_objects_and_batches_need_a_body() {
+    let r = router();
+    for (uri, body) in [
+        ("/v1/namespaces/api/keys/k/increment", "[5, 60]"),
+        ("/v1/namespaces/login/keys/k/hit", "[1, false]"),
+        ("/v1/namespaces/login/keys/k/refund", "[1]"),
+        ("/v1/increments", r#"[[{"namespace":"api","key":"k"}]]"#),
+        ("/v1/hits", r#"[[{"namespace":"login","key":"k"}], false]"#),
+    ] {
+        let (status, json) = call(&r, "POST", uri, JSON, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri} {body}: {json}");
+    }
+    assert_eq!(current(&r, "api", "k", 60).await, 0.0);
+    let (status, json) = call(&r, "POST", "/v1/increments", None, "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert_eq!(json["error"]["code"], "bad_request");
+}
+
+#[tokio::test]
+async fn a_batch_that_fails_part_way_leaves_nothing_counted() {
+    let r = router();
+    // /v1/hits: the unknown namespace comes after a hit that would be allowed
+    let hits = r#"{"hits":[{"namespace":"login","key":"b"},{"namespace":"nope","key":"b"}]}"#;
+    let (status, json) = call(&r, "POST", "/v1/hits", JSON, hits).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{json}");
+    assert_eq!(current(&r, "login", "b", 60).await, 0.0);
+    // a bad cost further on
+    let hits =
+        r#"{"hits":[{"namespace":"login","key":"b"},{"namespace":"login","key":"c","cost":9}]}"#;
+    let (status, json) = call(&r, "POST", "/v1/hits", JSON, hits).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert_eq!(current(&r, "login", "b", 60).await, 0.0);
+
+    // `tiny` holds two keys per window size, every hit unsynced: fill size 60
+    let one = |key: &str, size: u32| {
+        format!(r#"{{"namespace":"tiny","key":"{key}","window_size":{size}}}"#)
+    };
+    let batch = format!(r#"{{"increments":[{},{}]}}"#, one("a", 60), one("b", 60));
+    let (status, json) = call(&r, "POST", "/v1/increments", JSON, &batch).await;
+    assert_eq!(status, StatusCode::OK, "{json}");
+    // a known key, then a new one the full table refuses: the first goes back out
+    let batch = format!(r#"{{"increments":[{},{}]}}"#, one("a", 60), one("c", 60));
+    let (status, json) = call(&r, "POST", "/v1/increments", JSON, &batch).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{json}");
+    assert_eq!(
+        current(&r, "tiny", "a", 60).await,
+        1.0,
+        "a retry counts it once"
+    );
+    // every window size: size 1 has room, size 60 refuses, so size 1 gives it back
+    let (status, json) = call(&r, "POST", "/v1/namespaces/tiny/keys/c/increment", None, "").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{json}");
+    let (_, json) = call(
+        &r,
+        "GET",
+        "/v1/namespaces/tiny/keys/c?window_size=1",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(json["windows"][0]["current"], 0.0, "{json}");
 }

@@ -620,8 +620,15 @@ impl NamespaceSync {
         let table = self.counters.table(window_size)?;
         match (&self.mode, &self.store) {
             (SyncMode::Synchronous, Some(_)) => {
-                if !value.is_finite() {
-                    return Err(CoreError::NonFiniteValue(value));
+                // the store's total is only known after the round trip: refuse on the
+                // local view a value that would take the window out of range
+                swin_core::check_value(value)?;
+                let seen = table.rate(key, now, None).current;
+                if (seen + value).abs() > swin_core::MAX_COUNT {
+                    return Err(CoreError::CountOutOfRange {
+                        value,
+                        max: swin_core::MAX_COUNT,
+                    });
                 }
                 match self.increment_in_store(key, table.size(), value, now).await {
                     Some(rate) => Ok(rate),
