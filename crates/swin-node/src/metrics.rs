@@ -107,7 +107,7 @@ impl Metrics {
                 esc(&route)
             );
         }
-        let gauges: [(&str, &str, &str); 7] = [
+        let gauges: [(&str, &str, &str); 8] = [
             (
                 "swin_buckets",
                 "gauge",
@@ -130,6 +130,11 @@ impl Metrics {
             ),
             ("swin_sync_failures_total", "counter", "Syncs that failed."),
             (
+                "swin_rejected_windows_total",
+                "counter",
+                "Windows the store refused for good (logged with their key) and dropped.",
+            ),
+            (
                 "swin_syncs_total",
                 "counter",
                 "Syncs that reached the store.",
@@ -151,6 +156,7 @@ impl Metrics {
                     "swin_evictions_total" => c.evictions() as f64,
                     "swin_pending_diffs" => st.pending_diffs as f64,
                     "swin_sync_failures_total" => st.failures as f64,
+                    "swin_rejected_windows_total" => st.rejected_windows as f64,
                     "swin_syncs_total" => st.syncs as f64,
                     _ => f64::from(u8::from(st.degraded.is_some())),
                 };

@@ -742,6 +742,7 @@ async fn health_ready_namespaces_and_metrics() {
         "swin_decisions_total{namespace=\"orders\",decision=\"allowed\"} 3",
         "swin_decisions_total{namespace=\"orders\",decision=\"denied\"} 1",
         "swin_buckets{namespace=\"orders\"} 1",
+        "swin_rejected_windows_total{namespace=\"orders\"} 0",
     ] {
         assert!(text.contains(line), "{line} in {text}");
     }

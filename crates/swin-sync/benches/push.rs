@@ -61,7 +61,7 @@ async fn time_push(store: &Store, run: usize, rows: usize) -> f64 {
         seq: Some(run as u64 + 1),
         diffs: &d,
     };
-    let totals = store.push("bench", push).await.expect("push");
+    let totals = store.push("bench", push).await.expect("push").totals;
     let secs = t.elapsed().as_secs_f64();
     assert_eq!(totals.len(), rows);
     secs

@@ -24,10 +24,10 @@ use swin_core::{
     WindowRate, WindowSize,
 };
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::backoff::Backoff;
-use crate::store::{normalize, normalize_advances, Push, Store, TatPush, WindowKey};
+use crate::store::{normalize, normalize_advances, Push, Pushed, Store, TatPush, WindowKey};
 use crate::StoreError;
 
 /// How a namespace meets the store (Kong's `sync_rate`).
@@ -86,6 +86,8 @@ pub struct SyncStatus {
     pub pending_diffs: usize,
     pub syncs: u64,
     pub failures: u64,
+    /// Windows the store refused for good (logged with their key and dropped).
+    pub rejected_windows: u64,
     pub last_duration_ms: f64,
     /// Syncs per duration bucket of [`SYNC_BUCKETS_SECS`] (not cumulative).
     pub duration_buckets: [u64; SYNC_BUCKETS_SECS.len()],
@@ -337,7 +339,8 @@ impl NamespaceSync {
                     seq: Some(*seq),
                     diffs,
                 };
-                let totals = self.call(store.push(self.name(), push)).await?;
+                let reply = self.call(store.push(self.name(), push)).await?;
+                let totals = self.settle(diffs, reply);
                 if let Some((_, diffs)) = st.pending.pop_front() {
                     pushed += diffs.len();
                     fresh.extend(diffs);
@@ -437,6 +440,39 @@ impl NamespaceSync {
             }
         }
         Ok(pushed)
+    }
+
+    /// The totals a push returned, with every pushed window the store did not return
+    /// at 0 (a negative diff on a window it does not hold leaves none). Windows the
+    /// store refused are logged with their key and counted, never retried: they would
+    /// fail every time and hold back every diff behind them.
+    fn settle(&self, diffs: &[Diff], reply: Pushed) -> Vec<swin_core::Total> {
+        for r in &reply.rejected {
+            error!(
+                namespace = self.name(),
+                key = %r.diff.key,
+                window_size = r.diff.window_size,
+                window_start = r.diff.window_start,
+                value = r.diff.value,
+                reason = %r.reason,
+                "the store refused a window for good; its hits are dropped"
+            );
+        }
+        if !reply.rejected.is_empty() {
+            let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            s.rejected_windows += reply.rejected.len() as u64;
+        }
+        let refused: std::collections::HashSet<WindowKey> = reply
+            .rejected
+            .iter()
+            .map(|r| WindowKey::of(&r.diff))
+            .collect();
+        let wanted: Vec<WindowKey> = diffs
+            .iter()
+            .map(WindowKey::of)
+            .filter(|w| !refused.contains(w))
+            .collect();
+        with_absent_as_zero(&wanted, reply.totals)
     }
 
     async fn apply_tats_off_runtime(&self, tats: Vec<Tat>) {
@@ -741,7 +777,7 @@ impl NamespaceSync {
             self.call(store.read(self.name(), &prev_keys)),
         );
         let (pushed, previous) = match (pushed, previous) {
-            (Ok(p), Ok(r)) => (p, r),
+            (Ok(p), Ok(r)) => (self.settle(&diffs, p), r),
             (Err(e), _) | (_, Err(e)) => {
                 warn!(namespace = self.name(), cause = %e, hits = batch.len(), "synchronous increments failed; counted locally");
                 self.record(Err(&e), self.status().pending_diffs);

@@ -43,6 +43,32 @@ impl StoreError {
     }
 }
 
+impl StoreError {
+    /// The store refused the data itself (a value its column cannot hold, a key its
+    /// encoding cannot hold): the same rows will fail every time, so they are isolated
+    /// and dropped rather than retried. Errors about anything else (a missing table, a
+    /// lost connection) are never rejections: those rows wait and are retried.
+    pub fn is_rejection(&self) -> bool {
+        match self {
+            StoreError::Postgres(sqlx::Error::Database(db)) => {
+                // PostgreSQL: data exception (22), integrity constraint violation (23)
+                let code = db.code().unwrap_or_default();
+                code.starts_with("22") || code.starts_with("23")
+            }
+            StoreError::Sqlite(sqlx::Error::Database(db)) => {
+                // SQLite: TOOBIG (18), CONSTRAINT (19), MISMATCH (20), RANGE (25) and
+                // their extended codes
+                let code = db.code().unwrap_or_default();
+                matches!(
+                    code.parse::<i32>().map(|c| c & 0xff),
+                    Ok(18) | Ok(19) | Ok(20) | Ok(25)
+                )
+            }
+            _ => false,
+        }
+    }
+}
+
 fn sqlx_transient(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_)

@@ -8,7 +8,7 @@ pub mod store;
 
 pub use engine::{NamespaceSync, SyncMode, SyncReport, SyncStatus, SYNC_BUCKETS_SECS};
 pub use error::StoreError;
-pub use store::{Push, Store, TatPush, WindowKey};
+pub use store::{Push, Pushed, Rejected, Store, TatPush, WindowKey};
 
 /// A random id for this process, so the store can tell its pushes from other nodes'.
 pub fn new_node_id() -> String {

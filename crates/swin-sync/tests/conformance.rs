@@ -82,10 +82,18 @@ async fn kong_push_vectors(s: &TestStore) {
         diff("1.2.3.4", CUR, 5.0),
         diff("1.2.3.4", PREV, 1.0),
     ];
-    let back = st.push("ns", push("n1", 1, &first)).await.expect("push");
+    let back = st
+        .push("ns", push("n1", 1, &first))
+        .await
+        .expect("push")
+        .totals;
     assert_eq!(back.len(), 4);
     let second = [diff("foo", CUR, 5.0), diff("1.2.3.4", CUR, 5.0)];
-    let mut back = st.push("ns", push("n1", 2, &second)).await.expect("push");
+    let mut back = st
+        .push("ns", push("n1", 2, &second))
+        .await
+        .expect("push")
+        .totals;
     back.sort_by(|a, b| a.key.cmp(&b.key));
     assert_eq!(
         back.iter().map(|t| t.count).collect::<Vec<_>>(),
@@ -141,7 +149,7 @@ async fn retried_push_applies_once(s: &TestStore) {
     st.push("ns", push("n1", 7, &d)).await.expect("push");
     let again = st.push("ns", push("n1", 7, &d)).await.expect("retry");
     assert_eq!(
-        again.iter().map(|t| t.count).sum::<f64>(),
+        again.totals.iter().map(|t| t.count).sum::<f64>(),
         3.5,
         "the retry answers with the totals"
     );
@@ -164,9 +172,10 @@ async fn fractional_and_negative(s: &TestStore) {
     st.push("ns", push("n", 2, &[diff("k", CUR, -1.0)]))
         .await
         .expect("push");
+    // 0.75 - 1 stops at zero: a stored count is never negative
     assert_eq!(
         totals(st, "ns", &[wk("k", CUR)]).await,
-        vec![("k".into(), CUR, -0.25)]
+        vec![("k".into(), CUR, 0.0)]
     );
 }
 
@@ -834,7 +843,105 @@ async fn large_batches_go_in_chunks_exactly_once(s: &TestStore) {
     );
 }
 
+/// Refunds pushed by several nodes cannot take a window below zero, and a negative
+/// diff on a window the store does not hold leaves it absent (0).
+async fn counts_never_go_below_zero(s: &TestStore) {
+    let st = &s.store;
+    st.push("ns", push("a", 1, &[diff("k", CUR, 5.0)]))
+        .await
+        .expect("push");
+    for node in ["b", "c"] {
+        let reply = st
+            .push("ns", push(node, 1, &[diff("k", CUR, -5.0)]))
+            .await
+            .expect("refund");
+        assert!(reply.rejected.is_empty());
+    }
+    assert_eq!(
+        totals(st, "ns", &[wk("k", CUR)]).await,
+        vec![("k".into(), CUR, 0.0)]
+    );
+    st.push(
+        "ns",
+        push("a", 2, &[diff("k", CUR, 3.0), diff("new", CUR, -3.0)]),
+    )
+    .await
+    .expect("push");
+    let t = totals(st, "ns", &[wk("k", CUR), wk("new", CUR)]).await;
+    assert!(
+        t == vec![("k".into(), CUR, 3.0)]
+            || t == vec![("k".into(), CUR, 3.0), ("new".into(), CUR, 0.0)],
+        "{t:?}"
+    );
+}
+
+/// A window whose sum the store cannot hold is refused alone: every other window of the
+/// push is applied exactly once, a retry applies nothing, and nothing is an error that
+/// would hold the batch back for ever.
+async fn refused_rows_never_hold_back_the_others(s: &TestStore) {
+    let st = &s.store;
+    st.push("ns", push("n", 1, &[diff("big", CUR, 1e308)]))
+        .await
+        .expect("push");
+    let d = [
+        diff("a", CUR, 1.0),
+        diff("big", CUR, 1e308),
+        diff("z", CUR, 2.0),
+    ];
+    for attempt in 0..2 {
+        let reply = st.push("ns", push("n", 2, &d)).await.expect("no error");
+        if attempt == 0 {
+            assert_eq!(reply.rejected.len(), 1, "{reply:?}");
+            assert_eq!(reply.rejected[0].diff.key, "big");
+        }
+    }
+    assert_eq!(
+        totals(st, "ns", &[wk("a", CUR), wk("big", CUR), wk("z", CUR)]).await,
+        vec![
+            ("a".into(), CUR, 1.0),
+            ("big".into(), CUR, 1e308),
+            ("z".into(), CUR, 2.0)
+        ]
+    );
+    // a key the store cannot hold (PostgreSQL's text has no U+0000) is refused alone too
+    let d = [diff("a", CUR, 1.0), diff("nul\0key", CUR, 1.0)];
+    let reply = st.push("ns", push("n", 3, &d)).await.expect("no error");
+    assert!(reply.rejected.len() <= 1, "{reply:?}");
+    assert_eq!(
+        totals(st, "ns", &[wk("a", CUR)]).await,
+        vec![("a".into(), CUR, 2.0)]
+    );
+}
+
+/// An engine whose push meets a refused window (a key PostgreSQL cannot hold; the HTTP
+/// edge refuses such keys, the engine must not depend on it) drops it, counted in its
+/// status, and keeps syncing the rest: the namespace is not left degraded.
+async fn a_refused_window_does_not_degrade_the_namespace(s: &TestStore) {
+    let st = &s.store;
+    let e = engine(st, SyncMode::Periodic(Duration::from_secs(60)), &[60]);
+    let now = UnixMs::from_secs(NOW);
+    let t = e.counters().table(60).expect("table");
+    let store_kind = st.kind();
+    t.increment("ok", 4.0, now).expect("count");
+    t.increment("nul\0key", 1.0, now).expect("count");
+    e.sync_once(now).await.expect("sync succeeds");
+    let status = e.status();
+    assert!(status.degraded.is_none(), "{status:?}");
+    let expected_rejected = u64::from(store_kind == "postgres");
+    assert_eq!(status.rejected_windows, expected_rejected, "{status:?}");
+    assert_eq!(status.pending_diffs, 0);
+    assert_eq!(
+        totals(st, "api", &[wk("ok", CUR)]).await,
+        vec![("ok".into(), CUR, 4.0)]
+    );
+    // the next sync has nothing left over
+    assert_eq!(e.sync_once(now).await.expect("sync").pushed, 0);
+}
+
 for_all_stores!(
+    counts_never_go_below_zero,
+    refused_rows_never_hold_back_the_others,
+    a_refused_window_does_not_degrade_the_namespace,
     large_batches_go_in_chunks_exactly_once,
     pushed_windows_are_not_read_again,
     reset_reaches_every_node,
@@ -871,4 +978,47 @@ async fn local_only_touches_no_store() {
     e.sync_once(now).await.expect("local sync needs no store");
     assert!(e.store().is_none());
     assert!(e.status().degraded.is_none());
+}
+
+/// Redis runs a script without rolling it back: the push script checks every window
+/// before its first write. A stored count that is not a number (written by hand) used to
+/// fail the script after the windows before it were added, with the sequence number not
+/// recorded, so every retry added them again. Now that window is refused alone, the
+/// others are applied, and a retry applies nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_push_checks_before_writing_and_a_retry_applies_once() {
+    let s = common::redis().await;
+    let Store::Redis(r) = &s.store else {
+        unreachable!("a redis store")
+    };
+    let client = ::redis::Client::open(s.url.as_str()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let hash = format!("{}:{{2:ns:k}}:60", r.prefix());
+    let _: () = ::redis::cmd("HSET")
+        .arg(&hash)
+        .arg(CUR)
+        .arg("not a number")
+        .query_async(&mut conn)
+        .await
+        .expect("corrupt");
+    // one hash, so one script call: the previous window first, then the corrupt one
+    let d = [diff("k", PREV, 1.0), diff("k", CUR, 1.0)];
+    for _ in 0..3 {
+        let reply = s
+            .store
+            .push("ns", push("n", 1, &d))
+            .await
+            .expect("no error");
+        assert_eq!(reply.rejected.len(), 1, "{reply:?}");
+    }
+    let prev: String = ::redis::cmd("HGET")
+        .arg(&hash)
+        .arg(PREV)
+        .query_async(&mut conn)
+        .await
+        .expect("read");
+    assert_eq!(prev, "1", "applied once, not once per retry");
 }

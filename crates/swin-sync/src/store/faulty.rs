@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use swin_core::{Tat, Total};
 
-use super::{Push, Store, TatPush, WindowKey};
+use super::{Push, Pushed, Store, TatPush, WindowKey};
 use crate::StoreError;
 
 /// What the next call does.
@@ -62,7 +62,7 @@ impl FaultyStore {
             .pop_front()
     }
 
-    pub(crate) async fn push(&self, ns: &str, push: Push<'_>) -> Result<Vec<Total>, StoreError> {
+    pub(crate) async fn push(&self, ns: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
         match self.next_fault() {
             Some(Fault::FailBefore) => Err(StoreError::Injected),
             Some(Fault::FailAfter) => {

@@ -38,6 +38,83 @@ impl WindowKey {
     }
 }
 
+/// A window a store refused for good (a count it cannot hold, a key its column cannot
+/// hold): never applied, and never worth retrying.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejected {
+    pub diff: Diff,
+    pub reason: String,
+}
+
+/// What a push did: the new total of every window it applied, and the windows the store
+/// refused. A push applies all but the refused windows, exactly once: one row the store
+/// cannot take never holds back the others.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pushed {
+    pub totals: Vec<Total>,
+    pub rejected: Vec<Rejected>,
+}
+
+impl From<Vec<Total>> for Pushed {
+    fn from(totals: Vec<Total>) -> Self {
+        Pushed {
+            totals,
+            rejected: Vec::new(),
+        }
+    }
+}
+
+/// An open transaction that a push's rows go into part by part (see
+/// [`isolate_rejected`]). Each SQL store implements it over its own connection type.
+pub(crate) trait PartWriter: Send {
+    /// Runs savepoint commands as they are.
+    fn execute(&mut self, sql: &'static str) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Adds `diffs` and returns the new totals.
+    fn upsert<'a>(&'a mut self, diffs: &'a [Diff])
+        -> BoxFuture<'a, Result<Vec<Total>, StoreError>>;
+}
+
+/// Applies `diffs` in `tx`, isolating the rows the store refuses: each part is tried
+/// under a savepoint, and a part that fails with a rejection
+/// ([`StoreError::is_rejection`]) is rolled back to it and split in two until the refused
+/// rows stand alone. Parts go in the order of `diffs` (the lock order). Any other error
+/// ends the call; the caller's transaction then applies nothing.
+pub(crate) async fn isolate_rejected(
+    tx: &mut dyn PartWriter,
+    diffs: &[Diff],
+) -> Result<Pushed, StoreError> {
+    let mut out = Pushed::default();
+    let mut parts: Vec<&[Diff]> = vec![diffs];
+    while let Some(part) = parts.pop() {
+        if part.is_empty() {
+            continue;
+        }
+        tx.execute("SAVEPOINT swin_part").await?;
+        match tx.upsert(part).await {
+            Ok(totals) => {
+                tx.execute("RELEASE SAVEPOINT swin_part").await?;
+                out.totals.extend(totals);
+            }
+            Err(e) if e.is_rejection() => {
+                tx.execute("ROLLBACK TO SAVEPOINT swin_part").await?;
+                tx.execute("RELEASE SAVEPOINT swin_part").await?;
+                if let [one] = part {
+                    out.rejected.push(Rejected {
+                        diff: one.clone(),
+                        reason: e.to_string(),
+                    });
+                } else {
+                    let (first, second) = part.split_at(part.len() / 2);
+                    parts.push(second);
+                    parts.push(first);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
 /// A total as the SQL stores return it: key, window size, window start, count.
 pub(crate) type TotalRow = (String, i64, i64, f64);
 
@@ -117,7 +194,7 @@ pub enum Store {
     Faulty(std::sync::Arc<FaultyStore>),
 }
 
-type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 impl Store {
     pub fn kind(&self) -> &'static str {
@@ -148,12 +225,15 @@ impl Store {
         })
     }
 
-    /// Adds the diffs atomically and returns the new total of every pushed window.
+    /// Adds the diffs and returns the new total of every pushed window; windows the
+    /// store refuses for good come back in [`Pushed::rejected`], the rest are applied
+    /// atomically. A stored count never goes below zero: a diff that would take it
+    /// there leaves 0 (refunds on several nodes cannot make quota).
     pub fn push<'a>(
         &'a self,
         namespace: &'a str,
         push: Push<'a>,
-    ) -> BoxFuture<'a, Result<Vec<Total>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Pushed, StoreError>> {
         Box::pin(async move {
             match self {
                 Store::Postgres(s) => s.push(namespace, push).await,

@@ -3,11 +3,12 @@
 //! trip and the new totals come back in it.
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use swin_core::{CompactString, Tat, Total, UnixMs};
+use swin_core::{CompactString, Diff, Tat, Total, UnixMs};
 use tracing::instrument;
 
 use super::{
-    normalize, normalize_advances, tats, totals, Push, TatPush, TatRow, TotalRow, WindowKey,
+    isolate_rejected, normalize, normalize_advances, tats, totals, BoxFuture, PartWriter, Push,
+    Pushed, TatPush, TatRow, TotalRow, WindowKey,
 };
 use crate::StoreError;
 
@@ -29,19 +30,40 @@ fn err(e: sqlx::Error) -> StoreError {
 /// commit together; a retry of an applied push inserts no record, so the gate is false
 /// and nothing is added again (the caller then reads the totals). Rows go in key order
 /// so that nodes pushing the same keys lock them in the same order: no deadlocks.
+///
+/// A count never goes below zero: diffs of at least 0 are upserted, negative ones
+/// (refunds, given-back hits) update existing rows to `greatest(count + diff, 0)` and
+/// leave absent windows absent (0). A normalized batch holds each window once, so the
+/// two never touch the same row.
 const PUSH: &str = "
 WITH fresh AS (
     INSERT INTO swin_pushes (node_id, namespace, seq)
     SELECT $6, $1, $7 WHERE $7::int8 IS NOT NULL
-    ON CONFLICT DO NOTHING RETURNING 1)
-INSERT INTO swin_counters AS c (namespace, key, window_size, window_start, count)
-SELECT $1, r.key, r.window_size, to_timestamp(r.window_start), r.diff
-FROM unnest($2::text[], $3::int4[], $4::int8[], $5::float8[]) AS r(key, window_size, window_start, diff)
-WHERE $7::int8 IS NULL OR EXISTS (SELECT 1 FROM fresh)
-ORDER BY r.key, r.window_size, r.window_start
-ON CONFLICT (namespace, key, window_size, window_start)
-DO UPDATE SET count = c.count + EXCLUDED.count, updated_at = now()
-RETURNING c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count";
+    ON CONFLICT DO NOTHING RETURNING 1),
+r AS (
+    SELECT * FROM unnest($2::text[], $3::int4[], $4::int8[], $5::float8[])
+        AS r(key, window_size, window_start, diff)
+    WHERE $7::int8 IS NULL OR EXISTS (SELECT 1 FROM fresh)),
+up AS (
+    INSERT INTO swin_counters AS c (namespace, key, window_size, window_start, count)
+    SELECT $1, r.key, r.window_size, to_timestamp(r.window_start), r.diff
+    FROM r WHERE r.diff >= 0
+    ORDER BY r.key, r.window_size, r.window_start
+    ON CONFLICT (namespace, key, window_size, window_start)
+    DO UPDATE SET count = c.count + EXCLUDED.count, updated_at = now()
+    RETURNING c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count),
+down AS (
+    UPDATE swin_counters AS c SET count = greatest(c.count + r.diff, 0), updated_at = now()
+    FROM r
+    WHERE r.diff < 0 AND c.namespace = $1 AND c.key = r.key
+      AND c.window_size = r.window_size AND c.window_start = to_timestamp(r.window_start)
+    RETURNING c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count)
+SELECT * FROM up UNION ALL SELECT * FROM down";
+
+/// Whether `(node, namespace, seq)` is new, recorded inside a transaction (the slow path
+/// of a push that isolates rejected rows).
+const RECORD_PUSH: &str = "INSERT INTO swin_pushes (node_id, namespace, seq) VALUES ($1, $2, $3)
+    ON CONFLICT DO NOTHING";
 
 /// TAT advances, gated like [`PUSH`]: the insert of a new bucket is `now + advance`,
 /// an existing one becomes `greatest(tat, now) + advance`.
@@ -58,6 +80,65 @@ ORDER BY r.key
 ON CONFLICT (namespace, key)
 DO UPDATE SET tat_ns = greatest(b.tat_ns, $4) + (EXCLUDED.tat_ns - $4), updated_at = now()
 RETURNING b.key, b.tat_ns";
+
+/// Whether PostgreSQL's `text` can hold the key (it cannot hold U+0000).
+fn storable(key: &str) -> bool {
+    !key.contains('\0')
+}
+
+/// Runs [`PUSH`] on `conn` (the pool, or a transaction's connection).
+async fn upsert<'c, E>(
+    conn: E,
+    namespace: &str,
+    diffs: &[Diff],
+    node_id: &str,
+    seq: Option<u64>,
+) -> Result<Vec<Total>, StoreError>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Postgres>,
+{
+    let keys: Vec<&str> = diffs.iter().map(|d| d.key.as_str()).collect();
+    let sizes: Vec<i32> = diffs.iter().map(|d| d.window_size as i32).collect();
+    let starts: Vec<i64> = diffs.iter().map(|d| d.window_start).collect();
+    let values: Vec<f64> = diffs.iter().map(|d| d.value).collect();
+    let rows: Vec<TotalRow> = sqlx::query_as(PUSH)
+        .bind(namespace)
+        .bind(&keys)
+        .bind(&sizes)
+        .bind(&starts)
+        .bind(&values)
+        .bind(node_id)
+        .bind(seq.map(|s| s as i64))
+        .fetch_all(conn)
+        .await
+        .map_err(err)?;
+    totals(rows)
+}
+
+/// The rows of a push inside its transaction (the slow path).
+struct Parts<'t, 'n> {
+    tx: &'t mut sqlx::Transaction<'static, sqlx::Postgres>,
+    namespace: &'n str,
+}
+
+impl PartWriter for Parts<'_, '_> {
+    fn execute(&mut self, sql: &'static str) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            sqlx::query(sql)
+                .execute(&mut **self.tx)
+                .await
+                .map_err(err)?;
+            Ok(())
+        })
+    }
+
+    fn upsert<'a>(
+        &'a mut self,
+        diffs: &'a [Diff],
+    ) -> BoxFuture<'a, Result<Vec<Total>, StoreError>> {
+        Box::pin(upsert(&mut **self.tx, self.namespace, diffs, "", None))
+    }
+}
 
 impl PostgresStore {
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
@@ -79,36 +160,62 @@ impl PostgresStore {
     }
 
     #[instrument(skip_all, fields(namespace, rows = push.diffs.len()))]
-    pub(crate) async fn push(
+    pub(crate) async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
+        let diffs = normalize(push.diffs);
+        if diffs.is_empty() {
+            return Ok(Pushed::default());
+        }
+        let rows = match upsert(&self.pool, namespace, &diffs, push.node_id, push.seq).await {
+            Ok(rows) => rows,
+            Err(e) if e.is_rejection() => {
+                return self.push_isolating(namespace, push, &diffs).await
+            }
+            Err(e) => return Err(e),
+        };
+        if push.seq.is_some() && rows.is_empty() {
+            // Applied by an earlier attempt (or only negative diffs on absent windows):
+            // answer with the current totals.
+            let windows: Vec<WindowKey> = diffs.iter().map(WindowKey::of).collect();
+            return Ok(self.read(namespace, &windows).await?.into());
+        }
+        Ok(rows.into())
+    }
+
+    /// The slow path of a push that met a row the store refuses: in one transaction, the
+    /// push record first (an applied push is only read back), then the rows under
+    /// savepoints, so every other row is applied once and the refused ones stand alone.
+    async fn push_isolating(
         &self,
         namespace: &str,
         push: Push<'_>,
-    ) -> Result<Vec<Total>, StoreError> {
-        let diffs = normalize(push.diffs);
-        if diffs.is_empty() {
-            return Ok(Vec::new());
+        diffs: &[Diff],
+    ) -> Result<Pushed, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(err)?;
+        if let Some(seq) = push.seq {
+            let fresh = sqlx::query(RECORD_PUSH)
+                .bind(push.node_id)
+                .bind(namespace)
+                .bind(seq as i64)
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?
+                .rows_affected();
+            if fresh == 0 {
+                tx.rollback().await.map_err(err)?;
+                let windows: Vec<WindowKey> = diffs.iter().map(WindowKey::of).collect();
+                return Ok(self.read(namespace, &windows).await?.into());
+            }
         }
-        let keys: Vec<&str> = diffs.iter().map(|d| d.key.as_str()).collect();
-        let sizes: Vec<i32> = diffs.iter().map(|d| d.window_size as i32).collect();
-        let starts: Vec<i64> = diffs.iter().map(|d| d.window_start).collect();
-        let values: Vec<f64> = diffs.iter().map(|d| d.value).collect();
-        let rows: Vec<TotalRow> = sqlx::query_as(PUSH)
-            .bind(namespace)
-            .bind(&keys)
-            .bind(&sizes)
-            .bind(&starts)
-            .bind(&values)
-            .bind(push.node_id)
-            .bind(push.seq.map(|s| s as i64))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(err)?;
-        if rows.is_empty() {
-            // Applied by an earlier attempt: answer with the current totals.
-            let windows: Vec<WindowKey> = diffs.iter().map(WindowKey::of).collect();
-            return self.read(namespace, &windows).await;
-        }
-        totals(rows)
+        let pushed = isolate_rejected(
+            &mut Parts {
+                tx: &mut tx,
+                namespace,
+            },
+            diffs,
+        )
+        .await?;
+        tx.commit().await.map_err(err)?;
+        Ok(pushed)
     }
 
     pub(crate) async fn read(
@@ -116,6 +223,8 @@ impl PostgresStore {
         namespace: &str,
         keys: &[WindowKey],
     ) -> Result<Vec<Total>, StoreError> {
+        // a key `text` cannot hold is in no row: asking for it would fail the whole read
+        let keys: Vec<&WindowKey> = keys.iter().filter(|w| storable(&w.key)).collect();
         let k: Vec<&str> = keys.iter().map(|w| w.key.as_str()).collect();
         let sizes: Vec<i32> = keys.iter().map(|w| w.window_size as i32).collect();
         let starts: Vec<i64> = keys.iter().map(|w| w.window_start).collect();
@@ -187,7 +296,11 @@ impl PostgresStore {
         namespace: &str,
         keys: &[CompactString],
     ) -> Result<Vec<Tat>, StoreError> {
-        let k: Vec<&str> = keys.iter().map(CompactString::as_str).collect();
+        let k: Vec<&str> = keys
+            .iter()
+            .map(CompactString::as_str)
+            .filter(|k| storable(k))
+            .collect();
         let rows: Vec<TatRow> = sqlx::query_as(
             "SELECT key, tat_ns FROM swin_buckets WHERE namespace = $1 AND key = ANY($2)",
         )
@@ -216,6 +329,9 @@ impl PostgresStore {
     }
 
     pub(crate) async fn reset(&self, namespace: &str, key: &str) -> Result<(), StoreError> {
+        if !storable(key) {
+            return Ok(()); // no row can hold it: nothing to delete
+        }
         let mut tx = self.pool.begin().await.map_err(err)?;
         for table in ["swin_counters", "swin_buckets"] {
             sqlx::query(&format!(

@@ -40,42 +40,98 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 use swin_core::{CompactString, Tat, Total};
 
-use super::{normalize, normalize_advances, Push, TatPush, WindowKey};
+use super::{normalize, normalize_advances, Push, Pushed, Rejected, TatPush, WindowKey};
 use crate::StoreError;
 
 const PUSH_LUA: &str = r#"
 -- KEYS: hashes of one cluster slot; KEYS[1] also holds the node's last applied seq.
 -- ARGV: node field, seq (-1: no dedupe), then per key: ttl, stale window field, n, and
--- n pairs (window_start, diff). Returns the new count of each pushed window, in order.
+-- n pairs (window_start, diff). Returns per pushed window, in order, its new count, or
+-- '!' and the reason when the window is refused (its stored count is not a number, or
+-- the sum would not be finite): such a window is skipped, the others are applied.
+-- Everything is read and checked before the first write, so a call that fails applies
+-- nothing (Redis does not roll a script back).
+local function finite(x) return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge end
 local seq = tonumber(ARGV[2])
+if not finite(seq) then return redis.error_reply('swin push: seq is not a number') end
+local a = 3
+for k = 1, #KEYS do
+  local n = tonumber(ARGV[a + 2])
+  if not (finite(tonumber(ARGV[a])) and finite(n)) then
+    return redis.error_reply('swin push: malformed arguments')
+  end
+  a = a + 3 + 2 * n
+end
+if a - 1 ~= #ARGV then return redis.error_reply('swin push: argument count') end
 local apply = true
 if seq >= 0 then
   local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
   apply = seq > last
 end
 local out = {}
-local a = 3
+-- first pass: read and check; the plan says what each window does
+local plan = {}
+a = 3
+for k = 1, #KEYS do
+  local n = tonumber(ARGV[a + 2])
+  a = a + 3
+  for i = 1, n do
+    local field, diff = ARGV[a], tonumber(ARGV[a + 1])
+    local stored = redis.call('HGET', KEYS[k], field)
+    local cur = tonumber(stored or '0')
+    local step
+    if not finite(cur) then
+      step = {'refuse', '!stored count is not a finite number'}
+    elseif not apply then
+      step = {'read', stored or '0'}
+    elseif not finite(diff) then
+      step = {'refuse', '!diff is not a finite number'}
+    elseif not finite(cur + diff) then
+      step = {'refuse', '!the sum would not be finite'}
+    elseif cur + diff < 0 then
+      step = {'zero', stored == false}
+    else
+      step = {'add', stored == false}
+    end
+    plan[#plan + 1] = step
+    a = a + 2
+  end
+end
+if not apply then
+  for _, step in ipairs(plan) do out[#out + 1] = step[2] end
+  return out
+end
+-- second pass: write
+a = 3
+local p = 0
 for k = 1, #KEYS do
   local ttl, stale, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   a = a + 3
-  local opened = false
+  local opened, wrote = false, false
   for i = 1, n do
-    if apply then
-      local v = redis.call('HINCRBYFLOAT', KEYS[k], ARGV[a], ARGV[a + 1])
-      -- a window that just appeared: the one before the previous may still be there
-      if tonumber(v) == tonumber(ARGV[a + 1]) then opened = true end
-      out[#out + 1] = v
+    p = p + 1
+    local step = plan[p]
+    if step[1] == 'refuse' then
+      out[#out + 1] = step[2]
     else
-      out[#out + 1] = redis.call('HGET', KEYS[k], ARGV[a]) or '0'
+      -- a window that just appeared: the one before the previous may still be there
+      if step[2] then opened = true end
+      wrote = true
+      if step[1] == 'zero' then
+        redis.call('HSET', KEYS[k], ARGV[a], '0')
+        out[#out + 1] = '0'
+      else
+        out[#out + 1] = redis.call('HINCRBYFLOAT', KEYS[k], ARGV[a], ARGV[a + 1])
+      end
     end
     a = a + 2
   end
-  if apply then
+  if wrote then
     if opened then redis.call('HDEL', KEYS[k], stale) end
     redis.call('EXPIRE', KEYS[k], ttl)
   end
 end
-if apply and seq >= 0 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+if seq >= 0 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 return out
 "#;
 
@@ -159,6 +215,11 @@ impl RedisStore {
         })
     }
 
+    /// The prefix every key of this store starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     async fn conn(&self) -> Result<ConnectionManager, StoreError> {
         let manager = self
             .conn
@@ -184,11 +245,7 @@ impl RedisStore {
         )
     }
 
-    pub(crate) async fn push(
-        &self,
-        namespace: &str,
-        push: Push<'_>,
-    ) -> Result<Vec<Total>, StoreError> {
+    pub(crate) async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
         let diffs = normalize(push.diffs);
         // One run of diffs per hash (normalize sorts by key, size, start).
         let mut hashes: Vec<(String, std::ops::Range<usize>)> = Vec::new();
@@ -204,7 +261,7 @@ impl RedisStore {
             i = j;
         }
         if hashes.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Pushed::default());
         }
         let names: Vec<&str> = hashes.iter().map(|(k, _)| k.as_str()).collect();
         let calls = slot_calls(&names);
@@ -238,7 +295,10 @@ impl RedisStore {
             .load_async(&mut conn)
             .await?;
         let replies: Vec<Vec<String>> = pipe.query_async(&mut conn).await?;
-        let mut out = Vec::with_capacity(diffs.len());
+        let mut out = Pushed {
+            totals: Vec::with_capacity(diffs.len()),
+            rejected: Vec::new(),
+        };
         for (call, counts) in calls.iter().zip(replies) {
             let windows: Vec<&swin_core::Diff> = call
                 .iter()
@@ -252,7 +312,14 @@ impl RedisStore {
                 )));
             }
             for (d, c) in windows.into_iter().zip(counts) {
-                out.push(Total {
+                if let Some(reason) = c.strip_prefix('!') {
+                    out.rejected.push(Rejected {
+                        diff: d.clone(),
+                        reason: format!("redis: {reason}"),
+                    });
+                    continue;
+                }
+                out.totals.push(Total {
                     key: d.key.clone(),
                     window_size: d.window_size,
                     window_start: d.window_start,

@@ -8,10 +8,11 @@ use std::time::Duration;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use swin_core::{CompactString, Tat, Total, UnixMs};
+use swin_core::{CompactString, Diff, Tat, Total, UnixMs};
 
 use super::{
-    normalize, normalize_advances, tats, totals, Push, TatPush, TatRow, TotalRow, WindowKey,
+    isolate_rejected, normalize, normalize_advances, tats, totals, BoxFuture, PartWriter, Push,
+    Pushed, TatPush, TatRow, TotalRow, WindowKey,
 };
 use crate::StoreError;
 
@@ -47,6 +48,86 @@ async fn record_push(
     .map_err(err)?
     .rows_affected();
     Ok(fresh > 0)
+}
+
+/// Adds `diffs` on `conn`, a count never going below zero: diffs of at least 0 are
+/// upserted; negative ones update existing windows to `max(count + diff, 0)` and leave
+/// absent windows absent (0). A normalized batch holds each window once.
+async fn upsert(
+    conn: &mut sqlx::SqliteConnection,
+    namespace: &str,
+    diffs: &[Diff],
+) -> Result<Vec<Total>, StoreError> {
+    let rows = |up: bool| {
+        let r: Vec<serde_json::Value> = diffs
+            .iter()
+            .filter(|d| (d.value >= 0.0) == up)
+            .map(|d| serde_json::json!([d.key.as_str(), d.window_size, d.window_start, d.value]))
+            .collect();
+        (!r.is_empty()).then(|| serde_json::Value::Array(r).to_string())
+    };
+    let mut out: Vec<TotalRow> = Vec::with_capacity(diffs.len());
+    // SQLite would keep an overflowing sum as Inf; as NULL, NOT NULL refuses the row
+    // (a rejection) instead of storing a count that poisons every read
+    if let Some(batch) = rows(true) {
+        out.extend(
+            sqlx::query_as::<_, TotalRow>(
+                "INSERT INTO swin_counters (namespace, key, window_size, window_start, count)
+                 SELECT ?1, value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?2) WHERE true
+                 ON CONFLICT (namespace, key, window_size, window_start)
+                 DO UPDATE SET count = CASE WHEN abs(count + excluded.count) <= 1.7976931348623157e308
+                     THEN count + excluded.count END, updated_at = unixepoch()
+                 RETURNING key, window_size, window_start, count",
+            )
+            .bind(namespace)
+            .bind(&batch)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(err)?,
+        );
+    }
+    if let Some(batch) = rows(false) {
+        out.extend(
+            sqlx::query_as::<_, TotalRow>(
+                "UPDATE swin_counters AS c SET count = max(c.count + (r.value ->> 3), 0), updated_at = unixepoch()
+                 FROM json_each(?2) AS r
+                 WHERE c.namespace = ?1 AND c.key = r.value ->> 0
+                   AND c.window_size = r.value ->> 1 AND c.window_start = r.value ->> 2
+                 RETURNING key, window_size, window_start, count",
+            )
+            .bind(namespace)
+            .bind(&batch)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(err)?,
+        );
+    }
+    totals(out)
+}
+
+/// The rows of a push inside its write transaction.
+struct Parts<'t, 'n> {
+    tx: &'t mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    namespace: &'n str,
+}
+
+impl PartWriter for Parts<'_, '_> {
+    fn execute(&mut self, sql: &'static str) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            sqlx::query(sql)
+                .execute(&mut **self.tx)
+                .await
+                .map_err(err)?;
+            Ok(())
+        })
+    }
+
+    fn upsert<'a>(
+        &'a mut self,
+        diffs: &'a [Diff],
+    ) -> BoxFuture<'a, Result<Vec<Total>, StoreError>> {
+        Box::pin(upsert(self.tx, self.namespace, diffs))
+    }
 }
 
 impl SqliteStore {
@@ -88,42 +169,31 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(crate) async fn push(
-        &self,
-        namespace: &str,
-        push: Push<'_>,
-    ) -> Result<Vec<Total>, StoreError> {
+    /// One write transaction: the push record, then the rows, isolating any the
+    /// database refuses (see [`isolate_rejected`]).
+    pub(crate) async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
         let diffs = normalize(push.diffs);
         if diffs.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Pushed::default());
         }
-        let rows: Vec<serde_json::Value> = diffs
-            .iter()
-            .map(|d| serde_json::json!([d.key.as_str(), d.window_size, d.window_start, d.value]))
-            .collect();
-        let batch = serde_json::Value::Array(rows).to_string();
         let mut tx = self.pool.begin().await.map_err(err)?;
         if let Some(seq) = push.seq {
             if !record_push(&mut tx, push.node_id, namespace, seq).await? {
                 tx.rollback().await.map_err(err)?;
                 let windows: Vec<WindowKey> = diffs.iter().map(WindowKey::of).collect();
-                return self.read(namespace, &windows).await;
+                return Ok(self.read(namespace, &windows).await?.into());
             }
         }
-        let out: Vec<TotalRow> = sqlx::query_as(
-            "INSERT INTO swin_counters (namespace, key, window_size, window_start, count)
-             SELECT ?1, value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?2) WHERE true
-             ON CONFLICT (namespace, key, window_size, window_start)
-             DO UPDATE SET count = count + excluded.count, updated_at = unixepoch()
-             RETURNING key, window_size, window_start, count",
+        let pushed = isolate_rejected(
+            &mut Parts {
+                tx: &mut tx,
+                namespace,
+            },
+            &diffs,
         )
-        .bind(namespace)
-        .bind(&batch)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(err)?;
+        .await?;
         tx.commit().await.map_err(err)?;
-        totals(out)
+        Ok(pushed)
     }
 
     /// `CROSS JOIN` keeps the wanted windows as the outer loop, so each is one primary
