@@ -62,6 +62,11 @@ impl Node {
             .arg(config)
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
+            // the spool beside the config: per test, and found again by a restart
+            .env(
+                "SWIN_DATA_DIR",
+                config.parent().unwrap_or(Path::new(".")).join("data"),
+            )
             .env("RUST_LOG", "error")
             .stdout(Stdio::null())
             .spawn()

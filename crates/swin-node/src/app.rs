@@ -521,14 +521,19 @@ async fn sync_now(
     }
 }
 
+/// 200 when every store-backed namespace has reached its store, recently enough to
+/// answer with the cluster's counts (see `NamespaceSync::readiness`); 503 naming the
+/// namespaces that have not.
 async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let now = now();
     let degraded: Vec<serde_json::Value> = state
         .namespaces
         .load()
         .values()
         .filter_map(|n| {
-            let st = n.sync.status();
-            st.degraded
+            n.sync
+                .readiness(now)
+                .err()
                 .map(|why| serde_json::json!({"namespace": n.sync.name(), "reason": why}))
         })
         .collect();

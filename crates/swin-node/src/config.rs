@@ -32,6 +32,7 @@ struct RawConfig {
     shutdown_grace: Option<f64>,
     store_timeout: Option<f64>,
     max_counters: Option<usize>,
+    data_dir: Option<String>,
     #[serde(default)]
     stores: BTreeMap<String, RawStore>,
     #[serde(default)]
@@ -88,6 +89,27 @@ pub struct StoreConfig {
     pub prefix: String,
 }
 
+impl StoreConfig {
+    /// Tells stores apart without naming their URL (which may hold a password): FNV-1a
+    /// of kind, URL and prefix. The spool keeps it to send counts only where they
+    /// belong; it must stay the same across versions, so no std hasher.
+    pub fn fingerprint(&self) -> String {
+        let kind = match self.kind {
+            StoreKind::Postgres => "postgres",
+            StoreKind::Redis => "redis",
+            StoreKind::Sqlite => "sqlite",
+        };
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for part in [kind, &self.url, &self.prefix] {
+            for b in part.bytes().chain([0]) {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        format!("{h:016x}")
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct NamespaceConfig {
     pub name: String,
@@ -111,6 +133,8 @@ pub struct Config {
     pub body_limit: usize,
     pub shutdown_grace: Duration,
     pub store_timeout: Duration,
+    /// Where the spool lives (`./data` unless set; `SWIN_DATA_DIR` overrides).
+    pub data_dir: std::path::PathBuf,
     pub stores: BTreeMap<String, StoreConfig>,
     pub namespaces: Vec<NamespaceConfig>,
 }
@@ -325,7 +349,21 @@ impl Config {
                 allow_decrements,
             });
         }
+        if namespaces.is_empty() {
+            // an empty or cut-off file must not take every namespace away on a reload
+            return Err(err(
+                "namespaces",
+                "needs at least one [[namespaces]] entry".into(),
+            ));
+        }
+        let data_dir = env("SWIN_DATA_DIR")
+            .or(raw.data_dir)
+            .unwrap_or_else(|| "./data".into());
+        if data_dir.is_empty() {
+            return Err(err("data_dir", "must not be empty".into()));
+        }
         Ok(Config {
+            data_dir: data_dir.into(),
             listen,
             migrate,
             log_format,
@@ -427,6 +465,12 @@ mod tests {
             "stores.m.url",
         );
         fails("log_format = \"xml\"", "log_format");
+        fails("", "namespaces");
+        fails("listen = \"127.0.0.1:1\"\n", "namespaces");
+        fails(
+            "data_dir = \"\"\n[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1",
+            "data_dir",
+        );
         fails("bogus = 1", "(toml, bytes 0..5)");
     }
 }

@@ -7,3 +7,4 @@ pub mod hit;
 pub mod limits;
 pub mod metrics;
 pub mod node;
+pub mod spool;

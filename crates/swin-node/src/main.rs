@@ -83,7 +83,6 @@ async fn main() -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(config.listen)
                 .await
                 .with_context(|| format!("listen on {}", config.listen))?;
-            tracing::info!(listen = %listener.local_addr()?, namespaces = config.namespaces.len(), "swin-node ready");
             let node = Node::start(config).await?;
             node.serve(listener, cli.config).await
         }

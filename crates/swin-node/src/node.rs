@@ -1,7 +1,7 @@
 //! Running a node: connect stores, build namespaces and their sync engines, serve HTTP,
 //! reload on SIGHUP, and shut down with a last push.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -9,13 +9,14 @@ use std::time::SystemTime;
 use anyhow::Context;
 use swin_core::{CounterOptions, NamespaceCounters, Retention, UnixMs};
 use swin_sync::store::{PostgresStore, RedisStore, SqliteStore};
-use swin_sync::{NamespaceSync, Store, SyncMode};
+use swin_sync::{NamespaceSync, Store, SyncMode, Unconfirmed};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::app::{app, AppState, Namespace, Namespaces};
 use crate::config::{Config, NamespaceConfig, StoreConfig, StoreKind};
+use crate::spool::{self, SpoolEntry};
 
 pub async fn connect_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
     Ok(match cfg.kind {
@@ -74,37 +75,75 @@ pub async fn migrate_all(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A namespace and the engine task that syncs it.
+/// A store of the config, connected, and the purge task that belongs to it.
+#[derive(Debug)]
+struct Connected {
+    config: StoreConfig,
+    store: Store,
+    /// Stops the store's purge task when the store is removed or replaced.
+    purge: CancellationToken,
+}
+
+/// A namespace, the store config it was built with, and the engine task that syncs it.
 #[derive(Debug)]
 struct Running {
     config: NamespaceConfig,
+    store_config: Option<StoreConfig>,
     namespace: Arc<Namespace>,
     cancel: CancellationToken,
+    engine: Option<tokio::task::JoinHandle<()>>,
 }
+
+/// Chunks a stopped engine (or an earlier run, through the spool) left unconfirmed, and
+/// the store they go to.
+#[derive(Debug)]
+struct Leftover {
+    store_name: String,
+    fingerprint: String,
+    store: Store,
+    unconfirmed: Unconfirmed,
+    /// The spool file it was read from; deleted once nothing of that file is left.
+    file: Option<PathBuf>,
+}
+
+type Leftovers = Arc<tokio::sync::Mutex<Vec<Leftover>>>;
+
+/// Spool files this run read and has not finished with.
+type SpoolFiles = Arc<std::sync::Mutex<BTreeSet<PathBuf>>>;
 
 #[derive(Debug)]
 pub struct Node {
     pub state: Arc<AppState>,
-    stores: BTreeMap<String, (StoreConfig, Store)>,
+    stores: BTreeMap<String, Connected>,
     running: BTreeMap<String, Running>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     node_id: Arc<str>,
+    /// Engines built so far: each pushes as `<node_id>.<generation>`.
+    generation: u64,
     config: Config,
+    leftovers: Leftovers,
+    spool_files: SpoolFiles,
 }
 
 impl Node {
     pub async fn start(config: Config) -> anyhow::Result<Node> {
-        let stores = connect_stores(&config).await?;
+        let connected = connect_stores(&config).await?;
         let mut node = Node {
             state: Arc::new(AppState::new(Namespaces::new(), config.body_limit)),
-            stores,
+            stores: BTreeMap::new(),
             running: BTreeMap::new(),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             node_id: swin_sync::new_node_id().into(),
+            generation: 0,
             config: config.clone(),
+            leftovers: Default::default(),
+            spool_files: Default::default(),
         };
+        for (name, (cfg, store)) in connected {
+            node.add_store(name, cfg, store);
+        }
         if config.migrate {
             // Usually the store is up and the schema is in place before the first warm-up
             // and sync. A migration is never cancelled half-way (that could leave its
@@ -113,7 +152,7 @@ impl Node {
             let pending: Vec<_> = node
                 .stores
                 .iter()
-                .map(|(name, (_, store))| (name.clone(), node.spawn_migrate(name, store)))
+                .map(|(name, c)| (name.clone(), node.spawn_migrate(name, &c.store)))
                 .collect();
             for (name, done) in pending {
                 if tokio::time::timeout(config.store_timeout, done)
@@ -127,9 +166,27 @@ impl Node {
                 }
             }
         }
+        // what an earlier run spooled goes out before this one counts anything
+        node.load_spool();
+        node.retry_leftovers().await;
         node.apply_namespaces(&config.namespaces).await;
-        node.spawn_purge();
+        node.spawn_leftover_retries();
         Ok(node)
+    }
+
+    fn add_store(&mut self, name: String, config: StoreConfig, store: Store) {
+        let purge = self.shutdown.child_token();
+        self.spawn_purge(&name, &store, purge.clone());
+        if let Some(old) = self.stores.insert(
+            name,
+            Connected {
+                config,
+                store,
+                purge,
+            },
+        ) {
+            old.purge.cancel();
+        }
     }
 
     /// Migrates a store; while it is unreachable the node still starts and serves from
@@ -155,31 +212,104 @@ impl Node {
         done_rx
     }
 
-    fn spawn_purge(&self) {
-        for (name, (_, store)) in &self.stores {
-            let (store, cancel, name) = (store.clone(), self.shutdown.clone(), name.clone());
-            self.tracker.spawn(async move {
-                let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-                loop {
-                    tokio::select! { _ = cancel.cancelled() => return, _ = tick.tick() => {} }
-                    match store
-                        .purge(UnixMs::from_system_time(SystemTime::now()))
-                        .await
-                    {
-                        Ok(n) if n > 0 => info!(store = name, rows = n, "purged expired windows"),
-                        Ok(_) => {}
-                        Err(e) => warn!(store = name, cause = %e, "purge failed"),
-                    }
+    /// Every minute, expired windows and push records go; one task per store, stopped
+    /// with `cancel` when the store is replaced or removed.
+    fn spawn_purge(&self, name: &str, store: &Store, cancel: CancellationToken) {
+        let (store, name) = (store.clone(), name.to_owned());
+        self.tracker.spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tokio::select! { _ = cancel.cancelled() => return, _ = tick.tick() => {} }
+                match store
+                    .purge(UnixMs::from_system_time(SystemTime::now()))
+                    .await
+                {
+                    Ok(n) if n > 0 => info!(store = name, rows = n, "purged expired windows"),
+                    Ok(_) => {}
+                    Err(e) => warn!(store = name, cause = %e, "purge failed"),
                 }
-            });
+            }
+        });
+    }
+
+    /// Reads the spool files of `data_dir` into the leftovers, each entry for the store
+    /// of this config with the same fingerprint; a file with an entry for no such store
+    /// stays on disk untouched.
+    fn load_spool(&mut self) {
+        let mut leftovers = self
+            .leftovers
+            .try_lock()
+            .expect("nothing else holds the leftovers before the node serves");
+        for (path, read) in spool::read_all(&self.config.data_dir) {
+            let entries = match read {
+                Ok(e) => e,
+                Err(why) => {
+                    error!(file = %path.display(), cause = why, "cannot read a spool file; left as it is");
+                    continue;
+                }
+            };
+            let stores: Option<Vec<(String, Store)>> = entries
+                .iter()
+                .map(|e| {
+                    self.stores
+                        .iter()
+                        .find(|(_, c)| c.config.fingerprint() == e.store_fingerprint)
+                        .map(|(n, c)| (n.clone(), c.store.clone()))
+                })
+                .collect();
+            let Some(stores) = stores else {
+                warn!(file = %path.display(), "spool file for a store this config does not have; left as it is");
+                continue;
+            };
+            let rows: usize = entries.iter().map(|e| e.unconfirmed.rows()).sum();
+            info!(file = %path.display(), windows = rows, "replaying spooled pushes");
+            for (e, (store_name, store)) in entries.into_iter().zip(stores) {
+                leftovers.push(Leftover {
+                    store_name,
+                    fingerprint: e.store_fingerprint,
+                    store,
+                    unconfirmed: e.unconfirmed,
+                    file: Some(path.clone()),
+                });
+            }
+            self.spool_files
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(path);
         }
     }
 
-    /// Builds a namespace, loads its current totals from the store (so a node that
-    /// joins answers with the cluster's counts from its first request), then starts its
-    /// engine.
-    async fn build(&self, cfg: &NamespaceConfig) -> Running {
+    /// One attempt at every leftover, each in push order.
+    async fn retry_leftovers(&self) {
+        push_leftovers(
+            &self.leftovers,
+            &self.spool_files,
+            self.config.store_timeout,
+        )
+        .await;
+    }
+
+    fn spawn_leftover_retries(&self) {
+        let (leftovers, files, timeout, cancel) = (
+            self.leftovers.clone(),
+            self.spool_files.clone(),
+            self.config.store_timeout,
+            self.shutdown.clone(),
+        );
+        self.tracker.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                }
+                push_leftovers(&leftovers, &files, timeout).await;
+            }
+        });
+    }
+
+    /// Builds a namespace and its engine, without starting it.
+    fn build(&mut self, cfg: &NamespaceConfig) -> Running {
         let retention = if cfg.mode == SyncMode::LocalOnly {
             Retention::LocalOnly
         } else {
@@ -193,16 +323,13 @@ impl Node {
                 max_counters: cfg.max_counters,
             },
         ));
-        let store = cfg
-            .store
-            .as_ref()
-            .and_then(|s| self.stores.get(s))
-            .map(|(_, st)| st.clone());
+        let connected = cfg.store.as_ref().and_then(|s| self.stores.get(s));
+        self.generation += 1;
         let sync = NamespaceSync::new(
             counters,
             cfg.mode,
-            store,
-            self.node_id.clone(),
+            connected.map(|c| c.store.clone()),
+            format!("{}.{}", self.node_id, self.generation).into(),
             self.config.store_timeout,
         );
         let sync = Arc::new(if is_gcra(cfg) {
@@ -210,44 +337,106 @@ impl Node {
         } else {
             sync
         });
-        let cancel = self.shutdown.child_token();
-        let engine = sync.clone();
-        let token = cancel.clone();
-        let now = UnixMs::from_system_time(SystemTime::now());
-        match tokio::time::timeout(self.config.store_timeout, engine.warm_up(now)).await {
-            Ok(Ok(n)) => info!(namespace = cfg.name, totals = n, "warmed up from the store"),
-            Ok(Err(e)) => {
-                warn!(namespace = cfg.name, cause = %e, "warm-up failed; totals arrive with the first syncs")
-            }
-            Err(_) => warn!(
-                namespace = cfg.name,
-                "warm-up timed out; totals arrive with the first syncs"
-            ),
-        }
-        self.tracker.spawn(engine.run(token));
         Running {
             config: cfg.clone(),
+            store_config: connected.map(|c| c.config.clone()),
             namespace: Arc::new(Namespace {
                 sync,
                 store_name: cfg.store.clone(),
                 limits: cfg.limits.clone(),
                 allow_decrements: cfg.allow_decrements,
             }),
-            cancel,
+            cancel: self.shutdown.child_token(),
+            engine: None,
         }
     }
 
-    /// Brings the running namespaces in line with `wanted`: unchanged ones keep their
-    /// counts, changed ones are rebuilt (their old engine pushes once more and stops),
-    /// removed ones stop.
+    /// Loads the namespace's current totals from the store, so that it answers with the
+    /// cluster's counts from its first request (or, for a rebuilt namespace, once its
+    /// old engine has pushed).
+    async fn warm_up(&self, r: &Running) {
+        let sync = &r.namespace.sync;
+        let now = UnixMs::from_system_time(SystemTime::now());
+        let name = &r.config.name;
+        match tokio::time::timeout(self.config.store_timeout, sync.warm_up(now)).await {
+            Ok(Ok(n)) => info!(namespace = name, totals = n, "warmed up from the store"),
+            Ok(Err(e)) => {
+                warn!(namespace = name, cause = %e, "warm-up failed; totals arrive with the first syncs")
+            }
+            Err(_) => warn!(
+                namespace = name,
+                "warm-up timed out; totals arrive with the first syncs"
+            ),
+        }
+    }
+
+    fn start_engine(&self, r: &mut Running) {
+        let engine = r.namespace.sync.clone();
+        r.engine = Some(self.tracker.spawn(engine.run(r.cancel.clone())));
+    }
+
+    /// Stops a namespace no longer served: waits (up to the shutdown grace) for the
+    /// requests still holding it, so that every hit that reached its tables is in what
+    /// its engine pushes last, then stops the engine and keeps what the store did not
+    /// confirm as a leftover.
+    async fn retire(&self, mut old: Running) {
+        let deadline = tokio::time::Instant::now() + self.config.shutdown_grace;
+        while Arc::strong_count(&old.namespace) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        old.cancel.cancel();
+        if let Some(engine) = old.engine.take() {
+            let _ = engine.await;
+        }
+        let sync = &old.namespace.sync;
+        let unconfirmed = sync
+            .take_unconfirmed(UnixMs::from_system_time(SystemTime::now()))
+            .await;
+        if unconfirmed.is_empty() {
+            return;
+        }
+        let (Some(store), Some(store_name), Some(cfg)) =
+            (sync.store(), &old.config.store, &old.store_config)
+        else {
+            return;
+        };
+        warn!(
+            namespace = old.config.name,
+            windows = unconfirmed.rows(),
+            "unconfirmed pushes kept; retried until the store takes them"
+        );
+        self.leftovers.lock().await.push(Leftover {
+            store_name: store_name.clone(),
+            fingerprint: cfg.fingerprint(),
+            store: store.clone(),
+            unconfirmed,
+            file: None,
+        });
+    }
+
+    /// Brings the running namespaces in line with `wanted`. Unchanged ones keep their
+    /// counts and engine, as do ones whose limits alone changed. Changed ones are rebuilt
+    /// and removed ones stop, in this order: the new map is served first, then each old
+    /// namespace is retired once no request holds it (its engine's last push then holds
+    /// every hit its tables took), then rebuilt namespaces load the totals that push
+    /// made, and their engines start.
     async fn apply_namespaces(&mut self, wanted: &[NamespaceConfig]) {
         let mut next = BTreeMap::new();
+        let mut retired = Vec::new();
+        let mut rebuilt = Vec::new();
         for cfg in wanted {
+            let store_config = cfg
+                .store
+                .as_ref()
+                .and_then(|s| self.stores.get(s))
+                .map(|c| c.config.clone());
             match self.running.remove(&cfg.name) {
-                Some(r) if r.config == *cfg => {
+                Some(r) if r.config == *cfg && r.store_config == store_config => {
                     next.insert(cfg.name.clone(), r);
                 }
-                Some(r) if only_limits_changed(&r.config, cfg) => {
+                Some(r)
+                    if only_limits_changed(&r.config, cfg) && r.store_config == store_config =>
+                {
                     // same counters and engine, new limits: nothing counted is lost
                     info!(namespace = cfg.name, "limits changed");
                     let namespace = Arc::new(Namespace {
@@ -256,35 +445,49 @@ impl Node {
                         limits: cfg.limits.clone(),
                         allow_decrements: cfg.allow_decrements,
                     });
-                    next.insert(
-                        cfg.name.clone(),
-                        Running {
-                            config: cfg.clone(),
-                            namespace,
-                            cancel: r.cancel,
-                        },
-                    );
+                    next.insert(cfg.name.clone(), Running { namespace, ..r });
                 }
-                old => {
-                    if let Some(old) = old {
-                        info!(namespace = cfg.name, "namespace changed; rebuilding");
-                        old.cancel.cancel();
-                    } else {
-                        info!(
-                            namespace = cfg.name,
-                            mode = cfg.mode.name(),
-                            "namespace added"
-                        );
-                    }
-                    next.insert(cfg.name.clone(), self.build(cfg).await);
+                Some(old) => {
+                    info!(namespace = cfg.name, "namespace changed; rebuilding");
+                    retired.push(old);
+                    rebuilt.push(cfg.name.clone());
+                    next.insert(cfg.name.clone(), self.build(cfg));
+                }
+                None => {
+                    info!(
+                        namespace = cfg.name,
+                        mode = cfg.mode.name(),
+                        "namespace added"
+                    );
+                    let mut r = self.build(cfg);
+                    self.warm_up(&r).await;
+                    self.start_engine(&mut r);
+                    next.insert(cfg.name.clone(), r);
                 }
             }
         }
         for (name, old) in std::mem::take(&mut self.running) {
             info!(namespace = name, "namespace removed");
-            old.cancel.cancel();
+            retired.push(old);
         }
         self.running = next;
+        self.publish();
+        for old in retired {
+            self.retire(old).await;
+        }
+        // what the retired engines could not push goes out before the rebuilt ones load
+        self.retry_leftovers().await;
+        for name in rebuilt {
+            if let Some(mut r) = self.running.remove(&name) {
+                self.warm_up(&r).await;
+                self.start_engine(&mut r);
+                self.running.insert(name, r);
+            }
+        }
+    }
+
+    /// Serves the running namespaces.
+    fn publish(&self) {
         let map: Namespaces = self
             .running
             .iter()
@@ -293,7 +496,8 @@ impl Node {
         self.state.namespaces.store(Arc::new(map));
     }
 
-    /// Reloads from `path`: a bad file is logged and the running config stays.
+    /// Reloads from `path`. A file that fails to load, or a store that cannot be set up,
+    /// rejects the reload with nothing changed.
     pub async fn reload(&mut self, path: &std::path::Path) {
         let config = match Config::load(path) {
             Ok(c) => c,
@@ -305,46 +509,45 @@ impl Node {
         if config.listen != self.config.listen {
             warn!(listen = %config.listen, "listen address changes need a restart");
         }
+        let mut fresh = Vec::new();
         for (name, cfg) in &config.stores {
-            let same = self.stores.get(name).is_some_and(|(c, _)| c == cfg);
-            if !same {
-                match connect_store(cfg).await {
-                    Ok(store) => {
-                        if config.migrate {
-                            // a reload does not wait for the schema
-                            drop(self.spawn_migrate(name, &store));
-                        }
-                        self.stores.insert(name.clone(), (cfg.clone(), store));
-                    }
-                    Err(e) => {
-                        error!(store = name, cause = %e, "reload rejected: cannot connect");
-                        return;
-                    }
+            if self.stores.get(name).is_some_and(|c| c.config == *cfg) {
+                continue;
+            }
+            match connect_store(cfg).await {
+                Ok(store) => fresh.push((name.clone(), cfg.clone(), store)),
+                Err(e) => {
+                    error!(store = name, cause = %e, "reload rejected: cannot set up the store; keeping the running config");
+                    return;
                 }
             }
         }
-        // a namespace whose store changed is rebuilt: compare configs including the store's
-        let changed_stores: Vec<String> = config
+        for (name, cfg, store) in fresh {
+            if config.migrate {
+                // a reload does not wait for the schema
+                drop(self.spawn_migrate(&name, &store));
+            }
+            self.add_store(name, cfg, store);
+        }
+        let removed: Vec<String> = self
             .stores
-            .iter()
-            .filter(|(n, c)| self.config.stores.get(*n) != Some(c))
-            .map(|(n, _)| n.clone())
+            .keys()
+            .filter(|n| !config.stores.contains_key(*n))
+            .cloned()
             .collect();
-        for r in self.running.values_mut() {
-            if r.config
-                .store
-                .as_ref()
-                .is_some_and(|s| changed_stores.contains(s))
-            {
-                r.config.max_counters = usize::MAX; // force a rebuild
+        for name in removed {
+            if let Some(old) = self.stores.remove(&name) {
+                old.purge.cancel();
             }
         }
+        self.config = config.clone();
         self.apply_namespaces(&config.namespaces).await;
-        self.config = config;
         info!(namespaces = self.running.len(), "config reloaded");
     }
 
-    /// Serves until SIGTERM or SIGINT; reloads `config_path` on SIGHUP.
+    /// Serves until SIGTERM or SIGINT; reloads `config_path` on SIGHUP. On the way out,
+    /// what the store does not confirm is spooled under `data_dir`; an error when even
+    /// that fails (the process then exits non-zero).
     pub async fn serve(
         mut self,
         listener: tokio::net::TcpListener,
@@ -353,6 +556,7 @@ impl Node {
         let router = app(self.state.clone());
         let stop = CancellationToken::new();
         let server_stop = stop.clone();
+        let addr = listener.local_addr().context("listener address")?;
         let server = tokio::spawn(async move {
             // the peer address is the forward-auth key of last resort
             axum::serve(
@@ -362,6 +566,7 @@ impl Node {
             .with_graceful_shutdown(async move { server_stop.cancelled().await })
             .await
         });
+        info!(listen = %addr, namespaces = self.running.len(), "swin-node ready");
         let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("install SIGHUP handler")?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -386,6 +591,26 @@ impl Node {
             Err(_) => warn!(?grace, "requests still running after the grace period"),
         }
         info!("pushing the last diffs");
+        self.shutdown_engines().await
+    }
+
+    /// Stops every engine (each pushes once more), tries what is left once more, and
+    /// spools whatever the store still did not confirm.
+    pub async fn shutdown_engines(mut self) -> anyhow::Result<()> {
+        let grace = self.config.shutdown_grace;
+        let running = std::mem::take(&mut self.running);
+        self.state.namespaces.store(Arc::new(Namespaces::new()));
+        let retire_all = async {
+            for (_, r) in running {
+                self.retire(r).await;
+            }
+        };
+        if tokio::time::timeout(grace * 2, retire_all).await.is_err() {
+            warn!(
+                ?grace,
+                "sync engines did not finish within the grace period"
+            );
+        }
         self.shutdown.cancel();
         self.tracker.close();
         if tokio::time::timeout(grace, self.tracker.wait())
@@ -394,11 +619,79 @@ impl Node {
         {
             warn!(
                 ?grace,
-                "sync engines did not finish within the grace period"
+                "background tasks did not finish within the grace period"
             );
         }
-        info!("stopped");
-        Ok(())
+        self.retry_leftovers().await;
+        let leftovers = std::mem::take(&mut *self.leftovers.lock().await);
+        let entries: Vec<SpoolEntry> = leftovers
+            .into_iter()
+            .filter(|l| l.file.is_none() && !l.unconfirmed.is_empty())
+            .map(|l| SpoolEntry {
+                store: l.store_name,
+                store_fingerprint: l.fingerprint,
+                unconfirmed: l.unconfirmed,
+            })
+            .collect();
+        if entries.is_empty() {
+            info!("stopped");
+            return Ok(());
+        }
+        let windows: usize = entries.iter().map(|e| e.unconfirmed.rows()).sum();
+        let hits: f64 = entries.iter().map(|e| e.unconfirmed.hits()).sum();
+        match spool::write(&self.config.data_dir, &entries) {
+            Ok(path) => {
+                warn!(file = %path.display(), windows, hits, "the store did not confirm the last pushes; spooled for the next start");
+                info!("stopped");
+                Ok(())
+            }
+            Err(e) => {
+                error!(dir = %self.config.data_dir.display(), cause = %e, windows, hits, "cannot write the spool: these hits are lost");
+                anyhow::bail!(
+                    "lost {windows} windows ({hits} hits): cannot write the spool under {}: {e}",
+                    self.config.data_dir.display()
+                )
+            }
+        }
+    }
+}
+
+/// One attempt at every leftover, each in push order; the ones done are dropped, and a
+/// spool file nothing is left of is deleted.
+async fn push_leftovers(leftovers: &Leftovers, files: &SpoolFiles, timeout: std::time::Duration) {
+    let mut list = leftovers.lock().await;
+    if list.is_empty() {
+        return;
+    }
+    for l in list.iter_mut() {
+        match l.unconfirmed.push(&l.store, timeout).await {
+            Ok(0) => {}
+            Ok(n) => info!(
+                namespace = l.unconfirmed.namespace,
+                store = l.store_name,
+                chunks = n,
+                "unconfirmed pushes confirmed"
+            ),
+            Err(e) => {
+                debug!(namespace = l.unconfirmed.namespace, cause = %e, "unconfirmed pushes wait for the store")
+            }
+        }
+    }
+    list.retain(|l| !l.unconfirmed.is_empty());
+    let mut files = files.lock().unwrap_or_else(|p| p.into_inner());
+    let still: BTreeSet<&PathBuf> = list.iter().filter_map(|l| l.file.as_ref()).collect();
+    let done: Vec<PathBuf> = files
+        .iter()
+        .filter(|f| !still.contains(f))
+        .cloned()
+        .collect();
+    for f in done {
+        match std::fs::remove_file(&f) {
+            Ok(()) => info!(file = %f.display(), "spool file replayed and removed"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => warn!(file = %f.display(), cause = %e, "cannot remove a replayed spool file"),
+        }
+        files.remove(&f);
     }
 }
 

@@ -28,6 +28,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::backoff::Backoff;
 use crate::store::{normalize, normalize_advances, Push, Pushed, Store, TatPush, WindowKey};
+use crate::unconfirmed::{Chunk, Unconfirmed};
 use crate::StoreError;
 
 /// How a namespace meets the store (Kong's `sync_rate`).
@@ -213,6 +214,44 @@ impl NamespaceSync {
         self.store.as_ref()
     }
 
+    /// The identity this engine pushes under: unique to the engine, so a namespace
+    /// rebuilt by a reload never reuses a `(push_id, namespace, seq)` the store has seen.
+    pub fn push_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// Whether the namespace answers with the cluster's counts: it has reached its
+    /// store once, and not longer ago than `max(3 × sync period, store_timeout + 1 s)`
+    /// (synchronous and local-only engines tick every second). `Err` says why not.
+    pub fn readiness(&self, now: UnixMs) -> Result<(), String> {
+        if self.store.is_none() {
+            return Ok(());
+        }
+        let period = match self.mode {
+            SyncMode::Periodic(p) => p,
+            SyncMode::Synchronous | SyncMode::LocalOnly => Duration::from_secs(1),
+        };
+        let limit = (3 * period).max(self.timeout + Duration::from_secs(1));
+        let st = self.status();
+        let Some(last) = st.last_success_ms else {
+            return Err(match st.degraded {
+                Some(why) => format!("has not reached its store yet: {why}"),
+                None => "has not reached its store yet".into(),
+            });
+        };
+        let ago = Duration::from_millis(u64::try_from(now.0 - last).unwrap_or(0));
+        if ago > limit {
+            return Err(match st.degraded {
+                Some(why) => format!(
+                    "last reached its store {:.1} s ago: {why}",
+                    ago.as_secs_f64()
+                ),
+                None => format!("last reached its store {:.1} s ago", ago.as_secs_f64()),
+            });
+        }
+        Ok(())
+    }
+
     pub fn status(&self) -> SyncStatus {
         self.status
             .lock()
@@ -276,6 +315,10 @@ impl NamespaceSync {
             let counters = self.counters.clone();
             off_runtime(move || counters.buckets().apply(&tats, true)).await;
         }
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_success_ms = Some(now.0);
         Ok(loaded)
     }
 
@@ -877,6 +920,52 @@ impl NamespaceSync {
             }
         }
         self.final_push().await;
+    }
+
+    /// Everything this engine counted that its store has not confirmed, as chunks under
+    /// this engine's identity: what failed pushes left, then whatever the tables and
+    /// buckets still hold (drained now, with the next sequence numbers). Called once the
+    /// engine has stopped and no request reaches its tables any more; whoever takes the
+    /// chunks sends them (see [`Unconfirmed::push`]).
+    pub async fn take_unconfirmed(&self, now: UnixMs) -> Unconfirmed {
+        let mut guard = self.state.lock().await;
+        let st = &mut *guard;
+        if self.store.is_some() {
+            let drained: Vec<Diff> = self
+                .counters
+                .tables()
+                .iter()
+                .flat_map(|t| t.drain(now))
+                .collect();
+            let drained = normalize(&drained);
+            if !drained.is_empty() {
+                enqueue(&mut st.seq, &mut st.pending, drained);
+            }
+            let advances = normalize_advances(&self.counters.buckets().drain(nanos(now)));
+            if !advances.is_empty() {
+                enqueue(&mut st.seq, &mut st.pending_tats, advances);
+            }
+        }
+        let mut chunks: Vec<Chunk> = st
+            .pending
+            .drain(..)
+            .map(|(seq, d)| Chunk::diffs(seq, &d))
+            .chain(
+                st.pending_tats
+                    .drain(..)
+                    .map(|(seq, a)| Chunk::advances(seq, nanos(now), &a)),
+            )
+            .collect();
+        chunks.sort_by_key(|c| c.seq);
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pending_diffs = 0;
+        Unconfirmed {
+            namespace: self.name().to_owned(),
+            push_id: self.node_id.to_string(),
+            chunks: chunks.into(),
+        }
     }
 
     /// The push on shutdown: a few quick attempts; what still fails is logged with its size.

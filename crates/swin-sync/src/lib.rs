@@ -5,10 +5,12 @@ mod backoff;
 mod engine;
 mod error;
 pub mod store;
+mod unconfirmed;
 
 pub use engine::{NamespaceSync, SyncMode, SyncReport, SyncStatus, SYNC_BUCKETS_SECS};
 pub use error::StoreError;
 pub use store::{Push, Pushed, Rejected, Store, TatPush, WindowKey};
+pub use unconfirmed::{Chunk, Rows, Unconfirmed};
 
 /// A random id for this process, so the store can tell its pushes from other nodes'.
 pub fn new_node_id() -> String {

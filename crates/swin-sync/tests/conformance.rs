@@ -938,7 +938,59 @@ async fn a_refused_window_does_not_degrade_the_namespace(s: &TestStore) {
     assert_eq!(e.sync_once(now).await.expect("sync").pushed, 0);
 }
 
+/// A stopped engine hands back what its store did not confirm, under its own identity
+/// and sequence numbers: replayed (from the spool, or twice by two nodes sharing it),
+/// a chunk the store did apply before its reply was lost is not applied again, and
+/// the rest is applied once. Windows and GCRA advances alike.
+async fn unconfirmed_pushes_replay_exactly_once(s: &TestStore) {
+    let (faulty, control) = common::faulty(&s.store);
+    let now = UnixMs::from_secs(NOW);
+    let e = engine(
+        &faulty,
+        SyncMode::Periodic(Duration::from_secs(3600)),
+        &[60],
+    );
+    e.increment("k", 60, 5.0, now).await.expect("inc");
+    control.plan([Fault::FailAfter]); // applied, the reply lost
+    e.sync_once(now).await.expect_err("reply lost");
+    e.increment("k", 60, 2.0, now).await.expect("inc");
+    e.increment("other", 60, 1.0, now).await.expect("inc");
+    let g = gcra_engine(&faulty, SyncMode::Periodic(Duration::from_secs(3600)));
+    let limit = ten_per_ten_secs();
+    for _ in 0..3 {
+        g.spend(&limit, "b", 1, now, false).await.expect("spend");
+    }
+    control.plan([Fault::FailAfter]); // the advances applied, the reply lost
+    g.sync_once(now).await.expect_err("reply lost");
+
+    let windows = e.take_unconfirmed(now).await;
+    let buckets = g.take_unconfirmed(now).await;
+    assert_eq!(windows.push_id, e.push_id());
+    assert_eq!(windows.rows(), 3, "{windows:?}");
+    assert_eq!(windows.hits(), 8.0);
+    assert_eq!(e.take_unconfirmed(now).await.rows(), 0, "taken once");
+    // through the spool's encoding, and replayed twice
+    let json = serde_json::to_string(&(windows, buckets)).expect("encode");
+    for _ in 0..2 {
+        let (mut w, mut b): (swin_sync::Unconfirmed, swin_sync::Unconfirmed) =
+            serde_json::from_str(&json).expect("decode");
+        w.push(&s.store, Duration::from_secs(5))
+            .await
+            .expect("replay");
+        b.push(&s.store, Duration::from_secs(5))
+            .await
+            .expect("replay");
+        assert!(w.is_empty() && b.is_empty());
+    }
+    assert_eq!(
+        totals(&s.store, "api", &[wk("k", CUR), wk("other", CUR)]).await,
+        vec![("k".into(), CUR, 7.0), ("other".into(), CUR, 1.0)]
+    );
+    assert_eq!(tat_of(&s.store, "g", "b").await, Some(NOW_NS + 3 * SEC));
+}
+
 for_all_stores!(
+    unconfirmed_pushes_replay_exactly_once,
     counts_never_go_below_zero,
     refused_rows_never_hold_back_the_others,
     a_refused_window_does_not_degrade_the_namespace,
