@@ -414,13 +414,26 @@ impl TestStore {
 
     /// Every key's count in namespace `api`, summed over windows.
     pub async fn totals(&self) -> std::collections::BTreeMap<String, f64> {
-        const SQL: &str =
-            "SELECT key, sum(count) FROM swin_counters WHERE namespace = 'api' GROUP BY key";
+        self.totals_in(None).await
+    }
+
+    /// Every key's count in namespace `api`, summed over the windows of `window_size`
+    /// (all sizes when `None`).
+    pub async fn totals_in(
+        &self,
+        window_size: Option<u32>,
+    ) -> std::collections::BTreeMap<String, f64> {
+        let size = window_size.map_or(-1, i64::from);
+        let sql = format!(
+            "SELECT key, sum(count) FROM swin_counters WHERE namespace = 'api' \
+             AND ({size} < 0 OR window_size = {size}) GROUP BY key"
+        );
+        let sql = sql.as_str();
         match self {
             TestStore::Postgres { url, .. } => {
                 let pool = sqlx::PgPool::connect(url).await.expect("connect");
                 // before the first node migrated there is no table: nothing stored yet
-                let rows: Vec<(String, f64)> = sqlx::query_as(SQL)
+                let rows: Vec<(String, f64)> = sqlx::query_as(sql)
                     .fetch_all(&pool)
                     .await
                     .unwrap_or_default();
@@ -431,7 +444,7 @@ impl TestStore {
                 let url = format!("sqlite://{}", dir.path().join("cluster.db").display());
                 let pool = sqlx::SqlitePool::connect(&url).await.expect("open");
                 let rows: Vec<(String, f64)> =
-                    sqlx::query_as(SQL).fetch_all(&pool).await.expect("sum");
+                    sqlx::query_as(sql).fetch_all(&pool).await.expect("sum");
                 pool.close().await;
                 rows.into_iter().collect()
             }
@@ -455,13 +468,16 @@ impl TestStore {
                         .expect("scan");
                     for hash in keys {
                         let head = format!("{prefix}:{{3:api:");
-                        let Some(key) = hash
+                        let Some((key, hash_size)) = hash
                             .strip_prefix(&head)
                             .and_then(|r| r.rsplit_once("}:"))
-                            .map(|(k, _)| k.to_owned())
+                            .map(|(k, s)| (k.to_owned(), s.to_owned()))
                         else {
                             continue;
                         };
+                        if window_size.is_some_and(|w| w.to_string() != hash_size) {
+                            continue;
+                        }
                         let fields: Vec<(String, String)> = redis::cmd("HGETALL")
                             .arg(&hash)
                             .query_async(&mut conn)

@@ -12,8 +12,8 @@
 //! before `now`) with nothing pending is the same as no bucket and is dropped at the next
 //! drain; a spend that races with the drop retries on a fresh bucket.
 
-use std::sync::atomic::{AtomicI64, Ordering::SeqCst};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
 
 use compact_str::CompactString;
 
@@ -54,6 +54,12 @@ pub struct BucketTable {
     namespace: CompactString,
     max: usize,
     map: papaya::HashMap<CompactString, Arc<Bucket>, Hasher>,
+    /// Drains so far: a drain is what makes buckets with pending advances evictable.
+    drains: AtomicU64,
+    /// `drains` when an eviction last found nothing to evict (`u64::MAX`: never): until
+    /// the next drain a new key is refused without scanning again.
+    full_at: AtomicU64,
+    evict_lock: Mutex<()>,
 }
 
 impl BucketTable {
@@ -65,6 +71,9 @@ impl BucketTable {
                 .hasher(Hasher::default())
                 .resize_mode(papaya::ResizeMode::Blocking)
                 .build(),
+            drains: AtomicU64::new(0),
+            full_at: AtomicU64::new(u64::MAX),
+            evict_lock: Mutex::new(()),
         }
     }
 
@@ -76,15 +85,15 @@ impl BucketTable {
         self.map.is_empty()
     }
 
-    fn bucket(&self, key: &str, now_ns: i64) -> Result<Arc<Bucket>, CoreError> {
+    fn bucket(&self, key: &str) -> Result<Arc<Bucket>, CoreError> {
         let map = self.map.pin();
         if let Some(b) = map.get(key) {
             return Ok(b.clone());
         }
         if map.len() >= self.max {
-            self.evict_full(now_ns);
+            self.make_room();
             if self.map.len() >= self.max {
-                return Err(CoreError::CapacityExceeded {
+                return Err(CoreError::BucketsFull {
                     namespace: self.namespace.to_string(),
                     max: self.max,
                 });
@@ -172,7 +181,7 @@ impl BucketTable {
         f: impl Fn(Option<i64>) -> Result<(GcraDecision, bool), CoreError>,
     ) -> Result<GcraDecision, CoreError> {
         loop {
-            let b = self.bucket(key, now_ns)?;
+            let b = self.bucket(key)?;
             let old = b.tat.load(SeqCst);
             if old == DEAD {
                 self.forget(key, &b);
@@ -198,11 +207,61 @@ impl BucketTable {
     /// Marks a full, idle bucket dead and drops it. False when it is in use.
     fn try_drop(&self, key: &str, b: &Arc<Bucket>, now_ns: i64) -> bool {
         let t = b.tat.load(SeqCst);
+        t <= now_ns && self.evict(key, b)
+    }
+
+    /// Makes room for a new bucket: evicts the buckets that refill soonest (the least
+    /// state lost: full ones first, then the ones closest to full) among those with no
+    /// advance waiting to be pushed, down to 90 % of the cap, so the scan is paid once
+    /// per tenth of the cap of new keys. An evicted bucket that was not full is
+    /// forgotten here: that key starts full again on this node (until a sync reads its
+    /// TAT back, for a store-backed namespace). The alternative, evicting only full
+    /// buckets, let a flood of keys spending their whole burst lock every new key out
+    /// until they refilled. When nothing can be evicted (every bucket has advances not
+    /// yet pushed) that is remembered until the next drain, so refusing a new key costs
+    /// no scan.
+    fn make_room(&self) {
+        let drains = self.drains.load(SeqCst);
+        if self.full_at.load(SeqCst) == drains {
+            return;
+        }
+        let _guard = self.evict_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.map.len() < self.max || self.full_at.load(SeqCst) == drains {
+            return;
+        }
+        let map = self.map.pin();
+        let mut candidates: Vec<(i64, CompactString, Arc<Bucket>)> = map
+            .iter()
+            .filter(|(_, b)| b.pending.load(SeqCst) == 0)
+            .map(|(k, b)| (b.tat.load(SeqCst), k.clone(), b.clone()))
+            .collect();
+        drop(map);
+        let target = self.max - self.max / 10;
+        let excess = self.map.len().saturating_sub(target.max(1) - 1);
+        let n = excess.min(candidates.len());
+        if n > 0 && n < candidates.len() {
+            candidates.select_nth_unstable_by_key(n - 1, |(t, _, _)| *t);
+        }
+        let mut evicted = 0;
+        for (_, k, b) in candidates.into_iter().take(n) {
+            if self.evict(&k, &b) {
+                evicted += 1;
+            }
+        }
+        if evicted == 0 {
+            self.full_at.store(drains, SeqCst);
+        }
+    }
+
+    /// Drops `b` if it has nothing to push (a spend that races with this retries on a
+    /// fresh bucket, as with `try_drop`).
+    fn evict(&self, key: &str, b: &Arc<Bucket>) -> bool {
+        let t = b.tat.load(SeqCst);
         if t == DEAD {
             self.forget(key, b);
             return true;
         }
-        if t > now_ns || b.pending.load(SeqCst) != 0 {
+        if b.pending.load(SeqCst) != 0 {
             return false;
         }
         if b.tat.compare_exchange(t, DEAD, SeqCst, SeqCst).is_ok() {
@@ -212,22 +271,11 @@ impl BucketTable {
         false
     }
 
-    fn evict_full(&self, now_ns: i64) {
-        let map = self.map.pin();
-        let full: Vec<(CompactString, Arc<Bucket>)> = map
-            .iter()
-            .filter(|(_, b)| b.tat.load(SeqCst) <= now_ns)
-            .map(|(k, b)| (k.clone(), b.clone()))
-            .collect();
-        drop(map);
-        for (k, b) in full {
-            self.try_drop(&k, &b, now_ns);
-        }
-    }
 
     /// Takes every pending advance (a spend racing with it lands in this batch or the
     /// next) and drops buckets that are full and idle.
     pub fn drain(&self, now_ns: i64) -> Vec<Advance> {
+        self.drains.fetch_add(1, SeqCst);
         let map = self.map.pin();
         let mut out = Vec::new();
         let mut idle = Vec::new();
@@ -407,6 +455,34 @@ mod tests {
     }
 
     #[test]
+    fn a_full_table_evicts_the_buckets_that_refill_soonest() {
+        let t = BucketTable::new("ns", 10);
+        let g = gcra();
+        // ten keys spend their whole burst a tenth of a second apart: k0 refills first
+        for i in 0..10 {
+            let at = NOW + i * SEC / 10;
+            let d = t.spend(&g, &format!("k{i}"), at, 10, false).expect("spend");
+            assert!(d.allowed);
+        }
+        // every bucket has advances not yet pushed: nothing may go, and saying so
+        // again costs no scan until the next drain
+        for _ in 0..2 {
+            assert!(matches!(
+                t.spend(&g, "new", NOW + SEC, 1, false),
+                Err(CoreError::BucketsFull { .. })
+            ));
+        }
+        t.drain(NOW + SEC);
+        // none is full yet, but a new key gets room: down to 90 % of the cap, the two
+        // that refill soonest go
+        assert!(t.spend(&g, "new", NOW + SEC, 1, false).expect("spend").allowed);
+        assert_eq!(t.len(), 9);
+        assert_eq!(t.tat("k0"), None);
+        assert_eq!(t.tat("k1"), None);
+        assert!(t.tat("k2").is_some() && t.tat("k9").is_some());
+    }
+
+    #[test]
     fn full_idle_buckets_are_dropped_and_the_cap_holds() {
         let t = BucketTable::new("ns", 2);
         let g = gcra();
@@ -414,7 +490,7 @@ mod tests {
         t.spend(&g, "b", NOW, 1, false).expect("spend");
         assert!(matches!(
             t.spend(&g, "c", NOW, 1, false),
-            Err(CoreError::CapacityExceeded { .. })
+            Err(CoreError::BucketsFull { .. })
         ));
         t.drain(NOW);
         // a second later both are full again and nothing is pending: room for c

@@ -25,4 +25,8 @@ pub enum CoreError {
         "counter table of namespace {namespace:?} is full ({max} counters, all with unsynced hits)"
     )]
     CapacityExceeded { namespace: String, max: usize },
+    #[error(
+        "GCRA table of namespace {namespace:?} is full ({max} buckets, all with spends not yet pushed to the store)"
+    )]
+    BucketsFull { namespace: String, max: usize },
 }

@@ -79,7 +79,9 @@ impl From<CoreError> for ApiError {
                 namespace,
                 window_size,
             },
-            CoreError::CapacityExceeded { .. } => ApiError::Unavailable(e.to_string()),
+            CoreError::CapacityExceeded { .. } | CoreError::BucketsFull { .. } => {
+                ApiError::Unavailable(e.to_string())
+            }
             CoreError::DuplicateNamespace(_) => ApiError::Internal,
         }
     }
