@@ -271,7 +271,6 @@ impl BucketTable {
         false
     }
 
-
     /// Takes every pending advance (a spend racing with it lands in this batch or the
     /// next) and drops buckets that are full and idle.
     pub fn drain(&self, now_ns: i64) -> Vec<Advance> {
@@ -475,7 +474,11 @@ mod tests {
         t.drain(NOW + SEC);
         // none is full yet, but a new key gets room: down to 90 % of the cap, the two
         // that refill soonest go
-        assert!(t.spend(&g, "new", NOW + SEC, 1, false).expect("spend").allowed);
+        assert!(
+            t.spend(&g, "new", NOW + SEC, 1, false)
+                .expect("spend")
+                .allowed
+        );
         assert_eq!(t.len(), 9);
         assert_eq!(t.tat("k0"), None);
         assert_eq!(t.tat("k1"), None);

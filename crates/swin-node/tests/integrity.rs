@@ -51,13 +51,19 @@ fn other_url(section: &str) -> String {
 type Acked = Arc<Mutex<BTreeMap<String, f64>>>;
 
 /// Increments on `bases` round robin until `stop`, recording each acknowledged hit.
-fn load(bases: Vec<String>, stop: Arc<AtomicBool>, acked: Acked, worker: usize) -> tokio::task::JoinHandle<()> {
+fn load(
+    bases: Vec<String>,
+    stop: Arc<AtomicBool>,
+    acked: Acked,
+    worker: usize,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let client = reqwest::Client::new();
         let mut i = worker;
         // bounded in count and time whatever happens
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while !stop.load(Ordering::SeqCst) && i < 200_000 && tokio::time::Instant::now() < deadline {
+        while !stop.load(Ordering::SeqCst) && i < 200_000 && tokio::time::Instant::now() < deadline
+        {
             let key = format!("k{}", i % 7);
             let r = client
                 .post(format!(
@@ -81,20 +87,44 @@ async fn reloads_keep_every_acknowledged_hit(backend: TestStore) {
     let section = backend.section();
     let moved = other_url(&section);
     let steps: Vec<(&str, String)> = vec![
-        ("start", config(&section, Some("window_sizes = [3600]\nsync_rate = 0.1"))),
-        ("window_sizes", config(&section, Some("window_sizes = [3600, 60]\nsync_rate = 0.1"))),
-        ("sync_rate", config(&section, Some("window_sizes = [3600, 60]\nsync_rate = 0.05"))),
-        ("synchronous", config(&section, Some("window_sizes = [3600, 60]\nsync_rate = 0"))),
+        (
+            "start",
+            config(&section, Some("window_sizes = [3600]\nsync_rate = 0.1")),
+        ),
+        (
+            "window_sizes",
+            config(&section, Some("window_sizes = [3600, 60]\nsync_rate = 0.1")),
+        ),
+        (
+            "sync_rate",
+            config(
+                &section,
+                Some("window_sizes = [3600, 60]\nsync_rate = 0.05"),
+            ),
+        ),
+        (
+            "synchronous",
+            config(&section, Some("window_sizes = [3600, 60]\nsync_rate = 0")),
+        ),
         (
             "max_counters",
-            config(&section, Some("window_sizes = [3600, 60]\nsync_rate = 0.05\nmax_counters = 500000")),
+            config(
+                &section,
+                Some("window_sizes = [3600, 60]\nsync_rate = 0.05\nmax_counters = 500000"),
+            ),
         ),
         (
             "store url",
-            config(&moved, Some("window_sizes = [3600, 60]\nsync_rate = 0.05\nmax_counters = 500000")),
+            config(
+                &moved,
+                Some("window_sizes = [3600, 60]\nsync_rate = 0.05\nmax_counters = 500000"),
+            ),
         ),
         ("removed", config(&moved, None)),
-        ("re-added", config(&moved, Some("window_sizes = [3600]\nsync_rate = 0.1"))),
+        (
+            "re-added",
+            config(&moved, Some("window_sizes = [3600]\nsync_rate = 0.1")),
+        ),
     ];
     std::fs::write(&path, &steps[0].1).expect("write");
     let mut a = node(&path);
@@ -102,7 +132,14 @@ async fn reloads_keep_every_acknowledged_hit(backend: TestStore) {
     let stop = Arc::new(AtomicBool::new(false));
     let acked: Acked = Default::default();
     let workers: Vec<_> = (0..4)
-        .map(|w| load(vec![a.base.clone(), b.base.clone()], stop.clone(), acked.clone(), w))
+        .map(|w| {
+            load(
+                vec![a.base.clone(), b.base.clone()],
+                stop.clone(),
+                acked.clone(),
+                w,
+            )
+        })
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     for (what, text) in &steps[1..] {
@@ -123,7 +160,11 @@ async fn reloads_keep_every_acknowledged_hit(backend: TestStore) {
     let acked = acked.lock().expect("lock").clone();
     let total: f64 = acked.values().sum();
     assert!(total > 100.0, "enough load to mean something: {total}");
-    assert_eq!(backend.totals_in(Some(3600)).await, acked, "store totals = acknowledged");
+    assert_eq!(
+        backend.totals_in(Some(3600)).await,
+        acked,
+        "store totals = acknowledged"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,8 +214,14 @@ fn spool_files(dir: &Path) -> usize {
 async fn sigterm_while_the_store_is_away(backend: TestStore, mut outage: impl Outage) {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("swin.toml");
-    std::fs::write(&path, config(&backend.section(), Some("window_sizes = [3600]\nsync_rate = 0.1")))
-        .expect("write");
+    std::fs::write(
+        &path,
+        config(
+            &backend.section(),
+            Some("window_sizes = [3600]\nsync_rate = 0.1"),
+        ),
+    )
+    .expect("write");
     let client = reqwest::Client::new();
     let mut n = node(&path);
     hit(&client, &n.base, 20).await;
@@ -185,7 +232,11 @@ async fn sigterm_while_the_store_is_away(backend: TestStore, mut outage: impl Ou
     outage.stop().await;
     hit(&client, &n.base, 30).await;
     assert!(n.terminate(), "SIGTERM exits 0 with the store away");
-    assert_eq!(spool_files(dir.path()), 1, "what was unconfirmed is spooled");
+    assert_eq!(
+        spool_files(dir.path()),
+        1,
+        "what was unconfirmed is spooled"
+    );
     outage.start().await;
     let mut again = node(&path);
     within(Duration::from_secs(15), "50 in the store", async || {
@@ -274,7 +325,10 @@ impl Outage for SqliteOutage {
     async fn start(&mut self) {
         use sqlx::Connection;
         if let Some(mut c) = self.lock.take() {
-            sqlx::query("ROLLBACK").execute(&mut c).await.expect("unlock");
+            sqlx::query("ROLLBACK")
+                .execute(&mut c)
+                .await
+                .expect("unlock");
             c.close().await.expect("close");
         }
     }
@@ -298,7 +352,10 @@ async fn readyz_is_503_from_the_start_while_the_store_is_unreachable() {
     let client = reqwest::Client::new();
     let missing_db = format!(
         "{}/swin_no_such_database_{}",
-        swin_testkit::postgres_admin_url().rsplit_once('/').expect("url").0,
+        swin_testkit::postgres_admin_url()
+            .rsplit_once('/')
+            .expect("url")
+            .0,
         std::process::id()
     );
     let sections = [
@@ -310,8 +367,11 @@ async fn readyz_is_503_from_the_start_while_the_store_is_unreachable() {
     ];
     for section in sections {
         let path = dir.path().join("swin.toml");
-        std::fs::write(&path, config(&section, Some("window_sizes = [60]\nsync_rate = 0.1")))
-            .expect("write");
+        std::fs::write(
+            &path,
+            config(&section, Some("window_sizes = [60]\nsync_rate = 0.1")),
+        )
+        .expect("write");
         let mut n = node(&path);
         let r = client
             .get(format!("{}/readyz", n.base))

@@ -225,7 +225,10 @@ async fn refund_case(
     );
     for s in steps {
         let (status, what) = match s {
-            Step::Hit(n, c) => (post(&nodes[n], &hit, &format!("{{\"cost\": {c}}}")).await, "hit"),
+            Step::Hit(n, c) => (
+                post(&nodes[n], &hit, &format!("{{\"cost\": {c}}}")).await,
+                "hit",
+            ),
             Step::Refund(n, c) => (
                 post(&nodes[n], &refund, &format!("{{\"cost\": {c}}}")).await,
                 "refund",
@@ -274,7 +277,10 @@ async fn refund_case(
         return Ok(()); // the window rolled: the previous hour weighs in, legitimately
     }
     if gcra {
-        prop_assert!(admitted <= limit, "{admitted} admitted past a burst of {limit}");
+        prop_assert!(
+            admitted <= limit,
+            "{admitted} admitted past a burst of {limit}"
+        );
     } else {
         // periodic mode may have over-admitted before (by design): then nothing is left
         prop_assert!(

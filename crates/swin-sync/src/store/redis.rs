@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! swin:{<len(namespace)>:<namespace>:<key>}:<window_size>
-//!     <window_start>  -> count        (HINCRBYFLOAT)
+//!     <window_start>  -> count        (a double, written with %.17g)
 //!     n:<node_id>     -> last push seq applied from that node
 //! ```
 //!
@@ -89,9 +89,11 @@ for k = 1, #KEYS do
     elseif not finite(cur + diff) then
       step = {'refuse', '!the sum would not be finite'}
     elseif cur + diff < 0 then
-      step = {'zero', stored == false}
+      step = {'set', stored == false, '0'}
     else
-      step = {'add', stored == false}
+      -- %.17g round-trips every double; HINCRBYFLOAT would keep 17 digits after the
+      -- point only (2^-20 came back as 9.5367431641e-7)
+      step = {'set', stored == false, string.format('%.17g', cur + diff)}
     end
     plan[#plan + 1] = step
     a = a + 2
@@ -117,12 +119,8 @@ for k = 1, #KEYS do
       -- a window that just appeared: the one before the previous may still be there
       if step[2] then opened = true end
       wrote = true
-      if step[1] == 'zero' then
-        redis.call('HSET', KEYS[k], ARGV[a], '0')
-        out[#out + 1] = '0'
-      else
-        out[#out + 1] = redis.call('HINCRBYFLOAT', KEYS[k], ARGV[a], ARGV[a + 1])
-      end
+      redis.call('HSET', KEYS[k], ARGV[a], step[3])
+      out[#out + 1] = step[3]
     end
     a = a + 2
   end
