@@ -120,18 +120,34 @@ async fn sighup_adds_a_namespace_keeps_counts_and_rejects_a_bad_file() {
         "api kept its counts"
     );
 
-    std::fs::write(&config, "this is not toml [").expect("write");
-    node.signal("HUP");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    hit(&client, &node.base, "extra", "x", 1).await;
+    // a file that does not parse, an empty one (it would remove every namespace), and
+    // one whose store cannot be set up (with a namespace that must then not appear):
+    // each is rejected with nothing changed
+    let unusable = format!(
+        "[stores.main]\nkind = \"sqlite\"\nurl = \"sqlite:///proc/swin-nowhere/x.db\"\n\
+         [[namespaces]]\nname = \"api\"\nwindow_sizes = [3600]\nsync_rate = 0.1\nstore = \"main\"\n\
+         [[namespaces]]\nname = \"late\"\nwindow_sizes = [60]\nsync_rate = -1\n"
+    );
+    for bad in ["this is not toml [", "", &unusable] {
+        std::fs::write(&config, bad).expect("write");
+        node.signal("HUP");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        hit(&client, &node.base, "extra", "x", 1).await;
+    }
     assert_eq!(
         count(&client, &node.base, "extra", "x").await,
-        2.0,
+        4.0,
         "the old config stays"
     );
+    let late = client
+        .post(format!("{}/v1/namespaces/late/keys/x/increment", node.base))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(late.status(), 404, "a rejected reload adds nothing");
 
-    // new limits on a local-only namespace: its counts (2 hits on x) stay
-    let limited = format!("{extra}limits = [{{ window_size = 60, limit = 3 }}]\n");
+    // new limits on a local-only namespace: its counts (4 hits on x) stay
+    let limited = format!("{extra}limits = [{{ window_size = 60, limit = 5 }}]\n");
     write_config(dir.path(), &backend, &limited);
     node.signal("HUP");
     let hit_x = async || {
@@ -147,7 +163,7 @@ async fn sighup_adds_a_namespace_keeps_counts_and_rejects_a_bad_file() {
     assert_eq!(
         hit_x().await,
         429,
-        "2 counted before the reload + 1 = the limit"
+        "4 counted before the reload + 1 = the limit"
     );
     assert!(node.terminate());
 }
