@@ -53,6 +53,11 @@ pub struct WindowTable {
     overflow: Mutex<Vec<Diff>>,
     evict_lock: Mutex<()>,
     evictions: AtomicU64,
+    /// Drains so far: a drain is what makes entries with diffs evictable.
+    drains: AtomicU64,
+    /// `drains` when an eviction last left the table full (`u64::MAX`: never): until
+    /// the next drain a new key is refused without scanning again.
+    full_at: AtomicU64,
 }
 
 impl WindowTable {
@@ -68,6 +73,8 @@ impl WindowTable {
             overflow: Mutex::new(Vec::new()),
             evict_lock: Mutex::new(()),
             evictions: AtomicU64::new(0),
+            drains: AtomicU64::new(0),
+            full_at: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -192,6 +199,7 @@ impl WindowTable {
     /// increment racing with the drain is in this batch or left for the next, never both.
     /// Also drops entries whose windows have all expired and that hold no diff.
     pub fn drain(&self, now: UnixMs) -> Vec<Diff> {
+        self.drains.fetch_add(1, Ordering::SeqCst);
         let mut out = std::mem::take(&mut *self.overflow.lock().unwrap_or_else(|p| p.into_inner()));
         let size = self.size.secs();
         let oldest_live = self.size.previous_start_of(now);
@@ -282,14 +290,27 @@ impl WindowTable {
 
     /// Evicts least recently used entries without unsynced diffs once the cap is reached:
     /// down to 90 % of the cap, so the scan is paid once per tenth of the cap inserts.
+    /// When that leaves the table full (every entry holds unsynced hits), new keys are
+    /// refused without another scan until the next drain.
     fn make_room(&self) -> Result<(), CoreError> {
         let max = self.options.max_counters;
         if self.map.len() < max {
             return Ok(());
         }
+        let full = || CoreError::CapacityExceeded {
+            namespace: self.namespace.to_string(),
+            max,
+        };
+        let drains = self.drains.load(Ordering::SeqCst);
+        if self.full_at.load(Ordering::SeqCst) == drains {
+            return Err(full());
+        }
         let _guard = self.evict_lock.lock().unwrap_or_else(|p| p.into_inner());
         if self.map.len() < max {
             return Ok(());
+        }
+        if self.full_at.load(Ordering::SeqCst) == drains {
+            return Err(full());
         }
         let map = self.map.pin();
         let mut candidates: Vec<(u32, CompactString)> = map
@@ -314,10 +335,8 @@ impl WindowTable {
         if self.map.len() < max {
             Ok(())
         } else {
-            Err(CoreError::CapacityExceeded {
-                namespace: self.namespace.to_string(),
-                max,
-            })
+            self.full_at.store(drains, Ordering::SeqCst);
+            Err(full())
         }
     }
 

@@ -123,12 +123,10 @@ async fn sighup_adds_a_namespace_keeps_counts_and_rejects_a_bad_file() {
     // a file that does not parse, an empty one (it would remove every namespace), and
     // one whose store cannot be set up (with a namespace that must then not appear):
     // each is rejected with nothing changed
-    let unusable = format!(
-        "[stores.main]\nkind = \"sqlite\"\nurl = \"sqlite:///proc/swin-nowhere/x.db\"\n\
+    let unusable = "[stores.main]\nkind = \"sqlite\"\nurl = \"sqlite:///proc/swin-nowhere/x.db\"\n\
          [[namespaces]]\nname = \"api\"\nwindow_sizes = [3600]\nsync_rate = 0.1\nstore = \"main\"\n\
-         [[namespaces]]\nname = \"late\"\nwindow_sizes = [60]\nsync_rate = -1\n"
-    );
-    for bad in ["this is not toml [", "", &unusable] {
+         [[namespaces]]\nname = \"late\"\nwindow_sizes = [60]\nsync_rate = -1\n";
+    for bad in ["this is not toml [", "", unusable] {
         std::fs::write(&config, bad).expect("write");
         node.signal("HUP");
         tokio::time::sleep(Duration::from_millis(300)).await;
