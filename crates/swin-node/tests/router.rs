@@ -939,3 +939,25 @@ async fn a_batch_that_fails_part_way_leaves_nothing_counted() {
     .await;
     assert_eq!(json["windows"][0]["current"], 0.0, "{json}");
 }
+
+/// A value is counted exactly as the client wrote it: serde_json's default parser can be
+/// an ulp off (found by the whole-chain property), so bodies are parsed exactly.
+#[tokio::test]
+async fn values_are_parsed_exactly() {
+    let r = router();
+    let value = 1.2750726484814737e-227_f64;
+    let body = format!(r#"{{"value": {value:e}, "window_size": 60}}"#);
+    let (status, json) = call(
+        &r,
+        "POST",
+        "/v1/namespaces/api/keys/exact/increment",
+        JSON,
+        &body,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{json}");
+    assert_eq!(
+        current(&r, "api", "exact", 60).await.to_bits(),
+        value.to_bits()
+    );
+}
