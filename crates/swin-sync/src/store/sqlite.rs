@@ -58,83 +58,51 @@ async fn upsert(
     namespace: &str,
     diffs: &[Diff],
 ) -> Result<Vec<Total>, StoreError> {
-    let (up, down): (Vec<&Diff>, Vec<&Diff>) = diffs.iter().partition(|d| d.value >= 0.0);
+    let rows = |up: bool| {
+        let r: Vec<serde_json::Value> = diffs
+            .iter()
+            .filter(|d| (d.value >= 0.0) == up)
+            .map(|d| serde_json::json!([d.key.as_str(), d.window_size, d.window_start, d.value]))
+            .collect();
+        (!r.is_empty()).then(|| serde_json::Value::Array(r).to_string())
+    };
     let mut out: Vec<TotalRow> = Vec::with_capacity(diffs.len());
     // SQLite would keep an overflowing sum as Inf; as NULL, NOT NULL refuses the row
     // (a rejection) instead of storing a count that poisons every read
-    for part in up.chunks(ROWS_PER_STATEMENT) {
-        let sql = format!(
-            "INSERT INTO swin_counters (namespace, key, window_size, window_start, count)
-             VALUES {}
-             ON CONFLICT (namespace, key, window_size, window_start)
-             DO UPDATE SET count = CASE WHEN abs(count + excluded.count) <= 1.7976931348623157e308
-                 THEN count + excluded.count END, updated_at = unixepoch()
-             RETURNING key, window_size, window_start, count",
-            rows_sql(part.len(), "?1, ")
-        );
+    if let Some(batch) = rows(true) {
         out.extend(
-            bind_rows(sqlx::query_as(&sql).bind(namespace), part)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(err)?,
+            sqlx::query_as::<_, TotalRow>(
+                "INSERT INTO swin_counters (namespace, key, window_size, window_start, count)
+                 SELECT ?1, value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?2) WHERE true
+                 ON CONFLICT (namespace, key, window_size, window_start)
+                 DO UPDATE SET count = CASE WHEN abs(count + excluded.count) <= 1.7976931348623157e308
+                     THEN count + excluded.count END, updated_at = unixepoch()
+                 RETURNING key, window_size, window_start, count",
+            )
+            .bind(namespace)
+            .bind(&batch)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(err)?,
         );
     }
-    for part in down.chunks(ROWS_PER_STATEMENT) {
-        let sql = format!(
-            "WITH r(key, window_size, window_start, diff) AS (VALUES {})
-             UPDATE swin_counters AS c SET count = max(c.count + r.diff, 0), updated_at = unixepoch()
-             FROM r
-             WHERE c.namespace = ?1 AND c.key = r.key
-               AND c.window_size = r.window_size AND c.window_start = r.window_start
-             RETURNING key, window_size, window_start, count",
-            rows_sql(part.len(), "")
-        );
+    if let Some(batch) = rows(false) {
         out.extend(
-            bind_rows(sqlx::query_as(&sql).bind(namespace), part)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(err)?,
+            sqlx::query_as::<_, TotalRow>(
+                "UPDATE swin_counters AS c SET count = max(c.count + (r.value ->> 3), 0), updated_at = unixepoch()
+                 FROM json_each(?2) AS r
+                 WHERE c.namespace = ?1 AND c.key = r.value ->> 0
+                   AND c.window_size = r.value ->> 1 AND c.window_start = r.value ->> 2
+                 RETURNING key, window_size, window_start, count",
+            )
+            .bind(namespace)
+            .bind(&batch)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(err)?,
         );
     }
     totals(out)
-}
-
-/// Rows per statement: four parameters each, under SQLite's 32,766.
-const ROWS_PER_STATEMENT: usize = 8_000;
-
-/// `(<head>?2, ?3, ?4, ?5), (<head>?6, …)` for `n` rows of key, size, start and value
-/// (`?1` is the namespace). Values are bound as doubles, exact by construction, rather
-/// than written as JSON text for SQLite to parse back.
-fn rows_sql(n: usize, head: &str) -> String {
-    let mut sql = String::with_capacity(n * 32);
-    for i in 0..n {
-        let p = 2 + 4 * i;
-        if i > 0 {
-            sql.push_str(", ");
-        }
-        sql.push_str(&format!(
-            "({head}?{}, ?{}, ?{}, ?{})",
-            p,
-            p + 1,
-            p + 2,
-            p + 3
-        ));
-    }
-    sql
-}
-
-type RowsQuery<'q> =
-    sqlx::query::QueryAs<'q, sqlx::Sqlite, TotalRow, sqlx::sqlite::SqliteArguments<'q>>;
-
-fn bind_rows<'q>(mut q: RowsQuery<'q>, rows: &[&'q Diff]) -> RowsQuery<'q> {
-    for d in rows {
-        q = q
-            .bind(d.key.as_str())
-            .bind(i64::from(d.window_size))
-            .bind(d.window_start)
-            .bind(d.value);
-    }
-    q
 }
 
 /// The rows of a push inside its write transaction.
