@@ -169,17 +169,22 @@ impl Config {
         };
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
             let field = e.span().map_or("(toml)".to_string(), |s| {
-                format!("(toml, bytes {}..{})", s.start, s.end)
+                let (line, column) = line_and_column(text, s.start);
+                format!("(toml, line {line}, column {column})")
             });
-            err(&field, e.message().to_owned())
+            err(&field, e.message().trim().replace('\n', "; "))
         })?;
+        // a value from the environment names its variable when it is at fault
+        let from_env = |field: &str, var: &str, file: Option<String>| match env(var) {
+            Some(v) => (Some(v), format!("{field} (from {var})")),
+            None => (file, field.to_owned()),
+        };
 
-        let listen_s = env("SWIN_LISTEN")
-            .or(raw.listen)
-            .unwrap_or_else(|| "127.0.0.1:7070".into());
+        let (listen_s, listen_field) = from_env("listen", "SWIN_LISTEN", raw.listen);
+        let listen_s = listen_s.unwrap_or_else(|| "127.0.0.1:7070".into());
         let listen = listen_s.parse().map_err(|_| {
             err(
-                "listen",
+                &listen_field,
                 format!("{listen_s:?} is not an address like 127.0.0.1:7070"),
             )
         })?;
@@ -192,12 +197,13 @@ impl Config {
             })?,
             None => raw.migrate.unwrap_or(true),
         };
-        let log_format = match env("SWIN_LOG_FORMAT").or(raw.log_format).as_deref() {
+        let (log_format, log_field) = from_env("log_format", "SWIN_LOG_FORMAT", raw.log_format);
+        let log_format = match log_format.as_deref() {
             None | Some("pretty") => LogFormat::Pretty,
             Some("json") => LogFormat::Json,
             Some(other) => {
                 return Err(err(
-                    "log_format",
+                    &log_field,
                     format!("{other:?} is not \"pretty\" or \"json\""),
                 ))
             }
@@ -234,11 +240,9 @@ impl Config {
                     ))
                 }
             };
-            let url = env(&format!(
-                "SWIN_STORE_{}_URL",
-                name.to_uppercase().replace('-', "_")
-            ))
-            .unwrap_or(s.url);
+            let var = format!("SWIN_STORE_{}_URL", name.to_uppercase().replace('-', "_"));
+            let (url, url_field) = from_env(&f("url"), &var, Some(s.url));
+            let url = url.unwrap_or_default();
             let scheme_ok = match kind {
                 StoreKind::Postgres => {
                     url.starts_with("postgres://") || url.starts_with("postgresql://")
@@ -251,7 +255,7 @@ impl Config {
                 StoreKind::Sqlite => url.starts_with("sqlite:"),
             };
             if !scheme_ok {
-                return Err(err(&f("url"), format!("{url:?} is not a {} URL", s.kind)));
+                return Err(err(&url_field, format!("{url:?} is not a {} URL", s.kind)));
             }
             let max_connections = s.max_connections.unwrap_or(8);
             if max_connections == 0 {
@@ -356,11 +360,10 @@ impl Config {
                 "needs at least one [[namespaces]] entry".into(),
             ));
         }
-        let data_dir = env("SWIN_DATA_DIR")
-            .or(raw.data_dir)
-            .unwrap_or_else(|| "./data".into());
+        let (data_dir, data_field) = from_env("data_dir", "SWIN_DATA_DIR", raw.data_dir);
+        let data_dir = data_dir.unwrap_or_else(|| "./data".into());
         if data_dir.is_empty() {
-            return Err(err("data_dir", "must not be empty".into()));
+            return Err(err(&data_field, "must not be empty".into()));
         }
         Ok(Config {
             data_dir: data_dir.into(),
@@ -374,6 +377,14 @@ impl Config {
             namespaces,
         })
     }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
 }
 
 fn parse_bool(v: &str) -> Option<bool> {
@@ -431,6 +442,26 @@ mod tests {
         let c = Config::parse("x", DEFAULT_CONFIG, &env).expect("valid");
         assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
         assert_eq!(c.stores["main"].url, "sqlite::memory:");
+        // an override at fault is named
+        let bad = |var: &'static str, value: &'static str| {
+            move |k: &str| (k == var).then(|| value.to_string())
+        };
+        for (var, value, field) in [
+            ("SWIN_LISTEN", "nowhere", "listen (from SWIN_LISTEN)"),
+            (
+                "SWIN_STORE_MAIN_URL",
+                "mysql://x",
+                "stores.main.url (from SWIN_STORE_MAIN_URL)",
+            ),
+            (
+                "SWIN_LOG_FORMAT",
+                "xml",
+                "log_format (from SWIN_LOG_FORMAT)",
+            ),
+        ] {
+            let e = Config::parse("x", DEFAULT_CONFIG, &bad(var, value)).expect_err("invalid");
+            assert_eq!(e.field, field, "{e}");
+        }
     }
 
     fn fails(text: &str, field: &str) {
@@ -471,6 +502,10 @@ mod tests {
             "data_dir = \"\"\n[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1",
             "data_dir",
         );
-        fails("bogus = 1", "(toml, bytes 0..5)");
+        fails("bogus = 1", "(toml, line 1, column 1)");
+        fails(
+            "listen = \"127.0.0.1:1\"\nmigrate = maybe\n",
+            "(toml, line 2, column 11)",
+        );
     }
 }

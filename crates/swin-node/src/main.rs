@@ -28,8 +28,8 @@ struct Cli {
 enum Command {
     /// Apply the SQL schema to every PostgreSQL and SQLite store of the config.
     Migrate,
-    /// Validate a config file and exit.
-    CheckConfig { path: PathBuf },
+    /// Validate a config file (`--config PATH`, or PATH) and exit.
+    CheckConfig { path: Option<PathBuf> },
 }
 
 fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
@@ -40,10 +40,12 @@ fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
 }
 
 fn init_tracing(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal()) // no colour codes in files and journals
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
@@ -51,11 +53,31 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// Errors end the process with their chain of causes on one line and exit status 1, not
+/// with a debug dump or a backtrace.
+fn main() -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("swin-node: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(Cli::parse())) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("swin-node: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Some(Command::CheckConfig { path }) => {
+            let Some(path) = path.or(cli.config) else {
+                anyhow::bail!("check-config needs a file: --config PATH or PATH");
+            };
             let c = Config::load(&path)?;
             eprintln!(
                 "{}: ok ({} stores, {} namespaces)",

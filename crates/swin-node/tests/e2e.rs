@@ -202,3 +202,47 @@ async fn a_node_started_while_redis_is_down_serves_and_catches_up() {
     assert!(node.terminate());
     server.kill();
 }
+
+/// `check-config` takes the path as `migrate` does (`--config`) or as an argument, and
+/// reports an error on one line, with the TOML line and column, and exit status 1 — no
+/// backtrace even when RUST_BACKTRACE asks for one.
+#[test]
+fn check_config_reports_errors_on_one_line() {
+    let dir = tempfile::tempdir().expect("dir");
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        "[[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = -1\n",
+    )
+    .expect("write");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "listen = \"127.0.0.1:1\"\nmigrate = maybe\n").expect("write");
+    let run = |args: &[&std::ffi::OsStr]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_swin-node"))
+            .args(args)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .expect("run swin-node")
+    };
+    for args in [
+        vec!["check-config".as_ref(), good.as_os_str()],
+        vec![
+            "--config".as_ref(),
+            good.as_os_str(),
+            "check-config".as_ref(),
+        ],
+    ] {
+        let out = run(&args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    let out = run(&[
+        "check-config".as_ref(),
+        "--config".as_ref(),
+        bad.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("(toml, line 2, column 11)"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(!err.contains("backtrace"), "{err}");
+}
