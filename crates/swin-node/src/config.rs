@@ -255,7 +255,10 @@ impl Config {
                 StoreKind::Sqlite => url.starts_with("sqlite:"),
             };
             if !scheme_ok {
-                return Err(err(&url_field, format!("{url:?} is not a {} URL", s.kind)));
+                return Err(err(
+                    &url_field,
+                    format!("{:?} is not a {} URL", redact(&url), s.kind),
+                ));
             }
             let max_connections = s.max_connections.unwrap_or(8);
             if max_connections == 0 {
@@ -379,6 +382,23 @@ impl Config {
     }
 }
 
+/// The URL with any password replaced by `***` (`scheme://user:***@host/…`), for error
+/// messages and logs.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
 /// 1-based line and column (in characters) of a byte offset.
 fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
@@ -468,6 +488,30 @@ mod tests {
         let e = Config::parse("f.toml", text, &no_env).expect_err("invalid");
         assert_eq!(e.field, field, "{e}");
         assert!(e.to_string().starts_with("f.toml: "), "{e}");
+    }
+
+    #[test]
+    fn passwords_never_reach_an_error() {
+        assert_eq!(
+            redact("postgres://app:s3cr@t@db:5432/swin?sslmode=require"),
+            "postgres://app:***@db:5432/swin?sslmode=require"
+        );
+        assert_eq!(
+            redact("redis://:pw@127.0.0.1:6379"),
+            "redis://:***@127.0.0.1:6379"
+        );
+        assert_eq!(
+            redact("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+        assert_eq!(redact("sqlite://data/swin.db"), "sqlite://data/swin.db");
+        let e = Config::parse(
+            "f.toml",
+            "[stores.m]\nkind = \"redis\"\nurl = \"postgres://u:hunter2@h/db\"\n",
+            &no_env,
+        )
+        .expect_err("wrong scheme");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
     }
 
     #[test]

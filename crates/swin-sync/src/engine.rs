@@ -152,6 +152,8 @@ pub struct NamespaceSync {
     buckets: bool,
     /// Synchronous increments waiting for the next round trip.
     sync_queue: Mutex<SyncQueue>,
+    /// The tasks that send them: the engine's last push waits for them.
+    flushes: tokio_util::task::TaskTracker,
     state: tokio::sync::Mutex<PushState>,
     status: Mutex<SyncStatus>,
 }
@@ -187,6 +189,7 @@ impl NamespaceSync {
             timeout,
             buckets: false,
             sync_queue: Mutex::new(SyncQueue::default()),
+            flushes: tokio_util::task::TaskTracker::new(),
             state: tokio::sync::Mutex::new(PushState::default()),
             status: Mutex::new(SyncStatus::default()),
         }
@@ -760,7 +763,8 @@ impl NamespaceSync {
         };
         if lead {
             let this = self.clone();
-            tokio::spawn(async move { this.flush_synchronous().await });
+            self.flushes
+                .spawn(async move { this.flush_synchronous().await });
         }
         rx.await.ok().flatten()
     }
@@ -919,6 +923,10 @@ impl NamespaceSync {
                 }
             }
         }
+        // synchronous increments still on their way to the store land (or fall back to
+        // the tables) before the last push drains them
+        self.flushes.close();
+        self.flushes.wait().await;
         self.final_push().await;
     }
 
