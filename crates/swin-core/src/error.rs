@@ -11,12 +11,8 @@ pub enum CoreError {
     CountOutOfRange { value: f64, max: f64 },
     #[error("window size must be between 1 and {max} seconds, got {got}")]
     InvalidWindowSize { got: u64, max: u32 },
-    #[error("namespace {0:?} is not configured")]
-    UnknownNamespace(String),
     #[error("namespace {namespace:?} has no window size {window_size}")]
     UnknownWindowSize { namespace: String, window_size: u32 },
-    #[error("namespace {0:?} already exists")]
-    DuplicateNamespace(String),
     #[error("invalid limit: {0}")]
     InvalidLimit(String),
     #[error("cost must be between 0 and the burst ({burst}), got {cost}")]

@@ -20,7 +20,7 @@ pub use compact_str::CompactString;
 pub use decision::{WindowAlgorithm, WindowDecision, WindowLimit};
 pub use error::CoreError;
 pub use gcra::{Gcra, GcraDecision};
-pub use namespace::{Counters, NamespaceCounters};
+pub use namespace::NamespaceCounters;
 pub use table::{check_value, CounterOptions, Retention, WindowTable};
 pub use time::UnixMs;
 pub use window::{sliding_rate, WindowRate, WindowSize, MAX_WINDOW_SIZE_SECS};

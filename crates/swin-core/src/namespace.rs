@@ -1,7 +1,5 @@
-//! Namespaces: a name, its window sizes and one [`WindowTable`] per size; and
-//! [`Counters`], the registry of namespaces a node holds.
-
-use std::sync::Arc;
+//! A namespace's counters: a name, its window sizes and one [`WindowTable`] per size,
+//! and its GCRA buckets.
 
 use crate::{BucketTable, CoreError, CounterOptions, UnixMs, WindowRate, WindowSize, WindowTable};
 
@@ -89,69 +87,5 @@ impl NamespaceCounters {
 
     pub fn evictions(&self) -> u64 {
         self.tables.iter().map(WindowTable::evictions).sum()
-    }
-}
-
-/// Every namespace of a node, looked up by name without taking a lock.
-#[derive(Debug, Default)]
-pub struct Counters {
-    namespaces: papaya::HashMap<String, Arc<NamespaceCounters>, foldhash::fast::RandomState>,
-}
-
-impl Counters {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds a namespace; a name may be defined once (Kong's `new` errors on a duplicate).
-    pub fn create(&self, ns: NamespaceCounters) -> Result<Arc<NamespaceCounters>, CoreError> {
-        let ns = Arc::new(ns);
-        let name = ns.name().to_owned();
-        match self.namespaces.pin().try_insert(name.clone(), ns.clone()) {
-            Ok(_) => Ok(ns),
-            Err(_) => Err(CoreError::DuplicateNamespace(name)),
-        }
-    }
-
-    /// Replaces or adds a namespace (reconfiguration), returning the one it replaced.
-    pub fn replace(&self, ns: NamespaceCounters) -> Option<Arc<NamespaceCounters>> {
-        let ns = Arc::new(ns);
-        self.namespaces
-            .pin()
-            .insert(ns.name().to_owned(), ns)
-            .cloned()
-    }
-
-    pub fn remove(&self, name: &str) -> Option<Arc<NamespaceCounters>> {
-        self.namespaces.pin().remove(name).cloned()
-    }
-
-    pub fn get(&self, name: &str) -> Result<Arc<NamespaceCounters>, CoreError> {
-        self.namespaces
-            .pin()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| CoreError::UnknownNamespace(name.to_owned()))
-    }
-
-    pub fn names(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.namespaces.pin().keys().cloned().collect();
-        v.sort();
-        v
-    }
-
-    pub fn increment(
-        &self,
-        namespace: &str,
-        key: &str,
-        window_size: u32,
-        value: f64,
-        now: UnixMs,
-    ) -> Result<WindowRate, CoreError> {
-        let map = self.namespaces.pin();
-        let ns = map
-            .get(namespace)
-            .ok_or_else(|| CoreError::UnknownNamespace(namespace.to_owned()))?;
-        ns.increment(key, window_size, value, now)
     }
 }

@@ -277,17 +277,6 @@ impl WindowTable {
         self.map.pin().keys().cloned().collect()
     }
 
-    /// Keys used (incremented or read) at or after `since`, for refreshing their totals.
-    pub fn active_keys(&self, since: UnixMs) -> Vec<CompactString> {
-        let since = u32::try_from(since.secs().max(0)).unwrap_or(u32::MAX);
-        self.map
-            .pin()
-            .iter()
-            .filter(|(_, e)| e.last_used() >= since)
-            .map(|(k, _)| k.clone())
-            .collect()
-    }
-
     /// Evicts least recently used entries without unsynced diffs once the cap is reached:
     /// down to 90 % of the cap, so the scan is paid once per tenth of the cap inserts.
     /// When that leaves the table full (every entry holds unsynced hits), new keys are

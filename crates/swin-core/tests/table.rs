@@ -1,8 +1,8 @@
 //! Behaviour of the counter table through its public API, with an injected clock.
 
 use swin_core::{
-    CoreError, CounterOptions, Counters, Diff, NamespaceCounters, Retention, Total, UnixMs,
-    WindowSize, WindowTable,
+    CoreError, CounterOptions, Diff, NamespaceCounters, Retention, Total, UnixMs, WindowSize,
+    WindowTable,
 };
 
 const T0: i64 = 1_763_784_000; // a minute boundary
@@ -211,44 +211,28 @@ fn a_flood_of_distinct_keys_stays_under_the_cap() {
 }
 
 #[test]
-fn namespaces_route_by_name_and_window_size() {
-    let counters = Counters::new();
+fn a_namespace_routes_by_window_size() {
     let sizes = [
+        WindowSize::new(60).expect("valid"),
         WindowSize::new(1).expect("valid"),
         WindowSize::new(60).expect("valid"),
     ];
-    counters
-        .create(NamespaceCounters::new(
-            "api",
-            &sizes,
-            CounterOptions::default(),
-        ))
-        .expect("new");
-    assert!(matches!(
-        counters.create(NamespaceCounters::new(
-            "api",
-            &sizes,
-            CounterOptions::default()
-        )),
-        Err(CoreError::DuplicateNamespace(_))
-    ));
-    let r = counters
-        .increment("api", "k", 60, 2.0, at(0))
-        .expect("known");
+    let ns = NamespaceCounters::new("api", &sizes, CounterOptions::default());
+    assert_eq!(ns.name(), "api");
+    assert_eq!(
+        ns.window_sizes().map(|s| s.secs()).collect::<Vec<_>>(),
+        vec![1, 60]
+    );
+    let r = ns.increment("k", 60, 2.0, at(0)).expect("known");
     assert_eq!(r.current, 2.0);
     assert!(matches!(
-        counters.increment("api", "k", 30, 1.0, at(0)),
+        ns.increment("k", 30, 1.0, at(0)),
         Err(CoreError::UnknownWindowSize {
             window_size: 30,
             ..
         })
     ));
-    assert!(matches!(
-        counters.increment("nope", "k", 60, 1.0, at(0)),
-        Err(CoreError::UnknownNamespace(_))
-    ));
-    assert_eq!(counters.names(), vec!["api".to_string()]);
-    assert!(counters.remove("api").is_some());
+    assert_eq!(ns.len(), 1);
 }
 
 #[test]
@@ -256,8 +240,7 @@ fn a_tracked_read_adds_the_key_for_the_next_sync() {
     let t = table(60, 100, Retention::Synced);
     assert_eq!(t.rate_tracked("seen-elsewhere", at(1)).rate, 0.0);
     assert!(t.contains("seen-elsewhere"));
-    assert_eq!(t.active_keys(at(0)), vec!["seen-elsewhere"]);
-    assert!(t.active_keys(at(5)).is_empty());
+    assert_eq!(t.keys(), vec!["seen-elsewhere"]);
     assert!(t.drain(at(1)).is_empty());
 }
 

@@ -71,7 +71,6 @@ impl From<CoreError> for ApiError {
             CoreError::InvalidWindowSize { .. }
             | CoreError::InvalidCost { .. }
             | CoreError::InvalidLimit(_) => ApiError::BadRequest(e.to_string()),
-            CoreError::UnknownNamespace(n) => ApiError::UnknownNamespace(n),
             CoreError::UnknownWindowSize {
                 namespace,
                 window_size,
@@ -82,7 +81,6 @@ impl From<CoreError> for ApiError {
             CoreError::CapacityExceeded { .. } | CoreError::BucketsFull { .. } => {
                 ApiError::Unavailable(e.to_string())
             }
-            CoreError::DuplicateNamespace(_) => ApiError::Internal,
         }
     }
 }
