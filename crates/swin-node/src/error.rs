@@ -1,13 +1,10 @@
-//! HTTP errors: each case maps to a status and a JSON body
-//! `{"error":{"code":"…","message":"…"}}` that never leaks internal details.
+//! What can go wrong with a request, in the node's own terms. `http::error` gives each
+//! case its status and JSON body.
 
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
 use swin_core::CoreError;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub enum Error {
     #[error("{0}")]
     BadRequest(String),
     #[error("{0}")]
@@ -32,63 +29,37 @@ pub enum ApiError {
     Internal,
 }
 
-impl ApiError {
+impl Error {
     /// The same error about one item of a batch: its message starts with `at`.
-    pub fn at(self, at: &str) -> ApiError {
+    pub fn at(self, at: &str) -> Error {
         match self {
-            ApiError::BadRequest(m) => ApiError::BadRequest(format!("{at}: {m}")),
-            ApiError::InvalidKey(m) => ApiError::InvalidKey(format!("{at}: {m}")),
-            ApiError::InvalidValue(m) => ApiError::InvalidValue(format!("{at}: {m}")),
+            Error::BadRequest(m) => Error::BadRequest(format!("{at}: {m}")),
+            Error::InvalidKey(m) => Error::InvalidKey(format!("{at}: {m}")),
+            Error::InvalidValue(m) => Error::InvalidValue(format!("{at}: {m}")),
             other => other,
-        }
-    }
-
-    fn parts(&self) -> (StatusCode, &'static str) {
-        match self {
-            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
-            ApiError::InvalidKey(_) => (StatusCode::BAD_REQUEST, "invalid_key"),
-            ApiError::InvalidValue(_) => (StatusCode::BAD_REQUEST, "invalid_value"),
-            ApiError::UnknownNamespace(_) => (StatusCode::NOT_FOUND, "unknown_namespace"),
-            ApiError::UnknownWindowSize { .. } => (StatusCode::BAD_REQUEST, "unknown_window_size"),
-            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            ApiError::UnsupportedMediaType => {
-                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
-            }
-            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            ApiError::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
 }
 
-impl From<CoreError> for ApiError {
+impl From<CoreError> for Error {
     fn from(e: CoreError) -> Self {
         match e {
             CoreError::NonFiniteValue(_) | CoreError::CountOutOfRange { .. } => {
-                ApiError::InvalidValue(e.to_string())
+                Error::InvalidValue(e.to_string())
             }
             CoreError::InvalidWindowSize { .. }
             | CoreError::InvalidCost { .. }
-            | CoreError::InvalidLimit(_) => ApiError::BadRequest(e.to_string()),
+            | CoreError::InvalidLimit(_) => Error::BadRequest(e.to_string()),
             CoreError::UnknownWindowSize {
                 namespace,
                 window_size,
-            } => ApiError::UnknownWindowSize {
+            } => Error::UnknownWindowSize {
                 namespace,
                 window_size,
             },
             CoreError::CapacityExceeded { .. } | CoreError::BucketsFull { .. } => {
-                ApiError::Unavailable(e.to_string())
+                Error::Unavailable(e.to_string())
             }
         }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, code) = self.parts();
-        let body = serde_json::json!({ "error": { "code": code, "message": self.to_string() } });
-        (status, Json(body)).into_response()
     }
 }

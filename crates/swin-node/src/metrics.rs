@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::app::Namespaces;
+use swin_sync::NamespaceSync;
 
 /// Counters bumped on every request: lock-free maps (a mutex here would be the one lock
 /// every request takes), keyed by namespace, and by route then status.
@@ -81,7 +81,8 @@ impl Metrics {
         v
     }
 
-    pub fn render(&self, namespaces: &Namespaces) -> String {
+    /// The Prometheus text of these counters and of each namespace's engine.
+    pub fn render(&self, engines: &[&NamespaceSync]) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "# HELP swin_increments_total Increments counted, by namespace.\n# TYPE swin_increments_total counter");
         for (ns, v) in self.sorted_increments() {
@@ -147,9 +148,9 @@ impl Metrics {
         ];
         for (name, kind, help) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for ns in namespaces.values() {
-                let st = ns.sync.status();
-                let c = ns.sync.counters();
+            for sync in engines {
+                let st = sync.status();
+                let c = sync.counters();
                 let v = match name {
                     "swin_counters" => c.len() as f64,
                     "swin_buckets" => c.buckets().len() as f64,
@@ -160,13 +161,13 @@ impl Metrics {
                     "swin_syncs_total" => st.syncs as f64,
                     _ => f64::from(u8::from(st.degraded.is_some())),
                 };
-                let _ = writeln!(out, "{name}{{namespace=\"{}\"}} {v}", esc(ns.sync.name()));
+                let _ = writeln!(out, "{name}{{namespace=\"{}\"}} {v}", esc(sync.name()));
             }
         }
         let _ = writeln!(out, "# HELP swin_sync_duration_seconds Duration of syncs.\n# TYPE swin_sync_duration_seconds histogram");
-        for ns in namespaces.values() {
-            let st = ns.sync.status();
-            let name = esc(ns.sync.name());
+        for sync in engines {
+            let st = sync.status();
+            let name = esc(sync.name());
             let mut cumulative = 0;
             for (le, n) in swin_sync::SYNC_BUCKETS_SECS
                 .iter()

@@ -14,9 +14,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
-use crate::app::{app, AppState, Namespace, Namespaces};
 use crate::config::{Config, NamespaceConfig, StoreConfig, StoreKind};
+use crate::http::router;
 use crate::spool::{self, SpoolEntry};
+use crate::state::{AppState, Namespace, Namespaces};
 
 pub async fn connect_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
     Ok(match cfg.kind {
@@ -553,7 +554,7 @@ impl Node {
         listener: tokio::net::TcpListener,
         config_path: Option<PathBuf>,
     ) -> anyhow::Result<()> {
-        let router = app(self.state.clone());
+        let router = router(self.state.clone());
         let stop = CancellationToken::new();
         let server_stop = stop.clone();
         let addr = listener.local_addr().context("listener address")?;

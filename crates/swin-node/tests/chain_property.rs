@@ -15,8 +15,8 @@ use http_body_util::BodyExt;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Cases, TestCaseError, TestRunner};
 use swin_core::{UnixMs, WindowSize};
-use swin_node::app::app;
 use swin_node::config::Config;
+use swin_node::http;
 use swin_node::node::{connect_store, Node};
 use swin_sync::{Store, WindowKey};
 use tower::ServiceExt;
@@ -117,7 +117,7 @@ struct Cluster {
 
 impl Cluster {
     fn router(&self, i: usize) -> axum::Router {
-        app(self.nodes[i].state.clone())
+        http::router(self.nodes[i].state.clone())
     }
 
     async fn sync_all(&self) -> Result<(), TestCaseError> {

@@ -18,8 +18,9 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use swin_core::{
     CounterOptions, NamespaceCounters, UnixMs, WindowAlgorithm, WindowLimit, WindowSize,
 };
-use swin_node::app::{app, AppState, Namespace, Namespaces};
+use swin_node::http;
 use swin_node::limits::{KeyFrom, KeyLimits, Limits};
+use swin_node::state::{AppState, Namespace, Namespaces};
 use swin_sync::store::{PostgresStore, RedisStore};
 use swin_sync::{NamespaceSync, Store, SyncMode};
 use tower::ServiceExt;
@@ -70,7 +71,7 @@ fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> ax
             allow_decrements: false,
         }),
     );
-    app(Arc::new(AppState::new(map, 4096)))
+    http::router(Arc::new(AppState::new(map, 4096)))
 }
 
 fn hour_start() -> i64 {

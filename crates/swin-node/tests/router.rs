@@ -6,8 +6,9 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use swin_core::{CounterOptions, NamespaceCounters, Retention, WindowSize};
-use swin_node::app::{app, AppState, Namespace, Namespaces};
+use swin_node::http;
 use swin_node::limits::{KeyFrom, KeyLimits, Limits};
+use swin_node::state::{AppState, Namespace, Namespaces};
 use swin_sync::{NamespaceSync, SyncMode};
 use tower::ServiceExt;
 
@@ -103,7 +104,7 @@ fn router() -> axum::Router {
         "signed".into(),
         namespace_with("signed", &[60], None, Retention::LocalOnly, 1000, true),
     );
-    app(Arc::new(AppState::new(ns, 4096)))
+    http::router(Arc::new(AppState::new(ns, 4096)))
 }
 
 async fn call(

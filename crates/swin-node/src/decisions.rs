@@ -1,0 +1,317 @@
+//! Decisions: may a hit pass? The hit is decided against the key's limits and spent
+//! when allowed (or denied too where the namespace counts denied hits); refunds give
+//! back what was admitted and not used; a batch is decided as a whole, the strictest
+//! decision winning, and a denied batch spends nothing.
+//!
+//! Window limits: the hit is counted first and the decision taken on the counts before
+//! it; a denied hit is then taken back out (unless the namespace sets `count_denied`).
+//! GCRA: the bucket's TAT moves by compare-and-swap only when the spend is allowed. Two
+//! hits racing for the last unit can both be denied, never both allowed, on one node;
+//! across nodes the namespace's sync mode bounds the over-admission (synchronous: none).
+
+use std::cmp::Reverse;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use swin_core::{Gcra, GcraDecision, WindowLimit};
+
+use crate::error::Error;
+use crate::input::{check_cost, check_key, gcra_cost};
+use crate::limits::{ceil_secs, strictest, KeyLimits, Limits};
+use crate::state::{now, Namespace};
+
+/// Hits in one batch.
+pub const MAX_BATCH_HITS: usize = 1000;
+
+/// One key's decision, and what its headers say.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    pub allowed: bool,
+    pub limit: f64,
+    pub remaining: f64,
+    pub reset_after: Duration,
+    pub retry_after: Duration,
+    /// `RateLimit-Policy` items of the key's limits.
+    pub policies: Vec<String>,
+    /// The policy the decision comes from.
+    pub policy: String,
+}
+
+impl Verdict {
+    /// The strictest first: a denial, then the longer wait, then fewer remaining.
+    pub fn severity(&self) -> (bool, Duration, Reverse<i64>) {
+        (
+            !self.allowed,
+            self.retry_after,
+            Reverse(self.remaining as i64),
+        )
+    }
+
+    pub fn answer(&self) -> HitAnswer {
+        HitAnswer {
+            allowed: self.allowed,
+            limit: self.limit,
+            remaining: self.remaining,
+            reset_after: self.reset_after.as_secs_f64(),
+            retry_after: self.retry_after.as_secs_f64(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct HitAnswer {
+    pub allowed: bool,
+    pub limit: f64,
+    pub remaining: f64,
+    /// Seconds until the counts this answer saw weigh nothing (GCRA: the bucket is full).
+    pub reset_after: f64,
+    /// Seconds until the same hit would pass; 0 when it passed.
+    pub retry_after: f64,
+}
+
+fn window_policy(l: &WindowLimit) -> (String, String) {
+    let name = format!("{}s", l.window.secs());
+    let item = format!("\"{name}\";q={};w={}", l.limit, l.window.secs());
+    (name, item)
+}
+
+/// A GCRA limit as a quota policy: `burst` units, refilled over `burst` emission
+/// intervals.
+fn gcra_policy(g: &Gcra) -> String {
+    let refill = g
+        .emission_interval()
+        .saturating_mul(g.burst().clamp(1, i64::from(u32::MAX)) as u32);
+    format!("\"gcra\";q={};w={}", g.burst(), ceil_secs(refill))
+}
+
+pub fn gcra_verdict(g: &Gcra, d: GcraDecision) -> Verdict {
+    Verdict {
+        allowed: d.allowed,
+        limit: g.burst() as f64,
+        remaining: d.remaining as f64,
+        reset_after: d.reset_in,
+        retry_after: if d.allowed {
+            Duration::ZERO
+        } else {
+            d.retry_in
+        },
+        policies: vec![gcra_policy(g)],
+        policy: "gcra".into(),
+    }
+}
+
+/// Everything `take` checks before it spends: the key, the cost, and that the namespace
+/// has limits the cost fits. A batch checks every hit this way before spending any.
+pub fn validate(ns: &Namespace, namespace: &str, key: &str, cost: f64) -> Result<(), Error> {
+    check_key(key)?;
+    check_cost(cost)?;
+    match limits_of(ns, namespace)?.for_key(key) {
+        KeyLimits::Gcra(_) => {
+            gcra_cost(cost)?;
+        }
+        KeyLimits::Windows(set) => {
+            for l in set {
+                l.check_cost(cost)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The namespace's limits; a namespace that only counts has none to decide against.
+pub fn limits_of<'a>(ns: &'a Namespace, namespace: &str) -> Result<&'a Limits, Error> {
+    ns.limits.as_ref().ok_or_else(|| {
+        Error::BadRequest(format!(
+            "namespace {namespace:?} has no limits to decide against"
+        ))
+    })
+}
+
+/// Decides a hit of `cost` on `key` and, unless `dry_run`, spends it when allowed (and
+/// when denied too if the namespace counts denied hits).
+pub async fn take(
+    ns: &Namespace,
+    namespace: &str,
+    key: &str,
+    cost: f64,
+    dry_run: bool,
+) -> Result<Verdict, Error> {
+    validate(ns, namespace, key, cost)?;
+    let limits = limits_of(ns, namespace)?;
+    let count_denied = limits.count_denied;
+    let limits = limits.for_key(key);
+    let now = now();
+    let set = match limits {
+        KeyLimits::Gcra(g) => {
+            let cost = gcra_cost(cost)?;
+            let d = if dry_run {
+                ns.sync.check(g, key, cost, now).await?
+            } else {
+                ns.sync.spend(g, key, cost, now, count_denied).await?
+            };
+            return Ok(gcra_verdict(g, d));
+        }
+        KeyLimits::Windows(set) => set,
+    };
+    let counters = ns.sync.counters();
+    let mut decisions = Vec::with_capacity(set.len());
+    for l in set {
+        let (current, previous) = if dry_run {
+            let r = counters.table(l.window.secs())?.rate(key, now, None);
+            (r.current, r.previous)
+        } else {
+            // counted now; the decision is on the counts before this hit
+            let r = ns.sync.increment(key, l.window.secs(), cost, now).await?;
+            (r.current - cost, r.previous)
+        };
+        decisions.push((*l, l.decide(current, previous, now, cost)?));
+    }
+    let Some((limit, d)) = strictest(&decisions) else {
+        return Err(Error::BadRequest(format!(
+            "key {key:?} has no limits in namespace {namespace:?}"
+        )));
+    };
+    if !d.allowed && !dry_run && !count_denied {
+        for l in set {
+            ns.sync.increment(key, l.window.secs(), -cost, now).await?;
+        }
+    }
+    Ok(Verdict {
+        allowed: d.allowed,
+        limit: d.limit,
+        remaining: d.remaining,
+        reset_after: d.reset_after,
+        retry_after: d.retry_after,
+        policies: set.iter().map(|l| window_policy(l).1).collect(),
+        policy: window_policy(&limit).0,
+    })
+}
+
+/// Takes back an allowed hit (a batch that was denied as a whole).
+pub async fn give_back(ns: &Namespace, key: &str, cost: f64) -> Result<(), Error> {
+    let now = now();
+    match &ns.limits.as_ref().map(|l| l.for_key(key)) {
+        Some(KeyLimits::Gcra(g)) => {
+            ns.sync.refund_tokens(g, key, gcra_cost(cost)?, now).await?;
+        }
+        Some(KeyLimits::Windows(set)) => {
+            for l in set {
+                ns.sync.increment(key, l.window.secs(), -cost, now).await?;
+            }
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+/// Gives back `cost` of hits admitted but not used, in every window the key's limits
+/// count in, never below zero (GCRA: Boulder's refund, never past a full bucket).
+/// `allowed` says whether anything was given back; the rest describes the key after it,
+/// as a dry run would.
+pub async fn refund(
+    ns: &Namespace,
+    namespace: &str,
+    key: &str,
+    cost: f64,
+) -> Result<HitAnswer, Error> {
+    check_key(key)?;
+    check_cost(cost)?;
+    let limits = limits_of(ns, namespace)?.for_key(key);
+    let now = now();
+    let set = match limits {
+        KeyLimits::Gcra(g) => {
+            let d = ns.sync.refund_tokens(g, key, gcra_cost(cost)?, now).await?;
+            let mut answer = gcra_verdict(g, d).answer();
+            answer.allowed = d.allowed;
+            answer.retry_after = 0.0;
+            return Ok(answer);
+        }
+        KeyLimits::Windows(set) => set,
+    };
+    let counters = ns.sync.counters();
+    let mut refunded = 0.0f64;
+    let mut decisions = Vec::new();
+    for l in set {
+        let table = counters.table(l.window.secs())?;
+        let current = table.rate(key, now, None).current;
+        let back = cost.min(current.max(0.0));
+        if back > 0.0 {
+            ns.sync.increment(key, l.window.secs(), -back, now).await?;
+            refunded = refunded.max(back);
+        }
+        let r = table.rate(key, now, None);
+        decisions.push((*l, l.decide(r.current, r.previous, now, 0.0)?));
+    }
+    let Some((_, d)) = strictest(&decisions) else {
+        return Err(Error::BadRequest(format!(
+            "key {key:?} has no limits in namespace {namespace:?}"
+        )));
+    };
+    Ok(HitAnswer {
+        allowed: refunded > 0.0,
+        limit: d.limit,
+        remaining: d.remaining,
+        reset_after: d.reset_after.as_secs_f64(),
+        retry_after: 0.0,
+    })
+}
+
+/// One hit of a batch.
+#[derive(Debug)]
+pub struct Hit<'a> {
+    pub ns: Arc<Namespace>,
+    pub namespace: &'a str,
+    pub key: &'a str,
+    pub cost: f64,
+}
+
+/// What a batch decided: each hit's verdict, in order, and whether any was denied (then
+/// nothing of the batch was spent).
+#[derive(Debug)]
+pub struct BatchVerdict {
+    pub verdicts: Vec<Verdict>,
+    pub denied: bool,
+}
+
+/// Decides every hit of a batch (Boulder's BatchSpend). Every hit is checked before any
+/// is spent, so a bad one leaves the batch untouched; when one is denied, or fails while
+/// spending (a full table), what the others took is given back. Errors come with the
+/// failing hit's index.
+pub async fn decide_all(hits: &[Hit<'_>], dry_run: bool) -> Result<BatchVerdict, (usize, Error)> {
+    for (i, h) in hits.iter().enumerate() {
+        validate(&h.ns, h.namespace, h.key, h.cost).map_err(|e| (i, e))?;
+    }
+    let mut verdicts: Vec<Verdict> = Vec::with_capacity(hits.len());
+    for (i, h) in hits.iter().enumerate() {
+        match take(&h.ns, h.namespace, h.key, h.cost, dry_run).await {
+            Ok(v) => verdicts.push(v),
+            Err(e) => {
+                give_back_all(hits, &verdicts, dry_run)
+                    .await
+                    .map_err(|e| (i, e))?;
+                return Err((i, e));
+            }
+        }
+    }
+    let denied = verdicts.iter().any(|v| !v.allowed);
+    if denied {
+        give_back_all(hits, &verdicts, dry_run)
+            .await
+            .map_err(|e| (0, e))?;
+    }
+    Ok(BatchVerdict { verdicts, denied })
+}
+
+/// Gives back every allowed hit of `verdicts` (the first hits of `hits`).
+async fn give_back_all(hits: &[Hit<'_>], verdicts: &[Verdict], dry_run: bool) -> Result<(), Error> {
+    if dry_run {
+        return Ok(());
+    }
+    for (h, v) in hits.iter().zip(verdicts) {
+        if v.allowed {
+            give_back(&h.ns, h.key, h.cost).await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! Operating a node over HTTP: reset a key, list namespaces, sync now, health,
+//! readiness and metrics.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+
+use super::extract::ApiPath;
+use crate::error::Error;
+use crate::input::check_key;
+use crate::state::{now, AppState, Namespace};
+
+pub(super) fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route(
+            "/v1/namespaces/{namespace}/keys/{key}",
+            axum::routing::delete(reset),
+        )
+        .route("/v1/namespaces", get(list_namespaces))
+        .route("/v1/namespaces/{namespace}/sync", post(sync_now))
+        .route(
+            "/healthz",
+            get(|| async { Json(serde_json::json!({"status": "ok"})) }),
+        )
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
+}
+
+/// `DELETE /v1/namespaces/{namespace}/keys/{key}`: the key's counts and bucket are
+/// deleted in the store, then on this node; other nodes drop theirs at their next sync.
+/// 503 when the store cannot be reached (nothing is reset then).
+async fn reset(
+    State(state): State<Arc<AppState>>,
+    ApiPath((namespace, key)): ApiPath<(String, String)>,
+) -> Result<Response, Error> {
+    check_key(&key)?;
+    let ns = state.namespace(&namespace)?;
+    ns.sync
+        .reset(&key)
+        .await
+        .map_err(|e| Error::Unavailable(format!("the store could not reset the key: {e}")))?;
+    Ok(Json(serde_json::json!({
+        "namespace": namespace,
+        "key": key,
+        "reset": true,
+    }))
+    .into_response())
+}
+
+#[derive(Debug, Serialize)]
+struct NamespaceInfo {
+    name: String,
+    window_sizes: Vec<u32>,
+    sync_mode: &'static str,
+    sync_rate: f64,
+    store: Option<String>,
+    /// `sliding_window`, `fixed_window` or `gcra`; none when the namespace only counts.
+    algorithm: Option<&'static str>,
+    counters: usize,
+    buckets: usize,
+    evictions: u64,
+    last_sync_ms: Option<i64>,
+    pending_diffs: usize,
+    degraded: bool,
+    degraded_reason: Option<String>,
+}
+
+fn info(ns: &Namespace) -> NamespaceInfo {
+    let st = ns.sync.status();
+    let mode = ns.sync.mode();
+    NamespaceInfo {
+        name: ns.sync.name().to_owned(),
+        window_sizes: ns
+            .sync
+            .counters()
+            .window_sizes()
+            .map(|s| s.secs())
+            .collect(),
+        sync_mode: mode.name(),
+        sync_rate: match mode {
+            swin_sync::SyncMode::Periodic(p) => p.as_secs_f64(),
+            swin_sync::SyncMode::Synchronous => 0.0,
+            swin_sync::SyncMode::LocalOnly => -1.0,
+        },
+        store: ns.store_name.clone(),
+        algorithm: ns.limits.as_ref().map(crate::limits::Limits::algorithm),
+        counters: ns.sync.counters().len(),
+        buckets: ns.sync.counters().buckets().len(),
+        evictions: ns.sync.counters().evictions(),
+        last_sync_ms: st.last_success_ms,
+        pending_diffs: st.pending_diffs,
+        degraded: st.degraded.is_some(),
+        degraded_reason: st.degraded,
+    }
+}
+
+async fn list_namespaces(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let list: Vec<NamespaceInfo> = state.namespaces.load().values().map(|n| info(n)).collect();
+    Json(serde_json::json!({ "namespaces": list }))
+}
+
+async fn sync_now(
+    State(state): State<Arc<AppState>>,
+    ApiPath(namespace): ApiPath<String>,
+) -> Result<Json<serde_json::Value>, Error> {
+    let ns = state.namespace(&namespace)?;
+    match ns.sync.sync_once(now()).await {
+        Ok(r) => Ok(Json(serde_json::json!({
+            "namespace": namespace, "pushed": r.pushed, "fetched": r.fetched, "duration_ms": r.duration_ms
+        }))),
+        Err(e) => {
+            tracing::warn!(namespace, cause = %e, "sync on request failed");
+            Err(Error::Unavailable(format!(
+                "sync of namespace {namespace:?} failed: the store is unreachable"
+            )))
+        }
+    }
+}
+
+/// 200 when every store-backed namespace has reached its store, recently enough to
+/// answer with the cluster's counts (see `NamespaceSync::readiness`); 503 naming the
+/// namespaces that have not.
+async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let now = now();
+    let degraded: Vec<serde_json::Value> = state
+        .namespaces
+        .load()
+        .values()
+        .filter_map(|n| {
+            n.sync
+                .readiness(now)
+                .err()
+                .map(|why| serde_json::json!({"namespace": n.sync.name(), "reason": why}))
+        })
+        .collect();
+    if degraded.is_empty() {
+        Json(serde_json::json!({"status": "ready"})).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"status": "degraded", "namespaces": degraded})),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let namespaces = state.namespaces.load();
+    let engines: Vec<&swin_sync::NamespaceSync> =
+        namespaces.values().map(|n| n.sync.as_ref()).collect();
+    let body = state.metrics.render(&engines);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+}

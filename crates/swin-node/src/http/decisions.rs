@@ -1,0 +1,328 @@
+//! Decisions over HTTP:
+//! - `POST /v1/namespaces/{namespace}/keys/{key}/hit`: may this hit pass? 200 when
+//!   allowed, 429 when denied, with the IETF `RateLimit-Policy` and `RateLimit` headers
+//!   and, on a 429, `Retry-After`;
+//! - `POST …/refund`: gives back hits admitted but not used;
+//! - `POST /v1/hits`: several namespaces and keys at once, the strictest decision wins
+//!   (Boulder's BatchSpend) and a denied batch spends nothing;
+//! - `/v1/auth/{namespace}` (any method): the same decision for a proxy — nginx
+//!   `auth_request`, Traefik ForwardAuth — with the key taken from a header or the
+//!   client's address (`key_from`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::extract::{ApiPath, JsonBody, RawJson};
+use crate::decisions::{
+    decide_all, limits_of, refund as give_refund, take, Hit, HitAnswer, Verdict, MAX_BATCH_HITS,
+};
+use crate::error::Error;
+use crate::limits::{ceil_secs, KeyFrom};
+use crate::state::AppState;
+
+pub(super) fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/namespaces/{namespace}/keys/{key}/hit", post(hit))
+        .route("/v1/namespaces/{namespace}/keys/{key}/refund", post(refund))
+        .route("/v1/hits", post(hits_batch))
+        .route("/v1/auth/{namespace}", any(auth))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct HitBody {
+    cost: f64,
+    dry_run: bool,
+}
+
+impl Default for HitBody {
+    fn default() -> Self {
+        HitBody {
+            cost: 1.0,
+            dry_run: false,
+        }
+    }
+}
+
+/// The decision as an HTTP answer: `status` (200 unless given), the JSON `body`, and
+/// the headers of draft-ietf-httpapi-ratelimit-headers: one policy per limit, the
+/// current state of the strictest; `t` on a denial is when this hit would pass, and
+/// Retry-After is never earlier than it.
+fn respond(v: &Verdict, policies: &[String], status: StatusCode, body: impl Serialize) -> Response {
+    let mut resp = (status, Json(body)).into_response();
+    let h = resp.headers_mut();
+    let t = if v.allowed {
+        ceil_secs(v.reset_after)
+    } else {
+        ceil_secs(v.retry_after)
+    };
+    let state_header = format!("\"{}\";r={};t={}", v.policy, v.remaining, t);
+    for (name, value) in [
+        ("ratelimit-policy", policies.join(", ")),
+        ("ratelimit", state_header),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    }
+    if !v.allowed {
+        h.insert("retry-after", HeaderValue::from(t.max(1)));
+    }
+    resp
+}
+
+fn status_of(v: &Verdict) -> StatusCode {
+    if v.allowed {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    }
+}
+
+async fn hit(
+    State(state): State<Arc<AppState>>,
+    ApiPath((namespace, key)): ApiPath<(String, String)>,
+    JsonBody(body): JsonBody<HitBody>,
+) -> Result<Response, Error> {
+    let ns = state.namespace(&namespace)?;
+    let v = take(&ns, &namespace, &key, body.cost, body.dry_run).await?;
+    state.metrics.decision(&namespace, v.allowed);
+    Ok(respond(&v, &v.policies, status_of(&v), v.answer()))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RefundBody {
+    cost: f64,
+}
+
+impl Default for RefundBody {
+    fn default() -> Self {
+        RefundBody { cost: 1.0 }
+    }
+}
+
+/// `POST /v1/namespaces/{namespace}/keys/{key}/refund`, body `{"cost": 1}`.
+async fn refund(
+    State(state): State<Arc<AppState>>,
+    ApiPath((namespace, key)): ApiPath<(String, String)>,
+    JsonBody(body): JsonBody<RefundBody>,
+) -> Result<Response, Error> {
+    let ns = state.namespace(&namespace)?;
+    let answer = give_refund(&ns, &namespace, &key, body.cost).await?;
+    Ok(Json(answer).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchHit {
+    namespace: String,
+    key: String,
+    #[serde(default = "one")]
+    cost: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    hits: Vec<BatchHit>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct BatchResult<'a> {
+    namespace: &'a str,
+    key: &'a str,
+    #[serde(flatten)]
+    answer: HitAnswer,
+}
+
+#[derive(Debug, Serialize)]
+struct BatchAnswer<'a> {
+    #[serde(flatten)]
+    answer: HitAnswer,
+    /// Whether the hits were counted: only when every one was allowed (and not a dry run).
+    spent: bool,
+    results: Vec<BatchResult<'a>>,
+}
+
+/// `POST /v1/hits`, body `{"hits":[{"namespace":"api","key":"k","cost":1}, …],
+/// "dry_run":false}`: every hit decided, the strictest wins (its fields at the top, its
+/// status and headers on the response). All or nothing: when any hit is denied, the
+/// allowed ones are given back, so a denied batch spends nothing (denied hits of a
+/// `count_denied` namespace still count, as they would alone).
+async fn hits_batch(
+    State(state): State<Arc<AppState>>,
+    RawJson(bytes): RawJson,
+) -> Result<Response, Error> {
+    let Some(bytes) = bytes else {
+        return Err(Error::BadRequest(
+            "body must be {\"hits\": [{\"namespace\": …, \"key\": …}, …]}".into(),
+        ));
+    };
+    let body: BatchBody = super::extract::parse_json(Some(&bytes))?;
+    if body.hits.is_empty() || body.hits.len() > MAX_BATCH_HITS {
+        return Err(Error::BadRequest(format!(
+            "hits must hold 1 to {MAX_BATCH_HITS} hits, got {}",
+            body.hits.len()
+        )));
+    }
+    let mut hits = Vec::with_capacity(body.hits.len());
+    for h in &body.hits {
+        hits.push(Hit {
+            ns: state.namespace(&h.namespace)?,
+            namespace: &h.namespace,
+            key: &h.key,
+            cost: h.cost,
+        });
+    }
+    let decided = decide_all(&hits, body.dry_run)
+        .await
+        .map_err(|(i, e)| e.at(&format!("hits[{i}]")))?;
+    for h in &body.hits {
+        state.metrics.decision(&h.namespace, !decided.denied);
+    }
+    let verdicts: Vec<Verdict> = body
+        .hits
+        .iter()
+        .zip(decided.verdicts)
+        .map(|(h, mut v)| {
+            v.policy = format!("{}.{}", h.namespace, v.policy);
+            v
+        })
+        .collect();
+    let Some(worst) = verdicts.iter().max_by_key(|v| v.severity()).cloned() else {
+        return Err(Error::Internal);
+    };
+    let mut policies: Vec<String> = Vec::new();
+    for (h, v) in body.hits.iter().zip(&verdicts) {
+        for p in &v.policies {
+            let p = format!("\"{}.{}", h.namespace, p.trim_start_matches('"'));
+            if !policies.contains(&p) {
+                policies.push(p);
+            }
+        }
+    }
+    let answer = BatchAnswer {
+        answer: worst.answer(),
+        spent: !decided.denied && !body.dry_run,
+        results: body
+            .hits
+            .iter()
+            .zip(&verdicts)
+            .map(|(h, v)| BatchResult {
+                namespace: &h.namespace,
+                key: &h.key,
+                answer: v.answer(),
+            })
+            .collect(),
+    };
+    Ok(respond(&worst, &policies, status_of(&worst), answer))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthQuery {
+    cost: f64,
+    /// The status of a denial: 429 (Traefik passes it on), or 401/403 for nginx, whose
+    /// `auth_request` treats any other status as an error.
+    deny_status: u16,
+}
+
+impl Default for AuthQuery {
+    fn default() -> Self {
+        AuthQuery {
+            cost: 1.0,
+            deny_status: 429,
+        }
+    }
+}
+
+/// The client's address as a proxy reports it: the first `X-Forwarded-For` entry, else
+/// `X-Real-IP`, else the connection's peer.
+fn client_address(parts: &Parts) -> Option<String> {
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    if let Some(first) = header("x-forwarded-for").and_then(|v| v.split(',').next()) {
+        let first = first.trim();
+        if !first.is_empty() {
+            return Some(first.to_owned());
+        }
+    }
+    if let Some(ip) = header("x-real-ip") {
+        return Some(ip.to_owned());
+    }
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(a)| a.ip().to_string())
+}
+
+/// `/v1/auth/{namespace}[?cost=1&deny_status=429]`, any method: a hit on the key the
+/// namespace's `key_from` names, answered 200 (allowed) or `deny_status` (denied), with
+/// the RateLimit headers either way. A request without the configured key header gets
+/// 401: it carries nothing to limit by.
+async fn auth(
+    State(state): State<Arc<AppState>>,
+    ApiPath(namespace): ApiPath<String>,
+    query: Result<Query<AuthQuery>, axum::extract::rejection::QueryRejection>,
+    parts: Parts,
+) -> Result<Response, Error> {
+    let Query(q) = query.map_err(|e| Error::BadRequest(format!("query: {}", e.body_text())))?;
+    let deny = match q.deny_status {
+        401 | 403 | 429 => {
+            StatusCode::from_u16(q.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS)
+        }
+        other => {
+            return Err(Error::BadRequest(format!(
+                "deny_status must be 401, 403 or 429, got {other}"
+            )))
+        }
+    };
+    let ns = state.namespace(&namespace)?;
+    let limits = limits_of(&ns, &namespace)?;
+    let key = match &limits.key_from {
+        KeyFrom::ClientAddress => client_address(&parts),
+        KeyFrom::Header(h) => parts
+            .headers
+            .get(h.as_str())
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned),
+    };
+    let Some(key) = key else {
+        let what = match &limits.key_from {
+            KeyFrom::ClientAddress => "no client address".to_owned(),
+            KeyFrom::Header(h) => format!("header {h} is missing"),
+        };
+        return Ok((
+            StatusCode::UNAUTHORIZED,
+            Json(serde_json::json!({"error": {"code": "no_key", "message": what}})),
+        )
+            .into_response());
+    };
+    let v = take(&ns, &namespace, &key, q.cost, false).await?;
+    state.metrics.decision(&namespace, v.allowed);
+    let status = if v.allowed { StatusCode::OK } else { deny };
+    Ok(respond(&v, &v.policies, status, v.answer()))
+}

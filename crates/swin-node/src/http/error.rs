@@ -1,0 +1,35 @@
+//! HTTP errors: each [`Error`] maps to a status and a JSON body
+//! `{"error":{"code":"…","message":"…"}}` that never leaks internal details.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::error::Error;
+
+/// The status and the machine-readable code of an error.
+fn status_and_code(e: &Error) -> (StatusCode, &'static str) {
+    match e {
+        Error::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+        Error::InvalidKey(_) => (StatusCode::BAD_REQUEST, "invalid_key"),
+        Error::InvalidValue(_) => (StatusCode::BAD_REQUEST, "invalid_value"),
+        Error::UnknownNamespace(_) => (StatusCode::NOT_FOUND, "unknown_namespace"),
+        Error::UnknownWindowSize { .. } => (StatusCode::BAD_REQUEST, "unknown_window_size"),
+        Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+        Error::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+        Error::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+        Error::UnsupportedMediaType => {
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+        }
+        Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        Error::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let (status, code) = status_and_code(&self);
+        let body = serde_json::json!({ "error": { "code": code, "message": self.to_string() } });
+        (status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,104 @@
+//! Extractors that turn what axum rejects into [`Error`]s with a JSON body: path
+//! segments, and JSON bodies (an empty body is the type's default; a body must be a
+//! JSON object and declared JSON).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::{header, HeaderMap, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::error::Error;
+use crate::state::AppState;
+
+/// `Path`, with a JSON 400 (not axum's plain text) for a segment that does not decode,
+/// such as percent-encoded bytes that are not UTF-8.
+#[derive(Debug)]
+pub struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = Error;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Error> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(v)) => Ok(ApiPath(v)),
+            Err(e) => Err(Error::BadRequest(format!("path: {}", e.body_text()))),
+        }
+    }
+}
+
+/// A JSON body parsed into `T` (its default when the body is empty).
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned + Default> FromRequest<Arc<AppState>> for JsonBody<T> {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Error> {
+        let RawJson(bytes) = RawJson::from_request(req, state).await?;
+        Ok(JsonBody(parse_json(bytes.as_ref())?))
+    }
+}
+
+/// A JSON body left as bytes, for a caller that borrows strings from it (a batch of a
+/// thousand items should not cost two thousand allocations); `None` when empty.
+#[derive(Debug)]
+pub struct RawJson(pub Option<Bytes>);
+
+impl FromRequest<Arc<AppState>> for RawJson {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Error> {
+        let headers = req.headers().clone();
+        let body = Bytes::from_request(req, state).await;
+        Ok(RawJson(json_bytes(&headers, body, state.body_limit)?))
+    }
+}
+
+/// The body of a POST: `None` when empty, else it must be declared JSON.
+fn json_bytes(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<Option<Bytes>, Error> {
+    let body = body.map_err(|r| match r.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => Error::PayloadTooLarge(limit),
+        _ => Error::BadRequest(r.body_text()),
+    })?;
+    if body.is_empty() {
+        return Ok(None);
+    }
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| {
+            let m = m.trim().to_ascii_lowercase();
+            m == "application/json" || (m.starts_with("application/") && m.ends_with("+json"))
+        });
+    if !is_json {
+        return Err(Error::UnsupportedMediaType);
+    }
+    Ok(Some(body))
+}
+
+pub(crate) fn parse_json<'a, T: Deserialize<'a> + Default>(
+    body: Option<&'a Bytes>,
+) -> Result<T, Error> {
+    match body {
+        None => Ok(T::default()),
+        // serde would also take a struct as an array of its fields (`[1, 60]`): bodies
+        // are objects, so such a body is malformed, not a shorthand
+        Some(b) if b.trim_ascii_start().first() != Some(&b'{') => Err(Error::BadRequest(
+            "malformed JSON body: must be a JSON object".into(),
+        )),
+        Some(b) => serde_json::from_slice(b)
+            .map_err(|e| Error::BadRequest(format!("malformed JSON body: {e}"))),
+    }
+}

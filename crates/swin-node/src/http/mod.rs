@@ -1,0 +1,48 @@
+//! The HTTP API: one router per area (counting, decisions, operating a node) merged
+//! here, buildable without a socket so tests can drive it directly.
+
+mod admin;
+mod counting;
+mod decisions;
+pub mod error;
+mod extract;
+
+use std::sync::Arc;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::Router;
+
+pub use self::extract::ApiPath;
+use crate::error::Error;
+use crate::state::AppState;
+
+/// Every route of the API, over `state`.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .merge(counting::routes())
+        .merge(decisions::routes())
+        .merge(admin::routes())
+        .fallback(|req: Request| async move {
+            Error::NotFound(format!("{} {}", req.method(), req.uri().path()))
+        })
+        .method_not_allowed_fallback(|| async { Error::MethodNotAllowed })
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
+        // the extractors enforce the limit themselves (JSON 413), so no default cap
+        .layer(axum::extract::DefaultBodyLimit::max(state.body_limit))
+        .with_state(state)
+}
+
+async fn count_requests(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
+    let resp = next.run(req).await;
+    state.metrics.http_request(&route, resp.status().as_u16());
+    resp
+}
