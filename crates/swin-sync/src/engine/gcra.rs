@@ -1,0 +1,153 @@
+//! GCRA buckets through the engine: spends, refunds and dry runs, on local buckets
+//! (periodic, local only) or in the store (synchronous: the advance is applied there and
+//! the decision taken on the TAT it returns).
+
+use swin_core::{Advance, CompactString, CoreError, Gcra, GcraDecision, Tat, UnixMs};
+use tracing::warn;
+
+use super::{nanos, NamespaceSync, SyncMode};
+use crate::store::{Store, TatPush};
+use crate::StoreError;
+
+impl NamespaceSync {
+    /// A GCRA spend of `cost` on `key`, as the namespace's mode says: on local buckets
+    /// (periodic, local only) or through the store (synchronous: the advance is applied
+    /// there and the decision taken on the TAT it returns, taken back when denied; on a
+    /// store failure the spend is decided locally and pushed later). With `force` a
+    /// denied spend counts too.
+    pub async fn spend(
+        &self,
+        gcra: &Gcra,
+        key: &str,
+        cost: i64,
+        now: UnixMs,
+        force: bool,
+    ) -> Result<GcraDecision, CoreError> {
+        let buckets = self.counters.buckets();
+        let now_ns = nanos(now);
+        let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) else {
+            return buckets.spend(gcra, key, now_ns, cost, force);
+        };
+        // validates the cost before anything reaches the store
+        gcra.check(None, now_ns, cost)?;
+        match self
+            .spend_in_store(store, gcra, key, cost, now_ns, force)
+            .await
+        {
+            Ok(d) => Ok(d),
+            Err(e) => {
+                warn!(namespace = self.name(), cause = %e, "synchronous spend failed; decided locally");
+                self.record(Err(&e), self.status().pending_diffs);
+                buckets.spend(gcra, key, now_ns, cost, force)
+            }
+        }
+    }
+
+    /// Applies one TAT advance in the store (no sequence number: a synchronous call).
+    pub(super) async fn push_advance(
+        &self,
+        store: &Store,
+        key: &str,
+        ns: i64,
+        now_ns: i64,
+    ) -> Result<Vec<Tat>, StoreError> {
+        let advances = [Advance {
+            key: key.into(),
+            ns,
+        }];
+        let push = TatPush {
+            node_id: &self.node_id,
+            seq: None,
+            now_ns,
+            advances: &advances,
+        };
+        self.call(store.push_tats(self.name(), push)).await
+    }
+
+    /// The key's TAT in the store (`None`: the store holds no bucket, it is full).
+    pub(super) async fn store_tat(
+        &self,
+        store: &Store,
+        key: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        let keys = [CompactString::from(key)];
+        let tats = self.call(store.read_tats(self.name(), &keys)).await?;
+        Ok(tats.first().map(|t| t.tat_ns))
+    }
+
+    pub(super) async fn spend_in_store(
+        &self,
+        store: &Store,
+        gcra: &Gcra,
+        key: &str,
+        cost: i64,
+        now_ns: i64,
+        force: bool,
+    ) -> Result<GcraDecision, StoreError> {
+        let advance = gcra.emission_ns().saturating_mul(cost);
+        let tats = self.push_advance(store, key, advance, now_ns).await?;
+        let tat = tats.first().map_or(now_ns + advance, |t| t.tat_ns);
+        // the TAT before this spend, as the store's max(tat, now) saw it
+        let d = gcra
+            .spend(Some(tat - advance), now_ns, cost)
+            .map_err(|e| StoreError::Protocol(e.to_string()))?;
+        let tats = if d.allowed || force {
+            tats
+        } else {
+            self.push_advance(store, key, -advance, now_ns).await?
+        };
+        self.counters.buckets().apply(&tats, true);
+        Ok(d)
+    }
+
+    /// Gives back `cost` of a GCRA bucket (Boulder's refund), locally or, in synchronous
+    /// mode, in the store (on a store failure: locally, pushed by a later sync).
+    pub async fn refund_tokens(
+        &self,
+        gcra: &Gcra,
+        key: &str,
+        cost: i64,
+        now: UnixMs,
+    ) -> Result<GcraDecision, CoreError> {
+        let now_ns = nanos(now);
+        if let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) {
+            let in_store = async {
+                let tat = self.store_tat(store, key).await?;
+                let d = gcra
+                    .refund(tat, now_ns, cost)
+                    .map_err(|e| StoreError::Protocol(e.to_string()))?;
+                if d.allowed {
+                    let back = d.new_tat - tat.unwrap_or(now_ns).max(now_ns);
+                    self.push_advance(store, key, back, now_ns).await?;
+                }
+                Ok::<_, StoreError>(d)
+            };
+            match in_store.await {
+                Ok(d) => return Ok(d),
+                Err(e) => {
+                    warn!(namespace = self.name(), cause = %e, "synchronous refund failed; given back locally");
+                    self.record(Err(&e), self.status().pending_diffs);
+                }
+            }
+        }
+        self.counters.buckets().refund(gcra, key, now_ns, cost)
+    }
+
+    /// The key's bucket as a spend of `cost` would find it, spending nothing (in
+    /// synchronous mode, read from the store; locally when it cannot be read).
+    pub async fn check(
+        &self,
+        gcra: &Gcra,
+        key: &str,
+        cost: i64,
+        now: UnixMs,
+    ) -> Result<GcraDecision, CoreError> {
+        let now_ns = nanos(now);
+        if let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) {
+            if let Ok(tat) = self.store_tat(store, key).await {
+                return gcra.check(tat, now_ns, cost);
+            }
+        }
+        self.counters.buckets().check(gcra, key, now_ns, cost)
+    }
+}

@@ -1,0 +1,414 @@
+//! The sync engine of one namespace: the three sync modes, the periodic timer, retries
+//! with backoff, exactly-once pushes and the final push on shutdown. By concern:
+//! `periodic` (one sync round), `synchronous` (increments through the store),
+//! `gcra` (buckets), `status` (health and the duration histogram); this file holds the
+//! handle, warm-up, reset, the run loop and what a stopped engine hands back.
+
+mod gcra;
+mod periodic;
+mod status;
+mod synchronous;
+
+use self::periodic::{enqueue, PushState};
+pub use self::status::{SyncStatus, SYNC_BUCKETS_SECS};
+use self::synchronous::SyncQueue;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use swin_core::{Diff, NamespaceCounters, UnixMs};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::backoff::Backoff;
+use crate::store::{normalize, normalize_advances, Store};
+use crate::unconfirmed::{Chunk, Unconfirmed};
+use crate::StoreError;
+
+/// Whether applying totals may add keys the table does not hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Create {
+    Yes,
+    No,
+}
+
+/// How a namespace meets the store (Kong's `sync_rate`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SyncMode {
+    /// `sync_rate > 0`: push and fetch every period.
+    Periodic(Duration),
+    /// `sync_rate == 0`: every increment goes to the store and reads its totals back.
+    Synchronous,
+    /// `sync_rate < 0`: no store at all.
+    LocalOnly,
+}
+
+impl SyncMode {
+    /// From a `sync_rate` in seconds. `None` for a non-finite rate.
+    pub fn from_rate(secs: f64) -> Option<Self> {
+        if !secs.is_finite() {
+            None
+        } else if secs > 0.0 {
+            Some(SyncMode::Periodic(Duration::from_secs_f64(secs.max(0.001))))
+        } else if secs == 0.0 {
+            Some(SyncMode::Synchronous)
+        } else {
+            Some(SyncMode::LocalOnly)
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            SyncMode::Periodic(_) => "periodic",
+            SyncMode::Synchronous => "synchronous",
+            SyncMode::LocalOnly => "local",
+        }
+    }
+}
+
+/// What one sync did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SyncReport {
+    /// Windows pushed (key × window).
+    pub pushed: usize,
+    /// Totals read back and applied.
+    pub fetched: usize,
+    pub duration_ms: f64,
+}
+
+#[derive(Debug)]
+pub struct NamespaceSync {
+    counters: Arc<NamespaceCounters>,
+    mode: SyncMode,
+    store: Option<Store>,
+    node_id: Arc<str>,
+    timeout: Duration,
+    /// The namespace keeps GCRA buckets (warm-up loads them too).
+    buckets: bool,
+    /// Synchronous increments waiting for the next round trip.
+    sync_queue: Mutex<SyncQueue>,
+    /// The tasks that send them: the engine's last push waits for them.
+    flushes: tokio_util::task::TaskTracker,
+    state: tokio::sync::Mutex<PushState>,
+    status: Mutex<SyncStatus>,
+}
+
+fn nanos(now: UnixMs) -> i64 {
+    now.0.saturating_mul(1_000_000)
+}
+
+fn now() -> UnixMs {
+    UnixMs::from_system_time(SystemTime::now())
+}
+
+impl NamespaceSync {
+    /// `store` must be `Some` unless `mode` is [`SyncMode::LocalOnly`]; `timeout` bounds
+    /// every store call.
+    pub fn new(
+        counters: Arc<NamespaceCounters>,
+        mode: SyncMode,
+        store: Option<Store>,
+        node_id: Arc<str>,
+        timeout: Duration,
+    ) -> Self {
+        let store = if mode == SyncMode::LocalOnly {
+            None
+        } else {
+            store
+        };
+        NamespaceSync {
+            counters,
+            mode,
+            store,
+            node_id,
+            timeout,
+            buckets: false,
+            sync_queue: Mutex::new(SyncQueue::default()),
+            flushes: tokio_util::task::TaskTracker::new(),
+            state: tokio::sync::Mutex::new(PushState::default()),
+            status: Mutex::new(SyncStatus::default()),
+        }
+    }
+
+    /// A namespace of GCRA buckets: warm-up loads its buckets from the store.
+    pub fn with_buckets(mut self) -> Self {
+        self.buckets = true;
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        self.counters.name()
+    }
+
+    pub fn counters(&self) -> &Arc<NamespaceCounters> {
+        &self.counters
+    }
+
+    pub fn mode(&self) -> SyncMode {
+        self.mode
+    }
+
+    pub fn store(&self) -> Option<&Store> {
+        self.store.as_ref()
+    }
+
+    /// The identity this engine pushes under: unique to the engine, so a namespace
+    /// rebuilt by a reload never reuses a `(push_id, namespace, seq)` the store has seen.
+    pub fn push_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// Whether the namespace answers with the cluster's counts: it has reached its
+    /// store once, and not longer ago than `max(3 × sync period, store_timeout + 1 s)`
+    /// (synchronous and local-only engines tick every second). `Err` says why not.
+    pub fn readiness(&self, now: UnixMs) -> Result<(), String> {
+        if self.store.is_none() {
+            return Ok(());
+        }
+        let period = match self.mode {
+            SyncMode::Periodic(p) => p,
+            SyncMode::Synchronous | SyncMode::LocalOnly => Duration::from_secs(1),
+        };
+        let limit = (3 * period).max(self.timeout + Duration::from_secs(1));
+        let st = self.status();
+        let Some(last) = st.last_success_ms else {
+            return Err(match st.degraded {
+                Some(why) => format!("has not reached its store yet: {why}"),
+                None => "has not reached its store yet".into(),
+            });
+        };
+        let ago = Duration::from_millis(u64::try_from(now.0 - last).unwrap_or(0));
+        if ago > limit {
+            return Err(match st.degraded {
+                Some(why) => format!(
+                    "last reached its store {:.1} s ago: {why}",
+                    ago.as_secs_f64()
+                ),
+                None => format!("last reached its store {:.1} s ago", ago.as_secs_f64()),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn status(&self) -> SyncStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    async fn call<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.timeout, f).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(self.timeout)),
+        }
+    }
+
+    /// Loads the namespace's current and previous windows from the store (a node that
+    /// starts knows the cluster's totals before its first sync).
+    pub async fn warm_up(&self, now: UnixMs) -> Result<usize, StoreError> {
+        let Some(store) = &self.store else {
+            return Ok(0);
+        };
+        let windows: Vec<(u32, i64)> = self
+            .counters
+            .window_sizes()
+            .map(|s| (s.secs(), s.previous_start_of(now)))
+            .collect();
+        let totals = self
+            .call(store.load_namespace(self.name(), &windows))
+            .await?;
+        let (counters, mut loaded) = (self.counters.clone(), totals.len());
+        off_runtime(move || apply_to(&counters, &totals, now, Create::Yes)).await;
+        if self.buckets {
+            let tats = self.call(store.load_tats(self.name(), nanos(now))).await?;
+            loaded += tats.len();
+            let counters = self.counters.clone();
+            off_runtime(move || counters.buckets().apply(&tats, true)).await;
+        }
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_success_ms = Some(now.0);
+        Ok(loaded)
+    }
+
+    /// Resets a key across the cluster: the store's rows first (an error leaves
+    /// everything as it was), then this node's counts and pending hits. Other nodes drop
+    /// their totals at their next sync.
+    pub async fn reset(&self, key: &str) -> Result<(), StoreError> {
+        if let Some(store) = &self.store {
+            let sizes: Vec<u32> = self.counters.window_sizes().map(|s| s.secs()).collect();
+            self.call(store.reset(self.name(), key, &sizes)).await?;
+        }
+        for t in self.counters.tables() {
+            t.reset(key);
+        }
+        self.counters.buckets().reset(key);
+        Ok(())
+    }
+
+    /// Runs until `cancel`: periodic syncs (synchronous and local-only namespaces tick
+    /// every second to push fallback hits and drop expired entries), retries with capped
+    /// exponential backoff, and one last push before returning.
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let period = match self.mode {
+            SyncMode::Periodic(p) => p,
+            SyncMode::Synchronous | SyncMode::LocalOnly => Duration::from_secs(1),
+        };
+        let mut backoff = Backoff::new(
+            period.max(Duration::from_millis(100)),
+            Duration::from_secs(30),
+        );
+        let mut next = tokio::time::Instant::now() + period;
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep_until(next) => {}
+            }
+            match self.sync_once(now()).await {
+                Ok(report) => {
+                    if backoff.failures() > 0 {
+                        info!(
+                            namespace = self.name(),
+                            pushed = report.pushed,
+                            "store reachable again"
+                        );
+                    }
+                    backoff.reset();
+                    debug!(
+                        namespace = self.name(),
+                        pushed = report.pushed,
+                        fetched = report.fetched,
+                        "synced"
+                    );
+                    // missed ticks are skipped, never burst
+                    next += period;
+                    let t = tokio::time::Instant::now();
+                    if next < t {
+                        next = t + period;
+                    }
+                }
+                Err(e) => {
+                    let delay = backoff.next_delay();
+                    warn!(namespace = self.name(), cause = %e, transient = e.is_transient(), retry_in_ms = delay.as_millis() as u64, "sync failed");
+                    next = tokio::time::Instant::now() + delay;
+                }
+            }
+        }
+        // synchronous increments still on their way to the store land (or fall back to
+        // the tables) before the last push drains them
+        self.flushes.close();
+        self.flushes.wait().await;
+        self.final_push().await;
+    }
+
+    /// Everything this engine counted that its store has not confirmed, as chunks under
+    /// this engine's identity: what failed pushes left, then whatever the tables and
+    /// buckets still hold (drained now, with the next sequence numbers). Called once the
+    /// engine has stopped and no request reaches its tables any more; whoever takes the
+    /// chunks sends them (see [`Unconfirmed::push`]).
+    pub async fn take_unconfirmed(&self, now: UnixMs) -> Unconfirmed {
+        let mut guard = self.state.lock().await;
+        let st = &mut *guard;
+        if self.store.is_some() {
+            let drained: Vec<Diff> = self
+                .counters
+                .tables()
+                .iter()
+                .flat_map(|t| t.drain(now))
+                .collect();
+            let drained = normalize(&drained);
+            if !drained.is_empty() {
+                enqueue(&mut st.seq, &mut st.pending, drained);
+            }
+            let advances = normalize_advances(&self.counters.buckets().drain(nanos(now)));
+            if !advances.is_empty() {
+                enqueue(&mut st.seq, &mut st.pending_tats, advances);
+            }
+        }
+        let mut chunks: Vec<Chunk> = st
+            .pending
+            .drain(..)
+            .map(|(seq, d)| Chunk::diffs(seq, &d))
+            .chain(
+                st.pending_tats
+                    .drain(..)
+                    .map(|(seq, a)| Chunk::advances(seq, nanos(now), &a)),
+            )
+            .collect();
+        chunks.sort_by_key(|c| c.seq);
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pending_diffs = 0;
+        Unconfirmed {
+            namespace: self.name().to_owned(),
+            push_id: self.node_id.to_string(),
+            chunks: chunks.into(),
+        }
+    }
+
+    /// The push on shutdown: a few quick attempts; what still fails is logged with its size.
+    pub async fn final_push(&self) {
+        if self.store.is_none() {
+            return;
+        }
+        for attempt in 1..=3 {
+            match self.sync_once(now()).await {
+                Ok(report) => {
+                    info!(
+                        namespace = self.name(),
+                        pushed = report.pushed,
+                        "final push done"
+                    );
+                    return;
+                }
+                Err(e) => {
+                    warn!(namespace = self.name(), attempt, cause = %e, "final push failed");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+        let pending = self.status().pending_diffs;
+        warn!(
+            namespace = self.name(),
+            pending, "shutting down with diffs the store did not confirm"
+        );
+    }
+}
+
+/// Writes store totals into the namespace's tables (the window-size split is per table).
+fn apply_to(
+    counters: &NamespaceCounters,
+    totals: &[swin_core::Total],
+    now: UnixMs,
+    create: Create,
+) {
+    for t in counters.tables() {
+        let size = t.size().secs();
+        let mine: Vec<_> = totals
+            .iter()
+            .filter(|x| x.window_size == size)
+            .cloned()
+            .collect();
+        if !mine.is_empty() {
+            t.apply(&mine, now, create == Create::Yes);
+        }
+    }
+}
+
+/// Runs CPU-bound table work (draining, applying totals, listing active keys) on
+/// tokio's blocking pool, so the OS, not the cooperative scheduler, shares the core
+/// with requests. A panic in it is a bug: it is raised here again.
+async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}

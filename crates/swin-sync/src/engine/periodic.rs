@@ -1,0 +1,287 @@
+//! One periodic sync: drain every diff (they move into `synced`, so the node's view does
+//! not dip), push them in chunks of at most 5,000 windows, each with the next sequence
+//! number, apply the totals each push returns, then read the current and previous totals
+//! of every other window this node holds and apply them, so hits other nodes pushed reach
+//! this node even for keys it has not seen lately. Its cost grows with the keys this node
+//! holds — keys used here within the last two windows (older entries are dropped at the
+//! drain), at most `max_counters` — not with every key in the cluster (Kong reads the
+//! whole namespace on every node). GCRA buckets go the same way (TAT advances instead of
+//! diffs).
+//!
+//! A failed push keeps its chunks and their sequence numbers; the next attempt sends
+//! exactly the same chunks, which the store applies at most once each (see
+//! `store::Push`). New hits wait in the counter table meanwhile and go in the batch after.
+
+use std::time::Instant;
+
+use swin_core::{Advance, Diff, Tat, UnixMs};
+use tracing::error;
+
+use super::{apply_to, nanos, off_runtime, Create, NamespaceSync, SyncReport};
+use crate::store::{normalize, normalize_advances, Push, Pushed, Store, TatPush, WindowKey};
+use crate::StoreError;
+
+/// Windows read per store call when refreshing held keys, and pushed per store call:
+/// small enough that decoding one reply holds a runtime worker for a few milliseconds.
+pub(super) const READ_CHUNK: usize = 5_000;
+
+pub(super) const PUSH_CHUNK: usize = 5_000;
+
+#[derive(Debug, Default)]
+pub(super) struct PushState {
+    pub(super) seq: u64,
+    /// Drained batches not yet confirmed, each with its sequence number, in push order.
+    pub(super) pending: std::collections::VecDeque<(u64, Vec<Diff>)>,
+    /// GCRA advances drained but not confirmed, with their own sequence number.
+    pub(super) pending_tats: std::collections::VecDeque<(u64, Vec<Advance>)>,
+}
+
+impl NamespaceSync {
+    /// One sync now: push pending and fresh diffs, then refresh active keys.
+    pub async fn sync_once(&self, now: UnixMs) -> Result<SyncReport, StoreError> {
+        let Some(store) = &self.store else {
+            // local only: draining drops expired entries; there is nowhere to push
+            for t in self.counters.tables() {
+                t.drain(now);
+            }
+            self.counters.buckets().drain(nanos(now));
+            return Ok(SyncReport::default());
+        };
+        let started = Instant::now();
+        let mut st = self.state.lock().await;
+        let result = self.sync_locked(store, &mut st, now).await;
+        let pending = st.pending.iter().map(|(_, d)| d.len()).sum::<usize>()
+            + st.pending_tats.iter().map(|(_, a)| a.len()).sum::<usize>();
+        let result = result.map(|(pushed, fetched)| SyncReport {
+            pushed,
+            fetched,
+            duration_ms: started.elapsed().as_secs_f64() * 1e3,
+        });
+        self.record(result.as_ref(), pending);
+        result
+    }
+
+    pub(super) async fn sync_locked(
+        &self,
+        store: &Store,
+        st: &mut PushState,
+        now: UnixMs,
+    ) -> Result<(usize, usize), StoreError> {
+        let mut pushed = 0;
+        // windows whose totals a push of this sync returned: no need to read them again
+        let mut fresh: Vec<Diff> = Vec::new();
+        // Two rounds: what a failed sync left, then the fresh diffs (the first round drains
+        // when nothing was left). A drained batch goes out in chunks of PUSH_CHUNK windows,
+        // each its own statement with its own sequence number, so that no single reply
+        // holds a runtime worker decoding 100,000 rows while requests wait behind it.
+        for _ in 0..2 {
+            if st.pending.is_empty() {
+                let counters = self.counters.clone();
+                let drained = off_runtime(move || {
+                    let all: Vec<Diff> = counters
+                        .tables()
+                        .iter()
+                        .flat_map(|t| t.drain(now))
+                        .collect();
+                    normalize(&all)
+                })
+                .await;
+                if drained.is_empty() {
+                    break;
+                }
+                enqueue(&mut st.seq, &mut st.pending, drained);
+            }
+            while let Some((seq, diffs)) = st.pending.front() {
+                let push = Push {
+                    node_id: &self.node_id,
+                    seq: Some(*seq),
+                    diffs,
+                };
+                let reply = self.call(store.push(self.name(), push)).await?;
+                let totals = self.settle(diffs, reply);
+                if let Some((_, diffs)) = st.pending.pop_front() {
+                    pushed += diffs.len();
+                    fresh.extend(diffs);
+                }
+                self.apply_off_runtime(totals, now).await;
+            }
+        }
+        pushed += self.sync_buckets(store, st, now).await?;
+        let counters = self.counters.clone();
+        let wanted = off_runtime(move || {
+            let fresh: std::collections::HashSet<(&str, u32, i64), foldhash::fast::RandomState> =
+                fresh
+                    .iter()
+                    .map(|d| (d.key.as_str(), d.window_size, d.window_start))
+                    .collect();
+            let mut wanted = Vec::new();
+            for t in counters.tables() {
+                let size = t.size();
+                for key in t.keys() {
+                    for start in [size.start_of(now), size.previous_start_of(now)] {
+                        if fresh.contains(&(key.as_str(), size.secs(), start)) {
+                            continue;
+                        }
+                        wanted.push(WindowKey {
+                            key: key.clone(),
+                            window_size: size.secs(),
+                            window_start: start,
+                        });
+                    }
+                }
+            }
+            wanted
+        })
+        .await;
+        // In chunks: a node holding 100,000 keys should not decode 200,000 rows on a
+        // runtime worker in one go, nor send one statement of that size.
+        // A held window the store does not hold counts 0 in the cluster: never pushed, or
+        // reset (DELETE on some node) — its synced total drops to 0, local hits stay.
+        let mut fetched = 0;
+        for chunk in wanted.chunks(READ_CHUNK) {
+            let totals = self.call(store.read(self.name(), chunk)).await?;
+            fetched += totals.len();
+            let totals = with_absent_as_zero(chunk, totals);
+            self.apply_off_runtime(totals, now).await;
+        }
+        let held = self.counters.buckets().keys();
+        for chunk in held.chunks(READ_CHUNK) {
+            let tats = self.call(store.read_tats(self.name(), chunk)).await?;
+            fetched += tats.len();
+            let counters = self.counters.clone();
+            let chunk = chunk.to_vec();
+            off_runtime(move || {
+                let b = counters.buckets();
+                let found: std::collections::HashSet<&str> =
+                    tats.iter().map(|t| t.key.as_str()).collect();
+                for k in chunk.iter().filter(|k| !found.contains(k.as_str())) {
+                    b.forget_if_idle(k);
+                }
+                b.apply(&tats, false);
+            })
+            .await;
+        }
+        Ok((pushed, fetched))
+    }
+
+    /// The GCRA half of a sync: the same drain, keep-on-failure and exactly-once as for
+    /// diffs, with advances applied as `tat = max(tat, now) + Σ`.
+    pub(super) async fn sync_buckets(
+        &self,
+        store: &Store,
+        st: &mut PushState,
+        now: UnixMs,
+    ) -> Result<usize, StoreError> {
+        let mut pushed = 0;
+        for _ in 0..2 {
+            if st.pending_tats.is_empty() {
+                let counters = self.counters.clone();
+                let drained =
+                    off_runtime(move || normalize_advances(&counters.buckets().drain(nanos(now))))
+                        .await;
+                if drained.is_empty() {
+                    break;
+                }
+                enqueue(&mut st.seq, &mut st.pending_tats, drained);
+            }
+            while let Some((seq, advances)) = st.pending_tats.front() {
+                let push = TatPush {
+                    node_id: &self.node_id,
+                    seq: Some(*seq),
+                    now_ns: nanos(now),
+                    advances,
+                };
+                let tats = self.call(store.push_tats(self.name(), push)).await?;
+                pushed += advances.len();
+                st.pending_tats.pop_front();
+                self.apply_tats_off_runtime(tats).await;
+            }
+        }
+        Ok(pushed)
+    }
+
+    /// The totals a push returned, with every pushed window the store did not return
+    /// at 0 (a negative diff on a window it does not hold leaves none). Windows the
+    /// store refused are logged with their key and counted, never retried: they would
+    /// fail every time and hold back every diff behind them.
+    pub(super) fn settle(&self, diffs: &[Diff], reply: Pushed) -> Vec<swin_core::Total> {
+        for r in &reply.rejected {
+            error!(
+                namespace = self.name(),
+                key = %r.diff.key,
+                window_size = r.diff.window_size,
+                window_start = r.diff.window_start,
+                value = r.diff.value,
+                reason = %r.reason,
+                "the store refused a window for good; its hits are dropped"
+            );
+        }
+        if !reply.rejected.is_empty() {
+            let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            s.rejected_windows += reply.rejected.len() as u64;
+        }
+        let refused: std::collections::HashSet<WindowKey> = reply
+            .rejected
+            .iter()
+            .map(|r| WindowKey::of(&r.diff))
+            .collect();
+        let wanted: Vec<WindowKey> = diffs
+            .iter()
+            .map(WindowKey::of)
+            .filter(|w| !refused.contains(w))
+            .collect();
+        with_absent_as_zero(&wanted, reply.totals)
+    }
+
+    pub(super) async fn apply_tats_off_runtime(&self, tats: Vec<Tat>) {
+        let counters = self.counters.clone();
+        off_runtime(move || counters.buckets().apply(&tats, false)).await;
+    }
+
+    /// Applies store totals on a blocking thread: with 100,000 keys this is tens of
+    /// milliseconds of CPU that must not hold up a runtime worker serving requests.
+    pub(super) async fn apply_off_runtime(&self, totals: Vec<swin_core::Total>, now: UnixMs) {
+        let counters = self.counters.clone();
+        off_runtime(move || apply_to(&counters, &totals, now, Create::No)).await;
+    }
+
+    pub(super) fn apply(&self, totals: &[swin_core::Total], now: UnixMs, create: Create) {
+        apply_to(&self.counters, totals, now, create);
+    }
+}
+
+/// The totals read for `wanted`, with a zero total for every window the store lacks.
+pub(super) fn with_absent_as_zero(
+    wanted: &[WindowKey],
+    mut totals: Vec<swin_core::Total>,
+) -> Vec<swin_core::Total> {
+    let found: std::collections::HashSet<(&str, u32, i64)> = totals
+        .iter()
+        .map(|t| (t.key.as_str(), t.window_size, t.window_start))
+        .collect();
+    let absent: Vec<swin_core::Total> = wanted
+        .iter()
+        .filter(|w| !found.contains(&(w.key.as_str(), w.window_size, w.window_start)))
+        .map(|w| swin_core::Total {
+            key: w.key.clone(),
+            window_size: w.window_size,
+            window_start: w.window_start,
+            count: 0.0,
+        })
+        .collect();
+    totals.extend(absent);
+    totals
+}
+
+/// Queues a drained batch for pushing: chunks of at most PUSH_CHUNK, each with the next
+/// sequence number of the namespace (shared by counters and buckets).
+pub(super) fn enqueue<T: Clone>(
+    seq: &mut u64,
+    pending: &mut std::collections::VecDeque<(u64, Vec<T>)>,
+    drained: Vec<T>,
+) {
+    for chunk in drained.chunks(PUSH_CHUNK) {
+        *seq += 1;
+        pending.push_back((*seq, chunk.to_vec()));
+    }
+}

@@ -1,0 +1,57 @@
+//! The engine's health, for readiness and metrics: what the last syncs did, and a
+//! histogram of their durations.
+
+use serde::Serialize;
+
+use super::{now, NamespaceSync, SyncReport};
+use crate::StoreError;
+
+/// The engine's health, for readiness and metrics.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SyncStatus {
+    /// Unix milliseconds of the last sync that reached the store.
+    pub last_success_ms: Option<i64>,
+    /// Why the last attempt failed, while the store is unreachable.
+    pub degraded: Option<String>,
+    pub consecutive_failures: u32,
+    /// Windows drained but not yet confirmed by the store.
+    pub pending_diffs: usize,
+    pub syncs: u64,
+    pub failures: u64,
+    /// Windows the store refused for good (logged with their key and dropped).
+    pub rejected_windows: u64,
+    pub last_duration_ms: f64,
+    /// Syncs per duration bucket of [`SYNC_BUCKETS_SECS`] (not cumulative).
+    pub duration_buckets: [u64; SYNC_BUCKETS_SECS.len()],
+    pub duration_sum_secs: f64,
+}
+
+/// Upper bounds (seconds) of the sync duration histogram.
+pub const SYNC_BUCKETS_SECS: [f64; 10] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
+
+impl NamespaceSync {
+    pub(super) fn record(&self, outcome: Result<&SyncReport, &StoreError>, pending: usize) {
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.pending_diffs = pending;
+        match outcome {
+            Ok(report) => {
+                s.last_success_ms = Some(now().0);
+                s.degraded = None;
+                s.consecutive_failures = 0;
+                s.syncs += 1;
+                s.last_duration_ms = report.duration_ms;
+                let secs = report.duration_ms / 1e3;
+                s.duration_sum_secs += secs;
+                if let Some(i) = SYNC_BUCKETS_SECS.iter().position(|le| secs <= *le) {
+                    s.duration_buckets[i] += 1;
+                }
+            }
+            Err(e) => {
+                s.degraded = Some(e.to_string());
+                s.consecutive_failures += 1;
+                s.failures += 1;
+            }
+        }
+    }
+}

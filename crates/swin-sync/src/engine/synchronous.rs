@@ -1,0 +1,265 @@
+//! Synchronous increments (`sync_rate = 0`): every increment goes to the store and is
+//! answered with the store's total. Increments that arrive while a round trip is in
+//! flight wait and go together in the next one (one push and one read for all of them),
+//! each answered as if the batch's increments had come one after another in queue order.
+
+use std::sync::Arc;
+
+use swin_core::{CompactString, CoreError, Diff, Total, UnixMs, WindowRate, WindowSize};
+use tracing::warn;
+
+use super::{Create, NamespaceSync, SyncMode};
+use crate::store::{Push, Store, WindowKey};
+
+/// A synchronous increment waiting for its round trip.
+#[derive(Debug)]
+pub(super) struct Waiting {
+    pub(super) key: CompactString,
+    pub(super) size: WindowSize,
+    pub(super) value: f64,
+    pub(super) now: UnixMs,
+    /// The rate after it, or `None` when the store failed.
+    pub(super) tx: tokio::sync::oneshot::Sender<Option<WindowRate>>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct SyncQueue {
+    pub(super) waiting: Vec<Waiting>,
+    /// A task is sending batches; new arrivals only queue.
+    pub(super) flushing: bool,
+}
+
+/// Synchronous increments per round trip at most.
+pub(super) const SYNC_BATCH: usize = 2_000;
+
+impl NamespaceSync {
+    /// Counts a hit and returns the key's rate, as the namespace's mode says: locally
+    /// (periodic, local only) or through the store (synchronous; on a store failure the
+    /// hit is counted locally and pushed later, and the answer comes from local memory).
+    pub async fn increment(
+        self: &Arc<Self>,
+        key: &str,
+        window_size: u32,
+        value: f64,
+        now: UnixMs,
+    ) -> Result<WindowRate, CoreError> {
+        let table = self.counters.table(window_size)?;
+        match (&self.mode, &self.store) {
+            (SyncMode::Synchronous, Some(_)) => {
+                // the store's total is only known after the round trip: refuse on the
+                // local view a value that would take the window out of range
+                swin_core::check_value(value)?;
+                let seen = table.rate(key, now, None).current;
+                if (seen + value).abs() > swin_core::MAX_COUNT {
+                    return Err(CoreError::CountOutOfRange {
+                        value,
+                        max: swin_core::MAX_COUNT,
+                    });
+                }
+                match self.increment_in_store(key, table.size(), value, now).await {
+                    Some(rate) => Ok(rate),
+                    // the store failed (logged and recorded once for the batch): counted
+                    // here, pushed by a later sync
+                    None => table.increment(key, value, now),
+                }
+            }
+            _ => table.increment(key, value, now),
+        }
+    }
+
+    /// Queues a synchronous increment for the store and waits for its answer. Increments
+    /// that arrive while a round trip is in flight wait and go together in the next one
+    /// (one push statement and one read for all of them), so throughput grows with the
+    /// callers while each still waits about one round trip (PostgreSQL, SQLite: one
+    /// transaction instead of one per hit). The flushing runs in a task of its own: a
+    /// caller that gives up does not stall the others.
+    pub(super) async fn increment_in_store(
+        self: &Arc<Self>,
+        key: &str,
+        size: WindowSize,
+        value: f64,
+        now: UnixMs,
+    ) -> Option<WindowRate> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // a store that pipelines shares round trips already; a queue would only make
+        // callers wait (measured on Redis: p50 0.82 → 1.2 ms)
+        if let Some(store) = self.store.as_ref().filter(|s| s.pipelines()) {
+            let one = Waiting {
+                key: key.into(),
+                size,
+                value,
+                now,
+                tx,
+            };
+            self.push_synchronous(store, vec![one]).await;
+            return rx.await.ok().flatten();
+        }
+        let lead = {
+            let mut q = self.sync_queue.lock().unwrap_or_else(|p| p.into_inner());
+            q.waiting.push(Waiting {
+                key: key.into(),
+                size,
+                value,
+                now,
+                tx,
+            });
+            !std::mem::replace(&mut q.flushing, true)
+        };
+        if lead {
+            let this = self.clone();
+            self.flushes
+                .spawn(async move { this.flush_synchronous().await });
+        }
+        rx.await.ok().flatten()
+    }
+
+    /// Sends what waits, in batches of at most SYNC_BATCH, until nothing does.
+    pub(super) async fn flush_synchronous(self: Arc<Self>) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        loop {
+            let batch: Vec<Waiting> = {
+                let mut q = self.sync_queue.lock().unwrap_or_else(|p| p.into_inner());
+                if q.waiting.is_empty() {
+                    q.flushing = false;
+                    return;
+                }
+                let n = q.waiting.len().min(SYNC_BATCH);
+                q.waiting.drain(..n).collect()
+            };
+            self.push_synchronous(&store, batch).await;
+        }
+    }
+
+    /// One round trip for a batch of synchronous increments: the push and the read of the
+    /// previous windows together. Each caller gets the store's total as if the batch's
+    /// increments had come one after another in queue order: the total before the batch
+    /// plus its own and the earlier ones'.
+    pub(super) async fn push_synchronous(&self, store: &Store, batch: Vec<Waiting>) {
+        let diffs: Vec<Diff> = batch
+            .iter()
+            .map(|w| Diff {
+                key: w.key.clone(),
+                window_size: w.size.secs(),
+                window_start: w.size.start_of(w.now),
+                value: w.value,
+            })
+            .collect();
+        let mut prev_keys: Vec<WindowKey> = batch
+            .iter()
+            .map(|w| WindowKey {
+                key: w.key.clone(),
+                window_size: w.size.secs(),
+                window_start: w.size.previous_start_of(w.now),
+            })
+            .collect();
+        prev_keys.sort();
+        prev_keys.dedup();
+        let (pushed, previous) = tokio::join!(
+            self.call(store.push(
+                self.name(),
+                Push {
+                    node_id: &self.node_id,
+                    seq: None,
+                    diffs: &diffs
+                }
+            )),
+            self.call(store.read(self.name(), &prev_keys)),
+        );
+        let (pushed, previous) = match (pushed, previous) {
+            (Ok(p), Ok(r)) => (self.settle(&diffs, p), r),
+            (Err(e), _) | (_, Err(e)) => {
+                warn!(namespace = self.name(), cause = %e, hits = batch.len(), "synchronous increments failed; counted locally");
+                self.record(Err(&e), self.status().pending_diffs);
+                for w in batch {
+                    let _ = w.tx.send(None);
+                }
+                return;
+            }
+        };
+        let now = batch.iter().map(|w| w.now).max().unwrap_or(UnixMs(0));
+        self.apply(&pushed, now, Create::Yes);
+        self.apply(&previous, now, Create::Yes);
+        type Window = (CompactString, u32, i64);
+        let prev: std::collections::HashMap<Window, f64> = previous
+            .iter()
+            .map(|t| ((t.key.clone(), t.window_size, t.window_start), t.count))
+            .collect();
+        let currents = queue_order_totals(&diffs, &pushed);
+        for ((w, d), current) in batch.into_iter().zip(&diffs).zip(currents) {
+            let previous = prev
+                .get(&(
+                    d.key.clone(),
+                    d.window_size,
+                    w.size.previous_start_of(w.now),
+                ))
+                .copied()
+                .unwrap_or(0.0);
+            let _ =
+                w.tx.send(Some(WindowRate::at(w.size, w.now, current, previous)));
+        }
+    }
+}
+
+/// Each increment's current-window total as if the batch's increments had come one
+/// after another in queue order: the store's total after the whole batch, less the
+/// batch's own increments, plus this one's and those before it. A window whose total the
+/// store did not return counts from the increment alone.
+pub(super) fn queue_order_totals<'a>(diffs: &'a [Diff], after: &'a [Total]) -> Vec<f64> {
+    type Window<'a> = (&'a str, u32, i64);
+    let mut running: std::collections::HashMap<Window<'a>, f64> = after
+        .iter()
+        .map(|t| ((t.key.as_str(), t.window_size, t.window_start), t.count))
+        .collect();
+    for d in diffs {
+        if let Some(t) = running.get_mut(&(d.key.as_str(), d.window_size, d.window_start)) {
+            *t -= d.value;
+        }
+    }
+    diffs
+        .iter()
+        .map(
+            |d| match running.get_mut(&(d.key.as_str(), d.window_size, d.window_start)) {
+                Some(t) => {
+                    *t += d.value;
+                    *t
+                }
+                None => d.value,
+            },
+        )
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn diff(key: &str, value: f64) -> Diff {
+        Diff {
+            key: key.into(),
+            window_size: 60,
+            window_start: 0,
+            value,
+        }
+    }
+
+    fn total(key: &str, count: f64) -> Total {
+        Total {
+            key: key.into(),
+            window_size: 60,
+            window_start: 0,
+            count,
+        }
+    }
+
+    #[test]
+    fn each_caller_sees_the_batch_in_queue_order() {
+        // the store held a = 6 and b = 3 before; the batch adds a 1, b 2, a 3
+        let diffs = [diff("a", 1.0), diff("b", 2.0), diff("a", 3.0)];
+        let after = [total("a", 10.0), total("b", 5.0)];
+        assert_eq!(queue_order_totals(&diffs, &after), vec![7.0, 5.0, 10.0]);
+        // a window the store did not return (refused) counts from the increment alone
+        assert_eq!(queue_order_totals(&diffs[1..2], &after[..1]), vec![2.0]);
+    }
+}
