@@ -47,7 +47,13 @@ impl Node {
 
     /// SIGTERM and wait; whether it exited 0.
     pub fn terminate(&mut self) -> bool {
-        self.child.take().is_some_and(|c| c.terminate().success())
+        self.child.take().is_some_and(|c| {
+            let status = c.terminate();
+            if !status.success() {
+                eprintln!("node on port {} exited with {status}", self.port);
+            }
+            status.success()
+        })
     }
 
     pub fn signal(&self, name: &str) {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use swin_node::config::{Config, LogFormat};
-use swin_node::node::{migrate_all, Node};
+use swin_node::node::{migrate_all, Node, Signals};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -102,11 +102,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .with_context(|| format!("--listen {l:?} is not an address"))?;
             }
             init_tracing(config.log_format);
+            let signals = Signals::install()?;
             let listener = tokio::net::TcpListener::bind(config.listen)
                 .await
                 .with_context(|| format!("listen on {}", config.listen))?;
             let node = Node::start(config).await?;
-            node.serve(listener, cli.config).await
+            node.serve(listener, cli.config, signals).await
         }
     }
 }

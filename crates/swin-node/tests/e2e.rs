@@ -246,3 +246,29 @@ fn check_config_reports_errors_on_one_line() {
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert!(!err.contains("backtrace"), "{err}");
 }
+
+/// The listener answers before the node has started (migrations, warm-ups, the spool):
+/// a SIGHUP or SIGTERM then used to kill the process by the signal's default action.
+/// Here the start takes seconds (a "PostgreSQL" that accepts and never answers); the
+/// signals sent during it are acted on once the node serves, and it exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_during_the_start_are_handled_once_the_node_serves() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = silent.local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("swin.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "store_timeout = 1\nshutdown_grace = 2\n[stores.main]\nkind = \"postgres\"\n\
+             url = \"postgres://postgres@127.0.0.1:{port}/swin\"\n\
+             [[namespaces]]\nname = \"api\"\nwindow_sizes = [60]\nsync_rate = 0.1\nstore = \"main\"\n"
+        ),
+    )
+    .expect("write");
+    let mut node = start(&config);
+    node.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(node.terminate(), "SIGTERM during the start: a clean exit");
+    drop(silent);
+}

@@ -1,89 +1,29 @@
 //! Running a node: connect stores, build namespaces and their sync engines, serve HTTP,
-//! reload on SIGHUP, and shut down with a last push.
+//! reload on SIGHUP, and shut down with a last push. The stores and their tasks are in
+//! `stores`; what stopped engines left unconfirmed, retried and spooled, in `leftovers`.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod leftovers;
+mod stores;
+
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use anyhow::Context;
 use swin_core::{CounterOptions, NamespaceCounters, Retention, UnixMs};
-use swin_sync::store::{PostgresStore, RedisStore, SqliteStore};
-use swin_sync::{NamespaceSync, Store, SyncMode, Unconfirmed};
+use swin_sync::{NamespaceSync, SyncMode};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
-use crate::config::{Config, NamespaceConfig, StoreConfig, StoreKind};
+use self::leftovers::{Leftover, Leftovers, SpoolFiles};
+use self::stores::Connected;
+pub use self::stores::{connect_store, connect_stores, migrate_all};
+use crate::config::{Config, NamespaceConfig, StoreConfig};
 use crate::http::router;
 use crate::spool::{self, SpoolEntry};
 use crate::state::{AppState, Namespace, Namespaces};
-
-pub async fn connect_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
-    Ok(match cfg.kind {
-        StoreKind::Postgres => Store::Postgres(
-            PostgresStore::connect(&cfg.url, cfg.max_connections)
-                .await
-                .context("configure postgres")?,
-        ),
-        StoreKind::Redis => Store::Redis(
-            RedisStore::connect(&cfg.url, &cfg.prefix)
-                .await
-                .context("connect to redis")?,
-        ),
-        StoreKind::Sqlite => {
-            if let Some(path) = cfg.url.strip_prefix("sqlite://") {
-                if let Some(dir) = std::path::Path::new(path)
-                    .parent()
-                    .filter(|d| !d.as_os_str().is_empty())
-                {
-                    std::fs::create_dir_all(dir)
-                        .with_context(|| format!("create {}", dir.display()))?;
-                }
-            }
-            Store::Sqlite(
-                SqliteStore::connect(&cfg.url)
-                    .await
-                    .context("open sqlite")?,
-            )
-        }
-    })
-}
-
-/// Connects (or, for PostgreSQL and Redis, prepares to connect to) every store of the
-/// config. Nothing is migrated here.
-pub async fn connect_stores(
-    config: &Config,
-) -> anyhow::Result<BTreeMap<String, (StoreConfig, Store)>> {
-    let mut stores = BTreeMap::new();
-    for (name, cfg) in &config.stores {
-        let store = connect_store(cfg)
-            .await
-            .with_context(|| format!("store {name:?}"))?;
-        stores.insert(name.clone(), (cfg.clone(), store));
-    }
-    Ok(stores)
-}
-
-/// `swin-node migrate`: applies the schema to every store, failing on the first error.
-pub async fn migrate_all(config: &Config) -> anyhow::Result<()> {
-    for (name, (_, store)) in connect_stores(config).await? {
-        store
-            .migrate()
-            .await
-            .with_context(|| format!("migrate store {name:?}"))?;
-    }
-    Ok(())
-}
-
-/// A store of the config, connected, and the purge task that belongs to it.
-#[derive(Debug)]
-struct Connected {
-    config: StoreConfig,
-    store: Store,
-    /// Stops the store's purge task when the store is removed or replaced.
-    purge: CancellationToken,
-}
 
 /// A namespace, the store config it was built with, and the engine task that syncs it.
 #[derive(Debug)]
@@ -95,22 +35,27 @@ struct Running {
     engine: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// Chunks a stopped engine (or an earlier run, through the spool) left unconfirmed, and
-/// the store they go to.
+/// The signals a node answers: SIGHUP reloads, SIGTERM and SIGINT stop it. Installed
+/// before anything else (the listener is bound, and answers, before the node has started:
+/// a signal that came during the start used to kill the process outright); one that
+/// arrives before the node serves is acted on once it does.
 #[derive(Debug)]
-struct Leftover {
-    store_name: String,
-    fingerprint: String,
-    store: Store,
-    unconfirmed: Unconfirmed,
-    /// The spool file it was read from; deleted once nothing of that file is left.
-    file: Option<PathBuf>,
+pub struct Signals {
+    hup: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
 }
 
-type Leftovers = Arc<tokio::sync::Mutex<Vec<Leftover>>>;
-
-/// Spool files this run read and has not finished with.
-type SpoolFiles = Arc<std::sync::Mutex<BTreeSet<PathBuf>>>;
+impl Signals {
+    pub fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            hup: signal(SignalKind::hangup()).context("install SIGHUP handler")?,
+            term: signal(SignalKind::terminate()).context("install SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("install SIGINT handler")?,
+        })
+    }
+}
 
 #[derive(Debug)]
 pub struct Node {
@@ -173,140 +118,6 @@ impl Node {
         node.apply_namespaces(&config.namespaces).await;
         node.spawn_leftover_retries();
         Ok(node)
-    }
-
-    fn add_store(&mut self, name: String, config: StoreConfig, store: Store) {
-        let purge = self.shutdown.child_token();
-        self.spawn_purge(&name, &store, purge.clone());
-        if let Some(old) = self.stores.insert(
-            name,
-            Connected {
-                config,
-                store,
-                purge,
-            },
-        ) {
-            old.purge.cancel();
-        }
-    }
-
-    /// Migrates a store; while it is unreachable the node still starts and serves from
-    /// local memory, and this retries with backoff (syncs keep their diffs meanwhile).
-    fn spawn_migrate(&self, name: &str, store: &Store) -> tokio::sync::oneshot::Receiver<()> {
-        let (name, store, cancel) = (name.to_owned(), store.clone(), self.shutdown.clone());
-        let (done, done_rx) = tokio::sync::oneshot::channel();
-        self.tracker.spawn(async move {
-            let mut delay = std::time::Duration::from_millis(500);
-            loop {
-                match store.migrate().await {
-                    Ok(()) => {
-                        info!(store = name, "schema up to date");
-                        let _ = done.send(());
-                        return;
-                    }
-                    Err(e) => warn!(store = name, cause = %e, retry_in_ms = delay.as_millis() as u64, "migrate failed"),
-                }
-                tokio::select! { _ = cancel.cancelled() => return, _ = tokio::time::sleep(delay) => {} }
-                delay = (delay * 2).min(std::time::Duration::from_secs(30));
-            }
-        });
-        done_rx
-    }
-
-    /// Every minute, expired windows and push records go; one task per store, stopped
-    /// with `cancel` when the store is replaced or removed.
-    fn spawn_purge(&self, name: &str, store: &Store, cancel: CancellationToken) {
-        let (store, name) = (store.clone(), name.to_owned());
-        self.tracker.spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                tokio::select! { _ = cancel.cancelled() => return, _ = tick.tick() => {} }
-                match store
-                    .purge(UnixMs::from_system_time(SystemTime::now()))
-                    .await
-                {
-                    Ok(n) if n > 0 => info!(store = name, rows = n, "purged expired windows"),
-                    Ok(_) => {}
-                    Err(e) => warn!(store = name, cause = %e, "purge failed"),
-                }
-            }
-        });
-    }
-
-    /// Reads the spool files of `data_dir` into the leftovers, each entry for the store
-    /// of this config with the same fingerprint; a file with an entry for no such store
-    /// stays on disk untouched.
-    fn load_spool(&mut self) {
-        let mut leftovers = self
-            .leftovers
-            .try_lock()
-            .expect("nothing else holds the leftovers before the node serves");
-        for (path, read) in spool::read_all(&self.config.data_dir) {
-            let entries = match read {
-                Ok(e) => e,
-                Err(why) => {
-                    error!(file = %path.display(), cause = why, "cannot read a spool file; left as it is");
-                    continue;
-                }
-            };
-            let stores: Option<Vec<(String, Store)>> = entries
-                .iter()
-                .map(|e| {
-                    self.stores
-                        .iter()
-                        .find(|(_, c)| c.config.fingerprint() == e.store_fingerprint)
-                        .map(|(n, c)| (n.clone(), c.store.clone()))
-                })
-                .collect();
-            let Some(stores) = stores else {
-                warn!(file = %path.display(), "spool file for a store this config does not have; left as it is");
-                continue;
-            };
-            let rows: usize = entries.iter().map(|e| e.unconfirmed.rows()).sum();
-            info!(file = %path.display(), windows = rows, "replaying spooled pushes");
-            for (e, (store_name, store)) in entries.into_iter().zip(stores) {
-                leftovers.push(Leftover {
-                    store_name,
-                    fingerprint: e.store_fingerprint,
-                    store,
-                    unconfirmed: e.unconfirmed,
-                    file: Some(path.clone()),
-                });
-            }
-            self.spool_files
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(path);
-        }
-    }
-
-    /// One attempt at every leftover, each in push order.
-    async fn retry_leftovers(&self) {
-        push_leftovers(
-            &self.leftovers,
-            &self.spool_files,
-            self.config.store_timeout,
-        )
-        .await;
-    }
-
-    fn spawn_leftover_retries(&self) {
-        let (leftovers, files, timeout, cancel) = (
-            self.leftovers.clone(),
-            self.spool_files.clone(),
-            self.config.store_timeout,
-            self.shutdown.clone(),
-        );
-        self.tracker.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
-                }
-                push_leftovers(&leftovers, &files, timeout).await;
-            }
-        });
     }
 
     /// Builds a namespace and its engine, without starting it.
@@ -553,6 +364,7 @@ impl Node {
         mut self,
         listener: tokio::net::TcpListener,
         config_path: Option<PathBuf>,
+        mut signals: Signals,
     ) -> anyhow::Result<()> {
         let router = router(self.state.clone());
         let stop = CancellationToken::new();
@@ -568,18 +380,14 @@ impl Node {
             .await
         });
         info!(listen = %addr, namespaces = self.running.len(), "swin-node ready");
-        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .context("install SIGHUP handler")?;
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .context("install SIGTERM handler")?;
         loop {
             tokio::select! {
-                _ = hup.recv() => match &config_path {
+                _ = signals.hup.recv() => match &config_path {
                     Some(p) => self.reload(p).await,
                     None => warn!("SIGHUP ignored: running on the embedded config"),
                 },
-                _ = term.recv() => break,
-                _ = tokio::signal::ctrl_c() => break,
+                _ = signals.term.recv() => break,
+                _ = signals.int.recv() => break,
             }
         }
         info!("shutting down: no new connections, finishing requests");
@@ -654,45 +462,6 @@ impl Node {
                 )
             }
         }
-    }
-}
-
-/// One attempt at every leftover, each in push order; the ones done are dropped, and a
-/// spool file nothing is left of is deleted.
-async fn push_leftovers(leftovers: &Leftovers, files: &SpoolFiles, timeout: std::time::Duration) {
-    let mut list = leftovers.lock().await;
-    if list.is_empty() {
-        return;
-    }
-    for l in list.iter_mut() {
-        match l.unconfirmed.push(&l.store, timeout).await {
-            Ok(0) => {}
-            Ok(n) => info!(
-                namespace = l.unconfirmed.namespace,
-                store = l.store_name,
-                chunks = n,
-                "unconfirmed pushes confirmed"
-            ),
-            Err(e) => {
-                debug!(namespace = l.unconfirmed.namespace, cause = %e, "unconfirmed pushes wait for the store")
-            }
-        }
-    }
-    list.retain(|l| !l.unconfirmed.is_empty());
-    let mut files = files.lock().unwrap_or_else(|p| p.into_inner());
-    let still: BTreeSet<&PathBuf> = list.iter().filter_map(|l| l.file.as_ref()).collect();
-    let done: Vec<PathBuf> = files
-        .iter()
-        .filter(|f| !still.contains(f))
-        .cloned()
-        .collect();
-    for f in done {
-        match std::fs::remove_file(&f) {
-            Ok(()) => info!(file = %f.display(), "spool file replayed and removed"),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => warn!(file = %f.display(), cause = %e, "cannot remove a replayed spool file"),
-        }
-        files.remove(&f);
     }
 }
 

@@ -1,0 +1,146 @@
+//! The stores of a config: connecting (or preparing to connect) them, applying their
+//! schema, and each store's purge task.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use anyhow::Context;
+use swin_core::UnixMs;
+use swin_sync::store::{PostgresStore, RedisStore, SqliteStore};
+use swin_sync::Store;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::Node;
+use crate::config::{Config, StoreConfig, StoreKind};
+
+pub async fn connect_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
+    Ok(match cfg.kind {
+        StoreKind::Postgres => Store::Postgres(
+            PostgresStore::connect(&cfg.url, cfg.max_connections)
+                .await
+                .context("configure postgres")?,
+        ),
+        StoreKind::Redis => Store::Redis(
+            RedisStore::connect(&cfg.url, &cfg.prefix)
+                .await
+                .context("connect to redis")?,
+        ),
+        StoreKind::Sqlite => {
+            if let Some(path) = cfg.url.strip_prefix("sqlite://") {
+                if let Some(dir) = std::path::Path::new(path)
+                    .parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("create {}", dir.display()))?;
+                }
+            }
+            Store::Sqlite(
+                SqliteStore::connect(&cfg.url)
+                    .await
+                    .context("open sqlite")?,
+            )
+        }
+    })
+}
+
+/// Connects (or, for PostgreSQL and Redis, prepares to connect to) every store of the
+/// config. Nothing is migrated here.
+pub async fn connect_stores(
+    config: &Config,
+) -> anyhow::Result<BTreeMap<String, (StoreConfig, Store)>> {
+    let mut stores = BTreeMap::new();
+    for (name, cfg) in &config.stores {
+        let store = connect_store(cfg)
+            .await
+            .with_context(|| format!("store {name:?}"))?;
+        stores.insert(name.clone(), (cfg.clone(), store));
+    }
+    Ok(stores)
+}
+
+/// `swin-node migrate`: applies the schema to every store, failing on the first error.
+pub async fn migrate_all(config: &Config) -> anyhow::Result<()> {
+    for (name, (_, store)) in connect_stores(config).await? {
+        store
+            .migrate()
+            .await
+            .with_context(|| format!("migrate store {name:?}"))?;
+    }
+    Ok(())
+}
+
+/// A store of the config, connected, and the purge task that belongs to it.
+#[derive(Debug)]
+pub(super) struct Connected {
+    pub(super) config: StoreConfig,
+    pub(super) store: Store,
+    /// Stops the store's purge task when the store is removed or replaced.
+    pub(super) purge: CancellationToken,
+}
+
+impl Node {
+    pub(super) fn add_store(&mut self, name: String, config: StoreConfig, store: Store) {
+        let purge = self.shutdown.child_token();
+        self.spawn_purge(&name, &store, purge.clone());
+        if let Some(old) = self.stores.insert(
+            name,
+            Connected {
+                config,
+                store,
+                purge,
+            },
+        ) {
+            old.purge.cancel();
+        }
+    }
+
+    /// Migrates a store; while it is unreachable the node still starts and serves from
+    /// local memory, and this retries with backoff (syncs keep their diffs meanwhile).
+    pub(super) fn spawn_migrate(
+        &self,
+        name: &str,
+        store: &Store,
+    ) -> tokio::sync::oneshot::Receiver<()> {
+        let (name, store, cancel) = (name.to_owned(), store.clone(), self.shutdown.clone());
+        let (done, done_rx) = tokio::sync::oneshot::channel();
+        self.tracker.spawn(async move {
+            let mut delay = std::time::Duration::from_millis(500);
+            loop {
+                match store.migrate().await {
+                    Ok(()) => {
+                        info!(store = name, "schema up to date");
+                        let _ = done.send(());
+                        return;
+                    }
+                    Err(e) => warn!(store = name, cause = %e, retry_in_ms = delay.as_millis() as u64, "migrate failed"),
+                }
+                tokio::select! { _ = cancel.cancelled() => return, _ = tokio::time::sleep(delay) => {} }
+                delay = (delay * 2).min(std::time::Duration::from_secs(30));
+            }
+        });
+        done_rx
+    }
+
+    /// Every minute, expired windows and push records go; one task per store, stopped
+    /// with `cancel` when the store is replaced or removed.
+    pub(super) fn spawn_purge(&self, name: &str, store: &Store, cancel: CancellationToken) {
+        let (store, name) = (store.clone(), name.to_owned());
+        self.tracker.spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tokio::select! { _ = cancel.cancelled() => return, _ = tick.tick() => {} }
+                match store
+                    .purge(UnixMs::from_system_time(SystemTime::now()))
+                    .await
+                {
+                    Ok(n) if n > 0 => info!(store = name, rows = n, "purged expired windows"),
+                    Ok(_) => {}
+                    Err(e) => warn!(store = name, cause = %e, "purge failed"),
+                }
+            }
+        });
+    }
+}
