@@ -1117,3 +1117,36 @@ async fn redis_push_checks_before_writing_and_a_retry_applies_once() {
         .expect("read");
     assert_eq!(prev, "1", "applied once, not once per retry");
 }
+
+/// The push scripts are loaded once, not before every push; a server that lost them (a
+/// restart, SCRIPT FLUSH) answers NOSCRIPT, and the push loads them again and applies
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_pushes_survive_a_flushed_script_cache() {
+    let s = common::redis().await;
+    let st = &s.store;
+    st.push("ns", push("n", 1, &[diff("k", CUR, 1.0)]))
+        .await
+        .expect("push");
+    let client = ::redis::Client::open(s.url.as_str()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let _: () = ::redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .expect("flush");
+    st.push("ns", push("n", 2, &[diff("k", CUR, 2.0)]))
+        .await
+        .expect("push after the flush");
+    let advances = [adv("b", 1)];
+    st.push_tats("ns", tat_push(Some(3), NOW_NS, &advances))
+        .await
+        .expect("tat push after the flush");
+    assert_eq!(
+        totals(st, "ns", &[wk("k", CUR)]).await,
+        vec![("k".into(), CUR, 3.0)]
+    );
+}

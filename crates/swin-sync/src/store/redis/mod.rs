@@ -40,145 +40,24 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 use swin_core::{CompactString, Tat, Total};
 
+mod keys;
+
+use self::keys::{glob_escape, parse_hash_key, slot_calls};
 use super::{normalize, normalize_advances, Push, Pushed, Rejected, TatPush, WindowKey};
 use crate::StoreError;
 
-const PUSH_LUA: &str = r#"
--- KEYS: hashes of one cluster slot; KEYS[1] also holds the node's last applied seq.
--- ARGV: node field, seq (-1: no dedupe), then per key: ttl, stale window field, n, and
--- n pairs (window_start, diff). Returns per pushed window, in order, its new count, or
--- '!' and the reason when the window is refused (its stored count is not a number, or
--- the sum would not be finite): such a window is skipped, the others are applied.
--- Everything is read and checked before the first write, so a call that fails applies
--- nothing (Redis does not roll a script back).
-local function finite(x) return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge end
-local seq = tonumber(ARGV[2])
-if not finite(seq) then return redis.error_reply('swin push: seq is not a number') end
-local a = 3
-for k = 1, #KEYS do
-  local n = tonumber(ARGV[a + 2])
-  if not (finite(tonumber(ARGV[a])) and finite(n)) then
-    return redis.error_reply('swin push: malformed arguments')
-  end
-  a = a + 3 + 2 * n
-end
-if a - 1 ~= #ARGV then return redis.error_reply('swin push: argument count') end
-local apply = true
-if seq >= 0 then
-  local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
-  apply = seq > last
-end
-local out = {}
--- first pass: read and check; the plan says what each window does
-local plan = {}
-a = 3
-for k = 1, #KEYS do
-  local n = tonumber(ARGV[a + 2])
-  a = a + 3
-  for i = 1, n do
-    local field, diff = ARGV[a], tonumber(ARGV[a + 1])
-    local stored = redis.call('HGET', KEYS[k], field)
-    local cur = tonumber(stored or '0')
-    local step
-    if not finite(cur) then
-      step = {'refuse', '!stored count is not a finite number'}
-    elseif not apply then
-      step = {'read', stored or '0'}
-    elseif not finite(diff) then
-      step = {'refuse', '!diff is not a finite number'}
-    elseif not finite(cur + diff) then
-      step = {'refuse', '!the sum would not be finite'}
-    elseif cur + diff < 0 then
-      step = {'set', stored == false, '0'}
-    else
-      -- %.17g round-trips every double; HINCRBYFLOAT would keep 17 digits after the
-      -- point only (2^-20 came back as 9.5367431641e-7)
-      step = {'set', stored == false, string.format('%.17g', cur + diff)}
-    end
-    plan[#plan + 1] = step
-    a = a + 2
-  end
-end
-if not apply then
-  for _, step in ipairs(plan) do out[#out + 1] = step[2] end
-  return out
-end
--- second pass: write
-a = 3
-local p = 0
-for k = 1, #KEYS do
-  local ttl, stale, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
-  a = a + 3
-  local opened, wrote = false, false
-  for i = 1, n do
-    p = p + 1
-    local step = plan[p]
-    if step[1] == 'refuse' then
-      out[#out + 1] = step[2]
-    else
-      -- a window that just appeared: the one before the previous may still be there
-      if step[2] then opened = true end
-      wrote = true
-      redis.call('HSET', KEYS[k], ARGV[a], step[3])
-      out[#out + 1] = step[3]
-    end
-    a = a + 2
-  end
-  if wrote then
-    if opened then redis.call('HDEL', KEYS[k], stale) end
-    redis.call('EXPIRE', KEYS[k], ttl)
-  end
-end
-if seq >= 0 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
-return out
-"#;
+const PUSH_LUA: &str = include_str!("push.lua");
 
-const PUSH_TATS_LUA: &str = r#"
--- KEYS: bucket hashes of one cluster slot; KEYS[1] also holds the node's last applied seq.
--- ARGV: node field, seq (-1: no dedupe), now (ns), then one advance (ns) per key.
--- Returns each bucket's TAT as a string, in order.
-local seq = tonumber(ARGV[2])
-local apply = true
-if seq >= 0 then
-  local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
-  apply = seq > last
-end
-local now = ARGV[3]
-local out = {}
-for k = 1, #KEYS do
-  if apply then
-    local tat = redis.call('HGET', KEYS[k], 'tat')
-    if (not tat) or tonumber(tat) < tonumber(now) then
-      redis.call('HSET', KEYS[k], 'tat', now)
-    end
-    redis.call('HINCRBY', KEYS[k], 'tat', ARGV[3 + k])
-    tat = redis.call('HGET', KEYS[k], 'tat')
-    local ms = math.max(0, (tonumber(tat) - tonumber(now)) / 1e6)
-    redis.call('PEXPIRE', KEYS[k], math.floor(ms) + 3600000)
-    out[#out + 1] = tat
-  else
-    out[#out + 1] = redis.call('HGET', KEYS[k], 'tat') or now
-  end
-end
-if apply and seq >= 0 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
-return out
-"#;
+const PUSH_TATS_LUA: &str = include_str!("push_tats.lua");
 
 /// A reset: every field of the key's hashes but the per-node push records (`n:…`), so a
 /// retried push that was applied before the reset is still recognised and not applied
 /// again. The hashes then expire as they would have.
-const RESET_LUA: &str = r#"
-for k = 1, #KEYS do
-  for _, f in ipairs(redis.call('HKEYS', KEYS[k])) do
-    if string.sub(f, 1, 2) ~= 'n:' then redis.call('HDEL', KEYS[k], f) end
-  end
-end
-return 0
-"#;
+const RESET_LUA: &str = include_str!("reset.lua");
 
 /// Hashes per script call: enough to share the call's overhead, small enough that one
 /// call never blocks Redis for long.
-const HASHES_PER_CALL: usize = 64;
+pub(super) const HASHES_PER_CALL: usize = 64;
 
 #[derive(Clone)]
 pub struct RedisStore {
@@ -189,6 +68,9 @@ pub struct RedisStore {
     prefix: String,
     push_script: std::sync::Arc<Script>,
     push_tats_script: std::sync::Arc<Script>,
+    /// The scripts are in the server's script cache: pipelines send EVALSHA alone.
+    /// Cleared when the server answers NOSCRIPT (it restarted, or its cache was flushed).
+    scripts_loaded: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -210,6 +92,7 @@ impl RedisStore {
             prefix: prefix.to_owned(),
             push_script: std::sync::Arc::new(Script::new(PUSH_LUA)),
             push_tats_script: std::sync::Arc::new(Script::new(PUSH_TATS_LUA)),
+            scripts_loaded: Default::default(),
         })
     }
 
@@ -230,6 +113,38 @@ impl RedisStore {
             })
             .await?;
         Ok(manager.clone())
+    }
+
+    /// Runs a pipeline of script calls (EVALSHA). The scripts are loaded once, not
+    /// before every push; when the server has lost them (NOSCRIPT: every call of the
+    /// pipeline failed before running, so nothing was applied) they are loaded again and
+    /// the pipeline sent once more.
+    async fn scripted<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, StoreError> {
+        use std::sync::atomic::Ordering;
+        let mut conn = self.conn().await?;
+        if !self.scripts_loaded.load(Ordering::Acquire) {
+            self.load_scripts(&mut conn).await?;
+        }
+        match pipe.query_async(&mut conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
+                self.scripts_loaded.store(false, Ordering::Release);
+                self.load_scripts(&mut conn).await?;
+                Ok(pipe.query_async(&mut conn).await?)
+            }
+            reply => Ok(reply?),
+        }
+    }
+
+    async fn load_scripts(&self, conn: &mut ConnectionManager) -> Result<(), StoreError> {
+        for script in [&self.push_script, &self.push_tats_script] {
+            script.prepare_invoke().load_async(conn).await?;
+        }
+        self.scripts_loaded
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     fn hash_key(&self, namespace: &str, key: &str, window_size: u32) -> String {
@@ -286,13 +201,7 @@ impl RedisStore {
             }
             pipe.invoke_script(&inv);
         }
-        let mut conn = self.conn().await?;
-        // Load the script once; EVALSHA in the pipeline then finds it.
-        self.push_script
-            .prepare_invoke()
-            .load_async(&mut conn)
-            .await?;
-        let replies: Vec<Vec<String>> = pipe.query_async(&mut conn).await?;
+        let replies: Vec<Vec<String>> = self.scripted(&pipe).await?;
         let mut out = Pushed {
             totals: Vec::with_capacity(diffs.len()),
             rejected: Vec::new(),
@@ -364,12 +273,7 @@ impl RedisStore {
             }
             pipe.invoke_script(&inv);
         }
-        let mut conn = self.conn().await?;
-        self.push_tats_script
-            .prepare_invoke()
-            .load_async(&mut conn)
-            .await?;
-        let replies: Vec<Vec<String>> = pipe.query_async(&mut conn).await?;
+        let replies: Vec<Vec<String>> = self.scripted(&pipe).await?;
         let mut out = Vec::with_capacity(advances.len());
         for (call, values) in calls.iter().zip(replies) {
             if values.len() != call.len() {
@@ -574,48 +478,6 @@ impl RedisStore {
     }
 }
 
-/// The script calls for a batch of hashes: the hashes of each cluster slot (a script may
-/// not cross slots), at most HASHES_PER_CALL per call. A pure function of the batch, so a
-/// retried push makes the same calls and finds its seq records where it left them.
-fn slot_calls(hashes: &[&str]) -> Vec<Vec<usize>> {
-    let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
-    for (i, h) in hashes.iter().enumerate() {
-        by_slot.entry(key_slot(h.as_bytes())).or_default().push(i);
-    }
-    by_slot
-        .values()
-        .flat_map(|g| g.chunks(HASHES_PER_CALL).map(<[usize]>::to_vec))
-        .collect()
-}
-
-/// The Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag — the part between
-/// the first `{` and the next `}` when that part is not empty — or of the whole key.
-fn key_slot(key: &[u8]) -> u16 {
-    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &key[open + 1..];
-        rest.iter()
-            .position(|&b| b == b'}')
-            .filter(|&close| close > 0)
-            .map(|close| &rest[..close])
-    });
-    crc16(tagged.unwrap_or(key)) % 16384
-}
-
-fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in bytes {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
 fn parse(count: &str) -> Result<f64, StoreError> {
     count
         .parse::<f64>()
@@ -625,49 +487,4 @@ fn parse(count: &str) -> Result<f64, StoreError> {
 fn parse_ns(v: &str) -> Result<i64, StoreError> {
     v.parse::<i64>()
         .map_err(|_| StoreError::Protocol(format!("TAT {v:?} is not an integer")))
-}
-
-/// `swin:{4:name:KEY}:60` → (`KEY`, 60), given the head `swin:{4:name:`.
-fn parse_hash_key<'a>(hash: &'a str, head: &str) -> Option<(&'a str, u32)> {
-    let rest = hash.strip_prefix(head)?;
-    let (key, size) = rest.rsplit_once("}:")?;
-    Some((key, size.parse().ok()?))
-}
-
-fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_match_redis() {
-        // vectors from the Redis Cluster specification and CLUSTER KEYSLOT
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(key_slot(b"foo"), 12182);
-        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
-        // an empty tag hashes the whole key
-        assert_eq!(key_slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
-        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
-    }
-
-    #[test]
-    fn hash_keys_parse_back_even_with_braces_and_colons() {
-        let head = "swin:{3:a:b:";
-        assert_eq!(
-            parse_hash_key("swin:{3:a:b:k}:x}:60", head),
-            Some(("k}:x", 60))
-        );
-        assert_eq!(parse_hash_key("swin:{3:a:b:}:1", head), Some(("", 1)));
-        assert_eq!(glob_escape("a*b[c]"), "a\\*b\\[c\\]");
-    }
 }
