@@ -15,7 +15,11 @@ pub async fn increment_key(
     window_size: Option<u32>,
     now: UnixMs,
 ) -> Result<Vec<WindowRate>, Error> {
-    let sizes = sizes_of(ns, window_size);
+    if let Some(s) = window_size {
+        // one window: nothing before it to give back (and no list of sizes to build)
+        return Ok(vec![ns.sync.increment(key, s, value, now).await?]);
+    }
+    let sizes = sizes_of(ns, None);
     let mut windows = Vec::with_capacity(sizes.len());
     for (i, &s) in sizes.iter().enumerate() {
         match ns.sync.increment(key, s, value, now).await {
