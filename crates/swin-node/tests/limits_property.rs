@@ -292,12 +292,17 @@ async fn refund_case(
     Ok(())
 }
 
-fn run_refunds(stores: [Store; 3], rt: &tokio::runtime::Runtime) {
-    let mut runner = TestRunner::new(Config {
-        cases: 16,
+/// A runner of `cases` cases that records no failures on disk.
+fn runner(cases: u32) -> TestRunner {
+    TestRunner::new(Config {
+        cases,
         failure_persistence: None,
         ..Config::default()
-    });
+    })
+}
+
+fn run_refunds(stores: [Store; 3], rt: &tokio::runtime::Runtime) {
+    let mut runner = runner(16);
     let n = AtomicU64::new(0);
     let strategy = (
         1u32..8,
@@ -314,11 +319,7 @@ fn run_refunds(stores: [Store; 3], rt: &tokio::runtime::Runtime) {
 }
 
 fn run(stores: [Store; 3], rt: &tokio::runtime::Runtime) {
-    let mut runner = TestRunner::new(Config {
-        cases: 24,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(24);
     let n = AtomicU64::new(0);
     let strategy = (
         1u32..20,

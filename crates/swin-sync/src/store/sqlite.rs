@@ -66,41 +66,31 @@ async fn upsert(
             .collect();
         (!r.is_empty()).then(|| serde_json::Value::Array(r).to_string())
     };
-    let mut out: Vec<TotalRow> = Vec::with_capacity(diffs.len());
     // SQLite would keep an overflowing sum as Inf; as NULL, NOT NULL refuses the row
     // (a rejection) instead of storing a count that poisons every read
-    if let Some(batch) = rows(true) {
-        out.extend(
-            sqlx::query_as::<_, TotalRow>(
-                "INSERT INTO swin_counters (namespace, key, window_size, window_start, count)
-                 SELECT ?1, value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?2) WHERE true
-                 ON CONFLICT (namespace, key, window_size, window_start)
-                 DO UPDATE SET count = CASE WHEN abs(count + excluded.count) <= 1.7976931348623157e308
-                     THEN count + excluded.count END, updated_at = unixepoch()
-                 RETURNING key, window_size, window_start, count",
-            )
-            .bind(namespace)
-            .bind(&batch)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(err)?,
-        );
-    }
-    if let Some(batch) = rows(false) {
-        out.extend(
-            sqlx::query_as::<_, TotalRow>(
-                "UPDATE swin_counters AS c SET count = max(c.count + (r.value ->> 3), 0), updated_at = unixepoch()
-                 FROM json_each(?2) AS r
-                 WHERE c.namespace = ?1 AND c.key = r.value ->> 0
-                   AND c.window_size = r.value ->> 1 AND c.window_start = r.value ->> 2
-                 RETURNING key, window_size, window_start, count",
-            )
-            .bind(namespace)
-            .bind(&batch)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(err)?,
-        );
+    const UP: &str = "INSERT INTO swin_counters (namespace, key, window_size, window_start, count)
+         SELECT ?1, value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?2) WHERE true
+         ON CONFLICT (namespace, key, window_size, window_start)
+         DO UPDATE SET count = CASE WHEN abs(count + excluded.count) <= 1.7976931348623157e308
+             THEN count + excluded.count END, updated_at = unixepoch()
+         RETURNING key, window_size, window_start, count";
+    const DOWN: &str = "UPDATE swin_counters AS c SET count = max(c.count + (r.value ->> 3), 0), updated_at = unixepoch()
+         FROM json_each(?2) AS r
+         WHERE c.namespace = ?1 AND c.key = r.value ->> 0
+           AND c.window_size = r.value ->> 1 AND c.window_start = r.value ->> 2
+         RETURNING key, window_size, window_start, count";
+    let mut out: Vec<TotalRow> = Vec::with_capacity(diffs.len());
+    for (up, sql) in [(true, UP), (false, DOWN)] {
+        if let Some(batch) = rows(up) {
+            out.extend(
+                sqlx::query_as::<_, TotalRow>(sql)
+                    .bind(namespace)
+                    .bind(&batch)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(err)?,
+            );
+        }
     }
     totals(out)
 }
