@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use compact_str::CompactString;
 
-use crate::{CoreError, Gcra, GcraDecision};
+use crate::{CoreError, Decision, Gcra, GcraOutcome};
 
 /// A TAT advance drained from a bucket: what this node's spends (and refunds) moved it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,18 +127,18 @@ impl BucketTable {
         now_ns: i64,
         cost: i64,
         force: bool,
-    ) -> Result<GcraDecision, CoreError> {
+    ) -> Result<Decision, CoreError> {
         self.update(key, now_ns, |tat| {
             let d = gcra.spend(tat, now_ns, cost)?;
-            if d.allowed || !force {
-                return Ok((d, d.allowed));
+            if d.decision.allowed || !force {
+                return Ok((d, d.decision.allowed));
             }
             let forced = tat
                 .unwrap_or(now_ns)
                 .max(now_ns)
                 .saturating_add(gcra.emission_ns().saturating_mul(cost));
             Ok((
-                GcraDecision {
+                GcraOutcome {
                     new_tat: forced,
                     ..d
                 },
@@ -154,22 +154,22 @@ impl BucketTable {
         key: &str,
         now_ns: i64,
         cost: i64,
-    ) -> Result<GcraDecision, CoreError> {
+    ) -> Result<Decision, CoreError> {
         self.update(key, now_ns, |tat| {
             let d = gcra.refund(tat, now_ns, cost)?;
-            Ok((d, d.allowed))
+            Ok((d, d.decision.allowed))
         })
     }
 
     /// What a spend would answer, changing nothing.
-    pub fn check(
+    pub fn dry_run(
         &self,
         gcra: &Gcra,
         key: &str,
         now_ns: i64,
         cost: i64,
-    ) -> Result<GcraDecision, CoreError> {
-        gcra.check(self.tat(key), now_ns, cost)
+    ) -> Result<Decision, CoreError> {
+        Ok(gcra.dry_run(self.tat(key), now_ns, cost)?.decision)
     }
 
     /// Decides with `f` on the key's TAT and, when `f` says so, moves the TAT to the
@@ -178,8 +178,8 @@ impl BucketTable {
         &self,
         key: &str,
         now_ns: i64,
-        f: impl Fn(Option<i64>) -> Result<(GcraDecision, bool), CoreError>,
-    ) -> Result<GcraDecision, CoreError> {
+        f: impl Fn(Option<i64>) -> Result<(GcraOutcome, bool), CoreError>,
+    ) -> Result<Decision, CoreError> {
         loop {
             let b = self.bucket(key)?;
             let old = b.tat.load(SeqCst);
@@ -189,7 +189,7 @@ impl BucketTable {
             }
             let (d, store) = f((old != NEVER).then_some(old))?;
             if !store || d.new_tat == old {
-                return Ok(d);
+                return Ok(d.decision);
             }
             let advance = d.new_tat - old.max(now_ns);
             // pending first: a drop looks at pending before it marks the bucket dead
@@ -198,7 +198,7 @@ impl BucketTable {
                 .compare_exchange(old, d.new_tat, SeqCst, SeqCst)
                 .is_ok()
             {
-                return Ok(d);
+                return Ok(d.decision);
             }
             b.pending.fetch_sub(advance, SeqCst);
         }
@@ -403,7 +403,7 @@ mod tests {
         }
         let d = t.spend(&g, "k", NOW, 1, false).expect("spend");
         assert!(!d.allowed);
-        assert_eq!(d.retry_in, Duration::from_secs(1));
+        assert_eq!(d.retry_after, Duration::from_secs(1));
         assert_eq!(t.tat("k"), Some(NOW + 10 * SEC));
         assert_eq!(
             t.drain(NOW),

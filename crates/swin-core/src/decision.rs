@@ -1,159 +1,62 @@
-//! Allow or deny a hit against a limit on one window size, from the window counts a
-//! table holds: the sliding window (the weighted previous window counts) and the fixed
-//! window (only the current window counts). Being limited is a value, not an error.
+//! The one answer to "may this hit pass?", whatever limit decided it (a sliding or fixed
+//! window, a GCRA bucket), and the order that picks the strictest of several.
+//!
+//! Invariants: `retry_after` is zero exactly when `allowed`; `remaining` is a whole
+//! number of hits of cost 1, never negative; `limit` is the limit's own size (a window's
+//! limit, a bucket's burst).
 
+use std::cmp::Ordering;
 use std::time::Duration;
 
-use crate::{CoreError, UnixMs, WindowSize};
+use crate::{CoreError, MAX_COUNT};
 
-/// How a window limit counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowAlgorithm {
-    Sliding,
-    Fixed,
+/// A cost any limit could take (0 to 2^53), checked before the key's limits are known;
+/// each limit then checks its own bound ([`crate::WindowLimit::check_cost`],
+/// [`crate::Gcra::units`]).
+pub fn check_cost(cost: f64) -> Result<(), CoreError> {
+    if !(cost.is_finite() && (0.0..=MAX_COUNT).contains(&cost)) {
+        return Err(CoreError::InvalidCost {
+            cost,
+            max: MAX_COUNT,
+            what: "a number",
+        });
+    }
+    Ok(())
 }
 
-/// At most `limit` hits per `window`.
+/// What a limit decided for one hit.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WindowLimit {
-    pub window: WindowSize,
-    pub limit: f64,
-    pub algorithm: WindowAlgorithm,
-}
-
-/// The answer to "may a hit of `cost` pass now?".
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WindowDecision {
+pub struct Decision {
     pub allowed: bool,
+    /// The limit the decision was taken against (a window's limit, a bucket's burst).
     pub limit: f64,
-    /// Whole hits of cost 1 still allowed now (after this one when allowed).
+    /// Whole hits of cost 1 still allowed now (after this one when it was allowed).
     pub remaining: f64,
-    /// Until the counts this decision saw no longer weigh anything.
+    /// Until the state this decision saw weighs nothing: the counts have left the
+    /// windows, the bucket is full again.
     pub reset_after: Duration,
-    /// Until the same hit would be allowed (zero when allowed).
+    /// Until the same hit would be allowed; zero when it was.
     pub retry_after: Duration,
 }
 
-fn ms(v: i64) -> Duration {
-    Duration::from_millis(u64::try_from(v.max(0)).unwrap_or(u64::MAX))
-}
-
-impl WindowLimit {
-    pub fn new(
-        window: WindowSize,
-        limit: f64,
-        algorithm: WindowAlgorithm,
-    ) -> Result<Self, CoreError> {
-        if !(limit.is_finite() && limit > 0.0) {
-            return Err(CoreError::InvalidLimit(format!(
-                "a window limit must be above 0, got {limit}"
-            )));
-        }
-        Ok(WindowLimit {
-            window,
-            limit,
-            algorithm,
-        })
+impl Decision {
+    /// The strictness order: a denial before an admission, then the longer wait, then
+    /// the fewer remaining. `Greater` means `self` is the stricter.
+    pub fn cmp_strictness(&self, other: &Decision) -> Ordering {
+        (!self.allowed)
+            .cmp(&!other.allowed)
+            .then(self.retry_after.cmp(&other.retry_after))
+            .then(other.remaining.total_cmp(&self.remaining))
     }
 
-    /// A cost this limit can decide: between 0 and the limit.
-    pub fn check_cost(&self, cost: f64) -> Result<(), CoreError> {
-        if !(cost.is_finite() && cost >= 0.0 && cost <= self.limit) {
-            return Err(CoreError::InvalidLimit(format!(
-                "cost must be between 0 and the limit ({}), got {cost}",
-                self.limit
-            )));
-        }
-        Ok(())
-    }
-
-    /// Decides a hit of `cost` given the key's counts in the current and previous window
-    /// (cluster totals plus local hits), without counting it.
-    pub fn decide(
-        &self,
-        current: f64,
-        previous: f64,
-        now: UnixMs,
-        cost: f64,
-    ) -> Result<WindowDecision, CoreError> {
-        self.check_cost(cost)?;
-        let s = i64::from(self.window.secs()) * 1000;
-        let into = now.0.rem_euclid(s);
-        let to_end = s - into;
-        match self.algorithm {
-            WindowAlgorithm::Fixed => {
-                let allowed = current + cost <= self.limit;
-                let used = if allowed { current + cost } else { current };
-                Ok(WindowDecision {
-                    allowed,
-                    limit: self.limit,
-                    remaining: (self.limit - used).max(0.0).floor(),
-                    reset_after: if current > 0.0 || allowed && cost > 0.0 {
-                        ms(to_end)
-                    } else {
-                        Duration::ZERO
-                    },
-                    retry_after: if allowed { Duration::ZERO } else { ms(to_end) },
-                })
-            }
-            WindowAlgorithm::Sliding => {
-                let weight = self.window.previous_weight(now);
-                let rate = current + previous * weight;
-                let allowed = rate + cost <= self.limit;
-                let used = if allowed { rate + cost } else { rate };
-                let current_after = if allowed { current + cost } else { current };
-                let reset_after = if current_after > 0.0 {
-                    ms(to_end + s) // it weighs on the next window until that one ends
-                } else if previous > 0.0 {
-                    ms(to_end)
-                } else {
-                    Duration::ZERO
-                };
-                let retry_after = if allowed {
-                    Duration::ZERO
-                } else {
-                    ms(self.wait_for(current, previous, into, s, cost))
-                };
-                Ok(WindowDecision {
-                    allowed,
-                    limit: self.limit,
-                    remaining: (self.limit - used).max(0.0).floor(),
-                    reset_after,
-                    retry_after,
-                })
-            }
-        }
-    }
-
-    /// Milliseconds from `into` (ms into the window) until `cost` fits under the limit
-    /// as the previous window's weight falls, here or in the next window.
-    fn wait_for(&self, current: f64, previous: f64, into: i64, s: i64, cost: f64) -> i64 {
-        let room = self.limit - current - cost;
-        if room >= 0.0 && previous > 0.0 {
-            // previous · (s − t)/s ≤ room  ⇔  t ≥ s · (1 − room / previous)
-            let t = (s as f64 * (1.0 - room / previous)).ceil() as i64;
-            let t = self.first_fit(current, previous, t.max(into), s, cost);
-            return (t - into).max(0);
-        }
-        // next window: today's count becomes the previous one
-        let room = self.limit - cost;
-        let t = if current > 0.0 {
-            let t = (s as f64 * (1.0 - room / current)).ceil().max(0.0) as i64;
-            self.first_fit(0.0, current, t, s, cost)
-        } else {
-            0
-        };
-        (s - into) + t
-    }
-
-    /// The closed form above rounds in floating point; step forward from its answer to
-    /// the first millisecond at which `decide` itself (the same expression) allows the hit,
-    /// so that waiting `retry_after` is always enough. A few steps at most.
-    fn first_fit(&self, current: f64, previous: f64, mut t: i64, s: i64, cost: f64) -> i64 {
-        while t < s && current + previous * ((s - t) as f64 / s as f64) + cost > self.limit {
-            t += 1;
-        }
-        t
+    /// The strictest of several decisions (`None` for none); of equals, the last.
+    pub fn strictest<'a, T: 'a>(
+        items: impl IntoIterator<Item = &'a T>,
+        decision: impl Fn(&T) -> &Decision,
+    ) -> Option<&'a T> {
+        items
+            .into_iter()
+            .max_by(|a, b| decision(a).cmp_strictness(decision(b)))
     }
 }
 
@@ -161,79 +64,31 @@ impl WindowLimit {
 mod tests {
     use super::*;
 
-    fn lim(size: u64, limit: f64, algorithm: WindowAlgorithm) -> WindowLimit {
-        WindowLimit::new(WindowSize::new(size).expect("size"), limit, algorithm).expect("limit")
-    }
-
-    const T0: i64 = 1_763_784_000_000; // a minute boundary, ms
-
-    #[test]
-    fn sliding_allows_within_the_weighted_rate() {
-        let l = lim(60, 30.0, WindowAlgorithm::Sliding);
-        // current 10, previous 40, 30 s in: rate 30, so one more is over
-        let d = l
-            .decide(10.0, 40.0, UnixMs(T0 + 30_000), 1.0)
-            .expect("cost");
-        assert!(!d.allowed);
-        assert_eq!(d.remaining, 0.0);
-        // 40·(60−t)/60 ≤ 19  ⇔  t ≥ 31.5 s: 1.5 s from now
-        assert_eq!(d.retry_after, Duration::from_millis(1500));
-        let later = l
-            .decide(10.0, 40.0, UnixMs(T0 + 31_500), 1.0)
-            .expect("cost");
-        assert!(later.allowed);
-        let d = l.decide(5.0, 40.0, UnixMs(T0 + 30_000), 1.0).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 4.0);
-        assert_eq!(d.reset_after, Duration::from_secs(90));
+    fn d(allowed: bool, retry_secs: u64, remaining: f64) -> Decision {
+        Decision {
+            allowed,
+            limit: 10.0,
+            remaining,
+            reset_after: Duration::from_secs(60),
+            retry_after: Duration::from_secs(retry_secs),
+        }
     }
 
     #[test]
-    fn sliding_waits_into_the_next_window_when_this_one_is_full() {
-        let l = lim(60, 10.0, WindowAlgorithm::Sliding);
-        let d = l.decide(10.0, 0.0, UnixMs(T0 + 50_000), 1.0).expect("cost");
-        assert!(!d.allowed);
-        // next window: 10·(60−t)/60 ≤ 9 ⇔ t ≥ 6 s; 10 s to the end + 6 s
-        assert_eq!(d.retry_after, Duration::from_secs(16));
-    }
-
-    #[test]
-    fn retry_after_survives_floating_point_rounding() {
-        // 150 · 0.56 = 84.00000000000001 in f64, so the closed form's 26.4 s into the
-        // next window is one millisecond short (found by the property test)
-        let l = lim(60, 87.0, WindowAlgorithm::Sliding);
-        let d = l.decide(150.0, 0.0, UnixMs(T0), 3.0).expect("cost");
-        assert!(!d.allowed);
-        assert_eq!(d.retry_after, Duration::from_millis(86_401));
-        let later = UnixMs(T0 + 86_401);
-        assert!(l.decide(0.0, 150.0, later, 3.0).expect("cost").allowed);
-    }
-
-    #[test]
-    fn fixed_counts_only_the_current_window() {
-        let l = lim(60, 5.0, WindowAlgorithm::Fixed);
-        let d = l
-            .decide(4.0, 100.0, UnixMs(T0 + 20_000), 1.0)
-            .expect("cost");
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 0.0);
-        assert_eq!(d.reset_after, Duration::from_secs(40));
-        let d = l.decide(5.0, 0.0, UnixMs(T0 + 20_000), 1.0).expect("cost");
-        assert!(!d.allowed);
-        assert_eq!(d.retry_after, Duration::from_secs(40));
-    }
-
-    #[test]
-    fn bad_limits_and_costs_are_errors() {
-        assert!(WindowLimit::new(
-            WindowSize::new(1).expect("size"),
-            0.0,
-            WindowAlgorithm::Fixed
-        )
-        .is_err());
-        let l = lim(1, 5.0, WindowAlgorithm::Sliding);
-        assert!(l.decide(0.0, 0.0, UnixMs(T0), 6.0).is_err());
-        assert!(l.decide(0.0, 0.0, UnixMs(T0), f64::NAN).is_err());
-        assert!(l.decide(0.0, 0.0, UnixMs(T0), -1.0).is_err());
+    fn a_denial_then_the_longer_wait_then_fewer_remaining() {
+        let all = [
+            d(true, 0, 1.0),
+            d(false, 5, 0.0),
+            d(false, 9, 3.0),
+            d(true, 0, 0.0),
+        ];
+        assert_eq!(Decision::strictest(&all, |x| x), Some(&all[2]));
+        let allowed = [d(true, 0, 4.0), d(true, 0, 2.0), d(true, 0, 7.0)];
+        assert_eq!(Decision::strictest(&allowed, |x| x), Some(&allowed[1]));
+        assert_eq!(
+            d(false, 0, 0.0).cmp_strictness(&d(true, 0, 0.0)),
+            Ordering::Greater
+        );
+        assert_eq!(Decision::strictest(&[] as &[Decision], |x| x), None);
     }
 }

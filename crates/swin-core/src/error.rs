@@ -15,8 +15,14 @@ pub enum CoreError {
     UnknownWindowSize { namespace: String, window_size: u32 },
     #[error("invalid limit: {0}")]
     InvalidLimit(String),
-    #[error("cost must be between 0 and the burst ({burst}), got {cost}")]
-    InvalidCost { cost: i64, burst: i64 },
+    /// A cost outside what the limit deciding it can take: a window's limit, a
+    /// bucket's burst (whole units), or 2^53 before any limit is known.
+    #[error("cost must be {what} from 0 to {max}, got {cost}")]
+    InvalidCost {
+        cost: f64,
+        max: f64,
+        what: &'static str,
+    },
     #[error(
         "counter table of namespace {namespace:?} is full ({max} counters, all with unsynced hits)"
     )]

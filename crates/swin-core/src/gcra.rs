@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::CoreError;
+use crate::{CoreError, Decision};
 
 /// A GCRA limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,17 +22,11 @@ pub struct Gcra {
     emission_ns: i64,
 }
 
-/// The answer to a spend, check or refund.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GcraDecision {
-    pub allowed: bool,
-    /// Whole requests of cost 1 left after this one.
-    pub remaining: i64,
-    /// How long until the same request would be allowed (zero when it would be now).
-    pub retry_in: Duration,
-    /// How long until the bucket is full again.
-    pub reset_in: Duration,
-    /// The TAT to store (unchanged when denied), Unix nanoseconds.
+/// What a spend, check or refund decided, and the TAT to store after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GcraOutcome {
+    pub decision: Decision,
+    /// The TAT to store (unchanged when denied or checked), Unix nanoseconds.
     pub new_tat: i64,
 }
 
@@ -81,14 +75,42 @@ impl Gcra {
         self.emission_ns
     }
 
-    fn check_cost(&self, cost: i64) -> Result<(), CoreError> {
+    /// A cost in whole units this bucket can spend: 0 to the burst.
+    pub fn check_cost(&self, cost: i64) -> Result<(), CoreError> {
         if cost < 0 || cost > self.burst {
-            return Err(CoreError::InvalidCost {
-                cost,
-                burst: self.burst,
-            });
+            return Err(self.invalid_cost(cost as f64));
         }
         Ok(())
+    }
+
+    fn invalid_cost(&self, cost: f64) -> CoreError {
+        CoreError::InvalidCost {
+            cost,
+            max: self.burst as f64,
+            what: "a whole number",
+        }
+    }
+
+    /// A request's cost as whole units this bucket can spend: 0 to the burst.
+    pub fn units(&self, cost: f64) -> Result<i64, CoreError> {
+        if !(cost.is_finite() && cost.fract() == 0.0 && cost >= 0.0 && cost <= self.burst as f64) {
+            return Err(self.invalid_cost(cost));
+        }
+        Ok(cost as i64)
+    }
+
+    fn decision(&self, allowed: bool, remaining: i64, retry_ns: i64, reset_ns: i64) -> Decision {
+        Decision {
+            allowed,
+            limit: self.burst as f64,
+            remaining: remaining.max(0) as f64,
+            reset_after: nanos(reset_ns),
+            retry_after: if allowed {
+                Duration::ZERO
+            } else {
+                nanos(retry_ns)
+            },
+        }
     }
 
     /// Spends `cost` at `now_ns` from a bucket whose TAT is `tat_ns` (`None`: never used).
@@ -97,7 +119,7 @@ impl Gcra {
         tat_ns: Option<i64>,
         now_ns: i64,
         cost: i64,
-    ) -> Result<GcraDecision, CoreError> {
+    ) -> Result<GcraOutcome, CoreError> {
         self.check_cost(cost)?;
         let tat = tat_ns.unwrap_or(now_ns).max(now_ns);
         let ei = self.emission_ns;
@@ -105,34 +127,27 @@ impl Gcra {
         let new_tat = tat.saturating_add(ei.saturating_mul(cost));
         let diff = now_ns - (new_tat - burst_offset);
         if diff < 0 {
-            return Ok(GcraDecision {
-                allowed: false,
-                remaining: (now_ns - (tat - burst_offset)).div_euclid(ei).max(0),
-                retry_in: nanos(-diff),
-                reset_in: nanos(tat - now_ns),
+            let remaining = (now_ns - (tat - burst_offset)).div_euclid(ei);
+            return Ok(GcraOutcome {
+                decision: self.decision(false, remaining, -diff, tat - now_ns),
                 new_tat: tat_ns.unwrap_or(now_ns),
             });
         }
-        // when could an identical request pass after this one?
-        let next = new_tat + ei * cost - burst_offset - now_ns;
-        Ok(GcraDecision {
-            allowed: true,
-            remaining: diff.div_euclid(ei),
-            retry_in: nanos(next),
-            reset_in: nanos(new_tat - now_ns),
+        Ok(GcraOutcome {
+            decision: self.decision(true, diff.div_euclid(ei), 0, new_tat - now_ns),
             new_tat,
         })
     }
 
     /// What spending `cost` would answer, without spending (the TAT to keep is the old one).
-    pub fn check(
+    pub fn dry_run(
         &self,
         tat_ns: Option<i64>,
         now_ns: i64,
         cost: i64,
-    ) -> Result<GcraDecision, CoreError> {
+    ) -> Result<GcraOutcome, CoreError> {
         let d = self.spend(tat_ns, now_ns, cost)?;
-        Ok(GcraDecision {
+        Ok(GcraOutcome {
             new_tat: tat_ns.unwrap_or(now_ns),
             ..d
         })
@@ -144,7 +159,7 @@ impl Gcra {
         tat_ns: Option<i64>,
         now_ns: i64,
         cost: i64,
-    ) -> Result<GcraDecision, CoreError> {
+    ) -> Result<GcraOutcome, CoreError> {
         self.check_cost(cost)?;
         let ei = self.emission_ns;
         let burst_offset = ei.saturating_mul(self.burst);
@@ -155,11 +170,13 @@ impl Gcra {
         } else {
             tat
         };
-        Ok(GcraDecision {
-            allowed,
-            remaining: (now_ns - (new_tat - burst_offset)).div_euclid(ei),
-            retry_in: Duration::ZERO,
-            reset_in: nanos(new_tat - now_ns),
+        let remaining = (now_ns - (new_tat - burst_offset)).div_euclid(ei);
+        Ok(GcraOutcome {
+            // a refund makes no one wait
+            decision: Decision {
+                retry_after: Duration::ZERO,
+                ..self.decision(allowed, remaining, 0, new_tat - now_ns)
+            },
             new_tat,
         })
     }
@@ -168,7 +185,10 @@ impl Gcra {
 #[cfg(test)]
 mod tests {
     //! Boulder's published GCRA vectors (ratelimits/gcra_test.go: TestDecide and
-    //! TestMaybeRefund), step by step, with a fake clock.
+    //! TestMaybeRefund), step by step, with a fake clock. One difference, on purpose:
+    //! Boulder's `retryIn` on an allowed decision says when the next identical request
+    //! would pass; here `retry_after` is zero whenever a hit is allowed, as for windows
+    //! and in the HTTP answer.
 
     use super::*;
 
@@ -185,100 +205,73 @@ mod tests {
 
     struct Clock(i64);
 
+    /// Remaining, retry after and reset after, as Boulder's vectors list them.
+    fn v(o: &GcraOutcome) -> (i64, Duration, Duration) {
+        let d = o.decision;
+        (d.remaining as i64, d.retry_after, d.reset_after)
+    }
+
     #[test]
     fn boulder_decide_vectors() {
         let l = limit();
         let mut clk = Clock(1_700_000_000 * S);
         let d = l.spend(Some(clk.0), clk.0, 1).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (9, Duration::ZERO, secs(1))
-        );
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d), (9, Duration::ZERO, secs(1)));
 
         let d = l.spend(Some(d.new_tat), clk.0, 9).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (0, secs(9), secs(10))
-        );
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d), (0, Duration::ZERO, secs(10)));
         assert_eq!(d.new_tat, clk.0 + 10 * S);
 
         let d = l.spend(Some(d.new_tat), clk.0, 1).expect("cost");
-        assert!(!d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (0, secs(1), secs(10))
-        );
+        assert!(!d.decision.allowed);
+        assert_eq!(v(&d), (0, secs(1), secs(10)));
 
-        clk.0 += d.retry_in.as_nanos() as i64;
+        clk.0 += d.decision.retry_after.as_nanos() as i64;
         let d = l.spend(Some(d.new_tat), clk.0, 0).expect("cost");
-        assert_eq!(d.remaining, 1);
+        assert_eq!(v(&d).0, 1);
 
         let d = l.spend(Some(d.new_tat), clk.0, 1).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (0, secs(1), secs(10))
-        );
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d), (0, Duration::ZERO, secs(10)));
 
-        clk.0 += d.reset_in.as_nanos() as i64;
+        clk.0 += d.decision.reset_after.as_nanos() as i64;
         let d = l.spend(Some(d.new_tat), clk.0, 1).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (9, Duration::ZERO, secs(1))
-        );
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d), (9, Duration::ZERO, secs(1)));
 
-        clk.0 += d.reset_in.as_nanos() as i64 - MS;
+        clk.0 += d.decision.reset_after.as_nanos() as i64 - MS;
         let d = l.spend(Some(d.new_tat), clk.0, 0).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (9, Duration::ZERO, nanos(MS))
-        );
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d), (9, Duration::ZERO, nanos(MS)));
 
         clk.0 += 20 * 3600 * S;
         let d = l.spend(Some(d.new_tat), clk.0, 0).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (10, Duration::ZERO, Duration::ZERO)
-        );
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d), (10, Duration::ZERO, Duration::ZERO));
 
         let d = l.spend(Some(d.new_tat), clk.0, 10).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (0, secs(10), secs(10))
-        );
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d), (0, Duration::ZERO, secs(10)));
 
         let d = l.spend(Some(d.new_tat), clk.0, 0).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (0, Duration::ZERO, secs(10))
-        );
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d), (0, Duration::ZERO, secs(10)));
 
         let d = l.spend(Some(d.new_tat), clk.0, 1).expect("cost");
-        assert!(!d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (0, secs(1), secs(10))
-        );
+        assert!(!d.decision.allowed);
+        assert_eq!(v(&d), (0, secs(1), secs(10)));
 
-        clk.0 += d.retry_in.as_nanos() as i64;
+        clk.0 += d.decision.retry_after.as_nanos() as i64;
         let d = l.spend(Some(d.new_tat), clk.0, 1).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (0, secs(1), secs(10))
-        );
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d), (0, Duration::ZERO, secs(10)));
 
-        clk.0 += d.reset_in.as_nanos() as i64 / 2;
+        clk.0 += d.decision.reset_after.as_nanos() as i64 / 2;
         let d = l.spend(Some(d.new_tat), clk.0, 7).expect("cost");
-        assert!(!d.allowed);
-        assert_eq!((d.remaining, d.retry_in, d.reset_in), (5, secs(2), secs(5)));
+        assert!(!d.decision.allowed);
+        assert_eq!(v(&d), (5, secs(2), secs(5)));
     }
 
     #[test]
@@ -286,87 +279,57 @@ mod tests {
         let l = limit();
         let mut clk = Clock(1_700_000_000 * S);
         let d = l.spend(Some(clk.0), clk.0, 1).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (9, Duration::ZERO, secs(1))
-        );
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d), (9, Duration::ZERO, secs(1)));
 
         let d = l.refund(Some(d.new_tat), clk.0, 1).expect("cost");
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (10, Duration::ZERO, Duration::ZERO)
-        );
+        assert_eq!(v(&d), (10, Duration::ZERO, Duration::ZERO));
 
         let d = l.refund(Some(d.new_tat), clk.0, 0).expect("cost");
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (10, Duration::ZERO, Duration::ZERO)
-        );
+        assert_eq!(v(&d), (10, Duration::ZERO, Duration::ZERO));
 
         let d = l.spend(Some(d.new_tat), clk.0, 1).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (9, Duration::ZERO, secs(1))
-        );
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d), (9, Duration::ZERO, secs(1)));
 
-        clk.0 += d.reset_in.as_nanos() as i64;
+        clk.0 += d.decision.reset_after.as_nanos() as i64;
         let d = l.refund(Some(d.new_tat), clk.0, 1).expect("cost");
-        assert!(!d.allowed, "a full bucket takes no refund");
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (10, Duration::ZERO, Duration::ZERO)
-        );
+        assert!(!d.decision.allowed, "a full bucket takes no refund");
+        assert_eq!(v(&d), (10, Duration::ZERO, Duration::ZERO));
 
         let d = l.spend(Some(d.new_tat), clk.0, 10).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (0, secs(10), secs(10))
-        );
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d), (0, Duration::ZERO, secs(10)));
 
         let d = l.refund(Some(d.new_tat), clk.0, 10).expect("cost");
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (10, Duration::ZERO, Duration::ZERO)
-        );
+        assert_eq!(v(&d), (10, Duration::ZERO, Duration::ZERO));
 
         clk.0 += 11 * S;
         let d = l.refund(Some(d.new_tat), clk.0, 1).expect("cost");
-        assert!(!d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (10, Duration::ZERO, Duration::ZERO)
-        );
+        assert!(!d.decision.allowed);
+        assert_eq!(v(&d), (10, Duration::ZERO, Duration::ZERO));
 
         let d = l.spend(Some(d.new_tat), clk.0, 5).expect("cost");
         let d = l.refund(Some(d.new_tat), clk.0, 1).expect("cost");
-        assert!(d.allowed);
-        assert_eq!((d.remaining, d.retry_in), (6, Duration::ZERO));
+        assert!(d.decision.allowed);
+        assert_eq!((v(&d).0, v(&d).1), (6, Duration::ZERO));
 
         clk.0 += 2500 * MS;
         let d = l.spend(Some(d.new_tat), clk.0, 0).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (8, Duration::ZERO, nanos(1500 * MS))
-        );
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d), (8, Duration::ZERO, nanos(1500 * MS)));
 
         let d = l.refund(Some(d.new_tat), clk.0, 2).expect("cost");
-        assert_eq!(
-            (d.remaining, d.retry_in, d.reset_in),
-            (10, Duration::ZERO, Duration::ZERO)
-        );
+        assert_eq!(v(&d), (10, Duration::ZERO, Duration::ZERO));
     }
 
     #[test]
-    fn check_spends_nothing() {
+    fn a_dry_run_spends_nothing() {
         let l = limit();
         let now = 1_700_000_000 * S;
-        let d = l.check(None, now, 3).expect("cost");
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 7);
+        let d = l.dry_run(None, now, 3).expect("cost");
+        assert!(d.decision.allowed);
+        assert_eq!(v(&d).0, 7);
         assert_eq!(d.new_tat, now);
     }
 
@@ -376,8 +339,9 @@ mod tests {
         assert!(matches!(
             l.spend(None, 0, 11),
             Err(CoreError::InvalidCost {
-                cost: 11,
-                burst: 10
+                cost: 11.0,
+                max: 10.0,
+                ..
             })
         ));
         assert!(l.spend(None, 0, -1).is_err());

@@ -14,16 +14,18 @@ mod namespace;
 mod table;
 mod time;
 mod window;
+mod window_limit;
 
 pub use buckets::{Advance, BucketTable, Tat};
 pub use compact_str::CompactString;
-pub use decision::{WindowAlgorithm, WindowDecision, WindowLimit};
+pub use decision::{check_cost, Decision};
 pub use error::CoreError;
-pub use gcra::{Gcra, GcraDecision};
+pub use gcra::{Gcra, GcraOutcome};
 pub use namespace::NamespaceCounters;
 pub use table::{check_value, CounterOptions, Retention, WindowTable};
 pub use time::UnixMs;
 pub use window::{sliding_rate, WindowRate, WindowSize, MAX_WINDOW_SIZE_SECS};
+pub use window_limit::{WindowAlgorithm, WindowLimit};
 
 /// The largest count a window may hold, either sign: 2^53, up to which a double (the
 /// stores' count type) holds every integer exactly, and far enough from `f64::MAX` that

@@ -168,9 +168,15 @@ proptest! {
             now += gap_ms * 1_000_000;
             let cost = cost.min(burst);
             let d = g.spend(tat, now, cost).expect("cost within burst");
-            if d.allowed {
+            if d.decision.allowed {
+                prop_assert_eq!(d.decision.retry_after, std::time::Duration::ZERO);
                 tat = Some(d.new_tat);
                 admitted.push((now, cost));
+            } else {
+                // waiting retry_after is enough, and not a nanosecond more than needed
+                let wait = d.decision.retry_after.as_nanos() as i64;
+                prop_assert!(g.spend(tat, now + wait, cost).expect("cost").decision.allowed);
+                prop_assert!(!g.spend(tat, now + wait - 1, cost).expect("cost").decision.allowed);
             }
         }
         // every interval [a, b] between admissions

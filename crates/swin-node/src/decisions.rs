@@ -9,29 +9,23 @@
 //! hits racing for the last unit can both be denied, never both allowed, on one node;
 //! across nodes the namespace's sync mode bounds the over-admission (synchronous: none).
 
-use std::cmp::Reverse;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Serialize;
-use swin_core::{Gcra, GcraDecision, WindowLimit};
+use swin_core::{check_cost, Decision, Gcra, WindowLimit};
 
 use crate::error::Error;
-use crate::input::{check_cost, check_key, gcra_cost};
-use crate::limits::{ceil_secs, strictest, KeyLimits, Limits};
+use crate::input::check_key;
+use crate::limits::{ceil_secs, KeyLimits, Limits};
 use crate::state::{now, Namespace};
 
 /// Hits in one batch.
 pub const MAX_BATCH_HITS: usize = 1000;
 
-/// One key's decision, and what its headers say.
+/// One key's decision (the strictest of its limits'), and what its headers say.
 #[derive(Debug, Clone)]
 pub struct Verdict {
-    pub allowed: bool,
-    pub limit: f64,
-    pub remaining: f64,
-    pub reset_after: Duration,
-    pub retry_after: Duration,
+    pub decision: Decision,
     /// `RateLimit-Policy` items of the key's limits.
     pub policies: Vec<String>,
     /// The policy the decision comes from.
@@ -39,23 +33,12 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// The strictest first: a denial, then the longer wait, then fewer remaining.
-    pub fn severity(&self) -> (bool, Duration, Reverse<i64>) {
-        (
-            !self.allowed,
-            self.retry_after,
-            Reverse(self.remaining as i64),
-        )
+    pub fn allowed(&self) -> bool {
+        self.decision.allowed
     }
 
     pub fn answer(&self) -> HitAnswer {
-        HitAnswer {
-            allowed: self.allowed,
-            limit: self.limit,
-            remaining: self.remaining,
-            reset_after: self.reset_after.as_secs_f64(),
-            retry_after: self.retry_after.as_secs_f64(),
-        }
+        HitAnswer::from(&self.decision)
     }
 }
 
@@ -68,6 +51,18 @@ pub struct HitAnswer {
     pub reset_after: f64,
     /// Seconds until the same hit would pass; 0 when it passed.
     pub retry_after: f64,
+}
+
+impl From<&Decision> for HitAnswer {
+    fn from(d: &Decision) -> Self {
+        HitAnswer {
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            reset_after: d.reset_after.as_secs_f64(),
+            retry_after: d.retry_after.as_secs_f64(),
+        }
+    }
 }
 
 fn window_policy(l: &WindowLimit) -> (String, String) {
@@ -85,17 +80,9 @@ fn gcra_policy(g: &Gcra) -> String {
     format!("\"gcra\";q={};w={}", g.burst(), ceil_secs(refill))
 }
 
-pub fn gcra_verdict(g: &Gcra, d: GcraDecision) -> Verdict {
+fn gcra_verdict(g: &Gcra, decision: Decision) -> Verdict {
     Verdict {
-        allowed: d.allowed,
-        limit: g.burst() as f64,
-        remaining: d.remaining as f64,
-        reset_after: d.reset_in,
-        retry_after: if d.allowed {
-            Duration::ZERO
-        } else {
-            d.retry_in
-        },
+        decision,
         policies: vec![gcra_policy(g)],
         policy: "gcra".into(),
     }
@@ -107,8 +94,8 @@ pub fn validate(ns: &Namespace, namespace: &str, key: &str, cost: f64) -> Result
     check_key(key)?;
     check_cost(cost)?;
     match limits_of(ns, namespace)?.for_key(key) {
-        KeyLimits::Gcra(_) => {
-            gcra_cost(cost)?;
+        KeyLimits::Gcra(g) => {
+            g.units(cost)?;
         }
         KeyLimits::Windows(set) => {
             for l in set {
@@ -144,9 +131,9 @@ pub async fn take(
     let now = now();
     let set = match limits {
         KeyLimits::Gcra(g) => {
-            let cost = gcra_cost(cost)?;
+            let cost = g.units(cost)?;
             let d = if dry_run {
-                ns.sync.check(g, key, cost, now).await?
+                ns.sync.dry_run(g, key, cost, now).await?
             } else {
                 ns.sync.spend(g, key, cost, now, count_denied).await?
             };
@@ -167,22 +154,18 @@ pub async fn take(
         };
         decisions.push((*l, l.decide(current, previous, now, cost)?));
     }
-    let Some((limit, d)) = strictest(&decisions) else {
+    let Some(&(limit, decision)) = Decision::strictest(&decisions, |(_, d)| d) else {
         return Err(Error::BadRequest(format!(
             "key {key:?} has no limits in namespace {namespace:?}"
         )));
     };
-    if !d.allowed && !dry_run && !count_denied {
+    if !decision.allowed && !dry_run && !count_denied {
         for l in set {
             ns.sync.increment(key, l.window.secs(), -cost, now).await?;
         }
     }
     Ok(Verdict {
-        allowed: d.allowed,
-        limit: d.limit,
-        remaining: d.remaining,
-        reset_after: d.reset_after,
-        retry_after: d.retry_after,
+        decision,
         policies: set.iter().map(|l| window_policy(l).1).collect(),
         policy: window_policy(&limit).0,
     })
@@ -193,7 +176,7 @@ pub async fn give_back(ns: &Namespace, key: &str, cost: f64) -> Result<(), Error
     let now = now();
     match &ns.limits.as_ref().map(|l| l.for_key(key)) {
         Some(KeyLimits::Gcra(g)) => {
-            ns.sync.refund_tokens(g, key, gcra_cost(cost)?, now).await?;
+            ns.sync.refund_tokens(g, key, g.units(cost)?, now).await?;
         }
         Some(KeyLimits::Windows(set)) => {
             for l in set {
@@ -221,11 +204,8 @@ pub async fn refund(
     let now = now();
     let set = match limits {
         KeyLimits::Gcra(g) => {
-            let d = ns.sync.refund_tokens(g, key, gcra_cost(cost)?, now).await?;
-            let mut answer = gcra_verdict(g, d).answer();
-            answer.allowed = d.allowed;
-            answer.retry_after = 0.0;
-            return Ok(answer);
+            let d = ns.sync.refund_tokens(g, key, g.units(cost)?, now).await?;
+            return Ok(HitAnswer::from(&d));
         }
         KeyLimits::Windows(set) => set,
     };
@@ -243,17 +223,15 @@ pub async fn refund(
         let r = table.rate(key, now, None);
         decisions.push((*l, l.decide(r.current, r.previous, now, 0.0)?));
     }
-    let Some((_, d)) = strictest(&decisions) else {
+    let Some((_, d)) = Decision::strictest(&decisions, |(_, d)| d) else {
         return Err(Error::BadRequest(format!(
             "key {key:?} has no limits in namespace {namespace:?}"
         )));
     };
     Ok(HitAnswer {
         allowed: refunded > 0.0,
-        limit: d.limit,
-        remaining: d.remaining,
-        reset_after: d.reset_after.as_secs_f64(),
         retry_after: 0.0,
+        ..HitAnswer::from(d)
     })
 }
 
@@ -294,7 +272,7 @@ pub async fn decide_all(hits: &[Hit<'_>], dry_run: bool) -> Result<BatchVerdict,
             }
         }
     }
-    let denied = verdicts.iter().any(|v| !v.allowed);
+    let denied = verdicts.iter().any(|v| !v.allowed());
     if denied {
         give_back_all(hits, &verdicts, dry_run)
             .await
@@ -309,7 +287,7 @@ async fn give_back_all(hits: &[Hit<'_>], verdicts: &[Verdict], dry_run: bool) ->
         return Ok(());
     }
     for (h, v) in hits.iter().zip(verdicts) {
-        if v.allowed {
+        if v.allowed() {
             give_back(&h.ns, h.key, h.cost).await?;
         }
     }

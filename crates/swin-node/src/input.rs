@@ -37,21 +37,3 @@ pub fn check_value(v: Option<f64>, ns: &Namespace) -> Result<f64, Error> {
     }
     Ok(v)
 }
-
-pub fn gcra_cost(cost: f64) -> Result<i64, Error> {
-    if !(cost.is_finite() && cost >= 0.0 && cost.fract() == 0.0 && cost <= 1e15) {
-        return Err(Error::BadRequest(format!(
-            "cost must be a whole number of at least 0 for a gcra limit, got {cost}"
-        )));
-    }
-    Ok(cost as i64)
-}
-
-pub fn check_cost(cost: f64) -> Result<(), Error> {
-    if !(cost.is_finite() && (0.0..=swin_core::MAX_COUNT).contains(&cost)) {
-        return Err(Error::BadRequest(format!(
-            "cost must be a number from 0 to 2^53, got {cost}"
-        )));
-    }
-    Ok(())
-}

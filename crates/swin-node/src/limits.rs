@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
-use swin_core::{Gcra, WindowAlgorithm, WindowDecision, WindowLimit, WindowSize};
+use swin_core::{Gcra, WindowAlgorithm, WindowLimit, WindowSize};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -251,25 +251,6 @@ pub fn validate(raw: RawLimits, sizes: &[WindowSize]) -> Result<Option<Limits>, 
         count_denied: raw.count_denied.unwrap_or(false),
         key_from,
     }))
-}
-
-/// The strictest of several decisions: a denial, then the longer wait, then the fewer
-/// remaining.
-pub fn strictest(
-    decisions: &[(WindowLimit, WindowDecision)],
-) -> Option<(WindowLimit, WindowDecision)> {
-    decisions.iter().copied().max_by(|(_, a), (_, b)| {
-        (
-            !a.allowed,
-            a.retry_after,
-            std::cmp::Reverse(a.remaining as i64),
-        )
-            .cmp(&(
-                !b.allowed,
-                b.retry_after,
-                std::cmp::Reverse(b.remaining as i64),
-            ))
-    })
 }
 
 /// Whole seconds, rounded up: a client told to wait must not come back early.

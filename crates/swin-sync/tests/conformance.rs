@@ -631,9 +631,9 @@ async fn gcra_buckets_are_shared(s: &TestStore) {
     assert_eq!(tat_of(&s.store, "g", "k").await, Some(NOW_NS + 8 * SEC));
     for e in [&a, &b] {
         assert_eq!(e.counters().buckets().tat("k"), Some(NOW_NS + 8 * SEC));
-        let d = e.check(&g, "k", 3, now).await.expect("check");
+        let d = e.dry_run(&g, "k", 3, now).await.expect("dry run");
         assert!(!d.allowed, "8 of 10 spent, 3 more do not fit");
-        assert_eq!(d.remaining, 2);
+        assert_eq!(d.remaining, 2.0);
     }
     let c = gcra_engine(&s.store, SyncMode::Periodic(Duration::from_millis(100)));
     assert_eq!(c.warm_up(now).await.expect("warm up"), 1);
@@ -690,7 +690,7 @@ async fn gcra_synchronous_admits_exactly_the_burst(s: &TestStore) {
             .allowed
     );
     assert_eq!(tat_of(&s.store, "g", "k").await, Some(tat - SEC));
-    assert!(b.check(&g, "k", 1, now).await.expect("check").allowed);
+    assert!(b.dry_run(&g, "k", 1, now).await.expect("dry run").allowed);
     assert!(
         b.spend(&g, "k", 1, now, false)
             .await
@@ -757,10 +757,10 @@ async fn reset_reaches_every_node(s: &TestStore) {
         .await
         .expect("y's own spend");
     y.sync_once(now).await.expect("y");
-    assert!(!y.check(&g, "k", 1, now).await.expect("check").allowed);
+    assert!(!y.dry_run(&g, "k", 1, now).await.expect("dry run").allowed);
     x.reset("k").await.expect("reset");
     y.sync_once(now).await.expect("y after the reset");
-    assert!(y.check(&g, "k", 1, now).await.expect("check").allowed);
+    assert!(y.dry_run(&g, "k", 1, now).await.expect("dry run").allowed);
 }
 
 /// A sync reads back only what its push did not answer: the pushed windows' totals come

@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use swin_core::Decision;
 
 use super::extract::{ApiPath, JsonBody, RawJson};
 use crate::decisions::{
@@ -59,12 +60,13 @@ impl Default for HitBody {
 fn respond(v: &Verdict, policies: &[String], status: StatusCode, body: impl Serialize) -> Response {
     let mut resp = (status, Json(body)).into_response();
     let h = resp.headers_mut();
-    let t = if v.allowed {
-        ceil_secs(v.reset_after)
+    let d = &v.decision;
+    let t = if d.allowed {
+        ceil_secs(d.reset_after)
     } else {
-        ceil_secs(v.retry_after)
+        ceil_secs(d.retry_after)
     };
-    let state_header = format!("\"{}\";r={};t={}", v.policy, v.remaining, t);
+    let state_header = format!("\"{}\";r={};t={}", v.policy, d.remaining, t);
     for (name, value) in [
         ("ratelimit-policy", policies.join(", ")),
         ("ratelimit", state_header),
@@ -73,14 +75,14 @@ fn respond(v: &Verdict, policies: &[String], status: StatusCode, body: impl Seri
             h.insert(name, v);
         }
     }
-    if !v.allowed {
+    if !d.allowed {
         h.insert("retry-after", HeaderValue::from(t.max(1)));
     }
     resp
 }
 
 fn status_of(v: &Verdict) -> StatusCode {
-    if v.allowed {
+    if v.allowed() {
         StatusCode::OK
     } else {
         StatusCode::TOO_MANY_REQUESTS
@@ -94,7 +96,7 @@ async fn hit(
 ) -> Result<Response, Error> {
     let ns = state.namespace(&namespace)?;
     let v = take(&ns, &namespace, &key, body.cost, body.dry_run).await?;
-    state.metrics.decision(&namespace, v.allowed);
+    state.metrics.decision(&namespace, v.allowed());
     Ok(respond(&v, &v.policies, status_of(&v), v.answer()))
 }
 
@@ -204,7 +206,7 @@ async fn hits_batch(
             v
         })
         .collect();
-    let Some(worst) = verdicts.iter().max_by_key(|v| v.severity()).cloned() else {
+    let Some(worst) = Decision::strictest(&verdicts, |v| &v.decision).cloned() else {
         return Err(Error::Internal);
     };
     let mut policies: Vec<String> = Vec::new();
@@ -322,7 +324,7 @@ async fn auth(
             .into_response());
     };
     let v = take(&ns, &namespace, &key, q.cost, false).await?;
-    state.metrics.decision(&namespace, v.allowed);
-    let status = if v.allowed { StatusCode::OK } else { deny };
+    state.metrics.decision(&namespace, v.allowed());
+    let status = if v.allowed() { StatusCode::OK } else { deny };
     Ok(respond(&v, &v.policies, status, v.answer()))
 }

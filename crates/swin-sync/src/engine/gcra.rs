@@ -2,7 +2,7 @@
 //! (periodic, local only) or in the store (synchronous: the advance is applied there and
 //! the decision taken on the TAT it returns).
 
-use swin_core::{Advance, CompactString, CoreError, Gcra, GcraDecision, Tat, UnixMs};
+use swin_core::{Advance, CompactString, CoreError, Decision, Gcra, Tat, UnixMs};
 use tracing::warn;
 
 use super::{nanos, NamespaceSync, SyncMode};
@@ -22,14 +22,14 @@ impl NamespaceSync {
         cost: i64,
         now: UnixMs,
         force: bool,
-    ) -> Result<GcraDecision, CoreError> {
+    ) -> Result<Decision, CoreError> {
         let buckets = self.counters.buckets();
         let now_ns = nanos(now);
         let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) else {
             return buckets.spend(gcra, key, now_ns, cost, force);
         };
         // validates the cost before anything reaches the store
-        gcra.check(None, now_ns, cost)?;
+        gcra.check_cost(cost)?;
         match self
             .spend_in_store(store, gcra, key, cost, now_ns, force)
             .await
@@ -83,7 +83,7 @@ impl NamespaceSync {
         cost: i64,
         now_ns: i64,
         force: bool,
-    ) -> Result<GcraDecision, StoreError> {
+    ) -> Result<Decision, StoreError> {
         let advance = gcra.emission_ns().saturating_mul(cost);
         let tats = self.push_advance(store, key, advance, now_ns).await?;
         let tat = tats.first().map_or(now_ns + advance, |t| t.tat_ns);
@@ -91,13 +91,13 @@ impl NamespaceSync {
         let d = gcra
             .spend(Some(tat - advance), now_ns, cost)
             .map_err(|e| StoreError::Protocol(e.to_string()))?;
-        let tats = if d.allowed || force {
+        let tats = if d.decision.allowed || force {
             tats
         } else {
             self.push_advance(store, key, -advance, now_ns).await?
         };
         self.counters.buckets().apply(&tats, true);
-        Ok(d)
+        Ok(d.decision)
     }
 
     /// Gives back `cost` of a GCRA bucket (Boulder's refund), locally or, in synchronous
@@ -108,7 +108,7 @@ impl NamespaceSync {
         key: &str,
         cost: i64,
         now: UnixMs,
-    ) -> Result<GcraDecision, CoreError> {
+    ) -> Result<Decision, CoreError> {
         let now_ns = nanos(now);
         if let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) {
             let in_store = async {
@@ -116,11 +116,11 @@ impl NamespaceSync {
                 let d = gcra
                     .refund(tat, now_ns, cost)
                     .map_err(|e| StoreError::Protocol(e.to_string()))?;
-                if d.allowed {
+                if d.decision.allowed {
                     let back = d.new_tat - tat.unwrap_or(now_ns).max(now_ns);
                     self.push_advance(store, key, back, now_ns).await?;
                 }
-                Ok::<_, StoreError>(d)
+                Ok::<_, StoreError>(d.decision)
             };
             match in_store.await {
                 Ok(d) => return Ok(d),
@@ -135,19 +135,19 @@ impl NamespaceSync {
 
     /// The key's bucket as a spend of `cost` would find it, spending nothing (in
     /// synchronous mode, read from the store; locally when it cannot be read).
-    pub async fn check(
+    pub async fn dry_run(
         &self,
         gcra: &Gcra,
         key: &str,
         cost: i64,
         now: UnixMs,
-    ) -> Result<GcraDecision, CoreError> {
+    ) -> Result<Decision, CoreError> {
         let now_ns = nanos(now);
         if let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) {
             if let Ok(tat) = self.store_tat(store, key).await {
-                return gcra.check(tat, now_ns, cost);
+                return Ok(gcra.dry_run(tat, now_ns, cost)?.decision);
             }
         }
-        self.counters.buckets().check(gcra, key, now_ns, cost)
+        self.counters.buckets().dry_run(gcra, key, now_ns, cost)
     }
 }
