@@ -17,7 +17,7 @@ use proptest::test_runner::{Config as Cases, TestCaseError, TestRunner};
 use swin_core::{UnixMs, WindowSize};
 use swin_node::config::Config;
 use swin_node::http;
-use swin_node::node::{connect_store, Node};
+use swin_node::node::{open_store, Node};
 use swin_sync::{Store, WindowKey};
 use tower::ServiceExt;
 
@@ -286,7 +286,7 @@ fn run(section: String) {
     std::fs::write(&path, config_text(&section, data_dir.path(), false)).expect("write");
     let mut cluster = rt.block_on(async {
         let config = Config::load(&path).expect("config");
-        let store = connect_store(&config.stores["main"]).await.expect("store");
+        let store = open_store(&config.stores["main"]).await.expect("store");
         let mut nodes = Vec::new();
         for _ in 0..3 {
             nodes.push(Node::start(config.clone()).await.expect("node"));
@@ -347,9 +347,7 @@ fn the_whole_chain_keeps_exact_counts_redis() {
     });
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let r = swin_sync::store::RedisStore::connect(&url, &prefix)
-            .await
-            .expect("connect");
+        let r = swin_sync::store::RedisStore::new(&url, &prefix).expect("connect");
         r.delete_prefix().await.expect("clean up");
     });
     if let Err(p) = outcome {

@@ -349,7 +349,7 @@ fn synchronous_limits_hold_across_three_nodes_postgres() {
     let stores = rt.block_on(async {
         let mut v = Vec::new();
         for _ in 0..3 {
-            let s = Store::Postgres(PostgresStore::connect(&db.url, 4).await.expect("connect"));
+            let s = Store::Postgres(PostgresStore::new(&db.url, 4).expect("connect"));
             v.push(s);
         }
         v[0].migrate().await.expect("migrate");
@@ -377,7 +377,7 @@ fn synchronous_limits_hold_across_three_nodes_redis() {
         let mut v = Vec::new();
         for _ in 0..3 {
             v.push(Store::Redis(
-                RedisStore::connect(&url, &prefix).await.expect("connect"),
+                RedisStore::new(&url, &prefix).expect("connect"),
             ));
         }
         [v[0].clone(), v[1].clone(), v[2].clone()]

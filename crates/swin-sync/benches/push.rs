@@ -210,7 +210,7 @@ async fn main() {
     );
 
     let db = TestDatabase::create().await;
-    let pg = Store::Postgres(PostgresStore::connect(&db.url, 8).await.expect("pg"));
+    let pg = Store::Postgres(PostgresStore::new(&db.url, 8).expect("pg"));
     pg.migrate().await.expect("migrate");
     let (mut p, mut f) = (Vec::new(), Vec::new());
     for run in 0..runs {
@@ -221,9 +221,7 @@ async fn main() {
 
     let redis_url = swin_testkit::redis_url();
     let prefix = swin_testkit::unique("swin-bench");
-    let rs = RedisStore::connect(&redis_url, &prefix)
-        .await
-        .expect("redis");
+    let rs = RedisStore::new(&redis_url, &prefix).expect("redis");
     let redis = Store::Redis(rs.clone());
     let (mut p, mut f) = (Vec::new(), Vec::new());
     for run in 0..runs {

@@ -1031,7 +1031,90 @@ async fn doubles_round_trip_exactly(s: &TestStore) {
     assert_eq!(read, want, "read back");
 }
 
+/// The fault-injecting store honours its faults in every call of the boundary:
+/// `FailBefore` reaches nothing, `FailAfter` runs the call and loses its reply.
+async fn every_call_honours_its_faults(s: &TestStore) {
+    use swin_sync::StoreError;
+    let (faulty, control) = common::faulty(&s.store);
+    let ns = "faults";
+    let diffs = [diff("k", CUR, 5.0)];
+    let push = Push {
+        node_id: "n",
+        seq: Some(1),
+        diffs: &diffs,
+    };
+    let advances = [Advance {
+        key: "k".into(),
+        ns: 1_000,
+    }];
+    let tat_push = TatPush {
+        node_id: "n",
+        seq: Some(2),
+        now_ns: NOW * 1_000_000_000,
+        advances: &advances,
+    };
+    let keys = [wk("k", CUR)];
+    let buckets = [CompactString::from("k")];
+    let now = UnixMs::from_secs(NOW);
+    let injected = |what: &str, failed: bool| assert!(failed, "{what}: no injected failure");
+    for fault in [Fault::FailBefore, Fault::FailAfter] {
+        control.plan([fault; 10]);
+        let e = |r: Result<(), StoreError>| matches!(r, Err(StoreError::Injected));
+        injected("migrate", e(faulty.migrate().await));
+        injected("push", e(faulty.push(ns, push).await.map(drop)));
+        injected("read", e(faulty.read(ns, &keys).await.map(drop)));
+        injected(
+            "load_namespace",
+            e(faulty.load_namespace(ns, &[(60, PREV)]).await.map(drop)),
+        );
+        injected("purge", e(faulty.purge(now).await.map(drop)));
+        injected(
+            "push_tats",
+            e(faulty.push_tats(ns, tat_push).await.map(drop)),
+        );
+        injected(
+            "read_tats",
+            e(faulty.read_tats(ns, &buckets).await.map(drop)),
+        );
+        injected("load_tats", e(faulty.load_tats(ns, 0).await.map(drop)));
+        // what the calls above did reached the store only after their faults
+        let applied = s.store.read(ns, &keys).await.expect("read");
+        let tats = s.store.read_tats(ns, &buckets).await.expect("read tats");
+        match fault {
+            Fault::FailBefore => {
+                assert!(applied.is_empty(), "{applied:?}");
+                assert!(tats.is_empty(), "{tats:?}");
+            }
+            Fault::FailAfter => {
+                assert_eq!(applied.len(), 1, "the push was applied, its reply lost");
+                assert_eq!(applied[0].count, 5.0);
+                assert_eq!(tats.len(), 1, "the advance was applied, its reply lost");
+            }
+        }
+        // a count for the reset to remove, pushed around the faults
+        let seq = if fault == Fault::FailBefore { 3 } else { 4 };
+        let direct = Push {
+            node_id: "direct",
+            seq: Some(seq),
+            diffs: &diffs,
+        };
+        s.store.push(ns, direct).await.expect("push");
+        injected("reset", e(faulty.reset(ns, "k", &[60]).await));
+        injected("ping", e(faulty.ping().await));
+        let applied = s.store.read(ns, &keys).await.expect("read");
+        assert_eq!(
+            applied.is_empty(),
+            fault == Fault::FailAfter,
+            "a reset runs only when its fault comes after it: {applied:?}"
+        );
+        s.store.reset(ns, "k", &[60]).await.expect("clear the round");
+    }
+    // the plan is spent: calls go through again
+    faulty.ping().await.expect("ping");
+}
+
 for_all_stores!(
+    every_call_honours_its_faults,
     doubles_round_trip_exactly,
     unconfirmed_pushes_replay_exactly_once,
     counts_never_go_below_zero,

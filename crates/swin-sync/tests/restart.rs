@@ -70,7 +70,7 @@ async fn redis_restart_mid_run_loses_and_doubles_nothing() {
     let port = swin_testkit::free_port();
     let server = std::cell::RefCell::new(Some(swin_testkit::start_redis(port, dir.path())));
     let url = format!("redis://127.0.0.1:{port}");
-    let store = Store::Redis(RedisStore::connect(&url, "swin").await.expect("connect"));
+    let store = Store::Redis(RedisStore::new(&url, "swin").expect("connect"));
     restart_mid_run(
         store,
         || server.borrow_mut().take().expect("running").kill(),
@@ -83,7 +83,7 @@ async fn redis_restart_mid_run_loses_and_doubles_nothing() {
 async fn postgres_restart_mid_run_loses_and_doubles_nothing() {
     let pg = EphemeralPostgres::init();
     pg.start();
-    let store = Store::Postgres(PostgresStore::connect(&pg.url(), 4).await.expect("pool"));
+    let store = Store::Postgres(PostgresStore::new(&pg.url(), 4).expect("pool"));
     store.migrate().await.expect("migrate");
     restart_mid_run(store, || pg.stop(), || pg.start()).await;
 }

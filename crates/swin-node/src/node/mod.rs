@@ -19,7 +19,7 @@ use tracing::{error, info, warn};
 
 use self::leftovers::{Leftover, Leftovers, SpoolFiles};
 use self::stores::Connected;
-pub use self::stores::{connect_store, connect_stores, migrate_all};
+pub use self::stores::{migrate_all, open_store, open_stores};
 use crate::config::{Config, NamespaceConfig, StoreConfig};
 use crate::http::router;
 use crate::spool::{self, SpoolEntry};
@@ -74,7 +74,7 @@ pub struct Node {
 
 impl Node {
     pub async fn start(config: Config) -> anyhow::Result<Node> {
-        let connected = connect_stores(&config).await?;
+        let connected = open_stores(&config).await?;
         let mut node = Node {
             state: Arc::new(AppState::new(Namespaces::new(), config.body_limit)),
             stores: BTreeMap::new(),
@@ -326,7 +326,7 @@ impl Node {
             if self.stores.get(name).is_some_and(|c| c.config == *cfg) {
                 continue;
             }
-            match connect_store(cfg).await {
+            match open_store(cfg).await {
                 Ok(store) => fresh.push((name.clone(), cfg.clone(), store)),
                 Err(e) => {
                     error!(store = name, cause = %e, "reload rejected: cannot set up the store; keeping the running config");

@@ -1,4 +1,4 @@
-//! The stores of a config: connecting (or preparing to connect) them, applying their
+//! The stores of a config: opening them (PostgreSQL and Redis connect on first use), applying their
 //! schema, and each store's purge task.
 
 use std::collections::BTreeMap;
@@ -14,18 +14,14 @@ use tracing::{info, warn};
 use super::Node;
 use crate::config::{Config, StoreConfig, StoreKind};
 
-pub async fn connect_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
+pub async fn open_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
     Ok(match cfg.kind {
         StoreKind::Postgres => Store::Postgres(
-            PostgresStore::connect(&cfg.url, cfg.max_connections)
-                .await
-                .context("configure postgres")?,
+            PostgresStore::new(&cfg.url, cfg.max_connections).context("configure postgres")?,
         ),
-        StoreKind::Redis => Store::Redis(
-            RedisStore::connect(&cfg.url, &cfg.prefix)
-                .await
-                .context("connect to redis")?,
-        ),
+        StoreKind::Redis => {
+            Store::Redis(RedisStore::new(&cfg.url, &cfg.prefix).context("configure redis")?)
+        }
         StoreKind::Sqlite => {
             if let Some(path) = cfg.url.strip_prefix("sqlite://") {
                 if let Some(dir) = std::path::Path::new(path)
@@ -45,14 +41,14 @@ pub async fn connect_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
     })
 }
 
-/// Connects (or, for PostgreSQL and Redis, prepares to connect to) every store of the
-/// config. Nothing is migrated here.
-pub async fn connect_stores(
+/// Opens every store of the config (PostgreSQL and Redis connect on first use).
+/// Nothing is migrated here.
+pub async fn open_stores(
     config: &Config,
 ) -> anyhow::Result<BTreeMap<String, (StoreConfig, Store)>> {
     let mut stores = BTreeMap::new();
     for (name, cfg) in &config.stores {
-        let store = connect_store(cfg)
+        let store = open_store(cfg)
             .await
             .with_context(|| format!("store {name:?}"))?;
         stores.insert(name.clone(), (cfg.clone(), store));
@@ -62,7 +58,7 @@ pub async fn connect_stores(
 
 /// `swin-node migrate`: applies the schema to every store, failing on the first error.
 pub async fn migrate_all(config: &Config) -> anyhow::Result<()> {
-    for (name, (_, store)) in connect_stores(config).await? {
+    for (name, (_, store)) in open_stores(config).await? {
         store
             .migrate()
             .await

@@ -1,13 +1,16 @@
-//! A store wrapper that fails on demand, to test that the engine keeps and retries
-//! diffs: fail before the inner store sees a push, or after it applied it (the reply
-//! lost, the hard case for exactly-once).
+//! A store wrapper that fails on demand (the `faults` feature, which only tests enable),
+//! to test that the engine keeps and retries what it could not push. Every call of the
+//! boundary honours the faults: fail before the inner store sees the call, or after it
+//! ran (the reply lost: for a push, the hard case for exactly-once).
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use swin_core::{Tat, Total};
+use swin_core::{CompactString, Tat, Total, UnixMs};
 
-use super::{Push, Pushed, Store, TatPush, WindowKey};
+use super::{Backend, Push, Pushed, Store, TatPush, WindowKey};
 use crate::StoreError;
 
 /// What the next call does.
@@ -23,7 +26,7 @@ pub enum Fault {
 pub struct FaultyStore {
     inner: Store,
     plan: Mutex<VecDeque<Fault>>,
-    down: std::sync::atomic::AtomicBool,
+    down: AtomicBool,
 }
 
 impl FaultyStore {
@@ -31,7 +34,7 @@ impl FaultyStore {
         FaultyStore {
             inner,
             plan: Mutex::new(VecDeque::new()),
-            down: std::sync::atomic::AtomicBool::new(false),
+            down: AtomicBool::new(false),
         }
     }
 
@@ -39,7 +42,7 @@ impl FaultyStore {
         &self.inner
     }
 
-    /// Queues faults for the next pushes and reads, one per call.
+    /// Queues faults for the next calls, one per call, whatever the call.
     pub fn plan(&self, faults: impl IntoIterator<Item = Fault>) {
         self.plan
             .lock()
@@ -49,11 +52,11 @@ impl FaultyStore {
 
     /// While down, every call fails before reaching the inner store.
     pub fn set_down(&self, down: bool) {
-        self.down.store(down, std::sync::atomic::Ordering::SeqCst);
+        self.down.store(down, Ordering::SeqCst);
     }
 
     fn next_fault(&self) -> Option<Fault> {
-        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.down.load(Ordering::SeqCst) {
             return Some(Fault::FailBefore);
         }
         self.plan
@@ -62,47 +65,79 @@ impl FaultyStore {
             .pop_front()
     }
 
-    pub(crate) async fn push(&self, ns: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
+    /// Runs `call` on the inner store as the next fault says.
+    async fn faulted<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         match self.next_fault() {
             Some(Fault::FailBefore) => Err(StoreError::Injected),
             Some(Fault::FailAfter) => {
-                self.inner.push(ns, push).await?;
+                call.await?;
                 Err(StoreError::Injected)
             }
-            None => self.inner.push(ns, push).await,
+            None => call.await,
         }
     }
+}
 
-    pub(crate) async fn push_tats(
-        &self,
-        ns: &str,
-        push: TatPush<'_>,
-    ) -> Result<Vec<Tat>, StoreError> {
-        match self.next_fault() {
-            Some(Fault::FailBefore) => Err(StoreError::Injected),
-            Some(Fault::FailAfter) => {
-                self.inner.push_tats(ns, push).await?;
-                Err(StoreError::Injected)
-            }
-            None => self.inner.push_tats(ns, push).await,
-        }
+impl Backend for FaultyStore {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
     }
 
-    pub(crate) async fn read(
+    async fn migrate(&self) -> Result<(), StoreError> {
+        self.faulted(self.inner.migrate()).await
+    }
+
+    async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
+        self.faulted(self.inner.push(namespace, push)).await
+    }
+
+    async fn read(&self, namespace: &str, keys: &[WindowKey]) -> Result<Vec<Total>, StoreError> {
+        self.faulted(self.inner.read(namespace, keys)).await
+    }
+
+    async fn load_namespace(
         &self,
-        ns: &str,
-        keys: &[WindowKey],
+        namespace: &str,
+        windows: &[(u32, i64)],
     ) -> Result<Vec<Total>, StoreError> {
-        match self.next_fault() {
-            Some(_) => Err(StoreError::Injected),
-            None => self.inner.read(ns, keys).await,
-        }
+        self.faulted(self.inner.load_namespace(namespace, windows))
+            .await
     }
 
-    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
-        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(StoreError::Injected);
-        }
-        self.inner.ping().await
+    async fn purge(&self, now: UnixMs) -> Result<u64, StoreError> {
+        self.faulted(self.inner.purge(now)).await
+    }
+
+    async fn push_tats(&self, namespace: &str, push: TatPush<'_>) -> Result<Vec<Tat>, StoreError> {
+        self.faulted(self.inner.push_tats(namespace, push)).await
+    }
+
+    async fn read_tats(
+        &self,
+        namespace: &str,
+        keys: &[CompactString],
+    ) -> Result<Vec<Tat>, StoreError> {
+        self.faulted(self.inner.read_tats(namespace, keys)).await
+    }
+
+    async fn load_tats(&self, namespace: &str, now_ns: i64) -> Result<Vec<Tat>, StoreError> {
+        self.faulted(self.inner.load_tats(namespace, now_ns)).await
+    }
+
+    async fn reset(
+        &self,
+        namespace: &str,
+        key: &str,
+        window_sizes: &[u32],
+    ) -> Result<(), StoreError> {
+        self.faulted(self.inner.reset(namespace, key, window_sizes))
+            .await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.faulted(self.inner.ping()).await
     }
 }

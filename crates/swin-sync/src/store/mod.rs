@@ -1,16 +1,21 @@
-//! The store boundary: push diffs (getting the new totals back), read totals of given
-//! windows, load a namespace for warm-up, purge expired windows, ping. Three stores
-//! implement it, dispatched by an enum; `Faulty` wraps one to inject failures.
+//! The store boundary ([`Backend`]): push diffs (getting the new totals back), read
+//! totals of given windows, load a namespace for warm-up, purge expired windows, the same
+//! for GCRA buckets, reset a key, ping. Three stores implement it, dispatched by the
+//! [`Store`] enum; with the `faults` feature (tests only) `Faulty` wraps one to inject
+//! failures.
 
+#[cfg(feature = "faults")]
 mod faulty;
 mod postgres;
 mod redis;
+mod sql;
 mod sqlite;
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
+#[cfg(feature = "faults")]
 pub use self::faulty::{Fault, FaultyStore};
 pub use self::postgres::PostgresStore;
 pub use self::redis::RedisStore;
@@ -64,75 +69,6 @@ impl From<Vec<Total>> for Pushed {
     }
 }
 
-/// An open transaction that a push's rows go into part by part (see
-/// [`isolate_rejected`]). Each SQL store implements it over its own connection type.
-pub(crate) trait PartWriter: Send {
-    /// Runs savepoint commands as they are.
-    fn execute(&mut self, sql: &'static str) -> BoxFuture<'_, Result<(), StoreError>>;
-    /// Adds `diffs` and returns the new totals.
-    fn upsert<'a>(&'a mut self, diffs: &'a [Diff])
-        -> BoxFuture<'a, Result<Vec<Total>, StoreError>>;
-}
-
-/// Applies `diffs` in `tx`, isolating the rows the store refuses: each part is tried
-/// under a savepoint, and a part that fails with a rejection
-/// ([`StoreError::is_rejection`]) is rolled back to it and split in two until the refused
-/// rows stand alone. Parts go in the order of `diffs` (the lock order). Any other error
-/// ends the call; the caller's transaction then applies nothing.
-pub(crate) async fn isolate_rejected(
-    tx: &mut dyn PartWriter,
-    diffs: &[Diff],
-) -> Result<Pushed, StoreError> {
-    let mut out = Pushed::default();
-    let mut parts: Vec<&[Diff]> = vec![diffs];
-    while let Some(part) = parts.pop() {
-        if part.is_empty() {
-            continue;
-        }
-        tx.execute("SAVEPOINT swin_part").await?;
-        match tx.upsert(part).await {
-            Ok(totals) => {
-                tx.execute("RELEASE SAVEPOINT swin_part").await?;
-                out.totals.extend(totals);
-            }
-            Err(e) if e.is_rejection() => {
-                tx.execute("ROLLBACK TO SAVEPOINT swin_part").await?;
-                tx.execute("RELEASE SAVEPOINT swin_part").await?;
-                if let [one] = part {
-                    out.rejected.push(Rejected {
-                        diff: one.clone(),
-                        reason: e.to_string(),
-                    });
-                } else {
-                    let (first, second) = part.split_at(part.len() / 2);
-                    parts.push(second);
-                    parts.push(first);
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(out)
-}
-
-/// A total as the SQL stores return it: key, window size, window start, count.
-pub(crate) type TotalRow = (String, i64, i64, f64);
-
-pub(crate) fn totals(rows: Vec<TotalRow>) -> Result<Vec<Total>, StoreError> {
-    rows.into_iter()
-        .map(|(key, size, window_start, count)| {
-            let window_size = u32::try_from(size)
-                .map_err(|_| StoreError::Protocol(format!("window_size {size} out of range")))?;
-            Ok(Total {
-                key: key.into(),
-                window_size,
-                window_start,
-                count,
-            })
-        })
-        .collect()
-}
-
 /// A batch of diffs from one node. With `seq`, the store applies the batch at most once
 /// per `(node_id, namespace, seq)`: the engine retries a failed push with the same
 /// sequence number and the same diffs, so a push whose reply was lost is not counted
@@ -159,18 +95,6 @@ pub struct TatPush<'a> {
     pub advances: &'a [Advance],
 }
 
-/// A TAT as the SQL stores return it.
-pub(crate) type TatRow = (String, i64);
-
-pub(crate) fn tats(rows: Vec<TatRow>) -> Vec<Tat> {
-    rows.into_iter()
-        .map(|(key, tat_ns)| Tat {
-            key: key.into(),
-            tat_ns,
-        })
-        .collect()
-}
-
 /// Sums advances per key, in key order (the lock order, as for diffs).
 pub(crate) fn normalize_advances(advances: &[Advance]) -> Vec<Advance> {
     let mut sums: BTreeMap<&str, i64> = BTreeMap::new();
@@ -186,24 +110,109 @@ pub(crate) fn normalize_advances(advances: &[Advance]) -> Vec<Advance> {
         .collect()
 }
 
+/// What a store does. The three backends implement it, so the compiler checks their
+/// signatures against one contract; [`Store`] picks one at run time. Every call is
+/// independent and may be retried: pushes carry their own exactly-once record.
+pub trait Backend: Send + Sync {
+    /// `postgres`, `redis` or `sqlite`.
+    fn kind(&self) -> &'static str;
+
+    /// Applies the schema (PostgreSQL, SQLite); nothing to do for Redis.
+    fn migrate(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Adds the diffs and returns the new total of every pushed window; windows the
+    /// store refuses for good come back in [`Pushed::rejected`], the rest are applied
+    /// atomically. A stored count never goes below zero: a diff that would take it
+    /// there leaves 0 (refunds on several nodes cannot make quota).
+    fn push(
+        &self,
+        namespace: &str,
+        push: Push<'_>,
+    ) -> impl Future<Output = Result<Pushed, StoreError>> + Send;
+
+    /// Totals of the given windows; windows the store has never seen are left out.
+    fn read(
+        &self,
+        namespace: &str,
+        keys: &[WindowKey],
+    ) -> impl Future<Output = Result<Vec<Total>, StoreError>> + Send;
+
+    /// Every total of the namespace in windows of the given sizes starting at or after
+    /// the paired start (a node's warm-up, Kong's `fetch`).
+    fn load_namespace(
+        &self,
+        namespace: &str,
+        windows: &[(u32, i64)],
+    ) -> impl Future<Output = Result<Vec<Total>, StoreError>> + Send;
+
+    /// Deletes windows that ended more than one window ago, and old push records.
+    /// Returns the rows deleted (0 where the store expires keys by itself).
+    fn purge(&self, now: UnixMs) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Applies TAT advances atomically and returns the new TAT of every pushed bucket.
+    fn push_tats(
+        &self,
+        namespace: &str,
+        push: TatPush<'_>,
+    ) -> impl Future<Output = Result<Vec<Tat>, StoreError>> + Send;
+
+    /// TATs of the given buckets; buckets the store does not hold (full) are left out.
+    fn read_tats(
+        &self,
+        namespace: &str,
+        keys: &[CompactString],
+    ) -> impl Future<Output = Result<Vec<Tat>, StoreError>> + Send;
+
+    /// Every bucket of the namespace that is not full at `now_ns` (warm-up).
+    fn load_tats(
+        &self,
+        namespace: &str,
+        now_ns: i64,
+    ) -> impl Future<Output = Result<Vec<Tat>, StoreError>> + Send;
+
+    /// Deletes a key's counters (of the given window sizes, where the store needs them
+    /// to find the key) and its bucket: a reset across the cluster. Push records stay.
+    fn reset(
+        &self,
+        namespace: &str,
+        key: &str,
+        window_sizes: &[u32],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// One round trip, to tell whether the store answers.
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// The configured store: one of the backends (or, in tests, one wrapped to fail on
+/// demand). Its methods box the backend's future, so callers hold one type whatever the
+/// backend, and skip calls with nothing to do.
 #[derive(Debug, Clone)]
 pub enum Store {
     Postgres(PostgresStore),
     Redis(RedisStore),
     Sqlite(SqliteStore),
+    #[cfg(feature = "faults")]
     Faulty(std::sync::Arc<FaultyStore>),
 }
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// Runs `$call` on the backend `$s` inside `$store`.
+macro_rules! dispatch {
+    ($store:expr, $s:ident => $call:expr) => {
+        match $store {
+            Store::Postgres($s) => $call,
+            Store::Redis($s) => $call,
+            Store::Sqlite($s) => $call,
+            #[cfg(feature = "faults")]
+            Store::Faulty($s) => $call,
+        }
+    };
+}
+
 impl Store {
     pub fn kind(&self) -> &'static str {
-        match self {
-            Store::Postgres(_) => "postgres",
-            Store::Redis(_) => "redis",
-            Store::Sqlite(_) => "sqlite",
-            Store::Faulty(f) => f.inner().kind(),
-        }
+        dispatch!(self, s => s.kind())
     }
 
     /// Whether concurrent calls already share round trips (Redis pipelines every command
@@ -213,38 +222,21 @@ impl Store {
         self.kind() == "redis"
     }
 
-    /// Applies the schema (PostgreSQL, SQLite); nothing to do for Redis.
+    /// See [`Backend::migrate`].
     pub fn migrate(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            match self {
-                Store::Postgres(s) => s.migrate().await,
-                Store::Redis(_) => Ok(()),
-                Store::Sqlite(s) => s.migrate().await,
-                Store::Faulty(f) => f.inner().migrate().await,
-            }
-        })
+        Box::pin(async move { dispatch!(self, s => s.migrate().await) })
     }
 
-    /// Adds the diffs and returns the new total of every pushed window; windows the
-    /// store refuses for good come back in [`Pushed::rejected`], the rest are applied
-    /// atomically. A stored count never goes below zero: a diff that would take it
-    /// there leaves 0 (refunds on several nodes cannot make quota).
+    /// See [`Backend::push`].
     pub fn push<'a>(
         &'a self,
         namespace: &'a str,
         push: Push<'a>,
     ) -> BoxFuture<'a, Result<Pushed, StoreError>> {
-        Box::pin(async move {
-            match self {
-                Store::Postgres(s) => s.push(namespace, push).await,
-                Store::Redis(s) => s.push(namespace, push).await,
-                Store::Sqlite(s) => s.push(namespace, push).await,
-                Store::Faulty(f) => f.push(namespace, push).await,
-            }
-        })
+        Box::pin(async move { dispatch!(self, s => s.push(namespace, push).await) })
     }
 
-    /// Totals of the given windows; windows the store has never seen are left out.
+    /// See [`Backend::read`]; no call for no keys.
     pub fn read<'a>(
         &'a self,
         namespace: &'a str,
@@ -254,46 +246,25 @@ impl Store {
             if keys.is_empty() {
                 return Ok(Vec::new());
             }
-            match self {
-                Store::Postgres(s) => s.read(namespace, keys).await,
-                Store::Redis(s) => s.read(namespace, keys).await,
-                Store::Sqlite(s) => s.read(namespace, keys).await,
-                Store::Faulty(f) => f.read(namespace, keys).await,
-            }
+            dispatch!(self, s => s.read(namespace, keys).await)
         })
     }
 
-    /// Every total of the namespace in windows of the given sizes starting at or after
-    /// the paired start (a node's warm-up, Kong's `fetch`).
+    /// See [`Backend::load_namespace`].
     pub fn load_namespace<'a>(
         &'a self,
         namespace: &'a str,
         windows: &'a [(u32, i64)],
     ) -> BoxFuture<'a, Result<Vec<Total>, StoreError>> {
-        Box::pin(async move {
-            match self {
-                Store::Postgres(s) => s.load_namespace(namespace, windows).await,
-                Store::Redis(s) => s.load_namespace(namespace, windows).await,
-                Store::Sqlite(s) => s.load_namespace(namespace, windows).await,
-                Store::Faulty(f) => f.inner().load_namespace(namespace, windows).await,
-            }
-        })
+        Box::pin(async move { dispatch!(self, s => s.load_namespace(namespace, windows).await) })
     }
 
-    /// Deletes windows that ended more than one window ago, and old push records.
-    /// Returns the rows deleted (0 where the store expires keys by itself).
+    /// See [`Backend::purge`].
     pub fn purge(&self, now: UnixMs) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(async move {
-            match self {
-                Store::Postgres(s) => s.purge(now).await,
-                Store::Redis(_) => Ok(0),
-                Store::Sqlite(s) => s.purge(now).await,
-                Store::Faulty(f) => f.inner().purge(now).await,
-            }
-        })
+        Box::pin(async move { dispatch!(self, s => s.purge(now).await) })
     }
 
-    /// Applies TAT advances atomically and returns the new TAT of every pushed bucket.
+    /// See [`Backend::push_tats`]; no call for no advances.
     pub fn push_tats<'a>(
         &'a self,
         namespace: &'a str,
@@ -303,16 +274,11 @@ impl Store {
             if push.advances.is_empty() {
                 return Ok(Vec::new());
             }
-            match self {
-                Store::Postgres(s) => s.push_tats(namespace, push).await,
-                Store::Redis(s) => s.push_tats(namespace, push).await,
-                Store::Sqlite(s) => s.push_tats(namespace, push).await,
-                Store::Faulty(f) => f.push_tats(namespace, push).await,
-            }
+            dispatch!(self, s => s.push_tats(namespace, push).await)
         })
     }
 
-    /// TATs of the given buckets; buckets the store does not hold (full) are left out.
+    /// See [`Backend::read_tats`]; no call for no keys.
     pub fn read_tats<'a>(
         &'a self,
         namespace: &'a str,
@@ -322,58 +288,32 @@ impl Store {
             if keys.is_empty() {
                 return Ok(Vec::new());
             }
-            match self {
-                Store::Postgres(s) => s.read_tats(namespace, keys).await,
-                Store::Redis(s) => s.read_tats(namespace, keys).await,
-                Store::Sqlite(s) => s.read_tats(namespace, keys).await,
-                Store::Faulty(f) => f.inner().read_tats(namespace, keys).await,
-            }
+            dispatch!(self, s => s.read_tats(namespace, keys).await)
         })
     }
 
-    /// Every bucket of the namespace that is not full at `now_ns` (warm-up).
+    /// See [`Backend::load_tats`].
     pub fn load_tats<'a>(
         &'a self,
         namespace: &'a str,
         now_ns: i64,
     ) -> BoxFuture<'a, Result<Vec<Tat>, StoreError>> {
-        Box::pin(async move {
-            match self {
-                Store::Postgres(s) => s.load_tats(namespace, now_ns).await,
-                Store::Redis(s) => s.load_tats(namespace, now_ns).await,
-                Store::Sqlite(s) => s.load_tats(namespace, now_ns).await,
-                Store::Faulty(f) => f.inner().load_tats(namespace, now_ns).await,
-            }
-        })
+        Box::pin(async move { dispatch!(self, s => s.load_tats(namespace, now_ns).await) })
     }
 
-    /// Deletes a key's counters (of the given window sizes) and its bucket: a reset
-    /// across the cluster.
+    /// See [`Backend::reset`].
     pub fn reset<'a>(
         &'a self,
         namespace: &'a str,
         key: &'a str,
         window_sizes: &'a [u32],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            match self {
-                Store::Postgres(s) => s.reset(namespace, key).await,
-                Store::Redis(s) => s.reset(namespace, key, window_sizes).await,
-                Store::Sqlite(s) => s.reset(namespace, key).await,
-                Store::Faulty(f) => f.inner().reset(namespace, key, window_sizes).await,
-            }
-        })
+        Box::pin(async move { dispatch!(self, s => s.reset(namespace, key, window_sizes).await) })
     }
 
+    /// See [`Backend::ping`].
     pub fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            match self {
-                Store::Postgres(s) => s.ping().await,
-                Store::Redis(s) => s.ping().await,
-                Store::Sqlite(s) => s.ping().await,
-                Store::Faulty(f) => f.ping().await,
-            }
-        })
+        Box::pin(async move { dispatch!(self, s => s.ping().await) })
     }
 }
 

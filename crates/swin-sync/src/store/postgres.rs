@@ -6,10 +6,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use swin_core::{CompactString, Diff, Tat, Total, UnixMs};
 use tracing::instrument;
 
-use super::{
-    isolate_rejected, normalize, normalize_advances, tats, totals, BoxFuture, PartWriter, Push,
-    Pushed, TatPush, TatRow, TotalRow, WindowKey,
-};
+use super::sql::{isolate_rejected, tats, totals, PartWriter, TatRow, TotalRow};
+use super::{normalize, normalize_advances, Backend, BoxFuture, Push, Pushed, TatPush, WindowKey};
 use crate::StoreError;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
@@ -141,7 +139,9 @@ impl PartWriter for Parts<'_, '_> {
 }
 
 impl PostgresStore {
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+    /// A pool of at most `max_connections`. Only the URL is checked here: connections
+    /// are made on first use, so a node starts (degraded) while PostgreSQL is down.
+    pub fn new(url: &str, max_connections: u32) -> Result<Self, StoreError> {
         let opts: PgConnectOptions = url.parse().map_err(err)?;
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
@@ -152,33 +152,6 @@ impl PostgresStore {
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
-    }
-
-    pub(crate) async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await?;
-        Ok(())
-    }
-
-    #[instrument(skip_all, fields(namespace, rows = push.diffs.len()))]
-    pub(crate) async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
-        let diffs = normalize(push.diffs);
-        if diffs.is_empty() {
-            return Ok(Pushed::default());
-        }
-        let rows = match upsert(&self.pool, namespace, &diffs, push.node_id, push.seq).await {
-            Ok(rows) => rows,
-            Err(e) if e.is_rejection() => {
-                return self.push_isolating(namespace, push, &diffs).await
-            }
-            Err(e) => return Err(e),
-        };
-        if push.seq.is_some() && rows.is_empty() {
-            // Applied by an earlier attempt (or only negative diffs on absent windows):
-            // answer with the current totals.
-            let windows: Vec<WindowKey> = diffs.iter().map(WindowKey::of).collect();
-            return Ok(self.read(namespace, &windows).await?.into());
-        }
-        Ok(rows.into())
     }
 
     /// The slow path of a push that met a row the store refuses: in one transaction, the
@@ -217,12 +190,41 @@ impl PostgresStore {
         tx.commit().await.map_err(err)?;
         Ok(pushed)
     }
+}
 
-    pub(crate) async fn read(
-        &self,
-        namespace: &str,
-        keys: &[WindowKey],
-    ) -> Result<Vec<Total>, StoreError> {
+impl Backend for PostgresStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    #[instrument(skip_all, fields(namespace, rows = push.diffs.len()))]
+    async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
+        let diffs = normalize(push.diffs);
+        if diffs.is_empty() {
+            return Ok(Pushed::default());
+        }
+        let rows = match upsert(&self.pool, namespace, &diffs, push.node_id, push.seq).await {
+            Ok(rows) => rows,
+            Err(e) if e.is_rejection() => {
+                return self.push_isolating(namespace, push, &diffs).await
+            }
+            Err(e) => return Err(e),
+        };
+        if push.seq.is_some() && rows.is_empty() {
+            // Applied by an earlier attempt (or only negative diffs on absent windows):
+            // answer with the current totals.
+            let windows: Vec<WindowKey> = diffs.iter().map(WindowKey::of).collect();
+            return Ok(self.read(namespace, &windows).await?.into());
+        }
+        Ok(rows.into())
+    }
+
+    async fn read(&self, namespace: &str, keys: &[WindowKey]) -> Result<Vec<Total>, StoreError> {
         // a key `text` cannot hold is in no row: asking for it would fail the whole read
         let keys: Vec<&WindowKey> = keys.iter().filter(|w| storable(&w.key)).collect();
         let k: Vec<&str> = keys.iter().map(|w| w.key.as_str()).collect();
@@ -244,7 +246,7 @@ impl PostgresStore {
         totals(rows)
     }
 
-    pub(crate) async fn load_namespace(
+    async fn load_namespace(
         &self,
         namespace: &str,
         windows: &[(u32, i64)],
@@ -266,11 +268,7 @@ impl PostgresStore {
         totals(rows)
     }
 
-    pub(crate) async fn push_tats(
-        &self,
-        namespace: &str,
-        push: TatPush<'_>,
-    ) -> Result<Vec<Tat>, StoreError> {
+    async fn push_tats(&self, namespace: &str, push: TatPush<'_>) -> Result<Vec<Tat>, StoreError> {
         let advances = normalize_advances(push.advances);
         let keys: Vec<&str> = advances.iter().map(|a| a.key.as_str()).collect();
         let values: Vec<i64> = advances.iter().map(|a| a.ns).collect();
@@ -291,7 +289,7 @@ impl PostgresStore {
         Ok(tats(rows))
     }
 
-    pub(crate) async fn read_tats(
+    async fn read_tats(
         &self,
         namespace: &str,
         keys: &[CompactString],
@@ -312,11 +310,7 @@ impl PostgresStore {
         Ok(tats(rows))
     }
 
-    pub(crate) async fn load_tats(
-        &self,
-        namespace: &str,
-        now_ns: i64,
-    ) -> Result<Vec<Tat>, StoreError> {
+    async fn load_tats(&self, namespace: &str, now_ns: i64) -> Result<Vec<Tat>, StoreError> {
         let rows: Vec<TatRow> = sqlx::query_as(
             "SELECT key, tat_ns FROM swin_buckets WHERE namespace = $1 AND tat_ns > $2",
         )
@@ -328,7 +322,12 @@ impl PostgresStore {
         Ok(tats(rows))
     }
 
-    pub(crate) async fn reset(&self, namespace: &str, key: &str) -> Result<(), StoreError> {
+    async fn reset(
+        &self,
+        namespace: &str,
+        key: &str,
+        _window_sizes: &[u32],
+    ) -> Result<(), StoreError> {
         if !storable(key) {
             return Ok(()); // no row can hold it: nothing to delete
         }
@@ -347,7 +346,7 @@ impl PostgresStore {
         Ok(())
     }
 
-    pub(crate) async fn purge(&self, now: UnixMs) -> Result<u64, StoreError> {
+    async fn purge(&self, now: UnixMs) -> Result<u64, StoreError> {
         let mut tx = self.pool.begin().await.map_err(err)?;
         let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
             .bind(PURGE_LOCK)
@@ -386,7 +385,7 @@ impl PostgresStore {
         Ok(deleted + full)
     }
 
-    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1")
             .execute(&self.pool)
             .await

@@ -10,10 +10,8 @@ use sqlx::sqlite::{
 };
 use swin_core::{CompactString, Diff, Tat, Total, UnixMs};
 
-use super::{
-    isolate_rejected, normalize, normalize_advances, tats, totals, BoxFuture, PartWriter, Push,
-    Pushed, TatPush, TatRow, TotalRow, WindowKey,
-};
+use super::sql::{isolate_rejected, tats, totals, PartWriter, TatRow, TotalRow};
+use super::{normalize, normalize_advances, Backend, BoxFuture, Push, Pushed, TatPush, WindowKey};
 use crate::StoreError;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -153,15 +151,21 @@ impl SqliteStore {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+}
 
-    pub(crate) async fn migrate(&self) -> Result<(), StoreError> {
+impl Backend for SqliteStore {
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())
     }
 
     /// One write transaction: the push record, then the rows, isolating any the
     /// database refuses (see [`isolate_rejected`]).
-    pub(crate) async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
+    async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
         let diffs = normalize(push.diffs);
         if diffs.is_empty() {
             return Ok(Pushed::default());
@@ -188,11 +192,7 @@ impl SqliteStore {
 
     /// `CROSS JOIN` keeps the wanted windows as the outer loop, so each is one primary
     /// key lookup; left to itself the planner may scan the table once per window.
-    pub(crate) async fn read(
-        &self,
-        namespace: &str,
-        keys: &[WindowKey],
-    ) -> Result<Vec<Total>, StoreError> {
+    async fn read(&self, namespace: &str, keys: &[WindowKey]) -> Result<Vec<Total>, StoreError> {
         let wanted: Vec<serde_json::Value> = keys
             .iter()
             .map(|w| serde_json::json!([w.key.as_str(), w.window_size, w.window_start]))
@@ -212,7 +212,7 @@ impl SqliteStore {
         totals(rows)
     }
 
-    pub(crate) async fn load_namespace(
+    async fn load_namespace(
         &self,
         namespace: &str,
         windows: &[(u32, i64)],
@@ -235,11 +235,7 @@ impl SqliteStore {
         totals(rows)
     }
 
-    pub(crate) async fn push_tats(
-        &self,
-        namespace: &str,
-        push: TatPush<'_>,
-    ) -> Result<Vec<Tat>, StoreError> {
+    async fn push_tats(&self, namespace: &str, push: TatPush<'_>) -> Result<Vec<Tat>, StoreError> {
         let advances = normalize_advances(push.advances);
         let rows: Vec<serde_json::Value> = advances
             .iter()
@@ -271,7 +267,7 @@ impl SqliteStore {
         Ok(tats(out))
     }
 
-    pub(crate) async fn read_tats(
+    async fn read_tats(
         &self,
         namespace: &str,
         keys: &[CompactString],
@@ -289,11 +285,7 @@ impl SqliteStore {
         Ok(tats(rows))
     }
 
-    pub(crate) async fn load_tats(
-        &self,
-        namespace: &str,
-        now_ns: i64,
-    ) -> Result<Vec<Tat>, StoreError> {
+    async fn load_tats(&self, namespace: &str, now_ns: i64) -> Result<Vec<Tat>, StoreError> {
         let rows: Vec<TatRow> = sqlx::query_as(
             "SELECT key, tat_ns FROM swin_buckets WHERE namespace = ?1 AND tat_ns > ?2",
         )
@@ -305,7 +297,12 @@ impl SqliteStore {
         Ok(tats(rows))
     }
 
-    pub(crate) async fn reset(&self, namespace: &str, key: &str) -> Result<(), StoreError> {
+    async fn reset(
+        &self,
+        namespace: &str,
+        key: &str,
+        _window_sizes: &[u32],
+    ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await.map_err(err)?;
         for table in ["swin_counters", "swin_buckets"] {
             sqlx::query(&format!(
@@ -321,7 +318,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(crate) async fn purge(&self, now: UnixMs) -> Result<u64, StoreError> {
+    async fn purge(&self, now: UnixMs) -> Result<u64, StoreError> {
         // SQLite serialises writers anyway: whichever node gets the lock purges.
         let deleted =
             sqlx::query("DELETE FROM swin_counters WHERE window_start < ?1 - 2 * window_size")
@@ -344,7 +341,7 @@ impl SqliteStore {
         Ok(deleted + full)
     }
 
-    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1")
             .execute(&self.pool)
             .await

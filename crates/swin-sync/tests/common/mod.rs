@@ -41,7 +41,7 @@ impl Drop for Cleanup {
 
 pub async fn postgres() -> TestStore {
     let db = TestDatabase::create().await;
-    let store = Store::Postgres(PostgresStore::connect(&db.url, 8).await.expect("pool"));
+    let store = Store::Postgres(PostgresStore::new(&db.url, 8).expect("pool"));
     store.migrate().await.expect("migrate");
     TestStore {
         store,
@@ -53,9 +53,8 @@ pub async fn postgres() -> TestStore {
 pub async fn redis() -> TestStore {
     let url = swin_testkit::redis_url();
     let prefix = swin_testkit::unique("swin-test");
-    let r = RedisStore::connect(&url, &prefix)
-        .await
-        .expect("connect to the test Redis (scripts/test starts it)");
+    let r =
+        RedisStore::new(&url, &prefix).expect("connect to the test Redis (scripts/test starts it)");
     TestStore {
         store: Store::Redis(r.clone()),
         url,

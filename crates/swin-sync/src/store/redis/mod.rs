@@ -38,12 +38,12 @@
 
 use redis::aio::ConnectionManager;
 use redis::Script;
-use swin_core::{CompactString, Tat, Total};
+use swin_core::{CompactString, Tat, Total, UnixMs};
 
 mod keys;
 
 use self::keys::{glob_escape, parse_hash_key, slot_calls};
-use super::{normalize, normalize_advances, Push, Pushed, Rejected, TatPush, WindowKey};
+use super::{normalize, normalize_advances, Backend, Push, Pushed, Rejected, TatPush, WindowKey};
 use crate::StoreError;
 
 const PUSH_LUA: &str = include_str!("push.lua");
@@ -84,7 +84,7 @@ impl std::fmt::Debug for RedisStore {
 impl RedisStore {
     /// `prefix` starts every key (default `swin`); tests use their own. Only the URL is
     /// checked here: the connection is made on first use.
-    pub async fn connect(url: &str, prefix: &str) -> Result<Self, StoreError> {
+    pub fn new(url: &str, prefix: &str) -> Result<Self, StoreError> {
         let client = redis::Client::open(url)?;
         Ok(RedisStore {
             client,
@@ -158,7 +158,69 @@ impl RedisStore {
         )
     }
 
-    pub(crate) async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
+    fn bucket_key(&self, namespace: &str, key: &str) -> String {
+        format!(
+            "{}:{{{}:{}:{}}}:gcra",
+            self.prefix,
+            namespace.len(),
+            namespace,
+            key
+        )
+    }
+
+    /// Every key matching `pattern`, walking the keyspace with SCAN (never KEYS).
+    async fn scan(&self, pattern: &str) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.conn().await?;
+        let mut cursor: u64 = 0;
+        let mut keys = Vec::new();
+        loop {
+            let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await?;
+            keys.extend(found);
+            cursor = next;
+            if cursor == 0 {
+                return Ok(keys);
+            }
+        }
+    }
+
+    /// Deletes every key under this store's prefix (tests clean up with it).
+    pub async fn delete_prefix(&self) -> Result<u64, StoreError> {
+        let keys = self
+            .scan(&format!("{}:*", glob_escape(&self.prefix)))
+            .await?;
+        let mut conn = self.conn().await?;
+        let mut deleted = 0;
+        for chunk in keys.chunks(500) {
+            let n: u64 = redis::cmd("DEL").arg(chunk).query_async(&mut conn).await?;
+            deleted += n;
+        }
+        Ok(deleted)
+    }
+}
+
+impl Backend for RedisStore {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    /// Nothing to apply: hashes need no schema.
+    async fn migrate(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Nothing to delete: every hash expires by itself (see the module header).
+    async fn purge(&self, _now: UnixMs) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
         let diffs = normalize(push.diffs);
         // One run of diffs per hash (normalize sorts by key, size, start).
         let mut hashes: Vec<(String, std::ops::Range<usize>)> = Vec::new();
@@ -237,21 +299,7 @@ impl RedisStore {
         Ok(out)
     }
 
-    fn bucket_key(&self, namespace: &str, key: &str) -> String {
-        format!(
-            "{}:{{{}:{}:{}}}:gcra",
-            self.prefix,
-            namespace.len(),
-            namespace,
-            key
-        )
-    }
-
-    pub(crate) async fn push_tats(
-        &self,
-        namespace: &str,
-        push: TatPush<'_>,
-    ) -> Result<Vec<Tat>, StoreError> {
+    async fn push_tats(&self, namespace: &str, push: TatPush<'_>) -> Result<Vec<Tat>, StoreError> {
         let advances = normalize_advances(push.advances);
         let hashes: Vec<String> = advances
             .iter()
@@ -293,7 +341,7 @@ impl RedisStore {
         Ok(out)
     }
 
-    pub(crate) async fn read_tats(
+    async fn read_tats(
         &self,
         namespace: &str,
         keys: &[CompactString],
@@ -316,11 +364,7 @@ impl RedisStore {
             .collect()
     }
 
-    pub(crate) async fn load_tats(
-        &self,
-        namespace: &str,
-        now_ns: i64,
-    ) -> Result<Vec<Tat>, StoreError> {
+    async fn load_tats(&self, namespace: &str, now_ns: i64) -> Result<Vec<Tat>, StoreError> {
         let head = format!("{}:{{{}:{}:", self.prefix, namespace.len(), namespace);
         let pattern = format!("{}*}}:gcra", glob_escape(&head));
         let hashes = self.scan(&pattern).await?;
@@ -350,7 +394,7 @@ impl RedisStore {
 
     /// Empties the key's hashes, one per window size and its bucket, but for their push
     /// records.
-    pub(crate) async fn reset(
+    async fn reset(
         &self,
         namespace: &str,
         key: &str,
@@ -368,11 +412,7 @@ impl RedisStore {
         Ok(())
     }
 
-    pub(crate) async fn read(
-        &self,
-        namespace: &str,
-        keys: &[WindowKey],
-    ) -> Result<Vec<Total>, StoreError> {
+    async fn read(&self, namespace: &str, keys: &[WindowKey]) -> Result<Vec<Total>, StoreError> {
         let mut pipe = redis::pipe();
         for w in keys {
             pipe.hget(
@@ -398,7 +438,7 @@ impl RedisStore {
 
     /// Warm-up scans for the namespace's hashes: Redis keeps no per-namespace index
     /// (it would be one hot key per namespace), so this walks the keyspace once, at start.
-    pub(crate) async fn load_namespace(
+    async fn load_namespace(
         &self,
         namespace: &str,
         windows: &[(u32, i64)],
@@ -435,46 +475,10 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// Every key matching `pattern`, walking the keyspace with SCAN (never KEYS).
-    async fn scan(&self, pattern: &str) -> Result<Vec<String>, StoreError> {
-        let mut conn = self.conn().await?;
-        let mut cursor: u64 = 0;
-        let mut keys = Vec::new();
-        loop {
-            let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await?;
-            keys.extend(found);
-            cursor = next;
-            if cursor == 0 {
-                return Ok(keys);
-            }
-        }
-    }
-
-    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.conn().await?;
         let _: String = redis::cmd("PING").query_async(&mut conn).await?;
         Ok(())
-    }
-
-    /// Deletes every key under this store's prefix (tests clean up with it).
-    pub async fn delete_prefix(&self) -> Result<u64, StoreError> {
-        let keys = self
-            .scan(&format!("{}:*", glob_escape(&self.prefix)))
-            .await?;
-        let mut conn = self.conn().await?;
-        let mut deleted = 0;
-        for chunk in keys.chunks(500) {
-            let n: u64 = redis::cmd("DEL").arg(chunk).query_async(&mut conn).await?;
-            deleted += n;
-        }
-        Ok(deleted)
     }
 }
 

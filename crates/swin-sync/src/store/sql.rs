@@ -1,0 +1,88 @@
+//! What the two SQL stores (PostgreSQL, SQLite) share: isolating the rows a push's
+//! transaction refuses, and turning result rows into totals and TATs.
+
+use swin_core::{Diff, Tat, Total};
+
+use super::{BoxFuture, Pushed, Rejected};
+use crate::StoreError;
+
+/// An open transaction that a push's rows go into part by part (see
+/// [`isolate_rejected`]). Each SQL store implements it over its own connection type.
+pub(crate) trait PartWriter: Send {
+    /// Runs savepoint commands as they are.
+    fn execute(&mut self, sql: &'static str) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Adds `diffs` and returns the new totals.
+    fn upsert<'a>(&'a mut self, diffs: &'a [Diff])
+        -> BoxFuture<'a, Result<Vec<Total>, StoreError>>;
+}
+
+/// Applies `diffs` in `tx`, isolating the rows the store refuses: each part is tried
+/// under a savepoint, and a part that fails with a rejection
+/// ([`StoreError::is_rejection`]) is rolled back to it and split in two until the refused
+/// rows stand alone. Parts go in the order of `diffs` (the lock order). Any other error
+/// ends the call; the caller's transaction then applies nothing.
+pub(crate) async fn isolate_rejected(
+    tx: &mut dyn PartWriter,
+    diffs: &[Diff],
+) -> Result<Pushed, StoreError> {
+    let mut out = Pushed::default();
+    let mut parts: Vec<&[Diff]> = vec![diffs];
+    while let Some(part) = parts.pop() {
+        if part.is_empty() {
+            continue;
+        }
+        tx.execute("SAVEPOINT swin_part").await?;
+        match tx.upsert(part).await {
+            Ok(totals) => {
+                tx.execute("RELEASE SAVEPOINT swin_part").await?;
+                out.totals.extend(totals);
+            }
+            Err(e) if e.is_rejection() => {
+                tx.execute("ROLLBACK TO SAVEPOINT swin_part").await?;
+                tx.execute("RELEASE SAVEPOINT swin_part").await?;
+                if let [one] = part {
+                    out.rejected.push(Rejected {
+                        diff: one.clone(),
+                        reason: e.to_string(),
+                    });
+                } else {
+                    let (first, second) = part.split_at(part.len() / 2);
+                    parts.push(second);
+                    parts.push(first);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// A total as the SQL stores return it: key, window size, window start, count.
+pub(crate) type TotalRow = (String, i64, i64, f64);
+
+pub(crate) fn totals(rows: Vec<TotalRow>) -> Result<Vec<Total>, StoreError> {
+    rows.into_iter()
+        .map(|(key, size, window_start, count)| {
+            let window_size = u32::try_from(size)
+                .map_err(|_| StoreError::Protocol(format!("window_size {size} out of range")))?;
+            Ok(Total {
+                key: key.into(),
+                window_size,
+                window_start,
+                count,
+            })
+        })
+        .collect()
+}
+
+/// A TAT as the SQL stores return it.
+pub(crate) type TatRow = (String, i64);
+
+pub(crate) fn tats(rows: Vec<TatRow>) -> Vec<Tat> {
+    rows.into_iter()
+        .map(|(key, tat_ns)| Tat {
+            key: key.into(),
+            tat_ns,
+        })
+        .collect()
+}
