@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use swin_cluster_tests::{
-    increment, increment_batch, read, within, Cluster, DelayProxy, TestStore as Store,
+    increment, increment_batch, read, within, Cluster, ClusterStore, DelayProxy, TestStore as Store,
 };
 use swin_testkit::{EphemeralPostgres, TestDatabase};
 
@@ -111,7 +111,7 @@ async fn convergence(store: Store, periods: u32) {
         wrong.len(),
         &wrong[..wrong.len().min(5)]
     );
-    let totals = store.totals().await;
+    let totals = store.totals("api").await;
     assert_eq!(totals.len(), 3000);
     assert!(
         totals.values().all(|v| *v == 10.0),
@@ -137,7 +137,7 @@ async fn convergence_redis() {
 async fn convergence_sqlite() {
     let _serial = SERIAL.lock().await;
     swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    convergence(Store::sqlite(), 30).await;
+    convergence(Store::sqlite().await, 30).await;
 }
 
 /// Hits through nginx until told to stop; counts acknowledged hits per key and every
@@ -264,7 +264,7 @@ async fn outage(store: Store, stop: impl FnOnce(), start: impl FnOnce()) {
         async || all_ready(&c, &cluster).await,
     )
     .await;
-    let totals = store.totals().await;
+    let totals = store.totals("api").await;
     assert_eq!(totals, acked, "store totals differ from acknowledged hits");
 }
 
@@ -274,10 +274,7 @@ async fn outage_postgres() {
     swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
     let pg = EphemeralPostgres::init();
     pg.start();
-    let store = Store::Postgres {
-        url: pg.url(),
-        _db: None,
-    };
+    let store = Store::postgres_at(&pg.url());
     outage(store, || pg.stop(), || pg.start()).await;
 }
 
@@ -288,10 +285,7 @@ async fn outage_redis() {
     let dir = tempfile::tempdir().expect("dir");
     let port = swin_testkit::free_port();
     let server = Mutex::new(Some(swin_testkit::start_redis(port, dir.path())));
-    let store = Store::Redis {
-        url: format!("redis://127.0.0.1:{port}"),
-        prefix: "swin".into(),
-    };
+    let store = Store::redis_at(&format!("redis://127.0.0.1:{port}"), "swin");
     outage(
         store,
         || server.lock().expect("lock").take().expect("running").kill(),
@@ -354,7 +348,7 @@ async fn crash_and_terminate(store: Store) {
     assert!(cluster.terminate(2));
     let acked = acked.lock().expect("lock").clone();
     let total_acked: usize = acked.iter().map(Vec::len).sum();
-    let stored: f64 = store.totals().await.values().sum();
+    let stored: f64 = store.totals("api").await.values().sum();
     let loss = total_acked as f64 - stored;
     // what node 0 acknowledged in the last two sync periods before it died (its last
     // successful sync started at most one period, plus the sync's own duration, before)
@@ -438,7 +432,7 @@ async fn synchronous(store: Store) {
     for t in tasks {
         t.await.expect("client");
     }
-    assert_eq!(store.totals().await.get("hot").copied(), Some(600.0));
+    assert_eq!(store.totals("api").await.get("hot").copied(), Some(600.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -469,16 +463,11 @@ async fn slow_postgres_does_not_slow_requests() {
     let db = TestDatabase::create().await;
     let target = host_port(&db.url);
     let proxy = DelayProxy::start(target.clone(), Duration::from_millis(200)).await;
-    let slow = Store::Postgres {
-        url: db
-            .url
+    let slow = Store::postgres_at(
+        &db.url
             .replace(&target, &format!("127.0.0.1:{}", proxy.port)),
-        _db: None,
-    };
-    let direct = Store::Postgres {
-        url: db.url.clone(),
-        _db: None,
-    };
+    );
+    let direct = Store::postgres_at(&db.url);
     slow_store(slow, direct).await;
 }
 
@@ -490,11 +479,11 @@ async fn slow_redis_does_not_slow_requests() {
     let target = host_port(&url);
     let proxy = DelayProxy::start(target.clone(), Duration::from_millis(200)).await;
     let prefix = swin_testkit::unique("swin-cluster");
-    let slow = Store::Redis {
-        url: url.replace(&target, &format!("127.0.0.1:{}", proxy.port)),
-        prefix: prefix.clone(),
-    };
-    let direct = Store::Redis { url, prefix };
+    let slow = Store::redis_at(
+        &url.replace(&target, &format!("127.0.0.1:{}", proxy.port)),
+        &prefix,
+    );
+    let direct = Store::redis_at(&url, &prefix);
     slow_store(slow, direct).await;
 }
 
@@ -529,7 +518,7 @@ async fn slow_store(store: Store, direct: Store) {
     within(
         Duration::from_secs(10),
         "hits pushed through the slow store",
-        async || direct.totals().await.values().sum::<f64>() == latencies.len() as f64,
+        async || direct.totals("api").await.values().sum::<f64>() == latencies.len() as f64,
     )
     .await;
 }
@@ -575,7 +564,7 @@ async fn synchronous_limit(store: Store) {
     );
     assert!(allowed >= 1);
     assert_eq!(
-        store.totals().await.get("door").copied(),
+        store.totals("api").await.get("door").copied(),
         Some(allowed as f64)
     );
 }
@@ -600,7 +589,7 @@ async fn synchronous_limit_redis() {
 async fn nginx_auth_request_limits_a_backend() {
     let _serial = SERIAL.lock().await;
     swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    let store = Store::sqlite();
+    let store = Store::sqlite().await;
     let config = store.config(0.0).replace(
         "store = \"main\"\n",
         "store = \"main\"\nlimits = [{ window_size = 3600, limit = 3 }]\nkey_from = \"header:X-Api-Key\"\n",
@@ -659,7 +648,7 @@ async fn nginx_auth_request_limits_a_backend() {
 }
 
 async fn store_count(store: &Store, key: &str) -> Option<f64> {
-    store.totals().await.get(key).copied()
+    store.totals("api").await.get(key).copied()
 }
 
 /// A GCRA namespace over 3 nodes: synchronous mode admits exactly the burst; periodic

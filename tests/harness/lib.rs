@@ -359,167 +359,20 @@ async fn pipe(
 }
 
 pub use swin_testkit::start_redis;
+/// The stores the nodes under test sync through: one [`TestStore`] per test.
+pub use swin_testkit::TestStore;
 
-/// A store the nodes under test sync through, and a way to read what it holds (namespace
-/// `api`). Isolated per test: its own database, key prefix or file; removed on drop.
-#[derive(Debug)]
-pub enum TestStore {
-    Postgres {
-        url: String,
-        _db: Option<swin_testkit::TestDatabase>,
-    },
-    Redis {
-        url: String,
-        prefix: String,
-    },
-    Sqlite(tempfile::TempDir),
+/// The cluster tests' namespace on a [`TestStore`]: `api`, one window of an hour.
+pub trait ClusterStore {
+    /// Three nodes' config: a short store timeout so an outage shows at once.
+    fn config(&self, sync_rate: f64) -> String;
 }
 
-impl TestStore {
-    pub async fn postgres() -> TestStore {
-        let db = swin_testkit::TestDatabase::create().await;
-        TestStore::Postgres {
-            url: db.url.clone(),
-            _db: Some(db),
-        }
-    }
-
-    pub fn redis() -> TestStore {
-        TestStore::Redis {
-            url: swin_testkit::redis_url(),
-            prefix: swin_testkit::unique("swin-cluster"),
-        }
-    }
-
-    pub fn sqlite() -> TestStore {
-        TestStore::Sqlite(tempfile::tempdir().expect("dir"))
-    }
-
-    pub fn section(&self) -> String {
-        match self {
-            TestStore::Postgres { url, .. } => {
-                format!("[stores.main]\nkind = \"postgres\"\nurl = \"{url}\"\n")
-            }
-            TestStore::Redis { url, prefix } => {
-                format!("[stores.main]\nkind = \"redis\"\nurl = \"{url}\"\nprefix = \"{prefix}\"\n")
-            }
-            TestStore::Sqlite(dir) => format!(
-                "[stores.main]\nkind = \"sqlite\"\nurl = \"sqlite://{}\"\n",
-                dir.path().join("cluster.db").display()
-            ),
-        }
-    }
-
-    /// Three nodes' config: a short store timeout so an outage shows at once.
-    pub fn config(&self, sync_rate: f64) -> String {
+impl ClusterStore for TestStore {
+    fn config(&self, sync_rate: f64) -> String {
         format!(
             "store_timeout = 1\n\n{}\n[[namespaces]]\nname = \"api\"\nwindow_sizes = [3600]\nsync_rate = {sync_rate}\nstore = \"main\"\n",
             self.section()
         )
-    }
-
-    /// Every key's count in namespace `api`, summed over windows.
-    pub async fn totals(&self) -> std::collections::BTreeMap<String, f64> {
-        self.totals_in(None).await
-    }
-
-    /// Every key's count in namespace `api`, summed over the windows of `window_size`
-    /// (all sizes when `None`).
-    pub async fn totals_in(
-        &self,
-        window_size: Option<u32>,
-    ) -> std::collections::BTreeMap<String, f64> {
-        let size = window_size.map_or(-1, i64::from);
-        let sql = format!(
-            "SELECT key, sum(count) FROM swin_counters WHERE namespace = 'api' \
-             AND ({size} < 0 OR window_size = {size}) GROUP BY key"
-        );
-        let sql = sql.as_str();
-        match self {
-            TestStore::Postgres { url, .. } => {
-                let pool = sqlx::PgPool::connect(url).await.expect("connect");
-                // before the first node migrated there is no table: nothing stored yet
-                let rows: Vec<(String, f64)> = sqlx::query_as(sql)
-                    .fetch_all(&pool)
-                    .await
-                    .unwrap_or_default();
-                pool.close().await;
-                rows.into_iter().collect()
-            }
-            TestStore::Sqlite(dir) => {
-                let url = format!("sqlite://{}", dir.path().join("cluster.db").display());
-                let pool = sqlx::SqlitePool::connect(&url).await.expect("open");
-                let rows: Vec<(String, f64)> =
-                    sqlx::query_as(sql).fetch_all(&pool).await.expect("sum");
-                pool.close().await;
-                rows.into_iter().collect()
-            }
-            TestStore::Redis { url, prefix } => {
-                let client = redis::Client::open(url.as_str()).expect("url");
-                let mut conn = client
-                    .get_multiplexed_async_connection()
-                    .await
-                    .expect("connect");
-                let mut out = std::collections::BTreeMap::new();
-                let mut cursor: u64 = 0;
-                loop {
-                    let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(format!("{prefix}:*"))
-                        .arg("COUNT")
-                        .arg(1000)
-                        .query_async(&mut conn)
-                        .await
-                        .expect("scan");
-                    for hash in keys {
-                        let head = format!("{prefix}:{{3:api:");
-                        let Some((key, hash_size)) = hash
-                            .strip_prefix(&head)
-                            .and_then(|r| r.rsplit_once("}:"))
-                            .map(|(k, s)| (k.to_owned(), s.to_owned()))
-                        else {
-                            continue;
-                        };
-                        if window_size.is_some_and(|w| w.to_string() != hash_size) {
-                            continue;
-                        }
-                        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
-                            .arg(&hash)
-                            .query_async(&mut conn)
-                            .await
-                            .expect("hgetall");
-                        let sum: f64 = fields
-                            .iter()
-                            .filter(|(f, _)| !f.starts_with("n:"))
-                            .map(|(_, v)| v.parse::<f64>().expect("count"))
-                            .sum();
-                        *out.entry(key).or_default() += sum;
-                    }
-                    cursor = next;
-                    if cursor == 0 {
-                        return out;
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl Drop for TestStore {
-    fn drop(&mut self) {
-        if let TestStore::Redis { url, prefix } = self {
-            if let Ok(client) = redis::Client::open(url.as_str()) {
-                if let Ok(mut conn) = client.get_connection() {
-                    let keys: Vec<String> = redis::cmd("KEYS")
-                        .arg(format!("{prefix}:*"))
-                        .query(&mut conn)
-                        .unwrap_or_default();
-                    for k in keys {
-                        let _: Result<(), _> = redis::cmd("DEL").arg(k).query(&mut conn);
-                    }
-                }
-            }
-        }
     }
 }

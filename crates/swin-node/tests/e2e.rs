@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use swin_cluster_tests::{read, use_node_binary, within, Node, TestStore};
+use swin_cluster_tests::{read, use_node_binary, within, ClusterStore, Node, TestStore};
 
 /// The store's section and namespace `api` (window 3600 s, synced every 100 ms), then
 /// `extra`.
@@ -21,7 +21,7 @@ fn start(config: &Path) -> Node {
 }
 
 async fn stored(store: &TestStore, key: &str) -> f64 {
-    store.totals().await.get(key).copied().unwrap_or(0.0)
+    store.totals("api").await.get(key).copied().unwrap_or(0.0)
 }
 
 /// The key's count over the current and previous hour as the node reports it (a test
@@ -77,21 +77,18 @@ async fn postgres_two_nodes_converge_and_sigterm_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_two_nodes_converge_and_sigterm_loses_nothing() {
-    let backend = TestStore::Redis {
-        url: swin_testkit::redis_url(),
-        prefix: swin_testkit::unique("swin-e2e"),
-    };
+    let backend = TestStore::redis();
     converge_and_terminate(backend).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_two_nodes_share_one_file_and_converge() {
-    converge_and_terminate(TestStore::sqlite()).await;
+    converge_and_terminate(TestStore::sqlite().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_adds_a_namespace_keeps_counts_and_rejects_a_bad_file() {
-    let backend = TestStore::sqlite();
+    let backend = TestStore::sqlite().await;
     let dir = tempfile::tempdir().expect("dir");
     let config = write_config(dir.path(), &backend, "");
     let mut node = start(&config);
@@ -169,10 +166,7 @@ async fn sighup_adds_a_namespace_keeps_counts_and_rejects_a_bad_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_started_while_redis_is_down_serves_and_catches_up() {
     let port = swin_testkit::free_port();
-    let backend = TestStore::Redis {
-        url: format!("redis://127.0.0.1:{port}"),
-        prefix: "swin".into(),
-    };
+    let backend = TestStore::redis_at(&format!("redis://127.0.0.1:{port}"), "swin");
     let dir = tempfile::tempdir().expect("dir");
     let config = write_config(dir.path(), &backend, "");
     let mut node = start(&config);

@@ -161,7 +161,7 @@ async fn reloads_keep_every_acknowledged_hit(backend: TestStore) {
     let total: f64 = acked.values().sum();
     assert!(total > 100.0, "enough load to mean something: {total}");
     assert_eq!(
-        backend.totals_in(Some(3600)).await,
+        backend.totals_in("api", Some(3600)).await,
         acked,
         "store totals = acknowledged"
     );
@@ -179,7 +179,7 @@ async fn redis_reloads_keep_every_acknowledged_hit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_reloads_keep_every_acknowledged_hit() {
-    reloads_keep_every_acknowledged_hit(TestStore::sqlite()).await;
+    reloads_keep_every_acknowledged_hit(TestStore::sqlite().await).await;
 }
 
 /// How a test takes its store away and brings it back.
@@ -226,7 +226,7 @@ async fn sigterm_while_the_store_is_away(backend: TestStore, mut outage: impl Ou
     let mut n = node(&path);
     hit(&client, &n.base, 20).await;
     within(Duration::from_secs(15), "20 in the store", async || {
-        backend.totals().await.get("k") == Some(&20.0)
+        backend.totals("api").await.get("k") == Some(&20.0)
     })
     .await;
     outage.stop().await;
@@ -240,7 +240,7 @@ async fn sigterm_while_the_store_is_away(backend: TestStore, mut outage: impl Ou
     outage.start().await;
     let mut again = node(&path);
     within(Duration::from_secs(15), "50 in the store", async || {
-        backend.totals().await.get("k") == Some(&50.0)
+        backend.totals("api").await.get("k") == Some(&50.0)
     })
     .await;
     // the file goes just after the push that emptied it
@@ -251,7 +251,11 @@ async fn sigterm_while_the_store_is_away(backend: TestStore, mut outage: impl Ou
     )
     .await;
     assert!(again.terminate());
-    assert_eq!(backend.totals().await.get("k"), Some(&50.0), "applied once");
+    assert_eq!(
+        backend.totals("api").await.get("k"),
+        Some(&50.0),
+        "applied once"
+    );
 }
 
 struct PgOutage(Arc<swin_testkit::EphemeralPostgres>);
@@ -269,10 +273,7 @@ impl Outage for PgOutage {
 async fn postgres_sigterm_while_the_store_is_away_loses_nothing() {
     let pg = Arc::new(swin_testkit::EphemeralPostgres::init());
     pg.start();
-    let backend = TestStore::Postgres {
-        url: pg.url(),
-        _db: None,
-    };
+    let backend = TestStore::postgres_at(&pg.url());
     sigterm_while_the_store_is_away(backend, PgOutage(pg)).await;
 }
 
@@ -298,10 +299,7 @@ async fn redis_sigterm_while_the_store_is_away_loses_nothing() {
     let port = swin_testkit::free_port();
     let dir = tempfile::tempdir().expect("dir");
     let server = swin_testkit::start_redis(port, dir.path());
-    let backend = TestStore::Redis {
-        url: format!("redis://127.0.0.1:{port}"),
-        prefix: "swin".into(),
-    };
+    let backend = TestStore::redis_at(&format!("redis://127.0.0.1:{port}"), "swin");
     let outage = RedisOutage {
         port,
         dir,
@@ -342,11 +340,8 @@ impl Outage for SqliteOutage {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_sigterm_while_the_store_is_away_loses_nothing() {
-    let backend = TestStore::sqlite();
-    let TestStore::Sqlite(dir) = &backend else {
-        unreachable!()
-    };
-    let url = format!("sqlite://{}", dir.path().join("cluster.db").display());
+    let backend = TestStore::sqlite().await;
+    let url = backend.url.clone();
     sigterm_while_the_store_is_away(backend, SqliteOutage { url, lock: None }).await;
 }
 

@@ -5,13 +5,13 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::TestStore;
 use swin_core::{
     Advance, CompactString, CounterOptions, Diff, Gcra, NamespaceCounters, Total, UnixMs,
     WindowSize,
 };
 use swin_sync::store::Fault;
 use swin_sync::{NamespaceSync, Push, Store, SyncMode, TatPush, WindowKey};
+use swin_testkit::TestStore;
 
 const NOW: i64 = 1_763_784_030; // 30 s into a minute
 const CUR: i64 = 1_763_784_000;
@@ -1107,7 +1107,10 @@ async fn every_call_honours_its_faults(s: &TestStore) {
             fault == Fault::FailAfter,
             "a reset runs only when its fault comes after it: {applied:?}"
         );
-        s.store.reset(ns, "k", &[60]).await.expect("clear the round");
+        s.store
+            .reset(ns, "k", &[60])
+            .await
+            .expect("clear the round");
     }
     // the plan is spent: calls go through again
     faulty.ping().await.expect("ping");
@@ -1144,7 +1147,7 @@ for_all_stores!(
 
 #[tokio::test]
 async fn local_only_touches_no_store() {
-    let s = common::sqlite().await;
+    let s = TestStore::sqlite().await;
     let (faulty, control) = common::faulty(&s.store);
     control.set_down(true); // any store call would fail
     let e = engine(&faulty, SyncMode::LocalOnly, &[60]);
@@ -1165,7 +1168,7 @@ async fn local_only_touches_no_store() {
 /// others are applied, and a retry applies nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_push_checks_before_writing_and_a_retry_applies_once() {
-    let s = common::redis().await;
+    let s = TestStore::redis();
     let Store::Redis(r) = &s.store else {
         unreachable!("a redis store")
     };
@@ -1206,7 +1209,7 @@ async fn redis_push_checks_before_writing_and_a_retry_applies_once() {
 /// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_pushes_survive_a_flushed_script_cache() {
-    let s = common::redis().await;
+    let s = TestStore::redis();
     let st = &s.store;
     st.push("ns", push("n", 1, &[diff("k", CUR, 1.0)]))
         .await

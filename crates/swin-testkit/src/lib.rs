@@ -1,9 +1,13 @@
 //! Test support shared by every crate's tests: where the test services are, isolated
-//! PostgreSQL databases that drop themselves, child processes that die with the test,
+//! stores ([`TestStore`]) and PostgreSQL databases that drop themselves, child processes that die with the test,
 //! free ports and polling with a deadline.
+
+mod store;
 
 use std::process::Child;
 use std::time::{Duration, Instant};
+
+pub use store::TestStore;
 
 /// Admin URL of the PostgreSQL the tests may create databases on (`scripts/test` sets it).
 pub fn postgres_admin_url() -> String {
