@@ -32,6 +32,10 @@ pub use window_limit::{WindowAlgorithm, WindowLimit};
 /// no sum of pushes can overflow a store's column.
 pub const MAX_COUNT: f64 = 9_007_199_254_740_992.0;
 
+/// Counters a table holds (per namespace and window size) unless told otherwise; the
+/// node's config uses the same default.
+pub const DEFAULT_MAX_COUNTERS: usize = 1_000_000;
+
 /// A diff drained from the table: local hits on one key's window not yet in a store.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Diff {

@@ -36,7 +36,7 @@ impl Default for CounterOptions {
     fn default() -> Self {
         CounterOptions {
             retention: Retention::Synced,
-            max_counters: 1 << 20,
+            max_counters: crate::DEFAULT_MAX_COUNTERS,
         }
     }
 }

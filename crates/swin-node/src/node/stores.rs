@@ -12,18 +12,21 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Node;
-use crate::config::{Config, StoreConfig, StoreKind};
+use crate::config::{Config, StoreConfig};
 
 pub async fn open_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
-    Ok(match cfg.kind {
-        StoreKind::Postgres => Store::Postgres(
-            PostgresStore::new(&cfg.url, cfg.max_connections).context("configure postgres")?,
+    Ok(match cfg {
+        StoreConfig::Postgres {
+            url,
+            max_connections,
+        } => Store::Postgres(
+            PostgresStore::new(url, *max_connections).context("configure postgres")?,
         ),
-        StoreKind::Redis => {
-            Store::Redis(RedisStore::new(&cfg.url, &cfg.prefix).context("configure redis")?)
+        StoreConfig::Redis { url, prefix } => {
+            Store::Redis(RedisStore::new(url, prefix).context("configure redis")?)
         }
-        StoreKind::Sqlite => {
-            if let Some(path) = cfg.url.strip_prefix("sqlite://") {
+        StoreConfig::Sqlite { url } => {
+            if let Some(path) = url.strip_prefix("sqlite://") {
                 if let Some(dir) = std::path::Path::new(path)
                     .parent()
                     .filter(|d| !d.as_os_str().is_empty())
@@ -32,11 +35,7 @@ pub async fn open_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
                         .with_context(|| format!("create {}", dir.display()))?;
                 }
             }
-            Store::Sqlite(
-                SqliteStore::connect(&cfg.url)
-                    .await
-                    .context("open sqlite")?,
-            )
+            Store::Sqlite(SqliteStore::connect(url).await.context("open sqlite")?)
         }
     })
 }

@@ -1,0 +1,475 @@
+//! Configuration: TOML parsed into raw serde structs, then validated into [`Config`],
+//! one section at a time: the top level here, [`stores`] and [`namespaces`] beside it,
+//! the limits in [`crate::limits`]. Errors name the file, the field and why; every
+//! default is in [`defaults`].
+
+mod namespaces;
+mod stores;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use self::namespaces::NamespaceConfig;
+pub use self::stores::StoreConfig;
+
+/// The embedded default (`config/swin.toml`).
+pub const DEFAULT_CONFIG: &str = include_str!("../../../../config/swin.toml");
+pub const DEFAULT_CONFIG_NAME: &str = "<embedded config/swin.toml>";
+
+/// What a setting is when the config leaves it out (the README's example lists them).
+pub mod defaults {
+    pub const LISTEN: &str = "127.0.0.1:7070";
+    pub const BODY_LIMIT: usize = 1 << 20;
+    pub const SHUTDOWN_GRACE_SECS: f64 = 10.0;
+    pub const STORE_TIMEOUT_SECS: f64 = 5.0;
+    /// Per namespace and window size: the counter table's own default.
+    pub const MAX_COUNTERS: usize = swin_core::DEFAULT_MAX_COUNTERS;
+    pub const DATA_DIR: &str = "./data";
+    pub const POSTGRES_MAX_CONNECTIONS: u32 = 8;
+    pub const REDIS_PREFIX: &str = "swin";
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {field}: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub field: String,
+    pub message: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<String>,
+    migrate: Option<bool>,
+    log_format: Option<String>,
+    body_limit: Option<usize>,
+    shutdown_grace: Option<f64>,
+    store_timeout: Option<f64>,
+    max_counters: Option<usize>,
+    data_dir: Option<String>,
+    #[serde(default)]
+    stores: BTreeMap<String, stores::RawStore>,
+    #[serde(default)]
+    namespaces: Vec<namespaces::RawNamespace>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+/// The validated configuration the node runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub migrate: bool,
+    pub log_format: LogFormat,
+    pub body_limit: usize,
+    pub shutdown_grace: Duration,
+    pub store_timeout: Duration,
+    /// Where the spool lives (`./data` unless set; `SWIN_DATA_DIR` overrides).
+    pub data_dir: std::path::PathBuf,
+    pub stores: BTreeMap<String, StoreConfig>,
+    pub namespaces: Vec<NamespaceConfig>,
+}
+
+/// One file being validated: where errors point, and the environment's overrides.
+struct Parser<'a> {
+    file: &'a str,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Parser<'_> {
+    fn err(&self, field: &str, message: String) -> ConfigError {
+        ConfigError {
+            file: self.file.to_owned(),
+            field: field.to_owned(),
+            message,
+        }
+    }
+
+    /// The value of `var` when set, else the file's; and the field to blame, which
+    /// names the variable when the value came from it.
+    fn overridden(&self, field: &str, var: &str, file: Option<String>) -> (Option<String>, String) {
+        match (self.env)(var) {
+            Some(v) => (Some(v), format!("{field} (from {var})")),
+            None => (file, field.to_owned()),
+        }
+    }
+
+    /// A number of seconds between 0 and a day, `default` when absent.
+    fn secs(&self, field: &str, v: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
+        let v = v.unwrap_or(default);
+        if !(v.is_finite() && v > 0.0 && v < 86_400.0) {
+            return Err(self.err(
+                field,
+                format!("{v} is not a number of seconds between 0 and 86400"),
+            ));
+        }
+        Ok(Duration::from_secs_f64(v))
+    }
+
+    fn toml(&self, text: &str) -> Result<RawConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let field = e.span().map_or("(toml)".to_string(), |s| {
+                let (line, column) = line_and_column(text, s.start);
+                format!("(toml, line {line}, column {column})")
+            });
+            self.err(&field, e.message().trim().replace('\n', "; "))
+        })
+    }
+
+    fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let (listen_s, listen_field) = self.overridden("listen", "SWIN_LISTEN", raw.listen);
+        let listen_s = listen_s.unwrap_or_else(|| defaults::LISTEN.into());
+        let listen = listen_s.parse().map_err(|_| {
+            self.err(
+                &listen_field,
+                format!("{listen_s:?} is not an address like 127.0.0.1:7070"),
+            )
+        })?;
+        let migrate = match (self.env)("SWIN_MIGRATE") {
+            Some(v) => parse_bool(&v).ok_or_else(|| {
+                self.err(
+                    "migrate",
+                    format!("SWIN_MIGRATE={v:?} is not true or false"),
+                )
+            })?,
+            None => raw.migrate.unwrap_or(true),
+        };
+        let (log_format, log_field) =
+            self.overridden("log_format", "SWIN_LOG_FORMAT", raw.log_format);
+        let log_format = match log_format.as_deref() {
+            None | Some("pretty") => LogFormat::Pretty,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                return Err(self.err(
+                    &log_field,
+                    format!("{other:?} is not \"pretty\" or \"json\""),
+                ))
+            }
+        };
+        let body_limit = raw.body_limit.unwrap_or(defaults::BODY_LIMIT);
+        if body_limit == 0 {
+            return Err(self.err("body_limit", "must be above 0".into()));
+        }
+        let shutdown_grace = self.secs(
+            "shutdown_grace",
+            raw.shutdown_grace,
+            defaults::SHUTDOWN_GRACE_SECS,
+        )?;
+        let store_timeout = self.secs(
+            "store_timeout",
+            raw.store_timeout,
+            defaults::STORE_TIMEOUT_SECS,
+        )?;
+        let max_counters = raw.max_counters.unwrap_or(defaults::MAX_COUNTERS);
+        let stores = self.stores(raw.stores)?;
+        let namespaces = self.namespaces(raw.namespaces, &stores, max_counters)?;
+        let (data_dir, data_field) = self.overridden("data_dir", "SWIN_DATA_DIR", raw.data_dir);
+        let data_dir = data_dir.unwrap_or_else(|| defaults::DATA_DIR.into());
+        if data_dir.is_empty() {
+            return Err(self.err(&data_field, "must not be empty".into()));
+        }
+        Ok(Config {
+            data_dir: data_dir.into(),
+            listen,
+            migrate,
+            log_format,
+            body_limit,
+            shutdown_grace,
+            store_timeout,
+            stores,
+            namespaces,
+        })
+    }
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: name.clone(),
+            field: "(file)".into(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Config::parse(&name, &text, &|k| std::env::var(k).ok())
+    }
+
+    pub fn embedded_default() -> Result<Config, ConfigError> {
+        Config::parse(DEFAULT_CONFIG_NAME, DEFAULT_CONFIG, &|k| {
+            std::env::var(k).ok()
+        })
+    }
+
+    /// Parses and validates `text`; `env` looks up overrides (`SWIN_LISTEN`, …).
+    pub fn parse(
+        file: &str,
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let p = Parser { file, env };
+        p.config(p.toml(text)?)
+    }
+}
+
+/// The URL with any password replaced by `***` (`scheme://user:***@host/…`), for error
+/// messages and logs.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn every_shipped_config_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).expect("config dir") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let text = std::fs::read_to_string(&path).expect("read");
+                Config::parse(&path.display().to_string(), &text, &no_env)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 4, "expected the shipped configs, found {n}");
+    }
+
+    #[test]
+    fn the_embedded_default_is_sqlite_on_7070() {
+        let c = Config::parse("x", DEFAULT_CONFIG, &no_env).expect("valid");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:7070");
+        assert_eq!(c.stores["main"].kind(), "sqlite");
+        let ns = &c.namespaces[0];
+        assert_eq!(ns.name, "default");
+        assert_eq!(
+            ns.window_sizes.iter().map(|s| s.secs()).collect::<Vec<_>>(),
+            vec![1, 60, 3600]
+        );
+    }
+
+    #[test]
+    fn defaults_fill_what_a_config_leaves_out() {
+        let c = Config::parse(
+            "x",
+            "[stores.r]\nkind = \"redis\"\nurl = \"redis://h\"\n\
+             [stores.p]\nkind = \"postgres\"\nurl = \"postgres://h/db\"\n\
+             [[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1",
+            &no_env,
+        )
+        .expect("valid");
+        assert_eq!(c.listen.to_string(), defaults::LISTEN);
+        assert_eq!(c.body_limit, defaults::BODY_LIMIT);
+        assert_eq!(c.namespaces[0].max_counters, defaults::MAX_COUNTERS);
+        assert_eq!(
+            swin_core::CounterOptions::default().max_counters,
+            defaults::MAX_COUNTERS,
+            "the node and the core agree on the table size"
+        );
+        assert_eq!(
+            c.stores["r"],
+            StoreConfig::Redis {
+                url: "redis://h".into(),
+                prefix: defaults::REDIS_PREFIX.into()
+            }
+        );
+        assert_eq!(
+            c.stores["p"],
+            StoreConfig::Postgres {
+                url: "postgres://h/db".into(),
+                max_connections: defaults::POSTGRES_MAX_CONNECTIONS
+            }
+        );
+    }
+
+    #[test]
+    fn store_fingerprints_stay_what_spools_hold() {
+        // written by earlier versions into spool files: must never change
+        let sqlite = StoreConfig::Sqlite {
+            url: "sqlite://data/swin.db".into(),
+        };
+        let redis = StoreConfig::Redis {
+            url: "redis://127.0.0.1:6379".into(),
+            prefix: "swin".into(),
+        };
+        assert_eq!(
+            sqlite.fingerprint(),
+            fnv(&["sqlite", "sqlite://data/swin.db", "swin"])
+        );
+        assert_eq!(
+            redis.fingerprint(),
+            fnv(&["redis", "redis://127.0.0.1:6379", "swin"])
+        );
+        assert_ne!(sqlite.fingerprint(), redis.fingerprint());
+    }
+
+    /// FNV-1a of the parts, each ended by a 0 byte: the fingerprint as first written.
+    fn fnv(parts: &[&str]) -> String {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in parts.iter().flat_map(|p| p.bytes().chain([0])) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{h:016x}")
+    }
+
+    #[test]
+    fn environment_overrides_listen_and_store_urls() {
+        let env = |k: &str| match k {
+            "SWIN_LISTEN" => Some("0.0.0.0:9000".to_string()),
+            "SWIN_STORE_MAIN_URL" => Some("sqlite::memory:".to_string()),
+            _ => None,
+        };
+        let c = Config::parse("x", DEFAULT_CONFIG, &env).expect("valid");
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(c.stores["main"].url(), "sqlite::memory:");
+        // an override at fault is named
+        let bad = |var: &'static str, value: &'static str| {
+            move |k: &str| (k == var).then(|| value.to_string())
+        };
+        for (var, value, field) in [
+            ("SWIN_LISTEN", "nowhere", "listen (from SWIN_LISTEN)"),
+            (
+                "SWIN_STORE_MAIN_URL",
+                "mysql://x",
+                "stores.main.url (from SWIN_STORE_MAIN_URL)",
+            ),
+            (
+                "SWIN_LOG_FORMAT",
+                "xml",
+                "log_format (from SWIN_LOG_FORMAT)",
+            ),
+        ] {
+            let e = Config::parse("x", DEFAULT_CONFIG, &bad(var, value)).expect_err("invalid");
+            assert_eq!(e.field, field, "{e}");
+        }
+    }
+
+    fn fails(text: &str, field: &str) {
+        let e = Config::parse("f.toml", text, &no_env).expect_err("invalid");
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.to_string().starts_with("f.toml: "), "{e}");
+    }
+
+    #[test]
+    fn passwords_never_reach_an_error() {
+        assert_eq!(
+            redact("postgres://app:s3cr@t@db:5432/swin?sslmode=require"),
+            "postgres://app:***@db:5432/swin?sslmode=require"
+        );
+        assert_eq!(
+            redact("redis://:pw@127.0.0.1:6379"),
+            "redis://:***@127.0.0.1:6379"
+        );
+        assert_eq!(
+            redact("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+        assert_eq!(redact("sqlite://data/swin.db"), "sqlite://data/swin.db");
+        let e = Config::parse(
+            "f.toml",
+            "[stores.m]\nkind = \"redis\"\nurl = \"postgres://u:hunter2@h/db\"\n",
+            &no_env,
+        )
+        .expect_err("wrong scheme");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        let c = Config::parse(
+            "f.toml",
+            "[stores.m]\nkind = \"redis\"\nurl = \"redis://u:hunter2@h\"\n\
+             [[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1",
+            &no_env,
+        )
+        .expect("valid");
+        let printed = format!("{c:?}");
+        assert!(!printed.contains("hunter2"), "{printed}");
+        assert!(printed.contains("redis://u:***@h"), "{printed}");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        fails("listen = \"nope\"", "listen");
+        fails(
+            "[[namespaces]]\nname = \"a\"\nwindow_sizes = [0]\nsync_rate = -1",
+            "namespaces[0].window_sizes",
+        );
+        fails(
+            "[[namespaces]]\nname = \"a\"\nwindow_sizes = []\nsync_rate = -1",
+            "namespaces[0].window_sizes",
+        );
+        fails(
+            "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = 1",
+            "namespaces[0].store",
+        );
+        fails(
+            "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = 1\nstore = \"x\"",
+            "namespaces[0].store",
+        );
+        fails("[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1\n[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1", "namespaces[1].name");
+        fails("[stores.m]\nkind = \"mysql\"\nurl = \"x\"", "stores.m.kind");
+        fails(
+            "[stores.m]\nkind = \"redis\"\nurl = \"postgres://x\"",
+            "stores.m.url",
+        );
+        fails("log_format = \"xml\"", "log_format");
+        // a setting of another store kind is an error, not silently ignored
+        fails(
+            "[stores.m]\nkind = \"postgres\"\nurl = \"postgres://x\"\nprefix = \"p\"",
+            "stores.m.prefix",
+        );
+        fails(
+            "[stores.m]\nkind = \"sqlite\"\nurl = \"sqlite::memory:\"\nmax_connections = 2",
+            "stores.m.max_connections",
+        );
+        fails("", "namespaces");
+        fails("listen = \"127.0.0.1:1\"\n", "namespaces");
+        fails(
+            "data_dir = \"\"\n[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1",
+            "data_dir",
+        );
+        fails("bogus = 1", "(toml, line 1, column 1)");
+        fails(
+            "listen = \"127.0.0.1:1\"\nmigrate = maybe\n",
+            "(toml, line 2, column 11)",
+        );
+    }
+}

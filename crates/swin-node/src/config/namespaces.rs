@@ -1,0 +1,157 @@
+//! The `[[namespaces]]` entries: window sizes, sync mode, store, table size, and the
+//! limits (validated by [`crate::limits`]).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use swin_core::WindowSize;
+use swin_sync::SyncMode;
+
+use super::{Parser, StoreConfig};
+use crate::config::ConfigError;
+use crate::limits::{RawGcra, RawLimit, RawLimits, RawOverride};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNamespace {
+    name: String,
+    #[serde(default)]
+    window_sizes: Vec<i64>,
+    sync_rate: f64,
+    store: Option<String>,
+    max_counters: Option<usize>,
+    algorithm: Option<String>,
+    #[serde(default)]
+    limits: Vec<RawLimit>,
+    gcra: Option<RawGcra>,
+    count_denied: Option<bool>,
+    key_from: Option<String>,
+    #[serde(default)]
+    overrides: Vec<RawOverride>,
+    allow_decrements: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamespaceConfig {
+    pub name: String,
+    pub window_sizes: Vec<WindowSize>,
+    pub mode: SyncMode,
+    /// `None` exactly when the namespace is local only.
+    pub store: Option<String>,
+    pub max_counters: usize,
+    /// Limits that `/hit` decides against; `None` when the namespace only counts.
+    pub limits: Option<crate::limits::Limits>,
+    /// `/increment` takes negative values (default false).
+    pub allow_decrements: bool,
+}
+
+impl Parser<'_> {
+    /// Validates every namespace; `max_counters` is the top-level default.
+    pub(super) fn namespaces(
+        &self,
+        raw: Vec<RawNamespace>,
+        stores: &BTreeMap<String, StoreConfig>,
+        max_counters: usize,
+    ) -> Result<Vec<NamespaceConfig>, ConfigError> {
+        let mut namespaces: Vec<NamespaceConfig> = Vec::new();
+        for (i, n) in raw.into_iter().enumerate() {
+            let field = |k: &str| format!("namespaces[{i}].{k}");
+            if n.name.is_empty() || n.name.len() > 256 {
+                return Err(self.err(&field("name"), "must be 1 to 256 bytes".into()));
+            }
+            if namespaces.iter().any(|o| o.name == n.name) {
+                return Err(self.err(&field("name"), format!("{:?} is defined twice", n.name)));
+            }
+            namespaces.push(self.namespace(n, &field, stores, max_counters)?);
+        }
+        if namespaces.is_empty() {
+            // an empty or cut-off file must not take every namespace away on a reload
+            return Err(self.err(
+                "namespaces",
+                "needs at least one [[namespaces]] entry".into(),
+            ));
+        }
+        Ok(namespaces)
+    }
+
+    fn namespace(
+        &self,
+        n: RawNamespace,
+        f: &dyn Fn(&str) -> String,
+        stores: &BTreeMap<String, StoreConfig>,
+        default_max: usize,
+    ) -> Result<NamespaceConfig, ConfigError> {
+        // a GCRA namespace needs no windows (it may still count in some)
+        if n.window_sizes.is_empty() && n.algorithm.as_deref() != Some("gcra") {
+            return Err(self.err(&f("window_sizes"), "needs at least one window size".into()));
+        }
+        let sizes = self.window_sizes(&n.window_sizes, &f("window_sizes"))?;
+        let mode = SyncMode::from_rate(n.sync_rate)
+            .ok_or_else(|| self.err(&f("sync_rate"), "must be a finite number".into()))?;
+        let store = match (mode, n.store) {
+            (SyncMode::LocalOnly, _) => None,
+            (_, None) => {
+                return Err(self.err(
+                    &f("store"),
+                    "is required unless sync_rate < 0 (local only)".into(),
+                ))
+            }
+            (_, Some(s)) if !stores.contains_key(&s) => {
+                return Err(self.err(
+                    &f("store"),
+                    format!(
+                        "{s:?} is not one of [stores]: {:?}",
+                        stores.keys().collect::<Vec<_>>()
+                    ),
+                ))
+            }
+            (_, Some(s)) => Some(s),
+        };
+        let max_counters = n.max_counters.unwrap_or(default_max);
+        if max_counters == 0 {
+            return Err(self.err(&f("max_counters"), "must be above 0".into()));
+        }
+        let raw = RawLimits {
+            algorithm: n.algorithm,
+            limits: n.limits,
+            gcra: n.gcra,
+            count_denied: n.count_denied,
+            key_from: n.key_from,
+            overrides: n.overrides,
+        };
+        let limits = crate::limits::validate(raw, &sizes)
+            .map_err(|(field, why)| self.err(&f(&field), why))?;
+        Ok(NamespaceConfig {
+            name: n.name,
+            window_sizes: sizes,
+            mode,
+            store,
+            max_counters,
+            limits,
+            allow_decrements: n.allow_decrements.unwrap_or(false),
+        })
+    }
+
+    fn window_sizes(&self, raw: &[i64], field: &str) -> Result<Vec<WindowSize>, ConfigError> {
+        let mut sizes = Vec::new();
+        for s in raw {
+            let size = u64::try_from(*s)
+                .ok()
+                .and_then(|s| WindowSize::new(s).ok())
+                .ok_or_else(|| {
+                    self.err(
+                        field,
+                        format!(
+                            "{s} is not between 1 and {} seconds",
+                            swin_core::MAX_WINDOW_SIZE_SECS
+                        ),
+                    )
+                })?;
+            if sizes.contains(&size) {
+                return Err(self.err(field, format!("{s} is listed twice")));
+            }
+            sizes.push(size);
+        }
+        Ok(sizes)
+    }
+}

@@ -1,0 +1,145 @@
+//! The `[stores.<name>]` sections: each store kind with the settings it takes, and
+//! nothing it would silently ignore.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::{defaults, redact, Parser};
+use crate::config::ConfigError;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStore {
+    kind: String,
+    url: String,
+    max_connections: Option<u32>,
+    prefix: Option<String>,
+}
+
+/// One store, typed by kind. Its `Debug` output redacts the URL's password.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreConfig {
+    Postgres { url: String, max_connections: u32 },
+    Redis { url: String, prefix: String },
+    Sqlite { url: String },
+}
+
+impl StoreConfig {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreConfig::Postgres { .. } => "postgres",
+            StoreConfig::Redis { .. } => "redis",
+            StoreConfig::Sqlite { .. } => "sqlite",
+        }
+    }
+
+    /// The URL as configured; it may hold a password, so print [`redact`]ed.
+    pub fn url(&self) -> &str {
+        match self {
+            StoreConfig::Postgres { url, .. }
+            | StoreConfig::Redis { url, .. }
+            | StoreConfig::Sqlite { url } => url,
+        }
+    }
+
+    /// Tells stores apart without naming their URL (which may hold a password): FNV-1a
+    /// of kind, URL and prefix. The spool keeps it to send counts only where they
+    /// belong; it must stay the same across versions, so no std hasher (and stores
+    /// without a prefix hash the default one, as they always have).
+    pub fn fingerprint(&self) -> String {
+        let prefix = match self {
+            StoreConfig::Redis { prefix, .. } => prefix.as_str(),
+            _ => defaults::REDIS_PREFIX,
+        };
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for part in [self.kind(), self.url(), prefix] {
+            for b in part.bytes().chain([0]) {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        format!("{h:016x}")
+    }
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct(self.kind());
+        d.field("url", &redact(self.url()));
+        match self {
+            StoreConfig::Postgres {
+                max_connections, ..
+            } => d.field("max_connections", max_connections),
+            StoreConfig::Redis { prefix, .. } => d.field("prefix", prefix),
+            StoreConfig::Sqlite { .. } => &mut d,
+        };
+        d.finish()
+    }
+}
+
+impl Parser<'_> {
+    /// Validates every `[stores.<name>]`; the URL may come from `SWIN_STORE_<NAME>_URL`.
+    pub(super) fn stores(
+        &self,
+        raw: BTreeMap<String, RawStore>,
+    ) -> Result<BTreeMap<String, StoreConfig>, ConfigError> {
+        let mut stores = BTreeMap::new();
+        for (name, s) in raw {
+            let store = self.store(&name, s)?;
+            stores.insert(name, store);
+        }
+        Ok(stores)
+    }
+
+    fn store(&self, name: &str, s: RawStore) -> Result<StoreConfig, ConfigError> {
+        let f = |k: &str| format!("stores.{name}.{k}");
+        let schemes: &[&str] = match s.kind.as_str() {
+            "postgres" => &["postgres://", "postgresql://"],
+            "redis" => &["redis://", "rediss://", "redis+unix://"],
+            "sqlite" => &["sqlite:"],
+            other => {
+                return Err(self.err(
+                    &f("kind"),
+                    format!("{other:?} is not \"postgres\", \"redis\" or \"sqlite\""),
+                ))
+            }
+        };
+        let var = format!("SWIN_STORE_{}_URL", name.to_uppercase().replace('-', "_"));
+        let (url, url_field) = self.overridden(&f("url"), &var, Some(s.url));
+        let url = url.unwrap_or_default();
+        if !schemes.iter().any(|p| url.starts_with(p)) {
+            return Err(self.err(
+                &url_field,
+                format!("{:?} is not a {} URL", redact(&url), s.kind),
+            ));
+        }
+        let only = |key: &str, set: bool, kind: &str| {
+            if set && s.kind != kind {
+                return Err(self.err(&f(key), format!("applies to {kind} stores only")));
+            }
+            Ok(())
+        };
+        only("max_connections", s.max_connections.is_some(), "postgres")?;
+        only("prefix", s.prefix.is_some(), "redis")?;
+        Ok(match s.kind.as_str() {
+            "postgres" => {
+                let max_connections = s
+                    .max_connections
+                    .unwrap_or(defaults::POSTGRES_MAX_CONNECTIONS);
+                if max_connections == 0 {
+                    return Err(self.err(&f("max_connections"), "must be above 0".into()));
+                }
+                StoreConfig::Postgres {
+                    url,
+                    max_connections,
+                }
+            }
+            "redis" => StoreConfig::Redis {
+                url,
+                prefix: s.prefix.unwrap_or_else(|| defaults::REDIS_PREFIX.into()),
+            },
+            _ => StoreConfig::Sqlite { url },
+        })
+    }
+}
