@@ -67,46 +67,12 @@ impl NamespaceSync {
         st: &mut PushState,
         now: UnixMs,
     ) -> Result<(usize, usize), StoreError> {
-        let mut pushed = 0;
         // windows whose totals a push of this sync returned: no need to read them again
         let mut fresh: Vec<Diff> = Vec::new();
-        // Two rounds: what a failed sync left, then the fresh diffs (the first round drains
-        // when nothing was left). A drained batch goes out in chunks of PUSH_CHUNK windows,
-        // each its own statement with its own sequence number, so that no single reply
-        // holds a runtime worker decoding 100,000 rows while requests wait behind it.
-        for _ in 0..2 {
-            if st.pending.is_empty() {
-                let counters = self.counters.clone();
-                let drained = off_runtime(move || {
-                    let all: Vec<Diff> = counters
-                        .tables()
-                        .iter()
-                        .flat_map(|t| t.drain(now))
-                        .collect();
-                    normalize(&all)
-                })
-                .await;
-                if drained.is_empty() {
-                    break;
-                }
-                enqueue(&mut st.seq, &mut st.pending, drained);
-            }
-            while let Some((seq, diffs)) = st.pending.front() {
-                let push = Push {
-                    node_id: &self.node_id,
-                    seq: Some(*seq),
-                    diffs,
-                };
-                let reply = self.call(store.push(self.name(), push)).await?;
-                let totals = self.settle(diffs, reply);
-                if let Some((_, diffs)) = st.pending.pop_front() {
-                    pushed += diffs.len();
-                    fresh.extend(diffs);
-                }
-                self.apply_off_runtime(totals, now).await;
-            }
-        }
-        pushed += self.sync_buckets(store, st, now).await?;
+        let mut pushed = self
+            .push_rounds(store, st, now, |diffs: Vec<Diff>| fresh.extend(diffs))
+            .await?;
+        pushed += self.push_rounds::<Advance>(store, st, now, drop).await?;
         let counters = self.counters.clone();
         let wanted = off_runtime(move || {
             let fresh: std::collections::HashSet<(&str, u32, i64), foldhash::fast::RandomState> =
@@ -164,37 +130,37 @@ impl NamespaceSync {
         Ok((pushed, fetched))
     }
 
-    /// The GCRA half of a sync: the same drain, keep-on-failure and exactly-once as for
-    /// diffs, with advances applied as `tat = max(tat, now) + Σ`.
-    pub(super) async fn sync_buckets(
+    /// The push-pending loop, for diffs and TAT advances alike. Two rounds: what a
+    /// failed sync left queued, then what a drain yields now (the first round drains
+    /// when nothing was left). A drained batch goes out in chunks of PUSH_CHUNK, each its
+    /// own call with its own sequence number, so that no single reply holds a runtime
+    /// worker decoding 100,000 rows while requests wait behind it. A chunk leaves the
+    /// queue only once its push succeeded (then `done` takes it); after a failure it
+    /// stays, to go again unchanged. Returns the rows pushed.
+    async fn push_rounds<R: Rows>(
         &self,
         store: &Store,
         st: &mut PushState,
         now: UnixMs,
+        mut done: impl FnMut(Vec<R>),
     ) -> Result<usize, StoreError> {
         let mut pushed = 0;
         for _ in 0..2 {
-            if st.pending_tats.is_empty() {
-                let counters = self.counters.clone();
-                let drained =
-                    off_runtime(move || normalize_advances(&counters.buckets().drain(nanos(now))))
-                        .await;
+            if R::queue(st).is_empty() {
+                let drained = R::drain(self, now).await;
                 if drained.is_empty() {
                     break;
                 }
-                enqueue(&mut st.seq, &mut st.pending_tats, drained);
+                let mut seq = st.seq;
+                enqueue(&mut seq, R::queue(st), drained);
+                st.seq = seq;
             }
-            while let Some((seq, advances)) = st.pending_tats.front() {
-                let push = TatPush {
-                    node_id: &self.node_id,
-                    seq: Some(*seq),
-                    now_ns: nanos(now),
-                    advances,
-                };
-                let tats = self.call(store.push_tats(self.name(), push)).await?;
-                pushed += advances.len();
-                st.pending_tats.pop_front();
-                self.apply_tats_off_runtime(tats).await;
+            while let Some((seq, rows)) = R::queue(st).front() {
+                R::push(self, store, *seq, rows, now).await?;
+                if let Some((_, rows)) = R::queue(st).pop_front() {
+                    pushed += rows.len();
+                    done(rows);
+                }
             }
         }
         Ok(pushed)
@@ -247,6 +213,92 @@ impl NamespaceSync {
 
     pub(super) fn apply(&self, totals: &[swin_core::Total], now: UnixMs, create: Create) {
         apply_to(&self.counters, totals, now, create);
+    }
+}
+
+/// What a sync pushes: window diffs or GCRA TAT advances, each with its queue in
+/// [`PushState`], its drain and its store call.
+trait Rows: Clone + Send + Sync + 'static {
+    fn queue(st: &mut PushState) -> &mut std::collections::VecDeque<(u64, Vec<Self>)>;
+
+    /// Takes what the local tables hold for the store, normalized (summed per window or
+    /// bucket, in lock order), off the runtime.
+    async fn drain(sync: &NamespaceSync, now: UnixMs) -> Vec<Self>;
+
+    /// Pushes one chunk and applies what the store answers.
+    async fn push(
+        sync: &NamespaceSync,
+        store: &Store,
+        seq: u64,
+        rows: &[Self],
+        now: UnixMs,
+    ) -> Result<(), StoreError>;
+}
+
+impl Rows for Diff {
+    fn queue(st: &mut PushState) -> &mut std::collections::VecDeque<(u64, Vec<Self>)> {
+        &mut st.pending
+    }
+
+    async fn drain(sync: &NamespaceSync, now: UnixMs) -> Vec<Self> {
+        let counters = sync.counters.clone();
+        off_runtime(move || {
+            let all: Vec<Diff> = counters
+                .tables()
+                .iter()
+                .flat_map(|t| t.drain(now))
+                .collect();
+            normalize(&all)
+        })
+        .await
+    }
+
+    async fn push(
+        sync: &NamespaceSync,
+        store: &Store,
+        seq: u64,
+        diffs: &[Self],
+        now: UnixMs,
+    ) -> Result<(), StoreError> {
+        let push = Push {
+            node_id: &sync.node_id,
+            seq: Some(seq),
+            diffs,
+        };
+        let reply = sync.call(store.push(sync.name(), push)).await?;
+        let totals = sync.settle(diffs, reply);
+        sync.apply_off_runtime(totals, now).await;
+        Ok(())
+    }
+}
+
+/// Advances are applied as `tat = max(tat, now) + Σ`.
+impl Rows for Advance {
+    fn queue(st: &mut PushState) -> &mut std::collections::VecDeque<(u64, Vec<Self>)> {
+        &mut st.pending_tats
+    }
+
+    async fn drain(sync: &NamespaceSync, now: UnixMs) -> Vec<Self> {
+        let counters = sync.counters.clone();
+        off_runtime(move || normalize_advances(&counters.buckets().drain(nanos(now)))).await
+    }
+
+    async fn push(
+        sync: &NamespaceSync,
+        store: &Store,
+        seq: u64,
+        advances: &[Self],
+        now: UnixMs,
+    ) -> Result<(), StoreError> {
+        let push = TatPush {
+            node_id: &sync.node_id,
+            seq: Some(seq),
+            now_ns: nanos(now),
+            advances,
+        };
+        let tats = sync.call(store.push_tats(sync.name(), push)).await?;
+        sync.apply_tats_off_runtime(tats).await;
+        Ok(())
     }
 }
 
