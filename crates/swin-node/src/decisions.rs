@@ -17,7 +17,8 @@ use swin_core::{check_cost, Decision, Gcra, WindowLimit};
 use crate::error::Error;
 use crate::input::check_key;
 use crate::limits::{ceil_secs, KeyLimits, Limits};
-use crate::state::{now, Namespace};
+use crate::state::Namespace;
+use swin_sync::now;
 
 /// Hits in one batch.
 pub const MAX_BATCH_HITS: usize = 1000;

@@ -3,10 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use swin_core::UnixMs;
 use swin_sync::NamespaceSync;
 
 use crate::error::Error;
@@ -49,9 +47,4 @@ impl AppState {
             .cloned()
             .ok_or_else(|| Error::UnknownNamespace(name.to_owned()))
     }
-}
-
-/// The wall clock, as every request reads it.
-pub(crate) fn now() -> UnixMs {
-    UnixMs::from_system_time(SystemTime::now())
 }

@@ -7,7 +7,7 @@ mod error;
 pub mod store;
 mod unconfirmed;
 
-pub use engine::{NamespaceSync, SyncMode, SyncReport, SyncStatus, SYNC_BUCKETS_SECS};
+pub use engine::{now, NamespaceSync, SyncMode, SyncReport, SyncStatus, SYNC_BUCKETS_SECS};
 pub use error::StoreError;
 pub use store::{Push, Pushed, Rejected, Store, TatPush, WindowKey};
 pub use unconfirmed::{Chunk, Rows, Unconfirmed};

@@ -13,7 +13,8 @@ use serde::Serialize;
 use super::extract::ApiPath;
 use crate::error::Error;
 use crate::input::check_key;
-use crate::state::{now, AppState, Namespace};
+use crate::state::{AppState, Namespace};
+use swin_sync::now;
 
 pub(super) fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -66,6 +67,7 @@ struct NamespaceInfo {
     evictions: u64,
     last_sync_ms: Option<i64>,
     pending_diffs: usize,
+    pending_advances: usize,
     degraded: bool,
     degraded_reason: Option<String>,
 }
@@ -94,6 +96,7 @@ fn info(ns: &Namespace) -> NamespaceInfo {
         evictions: ns.sync.counters().evictions(),
         last_sync_ms: st.last_success_ms,
         pending_diffs: st.pending_diffs,
+        pending_advances: st.pending_advances,
         degraded: st.degraded.is_some(),
         degraded_reason: st.degraded,
     }

@@ -16,7 +16,8 @@ use super::extract::{parse_json, ApiPath, JsonBody, RawJson};
 use crate::counting::{increment_all, increment_key, Item};
 use crate::error::Error;
 use crate::input::{check_key, check_value};
-use crate::state::{now, AppState, Namespace};
+use crate::state::{AppState, Namespace};
+use swin_sync::now;
 
 pub(super) fn routes() -> Router<Arc<AppState>> {
     Router::new()

@@ -8,10 +8,9 @@ mod stores;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use anyhow::Context;
-use swin_core::{CounterOptions, NamespaceCounters, Retention, UnixMs};
+use swin_core::{CounterOptions, NamespaceCounters, Retention};
 use swin_sync::{NamespaceSync, SyncMode};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -168,7 +167,7 @@ impl Node {
     /// old engine has pushed).
     async fn warm_up(&self, r: &Running) {
         let sync = &r.namespace.sync;
-        let now = UnixMs::from_system_time(SystemTime::now());
+        let now = swin_sync::now();
         let name = &r.config.name;
         match tokio::time::timeout(self.config.store_timeout, sync.warm_up(now)).await {
             Ok(Ok(n)) => info!(namespace = name, totals = n, "warmed up from the store"),
@@ -201,9 +200,7 @@ impl Node {
             let _ = engine.await;
         }
         let sync = &old.namespace.sync;
-        let unconfirmed = sync
-            .take_unconfirmed(UnixMs::from_system_time(SystemTime::now()))
-            .await;
+        let unconfirmed = sync.take_unconfirmed(swin_sync::now()).await;
         if unconfirmed.is_empty() {
             return;
         }

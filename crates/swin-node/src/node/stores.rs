@@ -2,10 +2,8 @@
 //! schema, and each store's purge task.
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
 
 use anyhow::Context;
-use swin_core::UnixMs;
 use swin_sync::store::{PostgresStore, RedisStore, SqliteStore};
 use swin_sync::Store;
 use tokio_util::sync::CancellationToken;
@@ -127,10 +125,7 @@ impl Node {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
                 tokio::select! { _ = cancel.cancelled() => return, _ = tick.tick() => {} }
-                match store
-                    .purge(UnixMs::from_system_time(SystemTime::now()))
-                    .await
-                {
+                match store.purge(swin_sync::now()).await {
                     Ok(n) if n > 0 => info!(store = name, rows = n, "purged expired windows"),
                     Ok(_) => {}
                     Err(e) => warn!(store = name, cause = %e, "purge failed"),

@@ -37,7 +37,7 @@ impl NamespaceSync {
             Ok(d) => Ok(d),
             Err(e) => {
                 warn!(namespace = self.name(), cause = %e, "synchronous spend failed; decided locally");
-                self.record(Err(&e), self.status().pending_diffs);
+                self.record(Err(&e));
                 buckets.spend(gcra, key, now_ns, cost, force)
             }
         }
@@ -126,7 +126,7 @@ impl NamespaceSync {
                 Ok(d) => return Ok(d),
                 Err(e) => {
                     warn!(namespace = self.name(), cause = %e, "synchronous refund failed; given back locally");
-                    self.record(Err(&e), self.status().pending_diffs);
+                    self.record(Err(&e));
                 }
             }
         }

@@ -98,7 +98,9 @@ fn nanos(now: UnixMs) -> i64 {
     now.0.saturating_mul(1_000_000)
 }
 
-fn now() -> UnixMs {
+/// The wall clock: the one place the node and the engine read it (swin-core takes time
+/// as an argument).
+pub fn now() -> UnixMs {
     UnixMs::from_system_time(SystemTime::now())
 }
 
@@ -343,10 +345,7 @@ impl NamespaceSync {
             )
             .collect();
         chunks.sort_by_key(|c| c.seq);
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pending_diffs = 0;
+        self.set_pending(0, 0);
         Unconfirmed {
             namespace: self.name().to_owned(),
             push_id: self.node_id.to_string(),
@@ -375,10 +374,12 @@ impl NamespaceSync {
                 }
             }
         }
-        let pending = self.status().pending_diffs;
+        let st = self.status();
         warn!(
             namespace = self.name(),
-            pending, "shutting down with diffs the store did not confirm"
+            diffs = st.pending_diffs,
+            advances = st.pending_advances,
+            "shutting down with diffs the store did not confirm"
         );
     }
 }

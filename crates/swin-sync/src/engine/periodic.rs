@@ -50,14 +50,16 @@ impl NamespaceSync {
         let started = Instant::now();
         let mut st = self.state.lock().await;
         let result = self.sync_locked(store, &mut st, now).await;
-        let pending = st.pending.iter().map(|(_, d)| d.len()).sum::<usize>()
-            + st.pending_tats.iter().map(|(_, a)| a.len()).sum::<usize>();
+        self.set_pending(
+            st.pending.iter().map(|(_, d)| d.len()).sum(),
+            st.pending_tats.iter().map(|(_, a)| a.len()).sum(),
+        );
         let result = result.map(|(pushed, fetched)| SyncReport {
             pushed,
             fetched,
             duration_ms: started.elapsed().as_secs_f64() * 1e3,
         });
-        self.record(result.as_ref(), pending);
+        self.record(result.as_ref());
         result
     }
 

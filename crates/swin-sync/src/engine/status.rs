@@ -14,8 +14,10 @@ pub struct SyncStatus {
     /// Why the last attempt failed, while the store is unreachable.
     pub degraded: Option<String>,
     pub consecutive_failures: u32,
-    /// Windows drained but not yet confirmed by the store.
+    /// Window diffs drained but not yet confirmed by the store.
     pub pending_diffs: usize,
+    /// GCRA TAT advances drained but not yet confirmed by the store.
+    pub pending_advances: usize,
     pub syncs: u64,
     pub failures: u64,
     /// Windows the store refused for good (logged with their key and dropped).
@@ -31,9 +33,16 @@ pub const SYNC_BUCKETS_SECS: [f64; 10] =
     [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
 
 impl NamespaceSync {
-    pub(super) fn record(&self, outcome: Result<&SyncReport, &StoreError>, pending: usize) {
+    /// What is queued for the store: diffs and advances drained and not yet confirmed.
+    pub(super) fn set_pending(&self, diffs: usize, advances: usize) {
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        s.pending_diffs = pending;
+        s.pending_diffs = diffs;
+        s.pending_advances = advances;
+    }
+
+    /// The outcome of a sync, or of a synchronous call that failed.
+    pub(super) fn record(&self, outcome: Result<&SyncReport, &StoreError>) {
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
         match outcome {
             Ok(report) => {
                 s.last_success_ms = Some(now().0);

@@ -171,7 +171,7 @@ impl NamespaceSync {
             (Ok(p), Ok(r)) => (self.settle(&diffs, p), r),
             (Err(e), _) | (_, Err(e)) => {
                 warn!(namespace = self.name(), cause = %e, hits = batch.len(), "synchronous increments failed; counted locally");
-                self.record(Err(&e), self.status().pending_diffs);
+                self.record(Err(&e));
                 for w in batch {
                     let _ = w.tx.send(None);
                 }
