@@ -1,13 +1,24 @@
-//! Prometheus text exposition of the node's counters, gathered at scrape time from the
-//! engines and tables, plus HTTP request counts kept here.
+//! The node's metrics: request counters kept here, and what each namespace's engine and
+//! tables hold, read once per namespace at scrape time. The Prometheus text exposition
+//! (names, escaping, histogram lines) is written by the `prometheus` crate's encoder from
+//! metric families built here at each scrape.
+//!
+//! Why not the crates' own counter vectors: they take a lock on every lookup, and these
+//! counters are bumped on every request, so the lock would be the one every request
+//! takes. They stay lock-free maps of atomics, read at scrape time. (`prometheus-client`
+//! writes OpenMetrics, whose counter descriptors `promtool check metrics` rejects.)
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use swin_sync::NamespaceSync;
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
+};
+use swin_sync::{NamespaceSync, SyncStatus, SYNC_BUCKETS_SECS};
 
-/// Counters bumped on every request: lock-free maps (a mutex here would be the one lock
-/// every request takes), keyed by namespace, and by route then status.
+/// What `/metrics` answers with.
+pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
+
+/// Counters bumped on every request, keyed by namespace, and by route then status.
 #[derive(Debug, Default)]
 pub struct Metrics {
     http: papaya::HashMap<String, papaya::HashMap<u16, AtomicU64>>,
@@ -53,21 +64,47 @@ impl Metrics {
         );
     }
 
-    fn sorted_increments(&self) -> Vec<(String, u64)> {
-        sorted(&self.increments)
-    }
-
-    fn sorted_decisions(&self) -> Vec<(String, &'static str, u64)> {
-        let mut v = Vec::new();
-        for (i, name) in ["denied", "allowed"].into_iter().enumerate() {
-            v.extend(
-                sorted(&self.decisions[i])
+    /// The exposition of these counters and of each namespace's engine.
+    pub fn render(&self, engines: &[&NamespaceSync]) -> String {
+        let namespaces: Vec<NamespaceSample> =
+            engines.iter().map(|s| NamespaceSample::of(s)).collect();
+        let mut families = vec![
+            counter_family(
+                "swin_increments_total",
+                "Increments counted, by namespace.",
+                sorted(&self.increments)
                     .into_iter()
-                    .map(|(ns, n)| (ns, name, n)),
-            );
+                    .map(|(n, v)| (vec![("namespace", n)], v)),
+            ),
+            counter_family(
+                "swin_decisions_total",
+                "Limit decisions (/hit, /v1/hits, /v1/auth), by namespace and outcome.",
+                self.decisions
+                    .iter()
+                    .zip(["denied", "allowed"])
+                    .flat_map(|(map, decision)| {
+                        sorted(map).into_iter().map(move |(n, v)| {
+                            (vec![("namespace", n), ("decision", decision.to_owned())], v)
+                        })
+                    }),
+            ),
+            counter_family(
+                "swin_http_requests_total",
+                "HTTP requests, by route and status.",
+                self.sorted_http().into_iter().map(|(route, status, v)| {
+                    (vec![("route", route), ("status", status.to_string())], v)
+                }),
+            ),
+        ];
+        families.extend(namespace_families(&namespaces));
+        // a family without samples (no decision yet) is left out, as registries do
+        families.retain(|f| !f.get_metric().is_empty());
+        let mut out = String::new();
+        if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&families, &mut out) {
+            // only a family built wrong gets here: a bug, shown rather than hidden
+            tracing::error!(cause = %e, "metrics exposition failed");
         }
-        v.sort();
-        v
+        out
     }
 
     fn sorted_http(&self) -> Vec<(String, u16, u64)> {
@@ -79,120 +116,6 @@ impl Metrics {
         }
         v.sort();
         v
-    }
-
-    /// The Prometheus text of these counters and of each namespace's engine.
-    pub fn render(&self, engines: &[&NamespaceSync]) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "# HELP swin_increments_total Increments counted, by namespace.\n# TYPE swin_increments_total counter");
-        for (ns, v) in self.sorted_increments() {
-            let _ = writeln!(
-                out,
-                "swin_increments_total{{namespace=\"{}\"}} {v}",
-                esc(&ns)
-            );
-        }
-        let _ = writeln!(out, "# HELP swin_decisions_total Limit decisions (/hit, /v1/hits, /v1/auth), by namespace and outcome.\n# TYPE swin_decisions_total counter");
-        for (ns, decision, v) in self.sorted_decisions() {
-            let _ = writeln!(
-                out,
-                "swin_decisions_total{{namespace=\"{}\",decision=\"{decision}\"}} {v}",
-                esc(&ns)
-            );
-        }
-        let _ = writeln!(out, "# HELP swin_http_requests_total HTTP requests, by route and status.\n# TYPE swin_http_requests_total counter");
-        for (route, status, v) in self.sorted_http() {
-            let _ = writeln!(
-                out,
-                "swin_http_requests_total{{route=\"{}\",status=\"{status}\"}} {v}",
-                esc(&route)
-            );
-        }
-        let gauges: [(&str, &str, &str); 8] = [
-            (
-                "swin_buckets",
-                "gauge",
-                "GCRA buckets held in local memory.",
-            ),
-            (
-                "swin_counters",
-                "gauge",
-                "Counters held in local memory (key x window size).",
-            ),
-            (
-                "swin_evictions_total",
-                "counter",
-                "Counters evicted to stay under max_counters.",
-            ),
-            (
-                "swin_pending_diffs",
-                "gauge",
-                "Windows drained but not yet confirmed by the store.",
-            ),
-            ("swin_sync_failures_total", "counter", "Syncs that failed."),
-            (
-                "swin_rejected_windows_total",
-                "counter",
-                "Windows the store refused for good (logged with their key) and dropped.",
-            ),
-            (
-                "swin_syncs_total",
-                "counter",
-                "Syncs that reached the store.",
-            ),
-            (
-                "swin_degraded",
-                "gauge",
-                "1 while the namespace cannot reach its store.",
-            ),
-        ];
-        for (name, kind, help) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for sync in engines {
-                let st = sync.status();
-                let c = sync.counters();
-                let v = match name {
-                    "swin_counters" => c.len() as f64,
-                    "swin_buckets" => c.buckets().len() as f64,
-                    "swin_evictions_total" => c.evictions() as f64,
-                    "swin_pending_diffs" => st.pending_diffs as f64,
-                    "swin_sync_failures_total" => st.failures as f64,
-                    "swin_rejected_windows_total" => st.rejected_windows as f64,
-                    "swin_syncs_total" => st.syncs as f64,
-                    _ => f64::from(u8::from(st.degraded.is_some())),
-                };
-                let _ = writeln!(out, "{name}{{namespace=\"{}\"}} {v}", esc(sync.name()));
-            }
-        }
-        let _ = writeln!(out, "# HELP swin_sync_duration_seconds Duration of syncs.\n# TYPE swin_sync_duration_seconds histogram");
-        for sync in engines {
-            let st = sync.status();
-            let name = esc(sync.name());
-            let mut cumulative = 0;
-            for (le, n) in swin_sync::SYNC_BUCKETS_SECS
-                .iter()
-                .zip(st.duration_buckets.iter())
-            {
-                cumulative += n;
-                let _ = writeln!(out, "swin_sync_duration_seconds_bucket{{namespace=\"{name}\",le=\"{le}\"}} {cumulative}");
-            }
-            let _ = writeln!(
-                out,
-                "swin_sync_duration_seconds_bucket{{namespace=\"{name}\",le=\"+Inf\"}} {}",
-                st.syncs
-            );
-            let _ = writeln!(
-                out,
-                "swin_sync_duration_seconds_sum{{namespace=\"{name}\"}} {}",
-                st.duration_sum_secs
-            );
-            let _ = writeln!(
-                out,
-                "swin_sync_duration_seconds_count{{namespace=\"{name}\"}} {}",
-                st.syncs
-            );
-        }
-        out
     }
 }
 
@@ -206,8 +129,176 @@ fn sorted(map: &papaya::HashMap<String, AtomicU64>) -> Vec<(String, u64)> {
     v
 }
 
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// One namespace as a scrape sees it: its engine's status read once.
+#[derive(Debug)]
+struct NamespaceSample {
+    name: String,
+    status: SyncStatus,
+    counters: usize,
+    buckets: usize,
+    evictions: u64,
+}
+
+impl NamespaceSample {
+    fn of(sync: &NamespaceSync) -> Self {
+        let c = sync.counters();
+        NamespaceSample {
+            name: sync.name().to_owned(),
+            status: sync.status(),
+            counters: c.len(),
+            buckets: c.buckets().len(),
+            evictions: c.evictions(),
+        }
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+fn metric(labels: Labels) -> Metric {
+    let mut m = Metric::default();
+    m.set_label(
+        labels
+            .into_iter()
+            .map(|(name, value)| {
+                let mut l = LabelPair::default();
+                l.set_name(name.to_owned());
+                l.set_value(value);
+                l
+            })
+            .collect(),
+    );
+    m
+}
+
+fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<Metric>) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_owned());
+    f.set_help(help.to_owned());
+    f.set_field_type(kind);
+    f.set_metric(metrics);
+    f
+}
+
+fn counter_family(
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (Labels, u64)>,
+) -> MetricFamily {
+    let metrics = samples
+        .into_iter()
+        .map(|(labels, v)| {
+            let mut m = metric(labels);
+            let mut c = Counter::default();
+            c.set_value(v as f64);
+            m.set_counter(c);
+            m
+        })
+        .collect();
+    family(name, help, MetricType::COUNTER, metrics)
+}
+
+fn gauge_family(
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (Labels, f64)>,
+) -> MetricFamily {
+    let metrics = samples
+        .into_iter()
+        .map(|(labels, v)| {
+            let mut m = metric(labels);
+            let mut g = Gauge::default();
+            g.set_value(v);
+            m.set_gauge(g);
+            m
+        })
+        .collect();
+    family(name, help, MetricType::GAUGE, metrics)
+}
+
+/// The engine's sync durations: its non-cumulative buckets made cumulative.
+fn sync_histogram(st: &SyncStatus) -> Histogram {
+    let mut h = Histogram::default();
+    h.set_sample_count(st.syncs);
+    h.set_sample_sum(st.duration_sum_secs);
+    let mut cumulative = 0;
+    h.set_bucket(
+        SYNC_BUCKETS_SECS
+            .iter()
+            .zip(st.duration_buckets.iter())
+            .map(|(le, n)| {
+                cumulative += n;
+                let mut b = Bucket::default();
+                b.set_upper_bound(*le);
+                b.set_cumulative_count(cumulative);
+                b
+            })
+            .collect(),
+    );
+    h
+}
+
+/// Per namespace: what its tables hold and how its syncs go.
+fn namespace_families(namespaces: &[NamespaceSample]) -> Vec<MetricFamily> {
+    let ns = |n: &NamespaceSample| vec![("namespace", n.name.clone())];
+    let gauges = |name: &str, help: &str, v: fn(&NamespaceSample) -> f64| {
+        gauge_family(name, help, namespaces.iter().map(|n| (ns(n), v(n))))
+    };
+    let counters = |name: &str, help: &str, v: fn(&NamespaceSample) -> u64| {
+        counter_family(name, help, namespaces.iter().map(|n| (ns(n), v(n))))
+    };
+    let histograms = namespaces
+        .iter()
+        .map(|n| {
+            let mut m = metric(ns(n));
+            m.set_histogram(sync_histogram(&n.status));
+            m
+        })
+        .collect();
+    vec![
+        gauges("swin_buckets", "GCRA buckets held in local memory.", |n| {
+            n.buckets as f64
+        }),
+        gauges(
+            "swin_counters",
+            "Counters held in local memory (key x window size).",
+            |n| n.counters as f64,
+        ),
+        counters(
+            "swin_evictions_total",
+            "Counters evicted to stay under max_counters.",
+            |n| n.evictions,
+        ),
+        gauges(
+            "swin_pending_diffs",
+            "Window diffs drained but not yet confirmed by the store.",
+            |n| n.status.pending_diffs as f64,
+        ),
+        gauges(
+            "swin_pending_advances",
+            "GCRA TAT advances drained but not yet confirmed by the store.",
+            |n| n.status.pending_advances as f64,
+        ),
+        counters("swin_sync_failures_total", "Syncs that failed.", |n| {
+            n.status.failures
+        }),
+        counters(
+            "swin_rejected_windows_total",
+            "Windows the store refused for good (logged with their key) and dropped.",
+            |n| n.status.rejected_windows,
+        ),
+        counters("swin_syncs_total", "Syncs that reached the store.", |n| {
+            n.status.syncs
+        }),
+        gauges(
+            "swin_degraded",
+            "1 while the namespace cannot reach its store.",
+            |n| f64::from(u8::from(n.status.degraded.is_some())),
+        ),
+        family(
+            "swin_sync_duration_seconds",
+            "Duration of syncs.",
+            MetricType::HISTOGRAM,
+            histograms,
+        ),
+    ]
 }

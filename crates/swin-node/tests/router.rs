@@ -705,6 +705,58 @@ async fn bad_input_gets_its_status_and_a_json_error() {
     assert_eq!(v["windows"][0]["current"], 0.0);
 }
 
+/// The exposition passes Prometheus' own linter (`promtool check metrics`: help and type
+/// for every family, counter suffixes, histogram lines), before any request and after
+/// traffic of every kind.
+#[tokio::test]
+async fn metrics_pass_promtool() {
+    let r = router();
+    let lint = |text: String| {
+        use std::io::Write;
+        let promtool = std::env::var("SWIN_PROMTOOL").unwrap_or_else(|_| "promtool".into());
+        let mut child = std::process::Command::new(&promtool)
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("run {promtool} (scripts/test provides it): {e}"));
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("write");
+        let out = child.wait_with_output().expect("promtool");
+        assert!(
+            out.status.success(),
+            "promtool: {}{}\n{text}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let (s, v) = call(&r, "GET", "/metrics", None, "").await;
+    assert_eq!(s, StatusCode::OK);
+    lint(v.as_str().expect("text").to_owned());
+    call(&r, "POST", "/v1/namespaces/api/keys/k/increment", None, "").await;
+    call(
+        &r,
+        "POST",
+        "/v1/namespaces/no%22such/keys/k/increment",
+        None,
+        "",
+    )
+    .await;
+    for _ in 0..4 {
+        send(&r, "POST", "/v1/namespaces/orders/keys/m/hit", &[], "").await;
+    }
+    let (_, v) = call(&r, "GET", "/metrics", None, "").await;
+    let text = v.as_str().expect("text").to_owned();
+    assert!(text.contains("swin_sync_duration_seconds_bucket"), "{text}");
+    assert!(text.contains("swin_decisions_total{"), "{text}");
+    lint(text);
+}
+
 #[tokio::test]
 async fn health_ready_namespaces_and_metrics() {
     let r = router();

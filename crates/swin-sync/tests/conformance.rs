@@ -833,7 +833,11 @@ async fn large_batches_go_in_chunks_exactly_once(s: &TestStore) {
     control.plan([Fault::FailAfter]);
     assert!(g.sync_once(now).await.is_err());
     assert_eq!(g.status().pending_advances, 12_000);
-    assert_eq!(g.status().pending_diffs, 0, "a GCRA namespace queues advances, not diffs");
+    assert_eq!(
+        g.status().pending_diffs,
+        0,
+        "a GCRA namespace queues advances, not diffs"
+    );
     assert_eq!(g.sync_once(now).await.expect("retry").pushed, 12_000);
     let wanted: Vec<CompactString> = keys.iter().map(|k| k.as_str().into()).collect();
     let tats = s.store.read_tats("g", &wanted).await.expect("read tats");

@@ -157,5 +157,5 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let engines: Vec<&swin_sync::NamespaceSync> =
         namespaces.values().map(|n| n.sync.as_ref()).collect();
     let body = state.metrics.render(&engines);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
 }
