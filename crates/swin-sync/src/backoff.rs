@@ -1,4 +1,9 @@
 //! Capped exponential backoff with jitter, for retrying a store that is down.
+//!
+//! Written here rather than taken from a crate: it is a delay schedule inside the
+//! engine's long-lived loops (reset on success, read for the failure count), not a
+//! closure to retry, which is what `backon` is built around; and the `backoff` crate is
+//! unmaintained.
 
 use std::time::Duration;
 

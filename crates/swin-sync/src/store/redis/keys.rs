@@ -30,19 +30,11 @@ fn key_slot(key: &[u8]) -> u16 {
     crc16(tagged.unwrap_or(key)) % 16384
 }
 
+/// CRC16 (XMODEM), from the `crc16` crate: the one redis-rs routes cluster commands
+/// with, so the slots this store groups by and the slots its client sends to cannot
+/// disagree.
 fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in bytes {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
+    crc16::State::<crc16::XMODEM>::calculate(bytes)
 }
 
 /// `swin:{4:name:KEY}:60` → (`KEY`, 60), given the head `swin:{4:name:`.
