@@ -3,6 +3,9 @@
 //!
 //! Built as a test target of the swin-node package (see its Cargo.toml), so that Cargo
 //! builds the node binary before running these.
+//!
+//! Long on purpose: each fault scenario runs whole, with its own cluster, in this one
+//! file; the harness it shares lives in tests/harness.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -653,6 +656,7 @@ async fn store_count(store: &Store, key: &str) -> Option<f64> {
 
 /// A GCRA namespace over 3 nodes: synchronous mode admits exactly the burst; periodic
 /// mode converges on one bucket; DELETE resets a key on every node.
+/// One scenario step by step (spend, sync, reset, spend again on every node); hence its length.
 async fn gcra_and_reset(store: Store) {
     let config = format!(
         "store_timeout = 1\n\n{}\n\

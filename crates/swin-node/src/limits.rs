@@ -163,66 +163,10 @@ fn key_from(raw: Option<&str>) -> Result<KeyFrom, FieldError> {
 
 /// Validates a namespace's limit keys; `None` when it has none.
 pub fn validate(raw: RawLimits, sizes: &[WindowSize]) -> Result<Option<Limits>, FieldError> {
-    let algorithm = match raw.algorithm.as_deref() {
-        None | Some("sliding_window") => Some(WindowAlgorithm::Sliding),
-        Some("fixed_window") => Some(WindowAlgorithm::Fixed),
-        Some("gcra") => None,
-        Some(other) => {
-            return Err((
-                "algorithm".into(),
-                format!("{other:?} is not \"sliding_window\", \"fixed_window\" or \"gcra\""),
-            ))
-        }
-    };
+    let algorithm = algorithm(raw.algorithm.as_deref())?;
     let key_from = key_from(raw.key_from.as_deref())?;
-    let one = |field: &str,
-               limits: &[RawLimit],
-               gcra: Option<&RawGcra>|
-     -> Result<Option<KeyLimits>, FieldError> {
-        match algorithm {
-            Some(a) => {
-                if gcra.is_some() {
-                    return Err((
-                        format!("{field}gcra"),
-                        "only for algorithm = \"gcra\"".into(),
-                    ));
-                }
-                let l = window_limits(limits, sizes, a, &format!("{field}limits"))?;
-                Ok((!l.is_empty()).then_some(KeyLimits::Windows(l)))
-            }
-            None => {
-                if !limits.is_empty() {
-                    return Err((
-                        format!("{field}limits"),
-                        "a \"gcra\" namespace takes `gcra = { burst, count, period }`, not window limits".into(),
-                    ));
-                }
-                gcra.map(|g| gcra_limit(g, &format!("{field}gcra")).map(KeyLimits::Gcra))
-                    .transpose()
-            }
-        }
-    };
-    let default = one("", &raw.limits, raw.gcra.as_ref())?;
-    let mut overrides = BTreeMap::new();
-    for (i, o) in raw.overrides.iter().enumerate() {
-        let f = format!("overrides[{i}].");
-        if o.keys.is_empty() {
-            return Err((format!("{f}keys"), "needs at least one key".into()));
-        }
-        let Some(limits) = one(&f, &o.limits, o.gcra.as_ref())? else {
-            let what = if algorithm.is_some() {
-                "limits"
-            } else {
-                "gcra"
-            };
-            return Err((format!("{f}{what}"), "an override needs its limits".into()));
-        };
-        for k in &o.keys {
-            if overrides.insert(k.clone(), limits.clone()).is_some() {
-                return Err((format!("{f}keys"), format!("{k:?} is in two overrides")));
-            }
-        }
-    }
+    let default = key_limits(algorithm, sizes, "", &raw.limits, raw.gcra.as_ref())?;
+    let overrides = overrides(algorithm, sizes, &raw.overrides)?;
     let Some(default) = default else {
         if algorithm.is_none() {
             return Err((
@@ -251,6 +195,81 @@ pub fn validate(raw: RawLimits, sizes: &[WindowSize]) -> Result<Option<Limits>, 
         count_denied: raw.count_denied.unwrap_or(false),
         key_from,
     }))
+}
+
+/// The window algorithm (`None`: GCRA); sliding windows unless told otherwise.
+fn algorithm(raw: Option<&str>) -> Result<Option<WindowAlgorithm>, FieldError> {
+    match raw {
+        None | Some("sliding_window") => Ok(Some(WindowAlgorithm::Sliding)),
+        Some("fixed_window") => Ok(Some(WindowAlgorithm::Fixed)),
+        Some("gcra") => Ok(None),
+        Some(other) => Err((
+            "algorithm".into(),
+            format!("{other:?} is not \"sliding_window\", \"fixed_window\" or \"gcra\""),
+        )),
+    }
+}
+
+/// The limits of the namespace or of one override (`field` prefixes its fields): window
+/// limits for a window algorithm, a bucket for GCRA, never both; `None` when it has none.
+fn key_limits(
+    algorithm: Option<WindowAlgorithm>,
+    sizes: &[WindowSize],
+    field: &str,
+    limits: &[RawLimit],
+    gcra: Option<&RawGcra>,
+) -> Result<Option<KeyLimits>, FieldError> {
+    match algorithm {
+        Some(a) => {
+            if gcra.is_some() {
+                return Err((
+                    format!("{field}gcra"),
+                    "only for algorithm = \"gcra\"".into(),
+                ));
+            }
+            let l = window_limits(limits, sizes, a, &format!("{field}limits"))?;
+            Ok((!l.is_empty()).then_some(KeyLimits::Windows(l)))
+        }
+        None => {
+            if !limits.is_empty() {
+                return Err((
+                    format!("{field}limits"),
+                    "a \"gcra\" namespace takes `gcra = { burst, count, period }`, not window limits".into(),
+                ));
+            }
+            gcra.map(|g| gcra_limit(g, &format!("{field}gcra")).map(KeyLimits::Gcra))
+                .transpose()
+        }
+    }
+}
+
+/// Per-key overrides: each lists its keys (none in two overrides) and its own limits.
+fn overrides(
+    algorithm: Option<WindowAlgorithm>,
+    sizes: &[WindowSize],
+    raw: &[RawOverride],
+) -> Result<BTreeMap<String, KeyLimits>, FieldError> {
+    let mut overrides = BTreeMap::new();
+    for (i, o) in raw.iter().enumerate() {
+        let f = format!("overrides[{i}].");
+        if o.keys.is_empty() {
+            return Err((format!("{f}keys"), "needs at least one key".into()));
+        }
+        let Some(limits) = key_limits(algorithm, sizes, &f, &o.limits, o.gcra.as_ref())? else {
+            let what = if algorithm.is_some() {
+                "limits"
+            } else {
+                "gcra"
+            };
+            return Err((format!("{f}{what}"), "an override needs its limits".into()));
+        };
+        for k in &o.keys {
+            if overrides.insert(k.clone(), limits.clone()).is_some() {
+                return Err((format!("{f}keys"), format!("{k:?} is in two overrides")));
+            }
+        }
+    }
+    Ok(overrides)
 }
 
 /// Whole seconds, rounded up: a client told to wait must not come back early.

@@ -144,6 +144,7 @@ impl Cluster {
     }
 }
 
+/// One generated case from start to end (nodes, hits, reloads, checks), so it reads in order; hence its length.
 async fn case(c: &mut Cluster, case_no: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let key = |k: u8| format!("c{case_no}-{k}");
     let mut acked: BTreeMap<String, f64> = BTreeMap::new();

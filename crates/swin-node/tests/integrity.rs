@@ -81,6 +81,7 @@ fn load(
     })
 }
 
+/// Every reload kind in one run under load, in the order an operator would make them; hence its length.
 async fn reloads_keep_every_acknowledged_hit(backend: TestStore) {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("swin.toml");

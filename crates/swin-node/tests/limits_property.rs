@@ -82,6 +82,7 @@ fn hour_start() -> i64 {
 
 /// One case: `hits` (node, cost) sent all at once; the admitted cost must fit the limit
 /// and be exactly what the store holds (denied hits taken back).
+/// One generated case from start to end, so it reads in order; hence its length.
 async fn case(
     stores: &[Store; 3],
     ns: &str,
@@ -201,6 +202,7 @@ fn step() -> impl Strategy<Value = Step> {
 /// until three times the limit: the stored window must not be negative and node 0 must
 /// admit no more than the limit less what is stored (a GCRA bucket: no more than its
 /// burst).
+/// One generated case from start to end, so it reads in order; hence its length.
 async fn refund_case(
     stores: &[Store; 3],
     ns: &str,

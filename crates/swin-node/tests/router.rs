@@ -1,4 +1,7 @@
 //! The router without a socket: routes, JSON shapes and every bad-input case.
+//!
+//! Long on purpose: every route's cases sit in one file, each test standing alone, so a
+//! contract change shows up here in one place.
 
 use std::sync::Arc;
 
@@ -577,6 +580,7 @@ async fn batch_answers_in_order() {
 }
 
 #[tokio::test]
+/// A table of every bad input beside its status and error code: long because the table is.
 async fn bad_input_gets_its_status_and_a_json_error() {
     let r = router();
     let long = "k".repeat(1025);
@@ -713,7 +717,18 @@ async fn metrics_pass_promtool() {
     let r = router();
     let lint = |text: String| {
         use std::io::Write;
-        let promtool = std::env::var("SWIN_PROMTOOL").unwrap_or_else(|_| "promtool".into());
+        // scripts/test sets SWIN_PROMTOOL, or leaves the one it unpacked under target/tools
+        let unpacked = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../target/tools/prometheus/usr/bin/promtool"
+        );
+        let promtool = std::env::var("SWIN_PROMTOOL").unwrap_or_else(|_| {
+            if std::path::Path::new(unpacked).exists() {
+                unpacked.into()
+            } else {
+                "promtool".into()
+            }
+        });
         let mut child = std::process::Command::new(&promtool)
             .args(["check", "metrics"])
             .stdin(std::process::Stdio::piped())

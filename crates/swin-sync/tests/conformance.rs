@@ -1,4 +1,7 @@
 //! One conformance suite, run against the real PostgreSQL, Redis and SQLite.
+//!
+//! Long on purpose: every scenario runs against every store (`for_all_stores!`), so a
+//! store conforms exactly when this one file passes.
 
 mod common;
 
@@ -1038,6 +1041,7 @@ async fn doubles_round_trip_exactly(s: &TestStore) {
 
 /// The fault-injecting store honours its faults in every call of the boundary:
 /// `FailBefore` reaches nothing, `FailAfter` runs the call and loses its reply.
+/// Every call of the boundary, once per fault kind: long because the boundary is.
 async fn every_call_honours_its_faults(s: &TestStore) {
     use swin_sync::StoreError;
     let (faulty, control) = common::faulty(&s.store);
