@@ -3,10 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use swin_sync::NamespaceSync;
+use swin_core::{CounterOptions, NamespaceCounters, Retention};
+use swin_sync::{NamespaceSync, Store, SyncMode};
 
+use crate::config::NamespaceConfig;
 use crate::error::Error;
 use crate::metrics::Metrics;
 
@@ -19,6 +22,55 @@ pub struct Namespace {
     /// Whether `/increment` takes negative values (`allow_decrements`); without it a
     /// client could lift its own limit.
     pub allow_decrements: bool,
+}
+
+impl Namespace {
+    /// The namespace `cfg` describes: its counter tables and its engine, not started.
+    /// The one place a `Namespace` is made, for the node and for tests alike. `store` is
+    /// the store `cfg.store` names (`None` for a local-only namespace); `push_id` tells
+    /// this engine's pushes apart from every other's (`<node>.<generation>` in the node).
+    pub fn build(
+        cfg: &NamespaceConfig,
+        store: Option<Store>,
+        push_id: Arc<str>,
+        store_timeout: Duration,
+    ) -> Namespace {
+        let retention = if cfg.mode == SyncMode::LocalOnly {
+            Retention::LocalOnly
+        } else {
+            Retention::Synced
+        };
+        let counters = Arc::new(NamespaceCounters::new(
+            &cfg.name,
+            &cfg.window_sizes,
+            CounterOptions {
+                retention,
+                max_counters: cfg.max_counters,
+            },
+        ));
+        let sync = NamespaceSync::new(counters, cfg.mode, store, push_id, store_timeout);
+        let gcra = cfg
+            .limits
+            .as_ref()
+            .is_some_and(crate::limits::Limits::is_gcra);
+        Namespace {
+            sync: Arc::new(if gcra { sync.with_buckets() } else { sync }),
+            store_name: cfg.store.clone(),
+            limits: cfg.limits.clone(),
+            allow_decrements: cfg.allow_decrements,
+        }
+    }
+
+    /// The same counters and engine under the limits `cfg` sets (a reload that changed
+    /// only limits: nothing counted is lost).
+    pub fn with_limits(&self, cfg: &NamespaceConfig) -> Namespace {
+        Namespace {
+            sync: self.sync.clone(),
+            store_name: self.store_name.clone(),
+            limits: cfg.limits.clone(),
+            allow_decrements: cfg.allow_decrements,
+        }
+    }
 }
 
 pub type Namespaces = BTreeMap<String, Arc<Namespace>>;

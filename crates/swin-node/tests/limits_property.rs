@@ -15,14 +15,13 @@ use axum::body::Body;
 use axum::http::Request;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use swin_core::{
-    CounterOptions, NamespaceCounters, UnixMs, WindowAlgorithm, WindowLimit, WindowSize,
-};
+use swin_core::{UnixMs, WindowAlgorithm, WindowLimit, WindowSize};
+use swin_node::config::NamespaceConfig;
 use swin_node::http;
 use swin_node::limits::{KeyFrom, KeyLimits, Limits};
 use swin_node::state::{AppState, Namespace, Namespaces};
 use swin_sync::store::{PostgresStore, RedisStore};
-use swin_sync::{NamespaceSync, Store, SyncMode};
+use swin_sync::{Store, SyncMode};
 use tower::ServiceExt;
 
 const HOUR: u64 = 3600;
@@ -33,44 +32,37 @@ fn node(store: Store, ns: &str, limit: f64, gcra: bool) -> axum::Router {
 
 fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> axum::Router {
     let size = WindowSize::new(HOUR).expect("size");
-    let counters = Arc::new(NamespaceCounters::new(
-        ns,
-        &[size],
-        CounterOptions::default(),
-    ));
-    let sync = NamespaceSync::new(
-        counters,
+    let default = if gcra {
+        // burst `limit`, refilled over an hour: no refill to speak of during a case
+        let g = swin_core::Gcra::new(limit as i64, limit as i64, Duration::from_secs(HOUR))
+            .expect("gcra");
+        KeyLimits::Gcra(g)
+    } else {
+        let w = WindowLimit::new(size, limit, WindowAlgorithm::Sliding).expect("limit");
+        KeyLimits::Windows(vec![w])
+    };
+    let cfg = NamespaceConfig {
+        name: ns.to_owned(),
+        window_sizes: vec![size],
         mode,
+        store: Some("main".into()),
+        max_counters: swin_core::DEFAULT_MAX_COUNTERS,
+        limits: Some(Limits {
+            default,
+            overrides: Default::default(),
+            count_denied: false,
+            key_from: KeyFrom::ClientAddress,
+        }),
+        allow_decrements: false,
+    };
+    let namespace = Namespace::build(
+        &cfg,
         Some(store),
         swin_sync::new_node_id().into(),
         Duration::from_secs(5),
     );
-    let (sync, default) = if gcra {
-        // burst `limit`, refilled over an hour: no refill to speak of during a case
-        let g = swin_core::Gcra::new(limit as i64, limit as i64, Duration::from_secs(HOUR))
-            .expect("gcra");
-        (sync.with_buckets(), KeyLimits::Gcra(g))
-    } else {
-        let w = WindowLimit::new(size, limit, WindowAlgorithm::Sliding).expect("limit");
-        (sync, KeyLimits::Windows(vec![w]))
-    };
-    let sync = Arc::new(sync);
-    let limits = Limits {
-        default,
-        overrides: Default::default(),
-        count_denied: false,
-        key_from: KeyFrom::ClientAddress,
-    };
     let mut map = Namespaces::new();
-    map.insert(
-        ns.to_owned(),
-        Arc::new(Namespace {
-            sync,
-            store_name: Some("main".into()),
-            limits: Some(limits),
-            allow_decrements: false,
-        }),
-    );
+    map.insert(ns.to_owned(), Arc::new(namespace));
     http::router(Arc::new(AppState::new(map, 4096)))
 }
 

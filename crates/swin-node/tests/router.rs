@@ -8,105 +8,86 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use swin_core::{CounterOptions, NamespaceCounters, Retention, WindowSize};
+use std::time::Duration;
+
+use swin_node::config::Config;
 use swin_node::http;
-use swin_node::limits::{KeyFrom, KeyLimits, Limits};
 use swin_node::state::{AppState, Namespace, Namespaces};
-use swin_sync::{NamespaceSync, SyncMode};
+use swin_sync::store::SqliteStore;
+use swin_sync::Store;
 use tower::ServiceExt;
 
-fn local_namespace(
-    name: &str,
-    sizes: &[u64],
-    limits: Option<swin_node::limits::Limits>,
-) -> Arc<Namespace> {
-    namespace_with(name, sizes, limits, Retention::LocalOnly, 1000, false)
-}
+/// The namespaces the router tests use, as an operator would write them: `api` counts;
+/// `login` allows 5 hits a minute (50 for the key `vip`); `orders` is a GCRA bucket of 3
+/// a minute keyed by `X-Api-Key` for forward auth; `tiny` holds 2 counters and syncs once
+/// an hour, so its unsynced hits fill it; `signed` takes negative values.
+const NAMESPACES: &str = r#"
+[stores.mem]
+kind = "sqlite"
+url = "sqlite::memory:"
 
-/// A namespace of its own kind: `Retention::Synced` keeps every hit until a sync that
-/// never comes here, so a small `max_counters` fills up.
-fn namespace_with(
-    name: &str,
-    sizes: &[u64],
-    limits: Option<swin_node::limits::Limits>,
-    retention: Retention,
-    max_counters: usize,
-    allow_decrements: bool,
-) -> Arc<Namespace> {
-    let sizes: Vec<WindowSize> = sizes
-        .iter()
-        .map(|s| WindowSize::new(*s).expect("size"))
-        .collect();
-    let counters = Arc::new(NamespaceCounters::new(
-        name,
-        &sizes,
-        CounterOptions {
-            retention,
-            max_counters,
-        },
-    ));
-    let sync = Arc::new(NamespaceSync::new(
-        counters,
-        SyncMode::LocalOnly,
-        None,
-        "test".into(),
-        std::time::Duration::from_secs(1),
-    ));
-    Arc::new(Namespace {
-        sync,
-        store_name: None,
-        limits,
-        allow_decrements,
-    })
-}
+[[namespaces]]
+name = "api"
+window_sizes = [1, 60]
+sync_rate = -1
+max_counters = 1000
 
-/// `api` counts; `login` allows 5 hits a minute (50 for the key `vip`); `orders` is a
-/// GCRA bucket of 3 a minute keyed by `X-Api-Key` for forward auth.
-fn router() -> axum::Router {
-    let five = swin_core::WindowLimit::new(
-        WindowSize::new(60).expect("size"),
-        5.0,
-        swin_core::WindowAlgorithm::Sliding,
-    )
-    .expect("limit");
-    let fifty = swin_core::WindowLimit {
-        limit: 50.0,
-        ..five
-    };
-    let limits = Limits {
-        default: KeyLimits::Windows(vec![five]),
-        overrides: [("vip".to_string(), KeyLimits::Windows(vec![fifty]))]
-            .into_iter()
-            .collect(),
-        count_denied: false,
-        key_from: KeyFrom::ClientAddress,
-    };
-    // 3 a minute, burst 3: a token every 20 s
-    let gcra = swin_core::Gcra::new(3, 3, std::time::Duration::from_secs(60)).expect("gcra");
-    let orders = Limits {
-        default: KeyLimits::Gcra(gcra),
-        overrides: Default::default(),
-        count_denied: false,
-        key_from: KeyFrom::Header("x-api-key".into()),
-    };
+[[namespaces]]
+name = "login"
+window_sizes = [60]
+sync_rate = -1
+max_counters = 1000
+limits = [{ window_size = 60, limit = 5 }]
+
+[[namespaces.overrides]]
+keys = ["vip"]
+limits = [{ window_size = 60, limit = 50 }]
+
+[[namespaces]]
+name = "orders"
+sync_rate = -1
+max_counters = 1000
+algorithm = "gcra"
+gcra = { burst = 3, count = 3, period = "1m" }   # a token every 20 s
+key_from = "header:X-Api-Key"
+
+[[namespaces]]
+name = "tiny"
+window_sizes = [1, 60]
+sync_rate = 3600
+store = "mem"
+max_counters = 2
+
+[[namespaces]]
+name = "signed"
+window_sizes = [60]
+sync_rate = -1
+max_counters = 1000
+allow_decrements = true
+"#;
+
+/// The router over [`NAMESPACES`], built the way the node builds them. `tiny` has synced
+/// once (its store is an in-memory SQLite), so the node is ready.
+async fn router() -> axum::Router {
+    let config = Config::parse("router.toml", NAMESPACES, &|_| None).expect("config");
+    let store = Store::Sqlite(
+        SqliteStore::connect("sqlite::memory:")
+            .await
+            .expect("sqlite"),
+    );
+    store.migrate().await.expect("migrate");
     let mut ns = Namespaces::new();
-    ns.insert("api".into(), local_namespace("api", &[1, 60], None));
-    ns.insert(
-        "login".into(),
-        local_namespace("login", &[60], Some(limits)),
-    );
-    ns.insert(
-        "orders".into(),
-        local_namespace("orders", &[], Some(orders)),
-    );
-    ns.insert(
-        "tiny".into(),
-        namespace_with("tiny", &[1, 60], None, Retention::Synced, 2, false),
-    );
-    ns.insert(
-        "signed".into(),
-        namespace_with("signed", &[60], None, Retention::LocalOnly, 1000, true),
-    );
+    for cfg in &config.namespaces {
+        let store = cfg.store.as_ref().map(|_| store.clone());
+        let n = Namespace::build(cfg, store, "test".into(), Duration::from_secs(1));
+        if cfg.store.is_some() {
+            n.sync
+                .sync_once(swin_sync::now())
+                .await
+                .expect("first sync");
+        }
+        ns.insert(cfg.name.clone(), Arc::new(n));
+    }
     http::router(Arc::new(AppState::new(ns, 4096)))
 }
 
@@ -188,7 +169,7 @@ async fn send(
 
 #[tokio::test]
 async fn hits_are_allowed_up_to_the_limit_then_429_with_headers() {
-    let r = router();
+    let r = router().await;
     for i in 0..5 {
         let (s, v, h) = hit(&r, "alice", "").await;
         assert_eq!(s, StatusCode::OK, "{v}");
@@ -232,7 +213,7 @@ async fn hits_are_allowed_up_to_the_limit_then_429_with_headers() {
 
 #[tokio::test]
 async fn refunds_give_back_admitted_hits() {
-    let r = router();
+    let r = router().await;
     for _ in 0..5 {
         assert_eq!(hit(&r, "dave", "").await.0, StatusCode::OK);
     }
@@ -281,7 +262,7 @@ async fn refunds_give_back_admitted_hits() {
 
 #[tokio::test]
 async fn dry_runs_and_costs() {
-    let r = router();
+    let r = router().await;
     let (s, v, _) = hit(&r, "carol", r#"{"cost": 3}"#).await;
     assert_eq!(
         (s, v["remaining"].clone()),
@@ -321,7 +302,7 @@ async fn dry_runs_and_costs() {
 
 #[tokio::test]
 async fn gcra_buckets_spend_refund_and_say_when() {
-    let r = router();
+    let r = router().await;
     let orders = |key: &str| format!("/v1/namespaces/orders/keys/{key}/hit");
     for i in 0..3 {
         let (s, v, h) = send(&r, "POST", &orders("o1"), &[], "").await;
@@ -357,7 +338,7 @@ async fn gcra_buckets_spend_refund_and_say_when() {
 
 #[tokio::test]
 async fn batch_decisions_are_all_or_nothing() {
-    let r = router();
+    let r = router().await;
     let both = r#"{"hits": [{"namespace": "login", "key": "b1"},
                             {"namespace": "orders", "key": "b1", "cost": 2}]}"#;
     let (s, v, h) = send(&r, "POST", "/v1/hits", &[], both).await;
@@ -413,7 +394,7 @@ async fn batch_decisions_are_all_or_nothing() {
 
 #[tokio::test]
 async fn delete_resets_a_key() {
-    let r = router();
+    let r = router().await;
     for _ in 0..5 {
         hit(&r, "zed", "").await;
     }
@@ -431,7 +412,7 @@ async fn delete_resets_a_key() {
 
 #[tokio::test]
 async fn forward_auth_takes_the_key_from_a_header_or_the_client_address() {
-    let r = router();
+    let r = router().await;
     let key = [("x-api-key", "team-a")];
     for _ in 0..3 {
         let (s, v, h) = send(&r, "GET", "/v1/auth/orders", &key, "").await;
@@ -498,7 +479,7 @@ type Case<'a> = (
 
 #[tokio::test]
 async fn increment_with_an_empty_body_counts_every_window_size() {
-    let r = router();
+    let r = router().await;
     let (s, v) = call(
         &r,
         "POST",
@@ -520,7 +501,7 @@ async fn increment_with_an_empty_body_counts_every_window_size() {
 
 #[tokio::test]
 async fn increment_one_window_with_a_value_then_read_it() {
-    let r = router();
+    let r = router().await;
     let (s, v) = call(
         &r,
         "POST",
@@ -546,7 +527,7 @@ async fn increment_one_window_with_a_value_then_read_it() {
 
 #[tokio::test]
 async fn keys_are_percent_decoded_utf8() {
-    let r = router();
+    let r = router().await;
     for (path, key) in [
         ("a%2Fb", "a/b"),
         ("with%20space", "with space"),
@@ -569,7 +550,7 @@ async fn keys_are_percent_decoded_utf8() {
 
 #[tokio::test]
 async fn batch_answers_in_order() {
-    let r = router();
+    let r = router().await;
     let body = r#"{"increments":[{"namespace":"api","key":"a","value":1,"window_size":60},{"namespace":"api","key":"a","value":2,"window_size":60},{"namespace":"api","key":"b"}]}"#;
     let (s, v) = call(&r, "POST", "/v1/increments", JSON, body).await;
     assert_eq!(s, StatusCode::OK, "{v}");
@@ -582,7 +563,7 @@ async fn batch_answers_in_order() {
 #[tokio::test]
 /// A table of every bad input beside its status and error code: long because the table is.
 async fn bad_input_gets_its_status_and_a_json_error() {
-    let r = router();
+    let r = router().await;
     let long = "k".repeat(1025);
     let big = "x".repeat(5000);
     let cases: Vec<Case> = vec![
@@ -714,7 +695,7 @@ async fn bad_input_gets_its_status_and_a_json_error() {
 /// traffic of every kind.
 #[tokio::test]
 async fn metrics_pass_promtool() {
-    let r = router();
+    let r = router().await;
     let lint = |text: String| {
         use std::io::Write;
         // scripts/test sets SWIN_PROMTOOL, or leaves the one it unpacked under target/tools
@@ -774,7 +755,7 @@ async fn metrics_pass_promtool() {
 
 #[tokio::test]
 async fn health_ready_namespaces_and_metrics() {
-    let r = router();
+    let r = router().await;
     call(&r, "POST", "/v1/namespaces/api/keys/k/increment", None, "").await;
     assert_eq!(
         call(&r, "GET", "/healthz", None, "").await.0,
@@ -851,7 +832,7 @@ async fn current(r: &axum::Router, ns: &str, key: &str, size: u32) -> f64 {
 
 #[tokio::test]
 async fn keys_with_nul_are_refused_on_every_route() {
-    let r = router();
+    let r = router().await;
     let routes = [
         ("POST", "/v1/namespaces/api/keys/a%00b/increment", ""),
         ("GET", "/v1/namespaces/api/keys/a%00b", ""),
@@ -882,7 +863,7 @@ async fn keys_with_nul_are_refused_on_every_route() {
 
 #[tokio::test]
 async fn values_that_would_leave_exact_counts_are_refused_before_counting() {
-    let r = router();
+    let r = router().await;
     let inc = |value: &str| format!(r#"{{"value": {value}, "window_size": 60}}"#);
     let uri = "/v1/namespaces/api/keys/huge/increment";
     for bad in ["1e308", "-1e308", "9007199254740994", "1e16"] {
@@ -904,7 +885,7 @@ async fn values_that_would_leave_exact_counts_are_refused_before_counting() {
 
 #[tokio::test]
 async fn negative_values_only_where_the_namespace_allows_decrements() {
-    let r = router();
+    let r = router().await;
     let body = r#"{"value": -100, "window_size": 60}"#;
     let (status, json) = call(
         &r,
@@ -946,7 +927,7 @@ async fn negative_values_only_where_the_namespace_allows_decrements() {
 
 #[tokio::test]
 async fn bodies_are_json_objects_and_batches_need_a_body() {
-    let r = router();
+    let r = router().await;
     for (uri, body) in [
         ("/v1/namespaces/api/keys/k/increment", "[5, 60]"),
         ("/v1/namespaces/login/keys/k/hit", "[1, false]"),
@@ -965,7 +946,7 @@ async fn bodies_are_json_objects_and_batches_need_a_body() {
 
 #[tokio::test]
 async fn a_batch_that_fails_part_way_leaves_nothing_counted() {
-    let r = router();
+    let r = router().await;
     // /v1/hits: the unknown namespace comes after a hit that would be allowed
     let hits = r#"{"hits":[{"namespace":"login","key":"b"},{"namespace":"nope","key":"b"}]}"#;
     let (status, json) = call(&r, "POST", "/v1/hits", JSON, hits).await;
@@ -1012,7 +993,7 @@ async fn a_batch_that_fails_part_way_leaves_nothing_counted() {
 /// an ulp off (found by the whole-chain property), so bodies are parsed exactly.
 #[tokio::test]
 async fn values_are_parsed_exactly() {
-    let r = router();
+    let r = router().await;
     let value = 1.2750726484814737e-227_f64;
     let body = format!(r#"{{"value": {value:e}, "window_size": 60}}"#);
     let (status, json) = call(

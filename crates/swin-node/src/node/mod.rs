@@ -10,8 +10,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use swin_core::{CounterOptions, NamespaceCounters, Retention};
-use swin_sync::{NamespaceSync, SyncMode};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
@@ -121,42 +119,18 @@ impl Node {
 
     /// Builds a namespace and its engine, without starting it.
     fn build(&mut self, cfg: &NamespaceConfig) -> Running {
-        let retention = if cfg.mode == SyncMode::LocalOnly {
-            Retention::LocalOnly
-        } else {
-            Retention::Synced
-        };
-        let counters = Arc::new(NamespaceCounters::new(
-            &cfg.name,
-            &cfg.window_sizes,
-            CounterOptions {
-                retention,
-                max_counters: cfg.max_counters,
-            },
-        ));
         let connected = cfg.store.as_ref().and_then(|s| self.stores.get(s));
         self.generation += 1;
-        let sync = NamespaceSync::new(
-            counters,
-            cfg.mode,
+        let namespace = Namespace::build(
+            cfg,
             connected.map(|c| c.store.clone()),
             format!("{}.{}", self.node_id, self.generation).into(),
             self.config.store_timeout,
         );
-        let sync = Arc::new(if is_gcra(cfg) {
-            sync.with_buckets()
-        } else {
-            sync
-        });
         Running {
             config: cfg.clone(),
             store_config: connected.map(|c| c.config.clone()),
-            namespace: Arc::new(Namespace {
-                sync,
-                store_name: cfg.store.clone(),
-                limits: cfg.limits.clone(),
-                allow_decrements: cfg.allow_decrements,
-            }),
+            namespace: Arc::new(namespace),
             cancel: self.shutdown.child_token(),
             engine: None,
         }
@@ -248,12 +222,7 @@ impl Node {
                 {
                     // same counters and engine, new limits: nothing counted is lost
                     info!(namespace = cfg.name, "limits changed");
-                    let namespace = Arc::new(Namespace {
-                        sync: r.namespace.sync.clone(),
-                        store_name: r.namespace.store_name.clone(),
-                        limits: cfg.limits.clone(),
-                        allow_decrements: cfg.allow_decrements,
-                    });
+                    let namespace = Arc::new(r.namespace.with_limits(cfg));
                     next.insert(cfg.name.clone(), Running { namespace, ..r });
                 }
                 Some(old) => {
