@@ -1,19 +1,16 @@
 //! The engine's health, for readiness and metrics: what the last syncs did, and a
 //! histogram of their durations.
 
-use serde::Serialize;
-
 use super::{now, NamespaceSync, SyncReport};
 use crate::StoreError;
 
 /// The engine's health, for readiness and metrics.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default)]
 pub struct SyncStatus {
     /// Unix milliseconds of the last sync that reached the store.
     pub last_success_ms: Option<i64>,
     /// Why the last attempt failed, while the store is unreachable.
     pub degraded: Option<String>,
-    pub consecutive_failures: u32,
     /// Window diffs drained but not yet confirmed by the store.
     pub pending_diffs: usize,
     /// GCRA TAT advances drained but not yet confirmed by the store.
@@ -22,7 +19,6 @@ pub struct SyncStatus {
     pub failures: u64,
     /// Windows the store refused for good (logged with their key and dropped).
     pub rejected_windows: u64,
-    pub last_duration_ms: f64,
     /// Syncs per duration bucket of [`SYNC_BUCKETS_SECS`] (not cumulative).
     pub duration_buckets: [u64; SYNC_BUCKETS_SECS.len()],
     pub duration_sum_secs: f64,
@@ -47,9 +43,7 @@ impl NamespaceSync {
             Ok(report) => {
                 s.last_success_ms = Some(now().0);
                 s.degraded = None;
-                s.consecutive_failures = 0;
                 s.syncs += 1;
-                s.last_duration_ms = report.duration_ms;
                 let secs = report.duration_ms / 1e3;
                 s.duration_sum_secs += secs;
                 if let Some(i) = SYNC_BUCKETS_SECS.iter().position(|le| secs <= *le) {
@@ -58,7 +52,6 @@ impl NamespaceSync {
             }
             Err(e) => {
                 s.degraded = Some(e.to_string());
-                s.consecutive_failures += 1;
                 s.failures += 1;
             }
         }

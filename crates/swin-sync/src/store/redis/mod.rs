@@ -68,6 +68,8 @@ pub struct RedisStore {
     prefix: String,
     push_script: std::sync::Arc<Script>,
     push_tats_script: std::sync::Arc<Script>,
+    /// Rare (an operator's reset): sent as EVALSHA, loaded by redis-rs when missing.
+    reset_script: std::sync::Arc<Script>,
     /// The scripts are in the server's script cache: pipelines send EVALSHA alone.
     /// Cleared when the server answers NOSCRIPT (it restarted, or its cache was flushed).
     scripts_loaded: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -92,6 +94,7 @@ impl RedisStore {
             prefix: prefix.to_owned(),
             push_script: std::sync::Arc::new(Script::new(PUSH_LUA)),
             push_tats_script: std::sync::Arc::new(Script::new(PUSH_TATS_LUA)),
+            reset_script: std::sync::Arc::new(Script::new(RESET_LUA)),
             scripts_loaded: Default::default(),
         })
     }
@@ -401,8 +404,7 @@ impl Backend for RedisStore {
         window_sizes: &[u32],
     ) -> Result<(), StoreError> {
         // one hash tag: every key of the call is in one cluster slot
-        let script = Script::new(RESET_LUA);
-        let mut inv = script.prepare_invoke();
+        let mut inv = self.reset_script.prepare_invoke();
         inv.key(self.bucket_key(namespace, key));
         for s in window_sizes {
             inv.key(self.hash_key(namespace, key, *s));
