@@ -118,34 +118,32 @@ impl TestStore {
                    AND ($2 < 0 OR window_size = $2) GROUP BY key";
         match &self.place {
             Place::Postgres { .. } => {
-                let pool = sqlx::PgPool::connect(&self.url).await.expect("connect");
-                // before a node migrated there is no table: nothing stored yet
-                let rows: Vec<(String, f64)> = sqlx::query_as(sql)
-                    .bind(namespace)
-                    .bind(size)
-                    .fetch_all(&pool)
-                    .await
-                    .unwrap_or_default();
-                pool.close().await;
-                rows.into_iter().collect()
+                sum_by_key!(sqlx::PgPool, &self.url, sql, namespace, size)
             }
-            Place::Sqlite(_) => {
-                let pool = sqlx::SqlitePool::connect(&self.url).await.expect("open");
-                let rows: Vec<(String, f64)> = sqlx::query_as(sql)
-                    .bind(namespace)
-                    .bind(size)
-                    .fetch_all(&pool)
-                    .await
-                    .unwrap_or_default();
-                pool.close().await;
-                rows.into_iter().collect()
-            }
+            Place::Sqlite(_) => sum_by_key!(sqlx::SqlitePool, &self.url, sql, namespace, size),
             Place::Redis { prefix } => {
                 redis_totals(&self.url, prefix, namespace, window_size).await
             }
         }
     }
 }
+
+/// Runs the sum on either SQL store (their pool types differ, the query does not).
+macro_rules! sum_by_key {
+    ($pool:ty, $url:expr, $sql:expr, $namespace:expr, $size:expr) => {{
+        let pool = <$pool>::connect($url).await.expect("connect");
+        // before a node migrated there is no table: nothing stored yet
+        let rows: Vec<(String, f64)> = sqlx::query_as($sql)
+            .bind($namespace)
+            .bind($size)
+            .fetch_all(&pool)
+            .await
+            .unwrap_or_default();
+        pool.close().await;
+        rows.into_iter().collect()
+    }};
+}
+use sum_by_key;
 
 /// Sums the count fields (not the `n:<node>` push records) of the namespace's hashes.
 async fn redis_totals(
