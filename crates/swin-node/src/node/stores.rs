@@ -1,5 +1,5 @@
-//! The stores of a config: opening them (PostgreSQL and Redis connect on first use), applying their
-//! schema, and each store's purge task.
+//! The stores of a config: opening them (PostgreSQL and Redis connect on first use),
+//! applying their schema, and each store's purge task.
 
 use std::collections::BTreeMap;
 
