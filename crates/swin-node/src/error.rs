@@ -25,6 +25,12 @@ pub enum Error {
     UnsupportedMediaType,
     #[error("{0}")]
     Unavailable(String),
+    /// No token, or one the node does not know: 401 with `WWW-Authenticate: Bearer`.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A known token without the route's scope.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("internal error")]
     Internal,
 }

@@ -30,6 +30,8 @@ enum Command {
     Migrate,
     /// Validate a config file (`--config PATH`, or PATH) and exit.
     CheckConfig { path: Option<PathBuf> },
+    /// Read a token on stdin and print its SHA-256, for `[[auth.tokens]] sha256`.
+    HashToken,
 }
 
 fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
@@ -74,6 +76,19 @@ fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Some(Command::HashToken) => {
+            let mut token = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut token)
+                .context("read the token from stdin")?;
+            // one line: the newline a shell or a file adds is not part of the token
+            let token = token.strip_suffix('\n').unwrap_or(&token);
+            let token = token.strip_suffix('\r').unwrap_or(token);
+            if token.is_empty() {
+                anyhow::bail!("hash-token needs a token on stdin");
+            }
+            println!("{}", swin_node::http::hash_token(token.as_bytes()));
+            Ok(())
+        }
         Some(Command::CheckConfig { path }) => {
             let Some(path) = path.or(cli.config) else {
                 anyhow::bail!("check-config needs a file: --config PATH or PATH");

@@ -25,6 +25,8 @@ pub struct Metrics {
     increments: papaya::HashMap<String, AtomicU64>,
     /// Decisions by namespace: denied, allowed.
     decisions: [papaya::HashMap<String, AtomicU64>; 2],
+    /// Requests on routes that need a token, by token name ("" for none) then outcome.
+    auth: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
 }
 
 fn bump<K, Q>(map: &papaya::HashMap<K, AtomicU64>, key: &Q, owned: impl FnOnce() -> K, n: u64)
@@ -49,6 +51,17 @@ impl Metrics {
             None => routes.get_or_insert_with(route.to_owned(), Default::default),
         };
         bump(statuses, &status, || status, 1);
+    }
+
+    /// A request on a route that needs a token: `outcome` is allowed, forbidden (the
+    /// token lacks the scope), unknown or missing (`token` is "" for the last two).
+    pub fn auth(&self, token: &str, outcome: &'static str) {
+        let tokens = self.auth.pin();
+        let outcomes = match tokens.get(token) {
+            Some(o) => o,
+            None => tokens.get_or_insert_with(token.to_owned(), Default::default),
+        };
+        bump(outcomes, &outcome, || outcome, 1);
     }
 
     pub fn increments(&self, namespace: &str, n: u64) {
@@ -95,6 +108,15 @@ impl Metrics {
                     (vec![("route", route), ("status", status.to_string())], v)
                 }),
             ),
+            counter_family(
+                "swin_auth_requests_total",
+                "Requests on routes that need a token, by token name and outcome (allowed, forbidden, unknown, missing).",
+                self.sorted_auth()
+                    .into_iter()
+                    .map(|(token, outcome, v)| {
+                        (vec![("token", token), ("outcome", outcome.to_owned())], v)
+                    }),
+            ),
         ];
         families.extend(namespace_families(&namespaces));
         // a family without samples (no decision yet) is left out, as registries do
@@ -105,6 +127,17 @@ impl Metrics {
             tracing::error!(cause = %e, "metrics exposition failed");
         }
         out
+    }
+
+    fn sorted_auth(&self) -> Vec<(String, &'static str, u64)> {
+        let mut v = Vec::new();
+        for (token, outcomes) in self.auth.pin().iter() {
+            for (outcome, c) in outcomes.pin().iter() {
+                v.push((token.clone(), *outcome, c.load(Ordering::Relaxed)));
+            }
+        }
+        v.sort();
+        v
     }
 
     fn sorted_http(&self) -> Vec<(String, u16, u64)> {

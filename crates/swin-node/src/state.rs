@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use swin_core::{CounterOptions, NamespaceCounters, Retention};
 use swin_sync::{NamespaceSync, Store, SyncMode};
 
-use crate::config::NamespaceConfig;
+use crate::config::{AuthConfig, NamespaceConfig};
 use crate::error::Error;
 use crate::metrics::Metrics;
 
@@ -81,6 +81,8 @@ pub struct AppState {
     pub namespaces: ArcSwap<Namespaces>,
     pub metrics: Metrics,
     pub body_limit: usize,
+    /// The tokens `[auth]` accepts, swapped on reload; `None`: every route is open.
+    pub auth: ArcSwapOption<AuthConfig>,
 }
 
 impl AppState {
@@ -89,6 +91,7 @@ impl AppState {
             namespaces: ArcSwap::from_pointee(namespaces),
             metrics: Metrics::default(),
             body_limit,
+            auth: ArcSwapOption::empty(),
         }
     }
 

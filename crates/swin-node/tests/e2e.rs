@@ -266,3 +266,68 @@ async fn signals_during_the_start_are_handled_once_the_node_serves() {
     assert!(node.terminate(), "SIGTERM during the start: a clean exit");
     drop(silent);
 }
+
+/// `hash-token` prints the SHA-256 `[auth]` wants, of the line on stdin.
+#[test]
+fn hash_token_prints_the_sha256_of_stdin() {
+    use std::io::Write;
+    for input in ["abc\n", "abc"] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_swin-node"))
+            .arg("hash-token")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write");
+        let out = child.wait_with_output().expect("wait");
+        assert!(out.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}
+
+/// Tokens reload with SIGHUP: the old token stops working, the new one works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_tokens() {
+    let backend = TestStore::sqlite().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let token = |secret: &str| {
+        format!(
+            "\n[[auth.tokens]]\nname = \"app\"\nsha256 = \"{}\"\nscopes = [\"count\"]\n",
+            swin_node::http::hash_token(secret.as_bytes())
+        )
+    };
+    let config = write_config(dir.path(), &backend, &token("first"));
+    let node = start(&config);
+    let client = reqwest::Client::new();
+    let status = |secret: &'static str| {
+        let client = client.clone();
+        let url = format!("{}/v1/namespaces/api/keys/k/increment", node.base);
+        async move {
+            client
+                .post(url)
+                .bearer_auth(secret)
+                .send()
+                .await
+                .expect("post")
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(status("first").await, 200);
+    assert_eq!(status("second").await, 401);
+    write_config(dir.path(), &backend, &token("second"));
+    node.signal("HUP");
+    eventually("the new token works", async || {
+        status("second").await == 200
+    })
+    .await;
+    assert_eq!(status("first").await, 401);
+}

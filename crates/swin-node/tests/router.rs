@@ -69,7 +69,13 @@ allow_decrements = true
 /// The router over [`NAMESPACES`], built the way the node builds them. `tiny` has synced
 /// once (its store is an in-memory SQLite), so the node is ready.
 async fn router() -> axum::Router {
-    let config = Config::parse("router.toml", NAMESPACES, &|_| None).expect("config");
+    router_with("").await
+}
+
+/// The same, with `more` config (an `[auth]` section) after the namespaces.
+async fn router_with(more: &str) -> axum::Router {
+    let text = format!("{NAMESPACES}\n{more}");
+    let config = Config::parse("router.toml", &text, &|_| None).expect("config");
     let store = Store::Sqlite(
         SqliteStore::connect("sqlite::memory:")
             .await
@@ -88,7 +94,9 @@ async fn router() -> axum::Router {
         }
         ns.insert(cfg.name.clone(), Arc::new(n));
     }
-    http::router(Arc::new(AppState::new(ns, 4096)))
+    let state = Arc::new(AppState::new(ns, 4096));
+    state.auth.store(config.auth.map(Arc::new));
+    http::router(state)
 }
 
 async fn call(
@@ -1009,4 +1017,142 @@ async fn values_are_parsed_exactly() {
         current(&r, "api", "exact", 60).await.to_bits(),
         value.to_bits()
     );
+}
+
+/// Tokens `app` (count, decide), `ops` (admin) and `prom` (metrics), as hash-token prints
+/// their hashes.
+fn auth_section() -> String {
+    let token = |name: &str, secret: &str, scopes: &str| {
+        format!(
+            "[[auth.tokens]]\nname = \"{name}\"\nsha256 = \"{}\"\nscopes = {scopes}\n",
+            http::hash_token(secret.as_bytes())
+        )
+    };
+    token("app", "app-secret", r#"["count", "decide"]"#)
+        + &token("ops", "ops-secret", r#"["admin"]"#)
+        + &token("prom", "prom-secret", r#"["metrics"]"#)
+}
+
+/// Status, error code and `WWW-Authenticate` of a call with `authorization` (if any).
+async fn authed(
+    r: &axum::Router,
+    method: &str,
+    uri: &str,
+    authorization: Option<&str>,
+) -> (StatusCode, String, Option<String>) {
+    let mut req = Request::builder().method(method).uri(uri);
+    if let Some(a) = authorization {
+        req = req.header("authorization", a);
+    }
+    let resp = r
+        .clone()
+        .oneshot(req.body(Body::empty()).expect("request"))
+        .await
+        .expect("response");
+    let status = resp.status();
+    let challenge = resp
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().expect("ascii").to_owned());
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let code = v["error"]["code"].as_str().unwrap_or("").to_owned();
+    (status, code, challenge)
+}
+
+/// With `[auth]`, each route needs its scope: no token or an unknown one is 401 with
+/// `WWW-Authenticate: Bearer`, a token without the scope is 403, and neither counts
+/// anything; health and readiness stay open. (Tables of calls and what each answers:
+/// long because the tables are.)
+#[tokio::test]
+async fn tokens_and_scopes() {
+    let r = router_with(&auth_section()).await;
+    let inc = "/v1/namespaces/api/keys/k/increment";
+    let app = Some("Bearer app-secret");
+    let ops = Some("Bearer ops-secret");
+    let prom = Some("Bearer prom-secret");
+    let unauthorized = (
+        StatusCode::UNAUTHORIZED,
+        "unauthorized".to_owned(),
+        Some("Bearer".to_owned()),
+    );
+    for bad in [
+        None,
+        Some("Bearer wrong-secret"),
+        Some("Basic YXBwOmFwcC1zZWNyZXQ="),
+        Some("Bearer"),
+        Some("Bearer "),
+        Some("app-secret"),
+    ] {
+        assert_eq!(authed(&r, "POST", inc, bad).await, unauthorized, "{bad:?}");
+    }
+    let forbidden = (StatusCode::FORBIDDEN, "forbidden".to_owned(), None);
+    for (method, uri, token) in [
+        ("POST", inc, ops),
+        ("POST", inc, prom),
+        ("GET", "/v1/namespaces/api/keys/k", ops),
+        ("POST", "/v1/namespaces/login/keys/a/hit", ops),
+        ("DELETE", "/v1/namespaces/api/keys/k", app),
+        ("GET", "/v1/namespaces", app),
+        ("POST", "/v1/namespaces/api/sync", prom),
+        ("GET", "/metrics", app),
+    ] {
+        assert_eq!(
+            authed(&r, method, uri, token).await,
+            forbidden,
+            "{method} {uri} {token:?}"
+        );
+    }
+    // the scheme in any case; what the scopes allow
+    for (method, uri, token) in [
+        ("POST", inc, app),
+        ("POST", inc, Some("bearer app-secret")),
+        ("POST", "/v1/namespaces/login/keys/a/hit", app),
+        ("GET", "/v1/namespaces/api/keys/k", app),
+        ("GET", "/v1/namespaces", ops),
+        ("GET", "/metrics", prom),
+        ("GET", "/healthz", None),
+        ("GET", "/readyz", None),
+    ] {
+        let (status, code, _) = authed(&r, method, uri, token).await;
+        assert_eq!(status, StatusCode::OK, "{method} {uri} {token:?}: {code}");
+    }
+    // only the two allowed increments counted
+    let (_, v) = {
+        let req = Request::builder()
+            .uri("/v1/namespaces/api/keys/k")
+            .header("authorization", "Bearer app-secret")
+            .body(Body::empty())
+            .expect("request");
+        let resp = r.clone().oneshot(req).await.expect("response");
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        (
+            (),
+            serde_json::from_slice::<serde_json::Value>(&bytes).expect("json"),
+        )
+    };
+    assert_eq!(v["windows"][0]["current"], 2.0, "{v}");
+    // an admin reset is allowed for ops
+    let (status, _, _) = authed(&r, "DELETE", "/v1/namespaces/api/keys/k", ops).await;
+    assert!(status.is_success(), "{status}");
+    // metrics name tokens, never secrets
+    let (_, text) = {
+        let req = Request::builder()
+            .uri("/metrics")
+            .header("authorization", "Bearer prom-secret")
+            .body(Body::empty())
+            .expect("request");
+        let resp = r.clone().oneshot(req).await.expect("response");
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        ((), String::from_utf8(bytes.to_vec()).expect("utf8"))
+    };
+    for line in [
+        "swin_auth_requests_total{token=\"app\",outcome=\"allowed\"}",
+        "swin_auth_requests_total{token=\"ops\",outcome=\"forbidden\"}",
+        "swin_auth_requests_total{token=\"\",outcome=\"missing\"}",
+        "swin_auth_requests_total{token=\"\",outcome=\"unknown\"}",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    assert!(!text.contains("secret"), "{text}");
 }

@@ -3,6 +3,7 @@
 //! the limits in [`crate::limits`]. Errors name the file, the field and why; every
 //! default is in [`defaults`].
 
+mod auth;
 mod namespaces;
 mod stores;
 
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use self::auth::{AuthConfig, Scope, Token};
 pub use self::namespaces::NamespaceConfig;
 pub use self::stores::StoreConfig;
 
@@ -56,6 +58,7 @@ struct RawConfig {
     stores: BTreeMap<String, stores::RawStore>,
     #[serde(default)]
     namespaces: Vec<namespaces::RawNamespace>,
+    auth: Option<auth::RawAuth>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +80,8 @@ pub struct Config {
     pub data_dir: std::path::PathBuf,
     pub stores: BTreeMap<String, StoreConfig>,
     pub namespaces: Vec<NamespaceConfig>,
+    /// Bearer tokens and their scopes; `None` (no `[auth]`): every route is open.
+    pub auth: Option<AuthConfig>,
 }
 
 /// One file being validated: where errors point, and the environment's overrides.
@@ -172,6 +177,7 @@ impl Parser<'_> {
         let max_counters = raw.max_counters.unwrap_or(defaults::MAX_COUNTERS);
         let stores = self.stores(raw.stores)?;
         let namespaces = self.namespaces(raw.namespaces, &stores, max_counters)?;
+        let auth = self.auth(raw.auth)?;
         let (data_dir, data_field) = self.overridden("data_dir", "SWIN_DATA_DIR", raw.data_dir);
         let data_dir = data_dir.unwrap_or_else(|| defaults::DATA_DIR.into());
         if data_dir.is_empty() {
@@ -187,6 +193,7 @@ impl Parser<'_> {
             store_timeout,
             stores,
             namespaces,
+            auth,
         })
     }
 }
@@ -423,6 +430,66 @@ mod tests {
         let printed = format!("{c:?}");
         assert!(!printed.contains("hunter2"), "{printed}");
         assert!(printed.contains("redis://u:***@h"), "{printed}");
+    }
+
+    #[test]
+    fn auth_tokens_are_checked() {
+        let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1\n";
+        let hash = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        let token = |name: &str, sha: &str, scopes: &str| {
+            format!("[[auth.tokens]]\nname = \"{name}\"\nsha256 = \"{sha}\"\nscopes = {scopes}\n")
+        };
+        let ok = format!("{ns}{}", token("app", hash, r#"["count", "metrics"]"#));
+        let c = Config::parse("f.toml", &ok, &no_env).expect("valid");
+        let auth = c.auth.expect("auth");
+        assert_eq!(auth.tokens[0].name, "app");
+        assert_eq!(auth.tokens[0].scopes, vec![Scope::Count, Scope::Metrics]);
+        assert_eq!(auth.tokens[0].sha256[0], 0xba);
+        assert!(Config::parse("f.toml", ns, &no_env)
+            .expect("valid")
+            .auth
+            .is_none());
+        fails(&format!("{ns}[auth]\ntokens = []\n"), "auth.tokens");
+        fails(
+            &format!("{ns}{}", token("app", "abc", r#"["count"]"#)),
+            "auth.tokens[0].sha256",
+        );
+        fails(
+            &format!(
+                "{ns}{}",
+                token("app", &hash.replace('a', "g"), r#"["count"]"#)
+            ),
+            "auth.tokens[0].sha256",
+        );
+        fails(
+            &format!("{ns}{}", token("app", hash, r#"["write"]"#)),
+            "auth.tokens[0].scopes",
+        );
+        fails(
+            &format!("{ns}{}", token("app", hash, "[]")),
+            "auth.tokens[0].scopes",
+        );
+        fails(
+            &format!("{ns}{}", token("", hash, r#"["count"]"#)),
+            "auth.tokens[0].name",
+        );
+        let other = hash.replace('b', "c");
+        fails(
+            &format!(
+                "{ns}{}{}",
+                token("app", hash, r#"["count"]"#),
+                token("app", &other, r#"["count"]"#)
+            ),
+            "auth.tokens[1].name",
+        );
+        fails(
+            &format!(
+                "{ns}{}{}",
+                token("app", hash, r#"["count"]"#),
+                token("ops", hash, r#"["admin"]"#)
+            ),
+            "auth.tokens[1].sha256",
+        );
     }
 
     #[test]

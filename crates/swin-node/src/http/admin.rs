@@ -16,7 +16,8 @@ use crate::input::check_key;
 use crate::state::{AppState, Namespace};
 use swin_sync::now;
 
-pub(super) fn routes() -> Router<Arc<AppState>> {
+/// What the `admin` scope allows: reset a key, list namespaces, sync now.
+pub(super) fn operate() -> Router<Arc<AppState>> {
     Router::new()
         .route(
             "/v1/namespaces/{namespace}/keys/{key}",
@@ -24,12 +25,21 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         )
         .route("/v1/namespaces", get(list_namespaces))
         .route("/v1/namespaces/{namespace}/sync", post(sync_now))
+}
+
+/// What the `metrics` scope allows.
+pub(super) fn metrics_route() -> Router<Arc<AppState>> {
+    Router::new().route("/metrics", get(metrics))
+}
+
+/// Open to every client, with or without `[auth]`: liveness and readiness.
+pub(super) fn health() -> Router<Arc<AppState>> {
+    Router::new()
         .route(
             "/healthz",
             get(|| async { Json(serde_json::json!({"status": "ok"})) }),
         )
         .route("/readyz", get(ready))
-        .route("/metrics", get(metrics))
 }
 
 /// `DELETE /v1/namespaces/{namespace}/keys/{key}`: the key's counts and bucket are

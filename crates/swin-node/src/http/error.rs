@@ -22,6 +22,8 @@ fn status_and_code(e: &Error) -> (StatusCode, &'static str) {
             (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
         }
         Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+        Error::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
         Error::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     }
 }
@@ -30,6 +32,13 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let (status, code) = status_and_code(&self);
         let body = serde_json::json!({ "error": { "code": code, "message": self.to_string() } });
-        (status, Json(body)).into_response()
+        let mut resp = (status, Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        resp
     }
 }

@@ -2,6 +2,7 @@
 //! here, buildable without a socket so tests can drive it directly.
 
 mod admin;
+mod auth;
 mod counting;
 mod decisions;
 pub mod error;
@@ -14,16 +15,21 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::Router;
 
+pub use self::auth::hash_token;
 pub use self::extract::ApiPath;
+use crate::config::Scope;
 use crate::error::Error;
 use crate::state::AppState;
 
-/// Every route of the API, over `state`.
+/// Every route of the API, over `state`; each area's routes need its scope when the
+/// node has `[auth]` (see [`Scope`]), health and readiness never do.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .merge(counting::routes())
-        .merge(decisions::routes())
-        .merge(admin::routes())
+        .merge(auth::guard(counting::routes(), &state, Scope::Count))
+        .merge(auth::guard(decisions::routes(), &state, Scope::Decide))
+        .merge(auth::guard(admin::operate(), &state, Scope::Admin))
+        .merge(auth::guard(admin::metrics_route(), &state, Scope::Metrics))
+        .merge(admin::health())
         .fallback(|req: Request| async move {
             Error::NotFound(format!("{} {}", req.method(), req.uri().path()))
         })

@@ -84,6 +84,10 @@ impl Node {
             leftovers: Default::default(),
             spool_files: Default::default(),
         };
+        node.state.auth.store(config.auth.clone().map(Arc::new));
+        if config.auth.is_none() && !config.listen.ip().is_loopback() {
+            warn!(listen = %config.listen, "no [auth] section: anyone who reaches this address can reset keys, sync and read metrics; add [auth] tokens or listen on loopback");
+        }
         for (name, (cfg, store)) in connected {
             node.add_store(name, cfg, store);
         }
@@ -318,6 +322,13 @@ impl Node {
                 old.purge.cancel();
             }
         }
+        if config.auth != self.config.auth {
+            info!(
+                tokens = config.auth.as_ref().map_or(0, |a| a.tokens.len()),
+                "tokens reloaded"
+            );
+        }
+        self.state.auth.store(config.auth.clone().map(Arc::new));
         self.config = config.clone();
         self.apply_namespaces(&config.namespaces).await;
         info!(namespaces = self.running.len(), "config reloaded");
