@@ -593,12 +593,20 @@ async fn nginx_auth_request_limits_a_backend() {
     let _serial = SERIAL.lock().await;
     swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
     let store = Store::sqlite().await;
+    // the nodes want a token with the decide scope: the snippet's Authorization header,
+    // with the operator's token put in
     let config = store.config(0.0).replace(
         "store = \"main\"\n",
         "store = \"main\"\nlimits = [{ window_size = 3600, limit = 3 }]\nkey_from = \"header:X-Api-Key\"\n",
+    ) + &format!(
+        "\n[[auth.tokens]]\nname = \"nginx\"\nsha256 = \"{}\"\nscopes = [\"decide\"]\n",
+        swin_node::http::hash_token(b"nginx-secret")
     );
     let (front, back) = (swin_testkit::free_port(), swin_testkit::free_port());
-    let snippet = include_str!("../config/nginx-auth-request.conf")
+    let snippet = include_str!("../config/nginx-auth-request.conf");
+    assert!(snippet.contains("Bearer REPLACE-WITH-A-DECIDE-TOKEN"));
+    let snippet = snippet
+        .replace("REPLACE-WITH-A-DECIDE-TOKEN", "nginx-secret")
         .replace("127.0.0.1:8080", &format!("127.0.0.1:{front}"))
         .replace("127.0.0.1:9000", &format!("127.0.0.1:{back}"));
     assert!(snippet.contains(&format!("listen 127.0.0.1:{front};")));

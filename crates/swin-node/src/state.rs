@@ -83,6 +83,8 @@ pub struct AppState {
     pub body_limit: usize,
     /// The tokens `[auth]` accepts, swapped on reload; `None`: every route is open.
     pub auth: ArcSwapOption<AuthConfig>,
+    /// Peers whose forwarding headers are believed, swapped on reload.
+    pub trusted_proxies: ArcSwap<Vec<ipnet::IpNet>>,
 }
 
 impl AppState {
@@ -92,7 +94,16 @@ impl AppState {
             metrics: Metrics::default(),
             body_limit,
             auth: ArcSwapOption::empty(),
+            trusted_proxies: ArcSwap::from_pointee(Vec::new()),
         }
+    }
+
+    /// Who may call what, from `config`: its tokens and its trusted proxies (at start
+    /// and on every reload).
+    pub fn set_access(&self, config: &crate::config::Config) {
+        self.auth.store(config.auth.clone().map(Arc::new));
+        self.trusted_proxies
+            .store(Arc::new(config.trusted_proxies.clone()));
     }
 
     pub(crate) fn namespace(&self, name: &str) -> Result<Arc<Namespace>, Error> {

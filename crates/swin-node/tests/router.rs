@@ -22,6 +22,8 @@ use tower::ServiceExt;
 /// a minute keyed by `X-Api-Key` for forward auth; `tiny` holds 2 counters and syncs once
 /// an hour, so its unsynced hits fill it; `signed` takes negative values.
 const NAMESPACES: &str = r#"
+trusted_proxies = ["127.0.0.1/32"]
+
 [stores.mem]
 kind = "sqlite"
 url = "sqlite::memory:"
@@ -95,7 +97,7 @@ async fn router_with(more: &str) -> axum::Router {
         ns.insert(cfg.name.clone(), Arc::new(n));
     }
     let state = Arc::new(AppState::new(ns, 4096));
-    state.auth.store(config.auth.map(Arc::new));
+    state.set_access(&config);
     http::router(state)
 }
 
@@ -147,7 +149,26 @@ async fn send(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Answer {
-    let mut req = Request::builder().method(method).uri(uri);
+    send_from(r, PROXY, method, uri, headers, body).await
+}
+
+/// The peer [`send`] calls from: the test config's one trusted proxy.
+const PROXY: &str = "127.0.0.1:40000";
+
+/// [`send`] from the connection peer `peer`.
+async fn send_from(
+    r: &axum::Router,
+    peer: &str,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    let peer: std::net::SocketAddr = peer.parse().expect("peer");
+    let mut req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .extension(axum::extract::ConnectInfo(peer));
     if !body.is_empty() {
         req = req.header("content-type", "application/json");
     }
@@ -439,8 +460,9 @@ async fn forward_auth_takes_the_key_from_a_header_or_the_client_address() {
     );
     let (s, v, _) = send(&r, "GET", "/v1/auth/orders", &[], "").await;
     assert_eq!(s, StatusCode::UNAUTHORIZED, "{v}");
-    // login limits by client address: the first X-Forwarded-For entry, else X-Real-IP
-    let fwd = [("x-forwarded-for", "203.0.113.7, 10.0.0.1")];
+    // login limits by client address: behind the trusted proxy, the right-most
+    // X-Forwarded-For entry that is not a trusted proxy, else X-Real-IP
+    let fwd = [("x-forwarded-for", "203.0.113.7, 127.0.0.1")];
     for _ in 0..5 {
         assert_eq!(
             send(&r, "GET", "/v1/auth/login", &fwd, "").await.0,
@@ -461,6 +483,53 @@ async fn forward_auth_takes_the_key_from_a_header_or_the_client_address() {
     );
     let (_, v) = call(&r, "GET", "/v1/namespaces/login/keys/203.0.113.7", None, "").await;
     assert_eq!(v["windows"][0]["current"], 5.0);
+    // from a peer that is not a trusted proxy the headers are not believed: the peer is
+    // the key, whatever it claims
+    let forged = [
+        ("x-forwarded-for", "203.0.113.99"),
+        ("x-real-ip", "203.0.113.98"),
+    ];
+    for _ in 0..2 {
+        let (s, _, _) = send_from(
+            &r,
+            "198.51.100.4:5555",
+            "GET",
+            "/v1/auth/login",
+            &forged,
+            "",
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK);
+    }
+    for key in ["203.0.113.99", "203.0.113.98"] {
+        let uri = format!("/v1/namespaces/login/keys/{key}");
+        let (_, v) = call(&r, "GET", &uri, None, "").await;
+        assert_eq!(v["windows"][0]["current"], 0.0, "{key}");
+    }
+    let (_, v) = call(
+        &r,
+        "GET",
+        "/v1/namespaces/login/keys/198.51.100.4",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(v["windows"][0]["current"], 2.0);
+    // a trusted proxy passing something that is not an address: no key, nothing counted
+    let (s, v, _) = send(
+        &r,
+        "GET",
+        "/v1/auth/login",
+        &[("x-forwarded-for", "alice")],
+        "",
+    )
+    .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("no_key"))
+    );
+    let (_, v) = call(&r, "GET", "/v1/namespaces/login/keys/alice", None, "").await;
+    assert_eq!(v["windows"][0]["current"], 0.0);
     for bad in [
         "/v1/auth/login?deny_status=500",
         "/v1/auth/login?cost=x",

@@ -50,6 +50,8 @@ struct RawConfig {
     migrate: Option<bool>,
     log_format: Option<String>,
     body_limit: Option<usize>,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
     shutdown_grace: Option<f64>,
     store_timeout: Option<f64>,
     max_counters: Option<usize>,
@@ -82,6 +84,8 @@ pub struct Config {
     pub namespaces: Vec<NamespaceConfig>,
     /// Bearer tokens and their scopes; `None` (no `[auth]`): every route is open.
     pub auth: Option<AuthConfig>,
+    /// Peers whose `X-Forwarded-For` and `X-Real-IP` are believed (none by default).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 /// One file being validated: where errors point, and the environment's overrides.
@@ -160,6 +164,7 @@ impl Parser<'_> {
                 ))
             }
         };
+        let trusted_proxies = self.trusted_proxies(&raw.trusted_proxies)?;
         let body_limit = raw.body_limit.unwrap_or(defaults::BODY_LIMIT);
         if body_limit == 0 {
             return Err(self.err("body_limit", "must be above 0".into()));
@@ -194,7 +199,26 @@ impl Parser<'_> {
             stores,
             namespaces,
             auth,
+            trusted_proxies,
         })
+    }
+
+    /// CIDRs (`10.0.0.0/8`, `::1/128`) or single addresses.
+    fn trusted_proxies(&self, raw: &[String]) -> Result<Vec<ipnet::IpNet>, ConfigError> {
+        raw.iter()
+            .enumerate()
+            .map(|(i, s)| {
+                s.parse::<ipnet::IpNet>()
+                    .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map(|n| n.trunc())
+                    .map_err(|_| {
+                        self.err(
+                            &format!("trusted_proxies[{i}]"),
+                            format!("{s:?} is not an address or a CIDR like 10.0.0.0/8"),
+                        )
+                    })
+            })
+            .collect()
     }
 }
 
@@ -308,6 +332,10 @@ mod tests {
         .expect("valid");
         assert_eq!(c.listen.to_string(), defaults::LISTEN);
         assert_eq!(c.body_limit, defaults::BODY_LIMIT);
+        assert!(
+            c.trusted_proxies.is_empty(),
+            "no proxy is trusted unless listed"
+        );
         assert_eq!(c.namespaces[0].max_counters, defaults::MAX_COUNTERS);
         assert_eq!(
             swin_core::CounterOptions::default().max_counters,
@@ -518,6 +546,10 @@ mod tests {
             "stores.m.url",
         );
         fails("log_format = \"xml\"", "log_format");
+        fails(
+            "trusted_proxies = [\"10.0.0.0/8\", \"proxy.local\"]",
+            "trusted_proxies[1]",
+        );
         // a setting of another store kind is an error, not silently ignored
         fails(
             "[stores.m]\nkind = \"postgres\"\nurl = \"postgres://x\"\nprefix = \"p\"",

@@ -21,6 +21,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use swin_core::Decision;
 
+use super::client_address::client_address;
 use super::extract::{ApiPath, JsonBody, RawJson};
 use crate::decisions::{
     decide_all, limits_of, refund as give_refund, take, Hit, HitAnswer, Verdict, MAX_BATCH_HITS,
@@ -253,32 +254,6 @@ impl Default for AuthQuery {
     }
 }
 
-/// The client's address as a proxy reports it: the first `X-Forwarded-For` entry, else
-/// `X-Real-IP`, else the connection's peer.
-fn client_address(parts: &Parts) -> Option<String> {
-    let header = |name: &str| {
-        parts
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-    };
-    if let Some(first) = header("x-forwarded-for").and_then(|v| v.split(',').next()) {
-        let first = first.trim();
-        if !first.is_empty() {
-            return Some(first.to_owned());
-        }
-    }
-    if let Some(ip) = header("x-real-ip") {
-        return Some(ip.to_owned());
-    }
-    parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(a)| a.ip().to_string())
-}
-
 /// `/v1/auth/{namespace}[?cost=1&deny_status=429]`, any method: a hit on the key the
 /// namespace's `key_from` names, answered 200 (allowed) or `deny_status` (denied), with
 /// the RateLimit headers either way. A request without the configured key header gets
@@ -303,25 +278,33 @@ async fn auth(
     let ns = state.namespace(&namespace)?;
     let limits = limits_of(&ns, &namespace)?;
     let key = match &limits.key_from {
-        KeyFrom::ClientAddress => client_address(&parts),
+        KeyFrom::ClientAddress => {
+            let peer = parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|ConnectInfo(a)| *a);
+            client_address(peer, &parts.headers, &state.trusted_proxies.load())
+                .map(|ip| ip.to_string())
+                .map_err(|e| e.to_string())
+        }
         KeyFrom::Header(h) => parts
             .headers
             .get(h.as_str())
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
             .filter(|v| !v.is_empty())
-            .map(str::to_owned),
+            .map(str::to_owned)
+            .ok_or_else(|| format!("header {h} is missing")),
     };
-    let Some(key) = key else {
-        let what = match &limits.key_from {
-            KeyFrom::ClientAddress => "no client address".to_owned(),
-            KeyFrom::Header(h) => format!("header {h} is missing"),
-        };
-        return Ok((
-            StatusCode::UNAUTHORIZED,
-            Json(serde_json::json!({"error": {"code": "no_key", "message": what}})),
-        )
-            .into_response());
+    let key = match key {
+        Ok(key) => key,
+        Err(what) => {
+            return Ok((
+                StatusCode::UNAUTHORIZED,
+                Json(serde_json::json!({"error": {"code": "no_key", "message": what}})),
+            )
+                .into_response())
+        }
     };
     let v = take(&ns, &namespace, &key, q.cost, false).await?;
     state.metrics.decision(&namespace, v.allowed());

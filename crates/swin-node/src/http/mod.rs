@@ -3,6 +3,7 @@
 
 mod admin;
 mod auth;
+mod client_address;
 mod counting;
 mod decisions;
 pub mod error;

@@ -84,7 +84,7 @@ impl Node {
             leftovers: Default::default(),
             spool_files: Default::default(),
         };
-        node.state.auth.store(config.auth.clone().map(Arc::new));
+        node.state.set_access(&config);
         if config.auth.is_none() && !config.listen.ip().is_loopback() {
             warn!(listen = %config.listen, "no [auth] section: anyone who reaches this address can reset keys, sync and read metrics; add [auth] tokens or listen on loopback");
         }
@@ -328,7 +328,7 @@ impl Node {
                 "tokens reloaded"
             );
         }
-        self.state.auth.store(config.auth.clone().map(Arc::new));
+        self.state.set_access(&config);
         self.config = config.clone();
         self.apply_namespaces(&config.namespaces).await;
         info!(namespaces = self.running.len(), "config reloaded");

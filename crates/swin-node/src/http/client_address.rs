@@ -1,0 +1,171 @@
+//! Which address a request comes from, for limits keyed by client address. The peer of
+//! the connection, unless it is a trusted proxy (`trusted_proxies`): then the right-most
+//! `X-Forwarded-For` address that is not itself a trusted proxy, else `X-Real-IP`. What a
+//! client writes into those headers is never believed from an untrusted peer, and a value
+//! that is not an IP address is never a key.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::http::HeaderMap;
+use ipnet::IpNet;
+
+/// Why there is no address to key by.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum NoAddress {
+    /// The connection's peer is unknown (a request not from a socket).
+    NoPeer,
+    /// A trusted proxy passed a value that is not an IP address.
+    NotAnAddress(String),
+}
+
+impl std::fmt::Display for NoAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoAddress::NoPeer => f.write_str("no client address"),
+            NoAddress::NotAnAddress(v) => {
+                write!(
+                    f,
+                    "the proxy passed {v:?} as a client address, not an IP address"
+                )
+            }
+        }
+    }
+}
+
+/// The client's address, canonical (an IPv4-mapped IPv6 address as IPv4).
+pub(super) fn client_address(
+    peer: Option<SocketAddr>,
+    headers: &HeaderMap,
+    trusted: &[IpNet],
+) -> Result<IpAddr, NoAddress> {
+    let peer = peer.ok_or(NoAddress::NoPeer)?.ip().to_canonical();
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
+    if !is_trusted(&peer) {
+        return Ok(peer);
+    }
+    // every X-Forwarded-For line, in order, as one list
+    let chain: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .collect();
+    if !chain.is_empty() {
+        let mut nearest = None;
+        for entry in chain.iter().rev() {
+            let ip = parse(entry)?;
+            if !is_trusted(&ip) {
+                return Ok(ip);
+            }
+            nearest = Some(ip);
+        }
+        // every hop a trusted proxy: the farthest one is as near the client as it gets
+        return Ok(nearest.unwrap_or(peer));
+    }
+    match headers.get("x-real-ip").and_then(|v| v.to_str().ok()) {
+        Some(v) if !v.trim().is_empty() => parse(v.trim()),
+        _ => Ok(peer),
+    }
+}
+
+/// An address as proxies write it: `203.0.113.7`, `2001:db8::1`, with or without a port
+/// (`203.0.113.7:4711`, `[2001:db8::1]:4711`).
+fn parse(v: &str) -> Result<IpAddr, NoAddress> {
+    v.parse::<IpAddr>()
+        .or_else(|_| v.parse::<SocketAddr>().map(|s| s.ip()))
+        .map(|ip| ip.to_canonical())
+        .map_err(|_| NoAddress::NotAnAddress(v.chars().take(64).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, v.parse().expect("value"));
+        }
+        h
+    }
+
+    fn nets(v: &[&str]) -> Vec<IpNet> {
+        v.iter().map(|s| s.parse().expect("cidr")).collect()
+    }
+
+    fn peer(s: &str) -> Option<SocketAddr> {
+        Some(s.parse().expect("socket address"))
+    }
+
+    fn ip(s: &str) -> Result<IpAddr, NoAddress> {
+        Ok(s.parse().expect("ip"))
+    }
+
+    #[test]
+    fn an_untrusted_peer_is_the_client_whatever_it_writes() {
+        let h = headers(&[("x-forwarded-for", "1.1.1.1"), ("x-real-ip", "2.2.2.2")]);
+        assert_eq!(client_address(peer("9.9.9.9:1"), &h, &[]), ip("9.9.9.9"));
+        let lo = nets(&["127.0.0.1/32"]);
+        assert_eq!(client_address(peer("9.9.9.9:1"), &h, &lo), ip("9.9.9.9"));
+        // an IPv4-mapped peer is the IPv4 address
+        assert_eq!(
+            client_address(peer("[::ffff:9.9.9.9]:1"), &h, &[]),
+            ip("9.9.9.9")
+        );
+    }
+
+    #[test]
+    fn behind_trusted_proxies_the_right_most_untrusted_hop_is_the_client() {
+        let trusted = nets(&["127.0.0.1/32", "10.0.0.0/8"]);
+        let p = peer("127.0.0.1:5000");
+        // a client that forges the left part of the chain does not choose its key
+        let h = headers(&[("x-forwarded-for", "6.6.6.6, 203.0.113.7, 10.1.2.3")]);
+        assert_eq!(client_address(p, &h, &trusted), ip("203.0.113.7"));
+        // several lines are one list, in order; ports are dropped
+        let h = headers(&[
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-for", "[2001:db8::7]:4711, 10.0.0.2"),
+        ]);
+        assert_eq!(client_address(p, &h, &trusted), ip("2001:db8::7"));
+        // X-Real-IP when there is no X-Forwarded-For; the peer when there is neither
+        let h = headers(&[("x-real-ip", "203.0.113.9")]);
+        assert_eq!(client_address(p, &h, &trusted), ip("203.0.113.9"));
+        assert_eq!(
+            client_address(p, &HeaderMap::new(), &trusted),
+            ip("127.0.0.1")
+        );
+        // every hop trusted: the farthest
+        let h = headers(&[("x-forwarded-for", "10.0.0.5, 10.0.0.6")]);
+        assert_eq!(client_address(p, &h, &trusted), ip("10.0.0.5"));
+    }
+
+    #[test]
+    fn a_value_that_is_not_an_address_is_never_a_key() {
+        let trusted = nets(&["127.0.0.1/32"]);
+        let p = peer("127.0.0.1:5000");
+        for (name, value) in [
+            ("x-forwarded-for", "alice"),
+            ("x-forwarded-for", "203.0.113.7, unknown"),
+            ("x-real-ip", "not-an-ip"),
+            ("x-forwarded-for", "1.2.3"),
+        ] {
+            let h = headers(&[(name, value)]);
+            assert!(
+                matches!(
+                    client_address(p, &h, &trusted),
+                    Err(NoAddress::NotAnAddress(_))
+                ),
+                "{name}: {value}"
+            );
+        }
+        // an untrusted hop to the right of the garbage is found first
+        let h = headers(&[("x-forwarded-for", "alice, 203.0.113.7")]);
+        assert_eq!(client_address(p, &h, &trusted), ip("203.0.113.7"));
+        assert_eq!(
+            client_address(None, &HeaderMap::new(), &trusted),
+            Err(NoAddress::NoPeer)
+        );
+    }
+}
