@@ -20,9 +20,6 @@ use crate::limits::{ceil_secs, KeyLimits, Limits};
 use crate::state::Namespace;
 use swin_sync::now;
 
-/// Hits in one batch.
-pub const MAX_BATCH_HITS: usize = 1000;
-
 /// One key's decision (the strictest of its limits'), and what its headers say.
 #[derive(Debug, Clone)]
 pub struct Verdict {

@@ -23,6 +23,8 @@ pub enum Error {
     PayloadTooLarge(usize),
     #[error("body must be JSON (Content-Type: application/json)")]
     UnsupportedMediaType,
+    #[error("the body did not arrive within {0:?}")]
+    BodyTimeout(std::time::Duration),
     #[error("{0}")]
     Unavailable(String),
     /// No token, or one the node does not know: 401 with `WWW-Authenticate: Bearer`.

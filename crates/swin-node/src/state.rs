@@ -81,6 +81,10 @@ pub struct AppState {
     pub namespaces: ArcSwap<Namespaces>,
     pub metrics: Metrics,
     pub body_limit: usize,
+    /// To receive a request's whole body (408 after it).
+    pub body_timeout: Duration,
+    /// Items of one batch.
+    pub max_batch: usize,
     /// The tokens `[auth]` accepts, swapped on reload; `None`: every route is open.
     pub auth: ArcSwapOption<AuthConfig>,
     /// Peers whose forwarding headers are believed, swapped on reload.
@@ -93,9 +97,23 @@ impl AppState {
             namespaces: ArcSwap::from_pointee(namespaces),
             metrics: Metrics::default(),
             body_limit,
+            body_timeout: Duration::from_secs_f64(crate::config::defaults::BODY_TIMEOUT_SECS),
+            max_batch: crate::config::defaults::MAX_BATCH,
             auth: ArcSwapOption::empty(),
             trusted_proxies: ArcSwap::from_pointee(Vec::new()),
         }
+    }
+
+    /// The state a node starts with: no namespace yet, the request limits and access of
+    /// `config`.
+    pub fn for_config(config: &crate::config::Config) -> Self {
+        let state = AppState {
+            body_timeout: config.connections.body_timeout,
+            max_batch: config.max_batch,
+            ..AppState::new(Namespaces::new(), config.body_limit)
+        };
+        state.set_access(config);
+        state
     }
 
     /// Who may call what, from `config`: its tokens and its trusted proxies (at start

@@ -23,6 +23,8 @@ use tower::ServiceExt;
 /// an hour, so its unsynced hits fill it; `signed` takes negative values.
 const NAMESPACES: &str = r#"
 trusted_proxies = ["127.0.0.1/32"]
+body_limit = 4096
+max_batch = 50
 
 [stores.mem]
 kind = "sqlite"
@@ -96,8 +98,8 @@ async fn router_with(more: &str) -> axum::Router {
         }
         ns.insert(cfg.name.clone(), Arc::new(n));
     }
-    let state = Arc::new(AppState::new(ns, 4096));
-    state.set_access(&config);
+    let state = Arc::new(AppState::for_config(&config));
+    state.namespaces.store(Arc::new(ns));
     http::router(state)
 }
 
@@ -1224,4 +1226,41 @@ async fn tokens_and_scopes() {
         assert!(text.contains(line), "{line} in {text}");
     }
     assert!(!text.contains("secret"), "{text}");
+}
+
+/// A declared `Content-Length` over `body_limit` is refused before a byte is read, and a
+/// batch holds at most `max_batch` items (50 here) on both batch routes.
+#[tokio::test]
+async fn declared_lengths_and_batch_sizes_are_bounded() {
+    let r = router().await;
+    let req = Request::builder()
+        .method("POST")
+        .uri("/v1/increments")
+        .header("content-type", "application/json")
+        .header("content-length", "1000000000")
+        .body(Body::empty())
+        .expect("request");
+    let resp = r.clone().oneshot(req).await.expect("response");
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let items = |n: usize, what: &str| {
+        let one = r#"{"namespace":"api","key":"b"}"#;
+        format!("{{\"{what}\":[{}]}}", vec![one; n].join(","))
+    };
+    for (uri, what) in [("/v1/increments", "increments"), ("/v1/hits", "hits")] {
+        let (s, v) = call(&r, "POST", uri, JSON, &items(51, what)).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{uri}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("max_batch")),
+            "{v}"
+        );
+    }
+    let (s, v) = call(&r, "POST", "/v1/increments", JSON, &items(50, "increments")).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, v) = call(&r, "GET", "/v1/namespaces/api/keys/b", None, "").await;
+    assert_eq!(
+        v["windows"][0]["current"], 50.0,
+        "only the batch within max_batch counted"
+    );
 }

@@ -26,6 +26,12 @@ pub const DEFAULT_CONFIG_NAME: &str = "<embedded config/swin.toml>";
 pub mod defaults {
     pub const LISTEN: &str = "127.0.0.1:7070";
     pub const BODY_LIMIT: usize = 1 << 20;
+    pub const HEADER_TIMEOUT_SECS: f64 = 10.0;
+    pub const IDLE_TIMEOUT_SECS: f64 = 60.0;
+    pub const BODY_TIMEOUT_SECS: f64 = 30.0;
+    pub const MAX_CONNECTIONS: usize = 10_000;
+    /// Items of one `/v1/increments` or `/v1/hits` batch.
+    pub const MAX_BATCH: usize = 1_000;
     pub const SHUTDOWN_GRACE_SECS: f64 = 10.0;
     pub const STORE_TIMEOUT_SECS: f64 = 5.0;
     /// Per namespace and window size: the counter table's own default.
@@ -52,6 +58,11 @@ struct RawConfig {
     body_limit: Option<usize>,
     #[serde(default)]
     trusted_proxies: Vec<String>,
+    header_timeout: Option<f64>,
+    idle_timeout: Option<f64>,
+    body_timeout: Option<f64>,
+    max_connections: Option<usize>,
+    max_batch: Option<usize>,
     shutdown_grace: Option<f64>,
     store_timeout: Option<f64>,
     max_counters: Option<usize>,
@@ -86,6 +97,24 @@ pub struct Config {
     pub auth: Option<AuthConfig>,
     /// Peers whose `X-Forwarded-For` and `X-Real-IP` are believed (none by default).
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    pub connections: ConnectionLimits,
+    /// Items of one batch (`/v1/increments`, `/v1/hits`).
+    pub max_batch: usize,
+}
+
+/// What one connection may take of the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// From accepting a connection, or the end of a response, to a request's last
+    /// header line.
+    pub header_timeout: Duration,
+    /// A keep-alive connection with no request in flight is closed after this.
+    pub idle_timeout: Duration,
+    /// To receive a request's whole body.
+    pub body_timeout: Duration,
+    /// Open connections; a new one past this closes the one idle the longest (or, when
+    /// every one has a request in flight, is refused).
+    pub max_connections: usize,
 }
 
 /// One file being validated: where errors point, and the environment's overrides.
@@ -180,6 +209,31 @@ impl Parser<'_> {
             defaults::STORE_TIMEOUT_SECS,
         )?;
         let max_counters = raw.max_counters.unwrap_or(defaults::MAX_COUNTERS);
+        let connections = ConnectionLimits {
+            header_timeout: self.secs(
+                "header_timeout",
+                raw.header_timeout,
+                defaults::HEADER_TIMEOUT_SECS,
+            )?,
+            idle_timeout: self.secs(
+                "idle_timeout",
+                raw.idle_timeout,
+                defaults::IDLE_TIMEOUT_SECS,
+            )?,
+            body_timeout: self.secs(
+                "body_timeout",
+                raw.body_timeout,
+                defaults::BODY_TIMEOUT_SECS,
+            )?,
+            max_connections: raw.max_connections.unwrap_or(defaults::MAX_CONNECTIONS),
+        };
+        if connections.max_connections == 0 {
+            return Err(self.err("max_connections", "must be above 0".into()));
+        }
+        let max_batch = raw.max_batch.unwrap_or(defaults::MAX_BATCH);
+        if max_batch == 0 {
+            return Err(self.err("max_batch", "must be above 0".into()));
+        }
         let stores = self.stores(raw.stores)?;
         let namespaces = self.namespaces(raw.namespaces, &stores, max_counters)?;
         let auth = self.auth(raw.auth)?;
@@ -200,6 +254,8 @@ impl Parser<'_> {
             namespaces,
             auth,
             trusted_proxies,
+            connections,
+            max_batch,
         })
     }
 
@@ -336,6 +392,11 @@ mod tests {
             c.trusted_proxies.is_empty(),
             "no proxy is trusted unless listed"
         );
+        assert_eq!(c.connections.max_connections, 10_000);
+        assert_eq!(c.connections.header_timeout, Duration::from_secs(10));
+        assert_eq!(c.connections.idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.connections.body_timeout, Duration::from_secs(30));
+        assert_eq!(c.max_batch, 1_000);
         assert_eq!(c.namespaces[0].max_counters, defaults::MAX_COUNTERS);
         assert_eq!(
             swin_core::CounterOptions::default().max_counters,
@@ -546,6 +607,9 @@ mod tests {
             "stores.m.url",
         );
         fails("log_format = \"xml\"", "log_format");
+        fails("header_timeout = 0", "header_timeout");
+        fails("max_connections = 0", "max_connections");
+        fails("max_batch = 0", "max_batch");
         fails(
             "trusted_proxies = [\"10.0.0.0/8\", \"proxy.local\"]",
             "trusted_proxies[1]",

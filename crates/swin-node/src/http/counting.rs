@@ -149,6 +149,13 @@ async fn increments_batch(
         ));
     };
     let body: BatchBody = parse_json(Some(&bytes))?;
+    if body.increments.len() > state.max_batch {
+        return Err(Error::BadRequest(format!(
+            "increments must hold at most {} items (max_batch), got {}",
+            state.max_batch,
+            body.increments.len()
+        )));
+    }
     // Validate everything first: a bad item rejects the batch before anything is
     // counted. Namespaces are resolved once per distinct name, not once per item.
     let mut used: Vec<Arc<Namespace>> = Vec::new();

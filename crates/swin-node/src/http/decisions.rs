@@ -24,7 +24,7 @@ use swin_core::Decision;
 use super::client_address::client_address;
 use super::extract::{ApiPath, JsonBody, RawJson};
 use crate::decisions::{
-    decide_all, limits_of, refund as give_refund, take, Hit, HitAnswer, Verdict, MAX_BATCH_HITS,
+    decide_all, limits_of, refund as give_refund, take, Hit, HitAnswer, Verdict,
 };
 use crate::error::Error;
 use crate::limits::{ceil_secs, KeyFrom};
@@ -177,9 +177,10 @@ async fn hits_batch(
         ));
     };
     let body: BatchBody = super::extract::parse_json(Some(&bytes))?;
-    if body.hits.is_empty() || body.hits.len() > MAX_BATCH_HITS {
+    if body.hits.is_empty() || body.hits.len() > state.max_batch {
         return Err(Error::BadRequest(format!(
-            "hits must hold 1 to {MAX_BATCH_HITS} hits, got {}",
+            "hits must hold 1 to {} hits (max_batch), got {}",
+            state.max_batch,
             body.hits.len()
         )));
     }

@@ -22,6 +22,7 @@ fn status_and_code(e: &Error) -> (StatusCode, &'static str) {
             (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
         }
         Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        Error::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
         Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
         Error::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
         Error::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

@@ -56,7 +56,17 @@ impl FromRequest<Arc<AppState>> for RawJson {
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Error> {
         let headers = req.headers().clone();
-        let body = Bytes::from_request(req, state).await;
+        // a declared length over the limit is refused before a byte is read
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if declared.is_some_and(|n| n > state.body_limit as u64) {
+            return Err(Error::PayloadTooLarge(state.body_limit));
+        }
+        let body = tokio::time::timeout(state.body_timeout, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| Error::BodyTimeout(state.body_timeout))?;
         Ok(RawJson(json_bytes(&headers, body, state.body_limit)?))
     }
 }

@@ -8,6 +8,7 @@ mod counting;
 mod decisions;
 pub mod error;
 mod extract;
+pub mod server;
 
 use std::sync::Arc;
 

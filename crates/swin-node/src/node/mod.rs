@@ -73,7 +73,7 @@ impl Node {
     pub async fn start(config: Config) -> anyhow::Result<Node> {
         let connected = open_stores(&config).await?;
         let mut node = Node {
-            state: Arc::new(AppState::new(Namespaces::new(), config.body_limit)),
+            state: Arc::new(AppState::for_config(&config)),
             stores: BTreeMap::new(),
             running: BTreeMap::new(),
             tracker: TaskTracker::new(),
@@ -84,7 +84,6 @@ impl Node {
             leftovers: Default::default(),
             spool_files: Default::default(),
         };
-        node.state.set_access(&config);
         if config.auth.is_none() && !config.listen.ip().is_loopback() {
             warn!(listen = %config.listen, "no [auth] section: anyone who reaches this address can reset keys, sync and read metrics; add [auth] tokens or listen on loopback");
         }
@@ -291,6 +290,12 @@ impl Node {
         if config.listen != self.config.listen {
             warn!(listen = %config.listen, "listen address changes need a restart");
         }
+        if config.connections != self.config.connections
+            || config.body_limit != self.config.body_limit
+            || config.max_batch != self.config.max_batch
+        {
+            warn!("connection limits, timeouts, body_limit and max_batch changes need a restart");
+        }
         let mut fresh = Vec::new();
         for (name, cfg) in &config.stores {
             if self.stores.get(name).is_some_and(|c| c.config == *cfg) {
@@ -345,17 +350,15 @@ impl Node {
     ) -> anyhow::Result<()> {
         let router = router(self.state.clone());
         let stop = CancellationToken::new();
-        let server_stop = stop.clone();
         let addr = listener.local_addr().context("listener address")?;
-        let server = tokio::spawn(async move {
-            // the peer address is the forward-auth key of last resort
-            axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move { server_stop.cancelled().await })
-            .await
-        });
+        let grace = self.config.shutdown_grace;
+        let server = tokio::spawn(crate::http::server::serve(
+            listener,
+            router,
+            self.config.connections,
+            stop.clone(),
+            grace,
+        ));
         info!(listen = %addr, namespaces = self.running.len(), "swin-node ready");
         loop {
             tokio::select! {
@@ -369,12 +372,9 @@ impl Node {
         }
         info!("shutting down: no new connections, finishing requests");
         stop.cancel();
-        let grace = self.config.shutdown_grace;
-        match tokio::time::timeout(grace, server).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => error!(cause = %e, "server error"),
-            Ok(Err(e)) => error!(cause = %e, "server task failed"),
-            Err(_) => warn!(?grace, "requests still running after the grace period"),
+        // the server waits up to the grace period for the requests in flight
+        if let Err(e) = server.await {
+            error!(cause = %e, "server task failed");
         }
         info!("pushing the last diffs");
         self.shutdown_engines().await
