@@ -3,6 +3,11 @@
 
 use swin_core::CoreError;
 
+/// The longest request URI served (414 past it, with a JSON error).
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+/// The most header bytes (names and values) of one request (431 past it, JSON error).
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{0}")]
@@ -23,10 +28,22 @@ pub enum Error {
     PayloadTooLarge(usize),
     #[error("body must be JSON (Content-Type: application/json)")]
     UnsupportedMediaType,
+    #[error("the request URI is {0} bytes; the limit is {MAX_URI_BYTES}")]
+    UriTooLong(usize),
+    #[error("the request headers are {0} bytes; the limit is {MAX_HEADER_BYTES}")]
+    HeadersTooLarge(usize),
     #[error("the body did not arrive within {0:?}")]
     BodyTimeout(std::time::Duration),
     #[error("{0}")]
     Unavailable(String),
+    /// The store could not do what the request needed; `reason` is the short code a
+    /// client gets (`store_unreachable`, `store_rejected`, `store_failed`), the store's
+    /// own error goes to the log only.
+    #[error("{message}")]
+    Store {
+        reason: &'static str,
+        message: String,
+    },
     /// No token, or one the node does not know: 401 with `WWW-Authenticate: Bearer`.
     #[error("{0}")]
     Unauthorized(String),
@@ -45,6 +62,17 @@ impl Error {
             Error::InvalidKey(m) => Error::InvalidKey(format!("{at}: {m}")),
             Error::InvalidValue(m) => Error::InvalidValue(format!("{at}: {m}")),
             other => other,
+        }
+    }
+}
+
+impl Error {
+    /// A store failure as a client may see it, its detail logged here.
+    pub fn store(e: &swin_sync::StoreError, what: &str) -> Error {
+        tracing::warn!(cause = %e, "{what}");
+        Error::Store {
+            reason: e.reason(),
+            message: format!("{what}: the store could not be used; nothing was changed"),
         }
     }
 }

@@ -181,6 +181,62 @@ async fn a_node_started_while_redis_is_down_serves_and_catches_up() {
         r.status() == 503
     })
     .await;
+    // what a client learns of the outage is a short reason, never the store's own error
+    // (its address, an OS error number, a script hash): that stays in the log
+    eventually("a sync has failed", async || {
+        let r = client
+            .get(format!("{}/v1/namespaces", node.base))
+            .send()
+            .await
+            .expect("get");
+        !r.text()
+            .await
+            .expect("body")
+            .contains("\"degraded_reason\":null")
+    })
+    .await;
+    let leaks = ["os error", "refused", "127.0.0.1", "redis:", "NOSCRIPT"];
+    let mut bodies = Vec::new();
+    for (method, path, want) in [
+        ("GET", "/readyz".to_owned(), 503),
+        ("GET", "/v1/namespaces".to_owned(), 200),
+        ("DELETE", "/v1/namespaces/api/keys/k".to_owned(), 503),
+        ("POST", "/v1/namespaces/api/sync".to_owned(), 503),
+    ] {
+        let r = client
+            .request(
+                method.parse().expect("method"),
+                format!("{}{path}", node.base),
+            )
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status().as_u16(), want, "{method} {path}");
+        let body = r.text().await.expect("body");
+        for leak in leaks {
+            assert!(
+                !body.contains(leak),
+                "{method} {path} leaks {leak:?}: {body}"
+            );
+        }
+        bodies.push(body);
+    }
+    assert!(bodies[0].contains("store_unreachable"), "{}", bodies[0]);
+    assert!(
+        bodies[1].contains("\"degraded_reason\":\"store_unreachable\""),
+        "{}",
+        bodies[1]
+    );
+    assert!(
+        bodies[2].contains("\"code\":\"store_unreachable\""),
+        "{}",
+        bodies[2]
+    );
+    assert!(
+        bodies[3].contains("\"code\":\"store_unreachable\""),
+        "{}",
+        bodies[3]
+    );
 
     let data = tempfile::tempdir().expect("dir");
     let server = swin_testkit::start_redis(port, data.path());

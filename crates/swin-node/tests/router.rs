@@ -1264,3 +1264,18 @@ async fn declared_lengths_and_batch_sizes_are_bounded() {
         "only the batch within max_batch counted"
     );
 }
+
+/// A URI or headers past the limits: 414 and 431, each with a JSON error.
+#[tokio::test]
+async fn long_uris_and_large_headers_get_json_errors() {
+    let r = router().await;
+    let long_key = "k".repeat(9 * 1024);
+    let uri = format!("/v1/namespaces/api/keys/{long_key}");
+    let (s, v) = call(&r, "GET", &uri, None, "").await;
+    assert_eq!(s, StatusCode::URI_TOO_LONG);
+    assert_eq!(v["error"]["code"], "uri_too_long");
+    let big = "x".repeat(17 * 1024);
+    let (s, v, _) = send(&r, "GET", "/healthz", &[("x-big", big.as_str())], "").await;
+    assert_eq!(s, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    assert_eq!(v["error"]["code"], "headers_too_large");
+}

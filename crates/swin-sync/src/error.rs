@@ -21,6 +21,20 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// What a client may be told (the detail goes to the log, never into a response):
+    /// `store_rejected` when the store refused the data itself, `store_unreachable` when
+    /// it may answer later (down, slow, busy), `store_failed` for the rest (a schema, a
+    /// permission, an answer it should not have given).
+    pub fn reason(&self) -> &'static str {
+        if self.is_rejection() {
+            "store_rejected"
+        } else if self.is_transient() {
+            "store_unreachable"
+        } else {
+            "store_failed"
+        }
+    }
+
     /// Worth retrying: the store may answer later (down, slow, busy, a lost connection,
     /// a serialization failure). Everything else needs an operator.
     pub fn is_transient(&self) -> bool {

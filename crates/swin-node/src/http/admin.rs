@@ -54,7 +54,7 @@ async fn reset(
     ns.sync
         .reset(&key)
         .await
-        .map_err(|e| Error::Unavailable(format!("the store could not reset the key: {e}")))?;
+        .map_err(|e| Error::store(&e, "reset"))?;
     Ok(Json(serde_json::json!({
         "namespace": namespace,
         "key": key,
@@ -79,7 +79,8 @@ struct NamespaceInfo {
     pending_diffs: usize,
     pending_advances: usize,
     degraded: bool,
-    degraded_reason: Option<String>,
+    /// A short reason (`store_unreachable`, …); the detail is in the log.
+    degraded_reason: Option<&'static str>,
 }
 
 fn info(ns: &Namespace) -> NamespaceInfo {
@@ -126,12 +127,10 @@ async fn sync_now(
         Ok(r) => Ok(Json(serde_json::json!({
             "namespace": namespace, "pushed": r.pushed, "fetched": r.fetched, "duration_ms": r.duration_ms
         }))),
-        Err(e) => {
-            tracing::warn!(namespace, cause = %e, "sync on request failed");
-            Err(Error::Unavailable(format!(
-                "sync of namespace {namespace:?} failed: the store is unreachable"
-            )))
-        }
+        Err(e) => Err(Error::store(
+            &e,
+            &format!("sync of namespace {namespace:?}"),
+        )),
     }
 }
 

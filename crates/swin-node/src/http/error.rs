@@ -22,6 +22,12 @@ fn status_and_code(e: &Error) -> (StatusCode, &'static str) {
             (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
         }
         Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        Error::Store { reason, .. } => (StatusCode::SERVICE_UNAVAILABLE, reason),
+        Error::UriTooLong(_) => (StatusCode::URI_TOO_LONG, "uri_too_long"),
+        Error::HeadersTooLarge(_) => (
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+        ),
         Error::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
         Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
         Error::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),

@@ -36,6 +36,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             Error::NotFound(format!("{} {}", req.method(), req.uri().path()))
         })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed })
+        .layer(middleware::from_fn(bounded_head))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,
@@ -43,6 +44,25 @@ pub fn router(state: Arc<AppState>) -> Router {
         // the extractors enforce the limit themselves (JSON 413), so no default cap
         .layer(axum::extract::DefaultBodyLimit::max(state.body_limit))
         .with_state(state)
+}
+
+/// A URI or headers past the node's limits get 414 or 431 with a JSON error. (hyper
+/// answers requests past its own, much larger, buffer itself, without a body.)
+async fn bounded_head(req: Request, next: Next) -> Response {
+    use axum::response::IntoResponse;
+    let uri = req.uri().to_string().len();
+    if uri > crate::error::MAX_URI_BYTES {
+        return Error::UriTooLong(uri).into_response();
+    }
+    let headers: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len())
+        .sum();
+    if headers > crate::error::MAX_HEADER_BYTES {
+        return Error::HeadersTooLarge(headers).into_response();
+    }
+    next.run(req).await
 }
 
 async fn count_requests(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {

@@ -9,8 +9,9 @@ use crate::StoreError;
 pub struct SyncStatus {
     /// Unix milliseconds of the last sync that reached the store.
     pub last_success_ms: Option<i64>,
-    /// Why the last attempt failed, while the store is unreachable.
-    pub degraded: Option<String>,
+    /// Why the last attempt failed, while the store is unreachable: a short reason
+    /// ([`StoreError::reason`]); the detail is in the log.
+    pub degraded: Option<&'static str>,
     /// Window diffs drained but not yet confirmed by the store.
     pub pending_diffs: usize,
     /// GCRA TAT advances drained but not yet confirmed by the store.
@@ -51,7 +52,7 @@ impl NamespaceSync {
                 }
             }
             Err(e) => {
-                s.degraded = Some(e.to_string());
+                s.degraded = Some(e.reason());
                 s.failures += 1;
             }
         }
