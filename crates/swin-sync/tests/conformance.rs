@@ -466,6 +466,87 @@ async fn synchronous_mode_falls_back_when_down(s: &TestStore) {
     );
 }
 
+/// A store that hangs costs synchronous increments one timeout, not one each: after the
+/// first times out, the namespace answers from local memory at once until a sync reaches
+/// the store again; then increments go to the store again, and nothing is lost.
+async fn a_hanging_store_costs_one_timeout_not_one_per_request(s: &TestStore) {
+    let (faulty, control) = common::faulty(&s.store);
+    let counters = Arc::new(NamespaceCounters::new(
+        "api",
+        &[WindowSize::new(60).expect("size")],
+        CounterOptions::default(),
+    ));
+    let e = Arc::new(NamespaceSync::new(
+        counters,
+        SyncMode::Synchronous,
+        Some(faulty.clone()),
+        swin_sync::new_node_id().into(),
+        Duration::from_millis(300),
+    ));
+    let now = UnixMs::from_secs(NOW);
+    control.set_hanging(true);
+    let first = std::time::Instant::now();
+    e.increment("k", 60, 1.0, now).await.expect("inc");
+    assert!(
+        first.elapsed() >= Duration::from_millis(300),
+        "the first waits its timeout"
+    );
+    let rest = std::time::Instant::now();
+    for _ in 0..20 {
+        e.increment("k", 60, 1.0, now).await.expect("inc");
+    }
+    assert!(
+        rest.elapsed() < Duration::from_millis(300),
+        "20 increments took {:?}: each waited for the store",
+        rest.elapsed()
+    );
+    assert_eq!(e.status().degraded, Some("store_unreachable"));
+    control.set_hanging(false);
+    e.sync_once(now)
+        .await
+        .expect("a sync reaches the store again");
+    let r = e.increment("k", 60, 1.0, now).await.expect("inc");
+    assert_eq!(r.current, 22.0, "answered with the store's total");
+    assert_eq!(
+        totals(&s.store, "api", &[wk("k", CUR)]).await,
+        vec![("k".into(), CUR, 22.0)]
+    );
+}
+
+/// Syncs asked for at once share one run: a burst of `/sync` requests costs the store
+/// one scan, not one each.
+async fn requested_syncs_share_one_run(s: &TestStore) {
+    let e = engine(
+        &s.store,
+        SyncMode::Periodic(Duration::from_secs(3600)),
+        &[60],
+    );
+    let now = UnixMs::from_secs(NOW);
+    for i in 0..200 {
+        e.increment(&format!("k{i}"), 60, 1.0, now)
+            .await
+            .expect("inc");
+    }
+    let before = e.status().syncs;
+    let runs: Vec<_> = (0..10)
+        .map(|_| {
+            let e = e.clone();
+            tokio::spawn(async move { e.sync_requested(now).await.map(|r| r.pushed) })
+        })
+        .collect();
+    let mut pushed = Vec::new();
+    for r in runs {
+        pushed.push(r.await.expect("task").expect("sync"));
+    }
+    let ran = e.status().syncs - before;
+    assert!(ran <= 2, "{ran} syncs ran for 10 requests");
+    assert!(pushed.contains(&200), "{pushed:?}");
+    assert_eq!(
+        totals(&s.store, "api", &[wk("k7", CUR)]).await,
+        vec![("k7".into(), CUR, 1.0)]
+    );
+}
+
 /// Cancelling the engine pushes once more before it returns.
 async fn shutdown_pushes_last_diffs(s: &TestStore) {
     let e = engine(
@@ -1127,6 +1208,8 @@ async fn every_call_honours_its_faults(s: &TestStore) {
 
 for_all_stores!(
     every_call_honours_its_faults,
+    a_hanging_store_costs_one_timeout_not_one_per_request,
+    requested_syncs_share_one_run,
     doubles_round_trip_exactly,
     unconfirmed_pushes_replay_exactly_once,
     counts_never_go_below_zero,

@@ -123,7 +123,7 @@ async fn sync_now(
     ApiPath(namespace): ApiPath<String>,
 ) -> Result<Json<serde_json::Value>, Error> {
     let ns = state.namespace(&namespace)?;
-    match ns.sync.sync_once(now()).await {
+    match ns.sync.sync_requested(now()).await {
         Ok(r) => Ok(Json(serde_json::json!({
             "namespace": namespace, "pushed": r.pushed, "fetched": r.fetched, "duration_ms": r.duration_ms
         }))),

@@ -25,7 +25,9 @@ impl NamespaceSync {
     ) -> Result<Decision, CoreError> {
         let buckets = self.counters.buckets();
         let now_ns = nanos(now);
-        let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) else {
+        let (SyncMode::Synchronous, Some(store), false) =
+            (&self.mode, &self.store, self.skipping_store())
+        else {
             return buckets.spend(gcra, key, now_ns, cost, force);
         };
         // validates the cost before anything reaches the store
@@ -38,6 +40,7 @@ impl NamespaceSync {
             Err(e) => {
                 warn!(namespace = self.name(), cause = %e, "synchronous spend failed; decided locally");
                 self.record(Err(&e));
+                self.trip(&e);
                 buckets.spend(gcra, key, now_ns, cost, force)
             }
         }
@@ -110,7 +113,9 @@ impl NamespaceSync {
         now: UnixMs,
     ) -> Result<Decision, CoreError> {
         let now_ns = nanos(now);
-        if let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) {
+        if let (SyncMode::Synchronous, Some(store), false) =
+            (&self.mode, &self.store, self.skipping_store())
+        {
             let in_store = async {
                 let tat = self.store_tat(store, key).await?;
                 let d = gcra
@@ -127,6 +132,7 @@ impl NamespaceSync {
                 Err(e) => {
                     warn!(namespace = self.name(), cause = %e, "synchronous refund failed; given back locally");
                     self.record(Err(&e));
+                    self.trip(&e);
                 }
             }
         }
@@ -143,7 +149,9 @@ impl NamespaceSync {
         now: UnixMs,
     ) -> Result<Decision, CoreError> {
         let now_ns = nanos(now);
-        if let (SyncMode::Synchronous, Some(store)) = (&self.mode, &self.store) {
+        if let (SyncMode::Synchronous, Some(store), false) =
+            (&self.mode, &self.store, self.skipping_store())
+        {
             if let Ok(tat) = self.store_tat(store, key).await {
                 return Ok(gcra.dry_run(tat, now_ns, cost)?.decision);
             }

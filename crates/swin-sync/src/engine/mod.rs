@@ -92,6 +92,22 @@ pub struct NamespaceSync {
     flushes: tokio_util::task::TaskTracker,
     state: tokio::sync::Mutex<PushState>,
     status: Mutex<SyncStatus>,
+    /// Synchronous mode: the store failed lately, so requests answer from local memory
+    /// at once instead of each waiting up to `timeout`; cleared by the next sync that
+    /// reaches the store (the run loop's, every second at most five apart).
+    skip_store: std::sync::atomic::AtomicBool,
+    /// `requested.runs`, readable without waiting for the lock.
+    requested_runs: std::sync::atomic::AtomicU64,
+    /// Syncs asked for over the API: one runs, the requests that queued behind it take
+    /// its outcome instead of each scanning the store again.
+    requested: tokio::sync::Mutex<RequestedSync>,
+}
+
+/// The last sync run for a request, and how many have run.
+#[derive(Debug, Default)]
+struct RequestedSync {
+    runs: u64,
+    last: Option<Result<SyncReport, Arc<StoreError>>>,
 }
 
 fn nanos(now: UnixMs) -> i64 {
@@ -130,6 +146,9 @@ impl NamespaceSync {
             flushes: tokio_util::task::TaskTracker::new(),
             state: tokio::sync::Mutex::new(PushState::default()),
             status: Mutex::new(SyncStatus::default()),
+            skip_store: std::sync::atomic::AtomicBool::new(false),
+            requested_runs: std::sync::atomic::AtomicU64::new(0),
+            requested: tokio::sync::Mutex::new(RequestedSync::default()),
         }
     }
 
@@ -239,6 +258,45 @@ impl NamespaceSync {
         Ok(loaded)
     }
 
+    /// A sync asked for over the API. Requests that arrive while one runs wait for it
+    /// and share its outcome: a burst of them costs the store one scan, not one each.
+    pub async fn sync_requested(&self, now: UnixMs) -> Result<SyncReport, Arc<StoreError>> {
+        let seen = self
+            .requested_runs
+            .load(std::sync::atomic::Ordering::Acquire);
+        let mut r = self.requested.lock().await;
+        if r.runs > seen {
+            if let Some(last) = &r.last {
+                return last.clone();
+            }
+        }
+        let outcome = self.sync_once(now).await.map_err(Arc::new);
+        r.runs += 1;
+        r.last = Some(outcome.clone());
+        self.requested_runs
+            .store(r.runs, std::sync::atomic::Ordering::Release);
+        outcome
+    }
+
+    /// Whether synchronous calls skip the store for now (see `skip_store`).
+    pub(super) fn skipping_store(&self) -> bool {
+        self.skip_store.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// After a synchronous call failed: answer from local memory until a sync succeeds.
+    pub(super) fn trip(&self, e: &StoreError) {
+        if e.is_transient()
+            && !self
+                .skip_store
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            warn!(
+                namespace = self.name(),
+                "store failing: synchronous calls answer from local memory until a background sync reaches it"
+            );
+        }
+    }
+
     /// Resets a key across the cluster: the store's rows first (an error leaves
     /// everything as it was), then this node's counts and pending hits. Other nodes drop
     /// their totals at their next sync.
@@ -262,10 +320,13 @@ impl NamespaceSync {
             SyncMode::Periodic(p) => p,
             SyncMode::Synchronous | SyncMode::LocalOnly => Duration::from_secs(1),
         };
-        let mut backoff = Backoff::new(
-            period.max(Duration::from_millis(100)),
-            Duration::from_secs(30),
-        );
+        // in synchronous mode the loop is also what finds a failing store again: it
+        // tries at least every five seconds
+        let cap = match self.mode {
+            SyncMode::Synchronous => Duration::from_secs(5),
+            _ => Duration::from_secs(30),
+        };
+        let mut backoff = Backoff::new(period.max(Duration::from_millis(100)), cap);
         let mut next = tokio::time::Instant::now() + period;
         loop {
             tokio::select! {

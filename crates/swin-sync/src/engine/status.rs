@@ -42,6 +42,15 @@ impl NamespaceSync {
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
         match outcome {
             Ok(report) => {
+                if self
+                    .skip_store
+                    .swap(false, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::info!(
+                        namespace = self.name(),
+                        "store reached again: synchronous calls go to it again"
+                    );
+                }
                 s.last_success_ms = Some(now().0);
                 s.degraded = None;
                 s.syncs += 1;

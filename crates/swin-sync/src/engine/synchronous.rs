@@ -45,7 +45,7 @@ impl NamespaceSync {
     ) -> Result<WindowRate, CoreError> {
         let table = self.counters.table(window_size)?;
         match (&self.mode, &self.store) {
-            (SyncMode::Synchronous, Some(_)) => {
+            (SyncMode::Synchronous, Some(_)) if !self.skipping_store() => {
                 // the store's total is only known after the round trip: refuse on the
                 // local view a value that would take the window out of range
                 swin_core::check_value(value)?;
@@ -172,6 +172,7 @@ impl NamespaceSync {
             (Err(e), _) | (_, Err(e)) => {
                 warn!(namespace = self.name(), cause = %e, hits = batch.len(), "synchronous increments failed; counted locally");
                 self.record(Err(&e));
+                self.trip(&e);
                 for w in batch {
                     let _ = w.tx.send(None);
                 }

@@ -27,6 +27,8 @@ pub struct FaultyStore {
     inner: Store,
     plan: Mutex<VecDeque<Fault>>,
     down: AtomicBool,
+    /// While set, every call waits for ever (a store that accepts and never answers).
+    hanging: AtomicBool,
 }
 
 impl FaultyStore {
@@ -35,6 +37,7 @@ impl FaultyStore {
             inner,
             plan: Mutex::new(VecDeque::new()),
             down: AtomicBool::new(false),
+            hanging: AtomicBool::new(false),
         }
     }
 
@@ -55,6 +58,11 @@ impl FaultyStore {
         self.down.store(down, Ordering::SeqCst);
     }
 
+    /// While hanging, every call waits for ever (the caller's timeout ends it).
+    pub fn set_hanging(&self, hanging: bool) {
+        self.hanging.store(hanging, Ordering::SeqCst);
+    }
+
     fn next_fault(&self) -> Option<Fault> {
         if self.down.load(Ordering::SeqCst) {
             return Some(Fault::FailBefore);
@@ -70,6 +78,9 @@ impl FaultyStore {
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
+        if self.hanging.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
         match self.next_fault() {
             Some(Fault::FailBefore) => Err(StoreError::Injected),
             Some(Fault::FailAfter) => {
