@@ -16,3 +16,4 @@ pub mod metrics;
 pub mod node;
 pub mod spool;
 pub mod state;
+pub mod tls;

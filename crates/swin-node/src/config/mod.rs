@@ -72,6 +72,21 @@ struct RawConfig {
     #[serde(default)]
     namespaces: Vec<namespaces::RawNamespace>,
     auth: Option<auth::RawAuth>,
+    tls: Option<RawTls>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: String,
+    key: String,
+}
+
+/// HTTPS: a PEM certificate chain and its private key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +113,8 @@ pub struct Config {
     /// Peers whose `X-Forwarded-For` and `X-Real-IP` are believed (none by default).
     pub trusted_proxies: Vec<ipnet::IpNet>,
     pub connections: ConnectionLimits,
+    /// Serve HTTPS with these files (`None`: plain HTTP).
+    pub tls: Option<TlsConfig>,
     /// Items of one batch (`/v1/increments`, `/v1/hits`).
     pub max_batch: usize,
 }
@@ -237,6 +254,19 @@ impl Parser<'_> {
         let stores = self.stores(raw.stores)?;
         let namespaces = self.namespaces(raw.namespaces, &stores, max_counters)?;
         let auth = self.auth(raw.auth)?;
+        let tls = match raw.tls {
+            None => None,
+            Some(t) if t.cert.is_empty() => {
+                return Err(self.err("tls.cert", "must name a PEM file".into()))
+            }
+            Some(t) if t.key.is_empty() => {
+                return Err(self.err("tls.key", "must name a PEM file".into()))
+            }
+            Some(t) => Some(TlsConfig {
+                cert: t.cert.into(),
+                key: t.key.into(),
+            }),
+        };
         let (data_dir, data_field) = self.overridden("data_dir", "SWIN_DATA_DIR", raw.data_dir);
         let data_dir = data_dir.unwrap_or_else(|| defaults::DATA_DIR.into());
         if data_dir.is_empty() {
@@ -256,6 +286,7 @@ impl Parser<'_> {
             trusted_proxies,
             connections,
             max_batch,
+            tls,
         })
     }
 
@@ -610,6 +641,8 @@ mod tests {
         fails("header_timeout = 0", "header_timeout");
         fails("max_connections = 0", "max_connections");
         fails("max_batch = 0", "max_batch");
+        fails("[tls]\ncert = \"\"\nkey = \"k.pem\"\n", "tls.cert");
+        fails("[tls]\ncert = \"c.pem\"\nkey = \"\"\n", "tls.key");
         fails(
             "trusted_proxies = [\"10.0.0.0/8\", \"proxy.local\"]",
             "trusted_proxies[1]",

@@ -131,12 +131,75 @@ impl Drop for InFlight {
     }
 }
 
+/// One accepted connection and what serving it needs.
+struct Connection {
+    conns: Arc<Conns>,
+    id: u64,
+    peer: std::net::SocketAddr,
+    close: CancellationToken,
+    shutdown: CancellationToken,
+    builder: Arc<Builder<TokioExecutor>>,
+    app: Router,
+}
+
+impl Connection {
+    /// Serves requests on `io` until the client leaves, the connection is closed (idle,
+    /// or making room) or the node shuts down (requests in flight finish first).
+    async fn serve<I>(self, io: I)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            conns,
+            id,
+            peer,
+            close,
+            shutdown,
+            builder,
+            app,
+        } = self;
+        let service = {
+            let conns = conns.clone();
+            tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let app = app.clone();
+                let in_flight = InFlight::new(&conns, id);
+                let mut req = req.map(axum::body::Body::new);
+                req.extensions_mut().insert(ConnectInfo(peer));
+                async move {
+                    let resp = tower::ServiceExt::oneshot(app, req).await;
+                    drop(in_flight);
+                    resp
+                }
+            })
+        };
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service));
+        tokio::pin!(conn);
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    debug!(%peer, cause = %e, "connection ended");
+                }
+            }
+            _ = close.cancelled() => {
+                debug!(%peer, "closed: idle, or making room");
+            }
+            _ = shutdown.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.as_mut().await;
+            }
+        }
+        conns.closed(id);
+    }
+}
+
 /// Serves `router` on `listener` until `stop`, then lets the connections finish their
 /// requests (at most `grace`).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
+    tls: Option<crate::tls::Acceptor>,
     stop: CancellationToken,
     grace: Duration,
 ) {
@@ -180,46 +243,36 @@ pub async fn serve(
         }
         let _ = stream.set_nodelay(true);
         let (id, close) = conns.open();
-        let conns = conns.clone();
-        let builder = builder.clone();
-        let shutdown = shutdown.clone();
-        let app = router.clone();
-        tasks.spawn(async move {
-            let service = {
-                let conns = conns.clone();
-                tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let app = app.clone();
-                    let in_flight = InFlight::new(&conns, id);
-                    let mut req = req.map(axum::body::Body::new);
-                    req.extensions_mut().insert(ConnectInfo(peer));
-                    async move {
-                        let resp = tower::ServiceExt::oneshot(app, req).await;
-                        drop(in_flight);
-                        resp
+        let conn = Connection {
+            conns: conns.clone(),
+            id,
+            peer,
+            close,
+            shutdown: shutdown.clone(),
+            builder: builder.clone(),
+            app: router.clone(),
+        };
+        match &tls {
+            None => drop(tasks.spawn(conn.serve(stream))),
+            Some(tls) => {
+                let acceptor = tls.current();
+                let handshake = limits.header_timeout;
+                tasks.spawn(async move {
+                    // the handshake counts against the header timeout
+                    match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => conn.serve(stream).await,
+                        Ok(Err(e)) => {
+                            debug!(%peer, cause = %e, "TLS handshake failed");
+                            conn.conns.closed(conn.id);
+                        }
+                        Err(_) => {
+                            debug!(%peer, "TLS handshake timed out");
+                            conn.conns.closed(conn.id);
+                        }
                     }
-                })
-            };
-            let conn = builder.serve_connection_with_upgrades(
-                TokioIo::new(stream),
-                TowerToHyperService::new(service),
-            );
-            tokio::pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(e) = result {
-                        debug!(%peer, cause = %e, "connection ended");
-                    }
-                }
-                _ = close.cancelled() => {
-                    debug!(%peer, "closed: idle, or making room");
-                }
-                _ = shutdown.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.as_mut().await;
-                }
+                });
             }
-            conns.closed(id);
-        });
+        }
     }
     drop(listener);
     reaper.abort();

@@ -67,11 +67,17 @@ pub struct Node {
     config: Config,
     leftovers: Leftovers,
     spool_files: SpoolFiles,
+    /// HTTPS, when the config has `[tls]`; its files are read again on SIGHUP.
+    tls: Option<crate::tls::Acceptor>,
 }
 
 impl Node {
     pub async fn start(config: Config) -> anyhow::Result<Node> {
         let connected = open_stores(&config).await?;
+        let tls = match &config.tls {
+            Some(cfg) => Some(crate::tls::Acceptor::load(cfg)?),
+            None => None,
+        };
         let mut node = Node {
             state: Arc::new(AppState::for_config(&config)),
             stores: BTreeMap::new(),
@@ -83,6 +89,7 @@ impl Node {
             config: config.clone(),
             leftovers: Default::default(),
             spool_files: Default::default(),
+            tls,
         };
         if config.auth.is_none() && !config.listen.ip().is_loopback() {
             warn!(listen = %config.listen, "no [auth] section: anyone who reaches this address can reset keys, sync and read metrics; add [auth] tokens or listen on loopback");
@@ -290,6 +297,16 @@ impl Node {
         if config.listen != self.config.listen {
             warn!(listen = %config.listen, "listen address changes need a restart");
         }
+        match (&config.tls, &self.tls) {
+            (Some(cfg), Some(running)) => match running.reload(cfg) {
+                Ok(()) => info!("TLS certificate and key read again"),
+                Err(e) => {
+                    error!(cause = %e, "TLS files not reloaded; keeping the running certificate")
+                }
+            },
+            (None, None) => {}
+            _ => warn!("turning TLS on or off needs a restart"),
+        }
         if config.connections != self.config.connections
             || config.body_limit != self.config.body_limit
             || config.max_batch != self.config.max_batch
@@ -356,6 +373,7 @@ impl Node {
             listener,
             router,
             self.config.connections,
+            self.tls.clone(),
             stop.clone(),
             grace,
         ));
