@@ -641,8 +641,15 @@ mod tests {
         fails("header_timeout = 0", "header_timeout");
         fails("max_connections = 0", "max_connections");
         fails("max_batch = 0", "max_batch");
-        fails("[tls]\ncert = \"\"\nkey = \"k.pem\"\n", "tls.cert");
-        fails("[tls]\ncert = \"c.pem\"\nkey = \"\"\n", "tls.key");
+        let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1\n";
+        fails(
+            &format!("{ns}[tls]\ncert = \"\"\nkey = \"k.pem\"\n"),
+            "tls.cert",
+        );
+        fails(
+            &format!("{ns}[tls]\ncert = \"c.pem\"\nkey = \"\"\n"),
+            "tls.key",
+        );
         fails(
             "trusted_proxies = [\"10.0.0.0/8\", \"proxy.local\"]",
             "trusted_proxies[1]",
