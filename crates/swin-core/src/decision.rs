@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use crate::{CoreError, MAX_COUNT};
 
-/// A cost any limit could take (0 to 2^53), checked before the key's limits are known;
+/// A cost any limit could take (0 up to, not including, 2^53), checked before the key's limits are known;
 /// each limit then checks its own bound ([`crate::WindowLimit::check_cost`],
 /// [`crate::Gcra::units`]).
 pub fn check_cost(cost: f64) -> Result<(), CoreError> {
-    if !(cost.is_finite() && (0.0..=MAX_COUNT).contains(&cost)) {
+    // below 2^53, exclusive, for the reason `check_value` gives
+    if !(cost.is_finite() && (0.0..MAX_COUNT).contains(&cost)) {
         return Err(CoreError::InvalidCost {
             cost,
             max: MAX_COUNT,

@@ -335,12 +335,14 @@ impl WindowTable {
     }
 }
 
-/// A value may be counted: finite and within ±[`MAX_COUNT`].
+/// A value may be counted: finite and below [`MAX_COUNT`] (2^53) in magnitude. The bound
+/// is exclusive: a decimal a client sends past 2^53 (9007199254740993) parses to the
+/// double 2^53, so only refusing 2^53 itself refuses every value past it.
 pub fn check_value(value: f64) -> Result<(), CoreError> {
     if !value.is_finite() {
         return Err(CoreError::NonFiniteValue(value));
     }
-    if value.abs() > MAX_COUNT {
+    if value.abs() >= MAX_COUNT {
         return Err(CoreError::CountOutOfRange {
             value,
             max: MAX_COUNT,

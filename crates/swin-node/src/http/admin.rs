@@ -7,39 +7,50 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::Serialize;
 
 use super::extract::ApiPath;
+use super::Route;
 use crate::error::Error;
 use crate::input::check_key;
 use crate::state::{AppState, Namespace};
 use swin_sync::now;
 
 /// What the `admin` scope allows: reset a key, list namespaces, sync now.
-pub(super) fn operate() -> Router<Arc<AppState>> {
-    Router::new()
-        .route(
+pub(super) fn operate() -> Vec<Route> {
+    vec![
+        Route::new(
+            "DELETE",
             "/v1/namespaces/{namespace}/keys/{key}",
             axum::routing::delete(reset),
-        )
-        .route("/v1/namespaces", get(list_namespaces))
-        .route("/v1/namespaces/{namespace}/sync", post(sync_now))
+        ),
+        Route::new("GET", "/v1/namespaces", get(list_namespaces)),
+        Route::new("POST", "/v1/namespaces/{namespace}/sync", post(sync_now)),
+    ]
 }
 
 /// What the `metrics` scope allows.
-pub(super) fn metrics_route() -> Router<Arc<AppState>> {
-    Router::new().route("/metrics", get(metrics))
+pub(super) fn metrics_route() -> Vec<Route> {
+    vec![Route::new("GET", "/metrics", get(metrics))]
 }
 
-/// Open to every client, with or without `[auth]`: liveness and readiness.
-pub(super) fn health() -> Router<Arc<AppState>> {
-    Router::new()
-        .route(
+/// Open to every client, with or without `[auth]`: liveness, readiness and the API
+/// description.
+pub(super) fn open() -> Vec<Route> {
+    vec![
+        Route::new(
+            "GET",
             "/healthz",
             get(|| async { Json(serde_json::json!({"status": "ok"})) }),
-        )
-        .route("/readyz", get(ready))
+        ),
+        Route::new("GET", "/readyz", get(ready)),
+        Route::new(
+            "GET",
+            "/v1/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], super::OPENAPI) }),
+        ),
+    ]
 }
 
 /// `DELETE /v1/namespaces/{namespace}/keys/{key}`: the key's counts and bucket are

@@ -8,25 +8,32 @@ use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use swin_core::WindowRate;
 
 use super::extract::{parse_json, ApiPath, JsonBody, RawJson};
+use super::Route;
 use crate::counting::{increment_all, increment_key, Item};
 use crate::error::Error;
 use crate::input::{check_key, check_value};
 use crate::state::{AppState, Namespace};
 use swin_sync::now;
 
-pub(super) fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route(
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        Route::new(
+            "POST",
             "/v1/namespaces/{namespace}/keys/{key}/increment",
             post(increment),
-        )
-        .route("/v1/namespaces/{namespace}/keys/{key}", get(read_key))
-        .route("/v1/increments", post(increments_batch))
+        ),
+        Route::new(
+            "GET",
+            "/v1/namespaces/{namespace}/keys/{key}",
+            get(read_key),
+        ),
+        Route::new("POST", "/v1/increments", post(increments_batch)),
+    ]
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -16,13 +16,14 @@ use axum::extract::{ConnectInfo, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, post};
-use axum::{Json, Router};
+use axum::routing::{on, post, MethodFilter};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use swin_core::Decision;
 
 use super::client_address::client_address;
 use super::extract::{ApiPath, JsonBody, RawJson};
+use super::Route;
 use crate::decisions::{
     decide_all, limits_of, refund as give_refund, take, Hit, HitAnswer, Verdict,
 };
@@ -30,12 +31,22 @@ use crate::error::Error;
 use crate::limits::{ceil_secs, KeyFrom};
 use crate::state::AppState;
 
-pub(super) fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/v1/namespaces/{namespace}/keys/{key}/hit", post(hit))
-        .route("/v1/namespaces/{namespace}/keys/{key}/refund", post(refund))
-        .route("/v1/hits", post(hits_batch))
-        .route("/v1/auth/{namespace}", any(auth))
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        Route::new(
+            "POST",
+            "/v1/namespaces/{namespace}/keys/{key}/hit",
+            post(hit),
+        ),
+        Route::new(
+            "POST",
+            "/v1/namespaces/{namespace}/keys/{key}/refund",
+            post(refund),
+        ),
+        Route::new("POST", "/v1/hits", post(hits_batch)),
+        // the standard methods (a proxy asks with its client's), the rest 405
+        Route::new("*", "/v1/auth/{namespace}", on(standard_methods(), auth)),
+    ]
 }
 
 #[derive(Debug, Deserialize)]
@@ -253,6 +264,20 @@ impl Default for AuthQuery {
             deny_status: 429,
         }
     }
+}
+
+fn standard_methods() -> MethodFilter {
+    [
+        MethodFilter::POST,
+        MethodFilter::PUT,
+        MethodFilter::DELETE,
+        MethodFilter::PATCH,
+        MethodFilter::HEAD,
+        MethodFilter::OPTIONS,
+        MethodFilter::TRACE,
+    ]
+    .into_iter()
+    .fold(MethodFilter::GET, MethodFilter::or)
 }
 
 /// `/v1/auth/{namespace}[?cost=1&deny_status=429]`, any method: a hit on the key the

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
+use axum::routing::MethodRouter;
 use axum::Router;
 
 pub use self::auth::hash_token;
@@ -23,15 +24,62 @@ use crate::config::Scope;
 use crate::error::Error;
 use crate::state::AppState;
 
+/// The API's description (OpenAPI 3.1), served at `/v1/openapi.json`; a test checks it
+/// against [`routes`].
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// One route: its method (`*`: any standard method), its path template and its handler. Each area lists
+/// its routes; the router is built from those lists, so the list is the router.
+#[derive(Debug)]
+pub struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+    handler: MethodRouter<Arc<AppState>>,
+}
+
+impl Route {
+    fn new(method: &'static str, path: &'static str, handler: MethodRouter<Arc<AppState>>) -> Self {
+        Route {
+            method,
+            path,
+            handler,
+        }
+    }
+}
+
+/// Each area's routes and the scope they need (`None`: open to every client).
+fn areas() -> Vec<(Vec<Route>, Option<Scope>)> {
+    vec![
+        (counting::routes(), Some(Scope::Count)),
+        (decisions::routes(), Some(Scope::Decide)),
+        (admin::operate(), Some(Scope::Admin)),
+        (admin::metrics_route(), Some(Scope::Metrics)),
+        (admin::open(), None),
+    ]
+}
+
+/// Every route of the API: method and path template.
+pub fn routes() -> Vec<(&'static str, &'static str)> {
+    areas()
+        .into_iter()
+        .flat_map(|(routes, _)| routes.into_iter().map(|r| (r.method, r.path)))
+        .collect()
+}
+
 /// Every route of the API, over `state`; each area's routes need its scope when the
-/// node has `[auth]` (see [`Scope`]), health and readiness never do.
+/// node has `[auth]` (see [`Scope`]), health, readiness and the description never do.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .merge(auth::guard(counting::routes(), &state, Scope::Count))
-        .merge(auth::guard(decisions::routes(), &state, Scope::Decide))
-        .merge(auth::guard(admin::operate(), &state, Scope::Admin))
-        .merge(auth::guard(admin::metrics_route(), &state, Scope::Metrics))
-        .merge(admin::health())
+    let mut router = Router::new();
+    for (routes, scope) in areas() {
+        let area = routes
+            .into_iter()
+            .fold(Router::new(), |r, route| r.route(route.path, route.handler));
+        router = router.merge(match scope {
+            Some(scope) => auth::guard(area, &state, scope),
+            None => area,
+        });
+    }
+    router
         .fallback(|req: Request| async move {
             Error::NotFound(format!("{} {}", req.method(), req.uri().path()))
         })
