@@ -41,6 +41,20 @@ fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     })
 }
 
+/// The listening socket, with a backlog of 4,096 (tokio's default is 128): a burst of
+/// connections waits in the kernel rather than having its SYNs dropped and retried a
+/// second later.
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(4096)
+}
+
 fn init_tracing(format: LogFormat) {
     use std::io::IsTerminal;
     let filter =
@@ -118,9 +132,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             init_tracing(config.log_format);
             let signals = Signals::install()?;
-            let listener = tokio::net::TcpListener::bind(config.listen)
-                .await
-                .with_context(|| format!("listen on {}", config.listen))?;
+            let listener =
+                listen(config.listen).with_context(|| format!("listen on {}", config.listen))?;
             let node = Node::start(config).await?;
             node.serve(listener, cli.config, signals).await
         }
