@@ -110,14 +110,18 @@ sync_rate = -1
     use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
     let mut node = Node::spawn(&config);
     let client = reqwest::Client::new();
-    within(Duration::from_secs(20), "the node is ready", async || {
-        client
-            .get(format!("{}/readyz", node.base))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    let readyz = format!("{}/readyz", node.base);
+    let ready = async |what: &str| {
+        within(Duration::from_secs(20), what, async || {
+            client
+                .get(&readyz)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await
+    };
+    ready("the node is ready").await;
     for (ns, _) in &stored {
         for _ in 0..SENTINEL_HITS {
             let route = if ["api", "fixed"].contains(ns) {
@@ -188,14 +192,7 @@ sync_rate = -1
         String::from_utf8_lossy(&out.stderr)
     );
     // afterwards: ready, and the sentinel counts exact in every store
-    within(Duration::from_secs(20), "ready after the run", async || {
-        client
-            .get(format!("{}/readyz", node.base))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    ready("ready after the run").await;
     assert!(node.terminate(), "a clean exit");
     for (ns, store) in &stored {
         if ["orders", "tokens"].contains(ns) {
