@@ -1,0 +1,306 @@
+//! The config's tests: every shipped file parses, defaults, environment overrides,
+//! and every error names its field.
+
+use super::*;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+#[test]
+fn every_shipped_config_parses() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("config dir") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).expect("read");
+            Config::parse(&path.display().to_string(), &text, &no_env)
+                .unwrap_or_else(|e| panic!("{e}"));
+            n += 1;
+        }
+    }
+    assert!(n >= 4, "expected the shipped configs, found {n}");
+}
+
+#[test]
+fn the_embedded_default_is_sqlite_on_7070() {
+    let c = Config::parse("x", DEFAULT_CONFIG, &no_env).expect("valid");
+    assert_eq!(c.listen.to_string(), "127.0.0.1:7070");
+    assert_eq!(c.stores["main"].kind(), "sqlite");
+    let ns = &c.namespaces[0];
+    assert_eq!(ns.name, "default");
+    assert_eq!(
+        ns.window_sizes.iter().map(|s| s.secs()).collect::<Vec<_>>(),
+        vec![1, 60, 3600]
+    );
+}
+
+#[test]
+fn defaults_fill_what_a_config_leaves_out() {
+    let c = Config::parse(
+        "x",
+        "[stores.r]\nkind = \"redis\"\nurl = \"redis://h\"\n\
+         [stores.p]\nkind = \"postgres\"\nurl = \"postgres://h/db\"\n\
+         [[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1",
+        &no_env,
+    )
+    .expect("valid");
+    assert_eq!(c.listen.to_string(), defaults::LISTEN);
+    assert_eq!(c.body_limit, defaults::BODY_LIMIT);
+    assert!(
+        c.trusted_proxies.is_empty(),
+        "no proxy is trusted unless listed"
+    );
+    assert_eq!(c.connections.max_connections, 10_000);
+    assert_eq!(c.connections.header_timeout, Duration::from_secs(10));
+    assert_eq!(c.connections.idle_timeout, Duration::from_secs(60));
+    assert_eq!(c.connections.body_timeout, Duration::from_secs(30));
+    assert_eq!(c.max_batch, 1_000);
+    assert_eq!(c.namespaces[0].max_counters, defaults::MAX_COUNTERS);
+    assert_eq!(
+        swin_core::CounterOptions::default().max_counters,
+        defaults::MAX_COUNTERS,
+        "the node and the core agree on the table size"
+    );
+    assert_eq!(
+        c.stores["r"],
+        StoreConfig::Redis {
+            url: "redis://h".into(),
+            prefix: defaults::REDIS_PREFIX.into()
+        }
+    );
+    assert_eq!(
+        c.stores["p"],
+        StoreConfig::Postgres {
+            url: "postgres://h/db".into(),
+            max_connections: defaults::POSTGRES_MAX_CONNECTIONS
+        }
+    );
+}
+
+#[test]
+fn store_fingerprints_stay_what_spools_hold() {
+    // written by earlier versions into spool files: must never change
+    let sqlite = StoreConfig::Sqlite {
+        url: "sqlite://data/swin.db".into(),
+    };
+    let redis = StoreConfig::Redis {
+        url: "redis://127.0.0.1:6379".into(),
+        prefix: "swin".into(),
+    };
+    assert_eq!(
+        sqlite.fingerprint(),
+        fnv(&["sqlite", "sqlite://data/swin.db", "swin"])
+    );
+    assert_eq!(
+        redis.fingerprint(),
+        fnv(&["redis", "redis://127.0.0.1:6379", "swin"])
+    );
+    assert_ne!(sqlite.fingerprint(), redis.fingerprint());
+}
+
+/// FNV-1a of the parts, each ended by a 0 byte: the fingerprint as first written.
+fn fnv(parts: &[&str]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in parts.iter().flat_map(|p| p.bytes().chain([0])) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+#[test]
+fn environment_overrides_listen_and_store_urls() {
+    let env = |k: &str| match k {
+        "SWIN_LISTEN" => Some("0.0.0.0:9000".to_string()),
+        "SWIN_STORE_MAIN_URL" => Some("sqlite::memory:".to_string()),
+        _ => None,
+    };
+    let c = Config::parse("x", DEFAULT_CONFIG, &env).expect("valid");
+    assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
+    assert_eq!(c.stores["main"].url(), "sqlite::memory:");
+    // an override at fault is named
+    let bad = |var: &'static str, value: &'static str| {
+        move |k: &str| (k == var).then(|| value.to_string())
+    };
+    for (var, value, field) in [
+        ("SWIN_LISTEN", "nowhere", "listen (from SWIN_LISTEN)"),
+        (
+            "SWIN_STORE_MAIN_URL",
+            "mysql://x",
+            "stores.main.url (from SWIN_STORE_MAIN_URL)",
+        ),
+        (
+            "SWIN_LOG_FORMAT",
+            "xml",
+            "log_format (from SWIN_LOG_FORMAT)",
+        ),
+    ] {
+        let e = Config::parse("x", DEFAULT_CONFIG, &bad(var, value)).expect_err("invalid");
+        assert_eq!(e.field, field, "{e}");
+    }
+}
+
+fn fails(text: &str, field: &str) {
+    let e = Config::parse("f.toml", text, &no_env).expect_err("invalid");
+    assert_eq!(e.field, field, "{e}");
+    assert!(e.to_string().starts_with("f.toml: "), "{e}");
+}
+
+#[test]
+fn passwords_never_reach_an_error() {
+    assert_eq!(
+        redact("postgres://app:s3cr@t@db:5432/swin?sslmode=require"),
+        "postgres://app:***@db:5432/swin?sslmode=require"
+    );
+    assert_eq!(
+        redact("redis://:pw@127.0.0.1:6379"),
+        "redis://:***@127.0.0.1:6379"
+    );
+    assert_eq!(
+        redact("redis://127.0.0.1:6379/0"),
+        "redis://127.0.0.1:6379/0"
+    );
+    assert_eq!(redact("sqlite://data/swin.db"), "sqlite://data/swin.db");
+    let e = Config::parse(
+        "f.toml",
+        "[stores.m]\nkind = \"redis\"\nurl = \"postgres://u:hunter2@h/db\"\n",
+        &no_env,
+    )
+    .expect_err("wrong scheme");
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+    let c = Config::parse(
+        "f.toml",
+        "[stores.m]\nkind = \"redis\"\nurl = \"redis://u:hunter2@h\"\n\
+         [[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1",
+        &no_env,
+    )
+    .expect("valid");
+    let printed = format!("{c:?}");
+    assert!(!printed.contains("hunter2"), "{printed}");
+    assert!(printed.contains("redis://u:***@h"), "{printed}");
+}
+
+#[test]
+fn auth_tokens_are_checked() {
+    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1\n";
+    let hash = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    let token = |name: &str, sha: &str, scopes: &str| {
+        format!("[[auth.tokens]]\nname = \"{name}\"\nsha256 = \"{sha}\"\nscopes = {scopes}\n")
+    };
+    let ok = format!("{ns}{}", token("app", hash, r#"["count", "metrics"]"#));
+    let c = Config::parse("f.toml", &ok, &no_env).expect("valid");
+    let auth = c.auth.expect("auth");
+    assert_eq!(auth.tokens[0].name, "app");
+    assert_eq!(auth.tokens[0].scopes, vec![Scope::Count, Scope::Metrics]);
+    assert_eq!(auth.tokens[0].sha256[0], 0xba);
+    assert!(Config::parse("f.toml", ns, &no_env)
+        .expect("valid")
+        .auth
+        .is_none());
+    fails(&format!("{ns}[auth]\ntokens = []\n"), "auth.tokens");
+    fails(
+        &format!("{ns}{}", token("app", "abc", r#"["count"]"#)),
+        "auth.tokens[0].sha256",
+    );
+    fails(
+        &format!(
+            "{ns}{}",
+            token("app", &hash.replace('a', "g"), r#"["count"]"#)
+        ),
+        "auth.tokens[0].sha256",
+    );
+    fails(
+        &format!("{ns}{}", token("app", hash, r#"["write"]"#)),
+        "auth.tokens[0].scopes",
+    );
+    fails(
+        &format!("{ns}{}", token("app", hash, "[]")),
+        "auth.tokens[0].scopes",
+    );
+    fails(
+        &format!("{ns}{}", token("", hash, r#"["count"]"#)),
+        "auth.tokens[0].name",
+    );
+    let other = hash.replace('b', "c");
+    fails(
+        &format!(
+            "{ns}{}{}",
+            token("app", hash, r#"["count"]"#),
+            token("app", &other, r#"["count"]"#)
+        ),
+        "auth.tokens[1].name",
+    );
+    fails(
+        &format!(
+            "{ns}{}{}",
+            token("app", hash, r#"["count"]"#),
+            token("ops", hash, r#"["admin"]"#)
+        ),
+        "auth.tokens[1].sha256",
+    );
+}
+
+#[test]
+fn errors_name_the_field() {
+    fails("listen = \"nope\"", "listen");
+    fails(
+        "[[namespaces]]\nname = \"a\"\nwindow_sizes = [0]\nsync_rate = -1",
+        "namespaces[0].window_sizes",
+    );
+    fails(
+        "[[namespaces]]\nname = \"a\"\nwindow_sizes = []\nsync_rate = -1",
+        "namespaces[0].window_sizes",
+    );
+    fails(
+        "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = 1",
+        "namespaces[0].store",
+    );
+    fails(
+        "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = 1\nstore = \"x\"",
+        "namespaces[0].store",
+    );
+    fails("[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1\n[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1", "namespaces[1].name");
+    fails("[stores.m]\nkind = \"mysql\"\nurl = \"x\"", "stores.m.kind");
+    fails(
+        "[stores.m]\nkind = \"redis\"\nurl = \"postgres://x\"",
+        "stores.m.url",
+    );
+    fails("log_format = \"xml\"", "log_format");
+    fails("header_timeout = 0", "header_timeout");
+    fails("max_connections = 0", "max_connections");
+    fails("max_batch = 0", "max_batch");
+    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1\n";
+    fails(
+        &format!("{ns}[tls]\ncert = \"\"\nkey = \"k.pem\"\n"),
+        "tls.cert",
+    );
+    fails(
+        &format!("{ns}[tls]\ncert = \"c.pem\"\nkey = \"\"\n"),
+        "tls.key",
+    );
+    fails(
+        "trusted_proxies = [\"10.0.0.0/8\", \"proxy.local\"]",
+        "trusted_proxies[1]",
+    );
+    // a setting of another store kind is an error, not silently ignored
+    fails(
+        "[stores.m]\nkind = \"postgres\"\nurl = \"postgres://x\"\nprefix = \"p\"",
+        "stores.m.prefix",
+    );
+    fails(
+        "[stores.m]\nkind = \"sqlite\"\nurl = \"sqlite::memory:\"\nmax_connections = 2",
+        "stores.m.max_connections",
+    );
+    fails("", "namespaces");
+    fails("listen = \"127.0.0.1:1\"\n", "namespaces");
+    fails(
+        "data_dir = \"\"\n[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1",
+        "data_dir",
+    );
+    fails("bogus = 1", "(toml, line 1, column 1)");
+    fails(
+        "listen = \"127.0.0.1:1\"\nmigrate = maybe\n",
+        "(toml, line 2, column 11)",
+    );
+}
