@@ -6,7 +6,7 @@
 //! refused. (`axum::serve` has none of these knobs.)
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,27 +22,42 @@ use tracing::{debug, warn};
 
 use crate::config::ConnectionLimits;
 
-/// One open connection, as the cap and the idle timeout see it.
+/// One open connection, as the cap and the idle timeout see it. A request changes only
+/// its own connection's atomics: no lock every request takes.
 #[derive(Debug)]
-struct Conn {
+struct ConnState {
     /// Requests in flight.
-    busy: usize,
-    /// Accepted, or the end of its last request.
-    idle_since: Instant,
+    busy: AtomicUsize,
+    /// Milliseconds after [`Conns::epoch`] it was accepted, or its last request ended.
+    idle_since_ms: AtomicU64,
     /// Closes it at once.
     close: CancellationToken,
 }
 
-/// The open connections.
-#[derive(Debug, Default)]
+/// The open connections. The map is locked when a connection opens or closes, when
+/// the cap is reached, and once per reaper tick — not per request.
+#[derive(Debug)]
 struct Conns {
-    map: Mutex<HashMap<u64, Conn>>,
+    map: Mutex<HashMap<u64, Arc<ConnState>>>,
     next: AtomicU64,
+    epoch: Instant,
 }
 
 impl Conns {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Conn>> {
+    fn new() -> Self {
+        Conns {
+            map: Mutex::default(),
+            next: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<ConnState>>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Makes room for one more under `max`: closes the connection idle the longest.
@@ -54,8 +69,8 @@ impl Conns {
         }
         let idlest = map
             .values()
-            .filter(|c| c.busy == 0 && !c.close.is_cancelled())
-            .min_by_key(|c| c.idle_since);
+            .filter(|c| c.busy.load(Ordering::Relaxed) == 0 && !c.close.is_cancelled())
+            .min_by_key(|c| c.idle_since_ms.load(Ordering::Relaxed));
         match idlest {
             Some(c) => {
                 c.close.cancel();
@@ -65,29 +80,15 @@ impl Conns {
         }
     }
 
-    fn open(&self) -> (u64, CancellationToken) {
+    fn open(&self) -> (u64, Arc<ConnState>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let close = CancellationToken::new();
-        let conn = Conn {
-            busy: 0,
-            idle_since: Instant::now(),
-            close: close.clone(),
-        };
-        self.lock().insert(id, conn);
-        (id, close)
-    }
-
-    fn begin(&self, id: u64) {
-        if let Some(c) = self.lock().get_mut(&id) {
-            c.busy += 1;
-        }
-    }
-
-    fn end(&self, id: u64) {
-        if let Some(c) = self.lock().get_mut(&id) {
-            c.busy = c.busy.saturating_sub(1);
-            c.idle_since = Instant::now();
-        }
+        let conn = Arc::new(ConnState {
+            busy: AtomicUsize::new(0),
+            idle_since_ms: AtomicU64::new(self.now_ms()),
+            close: CancellationToken::new(),
+        });
+        self.lock().insert(id, conn.clone());
+        (id, conn)
     }
 
     fn closed(&self, id: u64) {
@@ -96,9 +97,13 @@ impl Conns {
 
     /// Closes the connections idle for longer than `idle`.
     fn reap(&self, idle: Duration) {
-        let now = Instant::now();
+        let cutoff = self
+            .now_ms()
+            .saturating_sub(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX));
         for c in self.lock().values() {
-            if c.busy == 0 && now.duration_since(c.idle_since) > idle {
+            if c.busy.load(Ordering::Relaxed) == 0
+                && c.idle_since_ms.load(Ordering::Relaxed) < cutoff
+            {
                 c.close.cancel();
             }
         }
@@ -112,22 +117,25 @@ impl Conns {
 /// Marks a connection busy while a request is in flight.
 struct InFlight {
     conns: Arc<Conns>,
-    id: u64,
+    conn: Arc<ConnState>,
 }
 
 impl InFlight {
-    fn new(conns: &Arc<Conns>, id: u64) -> Self {
-        conns.begin(id);
+    fn new(conns: &Arc<Conns>, conn: &Arc<ConnState>) -> Self {
+        conn.busy.fetch_add(1, Ordering::Relaxed);
         InFlight {
             conns: conns.clone(),
-            id,
+            conn: conn.clone(),
         }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.conns.end(self.id);
+        self.conn
+            .idle_since_ms
+            .store(self.conns.now_ms(), Ordering::Relaxed);
+        self.conn.busy.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -135,8 +143,8 @@ impl Drop for InFlight {
 struct Connection {
     conns: Arc<Conns>,
     id: u64,
+    state: Arc<ConnState>,
     peer: std::net::SocketAddr,
-    close: CancellationToken,
     shutdown: CancellationToken,
     builder: Arc<Builder<TokioExecutor>>,
     app: Router,
@@ -152,17 +160,18 @@ impl Connection {
         let Connection {
             conns,
             id,
+            state,
             peer,
-            close,
             shutdown,
             builder,
             app,
         } = self;
+        let close = state.close.clone();
         let service = {
             let conns = conns.clone();
             tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let app = app.clone();
-                let in_flight = InFlight::new(&conns, id);
+                let in_flight = InFlight::new(&conns, &state);
                 let mut req = req.map(axum::body::Body::new);
                 req.extensions_mut().insert(ConnectInfo(peer));
                 async move {
@@ -203,7 +212,7 @@ pub async fn serve(
     stop: CancellationToken,
     grace: Duration,
 ) {
-    let conns = Arc::new(Conns::default());
+    let conns = Arc::new(Conns::new());
     let tasks = TaskTracker::new();
     let shutdown = CancellationToken::new();
     let mut builder = Builder::new(TokioExecutor::new());
@@ -242,12 +251,12 @@ pub async fn serve(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        let (id, close) = conns.open();
+        let (id, state) = conns.open();
         let conn = Connection {
             conns: conns.clone(),
             id,
+            state,
             peer,
-            close,
             shutdown: shutdown.clone(),
             builder: builder.clone(),
             app: router.clone(),
