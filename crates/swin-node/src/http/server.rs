@@ -6,7 +6,7 @@
 //! refused. (`axum::serve` has none of these knobs.)
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,16 @@ struct ConnState {
     idle_since_ms: AtomicU64,
     /// Closes it at once.
     close: CancellationToken,
+    /// `close` was cancelled (read without the token's lock when scanning thousands).
+    closing: AtomicBool,
+}
+
+impl ConnState {
+    fn close(&self) {
+        if !self.closing.swap(true, Ordering::Relaxed) {
+            self.close.cancel();
+        }
+    }
 }
 
 /// The open connections. The map is locked when a connection opens or closes, when
@@ -69,11 +79,11 @@ impl Conns {
         }
         let idlest = map
             .values()
-            .filter(|c| c.busy.load(Ordering::Relaxed) == 0 && !c.close.is_cancelled())
+            .filter(|c| c.busy.load(Ordering::Relaxed) == 0 && !c.closing.load(Ordering::Relaxed))
             .min_by_key(|c| c.idle_since_ms.load(Ordering::Relaxed));
         match idlest {
             Some(c) => {
-                c.close.cancel();
+                c.close();
                 true
             }
             None => false,
@@ -86,6 +96,7 @@ impl Conns {
             busy: AtomicUsize::new(0),
             idle_since_ms: AtomicU64::new(self.now_ms()),
             close: CancellationToken::new(),
+            closing: AtomicBool::new(false),
         });
         self.lock().insert(id, conn.clone());
         (id, conn)
@@ -104,7 +115,7 @@ impl Conns {
             if c.busy.load(Ordering::Relaxed) == 0
                 && c.idle_since_ms.load(Ordering::Relaxed) < cutoff
             {
-                c.close.cancel();
+                c.close();
             }
         }
     }
