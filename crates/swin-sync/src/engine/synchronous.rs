@@ -156,20 +156,29 @@ impl NamespaceSync {
             .collect();
         prev_keys.sort();
         prev_keys.dedup();
-        let (pushed, previous) = tokio::join!(
-            self.call(store.push(
-                self.name(),
-                Push {
-                    node_id: &self.node_id,
-                    seq: None,
-                    diffs: &diffs
-                }
-            )),
-            self.call(store.read(self.name(), &prev_keys)),
-        );
-        let (pushed, previous) = match (pushed, previous) {
-            (Ok(p), Ok(r)) => (self.settle(&diffs, p), r),
-            (Err(e), _) | (_, Err(e)) => {
+        let answer = if store.pipelines() {
+            // Redis: one script call per slot does both — the previous windows ride along
+            // as diffs of 0, which add nothing and bring their counts back
+            self.push_with_previous(store, &diffs, &prev_keys).await
+        } else {
+            // SQL: a read beside the push (a 0 added to the previous windows would take
+            // their row locks on every hit)
+            let (pushed, previous) = tokio::join!(
+                self.call(store.push(
+                    self.name(),
+                    Push {
+                        node_id: &self.node_id,
+                        seq: None,
+                        diffs: &diffs
+                    }
+                )),
+                self.call(store.read(self.name(), &prev_keys)),
+            );
+            pushed.and_then(|p| previous.map(|r| (p, r)))
+        };
+        let (pushed, previous) = match answer {
+            Ok((p, r)) => (self.settle(&diffs, p), r),
+            Err(e) => {
                 warn!(namespace = self.name(), cause = %e, hits = batch.len(), "synchronous increments failed; counted locally");
                 self.record(Err(&e));
                 self.trip(&e);
@@ -200,6 +209,49 @@ impl NamespaceSync {
             let _ =
                 w.tx.send(Some(WindowRate::at(w.size, w.now, current, previous)));
         }
+    }
+}
+
+impl NamespaceSync {
+    /// The synchronous push and the previous windows' counts in the same call: the
+    /// previous windows go as diffs of 0. Returns the push's answer for the current
+    /// windows and the previous windows' totals (a window may be both).
+    async fn push_with_previous(
+        &self,
+        store: &Store,
+        diffs: &[Diff],
+        previous: &[WindowKey],
+    ) -> Result<(crate::store::Pushed, Vec<Total>), crate::StoreError> {
+        let mut all = diffs.to_vec();
+        all.extend(previous.iter().map(|w| Diff {
+            key: w.key.clone(),
+            window_size: w.window_size,
+            window_start: w.window_start,
+            value: 0.0,
+        }));
+        let push = Push {
+            node_id: &self.node_id,
+            seq: None,
+            diffs: &all,
+        };
+        let mut reply = self.call(store.push(self.name(), push)).await?;
+        type Window<'a> = (&'a str, u32, i64);
+        let of = |w: &WindowKey| (w.key.clone(), w.window_size, w.window_start);
+        let wanted: std::collections::HashSet<_> = previous.iter().map(of).collect();
+        let counted: std::collections::HashSet<Window<'_>> = diffs
+            .iter()
+            .map(|d| (d.key.as_str(), d.window_size, d.window_start))
+            .collect();
+        let prev: Vec<Total> = reply
+            .totals
+            .iter()
+            .filter(|t| wanted.contains(&(t.key.clone(), t.window_size, t.window_start)))
+            .cloned()
+            .collect();
+        reply
+            .totals
+            .retain(|t| counted.contains(&(t.key.as_str(), t.window_size, t.window_start)));
+        Ok((reply, prev))
     }
 }
 
