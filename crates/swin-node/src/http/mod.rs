@@ -98,7 +98,11 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// answers requests past its own, much larger, buffer itself, without a body.)
 async fn bounded_head(req: Request, next: Next) -> Response {
     use axum::response::IntoResponse;
-    let uri = req.uri().to_string().len();
+    // the URI's length without writing it out (this runs on every request)
+    let u = req.uri();
+    let uri = u.path_and_query().map_or(0, |p| p.as_str().len())
+        + u.authority().map_or(0, |a| a.as_str().len())
+        + u.scheme_str().map_or(0, str::len);
     if uri > crate::error::MAX_URI_BYTES {
         return Error::UriTooLong(uri).into_response();
     }
