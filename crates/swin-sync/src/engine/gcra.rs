@@ -5,7 +5,7 @@
 use swin_core::{Advance, CompactString, CoreError, Decision, Gcra, Tat, UnixMs};
 use tracing::warn;
 
-use super::{nanos, NamespaceSync, SyncMode};
+use super::{nanos, NamespaceSync};
 use crate::store::{Store, TatPush};
 use crate::StoreError;
 
@@ -25,9 +25,7 @@ impl NamespaceSync {
     ) -> Result<Decision, CoreError> {
         let buckets = self.counters.buckets();
         let now_ns = nanos(now);
-        let (SyncMode::Synchronous, Some(store), false) =
-            (&self.mode, &self.store, self.skipping_store())
-        else {
+        let Some(store) = self.store_for_requests() else {
             return buckets.spend(gcra, key, now_ns, cost, force);
         };
         // validates the cost before anything reaches the store
@@ -113,9 +111,7 @@ impl NamespaceSync {
         now: UnixMs,
     ) -> Result<Decision, CoreError> {
         let now_ns = nanos(now);
-        if let (SyncMode::Synchronous, Some(store), false) =
-            (&self.mode, &self.store, self.skipping_store())
-        {
+        if let Some(store) = self.store_for_requests() {
             let in_store = async {
                 let tat = self.store_tat(store, key).await?;
                 let d = gcra
@@ -149,9 +145,7 @@ impl NamespaceSync {
         now: UnixMs,
     ) -> Result<Decision, CoreError> {
         let now_ns = nanos(now);
-        if let (SyncMode::Synchronous, Some(store), false) =
-            (&self.mode, &self.store, self.skipping_store())
-        {
+        if let Some(store) = self.store_for_requests() {
             if let Ok(tat) = self.store_tat(store, key).await {
                 return Ok(gcra.dry_run(tat, now_ns, cost)?.decision);
             }

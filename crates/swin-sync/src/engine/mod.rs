@@ -278,6 +278,15 @@ impl NamespaceSync {
         outcome
     }
 
+    /// The store a request goes to: in synchronous mode, while the store has not failed
+    /// lately (see `skip_store`); `None` means "decide and count locally".
+    pub(super) fn store_for_requests(&self) -> Option<&Store> {
+        match (&self.mode, &self.store) {
+            (SyncMode::Synchronous, Some(store)) if !self.skipping_store() => Some(store),
+            _ => None,
+        }
+    }
+
     /// Whether synchronous calls skip the store for now (see `skip_store`).
     pub(super) fn skipping_store(&self) -> bool {
         self.skip_store.load(std::sync::atomic::Ordering::Relaxed)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use swin_core::{CompactString, CoreError, Diff, Total, UnixMs, WindowRate, WindowSize};
 use tracing::warn;
 
-use super::{Create, NamespaceSync, SyncMode};
+use super::{Create, NamespaceSync};
 use crate::store::{Push, Store, WindowKey};
 
 /// A synchronous increment waiting for its round trip.
@@ -44,26 +44,24 @@ impl NamespaceSync {
         now: UnixMs,
     ) -> Result<WindowRate, CoreError> {
         let table = self.counters.table(window_size)?;
-        match (&self.mode, &self.store) {
-            (SyncMode::Synchronous, Some(_)) if !self.skipping_store() => {
-                // the store's total is only known after the round trip: refuse on the
-                // local view a value that would take the window out of range
-                swin_core::check_value(value)?;
-                let seen = table.rate(key, now, None).current;
-                if (seen + value).abs() > swin_core::MAX_COUNT {
-                    return Err(CoreError::CountOutOfRange {
-                        value,
-                        max: swin_core::MAX_COUNT,
-                    });
-                }
-                match self.increment_in_store(key, table.size(), value, now).await {
-                    Some(rate) => Ok(rate),
-                    // the store failed (logged and recorded once for the batch): counted
-                    // here, pushed by a later sync
-                    None => table.increment(key, value, now),
-                }
-            }
-            _ => table.increment(key, value, now),
+        if self.store_for_requests().is_none() {
+            return table.increment(key, value, now);
+        }
+        // the store's total is only known after the round trip: refuse on the local view
+        // a value that would take the window out of range
+        swin_core::check_value(value)?;
+        let seen = table.rate(key, now, None).current;
+        if (seen + value).abs() > swin_core::MAX_COUNT {
+            return Err(CoreError::CountOutOfRange {
+                value,
+                max: swin_core::MAX_COUNT,
+            });
+        }
+        match self.increment_in_store(key, table.size(), value, now).await {
+            Some(rate) => Ok(rate),
+            // the store failed (logged and recorded once for the batch): counted here,
+            // pushed by a later sync
+            None => table.increment(key, value, now),
         }
     }
 
