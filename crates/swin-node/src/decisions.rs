@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use swin_core::{check_cost, Decision, Gcra, WindowLimit};
+use swin_core::{check_cost, Decision, Gcra};
 
 use crate::error::Error;
 use crate::input::check_key;
@@ -25,9 +25,9 @@ use swin_sync::now;
 pub struct Verdict {
     pub decision: Decision,
     /// `RateLimit-Policy` items of the key's limits.
-    pub policies: Vec<String>,
+    pub policies: Arc<[Arc<str>]>,
     /// The policy the decision comes from.
-    pub policy: String,
+    pub policy: Arc<str>,
 }
 
 impl Verdict {
@@ -63,12 +63,6 @@ impl From<&Decision> for HitAnswer {
     }
 }
 
-fn window_policy(l: &WindowLimit) -> (String, String) {
-    let name = format!("{}s", l.window.secs());
-    let item = format!("\"{name}\";q={};w={}", l.limit, l.window.secs());
-    (name, item)
-}
-
 /// A GCRA limit as a quota policy: `burst` units, refilled over `burst` emission
 /// intervals.
 fn gcra_policy(g: &Gcra) -> String {
@@ -81,8 +75,8 @@ fn gcra_policy(g: &Gcra) -> String {
 fn gcra_verdict(g: &Gcra, decision: Decision) -> Verdict {
     Verdict {
         decision,
-        policies: vec![gcra_policy(g)],
-        policy: "gcra".into(),
+        policies: Arc::from([Arc::from(gcra_policy(g))]),
+        policy: Arc::from("gcra"),
     }
 }
 
@@ -140,8 +134,9 @@ pub async fn take(
         KeyLimits::Windows(set) => set,
     };
     let counters = ns.sync.counters();
-    let mut decisions = Vec::with_capacity(set.len());
-    for l in set {
+    // the strictest so far, as Decision::strictest picks it (the last of equals)
+    let mut strictest: Option<(usize, Decision)> = None;
+    for (i, l) in set.iter().enumerate() {
         let (current, previous) = if dry_run {
             let r = counters.table(l.window.secs())?.rate(key, now, None);
             (r.current, r.previous)
@@ -150,9 +145,12 @@ pub async fn take(
             let r = ns.sync.increment(key, l.window.secs(), cost, now).await?;
             (r.current - cost, r.previous)
         };
-        decisions.push((*l, l.decide(current, previous, now, cost)?));
+        let d = l.decide(current, previous, now, cost)?;
+        if strictest.is_none_or(|(_, s)| d.cmp_strictness(&s).is_ge()) {
+            strictest = Some((i, d));
+        }
     }
-    let Some(&(limit, decision)) = Decision::strictest(&decisions, |(_, d)| d) else {
+    let Some((i, decision)) = strictest else {
         return Err(Error::BadRequest(format!(
             "key {key:?} has no limits in namespace {namespace:?}"
         )));
@@ -164,8 +162,8 @@ pub async fn take(
     }
     Ok(Verdict {
         decision,
-        policies: set.iter().map(|l| window_policy(l).1).collect(),
-        policy: window_policy(&limit).0,
+        policies: set.items().clone(),
+        policy: set.name(i).clone(),
     })
 }
 

@@ -18,7 +18,7 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use swin_core::{UnixMs, WindowAlgorithm, WindowLimit, WindowSize};
 use swin_node::config::NamespaceConfig;
 use swin_node::http;
-use swin_node::limits::{KeyFrom, KeyLimits, Limits};
+use swin_node::limits::{KeyFrom, KeyLimits, Limits, WindowSet};
 use swin_node::state::{AppState, Namespace, Namespaces};
 use swin_sync::store::{PostgresStore, RedisStore};
 use swin_sync::{Store, SyncMode};
@@ -39,7 +39,7 @@ fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> ax
         KeyLimits::Gcra(g)
     } else {
         let w = WindowLimit::new(size, limit, WindowAlgorithm::Sliding).expect("limit");
-        KeyLimits::Windows(vec![w])
+        KeyLimits::Windows(WindowSet::new(vec![w]))
     };
     let cfg = NamespaceConfig {
         name: ns.to_owned(),

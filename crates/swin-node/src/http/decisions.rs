@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{on, post, MethodFilter};
 use axum::Json;
@@ -69,7 +69,12 @@ impl Default for HitBody {
 /// the headers of draft-ietf-httpapi-ratelimit-headers: one policy per limit, the
 /// current state of the strictest; `t` on a denial is when this hit would pass, and
 /// Retry-After is never earlier than it.
-fn respond(v: &Verdict, policies: &[String], status: StatusCode, body: impl Serialize) -> Response {
+fn respond(
+    v: &Verdict,
+    policies: &[Arc<str>],
+    status: StatusCode,
+    body: impl Serialize,
+) -> Response {
     let mut resp = (status, Json(body)).into_response();
     let h = resp.headers_mut();
     let d = &v.decision;
@@ -78,19 +83,42 @@ fn respond(v: &Verdict, policies: &[String], status: StatusCode, body: impl Seri
     } else {
         ceil_secs(d.retry_after)
     };
-    let state_header = format!("\"{}\";r={};t={}", v.policy, d.remaining, t);
-    for (name, value) in [
-        ("ratelimit-policy", policies.join(", ")),
-        ("ratelimit", state_header),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            h.insert(name, v);
-        }
+    let policy = match policies {
+        [one] => HeaderValue::from_str(one),
+        _ => HeaderValue::from_str(&policies.join(", ")),
+    };
+    if let Ok(p) = policy {
+        h.insert(RATELIMIT_POLICY, p);
+    }
+    if let Ok(s) = HeaderValue::from_str(&state_item(&v.policy, d.remaining, t)) {
+        h.insert(RATELIMIT, s);
     }
     if !d.allowed {
-        h.insert("retry-after", HeaderValue::from(t.max(1)));
+        h.insert(RETRY_AFTER, HeaderValue::from(t.max(1)));
     }
     resp
+}
+
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const RETRY_AFTER: HeaderName = HeaderName::from_static("retry-after");
+
+/// `"60s";r=12;t=30`. A whole `remaining` (the usual case) is written as an integer,
+/// without going through the float formatter; a fraction as Rust writes an f64.
+fn state_item(policy: &str, remaining: f64, t: u64) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(policy.len() + 32);
+    s.push('"');
+    s.push_str(policy);
+    s.push_str("\";r=");
+    let whole = remaining.fract() == 0.0 && remaining.abs() < 9.0e15;
+    let _ = if whole {
+        write!(s, "{}", remaining as i64)
+    } else {
+        write!(s, "{remaining}")
+    };
+    let _ = write!(s, ";t={t}");
+    s
 }
 
 fn status_of(v: &Verdict) -> StatusCode {
@@ -215,17 +243,17 @@ async fn hits_batch(
         .iter()
         .zip(decided.verdicts)
         .map(|(h, mut v)| {
-            v.policy = format!("{}.{}", h.namespace, v.policy);
+            v.policy = format!("{}.{}", h.namespace, v.policy).into();
             v
         })
         .collect();
     let Some(worst) = Decision::strictest(&verdicts, |v| &v.decision).cloned() else {
         return Err(Error::Internal);
     };
-    let mut policies: Vec<String> = Vec::new();
+    let mut policies: Vec<Arc<str>> = Vec::new();
     for (h, v) in body.hits.iter().zip(&verdicts) {
-        for p in &v.policies {
-            let p = format!("\"{}.{}", h.namespace, p.trim_start_matches('"'));
+        for p in v.policies.iter() {
+            let p: Arc<str> = format!("\"{}.{}", h.namespace, p.trim_start_matches('"')).into();
             if !policies.contains(&p) {
                 policies.push(p);
             }
@@ -336,4 +364,24 @@ async fn auth(
     state.metrics.decision(&namespace, v.allowed());
     let status = if v.allowed() { StatusCode::OK } else { deny };
     Ok(respond(&v, &v.policies, status, v.answer()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::state_item;
+
+    #[test]
+    fn the_state_item_writes_whole_counts_as_integers() {
+        assert_eq!(state_item("60s", 12.0, 30), "\"60s\";r=12;t=30");
+        assert_eq!(
+            state_item("60s", 999_999_990.0, 60),
+            "\"60s\";r=999999990;t=60"
+        );
+        assert_eq!(state_item("api.60s", 2.5, 1), "\"api.60s\";r=2.5;t=1");
+        assert_eq!(state_item("gcra", -0.0, 0), "\"gcra\";r=0;t=0");
+        assert_eq!(
+            state_item("60s", 1e300, 0),
+            format!("\"60s\";r={};t=0", 1e300)
+        );
+    }
 }

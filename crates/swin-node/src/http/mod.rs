@@ -84,19 +84,30 @@ pub fn router(state: Arc<AppState>) -> Router {
             Error::NotFound(format!("{} {}", req.method(), req.uri().path()))
         })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed })
-        .layer(middleware::from_fn(bounded_head))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            count_requests,
-        ))
+        .layer(middleware::from_fn_with_state(state.clone(), front))
         // the extractors enforce the limit themselves (JSON 413), so no default cap
         .layer(axum::extract::DefaultBodyLimit::max(state.body_limit))
         .with_state(state)
 }
 
+/// What every request goes through, in one layer (each layer costs a boxed service clone
+/// and a boxed future per request): the bounds of its head, then the route, counted by
+/// route and status.
+async fn front(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    // MatchedPath is an Arc: the route's name is not copied per request
+    let route = req.extensions().get::<MatchedPath>().cloned();
+    let resp = match bounded_head(&req) {
+        Some(refused) => refused,
+        None => next.run(req).await,
+    };
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    state.metrics.http_request(route, resp.status().as_u16());
+    resp
+}
+
 /// A URI or headers past the node's limits get 414 or 431 with a JSON error. (hyper
 /// answers requests past its own, much larger, buffer itself, without a body.)
-async fn bounded_head(req: Request, next: Next) -> Response {
+fn bounded_head(req: &Request) -> Option<Response> {
     use axum::response::IntoResponse;
     // the URI's length without writing it out (this runs on every request)
     let u = req.uri();
@@ -104,7 +115,7 @@ async fn bounded_head(req: Request, next: Next) -> Response {
         + u.authority().map_or(0, |a| a.as_str().len())
         + u.scheme_str().map_or(0, str::len);
     if uri > crate::error::MAX_URI_BYTES {
-        return Error::UriTooLong(uri).into_response();
+        return Some(Error::UriTooLong(uri).into_response());
     }
     let headers: usize = req
         .headers()
@@ -112,17 +123,7 @@ async fn bounded_head(req: Request, next: Next) -> Response {
         .map(|(k, v)| k.as_str().len() + v.len())
         .sum();
     if headers > crate::error::MAX_HEADER_BYTES {
-        return Error::HeadersTooLarge(headers).into_response();
+        return Some(Error::HeadersTooLarge(headers).into_response());
     }
-    next.run(req).await
-}
-
-async fn count_requests(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
-    let resp = next.run(req).await;
-    state.metrics.http_request(&route, resp.status().as_u16());
-    resp
+    None
 }
