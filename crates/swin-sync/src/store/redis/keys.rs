@@ -6,7 +6,15 @@ use super::HASHES_PER_CALL;
 /// The script calls for a batch of hashes: the hashes of each cluster slot (a script may
 /// not cross slots), at most HASHES_PER_CALL per call. A pure function of the batch, so a
 /// retried push makes the same calls and finds its seq records where it left them.
-pub(super) fn slot_calls(hashes: &[&str]) -> Vec<Vec<usize>> {
+///
+/// `by_slot = false` packs hashes of any slots into the calls, in order: for a push with
+/// no seq record to find again (synchronous increments) on one server, where a script
+/// may touch any key. Several waiting keys then share one call instead of one call each.
+pub(super) fn slot_calls(hashes: &[&str], by_slot: bool) -> Vec<Vec<usize>> {
+    if !by_slot {
+        let all: Vec<usize> = (0..hashes.len()).collect();
+        return all.chunks(HASHES_PER_CALL).map(<[usize]>::to_vec).collect();
+    }
     let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
     for (i, h) in hashes.iter().enumerate() {
         by_slot.entry(key_slot(h.as_bytes())).or_default().push(i);
@@ -79,5 +87,24 @@ mod tests {
         );
         assert_eq!(parse_hash_key("swin:{3:a:b:}:1", head), Some(("", 1)));
         assert_eq!(glob_escape("a*b[c]"), "a\\*b\\[c\\]");
+    }
+
+    #[test]
+    fn calls_keep_to_one_slot_unless_told_otherwise() {
+        let names: Vec<String> = (0..100).map(|i| format!("swin:{{k{i}}}:60")).collect();
+        let hashes: Vec<&str> = names.iter().map(String::as_str).collect();
+        let slot = |i: usize| key_slot(hashes[i].as_bytes());
+        let by_slot = slot_calls(&hashes, true);
+        for call in &by_slot {
+            assert!(call.len() <= HASHES_PER_CALL);
+            assert!(call.iter().all(|&i| slot(i) == slot(call[0])), "{call:?}");
+        }
+        // 100 keys of (nearly) 100 slots: a call per slot, or 2 calls packed
+        assert!(by_slot.len() > 90, "{}", by_slot.len());
+        let packed = slot_calls(&hashes, false);
+        assert_eq!(
+            packed,
+            vec![(0..64).collect::<Vec<_>>(), (64..100).collect()]
+        );
     }
 }

@@ -242,7 +242,9 @@ impl Backend for RedisStore {
             return Ok(Pushed::default());
         }
         let names: Vec<&str> = hashes.iter().map(|(k, _)| k.as_str()).collect();
-        let calls = slot_calls(&names);
+        // a push with a seq is deduplicated per call (the record is on the call's first
+        // hash), so its calls must be the same on a retry, whatever the server: by slot
+        let calls = slot_calls(&names, push.seq.is_some());
         let node_field = format!("n:{}", push.node_id);
         let seq = push.seq.map_or(-1i64, |s| s as i64);
         let mut pipe = redis::pipe();
@@ -309,7 +311,7 @@ impl Backend for RedisStore {
             .map(|a| self.bucket_key(namespace, &a.key))
             .collect();
         let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
-        let calls = slot_calls(&names);
+        let calls = slot_calls(&names, true);
         let node_field = format!("n:{}", push.node_id);
         let seq = push.seq.map_or(-1i64, |s| s as i64);
         let mut pipe = redis::pipe();

@@ -1,4 +1,5 @@
--- KEYS: hashes of one cluster slot; KEYS[1] also holds the node's last applied seq.
+-- KEYS: hashes of one cluster slot (on one server, a push without a seq may mix slots:
+-- see slot_calls); KEYS[1] also holds the node's last applied seq.
 -- ARGV: node field, seq (-1: no dedupe), then per key: ttl, stale window field, n, and
 -- n pairs (window_start, diff). Returns per pushed window, in order, its new count, or
 -- '!' and the reason when the window is refused (its stored count is not a number, or
