@@ -9,7 +9,7 @@ mod unconfirmed;
 
 pub use engine::{now, NamespaceSync, SyncMode, SyncReport, SyncStatus, SYNC_BUCKETS_SECS};
 pub use error::StoreError;
-pub use store::{Push, Pushed, Rejected, Store, TatPush, WindowKey};
+pub use store::{Held, Hold, Push, Pushed, Rejected, Store, TatPush, WindowKey};
 pub use unconfirmed::{Chunk, Rows, Unconfirmed};
 
 /// A random id for this process, so the store can tell its pushes from other nodes'.

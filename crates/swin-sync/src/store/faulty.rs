@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use swin_core::{CompactString, Tat, Total, UnixMs};
 
-use super::{Backend, Push, Pushed, Store, TatPush, WindowKey};
+use super::{Backend, Held, Hold, Push, Pushed, Store, TatPush, WindowKey};
 use crate::StoreError;
 
 /// What the next call does.
@@ -136,6 +136,16 @@ impl Backend for FaultyStore {
 
     async fn load_tats(&self, namespace: &str, now_ns: i64) -> Result<Vec<Tat>, StoreError> {
         self.faulted(self.inner.load_tats(namespace, now_ns)).await
+    }
+
+    async fn hold(
+        &self,
+        namespace: &str,
+        holder: &str,
+        holds: &[Hold],
+    ) -> Result<Vec<Held>, StoreError> {
+        self.faulted(self.inner.hold(namespace, holder, holds))
+            .await
     }
 
     async fn reset(

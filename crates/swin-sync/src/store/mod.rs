@@ -20,9 +20,25 @@ pub use self::faulty::{Fault, FaultyStore};
 pub use self::postgres::PostgresStore;
 pub use self::redis::RedisStore;
 pub use self::sqlite::SqliteStore;
-use swin_core::{Advance, CompactString, Diff, Tat, Total, UnixMs};
+use swin_core::{Advance, CompactString, Diff, HoldRequest, HoldState, Tat, Total, UnixMs};
 
 use crate::StoreError;
+
+/// Strict admission: a holder asks to hold quota in one window (see
+/// [`swin_core::settle_hold`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hold {
+    pub key: CompactString,
+    pub window_size: u32,
+    pub window_start: i64,
+    pub request: HoldRequest,
+}
+
+/// The window after a [`Hold`]: its count, the previous window's, the holder's total.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Held {
+    pub state: HoldState,
+}
 
 /// One key's window, to read its total.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -181,6 +197,16 @@ pub trait Backend: Send + Sync {
 
     /// One round trip, to tell whether the store answers.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Strict admission: settles each hold atomically on its window's count and the
+    /// holder's total there ([`swin_core::settle_hold`]), in order, and answers one
+    /// [`Held`] per hold. Idempotent: asking again leaves the same state.
+    fn hold(
+        &self,
+        namespace: &str,
+        holder: &str,
+        holds: &[Hold],
+    ) -> impl Future<Output = Result<Vec<Held>, StoreError>> + Send;
 }
 
 /// The configured store: one of the backends (or, in tests, one wrapped to fail on
@@ -215,9 +241,9 @@ impl Store {
         dispatch!(self, s => s.kind())
     }
 
-    /// Whether concurrent calls already share round trips (Redis pipelines every command
-    /// of the node over one connection), so synchronous increments need no queue of their
-    /// own; PostgreSQL and SQLite take a pooled connection and a transaction per call.
+    /// Whether one call can carry several writes and reads of any windows (Redis: a
+    /// script call adds diffs of 0 to bring counts back), so a synchronous increment's
+    /// previous window rides in its push; PostgreSQL and SQLite read beside the push.
     pub fn pipelines(&self) -> bool {
         self.kind() == "redis"
     }
@@ -314,6 +340,21 @@ impl Store {
     /// See [`Backend::ping`].
     pub fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move { dispatch!(self, s => s.ping().await) })
+    }
+
+    /// See [`Backend::hold`]; no call for no holds.
+    pub fn hold<'a>(
+        &'a self,
+        namespace: &'a str,
+        holder: &'a str,
+        holds: &'a [Hold],
+    ) -> BoxFuture<'a, Result<Vec<Held>, StoreError>> {
+        Box::pin(async move {
+            if holds.is_empty() {
+                return Ok(Vec::new());
+            }
+            dispatch!(self, s => s.hold(namespace, holder, holds).await)
+        })
     }
 }
 

@@ -7,7 +7,9 @@ use swin_core::{CompactString, Diff, Tat, Total, UnixMs};
 use tracing::instrument;
 
 use super::sql::{isolate_rejected, tats, totals, PartWriter, TatRow, TotalRow};
-use super::{normalize, normalize_advances, Backend, BoxFuture, Push, Pushed, TatPush, WindowKey};
+use super::{
+    normalize, normalize_advances, Backend, BoxFuture, Held, Hold, Push, Pushed, TatPush, WindowKey,
+};
 use crate::StoreError;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
@@ -373,6 +375,14 @@ impl Backend for PostgresStore {
             .await
             .map_err(err)?
             .rows_affected();
+        sqlx::query(
+            "DELETE FROM swin_holds
+             WHERE window_start < to_timestamp($1) - make_interval(secs => window_size * 2)",
+        )
+        .bind(now_s as f64)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
         // A retry comes within seconds; an hour of push records is plenty.
         sqlx::query(
             "DELETE FROM swin_pushes WHERE pushed_at < to_timestamp($1) - interval '1 hour'",
@@ -392,4 +402,108 @@ impl Backend for PostgresStore {
             .map_err(err)?;
         Ok(())
     }
+
+    #[instrument(skip_all, fields(namespace, holds = holds.len()))]
+    async fn hold(
+        &self,
+        namespace: &str,
+        holder: &str,
+        holds: &[Hold],
+    ) -> Result<Vec<Held>, StoreError> {
+        let k: Vec<&str> = holds.iter().map(|h| h.key.as_str()).collect();
+        let sizes: Vec<i32> = holds.iter().map(|h| h.window_size as i32).collect();
+        let starts: Vec<i64> = holds.iter().map(|h| h.window_start).collect();
+        let mut tx = self.pool.begin().await.map_err(err)?;
+        // the current windows' rows exist and are locked in key order (as pushes lock
+        // them): the read below sees every other reservation and push before it
+        sqlx::query(HOLD_ROWS)
+            .bind(namespace)
+            .bind(&k)
+            .bind(&sizes)
+            .bind(&starts)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        let rows: Vec<(String, i32, i64, f64, f64, f64)> = sqlx::query_as(HOLD_READ)
+            .bind(namespace)
+            .bind(&k)
+            .bind(&sizes)
+            .bind(&starts)
+            .bind(holder)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(err)?;
+        let read = rows
+            .into_iter()
+            .map(|(key, size, start, current, previous, held)| {
+                let state = swin_core::HoldState {
+                    current,
+                    previous,
+                    held,
+                };
+                ((CompactString::from(key), size as u32, start), state)
+            })
+            .collect();
+        let (answers, changed) = super::sql::settle_holds(holds, &read)?;
+        if !changed.is_empty() {
+            let ck: Vec<&str> = changed.iter().map(|(w, _)| w.0.as_str()).collect();
+            let cs: Vec<i32> = changed.iter().map(|(w, _)| w.1 as i32).collect();
+            let cst: Vec<i64> = changed.iter().map(|(w, _)| w.2).collect();
+            let counts: Vec<f64> = changed.iter().map(|(_, s)| s.current).collect();
+            let held: Vec<f64> = changed.iter().map(|(_, s)| s.held).collect();
+            sqlx::query(HOLD_WRITE)
+                .bind(namespace)
+                .bind(&ck)
+                .bind(&cs)
+                .bind(&cst)
+                .bind(&counts)
+                .bind(holder)
+                .bind(&held)
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?;
+        }
+        tx.commit().await.map_err(err)?;
+        Ok(answers)
+    }
 }
+
+/// Strict admission, step 1: every window a hold touches has a row (new rows start at 0).
+const HOLD_ROWS: &str = "
+    INSERT INTO swin_counters (namespace, key, window_size, window_start, count)
+    SELECT DISTINCT $1, r.key, r.window_size, to_timestamp(r.window_start), 0::float8
+    FROM unnest($2::text[], $3::int4[], $4::int8[]) AS r(key, window_size, window_start)
+    ORDER BY 2, 3, 4
+    ON CONFLICT DO NOTHING";
+
+/// Step 2: the windows, locked in key order, with the previous window and the holder's
+/// total beside each.
+const HOLD_READ: &str = "
+    SELECT c.key, c.window_size, extract(epoch FROM c.window_start)::int8, c.count,
+           coalesce(p.count, 0), coalesce(h.held, 0)
+    FROM (SELECT DISTINCT * FROM unnest($2::text[], $3::int4[], $4::int8[])
+          AS r(key, window_size, window_start)) r
+    JOIN swin_counters c ON c.namespace = $1 AND c.key = r.key
+     AND c.window_size = r.window_size AND c.window_start = to_timestamp(r.window_start)
+    LEFT JOIN swin_counters p ON p.namespace = $1 AND p.key = r.key
+     AND p.window_size = r.window_size
+     AND p.window_start = to_timestamp(r.window_start - r.window_size)
+    LEFT JOIN swin_holds h ON h.namespace = $1 AND h.key = r.key
+     AND h.window_size = r.window_size AND h.window_start = c.window_start AND h.holder = $5
+    ORDER BY c.key, c.window_size, c.window_start
+    FOR UPDATE OF c";
+
+/// Step 3: the windows' new counts and the holder's new totals.
+const HOLD_WRITE: &str = "
+    WITH v AS (
+        SELECT * FROM unnest($2::text[], $3::int4[], $4::int8[], $5::float8[], $7::float8[])
+        AS v(key, window_size, window_start, count, held)
+    ), counted AS (
+        UPDATE swin_counters c SET count = v.count, updated_at = now()
+        FROM v WHERE c.namespace = $1 AND c.key = v.key AND c.window_size = v.window_size
+         AND c.window_start = to_timestamp(v.window_start)
+    )
+    INSERT INTO swin_holds (namespace, key, window_size, window_start, holder, held)
+    SELECT $1, v.key, v.window_size, to_timestamp(v.window_start), $6, v.held FROM v
+    ON CONFLICT (namespace, key, window_size, window_start, holder)
+    DO UPDATE SET held = excluded.held, updated_at = now()";

@@ -86,3 +86,33 @@ pub(crate) fn tats(rows: Vec<TatRow>) -> Vec<Tat> {
         })
         .collect()
 }
+
+/// A window a hold touches, and its state as read under lock.
+pub(crate) type HoldWindow = (swin_core::CompactString, u32, i64);
+
+/// Settles `holds` in order on the states read under lock (`read`, one per window):
+/// returns the answer per hold and the final state per window that changed, to write
+/// back in the same transaction. A window asked twice sees the first hold's result.
+pub(crate) fn settle_holds(
+    holds: &[super::Hold],
+    read: &std::collections::HashMap<HoldWindow, swin_core::HoldState>,
+) -> Result<(Vec<super::Held>, Vec<(HoldWindow, swin_core::HoldState)>), StoreError> {
+    let mut now: std::collections::HashMap<HoldWindow, swin_core::HoldState> = read.clone();
+    let mut answers = Vec::with_capacity(holds.len());
+    for h in holds {
+        let w = (h.key.clone(), h.window_size, h.window_start);
+        let Some(s) = now.get_mut(&w) else {
+            return Err(StoreError::Protocol(format!(
+                "hold: window {w:?} was not read"
+            )));
+        };
+        *s = swin_core::settle_hold(*s, h.request);
+        answers.push(super::Held { state: *s });
+    }
+    let mut changed: Vec<(HoldWindow, swin_core::HoldState)> = now
+        .into_iter()
+        .filter(|(w, s)| read.get(w) != Some(s))
+        .collect();
+    changed.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok((answers, changed))
+}

@@ -11,7 +11,9 @@ use sqlx::sqlite::{
 use swin_core::{CompactString, Diff, Tat, Total, UnixMs};
 
 use super::sql::{isolate_rejected, tats, totals, PartWriter, TatRow, TotalRow};
-use super::{normalize, normalize_advances, Backend, BoxFuture, Push, Pushed, TatPush, WindowKey};
+use super::{
+    normalize, normalize_advances, Backend, BoxFuture, Held, Hold, Push, Pushed, TatPush, WindowKey,
+};
 use crate::StoreError;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -333,6 +335,11 @@ impl Backend for SqliteStore {
             .await
             .map_err(err)?
             .rows_affected();
+        sqlx::query("DELETE FROM swin_holds WHERE window_start < ?1 - 2 * window_size")
+            .bind(now.secs())
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
         sqlx::query("DELETE FROM swin_pushes WHERE pushed_at < ?1 - 3600")
             .bind(now.secs())
             .execute(&self.pool)
@@ -347,5 +354,92 @@ impl Backend for SqliteStore {
             .await
             .map_err(err)?;
         Ok(())
+    }
+
+    async fn hold(
+        &self,
+        namespace: &str,
+        holder: &str,
+        holds: &[Hold],
+    ) -> Result<Vec<Held>, StoreError> {
+        let wanted: Vec<serde_json::Value> = holds
+            .iter()
+            .map(|h| serde_json::json!([h.key.as_str(), h.window_size, h.window_start]))
+            .collect();
+        let wanted = serde_json::Value::Array(wanted).to_string();
+        let mut tx = self.pool.begin().await.map_err(err)?;
+        // a write first: the transaction takes the write lock before it reads
+        sqlx::query(
+            "INSERT INTO swin_counters (namespace, key, window_size, window_start, count)
+             SELECT ?1, r.value ->> 0, r.value ->> 1, r.value ->> 2, 0 FROM json_each(?2) AS r
+             WHERE true ON CONFLICT DO NOTHING",
+        )
+        .bind(namespace)
+        .bind(&wanted)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        let rows: Vec<(String, i64, i64, f64, f64, f64)> = sqlx::query_as(
+            "SELECT c.key, c.window_size, c.window_start, c.count,
+                    coalesce(p.count, 0.0), coalesce(h.held, 0.0)
+             FROM json_each(?2) AS r
+             CROSS JOIN swin_counters c
+             LEFT JOIN swin_counters p ON p.namespace = ?1 AND p.key = c.key
+              AND p.window_size = c.window_size
+              AND p.window_start = c.window_start - c.window_size
+             LEFT JOIN swin_holds h ON h.namespace = ?1 AND h.key = c.key
+              AND h.window_size = c.window_size AND h.window_start = c.window_start
+              AND h.holder = ?3
+             WHERE c.namespace = ?1 AND c.key = r.value ->> 0
+              AND c.window_size = r.value ->> 1 AND c.window_start = r.value ->> 2",
+        )
+        .bind(namespace)
+        .bind(&wanted)
+        .bind(holder)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(err)?;
+        let read = rows
+            .into_iter()
+            .map(|(key, size, start, current, previous, held)| {
+                let state = swin_core::HoldState {
+                    current,
+                    previous,
+                    held,
+                };
+                ((CompactString::from(key), size as u32, start), state)
+            })
+            .collect();
+        let (answers, changed) = super::sql::settle_holds(holds, &read)?;
+        for ((key, size, start), state) in &changed {
+            sqlx::query(
+                "UPDATE swin_counters SET count = ?5, updated_at = unixepoch()
+                 WHERE namespace = ?1 AND key = ?2 AND window_size = ?3 AND window_start = ?4",
+            )
+            .bind(namespace)
+            .bind(key.as_str())
+            .bind(i64::from(*size))
+            .bind(*start)
+            .bind(state.current)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+            sqlx::query(
+                "INSERT INTO swin_holds (namespace, key, window_size, window_start, holder, held)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT DO UPDATE SET held = excluded.held, updated_at = unixepoch()",
+            )
+            .bind(namespace)
+            .bind(key.as_str())
+            .bind(i64::from(*size))
+            .bind(*start)
+            .bind(holder)
+            .bind(state.held)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        }
+        tx.commit().await.map_err(err)?;
+        Ok(answers)
     }
 }

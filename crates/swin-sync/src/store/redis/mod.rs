@@ -43,7 +43,9 @@ use swin_core::{CompactString, Tat, Total, UnixMs};
 mod keys;
 
 use self::keys::{glob_escape, parse_hash_key, slot_calls};
-use super::{normalize, normalize_advances, Backend, Push, Pushed, Rejected, TatPush, WindowKey};
+use super::{
+    normalize, normalize_advances, Backend, Held, Hold, Push, Pushed, Rejected, TatPush, WindowKey,
+};
 use crate::StoreError;
 
 const PUSH_LUA: &str = include_str!("push.lua");
@@ -54,6 +56,9 @@ const PUSH_TATS_LUA: &str = include_str!("push_tats.lua");
 /// retried push that was applied before the reset is still recognised and not applied
 /// again. The hashes then expire as they would have.
 const RESET_LUA: &str = include_str!("reset.lua");
+
+/// Strict admission's holds (see `hold.lua`).
+const HOLD_LUA: &str = include_str!("hold.lua");
 
 /// Hashes per script call: enough to share the call's overhead, small enough that one
 /// call never blocks Redis for long.
@@ -70,6 +75,7 @@ pub struct RedisStore {
     push_tats_script: std::sync::Arc<Script>,
     /// Rare (an operator's reset): sent as EVALSHA, loaded by redis-rs when missing.
     reset_script: std::sync::Arc<Script>,
+    hold_script: std::sync::Arc<Script>,
     /// The scripts are in the server's script cache: pipelines send EVALSHA alone.
     /// Cleared when the server answers NOSCRIPT (it restarted, or its cache was flushed).
     scripts_loaded: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -95,6 +101,7 @@ impl RedisStore {
             push_script: std::sync::Arc::new(Script::new(PUSH_LUA)),
             push_tats_script: std::sync::Arc::new(Script::new(PUSH_TATS_LUA)),
             reset_script: std::sync::Arc::new(Script::new(RESET_LUA)),
+            hold_script: std::sync::Arc::new(Script::new(HOLD_LUA)),
             scripts_loaded: Default::default(),
         })
     }
@@ -142,7 +149,7 @@ impl RedisStore {
     }
 
     async fn load_scripts(&self, conn: &mut ConnectionManager) -> Result<(), StoreError> {
-        for script in [&self.push_script, &self.push_tats_script] {
+        for script in [&self.push_script, &self.push_tats_script, &self.hold_script] {
             script.prepare_invoke().load_async(conn).await?;
         }
         self.scripts_loaded
@@ -483,6 +490,64 @@ impl Backend for RedisStore {
         let mut conn = self.conn().await?;
         let _: String = redis::cmd("PING").query_async(&mut conn).await?;
         Ok(())
+    }
+
+    async fn hold(
+        &self,
+        namespace: &str,
+        holder: &str,
+        holds: &[Hold],
+    ) -> Result<Vec<Held>, StoreError> {
+        let hashes: Vec<String> = holds
+            .iter()
+            .map(|h| self.hash_key(namespace, &h.key, h.window_size))
+            .collect();
+        let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
+        // holds carry no seq record (they are idempotent): on one server, any slots
+        let calls = slot_calls(&names, false);
+        let mut pipe = redis::pipe();
+        for call in &calls {
+            let mut inv = self.hold_script.prepare_invoke();
+            inv.arg(holder);
+            for &i in call {
+                let h = &holds[i];
+                let size = i64::from(h.window_size);
+                let r = h.request;
+                inv.key(&hashes[i]);
+                inv.arg(h.window_start)
+                    .arg(h.window_start - size)
+                    .arg(format!("h:{}:{holder}", h.window_start - 2 * size))
+                    .arg(3 * size)
+                    .arg(r.limit)
+                    .arg(r.weight)
+                    .arg(r.need)
+                    .arg(r.want);
+            }
+            pipe.invoke_script(&inv);
+        }
+        let replies: Vec<Vec<(String, String, String)>> = self.scripted(&pipe).await?;
+        let mut out = vec![None; holds.len()];
+        for (call, states) in calls.iter().zip(replies) {
+            if states.len() != call.len() {
+                return Err(StoreError::Protocol(format!(
+                    "hold script returned {} windows for {}",
+                    states.len(),
+                    call.len()
+                )));
+            }
+            for (&i, (current, previous, held)) in call.iter().zip(states) {
+                out[i] = Some(Held {
+                    state: swin_core::HoldState {
+                        current: parse(&current)?,
+                        previous: parse(&previous)?,
+                        held: parse(&held)?,
+                    },
+                });
+            }
+        }
+        out.into_iter()
+            .map(|h| h.ok_or_else(|| StoreError::Protocol("hold script skipped a window".into())))
+            .collect()
     }
 }
 

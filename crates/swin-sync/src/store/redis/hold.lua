@@ -1,0 +1,44 @@
+-- Strict admission: a holder's reserved total in windows, raised or lowered atomically
+-- (swin_core::settle_hold, written again here; the conformance suite runs both on the
+-- same cases). KEYS: window hashes. ARGV: holder, then per key: window_start,
+-- previous window_start, stale holder field, ttl, limit, weight, need, want.
+-- The holder's total is the field h:<window_start>:<holder>. Returns per key
+-- {current, previous, held} as strings (%.17g).
+local function num(s) return tonumber(s or '0') or 0 end
+local function fmt(x) return string.format('%.17g', x) end
+local holder = ARGV[1]
+local out = {}
+local a = 2
+for k = 1, #KEYS do
+  local start, prev, stale, ttl = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local limit, weight = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local need, want = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+  a = a + 8
+  if not (limit and weight and need and want) then
+    return redis.error_reply('swin hold: malformed arguments')
+  end
+  local field = 'h:' .. start .. ':' .. holder
+  local current = num(redis.call('HGET', KEYS[k], start))
+  local previous = num(redis.call('HGET', KEYS[k], prev))
+  local held = math.max(num(redis.call('HGET', KEYS[k], field)), 0)
+  local new_current, new_held = current, held
+  if want < held then
+    local back = math.min(held - math.max(want, 0), math.max(current, 0))
+    new_current, new_held = current - back, held - back
+  elseif need > held then
+    local room = limit - current - previous * weight
+    local n = need - held
+    if n <= room then
+      local extra = math.max(want - held - n, 0)
+      local grant = n + math.floor(math.min(extra, math.max((room - n) * 0.25, 0)))
+      new_current, new_held = current + grant, held + grant
+    end
+  end
+  if new_current ~= current or new_held ~= held then
+    redis.call('HSET', KEYS[k], start, fmt(new_current), field, fmt(new_held))
+    redis.call('HDEL', KEYS[k], stale)
+    redis.call('EXPIRE', KEYS[k], ttl)
+  end
+  out[#out + 1] = {fmt(new_current), fmt(previous), fmt(new_held)}
+end
+return out

@@ -1,0 +1,158 @@
+//! Strict admission's holds on every store: each store settles a hold exactly as
+//! `swin_core::settle_hold` does, atomically, so concurrent holders never reserve past
+//! the limit and a retried hold changes nothing.
+
+mod common;
+
+use std::sync::Arc;
+
+use swin_core::{settle_hold, HoldRequest, HoldState};
+use swin_sync::{Hold, Push, Store};
+use swin_testkit::TestStore;
+
+const CUR: i64 = 1_763_784_000;
+const PREV: i64 = CUR - 60;
+
+fn hold(key: &str, limit: f64, weight: f64, need: f64, want: f64) -> Hold {
+    Hold {
+        key: key.into(),
+        window_size: 60,
+        window_start: CUR,
+        request: HoldRequest {
+            limit,
+            weight,
+            need,
+            want,
+        },
+    }
+}
+
+async fn push(store: &Store, ns: &str, key: &str, start: i64, value: f64) {
+    let diffs = [swin_core::Diff {
+        key: key.into(),
+        window_size: 60,
+        window_start: start,
+        value,
+    }];
+    let p = Push {
+        node_id: "pusher",
+        seq: None,
+        diffs: &diffs,
+    };
+    store.push(ns, p).await.expect("push");
+}
+
+async fn current(store: &Store, ns: &str, key: &str) -> f64 {
+    let w = [swin_sync::WindowKey {
+        key: key.into(),
+        window_size: 60,
+        window_start: CUR,
+    }];
+    store
+        .read(ns, &w)
+        .await
+        .expect("read")
+        .first()
+        .map_or(0.0, |t| t.count)
+}
+
+/// A scripted sequence of holds by two holders, with pushes between, against the core's
+/// arithmetic on a model of the window.
+async fn holds_settle_as_the_core_does(s: &TestStore) {
+    let store = &s.store;
+    push(store, "ns", "k", PREV, 40.0).await;
+    push(store, "ns", "k", CUR, 10.0).await;
+    let mut model = [HoldState {
+        current: 10.0,
+        previous: 40.0,
+        held: 0.0,
+    }; 2];
+    let steps: &[(usize, f64, f64, f64)] = &[
+        // holder, weight, need, want
+        (0, 0.5, 1.0, 50.0),    // room 100 − 10 − 20 = 70: 1 + 69/4
+        (0, 0.5, 1.0, 50.0),    // retried: no change
+        (1, 0.5, 5.0, 100.0),   // sees holder 0's quota as used
+        (0, 0.4, 30.0, 30.0),   // later in the window: more room
+        (1, 0.4, 0.0, 2.0),     // gives back all but 2
+        (1, 0.4, 0.0, 2.0),     // retried give-back: no change
+        (0, 0.1, 500.0, 500.0), // past the limit: nothing
+    ];
+    for &(h, weight, need, want) in steps {
+        let req = hold("k", 100.0, weight, need, want);
+        let holder = ["a", "b"][h];
+        let got = store
+            .hold("ns", holder, std::slice::from_ref(&req))
+            .await
+            .expect("hold");
+        let other = model[1 - h];
+        let before = HoldState {
+            current: model[h].current.max(other.current),
+            ..model[h]
+        };
+        let after = settle_hold(before, req.request);
+        model[h] = after;
+        model[1 - h].current = after.current;
+        assert_eq!(got.len(), 1);
+        assert!(
+            (got[0].state.current - after.current).abs() < 1e-9
+                && (got[0].state.held - after.held).abs() < 1e-9
+                && (got[0].state.previous - 40.0).abs() < 1e-9,
+            "holder {holder}, need {need}, want {want}: store {:?}, core {after:?}",
+            got[0].state
+        );
+    }
+    // the count is the pushes plus what is held
+    let held: f64 = model.iter().map(|m| m.held).sum();
+    assert!((current(store, "ns", "k").await - (10.0 + held)).abs() < 1e-9);
+}
+
+/// Three holders race for one window, one hit at a time: what they hold in all never
+/// passes the limit, and the window's count is exactly what they hold.
+async fn concurrent_holders_never_pass_the_limit(s: &TestStore) {
+    let store = Arc::new(s.store.clone());
+    let mut tasks = Vec::new();
+    for h in 0..3 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let holder = format!("h{h}");
+            let mut held = 0.0;
+            for _ in 0..60 {
+                let req = hold("hot", 100.0, 0.0, held + 1.0, held + 4.0);
+                match store.hold("ns", &holder, &[req]).await {
+                    Ok(r) => held = r[0].state.held,
+                    Err(e) => panic!("hold: {e}"),
+                }
+            }
+            held
+        }));
+    }
+    let mut total = 0.0;
+    for t in tasks {
+        total += t.await.expect("task");
+    }
+    assert_eq!(total, 100.0, "the holders took the whole limit, no more");
+    assert_eq!(current(&store, "ns", "hot").await, 100.0);
+}
+
+/// Several windows in one call, each settled on its own.
+async fn one_call_holds_many_windows(s: &TestStore) {
+    let store = &s.store;
+    push(store, "ns", "b", CUR, 95.0).await;
+    let holds: Vec<Hold> = ["a", "b", "c"]
+        .iter()
+        .map(|k| hold(k, 100.0, 0.0, 10.0, 10.0))
+        .collect();
+    let got = store.hold("ns", "x", &holds).await.expect("hold");
+    let held: Vec<f64> = got.iter().map(|h| h.state.held).collect();
+    assert_eq!(held, vec![10.0, 0.0, 10.0]);
+    assert_eq!(current(store, "ns", "b").await, 95.0);
+    // other namespaces and holders are apart
+    let other = store.hold("ns2", "x", &holds[..1]).await.expect("hold");
+    assert_eq!(other[0].state.current, 10.0);
+}
+
+for_all_stores!(
+    holds_settle_as_the_core_does,
+    concurrent_holders_never_pass_the_limit,
+    one_call_holds_many_windows,
+);
