@@ -58,7 +58,8 @@ pub fn settle_hold(s: HoldState, r: HoldRequest) -> HoldState {
     }
     let room = r.limit - s.current - s.previous * r.weight;
     let need = r.need - held;
-    if !(need <= room) {
+    // a NaN anywhere is no room
+    if need.partial_cmp(&room).is_none_or(|o| o.is_gt()) {
         return HoldState { held, ..s };
     }
     let extra = (r.want - held - need).max(0.0);
