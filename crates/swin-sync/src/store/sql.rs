@@ -90,13 +90,16 @@ pub(crate) fn tats(rows: Vec<TatRow>) -> Vec<Tat> {
 /// A window a hold touches, and its state as read under lock.
 pub(crate) type HoldWindow = (swin_core::CompactString, u32, i64);
 
+/// Each hold's answer, and the windows whose state changed (to write back).
+pub(crate) type Settled = (Vec<super::Held>, Vec<(HoldWindow, swin_core::HoldState)>);
+
 /// Settles `holds` in order on the states read under lock (`read`, one per window):
 /// returns the answer per hold and the final state per window that changed, to write
 /// back in the same transaction. A window asked twice sees the first hold's result.
 pub(crate) fn settle_holds(
     holds: &[super::Hold],
     read: &std::collections::HashMap<HoldWindow, swin_core::HoldState>,
-) -> Result<(Vec<super::Held>, Vec<(HoldWindow, swin_core::HoldState)>), StoreError> {
+) -> Result<Settled, StoreError> {
     let mut now: std::collections::HashMap<HoldWindow, swin_core::HoldState> = read.clone();
     let mut answers = Vec::with_capacity(holds.len());
     for h in holds {
