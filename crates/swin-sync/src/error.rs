@@ -18,6 +18,10 @@ pub enum StoreError {
     Protocol(String),
     #[error("injected fault")]
     Injected,
+    /// The engine did not ask the store: it failed lately (a sync finding it again
+    /// clears this), or the call was dropped on the way.
+    #[error("store not asked: {0}")]
+    Unavailable(String),
 }
 
 impl StoreError {
@@ -39,7 +43,7 @@ impl StoreError {
     /// a serialization failure). Everything else needs an operator.
     pub fn is_transient(&self) -> bool {
         match self {
-            StoreError::Timeout(_) | StoreError::Injected => true,
+            StoreError::Timeout(_) | StoreError::Injected | StoreError::Unavailable(_) => true,
             StoreError::Postgres(e) | StoreError::Sqlite(e) => sqlx_transient(e),
             StoreError::Redis(e) => {
                 e.is_io_error()

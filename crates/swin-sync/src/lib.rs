@@ -7,7 +7,9 @@ mod error;
 pub mod store;
 mod unconfirmed;
 
-pub use engine::{now, NamespaceSync, SyncMode, SyncReport, SyncStatus, SYNC_BUCKETS_SECS};
+pub use engine::{
+    now, NamespaceSync, StrictView, SyncMode, SyncReport, SyncStatus, IDLE_MS, SYNC_BUCKETS_SECS,
+};
 pub use error::StoreError;
 pub use store::{Held, Hold, Push, Pushed, Rejected, Store, TatPush, WindowKey};
 pub use unconfirmed::{Chunk, Rows, Unconfirmed};

@@ -7,10 +7,13 @@
 mod gcra;
 mod periodic;
 mod status;
+mod strict;
 mod synchronous;
 
 use self::periodic::{enqueue, PushState};
 pub use self::status::{SyncStatus, SYNC_BUCKETS_SECS};
+use self::strict::Holdings;
+pub use self::strict::{StrictView, IDLE_MS};
 use self::synchronous::SyncQueue;
 
 use std::sync::{Arc, Mutex};
@@ -101,6 +104,10 @@ pub struct NamespaceSync {
     /// Syncs asked for over the API: one runs, the requests that queued behind it take
     /// its outcome instead of each scanning the store again.
     requested: tokio::sync::Mutex<RequestedSync>,
+    /// Strict admission's quota (empty unless the namespace admits strictly).
+    holdings: Holdings,
+    /// The namespace admits strictly: the run loop gives unused quota back.
+    strict: bool,
 }
 
 /// The last sync run for a request, and how many have run.
@@ -109,6 +116,9 @@ struct RequestedSync {
     runs: u64,
     last: Option<Result<SyncReport, Arc<StoreError>>>,
 }
+
+/// How often a strict namespace gives back quota of ended windows and idle keys.
+const GIVE_BACK_EVERY: Duration = Duration::from_millis(250);
 
 fn nanos(now: UnixMs) -> i64 {
     now.0.saturating_mul(1_000_000)
@@ -139,7 +149,6 @@ impl NamespaceSync {
             counters,
             mode,
             store,
-            node_id,
             timeout,
             buckets: false,
             sync_queue: Mutex::new(SyncQueue::default()),
@@ -149,6 +158,9 @@ impl NamespaceSync {
             skip_store: std::sync::atomic::AtomicBool::new(false),
             requested_runs: std::sync::atomic::AtomicU64::new(0),
             requested: tokio::sync::Mutex::new(RequestedSync::default()),
+            holdings: Holdings::new(&node_id),
+            node_id,
+            strict: false,
         }
     }
 
@@ -156,6 +168,17 @@ impl NamespaceSync {
     pub fn with_buckets(mut self) -> Self {
         self.buckets = true;
         self
+    }
+
+    /// A namespace that admits strictly (see [`NamespaceSync::admit`]): its run loop
+    /// gives unused quota back as windows end and keys go idle, and at shutdown.
+    pub fn with_strict_admission(mut self) -> Self {
+        self.strict = true;
+        self
+    }
+
+    pub fn is_strict(&self) -> bool {
+        self.strict
     }
 
     pub fn name(&self) -> &str {
@@ -337,6 +360,18 @@ impl NamespaceSync {
         };
         let mut backoff = Backoff::new(period.max(Duration::from_millis(100)), cap);
         let mut next = tokio::time::Instant::now() + period;
+        let giver = self.strict.then(|| {
+            let (this, cancel) = (self.clone(), cancel.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => break,
+                        _ = tokio::time::sleep(GIVE_BACK_EVERY) => { this.give_back_unused(now(), false).await; }
+                    }
+                }
+            })
+        });
         loop {
             tokio::select! {
                 biased;
@@ -373,10 +408,15 @@ impl NamespaceSync {
                 }
             }
         }
-        // synchronous increments still on their way to the store land (or fall back to
-        // the tables) before the last push drains them
+        // synchronous increments and holds still on their way to the store land (or
+        // fall back to the tables) before the last push drains them
         self.flushes.close();
         self.flushes.wait().await;
+        if let Some(giver) = giver {
+            let _ = giver.await;
+            // then all unused quota goes back
+            self.give_back_all().await;
+        }
         self.final_push().await;
     }
 

@@ -53,6 +53,11 @@ impl FaultyStore {
             .extend(faults);
     }
 
+    /// Drops the faults still queued.
+    pub fn clear_plan(&self) {
+        self.plan.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
     /// While down, every call fails before reaching the inner store.
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);

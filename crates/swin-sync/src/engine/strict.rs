@@ -1,0 +1,482 @@
+//! Strict admission (`admission = "strict"`): a node admits a hit only from quota it
+//! holds, reserved from the store with [`Store::hold`] (see `swin_core::settle_hold`).
+//!
+//! Per key and window size a slot keeps what this node holds in the current window and
+//! how much of it it has used. A hit that fits in the unused part is admitted from
+//! memory; otherwise one request for the slot goes to the store (`need` = used + the
+//! hit, `want` = need + a block that doubles while reservations are granted whole and
+//! halves when not) and the hits behind it wait for its answer. Requests of many keys go
+//! to the store together, one call per batch. A slot has at most one request in flight,
+//! and every request states the holder's total, so a retry or a lost reply can neither
+//! make nor lose quota.
+//!
+//! Quota goes back (the holder's total lowered to what it used): for the previous window
+//! once a new one starts, for a key idle for [`IDLE_MS`], and at shutdown. A node that
+//! dies holding quota leaves it counted until its window ends: the cluster then admits
+//! less, never more.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use swin_core::{CompactString, HoldRequest, HoldState, UnixMs, WindowAlgorithm, WindowLimit};
+
+use super::now;
+use tracing::warn;
+
+use super::NamespaceSync;
+use crate::store::{Hold, Store};
+use crate::StoreError;
+
+/// A key with quota it has not used for this long gives the rest back.
+pub const IDLE_MS: i64 = 1_000;
+
+/// Holds per store call at most.
+const HOLD_BATCH: usize = 1_000;
+
+/// The answer for one limit: admitted or not, and the window as this node knows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StrictView {
+    pub allowed: bool,
+    /// The window's count at the store's last answer, with every holder's quota in it.
+    pub current: f64,
+    pub previous: f64,
+    /// Quota this node holds in the window and has not used.
+    pub unused: f64,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    start: i64,
+    held: f64,
+    used: f64,
+    current: f64,
+    previous: f64,
+    block: f64,
+    /// A request for this slot is at the store; hits wait for its answer.
+    inflight: bool,
+    /// A request failed: the store may hold more for this node than `held` says (its
+    /// reply was lost), so what is unused goes back even when `held` shows none.
+    unsure: bool,
+    last_hit_ms: i64,
+    /// Earlier windows and what was used in each: their quota goes back.
+    ended: Vec<(i64, f64)>,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    state: Mutex<SlotState>,
+    changed: tokio::sync::Notify,
+}
+
+type SlotKey = (CompactString, u32);
+
+/// Holds waiting for the next store call.
+#[derive(Debug, Default)]
+struct HoldQueue {
+    waiting: Vec<(
+        Hold,
+        tokio::sync::oneshot::Sender<Result<HoldState, Arc<StoreError>>>,
+    )>,
+    flushing: bool,
+}
+
+/// A namespace's strict-admission state.
+#[derive(Debug)]
+pub(crate) struct Holdings {
+    /// This run of the node: a restarted node never takes another run's totals for its own.
+    holder: Arc<str>,
+    slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
+    queue: Mutex<HoldQueue>,
+    /// Store calls made for holds (`swin_reservations_total`).
+    round_trips: AtomicU64,
+}
+
+impl Holdings {
+    pub(crate) fn new(node_id: &str) -> Self {
+        use std::hash::BuildHasher;
+        let run = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+        Holdings {
+            holder: format!("{node_id}/{run:016x}").into(),
+            slots: Mutex::default(),
+            queue: Mutex::default(),
+            round_trips: AtomicU64::new(0),
+        }
+    }
+
+    fn slot(&self, key: &str, size: u32) -> Arc<Slot> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots
+            .entry((key.into(), size))
+            .or_insert_with(|| Arc::new(Slot::default()))
+            .clone()
+    }
+
+    fn all(&self) -> Vec<(SlotKey, Arc<Slot>)> {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+fn lock(slot: &Slot) -> std::sync::MutexGuard<'_, SlotState> {
+    slot.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn view(s: &SlotState, allowed: bool) -> StrictView {
+    StrictView {
+        allowed,
+        current: s.current,
+        previous: s.previous,
+        unused: (s.held - s.used).max(0.0),
+    }
+}
+
+impl NamespaceSync {
+    /// The holder name of this run (strict admission's totals in the store).
+    pub fn holder(&self) -> &str {
+        &self.holdings.holder
+    }
+
+    /// Store calls made for strict admission so far.
+    pub fn reservations(&self) -> u64 {
+        self.holdings.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// Strict admission of a hit of `cost` on `key` under every limit in `limits`: each
+    /// admits from quota this node holds (reserving more when it must); a hit denied by
+    /// one limit gives back what the others took. An error means the store could not
+    /// be asked: nothing was admitted, and the caller decides on its own.
+    pub async fn admit(
+        self: &Arc<Self>,
+        key: &str,
+        limits: &[WindowLimit],
+        cost: f64,
+        now: UnixMs,
+    ) -> Result<Vec<StrictView>, Arc<StoreError>> {
+        let mut views = Vec::with_capacity(limits.len());
+        let mut taken: Vec<(Arc<Slot>, i64)> = Vec::new();
+        let mut outcome = Ok(());
+        for l in limits {
+            match self.admit_one(key, l, cost, now).await {
+                Ok((v, slot, start)) => {
+                    if v.allowed {
+                        taken.push((slot, start));
+                    }
+                    views.push(v);
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        if outcome.is_err() || views.iter().any(|v| !v.allowed) {
+            for (slot, start) in taken {
+                let mut s = lock(&slot);
+                if s.start == start {
+                    s.used = (s.used - cost).max(0.0);
+                }
+            }
+            outcome?;
+            for v in &mut views {
+                v.allowed = false;
+            }
+        }
+        Ok(views)
+    }
+
+    /// Gives back `cost` of admitted hits on `key` (a refund): the quota is this node's
+    /// to admit again.
+    pub fn give_back(&self, key: &str, limits: &[WindowLimit], cost: f64, now: UnixMs) {
+        for l in limits {
+            let slot = self.holdings.slot(key, l.window.secs());
+            let mut s = lock(&slot);
+            if s.start == l.window.start_of(now) {
+                s.used = (s.used - cost).max(0.0);
+            }
+        }
+    }
+
+    async fn admit_one(
+        self: &Arc<Self>,
+        key: &str,
+        l: &WindowLimit,
+        cost: f64,
+        now: UnixMs,
+    ) -> Result<(StrictView, Arc<Slot>, i64), Arc<StoreError>> {
+        let size = l.window;
+        let start = size.start_of(now);
+        let weight = match l.algorithm {
+            WindowAlgorithm::Sliding => size.previous_weight(now),
+            WindowAlgorithm::Fixed => 0.0,
+        };
+        let slot = self.holdings.slot(key, size.secs());
+        let request = loop {
+            let notified = slot.changed.notified();
+            tokio::pin!(notified);
+            {
+                let mut s = lock(&slot);
+                if s.start != start {
+                    if s.start != 0 && (s.held > 0.0 || s.unsure) {
+                        let ended = (s.start, s.used);
+                        s.ended.push(ended);
+                    }
+                    let ended = std::mem::take(&mut s.ended);
+                    *s = SlotState {
+                        start,
+                        block: cost.max(1.0),
+                        inflight: s.inflight,
+                        ended,
+                        ..SlotState::default()
+                    };
+                }
+                s.last_hit_ms = now.0;
+                if s.held - s.used >= cost {
+                    s.used += cost;
+                    return Ok((view(&s, true), slot.clone(), start));
+                }
+                if !s.inflight {
+                    s.inflight = true;
+                    let need = s.used + cost;
+                    break HoldRequest {
+                        limit: l.limit,
+                        weight,
+                        need,
+                        want: need + s.block,
+                    };
+                }
+                notified.as_mut().enable();
+            }
+            notified.await;
+        };
+        let answer = self.hold_batched(key, size.secs(), start, request).await;
+        let settled = {
+            let mut s = lock(&slot);
+            s.inflight = false;
+            slot.changed.notify_waiters();
+            let held = match answer {
+                Ok(h) => h,
+                Err(e) => {
+                    if s.start == start {
+                        s.unsure = true;
+                    }
+                    return Err(e);
+                }
+            };
+            if s.start == start {
+                s.unsure = false;
+                let whole = held.held >= request.want;
+                s.held = held.held;
+                s.current = held.current;
+                s.previous = held.previous;
+                s.block = if whole {
+                    s.block * 2.0
+                } else {
+                    (s.block / 2.0).max(1.0)
+                };
+                let allowed = s.held - s.used >= cost;
+                if allowed {
+                    s.used += cost;
+                }
+                Some(view(&s, allowed))
+            } else {
+                None
+            }
+        };
+        match settled {
+            Some(v) => Ok((v, slot, start)),
+            // the window ended while the request was out: its quota goes back with the
+            // ended window's; this hit counts in the new window
+            None => {
+                let later = UnixMs(now.0.max((start + i64::from(size.secs())) * 1000));
+                Box::pin(self.admit_one(key, l, cost, later)).await
+            }
+        }
+    }
+
+    /// Queues a hold for the next store call and waits for its answer.
+    async fn hold_batched(
+        self: &Arc<Self>,
+        key: &str,
+        size: u32,
+        start: i64,
+        request: HoldRequest,
+    ) -> Result<HoldState, Arc<StoreError>> {
+        if self.skipping_store() {
+            return Err(Arc::new(StoreError::Unavailable(
+                "the store failed lately".into(),
+            )));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let hold = Hold {
+            key: key.into(),
+            window_size: size,
+            window_start: start,
+            request,
+        };
+        let lead = {
+            let mut q = self
+                .holdings
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            q.waiting.push((hold, tx));
+            !std::mem::replace(&mut q.flushing, true)
+        };
+        if lead {
+            let this = self.clone();
+            self.flushes.spawn(async move { this.flush_holds().await });
+        }
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => Err(Arc::new(StoreError::Unavailable(
+                "the hold was dropped".into(),
+            ))),
+        }
+    }
+
+    async fn flush_holds(self: Arc<Self>) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        loop {
+            let batch: Vec<_> = {
+                let mut q = self
+                    .holdings
+                    .queue
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                if q.waiting.is_empty() {
+                    q.flushing = false;
+                    return;
+                }
+                let n = q.waiting.len().min(HOLD_BATCH);
+                q.waiting.drain(..n).collect()
+            };
+            let (holds, txs): (Vec<Hold>, Vec<_>) = batch.into_iter().unzip();
+            match self.send_holds(&store, &holds).await {
+                Ok(states) => {
+                    for (tx, s) in txs.into_iter().zip(states) {
+                        let _ = tx.send(Ok(s));
+                    }
+                }
+                Err(e) => {
+                    for tx in txs {
+                        let _ = tx.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn send_holds(
+        &self,
+        store: &Store,
+        holds: &[Hold],
+    ) -> Result<Vec<HoldState>, Arc<StoreError>> {
+        self.holdings.round_trips.fetch_add(1, Ordering::Relaxed);
+        match self
+            .call(store.hold(self.name(), &self.holdings.holder, holds))
+            .await
+        {
+            Ok(held) if held.len() == holds.len() => {
+                Ok(held.into_iter().map(|h| h.state).collect())
+            }
+            Ok(held) => Err(Arc::new(StoreError::Protocol(format!(
+                "{} holds answered for {}",
+                held.len(),
+                holds.len()
+            )))),
+            Err(e) => {
+                warn!(namespace = self.name(), cause = %e, holds = holds.len(), "holds failed");
+                self.trip(&e);
+                Err(Arc::new(e))
+            }
+        }
+    }
+
+    /// At shutdown: every unused quota back, in a few quick attempts (what still fails
+    /// stays counted until its window ends, as for a node that is killed).
+    pub(super) async fn give_back_all(self: &Arc<Self>) {
+        for attempt in 1..=3 {
+            if self.give_back_unused(now(), true).await {
+                return;
+            }
+            warn!(
+                namespace = self.name(),
+                attempt, "giving back unused quota failed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Gives quota back: what ended windows did not use, what idle keys hold unused, or
+    /// (`all`, at shutdown) everything unused. Run by the engine's loop every tick; a
+    /// give-back that fails is tried again at the next.
+    /// True when nothing is left to give back.
+    pub(super) async fn give_back_unused(self: &Arc<Self>, now: UnixMs, all: bool) -> bool {
+        let Some(store) = self.store.clone() else {
+            return true;
+        };
+        let mut holds = Vec::new();
+        let mut current: Vec<(Arc<Slot>, i64)> = Vec::new();
+        for ((key, size), slot) in self.holdings.all() {
+            let mut s = lock(&slot);
+            if !s.inflight {
+                // (a request still out for an ended window could land after its give-back)
+                for &(start, used) in &s.ended {
+                    holds.push(give_back_to(&key, size, start, used));
+                }
+            }
+            let idle = now.0 - s.last_hit_ms >= IDLE_MS;
+            if (all || idle) && !s.inflight && (s.held > s.used || s.unsure) && s.start != 0 {
+                // no hit uses the quota while it goes back
+                s.inflight = true;
+                holds.push(give_back_to(&key, size, s.start, s.used));
+                current.push((slot.clone(), s.start));
+            }
+        }
+        if holds.is_empty() {
+            return true;
+        }
+        let answer = self.send_holds(&store, &holds).await;
+        let ok = answer.is_ok();
+        for (slot, start) in current {
+            let mut s = lock(&slot);
+            s.inflight = false;
+            if ok && s.start == start {
+                s.held = s.used;
+                s.unsure = false;
+                s.block = 1.0;
+            }
+            slot.changed.notify_waiters();
+        }
+        if ok {
+            let given: std::collections::HashSet<(CompactString, u32, i64)> = holds
+                .iter()
+                .map(|h| (h.key.clone(), h.window_size, h.window_start))
+                .collect();
+            for ((key, size), slot) in self.holdings.all() {
+                let mut s = lock(&slot);
+                s.ended
+                    .retain(|(start, _)| !given.contains(&(key.clone(), size, *start)));
+            }
+        }
+        ok
+    }
+}
+
+/// A hold that lowers the holder's total in a window to what it used.
+fn give_back_to(key: &CompactString, size: u32, start: i64, used: f64) -> Hold {
+    Hold {
+        key: key.clone(),
+        window_size: size,
+        window_start: start,
+        request: HoldRequest {
+            limit: 0.0,
+            weight: 0.0,
+            need: 0.0,
+            want: used,
+        },
+    }
+}
