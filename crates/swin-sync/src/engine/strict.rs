@@ -71,13 +71,13 @@ struct Slot {
 
 type SlotKey = (CompactString, u32);
 
+/// Where a hold's answer goes.
+type Answer = tokio::sync::oneshot::Sender<Result<HoldState, Arc<StoreError>>>;
+
 /// Holds waiting for the next store call.
 #[derive(Debug, Default)]
 struct HoldQueue {
-    waiting: Vec<(
-        Hold,
-        tokio::sync::oneshot::Sender<Result<HoldState, Arc<StoreError>>>,
-    )>,
+    waiting: Vec<(Hold, Answer)>,
     flushing: bool,
 }
 
