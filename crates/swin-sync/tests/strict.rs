@@ -63,18 +63,29 @@ enum Schedule {
     Bursts,
 }
 
-/// One case: `hits` hits of cost 1 on one key; returns (admitted, the store's count after
-/// every node stopped), or None when the window changed during the case.
-async fn case(
-    store: &Store,
-    key: &str,
+#[derive(Debug)]
+struct Case {
+    key: String,
     algorithm: WindowAlgorithm,
     limit: f64,
     hits: usize,
     schedule: Schedule,
     faults: bool,
-    rng: &mut StdRng,
-) -> Option<(f64, f64)> {
+}
+
+/// One case: `hits` hits of cost 1 on one key; returns (admitted, the store's count after
+/// every node stopped), or None when the window changed during the case.
+async fn case(store: &Store, c: &Case, rng: &mut StdRng) -> Option<(f64, f64)> {
+    let Case {
+        key,
+        algorithm,
+        limit,
+        hits,
+        schedule,
+        faults,
+    } = c;
+    let (algorithm, limit, hits, schedule, faults) =
+        (*algorithm, *limit, *hits, *schedule, *faults);
     let size = WindowSize::new(WINDOW).expect("size");
     let start = size.start_of(now());
     let rate = [0.01, 0.1, 1.0][rng.gen_range(0..3)];
@@ -103,7 +114,7 @@ async fn case(
                 nodes[n].faults.plan([f]);
             }
             let engine = nodes[n].engine.clone();
-            let key = key.to_owned();
+            let key = key.clone();
             round.push(tokio::spawn(async move {
                 engine.admit(&key, &[l], 1.0, now()).await
             }));
@@ -135,7 +146,7 @@ async fn case(
         return None;
     }
     let w = [WindowKey {
-        key: key.into(),
+        key: key.as_str().into(),
         window_size: WINDOW as u32,
         window_start: start,
     }];
@@ -167,11 +178,15 @@ async fn strict_admission_never_passes_the_limit(s: &TestStore) {
         let faults = i >= 3;
         let key = format!("k{i}");
         let hits = (limit as usize) * 2;
-        let Some((admitted, count)) = case(
-            &s.store, &key, algorithm, limit, hits, schedule, faults, &mut rng,
-        )
-        .await
-        else {
+        let c = Case {
+            key,
+            algorithm,
+            limit,
+            hits,
+            schedule,
+            faults,
+        };
+        let Some((admitted, count)) = case(&s.store, &c, &mut rng).await else {
             continue; // the hour turned during the case: run it again in the new one
         };
         let what = format!(
