@@ -586,6 +586,78 @@ async fn synchronous_limit_redis() {
     synchronous_limit(Store::redis()).await;
 }
 
+/// Strict admission over three node processes: hits spread by the load balancer, at a
+/// sync period far longer than the test, never pass the limit; after the nodes stop
+/// (giving back what they hold) the store counts exactly the hits admitted.
+async fn strict_limit(store: Store) {
+    let config = store.config(5.0).replace(
+        "store = \"main\"\n",
+        "store = \"main\"\nlimits = [{ window_size = 3600, limit = 40 }]\nadmission = \"strict\"\n",
+    );
+    let mut cluster = Cluster::start(3, &config, 0);
+    let c = client();
+    let allowed = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (c, lb, allowed) = (c.clone(), cluster.lb.clone(), allowed.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..15 {
+                let r = c
+                    .post(format!("{lb}/v1/namespaces/api/keys/door/hit"))
+                    .send()
+                    .await
+                    .expect("hit");
+                match r.status().as_u16() {
+                    200 => {
+                        allowed.fetch_add(1, Ordering::SeqCst);
+                    }
+                    429 => assert!(r.headers().get("retry-after").is_some()),
+                    other => panic!("hit answered {other}"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("client");
+    }
+    let allowed = allowed.load(Ordering::SeqCst);
+    eprintln!("strict, limit 40, 120 hits over 3 nodes: {allowed} allowed");
+    assert!(
+        allowed <= 40,
+        "{allowed} hits allowed against a limit of 40"
+    );
+    assert!(allowed >= 37, "only {allowed} of 40 allowed");
+    for i in 0..3 {
+        assert!(cluster.terminate(i), "node {i} stops cleanly");
+    }
+    assert_eq!(
+        store.totals("api").await.get("door").copied(),
+        Some(allowed as f64),
+        "the store counts what was admitted, no quota left held"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_limit_postgres() {
+    let _serial = SERIAL.lock().await;
+    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    strict_limit(Store::postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_limit_redis() {
+    let _serial = SERIAL.lock().await;
+    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    strict_limit(Store::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_limit_sqlite() {
+    let _serial = SERIAL.lock().await;
+    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    strict_limit(Store::sqlite().await).await;
+}
+
 /// The shipped nginx snippet (config/nginx-auth-request.conf), run by a real nginx in
 /// front of a backend: swin decides, nginx answers 429 with swin's headers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

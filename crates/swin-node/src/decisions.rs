@@ -14,11 +14,13 @@ use std::sync::Arc;
 use serde::Serialize;
 use swin_core::{check_cost, Decision, Gcra};
 
+use crate::config::{Admission, OnStoreFailure};
 use crate::error::Error;
 use crate::input::check_key;
-use crate::limits::{ceil_secs, KeyLimits, Limits};
+use crate::limits::{ceil_secs, KeyLimits, Limits, WindowSet};
 use crate::state::Namespace;
-use swin_sync::now;
+use swin_core::UnixMs;
+use swin_sync::{now, StrictView};
 
 /// One key's decision (the strictest of its limits'), and what its headers say.
 #[derive(Debug, Clone)]
@@ -28,6 +30,9 @@ pub struct Verdict {
     pub policies: Arc<[Arc<str>]>,
     /// The policy the decision comes from.
     pub policy: Arc<str>,
+    /// Why a hit was refused other than by its counts: `store_unreachable` (a strict
+    /// namespace with `on_store_failure = "deny"` whose store cannot be asked).
+    pub reason: Option<&'static str>,
 }
 
 impl Verdict {
@@ -36,7 +41,10 @@ impl Verdict {
     }
 
     pub fn answer(&self) -> HitAnswer {
-        HitAnswer::from(&self.decision)
+        HitAnswer {
+            reason: self.reason,
+            ..HitAnswer::from(&self.decision)
+        }
     }
 }
 
@@ -49,6 +57,9 @@ pub struct HitAnswer {
     pub reset_after: f64,
     /// Seconds until the same hit would pass; 0 when it passed.
     pub retry_after: f64,
+    /// Set when the hit was refused for another reason than its counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
 }
 
 impl From<&Decision> for HitAnswer {
@@ -59,6 +70,7 @@ impl From<&Decision> for HitAnswer {
             remaining: d.remaining,
             reset_after: d.reset_after.as_secs_f64(),
             retry_after: d.retry_after.as_secs_f64(),
+            reason: None,
         }
     }
 }
@@ -77,6 +89,7 @@ fn gcra_verdict(g: &Gcra, decision: Decision) -> Verdict {
         decision,
         policies: Arc::from([Arc::from(gcra_policy(g))]),
         policy: Arc::from("gcra"),
+        reason: None,
     }
 }
 
@@ -133,6 +146,19 @@ pub async fn take(
         }
         KeyLimits::Windows(set) => set,
     };
+    if let (Admission::Strict { on_store_failure }, false) = (ns.admission, dry_run) {
+        match ns.sync.admit(key, set, cost, now).await {
+            Ok(views) => {
+                return strict_verdict(ns, set, &views, key, cost, now, count_denied).await
+            }
+            Err(_) if on_store_failure == OnStoreFailure::Deny => {
+                return Ok(unreachable_verdict(set, now))
+            }
+            // on_store_failure = "local": decided below on the local view, counted
+            // locally and pushed later, as eventual admission does
+            Err(_) => {}
+        }
+    }
     let counters = ns.sync.counters();
     // the strictest so far, as Decision::strictest picks it (the last of equals)
     let mut strictest: Option<(usize, Decision)> = None;
@@ -164,7 +190,76 @@ pub async fn take(
         decision,
         policies: set.items().clone(),
         policy: set.name(i).clone(),
+        reason: None,
     })
+}
+
+/// A strict admission's answer: admitted or not as the quota said; the figures from the
+/// window as the store last showed it. The counts used before this hit are the window's
+/// count less what this node holds unused (and less this hit, when admitted). Denied
+/// hits of a `count_denied` namespace still count, as plain increments.
+async fn strict_verdict(
+    ns: &Namespace,
+    set: &WindowSet,
+    views: &[StrictView],
+    key: &str,
+    cost: f64,
+    now: UnixMs,
+    count_denied: bool,
+) -> Result<Verdict, Error> {
+    let mut strictest: Option<(usize, Decision)> = None;
+    for (i, (l, v)) in set.iter().zip(views).enumerate() {
+        let spent = if v.allowed { cost } else { 0.0 };
+        let before = (v.current - v.unused - spent).max(0.0);
+        let mut d = l.decide(before, v.previous, now, cost)?;
+        if v.allowed {
+            d.allowed = true;
+            d.retry_after = std::time::Duration::ZERO;
+            d.remaining = d.remaining.max(v.unused.floor());
+        } else if d.allowed {
+            // the counts leave room, but other nodes hold it: it comes back to the store
+            // when they do not use it
+            d.allowed = false;
+            d.remaining = 0.0;
+            d.retry_after = std::time::Duration::from_millis(swin_sync::IDLE_MS as u64);
+        }
+        if strictest.is_none_or(|(_, s)| d.cmp_strictness(&s).is_ge()) {
+            strictest = Some((i, d));
+        }
+    }
+    let Some((i, decision)) = strictest else {
+        return Err(Error::BadRequest(format!("key {key:?} has no limits")));
+    };
+    if !decision.allowed && count_denied {
+        for l in set {
+            ns.sync.increment(key, l.window.secs(), cost, now).await?;
+        }
+    }
+    Ok(Verdict {
+        decision,
+        policies: set.items().clone(),
+        policy: set.name(i).clone(),
+        reason: None,
+    })
+}
+
+/// Strict, `on_store_failure = "deny"`, and the store cannot be asked: refused.
+fn unreachable_verdict(set: &WindowSet, now: UnixMs) -> Verdict {
+    let l = &set[0];
+    let start_ms = l.window.start_of(now) * 1000;
+    let to_end = (start_ms + i64::from(l.window.secs()) * 1000 - now.0).max(0);
+    Verdict {
+        decision: Decision {
+            allowed: false,
+            limit: l.limit,
+            remaining: 0.0,
+            reset_after: std::time::Duration::from_millis(to_end as u64),
+            retry_after: std::time::Duration::from_secs(1),
+        },
+        policies: set.items().clone(),
+        policy: set.name(0).clone(),
+        reason: Some("store_unreachable"),
+    }
 }
 
 /// Takes back an allowed hit (a batch that was denied as a whole).
@@ -174,6 +269,9 @@ pub async fn give_back(ns: &Namespace, key: &str, cost: f64) -> Result<(), Error
         Some(KeyLimits::Gcra(g)) => {
             ns.sync.refund_tokens(g, key, g.units(cost)?, now).await?;
         }
+        Some(KeyLimits::Windows(set)) if is_strict(ns) => {
+            ns.sync.give_back(key, set, cost, now);
+        }
         Some(KeyLimits::Windows(set)) => {
             for l in set {
                 ns.sync.increment(key, l.window.secs(), -cost, now).await?;
@@ -182,6 +280,10 @@ pub async fn give_back(ns: &Namespace, key: &str, cost: f64) -> Result<(), Error
         None => {}
     }
     Ok(())
+}
+
+fn is_strict(ns: &Namespace) -> bool {
+    matches!(ns.admission, Admission::Strict { .. })
 }
 
 /// Gives back `cost` of hits admitted but not used, in every window the key's limits
@@ -205,6 +307,22 @@ pub async fn refund(
         }
         KeyLimits::Windows(set) => set,
     };
+    if is_strict(ns) {
+        // the quota goes back to this node, to admit again
+        let back = ns.sync.give_back(key, set, cost, now);
+        // the key after it: a hit of 0 is answered from what this node holds
+        let views = ns.sync.admit(key, set, 0.0, now).await;
+        let after = match views {
+            Ok(views) => strict_verdict(ns, set, &views, key, 0.0, now, false).await?,
+            Err(_) => unreachable_verdict(set, now),
+        };
+        return Ok(HitAnswer {
+            allowed: back > 0.0,
+            retry_after: 0.0,
+            reason: None,
+            ..after.answer()
+        });
+    }
     let counters = ns.sync.counters();
     let mut refunded = 0.0f64;
     let mut decisions = Vec::new();

@@ -170,6 +170,8 @@ struct NamespaceSample {
     counters: usize,
     buckets: usize,
     evictions: u64,
+    reservations: u64,
+    strict: bool,
 }
 
 impl NamespaceSample {
@@ -181,6 +183,8 @@ impl NamespaceSample {
             counters: c.len(),
             buckets: c.buckets().len(),
             evictions: c.evictions(),
+            reservations: sync.reservations(),
+            strict: sync.is_strict(),
         }
     }
 }
@@ -322,6 +326,16 @@ fn namespace_families(namespaces: &[NamespaceSample]) -> Vec<MetricFamily> {
         counters("swin_syncs_total", "Syncs that reached the store.", |n| {
             n.status.syncs
         }),
+        counters(
+            "swin_reservations_total",
+            "Store calls made to reserve or give back quota (strict admission).",
+            |n| n.reservations,
+        ),
+        gauges(
+            "swin_strict_admission",
+            "1 when the namespace admits strictly (admission = \"strict\"), else 0.",
+            |n| f64::from(u8::from(n.strict)),
+        ),
         gauges(
             "swin_degraded",
             "1 while the namespace cannot reach its store.",

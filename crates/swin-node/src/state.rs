@@ -22,6 +22,8 @@ pub struct Namespace {
     /// Whether `/increment` takes negative values (`allow_decrements`); without it a
     /// client could lift its own limit.
     pub allow_decrements: bool,
+    /// How `/hit` admits (`admission`, `on_store_failure`).
+    pub admission: crate::config::Admission,
 }
 
 impl Namespace {
@@ -48,7 +50,10 @@ impl Namespace {
                 max_counters: cfg.max_counters,
             },
         ));
-        let sync = NamespaceSync::new(counters, cfg.mode, store, push_id, store_timeout);
+        let mut sync = NamespaceSync::new(counters, cfg.mode, store, push_id, store_timeout);
+        if let crate::config::Admission::Strict { .. } = cfg.admission {
+            sync = sync.with_strict_admission();
+        }
         let gcra = cfg
             .limits
             .as_ref()
@@ -58,6 +63,7 @@ impl Namespace {
             store_name: cfg.store.clone(),
             limits: cfg.limits.clone(),
             allow_decrements: cfg.allow_decrements,
+            admission: cfg.admission,
         }
     }
 
@@ -69,6 +75,7 @@ impl Namespace {
             store_name: self.store_name.clone(),
             limits: cfg.limits.clone(),
             allow_decrements: cfg.allow_decrements,
+            admission: cfg.admission,
         }
     }
 }

@@ -16,7 +16,7 @@ use axum::http::Request;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use swin_core::{UnixMs, WindowAlgorithm, WindowLimit, WindowSize};
-use swin_node::config::NamespaceConfig;
+use swin_node::config::{Admission, NamespaceConfig};
 use swin_node::http;
 use swin_node::limits::{KeyFrom, KeyLimits, Limits, WindowSet};
 use swin_node::state::{AppState, Namespace, Namespaces};
@@ -54,6 +54,7 @@ fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> ax
             key_from: KeyFrom::ClientAddress,
         }),
         allow_decrements: false,
+        admission: Admission::Eventual,
     };
     let namespace = Namespace::build(
         &cfg,

@@ -145,7 +145,8 @@ macro_rules! sum_by_key {
 }
 use sum_by_key;
 
-/// Sums the count fields (not the `n:<node>` push records) of the namespace's hashes.
+/// Sums the count fields (a window start each; not the `n:<node>` push records or the
+/// `h:<start>:<holder>` strict-admission totals) of the namespace's hashes.
 async fn redis_totals(
     url: &str,
     prefix: &str,
@@ -188,7 +189,7 @@ async fn redis_totals(
                 .expect("hgetall");
             let sum: f64 = fields
                 .iter()
-                .filter(|(f, _)| !f.starts_with("n:"))
+                .filter(|(f, _)| f.parse::<i64>().is_ok())
                 .map(|(_, v)| v.parse::<f64>().expect("count"))
                 .sum();
             *out.entry(key).or_default() += sum;

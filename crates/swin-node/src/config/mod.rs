@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use self::auth::{AuthConfig, Scope, Token};
-pub use self::namespaces::NamespaceConfig;
+pub use self::namespaces::{Admission, NamespaceConfig, OnStoreFailure};
 pub use self::stores::StoreConfig;
 
 /// The embedded default (`config/swin.toml`).

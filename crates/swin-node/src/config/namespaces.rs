@@ -29,6 +29,36 @@ pub(super) struct RawNamespace {
     #[serde(default)]
     overrides: Vec<RawOverride>,
     allow_decrements: Option<bool>,
+    admission: Option<String>,
+    on_store_failure: Option<String>,
+}
+
+/// How a namespace with limits admits hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Decide on the local view of the cluster's counts (Kong's design): a node may admit
+    /// past the limit by what the others admitted since its last sync.
+    Eventual,
+    /// Admit only from quota this node reserved in the store: never past the limit.
+    Strict { on_store_failure: OnStoreFailure },
+}
+
+/// What a strict namespace does while its store cannot be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnStoreFailure {
+    /// Decide on the local view, as eventual admission does.
+    Local,
+    /// Refuse (429, reason `store_unreachable`).
+    Deny,
+}
+
+impl Admission {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Admission::Eventual => "eventual",
+            Admission::Strict { .. } => "strict",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +73,8 @@ pub struct NamespaceConfig {
     pub limits: Option<crate::limits::Limits>,
     /// `/increment` takes negative values (default false).
     pub allow_decrements: bool,
+    /// `admission` (and `on_store_failure`).
+    pub admission: Admission,
 }
 
 impl Parser<'_> {
@@ -121,6 +153,20 @@ impl Parser<'_> {
         };
         let limits = crate::limits::validate(raw, &sizes)
             .map_err(|(field, why)| self.err(&f(&field), why))?;
+        let admission = self.admission(&n.admission, &n.on_store_failure, f)?;
+        if let Admission::Strict { .. } = admission {
+            let why = match &limits {
+                None => Some("\"strict\" needs limits to admit against"),
+                Some(l) if l.is_gcra() => {
+                    Some("\"strict\" is for window limits (sliding_window, fixed_window); GCRA buckets admit eventually")
+                }
+                Some(_) if store.is_none() => Some("\"strict\" needs a store (sync_rate ≥ 0)"),
+                Some(_) => None,
+            };
+            if let Some(why) = why {
+                return Err(self.err(&f("admission"), why.into()));
+            }
+        }
         Ok(NamespaceConfig {
             name: n.name,
             window_sizes: sizes,
@@ -129,7 +175,40 @@ impl Parser<'_> {
             max_counters,
             limits,
             allow_decrements: n.allow_decrements.unwrap_or(false),
+            admission,
         })
+    }
+
+    fn admission(
+        &self,
+        admission: &Option<String>,
+        on_store_failure: &Option<String>,
+        f: &dyn Fn(&str) -> String,
+    ) -> Result<Admission, ConfigError> {
+        match (admission.as_deref(), on_store_failure.as_deref()) {
+            (None | Some("eventual"), None) => Ok(Admission::Eventual),
+            (None | Some("eventual"), Some(_)) => Err(self.err(
+                &f("on_store_failure"),
+                "only with admission = \"strict\"".into(),
+            )),
+            (Some("strict"), failure) => {
+                let on_store_failure = match failure {
+                    None | Some("local") => OnStoreFailure::Local,
+                    Some("deny") => OnStoreFailure::Deny,
+                    Some(other) => {
+                        return Err(self.err(
+                            &f("on_store_failure"),
+                            format!("{other:?} is not \"local\" or \"deny\""),
+                        ))
+                    }
+                };
+                Ok(Admission::Strict { on_store_failure })
+            }
+            (Some(other), _) => Err(self.err(
+                &f("admission"),
+                format!("{other:?} is not \"eventual\" or \"strict\""),
+            )),
+        }
     }
 
     fn window_sizes(&self, raw: &[i64], field: &str) -> Result<Vec<WindowSize>, ConfigError> {

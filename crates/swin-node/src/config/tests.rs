@@ -304,3 +304,53 @@ fn errors_name_the_field() {
         "(toml, line 2, column 11)",
     );
 }
+
+#[test]
+fn strict_admission_is_checked() {
+    use super::{Admission, OnStoreFailure};
+    let store = "[stores.m]\nkind = \"redis\"\nurl = \"redis://127.0.0.1\"\n";
+    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = 1\nstore = \"m\"\n";
+    let limits = "limits = [{ window_size = 60, limit = 5 }]\n";
+    let parse = |extra: &str| Config::parse("f.toml", &format!("{store}{ns}{extra}"), &no_env);
+    let admission = |extra: &str| parse(extra).expect("valid").namespaces[0].admission;
+    assert_eq!(admission(limits), Admission::Eventual);
+    assert_eq!(
+        admission(&format!("{limits}admission = \"strict\"")),
+        Admission::Strict {
+            on_store_failure: OnStoreFailure::Local
+        }
+    );
+    assert_eq!(
+        admission(&format!(
+            "{limits}admission = \"strict\"\non_store_failure = \"deny\""
+        )),
+        Admission::Strict {
+            on_store_failure: OnStoreFailure::Deny
+        }
+    );
+    let fails_with = |extra: &str, field: &str| {
+        let text = format!("{store}{ns}{extra}");
+        fails(&text, field);
+    };
+    fails_with("admission = \"strict\"", "namespaces[0].admission");
+    fails_with(
+        &format!("{limits}admission = \"exact\""),
+        "namespaces[0].admission",
+    );
+    fails_with(
+        &format!("{limits}on_store_failure = \"deny\""),
+        "namespaces[0].on_store_failure",
+    );
+    fails_with(
+        &format!("{limits}admission = \"strict\"\non_store_failure = \"maybe\""),
+        "namespaces[0].on_store_failure",
+    );
+    fails_with(
+        "algorithm = \"gcra\"\ngcra = { burst = 5, count = 5, period = \"1m\" }\nadmission = \"strict\"",
+        "namespaces[0].admission",
+    );
+    fails(
+        &format!("[[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = -1\n{limits}admission = \"strict\""),
+        "namespaces[0].admission",
+    );
+}

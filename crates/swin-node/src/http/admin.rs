@@ -1,6 +1,7 @@
 //! Operating a node over HTTP: reset a key, list namespaces, sync now, health,
 //! readiness and metrics.
 
+use crate::config::{Admission, OnStoreFailure};
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -92,6 +93,12 @@ struct NamespaceInfo {
     degraded: bool,
     /// A short reason (`store_unreachable`, …); the detail is in the log.
     degraded_reason: Option<&'static str>,
+    /// `eventual` or `strict`; none when the namespace only counts.
+    admission: Option<&'static str>,
+    /// Strict only: `local` or `deny`.
+    on_store_failure: Option<&'static str>,
+    /// Store calls made to reserve or give back quota (strict admission).
+    reservations: u64,
 }
 
 fn info(ns: &Namespace) -> NamespaceInfo {
@@ -121,6 +128,15 @@ fn info(ns: &Namespace) -> NamespaceInfo {
         pending_advances: st.pending_advances,
         degraded: st.degraded.is_some(),
         degraded_reason: st.degraded,
+        admission: ns.limits.as_ref().map(|_| ns.admission.name()),
+        on_store_failure: match ns.admission {
+            Admission::Strict { on_store_failure } => Some(match on_store_failure {
+                OnStoreFailure::Local => "local",
+                OnStoreFailure::Deny => "deny",
+            }),
+            Admission::Eventual => None,
+        },
+        reservations: ns.sync.reservations(),
     }
 }
 

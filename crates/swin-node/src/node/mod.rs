@@ -463,6 +463,11 @@ impl Node {
 /// True when two configs of a namespace differ in their limits only, and not in kind
 /// (window limits and GCRA keep different state).
 fn only_limits_changed(old: &NamespaceConfig, new: &NamespaceConfig) -> bool {
+    // a strict namespace's quota was reserved under its old limits: it goes back with
+    // the old engine, and the new one reserves under the new limits
+    if old.admission != crate::config::Admission::Eventual {
+        return false;
+    }
     let mut same = new.clone();
     same.limits = old.limits.clone();
     same.allow_decrements = old.allow_decrements;

@@ -186,15 +186,20 @@ impl NamespaceSync {
     }
 
     /// Gives back `cost` of admitted hits on `key` (a refund): the quota is this node's
-    /// to admit again.
-    pub fn give_back(&self, key: &str, limits: &[WindowLimit], cost: f64, now: UnixMs) {
+    /// to admit again. Returns how much went back (at most what this node admitted in
+    /// the window, in the limit that gave back most).
+    pub fn give_back(&self, key: &str, limits: &[WindowLimit], cost: f64, now: UnixMs) -> f64 {
+        let mut back = 0.0f64;
         for l in limits {
             let slot = self.holdings.slot(key, l.window.secs());
             let mut s = lock(&slot);
             if s.start == l.window.start_of(now) {
-                s.used = (s.used - cost).max(0.0);
+                let b = cost.min(s.used.max(0.0));
+                s.used -= b;
+                back = back.max(b);
             }
         }
+        back
     }
 
     async fn admit_one(

@@ -6,6 +6,8 @@
 //! swin:{<len(namespace)>:<namespace>:<key>}:<window_size>
 //!     <window_start>  -> count        (a double, written with %.17g)
 //!     n:<node_id>     -> last push seq applied from that node
+//!     h:<window_start>:<holder> -> quota a holder reserved in that window (strict
+//!                        admission; part of the window's count)
 //! ```
 //!
 //! The hash tag `{…}` covers namespace and key, so a namespace's keys spread over every

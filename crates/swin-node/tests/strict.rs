@@ -1,0 +1,163 @@
+//! Strict admission over HTTP (`admission = "strict"`): `/hit` admits only from quota
+//! the node reserved in the store, refunds give it back, `/v1/namespaces` and the metrics
+//! show the mode, and with `on_store_failure` a store that cannot be asked either leaves
+//! the decision to the local view or refuses with `store_unreachable`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use swin_node::config::Config;
+use swin_node::http;
+use swin_node::state::{AppState, Namespace, Namespaces};
+use swin_sync::store::{RedisStore, SqliteStore};
+use swin_sync::Store;
+use tower::ServiceExt;
+
+fn config(store: &str, extra: &str) -> Config {
+    let text = format!(
+        "[stores.main]\n{store}\n[[namespaces]]\nname = \"api\"\nwindow_sizes = [3600]\nsync_rate = 1\nstore = \"main\"\nlimits = [{{ window_size = 3600, limit = 5 }}]\nadmission = \"strict\"\n{extra}"
+    );
+    Config::parse("strict.toml", &text, &|_| None).expect("config")
+}
+
+fn router(config: &Config, store: Store) -> (axum::Router, Arc<Namespace>) {
+    let cfg = &config.namespaces[0];
+    let ns = Arc::new(Namespace::build(
+        cfg,
+        Some(store),
+        "test".into(),
+        Duration::from_millis(500),
+    ));
+    let mut all = Namespaces::new();
+    all.insert(cfg.name.clone(), ns.clone());
+    let state = Arc::new(AppState::for_config(config));
+    state.namespaces.store(Arc::new(all));
+    (http::router(state), ns)
+}
+
+async fn post(
+    r: &axum::Router,
+    uri: &str,
+    body: &str,
+) -> (StatusCode, serde_json::Value, Option<String>) {
+    let req = Request::builder()
+        .method("POST")
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_owned()))
+        .expect("request");
+    let resp = r.clone().oneshot(req).await.expect("response");
+    let status = resp.status();
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().expect("ascii").to_owned());
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, serde_json::from_slice(&bytes).expect("json"), retry)
+}
+
+async fn get(r: &axum::Router, uri: &str) -> String {
+    let req = Request::builder()
+        .uri(uri)
+        .body(Body::empty())
+        .expect("request");
+    let resp = r.clone().oneshot(req).await.expect("response");
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    String::from_utf8(bytes.to_vec()).expect("utf-8")
+}
+
+async fn sqlite() -> Store {
+    let store = Store::Sqlite(
+        SqliteStore::connect("sqlite::memory:")
+            .await
+            .expect("sqlite"),
+    );
+    store.migrate().await.expect("migrate");
+    store
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_hits_refunds_and_what_the_node_shows() {
+    let config = config("kind = \"sqlite\"\nurl = \"sqlite::memory:\"", "");
+    let (r, _ns) = router(&config, sqlite().await);
+    let hit = "/v1/namespaces/api/keys/k/hit";
+    for i in 0..5 {
+        let (status, body, _) = post(&r, hit, "").await;
+        assert_eq!(status, StatusCode::OK, "hit {i}: {body}");
+        assert_eq!(body["allowed"], true);
+    }
+    let (status, body, retry) = post(&r, hit, "").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert!(retry.is_some());
+    assert!(body.get("reason").is_none(), "{body}");
+    // a refund gives quota back to this node: one more hit passes, then none
+    let (status, body, _) = post(&r, "/v1/namespaces/api/keys/k/refund", "{\"cost\": 1}").await;
+    assert_eq!(
+        (status, &body["allowed"]),
+        (StatusCode::OK, &serde_json::json!(true)),
+        "{body}"
+    );
+    assert_eq!(post(&r, hit, "").await.0, StatusCode::OK);
+    assert_eq!(post(&r, hit, "").await.0, StatusCode::TOO_MANY_REQUESTS);
+    // a refund of what was never admitted gives nothing back
+    let (_, body, _) = post(&r, "/v1/namespaces/api/keys/other/refund", "{\"cost\": 1}").await;
+    assert_eq!(body["allowed"], false, "{body}");
+    let list: serde_json::Value =
+        serde_json::from_str(&get(&r, "/v1/namespaces").await).expect("json");
+    let api = &list["namespaces"][0];
+    assert_eq!(api["admission"], "strict");
+    assert_eq!(api["on_store_failure"], "local");
+    assert!(api["reservations"].as_u64().expect("a count") >= 1, "{api}");
+    let metrics = get(&r, "/metrics").await;
+    assert!(
+        metrics.contains("swin_strict_admission{namespace=\"api\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("swin_reservations_total{namespace=\"api\"}"),
+        "{metrics}"
+    );
+}
+
+/// A Redis nobody listens on: every hold fails at once.
+fn unreachable_redis() -> (Store, String) {
+    let port = swin_testkit::free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let store = Store::Redis(RedisStore::new(&url, "swin-strict-test").expect("url"));
+    (store, format!("kind = \"redis\"\nurl = \"{url}\""))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_away_denies_or_decides_locally_as_configured() {
+    let (store, section) = unreachable_redis();
+    let deny = config(&section, "on_store_failure = \"deny\"");
+    let (r, _) = router(&deny, store.clone());
+    let (status, body, retry) = post(&r, "/v1/namespaces/api/keys/k/hit", "").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(body["reason"], "store_unreachable", "{body}");
+    assert_eq!(body["allowed"], false);
+    assert!(retry.is_some_and(|s| s.parse::<u64>().expect("seconds") >= 1));
+
+    let local = config(&section, "on_store_failure = \"local\"");
+    let (r, ns) = router(&local, store);
+    for i in 0..5 {
+        let (status, body, _) = post(&r, "/v1/namespaces/api/keys/k/hit", "").await;
+        assert_eq!(status, StatusCode::OK, "hit {i}: {body}");
+    }
+    // decided on the local view: the limit still holds on this node
+    assert_eq!(
+        post(&r, "/v1/namespaces/api/keys/k/hit", "").await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // and the hits it admitted wait, counted, for the store
+    let rate = ns
+        .sync
+        .counters()
+        .table(3600)
+        .expect("table")
+        .rate("k", swin_sync::now(), None);
+    assert_eq!(rate.current, 5.0);
+}
