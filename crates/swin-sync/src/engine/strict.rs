@@ -19,7 +19,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use swin_core::{CompactString, HoldRequest, HoldState, UnixMs, WindowAlgorithm, WindowLimit};
+use swin_core::{
+    CompactString, HoldRequest, HoldState, Total, UnixMs, WindowAlgorithm, WindowLimit,
+};
 
 use super::now;
 use tracing::warn;
@@ -29,7 +31,7 @@ use crate::store::{Hold, Store};
 use crate::StoreError;
 
 /// A key with quota it has not used for this long gives the rest back.
-pub const IDLE_MS: i64 = 1_000;
+pub const IDLE_MS: i64 = 5_000;
 
 /// Holds per store call at most.
 const HOLD_BATCH: usize = 1_000;
@@ -229,7 +231,7 @@ impl NamespaceSync {
                     let ended = std::mem::take(&mut s.ended);
                     *s = SlotState {
                         start,
-                        block: cost.max(1.0),
+                        block: first_block(l.limit, cost),
                         inflight: s.inflight,
                         ended,
                         ..SlotState::default()
@@ -289,7 +291,25 @@ impl NamespaceSync {
             }
         };
         match settled {
-            Some(v) => Ok((v, slot, start)),
+            Some(v) => {
+                // the key's counts as the store just showed them, for reads of its rate
+                let totals = [
+                    Total {
+                        key: key.into(),
+                        window_size: size.secs(),
+                        window_start: start,
+                        count: v.current,
+                    },
+                    Total {
+                        key: key.into(),
+                        window_size: size.secs(),
+                        window_start: start - i64::from(size.secs()),
+                        count: v.previous,
+                    },
+                ];
+                self.apply(&totals, now, super::Create::Yes);
+                Ok((v, slot, start))
+            }
             // the window ended while the request was out: its quota goes back with the
             // ended window's; this hit counts in the new window
             None => {
@@ -469,6 +489,13 @@ impl NamespaceSync {
         }
         ok
     }
+}
+
+/// The first block a key asks for beyond its first hit: a thousandth of the limit, between
+/// 1 and 1,024 — a key far from a large limit starts with a few round trips instead of ten,
+/// while under a small limit blocks stay single hits.
+fn first_block(limit: f64, cost: f64) -> f64 {
+    (limit / 1000.0).floor().clamp(1.0, 1024.0).max(cost)
 }
 
 /// A hold that lowers the holder's total in a window to what it used.
