@@ -131,8 +131,28 @@ pub async fn take(
 ) -> Result<Verdict, Error> {
     validate(ns, namespace, key, cost)?;
     let limits = limits_of(ns, namespace)?;
-    let count_denied = limits.count_denied;
-    let limits = limits.for_key(key);
+    take_under(
+        ns,
+        key,
+        limits.for_key(key),
+        cost,
+        dry_run,
+        limits.count_denied,
+    )
+    .await
+}
+
+/// Decides a hit of `cost` on `key` under `limits` (the key's own, or a descriptor
+/// rule's), in the namespace's sync and admission mode. The key and cost are valid.
+pub async fn take_under(
+    ns: &Namespace,
+    key: &str,
+    limits: &KeyLimits,
+    cost: f64,
+    dry_run: bool,
+    count_denied: bool,
+) -> Result<Verdict, Error> {
+    let namespace = ns.sync.name();
     let now = now();
     let set = match limits {
         KeyLimits::Gcra(g) => {

@@ -14,6 +14,7 @@ pub mod input;
 pub mod limits;
 pub mod metrics;
 pub mod node;
+pub mod rls;
 pub mod spool;
 pub mod state;
 pub mod tls;

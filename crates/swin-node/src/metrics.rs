@@ -27,6 +27,8 @@ pub struct Metrics {
     decisions: [papaya::HashMap<String, AtomicU64>; 2],
     /// Requests on routes that need a token, by token name ("" for none) then outcome.
     auth: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
+    /// Envoy rate limit service calls, by domain ("unknown" for no namespace) then code.
+    rls: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
 }
 
 fn bump<K, Q>(map: &papaya::HashMap<K, AtomicU64>, key: &Q, owned: impl FnOnce() -> K, n: u64)
@@ -77,6 +79,16 @@ impl Metrics {
         );
     }
 
+    /// A `ShouldRateLimit` call answered with `code` (OK, OVER_LIMIT, or the gRPC error).
+    pub fn rls_request(&self, domain: &str, code: &'static str) {
+        let domains = self.rls.pin();
+        let codes = match domains.get(domain) {
+            Some(c) => c,
+            None => domains.get_or_insert_with(domain.to_owned(), Default::default),
+        };
+        bump(codes, &code, || code, 1);
+    }
+
     /// The exposition of these counters and of each namespace's engine.
     pub fn render(&self, engines: &[&NamespaceSync]) -> String {
         let namespaces: Vec<NamespaceSample> =
@@ -117,6 +129,13 @@ impl Metrics {
                         (vec![("token", token), ("outcome", outcome.to_owned())], v)
                     }),
             ),
+            counter_family(
+                "swin_rls_requests_total",
+                "Envoy rate limit service calls (ShouldRateLimit), by domain and answer code.",
+                nested(&self.rls)
+                    .into_iter()
+                    .map(|(domain, code, v)| (vec![("domain", domain), ("code", code.to_owned())], v)),
+            ),
         ];
         families.extend(namespace_families(&namespaces));
         // a family without samples (no decision yet) is left out, as registries do
@@ -150,6 +169,19 @@ impl Metrics {
         v.sort();
         v
     }
+}
+
+fn nested(
+    map: &papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
+) -> Vec<(String, &'static str, u64)> {
+    let mut v = Vec::new();
+    for (outer, inner) in map.pin().iter() {
+        for (k, c) in inner.pin().iter() {
+            v.push((outer.clone(), *k, c.load(Ordering::Relaxed)));
+        }
+    }
+    v.sort();
+    v
 }
 
 fn sorted(map: &papaya::HashMap<String, AtomicU64>) -> Vec<(String, u64)> {

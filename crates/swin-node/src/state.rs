@@ -24,6 +24,8 @@ pub struct Namespace {
     pub allow_decrements: bool,
     /// How `/hit` admits (`admission`, `on_store_failure`).
     pub admission: crate::config::Admission,
+    /// Envoy's descriptor rules (the gRPC rate limit service), when the namespace has some.
+    pub rules: Option<Arc<crate::rls::rules::Rules>>,
 }
 
 impl Namespace {
@@ -64,6 +66,7 @@ impl Namespace {
             limits: cfg.limits.clone(),
             allow_decrements: cfg.allow_decrements,
             admission: cfg.admission,
+            rules: cfg.rules.clone(),
         }
     }
 
@@ -76,6 +79,7 @@ impl Namespace {
             limits: cfg.limits.clone(),
             allow_decrements: cfg.allow_decrements,
             admission: cfg.admission,
+            rules: cfg.rules.clone(),
         }
     }
 }

@@ -55,6 +55,7 @@ fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> ax
         }),
         allow_decrements: false,
         admission: Admission::Eventual,
+        rules: None,
     };
     let namespace = Namespace::build(
         &cfg,

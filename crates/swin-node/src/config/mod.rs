@@ -53,6 +53,7 @@ pub struct ConfigError {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     listen: Option<String>,
+    grpc_listen: Option<String>,
     migrate: Option<bool>,
     log_format: Option<String>,
     body_limit: Option<usize>,
@@ -99,6 +100,8 @@ pub enum LogFormat {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// Envoy's rate limit service (gRPC) listens here; none: no gRPC server.
+    pub grpc_listen: Option<SocketAddr>,
     pub migrate: bool,
     pub log_format: LogFormat,
     pub body_limit: usize,
@@ -189,6 +192,17 @@ impl Parser<'_> {
                 format!("{listen_s:?} is not an address like 127.0.0.1:7070"),
             )
         })?;
+        let (grpc_s, grpc_field) =
+            self.overridden("grpc_listen", "SWIN_GRPC_LISTEN", raw.grpc_listen);
+        let grpc_listen = match grpc_s {
+            None => None,
+            Some(g) => Some(g.parse().map_err(|_| {
+                self.err(
+                    &grpc_field,
+                    format!("{g:?} is not an address like 127.0.0.1:8081"),
+                )
+            })?),
+        };
         let migrate = match (self.env)("SWIN_MIGRATE") {
             Some(v) => parse_bool(&v).ok_or_else(|| {
                 self.err(
@@ -275,6 +289,7 @@ impl Parser<'_> {
         Ok(Config {
             data_dir: data_dir.into(),
             listen,
+            grpc_listen,
             migrate,
             log_format,
             body_limit,

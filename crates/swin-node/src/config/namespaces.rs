@@ -31,6 +31,11 @@ pub(super) struct RawNamespace {
     allow_decrements: Option<bool>,
     admission: Option<String>,
     on_store_failure: Option<String>,
+    /// Envoy's rate limit service: envoyproxy/ratelimit descriptor rules, inline…
+    #[serde(default)]
+    descriptors: Vec<crate::rls::rules::RawRule>,
+    /// …or in its YAML file (whose `domain` is this namespace).
+    descriptors_file: Option<String>,
 }
 
 /// How a namespace with limits admits hits.
@@ -75,6 +80,9 @@ pub struct NamespaceConfig {
     pub allow_decrements: bool,
     /// `admission` (and `on_store_failure`).
     pub admission: Admission,
+    /// Descriptor rules for Envoy's rate limit service (`descriptors`,
+    /// `descriptors_file`); none when the namespace has neither.
+    pub rules: Option<std::sync::Arc<crate::rls::rules::Rules>>,
 }
 
 impl Parser<'_> {
@@ -113,11 +121,37 @@ impl Parser<'_> {
         stores: &BTreeMap<String, StoreConfig>,
         default_max: usize,
     ) -> Result<NamespaceConfig, ConfigError> {
-        // a GCRA namespace needs no windows (it may still count in some)
-        if n.window_sizes.is_empty() && n.algorithm.as_deref() != Some("gcra") {
+        let rules = if n.descriptors.is_empty() && n.descriptors_file.is_none() {
+            None
+        } else {
+            let file = n.descriptors_file.as_deref().map(std::path::Path::new);
+            let rules = crate::rls::rules::Rules::load(
+                &n.name,
+                &n.descriptors,
+                file,
+                n.algorithm.as_deref(),
+            )
+            .map_err(|e| match &n.descriptors_file {
+                Some(_) if !e.starts_with("descriptors") => self.err(&f("descriptors_file"), e),
+                _ => self.err(&f("descriptors"), e),
+            })?;
+            Some(std::sync::Arc::new(rules))
+        };
+        // a GCRA namespace needs no windows (it may still count in some), nor one whose
+        // rules come from descriptors
+        if n.window_sizes.is_empty() && n.algorithm.as_deref() != Some("gcra") && rules.is_none() {
             return Err(self.err(&f("window_sizes"), "needs at least one window size".into()));
         }
-        let sizes = self.window_sizes(&n.window_sizes, &f("window_sizes"))?;
+        let mut sizes = self.window_sizes(&n.window_sizes, &f("window_sizes"))?;
+        if let Some(r) = &rules {
+            for s in r.window_sizes() {
+                let size =
+                    WindowSize::new(s).map_err(|e| self.err(&f("descriptors"), e.to_string()))?;
+                if !sizes.contains(&size) {
+                    sizes.push(size);
+                }
+            }
+        }
         let mode = SyncMode::from_rate(n.sync_rate)
             .ok_or_else(|| self.err(&f("sync_rate"), "must be a finite number".into()))?;
         let store = match (mode, n.store) {
@@ -156,6 +190,8 @@ impl Parser<'_> {
         let admission = self.admission(&n.admission, &n.on_store_failure, f)?;
         if let Admission::Strict { .. } = admission {
             let why = match &limits {
+                None if rules.is_some() && store.is_some() => None,
+                None if rules.is_some() => Some("\"strict\" needs a store (sync_rate ≥ 0)"),
                 None => Some("\"strict\" needs limits to admit against"),
                 Some(l) if l.is_gcra() => {
                     Some("\"strict\" is for window limits (sliding_window, fixed_window); GCRA buckets admit eventually")
@@ -176,6 +212,7 @@ impl Parser<'_> {
             limits,
             allow_decrements: n.allow_decrements.unwrap_or(false),
             admission,
+            rules,
         })
     }
 

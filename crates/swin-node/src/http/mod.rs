@@ -6,6 +6,7 @@ mod auth;
 mod client_address;
 mod counting;
 mod decisions;
+pub(crate) use decisions::state_item;
 pub mod error;
 mod extract;
 pub mod server;

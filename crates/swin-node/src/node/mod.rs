@@ -377,6 +377,19 @@ impl Node {
             stop.clone(),
             grace,
         ));
+        let grpc = match self.config.grpc_listen {
+            Some(a) => {
+                let l = tokio::net::TcpListener::bind(a)
+                    .await
+                    .with_context(|| format!("grpc_listen {a}"))?;
+                Some(tokio::spawn(crate::rls::serve(
+                    l,
+                    self.state.clone(),
+                    stop.clone(),
+                )))
+            }
+            None => None,
+        };
         info!(listen = %addr, namespaces = self.running.len(), "swin-node ready");
         loop {
             tokio::select! {
@@ -393,6 +406,13 @@ impl Node {
         // the server waits up to the grace period for the requests in flight
         if let Err(e) = server.await {
             error!(cause = %e, "server task failed");
+        }
+        if let Some(g) = grpc {
+            match g.await {
+                Ok(Err(e)) => error!(cause = %e, "gRPC server failed"),
+                Err(e) => error!(cause = %e, "gRPC server task failed"),
+                Ok(Ok(())) => {}
+            }
         }
         info!("pushing the last diffs");
         self.shutdown_engines().await
@@ -470,6 +490,7 @@ fn only_limits_changed(old: &NamespaceConfig, new: &NamespaceConfig) -> bool {
     }
     let mut same = new.clone();
     same.limits = old.limits.clone();
+    same.rules = old.rules.clone();
     same.allow_decrements = old.allow_decrements;
     same == *old && is_gcra(old) == is_gcra(new)
 }

@@ -1,0 +1,529 @@
+//! A namespace's rules for Envoy's rate limit service: envoyproxy/ratelimit's descriptor
+//! tree, inline in the TOML config or in its own YAML files unchanged, and how a request
+//! descriptor finds its rule — as envoyproxy/ratelimit matches: level by level, the entry's
+//! `key_value` first, then a value ending in `*` whose prefix the value starts with, then
+//! the bare `key` (any value); a rule applies only when it sits at the descriptor's last
+//! entry.
+//!
+//! Invariants: every rule's limits are validated like a namespace's own (`limits::*`);
+//! every window size a rule or a request override can use has a table (see
+//! [`Rules::window_sizes`]); a rule's error names the file (or the config), the rule
+//! path and the field.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use swin_core::{Gcra, WindowAlgorithm, WindowLimit, WindowSize};
+
+use crate::limits::{KeyLimits, WindowSet};
+
+/// `rate_limit = { unit, requests_per_unit, name, replaces, unlimited }`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawRateLimit {
+    #[serde(default)]
+    unit: String,
+    #[serde(default)]
+    requests_per_unit: u64,
+    name: Option<String>,
+    #[serde(default)]
+    replaces: Vec<RawReplace>,
+    #[serde(default)]
+    unlimited: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawReplace {
+    name: String,
+}
+
+/// swin's own window limit inside a rule: `{ window_size = 90, limit = 10 }`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawWindow {
+    window_size: u64,
+    limit: f64,
+}
+
+/// swin's own GCRA bucket inside a rule.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawBucket {
+    burst: i64,
+    count: i64,
+    period: String,
+}
+
+/// One descriptor rule, in envoyproxy/ratelimit's shape (plus `limits` / `gcra`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    key: String,
+    #[serde(default)]
+    value: String,
+    rate_limit: Option<RawRateLimit>,
+    limits: Option<Vec<RawWindow>>,
+    gcra: Option<RawBucket>,
+    #[serde(default)]
+    shadow_mode: bool,
+    /// Accepted for compatibility; swin's metrics are per namespace.
+    #[serde(default)]
+    detailed_metric: bool,
+    #[serde(default)]
+    value_to_metric: bool,
+    #[serde(default)]
+    descriptors: Vec<RawRule>,
+}
+
+/// An envoyproxy/ratelimit YAML file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    domain: String,
+    #[serde(default)]
+    descriptors: Vec<RawRule>,
+}
+
+/// Envoy's rate limit units, in seconds (a month is 30 days, a year 365, as
+/// envoyproxy/ratelimit counts them).
+pub const UNITS: [(&str, u64, i32); 7] = [
+    ("second", 1, 1),
+    ("minute", 60, 2),
+    ("hour", 3_600, 3),
+    ("day", 86_400, 4),
+    ("week", 604_800, 7),
+    ("month", 2_592_000, 5),
+    ("year", 31_536_000, 6),
+];
+
+/// The seconds of an Envoy unit number (the proto's enum), if it is one.
+pub fn unit_secs(unit: i32) -> Option<u64> {
+    UNITS.iter().find(|u| u.2 == unit).map(|u| u.1)
+}
+
+/// The Envoy unit of a window, or 0 (UNKNOWN) for a length that is none of them.
+pub fn unit_of(secs: u64) -> i32 {
+    UNITS.iter().find(|u| u.1 == secs).map_or(0, |u| u.2)
+}
+
+/// What a rule limits with.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuleLimit {
+    /// Matched, counted nowhere, never limited.
+    Unlimited,
+    Limited(KeyLimits),
+}
+
+/// A rule that a descriptor found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// Its path: `generic_key_login.remote_address`.
+    pub path: String,
+    pub limit: RuleLimit,
+    /// Decided and counted, never denied.
+    pub shadow: bool,
+    /// `rate_limit.name`, for `replaces` and the answer's `current_limit.name`.
+    pub name: Option<String>,
+    pub replaces: Vec<String>,
+    /// What the answer's `current_limit` says: requests per unit and the unit (0 when
+    /// the window is no Envoy unit).
+    pub requests_per_unit: u32,
+    pub unit: i32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Level {
+    /// `key_value`, or `key` for a rule without a value, or `key_prefix*`.
+    nodes: HashMap<String, Node>,
+    /// The `key_prefix*` entries of `nodes`, in the order they were written.
+    wildcards: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Node {
+    rule: Option<Arc<Rule>>,
+    children: Level,
+}
+
+/// A namespace's descriptor rules.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rules {
+    root: Level,
+}
+
+/// Where a rule error is: the file (or "the config"), the rule path, the field.
+pub type RuleError = String;
+
+impl Rules {
+    /// Rules from inline TOML descriptors and, when given, a YAML file whose `domain`
+    /// must be `domain`. `algorithm` is the namespace's (`rate_limit` rules become
+    /// windows of that kind, or GCRA buckets of `requests_per_unit` per unit).
+    pub fn load(
+        domain: &str,
+        inline: &[RawRule],
+        file: Option<&std::path::Path>,
+        algorithm: Option<&str>,
+    ) -> Result<Rules, RuleError> {
+        let mut rules = Rules::default();
+        add(&mut rules.root, inline, "", "descriptors", algorithm)?;
+        if let Some(path) = file {
+            let shown = path.display();
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
+            let raw: RawFile =
+                serde_yaml_ng::from_str(&text).map_err(|e| format!("{shown}: {e}"))?;
+            if raw.domain != domain {
+                return Err(format!(
+                    "{shown}: domain: {:?} is not this namespace ({domain:?})",
+                    raw.domain
+                ));
+            }
+            add(
+                &mut rules.root,
+                &raw.descriptors,
+                "",
+                "descriptors",
+                algorithm,
+            )
+            .map_err(|e| format!("{shown}: {e}"))?;
+        }
+        Ok(rules)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.root.nodes.is_empty()
+    }
+
+    /// Every window size a rule uses, and every Envoy unit (a request's own `limit`
+    /// may name any).
+    pub fn window_sizes(&self) -> Vec<u64> {
+        let mut sizes: Vec<u64> = UNITS.iter().map(|u| u.1).collect();
+        collect_sizes(&self.root, &mut sizes);
+        sizes.sort_unstable();
+        sizes.dedup();
+        sizes
+    }
+
+    /// The rule for a request descriptor's entries, as envoyproxy/ratelimit finds it.
+    pub fn find(&self, entries: &[(&str, &str)]) -> Option<Arc<Rule>> {
+        let mut level = &self.root;
+        let mut found = None;
+        for (i, (key, value)) in entries.iter().enumerate() {
+            let full = format!("{key}_{value}");
+            let node = level
+                .nodes
+                .get(&full)
+                .or_else(|| {
+                    level
+                        .wildcards
+                        .iter()
+                        .find(|w| full.starts_with(w.trim_end_matches('*')))
+                        .and_then(|w| level.nodes.get(w))
+                })
+                .or_else(|| level.nodes.get(*key));
+            let Some(node) = node else {
+                break;
+            };
+            if i == entries.len() - 1 {
+                found = node.rule.clone();
+            }
+            if node.children.nodes.is_empty() {
+                break;
+            }
+            level = &node.children;
+        }
+        found
+    }
+}
+
+fn collect_sizes(level: &Level, sizes: &mut Vec<u64>) {
+    for node in level.nodes.values() {
+        if let Some(rule) = &node.rule {
+            if let RuleLimit::Limited(KeyLimits::Windows(set)) = &rule.limit {
+                sizes.extend(set.iter().map(|l| u64::from(l.window.secs())));
+            }
+        }
+        collect_sizes(&node.children, sizes);
+    }
+}
+
+fn add(
+    level: &mut Level,
+    raw: &[RawRule],
+    parent: &str,
+    field: &str,
+    algorithm: Option<&str>,
+) -> Result<(), RuleError> {
+    for (i, r) in raw.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        if r.key.is_empty() {
+            return Err(format!("{at}.key: must not be empty"));
+        }
+        let map_key = if r.value.is_empty() {
+            r.key.clone()
+        } else {
+            format!("{}_{}", r.key, r.value)
+        };
+        let path = if parent.is_empty() {
+            map_key.clone()
+        } else {
+            format!("{parent}.{map_key}")
+        };
+        if level.nodes.contains_key(&map_key) {
+            return Err(format!("{at}: duplicate descriptor {path:?}"));
+        }
+        let rule = rule(r, &path, &at, algorithm)?.map(Arc::new);
+        let mut children = Level::default();
+        add(
+            &mut children,
+            &r.descriptors,
+            &path,
+            &format!("{at}.descriptors"),
+            algorithm,
+        )?;
+        if r.value.ends_with('*') {
+            level.wildcards.push(map_key.clone());
+        }
+        level.nodes.insert(map_key, Node { rule, children });
+    }
+    Ok(())
+}
+
+/// The rule a raw descriptor sets, if it limits (or is `unlimited`).
+fn rule(
+    r: &RawRule,
+    path: &str,
+    at: &str,
+    algorithm: Option<&str>,
+) -> Result<Option<Rule>, RuleError> {
+    let given = [r.rate_limit.is_some(), r.limits.is_some(), r.gcra.is_some()];
+    if given.iter().filter(|g| **g).count() > 1 {
+        return Err(format!(
+            "{at}: one of rate_limit, limits or gcra, not several"
+        ));
+    }
+    let mut out = Rule {
+        path: path.to_owned(),
+        limit: RuleLimit::Unlimited,
+        shadow: r.shadow_mode,
+        name: None,
+        replaces: Vec::new(),
+        requests_per_unit: 0,
+        unit: 0,
+    };
+    if let Some(rl) = &r.rate_limit {
+        out.name = rl.name.clone();
+        out.replaces = rl.replaces.iter().map(|x| x.name.clone()).collect();
+        if rl.unlimited {
+            return Ok(Some(out));
+        }
+        let unit = UNITS
+            .iter()
+            .find(|u| u.0.eq_ignore_ascii_case(&rl.unit))
+            .ok_or_else(|| {
+                format!(
+                    "{at}.rate_limit.unit: {:?} is not second, minute, hour, day, week, month or year",
+                    rl.unit
+                )
+            })?;
+        let rpu = u32::try_from(rl.requests_per_unit)
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                format!(
+                    "{at}.rate_limit.requests_per_unit: {} is not between 1 and {}",
+                    rl.requests_per_unit,
+                    u32::MAX
+                )
+            })?;
+        out.requests_per_unit = rpu;
+        out.unit = unit.2;
+        out.limit = RuleLimit::Limited(
+            limit_for(f64::from(rpu), unit.1, algorithm)
+                .map_err(|e| format!("{at}.rate_limit: {e}"))?,
+        );
+        return Ok(Some(out));
+    }
+    if let Some(windows) = &r.limits {
+        let kind = match algorithm {
+            Some("fixed_window") => WindowAlgorithm::Fixed,
+            Some("gcra") => {
+                return Err(format!(
+                    "{at}.limits: a \"gcra\" namespace takes gcra = {{ burst, count, period }}"
+                ))
+            }
+            _ => WindowAlgorithm::Sliding,
+        };
+        let mut set = Vec::new();
+        for (j, w) in windows.iter().enumerate() {
+            let size = WindowSize::new(w.window_size)
+                .map_err(|e| format!("{at}.limits[{j}].window_size: {e}"))?;
+            set.push(
+                WindowLimit::new(size, w.limit, kind)
+                    .map_err(|e| format!("{at}.limits[{j}].limit: {e}"))?,
+            );
+        }
+        let Some(first) = set.first() else {
+            return Err(format!("{at}.limits: needs at least one limit"));
+        };
+        out.requests_per_unit = first.limit.min(f64::from(u32::MAX)) as u32;
+        out.unit = unit_of(u64::from(first.window.secs()));
+        out.limit = RuleLimit::Limited(KeyLimits::Windows(WindowSet::new(set)));
+        return Ok(Some(out));
+    }
+    if let Some(b) = &r.gcra {
+        let period =
+            humantime::parse_duration(&b.period).map_err(|e| format!("{at}.gcra.period: {e}"))?;
+        let g = Gcra::new(b.burst, b.count, period).map_err(|e| format!("{at}.gcra: {e}"))?;
+        out.requests_per_unit = u32::try_from(b.burst).unwrap_or(u32::MAX);
+        out.unit = unit_of(period.as_secs());
+        out.limit = RuleLimit::Limited(KeyLimits::Gcra(g));
+        return Ok(Some(out));
+    }
+    // a rule with nothing to limit with is a level of the tree only
+    Ok(None)
+}
+
+/// `n` per `secs` seconds as the namespace's algorithm counts it.
+pub fn limit_for(n: f64, secs: u64, algorithm: Option<&str>) -> Result<KeyLimits, String> {
+    let size = WindowSize::new(secs).map_err(|e| e.to_string())?;
+    match algorithm {
+        Some("gcra") => {
+            let burst = n as i64;
+            Gcra::new(burst, burst, Duration::from_secs(secs))
+                .map(KeyLimits::Gcra)
+                .map_err(|e| e.to_string())
+        }
+        Some("fixed_window") => WindowLimit::new(size, n, WindowAlgorithm::Fixed)
+            .map(|l| KeyLimits::Windows(WindowSet::new(vec![l])))
+            .map_err(|e| e.to_string()),
+        _ => WindowLimit::new(size, n, WindowAlgorithm::Sliding)
+            .map(|l| KeyLimits::Windows(WindowSet::new(vec![l])))
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// The counter key of a descriptor: its entries in request order as `key=value` joined
+/// by `|`, with `%`, `=` and `|` percent-encoded (so no two descriptors share a key).
+pub fn counter_key(entries: &[(&str, &str)]) -> String {
+    fn push(out: &mut String, s: &str) {
+        for c in s.chars() {
+            match c {
+                '%' => out.push_str("%25"),
+                '=' => out.push_str("%3D"),
+                '|' => out.push_str("%7C"),
+                c => out.push(c),
+            }
+        }
+    }
+    let mut out = String::new();
+    for (i, (k, v)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push('|');
+        }
+        push(&mut out, k);
+        out.push('=');
+        push(&mut out, v);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn yaml(text: &str) -> Rules {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("rules.yaml");
+        std::fs::write(&path, text).expect("write");
+        Rules::load("edge", &[], Some(&path), None).expect("rules")
+    }
+
+    fn limit_of(rules: &Rules, entries: &[(&str, &str)]) -> Option<u32> {
+        rules.find(entries).map(|r| r.requests_per_unit)
+    }
+
+    /// envoyproxy/ratelimit's README, "Example 1" and "Example 2": the documented
+    /// descriptors and the limits its documentation says they get.
+    #[test]
+    fn the_documented_examples_match_as_documented() {
+        let r = yaml(
+            "domain: edge\ndescriptors:\n  - key: to_number\n    value: \"2061234567\"\n    descriptors:\n      - key: from_number\n        rate_limit:\n          unit: day\n          requests_per_unit: 10\n  - key: from_number\n    rate_limit:\n      unit: day\n      requests_per_unit: 100\n",
+        );
+        assert_eq!(
+            limit_of(
+                &r,
+                &[("to_number", "2061234567"), ("from_number", "2062222222")]
+            ),
+            Some(10)
+        );
+        assert_eq!(limit_of(&r, &[("from_number", "2062222222")]), Some(100));
+        // a number without its own rule and a deeper request than the rules: no limit
+        assert_eq!(
+            limit_of(&r, &[("to_number", "2069999999"), ("from_number", "1")]),
+            None
+        );
+        assert_eq!(limit_of(&r, &[("to_number", "2061234567")]), None);
+
+        // a rule at a level without a value matches any value there
+        let r = yaml(
+            "domain: edge\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n    descriptors:\n      - key: key2\n        rate_limit:\n          unit: minute\n          requests_per_unit: 5\n",
+        );
+        assert_eq!(
+            limit_of(&r, &[("key1", "value1"), ("key2", "anything")]),
+            Some(5)
+        );
+        assert_eq!(limit_of(&r, &[("key1", "value1")]), Some(1));
+        assert_eq!(limit_of(&r, &[("key1", "value2")]), None);
+    }
+
+    #[test]
+    fn prefixes_unlimited_shadow_and_replaces() {
+        let r = yaml(
+            "domain: edge\ndescriptors:\n  - key: path\n    value: /api/*\n    rate_limit:\n      unit: minute\n      requests_per_unit: 7\n  - key: path\n    rate_limit:\n      unit: minute\n      requests_per_unit: 100\n  - key: user\n    value: admin\n    rate_limit:\n      unlimited: true\n  - key: user\n    shadow_mode: true\n    rate_limit:\n      name: per_user\n      unit: hour\n      requests_per_unit: 3\n  - key: vip\n    rate_limit:\n      unit: hour\n      requests_per_unit: 1000\n      replaces:\n        - name: per_user\n",
+        );
+        assert_eq!(limit_of(&r, &[("path", "/api/orders")]), Some(7));
+        assert_eq!(limit_of(&r, &[("path", "/other")]), Some(100));
+        let admin = r.find(&[("user", "admin")]).expect("rule");
+        assert_eq!(admin.limit, RuleLimit::Unlimited);
+        let user = r.find(&[("user", "bob")]).expect("rule");
+        assert!(user.shadow);
+        assert_eq!(user.name.as_deref(), Some("per_user"));
+        assert_eq!(
+            r.find(&[("vip", "x")]).expect("rule").replaces,
+            vec!["per_user"]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_the_rule_and_the_field() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("bad.yaml");
+        let cases = [
+            ("domain: other\ndescriptors: []\n", "domain"),
+            ("domain: edge\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n", "descriptors[0].rate_limit.unit"),
+            ("domain: edge\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit:\n          unit: second\n          requests_per_unit: 0\n", "descriptors[0].descriptors[0].rate_limit.requests_per_unit"),
+            ("domain: edge\ndescriptors:\n  - key: a\n  - key: a\n", "descriptors[1]"),
+            ("domain: edge\ndescriptors:\n  - key: \"\"\n", "descriptors[0].key"),
+            ("domain: edge\ndescriptors:\n  - key: a\n    colour: red\n", "colour"),
+        ];
+        for (text, field) in cases {
+            std::fs::write(&path, text).expect("write");
+            let e = Rules::load("edge", &[], Some(&path), None).expect_err(text);
+            assert!(e.starts_with(&path.display().to_string()), "{e}");
+            assert!(e.contains(field), "{field} not in {e}");
+        }
+    }
+
+    #[test]
+    fn counter_keys_keep_descriptors_apart() {
+        assert_eq!(counter_key(&[("a", "b"), ("c", "d")]), "a=b|c=d");
+        assert_ne!(
+            counter_key(&[("a", "b|c=d")]),
+            counter_key(&[("a", "b"), ("c", "d")])
+        );
+        assert_eq!(counter_key(&[("k%", "=|")]), "k%25=%3D%7C");
+    }
+}

@@ -1,0 +1,347 @@
+//! Envoy's rate limit service against real node processes, with a tonic client built
+//! from Envoy's own protos (envoy-types): decisions and statuses per descriptor, the
+//! envoyproxy/ratelimit rule features, bad requests, health, metrics, the counter keys
+//! in the store, on each store, and a limit held across three nodes.
+
+use std::path::Path;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use swin_cluster_tests::{use_node_binary, Node, TestStore};
+use tonic::transport::Channel;
+
+/// envoyproxy/ratelimit's own example shape (its README), unchanged but for the domain.
+const EDGE_YAML: &str = "\
+domain: edge
+descriptors:
+  - key: generic_key
+    value: login
+    descriptors:
+      - key: remote_address
+        rate_limit:
+          unit: minute
+          requests_per_unit: 3
+  - key: path
+    value: /api/*
+    rate_limit:
+      unit: hour
+      requests_per_unit: 2
+  - key: user
+    value: admin
+    rate_limit:
+      unlimited: true
+  - key: user
+    shadow_mode: true
+    rate_limit:
+      name: per_user
+      unit: hour
+      requests_per_unit: 1
+  - key: vip
+    rate_limit:
+      name: vip
+      unit: hour
+      requests_per_unit: 100
+      replaces:
+        - name: per_user
+";
+
+struct Running {
+    node: Node,
+    grpc: RateLimitServiceClient<Channel>,
+    grpc_port: u16,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(store: &TestStore, sync_rate: f64, extra: &str) -> Running {
+    use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    let dir = tempfile::tempdir().expect("dir");
+    let yaml = dir.path().join("edge.yaml");
+    std::fs::write(&yaml, EDGE_YAML).expect("yaml");
+    let grpc_port = swin_testkit::free_port();
+    let config = format!(
+        "grpc_listen = \"127.0.0.1:{grpc_port}\"\nstore_timeout = 1\n{}\n[[namespaces]]\nname = \"edge\"\nsync_rate = {sync_rate}\nstore = \"main\"\ndescriptors_file = \"{}\"\n{extra}\n\n[[namespaces]]\nname = \"inline\"\nsync_rate = {sync_rate}\nstore = \"main\"\n[[namespaces.descriptors]]\nkey = \"api_key\"\nlimits = [{{ window_size = 90, limit = 2 }}]\n",
+        store.section(),
+        yaml.display()
+    );
+    let path = dir.path().join("swin.toml");
+    std::fs::write(&path, config).expect("config");
+    let node = Node::spawn(Path::new(&path));
+    swin_testkit::wait_for_port(grpc_port, Duration::from_secs(30));
+    let grpc = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc_port}"))
+        .await
+        .expect("connect");
+    Running {
+        node,
+        grpc,
+        grpc_port,
+        _dir: dir,
+    }
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+async fn ask(
+    c: &mut RateLimitServiceClient<Channel>,
+    domain: &str,
+    descriptors: Vec<RateLimitDescriptor>,
+    hits: u32,
+) -> Result<RateLimitResponse, tonic::Status> {
+    c.should_rate_limit(RateLimitRequest {
+        domain: domain.into(),
+        descriptors,
+        hits_addend: hits,
+    })
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+fn codes(r: &RateLimitResponse) -> Vec<i32> {
+    r.statuses.iter().map(|s| s.code).collect()
+}
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+async fn the_service_answers_as_envoy_expects(store: TestStore) {
+    let mut run = start(&store, 0.1, "").await;
+    let c = &mut run.grpc;
+    let login = |ip: &str| descriptor(&[("generic_key", "login"), ("remote_address", ip)]);
+    // three per minute for each address, per descriptor status in order
+    for i in 0..3 {
+        let r = ask(
+            c,
+            "edge",
+            vec![login("1.2.3.4"), descriptor(&[("nothing", "here")])],
+            0,
+        )
+        .await
+        .expect("answer");
+        assert_eq!(r.overall_code, OK, "hit {i}");
+        assert_eq!(codes(&r), vec![OK, OK]);
+        let s = &r.statuses[0];
+        let limit = s.current_limit.as_ref().expect("a limit");
+        assert_eq!((limit.requests_per_unit, limit.unit), (3, 2)); // MINUTE
+        assert_eq!(s.limit_remaining, 2 - i);
+        assert!(r.statuses[1].current_limit.is_none(), "no rule: no limit");
+    }
+    let r = ask(c, "edge", vec![login("1.2.3.4"), login("5.6.7.8")], 0)
+        .await
+        .expect("answer");
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(codes(&r), vec![OVER, OK]);
+    let headers: Vec<(&str, &str)> = r
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_str()))
+        .collect();
+    assert!(
+        headers
+            .iter()
+            .any(|(k, v)| *k == "RateLimit-Policy" && v.contains("q=3;w=60")),
+        "{headers:?}"
+    );
+    assert!(
+        headers.iter().any(|(k, _)| *k == "RateLimit"),
+        "{headers:?}"
+    );
+    assert!(
+        headers.iter().any(|(k, _)| *k == "Retry-After"),
+        "{headers:?}"
+    );
+
+    // hits_addend: the request's (0 counts as 1), and a descriptor's own
+    let path = |p: &str| descriptor(&[("path", p)]);
+    let r = ask(c, "edge", vec![path("/api/orders")], 2)
+        .await
+        .expect("answer");
+    assert_eq!(codes(&r), vec![OK], "2 of 2 per hour, by prefix");
+    let r = ask(c, "edge", vec![path("/api/other")], 0)
+        .await
+        .expect("answer");
+    assert_eq!(
+        codes(&r),
+        vec![OK],
+        "another path under the prefix is its own counter"
+    );
+    let mut heavy = path("/api/other");
+    heavy.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: 5 });
+    let r = ask(c, "edge", vec![heavy], 0).await.expect("answer");
+    assert_eq!(codes(&r), vec![OVER], "5 more than the 1 left");
+
+    // unlimited: never limited, no limit reported
+    for _ in 0..5 {
+        let r = ask(c, "edge", vec![descriptor(&[("user", "admin")])], 0)
+            .await
+            .expect("answer");
+        assert_eq!(
+            (r.overall_code, r.statuses[0].current_limit.is_none()),
+            (OK, true)
+        );
+    }
+    // shadow mode: decided and counted, never denied
+    for _ in 0..3 {
+        let r = ask(c, "edge", vec![descriptor(&[("user", "bob")])], 0)
+            .await
+            .expect("answer");
+        assert_eq!(r.overall_code, OK);
+        assert_eq!(codes(&r), vec![OK]);
+    }
+    // replaces: beside a vip descriptor the per_user rule does not apply
+    let r = ask(
+        c,
+        "edge",
+        vec![
+            descriptor(&[("user", "carol")]),
+            descriptor(&[("vip", "carol")]),
+        ],
+        0,
+    )
+    .await
+    .expect("answer");
+    assert!(r.statuses[0].current_limit.is_none(), "replaced: {r:?}");
+    assert_eq!(
+        r.statuses[1]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit),
+        Some(100)
+    );
+
+    // a descriptor's own limit override
+    let mut own = descriptor(&[("anything", "x")]);
+    own.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 1, // SECOND
+    });
+    assert_eq!(
+        codes(&ask(c, "edge", vec![own.clone()], 0).await.expect("a")),
+        vec![OK]
+    );
+    assert_eq!(
+        codes(&ask(c, "edge", vec![own], 0).await.expect("a")),
+        vec![OVER]
+    );
+
+    // swin's own limits in a rule (a 90 s window), inline in the TOML
+    let key = descriptor(&[("api_key", "k1")]);
+    for expect in [OK, OK, OVER] {
+        let r = ask(c, "inline", vec![key.clone()], 0)
+            .await
+            .expect("answer");
+        assert_eq!(codes(&r), vec![expect]);
+    }
+
+    // an unknown domain and unmatched descriptors: OK, no limit
+    let r = ask(c, "nowhere", vec![login("1.2.3.4")], 0)
+        .await
+        .expect("answer");
+    assert_eq!(
+        (r.overall_code, r.statuses[0].current_limit.is_none()),
+        (OK, true)
+    );
+
+    // bad requests
+    for (domain, descriptors) in [
+        ("", vec![login("1.2.3.4")]),
+        ("edge", vec![]),
+        ("edge", vec![descriptor(&[])]),
+        ("edge", vec![descriptor(&[("", "x")])]),
+    ] {
+        let e = ask(c, domain, descriptors, 0).await.expect_err("invalid");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    }
+    let huge = "x".repeat(5000);
+    let e = ask(c, "edge", vec![descriptor(&[("generic_key", &huge)])], 0).await;
+    assert!(
+        e.is_ok_and(|r| r.overall_code == OK),
+        "no rule for it: not counted"
+    );
+
+    // health, metrics, and the counters an operator finds in the store
+    let channel = Channel::from_shared(format!("http://127.0.0.1:{}", run.grpc_port))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("channel");
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let h = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "envoy.service.ratelimit.v3.RateLimitService".into(),
+        })
+        .await
+        .expect("check")
+        .into_inner();
+    assert_eq!(
+        h.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    let metrics = reqwest::get(format!("{}/metrics", run.node.base))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let series = |domain: &str, code: &str| {
+        metrics.lines().any(|l| {
+            l.starts_with("swin_rls_requests_total{")
+                && l.contains(&format!("domain=\"{domain}\""))
+                && l.contains(&format!("code=\"{code}\""))
+        })
+    };
+    assert!(
+        series("edge", "OVER_LIMIT") && series("edge", "OK"),
+        "{metrics}"
+    );
+    assert!(
+        series("unknown", "INVALID_ARGUMENT") && series("unknown", "OK"),
+        "{metrics}"
+    );
+    assert!(run.node.terminate(), "clean stop");
+    let totals = store.totals("edge").await;
+    assert_eq!(
+        totals.get("generic_key=login|remote_address=1.2.3.4"),
+        Some(&3.0),
+        "{totals:?}"
+    );
+    assert_eq!(
+        totals.get("user=bob"),
+        Some(&1.0),
+        "shadow: the allowed hit counts, {totals:?}"
+    );
+    assert!(
+        !totals.keys().any(|k| k.starts_with("user=admin")),
+        "unlimited: never counted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_on_sqlite() {
+    the_service_answers_as_envoy_expects(TestStore::sqlite().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_on_postgres() {
+    the_service_answers_as_envoy_expects(TestStore::postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_on_redis() {
+    the_service_answers_as_envoy_expects(TestStore::redis()).await;
+}
