@@ -345,3 +345,29 @@ async fn rls_on_postgres() {
 async fn rls_on_redis() {
     the_service_answers_as_envoy_expects(TestStore::redis()).await;
 }
+
+/// Python's grpcio with Envoy's own protos (xds-protos), a client nobody here wrote:
+/// `rls_client.py` runs its scenario against a node — decisions, rule features, bad
+/// requests, health and server reflection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_grpcio_client_gets_what_envoy_expects() {
+    let python = std::env::var("SWIN_PYTHON")
+        .expect("SWIN_PYTHON: a Python with grpcio and xds-protos (scripts/test provides it)");
+    let store = TestStore::sqlite().await;
+    let mut run = start(&store, 0.1, "").await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/rls_client.py");
+    let out = tokio::process::Command::new(python)
+        .arg(script)
+        .arg(format!("127.0.0.1:{}", run.grpc_port))
+        .output()
+        .await
+        .expect("run the Python client");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the Python client failed:\n{said}");
+    assert!(said.contains("ok: reflection has its file"), "{said}");
+    assert!(run.node.terminate());
+}

@@ -35,6 +35,10 @@ use crate::error::Error;
 use crate::limits::{ceil_secs, KeyLimits};
 use crate::state::AppState;
 
+/// Envoy's rate limit service and every file it imports, as a FileDescriptorSet, for
+/// server reflection (written by `scripts/rls-descriptors` from Envoy's published protos).
+const RLS_DESCRIPTORS: &[u8] = include_bytes!("rls.fds");
+
 /// The service over the node's namespaces.
 #[derive(Debug, Clone)]
 pub struct Rls {
@@ -56,10 +60,19 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<RateLimitServiceServer<Rls>>().await;
+    // reflection in both versions clients ask for (grpcurl: v1; grpcio: v1alpha)
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(RLS_DESCRIPTORS)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let (v1, v1alpha) = (reflection().build_v1()?, reflection().build_v1alpha()?);
     tracing::info!(grpc = %listener.local_addr()?, "serving Envoy's rate limit service");
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
     tonic::transport::Server::builder()
         .add_service(health_service)
+        .add_service(v1)
+        .add_service(v1alpha)
         .add_service(RateLimitServiceServer::new(Rls::new(state)))
         .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
         .await?;
