@@ -42,6 +42,11 @@ descriptors:
       name: per_user
       unit: hour
       requests_per_unit: 1
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
   - key: vip
     rate_limit:
       name: vip
@@ -370,4 +375,44 @@ async fn a_python_grpcio_client_gets_what_envoy_expects() {
     assert!(out.status.success(), "the Python client failed:\n{said}");
     assert!(said.contains("ok: reflection has its file"), "{said}");
     assert!(run.node.terminate());
+}
+
+/// Three nodes in synchronous mode hold one gRPC limit for the cluster: clients spread
+/// over them never get more than the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_hold_one_limit_in_synchronous_mode() {
+    let store = TestStore::redis();
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(start(&store, 0.0, "").await);
+    }
+    let mut allowed = 0;
+    for i in 0..12 {
+        let n = &mut nodes[i % 3];
+        let r = ask(
+            &mut n.grpc,
+            "edge",
+            vec![descriptor(&[
+                ("generic_key", "login"),
+                ("remote_address", "9.9.9.9"),
+            ])],
+            0,
+        )
+        .await
+        .expect("answer");
+        if r.overall_code == OK {
+            allowed += 1;
+        }
+    }
+    assert_eq!(allowed, 3, "3 per minute across the cluster");
+    for mut n in nodes {
+        assert!(n.node.terminate());
+    }
+    assert_eq!(
+        store
+            .totals("edge")
+            .await
+            .get("generic_key=login|remote_address=9.9.9.9"),
+        Some(&3.0)
+    );
 }

@@ -354,3 +354,42 @@ fn strict_admission_is_checked() {
         "namespaces[0].admission",
     );
 }
+
+#[test]
+fn grpc_listen_and_descriptor_rules_are_checked() {
+    let ns = "[[namespaces]]\nname = \"edge\"\nsync_rate = -1\n";
+    let rule = "[[namespaces.descriptors]]\nkey = \"k\"\nrate_limit = { unit = \"minute\", requests_per_unit = 5 }\n";
+    let c = Config::parse(
+        "f.toml",
+        &format!("grpc_listen = \"127.0.0.1:8081\"\n{ns}{rule}"),
+        &no_env,
+    )
+    .expect("valid");
+    assert_eq!(c.grpc_listen, Some("127.0.0.1:8081".parse().expect("addr")));
+    // a namespace of descriptor rules needs no window_sizes: every unit has a table
+    let sizes: Vec<u32> = c.namespaces[0]
+        .window_sizes
+        .iter()
+        .map(|s| s.secs())
+        .collect();
+    assert!(sizes.contains(&60) && sizes.contains(&86_400), "{sizes:?}");
+    assert!(Config::parse("f.toml", &format!("{ns}{rule}"), &no_env)
+        .expect("valid")
+        .grpc_listen
+        .is_none());
+    let env = |k: &str| (k == "SWIN_GRPC_LISTEN").then(|| "0.0.0.0:9".to_owned());
+    let c = Config::parse("f.toml", &format!("{ns}{rule}"), &env).expect("valid");
+    assert_eq!(c.grpc_listen, Some("0.0.0.0:9".parse().expect("addr")));
+    fails(
+        &format!("grpc_listen = \"nope\"\n{ns}{rule}"),
+        "grpc_listen",
+    );
+    fails(
+        &format!("{ns}[[namespaces.descriptors]]\nkey = \"k\"\nrate_limit = {{ unit = \"fortnight\", requests_per_unit = 5 }}\n"),
+        "namespaces[0].descriptors",
+    );
+    fails(
+        &format!("{ns}descriptors_file = \"/nonexistent/edge.yaml\"\n"),
+        "namespaces[0].descriptors_file",
+    );
+}

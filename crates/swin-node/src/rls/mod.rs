@@ -229,9 +229,22 @@ impl Rls {
                 statuses.push(ok_without_limit());
                 continue;
             };
-            let RuleLimit::Limited(limits) = &rule.limit else {
-                statuses.push(ok_without_limit());
-                continue;
+            let limits = match &rule.limit {
+                RuleLimit::Limited(l) => l,
+                // envoyproxy/ratelimit: OK, remaining the largest number, no limit
+                RuleLimit::Unlimited => {
+                    statuses.push(DescriptorStatus {
+                        limit_remaining: u32::MAX,
+                        ..ok_without_limit()
+                    });
+                    continue;
+                }
+                RuleLimit::Blocked => {
+                    let denied = !rule.shadow;
+                    over |= denied;
+                    statuses.push(descriptor_status(&rule, &blocked(), denied));
+                    continue;
+                }
             };
             let key = rules::counter_key(&a.entries);
             crate::input::check_key(&key).map_err(|e| invalid(format!("descriptors[{i}]: {e}")))?;
@@ -240,14 +253,7 @@ impl Rls {
                 // more hits at once than the limit allows in all: over it, nothing counted
                 let denied = !rule.shadow;
                 over |= denied;
-                let d = Decision {
-                    allowed: false,
-                    limit: f64::from(rule.requests_per_unit),
-                    remaining: 0.0,
-                    reset_after: std::time::Duration::ZERO,
-                    retry_after: std::time::Duration::ZERO,
-                };
-                statuses.push(descriptor_status(&rule, &d, denied));
+                statuses.push(descriptor_status(&rule, &blocked(), denied));
                 continue;
             }
             let v = take_under(&ns, &key, limits, cost, false, count_denied)
@@ -282,6 +288,17 @@ fn check_cost(limits: &KeyLimits, cost: f64) -> Result<(), swin_core::CoreError>
     match limits {
         KeyLimits::Gcra(g) => g.units(cost).map(|_| ()),
         KeyLimits::Windows(set) => set.iter().try_for_each(|l| l.check_cost(cost)),
+    }
+}
+
+/// Over the limit whatever happens: nothing to count, nothing to wait for.
+fn blocked() -> Decision {
+    Decision {
+        allowed: false,
+        limit: 0.0,
+        remaining: 0.0,
+        reset_after: std::time::Duration::ZERO,
+        retry_after: std::time::Duration::ZERO,
     }
 }
 

@@ -114,6 +114,9 @@ pub fn unit_of(secs: u64) -> i32 {
 pub enum RuleLimit {
     /// Matched, counted nowhere, never limited.
     Unlimited,
+    /// `requests_per_unit: 0`: every request is over the limit (envoyproxy/ratelimit's
+    /// way to block a value), counted nowhere.
+    Blocked,
     Limited(KeyLimits),
 }
 
@@ -328,18 +331,19 @@ fn rule(
                     rl.unit
                 )
             })?;
-        let rpu = u32::try_from(rl.requests_per_unit)
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| {
-                format!(
-                    "{at}.rate_limit.requests_per_unit: {} is not between 1 and {}",
-                    rl.requests_per_unit,
-                    u32::MAX
-                )
-            })?;
+        let rpu = u32::try_from(rl.requests_per_unit).map_err(|_| {
+            format!(
+                "{at}.rate_limit.requests_per_unit: {} is not between 0 and {}",
+                rl.requests_per_unit,
+                u32::MAX
+            )
+        })?;
         out.requests_per_unit = rpu;
         out.unit = unit.2;
+        if rpu == 0 {
+            out.limit = RuleLimit::Blocked;
+            return Ok(Some(out));
+        }
         out.limit = RuleLimit::Limited(
             limit_for(f64::from(rpu), unit.1, algorithm)
                 .map_err(|e| format!("{at}.rate_limit: {e}"))?,
@@ -479,6 +483,62 @@ mod tests {
         assert_eq!(limit_of(&r, &[("key1", "value2")]), None);
     }
 
+    fn rules_of(domain: &str, text: &str) -> Rules {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("rules.yaml");
+        std::fs::write(&path, text).expect("write");
+        Rules::load(domain, &[], Some(&path), None).expect("rules")
+    }
+
+    /// envoyproxy/ratelimit's README examples 2, 3, 4 and 9, loaded as they are written
+    /// there, matched as the README says they match.
+    #[test]
+    fn envoyproxy_ratelimit_readme_examples() {
+        let messaging = rules_of(
+            "messaging",
+            "domain: messaging\ndescriptors:\n  # Only allow 5 marketing messages a day\n  - key: message_type\n    value: marketing\n    descriptors:\n      - key: to_number\n        rate_limit:\n          unit: day\n          requests_per_unit: 5\n\n  # Only allow 100 messages a day to any unique phone number\n  - key: to_number\n    rate_limit:\n      unit: day\n      requests_per_unit: 100\n",
+        );
+        let m = [("message_type", "marketing"), ("to_number", "2061111111")];
+        assert_eq!(limit_of(&messaging, &m), Some(5));
+        assert_eq!(
+            limit_of(&messaging, &[("to_number", "2061111111")]),
+            Some(100)
+        );
+        assert_eq!(messaging.find(&m).expect("rule").unit, 4); // DAY
+
+        let edge = rules_of(
+            "edge_proxy_per_ip",
+            "domain: edge_proxy_per_ip\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: second\n      requests_per_unit: 10\n\n  # Black list IP\n  - key: remote_address\n    value: 50.0.0.5\n    rate_limit:\n      unit: second\n      requests_per_unit: 0\n",
+        );
+        assert_eq!(limit_of(&edge, &[("remote_address", "50.0.0.1")]), Some(10));
+        let blocked = edge.find(&[("remote_address", "50.0.0.5")]).expect("rule");
+        assert_eq!(blocked.limit, RuleLimit::Blocked);
+
+        let flat = rules_of(
+            "example4",
+            "domain: example4\ndescriptors:\n  - key: key\n    value: value\n    rate_limit:\n      requests_per_unit: 300\n      unit: second\n",
+        );
+        let two = [("key", "value"), ("subkey", "subvalue")];
+        assert_eq!(
+            limit_of(&flat, &two),
+            None,
+            "a deeper request does not match"
+        );
+        let nested = rules_of(
+            "example4",
+            "domain: example4\ndescriptors:\n  - key: key\n    value: value\n    descriptors:\n      - key: subkey\n        rate_limit:\n          requests_per_unit: 300\n          unit: second\n",
+        );
+        assert_eq!(limit_of(&nested, &two), Some(300));
+
+        let wild = rules_of(
+            "example9",
+            "domain: example9\ndescriptors:\n  - key: key1\n    value: value*\n    rate_limit:\n      unit: minute\n      requests_per_unit: 20\n",
+        );
+        assert_eq!(limit_of(&wild, &[("key1", "value_1")]), Some(20));
+        assert_eq!(limit_of(&wild, &[("key1", "value_2")]), Some(20));
+        assert_eq!(limit_of(&wild, &[("key1", "other")]), None);
+    }
+
     #[test]
     fn prefixes_unlimited_shadow_and_replaces() {
         let r = yaml(
@@ -504,7 +564,7 @@ mod tests {
         let cases = [
             ("domain: other\ndescriptors: []\n", "domain"),
             ("domain: edge\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n", "descriptors[0].rate_limit.unit"),
-            ("domain: edge\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit:\n          unit: second\n          requests_per_unit: 0\n", "descriptors[0].descriptors[0].rate_limit.requests_per_unit"),
+            ("domain: edge\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit:\n          unit: second\n          requests_per_unit: 5000000000\n", "descriptors[0].descriptors[0].rate_limit.requests_per_unit"),
             ("domain: edge\ndescriptors:\n  - key: a\n  - key: a\n", "descriptors[1]"),
             ("domain: edge\ndescriptors:\n  - key: \"\"\n", "descriptors[0].key"),
             ("domain: edge\ndescriptors:\n  - key: a\n    colour: red\n", "colour"),
