@@ -32,6 +32,10 @@ pub struct LoadSpec {
     pub batch: Option<usize>,
     /// Send `/hit` decisions instead of increments (200 admitted, 429 denied).
     pub hit: bool,
+    /// Ask Envoy's rate limit service over gRPC instead (the namespace is the domain):
+    /// one descriptor of these entries, `{key}` in a value replaced by the picked key.
+    /// Statuses: 200 for OK, 429 for OVER_LIMIT, 1000 + the gRPC code for an error.
+    pub grpc: Option<Vec<(String, String)>>,
     pub progress: bool,
 }
 
@@ -106,6 +110,28 @@ fn path_and_body(spec: &LoadSpec, rng: &mut impl rand::Rng) -> (String, Bytes) {
     }
 }
 
+/// Whether this connection sends another request: none once the run stops or its
+/// request budget is spent; in open loop, not before the next one is due.
+async fn next_request(
+    spec: &LoadSpec,
+    shared: &Shared,
+    interval: Option<Duration>,
+    due: &mut Instant,
+) -> bool {
+    if shared.stop.load(Ordering::Relaxed) {
+        return false;
+    }
+    let sent = shared.sent.fetch_add(1, Ordering::Relaxed);
+    if spec.requests.is_some_and(|limit| sent >= limit) {
+        return false;
+    }
+    if let Some(iv) = interval {
+        *due += iv;
+        tokio::time::sleep_until((*due).into()).await;
+    }
+    true
+}
+
 /// What one connection saw; merged at the end (no lock shared between connections).
 struct Tally {
     hist: hdrhistogram::Histogram<u64>,
@@ -139,18 +165,7 @@ async fn connection(
         (Some(_), _) => (0..64).map(|_| path_and_body(&spec, &mut rng)).collect(),
     };
     let mut n = 0usize;
-    while !shared.stop.load(Ordering::Relaxed) {
-        if let Some(limit) = spec.requests {
-            if shared.sent.fetch_add(1, Ordering::Relaxed) >= limit {
-                break;
-            }
-        } else {
-            shared.sent.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(iv) = interval {
-            due += iv;
-            tokio::time::sleep_until(due.into()).await;
-        }
+    while next_request(&spec, &shared, interval, &mut due).await {
         let (path, body) = if pool.is_empty() {
             path_and_body(&spec, &mut rng)
         } else {
@@ -185,6 +200,65 @@ async fn connection(
     Ok(tally)
 }
 
+/// One HTTP/2 connection asking `ShouldRateLimit`, one call at a time.
+async fn grpc_connection(
+    spec: Arc<LoadSpec>,
+    shared: Arc<Shared>,
+    target: String,
+    id: usize,
+    interval: Option<Duration>,
+) -> anyhow::Result<Tally> {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    let mut tally = Tally {
+        hist: hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3)?,
+        statuses: BTreeMap::new(),
+    };
+    let entries = spec.grpc.clone().unwrap_or_default();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{target}"))?
+        .tcp_nodelay(true)
+        .connect()
+        .await?;
+    let mut client = RateLimitServiceClient::new(channel);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(id as u64 * 7919 + 1);
+    let mut due = Instant::now();
+    while next_request(&spec, &shared, interval, &mut due).await {
+        let key = spec.keys.pick(&mut rng);
+        let req = RateLimitRequest {
+            domain: spec.namespace.clone(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|(k, v)| Entry {
+                        key: k.clone(),
+                        value: v.replace("{key}", &key),
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            hits_addend: 1,
+        };
+        let t0 = if interval.is_some() {
+            due
+        } else {
+            Instant::now()
+        };
+        let status = match client.should_rate_limit(req).await {
+            Ok(r) if r.get_ref().overall_code == 2 => 429,
+            Ok(_) => 200,
+            Err(e) => 1000 + e.code() as u16,
+        };
+        tally
+            .hist
+            .saturating_record((t0.elapsed().as_micros() as u64).max(1));
+        *tally.statuses.entry(status).or_default() += 1;
+        shared.done.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(tally)
+}
+
 pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
     anyhow::ensure!(
         spec.connections > 0 && !spec.targets.is_empty(),
@@ -204,13 +278,14 @@ pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
     let mut tasks = Vec::new();
     for id in 0..spec.connections {
         let target = spec.targets[id % spec.targets.len()].clone();
-        tasks.push(tokio::spawn(connection(
-            spec.clone(),
-            shared.clone(),
-            target,
-            id,
-            interval,
-        )));
+        let (spec, shared) = (spec.clone(), shared.clone());
+        tasks.push(tokio::spawn(async move {
+            if spec.grpc.is_some() {
+                grpc_connection(spec, shared, target, id, interval).await
+            } else {
+                connection(spec, shared, target, id, interval).await
+            }
+        }));
     }
     let progress = {
         let (spec, shared) = (spec.clone(), shared.clone());

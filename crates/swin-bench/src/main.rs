@@ -55,6 +55,11 @@ enum Command {
         /// Ask for decisions (POST …/hit) instead of counting increments.
         #[arg(long, conflicts_with = "batch")]
         hit: bool,
+        /// Ask Envoy's rate limit service (gRPC) at the targets instead, the namespace
+        /// as domain, one descriptor of these entries: `generic_key=api,user={key}`
+        /// (`{key}`: the picked key).
+        #[arg(long, conflicts_with_all = ["batch", "hit"])]
+        grpc: Option<String>,
         #[arg(long)]
         json: bool,
         #[arg(long)]
@@ -125,9 +130,11 @@ async fn main() -> anyhow::Result<()> {
             window_size,
             batch,
             hit,
+            grpc,
             json,
             progress,
         } => {
+            let grpc = grpc.map(|d| parse_entries(&d)).transpose()?;
             let duration = match (duration, requests) {
                 (Some(d), _) => Some(Duration::from_secs_f64(d)),
                 (None, Some(_)) => None,
@@ -144,6 +151,7 @@ async fn main() -> anyhow::Result<()> {
                 window_size,
                 batch,
                 hit,
+                grpc,
                 progress,
             };
             let r = load::run(spec).await?;
@@ -163,4 +171,15 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `k=v,k2=v2` as descriptor entries.
+fn parse_entries(s: &str) -> anyhow::Result<Vec<(String, String)>> {
+    s.split(',')
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .ok_or_else(|| anyhow::anyhow!("{kv:?} is not key=value"))
+        })
+        .collect()
 }

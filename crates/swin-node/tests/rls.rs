@@ -416,3 +416,60 @@ async fn three_nodes_hold_one_limit_in_synchronous_mode() {
         Some(&3.0)
     );
 }
+
+/// A descriptor file reloads with SIGHUP: the new limit applies, the counts stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descriptor_files_reload_with_sighup() {
+    let store = TestStore::sqlite().await;
+    let mut run = start(&store, 0.1, "").await;
+    let path = run._dir.path().join("edge.yaml");
+    let vip = || descriptor(&[("vip", "dan")]);
+    let r = ask(&mut run.grpc, "edge", vec![vip()], 0)
+        .await
+        .expect("answer");
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit),
+        Some(100)
+    );
+    std::fs::write(
+        &path,
+        EDGE_YAML.replace("requests_per_unit: 100", "requests_per_unit: 1"),
+    )
+    .expect("rewrite");
+    run.node.signal("HUP");
+    let mut seen = None;
+    for _ in 0..50 {
+        let r = ask(&mut run.grpc, "edge", vec![vip()], 0)
+            .await
+            .expect("answer");
+        seen = r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit);
+        if seen == Some(1) {
+            // the hit before the reload still counts: one of one is used
+            assert_eq!(codes(&r), vec![OVER]);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen, Some(1), "the reloaded rule applies");
+    // a file that does not load leaves the running rules as they are
+    std::fs::write(&path, "domain: edge\ndescriptors:\n  - key: \"\"\n").expect("rewrite");
+    run.node.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = ask(&mut run.grpc, "edge", vec![vip()], 0)
+        .await
+        .expect("answer");
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit),
+        Some(1)
+    );
+    assert!(run.node.terminate());
+}

@@ -173,7 +173,8 @@ impl RateLimitService for Rls {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let req = request.into_inner();
-        let answer = self.decide(&req).await;
+        let ns = self.state.namespace(&req.domain).ok();
+        let answer = self.decide(&req, ns.as_deref()).await;
         let code = match &answer {
             Ok(r) if r.overall_code == Code::OverLimit as i32 => "OVER_LIMIT",
             Ok(_) => "OK",
@@ -181,7 +182,7 @@ impl RateLimitService for Rls {
             Err(s) if s.code() == tonic::Code::Unavailable => "UNAVAILABLE",
             Err(_) => "INTERNAL",
         };
-        let domain = if self.state.namespace(&req.domain).is_ok() {
+        let domain = if ns.is_some() {
             req.domain.as_str()
         } else {
             // one series for every domain that is no namespace: clients pick domains
@@ -193,23 +194,23 @@ impl RateLimitService for Rls {
 }
 
 impl Rls {
-    async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+    async fn decide(
+        &self,
+        req: &RateLimitRequest,
+        ns: Option<&crate::state::Namespace>,
+    ) -> Result<RateLimitResponse, Status> {
         let asked = check(req)?;
-        let Ok(ns) = self.state.namespace(&req.domain) else {
+        let Some(ns) = ns else {
             return Ok(all_ok(asked.len()));
         };
         let algorithm = ns.limits.as_ref().map(crate::limits::Limits::algorithm);
         let algorithm = algorithm.or_else(|| ns.rules.as_ref().map(|_| "sliding_window"));
         // each descriptor's rule: its own override, else the tree's
-        let mut found: Vec<Option<Rule>> = Vec::with_capacity(asked.len());
+        let mut found: Vec<Option<Arc<Rule>>> = Vec::with_capacity(asked.len());
         for (i, (a, d)) in asked.iter().zip(&req.descriptors).enumerate() {
             let rule = match override_rule(d, i, algorithm)? {
-                Some(r) => Some(r),
-                None => ns
-                    .rules
-                    .as_ref()
-                    .and_then(|r| r.find(&a.entries))
-                    .map(|r| (*r).clone()),
+                Some(r) => Some(Arc::new(r)),
+                None => ns.rules.as_ref().and_then(|r| r.find(&a.entries)),
             };
             found.push(rule);
         }
@@ -256,7 +257,7 @@ impl Rls {
                 statuses.push(descriptor_status(&rule, &blocked(), denied));
                 continue;
             }
-            let v = take_under(&ns, &key, limits, cost, false, count_denied)
+            let v = take_under(ns, &key, limits, cost, false, count_denied)
                 .await
                 .map_err(|e| status_of(&e))?;
             if v.reason.is_some() {

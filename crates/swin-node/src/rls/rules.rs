@@ -213,8 +213,12 @@ impl Rules {
     pub fn find(&self, entries: &[(&str, &str)]) -> Option<Arc<Rule>> {
         let mut level = &self.root;
         let mut found = None;
+        let mut full = String::new();
         for (i, (key, value)) in entries.iter().enumerate() {
-            let full = format!("{key}_{value}");
+            full.clear();
+            full.push_str(key);
+            full.push('_');
+            full.push_str(value);
             let node = level
                 .nodes
                 .get(&full)
