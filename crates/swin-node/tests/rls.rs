@@ -473,3 +473,64 @@ async fn descriptor_files_reload_with_sighup() {
     );
     assert!(run.node.terminate());
 }
+
+/// The same rules under strict admission, and GCRA buckets as rules: each decides over
+/// gRPC exactly as over HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_admission_and_gcra_buckets_over_grpc() {
+    let store = TestStore::postgres().await;
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(start(&store, 1.0, "admission = \"strict\"").await);
+    }
+    let mut allowed = 0;
+    for i in 0..12 {
+        let n = &mut nodes[i % 3];
+        let login = descriptor(&[("generic_key", "login"), ("remote_address", "7.7.7.7")]);
+        let r = ask(&mut n.grpc, "edge", vec![login], 0)
+            .await
+            .expect("answer");
+        if r.overall_code == OK {
+            allowed += 1;
+        }
+    }
+    assert_eq!(
+        allowed, 3,
+        "strict: 3 per minute across nodes that sync every second"
+    );
+    for mut n in nodes {
+        assert!(n.node.terminate());
+    }
+    assert_eq!(
+        store
+            .totals("edge")
+            .await
+            .get("generic_key=login|remote_address=7.7.7.7"),
+        Some(&3.0),
+        "the store counts what was admitted, no quota left held"
+    );
+
+    let gcra = "algorithm = \"gcra\"\n[[namespaces.descriptors]]\nkey = \"bucket\"\nrate_limit = { unit = \"hour\", requests_per_unit = 2 }";
+    let dir = tempfile::tempdir().expect("dir");
+    let grpc_port = swin_testkit::free_port();
+    let config = format!(
+        "grpc_listen = \"127.0.0.1:{grpc_port}\"\n{}\n[[namespaces]]\nname = \"b\"\nsync_rate = 0.1\nstore = \"main\"\n{gcra}\n",
+        store.section()
+    );
+    let path = dir.path().join("swin.toml");
+    std::fs::write(&path, config).expect("config");
+    let mut node = Node::spawn(&path);
+    swin_testkit::wait_for_port(grpc_port, Duration::from_secs(30));
+    let mut c = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc_port}"))
+        .await
+        .expect("connect");
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let r = ask(&mut c, "b", vec![descriptor(&[("bucket", "x")])], 0)
+            .await
+            .expect("answer");
+        got.push(r.overall_code);
+    }
+    assert_eq!(got, vec![OK, OK, OVER], "a burst of 2");
+    assert!(node.terminate());
+}

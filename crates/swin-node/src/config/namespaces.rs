@@ -177,8 +177,10 @@ impl Parser<'_> {
         if max_counters == 0 {
             return Err(self.err(&f("max_counters"), "must be above 0".into()));
         }
+        // `algorithm` alone, beside descriptor rules, is the rules' kind
+        let rules_only = rules.is_some() && n.limits.is_empty() && n.gcra.is_none();
         let raw = RawLimits {
-            algorithm: n.algorithm,
+            algorithm: if rules_only { None } else { n.algorithm },
             limits: n.limits,
             gcra: n.gcra,
             count_denied: n.count_denied,

@@ -203,8 +203,11 @@ impl Rls {
         let Some(ns) = ns else {
             return Ok(all_ok(asked.len()));
         };
-        let algorithm = ns.limits.as_ref().map(crate::limits::Limits::algorithm);
-        let algorithm = algorithm.or_else(|| ns.rules.as_ref().map(|_| "sliding_window"));
+        let algorithm = match (&ns.rules, &ns.limits) {
+            (Some(r), _) => r.algorithm(),
+            (None, Some(l)) => Some(l.algorithm()),
+            (None, None) => None,
+        };
         // each descriptor's rule: its own override, else the tree's
         let mut found: Vec<Option<Arc<Rule>>> = Vec::with_capacity(asked.len());
         for (i, (a, d)) in asked.iter().zip(&req.descriptors).enumerate() {

@@ -155,6 +155,8 @@ struct Node {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Rules {
     root: Level,
+    /// The namespace's `algorithm`: what a request's own `limit` becomes too.
+    algorithm: Option<String>,
 }
 
 /// Where a rule error is: the file (or "the config"), the rule path, the field.
@@ -170,7 +172,10 @@ impl Rules {
         file: Option<&std::path::Path>,
         algorithm: Option<&str>,
     ) -> Result<Rules, RuleError> {
-        let mut rules = Rules::default();
+        let mut rules = Rules {
+            algorithm: algorithm.map(str::to_owned),
+            ..Rules::default()
+        };
         add(&mut rules.root, inline, "", "descriptors", algorithm)?;
         if let Some(path) = file {
             let shown = path.display();
@@ -193,6 +198,11 @@ impl Rules {
             .map_err(|e| format!("{shown}: {e}"))?;
         }
         Ok(rules)
+    }
+
+    /// The namespace's `algorithm` (`None`: sliding windows).
+    pub fn algorithm(&self) -> Option<&str> {
+        self.algorithm.as_deref()
     }
 
     pub fn is_empty(&self) -> bool {
