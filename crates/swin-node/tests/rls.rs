@@ -243,6 +243,35 @@ async fn the_service_answers_as_envoy_expects(store: TestStore) {
         codes(&ask(c, "edge", vec![own], 0).await.expect("a")),
         vec![OVER]
     );
+    let mut none = descriptor(&[("anything", "y")]);
+    none.limit = Some(RateLimitOverride {
+        requests_per_unit: 0,
+        unit: 2,
+    });
+    assert_eq!(
+        codes(&ask(c, "edge", vec![none], 0).await.expect("a")),
+        vec![OVER]
+    );
+    // hostile values: every hit there is at once, a key with a NUL, an unknown unit
+    let mut all = login("1.1.1.1");
+    all.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: u64::MAX });
+    assert_eq!(
+        codes(&ask(c, "edge", vec![all], 0).await.expect("a")),
+        vec![OVER]
+    );
+    let e = ask(c, "edge", vec![login("1.1.1.1\0")], 0)
+        .await
+        .expect_err("a NUL");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    let mut odd = descriptor(&[("anything", "z")]);
+    odd.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 99,
+    });
+    let e = ask(c, "edge", vec![odd], 0)
+        .await
+        .expect_err("no such unit");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
 
     // swin's own limits in a rule (a 90 s window), inline in the TOML
     let key = descriptor(&[("api_key", "k1")]);

@@ -144,11 +144,18 @@ fn override_rule(
             o.unit
         ))
     })?;
-    let limit = rules::limit_for(f64::from(o.requests_per_unit), secs, algorithm)
-        .map_err(|e| invalid(format!("descriptors[{i}].limit: {e}")))?;
+    // 0 per unit blocks, as a rule's requests_per_unit: 0 does
+    let limit = if o.requests_per_unit == 0 {
+        RuleLimit::Blocked
+    } else {
+        RuleLimit::Limited(
+            rules::limit_for(f64::from(o.requests_per_unit), secs, algorithm)
+                .map_err(|e| invalid(format!("descriptors[{i}].limit: {e}")))?,
+        )
+    };
     Ok(Some(Rule {
         path: String::new(),
-        limit: RuleLimit::Limited(limit),
+        limit,
         shadow: false,
         name: None,
         replaces: Vec::new(),
