@@ -156,3 +156,84 @@ for_all_stores!(
     concurrent_holders_never_pass_the_limit,
     one_call_holds_many_windows,
 );
+
+/// Redis keeps holders' totals as fields of the window's hash: when a window opens (by a
+/// hold or by a push), the window before the previous goes with every holder's total in
+/// it — also those of holders that died and never gave back — so a hot key's hash, whose
+/// TTL keeps being refreshed, does not gather them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_drops_the_totals_of_windows_two_back() {
+    let s = TestStore::redis();
+    let store = &s.store;
+    let old = |start: i64, holder: &'static str| async move {
+        let mut h = hold("k", 100.0, 0.0, 1.0, 1.0);
+        h.window_start = start;
+        store.hold("ns", holder, &[h]).await.expect("hold");
+    };
+    old(CUR - 120, "dead").await;
+    old(CUR - 60, "alive").await;
+    let Store::Redis(redis_store) = store else {
+        panic!("a Redis store")
+    };
+    let prefix = redis_store.prefix().to_owned();
+    let fields = || async {
+        let client = ::redis::Client::open(s.url.as_str()).expect("url");
+        let mut c = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let keys: Vec<String> = ::redis::cmd("KEYS")
+            .arg(format!("{prefix}:*"))
+            .query_async(&mut c)
+            .await
+            .expect("keys");
+        let mut all: Vec<String> = Vec::new();
+        for k in keys {
+            let f: Vec<String> = ::redis::cmd("HKEYS")
+                .arg(&k)
+                .query_async(&mut c)
+                .await
+                .expect("hkeys");
+            all.extend(f);
+        }
+        all.sort();
+        all
+    };
+    assert!(fields().await.contains(&format!("h:{}:dead", CUR - 120)));
+    // a hold opens the current window: the one two back goes, with the dead holder's total
+    store
+        .hold("ns", "live", &[hold("k", 100.0, 0.0, 1.0, 1.0)])
+        .await
+        .expect("hold");
+    let after = fields().await;
+    assert!(
+        !after
+            .iter()
+            .any(|f| f.starts_with(&format!("h:{}:", CUR - 120))),
+        "{after:?}"
+    );
+    assert!(
+        after.contains(&format!("h:{}:alive", CUR - 60)),
+        "{after:?}"
+    );
+    // and a push that opens the next window drops the previous one's totals in turn
+    let diffs = [swin_core::Diff {
+        key: "k".into(),
+        window_size: 60,
+        window_start: CUR + 60,
+        value: 1.0,
+    }];
+    let p = Push {
+        node_id: "n",
+        seq: None,
+        diffs: &diffs,
+    };
+    store.push("ns", p).await.expect("push");
+    let after = fields().await;
+    assert!(
+        !after
+            .iter()
+            .any(|f| f.starts_with(&format!("h:{}:", CUR - 60))),
+        "{after:?}"
+    );
+}

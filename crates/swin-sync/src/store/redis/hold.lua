@@ -1,10 +1,18 @@
 -- Strict admission: a holder's reserved total in windows, raised or lowered atomically
 -- (swin_core::settle_hold, written again here; the conformance suite runs both on the
 -- same cases). KEYS: window hashes. ARGV: holder, then per key: window_start,
--- previous window_start, stale holder field, ttl, limit, weight, need, want.
--- The holder's total is the field h:<window_start>:<holder>. Returns per key
--- {current, previous, held} as strings (%.17g).
+-- previous window_start, the window before that (stale), ttl, limit, weight, need, want.
+-- The holder's total is the field h:<window_start>:<holder>. A window that opens here
+-- drops the stale window and every holder's total in it, as a push does. Returns per
+-- key {current, previous, held} as strings (%.17g).
 local function num(s) return tonumber(s or '0') or 0 end
+local function drop_stale(hash, stale)
+  redis.call('HDEL', hash, stale)
+  local prefix = 'h:' .. stale .. ':'
+  for _, f in ipairs(redis.call('HKEYS', hash)) do
+    if string.sub(f, 1, #prefix) == prefix then redis.call('HDEL', hash, f) end
+  end
+end
 local function fmt(x) return string.format('%.17g', x) end
 local holder = ARGV[1]
 local out = {}
@@ -18,7 +26,8 @@ for k = 1, #KEYS do
     return redis.error_reply('swin hold: malformed arguments')
   end
   local field = 'h:' .. start .. ':' .. holder
-  local current = num(redis.call('HGET', KEYS[k], start))
+  local stored = redis.call('HGET', KEYS[k], start)
+  local current = num(stored)
   local previous = num(redis.call('HGET', KEYS[k], prev))
   local held = math.max(num(redis.call('HGET', KEYS[k], field)), 0)
   local new_current, new_held = current, held
@@ -36,7 +45,7 @@ for k = 1, #KEYS do
   end
   if new_current ~= current or new_held ~= held then
     redis.call('HSET', KEYS[k], start, fmt(new_current), field, fmt(new_held))
-    redis.call('HDEL', KEYS[k], stale)
+    if stored == false then drop_stale(KEYS[k], stale) end
     redis.call('EXPIRE', KEYS[k], ttl)
   end
   out[#out + 1] = {fmt(new_current), fmt(previous), fmt(new_held)}

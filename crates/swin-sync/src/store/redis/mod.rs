@@ -518,7 +518,7 @@ impl Backend for RedisStore {
                 inv.key(&hashes[i]);
                 inv.arg(h.window_start)
                     .arg(h.window_start - size)
-                    .arg(format!("h:{}:{holder}", h.window_start - 2 * size))
+                    .arg(h.window_start - 2 * size)
                     .arg(3 * size)
                     .arg(r.limit)
                     .arg(r.weight)

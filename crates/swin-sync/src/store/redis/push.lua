@@ -80,7 +80,14 @@ for k = 1, #KEYS do
     a = a + 2
   end
   if wrote then
-    if opened then redis.call('HDEL', KEYS[k], stale) end
+    if opened then
+      -- the window before the previous goes, with every holder's total in it
+      redis.call('HDEL', KEYS[k], stale)
+      local prefix = 'h:' .. stale .. ':'
+      for _, f in ipairs(redis.call('HKEYS', KEYS[k])) do
+        if string.sub(f, 1, #prefix) == prefix then redis.call('HDEL', KEYS[k], f) end
+      end
+    end
     redis.call('EXPIRE', KEYS[k], ttl)
   end
 end
