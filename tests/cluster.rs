@@ -526,21 +526,16 @@ async fn slow_store(store: Store, direct: Store) {
     .await;
 }
 
-/// sync_rate 0 with a limit: hits from many clients over 3 nodes never exceed the limit,
-/// and denied hits leave no trace in the store.
-async fn synchronous_limit(store: Store) {
-    let config = store.config(0.0).replace(
-        "store = \"main\"\n",
-        "store = \"main\"\nlimits = [{ window_size = 3600, limit = 20 }]\n",
-    );
-    let cluster = Cluster::start(3, &config, 0);
+/// `clients` clients each send `each` hits on key `door` through the load balancer, at
+/// once; how many were allowed (every denial has a Retry-After).
+async fn hits_on_door(lb: &str, clients: usize, each: usize) -> u64 {
     let c = client();
     let allowed = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let (c, lb, allowed) = (c.clone(), cluster.lb.clone(), allowed.clone());
+    for _ in 0..clients {
+        let (c, lb, allowed) = (c.clone(), lb.to_owned(), allowed.clone());
         tasks.push(tokio::spawn(async move {
-            for _ in 0..10 {
+            for _ in 0..each {
                 let r = c
                     .post(format!("{lb}/v1/namespaces/api/keys/door/hit"))
                     .send()
@@ -559,7 +554,18 @@ async fn synchronous_limit(store: Store) {
     for t in tasks {
         t.await.expect("client");
     }
-    let allowed = allowed.load(Ordering::SeqCst);
+    allowed.load(Ordering::SeqCst)
+}
+
+/// sync_rate 0 with a limit: hits from many clients over 3 nodes never exceed the limit,
+/// and denied hits leave no trace in the store.
+async fn synchronous_limit(store: Store) {
+    let config = store.config(0.0).replace(
+        "store = \"main\"\n",
+        "store = \"main\"\nlimits = [{ window_size = 3600, limit = 20 }]\n",
+    );
+    let cluster = Cluster::start(3, &config, 0);
+    let allowed = hits_on_door(&cluster.lb, 8, 10).await;
     eprintln!("limit 20, 80 hits over 3 nodes: {allowed} allowed");
     assert!(
         allowed <= 20,
@@ -595,32 +601,7 @@ async fn strict_limit(store: Store) {
         "store = \"main\"\nlimits = [{ window_size = 3600, limit = 40 }]\nadmission = \"strict\"\n",
     );
     let mut cluster = Cluster::start(3, &config, 0);
-    let c = client();
-    let allowed = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let (c, lb, allowed) = (c.clone(), cluster.lb.clone(), allowed.clone());
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..15 {
-                let r = c
-                    .post(format!("{lb}/v1/namespaces/api/keys/door/hit"))
-                    .send()
-                    .await
-                    .expect("hit");
-                match r.status().as_u16() {
-                    200 => {
-                        allowed.fetch_add(1, Ordering::SeqCst);
-                    }
-                    429 => assert!(r.headers().get("retry-after").is_some()),
-                    other => panic!("hit answered {other}"),
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.expect("client");
-    }
-    let allowed = allowed.load(Ordering::SeqCst);
+    let allowed = hits_on_door(&cluster.lb, 8, 15).await;
     eprintln!("strict, limit 40, 120 hits over 3 nodes: {allowed} allowed");
     assert!(
         allowed <= 40,

@@ -138,6 +138,22 @@ struct Tally {
     statuses: BTreeMap<u16, u64>,
 }
 
+impl Tally {
+    fn new() -> anyhow::Result<Tally> {
+        Ok(Tally {
+            hist: hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3)?,
+            statuses: BTreeMap::new(),
+        })
+    }
+
+    /// One answer of `status`, `t0` the time it was due (or sent).
+    fn record(&mut self, t0: Instant, status: u16) {
+        self.hist
+            .saturating_record((t0.elapsed().as_micros() as u64).max(1));
+        *self.statuses.entry(status).or_default() += 1;
+    }
+}
+
 async fn connection(
     spec: Arc<LoadSpec>,
     shared: Arc<Shared>,
@@ -145,10 +161,7 @@ async fn connection(
     id: usize,
     interval: Option<Duration>,
 ) -> anyhow::Result<Tally> {
-    let mut tally = Tally {
-        hist: hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3)?,
-        statuses: BTreeMap::new(),
-    };
+    let mut tally = Tally::new()?;
     let stream = tokio::net::TcpStream::connect(&target).await?;
     stream.set_nodelay(true)?;
     let (mut sender, conn) =
@@ -186,9 +199,7 @@ async fn connection(
             Ok(resp) => {
                 let status = resp.status().as_u16();
                 resp.into_body().collect().await?;
-                let us = t0.elapsed().as_micros() as u64;
-                tally.hist.saturating_record(us.max(1));
-                *tally.statuses.entry(status).or_default() += 1;
+                tally.record(t0, status);
                 shared.done.fetch_add(1, Ordering::Relaxed);
             }
             Err(_) => {
@@ -212,10 +223,7 @@ async fn grpc_connection(
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
     use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-    let mut tally = Tally {
-        hist: hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3)?,
-        statuses: BTreeMap::new(),
-    };
+    let mut tally = Tally::new()?;
     let entries = spec.grpc.clone().unwrap_or_default();
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{target}"))?
         .tcp_nodelay(true)
@@ -250,10 +258,7 @@ async fn grpc_connection(
             Ok(_) => 200,
             Err(e) => 1000 + e.code() as u16,
         };
-        tally
-            .hist
-            .saturating_record((t0.elapsed().as_micros() as u64).max(1));
-        *tally.statuses.entry(status).or_default() += 1;
+        tally.record(t0, status);
         shared.done.fetch_add(1, Ordering::Relaxed);
     }
     Ok(tally)

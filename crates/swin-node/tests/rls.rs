@@ -64,18 +64,27 @@ struct Running {
 }
 
 async fn start(store: &TestStore, sync_rate: f64, extra: &str) -> Running {
-    use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
     let dir = tempfile::tempdir().expect("dir");
     let yaml = dir.path().join("edge.yaml");
     std::fs::write(&yaml, EDGE_YAML).expect("yaml");
-    let grpc_port = swin_testkit::free_port();
-    let config = format!(
-        "grpc_listen = \"127.0.0.1:{grpc_port}\"\nstore_timeout = 1\n{}\n[[namespaces]]\nname = \"edge\"\nsync_rate = {sync_rate}\nstore = \"main\"\ndescriptors_file = \"{}\"\n{extra}\n\n[[namespaces]]\nname = \"inline\"\nsync_rate = {sync_rate}\nstore = \"main\"\n[[namespaces.descriptors]]\nkey = \"api_key\"\nlimits = [{{ window_size = 90, limit = 2 }}]\n",
+    let namespaces = format!(
+        "store_timeout = 1\n{}\n[[namespaces]]\nname = \"edge\"\nsync_rate = {sync_rate}\nstore = \"main\"\ndescriptors_file = \"{}\"\n{extra}\n\n[[namespaces]]\nname = \"inline\"\nsync_rate = {sync_rate}\nstore = \"main\"\n[[namespaces.descriptors]]\nkey = \"api_key\"\nlimits = [{{ window_size = 90, limit = 2 }}]\n",
         store.section(),
         yaml.display()
     );
+    start_with(dir, &namespaces).await
+}
+
+/// A node of `config` (without `grpc_listen`, which this adds) in `dir`, and a client.
+async fn start_with(dir: tempfile::TempDir, config: &str) -> Running {
+    use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    let grpc_port = swin_testkit::free_port();
     let path = dir.path().join("swin.toml");
-    std::fs::write(&path, config).expect("config");
+    std::fs::write(
+        &path,
+        format!("grpc_listen = \"127.0.0.1:{grpc_port}\"\n{config}"),
+    )
+    .expect("config");
     let node = Node::spawn(Path::new(&path));
     swin_testkit::wait_for_port(grpc_port, Duration::from_secs(30));
     let grpc = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc_port}"))
@@ -540,26 +549,19 @@ async fn strict_admission_and_gcra_buckets_over_grpc() {
     );
 
     let gcra = "algorithm = \"gcra\"\n[[namespaces.descriptors]]\nkey = \"bucket\"\nrate_limit = { unit = \"hour\", requests_per_unit = 2 }";
-    let dir = tempfile::tempdir().expect("dir");
-    let grpc_port = swin_testkit::free_port();
     let config = format!(
-        "grpc_listen = \"127.0.0.1:{grpc_port}\"\n{}\n[[namespaces]]\nname = \"b\"\nsync_rate = 0.1\nstore = \"main\"\n{gcra}\n",
+        "{}\n[[namespaces]]\nname = \"b\"\nsync_rate = 0.1\nstore = \"main\"\n{gcra}\n",
         store.section()
     );
-    let path = dir.path().join("swin.toml");
-    std::fs::write(&path, config).expect("config");
-    let mut node = Node::spawn(&path);
-    swin_testkit::wait_for_port(grpc_port, Duration::from_secs(30));
-    let mut c = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc_port}"))
-        .await
-        .expect("connect");
+    let mut run = start_with(tempfile::tempdir().expect("dir"), &config).await;
+    let c = &mut run.grpc;
     let mut got = Vec::new();
     for _ in 0..3 {
-        let r = ask(&mut c, "b", vec![descriptor(&[("bucket", "x")])], 0)
+        let r = ask(c, "b", vec![descriptor(&[("bucket", "x")])], 0)
             .await
             .expect("answer");
         got.push(r.overall_code);
     }
     assert_eq!(got, vec![OK, OK, OVER], "a burst of 2");
-    assert!(node.terminate());
+    assert!(run.node.terminate());
 }

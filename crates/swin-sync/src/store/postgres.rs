@@ -424,7 +424,7 @@ impl Backend for PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(err)?;
-        let rows: Vec<(String, i32, i64, f64, f64, f64)> = sqlx::query_as(HOLD_READ)
+        let rows: Vec<super::sql::HoldRow> = sqlx::query_as(HOLD_READ)
             .bind(namespace)
             .bind(&k)
             .bind(&sizes)
@@ -433,18 +433,7 @@ impl Backend for PostgresStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(err)?;
-        let read = rows
-            .into_iter()
-            .map(|(key, size, start, current, previous, held)| {
-                let state = swin_core::HoldState {
-                    current,
-                    previous,
-                    held,
-                };
-                ((CompactString::from(key), size as u32, start), state)
-            })
-            .collect();
-        let (answers, changed) = super::sql::settle_holds(holds, &read)?;
+        let (answers, changed) = super::sql::settle_holds(holds, rows)?;
         if !changed.is_empty() {
             let ck: Vec<&str> = changed.iter().map(|(w, _)| w.0.as_str()).collect();
             let cs: Vec<i32> = changed.iter().map(|(w, _)| w.1 as i32).collect();
@@ -479,7 +468,7 @@ const HOLD_ROWS: &str = "
 /// Step 2: the windows, locked in key order, with the previous window and the holder's
 /// total beside each.
 const HOLD_READ: &str = "
-    SELECT c.key, c.window_size, extract(epoch FROM c.window_start)::int8, c.count,
+    SELECT c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count,
            coalesce(p.count, 0), coalesce(h.held, 0)
     FROM (SELECT DISTINCT * FROM unnest($2::text[], $3::int4[], $4::int8[])
           AS r(key, window_size, window_start)) r

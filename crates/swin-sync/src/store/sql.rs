@@ -90,6 +90,10 @@ pub(crate) fn tats(rows: Vec<TatRow>) -> Vec<Tat> {
 /// A window a hold touches, and its state as read under lock.
 pub(crate) type HoldWindow = (swin_core::CompactString, u32, i64);
 
+/// A window as both SQL stores read it under lock: key, size, start, its count, the
+/// previous window's, the holder's total.
+pub(crate) type HoldRow = (String, i64, i64, f64, f64, f64);
+
 /// Each hold's answer, and the windows whose state changed (to write back).
 pub(crate) type Settled = (Vec<super::Held>, Vec<(HoldWindow, swin_core::HoldState)>);
 
@@ -98,9 +102,20 @@ pub(crate) type Settled = (Vec<super::Held>, Vec<(HoldWindow, swin_core::HoldSta
 /// back in the same transaction. A window asked twice sees the first hold's result.
 pub(crate) fn settle_holds(
     holds: &[super::Hold],
-    read: &std::collections::HashMap<HoldWindow, swin_core::HoldState>,
+    rows: Vec<HoldRow>,
 ) -> Result<Settled, StoreError> {
-    let mut now: std::collections::HashMap<HoldWindow, swin_core::HoldState> = read.clone();
+    let read: std::collections::HashMap<HoldWindow, swin_core::HoldState> = rows
+        .into_iter()
+        .map(|(key, size, start, current, previous, held)| {
+            let state = swin_core::HoldState {
+                current,
+                previous,
+                held,
+            };
+            ((key.into(), size as u32, start), state)
+        })
+        .collect();
+    let mut now = read.clone();
     let mut answers = Vec::with_capacity(holds.len());
     for h in holds {
         let w = (h.key.clone(), h.window_size, h.window_start);

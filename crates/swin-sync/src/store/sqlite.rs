@@ -379,7 +379,7 @@ impl Backend for SqliteStore {
         .execute(&mut *tx)
         .await
         .map_err(err)?;
-        let rows: Vec<(String, i64, i64, f64, f64, f64)> = sqlx::query_as(
+        let rows: Vec<super::sql::HoldRow> = sqlx::query_as(
             "SELECT c.key, c.window_size, c.window_start, c.count,
                     coalesce(p.count, 0.0), coalesce(h.held, 0.0)
              FROM json_each(?2) AS r
@@ -399,18 +399,7 @@ impl Backend for SqliteStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(err)?;
-        let read = rows
-            .into_iter()
-            .map(|(key, size, start, current, previous, held)| {
-                let state = swin_core::HoldState {
-                    current,
-                    previous,
-                    held,
-                };
-                ((CompactString::from(key), size as u32, start), state)
-            })
-            .collect();
-        let (answers, changed) = super::sql::settle_holds(holds, &read)?;
+        let (answers, changed) = super::sql::settle_holds(holds, rows)?;
         for ((key, size, start), state) in &changed {
             sqlx::query(
                 "UPDATE swin_counters SET count = ?5, updated_at = unixepoch()
