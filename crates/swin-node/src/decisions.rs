@@ -157,6 +157,24 @@ pub async fn take_under(
     let set = match limits {
         KeyLimits::Gcra(g) => {
             let cost = g.units(cost)?;
+            if let (Admission::Strict { on_store_failure }, false) = (ns.admission, dry_run) {
+                match ns.sync.admit_bucket(g, key, cost, now).await {
+                    Ok(v) => {
+                        if !v.allowed && count_denied {
+                            ns.sync.spend(g, key, cost, now, true).await?;
+                        }
+                        return Ok(gcra_verdict(g, bucket_decision(g, &v, now, cost)?));
+                    }
+                    Err(_) if on_store_failure == OnStoreFailure::Deny => {
+                        return Ok(Verdict {
+                            reason: Some("store_unreachable"),
+                            ..gcra_verdict(g, gcra_unreachable(g))
+                        });
+                    }
+                    // on_store_failure = "local": decided on the local bucket, pushed later
+                    Err(_) => {}
+                }
+            }
             let d = if dry_run {
                 ns.sync.dry_run(g, key, cost, now).await?
             } else {
@@ -263,6 +281,43 @@ async fn strict_verdict(
     })
 }
 
+/// A strict GCRA admission's answer: admitted or not as the reservation said; the
+/// figures from the bucket as the store last showed it (every node's grants counted as
+/// spent) with this node's unspent units added back.
+fn bucket_decision(
+    g: &Gcra,
+    v: &swin_sync::BucketView,
+    now: UnixMs,
+    cost: i64,
+) -> Result<Decision, Error> {
+    let now_ns = now.0.saturating_mul(1_000_000);
+    let mut d = g.dry_run(v.tat_ns, now_ns, cost)?.decision;
+    if v.allowed {
+        let room = g.dry_run(v.tat_ns, now_ns, 0)?.decision.remaining;
+        d.allowed = true;
+        d.retry_after = std::time::Duration::ZERO;
+        d.remaining = room + v.unused as f64;
+    } else if d.allowed {
+        // the bucket has the units but a reservation's share or horizon left them out:
+        // ask again in a horizon
+        d.allowed = false;
+        d.remaining = 0.0;
+        d.retry_after = swin_sync::horizon(g);
+    }
+    Ok(d)
+}
+
+/// A strict GCRA namespace with `on_store_failure = "deny"` whose store cannot be asked.
+fn gcra_unreachable(g: &Gcra) -> Decision {
+    Decision {
+        allowed: false,
+        limit: g.burst() as f64,
+        remaining: 0.0,
+        reset_after: std::time::Duration::ZERO,
+        retry_after: std::time::Duration::from_secs(1),
+    }
+}
+
 /// Strict, `on_store_failure = "deny"`, and the store cannot be asked: refused.
 fn unreachable_verdict(set: &WindowSet, now: UnixMs) -> Verdict {
     let l = &set[0];
@@ -286,6 +341,9 @@ fn unreachable_verdict(set: &WindowSet, now: UnixMs) -> Verdict {
 pub async fn give_back(ns: &Namespace, key: &str, cost: f64) -> Result<(), Error> {
     let now = now();
     match &ns.limits.as_ref().map(|l| l.for_key(key)) {
+        Some(KeyLimits::Gcra(g)) if is_strict(ns) => {
+            ns.sync.give_back_units(key, g.units(cost)?, now);
+        }
         Some(KeyLimits::Gcra(g)) => {
             ns.sync.refund_tokens(g, key, g.units(cost)?, now).await?;
         }
@@ -321,6 +379,15 @@ pub async fn refund(
     let limits = limits_of(ns, namespace)?.for_key(key);
     let now = now();
     let set = match limits {
+        KeyLimits::Gcra(g) if is_strict(ns) => {
+            // the units go back to this node, to spend again while its grant lasts
+            let back = ns.sync.give_back_units(key, g.units(cost)?, now);
+            let d = bucket_decision(g, &ns.sync.bucket_view(key, now), now, 0)?;
+            return Ok(HitAnswer {
+                allowed: back > 0,
+                ..HitAnswer::from(&d)
+            });
+        }
         KeyLimits::Gcra(g) => {
             let d = ns.sync.refund_tokens(g, key, g.units(cost)?, now).await?;
             return Ok(HitAnswer::from(&d));

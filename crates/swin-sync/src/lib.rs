@@ -8,10 +8,11 @@ pub mod store;
 mod unconfirmed;
 
 pub use engine::{
-    now, NamespaceSync, StrictView, SyncMode, SyncReport, SyncStatus, IDLE_MS, SYNC_BUCKETS_SECS,
+    horizon, now, BucketView, NamespaceSync, StrictView, SyncMode, SyncReport, SyncStatus, IDLE_MS,
+    MAX_HORIZON, MIN_HORIZON, SYNC_BUCKETS_SECS,
 };
 pub use error::StoreError;
-pub use store::{Held, Hold, Push, Pushed, Rejected, Store, TatPush, WindowKey};
+pub use store::{Granted, Held, Hold, Push, Pushed, Rejected, Reserve, Store, TatPush, WindowKey};
 pub use unconfirmed::{Chunk, Rows, Unconfirmed};
 
 /// A random id for this process, so the store can tell its pushes from other nodes'.

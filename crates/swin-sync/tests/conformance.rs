@@ -1148,7 +1148,7 @@ async fn every_call_honours_its_faults(s: &TestStore) {
     let now = UnixMs::from_secs(NOW);
     let injected = |what: &str, failed: bool| assert!(failed, "{what}: no injected failure");
     for fault in [Fault::FailBefore, Fault::FailAfter] {
-        control.plan([fault; 10]);
+        control.plan([fault; 12]);
         let e = |r: Result<(), StoreError>| matches!(r, Err(StoreError::Injected));
         injected("migrate", e(faulty.migrate().await));
         injected("push", e(faulty.push(ns, push).await.map(drop)));
@@ -1191,6 +1191,44 @@ async fn every_call_honours_its_faults(s: &TestStore) {
         s.store.push(ns, direct).await.expect("push");
         injected("reset", e(faulty.reset(ns, "k", &[60]).await));
         injected("ping", e(faulty.ping().await));
+        // strict admission's calls, on a key of their own
+        let hold = swin_sync::Hold {
+            key: "held".into(),
+            window_size: 60,
+            window_start: CUR,
+            request: swin_core::HoldRequest {
+                limit: 10.0,
+                weight: 0.0,
+                need: 1.0,
+                want: 1.0,
+            },
+        };
+        injected(
+            "hold",
+            e(faulty
+                .hold(ns, "h", std::slice::from_ref(&hold))
+                .await
+                .map(drop)),
+        );
+        let reserve = swin_sync::Reserve {
+            key: "reserved".into(),
+            request: swin_core::ReserveRequest {
+                seq: 1,
+                now_ns: NOW * 1_000_000_000,
+                horizon_ns: 0,
+                emission_ns: 1_000_000,
+                burst: 10,
+                need: 1,
+                want: 1,
+            },
+        };
+        injected(
+            "reserve",
+            e(faulty
+                .reserve(ns, "h", std::slice::from_ref(&reserve))
+                .await
+                .map(drop)),
+        );
         let applied = s.store.read(ns, &keys).await.expect("read");
         assert_eq!(
             applied.is_empty(),

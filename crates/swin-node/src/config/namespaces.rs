@@ -195,9 +195,6 @@ impl Parser<'_> {
                 None if rules.is_some() && store.is_some() => None,
                 None if rules.is_some() => Some("\"strict\" needs a store (sync_rate ≥ 0)"),
                 None => Some("\"strict\" needs limits to admit against"),
-                Some(l) if l.is_gcra() => {
-                    Some("\"strict\" is for window limits (sliding_window, fixed_window); GCRA buckets admit eventually")
-                }
                 Some(_) if store.is_none() => Some("\"strict\" needs a store (sync_rate ≥ 0)"),
                 Some(_) => None,
             };

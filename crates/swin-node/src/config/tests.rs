@@ -345,9 +345,12 @@ fn strict_admission_is_checked() {
         &format!("{limits}admission = \"strict\"\non_store_failure = \"maybe\""),
         "namespaces[0].on_store_failure",
     );
-    fails_with(
-        "algorithm = \"gcra\"\ngcra = { burst = 5, count = 5, period = \"1m\" }\nadmission = \"strict\"",
-        "namespaces[0].admission",
+    // GCRA buckets admit strictly too
+    assert_eq!(
+        admission("algorithm = \"gcra\"\ngcra = { burst = 5, count = 5, period = \"1m\" }\nadmission = \"strict\""),
+        Admission::Strict {
+            on_store_failure: OnStoreFailure::Local
+        }
     );
     fails(
         &format!("[[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = -1\n{limits}admission = \"strict\""),

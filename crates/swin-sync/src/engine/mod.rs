@@ -1,16 +1,19 @@
 //! The sync engine of one namespace: the three sync modes, the periodic timer, retries
 //! with backoff, exactly-once pushes and the final push on shutdown. By concern:
 //! `periodic` (one sync round), `synchronous` (increments through the store),
-//! `gcra` (buckets), `status` (health and the duration histogram); this file holds the
+//! `gcra` (buckets), `strict` and `reserve` (strict admission of windows and of buckets),
+//! `status` (health and the duration histogram); this file holds the
 //! handle, warm-up, reset, the run loop and what a stopped engine hands back.
 
 mod gcra;
 mod periodic;
+mod reserve;
 mod status;
 mod strict;
 mod synchronous;
 
 use self::periodic::{enqueue, PushState};
+pub use self::reserve::{horizon, BucketView, MAX_HORIZON, MIN_HORIZON};
 pub use self::status::{SyncStatus, SYNC_BUCKETS_SECS};
 use self::strict::Holdings;
 pub use self::strict::{StrictView, IDLE_MS};
@@ -367,7 +370,10 @@ impl NamespaceSync {
                     tokio::select! {
                         biased;
                         _ = cancel.cancelled() => break,
-                        _ = tokio::time::sleep(GIVE_BACK_EVERY) => { this.give_back_unused(now(), false).await; }
+                        _ = tokio::time::sleep(GIVE_BACK_EVERY) => {
+                            this.give_back_unused(now(), false).await;
+                            this.holdings.buckets.prune(nanos(now()));
+                        }
                     }
                 }
             })

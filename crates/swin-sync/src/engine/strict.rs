@@ -73,14 +73,91 @@ struct Slot {
 
 type SlotKey = (CompactString, u32);
 
-/// Where a hold's answer goes.
-type Answer = tokio::sync::oneshot::Sender<Result<HoldState, Arc<StoreError>>>;
+/// Where a request's answer goes.
+type Answer<A> = tokio::sync::oneshot::Sender<Result<A, Arc<StoreError>>>;
 
-/// Holds waiting for the next store call.
-#[derive(Debug, Default)]
-struct HoldQueue {
-    waiting: Vec<(Hold, Answer)>,
+/// Requests (holds, reservations) waiting for the next store call: the first to queue
+/// starts a flush, which sends what waits in batches until nothing does.
+#[derive(Debug)]
+pub(super) struct Queue<R, A> {
+    waiting: Vec<(R, Answer<A>)>,
     flushing: bool,
+}
+
+impl<R, A> Default for Queue<R, A> {
+    fn default() -> Self {
+        Queue {
+            waiting: Vec::new(),
+            flushing: false,
+        }
+    }
+}
+
+/// Queues `request` and waits for its answer; `flush` (spawned by the first to queue)
+/// sends batches with `send` until the queue is empty.
+pub(super) async fn queued<R, A, F, Fut>(
+    queue: &Arc<Mutex<Queue<R, A>>>,
+    tasks: &tokio_util::task::TaskTracker,
+    request: R,
+    send: F,
+) -> Result<A, Arc<StoreError>>
+where
+    R: Send + 'static,
+    A: Send + 'static,
+    F: Fn(Vec<R>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<Vec<A>, Arc<StoreError>>> + Send,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let lead = {
+        let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.waiting.push((request, tx));
+        !std::mem::replace(&mut q.flushing, true)
+    };
+    if lead {
+        let queue = queue.clone();
+        tasks.spawn(async move {
+            loop {
+                let batch: Vec<_> = {
+                    let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
+                    if q.waiting.is_empty() {
+                        q.flushing = false;
+                        return;
+                    }
+                    let n = q.waiting.len().min(HOLD_BATCH);
+                    q.waiting.drain(..n).collect()
+                };
+                let (requests, txs): (Vec<R>, Vec<_>) = batch.into_iter().unzip();
+                let n = requests.len();
+                match send(requests).await {
+                    Ok(answers) if answers.len() == n => {
+                        for (tx, a) in txs.into_iter().zip(answers) {
+                            let _ = tx.send(Ok(a));
+                        }
+                    }
+                    Ok(answers) => {
+                        let e = Arc::new(StoreError::Protocol(format!(
+                            "{} answers for {n} requests",
+                            answers.len()
+                        )));
+                        for tx in txs {
+                            let _ = tx.send(Err(e.clone()));
+                        }
+                    }
+                    Err(e) => {
+                        for tx in txs {
+                            let _ = tx.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+        });
+    }
+    match rx.await {
+        Ok(r) => r,
+        Err(_) => Err(Arc::new(StoreError::Unavailable(
+            "the request was dropped".into(),
+        ))),
+    }
 }
 
 /// A namespace's strict-admission state.
@@ -89,7 +166,9 @@ pub(crate) struct Holdings {
     /// This run of the node: a restarted node never takes another run's totals for its own.
     holder: Arc<str>,
     slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
-    queue: Mutex<HoldQueue>,
+    queue: Arc<Mutex<Queue<Hold, HoldState>>>,
+    /// GCRA buckets' reservations (see `reserve.rs`).
+    pub(super) buckets: super::reserve::Buckets,
     /// Store calls made for holds (`swin_reservations_total`).
     round_trips: AtomicU64,
 }
@@ -101,7 +180,8 @@ impl Holdings {
         Holdings {
             holder: format!("{node_id}/{run:016x}").into(),
             slots: Mutex::default(),
-            queue: Mutex::default(),
+            queue: Arc::default(),
+            buckets: super::reserve::Buckets::default(),
             round_trips: AtomicU64::new(0),
         }
     }
@@ -332,66 +412,27 @@ impl NamespaceSync {
                 "the store failed lately".into(),
             )));
         }
-        let (tx, rx) = tokio::sync::oneshot::channel();
         let hold = Hold {
             key: key.into(),
             window_size: size,
             window_start: start,
             request,
         };
-        let lead = {
-            let mut q = self
-                .holdings
-                .queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            q.waiting.push((hold, tx));
-            !std::mem::replace(&mut q.flushing, true)
-        };
-        if lead {
-            let this = self.clone();
-            self.flushes.spawn(async move { this.flush_holds().await });
-        }
-        match rx.await {
-            Ok(r) => r,
-            Err(_) => Err(Arc::new(StoreError::Unavailable(
-                "the hold was dropped".into(),
-            ))),
-        }
+        let this = self.clone();
+        queued(&self.holdings.queue, &self.flushes, hold, move |holds| {
+            let this = this.clone();
+            async move {
+                let Some(store) = this.store.clone() else {
+                    return Err(Arc::new(StoreError::Unavailable("no store".into())));
+                };
+                this.send_holds(&store, &holds).await
+            }
+        })
+        .await
     }
 
-    async fn flush_holds(self: Arc<Self>) {
-        let Some(store) = self.store.clone() else {
-            return;
-        };
-        loop {
-            let batch: Vec<_> = {
-                let mut q = self
-                    .holdings
-                    .queue
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                if q.waiting.is_empty() {
-                    q.flushing = false;
-                    return;
-                }
-                let n = q.waiting.len().min(HOLD_BATCH);
-                q.waiting.drain(..n).collect()
-            };
-            let (holds, txs): (Vec<Hold>, Vec<_>) = batch.into_iter().unzip();
-            match self.send_holds(&store, &holds).await {
-                Ok(states) => {
-                    for (tx, s) in txs.into_iter().zip(states) {
-                        let _ = tx.send(Ok(s));
-                    }
-                }
-                Err(e) => {
-                    for tx in txs {
-                        let _ = tx.send(Err(e.clone()));
-                    }
-                }
-            }
-        }
+    pub(super) fn count_round_trip(&self) {
+        self.holdings.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
     async fn send_holds(
@@ -399,19 +440,12 @@ impl NamespaceSync {
         store: &Store,
         holds: &[Hold],
     ) -> Result<Vec<HoldState>, Arc<StoreError>> {
-        self.holdings.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.count_round_trip();
         match self
             .call(store.hold(self.name(), &self.holdings.holder, holds))
             .await
         {
-            Ok(held) if held.len() == holds.len() => {
-                Ok(held.into_iter().map(|h| h.state).collect())
-            }
-            Ok(held) => Err(Arc::new(StoreError::Protocol(format!(
-                "{} holds answered for {}",
-                held.len(),
-                holds.len()
-            )))),
+            Ok(held) => Ok(held.into_iter().map(|h| h.state).collect()),
             Err(e) => {
                 warn!(namespace = self.name(), cause = %e, holds = holds.len(), "holds failed");
                 self.trip(&e);

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use swin_core::{CompactString, Tat, Total, UnixMs};
 
-use super::{Backend, Held, Hold, Push, Pushed, Store, TatPush, WindowKey};
+use super::{Backend, Granted, Held, Hold, Push, Pushed, Reserve, Store, TatPush, WindowKey};
 use crate::StoreError;
 
 /// What the next call does.
@@ -150,6 +150,16 @@ impl Backend for FaultyStore {
         holds: &[Hold],
     ) -> Result<Vec<Held>, StoreError> {
         self.faulted(self.inner.hold(namespace, holder, holds))
+            .await
+    }
+
+    async fn reserve(
+        &self,
+        namespace: &str,
+        holder: &str,
+        reserves: &[Reserve],
+    ) -> Result<Vec<Granted>, StoreError> {
+        self.faulted(self.inner.reserve(namespace, holder, reserves))
             .await
     }
 

@@ -20,7 +20,9 @@ pub use self::faulty::{Fault, FaultyStore};
 pub use self::postgres::PostgresStore;
 pub use self::redis::RedisStore;
 pub use self::sqlite::SqliteStore;
-use swin_core::{Advance, CompactString, Diff, HoldRequest, HoldState, Tat, Total, UnixMs};
+use swin_core::{
+    Advance, CompactString, Diff, HoldRequest, HoldState, ReserveRequest, Tat, Total, UnixMs,
+};
 
 use crate::StoreError;
 
@@ -38,6 +40,22 @@ pub struct Hold {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Held {
     pub state: HoldState,
+}
+
+/// Strict admission of a GCRA bucket: a holder reserves units of one bucket (see
+/// [`swin_core::settle_reserve`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reserve {
+    pub key: CompactString,
+    pub request: ReserveRequest,
+}
+
+/// The answer to a [`Reserve`]: the units granted (0: none) and the bucket's TAT after
+/// it (`None`: the store holds no bucket, it is full).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Granted {
+    pub granted: i64,
+    pub tat_ns: Option<i64>,
 }
 
 /// One key's window, to read its total.
@@ -207,6 +225,17 @@ pub trait Backend: Send + Sync {
         holder: &str,
         holds: &[Hold],
     ) -> impl Future<Output = Result<Vec<Held>, StoreError>> + Send;
+
+    /// Strict admission of GCRA buckets: settles each reservation atomically on its
+    /// bucket's TAT and the holder's last reservation there
+    /// ([`swin_core::settle_reserve`]), in order, and answers one [`Granted`] per
+    /// reservation. A repeated reservation number is answered as the first was.
+    fn reserve(
+        &self,
+        namespace: &str,
+        holder: &str,
+        reserves: &[Reserve],
+    ) -> impl Future<Output = Result<Vec<Granted>, StoreError>> + Send;
 }
 
 /// The configured store: one of the backends (or, in tests, one wrapped to fail on
@@ -354,6 +383,21 @@ impl Store {
                 return Ok(Vec::new());
             }
             dispatch!(self, s => s.hold(namespace, holder, holds).await)
+        })
+    }
+
+    /// See [`Backend::reserve`]; no call for no reservations.
+    pub fn reserve<'a>(
+        &'a self,
+        namespace: &'a str,
+        holder: &'a str,
+        reserves: &'a [Reserve],
+    ) -> BoxFuture<'a, Result<Vec<Granted>, StoreError>> {
+        Box::pin(async move {
+            if reserves.is_empty() {
+                return Ok(Vec::new());
+            }
+            dispatch!(self, s => s.reserve(namespace, holder, reserves).await)
         })
     }
 }

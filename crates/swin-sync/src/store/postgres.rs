@@ -6,9 +6,10 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use swin_core::{CompactString, Diff, Tat, Total, UnixMs};
 use tracing::instrument;
 
-use super::sql::{isolate_rejected, tats, totals, PartWriter, TatRow, TotalRow};
+use super::sql::{isolate_rejected, tats, totals, PartWriter, ReserveRow, TatRow, TotalRow};
 use super::{
-    normalize, normalize_advances, Backend, BoxFuture, Held, Hold, Push, Pushed, TatPush, WindowKey,
+    normalize, normalize_advances, Backend, BoxFuture, Granted, Held, Hold, Push, Pushed, Reserve,
+    TatPush, WindowKey,
 };
 use crate::StoreError;
 
@@ -334,7 +335,7 @@ impl Backend for PostgresStore {
             return Ok(()); // no row can hold it: nothing to delete
         }
         let mut tx = self.pool.begin().await.map_err(err)?;
-        for table in ["swin_counters", "swin_buckets"] {
+        for table in ["swin_counters", "swin_buckets", "swin_reservations"] {
             sqlx::query(&format!(
                 "DELETE FROM {table} WHERE namespace = $1 AND key = $2"
             ))
@@ -383,6 +384,12 @@ impl Backend for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(err)?;
+        // a holder asks again only within its horizon
+        sqlx::query("DELETE FROM swin_reservations WHERE horizon_end_ns < $1")
+            .bind(now.0.saturating_sub(3_600_000).saturating_mul(1_000_000))
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
         // A retry comes within seconds; an hour of push records is plenty.
         sqlx::query(
             "DELETE FROM swin_pushes WHERE pushed_at < to_timestamp($1) - interval '1 hour'",
@@ -455,7 +462,91 @@ impl Backend for PostgresStore {
         tx.commit().await.map_err(err)?;
         Ok(answers)
     }
+
+    #[instrument(skip_all, fields(namespace, reserves = reserves.len()))]
+    async fn reserve(
+        &self,
+        namespace: &str,
+        holder: &str,
+        reserves: &[Reserve],
+    ) -> Result<Vec<Granted>, StoreError> {
+        let mut keys: Vec<&str> = reserves.iter().map(|r| r.key.as_str()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut tx = self.pool.begin().await.map_err(err)?;
+        // every bucket has a row (a new one is full: a TAT long past), locked in key
+        // order as pushes lock them
+        sqlx::query(RESERVE_ROWS)
+            .bind(namespace)
+            .bind(&keys)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        let rows: Vec<ReserveRow> = sqlx::query_as(RESERVE_READ)
+            .bind(namespace)
+            .bind(&keys)
+            .bind(holder)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(err)?;
+        let settled = super::sql::settle_reserves(reserves, rows)?;
+        if !settled.tats.is_empty() {
+            let k: Vec<&str> = settled.tats.iter().map(|(k, _)| k.as_str()).collect();
+            let t: Vec<i64> = settled.tats.iter().map(|(_, t)| *t).collect();
+            sqlx::query(
+                "UPDATE swin_buckets b SET tat_ns = v.tat_ns, updated_at = now()
+                 FROM unnest($2::text[], $3::int8[]) AS v(key, tat_ns)
+                 WHERE b.namespace = $1 AND b.key = v.key",
+            )
+            .bind(namespace)
+            .bind(&k)
+            .bind(&t)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        }
+        let r = &settled.records;
+        let k: Vec<&str> = r.iter().map(|r| r.0.as_str()).collect();
+        let seq: Vec<i64> = r.iter().map(|r| r.1).collect();
+        let granted: Vec<i64> = r.iter().map(|r| r.2).collect();
+        let end: Vec<i64> = r.iter().map(|r| r.3).collect();
+        sqlx::query(
+            "INSERT INTO swin_reservations (namespace, key, holder, seq, granted, horizon_end_ns)
+             SELECT $1, v.key, $2, v.seq, v.granted, v.horizon_end_ns
+             FROM unnest($3::text[], $4::int8[], $5::int8[], $6::int8[])
+             AS v(key, seq, granted, horizon_end_ns)
+             ON CONFLICT (namespace, key, holder) DO UPDATE SET seq = excluded.seq,
+              granted = excluded.granted, horizon_end_ns = excluded.horizon_end_ns",
+        )
+        .bind(namespace)
+        .bind(holder)
+        .bind(&k)
+        .bind(&seq)
+        .bind(&granted)
+        .bind(&end)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(settled.answers)
+    }
 }
+
+/// Strict admission of buckets, step 1: every bucket a reservation touches has a row.
+const RESERVE_ROWS: &str = "
+    INSERT INTO swin_buckets (namespace, key, tat_ns)
+    SELECT $1, k, 0 FROM unnest($2::text[]) AS k ORDER BY 2
+    ON CONFLICT DO NOTHING";
+
+/// Step 2: the buckets, locked in key order, with the holder's last reservation.
+const RESERVE_READ: &str = "
+    SELECT b.key, b.tat_ns, r.seq, r.granted
+    FROM swin_buckets b
+    LEFT JOIN swin_reservations r ON r.namespace = b.namespace AND r.key = b.key
+     AND r.holder = $3
+    WHERE b.namespace = $1 AND b.key = ANY($2)
+    ORDER BY b.key
+    FOR UPDATE OF b";
 
 /// Strict admission, step 1: every window a hold touches has a row (new rows start at 0).
 const HOLD_ROWS: &str = "

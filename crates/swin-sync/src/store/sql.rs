@@ -134,3 +134,70 @@ pub(crate) fn settle_holds(
     changed.sort_by(|a, b| a.0.cmp(&b.0));
     Ok((answers, changed))
 }
+
+/// A bucket a reservation touches, as both SQL stores read it under lock: key, TAT
+/// (`None`: no bucket, it is full), the holder's last reservation number and grant.
+pub(crate) type ReserveRow = (String, Option<i64>, Option<i64>, Option<i64>);
+
+/// What reservations settle to: the answer per reservation, the buckets whose TAT moved
+/// and the holder's record per bucket (key, number, grant, end of its horizon), to write
+/// back in the same transaction.
+pub(crate) struct SettledReserves {
+    pub answers: Vec<super::Granted>,
+    pub tats: Vec<(swin_core::CompactString, i64)>,
+    pub records: Vec<(swin_core::CompactString, i64, i64, i64)>,
+}
+
+/// Settles `reserves` in order on the buckets read under lock (one row per key). A key
+/// asked twice sees the first reservation's result.
+pub(crate) fn settle_reserves(
+    reserves: &[super::Reserve],
+    rows: Vec<ReserveRow>,
+) -> Result<SettledReserves, StoreError> {
+    use std::collections::BTreeMap;
+    let read: BTreeMap<swin_core::CompactString, swin_core::ReserveState> = rows
+        .into_iter()
+        .map(|(key, tat_ns, seq, granted)| {
+            let state = swin_core::ReserveState {
+                tat_ns,
+                last: seq.map(|s| (s, granted.unwrap_or(0))),
+            };
+            (key.into(), state)
+        })
+        .collect();
+    let mut now = read.clone();
+    let mut answers = Vec::with_capacity(reserves.len());
+    let mut records = BTreeMap::new();
+    for r in reserves {
+        let Some(s) = now.get_mut(&r.key) else {
+            return Err(StoreError::Protocol(format!(
+                "reserve: bucket {:?} was not read",
+                r.key
+            )));
+        };
+        let out = swin_core::settle_reserve(*s, r.request);
+        *s = out.state;
+        answers.push(super::Granted {
+            granted: out.granted,
+            tat_ns: out.state.tat_ns,
+        });
+        let horizon_end = r.request.now_ns.saturating_add(r.request.horizon_ns);
+        if let Some((seq, granted)) = out.state.last {
+            records.insert(r.key.clone(), (seq, granted, horizon_end));
+        }
+    }
+    let tats = now
+        .iter()
+        .filter(|(k, s)| read.get(*k).map(|r| r.tat_ns) != Some(s.tat_ns))
+        .filter_map(|(k, s)| s.tat_ns.map(|t| (k.clone(), t)))
+        .collect();
+    let records = records
+        .into_iter()
+        .map(|(k, (seq, granted, end))| (k, seq, granted, end))
+        .collect();
+    Ok(SettledReserves {
+        answers,
+        tats,
+        records,
+    })
+}

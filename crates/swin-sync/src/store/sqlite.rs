@@ -12,7 +12,8 @@ use swin_core::{CompactString, Diff, Tat, Total, UnixMs};
 
 use super::sql::{isolate_rejected, tats, totals, PartWriter, TatRow, TotalRow};
 use super::{
-    normalize, normalize_advances, Backend, BoxFuture, Held, Hold, Push, Pushed, TatPush, WindowKey,
+    normalize, normalize_advances, Backend, BoxFuture, Granted, Held, Hold, Push, Pushed, Reserve,
+    TatPush, WindowKey,
 };
 use crate::StoreError;
 
@@ -306,7 +307,7 @@ impl Backend for SqliteStore {
         _window_sizes: &[u32],
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await.map_err(err)?;
-        for table in ["swin_counters", "swin_buckets"] {
+        for table in ["swin_counters", "swin_buckets", "swin_reservations"] {
             sqlx::query(&format!(
                 "DELETE FROM {table} WHERE namespace = ?1 AND key = ?2"
             ))
@@ -337,6 +338,11 @@ impl Backend for SqliteStore {
             .rows_affected();
         sqlx::query("DELETE FROM swin_holds WHERE window_start < ?1 - 2 * window_size")
             .bind(now.secs())
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        sqlx::query("DELETE FROM swin_reservations WHERE horizon_end_ns < ?1")
+            .bind(now.0.saturating_sub(3_600_000).saturating_mul(1_000_000))
             .execute(&self.pool)
             .await
             .map_err(err)?;
@@ -430,5 +436,73 @@ impl Backend for SqliteStore {
         }
         tx.commit().await.map_err(err)?;
         Ok(answers)
+    }
+
+    async fn reserve(
+        &self,
+        namespace: &str,
+        holder: &str,
+        reserves: &[Reserve],
+    ) -> Result<Vec<Granted>, StoreError> {
+        let keys: Vec<&str> = reserves.iter().map(|r| r.key.as_str()).collect();
+        let keys = serde_json::to_string(&keys).unwrap_or_default();
+        let mut tx = self.pool.begin().await.map_err(err)?;
+        // a write first: the transaction takes the write lock before it reads (a new
+        // bucket is full: a TAT long past)
+        sqlx::query(
+            "INSERT INTO swin_buckets (namespace, key, tat_ns)
+             SELECT ?1, r.value, 0 FROM json_each(?2) AS r WHERE true ON CONFLICT DO NOTHING",
+        )
+        .bind(namespace)
+        .bind(&keys)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        let rows: Vec<super::sql::ReserveRow> = sqlx::query_as(
+            "SELECT DISTINCT b.key, b.tat_ns, s.seq, s.granted
+             FROM json_each(?2) AS r
+             CROSS JOIN swin_buckets b
+             LEFT JOIN swin_reservations s ON s.namespace = ?1 AND s.key = b.key
+              AND s.holder = ?3
+             WHERE b.namespace = ?1 AND b.key = r.value",
+        )
+        .bind(namespace)
+        .bind(&keys)
+        .bind(holder)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(err)?;
+        let settled = super::sql::settle_reserves(reserves, rows)?;
+        for (key, tat_ns) in &settled.tats {
+            sqlx::query(
+                "UPDATE swin_buckets SET tat_ns = ?3, updated_at = unixepoch()
+                 WHERE namespace = ?1 AND key = ?2",
+            )
+            .bind(namespace)
+            .bind(key.as_str())
+            .bind(*tat_ns)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        }
+        for (key, seq, granted, end) in &settled.records {
+            sqlx::query(
+                "INSERT INTO swin_reservations (namespace, key, holder, seq, granted, horizon_end_ns)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT DO UPDATE SET seq = excluded.seq, granted = excluded.granted,
+                  horizon_end_ns = excluded.horizon_end_ns",
+            )
+            .bind(namespace)
+            .bind(key.as_str())
+            .bind(holder)
+            .bind(*seq)
+            .bind(*granted)
+            .bind(*end)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        }
+        tx.commit().await.map_err(err)?;
+        Ok(settled.answers)
     }
 }

@@ -26,6 +26,8 @@
 //! swin:{<len(namespace)>:<namespace>:<key>}:gcra
 //!     tat             -> theoretical arrival time, Unix nanoseconds (integer)
 //!     n:<node_id>     -> last push seq applied from that node
+//!     r:<holder>      -> "<seq>:<granted>", a holder's last reservation (strict
+//!                        admission)
 //! ```
 //!
 //! advanced by a script as `tat = max(tat, now) + advance` (HINCRBY, so the 64-bit
@@ -46,7 +48,8 @@ mod keys;
 
 use self::keys::{glob_escape, parse_hash_key, slot_calls};
 use super::{
-    normalize, normalize_advances, Backend, Held, Hold, Push, Pushed, Rejected, TatPush, WindowKey,
+    normalize, normalize_advances, Backend, Granted, Held, Hold, Push, Pushed, Rejected, Reserve,
+    TatPush, WindowKey,
 };
 use crate::StoreError;
 
@@ -61,6 +64,9 @@ const RESET_LUA: &str = include_str!("reset.lua");
 
 /// Strict admission's holds (see `hold.lua`).
 const HOLD_LUA: &str = include_str!("hold.lua");
+
+/// Strict admission of GCRA buckets: a holder's numbered reservation (see the script).
+const RESERVE_LUA: &str = include_str!("reserve.lua");
 
 /// Hashes per script call: enough to share the call's overhead, small enough that one
 /// call never blocks Redis for long.
@@ -78,6 +84,7 @@ pub struct RedisStore {
     /// Rare (an operator's reset): sent as EVALSHA, loaded by redis-rs when missing.
     reset_script: std::sync::Arc<Script>,
     hold_script: std::sync::Arc<Script>,
+    reserve_script: std::sync::Arc<Script>,
     /// The scripts are in the server's script cache: pipelines send EVALSHA alone.
     /// Cleared when the server answers NOSCRIPT (it restarted, or its cache was flushed).
     scripts_loaded: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -104,6 +111,7 @@ impl RedisStore {
             push_tats_script: std::sync::Arc::new(Script::new(PUSH_TATS_LUA)),
             reset_script: std::sync::Arc::new(Script::new(RESET_LUA)),
             hold_script: std::sync::Arc::new(Script::new(HOLD_LUA)),
+            reserve_script: std::sync::Arc::new(Script::new(RESERVE_LUA)),
             scripts_loaded: Default::default(),
         })
     }
@@ -151,7 +159,12 @@ impl RedisStore {
     }
 
     async fn load_scripts(&self, conn: &mut ConnectionManager) -> Result<(), StoreError> {
-        for script in [&self.push_script, &self.push_tats_script, &self.hold_script] {
+        for script in [
+            &self.push_script,
+            &self.push_tats_script,
+            &self.hold_script,
+            &self.reserve_script,
+        ] {
             script.prepare_invoke().load_async(conn).await?;
         }
         self.scripts_loaded
@@ -549,6 +562,62 @@ impl Backend for RedisStore {
         }
         out.into_iter()
             .map(|h| h.ok_or_else(|| StoreError::Protocol("hold script skipped a window".into())))
+            .collect()
+    }
+
+    async fn reserve(
+        &self,
+        namespace: &str,
+        holder: &str,
+        reserves: &[Reserve],
+    ) -> Result<Vec<Granted>, StoreError> {
+        let hashes: Vec<String> = reserves
+            .iter()
+            .map(|r| self.bucket_key(namespace, &r.key))
+            .collect();
+        let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
+        // reservations are idempotent by their numbers: on one server, any slots
+        let calls = slot_calls(&names, false);
+        let mut pipe = redis::pipe();
+        for call in &calls {
+            let mut inv = self.reserve_script.prepare_invoke();
+            inv.arg(holder);
+            for &i in call {
+                let r = reserves[i].request;
+                inv.key(&hashes[i]);
+                inv.arg(r.seq)
+                    .arg(r.now_ns)
+                    .arg(r.now_ns.saturating_add(r.horizon_ns.max(0)))
+                    .arg(r.emission_ns)
+                    .arg(r.burst)
+                    .arg(r.need)
+                    .arg(r.want);
+            }
+            pipe.invoke_script(&inv);
+        }
+        let replies: Vec<Vec<(i64, String)>> = self.scripted(&pipe).await?;
+        let mut out = vec![None; reserves.len()];
+        for (call, answers) in calls.iter().zip(replies) {
+            if answers.len() != call.len() {
+                return Err(StoreError::Protocol(format!(
+                    "reserve script returned {} buckets for {}",
+                    answers.len(),
+                    call.len()
+                )));
+            }
+            for (&i, (granted, tat)) in call.iter().zip(answers) {
+                let tat_ns = if tat.is_empty() {
+                    None
+                } else {
+                    Some(parse_ns(&tat)?)
+                };
+                out[i] = Some(Granted { granted, tat_ns });
+            }
+        }
+        out.into_iter()
+            .map(|g| {
+                g.ok_or_else(|| StoreError::Protocol("reserve script skipped a bucket".into()))
+            })
             .collect()
     }
 }

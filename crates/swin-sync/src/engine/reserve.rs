@@ -1,0 +1,293 @@
+//! Strict admission of GCRA buckets: a node spends only units it reserved from the store
+//! with [`Store::reserve`] (see `swin_core::settle_reserve`).
+//!
+//! Per key a slot keeps the last grant, how much of it is spent and until when it may be
+//! spent (its horizon). A hit that fits in the unspent part, inside the horizon, is
+//! admitted from memory; otherwise one reservation for the key goes to the store (`need`
+//! = the hit, `want` = the hit and a block that doubles while grants come whole and
+//! halves when they do not or when a grant runs out unspent) and the hits behind it wait
+//! for its answer. Reservations of many keys go to the store together.
+//!
+//! A grant's unspent units are never given back: the store placed them at the horizon's
+//! end, and lowering a TAT that others reserved after is not safe. They lapse with the
+//! horizon (at most [`MAX_HORIZON`]); a node that dies holding a grant loses it the same
+//! way. A reservation whose answer is lost is asked again with the same number while its
+//! horizon lasts, so the store answers it as it did the first time.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use swin_core::{CompactString, Gcra, ReserveRequest, Tat, UnixMs};
+use tracing::warn;
+
+use super::strict::{queued, Queue};
+use super::{nanos, NamespaceSync};
+use crate::store::{Granted, Reserve};
+use crate::StoreError;
+
+/// The longest a grant may be spent for.
+pub const MAX_HORIZON: Duration = Duration::from_secs(1);
+
+/// The shortest: enough for the store's answer to arrive with time to spend it.
+pub const MIN_HORIZON: Duration = Duration::from_millis(5);
+
+/// The node's clock (`UnixMs`) lags the real one by up to this much.
+const CLOCK_GRAIN_NS: i64 = 1_000_000;
+
+/// How long a grant may be spent for: an eighth of the time the bucket takes to refill
+/// its burst, between [`MIN_HORIZON`] and [`MAX_HORIZON`]. A bucket reserved from when
+/// full loses up to `horizon / emission interval` units (the store places every unit of
+/// a grant at the horizon's end): at most an eighth of its burst, rounded up.
+pub fn horizon(g: &Gcra) -> Duration {
+    let refill = g
+        .emission_interval()
+        .saturating_mul(g.burst().clamp(1, u32::MAX as i64) as u32);
+    (refill / 8).clamp(MIN_HORIZON, MAX_HORIZON)
+}
+
+/// What a strict GCRA admission answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketView {
+    pub allowed: bool,
+    /// The bucket's TAT at the store's last answer, every holder's grants in it.
+    pub tat_ns: Option<i64>,
+    /// Units this node holds and has not spent.
+    pub unused: i64,
+}
+
+#[derive(Debug, Default)]
+struct BucketState {
+    seq: i64,
+    granted: i64,
+    spent: i64,
+    /// The grant may be spent until then (Unix ns, the node's clock).
+    until_ns: i64,
+    /// Units asked for beyond the hit (0: not asked yet).
+    block: i64,
+    tat_ns: Option<i64>,
+    /// A reservation is at the store; hits wait for its answer.
+    inflight: bool,
+    /// A reservation whose answer was lost: asked again, with its number, while its
+    /// horizon lasts.
+    pending: Option<ReserveRequest>,
+}
+
+impl BucketState {
+    fn unused(&self, now_ns: i64) -> i64 {
+        if now_ns <= self.until_ns {
+            (self.granted - self.spent).max(0)
+        } else {
+            0
+        }
+    }
+
+    fn view(&self, allowed: bool, now_ns: i64) -> BucketView {
+        BucketView {
+            allowed,
+            tat_ns: self.tat_ns,
+            unused: self.unused(now_ns),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct BucketSlot {
+    state: Mutex<BucketState>,
+    changed: tokio::sync::Notify,
+}
+
+/// A namespace's GCRA reservations.
+#[derive(Debug, Default)]
+pub(crate) struct Buckets {
+    slots: Mutex<HashMap<CompactString, Arc<BucketSlot>>>,
+    queue: Arc<Mutex<Queue<Reserve, Granted>>>,
+}
+
+impl Buckets {
+    fn slot(&self, key: &str) -> Arc<BucketSlot> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots
+            .entry(key.into())
+            .or_insert_with(|| Arc::new(BucketSlot::default()))
+            .clone()
+    }
+
+    /// Forgets keys whose grants lapsed with nothing in flight or to ask again.
+    pub(super) fn prune(&self, now_ns: i64) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.retain(|_, slot| {
+            let s = lock(slot);
+            s.inflight
+                || s.pending.is_some_and(|p| now_ns <= p.now_ns + p.horizon_ns)
+                || now_ns <= s.until_ns
+        });
+    }
+}
+
+fn lock(slot: &BucketSlot) -> std::sync::MutexGuard<'_, BucketState> {
+    slot.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The block a key asks for beyond its hit at first: a thousandth of the burst, between
+/// 1 and 1,024.
+fn first_block(burst: i64) -> i64 {
+    (burst / 1000).clamp(1, 1024)
+}
+
+impl NamespaceSync {
+    /// Strict admission of a spend of `cost` units on `key`'s bucket: from units this
+    /// node reserved, reserving more when it must. An error means the store could not be
+    /// asked: nothing was spent, and the caller decides on its own.
+    pub async fn admit_bucket(
+        self: &Arc<Self>,
+        gcra: &Gcra,
+        key: &str,
+        cost: i64,
+        now: UnixMs,
+    ) -> Result<BucketView, Arc<StoreError>> {
+        let started = Instant::now();
+        let now_ns = nanos(now);
+        // the node's clock as the hit is admitted: later than `now` by what it waited
+        let at = || now_ns.saturating_add(started.elapsed().as_nanos() as i64);
+        let slot = self.holdings.buckets.slot(key);
+        loop {
+            let request = loop {
+                let notified = slot.changed.notified();
+                tokio::pin!(notified);
+                {
+                    let mut s = lock(&slot);
+                    let t = at();
+                    // `now` has whole milliseconds: the real clock may be one ahead
+                    if cost == 0 || s.unused(t + CLOCK_GRAIN_NS) >= cost {
+                        s.spent += cost;
+                        return Ok(s.view(true, t));
+                    }
+                    if !s.inflight {
+                        s.inflight = true;
+                        match s.pending {
+                            Some(p) if t <= p.now_ns + p.horizon_ns => break p,
+                            _ => {}
+                        }
+                        if s.block == 0 {
+                            s.block = first_block(gcra.burst());
+                        } else if s.granted > s.spent && s.until_ns < t {
+                            // a grant lapsed unspent: smaller blocks
+                            s.block = (s.block / 2).max(1);
+                        }
+                        s.seq += 1;
+                        break ReserveRequest {
+                            seq: s.seq,
+                            now_ns: t,
+                            horizon_ns: horizon(gcra).as_nanos() as i64,
+                            emission_ns: gcra.emission_ns(),
+                            burst: gcra.burst(),
+                            need: cost,
+                            want: cost.saturating_add(s.block).min(gcra.burst()),
+                        };
+                    }
+                    notified.as_mut().enable();
+                }
+                notified.await;
+            };
+            let answer = self.reserve_batched(key, request).await;
+            let mut s = lock(&slot);
+            s.inflight = false;
+            slot.changed.notify_waiters();
+            let granted = match answer {
+                Ok(g) => g,
+                Err(e) => {
+                    s.pending = Some(request);
+                    return Err(e);
+                }
+            };
+            s.pending = None;
+            s.tat_ns = granted.tat_ns;
+            if let Some(tat) = granted.tat_ns {
+                let tats = [Tat {
+                    key: key.into(),
+                    tat_ns: tat,
+                }];
+                // the bucket as the store showed it, for reads
+                self.counters.buckets().apply(&tats, true);
+            }
+            if granted.granted == 0 {
+                return Ok(s.view(false, at()));
+            }
+            s.granted = granted.granted;
+            s.spent = 0;
+            s.until_ns = request.now_ns + request.horizon_ns;
+            s.block = if granted.granted >= request.want {
+                s.block.saturating_mul(2).min(gcra.burst())
+            } else {
+                (s.block / 2).max(1)
+            };
+            // the hit is admitted at the top, inside the horizon (or asks again)
+        }
+    }
+
+    /// Gives back `cost` units spent on `key` (a refund): this node may spend them again
+    /// while its grant lasts. Returns how many went back.
+    pub fn give_back_units(&self, key: &str, cost: i64, now: UnixMs) -> i64 {
+        let slot = self.holdings.buckets.slot(key);
+        let mut s = lock(&slot);
+        if nanos(now) > s.until_ns {
+            return 0;
+        }
+        let back = cost.min(s.spent).max(0);
+        s.spent -= back;
+        back
+    }
+
+    /// The key's bucket as this node last saw it in strict admission.
+    pub fn bucket_view(&self, key: &str, now: UnixMs) -> BucketView {
+        let slot = self.holdings.buckets.slot(key);
+        let s = lock(&slot);
+        s.view(true, nanos(now))
+    }
+
+    async fn reserve_batched(
+        self: &Arc<Self>,
+        key: &str,
+        request: ReserveRequest,
+    ) -> Result<Granted, Arc<StoreError>> {
+        if self.skipping_store() {
+            return Err(Arc::new(StoreError::Unavailable(
+                "the store failed lately".into(),
+            )));
+        }
+        let reserve = Reserve {
+            key: key.into(),
+            request,
+        };
+        let this = self.clone();
+        queued(
+            &self.holdings.buckets.queue,
+            &self.flushes,
+            reserve,
+            move |reserves| {
+                let this = this.clone();
+                async move { this.send_reserves(&reserves).await }
+            },
+        )
+        .await
+    }
+
+    async fn send_reserves(&self, reserves: &[Reserve]) -> Result<Vec<Granted>, Arc<StoreError>> {
+        let Some(store) = self.store.clone() else {
+            return Err(Arc::new(StoreError::Unavailable("no store".into())));
+        };
+        self.count_round_trip();
+        match self
+            .call(store.reserve(self.name(), self.holder(), reserves))
+            .await
+        {
+            Ok(g) => Ok(g),
+            Err(e) => {
+                warn!(namespace = self.name(), cause = %e, reserves = reserves.len(), "reservations failed");
+                self.trip(&e);
+                Err(Arc::new(e))
+            }
+        }
+    }
+}
