@@ -161,3 +161,78 @@ async fn a_store_away_denies_or_decides_locally_as_configured() {
         .rate("k", swin_sync::now(), None);
     assert_eq!(rate.current, 5.0);
 }
+
+fn gcra_config(section: &str, extra: &str) -> Config {
+    let text = format!(
+        "{section}\n[[namespaces]]\nname = \"api\"\nsync_rate = 1\nstore = \"main\"\nalgorithm = \"gcra\"\ngcra = {{ burst = 5, count = 5, period = \"1h\" }}\nadmission = \"strict\"\n{extra}"
+    );
+    Config::parse("strict.toml", &text, &|_| None).expect("config")
+}
+
+/// Two strict nodes share a GCRA bucket of 5 through Redis: together they admit the
+/// burst less the unit the first grant's horizon (1 s) holds back, then that unit once
+/// the horizon has passed, and nothing more; a refund gives a unit back to the node that
+/// spent it; `on_store_failure = "deny"` refuses when the store cannot be asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_gcra_buckets_over_http() {
+    let s = swin_testkit::TestStore::redis();
+    let config = gcra_config(&s.section(), "");
+    let nodes = [
+        router(&config, s.store.clone()).0,
+        router(&config, s.store.clone()).0,
+    ];
+    let hit = "/v1/namespaces/api/keys/k/hit";
+    let mut admitted = 0;
+    for i in 0..10 {
+        let (status, body, retry) = post(&nodes[i % 2], hit, "").await;
+        match status {
+            StatusCode::OK => admitted += 1,
+            StatusCode::TOO_MANY_REQUESTS => {
+                assert_eq!(body["allowed"], false, "{body}");
+                assert!(retry.is_some(), "{body}");
+            }
+            other => panic!("hit {i}: {other} {body}"),
+        }
+    }
+    assert_eq!(
+        admitted, 4,
+        "the burst less what the first horizon holds back"
+    );
+    tokio::time::sleep(swin_sync::MAX_HORIZON + Duration::from_millis(100)).await;
+    let mut later = Vec::new();
+    for i in 0..4 {
+        later.push(post(&nodes[i % 2], hit, "").await.0);
+    }
+    assert_eq!(
+        later,
+        [
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    // node 0 spent the last unit: a refund there gives it back to spend again
+    let refund = "/v1/namespaces/api/keys/k/refund";
+    let (_, body, _) = post(&nodes[1], refund, "{\"cost\": 1}").await;
+    assert_eq!(body["allowed"], false, "node 1 holds nothing: {body}");
+    let (_, body, _) = post(&nodes[0], refund, "{\"cost\": 1}").await;
+    assert_eq!(body["allowed"], true, "{body}");
+    assert_eq!(post(&nodes[0], hit, "").await.0, StatusCode::OK);
+    assert_eq!(
+        post(&nodes[0], hit, "").await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // the store's TAT holds all five units, placed at their horizons' ends
+    let tat = s.store.read_tats("api", &["k".into()]).await.expect("tats");
+    let ahead = tat[0].tat_ns - swin_sync::now().0 * 1_000_000;
+    let ei = 720 * 1_000_000_000i64;
+    assert!(ahead > 4 * ei && ahead <= 5 * ei + 1_000_000_000, "{ahead}");
+
+    let (store, section) = unreachable_redis();
+    let section = format!("[stores.main]\n{section}");
+    let (r, _) = router(&gcra_config(&section, "on_store_failure = \"deny\""), store);
+    let (status, body, _) = post(&r, hit, "").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(body["reason"], "store_unreachable", "{body}");
+}
