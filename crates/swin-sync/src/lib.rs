@@ -12,7 +12,9 @@ pub use engine::{
     MAX_HORIZON, MIN_HORIZON, SYNC_BUCKETS_SECS,
 };
 pub use error::StoreError;
-pub use store::{Granted, Held, Hold, Push, Pushed, Rejected, Reserve, Store, TatPush, WindowKey};
+pub use store::{
+    Access, Granted, Held, Hold, Push, Pushed, Rejected, Reserve, Store, TatPush, WindowKey,
+};
 pub use unconfirmed::{Chunk, Rows, Unconfirmed};
 
 /// A random id for this process, so the store can tell its pushes from other nodes'.

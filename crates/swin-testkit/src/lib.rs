@@ -3,6 +3,7 @@
 //! free ports and polling with a deadline.
 
 mod store;
+pub mod tls;
 
 use std::process::Child;
 use std::time::{Duration, Instant};

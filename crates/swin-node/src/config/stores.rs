@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::{defaults, redact, Parser};
 use crate::config::ConfigError;
+pub use swin_sync::Access;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -15,14 +16,28 @@ pub(super) struct RawStore {
     url: String,
     max_connections: Option<u32>,
     prefix: Option<String>,
+    /// The environment variable that holds the password (PostgreSQL, Redis).
+    password_env: Option<String>,
+    /// A CA certificate (PEM) to verify the server's TLS certificate by.
+    ca_file: Option<String>,
 }
 
 /// One store, typed by kind. Its `Debug` output redacts the URL's password.
 #[derive(Clone, PartialEq, Eq)]
 pub enum StoreConfig {
-    Postgres { url: String, max_connections: u32 },
-    Redis { url: String, prefix: String },
-    Sqlite { url: String },
+    Postgres {
+        url: String,
+        max_connections: u32,
+        access: Access,
+    },
+    Redis {
+        url: String,
+        prefix: String,
+        access: Access,
+    },
+    Sqlite {
+        url: String,
+    },
 }
 
 impl StoreConfig {
@@ -69,9 +84,15 @@ impl std::fmt::Debug for StoreConfig {
         d.field("url", &redact(self.url()));
         match self {
             StoreConfig::Postgres {
-                max_connections, ..
-            } => d.field("max_connections", max_connections),
-            StoreConfig::Redis { prefix, .. } => d.field("prefix", prefix),
+                max_connections,
+                access,
+                ..
+            } => d
+                .field("max_connections", max_connections)
+                .field("access", access),
+            StoreConfig::Redis { prefix, access, .. } => {
+                d.field("prefix", prefix).field("access", access)
+            }
             StoreConfig::Sqlite { .. } => &mut d,
         };
         d.finish()
@@ -122,6 +143,30 @@ impl Parser<'_> {
         };
         only("max_connections", s.max_connections.is_some(), "postgres")?;
         only("prefix", s.prefix.is_some(), "redis")?;
+        let server_only = |key: &str, set: bool| {
+            if set && s.kind == "sqlite" {
+                return Err(self.err(&f(key), "applies to postgres and redis stores".into()));
+            }
+            Ok(())
+        };
+        server_only("password_env", s.password_env.is_some())?;
+        server_only("ca_file", s.ca_file.is_some())?;
+        let password = match &s.password_env {
+            None => None,
+            Some(var) => Some((self.env)(var).ok_or_else(|| {
+                self.err(
+                    &f("password_env"),
+                    format!("the environment variable {var:?} is not set"),
+                )
+            })?),
+        };
+        let ca_file = match s.ca_file {
+            Some(path) if path.is_empty() => {
+                return Err(self.err(&f("ca_file"), "is empty".into()));
+            }
+            path => path.map(std::path::PathBuf::from),
+        };
+        let access = Access { password, ca_file };
         Ok(match s.kind.as_str() {
             "postgres" => {
                 let max_connections = s
@@ -133,11 +178,13 @@ impl Parser<'_> {
                 StoreConfig::Postgres {
                     url,
                     max_connections,
+                    access,
                 }
             }
             "redis" => StoreConfig::Redis {
                 url,
                 prefix: s.prefix.unwrap_or_else(|| defaults::REDIS_PREFIX.into()),
+                access,
             },
             _ => StoreConfig::Sqlite { url },
         })

@@ -67,14 +67,16 @@ fn defaults_fill_what_a_config_leaves_out() {
         c.stores["r"],
         StoreConfig::Redis {
             url: "redis://h".into(),
-            prefix: defaults::REDIS_PREFIX.into()
+            prefix: defaults::REDIS_PREFIX.into(),
+            access: Default::default(),
         }
     );
     assert_eq!(
         c.stores["p"],
         StoreConfig::Postgres {
             url: "postgres://h/db".into(),
-            max_connections: defaults::POSTGRES_MAX_CONNECTIONS
+            max_connections: defaults::POSTGRES_MAX_CONNECTIONS,
+            access: Default::default(),
         }
     );
 }
@@ -88,6 +90,7 @@ fn store_fingerprints_stay_what_spools_hold() {
     let redis = StoreConfig::Redis {
         url: "redis://127.0.0.1:6379".into(),
         prefix: "swin".into(),
+        access: Default::default(),
     };
     assert_eq!(
         sqlite.fingerprint(),
@@ -107,6 +110,44 @@ fn fnv(parts: &[&str]) -> String {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
     format!("{h:016x}")
+}
+
+#[test]
+fn passwords_come_from_the_environment_and_never_show() {
+    let text = "[stores.r]\nkind = \"redis\"\nurl = \"rediss://alice@h:6380\"\npassword_env = \"R_PASS\"\nca_file = \"/etc/ca.pem\"\n\
+                [stores.p]\nkind = \"postgres\"\nurl = \"postgres://bob@h/db?sslmode=verify-full\"\npassword_env = \"P_PASS\"\n\
+                [[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = 1\nstore = \"r\"\n";
+    let env = |k: &str| match k {
+        "R_PASS" => Some("r-secret".to_string()),
+        "P_PASS" => Some("p-secret".to_string()),
+        _ => None,
+    };
+    let c = Config::parse("x", text, &env).expect("valid");
+    let StoreConfig::Redis { access, .. } = &c.stores["r"] else {
+        panic!("redis")
+    };
+    assert_eq!(access.password.as_deref(), Some("r-secret"));
+    assert_eq!(
+        access.ca_file.as_deref(),
+        Some(std::path::Path::new("/etc/ca.pem"))
+    );
+    let StoreConfig::Postgres { access, .. } = &c.stores["p"] else {
+        panic!("postgres")
+    };
+    assert_eq!(access.password.as_deref(), Some("p-secret"));
+    let debug = format!("{c:?}");
+    assert!(!debug.contains("secret"), "{debug}");
+    // a variable that is not set, or the options on a store that has no server, are named
+    fails(text, "stores.p.password_env");
+    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = 1\nstore = \"s\"\n";
+    let sqlite = format!(
+        "[stores.s]\nkind = \"sqlite\"\nurl = \"sqlite::memory:\"\npassword_env = \"X\"\n{ns}"
+    );
+    fails(&sqlite, "stores.s.password_env");
+    let sqlite = format!(
+        "[stores.s]\nkind = \"sqlite\"\nurl = \"sqlite::memory:\"\nca_file = \"/ca\"\n{ns}"
+    );
+    fails(&sqlite, "stores.s.ca_file");
 }
 
 #[test]

@@ -17,12 +17,16 @@ pub async fn open_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
         StoreConfig::Postgres {
             url,
             max_connections,
+            access,
         } => Store::Postgres(
-            PostgresStore::new(url, *max_connections).context("configure postgres")?,
+            PostgresStore::with_access(url, *max_connections, access)
+                .context("configure postgres")?,
         ),
-        StoreConfig::Redis { url, prefix } => {
-            Store::Redis(RedisStore::new(url, prefix).context("configure redis")?)
-        }
+        StoreConfig::Redis {
+            url,
+            prefix,
+            access,
+        } => Store::Redis(RedisStore::with_access(url, prefix, access).context("configure redis")?),
         StoreConfig::Sqlite { url } => {
             if let Some(path) = url.strip_prefix("sqlite://") {
                 if let Some(dir) = std::path::Path::new(path)

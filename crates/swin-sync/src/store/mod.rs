@@ -42,6 +42,25 @@ pub struct Held {
     pub state: HoldState,
 }
 
+/// What a server store needs beyond its URL: a password kept out of the URL (a node
+/// reads it from the environment, so configs hold no secret) and a CA certificate (PEM)
+/// to verify the server's TLS certificate by, for a CA the system does not trust. Its
+/// `Debug` never shows the password.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Access {
+    pub password: Option<String>,
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("ca_file", &self.ca_file)
+            .finish()
+    }
+}
+
 /// Strict admission of a GCRA bucket: a holder reserves units of one bucket (see
 /// [`swin_core::settle_reserve`]).
 #[derive(Debug, Clone, PartialEq)]

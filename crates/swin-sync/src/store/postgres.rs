@@ -145,7 +145,23 @@ impl PostgresStore {
     /// A pool of at most `max_connections`. Only the URL is checked here: connections
     /// are made on first use, so a node starts (degraded) while PostgreSQL is down.
     pub fn new(url: &str, max_connections: u32) -> Result<Self, StoreError> {
-        let opts: PgConnectOptions = url.parse().map_err(err)?;
+        Self::with_access(url, max_connections, &super::Access::default())
+    }
+
+    /// As [`PostgresStore::new`], with a password and a CA beside the URL (which may
+    /// also say `sslmode=require` or `verify-full`, and `sslrootcert`).
+    pub fn with_access(
+        url: &str,
+        max_connections: u32,
+        access: &super::Access,
+    ) -> Result<Self, StoreError> {
+        let mut opts: PgConnectOptions = url.parse().map_err(err)?;
+        if let Some(password) = &access.password {
+            opts = opts.password(password);
+        }
+        if let Some(ca) = &access.ca_file {
+            opts = opts.ssl_root_cert(ca);
+        }
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(std::time::Duration::from_secs(5))

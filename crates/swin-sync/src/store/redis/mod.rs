@@ -74,7 +74,8 @@ pub(super) const HASHES_PER_CALL: usize = 64;
 
 #[derive(Clone)]
 pub struct RedisStore {
-    client: redis::Client,
+    // boxed: with its TLS settings a client is large, and stores move around by value
+    client: std::sync::Arc<redis::Client>,
     /// Connected on first use, so a node starts (degraded) while Redis is down; the
     /// manager reconnects by itself after that.
     conn: std::sync::Arc<tokio::sync::OnceCell<ConnectionManager>>,
@@ -102,9 +103,35 @@ impl RedisStore {
     /// `prefix` starts every key (default `swin`); tests use their own. Only the URL is
     /// checked here: the connection is made on first use.
     pub fn new(url: &str, prefix: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url)?;
+        Self::with_access(url, prefix, &super::Access::default())
+    }
+
+    /// As [`RedisStore::new`], with a password (for the URL's user, or `default`) and a
+    /// CA for a `rediss://` URL beside the URL.
+    pub fn with_access(
+        url: &str,
+        prefix: &str,
+        access: &super::Access,
+    ) -> Result<Self, StoreError> {
+        use redis::IntoConnectionInfo;
+        let mut info = url.into_connection_info()?;
+        if let Some(password) = &access.password {
+            info.redis.password = Some(password.clone());
+        }
+        let client = match &access.ca_file {
+            Some(ca) => {
+                let root_cert = std::fs::read(ca)
+                    .map_err(|e| StoreError::Protocol(format!("ca_file {}: {e}", ca.display())))?;
+                let certs = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root_cert),
+                };
+                redis::Client::build_with_tls(info, certs)?
+            }
+            None => redis::Client::open(info)?,
+        };
         Ok(RedisStore {
-            client,
+            client: std::sync::Arc::new(client),
             conn: Default::default(),
             prefix: prefix.to_owned(),
             push_script: std::sync::Arc::new(Script::new(PUSH_LUA)),
@@ -129,7 +156,7 @@ impl RedisStore {
                     .set_connection_timeout(std::time::Duration::from_secs(2))
                     .set_response_timeout(std::time::Duration::from_secs(5))
                     .set_number_of_retries(1);
-                ConnectionManager::new_with_config(self.client.clone(), config)
+                ConnectionManager::new_with_config((*self.client).clone(), config)
             })
             .await?;
         Ok(manager.clone())

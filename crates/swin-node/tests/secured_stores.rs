@@ -1,0 +1,136 @@
+//! Stores as managed services run them: TLS with a private CA and a password that the
+//! config names by environment variable only. Each test starts its own server (a
+//! redis-server with a TLS port and an ACL user; a PostgreSQL with `ssl = on` and a
+//! scram-sha-256 role) and reaches it through the node's config and `open_store`: pushes
+//! and reads are exact, a wrong password or a connection without TLS is refused, and the
+//! password shows in no error and no `Debug` output.
+
+use swin_core::Diff;
+use swin_node::config::Config;
+use swin_node::node::open_store;
+use swin_sync::{Push, Store, WindowKey};
+use swin_testkit::tls::{TlsPostgres, TlsRedis, PASSWORD};
+
+const START: i64 = 1_763_784_000;
+
+fn store_config(section: &str, password: &str) -> swin_node::config::StoreConfig {
+    let text = format!(
+        "[stores.main]\n{section}\n[[namespaces]]\nname = \"ns\"\nwindow_sizes = [60]\nsync_rate = 1\nstore = \"main\"\n"
+    );
+    let env = |k: &str| (k == "SWIN_TEST_STORE_PASSWORD").then(|| password.to_string());
+    let config = Config::parse("secured.toml", &text, &env).expect("config");
+    let store = config.stores["main"].clone();
+    let debug = format!("{config:?}");
+    assert!(!debug.contains(password), "{debug}");
+    store
+}
+
+/// Migrates, pushes 3 + 4 (exactly once: the second push repeats the first's number) and
+/// reads 3 back.
+async fn push_and_read(store: &Store) {
+    store.migrate().await.expect("migrate");
+    let diffs = [Diff {
+        key: "k".into(),
+        window_size: 60,
+        window_start: START,
+        value: 3.0,
+    }];
+    for _ in 0..2 {
+        let push = Push {
+            node_id: "n",
+            seq: Some(1),
+            diffs: &diffs,
+        };
+        store.push("ns", push).await.expect("push");
+    }
+    let w = [WindowKey {
+        key: "k".into(),
+        window_size: 60,
+        window_start: START,
+    }];
+    let totals = store.read("ns", &w).await.expect("read");
+    assert_eq!(totals.len(), 1);
+    assert_eq!(totals[0].count, 3.0);
+}
+
+/// The error, checked to name no password.
+async fn refused(store: &Store) -> String {
+    let e = store.ping().await.expect_err("refused").to_string();
+    assert!(!e.contains(PASSWORD), "{e}");
+    e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_over_tls_with_an_acl_user() {
+    let server = TlsRedis::start();
+    let ca = server.ca.ca_file.display();
+    let url = server.url();
+    let section = format!(
+        "kind = \"redis\"\nurl = \"{url}\"\npassword_env = \"SWIN_TEST_STORE_PASSWORD\"\nca_file = \"{ca}\""
+    );
+    let store = open_store(&store_config(&section, PASSWORD))
+        .await
+        .expect("open");
+    push_and_read(&store).await;
+
+    let wrong = open_store(&store_config(&section, "not-the-password"))
+        .await
+        .expect("open");
+    let e = refused(&wrong).await;
+    assert!(e.to_lowercase().contains("authentication failed"), "{e}");
+    // without the CA the server's certificate is not trusted
+    let untrusted =
+        format!("kind = \"redis\"\nurl = \"{url}\"\npassword_env = \"SWIN_TEST_STORE_PASSWORD\"");
+    let store = open_store(&store_config(&untrusted, PASSWORD))
+        .await
+        .expect("open");
+    refused(&store).await;
+    // nor does the TLS port speak plain Redis
+    let plain = format!(
+        "kind = \"redis\"\nurl = \"redis://{}@127.0.0.1:{}\"\npassword_env = \"SWIN_TEST_STORE_PASSWORD\"",
+        TlsRedis::USER,
+        server.port
+    );
+    let store = open_store(&store_config(&plain, PASSWORD))
+        .await
+        .expect("open");
+    refused(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_over_tls_with_a_scram_role() {
+    let server = TlsPostgres::start().await;
+    let ca = server.ca.ca_file.display();
+    let url = server.url();
+    let section = format!(
+        "kind = \"postgres\"\nurl = \"{url}\"\npassword_env = \"SWIN_TEST_STORE_PASSWORD\"\nca_file = \"{ca}\""
+    );
+    let store = open_store(&store_config(&section, PASSWORD))
+        .await
+        .expect("open");
+    push_and_read(&store).await;
+
+    let wrong = open_store(&store_config(&section, "not-the-password"))
+        .await
+        .expect("open");
+    let e = refused(&wrong).await;
+    assert!(e.contains("password"), "{e}");
+    // verify-full without the CA: the certificate is not trusted
+    let untrusted = format!(
+        "kind = \"postgres\"\nurl = \"{url}\"\npassword_env = \"SWIN_TEST_STORE_PASSWORD\""
+    );
+    let store = open_store(&store_config(&untrusted, PASSWORD))
+        .await
+        .expect("open");
+    refused(&store).await;
+    // without TLS the server lets no one in (pg_hba: hostssl only)
+    let plain = url.replace("sslmode=verify-full", "sslmode=disable");
+    let plain = format!(
+        "kind = \"postgres\"\nurl = \"{plain}\"\npassword_env = \"SWIN_TEST_STORE_PASSWORD\""
+    );
+    let store = open_store(&store_config(&plain, PASSWORD))
+        .await
+        .expect("open");
+    let e = refused(&store).await;
+    assert!(e.contains("no encryption") || e.contains("pg_hba"), "{e}");
+}
