@@ -334,6 +334,33 @@ async fn strict_buckets_pass_boulders_rule(s: &TestStore) {
     }
 }
 
+/// A store that answers later than a grant's horizon: every grant lapses before it can
+/// be spent, so after three the hit is refused (instead of reserving until the bucket is
+/// gone), and nothing lapsed is spent.
+async fn grants_that_lapse_are_never_spent(s: &TestStore) {
+    // burst 10 refilled in 200 ms: a horizon of 25 ms
+    let g = swin_core::Gcra::new(10, 10, Duration::from_millis(200)).expect("gcra");
+    assert_eq!(swin_sync::horizon(&g), Duration::from_millis(25));
+    let n = node(&s.store, 1.0);
+    n.faults.plan([Fault::Slow(Duration::from_millis(40)); 3]);
+    let v = n
+        .engine
+        .admit_bucket(&g, "slow", 1, now())
+        .await
+        .expect("answered");
+    assert!(!v.allowed, "{v:?}");
+    assert_eq!(n.engine.reservations(), 3);
+    // a store on time again: the hit passes
+    let v = n
+        .engine
+        .admit_bucket(&g, "slow", 1, now())
+        .await
+        .expect("answered");
+    assert!(v.allowed, "{v:?}");
+    n.cancel.cancel();
+    n.run.await.expect("engine");
+}
+
 fn wall_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -342,6 +369,7 @@ fn wall_ns() -> i64 {
 }
 
 for_all_stores!(
+    grants_that_lapse_are_never_spent,
     strict_buckets_pass_boulders_rule,
     strict_admission_never_passes_the_limit,
     a_dead_holder_costs_quota_not_correctness,

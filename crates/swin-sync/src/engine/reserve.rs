@@ -32,6 +32,9 @@ pub const MAX_HORIZON: Duration = Duration::from_secs(1);
 /// The shortest: enough for the store's answer to arrive with time to spend it.
 pub const MIN_HORIZON: Duration = Duration::from_millis(5);
 
+/// Grants that lapse before one hit could spend them, after which the hit is refused.
+const MAX_LAPSED: u32 = 3;
+
 /// The node's clock (`UnixMs`) lags the real one by up to this much.
 const CLOCK_GRAIN_NS: i64 = 1_000_000;
 
@@ -151,6 +154,9 @@ impl NamespaceSync {
         // the node's clock as the hit is admitted: later than `now` by what it waited
         let at = || now_ns.saturating_add(started.elapsed().as_nanos() as i64);
         let slot = self.holdings.buckets.slot(key);
+        // a store slower than the horizon lets every grant lapse before it can be spent:
+        // after a few, the hit is refused rather than reserving on
+        let mut lapsed = 0;
         loop {
             let request = loop {
                 let notified = slot.changed.notified();
@@ -222,6 +228,16 @@ impl NamespaceSync {
             } else {
                 (s.block / 2).max(1)
             };
+            if at() + CLOCK_GRAIN_NS > s.until_ns {
+                lapsed += 1;
+                if lapsed == MAX_LAPSED {
+                    warn!(
+                        namespace = self.name(),
+                        "grants lapsed before their answers came"
+                    );
+                    return Ok(s.view(false, at()));
+                }
+            }
             // the hit is admitted at the top, inside the horizon (or asks again)
         }
     }

@@ -20,6 +20,8 @@ pub enum Fault {
     FailBefore,
     /// Call the inner store, then report a failure as if the reply was lost.
     FailAfter,
+    /// Call the inner store and answer after this long (a slow store or link).
+    Slow(std::time::Duration),
 }
 
 #[derive(Debug)]
@@ -91,6 +93,11 @@ impl FaultyStore {
             Some(Fault::FailAfter) => {
                 call.await?;
                 Err(StoreError::Injected)
+            }
+            Some(Fault::Slow(d)) => {
+                let answer = call.await;
+                tokio::time::sleep(d).await;
+                answer
             }
             None => call.await,
         }
