@@ -55,7 +55,7 @@ impl FromRequest<Arc<AppState>> for RawJson {
     type Rejection = Error;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Error> {
-        let headers = req.headers().clone();
+        let headers = req.headers();
         // a declared length over the limit is refused before a byte is read
         let declared = headers
             .get(header::CONTENT_LENGTH)
@@ -64,16 +64,33 @@ impl FromRequest<Arc<AppState>> for RawJson {
         if declared.is_some_and(|n| n > state.body_limit as u64) {
             return Err(Error::PayloadTooLarge(state.body_limit));
         }
+        // a request that says it has no body (no length, or 0) has nothing to read
+        if axum::body::HttpBody::is_end_stream(req.body()) {
+            return Ok(RawJson(None));
+        }
+        let is_json = declared_json(headers);
         let body = tokio::time::timeout(state.body_timeout, Bytes::from_request(req, state))
             .await
             .map_err(|_| Error::BodyTimeout(state.body_timeout))?;
-        Ok(RawJson(json_bytes(&headers, body, state.body_limit)?))
+        Ok(RawJson(json_bytes(is_json, body, state.body_limit)?))
     }
+}
+
+/// Whether the request declares a JSON body (`application/json`, `application/…+json`).
+fn declared_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| {
+            let m = m.trim().to_ascii_lowercase();
+            m == "application/json" || (m.starts_with("application/") && m.ends_with("+json"))
+        })
 }
 
 /// The body of a POST: `None` when empty, else it must be declared JSON.
 fn json_bytes(
-    headers: &HeaderMap,
+    is_json: bool,
     body: Result<Bytes, BytesRejection>,
     limit: usize,
 ) -> Result<Option<Bytes>, Error> {
@@ -84,14 +101,6 @@ fn json_bytes(
     if body.is_empty() {
         return Ok(None);
     }
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|m| {
-            let m = m.trim().to_ascii_lowercase();
-            m == "application/json" || (m.starts_with("application/") && m.ends_with("+json"))
-        });
     if !is_json {
         return Err(Error::UnsupportedMediaType);
     }
