@@ -25,6 +25,13 @@ fn store_config(section: &str, password: &str) -> swin_node::config::StoreConfig
     store
 }
 
+/// The store a `[stores.main]` section opens, its password in the environment.
+async fn open(section: &str, password: &str) -> Store {
+    open_store(&store_config(section, password))
+        .await
+        .expect("open")
+}
+
 /// Migrates, pushes 3 + 4 (exactly once: the second push repeats the first's number) and
 /// reads 3 back.
 async fn push_and_read(store: &Store) {
@@ -68,22 +75,16 @@ async fn redis_over_tls_with_an_acl_user() {
     let section = format!(
         "kind = \"redis\"\nurl = \"{url}\"\npassword_env = \"SWIN_TEST_STORE_PASSWORD\"\nca_file = \"{ca}\""
     );
-    let store = open_store(&store_config(&section, PASSWORD))
-        .await
-        .expect("open");
+    let store = open(&section, PASSWORD).await;
     push_and_read(&store).await;
 
-    let wrong = open_store(&store_config(&section, "not-the-password"))
-        .await
-        .expect("open");
+    let wrong = open(&section, "not-the-password").await;
     let e = refused(&wrong).await;
     assert!(e.to_lowercase().contains("authentication failed"), "{e}");
     // without the CA the server's certificate is not trusted
     let untrusted =
         format!("kind = \"redis\"\nurl = \"{url}\"\npassword_env = \"SWIN_TEST_STORE_PASSWORD\"");
-    let store = open_store(&store_config(&untrusted, PASSWORD))
-        .await
-        .expect("open");
+    let store = open(&untrusted, PASSWORD).await;
     refused(&store).await;
     // nor does the TLS port speak plain Redis
     let plain = format!(
@@ -91,9 +92,7 @@ async fn redis_over_tls_with_an_acl_user() {
         TlsRedis::USER,
         server.port
     );
-    let store = open_store(&store_config(&plain, PASSWORD))
-        .await
-        .expect("open");
+    let store = open(&plain, PASSWORD).await;
     refused(&store).await;
 }
 
@@ -105,32 +104,24 @@ async fn postgres_over_tls_with_a_scram_role() {
     let section = format!(
         "kind = \"postgres\"\nurl = \"{url}\"\npassword_env = \"SWIN_TEST_STORE_PASSWORD\"\nca_file = \"{ca}\""
     );
-    let store = open_store(&store_config(&section, PASSWORD))
-        .await
-        .expect("open");
+    let store = open(&section, PASSWORD).await;
     push_and_read(&store).await;
 
-    let wrong = open_store(&store_config(&section, "not-the-password"))
-        .await
-        .expect("open");
+    let wrong = open(&section, "not-the-password").await;
     let e = refused(&wrong).await;
     assert!(e.contains("password"), "{e}");
     // verify-full without the CA: the certificate is not trusted
     let untrusted = format!(
         "kind = \"postgres\"\nurl = \"{url}\"\npassword_env = \"SWIN_TEST_STORE_PASSWORD\""
     );
-    let store = open_store(&store_config(&untrusted, PASSWORD))
-        .await
-        .expect("open");
+    let store = open(&untrusted, PASSWORD).await;
     refused(&store).await;
     // without TLS the server lets no one in (pg_hba: hostssl only)
     let plain = url.replace("sslmode=verify-full", "sslmode=disable");
     let plain = format!(
         "kind = \"postgres\"\nurl = \"{plain}\"\npassword_env = \"SWIN_TEST_STORE_PASSWORD\""
     );
-    let store = open_store(&store_config(&plain, PASSWORD))
-        .await
-        .expect("open");
+    let store = open(&plain, PASSWORD).await;
     let e = refused(&store).await;
     assert!(e.contains("no encryption") || e.contains("pg_hba"), "{e}");
 }

@@ -73,6 +73,31 @@ struct Case {
     faults: bool,
 }
 
+/// The node the next hit goes to, as the schedule says; with `faults`, one call in twenty
+/// of that node then fails (before the store, or after it with the reply lost).
+fn next_node(
+    nodes: &[Node],
+    schedule: Schedule,
+    sent: usize,
+    faults: bool,
+    rng: &mut StdRng,
+) -> usize {
+    let n = match schedule {
+        Schedule::RoundRobin => sent % 3,
+        Schedule::Skewed if rng.gen_bool(0.9) => 0,
+        _ => rng.gen_range(0..3),
+    };
+    if faults && rng.gen_bool(0.05) {
+        let f = if rng.gen_bool(0.5) {
+            Fault::FailAfter
+        } else {
+            Fault::FailBefore
+        };
+        nodes[n].faults.plan([f]);
+    }
+    n
+}
+
 /// One case: `hits` hits of cost 1 on one key; returns (admitted, the store's count after
 /// every node stopped), or None when the window changed during the case.
 async fn case(store: &Store, c: &Case, rng: &mut StdRng) -> Option<(f64, f64)> {
@@ -100,19 +125,7 @@ async fn case(store: &Store, c: &Case, rng: &mut StdRng) -> Option<(f64, f64)> {
     while sent < hits {
         let mut round = Vec::new();
         for _ in 0..burst.min(hits - sent) {
-            let n = match schedule {
-                Schedule::RoundRobin => sent % 3,
-                Schedule::Skewed if rng.gen_bool(0.9) => 0,
-                _ => rng.gen_range(0..3),
-            };
-            if faults && rng.gen_bool(0.05) {
-                let f = if rng.gen_bool(0.5) {
-                    Fault::FailAfter
-                } else {
-                    Fault::FailBefore
-                };
-                nodes[n].faults.plan([f]);
-            }
+            let n = next_node(&nodes, schedule, sent, faults, rng);
             let engine = nodes[n].engine.clone();
             let key = key.clone();
             round.push(tokio::spawn(async move {
@@ -268,19 +281,7 @@ async fn strict_buckets_pass_boulders_rule(s: &TestStore) {
         while sent < hits {
             let mut round = Vec::new();
             for _ in 0..per_round.min(hits - sent) {
-                let n = match schedule {
-                    Schedule::RoundRobin => sent % 3,
-                    Schedule::Skewed if rng.gen_bool(0.9) => 0,
-                    _ => rng.gen_range(0..3),
-                };
-                if faults && rng.gen_bool(0.05) {
-                    let f = if rng.gen_bool(0.5) {
-                        Fault::FailAfter
-                    } else {
-                        Fault::FailBefore
-                    };
-                    nodes[n].faults.plan([f]);
-                }
+                let n = next_node(&nodes, schedule, sent, faults, &mut rng);
                 let engine = nodes[n].engine.clone();
                 let key = key.clone();
                 round.push(tokio::spawn(async move {
