@@ -362,6 +362,104 @@ async fn grants_that_lapse_are_never_spent(s: &TestStore) {
     n.run.await.expect("engine");
 }
 
+/// A key's strict state is dropped once nothing is left to do with it — never while its
+/// window lasts (its total in the store would then read as unused quota), and a bucket's
+/// new reservation after its slot went never reuses an old number (the store would answer
+/// it with the old grant, spent or lapsed).
+async fn finished_keys_are_forgotten_and_come_back_exact(s: &TestStore) {
+    let n = node(&s.store, 1.0);
+    // a window of an hour, limit 5: 3 admitted, then idle until the unused quota goes back
+    let hour = WindowSize::new(3600).expect("size");
+    let l = WindowLimit::new(hour, 5.0, WindowAlgorithm::Fixed).expect("limit");
+    for _ in 0..3 {
+        assert!(n.engine.admit("w", &[l], 1.0, now()).await.expect("admit")[0].allowed);
+    }
+    // a bucket whose grants last 100 ms
+    let g = swin_core::Gcra::new(100, 100, Duration::from_millis(800)).expect("gcra");
+    assert!(
+        n.engine
+            .admit_bucket(&g, "b", 1, now())
+            .await
+            .expect("admit")
+            .allowed
+    );
+    assert_eq!(n.engine.tracked_keys(), 2);
+    let tat = || async {
+        let t = s
+            .store
+            .read_tats("strict", &["b".into()])
+            .await
+            .expect("tats");
+        t.first().map(|t| t.tat_ns)
+    };
+    let before = tat().await;
+    tokio::time::sleep(Duration::from_millis(swin_sync::IDLE_MS as u64 + 800)).await;
+    assert_eq!(
+        n.engine.tracked_keys(),
+        1,
+        "the bucket went, the window's key stays"
+    );
+    // the window's key was kept: exactly 2 more pass
+    let mut more = 0;
+    for _ in 0..4 {
+        if n.engine.admit("w", &[l], 1.0, now()).await.expect("admit")[0].allowed {
+            more += 1;
+        }
+    }
+    assert_eq!(more, 2);
+    // the bucket's new slot reserves anew: the TAT moves
+    assert!(
+        n.engine
+            .admit_bucket(&g, "b", 1, now())
+            .await
+            .expect("admit")
+            .allowed
+    );
+    assert!(
+        tat().await > before,
+        "a new reservation, not an old grant answered again"
+    );
+    n.cancel.cancel();
+    n.run.await.expect("engine");
+}
+
+/// A window's key is forgotten once its window is over and everything it did not use has
+/// gone back; the store keeps exactly what was admitted (where it keeps the window: a
+/// Redis hash expires three windows after it opened).
+async fn ended_windows_are_forgotten(s: &TestStore) {
+    let n = node(&s.store, 1.0);
+    let second = WindowSize::new(1).expect("size");
+    let l = WindowLimit::new(second, 1000.0, WindowAlgorithm::Fixed).expect("limit");
+    let start = second.start_of(now());
+    let mut admitted = 0.0;
+    while second.start_of(now()) == start {
+        if n.engine.admit("e", &[l], 1.0, now()).await.expect("admit")[0].allowed {
+            admitted += 1.0;
+        }
+        if admitted >= 5.0 {
+            break;
+        }
+    }
+    assert_eq!(n.engine.tracked_keys(), 1);
+    tokio::time::sleep(Duration::from_millis(swin_sync::IDLE_MS as u64 + 800)).await;
+    assert_eq!(n.engine.tracked_keys(), 0);
+    let w = [WindowKey {
+        key: "e".into(),
+        window_size: 1,
+        window_start: start,
+    }];
+    let count = s.store.read("strict", &w).await.expect("read");
+    let count = count.first().map(|t| t.count);
+    if s.store.kind() == "redis" {
+        // a hash lives three windows (3 s here): gone, or exactly what was admitted
+        assert!(count.is_none() || count == Some(admitted), "{count:?}");
+    } else {
+        assert_eq!(count, Some(admitted));
+    }
+    n.cancel.cancel();
+    n.run.await.expect("engine");
+}
+
 fn wall_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -370,6 +468,8 @@ fn wall_ns() -> i64 {
 }
 
 for_all_stores!(
+    finished_keys_are_forgotten_and_come_back_exact,
+    ended_windows_are_forgotten,
     grants_that_lapse_are_never_spent,
     strict_buckets_pass_boulders_rule,
     strict_admission_never_passes_the_limit,

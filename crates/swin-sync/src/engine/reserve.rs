@@ -74,6 +74,8 @@ struct BucketState {
     /// A reservation whose answer was lost: asked again, with its number, while its
     /// horizon lasts.
     pending: Option<ReserveRequest>,
+    /// Pruned from the map: a hit that still holds it takes the key's new slot.
+    dead: bool,
 }
 
 impl BucketState {
@@ -105,6 +107,9 @@ struct BucketSlot {
 pub(crate) struct Buckets {
     slots: Mutex<HashMap<CompactString, Arc<BucketSlot>>>,
     queue: Arc<Mutex<Queue<Reserve, Granted>>>,
+    /// Reservation numbers, for every key of this run: a key's slot pruned and made
+    /// again never reuses a number the store would answer with an old grant.
+    numbers: std::sync::atomic::AtomicI64,
 }
 
 impl Buckets {
@@ -116,14 +121,20 @@ impl Buckets {
             .clone()
     }
 
+    pub(super) fn tracked(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Forgets keys whose grants lapsed with nothing in flight or to ask again.
     pub(super) fn prune(&self, now_ns: i64) {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots.retain(|_, slot| {
-            let s = lock(slot);
-            s.inflight
+            let mut s = lock(slot);
+            let keep = s.inflight
                 || s.pending.is_some_and(|p| now_ns <= p.now_ns + p.horizon_ns)
-                || now_ns <= s.until_ns
+                || now_ns <= s.until_ns;
+            s.dead = !keep;
+            keep
         });
     }
 }
@@ -153,16 +164,24 @@ impl NamespaceSync {
         let now_ns = nanos(now);
         // the node's clock as the hit is admitted: later than `now` by what it waited
         let at = || now_ns.saturating_add(started.elapsed().as_nanos() as i64);
-        let slot = self.holdings.buckets.slot(key);
+        let mut slot = self.holdings.buckets.slot(key);
+        let mut refetch = false;
         // a store slower than the horizon lets every grant lapse before it can be spent:
         // after a few, the hit is refused rather than reserving on
         let mut lapsed = 0;
         loop {
             let request = loop {
+                if std::mem::take(&mut refetch) {
+                    slot = self.holdings.buckets.slot(key);
+                }
                 let notified = slot.changed.notified();
                 tokio::pin!(notified);
                 {
                     let mut s = lock(&slot);
+                    if s.dead {
+                        refetch = true;
+                        continue;
+                    }
                     let t = at();
                     // `now` has whole milliseconds: the real clock may be one ahead
                     if cost == 0 || s.unused(t + CLOCK_GRAIN_NS) >= cost {
@@ -181,7 +200,11 @@ impl NamespaceSync {
                             // a grant lapsed unspent: smaller blocks
                             s.block = (s.block / 2).max(1);
                         }
-                        s.seq += 1;
+                        s.seq = 1 + self
+                            .holdings
+                            .buckets
+                            .numbers
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         break ReserveRequest {
                             seq: s.seq,
                             now_ns: t,

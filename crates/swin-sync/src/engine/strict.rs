@@ -63,6 +63,9 @@ struct SlotState {
     last_hit_ms: i64,
     /// Earlier windows and what was used in each: their quota goes back.
     ended: Vec<(i64, f64)>,
+    /// Pruned from the map (its window over, nothing left to give back): a hit that
+    /// still holds it takes the key's new slot instead.
+    dead: bool,
 }
 
 #[derive(Debug, Default)]
@@ -194,6 +197,25 @@ impl Holdings {
             .clone()
     }
 
+    /// Forgets the slots whose window has ended with nothing held unused and nothing to
+    /// give back or ask again (the holder's total in the store is final), and those never
+    /// used. Without it a strict namespace would keep a slot for every key it ever saw.
+    fn prune(&self, now: UnixMs) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.retain(|(_, size), slot| {
+            let mut s = lock(slot);
+            let over = s.start == 0 || now.0 >= (s.start + i64::from(*size)) * 1000;
+            let done = over && !s.inflight && !s.unsure && s.ended.is_empty() && s.held <= s.used;
+            s.dead = done;
+            !done
+        });
+    }
+
+    /// Keys (per window size) with strict-admission state on this node.
+    fn tracked(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     fn all(&self) -> Vec<(SlotKey, Arc<Slot>)> {
         let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -217,6 +239,11 @@ impl NamespaceSync {
     /// The holder name of this run (strict admission's totals in the store).
     pub fn holder(&self) -> &str {
         &self.holdings.holder
+    }
+
+    /// Keys (per window size) and buckets this node keeps strict-admission state for.
+    pub fn tracked_keys(&self) -> usize {
+        self.holdings.tracked() + self.holdings.buckets.tracked()
     }
 
     /// Store calls made for strict admission so far.
@@ -297,12 +324,20 @@ impl NamespaceSync {
             WindowAlgorithm::Sliding => size.previous_weight(now),
             WindowAlgorithm::Fixed => 0.0,
         };
-        let slot = self.holdings.slot(key, size.secs());
+        let mut slot = self.holdings.slot(key, size.secs());
+        let mut refetch = false;
         let request = loop {
+            if std::mem::take(&mut refetch) {
+                slot = self.holdings.slot(key, size.secs());
+            }
             let notified = slot.changed.notified();
             tokio::pin!(notified);
             {
                 let mut s = lock(&slot);
+                if s.dead {
+                    refetch = true;
+                    continue;
+                }
                 if s.start != start {
                     if s.start != 0 && (s.held > 0.0 || s.unsure) {
                         let ended = (s.start, s.used);
@@ -474,6 +509,7 @@ impl NamespaceSync {
     /// give-back that fails is tried again at the next.
     /// True when nothing is left to give back.
     pub(super) async fn give_back_unused(self: &Arc<Self>, now: UnixMs, all: bool) -> bool {
+        self.holdings.prune(now);
         let Some(store) = self.store.clone() else {
             return true;
         };
