@@ -2,6 +2,7 @@
 //! stores ([`TestStore`]) and PostgreSQL databases that drop themselves, child processes that die with the test,
 //! free ports and polling with a deadline.
 
+pub mod cluster;
 mod store;
 pub mod tls;
 

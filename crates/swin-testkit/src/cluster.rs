@@ -1,0 +1,117 @@
+//! A real Redis Cluster for the tests: six `redis-server` processes on loopback (three
+//! primaries, three replicas) joined by `redis-cli --cluster create`, each in a
+//! temporary folder, all killed when the guard drops. The cluster bus ports are chosen
+//! too (`cluster-port`), not left at port + 10,000, which may not exist for an
+//! ephemeral port.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{free_port, wait_for_port, ChildGuard};
+
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// The client ports, primaries first as `--cluster create` was given them (which
+    /// node ends up a replica is the cluster's choice).
+    pub ports: Vec<u16>,
+    dir: tempfile::TempDir,
+    servers: Vec<ChildGuard>,
+}
+
+impl RedisCluster {
+    /// Starts six servers and forms the cluster; returns once every node reports
+    /// `cluster_state:ok` with all 16,384 slots assigned.
+    pub fn start() -> RedisCluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut ports = Vec::new();
+        let mut servers = Vec::new();
+        for _ in 0..6 {
+            let (port, bus) = (free_port(), free_port());
+            let child = Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--port", &port.to_string()])
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                .args(["--cluster-port", &bus.to_string()])
+                .arg("--cluster-config-file")
+                .arg(dir.path().join(format!("nodes-{port}.conf")))
+                .arg("--dir")
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start redis-server (scripts/test installs it)");
+            servers.push(ChildGuard(child));
+            ports.push(port);
+        }
+        for &p in &ports {
+            wait_for_port(p, Duration::from_secs(10));
+        }
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(ports.iter().map(|p| format!("127.0.0.1:{p}")))
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("redis-cli --cluster create");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let cluster = RedisCluster {
+            ports,
+            dir,
+            servers,
+        };
+        cluster.wait_until_ok(Duration::from_secs(30));
+        cluster
+    }
+
+    /// `CLUSTER INFO` of the node on `port`.
+    pub fn info(&self, port: u16) -> String {
+        cli(port, &["cluster", "info"])
+    }
+
+    /// `CLUSTER NODES` as the node on `port` sees it.
+    pub fn nodes(&self, port: u16) -> String {
+        cli(port, &["cluster", "nodes"])
+    }
+
+    /// Seed URLs, one per node.
+    pub fn urls(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect()
+    }
+
+    fn wait_until_ok(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ok = self.ports.iter().all(|&p| {
+                let info = self.info(p);
+                info.contains("cluster_state:ok") && info.contains("cluster_slots_assigned:16384")
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not settle within {timeout:?} (files in {})",
+                self.dir.path().display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops every server now (as dropping the guard does).
+    pub fn stop(self) {
+        for s in self.servers {
+            s.kill();
+        }
+    }
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
