@@ -20,7 +20,7 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     /// Starts six servers and forms the cluster; returns once every node reports
-    /// `cluster_state:ok` with all 16,384 slots assigned.
+    /// `cluster_state:ok` with all 16,384 slots assigned and sees three replicas.
     pub fn start() -> RedisCluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut ports = Vec::new();
@@ -83,9 +83,17 @@ impl RedisCluster {
     fn wait_until_ok(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
+            // replicas are assigned after the slots: wait for them too, seen alike by all
             let ok = self.ports.iter().all(|&p| {
                 let info = self.info(p);
-                info.contains("cluster_state:ok") && info.contains("cluster_slots_assigned:16384")
+                let replicas = self
+                    .nodes(p)
+                    .lines()
+                    .filter(|l| l.contains("slave"))
+                    .count();
+                info.contains("cluster_state:ok")
+                    && info.contains("cluster_slots_assigned:16384")
+                    && replicas == 3
             });
             if ok {
                 return;
