@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use swin_core::{CompactString, Gcra, ReserveRequest, Tat, UnixMs};
 use tracing::warn;
 
-use super::strict::{queued, Queue};
+use super::strict::Queue;
 use super::{nanos, NamespaceSync};
 use crate::store::{Granted, Reserve};
 use crate::StoreError;
@@ -290,43 +290,18 @@ impl NamespaceSync {
         key: &str,
         request: ReserveRequest,
     ) -> Result<Granted, Arc<StoreError>> {
-        if self.skipping_store() {
-            return Err(Arc::new(StoreError::Unavailable(
-                "the store failed lately".into(),
-            )));
-        }
         let reserve = Reserve {
             key: key.into(),
             request,
         };
-        let this = self.clone();
-        queued(
+        self.queue_for_store(
             &self.holdings.buckets.queue,
-            &self.flushes,
             reserve,
-            move |reserves| {
-                let this = this.clone();
-                async move { this.send_reserves(&reserves).await }
+            |this, store, reserves| async move {
+                let call = store.reserve(this.name(), this.holder(), &reserves);
+                this.strict_call("reservations", reserves.len(), call).await
             },
         )
         .await
-    }
-
-    async fn send_reserves(&self, reserves: &[Reserve]) -> Result<Vec<Granted>, Arc<StoreError>> {
-        let Some(store) = self.store.clone() else {
-            return Err(Arc::new(StoreError::Unavailable("no store".into())));
-        };
-        self.count_round_trip();
-        match self
-            .call(store.reserve(self.name(), self.holder(), reserves))
-            .await
-        {
-            Ok(g) => Ok(g),
-            Err(e) => {
-                warn!(namespace = self.name(), cause = %e, reserves = reserves.len(), "reservations failed");
-                self.trip(&e);
-                Err(Arc::new(e))
-            }
-        }
     }
 }

@@ -98,7 +98,7 @@ impl<R, A> Default for Queue<R, A> {
 
 /// Queues `request` and waits for its answer; `flush` (spawned by the first to queue)
 /// sends batches with `send` until the queue is empty.
-pub(super) async fn queued<R, A, F, Fut>(
+async fn queued<R, A, F, Fut>(
     queue: &Arc<Mutex<Queue<R, A>>>,
     tasks: &tokio_util::task::TaskTracker,
     request: R,
@@ -442,28 +442,70 @@ impl NamespaceSync {
         start: i64,
         request: HoldRequest,
     ) -> Result<HoldState, Arc<StoreError>> {
-        if self.skipping_store() {
-            return Err(Arc::new(StoreError::Unavailable(
-                "the store failed lately".into(),
-            )));
-        }
         let hold = Hold {
             key: key.into(),
             window_size: size,
             window_start: start,
             request,
         };
+        self.queue_for_store(
+            &self.holdings.queue,
+            hold,
+            |this, store, holds| async move { this.send_holds(&store, &holds).await },
+        )
+        .await
+    }
+
+    /// Queues a strict-admission request for the store (refused at once while the store
+    /// is known to fail); batches go out through `send`.
+    pub(super) async fn queue_for_store<R, A, F, Fut>(
+        self: &Arc<Self>,
+        queue: &Arc<Mutex<Queue<R, A>>>,
+        request: R,
+        send: F,
+    ) -> Result<A, Arc<StoreError>>
+    where
+        R: Send + 'static,
+        A: Send + 'static,
+        F: Fn(Arc<Self>, Store, Vec<R>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Vec<A>, Arc<StoreError>>> + Send,
+    {
+        if self.skipping_store() {
+            return Err(Arc::new(StoreError::Unavailable(
+                "the store failed lately".into(),
+            )));
+        }
         let this = self.clone();
-        queued(&self.holdings.queue, &self.flushes, hold, move |holds| {
-            let this = this.clone();
+        let send = Arc::new(send);
+        queued(queue, &self.flushes, request, move |batch| {
+            let (this, send) = (this.clone(), send.clone());
             async move {
                 let Some(store) = this.store.clone() else {
                     return Err(Arc::new(StoreError::Unavailable("no store".into())));
                 };
-                this.send_holds(&store, &holds).await
+                send(this, store, batch).await
             }
         })
         .await
+    }
+
+    /// One store call of strict admission: counted in `swin_reservations_total`, bounded
+    /// by the store timeout; a failure trips the store.
+    pub(super) async fn strict_call<T>(
+        &self,
+        what: &'static str,
+        requests: usize,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, Arc<StoreError>> {
+        self.count_round_trip();
+        match self.call(call).await {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                warn!(namespace = self.name(), cause = %e, requests, "{what} failed");
+                self.trip(&e);
+                Err(Arc::new(e))
+            }
+        }
     }
 
     pub(super) fn count_round_trip(&self) {
@@ -475,18 +517,14 @@ impl NamespaceSync {
         store: &Store,
         holds: &[Hold],
     ) -> Result<Vec<HoldState>, Arc<StoreError>> {
-        self.count_round_trip();
-        match self
-            .call(store.hold(self.name(), &self.holdings.holder, holds))
-            .await
-        {
-            Ok(held) => Ok(held.into_iter().map(|h| h.state).collect()),
-            Err(e) => {
-                warn!(namespace = self.name(), cause = %e, holds = holds.len(), "holds failed");
-                self.trip(&e);
-                Err(Arc::new(e))
-            }
-        }
+        let held = self
+            .strict_call(
+                "holds",
+                holds.len(),
+                store.hold(self.name(), &self.holdings.holder, holds),
+            )
+            .await?;
+        Ok(held.into_iter().map(|h| h.state).collect())
     }
 
     /// At shutdown: every unused quota back, in a few quick attempts (what still fails
