@@ -22,6 +22,10 @@ pub enum StoreError {
     /// clears this), or the call was dropped on the way.
     #[error("store not asked: {0}")]
     Unavailable(String),
+    /// A write the store's primary took but fewer replicas than asked acknowledged in
+    /// time (`wait_replicas`): not confirmed, so pushed again.
+    #[error("redis: {acked} of {wanted} replicas acknowledged the writes in time")]
+    Unreplicated { wanted: u32, acked: u32 },
 }
 
 impl StoreError {
@@ -43,7 +47,10 @@ impl StoreError {
     /// a serialization failure). Everything else needs an operator.
     pub fn is_transient(&self) -> bool {
         match self {
-            StoreError::Timeout(_) | StoreError::Injected | StoreError::Unavailable(_) => true,
+            StoreError::Timeout(_)
+            | StoreError::Injected
+            | StoreError::Unavailable(_)
+            | StoreError::Unreplicated { .. } => true,
             StoreError::Postgres(e) | StoreError::Sqlite(e) => sqlx_transient(e),
             StoreError::Redis(e) => {
                 e.is_io_error()

@@ -450,7 +450,7 @@ async fn ended_windows_are_forgotten(s: &TestStore) {
     }];
     let count = s.store.read("strict", &w).await.expect("read");
     let count = count.first().map(|t| t.count);
-    if s.store.kind() == "redis" {
+    if s.store.is_redis() {
         // a hash lives three windows (3 s here): gone, or exactly what was admitted
         assert!(count.is_none() || count == Some(admitted), "{count:?}");
     } else {

@@ -107,6 +107,46 @@ impl RedisCluster {
         }
     }
 
+    /// The cluster this test process shares (started on first use): tests that only
+    /// read and write keep to a key prefix of their own on it; tests that reshard or
+    /// kill servers start a cluster of their own. Statics are never dropped, so a
+    /// watchdog process kills the servers and removes their folder once this process
+    /// has exited.
+    pub fn shared() -> &'static RedisCluster {
+        static SHARED: std::sync::OnceLock<RedisCluster> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| {
+            let cluster = RedisCluster::start();
+            let pids: Vec<String> = cluster
+                .servers
+                .iter()
+                .map(|s| s.0.id().to_string())
+                .collect();
+            let script = format!(
+                "while kill -0 {} 2>/dev/null; do sleep 1; done; kill -9 {}; rm -rf '{}'",
+                std::process::id(),
+                pids.join(" "),
+                cluster.dir.path().display()
+            );
+            Command::new("sh")
+                .args(["-c", &script])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start the cluster's watchdog");
+            cluster
+        })
+    }
+
+    /// The ports of the nodes that are primaries now.
+    pub fn primaries(&self) -> Vec<u16> {
+        self.ports
+            .iter()
+            .copied()
+            .filter(|&p| cli(p, &["role"]).starts_with("master"))
+            .collect()
+    }
+
     /// Stops every server now (as dropping the guard does).
     pub fn stop(self) {
         for s in self.servers {

@@ -30,6 +30,11 @@ enum Place {
     Redis {
         prefix: String,
     },
+    /// A key prefix on a Redis Cluster, whose nodes are at these URLs.
+    RedisCluster {
+        prefix: String,
+        urls: Vec<String>,
+    },
     Sqlite(tempfile::TempDir),
 }
 
@@ -69,6 +74,26 @@ impl TestStore {
         }
     }
 
+    /// A fresh key prefix on this test process's shared Redis Cluster.
+    pub fn redis_cluster() -> TestStore {
+        let urls = crate::cluster::RedisCluster::shared().urls();
+        TestStore::redis_cluster_at(&urls, &crate::unique("swin-test"), 0)
+    }
+
+    /// `prefix` on the cluster whose nodes are at `urls` (seeds), with `wait_replicas`.
+    pub fn redis_cluster_at(urls: &[String], prefix: &str, wait_replicas: u32) -> TestStore {
+        let store = RedisStore::cluster(urls, prefix, &Default::default(), wait_replicas)
+            .expect("cluster urls");
+        TestStore {
+            store: Store::Redis(store),
+            url: urls[0].clone(),
+            place: Place::RedisCluster {
+                prefix: prefix.to_owned(),
+                urls: urls.to_vec(),
+            },
+        }
+    }
+
     /// A SQLite file in a temp dir of its own, migrated.
     pub async fn sqlite() -> TestStore {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -93,11 +118,17 @@ impl TestStore {
     /// The `[stores.main]` section of a node config pointing at this store.
     pub fn section(&self) -> String {
         let (kind, url) = (self.store.kind(), &self.url);
-        let prefix = match &self.place {
-            Place::Redis { prefix } => format!("prefix = \"{prefix}\"\n"),
-            _ => String::new(),
-        };
-        format!("[stores.main]\nkind = \"{kind}\"\nurl = \"{url}\"\n{prefix}")
+        match &self.place {
+            Place::Redis { prefix } => {
+                format!(
+                    "[stores.main]\nkind = \"{kind}\"\nurl = \"{url}\"\nprefix = \"{prefix}\"\n"
+                )
+            }
+            Place::RedisCluster { prefix, urls } => format!(
+                "[stores.main]\nkind = \"{kind}\"\nurls = {urls:?}\nprefix = \"{prefix}\"\n"
+            ),
+            _ => format!("[stores.main]\nkind = \"{kind}\"\nurl = \"{url}\"\n"),
+        }
     }
 
     /// Every key's count in `namespace`, summed over all windows.
@@ -123,6 +154,19 @@ impl TestStore {
             Place::Sqlite(_) => sum_by_key!(sqlx::SqlitePool, &self.url, sql, namespace, size),
             Place::Redis { prefix } => {
                 redis_totals(&self.url, prefix, namespace, window_size).await
+            }
+            Place::RedisCluster { prefix, urls } => {
+                // each primary holds its own keys; replicas hold copies
+                let mut out = BTreeMap::new();
+                for url in urls {
+                    if !is_primary(url).await {
+                        continue;
+                    }
+                    for (k, v) in redis_totals(url, prefix, namespace, window_size).await {
+                        *out.entry(k).or_default() += v;
+                    }
+                }
+                out
             }
         }
     }
@@ -199,6 +243,18 @@ async fn redis_totals(
             return out;
         }
     }
+}
+
+/// Whether the Redis at `url` answers and is a primary (`ROLE`).
+async fn is_primary(url: &str) -> bool {
+    let Ok(client) = redis::Client::open(url) else {
+        return false;
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return false;
+    };
+    let role: Result<Vec<redis::Value>, _> = redis::cmd("ROLE").query_async(&mut conn).await;
+    matches!(role.as_deref(), Ok([redis::Value::BulkString(r), ..]) if r == b"master")
 }
 
 impl Drop for TestStore {

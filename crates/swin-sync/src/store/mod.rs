@@ -167,7 +167,7 @@ pub(crate) fn normalize_advances(advances: &[Advance]) -> Vec<Advance> {
 /// signatures against one contract; [`Store`] picks one at run time. Every call is
 /// independent and may be retried: pushes carry their own exactly-once record.
 pub trait Backend: Send + Sync {
-    /// `postgres`, `redis` or `sqlite`.
+    /// `postgres`, `redis`, `redis_cluster` or `sqlite`.
     fn kind(&self) -> &'static str;
 
     /// Applies the schema (PostgreSQL, SQLite); nothing to do for Redis.
@@ -293,7 +293,12 @@ impl Store {
     /// script call adds diffs of 0 to bring counts back), so a synchronous increment's
     /// previous window rides in its push; PostgreSQL and SQLite read beside the push.
     pub fn pipelines(&self) -> bool {
-        self.kind() == "redis"
+        self.is_redis()
+    }
+
+    /// Redis, one server or a cluster: keys expire by themselves, nothing to purge.
+    pub fn is_redis(&self) -> bool {
+        matches!(self.kind(), "redis" | "redis_cluster")
     }
 
     /// See [`Backend::migrate`].

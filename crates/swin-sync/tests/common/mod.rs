@@ -19,6 +19,7 @@ macro_rules! for_all_stores {
     ($($name:ident),* $(,)?) => {
         mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { let s = swin_testkit::TestStore::postgres().await; super::$name(&s).await; } )* }
         mod redis { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { let s = swin_testkit::TestStore::redis(); super::$name(&s).await; } )* }
+        mod redis_cluster { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { let s = swin_testkit::TestStore::redis_cluster(); super::$name(&s).await; } )* }
         mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { let s = swin_testkit::TestStore::sqlite().await; super::$name(&s).await; } )* }
     };
 }

@@ -27,7 +27,7 @@ pub(super) fn slot_calls(hashes: &[&str], by_slot: bool) -> Vec<Vec<usize>> {
 
 /// The Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag — the part between
 /// the first `{` and the next `}` when that part is not empty — or of the whole key.
-fn key_slot(key: &[u8]) -> u16 {
+pub(super) fn key_slot(key: &[u8]) -> u16 {
     let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = &key[open + 1..];
         rest.iter()

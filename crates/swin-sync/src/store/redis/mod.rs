@@ -40,13 +40,16 @@
 //! groups (a pure function of the sorted batch) come out the same: groups the first
 //! attempt reached skip it, the others apply it.
 
-use redis::aio::ConnectionManager;
-use redis::Script;
+use std::sync::Arc;
+
+use redis::{Script, Value};
 use swin_core::{CompactString, Tat, Total, UnixMs};
 
 mod keys;
+mod servers;
 
 use self::keys::{glob_escape, parse_hash_key, slot_calls};
+use self::servers::{Call, Eval, Scripts, Servers};
 use super::{
     normalize, normalize_advances, Backend, Granted, Held, Hold, Push, Pushed, Rejected, Reserve,
     TatPush, WindowKey,
@@ -72,28 +75,21 @@ const RESERVE_LUA: &str = include_str!("reserve.lua");
 /// call never blocks Redis for long.
 pub(super) const HASHES_PER_CALL: usize = 64;
 
+/// Calls per run when walking the keyspace (deleting, loading): bounded pipelines.
+const CALLS_PER_RUN: usize = 1_000;
+
+/// A Redis store: one server, or a Redis Cluster (see `servers.rs` for the routing).
 #[derive(Clone)]
 pub struct RedisStore {
-    // boxed: with its TLS settings a client is large, and stores move around by value
-    client: std::sync::Arc<redis::Client>,
-    /// Connected on first use, so a node starts (degraded) while Redis is down; the
-    /// manager reconnects by itself after that.
-    conn: std::sync::Arc<tokio::sync::OnceCell<ConnectionManager>>,
+    servers: Arc<Servers>,
     prefix: String,
-    push_script: std::sync::Arc<Script>,
-    push_tats_script: std::sync::Arc<Script>,
-    /// Rare (an operator's reset): sent as EVALSHA, loaded by redis-rs when missing.
-    reset_script: std::sync::Arc<Script>,
-    hold_script: std::sync::Arc<Script>,
-    reserve_script: std::sync::Arc<Script>,
-    /// The scripts are in the server's script cache: pipelines send EVALSHA alone.
-    /// Cleared when the server answers NOSCRIPT (it restarted, or its cache was flushed).
-    scripts_loaded: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    scripts: Arc<Scripts>,
 }
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
+            .field("kind", &self.kind())
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
@@ -113,34 +109,49 @@ impl RedisStore {
         prefix: &str,
         access: &super::Access,
     ) -> Result<Self, StoreError> {
-        use redis::IntoConnectionInfo;
-        let mut info = url.into_connection_info()?;
-        if let Some(password) = &access.password {
-            info.redis.password = Some(password.clone());
-        }
-        let client = match &access.ca_file {
-            Some(ca) => {
-                let root_cert = std::fs::read(ca)
-                    .map_err(|e| StoreError::Protocol(format!("ca_file {}: {e}", ca.display())))?;
-                let certs = redis::TlsCertificates {
+        let info = connection_info(url, access)?;
+        let client = match root_cert(access)? {
+            Some(root_cert) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
                     client_tls: None,
                     root_cert: Some(root_cert),
-                };
-                redis::Client::build_with_tls(info, certs)?
-            }
+                },
+            )?,
             None => redis::Client::open(info)?,
         };
-        Ok(RedisStore {
-            client: std::sync::Arc::new(client),
-            conn: Default::default(),
+        Ok(Self::over(Servers::one(client), prefix))
+    }
+
+    /// A Redis Cluster reached through the seed nodes at `urls` (the rest are found
+    /// from them); `wait_replicas` > 0 confirms a write only once that many replicas
+    /// acknowledged it (`WAIT`). Nothing is connected here.
+    pub fn cluster(
+        urls: &[String],
+        prefix: &str,
+        access: &super::Access,
+        wait_replicas: u32,
+    ) -> Result<Self, StoreError> {
+        let seeds = urls
+            .iter()
+            .map(|u| connection_info(u, access))
+            .collect::<Result<Vec<_>, _>>()?;
+        let servers = Servers::cluster(seeds, root_cert(access)?, wait_replicas)?;
+        Ok(Self::over(servers, prefix))
+    }
+
+    fn over(servers: Servers, prefix: &str) -> Self {
+        RedisStore {
+            servers: Arc::new(servers),
             prefix: prefix.to_owned(),
-            push_script: std::sync::Arc::new(Script::new(PUSH_LUA)),
-            push_tats_script: std::sync::Arc::new(Script::new(PUSH_TATS_LUA)),
-            reset_script: std::sync::Arc::new(Script::new(RESET_LUA)),
-            hold_script: std::sync::Arc::new(Script::new(HOLD_LUA)),
-            reserve_script: std::sync::Arc::new(Script::new(RESERVE_LUA)),
-            scripts_loaded: Default::default(),
-        })
+            scripts: Arc::new(Scripts {
+                push: Script::new(PUSH_LUA),
+                push_tats: Script::new(PUSH_TATS_LUA),
+                reset: Script::new(RESET_LUA),
+                hold: Script::new(HOLD_LUA),
+                reserve: Script::new(RESERVE_LUA),
+            }),
+        }
     }
 
     /// The prefix every key of this store starts with.
@@ -148,55 +159,14 @@ impl RedisStore {
         &self.prefix
     }
 
-    async fn conn(&self) -> Result<ConnectionManager, StoreError> {
-        let manager = self
-            .conn
-            .get_or_try_init(|| {
-                let config = redis::aio::ConnectionManagerConfig::new()
-                    .set_connection_timeout(std::time::Duration::from_secs(2))
-                    .set_response_timeout(std::time::Duration::from_secs(5))
-                    .set_number_of_retries(1);
-                ConnectionManager::new_with_config((*self.client).clone(), config)
-            })
-            .await?;
-        Ok(manager.clone())
+    /// Whether a script call may only touch keys of one slot: always on a cluster; on
+    /// one server, only where a call must come out the same on a retry (`by_slot`).
+    fn calls_for(&self, names: &[&str], by_slot: bool) -> Vec<Vec<usize>> {
+        slot_calls(names, by_slot || self.servers.is_cluster())
     }
 
-    /// Runs a pipeline of script calls (EVALSHA). The scripts are loaded once, not
-    /// before every push; when the server has lost them (NOSCRIPT: every call of the
-    /// pipeline failed before running, so nothing was applied) they are loaded again and
-    /// the pipeline sent once more.
-    async fn scripted<T: redis::FromRedisValue>(
-        &self,
-        pipe: &redis::Pipeline,
-    ) -> Result<T, StoreError> {
-        use std::sync::atomic::Ordering;
-        let mut conn = self.conn().await?;
-        if !self.scripts_loaded.load(Ordering::Acquire) {
-            self.load_scripts(&mut conn).await?;
-        }
-        match pipe.query_async(&mut conn).await {
-            Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
-                self.scripts_loaded.store(false, Ordering::Release);
-                self.load_scripts(&mut conn).await?;
-                Ok(pipe.query_async(&mut conn).await?)
-            }
-            reply => Ok(reply?),
-        }
-    }
-
-    async fn load_scripts(&self, conn: &mut ConnectionManager) -> Result<(), StoreError> {
-        for script in [
-            &self.push_script,
-            &self.push_tats_script,
-            &self.hold_script,
-            &self.reserve_script,
-        ] {
-            script.prepare_invoke().load_async(conn).await?;
-        }
-        self.scripts_loaded
-            .store(true, std::sync::atomic::Ordering::Release);
-        Ok(())
+    async fn run(&self, calls: Vec<Call>) -> Result<Vec<Value>, StoreError> {
+        self.servers.run(&self.scripts, calls).await
     }
 
     fn hash_key(&self, namespace: &str, key: &str, window_size: u32) -> String {
@@ -220,26 +190,87 @@ impl RedisStore {
         )
     }
 
-    /// Every key matching `pattern`, walking the keyspace with SCAN (never KEYS).
+    /// Every key matching `pattern`, walking each primary's keyspace with SCAN (never
+    /// KEYS). A key moving between shards meanwhile may be seen on both: listed once.
     async fn scan(&self, pattern: &str) -> Result<Vec<String>, StoreError> {
-        let mut conn = self.conn().await?;
-        let mut cursor: u64 = 0;
         let mut keys = Vec::new();
-        loop {
-            let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await?;
-            keys.extend(found);
-            cursor = next;
-            if cursor == 0 {
-                return Ok(keys);
+        let mut seen = std::collections::HashSet::new();
+        for server in self.servers.primaries().await? {
+            let mut conn = server.conn().await?;
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut conn)
+                    .await?;
+                keys.extend(found.into_iter().filter(|k| seen.insert(k.clone())));
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
             }
         }
+        Ok(keys)
+    }
+
+    /// HGET of `field` on each hash, each sent to its shard.
+    async fn hget_each(
+        &self,
+        hashes: impl Iterator<Item = (String, String)>,
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        let calls = hashes
+            .map(|(h, field)| {
+                let mut cmd = redis::cmd("HGET");
+                cmd.arg(&h).arg(field);
+                Call::on(&h, cmd, false)
+            })
+            .collect();
+        self.run(calls)
+            .await?
+            .into_iter()
+            .map(|v| Ok(redis::from_owned_redis_value(v)?))
+            .collect()
+    }
+
+    /// Runs the calls and converts each reply.
+    async fn replies<T: redis::FromRedisValue>(
+        &self,
+        calls: Vec<Call>,
+    ) -> Result<Vec<T>, StoreError> {
+        self.run(calls)
+            .await?
+            .into_iter()
+            .map(|v| Ok(redis::from_owned_redis_value(v)?))
+            .collect()
+    }
+
+    /// The counts of a window hash's fields (HGETALL) in windows starting at or after
+    /// `oldest`; push records and holds are not windows.
+    fn live_windows(
+        key: &str,
+        size: u32,
+        oldest: i64,
+        fields: Vec<(String, String)>,
+        out: &mut Vec<Total>,
+    ) -> Result<(), StoreError> {
+        for (f, v) in fields {
+            let Ok(start) = f.parse::<i64>() else {
+                continue;
+            };
+            if start >= oldest {
+                out.push(Total {
+                    key: key.into(),
+                    window_size: size,
+                    window_start: start,
+                    count: parse(&v)?,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Deletes every key under this store's prefix (tests clean up with it).
@@ -247,19 +278,52 @@ impl RedisStore {
         let keys = self
             .scan(&format!("{}:*", glob_escape(&self.prefix)))
             .await?;
-        let mut conn = self.conn().await?;
         let mut deleted = 0;
-        for chunk in keys.chunks(500) {
-            let n: u64 = redis::cmd("DEL").arg(chunk).query_async(&mut conn).await?;
-            deleted += n;
+        for chunk in keys.chunks(CALLS_PER_RUN) {
+            let calls = chunk
+                .iter()
+                .map(|k| {
+                    let mut cmd = redis::cmd("DEL");
+                    cmd.arg(k);
+                    Call::on(k, cmd, true)
+                })
+                .collect();
+            for v in self.run(calls).await? {
+                deleted += redis::from_owned_redis_value::<u64>(v)?;
+            }
         }
         Ok(deleted)
     }
 }
 
+/// The URL's connection settings, with the password from `access` when it has one.
+fn connection_info(url: &str, access: &super::Access) -> Result<redis::ConnectionInfo, StoreError> {
+    use redis::IntoConnectionInfo;
+    let mut info = url.into_connection_info()?;
+    if let Some(password) = &access.password {
+        info.redis.password = Some(password.clone());
+    }
+    Ok(info)
+}
+
+fn root_cert(access: &super::Access) -> Result<Option<Vec<u8>>, StoreError> {
+    access
+        .ca_file
+        .as_ref()
+        .map(|ca| {
+            std::fs::read(ca)
+                .map_err(|e| StoreError::Protocol(format!("ca_file {}: {e}", ca.display())))
+        })
+        .transpose()
+}
+
 impl Backend for RedisStore {
     fn kind(&self) -> &'static str {
-        "redis"
+        if self.servers.is_cluster() {
+            "redis_cluster"
+        } else {
+            "redis"
+        }
     }
 
     /// Nothing to apply: hashes need no schema.
@@ -293,12 +357,12 @@ impl Backend for RedisStore {
         let names: Vec<&str> = hashes.iter().map(|(k, _)| k.as_str()).collect();
         // a push with a seq is deduplicated per call (the record is on the call's first
         // hash), so its calls must be the same on a retry, whatever the server: by slot
-        let calls = slot_calls(&names, push.seq.is_some());
+        let calls = self.calls_for(&names, push.seq.is_some());
         let node_field = format!("n:{}", push.node_id);
         let seq = push.seq.map_or(-1i64, |s| s as i64);
-        let mut pipe = redis::pipe();
+        let mut sends = Vec::with_capacity(calls.len());
         for call in &calls {
-            let mut inv = self.push_script.prepare_invoke();
+            let mut inv = Eval::default();
             inv.arg(&node_field).arg(seq);
             for &h in call {
                 let (key, range) = &hashes[h];
@@ -315,9 +379,9 @@ impl Backend for RedisStore {
                     inv.arg(x.window_start).arg(x.value);
                 }
             }
-            pipe.invoke_script(&inv);
+            sends.push(inv.call(&self.scripts.push, true));
         }
-        let replies: Vec<Vec<String>> = self.scripted(&pipe).await?;
+        let replies: Vec<Vec<String>> = self.replies(sends).await?;
         let mut out = Pushed {
             totals: Vec::with_capacity(diffs.len()),
             rejected: Vec::new(),
@@ -360,12 +424,12 @@ impl Backend for RedisStore {
             .map(|a| self.bucket_key(namespace, &a.key))
             .collect();
         let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
-        let calls = slot_calls(&names, true);
+        let calls = self.calls_for(&names, true);
         let node_field = format!("n:{}", push.node_id);
         let seq = push.seq.map_or(-1i64, |s| s as i64);
-        let mut pipe = redis::pipe();
+        let mut sends = Vec::with_capacity(calls.len());
         for call in &calls {
-            let mut inv = self.push_tats_script.prepare_invoke();
+            let mut inv = Eval::default();
             inv.arg(&node_field).arg(seq).arg(push.now_ns);
             for &i in call {
                 inv.key(&hashes[i]);
@@ -373,9 +437,9 @@ impl Backend for RedisStore {
             for &i in call {
                 inv.arg(advances[i].ns);
             }
-            pipe.invoke_script(&inv);
+            sends.push(inv.call(&self.scripts.push_tats, true));
         }
-        let replies: Vec<Vec<String>> = self.scripted(&pipe).await?;
+        let replies: Vec<Vec<String>> = self.replies(sends).await?;
         let mut out = Vec::with_capacity(advances.len());
         for (call, values) in calls.iter().zip(replies) {
             if values.len() != call.len() {
@@ -400,12 +464,12 @@ impl Backend for RedisStore {
         namespace: &str,
         keys: &[CompactString],
     ) -> Result<Vec<Tat>, StoreError> {
-        let mut pipe = redis::pipe();
-        for k in keys {
-            pipe.hget(self.bucket_key(namespace, k), "tat");
-        }
-        let mut conn = self.conn().await?;
-        let replies: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
+        let replies = self
+            .hget_each(
+                keys.iter()
+                    .map(|k| (self.bucket_key(namespace, k), "tat".to_owned())),
+            )
+            .await?;
         keys.iter()
             .zip(replies)
             .filter_map(|(k, r)| r.map(|v| (k, v)))
@@ -422,14 +486,11 @@ impl Backend for RedisStore {
         let head = format!("{}:{{{}:{}:", self.prefix, namespace.len(), namespace);
         let pattern = format!("{}*}}:gcra", glob_escape(&head));
         let hashes = self.scan(&pattern).await?;
-        let mut conn = self.conn().await?;
         let mut out = Vec::new();
-        for chunk in hashes.chunks(500) {
-            let mut pipe = redis::pipe();
-            for h in chunk {
-                pipe.hget(h, "tat");
-            }
-            let replies: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
+        for chunk in hashes.chunks(CALLS_PER_RUN) {
+            let replies = self
+                .hget_each(chunk.iter().map(|h| (h.clone(), "tat".to_owned())))
+                .await?;
             for (h, r) in chunk.iter().zip(replies) {
                 let key = h.strip_prefix(&head).and_then(|r| r.strip_suffix("}:gcra"));
                 if let (Some(key), Some(v)) = (key, r) {
@@ -455,26 +516,26 @@ impl Backend for RedisStore {
         window_sizes: &[u32],
     ) -> Result<(), StoreError> {
         // one hash tag: every key of the call is in one cluster slot
-        let mut inv = self.reset_script.prepare_invoke();
-        inv.key(self.bucket_key(namespace, key));
+        let mut inv = Eval::default();
+        inv.key(&self.bucket_key(namespace, key));
         for s in window_sizes {
-            inv.key(self.hash_key(namespace, key, *s));
+            inv.key(&self.hash_key(namespace, key, *s));
         }
-        let mut conn = self.conn().await?;
-        let _: i64 = inv.invoke_async(&mut conn).await?;
+        let _: Vec<i64> = self
+            .replies(vec![inv.call(&self.scripts.reset, true)])
+            .await?;
         Ok(())
     }
 
     async fn read(&self, namespace: &str, keys: &[WindowKey]) -> Result<Vec<Total>, StoreError> {
-        let mut pipe = redis::pipe();
-        for w in keys {
-            pipe.hget(
-                self.hash_key(namespace, &w.key, w.window_size),
-                w.window_start,
-            );
-        }
-        let mut conn = self.conn().await?;
-        let replies: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
+        let replies = self
+            .hget_each(keys.iter().map(|w| {
+                (
+                    self.hash_key(namespace, &w.key, w.window_size),
+                    w.window_start.to_string(),
+                )
+            }))
+            .await?;
         keys.iter()
             .zip(replies)
             .filter_map(|(w, r)| r.map(|c| (w, c)))
@@ -498,8 +559,7 @@ impl Backend for RedisStore {
     ) -> Result<Vec<Total>, StoreError> {
         let head = format!("{}:{{{}:{}:", self.prefix, namespace.len(), namespace);
         let pattern = format!("{}*", glob_escape(&head));
-        let mut conn = self.conn().await?;
-        let mut out = Vec::new();
+        let mut hashes = Vec::new();
         for hash in self.scan(&pattern).await? {
             let Some((key, size)) = parse_hash_key(&hash, &head) else {
                 continue;
@@ -507,30 +567,32 @@ impl Backend for RedisStore {
             let Some(&(_, oldest)) = windows.iter().find(|(s, _)| *s == size) else {
                 continue;
             };
-            let fields: Vec<(String, String)> = redis::cmd("HGETALL")
-                .arg(&hash)
-                .query_async(&mut conn)
-                .await?;
-            for (f, v) in fields {
-                let Ok(start) = f.parse::<i64>() else {
-                    continue;
-                };
-                if start >= oldest {
-                    out.push(Total {
-                        key: key.into(),
-                        window_size: size,
-                        window_start: start,
-                        count: parse(&v)?,
-                    });
-                }
+            let mut cmd = redis::cmd("HGETALL");
+            cmd.arg(&hash);
+            hashes.push((Call::on(&hash, cmd, false), key.to_owned(), size, oldest));
+        }
+        let mut out = Vec::new();
+        while !hashes.is_empty() {
+            let rest = hashes.split_off(hashes.len().min(CALLS_PER_RUN));
+            let (calls, found): (Vec<Call>, Vec<_>) = hashes
+                .into_iter()
+                .map(|(c, key, size, oldest)| (c, (key, size, oldest)))
+                .unzip();
+            hashes = rest;
+            let replies: Vec<Vec<(String, String)>> = self.replies(calls).await?;
+            for ((key, size, oldest), fields) in found.into_iter().zip(replies) {
+                Self::live_windows(&key, size, oldest, fields, &mut out)?;
             }
         }
         Ok(out)
     }
 
+    /// PING to every server holding keys (each primary of a cluster).
     async fn ping(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
-        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        for server in self.servers.primaries().await? {
+            let mut conn = server.conn().await?;
+            let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        }
         Ok(())
     }
 
@@ -546,10 +608,10 @@ impl Backend for RedisStore {
             .collect();
         let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
         // holds carry no seq record (they are idempotent): on one server, any slots
-        let calls = slot_calls(&names, false);
-        let mut pipe = redis::pipe();
+        let calls = self.calls_for(&names, false);
+        let mut sends = Vec::with_capacity(calls.len());
         for call in &calls {
-            let mut inv = self.hold_script.prepare_invoke();
+            let mut inv = Eval::default();
             inv.arg(holder);
             for &i in call {
                 let h = &holds[i];
@@ -565,9 +627,9 @@ impl Backend for RedisStore {
                     .arg(r.need)
                     .arg(r.want);
             }
-            pipe.invoke_script(&inv);
+            sends.push(inv.call(&self.scripts.hold, true));
         }
-        let replies: Vec<Vec<(String, String, String)>> = self.scripted(&pipe).await?;
+        let replies: Vec<Vec<(String, String, String)>> = self.replies(sends).await?;
         let mut out = vec![None; holds.len()];
         for (call, states) in calls.iter().zip(replies) {
             if states.len() != call.len() {
@@ -604,10 +666,10 @@ impl Backend for RedisStore {
             .collect();
         let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
         // reservations are idempotent by their numbers: on one server, any slots
-        let calls = slot_calls(&names, false);
-        let mut pipe = redis::pipe();
+        let calls = self.calls_for(&names, false);
+        let mut sends = Vec::with_capacity(calls.len());
         for call in &calls {
-            let mut inv = self.reserve_script.prepare_invoke();
+            let mut inv = Eval::default();
             inv.arg(holder);
             for &i in call {
                 let r = reserves[i].request;
@@ -620,9 +682,9 @@ impl Backend for RedisStore {
                     .arg(r.need)
                     .arg(r.want);
             }
-            pipe.invoke_script(&inv);
+            sends.push(inv.call(&self.scripts.reserve, true));
         }
-        let replies: Vec<Vec<(i64, String)>> = self.scripted(&pipe).await?;
+        let replies: Vec<Vec<(i64, String)>> = self.replies(sends).await?;
         let mut out = vec![None; reserves.len()];
         for (call, answers) in calls.iter().zip(replies) {
             if answers.len() != call.len() {

@@ -1,0 +1,586 @@
+//! Where the Redis store's calls go: one server, or the primaries of a Redis Cluster.
+//!
+//! Every call names its key's slot; [`Servers::run`] sends the calls of each server in
+//! one pipeline, to all servers at once, and answers one value per call, in order.
+//!
+//! For a cluster this is a router of its own rather than redis-rs's cluster client.
+//! That client (0.32, and its 1.x line likewise) sends a pipeline only when every command
+//! in it is in one slot, so a push of 100,000 keys spread over 16,384 slots would be
+//! some 16,000 pipelines instead of one per shard; it cannot put `WAIT` behind a shard's
+//! writes on the connection that made them; and 0.32 does not follow READONLY after a
+//! failover. Here each shard gets one pipeline per call of the store, sent concurrently,
+//! over redis-rs's reconnecting multiplexed connection (its timeouts and retries set
+//! explicitly, as for one server); the router adds only what a cluster needs:
+//!
+//! * the slot map, from `CLUSTER SLOTS` of any node it knows (seeds first), refreshed
+//!   after a redirect or a lost connection;
+//! * answers that say a call did not run — MOVED (sent again where it points), ASK
+//!   (sent there after `ASKING`), TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, READONLY
+//!   (sent again after a short pause and a fresh map), NOSCRIPT (scripts loaded on that
+//!   server, sent again) — are retried here, a few times;
+//! * a lost connection or a timeout, where a call may or may not have run, is returned
+//!   as the error it is: the engine retries the whole push under the same sequence
+//!   number, and the records the scripts keep make that exactly once.
+//!
+//! With `wait_replicas = n`, each shard's pipeline of writes ends with `WAIT n`: the
+//! call succeeds only when n replicas acknowledged every write before it. A push a
+//! primary took but no replica saw fails, so the node keeps its diffs and pushes them
+//! again (the replica promoted in its place skips what did reach it).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, Script, Value};
+
+use crate::StoreError;
+
+/// Sends of one call that were answered "did not run" before giving up on it.
+const MAX_REDIRECTS: u32 = 6;
+
+/// How long `WAIT` waits for the replicas before answering with the count it has.
+const WAIT_TIMEOUT_MS: u64 = 1_000;
+
+/// The scripts every server keeps in its cache: pipelines send EVALSHA alone.
+#[derive(Debug)]
+pub(super) struct Scripts {
+    pub(super) push: Script,
+    pub(super) push_tats: Script,
+    pub(super) reset: Script,
+    pub(super) hold: Script,
+    pub(super) reserve: Script,
+}
+
+impl Scripts {
+    fn all(&self) -> [&Script; 5] {
+        [
+            &self.push,
+            &self.push_tats,
+            &self.reset,
+            &self.hold,
+            &self.reserve,
+        ]
+    }
+}
+
+/// A script call being built: keys and arguments in any order, sent as EVALSHA.
+#[derive(Debug, Default)]
+pub(super) struct Eval {
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Eval {
+    pub(super) fn key(&mut self, key: &str) -> &mut Self {
+        self.keys.push(key.as_bytes().to_vec());
+        self
+    }
+
+    pub(super) fn arg<T: redis::ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// The call, routed by its first key.
+    pub(super) fn call(&self, script: &Script, write: bool) -> Call {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(self.keys.len());
+        for k in &self.keys {
+            cmd.arg(k.as_slice());
+        }
+        for a in &self.args {
+            cmd.arg(a.as_slice());
+        }
+        Call {
+            slot: self.keys.first().map_or(0, |k| super::keys::key_slot(k)),
+            cmd,
+            write,
+        }
+    }
+}
+
+/// One command of a store call, and the slot of the key it touches.
+pub(super) struct Call {
+    pub(super) slot: u16,
+    pub(super) cmd: Cmd,
+    /// Writes (a `WAIT` follows them when the store waits for replicas).
+    pub(super) write: bool,
+}
+
+impl Call {
+    /// A command on one key.
+    pub(super) fn on(key: &str, cmd: Cmd, write: bool) -> Call {
+        Call {
+            slot: super::keys::key_slot(key.as_bytes()),
+            cmd,
+            write,
+        }
+    }
+}
+
+/// One server and the reconnecting connection to it (made on first use, so a node
+/// starts while the server is down).
+pub(super) struct Server {
+    client: redis::Client,
+    conn: tokio::sync::OnceCell<ConnectionManager>,
+    /// The scripts are in this server's cache; cleared when it answers NOSCRIPT (it
+    /// restarted, failed over, or its cache was flushed).
+    scripts_loaded: AtomicBool,
+}
+
+impl Server {
+    fn new(client: redis::Client) -> Server {
+        Server {
+            client,
+            conn: Default::default(),
+            scripts_loaded: AtomicBool::new(false),
+        }
+    }
+
+    /// The connection: 2 s to connect, 5 s for an answer, one reconnection attempt per
+    /// failed request (redis-rs's defaults retry with growing sleeps and never time a
+    /// request out); the store's caller bounds the whole call besides.
+    pub(super) async fn conn(&self) -> Result<ConnectionManager, StoreError> {
+        let manager = self
+            .conn
+            .get_or_try_init(|| {
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(Duration::from_secs(2))
+                    .set_response_timeout(Duration::from_secs(5))
+                    .set_number_of_retries(1);
+                ConnectionManager::new_with_config(self.client.clone(), config)
+            })
+            .await?;
+        Ok(manager.clone())
+    }
+
+    /// Sends a pipeline and answers every command's reply, errors included (the
+    /// caller tells which did not run).
+    async fn send(
+        &self,
+        scripts: &Scripts,
+        pipe: &redis::Pipeline,
+    ) -> Result<Vec<Value>, StoreError> {
+        let mut conn = self.conn().await?;
+        if !self.scripts_loaded.load(Ordering::Acquire) {
+            for script in scripts.all() {
+                script.prepare_invoke().load_async(&mut conn).await?;
+            }
+            self.scripts_loaded.store(true, Ordering::Release);
+        }
+        Ok(conn.req_packed_commands(pipe, 0, pipe.len()).await?)
+    }
+}
+
+/// Slot → primary, as `CLUSTER SLOTS` answered.
+struct Topology {
+    primaries: Vec<Arc<Server>>,
+    /// The primary's index in `primaries`, for each of the 16,384 slots (`u16::MAX`:
+    /// no primary serves it).
+    slots: Vec<u16>,
+}
+
+/// A Redis Cluster, as this store sees it.
+pub(super) struct Cluster {
+    /// Where to ask for the slot map when no known node answers.
+    seeds: Vec<(String, u16)>,
+    /// What every connection shares but its address: TLS, user, password.
+    template: ConnectionInfo,
+    root_cert: Option<Vec<u8>>,
+    wait_replicas: u32,
+    topology: std::sync::RwLock<Option<Arc<Topology>>>,
+    /// Set when an answer showed the map out of date.
+    stale: AtomicBool,
+    refreshing: tokio::sync::Mutex<()>,
+    servers: std::sync::Mutex<HashMap<(String, u16), Arc<Server>>>,
+}
+
+/// Where the store's calls go.
+pub(super) enum Servers {
+    One(Arc<Server>),
+    Cluster(Arc<Cluster>),
+}
+
+/// Where one call is sent this time.
+#[derive(Clone)]
+enum Target {
+    /// The primary of its slot.
+    Slot,
+    /// A server a MOVED named.
+    Moved(Arc<Server>),
+    /// A server an ASK named: `ASKING` goes first.
+    Ask(Arc<Server>),
+}
+
+impl Servers {
+    /// One server.
+    pub(super) fn one(client: redis::Client) -> Servers {
+        Servers::One(Arc::new(Server::new(client)))
+    }
+
+    /// A cluster reached through `seeds` (each connection made with `template`'s TLS
+    /// and credentials and the CA in `root_cert`).
+    pub(super) fn cluster(
+        seeds: Vec<ConnectionInfo>,
+        root_cert: Option<Vec<u8>>,
+        wait_replicas: u32,
+    ) -> Result<Servers, StoreError> {
+        let template = seeds
+            .first()
+            .cloned()
+            .ok_or_else(|| StoreError::Protocol("a cluster needs at least one URL".into()))?;
+        let seeds = seeds
+            .iter()
+            .map(|s| match &s.addr {
+                ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                    Ok((host.clone(), *port))
+                }
+                ConnectionAddr::Unix(_) => Err(StoreError::Protocol(
+                    "a cluster's nodes are reached over TCP, not a unix socket".into(),
+                )),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Servers::Cluster(Arc::new(Cluster {
+            seeds,
+            template,
+            root_cert,
+            wait_replicas,
+            topology: Default::default(),
+            stale: AtomicBool::new(true),
+            refreshing: Default::default(),
+            servers: Default::default(),
+        })))
+    }
+
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Servers::Cluster(_))
+    }
+
+    /// Every server holding keys (a cluster's primaries), to walk the keyspace of each.
+    pub(super) async fn primaries(&self) -> Result<Vec<Arc<Server>>, StoreError> {
+        match self {
+            Servers::One(s) => Ok(vec![s.clone()]),
+            Servers::Cluster(c) => Ok(c.topology().await?.primaries.clone()),
+        }
+    }
+
+    /// Sends the calls, each to the server of its slot, all servers at once, and
+    /// answers their replies in order. An error reply the caller must see (anything
+    /// but "did not run, try there") fails the whole run.
+    pub(super) async fn run(
+        &self,
+        scripts: &Arc<Scripts>,
+        calls: Vec<Call>,
+    ) -> Result<Vec<Value>, StoreError> {
+        let calls: Arc<Vec<Call>> = Arc::new(calls);
+        let mut out: Vec<Option<Value>> = vec![None; calls.len()];
+        let mut todo: Vec<(usize, Target)> = (0..calls.len()).map(|i| (i, Target::Slot)).collect();
+        let mut sends = 0;
+        while !todo.is_empty() {
+            sends += 1;
+            let groups = self.group(&calls, todo).await?;
+            let mut tasks = tokio::task::JoinSet::new();
+            let wait = match self {
+                Servers::Cluster(c) => c.wait_replicas,
+                Servers::One(_) => 0,
+            };
+            for (g, (server, members)) in groups.iter().enumerate() {
+                let (server, members, calls, scripts) = (
+                    server.clone(),
+                    members.clone(),
+                    calls.clone(),
+                    scripts.clone(),
+                );
+                tasks.spawn(async move {
+                    let mut pipe = redis::pipe();
+                    for (i, target) in &members {
+                        if matches!(target, Target::Ask(_)) {
+                            pipe.cmd("ASKING");
+                        }
+                        pipe.add_command(calls[*i].cmd.clone());
+                    }
+                    let waits = wait > 0 && members.iter().any(|(i, _)| calls[*i].write);
+                    if waits {
+                        pipe.cmd("WAIT").arg(wait).arg(WAIT_TIMEOUT_MS);
+                    }
+                    (g, server.send(&scripts, &pipe).await, waits)
+                });
+            }
+            let mut again = Vec::new();
+            let mut pause = false;
+            let mut last_error: Option<redis::RedisError> = None;
+            while let Some(joined) = tasks.join_next().await {
+                let (g, reply, waited) =
+                    joined.map_err(|e| StoreError::Protocol(format!("redis task: {e}")))?;
+                let (server, members) = &groups[g];
+                let mut replies = match reply {
+                    Ok(r) => r.into_iter(),
+                    Err(e) => {
+                        // a call may or may not have run: the caller retries the whole
+                        // push under its sequence number; the map may be out of date
+                        self.mark_stale();
+                        return Err(e);
+                    }
+                };
+                for (i, target) in members {
+                    if matches!(target, Target::Ask(_)) {
+                        replies.next(); // ASKING's OK
+                    }
+                    let reply = replies
+                        .next()
+                        .ok_or_else(|| StoreError::Protocol("a pipeline came back short".into()))?;
+                    let Value::ServerError(e) = reply else {
+                        out[*i] = Some(reply);
+                        continue;
+                    };
+                    let e = redis::RedisError::from(e);
+                    let retry = match e.kind() {
+                        ErrorKind::Moved => self.redirected(&e).map(|s| (*i, Target::Moved(s))),
+                        ErrorKind::Ask => self.redirected(&e).map(|s| (*i, Target::Ask(s))),
+                        ErrorKind::NoScriptError => {
+                            server.scripts_loaded.store(false, Ordering::Release);
+                            Some((*i, target.clone()))
+                        }
+                        ErrorKind::BusyLoadingError => {
+                            pause = true;
+                            Some((*i, target.clone()))
+                        }
+                        ErrorKind::TryAgain
+                        | ErrorKind::ClusterDown
+                        | ErrorKind::MasterDown
+                        | ErrorKind::ReadOnly
+                            if self.is_cluster() =>
+                        {
+                            pause = true;
+                            self.mark_stale();
+                            Some((*i, Target::Slot))
+                        }
+                        _ => None,
+                    };
+                    match retry {
+                        Some(r) => {
+                            again.push(r);
+                            last_error = Some(e);
+                        }
+                        None => return Err(e.into()),
+                    }
+                }
+                if waited {
+                    let acked: i64 = replies
+                        .next()
+                        .map(redis::from_owned_redis_value)
+                        .transpose()?
+                        .unwrap_or(0);
+                    if acked < i64::from(wait) {
+                        return Err(StoreError::Unreplicated {
+                            wanted: wait,
+                            acked: acked.max(0) as u32,
+                        });
+                    }
+                }
+            }
+            if !again.is_empty() && sends > MAX_REDIRECTS {
+                return Err(last_error
+                    .map(StoreError::from)
+                    .unwrap_or_else(|| StoreError::Protocol("redirected too often".into())));
+            }
+            if pause {
+                tokio::time::sleep(Duration::from_millis(20 << sends.min(4))).await;
+            }
+            todo = again;
+        }
+        out.into_iter()
+            .map(|v| v.ok_or_else(|| StoreError::Protocol("a call got no reply".into())))
+            .collect()
+    }
+
+    /// The server a MOVED or ASK names, and the map marked out of date; `None` on one
+    /// server (it is no cluster node) or an address that does not parse.
+    fn redirected(&self, e: &redis::RedisError) -> Option<Arc<Server>> {
+        let Servers::Cluster(c) = self else {
+            return None;
+        };
+        c.stale.store(true, Ordering::Release);
+        let (addr, _slot) = e.redirect_node()?;
+        let (host, port) = addr.rsplit_once(':')?;
+        c.server(host, port.parse().ok()?).ok()
+    }
+
+    fn mark_stale(&self) {
+        if let Servers::Cluster(c) = self {
+            c.stale.store(true, Ordering::Release);
+        }
+    }
+
+    /// The calls grouped by the server each goes to.
+    #[allow(clippy::type_complexity)]
+    async fn group(
+        &self,
+        calls: &[Call],
+        todo: Vec<(usize, Target)>,
+    ) -> Result<Vec<(Arc<Server>, Vec<(usize, Target)>)>, StoreError> {
+        let topology = match self {
+            Servers::One(s) => return Ok(vec![(s.clone(), todo)]),
+            Servers::Cluster(c) => c.topology().await?,
+        };
+        let mut groups: Vec<(Arc<Server>, Vec<(usize, Target)>)> = Vec::new();
+        let mut by_server: HashMap<*const Server, usize> = HashMap::new();
+        for (i, target) in todo {
+            let server = match &target {
+                Target::Moved(s) | Target::Ask(s) => s.clone(),
+                Target::Slot => topology.primary(calls[i].slot).ok_or_else(|| {
+                    self.mark_stale();
+                    StoreError::from(redis::RedisError::from((
+                        redis::ErrorKind::ClusterDown,
+                        "no primary serves the slot",
+                        calls[i].slot.to_string(),
+                    )))
+                })?,
+            };
+            let g = *by_server.entry(Arc::as_ptr(&server)).or_insert_with(|| {
+                groups.push((server.clone(), Vec::new()));
+                groups.len() - 1
+            });
+            groups[g].1.push((i, target));
+        }
+        Ok(groups)
+    }
+}
+
+impl Topology {
+    fn primary(&self, slot: u16) -> Option<Arc<Server>> {
+        let i = *self.slots.get(usize::from(slot))?;
+        self.primaries.get(usize::from(i)).cloned()
+    }
+}
+
+impl Cluster {
+    /// The slot map, asked for again when it is out of date (one caller asks; the
+    /// others wait for its answer).
+    async fn topology(&self) -> Result<Arc<Topology>, StoreError> {
+        let current = || self.topology.read().expect("topology lock").clone();
+        if !self.stale.load(Ordering::Acquire) {
+            if let Some(t) = current() {
+                return Ok(t);
+            }
+        }
+        let _one = self.refreshing.lock().await;
+        if !self.stale.load(Ordering::Acquire) {
+            if let Some(t) = current() {
+                return Ok(t);
+            }
+        }
+        // clear first: a redirect seen while asking marks it again
+        self.stale.store(false, Ordering::Release);
+        match self.ask_topology(current()).await {
+            Ok(t) => {
+                let t = Arc::new(t);
+                *self.topology.write().expect("topology lock") = Some(t.clone());
+                Ok(t)
+            }
+            Err(e) => {
+                self.stale.store(true, Ordering::Release);
+                Err(e)
+            }
+        }
+    }
+
+    /// `CLUSTER SLOTS` from the first node that answers: the primaries known, then the
+    /// seeds.
+    async fn ask_topology(&self, known: Option<Arc<Topology>>) -> Result<Topology, StoreError> {
+        let mut candidates: Vec<Arc<Server>> =
+            known.map(|t| t.primaries.clone()).unwrap_or_default();
+        for (host, port) in &self.seeds {
+            candidates.push(self.server(host, *port)?);
+        }
+        let mut last = None;
+        for server in candidates {
+            let reply = async {
+                let mut conn = server.conn().await?;
+                let slots: Value = redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async(&mut conn)
+                    .await?;
+                self.parse_slots(slots, &server)
+            };
+            match reply.await {
+                Ok(t) => return Ok(t),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| StoreError::Protocol("a cluster needs at least one URL".into())))
+    }
+
+    /// `[[start, end, [host, port, id, …], replicas…], …]`; a host of `""` or `"?"`
+    /// is the node that answered.
+    fn parse_slots(&self, reply: Value, asked: &Arc<Server>) -> Result<Topology, StoreError> {
+        let bad = || StoreError::Protocol("CLUSTER SLOTS answered an unexpected shape".into());
+        let ranges: Vec<Value> = redis::from_owned_redis_value(reply)?;
+        let mut primaries: Vec<Arc<Server>> = Vec::new();
+        let mut slots = vec![u16::MAX; 16384];
+        for range in ranges {
+            let mut parts = match range {
+                Value::Array(parts) => parts.into_iter(),
+                _ => return Err(bad()),
+            };
+            let start: usize = redis::from_owned_redis_value(parts.next().ok_or_else(bad)?)?;
+            let end: usize = redis::from_owned_redis_value(parts.next().ok_or_else(bad)?)?;
+            let node: Vec<Value> = redis::from_owned_redis_value(parts.next().ok_or_else(bad)?)?;
+            let mut node = node.into_iter();
+            let host: String = redis::from_owned_redis_value(node.next().ok_or_else(bad)?)?;
+            let port: u16 = redis::from_owned_redis_value(node.next().ok_or_else(bad)?)?;
+            let server = if host.is_empty() || host == "?" {
+                asked.clone()
+            } else {
+                self.server(&host, port)?
+            };
+            let index = match primaries.iter().position(|p| Arc::ptr_eq(p, &server)) {
+                Some(i) => i,
+                None => {
+                    primaries.push(server);
+                    primaries.len() - 1
+                }
+            };
+            if start > end || end >= slots.len() {
+                return Err(bad());
+            }
+            for s in &mut slots[start..=end] {
+                *s = index as u16;
+            }
+        }
+        Ok(Topology { primaries, slots })
+    }
+
+    /// The server at `host:port`, connected (on first use) as the seeds are.
+    fn server(&self, host: &str, port: u16) -> Result<Arc<Server>, StoreError> {
+        let mut servers = self.servers.lock().expect("servers lock");
+        if let Some(s) = servers.get(&(host.to_owned(), port)) {
+            return Ok(s.clone());
+        }
+        let mut info = self.template.clone();
+        info.addr = match &info.addr {
+            ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: None,
+            },
+            _ => ConnectionAddr::Tcp(host.to_owned(), port),
+        };
+        let client = match &self.root_cert {
+            Some(root_cert) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root_cert.clone()),
+                },
+            )?,
+            None => redis::Client::open(info)?,
+        };
+        let server = Arc::new(Server::new(client));
+        servers.insert((host.to_owned(), port), server.clone());
+        Ok(server)
+    }
+}
