@@ -127,6 +127,8 @@ impl RedisCluster {
                 pids.join(" "),
                 cluster.dir.path().display()
             );
+            // outlives this process by design: nobody is left to wait for it
+            #[allow(clippy::zombie_processes)]
             Command::new("sh")
                 .args(["-c", &script])
                 .stdin(Stdio::null())
