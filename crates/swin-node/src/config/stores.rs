@@ -13,8 +13,12 @@ pub use swin_sync::Access;
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStore {
     kind: String,
-    url: String,
+    url: Option<String>,
+    /// A Redis Cluster's seed nodes.
+    urls: Option<Vec<String>>,
     max_connections: Option<u32>,
+    /// Redis Cluster: replicas that must acknowledge a push before it counts as done.
+    wait_replicas: Option<u32>,
     prefix: Option<String>,
     /// The environment variable that holds the password (PostgreSQL, Redis).
     password_env: Option<String>,
@@ -35,6 +39,13 @@ pub enum StoreConfig {
         prefix: String,
         access: Access,
     },
+    RedisCluster {
+        /// Seed nodes: the node finds the others from them.
+        urls: Vec<String>,
+        prefix: String,
+        access: Access,
+        wait_replicas: u32,
+    },
     Sqlite {
         url: String,
     },
@@ -45,16 +56,19 @@ impl StoreConfig {
         match self {
             StoreConfig::Postgres { .. } => "postgres",
             StoreConfig::Redis { .. } => "redis",
+            StoreConfig::RedisCluster { .. } => "redis_cluster",
             StoreConfig::Sqlite { .. } => "sqlite",
         }
     }
 
-    /// The URL as configured; it may hold a password, so print [`redact`]ed.
+    /// The URL as configured (a cluster's first seed); it may hold a password, so print
+    /// [`redact`]ed.
     pub fn url(&self) -> &str {
         match self {
             StoreConfig::Postgres { url, .. }
             | StoreConfig::Redis { url, .. }
             | StoreConfig::Sqlite { url } => url,
+            StoreConfig::RedisCluster { urls, .. } => urls.first().map_or("", String::as_str),
         }
     }
 
@@ -63,12 +77,14 @@ impl StoreConfig {
     /// belong; it must stay the same across versions, so no std hasher (and stores
     /// without a prefix hash the default one, as they always have).
     pub fn fingerprint(&self) -> String {
-        let prefix = match self {
-            StoreConfig::Redis { prefix, .. } => prefix.as_str(),
-            _ => defaults::REDIS_PREFIX,
+        let (prefix, urls) = match self {
+            StoreConfig::Redis { prefix, .. } => (prefix.as_str(), String::new()),
+            StoreConfig::RedisCluster { prefix, urls, .. } => (prefix.as_str(), urls.join(" ")),
+            _ => (defaults::REDIS_PREFIX, String::new()),
         };
+        let url = if urls.is_empty() { self.url() } else { &urls };
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for part in [self.kind(), self.url(), prefix] {
+        for part in [self.kind(), url, prefix] {
             for b in part.bytes().chain([0]) {
                 h ^= u64::from(b);
                 h = h.wrapping_mul(0x0100_0000_01b3);
@@ -81,7 +97,13 @@ impl StoreConfig {
 impl std::fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct(self.kind());
-        d.field("url", &redact(self.url()));
+        match self {
+            StoreConfig::RedisCluster { urls, .. } => {
+                let urls: Vec<String> = urls.iter().map(|u| redact(u)).collect();
+                d.field("urls", &urls)
+            }
+            _ => d.field("url", &redact(self.url())),
+        };
         match self {
             StoreConfig::Postgres {
                 max_connections,
@@ -93,11 +115,23 @@ impl std::fmt::Debug for StoreConfig {
             StoreConfig::Redis { prefix, access, .. } => {
                 d.field("prefix", prefix).field("access", access)
             }
+            StoreConfig::RedisCluster {
+                prefix,
+                access,
+                wait_replicas,
+                ..
+            } => d
+                .field("prefix", prefix)
+                .field("access", access)
+                .field("wait_replicas", wait_replicas),
             StoreConfig::Sqlite { .. } => &mut d,
         };
         d.finish()
     }
 }
+
+/// More replicas than any shard plausibly has: a push would never be confirmed.
+const MAX_WAIT_REPLICAS: u32 = 16;
 
 impl Parser<'_> {
     /// Validates every `[stores.<name>]`; the URL may come from `SWIN_STORE_<NAME>_URL`.
@@ -118,23 +152,65 @@ impl Parser<'_> {
         let schemes: &[&str] = match s.kind.as_str() {
             "postgres" => &["postgres://", "postgresql://"],
             "redis" => &["redis://", "rediss://", "redis+unix://"],
+            "redis_cluster" => &["redis://", "rediss://"],
             "sqlite" => &["sqlite:"],
             other => {
                 return Err(self.err(
                     &f("kind"),
-                    format!("{other:?} is not \"postgres\", \"redis\" or \"sqlite\""),
+                    format!(
+                        "{other:?} is not \"postgres\", \"redis\", \"redis_cluster\" or \"sqlite\""
+                    ),
                 ))
             }
         };
-        let var = format!("SWIN_STORE_{}_URL", name.to_uppercase().replace('-', "_"));
-        let (url, url_field) = self.overridden(&f("url"), &var, Some(s.url));
-        let url = url.unwrap_or_default();
-        if !schemes.iter().any(|p| url.starts_with(p)) {
-            return Err(self.err(
-                &url_field,
-                format!("{:?} is not a {} URL", redact(&url), s.kind),
-            ));
-        }
+        let cluster = s.kind == "redis_cluster";
+        let upper = name.to_uppercase().replace('-', "_");
+        let check = |field: &str, url: &str| {
+            if !schemes.iter().any(|p| url.starts_with(p)) {
+                return Err(self.err(field, format!("{:?} is not a {} URL", redact(url), s.kind)));
+            }
+            Ok(())
+        };
+        let (url, urls) = if cluster {
+            if s.url.is_some() {
+                return Err(self.err(
+                    &f("url"),
+                    "a redis_cluster store takes `urls`, its seed nodes".into(),
+                ));
+            }
+            // SWIN_STORE_<NAME>_URLS: the seeds, separated by commas
+            let var = format!("SWIN_STORE_{upper}_URLS");
+            let (urls, field) = match (self.env)(&var) {
+                Some(v) => (
+                    v.split(',').map(|u| u.trim().to_owned()).collect(),
+                    format!("{} (from {var})", f("urls")),
+                ),
+                None => (s.urls.clone().unwrap_or_default(), f("urls")),
+            };
+            if urls.is_empty() {
+                return Err(self.err(&field, "needs at least one seed node URL".into()));
+            }
+            for u in &urls {
+                check(&field, u)?;
+            }
+            if urls.iter().any(|u| u.starts_with("rediss://"))
+                && !urls.iter().all(|u| u.starts_with("rediss://"))
+            {
+                return Err(self.err(&field, "mixes rediss:// and redis:// seeds".into()));
+            }
+            (String::new(), urls)
+        } else {
+            if s.urls.is_some() {
+                return Err(self.err(&f("urls"), "applies to redis_cluster stores only".into()));
+            }
+            let var = format!("SWIN_STORE_{upper}_URL");
+            let (url, url_field) = self.overridden(&f("url"), &var, s.url.clone());
+            let Some(url) = url else {
+                return Err(self.err(&url_field, "is required".into()));
+            };
+            check(&url_field, &url)?;
+            (url, Vec::new())
+        };
         let only = |key: &str, set: bool, kind: &str| {
             if set && s.kind != kind {
                 return Err(self.err(&f(key), format!("applies to {kind} stores only")));
@@ -142,7 +218,10 @@ impl Parser<'_> {
             Ok(())
         };
         only("max_connections", s.max_connections.is_some(), "postgres")?;
-        only("prefix", s.prefix.is_some(), "redis")?;
+        if !cluster {
+            only("prefix", s.prefix.is_some(), "redis")?;
+        }
+        only("wait_replicas", s.wait_replicas.is_some(), "redis_cluster")?;
         let server_only = |key: &str, set: bool| {
             if set && s.kind == "sqlite" {
                 return Err(self.err(&f(key), "applies to postgres and redis stores".into()));
@@ -186,6 +265,21 @@ impl Parser<'_> {
                 prefix: s.prefix.unwrap_or_else(|| defaults::REDIS_PREFIX.into()),
                 access,
             },
+            "redis_cluster" => {
+                let wait_replicas = s.wait_replicas.unwrap_or(0);
+                if wait_replicas > MAX_WAIT_REPLICAS {
+                    return Err(self.err(
+                        &f("wait_replicas"),
+                        format!("{wait_replicas} is above {MAX_WAIT_REPLICAS}"),
+                    ));
+                }
+                StoreConfig::RedisCluster {
+                    urls,
+                    prefix: s.prefix.unwrap_or_else(|| defaults::REDIS_PREFIX.into()),
+                    access,
+                    wait_replicas,
+                }
+            }
             _ => StoreConfig::Sqlite { url },
         })
     }

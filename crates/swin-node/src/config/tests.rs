@@ -437,3 +437,73 @@ fn grpc_listen_and_descriptor_rules_are_checked() {
         "namespaces[0].descriptors_file",
     );
 }
+
+#[test]
+fn redis_cluster_stores_take_seed_urls() {
+    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = 1\nstore = \"c\"\n";
+    let text = format!(
+        "[stores.c]\nkind = \"redis_cluster\"\nurls = [\"redis://:pw@h1:7000\", \"redis://h2:7001\"]\n\
+         prefix = \"p\"\nwait_replicas = 1\n{ns}"
+    );
+    let c = Config::parse("x", &text, &|_: &str| None).expect("valid");
+    assert_eq!(
+        c.stores["c"],
+        StoreConfig::RedisCluster {
+            urls: vec!["redis://:pw@h1:7000".into(), "redis://h2:7001".into()],
+            prefix: "p".into(),
+            access: Default::default(),
+            wait_replicas: 1,
+        }
+    );
+    assert_eq!(c.stores["c"].kind(), "redis_cluster");
+    let debug = format!("{c:?}");
+    assert!(!debug.contains("pw"), "{debug}");
+    // the seeds may come from the environment
+    let env =
+        |k: &str| (k == "SWIN_STORE_C_URLS").then(|| "redis://e1:1, redis://e2:2".to_string());
+    let c = Config::parse("x", &text, &env).expect("valid");
+    let StoreConfig::RedisCluster { urls, .. } = &c.stores["c"] else {
+        panic!("redis_cluster")
+    };
+    assert_eq!(urls, &["redis://e1:1", "redis://e2:2"]);
+    // fingerprints tell clusters apart by every seed
+    let other = StoreConfig::RedisCluster {
+        urls: vec!["redis://:pw@h1:7000".into()],
+        prefix: "p".into(),
+        access: Default::default(),
+        wait_replicas: 1,
+    };
+    assert_ne!(other.fingerprint(), c.stores["c"].fingerprint());
+    for (store, field) in [
+        (
+            "kind = \"redis_cluster\"\nurl = \"redis://h\"",
+            "stores.c.url",
+        ),
+        ("kind = \"redis_cluster\"", "stores.c.urls"),
+        ("kind = \"redis_cluster\"\nurls = []", "stores.c.urls"),
+        (
+            "kind = \"redis_cluster\"\nurls = [\"postgres://h\"]",
+            "stores.c.urls",
+        ),
+        (
+            "kind = \"redis_cluster\"\nurls = [\"redis+unix:///s\"]",
+            "stores.c.urls",
+        ),
+        (
+            "kind = \"redis_cluster\"\nurls = [\"rediss://a\", \"redis://b\"]",
+            "stores.c.urls",
+        ),
+        (
+            "kind = \"redis_cluster\"\nurls = [\"redis://a\"]\nwait_replicas = 17",
+            "stores.c.wait_replicas",
+        ),
+        (
+            "kind = \"redis\"\nurl = \"redis://a\"\nwait_replicas = 1",
+            "stores.c.wait_replicas",
+        ),
+        ("kind = \"redis\"\nurls = [\"redis://a\"]", "stores.c.urls"),
+        ("kind = \"redis\"", "stores.c.url"),
+    ] {
+        fails(&format!("[stores.c]\n{store}\n{ns}"), field);
+    }
+}

@@ -27,6 +27,15 @@ pub async fn open_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
             prefix,
             access,
         } => Store::Redis(RedisStore::with_access(url, prefix, access).context("configure redis")?),
+        StoreConfig::RedisCluster {
+            urls,
+            prefix,
+            access,
+            wait_replicas,
+        } => Store::Redis(
+            RedisStore::cluster(urls, prefix, access, *wait_replicas)
+                .context("configure redis_cluster")?,
+        ),
         StoreConfig::Sqlite { url } => {
             if let Some(path) = url.strip_prefix("sqlite://") {
                 if let Some(dir) = std::path::Path::new(path)
