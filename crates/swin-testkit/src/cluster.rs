@@ -7,43 +7,34 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{free_port, wait_for_port, ChildGuard};
+use crate::{free_port, ChildGuard};
 
 #[derive(Debug)]
 pub struct RedisCluster {
     /// The client ports, primaries first as `--cluster create` was given them (which
     /// node ends up a replica is the cluster's choice).
     pub ports: Vec<u16>,
+    /// Each node's cluster bus port.
+    buses: Vec<u16>,
     dir: tempfile::TempDir,
     servers: Vec<ChildGuard>,
 }
 
 impl RedisCluster {
     /// Starts six servers and forms the cluster; returns once every node reports
-    /// `cluster_state:ok` with all 16,384 slots assigned and sees three replicas.
+    /// `cluster_state:ok` with all 16,384 slots assigned, sees three replicas, and every
+    /// replica has synced with its primary.
     pub fn start() -> RedisCluster {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut ports = Vec::new();
-        let mut servers = Vec::new();
-        for _ in 0..6 {
+        let (mut ports, mut buses, mut servers) = (Vec::new(), Vec::new(), Vec::new());
+        while servers.len() < 6 {
+            // a port taken meanwhile (tests start clusters side by side): other ports
             let (port, bus) = (free_port(), free_port());
-            let child = Command::new("redis-server")
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--port", &port.to_string()])
-                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
-                .args(["--cluster-port", &bus.to_string()])
-                .arg("--cluster-config-file")
-                .arg(dir.path().join(format!("nodes-{port}.conf")))
-                .arg("--dir")
-                .arg(dir.path())
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("start redis-server (scripts/test installs it)");
-            servers.push(ChildGuard(child));
-            ports.push(port);
-        }
-        for &p in &ports {
-            wait_for_port(p, Duration::from_secs(10));
+            if let Some(server) = spawn(dir.path(), port, bus) {
+                servers.push(server);
+                ports.push(port);
+                buses.push(bus);
+            }
         }
         let status = Command::new("redis-cli")
             .args(["--cluster", "create"])
@@ -55,6 +46,7 @@ impl RedisCluster {
         assert!(status.success(), "redis-cli --cluster create failed");
         let cluster = RedisCluster {
             ports,
+            buses,
             dir,
             servers,
         };
@@ -91,9 +83,13 @@ impl RedisCluster {
                     .lines()
                     .filter(|l| l.contains("slave"))
                     .count();
+                // a replica that never synced cannot take over: wait for every link
+                let linked = !cli(p, &["role"]).starts_with("slave")
+                    || cli(p, &["info", "replication"]).contains("master_link_status:up");
                 info.contains("cluster_state:ok")
                     && info.contains("cluster_slots_assigned:16384")
                     && replicas == 3
+                    && linked
             });
             if ok {
                 return;
@@ -149,11 +145,144 @@ impl RedisCluster {
             .collect()
     }
 
+    /// The node's cluster id.
+    pub fn node_id(&self, port: u16) -> String {
+        cli(port, &["cluster", "myid"]).trim().to_owned()
+    }
+
+    /// The port of the replica of the primary on `port`.
+    pub fn replica_of(&self, port: u16) -> u16 {
+        let id = self.node_id(port);
+        let nodes = self.nodes(port);
+        let line = nodes
+            .lines()
+            .find(|l| l.split(' ').nth(3) == Some(id.as_str()))
+            .unwrap_or_else(|| panic!("no replica of {port} in\n{nodes}"));
+        let addr = line.split(' ').nth(1).expect("address");
+        addr.split(['@', ':'])
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .expect("port")
+    }
+
+    /// Closes the primary on `port`'s replication links (`CLIENT KILL TYPE replica`).
+    pub fn kill_replica_links(&self, port: u16) {
+        cli(port, &["client", "kill", "type", "replica"]);
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, `KILL`, …) to the server on `port`.
+    pub fn signal(&self, port: u16, name: &str) {
+        let i = self
+            .ports
+            .iter()
+            .position(|&p| p == port)
+            .expect("a node's port");
+        self.servers[i].signal(name);
+    }
+
+    /// Moves `slots` slots (with their keys) from the primary on `from` to the one on
+    /// `to`, as an operator would (`redis-cli --cluster reshard`).
+    pub fn reshard(&self, from: u16, to: u16, slots: u32) {
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "reshard", &format!("127.0.0.1:{from}")])
+            .args(["--cluster-from", &self.node_id(from)])
+            .args(["--cluster-to", &self.node_id(to)])
+            .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster reshard");
+        assert!(
+            out.status.success(),
+            "reshard failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Waits until the node on `port` is a primary and sees the cluster whole.
+    pub fn wait_for_primary(&self, port: u16, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !(cli(port, &["role"]).starts_with("master")
+            && self.info(port).contains("cluster_state:ok"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{port} was not promoted within {timeout:?}; the logs end:\n{}",
+                self.ports
+                    .iter()
+                    .map(|&p| format!("== {p}\n{}", self.log_tail(p)))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the server on `port` again (after a kill): it keeps its cluster config
+    /// file, so it rejoins, as a replica of whoever took its slots over.
+    pub fn restart(&mut self, port: u16) {
+        let i = self
+            .ports
+            .iter()
+            .position(|&p| p == port)
+            .expect("a node's port");
+        let server = spawn(self.dir.path(), port, self.buses[i])
+            .unwrap_or_else(|| panic!("restart the server on {port}"));
+        self.servers[i] = server;
+    }
+
+    /// The last lines of the node's log.
+    pub fn log_tail(&self, port: u16) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join(format!("{port}.log")))
+            .unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(12)..].join("\n")
+    }
+
     /// Stops every server now (as dropping the guard does).
     pub fn stop(self) {
         for s in self.servers {
             s.kill();
         }
+    }
+}
+
+/// A cluster node on `port` (bus on `bus`), its files in `dir`; `None` when it did
+/// not come up listening (a port taken).
+fn spawn(dir: &std::path::Path, port: u16, bus: u16) -> Option<ChildGuard> {
+    let child = Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(["--port", &port.to_string()])
+        .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+        // replicas sync at once (the default waits 5 s for more to join)
+        .args(["--repl-diskless-sync-delay", "0"])
+        .args(["--cluster-port", &bus.to_string()])
+        .arg("--cluster-config-file")
+        .arg(dir.join(format!("nodes-{port}.conf")))
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(dir.join(format!("{port}.log")))
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start redis-server (scripts/test installs it)");
+    let mut server = ChildGuard(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            // someone listens: ours, unless it exits for a port another server holds
+            std::thread::sleep(Duration::from_millis(100));
+            return server
+                .0
+                .try_wait()
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(server);
+        }
+        if server.0.try_wait().ok().flatten().is_some() || Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
