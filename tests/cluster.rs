@@ -1,4 +1,5 @@
-//! Cluster acceptance: real swin-node processes behind a real nginx, on real stores,
+//! Cluster acceptance: real swin-node processes behind a real nginx, on real stores
+//! (Redis Cluster among them: the six-process cluster this test process shares),
 //! under faults (store outage, node crash and stop, node join, a slow store).
 //!
 //! Built as a test target of the swin-node package (see its Cargo.toml), so that Cargo
@@ -135,6 +136,13 @@ async fn convergence_redis() {
     let _serial = SERIAL.lock().await;
     swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
     convergence(Store::redis(), 20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn convergence_redis_cluster() {
+    let _serial = SERIAL.lock().await;
+    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    convergence(Store::redis_cluster(), 20).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -453,6 +461,13 @@ async fn synchronous_redis() {
     synchronous(Store::redis()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronous_redis_cluster() {
+    let _serial = SERIAL.lock().await;
+    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    synchronous(Store::redis_cluster()).await;
+}
+
 /// `host:port` of a store URL (`scheme://[user@]host:port[/path]`).
 fn host_port(url: &str) -> String {
     let rest = url.split("://").nth(1).expect("scheme://");
@@ -593,6 +608,13 @@ async fn synchronous_limit_redis() {
     synchronous_limit(Store::redis()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronous_limit_redis_cluster() {
+    let _serial = SERIAL.lock().await;
+    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    synchronous_limit(Store::redis_cluster()).await;
+}
+
 /// Strict admission over three node processes: hits spread by the load balancer, at a
 /// sync period far longer than the test, never pass the limit; after the nodes stop
 /// (giving back what they hold) the store counts exactly the hits admitted.
@@ -631,6 +653,13 @@ async fn strict_limit_redis() {
     let _serial = SERIAL.lock().await;
     swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
     strict_limit(Store::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_limit_redis_cluster() {
+    let _serial = SERIAL.lock().await;
+    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    strict_limit(Store::redis_cluster()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
