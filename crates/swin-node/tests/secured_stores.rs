@@ -1,7 +1,7 @@
 //! Stores as managed services run them: TLS with a private CA and a password that the
 //! config names by environment variable only. Each test starts its own server (a
-//! redis-server with a TLS port and an ACL user; a PostgreSQL with `ssl = on` and a
-//! scram-sha-256 role) and reaches it through the node's config and `open_store`: pushes
+//! redis-server with a TLS port and an ACL user; a six-process Redis Cluster on TLS
+//! ports with a password; a PostgreSQL with `ssl = on` and a scram-sha-256 role) and reaches it through the node's config and `open_store`: pushes
 //! and reads are exact, a wrong password or a connection without TLS is refused, and the
 //! password shows in no error and no `Debug` output.
 
@@ -94,6 +94,61 @@ async fn redis_over_tls_with_an_acl_user() {
     );
     let store = open(&plain, PASSWORD).await;
     refused(&store).await;
+}
+
+/// A Redis Cluster that speaks TLS only (clients, replication, bus) and asks for a
+/// password: the node reaches every shard over TLS with the CA given, as the seeds
+/// announce them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_over_tls_with_a_password() {
+    let cluster = swin_testkit::cluster::RedisCluster::start_secured();
+    let ca = cluster.tls.as_ref().expect("secured").ca_file.display();
+    let urls = cluster.urls();
+    let section = format!(
+        "kind = \"redis_cluster\"\nurls = {:?}\npassword_env = \"SWIN_TEST_STORE_PASSWORD\"\nca_file = \"{ca}\"",
+        &urls[..1]
+    );
+    let store = open(&section, PASSWORD).await;
+    push_and_read(&store).await;
+    // keys on every shard: each is reached over TLS with the password
+    let diffs: Vec<Diff> = (0..64)
+        .map(|i| Diff {
+            key: format!("spread-{i}").into(),
+            window_size: 60,
+            window_start: START,
+            value: 1.0,
+        })
+        .collect();
+    let push = Push {
+        node_id: "n",
+        seq: Some(2),
+        diffs: &diffs,
+    };
+    assert_eq!(store.push("ns", push).await.expect("push").totals.len(), 64);
+    store.ping().await.expect("every primary answers");
+
+    let wrong = open(&section, "not-the-password").await;
+    let e = refused(&wrong).await;
+    assert!(
+        e.contains("WRONGPASS") || e.to_lowercase().contains("auth"),
+        "{e}"
+    );
+    // without the CA the shards' certificates are not trusted
+    let untrusted = format!(
+        "kind = \"redis_cluster\"\nurls = {:?}\npassword_env = \"SWIN_TEST_STORE_PASSWORD\"",
+        &urls[..1]
+    );
+    refused(&open(&untrusted, PASSWORD).await).await;
+    // nor do the TLS ports speak plain Redis
+    let plain: Vec<String> = urls
+        .iter()
+        .map(|u| u.replace("rediss://", "redis://"))
+        .collect();
+    let plain = format!(
+        "kind = \"redis_cluster\"\nurls = {:?}\npassword_env = \"SWIN_TEST_STORE_PASSWORD\"",
+        &plain[..1]
+    );
+    refused(&open(&plain, PASSWORD).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

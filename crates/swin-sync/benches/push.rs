@@ -10,6 +10,10 @@
 //! - floor: the same number of fresh rows sent raw — PostgreSQL: one hand-written
 //!   multi-row `INSERT … ON CONFLICT DO UPDATE` through `psql -f`; Redis: `HINCRBYFLOAT`
 //!   + `EXPIRE` per key through `redis-cli --pipe`.
+//! - cluster: the same push on a three-primary Redis Cluster (six local processes the
+//!   bench starts), with and without `wait_replicas = 1`; its floor is the raw
+//!   commands of each primary's keys through one `redis-cli --pipe` per primary, all at
+//!   once.
 //! - sync: 32 concurrent callers doing synchronous increments, latency p50/p99.
 
 use std::io::Write;
@@ -136,6 +140,76 @@ fn time_redis_floor(url: &str, prefix: &str, run: usize, rows: usize) -> f64 {
     secs
 }
 
+/// The raw floor on a cluster: each primary's share of the keys through a `redis-cli
+/// --pipe` of its own, all running at once; seconds until the last is done.
+fn time_cluster_floor(owner: &[u16], prefix: &str, run: usize, rows: usize) -> f64 {
+    let mut inputs: std::collections::BTreeMap<u16, String> = Default::default();
+    for d in diffs(run + 1000, rows) {
+        let tag = format!("5:bench:{}", d.key);
+        let key = format!("{prefix}:{{{tag}}}:60");
+        let slot = crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16384;
+        let input = inputs.entry(owner[usize::from(slot)]).or_default();
+        input.push_str(&resp(&["HINCRBYFLOAT", &key, &START.to_string(), "1"]));
+        input.push_str(&resp(&["EXPIRE", &key, "180"]));
+    }
+    let t = Instant::now();
+    let children: Vec<_> = inputs
+        .into_iter()
+        .map(|(port, input)| {
+            let mut child = Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "--pipe"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-cli on PATH");
+            let mut stdin = child.stdin.take().expect("stdin");
+            let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+            (child, writer)
+        })
+        .collect();
+    for (mut child, writer) in children {
+        writer.join().expect("writer").expect("pipe");
+        assert!(child.wait().expect("redis-cli").success());
+    }
+    t.elapsed().as_secs_f64()
+}
+
+/// The port of the primary serving each slot (`CLUSTER SLOTS`).
+async fn slot_owners(url: &str) -> Vec<u16> {
+    let client = redis::Client::open(url).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let ranges: Vec<(u16, u16, (String, u16))> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async::<Vec<redis::Value>>(&mut conn)
+        .await
+        .expect("cluster slots")
+        .into_iter()
+        .map(|r| {
+            let redis::Value::Array(parts) = r else {
+                panic!("slot range")
+            };
+            let start: u16 = redis::from_redis_value(&parts[0]).expect("start");
+            let end: u16 = redis::from_redis_value(&parts[1]).expect("end");
+            let redis::Value::Array(node) = &parts[2] else {
+                panic!("node")
+            };
+            let host: String = redis::from_redis_value(&node[0]).expect("host");
+            let port: u16 = redis::from_redis_value(&node[1]).expect("port");
+            (start, end, (host, port))
+        })
+        .collect();
+    let mut owner = vec![0u16; 16384];
+    for (start, end, (_, port)) in ranges {
+        for o in &mut owner[usize::from(start)..=usize::from(end)] {
+            *o = port;
+        }
+    }
+    owner
+}
+
 /// (p50 ms, p99 ms, hits/s) of synchronous increments.
 async fn sync_latency(store: &Store, callers: usize, per_caller: usize) -> (f64, f64, f64) {
     let sizes = [WindowSize::new(60).expect("size")];
@@ -230,6 +304,24 @@ async fn main() {
     }
     row("redis", median(p), Some(median(f)), rows);
 
+    let rc = swin_testkit::cluster::RedisCluster::start();
+    let owner = slot_owners(&rc.urls()[0]).await;
+    let cluster = Store::Redis(
+        RedisStore::cluster(&rc.urls(), &prefix, &Default::default(), 0).expect("cluster"),
+    );
+    let waiting = Store::Redis(
+        RedisStore::cluster(&rc.urls(), &prefix, &Default::default(), 1).expect("cluster"),
+    );
+    let (mut p, mut w, mut f) = (Vec::new(), Vec::new(), Vec::new());
+    for run in 0..runs {
+        p.push(time_push(&cluster, run, rows).await);
+        w.push(time_push(&waiting, run + runs, rows).await);
+        f.push(time_cluster_floor(&owner, &prefix, run, rows));
+    }
+    let floor = median(f);
+    row("cluster", median(p), Some(floor), rows);
+    row("cluster+w1", median(w), Some(floor), rows);
+
     let dir = tempfile::tempdir().expect("dir");
     let url = format!("sqlite://{}", dir.path().join("b.db").display());
     let lite = Store::Sqlite(SqliteStore::connect(&url).await.expect("sqlite"));
@@ -246,7 +338,13 @@ async fn main() {
         "{:<10} {:>10} {:>10} {:>12}",
         "store", "p50 ms", "p99 ms", "hits/s"
     );
-    for (name, store) in [("redis", &redis), ("postgres", &pg), ("sqlite", &lite)] {
+    for (name, store) in [
+        ("redis", &redis),
+        ("cluster", &cluster),
+        ("cluster+w1", &waiting),
+        ("postgres", &pg),
+        ("sqlite", &lite),
+    ] {
         let (p50, p99, rate) = sync_latency(store, 32, 200).await;
         println!("{name:<10} {p50:>10.3} {p99:>10.3} {rate:>12.0}");
     }

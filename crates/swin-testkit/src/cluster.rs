@@ -16,6 +16,8 @@ pub struct RedisCluster {
     pub ports: Vec<u16>,
     /// Each node's cluster bus port.
     buses: Vec<u16>,
+    /// A cluster that speaks TLS only, with a password: its CA.
+    pub tls: Option<crate::tls::TestCa>,
     dir: tempfile::TempDir,
     servers: Vec<ChildGuard>,
 }
@@ -25,28 +27,45 @@ impl RedisCluster {
     /// `cluster_state:ok` with all 16,384 slots assigned, sees three replicas, and every
     /// replica has synced with its primary.
     pub fn start() -> RedisCluster {
+        RedisCluster::start_with(None)
+    }
+
+    /// As [`RedisCluster::start`], but every node listens on a TLS port only (clients,
+    /// replication and the cluster bus), with a certificate from a CA made here, and
+    /// asks for [`crate::tls::PASSWORD`] (the `default` user's).
+    pub fn start_secured() -> RedisCluster {
+        RedisCluster::start_with(Some(crate::tls::TestCa::new()))
+    }
+
+    fn start_with(tls: Option<crate::tls::TestCa>) -> RedisCluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let (mut ports, mut buses, mut servers) = (Vec::new(), Vec::new(), Vec::new());
         while servers.len() < 6 {
             // a port taken meanwhile (tests start clusters side by side): other ports
             let (port, bus) = (free_port(), free_port());
-            if let Some(server) = spawn(dir.path(), port, bus) {
+            if let Some(server) = spawn(dir.path(), port, bus, tls.as_ref()) {
                 servers.push(server);
                 ports.push(port);
                 buses.push(bus);
             }
         }
-        let status = Command::new("redis-cli")
+        let out = Command::new("redis-cli")
+            .args(cli_security(tls.as_ref()))
             .args(["--cluster", "create"])
             .args(ports.iter().map(|p| format!("127.0.0.1:{p}")))
             .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .status()
+            .output()
             .expect("redis-cli --cluster create");
-        assert!(status.success(), "redis-cli --cluster create failed");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         let cluster = RedisCluster {
             ports,
             buses,
+            tls,
             dir,
             servers,
         };
@@ -56,19 +75,22 @@ impl RedisCluster {
 
     /// `CLUSTER INFO` of the node on `port`.
     pub fn info(&self, port: u16) -> String {
-        cli(port, &["cluster", "info"])
+        self.cli(port, &["cluster", "info"])
     }
 
     /// `CLUSTER NODES` as the node on `port` sees it.
     pub fn nodes(&self, port: u16) -> String {
-        cli(port, &["cluster", "nodes"])
+        self.cli(port, &["cluster", "nodes"])
     }
 
     /// Seed URLs, one per node.
     pub fn urls(&self) -> Vec<String> {
         self.ports
             .iter()
-            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .map(|p| match self.tls {
+                Some(_) => format!("rediss://127.0.0.1:{p}"),
+                None => format!("redis://127.0.0.1:{p}"),
+            })
             .collect()
     }
 
@@ -84,8 +106,10 @@ impl RedisCluster {
                     .filter(|l| l.contains("slave"))
                     .count();
                 // a replica that never synced cannot take over: wait for every link
-                let linked = !cli(p, &["role"]).starts_with("slave")
-                    || cli(p, &["info", "replication"]).contains("master_link_status:up");
+                let linked = !self.cli(p, &["role"]).starts_with("slave")
+                    || self
+                        .cli(p, &["info", "replication"])
+                        .contains("master_link_status:up");
                 info.contains("cluster_state:ok")
                     && info.contains("cluster_slots_assigned:16384")
                     && replicas == 3
@@ -141,13 +165,13 @@ impl RedisCluster {
         self.ports
             .iter()
             .copied()
-            .filter(|&p| cli(p, &["role"]).starts_with("master"))
+            .filter(|&p| self.cli(p, &["role"]).starts_with("master"))
             .collect()
     }
 
     /// The node's cluster id.
     pub fn node_id(&self, port: u16) -> String {
-        cli(port, &["cluster", "myid"]).trim().to_owned()
+        self.cli(port, &["cluster", "myid"]).trim().to_owned()
     }
 
     /// The port of the replica of the primary on `port`.
@@ -167,7 +191,7 @@ impl RedisCluster {
 
     /// Closes the primary on `port`'s replication links (`CLIENT KILL TYPE replica`).
     pub fn kill_replica_links(&self, port: u16) {
-        cli(port, &["client", "kill", "type", "replica"]);
+        self.cli(port, &["client", "kill", "type", "replica"]);
     }
 
     /// Sends a signal (`STOP`, `CONT`, `KILL`, …) to the server on `port`.
@@ -184,6 +208,7 @@ impl RedisCluster {
     /// `to`, as an operator would (`redis-cli --cluster reshard`).
     pub fn reshard(&self, from: u16, to: u16, slots: u32) {
         let out = Command::new("redis-cli")
+            .args(cli_security(self.tls.as_ref()))
             .args(["--cluster", "reshard", &format!("127.0.0.1:{from}")])
             .args(["--cluster-from", &self.node_id(from)])
             .args(["--cluster-to", &self.node_id(to)])
@@ -201,7 +226,7 @@ impl RedisCluster {
     /// Waits until the node on `port` is a primary and sees the cluster whole.
     pub fn wait_for_primary(&self, port: u16, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        while !(cli(port, &["role"]).starts_with("master")
+        while !(self.cli(port, &["role"]).starts_with("master")
             && self.info(port).contains("cluster_state:ok"))
         {
             assert!(
@@ -225,7 +250,7 @@ impl RedisCluster {
             .iter()
             .position(|&p| p == port)
             .expect("a node's port");
-        let server = spawn(self.dir.path(), port, self.buses[i])
+        let server = spawn(self.dir.path(), port, self.buses[i], self.tls.as_ref())
             .unwrap_or_else(|| panic!("restart the server on {port}"));
         self.servers[i] = server;
     }
@@ -248,10 +273,34 @@ impl RedisCluster {
 
 /// A cluster node on `port` (bus on `bus`), its files in `dir`; `None` when it did
 /// not come up listening (a port taken).
-fn spawn(dir: &std::path::Path, port: u16, bus: u16) -> Option<ChildGuard> {
-    let child = Command::new("redis-server")
-        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .args(["--port", &port.to_string()])
+fn spawn(
+    dir: &std::path::Path,
+    port: u16,
+    bus: u16,
+    tls: Option<&crate::tls::TestCa>,
+) -> Option<ChildGuard> {
+    let mut command = Command::new("redis-server");
+    command.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
+    match tls {
+        None => {
+            command.args(["--port", &port.to_string()]);
+        }
+        Some(ca) => {
+            command
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .args(["--tls-cluster", "yes", "--tls-replication", "yes"])
+                .arg("--tls-cert-file")
+                .arg(&ca.cert_file)
+                .arg("--tls-key-file")
+                .arg(&ca.key_file)
+                .arg("--tls-ca-cert-file")
+                .arg(&ca.ca_file)
+                .args(["--tls-auth-clients", "no"])
+                .args(["--requirepass", crate::tls::PASSWORD])
+                .args(["--masterauth", crate::tls::PASSWORD]);
+        }
+    }
+    let child = command
         .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
         // replicas sync at once (the default waits 5 s for more to join)
         .args(["--repl-diskless-sync-delay", "0"])
@@ -286,11 +335,29 @@ fn spawn(dir: &std::path::Path, port: u16, bus: u16) -> Option<ChildGuard> {
     }
 }
 
-fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+/// redis-cli's options for a secured cluster: TLS with its CA, and the password.
+fn cli_security(tls: Option<&crate::tls::TestCa>) -> Vec<String> {
+    match tls {
+        None => Vec::new(),
+        Some(ca) => vec![
+            "--tls".into(),
+            "--cacert".into(),
+            ca.ca_file.display().to_string(),
+            "-a".into(),
+            crate::tls::PASSWORD.into(),
+            "--no-auth-warning".into(),
+        ],
+    }
+}
+
+impl RedisCluster {
+    fn cli(&self, port: u16, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(cli_security(self.tls.as_ref()))
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
 
 use crate::{free_port, wait_for_port, ChildGuard};
 
@@ -32,9 +32,17 @@ impl TestCa {
         let ca_key = KeyPair::generate().expect("key");
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // names of their own: with rcgen's one default name for both, OpenSSL (redis-cli,
+        // the cluster bus) takes the server certificate for self-signed
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "swin test CA");
         let ca = ca_params.self_signed(&ca_key).expect("ca");
         let key = KeyPair::generate().expect("key");
         let mut params = CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "127.0.0.1");
         params
             .subject_alt_names
             .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
