@@ -289,13 +289,7 @@ fn spawn(
             command
                 .args(["--port", "0", "--tls-port", &port.to_string()])
                 .args(["--tls-cluster", "yes", "--tls-replication", "yes"])
-                .arg("--tls-cert-file")
-                .arg(&ca.cert_file)
-                .arg("--tls-key-file")
-                .arg(&ca.key_file)
-                .arg("--tls-ca-cert-file")
-                .arg(&ca.ca_file)
-                .args(["--tls-auth-clients", "no"])
+                .args(ca.redis_server_args())
                 .args(["--requirepass", crate::tls::PASSWORD])
                 .args(["--masterauth", crate::tls::PASSWORD]);
         }

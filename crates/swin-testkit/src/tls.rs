@@ -61,6 +61,24 @@ impl TestCa {
     }
 }
 
+impl TestCa {
+    /// A redis-server's options to serve TLS with this CA's certificate (clients need
+    /// none of their own).
+    pub fn redis_server_args(&self) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        for (option, file) in [
+            ("--tls-cert-file", &self.cert_file),
+            ("--tls-key-file", &self.key_file),
+            ("--tls-ca-cert-file", &self.ca_file),
+        ] {
+            args.push(option.into());
+            args.push(file.into());
+        }
+        args.extend(["--tls-auth-clients".into(), "no".into()]);
+        args
+    }
+}
+
 impl Default for TestCa {
     fn default() -> Self {
         Self::new()
@@ -95,13 +113,8 @@ impl TlsRedis {
             ])
             .arg("--tls-port")
             .arg(port.to_string())
-            .arg("--tls-cert-file")
-            .arg(&ca.cert_file)
-            .arg("--tls-key-file")
-            .arg(&ca.key_file)
-            .arg("--tls-ca-cert-file")
-            .arg(&ca.ca_file)
-            .args(["--tls-auth-clients", "no", "--dir"])
+            .args(ca.redis_server_args())
+            .arg("--dir")
             .arg(ca.dir.path())
             .args(["--user", "default", "off", "--user", Self::USER, "on"])
             .arg(format!(">{PASSWORD}"))
