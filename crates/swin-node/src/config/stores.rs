@@ -192,6 +192,18 @@ impl Parser<'_> {
             }
             for u in &urls {
                 check(&field, u)?;
+                // parsed as the store will (nothing is connected): a database other than
+                // 0, a URL redis-rs cannot read
+                let seed = std::slice::from_ref(u);
+                if let Err(e) =
+                    swin_sync::store::RedisStore::cluster(seed, "", &Access::default(), 0)
+                {
+                    let why = match e {
+                        swin_sync::StoreError::Protocol(why) => why,
+                        _ => "not a Redis URL".into(),
+                    };
+                    return Err(self.err(&field, format!("{:?}: {why}", redact(u))));
+                }
             }
             if urls.iter().any(|u| u.starts_with("rediss://"))
                 && !urls.iter().all(|u| u.starts_with("rediss://"))

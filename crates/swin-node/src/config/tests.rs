@@ -490,6 +490,14 @@ fn redis_cluster_stores_take_seed_urls() {
             "stores.c.urls",
         ),
         (
+            "kind = \"redis_cluster\"\nurls = [\"redis://a:1/2\"]",
+            "stores.c.urls",
+        ),
+        (
+            "kind = \"redis_cluster\"\nurls = [\"redis://a:x\"]",
+            "stores.c.urls",
+        ),
+        (
             "kind = \"redis_cluster\"\nurls = [\"rediss://a\", \"redis://b\"]",
             "stores.c.urls",
         ),

@@ -42,7 +42,7 @@
 
 use std::sync::Arc;
 
-use redis::{Script, Value};
+use redis::Value;
 use swin_core::{CompactString, Tat, Total, UnixMs};
 
 mod keys;
@@ -136,6 +136,11 @@ impl RedisStore {
             .iter()
             .map(|u| connection_info(u, access))
             .collect::<Result<Vec<_>, _>>()?;
+        if seeds.iter().any(|s| s.redis.db != 0) {
+            return Err(StoreError::Protocol(
+                "a Redis Cluster has database 0 only: drop the URL's /<db>".into(),
+            ));
+        }
         let servers = Servers::cluster(seeds, root_cert(access)?, wait_replicas)?;
         Ok(Self::over(servers, prefix))
     }
@@ -144,13 +149,13 @@ impl RedisStore {
         RedisStore {
             servers: Arc::new(servers),
             prefix: prefix.to_owned(),
-            scripts: Arc::new(Scripts {
-                push: Script::new(PUSH_LUA),
-                push_tats: Script::new(PUSH_TATS_LUA),
-                reset: Script::new(RESET_LUA),
-                hold: Script::new(HOLD_LUA),
-                reserve: Script::new(RESERVE_LUA),
-            }),
+            scripts: Arc::new(Scripts::new(
+                PUSH_LUA,
+                PUSH_TATS_LUA,
+                RESET_LUA,
+                HOLD_LUA,
+                RESERVE_LUA,
+            )),
         }
     }
 

@@ -51,17 +51,26 @@ pub(super) struct Scripts {
     pub(super) reset: Script,
     pub(super) hold: Script,
     pub(super) reserve: Script,
+    /// Their sources, in that order, to load them.
+    sources: [&'static str; 5],
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 5] {
-        [
-            &self.push,
-            &self.push_tats,
-            &self.reset,
-            &self.hold,
-            &self.reserve,
-        ]
+    pub(super) fn new(
+        push: &'static str,
+        push_tats: &'static str,
+        reset: &'static str,
+        hold: &'static str,
+        reserve: &'static str,
+    ) -> Scripts {
+        Scripts {
+            push: Script::new(push),
+            push_tats: Script::new(push_tats),
+            reset: Script::new(reset),
+            hold: Script::new(hold),
+            reserve: Script::new(reserve),
+            sources: [push, push_tats, reset, hold, reserve],
+        }
     }
 }
 
@@ -165,9 +174,14 @@ impl Server {
     ) -> Result<Vec<Value>, StoreError> {
         let mut conn = self.conn().await?;
         if !self.scripts_loaded.load(Ordering::Acquire) {
-            for script in scripts.all() {
-                script.prepare_invoke().load_async(&mut conn).await?;
+            // one round trip for all of them: a call cut short by the caller's timeout
+            // would start the loads over, and one load per round trip to a distant
+            // server could outlast that timeout every time
+            let mut load = redis::pipe();
+            for source in scripts.sources {
+                load.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
             }
+            load.query_async::<()>(&mut conn).await?;
             self.scripts_loaded.store(true, Ordering::Release);
         }
         Ok(conn.req_packed_commands(pipe, 0, pipe.len()).await?)
