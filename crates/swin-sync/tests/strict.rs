@@ -302,6 +302,11 @@ async fn strict_buckets_pass_boulders_rule(s: &TestStore) {
             }
         }
         let took = started.elapsed();
+        // units reserved and not spent yet: held by their node until they lapse
+        let held: i64 = nodes
+            .iter()
+            .map(|n| n.engine.bucket_view(&key, now()).unused)
+            .sum();
         for n in &nodes {
             n.cancel.cancel();
         }
@@ -325,12 +330,21 @@ async fn strict_buckets_pass_boulders_rule(s: &TestStore) {
         }
         let admitted = spends.len() as i64;
         if !faults {
-            // the burst, less a unit the horizon takes and a unit of rounding
+            // the burst, less a unit the horizon takes, a unit of rounding and the units
+            // nodes still hold (a node reserves blocks: a skewed schedule leaves some
+            // with the nodes that see few hits); while no grant can have lapsed (the
+            // case ran within one horizon), nothing else may be missing
             let refilled = took.as_secs() as i64;
             assert!(
-                admitted >= burst - 2 && admitted <= burst + refilled + 1,
+                admitted <= burst + refilled + 1,
                 "{what}: admitted {admitted} in {took:?}"
             );
+            if took < swin_sync::horizon(&g) {
+                assert!(
+                    admitted + held >= burst - 2,
+                    "{what}: admitted {admitted}, {held} held, in {took:?}"
+                );
+            }
         }
     }
 }
