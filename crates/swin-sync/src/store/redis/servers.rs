@@ -234,8 +234,9 @@ impl Servers {
         Servers::One(Arc::new(Server::new(client)))
     }
 
-    /// A cluster reached through `seeds` (each connection made with `template`'s TLS
-    /// and credentials and the CA in `root_cert`).
+    /// A cluster reached through `seeds`; every connection, to a seed or to a node
+    /// found from one, uses the first seed's scheme (TLS or not), user and password, and
+    /// the CA in `root_cert`.
     pub(super) fn cluster(
         seeds: Vec<ConnectionInfo>,
         root_cert: Option<Vec<u8>>,
