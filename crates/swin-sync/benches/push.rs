@@ -13,7 +13,8 @@
 //! - cluster: the same push on a three-primary Redis Cluster (six local processes the
 //!   bench starts), with and without `wait_replicas = 1`; its floor is the raw
 //!   commands of each primary's keys through one `redis-cli --pipe` per primary, all at
-//!   once.
+//!   once. `slot/slot` is envoyproxy/ratelimit's way on the same cluster: the floor's raw
+//!   commands in one pipeline per slot, each awaited before the next.
 //! - sync: 32 concurrent callers doing synchronous increments, latency p50/p99.
 
 use std::io::Write;
@@ -174,6 +175,45 @@ fn time_cluster_floor(owner: &[u16], prefix: &str, run: usize, rows: usize) -> f
     t.elapsed().as_secs_f64()
 }
 
+/// The way envoyproxy/ratelimit's cluster client sends: one pipeline per slot (the same
+/// raw commands as the floor), each awaited before the next is sent.
+async fn time_slot_by_slot(owner: &[u16], prefix: &str, run: usize, rows: usize) -> f64 {
+    let mut conns: std::collections::BTreeMap<u16, redis::aio::MultiplexedConnection> =
+        Default::default();
+    for &port in owner {
+        if let std::collections::btree_map::Entry::Vacant(e) = conns.entry(port) {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("url");
+            e.insert(
+                client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("connect"),
+            );
+        }
+    }
+    let mut by_slot: std::collections::BTreeMap<u16, redis::Pipeline> = Default::default();
+    for d in diffs(run + 2000, rows) {
+        let tag = format!("5:bench:{}", d.key);
+        let key = format!("{prefix}:{{{tag}}}:60");
+        let slot = crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16384;
+        let pipe = by_slot.entry(slot).or_default();
+        pipe.cmd("HINCRBYFLOAT")
+            .arg(&key)
+            .arg(START)
+            .arg(1)
+            .ignore();
+        pipe.cmd("EXPIRE").arg(&key).arg(180).ignore();
+    }
+    let t = Instant::now();
+    for (slot, pipe) in &by_slot {
+        let conn = conns
+            .get_mut(&owner[usize::from(*slot)])
+            .expect("a primary");
+        pipe.query_async::<()>(conn).await.expect("pipeline");
+    }
+    t.elapsed().as_secs_f64()
+}
+
 /// The port of the primary serving each slot (`CLUSTER SLOTS`).
 async fn slot_owners(url: &str) -> Vec<u16> {
     let client = redis::Client::open(url).expect("url");
@@ -321,6 +361,11 @@ async fn main() {
     let floor = median(f);
     row("cluster", median(p), Some(floor), rows);
     row("cluster+w1", median(w), Some(floor), rows);
+    let mut e = Vec::new();
+    for run in 0..runs {
+        e.push(time_slot_by_slot(&owner, &prefix, run, rows).await);
+    }
+    row("slot/slot", median(e), Some(floor), rows);
 
     let dir = tempfile::tempdir().expect("dir");
     let url = format!("sqlite://{}", dir.path().join("b.db").display());
