@@ -241,6 +241,52 @@ impl RedisStore {
             .collect()
     }
 
+    /// Strict admission's calls: `script` on each item's hash (`hashes[i]`), the
+    /// holder first in every call, then each item's key and the arguments `args` adds;
+    /// answers the script's reply for each item, in item order. The items carry no seq
+    /// record (a repeated call leaves the same state), so on one server a call may
+    /// cover any slots.
+    async fn each_on_its_hash<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        holder: &str,
+        hashes: &[String],
+        what: &str,
+        args: impl Fn(usize, &mut Eval),
+    ) -> Result<Vec<T>, StoreError> {
+        let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
+        let calls = self.calls_for(&names, false);
+        let mut sends = Vec::with_capacity(calls.len());
+        for call in &calls {
+            let mut inv = Eval::default();
+            inv.arg(holder);
+            for &i in call {
+                inv.key(&hashes[i]);
+                args(i, &mut inv);
+            }
+            sends.push(inv.call(script, true));
+        }
+        let replies: Vec<Vec<T>> = self.replies(sends).await?;
+        let mut out: Vec<Option<T>> = std::iter::repeat_with(|| None).take(hashes.len()).collect();
+        for (call, answers) in calls.iter().zip(replies) {
+            if answers.len() != call.len() {
+                return Err(StoreError::Protocol(format!(
+                    "{what} script answered {} items of {}",
+                    answers.len(),
+                    call.len()
+                )));
+            }
+            for (&i, answer) in call.iter().zip(answers) {
+                out[i] = Some(answer);
+            }
+        }
+        out.into_iter()
+            .map(|a| {
+                a.ok_or_else(|| StoreError::Protocol(format!("{what} script skipped an item")))
+            })
+            .collect()
+    }
+
     /// Runs the calls and converts each reply.
     async fn replies<T: redis::FromRedisValue>(
         &self,
@@ -611,18 +657,12 @@ impl Backend for RedisStore {
             .iter()
             .map(|h| self.hash_key(namespace, &h.key, h.window_size))
             .collect();
-        let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
         // holds carry no seq record (they are idempotent): on one server, any slots
-        let calls = self.calls_for(&names, false);
-        let mut sends = Vec::with_capacity(calls.len());
-        for call in &calls {
-            let mut inv = Eval::default();
-            inv.arg(holder);
-            for &i in call {
+        let states: Vec<(String, String, String)> = self
+            .each_on_its_hash(&self.scripts.hold, holder, &hashes, "hold", |i, inv| {
                 let h = &holds[i];
                 let size = i64::from(h.window_size);
                 let r = h.request;
-                inv.key(&hashes[i]);
                 inv.arg(h.window_start)
                     .arg(h.window_start - size)
                     .arg(h.window_start - 2 * size)
@@ -631,31 +671,19 @@ impl Backend for RedisStore {
                     .arg(r.weight)
                     .arg(r.need)
                     .arg(r.want);
-            }
-            sends.push(inv.call(&self.scripts.hold, true));
-        }
-        let replies: Vec<Vec<(String, String, String)>> = self.replies(sends).await?;
-        let mut out = vec![None; holds.len()];
-        for (call, states) in calls.iter().zip(replies) {
-            if states.len() != call.len() {
-                return Err(StoreError::Protocol(format!(
-                    "hold script returned {} windows for {}",
-                    states.len(),
-                    call.len()
-                )));
-            }
-            for (&i, (current, previous, held)) in call.iter().zip(states) {
-                out[i] = Some(Held {
+            })
+            .await?;
+        states
+            .into_iter()
+            .map(|(current, previous, held)| {
+                Ok(Held {
                     state: swin_core::HoldState {
                         current: parse(&current)?,
                         previous: parse(&previous)?,
                         held: parse(&held)?,
                     },
-                });
-            }
-        }
-        out.into_iter()
-            .map(|h| h.ok_or_else(|| StoreError::Protocol("hold script skipped a window".into())))
+                })
+            })
             .collect()
     }
 
@@ -669,48 +697,34 @@ impl Backend for RedisStore {
             .iter()
             .map(|r| self.bucket_key(namespace, &r.key))
             .collect();
-        let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
         // reservations are idempotent by their numbers: on one server, any slots
-        let calls = self.calls_for(&names, false);
-        let mut sends = Vec::with_capacity(calls.len());
-        for call in &calls {
-            let mut inv = Eval::default();
-            inv.arg(holder);
-            for &i in call {
-                let r = reserves[i].request;
-                inv.key(&hashes[i]);
-                inv.arg(r.seq)
-                    .arg(r.now_ns)
-                    .arg(r.now_ns.saturating_add(r.horizon_ns.max(0)))
-                    .arg(r.emission_ns)
-                    .arg(r.burst)
-                    .arg(r.need)
-                    .arg(r.want);
-            }
-            sends.push(inv.call(&self.scripts.reserve, true));
-        }
-        let replies: Vec<Vec<(i64, String)>> = self.replies(sends).await?;
-        let mut out = vec![None; reserves.len()];
-        for (call, answers) in calls.iter().zip(replies) {
-            if answers.len() != call.len() {
-                return Err(StoreError::Protocol(format!(
-                    "reserve script returned {} buckets for {}",
-                    answers.len(),
-                    call.len()
-                )));
-            }
-            for (&i, (granted, tat)) in call.iter().zip(answers) {
+        let answers: Vec<(i64, String)> = self
+            .each_on_its_hash(
+                &self.scripts.reserve,
+                holder,
+                &hashes,
+                "reserve",
+                |i, inv| {
+                    let r = reserves[i].request;
+                    inv.arg(r.seq)
+                        .arg(r.now_ns)
+                        .arg(r.now_ns.saturating_add(r.horizon_ns.max(0)))
+                        .arg(r.emission_ns)
+                        .arg(r.burst)
+                        .arg(r.need)
+                        .arg(r.want);
+                },
+            )
+            .await?;
+        answers
+            .into_iter()
+            .map(|(granted, tat)| {
                 let tat_ns = if tat.is_empty() {
                     None
                 } else {
                     Some(parse_ns(&tat)?)
                 };
-                out[i] = Some(Granted { granted, tat_ns });
-            }
-        }
-        out.into_iter()
-            .map(|g| {
-                g.ok_or_else(|| StoreError::Protocol("reserve script skipped a bucket".into()))
+                Ok(Granted { granted, tat_ns })
             })
             .collect()
     }
