@@ -36,6 +36,11 @@ fn config(section: &str, api_body: Option<&str>) -> String {
 
 /// The same store under another URL: a query parameter (or Redis' explicit db 0).
 fn other_url(section: &str) -> String {
+    if let Some((head, rest)) = section.split_once("urls = [\"") {
+        // a cluster: its first seed named with db 0
+        let (seed, tail) = rest.split_once('"').expect("quoted");
+        return format!("{head}urls = [\"{seed}/0\"{tail}");
+    }
     let (head, rest) = section.split_once("url = \"").expect("a url");
     let (url, tail) = rest.split_once('"').expect("quoted");
     let url2 = if url.starts_with("redis") {
@@ -176,6 +181,11 @@ async fn postgres_reloads_keep_every_acknowledged_hit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_reloads_keep_every_acknowledged_hit() {
     reloads_keep_every_acknowledged_hit(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_reloads_keep_every_acknowledged_hit() {
+    reloads_keep_every_acknowledged_hit(TestStore::redis_cluster()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
