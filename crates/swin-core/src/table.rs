@@ -132,11 +132,22 @@ impl WindowTable {
             return Ok(WindowRate::at(self.size, now, value, 0.0));
         };
         let mut added = entry.add(idx, value);
-        let rate = self.rate_of(entry, now, None, View::Hot { now_ms: now.0 });
+        let view = View::Hot { now_ms: now.0 };
+        if value < 0.0 {
+            // A count never goes below zero, as in every store: a decrement takes only
+            // what is there (else the node would answer −93 while the stores say 0, and
+            // admit that many hits past a limit before its next sync).
+            let (synced, diff) = entry.parts_of(start, size, view);
+            let below = synced + diff;
+            if below < 0.0 && entry.add(idx, -below.max(value)) == Added::Retired {
+                added = Added::Retired;
+            }
+        }
+        let rate = self.rate_of(entry, now, None, view);
         // The check costs nothing on the hot path: the rate is computed anyway. A hit
         // that would take the window out of range is taken back out (a racing drain
         // may push the two halves apart; they still sum to nothing).
-        let out_of_range = rate.current.abs() > MAX_COUNT;
+        let out_of_range = rate.current.abs() >= MAX_COUNT;
         if out_of_range && entry.add(idx, -value) == Added::Retired {
             added = Added::Retired;
         }

@@ -64,7 +64,11 @@ pub struct WindowRate {
 }
 
 impl WindowRate {
+    /// The rate of `current` and `previous` counts; a count below zero (hits this node
+    /// took back before the store's clamp reached it) reads as zero, as every store
+    /// keeps it.
     pub fn at(size: WindowSize, now: UnixMs, current: f64, previous: f64) -> Self {
+        let (current, previous) = (current.max(0.0), previous.max(0.0));
         WindowRate {
             window_size: size.secs(),
             window_start: size.start_of(now),

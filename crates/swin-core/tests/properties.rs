@@ -59,8 +59,12 @@ proptest! {
         let mut now = 1_700_000_000_000i64;
         for (i, (k, dt, v)) in hits.iter().enumerate() {
             now += dt * 10;
-            if t.increment(&format!("k{k}"), *v as f64, UnixMs(now)).is_ok() {
-                counted += *v as f64;
+            let key = format!("k{k}");
+            // a decrement takes at most what the window holds (a count stops at zero)
+            let held = t.rate(&key, UnixMs(now), None).current;
+            let v = (*v as f64).max(-held);
+            if t.increment(&key, v, UnixMs(now)).is_ok() {
+                counted += v;
             }
             if i % drain_every == 0 {
                 drained += t.drain(UnixMs(now)).iter().map(|d| d.value).sum::<f64>();

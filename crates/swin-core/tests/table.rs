@@ -51,8 +51,11 @@ fn rate_reads_without_counting_and_takes_an_override() {
 fn fractional_and_negative_values() {
     let t = table(1, 100, Retention::Synced);
     t.increment("k", 0.25, at(0)).expect("finite");
+    let r = t.increment("k", -0.125, at(0)).expect("finite");
+    assert_eq!(r.current, 0.125);
+    // past zero it stops at zero, as every store does
     let r = t.increment("k", -1.0, at(0)).expect("finite");
-    assert_eq!(r.current, -0.75);
+    assert_eq!(r.current, 0.0);
 }
 
 #[test]
@@ -261,4 +264,37 @@ fn totals_reach_a_key_that_was_only_read() {
         false,
     );
     assert_eq!(t.rate("k", now, None).current, 10.0);
+}
+
+/// A count stays below 2^53: the hit that would reach it is refused and counts nothing
+/// (at 2^53 − 1, +1 made 2^53 and +1 more was absorbed by rounding, answered 200).
+#[test]
+fn a_hit_that_would_reach_2_pow_53_is_refused() {
+    let t = table(60, 10, Retention::Synced);
+    let now = at(20);
+    let below = swin_core::MAX_COUNT - 1.0;
+    t.increment("k", below, now).expect("below the bound");
+    let e = t.increment("k", 1.0, now).expect_err("reaches 2^53");
+    assert!(matches!(e, CoreError::CountOutOfRange { .. }), "{e:?}");
+    assert_eq!(t.rate("k", now, None).current, below, "nothing counted");
+    t.increment("k", -1.0, now).expect("down is fine");
+    assert_eq!(t.rate("k", now, None).current, below - 1.0);
+}
+
+/// A decrement past zero stops at zero, as in every store: the node neither answers a
+/// negative count nor admits hits past a limit on the strength of one.
+#[test]
+fn a_decrement_past_zero_stops_at_zero() {
+    let t = table(60, 10, Retention::Synced);
+    let now = at(20);
+    t.increment("k", 7.0, now).expect("count");
+    let r = t.increment("k", -100.0, now).expect("decrement");
+    assert_eq!((r.current, r.rate), (0.0, 0.0));
+    let r = t.increment("k", 3.0, now).expect("count");
+    assert_eq!(
+        r.current, 3.0,
+        "what came after the decrement counts from zero"
+    );
+    let pushed: f64 = t.drain(now).iter().map(|d| d.value).sum();
+    assert_eq!(pushed, 3.0, "7 − 7 + 3: the store ends where the node is");
 }

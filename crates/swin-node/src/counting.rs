@@ -3,6 +3,7 @@
 
 use swin_core::{UnixMs, WindowRate};
 
+use crate::decisions::{first_failure, together, touch_all};
 use crate::error::Error;
 use crate::state::Namespace;
 
@@ -20,17 +21,22 @@ pub async fn increment_key(
         return Ok(vec![ns.sync.increment(key, s, value, now).await?]);
     }
     let sizes = sizes_of(ns, None);
-    let mut windows = Vec::with_capacity(sizes.len());
-    for (i, &s) in sizes.iter().enumerate() {
-        match ns.sync.increment(key, s, value, now).await {
-            Ok(r) => windows.push(r),
-            Err(e) => {
-                give_back(ns, key, value, &sizes[..i], now).await;
-                return Err(e.into());
-            }
-        }
+    // every window at once: synchronous increments of one key share a round trip
+    let counted = together(
+        ns.counts_in_the_store(),
+        sizes.iter().map(|&s| ns.sync.increment(key, s, value, now)),
+    )
+    .await;
+    if counted.iter().any(Result::is_err) {
+        let done: Vec<u32> = sizes
+            .iter()
+            .zip(&counted)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(&s, _)| s)
+            .collect();
+        give_back(ns, key, value, &done, now).await;
     }
-    Ok(windows)
+    Ok(counted.into_iter().collect::<Result<_, _>>()?)
 }
 
 /// One increment of a batch, checked.
@@ -42,27 +48,34 @@ pub struct Item<'a> {
     pub window_size: Option<u32>,
 }
 
-/// Counts every item, in order. All or nothing: when one fails, what the items before
-/// it counted is given back (a client that retries the batch counts it once), and the
+/// Counts every item (all at once, in order). All or nothing: when one fails, what the
+/// others counted is given back (a client that retries the batch counts it once), and the
 /// error comes with the failing item's index.
 pub async fn increment_all(
     items: &[Item<'_>],
     now: UnixMs,
 ) -> Result<Vec<Vec<WindowRate>>, (usize, Error)> {
-    let mut out = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        match increment_key(item.ns, item.key, item.value, item.window_size, now).await {
-            Ok(w) => out.push(w),
-            Err(e) => {
-                for done in &items[..i] {
-                    let sizes = sizes_of(done.ns, done.window_size);
-                    give_back(done.ns, done.key, done.value, &sizes, now).await;
-                }
-                return Err((i, e));
-            }
+    // every key this node holds nothing for, read in one call per namespace
+    let keys: Vec<(&Namespace, &str)> = items.iter().map(|i| (i.ns, i.key)).collect();
+    touch_all(&keys, true).await;
+    // counted together: synchronous increments of the batch share round trips
+    let counted = futures_util::future::join_all(
+        items
+            .iter()
+            .map(|item| increment_key(item.ns, item.key, item.value, item.window_size, now)),
+    )
+    .await;
+    let (out, failed) = first_failure(counted);
+    let Some(failed) = failed else {
+        return Ok(out.into_iter().flatten().collect());
+    };
+    for (done, w) in items.iter().zip(&out) {
+        if w.is_some() {
+            let sizes = sizes_of(done.ns, done.window_size);
+            give_back(done.ns, done.key, done.value, &sizes, now).await;
         }
     }
-    Ok(out)
+    Err(failed)
 }
 
 fn sizes_of(ns: &Namespace, window_size: Option<u32>) -> Vec<u32> {

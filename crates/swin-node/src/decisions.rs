@@ -1,7 +1,7 @@
 //! Decisions: may a hit pass? The hit is decided against the key's limits and spent
-//! when allowed (or denied too where the namespace counts denied hits); refunds give
-//! back what was admitted and not used; a batch is decided as a whole, the strictest
-//! decision winning, and a denied batch spends nothing.
+//! when allowed (or denied too where the namespace counts denied hits). Giving back
+//! (refunds, denied batches) is in `giving_back`; a request of several hits decided as
+//! one (batches, Envoy's descriptors) in `requests`.
 //!
 //! Window limits: the hit is counted first and the decision taken on the counts before
 //! it; a denied hit is then taken back out (unless the namespace sets `count_denied`).
@@ -12,12 +12,12 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use swin_core::{check_cost, Decision, Gcra};
+use swin_core::{Decision, Gcra};
 
 use crate::config::{Admission, OnStoreFailure};
 use crate::error::Error;
-use crate::input::check_key;
-use crate::limits::{ceil_secs, KeyLimits, Limits, WindowSet};
+use crate::policy::input::check_key;
+use crate::policy::limits::{ceil_secs, KeyLimits, Limits, WindowSet};
 use crate::state::Namespace;
 use swin_core::UnixMs;
 use swin_sync::{now, StrictView};
@@ -60,6 +60,9 @@ pub struct HitAnswer {
     /// Set when the hit was refused for another reason than its counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'static str>,
+    /// A refund's answer: how much it gave back (at most the cost asked for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refunded: Option<f64>,
 }
 
 impl From<&Decision> for HitAnswer {
@@ -71,6 +74,7 @@ impl From<&Decision> for HitAnswer {
             reset_after: d.reset_after.as_secs_f64(),
             retry_after: d.retry_after.as_secs_f64(),
             reason: None,
+            refunded: None,
         }
     }
 }
@@ -97,18 +101,7 @@ fn gcra_verdict(g: &Gcra, decision: Decision) -> Verdict {
 /// has limits the cost fits. A batch checks every hit this way before spending any.
 pub fn validate(ns: &Namespace, namespace: &str, key: &str, cost: f64) -> Result<(), Error> {
     check_key(key)?;
-    check_cost(cost)?;
-    match limits_of(ns, namespace)?.for_key(key) {
-        KeyLimits::Gcra(g) => {
-            g.units(cost)?;
-        }
-        KeyLimits::Windows(set) => {
-            for l in set {
-                l.check_cost(cost)?;
-            }
-        }
-    }
-    Ok(())
+    Ok(limits_of(ns, namespace)?.for_key(key).check_cost(cost)?)
 }
 
 /// The namespace's limits; a namespace that only counts has none to decide against.
@@ -130,6 +123,18 @@ pub async fn take(
     dry_run: bool,
 ) -> Result<Verdict, Error> {
     validate(ns, namespace, key, cost)?;
+    ns.first_touch(&[key], !dry_run).await;
+    take_touched(ns, namespace, key, cost, dry_run).await
+}
+
+/// [`take`] of a key already validated and touched.
+pub(crate) async fn take_touched(
+    ns: &Namespace,
+    namespace: &str,
+    key: &str,
+    cost: f64,
+    dry_run: bool,
+) -> Result<Verdict, Error> {
     let limits = limits_of(ns, namespace)?;
     take_under(
         ns,
@@ -143,7 +148,8 @@ pub async fn take(
 }
 
 /// Decides a hit of `cost` on `key` under `limits` (the key's own, or a descriptor
-/// rule's), in the namespace's sync and admission mode. The key and cost are valid.
+/// rule's), in the namespace's sync and admission mode. The key and cost are valid, and
+/// the caller has touched the key (see [`Namespace::first_touch`]).
 pub async fn take_under(
     ns: &Namespace,
     key: &str,
@@ -198,16 +204,36 @@ pub async fn take_under(
         }
     }
     let counters = ns.sync.counters();
+    // counted now, every window at once (synchronous increments of the key share a
+    // round trip); the decision is on the counts before this hit
+    let counted = if dry_run {
+        Vec::new()
+    } else {
+        together(
+            ns.counts_in_the_store(),
+            set.iter()
+                .map(|l| ns.sync.increment(key, l.window.secs(), cost, now)),
+        )
+        .await
+    };
+    if counted.iter().any(Result::is_err) {
+        let back = set
+            .iter()
+            .zip(&counted)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(l, _)| ns.sync.increment(key, l.window.secs(), -cost, now));
+        futures_util::future::join_all(back).await;
+    }
+    let counted: Vec<swin_core::WindowRate> = counted.into_iter().collect::<Result<_, _>>()?;
     // the strictest so far, as Decision::strictest picks it (the last of equals)
     let mut strictest: Option<(usize, Decision)> = None;
     for (i, l) in set.iter().enumerate() {
-        let (current, previous) = if dry_run {
-            let r = counters.table(l.window.secs())?.rate(key, now, None);
-            (r.current, r.previous)
-        } else {
-            // counted now; the decision is on the counts before this hit
-            let r = ns.sync.increment(key, l.window.secs(), cost, now).await?;
-            (r.current - cost, r.previous)
+        let (current, previous) = match counted.get(i) {
+            Some(r) => (r.current - cost, r.previous),
+            None => {
+                let r = counters.table(l.window.secs())?.rate(key, now, None);
+                (r.current, r.previous)
+            }
         };
         let d = l.decide(current, previous, now, cost)?;
         if strictest.is_none_or(|(_, s)| d.cmp_strictness(&s).is_ge()) {
@@ -220,8 +246,11 @@ pub async fn take_under(
         )));
     };
     if !decision.allowed && !dry_run && !count_denied {
-        for l in set {
-            ns.sync.increment(key, l.window.secs(), -cost, now).await?;
+        let back = set
+            .iter()
+            .map(|l| ns.sync.increment(key, l.window.secs(), -cost, now));
+        for r in futures_util::future::join_all(back).await {
+            r?;
         }
     }
     Ok(Verdict {
@@ -236,7 +265,7 @@ pub async fn take_under(
 /// window as the store last showed it. The counts used before this hit are the window's
 /// count less what this node holds unused (and less this hit, when admitted). Denied
 /// hits of a `count_denied` namespace still count, as plain increments.
-async fn strict_verdict(
+pub(crate) async fn strict_verdict(
     ns: &Namespace,
     set: &WindowSet,
     views: &[StrictView],
@@ -284,7 +313,7 @@ async fn strict_verdict(
 /// A strict GCRA admission's answer: admitted or not as the reservation said; the
 /// figures from the bucket as the store last showed it (every node's grants counted as
 /// spent) with this node's unspent units added back.
-fn bucket_decision(
+pub(crate) fn bucket_decision(
     g: &Gcra,
     v: &swin_sync::BucketView,
     now: UnixMs,
@@ -319,7 +348,7 @@ fn gcra_unreachable(g: &Gcra) -> Decision {
 }
 
 /// Strict, `on_store_failure = "deny"`, and the store cannot be asked: refused.
-fn unreachable_verdict(set: &WindowSet, now: UnixMs) -> Verdict {
+pub(crate) fn unreachable_verdict(set: &WindowSet, now: UnixMs) -> Verdict {
     let l = &set[0];
     let start_ms = l.window.start_of(now) * 1000;
     let to_end = (start_ms + i64::from(l.window.secs()) * 1000 - now.0).max(0);
@@ -337,160 +366,54 @@ fn unreachable_verdict(set: &WindowSet, now: UnixMs) -> Verdict {
     }
 }
 
-/// Takes back an allowed hit (a batch that was denied as a whole).
-pub async fn give_back(ns: &Namespace, key: &str, cost: f64) -> Result<(), Error> {
-    let now = now();
-    match &ns.limits.as_ref().map(|l| l.for_key(key)) {
-        Some(KeyLimits::Gcra(g)) if is_strict(ns) => {
-            ns.sync.give_back_units(key, g.units(cost)?, now);
-        }
-        Some(KeyLimits::Gcra(g)) => {
-            ns.sync.refund_tokens(g, key, g.units(cost)?, now).await?;
-        }
-        Some(KeyLimits::Windows(set)) if is_strict(ns) => {
-            ns.sync.give_back(key, set, cost, now);
-        }
-        Some(KeyLimits::Windows(set)) => {
-            for l in set {
-                ns.sync.increment(key, l.window.secs(), -cost, now).await?;
-            }
-        }
-        None => {}
+/// Awaits every future: all at once when `at_once` (their store calls then share round
+/// trips), else one after another (work that never waits on the store gains nothing
+/// from being polled together).
+pub async fn together<F: std::future::Future>(
+    at_once: bool,
+    futures: impl ExactSizeIterator<Item = F>,
+) -> Vec<F::Output> {
+    if at_once {
+        return futures_util::future::join_all(futures).await;
     }
-    Ok(())
-}
-
-fn is_strict(ns: &Namespace) -> bool {
-    matches!(ns.admission, Admission::Strict { .. })
-}
-
-/// Gives back `cost` of hits admitted but not used, in every window the key's limits
-/// count in, never below zero (GCRA: Boulder's refund, never past a full bucket).
-/// `allowed` says whether anything was given back; the rest describes the key after it,
-/// as a dry run would.
-pub async fn refund(
-    ns: &Namespace,
-    namespace: &str,
-    key: &str,
-    cost: f64,
-) -> Result<HitAnswer, Error> {
-    check_key(key)?;
-    check_cost(cost)?;
-    let limits = limits_of(ns, namespace)?.for_key(key);
-    let now = now();
-    let set = match limits {
-        KeyLimits::Gcra(g) if is_strict(ns) => {
-            // the units go back to this node, to spend again while its grant lasts
-            let back = ns.sync.give_back_units(key, g.units(cost)?, now);
-            let d = bucket_decision(g, &ns.sync.bucket_view(key, now), now, 0)?;
-            return Ok(HitAnswer {
-                allowed: back > 0,
-                ..HitAnswer::from(&d)
-            });
-        }
-        KeyLimits::Gcra(g) => {
-            let d = ns.sync.refund_tokens(g, key, g.units(cost)?, now).await?;
-            return Ok(HitAnswer::from(&d));
-        }
-        KeyLimits::Windows(set) => set,
-    };
-    if is_strict(ns) {
-        // the quota goes back to this node, to admit again
-        let back = ns.sync.give_back(key, set, cost, now);
-        // the key after it: a hit of 0 is answered from what this node holds
-        let views = ns.sync.admit(key, set, 0.0, now).await;
-        let after = match views {
-            Ok(views) => strict_verdict(ns, set, &views, key, 0.0, now, false).await?,
-            Err(_) => unreachable_verdict(set, now),
-        };
-        return Ok(HitAnswer {
-            allowed: back > 0.0,
-            retry_after: 0.0,
-            reason: None,
-            ..after.answer()
-        });
+    let mut out = Vec::with_capacity(futures.len());
+    for f in futures {
+        out.push(f.await);
     }
-    let counters = ns.sync.counters();
-    let mut refunded = 0.0f64;
-    let mut decisions = Vec::new();
-    for l in set {
-        let table = counters.table(l.window.secs())?;
-        let current = table.rate(key, now, None).current;
-        let back = cost.min(current.max(0.0));
-        if back > 0.0 {
-            ns.sync.increment(key, l.window.secs(), -back, now).await?;
-            refunded = refunded.max(back);
+    out
+}
+
+/// First touch for the keys of a request of several hits: one read per namespace for all
+/// of its keys (see [`Namespace::first_touch`]).
+pub async fn touch_all<'a>(hits: &[(&'a Namespace, &'a str)], counting: bool) {
+    let mut touched: Vec<&Namespace> = Vec::new();
+    for &(ns, _) in hits {
+        if touched.iter().any(|n| std::ptr::eq(*n, ns)) {
+            continue;
         }
-        let r = table.rate(key, now, None);
-        decisions.push((*l, l.decide(r.current, r.previous, now, 0.0)?));
+        let keys: Vec<&str> = hits
+            .iter()
+            .filter(|(o, _)| std::ptr::eq(*o, ns))
+            .map(|&(_, k)| k)
+            .collect();
+        ns.first_touch(&keys, counting).await;
+        touched.push(ns);
     }
-    let Some((_, d)) = Decision::strictest(&decisions, |(_, d)| d) else {
-        return Err(Error::BadRequest(format!(
-            "key {key:?} has no limits in namespace {namespace:?}"
-        )));
-    };
-    Ok(HitAnswer {
-        allowed: refunded > 0.0,
-        retry_after: 0.0,
-        ..HitAnswer::from(d)
-    })
 }
 
-/// One hit of a batch.
-#[derive(Debug)]
-pub struct Hit<'a> {
-    pub ns: Arc<Namespace>,
-    pub namespace: &'a str,
-    pub key: &'a str,
-    pub cost: f64,
-}
-
-/// What a batch decided: each hit's verdict, in order, and whether any was denied (then
-/// nothing of the batch was spent).
-#[derive(Debug)]
-pub struct BatchVerdict {
-    pub verdicts: Vec<Verdict>,
-    pub denied: bool,
-}
-
-/// Decides every hit of a batch (Boulder's BatchSpend). Every hit is checked before any
-/// is spent, so a bad one leaves the batch untouched; when one is denied, or fails while
-/// spending (a full table), what the others took is given back. Errors come with the
-/// failing hit's index.
-pub async fn decide_all(hits: &[Hit<'_>], dry_run: bool) -> Result<BatchVerdict, (usize, Error)> {
-    for (i, h) in hits.iter().enumerate() {
-        validate(&h.ns, h.namespace, h.key, h.cost).map_err(|e| (i, e))?;
-    }
-    let mut verdicts: Vec<Verdict> = Vec::with_capacity(hits.len());
-    for (i, h) in hits.iter().enumerate() {
-        match take(&h.ns, h.namespace, h.key, h.cost, dry_run).await {
-            Ok(v) => verdicts.push(v),
+/// The results of a request's hits, each `Some` when it succeeded, and the first failure
+/// with its index.
+pub fn first_failure<T, E>(results: Vec<Result<T, E>>) -> (Vec<Option<T>>, Option<(usize, E)>) {
+    let mut out = Vec::with_capacity(results.len());
+    let mut failed = None;
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(v) => out.push(Some(v)),
             Err(e) => {
-                give_back_all(hits, &verdicts, dry_run)
-                    .await
-                    .map_err(|e| (i, e))?;
-                return Err((i, e));
+                out.push(None);
+                failed.get_or_insert((i, e));
             }
         }
     }
-    let denied = verdicts.iter().any(|v| !v.allowed());
-    if denied {
-        give_back_all(hits, &verdicts, dry_run)
-            .await
-            .map_err(|e| (0, e))?;
-    }
-    Ok(BatchVerdict { verdicts, denied })
-}
-
-/// Gives back every allowed hit of `verdicts` (the first hits of `hits`).
-async fn give_back_all(hits: &[Hit<'_>], verdicts: &[Verdict], dry_run: bool) -> Result<(), Error> {
-    if dry_run {
-        return Ok(());
-    }
-    for (h, v) in hits.iter().zip(verdicts) {
-        if v.allowed() {
-            give_back(&h.ns, h.key, h.cost).await?;
-        }
-    }
-    Ok(())
+    (out, failed)
 }

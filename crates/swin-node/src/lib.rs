@@ -1,19 +1,23 @@
 //! The swin daemon as a library, so tests can build the router without a socket.
 //!
-//! Layers, each using only those below it: `http` (routes, extractors, the status of
-//! each error) → `counting` and `decisions` (what a request does, no HTTP types) →
-//! `state` (the namespaces served) and `input` (what a request may carry) → `limits`,
-//! `config`, `metrics`. `node` runs it all: stores, engines, reloads, shutdown.
+//! Layers, each using only those below it: the front doors `http` (routes, extractors,
+//! the status of each error) and `rls` (Envoy's gRPC service) → `counting`, `requests`,
+//! `giving_back` and `decisions` (what a request does, no HTTP or gRPC types, each using
+//! only those after it in this list) → `state` (the namespaces served) → `config` (the
+//! file, read into policy types) → `policy` (limits, descriptor rules, counter keys, what
+//! a request may carry) and `metrics`. `node` runs it all: stores, engines, reloads,
+//! shutdown.
 
 pub mod config;
 pub mod counting;
 pub mod decisions;
 pub mod error;
+pub mod giving_back;
 pub mod http;
-pub mod input;
-pub mod limits;
 pub mod metrics;
 pub mod node;
+pub mod policy;
+pub mod requests;
 pub mod rls;
 pub mod spool;
 pub mod state;

@@ -203,6 +203,8 @@ struct NamespaceSample {
     buckets: usize,
     evictions: u64,
     reservations: u64,
+    /// First touches: keys read from the store, keys answered from local knowledge.
+    first_touches: (u64, u64),
     strict: bool,
 }
 
@@ -216,6 +218,7 @@ impl NamespaceSample {
             buckets: c.buckets().len(),
             evictions: c.evictions(),
             reservations: sync.reservations(),
+            first_touches: sync.first_touches(),
             strict: sync.is_strict(),
         }
     }
@@ -358,6 +361,16 @@ fn namespace_families(namespaces: &[NamespaceSample]) -> Vec<MetricFamily> {
         counters("swin_syncs_total", "Syncs that reached the store.", |n| {
             n.status.syncs
         }),
+        counters(
+            "swin_first_touch_loads_total",
+            "Keys this node held nothing for, read from the store before an answer.",
+            |n| n.first_touches.0,
+        ),
+        counters(
+            "swin_first_touch_fallbacks_total",
+            "Keys this node held nothing for and answered from local knowledge: the store did not answer within store_timeout.",
+            |n| n.first_touches.1,
+        ),
         counters(
             "swin_reservations_total",
             "Store calls made to reserve or give back quota (strict admission).",

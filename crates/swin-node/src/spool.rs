@@ -34,10 +34,59 @@ struct SpoolFile {
     entries: Vec<SpoolEntry>,
 }
 
-/// Writes `entries` to a new spool file in `dir` (created when missing) and makes it
-/// durable before returning its path.
+/// Makes `dir` ready to take a spool, at start rather than at the stop that needs it: a
+/// directory (made when missing) that only this user may enter (0700, tightened when
+/// wider), where this node can write, and whose spool files only this user may read
+/// (0600: they hold keys — client addresses, API keys).
+pub fn prepare(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = std::fs::metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(std::io::Error::other("not a directory"));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let probe = dir.join(format!(".probe-{}", std::process::id()));
+    private_file(&probe)?.write_all(b"probe")?;
+    std::fs::remove_file(&probe)?;
+    for entry in std::fs::read_dir(dir)?.filter_map(Result::ok) {
+        let is_spool = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(PREFIX));
+        if is_spool {
+            let path = entry.path();
+            if std::fs::metadata(&path)?.permissions().mode() & 0o077 != 0 {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A new file only this user may read and write.
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// Writes `entries` to a new spool file in `dir` (created when missing, 0700) and makes
+/// it durable before returning its path (0600).
 pub fn write(dir: &Path, entries: &[SpoolEntry]) -> std::io::Result<PathBuf> {
-    std::fs::create_dir_all(dir)?;
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
     let name = format!(
         "{PREFIX}{}-{}-{:08x}.json",
         std::time::SystemTime::now()
@@ -54,7 +103,7 @@ pub fn write(dir: &Path, entries: &[SpoolEntry]) -> std::io::Result<PathBuf> {
     })
     .map_err(std::io::Error::other)?;
     {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = private_file(&tmp)?;
         f.write_all(&body)?;
         f.sync_all()?;
     }
@@ -92,6 +141,48 @@ pub fn read_all(dir: &Path) -> Vec<(PathBuf, Result<Vec<SpoolEntry>, String>)> {
             (p, read)
         })
         .collect()
+}
+
+/// Why a spool entry cannot be replayed as it is, checked as a request would be: the
+/// namespace is one of `namespaces` (those of this config on the entry's store), every
+/// key is a key a request may count, every window a window (a size swin takes, a start
+/// of such a window; the namespace may have changed its sizes since), every value
+/// finite and below 2^53. A file is a node's own output, so a failed check means it was
+/// damaged or edited: it is left alone.
+pub fn check(entry: &SpoolEntry, namespaces: &[&str]) -> Result<(), String> {
+    use swin_sync::Rows;
+    let name = &entry.unconfirmed.namespace;
+    if !namespaces.contains(&name.as_str()) {
+        return Err(format!(
+            "namespace {name:?} is not one this config keeps on store {:?}",
+            entry.store
+        ));
+    };
+    for chunk in &entry.unconfirmed.chunks {
+        match &chunk.rows {
+            Rows::Diffs(rows) => {
+                for (key, size, start, value) in rows {
+                    crate::policy::input::check_key(key).map_err(|e| format!("{name}: {e}"))?;
+                    if swin_core::WindowSize::new(u64::from(*size)).is_err() {
+                        return Err(format!("{name}: {size} is no window size"));
+                    }
+                    if start.rem_euclid(i64::from(*size)) != 0 {
+                        return Err(format!(
+                            "{name}: window start {start} is not a start of a {size} s window"
+                        ));
+                    }
+                    swin_core::check_value(*value)
+                        .map_err(|e| format!("{name}: key {key:?}: {e}"))?;
+                }
+            }
+            Rows::Advances { advances, .. } => {
+                for (key, _) in advances {
+                    crate::policy::input::check_key(key).map_err(|e| format!("{name}: {e}"))?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn rand_u32() -> u32 {

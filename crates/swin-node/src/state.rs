@@ -18,14 +18,14 @@ use crate::metrics::Metrics;
 pub struct Namespace {
     pub sync: Arc<NamespaceSync>,
     pub store_name: Option<String>,
-    pub limits: Option<crate::limits::Limits>,
+    pub limits: Option<crate::policy::limits::Limits>,
     /// Whether `/increment` takes negative values (`allow_decrements`); without it a
     /// client could lift its own limit.
     pub allow_decrements: bool,
     /// How `/hit` admits (`admission`, `on_store_failure`).
     pub admission: crate::config::Admission,
     /// Envoy's descriptor rules (the gRPC rate limit service), when the namespace has some.
-    pub rules: Option<Arc<crate::rls::rules::Rules>>,
+    pub rules: Option<Arc<crate::policy::rules::Rules>>,
 }
 
 impl Namespace {
@@ -59,7 +59,7 @@ impl Namespace {
         let gcra = cfg
             .limits
             .as_ref()
-            .is_some_and(crate::limits::Limits::is_gcra);
+            .is_some_and(crate::policy::limits::Limits::is_gcra);
         Namespace {
             sync: Arc::new(if gcra { sync.with_buckets() } else { sync }),
             store_name: cfg.store.clone(),
@@ -68,6 +68,24 @@ impl Namespace {
             admission: cfg.admission,
             rules: cfg.rules.clone(),
         }
+    }
+
+    /// Before a request answers about `keys`: the keys this node holds nothing for are
+    /// read from the store, all in one call (see `swin_sync`'s first touch). Skipped
+    /// where the request's own store call brings the key's counts back: a synchronous
+    /// increment, a strict admission.
+    pub async fn first_touch(&self, keys: &[&str], counting: bool) {
+        if !(counting && self.counts_in_the_store()) {
+            self.sync.first_touch(keys).await;
+        }
+    }
+
+    /// Whether a request's hits go to the store while it waits (synchronous increments,
+    /// strict admission): such a request is run to its end even when its caller goes
+    /// away, so that it leaves all of its counts or none.
+    pub fn counts_in_the_store(&self) -> bool {
+        self.sync.mode() == SyncMode::Synchronous
+            || matches!(self.admission, crate::config::Admission::Strict { .. })
     }
 
     /// The same counters and engine under the limits `cfg` sets (a reload that changed

@@ -18,7 +18,7 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use swin_core::{UnixMs, WindowAlgorithm, WindowLimit, WindowSize};
 use swin_node::config::{Admission, NamespaceConfig};
 use swin_node::http;
-use swin_node::limits::{KeyFrom, KeyLimits, Limits, WindowSet};
+use swin_node::policy::limits::{KeyFrom, KeyLimits, Limits, WindowSet};
 use swin_node::state::{AppState, Namespace, Namespaces};
 use swin_sync::store::{PostgresStore, RedisStore};
 use swin_sync::{Store, SyncMode};

@@ -969,12 +969,20 @@ async fn counts_never_go_below_zero(s: &TestStore) {
 /// would hold the batch back for ever.
 async fn refused_rows_never_hold_back_the_others(s: &TestStore) {
     let st = &s.store;
-    st.push("ns", push("n", 1, &[diff("big", CUR, 1e308)]))
+    // a window's count stays below 2^53 whatever the nodes push together: each of two
+    // nodes stayed below it, their sum would not
+    let near = swin_core::MAX_COUNT - 992.0;
+    st.push("ns", push("n", 1, &[diff("big", CUR, near)]))
         .await
         .expect("push");
+    let reply = st
+        .push("ns", push("m", 1, &[diff("big", CUR, near)]))
+        .await
+        .expect("no error");
+    assert_eq!(reply.rejected.len(), 1, "{reply:?}");
     let d = [
         diff("a", CUR, 1.0),
-        diff("big", CUR, 1e308),
+        diff("big", CUR, 992.0),
         diff("z", CUR, 2.0),
     ];
     for attempt in 0..2 {
@@ -988,7 +996,7 @@ async fn refused_rows_never_hold_back_the_others(s: &TestStore) {
         totals(st, "ns", &[wk("a", CUR), wk("big", CUR), wk("z", CUR)]).await,
         vec![
             ("a".into(), CUR, 1.0),
-            ("big".into(), CUR, 1e308),
+            ("big".into(), CUR, near),
             ("z".into(), CUR, 2.0)
         ]
     );

@@ -1,6 +1,6 @@
 //! Configuration: TOML parsed into raw serde structs, then validated into [`Config`],
 //! one section at a time: the top level here, [`stores`] and [`namespaces`] beside it,
-//! the limits in [`crate::limits`]. Errors name the file, the field and why; every
+//! the limits in [`crate::policy::limits`]. Errors name the file, the field and why; every
 //! default is in [`defaults`].
 
 mod auth;

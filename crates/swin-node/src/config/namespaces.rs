@@ -1,5 +1,5 @@
 //! The `[[namespaces]]` entries: window sizes, sync mode, store, table size, and the
-//! limits (validated by [`crate::limits`]).
+//! limits (validated by [`crate::policy::limits`]).
 
 use std::collections::BTreeMap;
 
@@ -9,7 +9,7 @@ use swin_sync::SyncMode;
 
 use super::{Parser, StoreConfig};
 use crate::config::ConfigError;
-use crate::limits::{RawGcra, RawLimit, RawLimits, RawOverride};
+use crate::policy::limits::{RawGcra, RawLimit, RawLimits, RawOverride};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,7 +33,7 @@ pub(super) struct RawNamespace {
     on_store_failure: Option<String>,
     /// Envoy's rate limit service: envoyproxy/ratelimit descriptor rules, inline…
     #[serde(default)]
-    descriptors: Vec<crate::rls::rules::RawRule>,
+    descriptors: Vec<crate::policy::rules::RawRule>,
     /// …or in its YAML file (whose `domain` is this namespace).
     descriptors_file: Option<String>,
 }
@@ -75,14 +75,14 @@ pub struct NamespaceConfig {
     pub store: Option<String>,
     pub max_counters: usize,
     /// Limits that `/hit` decides against; `None` when the namespace only counts.
-    pub limits: Option<crate::limits::Limits>,
+    pub limits: Option<crate::policy::limits::Limits>,
     /// `/increment` takes negative values (default false).
     pub allow_decrements: bool,
     /// `admission` (and `on_store_failure`).
     pub admission: Admission,
     /// Descriptor rules for Envoy's rate limit service (`descriptors`,
     /// `descriptors_file`); none when the namespace has neither.
-    pub rules: Option<std::sync::Arc<crate::rls::rules::Rules>>,
+    pub rules: Option<std::sync::Arc<crate::policy::rules::Rules>>,
 }
 
 impl Parser<'_> {
@@ -121,25 +121,25 @@ impl Parser<'_> {
         stores: &BTreeMap<String, StoreConfig>,
         default_max: usize,
     ) -> Result<NamespaceConfig, ConfigError> {
+        let algorithm = crate::policy::algorithm::Algorithm::parse(n.algorithm.as_deref())
+            .map_err(|(field, why)| self.err(&f(&field), why))?;
         let rules = if n.descriptors.is_empty() && n.descriptors_file.is_none() {
             None
         } else {
             let file = n.descriptors_file.as_deref().map(std::path::Path::new);
-            let rules = crate::rls::rules::Rules::load(
-                &n.name,
-                &n.descriptors,
-                file,
-                n.algorithm.as_deref(),
-            )
-            .map_err(|e| match &n.descriptors_file {
-                Some(_) if !e.starts_with("descriptors") => self.err(&f("descriptors_file"), e),
-                _ => self.err(&f("descriptors"), e),
-            })?;
+            let rules = crate::policy::rules::Rules::load(&n.name, &n.descriptors, file, algorithm)
+                .map_err(|e| match &n.descriptors_file {
+                    Some(_) if !e.starts_with("descriptors") => self.err(&f("descriptors_file"), e),
+                    _ => self.err(&f("descriptors"), e),
+                })?;
             Some(std::sync::Arc::new(rules))
         };
         // a GCRA namespace needs no windows (it may still count in some), nor one whose
         // rules come from descriptors
-        if n.window_sizes.is_empty() && n.algorithm.as_deref() != Some("gcra") && rules.is_none() {
+        if n.window_sizes.is_empty()
+            && algorithm != crate::policy::algorithm::Algorithm::Gcra
+            && rules.is_none()
+        {
             return Err(self.err(&f("window_sizes"), "needs at least one window size".into()));
         }
         let mut sizes = self.window_sizes(&n.window_sizes, &f("window_sizes"))?;
@@ -187,7 +187,7 @@ impl Parser<'_> {
             key_from: n.key_from,
             overrides: n.overrides,
         };
-        let limits = crate::limits::validate(raw, &sizes)
+        let limits = crate::policy::limits::validate(raw, &sizes)
             .map_err(|(field, why)| self.err(&f(&field), why))?;
         let admission = self.admission(&n.admission, &n.on_store_failure, f)?;
         if let Admission::Strict { .. } = admission {

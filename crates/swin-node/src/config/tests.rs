@@ -1,5 +1,8 @@
 //! The config's tests: every shipped file parses, defaults, environment overrides,
 //! and every error names its field.
+//!
+//! Over 500 lines on purpose: one test per config key and per error it can name; the
+//! cases read best side by side.
 
 use super::*;
 

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::extract::ApiPath;
 use super::Route;
 use crate::error::Error;
-use crate::input::check_key;
+use crate::policy::input::check_key;
 use crate::state::{AppState, Namespace};
 use swin_sync::now;
 
@@ -119,7 +119,7 @@ fn info(ns: &Namespace) -> NamespaceInfo {
             swin_sync::SyncMode::LocalOnly => -1.0,
         },
         store: ns.store_name.clone(),
-        algorithm: ns.limits.as_ref().map(crate::limits::Limits::algorithm),
+        algorithm: ns.limits.as_ref().map(|l| l.algorithm().name()),
         counters: ns.sync.counters().len(),
         buckets: ns.sync.counters().buckets().len(),
         evictions: ns.sync.counters().evictions(),

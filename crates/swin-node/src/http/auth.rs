@@ -77,7 +77,7 @@ async fn authorize(
 }
 
 #[derive(Debug)]
-enum Denied<'a> {
+pub(crate) enum Denied<'a> {
     Missing,
     Unknown,
     Scope(&'a Token),
@@ -89,7 +89,23 @@ fn check<'a>(
     headers: &HeaderMap,
     scope: Scope,
 ) -> Result<&'a Token, Denied<'a>> {
-    let presented = bearer(headers).ok_or(Denied::Missing)?;
+    check_authorization(
+        auth,
+        headers
+            .get(axum::http::header::AUTHORIZATION)
+            .map(|v| v.as_bytes()),
+        scope,
+    )
+}
+
+/// The configured token an `Authorization` value (an HTTP header, gRPC metadata)
+/// carries, if it grants `scope`.
+pub(crate) fn check_authorization<'a>(
+    auth: &'a AuthConfig,
+    authorization: Option<&[u8]>,
+    scope: Scope,
+) -> Result<&'a Token, Denied<'a>> {
+    let presented = authorization.and_then(bearer).ok_or(Denied::Missing)?;
     let token = find(auth, presented).ok_or(Denied::Unknown)?;
     if token.scopes.contains(&scope) {
         Ok(token)
@@ -98,9 +114,8 @@ fn check<'a>(
     }
 }
 
-/// The token of `Authorization: Bearer <token>` (the scheme in any case, RFC 7235).
-fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
-    let value = headers.get(axum::http::header::AUTHORIZATION)?.as_bytes();
+/// The token of `Bearer <token>` (the scheme in any case, RFC 7235).
+fn bearer(value: &[u8]) -> Option<&[u8]> {
     let (scheme, rest) = value.split_at_checked(7)?;
     if !scheme.eq_ignore_ascii_case(b"bearer ") {
         return None;

@@ -43,19 +43,20 @@ pub(super) fn client_address(
     if !is_trusted(&peer) {
         return Ok(peer);
     }
-    // every X-Forwarded-For line, in order, as one list
-    let chain: Vec<&str> = headers
-        .get_all("x-forwarded-for")
+    // Every X-Forwarded-For line, in order, as one list, read as bytes: a line with a
+    // byte that is not ASCII (the client wrote its left part) still has the addresses
+    // the proxies appended on its right, and an entry that cannot be read is no address.
+    let lines = headers.get_all("x-forwarded-for");
+    let chain: Vec<&[u8]> = lines
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
         .filter(|v| !v.is_empty())
         .collect();
     if !chain.is_empty() {
         let mut nearest = None;
         for entry in chain.iter().rev() {
-            let ip = parse(entry)?;
+            let ip = parse_bytes(entry)?;
             if !is_trusted(&ip) {
                 return Ok(ip);
             }
@@ -64,9 +65,23 @@ pub(super) fn client_address(
         // every hop a trusted proxy: the farthest one is as near the client as it gets
         return Ok(nearest.unwrap_or(peer));
     }
-    match headers.get("x-real-ip").and_then(|v| v.to_str().ok()) {
-        Some(v) if !v.trim().is_empty() => parse(v.trim()),
+    if lines.iter().next().is_some() {
+        // X-Forwarded-For lines with nothing in them: a weaker header is not believed
+        // instead (the client may have written it)
+        return Ok(peer);
+    }
+    match headers.get("x-real-ip").map(|v| v.as_bytes().trim_ascii()) {
+        Some(v) if !v.is_empty() => parse_bytes(v),
         _ => Ok(peer),
+    }
+}
+
+fn parse_bytes(v: &[u8]) -> Result<IpAddr, NoAddress> {
+    match std::str::from_utf8(v) {
+        Ok(s) => parse(s),
+        Err(_) => Err(NoAddress::NotAnAddress(
+            String::from_utf8_lossy(v).chars().take(64).collect(),
+        )),
     }
 }
 
@@ -139,6 +154,34 @@ mod tests {
         // every hop trusted: the farthest
         let h = headers(&[("x-forwarded-for", "10.0.0.5, 10.0.0.6")]);
         assert_eq!(client_address(p, &h, &trusted), ip("10.0.0.5"));
+    }
+
+    #[test]
+    fn a_line_with_bytes_that_are_not_ascii_is_read_and_no_weaker_header_believed() {
+        let trusted = nets(&["127.0.0.1/32"]);
+        let p = peer("127.0.0.1:5000");
+        // what nginx's $proxy_add_x_forwarded_for makes of a client's own line
+        let mut h = HeaderMap::new();
+        h.append(
+            "x-forwarded-for",
+            axum::http::HeaderValue::from_bytes(b"\xff\xfe, 203.0.113.7").expect("bytes"),
+        );
+        h.append("x-real-ip", "6.6.6.6".parse().expect("value"));
+        assert_eq!(client_address(p, &h, &trusted), ip("203.0.113.7"));
+        // the unreadable entry is the one reached: no address, never X-Real-IP's
+        let mut h = HeaderMap::new();
+        h.append(
+            "x-forwarded-for",
+            axum::http::HeaderValue::from_bytes(b"203.0.113.7\xff").expect("bytes"),
+        );
+        h.append("x-real-ip", "6.6.6.6".parse().expect("value"));
+        assert!(matches!(
+            client_address(p, &h, &trusted),
+            Err(NoAddress::NotAnAddress(_))
+        ));
+        // an empty X-Forwarded-For line: the peer, not X-Real-IP
+        let h = headers(&[("x-forwarded-for", " , "), ("x-real-ip", "6.6.6.6")]);
+        assert_eq!(client_address(p, &h, &trusted), ip("127.0.0.1"));
     }
 
     #[test]

@@ -15,7 +15,8 @@ use super::extract::{parse_json, ApiPath, JsonBody, RawJson};
 use super::Route;
 use crate::counting::{increment_all, increment_key, Item};
 use crate::error::Error;
-use crate::input::{check_key, check_value};
+use crate::policy::input::{check_key, check_value};
+use crate::requests::to_the_end;
 use crate::state::{AppState, Namespace};
 use swin_sync::now;
 
@@ -97,15 +98,19 @@ async fn increment(
 ) -> Result<Response, Error> {
     check_key(&key)?;
     let ns = state.namespace(&namespace)?;
-    let value = check_value(body.value, &ns)?;
-    let windows = increment_key(&ns, &key, value, body.window_size, now()).await?;
-    state.metrics.increments(&namespace, 1);
-    let rates = KeyRates {
-        namespace: &namespace,
-        key: &key,
-        windows: windows.into_iter().map(WindowJson::from).collect(),
-    };
-    Ok(rates.into_json())
+    let value = check_value(body.value, ns.allow_decrements, ns.sync.name())?;
+    to_the_end(ns.counts_in_the_store(), async move {
+        ns.first_touch(&[&key], true).await;
+        let windows = increment_key(&ns, &key, value, body.window_size, now()).await?;
+        state.metrics.increments(&namespace, 1);
+        let rates = KeyRates {
+            namespace: &namespace,
+            key: &key,
+            windows: windows.into_iter().map(WindowJson::from).collect(),
+        };
+        Ok(rates.into_json())
+    })
+    .await
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,6 +127,7 @@ async fn read_key(
     let Query(q) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
     check_key(&key)?;
     let ns = state.namespace(&namespace)?;
+    ns.first_touch(&[&key], false).await;
     let now = now();
     let counters = ns.sync.counters();
     let windows = match q.window_size {
@@ -224,6 +230,17 @@ async fn increments_batch(
             "body must be {\"increments\": [{\"namespace\": …, \"key\": …}, …]}".into(),
         ));
     };
+    // whole when a namespace of this node counts in the store (the batch is parsed in
+    // the task: its items borrow the body)
+    let whole = state
+        .namespaces
+        .load()
+        .values()
+        .any(|n| n.counts_in_the_store());
+    to_the_end(whole, count_batch(state, bytes)).await
+}
+
+async fn count_batch(state: Arc<AppState>, bytes: axum::body::Bytes) -> Result<Response, Error> {
     let body: BatchBody = parse_json(Some(&bytes))?;
     if body.increments.len() > state.max_batch {
         return Err(Error::BadRequest(format!(
@@ -247,7 +264,14 @@ async fn increments_batch(
                 used.len() - 1
             }
         };
-        values.push(check_value(item.value, &used[idx]).map_err(at)?);
+        values.push(
+            check_value(
+                item.value,
+                used[idx].allow_decrements,
+                used[idx].sync.name(),
+            )
+            .map_err(at)?,
+        );
         if let Some(s) = item.window_size {
             used[idx].sync.counters().table(s)?;
         }

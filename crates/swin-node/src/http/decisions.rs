@@ -24,11 +24,12 @@ use swin_core::Decision;
 use super::client_address::client_address;
 use super::extract::{ApiPath, JsonBody, RawJson};
 use super::Route;
-use crate::decisions::{
-    decide_all, limits_of, refund as give_refund, take, Hit, HitAnswer, Verdict,
-};
+use crate::decisions::{limits_of, take, HitAnswer, Verdict};
 use crate::error::Error;
-use crate::limits::{ceil_secs, KeyFrom};
+use crate::giving_back::refund as give_refund;
+use crate::policy::headers::RateLimitHeaders;
+use crate::policy::limits::KeyFrom;
+use crate::requests::{decide_all, to_the_end, Hit};
 use crate::state::AppState;
 
 pub(super) fn routes() -> Vec<Route> {
@@ -77,24 +78,15 @@ fn respond(
 ) -> Response {
     let mut resp = (status, Json(body)).into_response();
     let h = resp.headers_mut();
-    let d = &v.decision;
-    let t = if d.allowed {
-        ceil_secs(d.reset_after)
-    } else {
-        ceil_secs(d.retry_after)
-    };
-    let policy = match policies {
-        [one] => HeaderValue::from_str(one),
-        _ => HeaderValue::from_str(&policies.join(", ")),
-    };
-    if let Ok(p) = policy {
+    let headers = RateLimitHeaders::of(policies, &v.policy, &v.decision);
+    if let Ok(p) = HeaderValue::from_str(&headers.policy) {
         h.insert(RATELIMIT_POLICY, p);
     }
-    if let Ok(s) = HeaderValue::from_str(&state_item(&v.policy, d.remaining, t)) {
+    if let Ok(s) = HeaderValue::from_str(&headers.state) {
         h.insert(RATELIMIT, s);
     }
-    if !d.allowed {
-        h.insert(RETRY_AFTER, HeaderValue::from(t.max(1)));
+    if let Some(t) = headers.retry_after {
+        h.insert(RETRY_AFTER, HeaderValue::from(t));
     }
     resp
 }
@@ -102,24 +94,6 @@ fn respond(
 const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 const RETRY_AFTER: HeaderName = HeaderName::from_static("retry-after");
-
-/// `"60s";r=12;t=30`. A whole `remaining` (the usual case) is written as an integer,
-/// without going through the float formatter; a fraction as Rust writes an f64.
-pub(crate) fn state_item(policy: &str, remaining: f64, t: u64) -> String {
-    use std::fmt::Write;
-    let mut s = String::with_capacity(policy.len() + 32);
-    s.push('"');
-    s.push_str(policy);
-    s.push_str("\";r=");
-    let whole = remaining.fract() == 0.0 && remaining.abs() < 9.0e15;
-    let _ = if whole {
-        write!(s, "{}", remaining as i64)
-    } else {
-        write!(s, "{remaining}")
-    };
-    let _ = write!(s, ";t={t}");
-    s
-}
 
 fn status_of(v: &Verdict) -> StatusCode {
     if v.allowed() {
@@ -135,9 +109,12 @@ async fn hit(
     JsonBody(body): JsonBody<HitBody>,
 ) -> Result<Response, Error> {
     let ns = state.namespace(&namespace)?;
-    let v = take(&ns, &namespace, &key, body.cost, body.dry_run).await?;
-    state.metrics.decision(&namespace, v.allowed());
-    Ok(respond(&v, &v.policies, status_of(&v), v.answer()))
+    to_the_end(ns.counts_in_the_store() && !body.dry_run, async move {
+        let v = take(&ns, &namespace, &key, body.cost, body.dry_run).await?;
+        state.metrics.decision(&namespace, v.allowed());
+        Ok(respond(&v, &v.policies, status_of(&v), v.answer()))
+    })
+    .await
 }
 
 #[derive(Debug, Deserialize)]
@@ -216,6 +193,14 @@ async fn hits_batch(
         ));
     };
     let body: BatchBody = super::extract::parse_json(Some(&bytes))?;
+    let mut whole = false;
+    for h in &body.hits {
+        whole |= state.namespace(&h.namespace)?.counts_in_the_store() && !body.dry_run;
+    }
+    to_the_end(whole, decide_batch(state, body)).await
+}
+
+async fn decide_batch(state: Arc<AppState>, body: BatchBody) -> Result<Response, Error> {
     if body.hits.is_empty() || body.hits.len() > state.max_batch {
         return Err(Error::BadRequest(format!(
             "hits must hold 1 to {} hits (max_batch), got {}",
@@ -360,28 +345,11 @@ async fn auth(
                 .into_response())
         }
     };
-    let v = take(&ns, &namespace, &key, q.cost, false).await?;
-    state.metrics.decision(&namespace, v.allowed());
-    let status = if v.allowed() { StatusCode::OK } else { deny };
-    Ok(respond(&v, &v.policies, status, v.answer()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::state_item;
-
-    #[test]
-    fn the_state_item_writes_whole_counts_as_integers() {
-        assert_eq!(state_item("60s", 12.0, 30), "\"60s\";r=12;t=30");
-        assert_eq!(
-            state_item("60s", 999_999_990.0, 60),
-            "\"60s\";r=999999990;t=60"
-        );
-        assert_eq!(state_item("api.60s", 2.5, 1), "\"api.60s\";r=2.5;t=1");
-        assert_eq!(state_item("gcra", -0.0, 0), "\"gcra\";r=0;t=0");
-        assert_eq!(
-            state_item("60s", 1e300, 0),
-            format!("\"60s\";r={};t=0", 1e300)
-        );
-    }
+    to_the_end(ns.counts_in_the_store(), async move {
+        let v = take(&ns, &namespace, &key, q.cost, false).await?;
+        state.metrics.decision(&namespace, v.allowed());
+        let status = if v.allowed() { StatusCode::OK } else { deny };
+        Ok(respond(&v, &v.policies, status, v.answer()))
+    })
+    .await
 }

@@ -28,7 +28,22 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> 
     ) -> Result<Self, Error> {
         match Path::<T>::from_request_parts(parts, state).await {
             Ok(Path(v)) => Ok(ApiPath(v)),
-            Err(e) => Err(Error::BadRequest(format!("path: {}", e.body_text()))),
+            Err(e) => {
+                use axum::extract::path::ErrorKind;
+                use axum::extract::rejection::PathRejection;
+                // a key that is not UTF-8 is an invalid key, as the README says, on
+                // every route that takes one
+                if let PathRejection::FailedToDeserializePathParams(inner) = &e {
+                    if let ErrorKind::InvalidUtf8InPathParam { key } = inner.kind() {
+                        if key == "key" {
+                            return Err(Error::InvalidKey(
+                                "key must be UTF-8 (percent-decoded)".into(),
+                            ));
+                        }
+                    }
+                }
+                Err(Error::BadRequest(format!("path: {}", e.body_text())))
+            }
         }
     }
 }

@@ -2,11 +2,10 @@
 //! here, buildable without a socket so tests can drive it directly.
 
 mod admin;
-mod auth;
+pub(crate) mod auth;
 mod client_address;
 mod counting;
 mod decisions;
-pub(crate) use decisions::state_item;
 pub mod error;
 mod extract;
 pub mod server;

@@ -1,13 +1,22 @@
-//! Serving connections so that no client starves the others: a header timeout (hyper's),
-//! an idle timeout and a cap on open connections, enforced here. At the cap a new
-//! connection closes the one that has been idle (no request in flight) the longest: a
-//! flood of silent sockets cannot keep a real client out, and the node keeps serving the
-//! connections that work. Only when every connection has a request in flight is a new one
-//! refused. (`axum::serve` has none of these knobs.)
+//! Serving connections so that no client starves the others, with the timeouts and
+//! the cap on open connections enforced here (`axum::serve` has none of these knobs,
+//! and hyper's header timeout starts at a connection's first byte and again right
+//! after each response, so a silent socket outlived it and an idle keep-alive
+//! connection did not get its `idle_timeout`):
+//! - a new connection must send a whole request head within `header_timeout`, and so
+//!   must a kept-alive one from its next request's first byte; a kept-alive
+//!   connection may sit idle for `idle_timeout`; a body must arrive within
+//!   `body_timeout` (the extractor answers 408, the reaper closes what is left);
+//! - at the cap a new connection closes one that is doing nothing for anybody: the one
+//!   idle the longest, else the one stuck the longest in a request it has not finished
+//!   sending (head or body). Only when every connection has a whole request being
+//!   answered is a new one refused.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::extract::ConnectInfo;
@@ -22,14 +31,25 @@ use tracing::{debug, warn};
 
 use crate::config::ConnectionLimits;
 
-/// One open connection, as the cap and the idle timeout see it. A request changes only
-/// its own connection's atomics: no lock every request takes.
+/// `0` in the `*_ms` fields below: not set (times are stored plus one).
+const UNSET: u64 = 0;
+
+/// One open connection, as the cap and the timeouts see it. A request changes only its
+/// own connection's atomics: no lock every request takes.
 #[derive(Debug)]
 struct ConnState {
-    /// Requests in flight.
+    /// Requests in flight (head received).
     busy: AtomicUsize,
+    /// Of those, the ones whose body has not all arrived.
+    unread: AtomicUsize,
     /// Milliseconds after [`Conns::epoch`] it was accepted, or its last request ended.
     idle_since_ms: AtomicU64,
+    /// Plus one: when the first byte of a request head arrived, while none is in flight.
+    head_since_ms: AtomicU64,
+    /// Plus one: when the last request whose body is still unread was received.
+    body_since_ms: AtomicU64,
+    /// It has had a request (a new connection gets `header_timeout` for its first).
+    served: AtomicBool,
     /// Closes it at once.
     close: CancellationToken,
     /// `close` was cancelled (read without the token's lock when scanning thousands).
@@ -41,6 +61,37 @@ impl ConnState {
         if !self.closing.swap(true, Ordering::Relaxed) {
             self.close.cancel();
         }
+    }
+
+    /// Nothing of it is being answered: idle, or every request in it still arriving.
+    fn evictable(&self) -> bool {
+        self.busy.load(Ordering::Relaxed) == self.unread.load(Ordering::Relaxed)
+            && !self.closing.load(Ordering::Relaxed)
+    }
+
+    /// Whether its time is up at `now` (milliseconds after the epoch).
+    fn expired(&self, now: u64, limits: &ConnectionLimits) -> bool {
+        let over = |since: u64, limit: Duration| {
+            now.saturating_sub(since) > u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)
+        };
+        let busy = self.busy.load(Ordering::Relaxed);
+        if busy == 0 {
+            let head = self.head_since_ms.load(Ordering::Relaxed);
+            let idle = self.idle_since_ms.load(Ordering::Relaxed);
+            return if head != UNSET {
+                over(head - 1, limits.header_timeout)
+            } else if !self.served.load(Ordering::Relaxed) {
+                over(idle, limits.header_timeout)
+            } else {
+                over(idle, limits.idle_timeout)
+            };
+        }
+        // every request in flight still sending its body, past the body timeout and a
+        // second for the 408 to go out
+        let body = self.body_since_ms.load(Ordering::Relaxed);
+        self.unread.load(Ordering::Relaxed) == busy
+            && body != UNSET
+            && over(body - 1, limits.body_timeout + Duration::from_secs(1))
     }
 }
 
@@ -67,21 +118,27 @@ impl Conns {
     }
 
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+        ms_since(self.epoch)
     }
 
-    /// Makes room for one more under `max`: closes the connection idle the longest.
-    /// False when every connection has a request in flight.
+    /// Makes room for one more under `max`: closes the connection idle the longest,
+    /// else the one stuck the longest sending a request. False when every connection
+    /// has a whole request being answered.
     fn make_room(&self, max: usize) -> bool {
         let map = self.lock();
         if map.len() < max {
             return true;
         }
-        let idlest = map
-            .values()
-            .filter(|c| c.busy.load(Ordering::Relaxed) == 0 && !c.closing.load(Ordering::Relaxed))
-            .min_by_key(|c| c.idle_since_ms.load(Ordering::Relaxed));
-        match idlest {
+        let victim = map.values().filter(|c| c.evictable()).min_by_key(|c| {
+            let stuck = c.busy.load(Ordering::Relaxed) > 0;
+            let since = if stuck {
+                c.body_since_ms.load(Ordering::Relaxed)
+            } else {
+                c.idle_since_ms.load(Ordering::Relaxed)
+            };
+            (stuck, since)
+        });
+        match victim {
             Some(c) => {
                 c.close();
                 true
@@ -94,7 +151,11 @@ impl Conns {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let conn = Arc::new(ConnState {
             busy: AtomicUsize::new(0),
+            unread: AtomicUsize::new(0),
             idle_since_ms: AtomicU64::new(self.now_ms()),
+            head_since_ms: AtomicU64::new(UNSET),
+            body_since_ms: AtomicU64::new(UNSET),
+            served: AtomicBool::new(false),
             close: CancellationToken::new(),
             closing: AtomicBool::new(false),
         });
@@ -106,15 +167,11 @@ impl Conns {
         self.lock().remove(&id);
     }
 
-    /// Closes the connections idle for longer than `idle`.
-    fn reap(&self, idle: Duration) {
-        let cutoff = self
-            .now_ms()
-            .saturating_sub(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX));
+    /// Closes the connections whose time is up.
+    fn reap(&self, limits: &ConnectionLimits) {
+        let now = self.now_ms();
         for c in self.lock().values() {
-            if c.busy.load(Ordering::Relaxed) == 0
-                && c.idle_since_ms.load(Ordering::Relaxed) < cutoff
-            {
+            if c.expired(now, limits) {
                 c.close();
             }
         }
@@ -123,6 +180,10 @@ impl Conns {
     fn len(&self) -> usize {
         self.lock().len()
     }
+}
+
+fn ms_since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Marks a connection busy while a request is in flight.
@@ -134,6 +195,8 @@ struct InFlight {
 impl InFlight {
     fn new(conns: &Arc<Conns>, conn: &Arc<ConnState>) -> Self {
         conn.busy.fetch_add(1, Ordering::Relaxed);
+        conn.head_since_ms.store(UNSET, Ordering::Relaxed);
+        conn.served.store(true, Ordering::Relaxed);
         InFlight {
             conns: conns.clone(),
             conn: conn.clone(),
@@ -147,6 +210,124 @@ impl Drop for InFlight {
             .idle_since_ms
             .store(self.conns.now_ms(), Ordering::Relaxed);
         self.conn.busy.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A request body that counts as unread on its connection until it has all arrived
+/// (or the request is done with it).
+struct Tracked<B> {
+    inner: B,
+    conn: Option<Arc<ConnState>>,
+}
+
+impl<B: axum::body::HttpBody> Tracked<B> {
+    fn new(inner: B, conn: &Arc<ConnState>, epoch: Instant) -> Self {
+        if inner.is_end_stream() {
+            return Tracked { inner, conn: None };
+        }
+        conn.unread.fetch_add(1, Ordering::Relaxed);
+        conn.body_since_ms
+            .store(ms_since(epoch) + 1, Ordering::Relaxed);
+        Tracked {
+            inner,
+            conn: Some(conn.clone()),
+        }
+    }
+
+    fn arrived(&mut self) {
+        if let Some(c) = self.conn.take() {
+            c.unread.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl<B> Drop for Tracked<B> {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            c.unread.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl<B: axum::body::HttpBody + Unpin> axum::body::HttpBody for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => self.arrived(),
+            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.arrived(),
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A connection's socket, noting when a request head starts to arrive on it.
+struct Watched<I> {
+    io: I,
+    conn: Arc<ConnState>,
+    epoch: Instant,
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before
+            && self.conn.busy.load(Ordering::Relaxed) == 0
+            && self.conn.head_since_ms.load(Ordering::Relaxed) == UNSET
+        {
+            let now = ms_since(self.epoch) + 1;
+            self.conn.head_since_ms.store(now, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
 }
 
@@ -180,10 +361,12 @@ impl Connection {
         let close = state.close.clone();
         let service = {
             let conns = conns.clone();
+            let state = state.clone();
             tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let app = app.clone();
                 let in_flight = InFlight::new(&conns, &state);
-                let mut req = req.map(axum::body::Body::new);
+                let epoch = conns.epoch;
+                let mut req = req.map(|b| axum::body::Body::new(Tracked::new(b, &state, epoch)));
                 req.extensions_mut().insert(ConnectInfo(peer));
                 async move {
                     let resp = tower::ServiceExt::oneshot(app, req).await;
@@ -191,6 +374,11 @@ impl Connection {
                     resp
                 }
             })
+        };
+        let io = Watched {
+            io,
+            conn: state.clone(),
+            epoch: conns.epoch,
         };
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service));
@@ -227,19 +415,23 @@ pub async fn serve(
     let tasks = TaskTracker::new();
     let shutdown = CancellationToken::new();
     let mut builder = Builder::new(TokioExecutor::new());
+    // the reaper, not hyper, times request heads (see the module's note)
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+        .header_read_timeout(None);
     let builder = Arc::new(builder);
     let reaper = {
         let (conns, stop) = (conns.clone(), stop.clone());
-        let every =
-            (limits.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let shortest = limits
+            .header_timeout
+            .min(limits.idle_timeout)
+            .min(limits.body_timeout);
+        let every = (shortest / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             while stop.run_until_cancelled(tick.tick()).await.is_some() {
-                conns.reap(limits.idle_timeout);
+                conns.reap(&limits);
             }
         })
     };

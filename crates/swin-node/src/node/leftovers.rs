@@ -58,6 +58,23 @@ impl Node {
                 warn!(file = %path.display(), "spool file for a store this config does not have; left as it is");
                 continue;
             };
+            let refused = entries
+                .iter()
+                .zip(&stores)
+                .find_map(|(e, (store_name, _))| {
+                    let namespaces: Vec<&str> = self
+                        .config
+                        .namespaces
+                        .iter()
+                        .filter(|n| n.store.as_deref() == Some(store_name.as_str()))
+                        .map(|n| n.name.as_str())
+                        .collect();
+                    spool::check(e, &namespaces).err()
+                });
+            if let Some(why) = refused {
+                error!(file = %path.display(), cause = why, "spool file not replayed: it holds what no request could count; left as it is");
+                continue;
+            }
             let rows: usize = entries.iter().map(|e| e.unconfirmed.rows()).sum();
             info!(file = %path.display(), windows = rows, "replaying spooled pushes");
             for (e, (store_name, store)) in entries.into_iter().zip(stores) {
@@ -91,7 +108,7 @@ impl Node {
             self.leftovers.clone(),
             self.spool_files.clone(),
             self.config.store_timeout,
-            self.shutdown.clone(),
+            self.retries.clone(),
         );
         self.tracker.spawn(async move {
             loop {
@@ -99,7 +116,11 @@ impl Node {
                     _ = cancel.cancelled() => return,
                     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
                 }
-                push_leftovers(&leftovers, &files, timeout).await;
+                // cut short when the node stops (a push cut short keeps its chunk)
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = push_leftovers(&leftovers, &files, timeout) => {}
+                }
             }
         });
     }

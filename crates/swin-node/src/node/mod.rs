@@ -1,8 +1,10 @@
 //! Running a node: connect stores, build namespaces and their sync engines, serve HTTP,
 //! reload on SIGHUP, and shut down with a last push. The stores and their tasks are in
-//! `stores`; what stopped engines left unconfirmed, retried and spooled, in `leftovers`.
+//! `stores`; stopping namespaces and the node, in `stopping`; what stopped engines left
+//! unconfirmed, retried and spooled, in `leftovers`.
 
 mod leftovers;
+mod stopping;
 mod stores;
 
 use std::collections::BTreeMap;
@@ -14,12 +16,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
-use self::leftovers::{Leftover, Leftovers, SpoolFiles};
-use self::stores::Connected;
+use self::leftovers::{Leftovers, SpoolFiles};
+use self::stopping::retire;
 pub use self::stores::{migrate_all, open_store, open_stores};
+use self::stores::{open_answering, Connected};
 use crate::config::{Config, NamespaceConfig, StoreConfig};
 use crate::http::router;
-use crate::spool::{self, SpoolEntry};
+use crate::spool;
 use crate::state::{AppState, Namespace, Namespaces};
 
 /// A namespace, the store config it was built with, and the engine task that syncs it.
@@ -61,6 +64,8 @@ pub struct Node {
     running: BTreeMap<String, Running>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
+    /// Stops the background retries of leftovers (first thing at shutdown).
+    retries: CancellationToken,
     node_id: Arc<str>,
     /// Engines built so far: each pushes as `<node_id>.<generation>`.
     generation: u64,
@@ -73,6 +78,15 @@ pub struct Node {
 
 impl Node {
     pub async fn start(config: Config) -> anyhow::Result<Node> {
+        if !config.stores.is_empty() {
+            // found out now, not at the stop that needs to spool
+            spool::prepare(&config.data_dir).with_context(|| {
+                format!(
+                    "data_dir {}: the spool needs a directory this node can write",
+                    config.data_dir.display()
+                )
+            })?;
+        }
         let connected = open_stores(&config).await?;
         let tls = match &config.tls {
             Some(cfg) => Some(crate::tls::Acceptor::load(cfg)?),
@@ -84,6 +98,7 @@ impl Node {
             running: BTreeMap::new(),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
+            retries: CancellationToken::new(),
             node_id: swin_sync::new_node_id().into(),
             generation: 0,
             config: config.clone(),
@@ -170,41 +185,11 @@ impl Node {
         r.engine = Some(self.tracker.spawn(engine.run(r.cancel.clone())));
     }
 
-    /// Stops a namespace no longer served: waits (up to the shutdown grace) for the
-    /// requests still holding it, so that every hit that reached its tables is in what
-    /// its engine pushes last, then stops the engine and keeps what the store did not
-    /// confirm as a leftover.
-    async fn retire(&self, mut old: Running) {
+    /// Stops a namespace no longer served (see [`retire`]), waiting for its requests up to
+    /// the shutdown grace.
+    async fn retire(&self, old: Running) {
         let deadline = tokio::time::Instant::now() + self.config.shutdown_grace;
-        while Arc::strong_count(&old.namespace) > 1 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        old.cancel.cancel();
-        if let Some(engine) = old.engine.take() {
-            let _ = engine.await;
-        }
-        let sync = &old.namespace.sync;
-        let unconfirmed = sync.take_unconfirmed(swin_sync::now()).await;
-        if unconfirmed.is_empty() {
-            return;
-        }
-        let (Some(store), Some(store_name), Some(cfg)) =
-            (sync.store(), &old.config.store, &old.store_config)
-        else {
-            return;
-        };
-        warn!(
-            namespace = old.config.name,
-            windows = unconfirmed.rows(),
-            "unconfirmed pushes kept; retried until the store takes them"
-        );
-        self.leftovers.lock().await.push(Leftover {
-            store_name: store_name.clone(),
-            fingerprint: cfg.fingerprint(),
-            store: store.clone(),
-            unconfirmed,
-            file: None,
-        });
+        retire(old, deadline, self.leftovers.clone()).await;
     }
 
     /// Brings the running namespaces in line with `wanted`. Unchanged ones keep their
@@ -318,10 +303,12 @@ impl Node {
             if self.stores.get(name).is_some_and(|c| c.config == *cfg) {
                 continue;
             }
-            match open_store(cfg).await {
+            // a store the new config would switch to must answer now: hits counted
+            // for a store that never answers could only be spooled for it
+            match open_answering(cfg, self.config.store_timeout).await {
                 Ok(store) => fresh.push((name.clone(), cfg.clone(), store)),
                 Err(e) => {
-                    error!(store = name, cause = %e, "reload rejected: cannot set up the store; keeping the running config");
+                    error!(store = name, cause = %format!("{e:#}"), "reload rejected: the store does not answer; keeping the running config");
                     return;
                 }
             }
@@ -417,67 +404,6 @@ impl Node {
         info!("pushing the last diffs");
         self.shutdown_engines().await
     }
-
-    /// Stops every engine (each pushes once more), tries what is left once more, and
-    /// spools whatever the store still did not confirm.
-    pub async fn shutdown_engines(mut self) -> anyhow::Result<()> {
-        let grace = self.config.shutdown_grace;
-        let running = std::mem::take(&mut self.running);
-        self.state.namespaces.store(Arc::new(Namespaces::new()));
-        let retire_all = async {
-            for (_, r) in running {
-                self.retire(r).await;
-            }
-        };
-        if tokio::time::timeout(grace * 2, retire_all).await.is_err() {
-            warn!(
-                ?grace,
-                "sync engines did not finish within the grace period"
-            );
-        }
-        self.shutdown.cancel();
-        self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait())
-            .await
-            .is_err()
-        {
-            warn!(
-                ?grace,
-                "background tasks did not finish within the grace period"
-            );
-        }
-        self.retry_leftovers().await;
-        let leftovers = std::mem::take(&mut *self.leftovers.lock().await);
-        let entries: Vec<SpoolEntry> = leftovers
-            .into_iter()
-            .filter(|l| l.file.is_none() && !l.unconfirmed.is_empty())
-            .map(|l| SpoolEntry {
-                store: l.store_name,
-                store_fingerprint: l.fingerprint,
-                unconfirmed: l.unconfirmed,
-            })
-            .collect();
-        if entries.is_empty() {
-            info!("stopped");
-            return Ok(());
-        }
-        let windows: usize = entries.iter().map(|e| e.unconfirmed.rows()).sum();
-        let hits: f64 = entries.iter().map(|e| e.unconfirmed.hits()).sum();
-        match spool::write(&self.config.data_dir, &entries) {
-            Ok(path) => {
-                warn!(file = %path.display(), windows, hits, "the store did not confirm the last pushes; spooled for the next start");
-                info!("stopped");
-                Ok(())
-            }
-            Err(e) => {
-                error!(dir = %self.config.data_dir.display(), cause = %e, windows, hits, "cannot write the spool: these hits are lost");
-                anyhow::bail!(
-                    "lost {windows} windows ({hits} hits): cannot write the spool under {}: {e}",
-                    self.config.data_dir.display()
-                )
-            }
-        }
-    }
 }
 
 /// True when two configs of a namespace differ in their limits only, and not in kind
@@ -498,5 +424,5 @@ fn only_limits_changed(old: &NamespaceConfig, new: &NamespaceConfig) -> bool {
 fn is_gcra(cfg: &NamespaceConfig) -> bool {
     cfg.limits
         .as_ref()
-        .is_some_and(crate::limits::Limits::is_gcra)
+        .is_some_and(crate::policy::limits::Limits::is_gcra)
 }

@@ -147,3 +147,16 @@ impl Node {
         });
     }
 }
+
+/// Opens a store and pings it within `timeout`.
+pub(super) async fn open_answering(
+    cfg: &StoreConfig,
+    timeout: std::time::Duration,
+) -> anyhow::Result<swin_sync::Store> {
+    let store = open_store(cfg).await?;
+    match tokio::time::timeout(timeout, store.ping()).await {
+        Ok(Ok(())) => Ok(store),
+        Ok(Err(e)) => Err(anyhow::Error::new(e).context("ping")),
+        Err(_) => anyhow::bail!("no answer to a ping within store_timeout ({timeout:?})"),
+    }
+}

@@ -1,7 +1,7 @@
 //! Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`) over gRPC,
 //! beside the HTTP API: a request's `domain` is a namespace, each of its descriptors finds
 //! a rule of the namespace's descriptor tree ([`rules`]) and is decided and counted like
-//! a `/hit` on the counter key [`rules::counter_key`] — every sync mode, algorithm and
+//! a `/hit` on the counter key [`keys::counter_key`] — every sync mode, algorithm and
 //! admission mode as over HTTP. Front-end layer, like `http`: it maps requests onto
 //! `decisions` and errors onto gRPC statuses.
 //!
@@ -11,8 +11,6 @@
 //! descriptors or a bad descriptor: INVALID_ARGUMENT. A store that a decision needs and
 //! cannot ask (strict admission with `on_store_failure = "deny"`): UNAVAILABLE, so
 //! Envoy's `failure_mode_deny` decides.
-
-pub mod rules;
 
 use std::sync::Arc;
 
@@ -29,10 +27,14 @@ use swin_core::Decision;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use self::rules::{Rule, RuleLimit};
 use crate::decisions::{take_under, Verdict};
 use crate::error::Error;
-use crate::limits::{ceil_secs, KeyLimits};
+use crate::giving_back::give_back_under;
+use crate::policy::algorithm::Algorithm;
+use crate::policy::headers::RateLimitHeaders;
+use crate::policy::keys;
+use crate::policy::limits::KeyLimits;
+use crate::policy::rules::{self, Rule, RuleLimit};
 use crate::state::AppState;
 
 /// Envoy's rate limit service and every file it imports, as a FileDescriptorSet, for
@@ -68,15 +70,76 @@ pub async fn serve(
     };
     let (v1, v1alpha) = (reflection().build_v1()?, reflection().build_v1alpha()?);
     tracing::info!(grpc = %listener.local_addr()?, "serving Envoy's rate limit service");
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    // Nagle's algorithm held single answers back 40 ms behind a delayed ACK
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let guard = {
+        let state = state.clone();
+        move |req: Request<()>| authorize(&state, req)
+    };
     tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(v1)
         .add_service(v1alpha)
-        .add_service(RateLimitServiceServer::new(Rls::new(state)))
+        .add_service(RateLimitServiceServer::with_interceptor(
+            Rls::new(state),
+            guard,
+        ))
         .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
         .await?;
     Ok(())
+}
+
+/// The rate limit service takes the tokens and scopes of the HTTP API: the call's
+/// `authorization` metadata carries `Bearer <token>`, and the token needs the `decide`
+/// scope (it spends quota, as `/hit` does). Health and reflection stay open.
+fn authorize(state: &AppState, req: Request<()>) -> Result<Request<()>, Status> {
+    use crate::http::auth::{check_authorization, Denied};
+    let auth = state.auth.load();
+    let Some(auth) = auth.as_ref() else {
+        return Ok(req);
+    };
+    let scope = crate::config::Scope::Decide;
+    let value = req.metadata().get("authorization").map(|v| v.as_bytes());
+    match check_authorization(auth, value, scope) {
+        Ok(token) => {
+            state.metrics.auth(&token.name, "allowed");
+            Ok(req)
+        }
+        Err(Denied::Missing) => {
+            state.metrics.auth("", "missing");
+            Err(Status::unauthenticated(
+                "this service needs a bearer token (authorization: Bearer …)",
+            ))
+        }
+        Err(Denied::Unknown) => {
+            state.metrics.auth("", "unknown");
+            tracing::info!("gRPC call with an unknown token");
+            Err(Status::unauthenticated("unknown token"))
+        }
+        Err(Denied::Scope(token)) => {
+            state.metrics.auth(&token.name, "forbidden");
+            tracing::warn!(
+                token = token.name,
+                scope = scope.name(),
+                "token lacks the scope"
+            );
+            Err(Status::permission_denied(format!(
+                "token {:?} does not have the {:?} scope",
+                token.name,
+                scope.name()
+            )))
+        }
+    }
+}
+
+/// A descriptor that counts: its index in the request, its counter key, its hits and
+/// its rule (which has limits).
+struct Take<'r> {
+    at: usize,
+    key: String,
+    cost: f64,
+    rule: &'r Rule,
+    limits: &'r KeyLimits,
 }
 
 /// One request descriptor, checked.
@@ -119,41 +182,37 @@ fn asked(i: usize, d: &RateLimitDescriptor, default_hits: u64) -> Result<Asked<'
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()))
         .collect();
-    if let Some((j, _)) = entries.iter().enumerate().find(|(_, (k, _))| k.is_empty()) {
-        return Err(invalid(format!(
-            "descriptors[{i}].entries[{j}].key: must not be empty"
-        )));
-    }
     let hits = d.hits_addend.map_or(default_hits, |h| h.value);
     Ok(Asked { entries, hits })
 }
 
 /// The rule a descriptor's own `limit` sets for this request (envoyproxy/ratelimit's
-/// override: its requests per unit, under the namespace's algorithm).
-fn override_rule(
-    d: &RateLimitDescriptor,
-    i: usize,
-    algorithm: Option<&str>,
-) -> Result<Option<Rule>, Status> {
-    let Some(o) = &d.limit else {
-        return Ok(None);
+/// override: its requests per unit, under the namespace's algorithm). An override that
+/// cannot be read (an unknown unit, a limit the algorithm cannot hold) blocks that
+/// descriptor instead of failing the request: an error would let Envoy's default
+/// `failure_mode_deny: false` through, past the limits of the other descriptors.
+fn override_rule(d: &RateLimitDescriptor, i: usize, algorithm: Algorithm) -> Option<Rule> {
+    let o = d.limit.as_ref()?;
+    let limit = match rules::unit_secs(o.unit) {
+        // 0 per unit blocks, as a rule's requests_per_unit: 0 does
+        Some(_) if o.requests_per_unit == 0 => RuleLimit::Blocked,
+        Some(secs) => match rules::limit_for(f64::from(o.requests_per_unit), secs, algorithm) {
+            Ok(l) => RuleLimit::Limited(l),
+            Err(e) => {
+                tracing::warn!(descriptor = i, cause = %e, "a descriptor's limit cannot be held: blocked");
+                RuleLimit::Blocked
+            }
+        },
+        None => {
+            tracing::warn!(
+                descriptor = i,
+                unit = o.unit,
+                "a descriptor's limit has no known unit: blocked"
+            );
+            RuleLimit::Blocked
+        }
     };
-    let secs = rules::unit_secs(o.unit).ok_or_else(|| {
-        invalid(format!(
-            "descriptors[{i}].limit.unit: {} is no unit",
-            o.unit
-        ))
-    })?;
-    // 0 per unit blocks, as a rule's requests_per_unit: 0 does
-    let limit = if o.requests_per_unit == 0 {
-        RuleLimit::Blocked
-    } else {
-        RuleLimit::Limited(
-            rules::limit_for(f64::from(o.requests_per_unit), secs, algorithm)
-                .map_err(|e| invalid(format!("descriptors[{i}].limit: {e}")))?,
-        )
-    };
-    Ok(Some(Rule {
+    Some(Rule {
         path: String::new(),
         limit,
         shadow: false,
@@ -161,7 +220,7 @@ fn override_rule(
         replaces: Vec::new(),
         requests_per_unit: o.requests_per_unit,
         unit: o.unit,
-    }))
+    })
 }
 
 fn status_of(e: &Error) -> Status {
@@ -181,7 +240,17 @@ impl RateLimitService for Rls {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let req = request.into_inner();
         let ns = self.state.namespace(&req.domain).ok();
-        let answer = self.decide(&req, ns.as_deref()).await;
+        let (answer, req) = match &ns {
+            // run to its end in a task of its own: Envoy giving up (its timeout is 20 ms
+            // by default) must not leave some descriptors counted and the rest not
+            Some(n) if n.counts_in_the_store() => {
+                let (this, ns) = (self.clone(), n.clone());
+                tokio::spawn(async move { (this.decide(&req, Some(&ns)).await, req) })
+                    .await
+                    .map_err(|_| Status::internal("internal error"))?
+            }
+            _ => (self.decide(&req, ns.as_deref()).await, req),
+        };
         let code = match &answer {
             Ok(r) if r.overall_code == Code::OverLimit as i32 => "OVER_LIMIT",
             Ok(_) => "OK",
@@ -212,13 +281,15 @@ impl Rls {
         };
         let algorithm = match (&ns.rules, &ns.limits) {
             (Some(r), _) => r.algorithm(),
-            (None, Some(l)) => Some(l.algorithm()),
-            (None, None) => None,
+            (None, Some(l)) => l.algorithm(),
+            (None, None) => Algorithm::default(),
         };
         // each descriptor's rule: its own override, else the tree's
+        // every descriptor's rule before any is counted (no value fails: see
+        // `keys::counter_key` and `override_rule`)
         let mut found: Vec<Option<Arc<Rule>>> = Vec::with_capacity(asked.len());
         for (i, (a, d)) in asked.iter().zip(&req.descriptors).enumerate() {
-            let rule = match override_rule(d, i, algorithm)? {
+            let rule = match override_rule(d, i, algorithm) {
                 Some(r) => Some(Arc::new(r)),
                 None => ns.rules.as_ref().and_then(|r| r.find(&a.entries)),
             };
@@ -231,51 +302,75 @@ impl Rls {
             .flat_map(|r| r.replaces.iter().cloned())
             .collect();
         let count_denied = ns.limits.as_ref().is_some_and(|l| l.count_denied);
-        let mut statuses = Vec::with_capacity(asked.len());
-        let mut worst: Option<(Verdict, bool)> = None;
+        // what each descriptor answers without counting, or the hit it takes
+        let mut statuses: Vec<Option<DescriptorStatus>> = Vec::with_capacity(asked.len());
+        let mut takes: Vec<Take> = Vec::new();
         let mut over = false;
-        for (i, (a, rule)) in asked.iter().zip(found).enumerate() {
-            let rule = rule.filter(|r| r.name.as_ref().is_none_or(|n| !replaced.contains(n)));
+        for (i, (a, rule)) in asked.iter().zip(&found).enumerate() {
+            let rule = rule
+                .as_deref()
+                .filter(|r| r.name.as_ref().is_none_or(|n| !replaced.contains(n)));
             let Some(rule) = rule else {
-                statuses.push(ok_without_limit());
+                statuses.push(Some(ok_without_limit()));
                 continue;
             };
             let limits = match &rule.limit {
                 RuleLimit::Limited(l) => l,
                 // envoyproxy/ratelimit: OK, remaining the largest number, no limit
                 RuleLimit::Unlimited => {
-                    statuses.push(DescriptorStatus {
+                    statuses.push(Some(DescriptorStatus {
                         limit_remaining: u32::MAX,
                         ..ok_without_limit()
-                    });
+                    }));
                     continue;
                 }
                 RuleLimit::Blocked => {
                     let denied = !rule.shadow;
                     over |= denied;
-                    statuses.push(descriptor_status(&rule, &blocked(), denied));
+                    statuses.push(Some(descriptor_status(rule, &blocked(), denied)));
                     continue;
                 }
             };
-            let key = rules::counter_key(&a.entries);
-            crate::input::check_key(&key).map_err(|e| invalid(format!("descriptors[{i}]: {e}")))?;
             let cost = a.hits as f64;
-            if check_cost(limits, cost).is_err() {
+            if limits.check_cost(cost).is_err() {
                 // more hits at once than the limit allows in all: over it, nothing counted
                 let denied = !rule.shadow;
                 over |= denied;
-                statuses.push(descriptor_status(&rule, &blocked(), denied));
+                statuses.push(Some(descriptor_status(rule, &blocked(), denied)));
                 continue;
             }
-            let v = take_under(ns, &key, limits, cost, false, count_denied)
-                .await
-                .map_err(|e| status_of(&e))?;
-            if v.reason.is_some() {
-                return Err(Status::unavailable("store_unreachable"));
-            }
-            let denied = !v.decision.allowed && !rule.shadow;
+            statuses.push(None);
+            takes.push(Take {
+                at: i,
+                key: keys::counter_key(&a.entries),
+                cost,
+                rule,
+                limits,
+            });
+        }
+        // One request, one admission: the keys this node holds nothing for are read in
+        // one call, the descriptors are decided together (synchronous increments of the
+        // request share round trips), and a request that is over the limit counts
+        // nothing on any descriptor.
+        let keys: Vec<&str> = takes.iter().map(|t| t.key.as_str()).collect();
+        ns.first_touch(&keys, true).await;
+        let verdicts = futures_util::future::join_all(
+            takes
+                .iter()
+                .map(|t| take_under(ns, &t.key, t.limits, t.cost, false, count_denied)),
+        )
+        .await;
+        let failed = verdicts.iter().find_map(|v| match v {
+            Err(e) => Some(status_of(e)),
+            Ok(v) if v.reason.is_some() => Some(Status::unavailable("store_unreachable")),
+            Ok(_) => None,
+        });
+        let mut worst: Option<(&Verdict, bool)> = None;
+        for (t, v) in takes.iter().zip(&verdicts) {
+            let Ok(v) = v else { continue };
+            let denied = !v.decision.allowed && !t.rule.shadow;
             over |= denied;
-            statuses.push(descriptor_status(&rule, &v.decision, denied));
+            statuses[t.at] = Some(descriptor_status(t.rule, &v.decision, denied));
             let stricter = worst
                 .as_ref()
                 .is_none_or(|(w, _)| v.decision.cmp_strictness(&w.decision).is_ge());
@@ -283,22 +378,33 @@ impl Rls {
                 worst = Some((v, denied));
             }
         }
+        if failed.is_some() || (over && !count_denied) {
+            let back = takes
+                .iter()
+                .zip(&verdicts)
+                .filter(|(_, v)| matches!(v, Ok(v) if v.allowed()))
+                .map(|(t, _)| give_back_under(ns, &t.key, t.limits, t.cost));
+            let back: Result<(), Error> = futures_util::future::join_all(back)
+                .await
+                .into_iter()
+                .collect();
+            back.map_err(|e| status_of(&e))?;
+        }
+        if let Some(status) = failed {
+            return Err(status);
+        }
+        let statuses = statuses
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect();
         Ok(RateLimitResponse {
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
             response_headers_to_add: worst
-                .map(|(v, denied)| headers(&v, denied))
+                .map(|(v, denied)| headers(v, denied))
                 .unwrap_or_default(),
             ..Default::default()
         })
-    }
-}
-
-fn check_cost(limits: &KeyLimits, cost: f64) -> Result<(), swin_core::CoreError> {
-    swin_core::check_cost(cost)?;
-    match limits {
-        KeyLimits::Gcra(g) => g.units(cost).map(|_| ()),
-        KeyLimits::Windows(set) => set.iter().try_for_each(|l| l.check_cost(cost)),
     }
 }
 
@@ -347,21 +453,14 @@ fn descriptor_status(rule: &Rule, d: &Decision, denied: bool) -> DescriptorStatu
 
 /// The IETF headers of the strictest descriptor, and Retry-After when over the limit.
 fn headers(v: &Verdict, denied: bool) -> Vec<HeaderValue> {
-    let d = &v.decision;
-    let t = if d.allowed {
-        ceil_secs(d.reset_after)
-    } else {
-        ceil_secs(d.retry_after)
-    };
+    let h = RateLimitHeaders::of(&v.policies, &v.policy, &v.decision);
     let mut out = vec![
-        header("RateLimit-Policy", v.policies.join(", ")),
-        header(
-            "RateLimit",
-            crate::http::state_item(&v.policy, d.remaining, t),
-        ),
+        header("RateLimit-Policy", h.policy.into_owned()),
+        header("RateLimit", h.state),
     ];
-    if denied {
-        out.push(header("Retry-After", t.max(1).to_string()));
+    // a descriptor in shadow mode is over its limit but not denied: no Retry-After
+    if let (true, Some(t)) = (denied, h.retry_after) {
+        out.push(header("Retry-After", t.to_string()));
     }
     out
 }

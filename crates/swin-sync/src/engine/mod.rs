@@ -2,17 +2,21 @@
 //! with backoff, exactly-once pushes and the final push on shutdown. By concern:
 //! `periodic` (one sync round), `synchronous` (increments through the store),
 //! `gcra` (buckets), `strict` and `reserve` (strict admission of windows and of buckets),
-//! `status` (health and the duration histogram); this file holds the
-//! handle, warm-up, reset, the run loop and what a stopped engine hands back.
+//! `status` (health and the duration histogram), `first_touch` (a key this node holds
+//! nothing for is read from the store before an answer), `stopping` (the last push and what a
+//! stopped engine hands back); this file holds the handle, warm-up, reset and the run
+//! loop.
 
+mod first_touch;
 mod gcra;
 mod periodic;
 mod reserve;
 mod status;
+mod stopping;
 mod strict;
 mod synchronous;
 
-use self::periodic::{enqueue, PushState};
+use self::periodic::PushState;
 pub use self::reserve::{horizon, BucketView, MAX_HORIZON, MIN_HORIZON};
 pub use self::status::{SyncStatus, SYNC_BUCKETS_SECS};
 use self::strict::Holdings;
@@ -23,13 +27,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
-use swin_core::{Diff, NamespaceCounters, UnixMs};
+use swin_core::{NamespaceCounters, UnixMs};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
-use crate::store::{normalize, normalize_advances, Store};
-use crate::unconfirmed::{Chunk, Unconfirmed};
+use crate::store::Store;
 use crate::StoreError;
 
 /// Whether applying totals may add keys the table does not hold.
@@ -111,6 +114,11 @@ pub struct NamespaceSync {
     holdings: Holdings,
     /// The namespace admits strictly: the run loop gives unused quota back.
     strict: bool,
+    /// Set when the node stops: no store call outlasts it, and the last push tries
+    /// until then (see [`NamespaceSync::stop_by`]).
+    stop_by: std::sync::OnceLock<tokio::time::Instant>,
+    /// Keys this node holds nothing for, read from the store before an answer.
+    first: first_touch::FirstTouch,
 }
 
 /// The last sync run for a request, and how many have run.
@@ -164,6 +172,8 @@ impl NamespaceSync {
             holdings: Holdings::new(&node_id),
             node_id,
             strict: false,
+            stop_by: std::sync::OnceLock::new(),
+            first: first_touch::FirstTouch::default(),
         }
     }
 
@@ -245,11 +255,25 @@ impl NamespaceSync {
             .clone()
     }
 
+    /// Bounds every store call of this engine by `deadline` as well as by its timeout,
+    /// and makes the last push try until then: a stopping node gives each namespace
+    /// the same time, all at once, and whatever is still unconfirmed at the deadline is
+    /// taken (see [`NamespaceSync::take_unconfirmed`]) while there is time to spool it.
+    /// Only a store call is cut short, never a drain: the diffs of a call cut short stay
+    /// queued under their sequence numbers.
+    pub fn stop_by(&self, deadline: tokio::time::Instant) {
+        let _ = self.stop_by.set(deadline);
+    }
+
     async fn call<T>(
         &self,
         f: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.timeout, f).await {
+        let mut until = tokio::time::Instant::now() + self.timeout;
+        if let Some(d) = self.stop_by.get() {
+            until = until.min(*d);
+        }
+        match tokio::time::timeout_at(until, f).await {
             Ok(r) => r,
             Err(_) => Err(StoreError::Timeout(self.timeout)),
         }
@@ -424,79 +448,6 @@ impl NamespaceSync {
             self.give_back_all().await;
         }
         self.final_push().await;
-    }
-
-    /// Everything this engine counted that its store has not confirmed, as chunks under
-    /// this engine's identity: what failed pushes left, then whatever the tables and
-    /// buckets still hold (drained now, with the next sequence numbers). Called once the
-    /// engine has stopped and no request reaches its tables any more; whoever takes the
-    /// chunks sends them (see [`Unconfirmed::push`]).
-    pub async fn take_unconfirmed(&self, now: UnixMs) -> Unconfirmed {
-        let mut guard = self.state.lock().await;
-        let st = &mut *guard;
-        if self.store.is_some() {
-            let drained: Vec<Diff> = self
-                .counters
-                .tables()
-                .iter()
-                .flat_map(|t| t.drain(now))
-                .collect();
-            let drained = normalize(&drained);
-            if !drained.is_empty() {
-                enqueue(&mut st.seq, &mut st.pending, drained);
-            }
-            let advances = normalize_advances(&self.counters.buckets().drain(nanos(now)));
-            if !advances.is_empty() {
-                enqueue(&mut st.seq, &mut st.pending_tats, advances);
-            }
-        }
-        let mut chunks: Vec<Chunk> = st
-            .pending
-            .drain(..)
-            .map(|(seq, d)| Chunk::diffs(seq, &d))
-            .chain(
-                st.pending_tats
-                    .drain(..)
-                    .map(|(seq, a)| Chunk::advances(seq, nanos(now), &a)),
-            )
-            .collect();
-        chunks.sort_by_key(|c| c.seq);
-        self.set_pending(0, 0);
-        Unconfirmed {
-            namespace: self.name().to_owned(),
-            push_id: self.node_id.to_string(),
-            chunks: chunks.into(),
-        }
-    }
-
-    /// The push on shutdown: a few quick attempts; what still fails is logged with its size.
-    pub async fn final_push(&self) {
-        if self.store.is_none() {
-            return;
-        }
-        for attempt in 1..=3 {
-            match self.sync_once(now()).await {
-                Ok(report) => {
-                    info!(
-                        namespace = self.name(),
-                        pushed = report.pushed,
-                        "final push done"
-                    );
-                    return;
-                }
-                Err(e) => {
-                    warn!(namespace = self.name(), attempt, cause = %e, "final push failed");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        }
-        let st = self.status();
-        warn!(
-            namespace = self.name(),
-            diffs = st.pending_diffs,
-            advances = st.pending_advances,
-            "shutting down with diffs the store did not confirm"
-        );
     }
 }
 

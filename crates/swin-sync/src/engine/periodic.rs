@@ -49,7 +49,14 @@ impl NamespaceSync {
         };
         let started = Instant::now();
         let mut st = self.state.lock().await;
-        let result = self.sync_locked(store, &mut st, now).await;
+        let mut result = self.sync_locked(store, &mut st, now).await;
+        if result.is_ok() && self.skipping_store() {
+            // a sync with nothing to push or read may not have asked the store at all:
+            // it must answer before requests go to it again
+            if let Err(e) = self.call(store.ping()).await {
+                result = Err(e);
+            }
+        }
         self.set_pending(
             st.pending.iter().map(|(_, d)| d.len()).sum(),
             st.pending_tats.iter().map(|(_, a)| a.len()).sum(),
@@ -61,6 +68,22 @@ impl NamespaceSync {
         });
         self.record(result.as_ref());
         result
+    }
+
+    /// Reads one key's current and previous windows from the store into the tables
+    /// (a key this node may never have held): what a refund gives back is then the
+    /// cluster's count, not only what this node saw. No store: nothing to read.
+    pub async fn load_key(&self, key: &str, now: UnixMs) -> Result<(), StoreError> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let wanted = self.windows_of(&[key.into()], now);
+        // under the push lock, as a sync reads: a push in flight is in what is read
+        let _st = self.state.lock().await;
+        let totals = self.call(store.read(self.name(), &wanted)).await?;
+        let totals = with_absent_as_zero(&wanted, totals);
+        self.apply(&totals, now, Create::Yes);
+        Ok(())
     }
 
     pub(super) async fn sync_locked(

@@ -14,6 +14,10 @@
 //! once a new one starts, for a key idle for [`IDLE_MS`], and at shutdown. A node that
 //! dies holding quota leaves it counted until its window ends: the cluster then admits
 //! less, never more.
+//!
+//! Over 500 lines: the slots, their settle/give-back rules and the batched calls that
+//! reserve and return quota are one mechanism; `reserve.rs` holds the bucket side. One
+//! admission interface per mode is the cut that splits it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -483,6 +487,13 @@ impl NamespaceSync {
                 let Some(store) = this.store.clone() else {
                     return Err(Arc::new(StoreError::Unavailable("no store".into())));
                 };
+                // requests that queued while the call before them failed: answered at
+                // once, not after another store_timeout
+                if this.skipping_store() {
+                    return Err(Arc::new(StoreError::Unavailable(
+                        "the store failed lately".into(),
+                    )));
+                }
                 send(this, store, batch).await
             }
         })

@@ -1,6 +1,9 @@
 //! PostgreSQL store: `swin_counters`, pushed with one `INSERT … SELECT FROM unnest(…)
 //! ON CONFLICT DO UPDATE … RETURNING` per batch, so thousands of rows cost one round
 //! trip and the new totals come back in it.
+//!
+//! Over 500 lines: every `Backend` method (counters, buckets, holds, grants) in one
+//! dialect; the shared SQL transaction skeleton with SQLite is the planned cut.
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use swin_core::{CompactString, Diff, Tat, Total, UnixMs};

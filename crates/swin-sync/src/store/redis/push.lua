@@ -1,15 +1,19 @@
 -- KEYS: hashes of one cluster slot (on one server, a push without a seq may mix slots:
 -- see slot_calls); KEYS[1] also holds the node's last applied seq.
--- ARGV: node field, seq (-1: no dedupe), then per key: ttl, stale window field, n, and
+-- ARGV: node field, seq (-1: no dedupe), the bound a count must stay below (2^53, where
+-- a double stops counting every integer), then per key: ttl, stale window field, n, and
 -- n pairs (window_start, diff). Returns per pushed window, in order, its new count, or
--- '!' and the reason when the window is refused (its stored count is not a number, or
--- the sum would not be finite): such a window is skipped, the others are applied.
+-- '!' and the reason when the window is refused (its stored count is not a number, the
+-- sum would not be finite, or it would reach the bound: nodes that each stayed below it
+-- may not pass it together): such a window is skipped, the others are applied.
 -- Everything is read and checked before the first write, so a call that fails applies
 -- nothing (Redis does not roll a script back).
 local function finite(x) return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge end
 local seq = tonumber(ARGV[2])
 if not finite(seq) then return redis.error_reply('swin push: seq is not a number') end
-local a = 3
+local bound = tonumber(ARGV[3])
+if not finite(bound) then return redis.error_reply('swin push: bound is not a number') end
+local a = 4
 for k = 1, #KEYS do
   local n = tonumber(ARGV[a + 2])
   if not (finite(tonumber(ARGV[a])) and finite(n)) then
@@ -26,7 +30,7 @@ end
 local out = {}
 -- first pass: read and check; the plan says what each window does
 local plan = {}
-a = 3
+a = 4
 for k = 1, #KEYS do
   local n = tonumber(ARGV[a + 2])
   a = a + 3
@@ -43,6 +47,8 @@ for k = 1, #KEYS do
       step = {'refuse', '!diff is not a finite number'}
     elseif not finite(cur + diff) then
       step = {'refuse', '!the sum would not be finite'}
+    elseif cur + diff >= bound then
+      step = {'refuse', '!the count would reach 2^53'}
     elseif cur + diff < 0 then
       step = {'set', stored == false, '0'}
     else
@@ -59,7 +65,7 @@ if not apply then
   return out
 end
 -- second pass: write
-a = 3
+a = 4
 local p = 0
 for k = 1, #KEYS do
   local ttl, stale, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])

@@ -15,9 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use swin_core::{Gcra, WindowAlgorithm, WindowLimit, WindowSize};
+use swin_core::{Gcra, WindowLimit, WindowSize};
 
-use crate::limits::{KeyLimits, WindowSet};
+use crate::policy::algorithm::Algorithm;
+use crate::policy::limits::{KeyLimits, WindowSet};
 
 /// `rate_limit = { unit, requests_per_unit, name, replaces, unlimited }`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -156,7 +157,7 @@ struct Node {
 pub struct Rules {
     root: Level,
     /// The namespace's `algorithm`: what a request's own `limit` becomes too.
-    algorithm: Option<String>,
+    algorithm: Algorithm,
 }
 
 /// Where a rule error is: the file (or "the config"), the rule path, the field.
@@ -170,10 +171,10 @@ impl Rules {
         domain: &str,
         inline: &[RawRule],
         file: Option<&std::path::Path>,
-        algorithm: Option<&str>,
+        algorithm: Algorithm,
     ) -> Result<Rules, RuleError> {
         let mut rules = Rules {
-            algorithm: algorithm.map(str::to_owned),
+            algorithm,
             ..Rules::default()
         };
         add(&mut rules.root, inline, "", "descriptors", algorithm)?;
@@ -200,9 +201,9 @@ impl Rules {
         Ok(rules)
     }
 
-    /// The namespace's `algorithm` (`None`: sliding windows).
-    pub fn algorithm(&self) -> Option<&str> {
-        self.algorithm.as_deref()
+    /// The namespace's `algorithm`.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
     }
 
     pub fn is_empty(&self) -> bool {
@@ -271,7 +272,7 @@ fn add(
     raw: &[RawRule],
     parent: &str,
     field: &str,
-    algorithm: Option<&str>,
+    algorithm: Algorithm,
 ) -> Result<(), RuleError> {
     for (i, r) in raw.iter().enumerate() {
         let at = format!("{field}[{i}]");
@@ -313,7 +314,7 @@ fn rule(
     r: &RawRule,
     path: &str,
     at: &str,
-    algorithm: Option<&str>,
+    algorithm: Algorithm,
 ) -> Result<Option<Rule>, RuleError> {
     let given = [r.rate_limit.is_some(), r.limits.is_some(), r.gcra.is_some()];
     if given.iter().filter(|g| **g).count() > 1 {
@@ -365,14 +366,10 @@ fn rule(
         return Ok(Some(out));
     }
     if let Some(windows) = &r.limits {
-        let kind = match algorithm {
-            Some("fixed_window") => WindowAlgorithm::Fixed,
-            Some("gcra") => {
-                return Err(format!(
-                    "{at}.limits: a \"gcra\" namespace takes gcra = {{ burst, count, period }}"
-                ))
-            }
-            _ => WindowAlgorithm::Sliding,
+        let Some(kind) = algorithm.window() else {
+            return Err(format!(
+                "{at}.limits: a \"gcra\" namespace takes gcra = {{ burst, count, period }}"
+            ));
         };
         let mut set = Vec::new();
         for (j, w) in windows.iter().enumerate() {
@@ -405,199 +402,20 @@ fn rule(
 }
 
 /// `n` per `secs` seconds as the namespace's algorithm counts it.
-pub fn limit_for(n: f64, secs: u64, algorithm: Option<&str>) -> Result<KeyLimits, String> {
+pub fn limit_for(n: f64, secs: u64, algorithm: Algorithm) -> Result<KeyLimits, String> {
     let size = WindowSize::new(secs).map_err(|e| e.to_string())?;
-    match algorithm {
-        Some("gcra") => {
+    match algorithm.window() {
+        None => {
             let burst = n as i64;
             Gcra::new(burst, burst, Duration::from_secs(secs))
                 .map(KeyLimits::Gcra)
                 .map_err(|e| e.to_string())
         }
-        Some("fixed_window") => WindowLimit::new(size, n, WindowAlgorithm::Fixed)
-            .map(|l| KeyLimits::Windows(WindowSet::new(vec![l])))
-            .map_err(|e| e.to_string()),
-        _ => WindowLimit::new(size, n, WindowAlgorithm::Sliding)
+        Some(kind) => WindowLimit::new(size, n, kind)
             .map(|l| KeyLimits::Windows(WindowSet::new(vec![l])))
             .map_err(|e| e.to_string()),
     }
-}
-
-/// The counter key of a descriptor: its entries in request order as `key=value` joined
-/// by `|`, with `%`, `=` and `|` percent-encoded (so no two descriptors share a key).
-pub fn counter_key(entries: &[(&str, &str)]) -> String {
-    fn push(out: &mut String, s: &str) {
-        for c in s.chars() {
-            match c {
-                '%' => out.push_str("%25"),
-                '=' => out.push_str("%3D"),
-                '|' => out.push_str("%7C"),
-                c => out.push(c),
-            }
-        }
-    }
-    let mut out = String::new();
-    for (i, (k, v)) in entries.iter().enumerate() {
-        if i > 0 {
-            out.push('|');
-        }
-        push(&mut out, k);
-        out.push('=');
-        push(&mut out, v);
-    }
-    out
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn yaml(text: &str) -> Rules {
-        let dir = tempfile::tempdir().expect("dir");
-        let path = dir.path().join("rules.yaml");
-        std::fs::write(&path, text).expect("write");
-        Rules::load("edge", &[], Some(&path), None).expect("rules")
-    }
-
-    fn limit_of(rules: &Rules, entries: &[(&str, &str)]) -> Option<u32> {
-        rules.find(entries).map(|r| r.requests_per_unit)
-    }
-
-    /// envoyproxy/ratelimit's README, "Example 1" and "Example 2": the documented
-    /// descriptors and the limits its documentation says they get.
-    #[test]
-    fn the_documented_examples_match_as_documented() {
-        let r = yaml(
-            "domain: edge\ndescriptors:\n  - key: to_number\n    value: \"2061234567\"\n    descriptors:\n      - key: from_number\n        rate_limit:\n          unit: day\n          requests_per_unit: 10\n  - key: from_number\n    rate_limit:\n      unit: day\n      requests_per_unit: 100\n",
-        );
-        assert_eq!(
-            limit_of(
-                &r,
-                &[("to_number", "2061234567"), ("from_number", "2062222222")]
-            ),
-            Some(10)
-        );
-        assert_eq!(limit_of(&r, &[("from_number", "2062222222")]), Some(100));
-        // a number without its own rule and a deeper request than the rules: no limit
-        assert_eq!(
-            limit_of(&r, &[("to_number", "2069999999"), ("from_number", "1")]),
-            None
-        );
-        assert_eq!(limit_of(&r, &[("to_number", "2061234567")]), None);
-
-        // a rule at a level without a value matches any value there
-        let r = yaml(
-            "domain: edge\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n    descriptors:\n      - key: key2\n        rate_limit:\n          unit: minute\n          requests_per_unit: 5\n",
-        );
-        assert_eq!(
-            limit_of(&r, &[("key1", "value1"), ("key2", "anything")]),
-            Some(5)
-        );
-        assert_eq!(limit_of(&r, &[("key1", "value1")]), Some(1));
-        assert_eq!(limit_of(&r, &[("key1", "value2")]), None);
-    }
-
-    fn rules_of(domain: &str, text: &str) -> Rules {
-        let dir = tempfile::tempdir().expect("dir");
-        let path = dir.path().join("rules.yaml");
-        std::fs::write(&path, text).expect("write");
-        Rules::load(domain, &[], Some(&path), None).expect("rules")
-    }
-
-    /// envoyproxy/ratelimit's README examples 2, 3, 4 and 9, loaded as they are written
-    /// there, matched as the README says they match.
-    #[test]
-    fn envoyproxy_ratelimit_readme_examples() {
-        let messaging = rules_of(
-            "messaging",
-            "domain: messaging\ndescriptors:\n  # Only allow 5 marketing messages a day\n  - key: message_type\n    value: marketing\n    descriptors:\n      - key: to_number\n        rate_limit:\n          unit: day\n          requests_per_unit: 5\n\n  # Only allow 100 messages a day to any unique phone number\n  - key: to_number\n    rate_limit:\n      unit: day\n      requests_per_unit: 100\n",
-        );
-        let m = [("message_type", "marketing"), ("to_number", "2061111111")];
-        assert_eq!(limit_of(&messaging, &m), Some(5));
-        assert_eq!(
-            limit_of(&messaging, &[("to_number", "2061111111")]),
-            Some(100)
-        );
-        assert_eq!(messaging.find(&m).expect("rule").unit, 4); // DAY
-
-        let edge = rules_of(
-            "edge_proxy_per_ip",
-            "domain: edge_proxy_per_ip\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: second\n      requests_per_unit: 10\n\n  # Black list IP\n  - key: remote_address\n    value: 50.0.0.5\n    rate_limit:\n      unit: second\n      requests_per_unit: 0\n",
-        );
-        assert_eq!(limit_of(&edge, &[("remote_address", "50.0.0.1")]), Some(10));
-        let blocked = edge.find(&[("remote_address", "50.0.0.5")]).expect("rule");
-        assert_eq!(blocked.limit, RuleLimit::Blocked);
-
-        let flat = rules_of(
-            "example4",
-            "domain: example4\ndescriptors:\n  - key: key\n    value: value\n    rate_limit:\n      requests_per_unit: 300\n      unit: second\n",
-        );
-        let two = [("key", "value"), ("subkey", "subvalue")];
-        assert_eq!(
-            limit_of(&flat, &two),
-            None,
-            "a deeper request does not match"
-        );
-        let nested = rules_of(
-            "example4",
-            "domain: example4\ndescriptors:\n  - key: key\n    value: value\n    descriptors:\n      - key: subkey\n        rate_limit:\n          requests_per_unit: 300\n          unit: second\n",
-        );
-        assert_eq!(limit_of(&nested, &two), Some(300));
-
-        let wild = rules_of(
-            "example9",
-            "domain: example9\ndescriptors:\n  - key: key1\n    value: value*\n    rate_limit:\n      unit: minute\n      requests_per_unit: 20\n",
-        );
-        assert_eq!(limit_of(&wild, &[("key1", "value_1")]), Some(20));
-        assert_eq!(limit_of(&wild, &[("key1", "value_2")]), Some(20));
-        assert_eq!(limit_of(&wild, &[("key1", "other")]), None);
-    }
-
-    #[test]
-    fn prefixes_unlimited_shadow_and_replaces() {
-        let r = yaml(
-            "domain: edge\ndescriptors:\n  - key: path\n    value: /api/*\n    rate_limit:\n      unit: minute\n      requests_per_unit: 7\n  - key: path\n    rate_limit:\n      unit: minute\n      requests_per_unit: 100\n  - key: user\n    value: admin\n    rate_limit:\n      unlimited: true\n  - key: user\n    shadow_mode: true\n    rate_limit:\n      name: per_user\n      unit: hour\n      requests_per_unit: 3\n  - key: vip\n    rate_limit:\n      unit: hour\n      requests_per_unit: 1000\n      replaces:\n        - name: per_user\n",
-        );
-        assert_eq!(limit_of(&r, &[("path", "/api/orders")]), Some(7));
-        assert_eq!(limit_of(&r, &[("path", "/other")]), Some(100));
-        let admin = r.find(&[("user", "admin")]).expect("rule");
-        assert_eq!(admin.limit, RuleLimit::Unlimited);
-        let user = r.find(&[("user", "bob")]).expect("rule");
-        assert!(user.shadow);
-        assert_eq!(user.name.as_deref(), Some("per_user"));
-        assert_eq!(
-            r.find(&[("vip", "x")]).expect("rule").replaces,
-            vec!["per_user"]
-        );
-    }
-
-    #[test]
-    fn errors_name_the_file_the_rule_and_the_field() {
-        let dir = tempfile::tempdir().expect("dir");
-        let path = dir.path().join("bad.yaml");
-        let cases = [
-            ("domain: other\ndescriptors: []\n", "domain"),
-            ("domain: edge\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n", "descriptors[0].rate_limit.unit"),
-            ("domain: edge\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit:\n          unit: second\n          requests_per_unit: 5000000000\n", "descriptors[0].descriptors[0].rate_limit.requests_per_unit"),
-            ("domain: edge\ndescriptors:\n  - key: a\n  - key: a\n", "descriptors[1]"),
-            ("domain: edge\ndescriptors:\n  - key: \"\"\n", "descriptors[0].key"),
-            ("domain: edge\ndescriptors:\n  - key: a\n    colour: red\n", "colour"),
-        ];
-        for (text, field) in cases {
-            std::fs::write(&path, text).expect("write");
-            let e = Rules::load("edge", &[], Some(&path), None).expect_err(text);
-            assert!(e.starts_with(&path.display().to_string()), "{e}");
-            assert!(e.contains(field), "{field} not in {e}");
-        }
-    }
-
-    #[test]
-    fn counter_keys_keep_descriptors_apart() {
-        assert_eq!(counter_key(&[("a", "b"), ("c", "d")]), "a=b|c=d");
-        assert_ne!(
-            counter_key(&[("a", "b|c=d")]),
-            counter_key(&[("a", "b"), ("c", "d")])
-        );
-        assert_eq!(counter_key(&[("k%", "=|")]), "k%25=%3D%7C");
-    }
-}
+mod tests;

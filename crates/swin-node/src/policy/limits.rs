@@ -10,6 +10,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use swin_core::{Gcra, WindowAlgorithm, WindowLimit, WindowSize};
 
+use super::algorithm::Algorithm;
+use super::FieldError;
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimit {
@@ -52,6 +55,19 @@ pub enum KeyLimits {
     Windows(WindowSet),
     /// One GCRA bucket.
     Gcra(Gcra),
+}
+
+impl KeyLimits {
+    /// Whether a hit of `cost` can be decided at all: a finite, non-negative cost that
+    /// every limit can hold (more at once than a limit allows in all is an error, on
+    /// every door).
+    pub fn check_cost(&self, cost: f64) -> Result<(), swin_core::CoreError> {
+        swin_core::check_cost(cost)?;
+        match self {
+            KeyLimits::Gcra(g) => g.units(cost).map(|_| ()),
+            KeyLimits::Windows(set) => set.iter().try_for_each(|l| l.check_cost(cost)),
+        }
+    }
 }
 
 /// A key's window limits, with the `RateLimit-Policy` text of each written once, when
@@ -134,13 +150,13 @@ impl Limits {
         self.overrides.get(key).unwrap_or(&self.default)
     }
 
-    /// `sliding_window`, `fixed_window` or `gcra` (overrides are of the same kind).
-    pub fn algorithm(&self) -> &'static str {
+    /// The limits' algorithm (overrides are of the same kind).
+    pub fn algorithm(&self) -> Algorithm {
         match &self.default {
-            KeyLimits::Gcra(_) => "gcra",
+            KeyLimits::Gcra(_) => Algorithm::Gcra,
             KeyLimits::Windows(w) => match w.first().map(|w| w.algorithm) {
-                Some(WindowAlgorithm::Fixed) => "fixed_window",
-                _ => "sliding_window",
+                Some(WindowAlgorithm::Fixed) => Algorithm::FixedWindow,
+                _ => Algorithm::SlidingWindow,
             },
         }
     }
@@ -150,8 +166,6 @@ impl Limits {
         matches!(self.default, KeyLimits::Gcra(_))
     }
 }
-
-type FieldError = (String, String);
 
 fn window_limits(
     raw: &[RawLimit],
@@ -256,15 +270,7 @@ pub fn validate(raw: RawLimits, sizes: &[WindowSize]) -> Result<Option<Limits>, 
 
 /// The window algorithm (`None`: GCRA); sliding windows unless told otherwise.
 fn algorithm(raw: Option<&str>) -> Result<Option<WindowAlgorithm>, FieldError> {
-    match raw {
-        None | Some("sliding_window") => Ok(Some(WindowAlgorithm::Sliding)),
-        Some("fixed_window") => Ok(Some(WindowAlgorithm::Fixed)),
-        Some("gcra") => Ok(None),
-        Some(other) => Err((
-            "algorithm".into(),
-            format!("{other:?} is not \"sliding_window\", \"fixed_window\" or \"gcra\""),
-        )),
-    }
+    Algorithm::parse(raw).map(Algorithm::window)
 }
 
 /// The limits of the namespace or of one override (`field` prefixes its fields): window

@@ -8,17 +8,13 @@
 //! - /readyz answers 503 from the start while the store cannot be reached.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use swin_cluster_tests::{use_node_binary, within, Node, TestStore};
+use swin_cluster_tests::{within, TestStore};
 
-fn node(config: &Path) -> Node {
-    use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    Node::spawn(config)
-}
+use super::support::{increment, node, spool_files};
 
 const HEAD: &str = "store_timeout = 1\nshutdown_grace = 5\n";
 
@@ -199,27 +195,6 @@ trait Outage {
     async fn start(&mut self);
 }
 
-async fn hit(client: &reqwest::Client, base: &str, n: usize) {
-    for _ in 0..n {
-        let r = client
-            .post(format!("{base}/v1/namespaces/api/keys/k/increment"))
-            .send()
-            .await
-            .expect("post");
-        assert_eq!(r.status(), 200);
-    }
-}
-
-fn spool_files(dir: &Path) -> usize {
-    std::fs::read_dir(dir.join("data"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().starts_with("spool-"))
-                .count()
-        })
-        .unwrap_or(0)
-}
-
 /// 20 hits pushed, the store goes away, 30 more, SIGTERM: exit 0 with a spool; the store
 /// comes back and a new start replays it: 50 in the store, the spool gone.
 async fn sigterm_while_the_store_is_away(backend: TestStore, mut outage: impl Outage) {
@@ -235,16 +210,16 @@ async fn sigterm_while_the_store_is_away(backend: TestStore, mut outage: impl Ou
     .expect("write");
     let client = reqwest::Client::new();
     let mut n = node(&path);
-    hit(&client, &n.base, 20).await;
+    increment(&client, &n.base, "api", "k", 20).await;
     within(Duration::from_secs(15), "20 in the store", async || {
         backend.totals("api").await.get("k") == Some(&20.0)
     })
     .await;
     outage.stop().await;
-    hit(&client, &n.base, 30).await;
+    increment(&client, &n.base, "api", "k", 30).await;
     assert!(n.terminate(), "SIGTERM exits 0 with the store away");
     assert_eq!(
-        spool_files(dir.path()),
+        spool_files(dir.path()).len(),
         1,
         "what was unconfirmed is spooled"
     );
@@ -258,7 +233,7 @@ async fn sigterm_while_the_store_is_away(backend: TestStore, mut outage: impl Ou
     within(
         Duration::from_secs(5),
         "the replayed spool removed",
-        async || spool_files(dir.path()) == 0,
+        async || spool_files(dir.path()).is_empty(),
     )
     .await;
     assert!(again.terminate());
@@ -362,14 +337,7 @@ async fn sqlite_sigterm_while_the_store_is_away_loses_nothing() {
 async fn readyz_is_503_from_the_start_while_the_store_is_unreachable() {
     let dir = tempfile::tempdir().expect("dir");
     let client = reqwest::Client::new();
-    let missing_db = format!(
-        "{}/swin_no_such_database_{}",
-        swin_testkit::postgres_admin_url()
-            .rsplit_once('/')
-            .expect("url")
-            .0,
-        std::process::id()
-    );
+    let missing_db = super::support::missing_postgres_database();
     let sections = [
         format!(
             "[stores.main]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{}\"\n",
@@ -394,7 +362,7 @@ async fn readyz_is_503_from_the_start_while_the_store_is_unreachable() {
         let body: serde_json::Value = r.json().await.expect("json");
         assert_eq!(body["namespaces"][0]["namespace"], "api", "{body}");
         // increments still answer, from local memory
-        hit(&client, &n.base, 1).await;
+        increment(&client, &n.base, "api", "k", 1).await;
         assert!(n.terminate(), "{section}");
     }
 }

@@ -2,7 +2,6 @@
 //! counted.
 
 use crate::error::Error;
-use crate::state::Namespace;
 
 pub const MAX_KEY_BYTES: usize = 1024;
 
@@ -26,13 +25,12 @@ pub fn check_key(key: &str) -> Result<(), Error> {
 
 /// The value of an increment (1 when absent): finite, within ±2^53, and not negative
 /// unless the namespace allows decrements.
-pub fn check_value(v: Option<f64>, ns: &Namespace) -> Result<f64, Error> {
+pub fn check_value(v: Option<f64>, allow_decrements: bool, namespace: &str) -> Result<f64, Error> {
     let v = v.unwrap_or(1.0);
     swin_core::check_value(v)?;
-    if v < 0.0 && !ns.allow_decrements {
+    if v < 0.0 && !allow_decrements {
         return Err(Error::InvalidValue(format!(
-            "value must not be negative, got {v} (namespace {:?} does not set allow_decrements)",
-            ns.sync.name()
+            "value must not be negative, got {v} (namespace {namespace:?} does not set allow_decrements)"
         )));
     }
     Ok(v)

@@ -1,26 +1,37 @@
 //! No connection starves the others, against the real binary: silent sockets past
 //! `max_connections` while `/healthz` and an increment still answer at once; headers
 //! that never end, keep-alive connections left idle and bodies that never arrive are
-//! closed after their timeouts.
+//! closed after their timeouts; a socket that never sends a byte gets `header_timeout`,
+//! a kept-alive one `idle_timeout`; sockets stuck half-way through a request (a body
+//! declared and never sent) fill the cap and are closed for real clients.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use swin_cluster_tests::{use_node_binary, Node};
+use swin_cluster_tests::Node;
 
 /// A local-only node with low limits: 50 connections, 1 s for headers, body and idling.
 fn node(dir: &Path) -> Node {
+    node_with(
+        dir,
+        "max_connections = 50\nheader_timeout = 1\nidle_timeout = 1\nbody_timeout = 1\n",
+    )
+}
+
+/// A local-only node with `limits` (TOML) and a namespace `login` of 5 a minute.
+fn node_with(dir: &Path, limits: &str) -> Node {
     let config = dir.join("swin.toml");
     std::fs::write(
         &config,
-        "max_connections = 50\nheader_timeout = 1\nidle_timeout = 1\nbody_timeout = 1\n\
-         [[namespaces]]\nname = \"api\"\nwindow_sizes = [60]\nsync_rate = -1\n",
+        format!(
+            "{limits}\n[[namespaces]]\nname = \"api\"\nwindow_sizes = [60]\nsync_rate = -1\n\
+             [[namespaces]]\nname = \"login\"\nsync_rate = -1\nwindow_sizes = [60]\nlimits = [{{ window_size = 60, limit = 5 }}]\n"
+        ),
     )
     .expect("write config");
-    use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    Node::spawn(&config)
+    super::support::node(&config)
 }
 
 fn connect(port: u16) -> TcpStream {
@@ -137,4 +148,90 @@ fn slow_headers_idle_keep_alive_and_missing_bodies_are_closed() {
     let _ = body.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("body_timeout"), "{answer}");
+}
+
+/// A socket that never sends a byte is closed after `header_timeout` (it used to wait
+/// for the idle reaper); a kept-alive connection lives `idle_timeout` after its
+/// request, not `header_timeout` (pooled clients met closed connections after 10 s).
+#[test]
+fn silent_sockets_get_the_header_timeout_and_keep_alive_the_idle_timeout() {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_with(
+        dir.path(),
+        "header_timeout = 1\nidle_timeout = 8\nbody_timeout = 30\n",
+    );
+    let mut silent = connect(node.port);
+    let mut kept = connect(node.port);
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    let mut buf = [0u8; 512];
+    let n = kept.read(&mut buf).expect("answer");
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let started = Instant::now();
+    // margins for a loaded machine: well past header_timeout, well before idle_timeout
+    assert!(
+        closed_within(&mut silent, Duration::from_secs(5)),
+        "a silent socket outlived header_timeout by 4 s"
+    );
+    // past the header timeout the kept-alive connection still serves
+    std::thread::sleep(Duration::from_secs(3).saturating_sub(started.elapsed()));
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write: the connection was kept");
+    kept.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let n = kept.read(&mut buf).expect("a second answer");
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    // and it is closed once idle_timeout has passed
+    assert!(
+        closed_within(&mut kept, Duration::from_secs(16)),
+        "idle keep-alive never closed"
+    );
+}
+
+/// Every slot taken by a socket that sent a request head declaring a body it never
+/// sends: real clients still get in (each closes the socket stuck the longest), and
+/// a limit of 5 a minute still admits exactly 5.
+#[test]
+fn half_sent_requests_filling_the_cap_do_not_keep_clients_out() {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_with(
+        dir.path(),
+        "max_connections = 40\nheader_timeout = 10\nidle_timeout = 60\nbody_timeout = 30\n",
+    );
+    let stuck: Vec<TcpStream> = (0..40)
+        .map(|_| {
+            let mut s = connect(node.port);
+            s.write_all(
+                b"POST /v1/namespaces/login/keys/alice/hit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n",
+            )
+            .expect("write");
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut answers = Vec::new();
+    for _ in 0..8 {
+        answers.push(exchange(
+            node.port,
+            "POST /v1/namespaces/login/keys/alice/hit HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        ));
+    }
+    let admitted = answers
+        .iter()
+        .filter(|a| a.starts_with("HTTP/1.1 200"))
+        .count();
+    let denied = answers
+        .iter()
+        .filter(|a| a.starts_with("HTTP/1.1 429"))
+        .count();
+    assert_eq!(
+        (admitted, denied),
+        (5, 3),
+        "every real client answered, exactly the limit admitted: {answers:?}"
+    );
+    drop(stuck);
 }

@@ -1,0 +1,140 @@
+//! Stopping: a namespace no longer served hands what it counted to its last push (or to
+//! the leftovers), and a node that stops does so for every namespace at once, within
+//! `shutdown_grace`, spooling what the stores did not confirm.
+
+use std::sync::Arc;
+
+use tracing::{error, info, warn};
+
+use super::leftovers::{Leftover, Leftovers};
+use super::{Node, Running};
+use crate::spool::{self, SpoolEntry};
+use crate::state::Namespaces;
+
+impl Node {
+    /// Stops every engine at once (each pushes until a common deadline), tries what is
+    /// left until then, and spools whatever the store still did not confirm — all within
+    /// `shutdown_grace`, the last part of it kept for the spool. An error when a count
+    /// could be neither confirmed nor spooled (the process then exits non-zero).
+    pub async fn shutdown_engines(mut self) -> anyhow::Result<()> {
+        let grace = self.config.shutdown_grace;
+        let started = tokio::time::Instant::now();
+        // time kept for taking what is unconfirmed and writing the spool
+        let reserve = (grace / 5).min(std::time::Duration::from_secs(2));
+        let deadline = started + grace.saturating_sub(reserve);
+        let hard_end = started + grace;
+        // background retries stop at once (they would hold the leftovers while a store
+        // call hangs); what they hold is tried below
+        self.retries.cancel();
+        let running = std::mem::take(&mut self.running);
+        self.state.namespaces.store(Arc::new(Namespaces::new()));
+        let mut retiring = tokio::task::JoinSet::new();
+        for (_, r) in running {
+            r.namespace.sync.stop_by(deadline);
+            retiring.spawn(retire(r, deadline, self.leftovers.clone()));
+        }
+        let mut unfinished = 0usize;
+        let all_retired = async { while retiring.join_next().await.is_some() {} };
+        if tokio::time::timeout_at(hard_end, all_retired)
+            .await
+            .is_err()
+        {
+            unfinished = retiring.len();
+            error!(
+                ?grace,
+                namespaces = unfinished,
+                "sync engines did not stop within the grace period"
+            );
+        }
+        self.shutdown.cancel();
+        self.tracker.close();
+        if tokio::time::timeout_at(hard_end, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            warn!(
+                ?grace,
+                "background tasks did not finish within the grace period"
+            );
+        }
+        // one more try at what is left, cut short at the deadline (a push cut short
+        // keeps its chunk, to be spooled)
+        let _ = tokio::time::timeout_at(deadline, self.retry_leftovers()).await;
+        let leftovers = std::mem::take(&mut *self.leftovers.lock().await);
+        let entries: Vec<SpoolEntry> = leftovers
+            .into_iter()
+            .filter(|l| l.file.is_none() && !l.unconfirmed.is_empty())
+            .map(|l| SpoolEntry {
+                store: l.store_name,
+                store_fingerprint: l.fingerprint,
+                unconfirmed: l.unconfirmed,
+            })
+            .collect();
+        if unfinished > 0 {
+            // their engines still hold what they counted: neither pushed nor spooled
+            let written = if entries.is_empty() {
+                Ok(None)
+            } else {
+                spool::write(&self.config.data_dir, &entries).map(Some)
+            };
+            anyhow::bail!(
+                "{unfinished} namespaces did not stop within shutdown_grace ({grace:?}): their unconfirmed hits are lost (others spooled: {written:?})"
+            );
+        }
+        if entries.is_empty() {
+            info!("stopped");
+            return Ok(());
+        }
+        let windows: usize = entries.iter().map(|e| e.unconfirmed.rows()).sum();
+        let hits: f64 = entries.iter().map(|e| e.unconfirmed.hits()).sum();
+        match spool::write(&self.config.data_dir, &entries) {
+            Ok(path) => {
+                warn!(file = %path.display(), windows, hits, "the store did not confirm the last pushes; spooled for the next start");
+                info!("stopped");
+                Ok(())
+            }
+            Err(e) => {
+                error!(dir = %self.config.data_dir.display(), cause = %e, windows, hits, "cannot write the spool: these hits are lost");
+                anyhow::bail!(
+                    "lost {windows} windows ({hits} hits): cannot write the spool under {}: {e}",
+                    self.config.data_dir.display()
+                )
+            }
+        }
+    }
+}
+
+/// Stops a namespace no longer served: waits (until `deadline`) for the requests still
+/// holding it, so that every hit that reached its tables is in what its engine pushes
+/// last, then stops the engine and keeps what the store did not confirm as a leftover.
+pub(super) async fn retire(mut old: Running, deadline: tokio::time::Instant, leftovers: Leftovers) {
+    while Arc::strong_count(&old.namespace) > 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    old.cancel.cancel();
+    if let Some(engine) = old.engine.take() {
+        let _ = engine.await;
+    }
+    let sync = &old.namespace.sync;
+    let unconfirmed = sync.take_unconfirmed(swin_sync::now()).await;
+    if unconfirmed.is_empty() {
+        return;
+    }
+    let (Some(store), Some(store_name), Some(cfg)) =
+        (sync.store(), &old.config.store, &old.store_config)
+    else {
+        return;
+    };
+    warn!(
+        namespace = old.config.name,
+        windows = unconfirmed.rows(),
+        "unconfirmed pushes kept; retried until the store takes them"
+    );
+    leftovers.lock().await.push(Leftover {
+        store_name: store_name.clone(),
+        fingerprint: cfg.fingerprint(),
+        store: store.clone(),
+        unconfirmed,
+        file: None,
+    });
+}

@@ -1,0 +1,89 @@
+//! The counter key a descriptor counts on: one key per descriptor, and a valid key for
+//! any value Envoy can send.
+
+/// The counter key of a descriptor: its entries in request order as `key=value` joined
+/// by `|`, with `%`, `=`, `|` and U+0000 percent-encoded (so no two descriptors share a
+/// key, and any value Envoy can send is a key). A key longer than a stored key may be
+/// ([`crate::policy::input::MAX_KEY_BYTES`]) keeps its first bytes and ends in `%~` and the hex
+/// SHA-256 of the whole: `%~` never occurs in an encoded key, so it is still one key per
+/// descriptor, and a client cannot turn an answer into an error by sending a long value.
+pub fn counter_key(entries: &[(&str, &str)]) -> String {
+    fn push(out: &mut String, s: &str) {
+        for c in s.chars() {
+            match c {
+                '%' => out.push_str("%25"),
+                '=' => out.push_str("%3D"),
+                '|' => out.push_str("%7C"),
+                '\0' => out.push_str("%00"),
+                c => out.push(c),
+            }
+        }
+    }
+    let mut out = String::new();
+    for (i, (k, v)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push('|');
+        }
+        push(&mut out, k);
+        out.push('=');
+        push(&mut out, v);
+    }
+    if out.len() > crate::policy::input::MAX_KEY_BYTES {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(out.as_bytes());
+        let mut keep = crate::policy::input::MAX_KEY_BYTES - 2 - 2 * digest.len();
+        while !out.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        out.truncate(keep);
+        out.push_str("%~");
+        for b in digest {
+            out.push_str(&format!("{b:02x}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_keys_keep_descriptors_apart() {
+        assert_eq!(counter_key(&[("a", "b"), ("c", "d")]), "a=b|c=d");
+        assert_ne!(
+            counter_key(&[("a", "b|c=d")]),
+            counter_key(&[("a", "b"), ("c", "d")])
+        );
+        assert_eq!(counter_key(&[("k%", "=|")]), "k%25=%3D%7C");
+        assert_eq!(counter_key(&[("k", "a\0b")]), "k=a%00b");
+    }
+
+    #[test]
+    fn long_values_are_keys_of_their_own() {
+        let long = |c: char| "é".repeat(600) + &c.to_string();
+        let (a, b) = (long('a'), long('b'));
+        let (ka, kb) = (counter_key(&[("kk", &a)]), counter_key(&[("kk", &b)]));
+        for k in [&ka, &kb] {
+            crate::policy::input::check_key(k).expect("a valid key");
+            assert_eq!(
+                k.len(),
+                crate::policy::input::MAX_KEY_BYTES - 1,
+                "cut at a char boundary"
+            );
+            assert!(k.contains("%~"));
+        }
+        assert_ne!(ka, kb, "the digest tells them apart");
+        assert_eq!(
+            ka,
+            counter_key(&[("kk", &a)]),
+            "the same value, the same key"
+        );
+        let exact = "x".repeat(crate::policy::input::MAX_KEY_BYTES - 2);
+        assert_eq!(
+            counter_key(&[("k", &exact)]),
+            format!("k={exact}"),
+            "at the limit: as it is"
+        );
+    }
+}

@@ -1,0 +1,289 @@
+//! Envoy's door as a hostile caller sees it: the HTTP API's tokens and scopes on the
+//! gRPC service, and no value (long, with a NUL, a bad override after good descriptors)
+//! that turns an over-limit answer into an error or leaves a request half counted.
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use sha2::{Digest, Sha256};
+use swin_cluster_tests::Node;
+use tonic::transport::Channel;
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+fn sha256(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+struct Running {
+    _node: Node,
+    grpc: RateLimitServiceClient<Channel>,
+    channel: Channel,
+    _dir: tempfile::TempDir,
+}
+
+/// A local-only node whose `limited` namespace allows 2 per 90 s per `api_key`, with
+/// `auth` (TOML) prepended.
+async fn start(auth: &str) -> Running {
+    start_with(&format!(
+        "{auth}\n[[namespaces]]\nname = \"limited\"\nsync_rate = -1\n\
+         [[namespaces.descriptors]]\nkey = \"api_key\"\nlimits = [{{ window_size = 90, limit = 2 }}]\n"
+    ))
+    .await
+}
+
+/// A node of `config` (its namespace is `limited`) with a gRPC listener.
+async fn start_with(config: &str) -> Running {
+    let dir = tempfile::tempdir().expect("dir");
+    let port = swin_testkit::free_port();
+    let path = dir.path().join("swin.toml");
+    std::fs::write(
+        &path,
+        format!("grpc_listen = \"127.0.0.1:{port}\"\n{config}"),
+    )
+    .expect("config");
+    let node = super::support::node(&path);
+    swin_testkit::wait_for_port(port, Duration::from_secs(30));
+    let channel = Channel::from_shared(format!("http://127.0.0.1:{port}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    Running {
+        _node: node,
+        grpc: RateLimitServiceClient::new(channel.clone()),
+        channel,
+        _dir: dir,
+    }
+}
+
+fn key(value: &str) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: vec![Entry {
+            key: "api_key".into(),
+            value: value.into(),
+        }],
+        ..Default::default()
+    }
+}
+
+fn request(
+    descriptors: Vec<RateLimitDescriptor>,
+    token: Option<&str>,
+) -> tonic::Request<RateLimitRequest> {
+    let mut r = tonic::Request::new(RateLimitRequest {
+        domain: "limited".into(),
+        descriptors,
+        hits_addend: 0,
+    });
+    if let Some(t) = token {
+        r.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {t}").parse().expect("ascii"),
+        );
+    }
+    r
+}
+
+async fn ask(
+    c: &mut RateLimitServiceClient<Channel>,
+    descriptors: Vec<RateLimitDescriptor>,
+    token: Option<&str>,
+) -> Result<RateLimitResponse, tonic::Status> {
+    c.should_rate_limit(request(descriptors, token))
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+fn codes(r: &RateLimitResponse) -> Vec<i32> {
+    r.statuses.iter().map(|s| s.code).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_takes_the_same_tokens_and_scopes_as_http() {
+    let auth = format!(
+        "[[auth.tokens]]\nname = \"envoy\"\nsha256 = \"{}\"\nscopes = [\"decide\"]\n\
+         [[auth.tokens]]\nname = \"reader\"\nsha256 = \"{}\"\nscopes = [\"count\", \"metrics\"]\n",
+        sha256("envoy-secret"),
+        sha256("reader-secret"),
+    );
+    let mut run = start(&auth).await;
+    let c = &mut run.grpc;
+    for (token, code) in [
+        (None, tonic::Code::Unauthenticated),
+        (Some("Bearer-less"), tonic::Code::Unauthenticated),
+        (Some("wrong-secret"), tonic::Code::Unauthenticated),
+        (Some("reader-secret"), tonic::Code::PermissionDenied),
+    ] {
+        let e = ask(c, vec![key("a")], token).await.expect_err("refused");
+        assert_eq!(e.code(), code, "{token:?}: {e:?}");
+        assert!(!e.message().is_empty(), "the status says why");
+    }
+    // another scheme in the metadata is no bearer token
+    let mut r = request(vec![key("a")], None);
+    r.metadata_mut().insert(
+        "authorization",
+        "Basic ZW52b3k6c2VjcmV0".parse().expect("ascii"),
+    );
+    let e = c.should_rate_limit(r).await.expect_err("basic");
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+    // none of the refused calls spent anything: the full quota of 2 is there
+    for expect in [OK, OK, OVER] {
+        let r = ask(c, vec![key("a")], Some("envoy-secret"))
+            .await
+            .expect("answer");
+        assert_eq!(codes(&r), vec![expect]);
+    }
+    // health stays open
+    let mut health = tonic_health::pb::health_client::HealthClient::new(run.channel.clone());
+    let h = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health without a token");
+    assert_eq!(
+        h.into_inner().status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_value_turns_over_limit_into_an_error() {
+    let mut run = start("").await;
+    let c = &mut run.grpc;
+    for expect in [OK, OK, OVER] {
+        let r = ask(c, vec![key("spent")], None).await.expect("answer");
+        assert_eq!(codes(&r), vec![expect]);
+    }
+    let long_a = "v".repeat(2000) + "a";
+    let long_b = "v".repeat(2000) + "b";
+    for hostile in [long_a.as_str(), "nul\0value", "é\u{10FFFF}|=%"] {
+        let r = ask(c, vec![key("spent"), key(hostile)], None)
+            .await
+            .unwrap_or_else(|e| panic!("{hostile:?}: an answer, not {e:?}"));
+        assert_eq!(r.overall_code, OVER, "{hostile:?}");
+        assert_eq!(codes(&r), vec![OVER, OK], "{hostile:?}");
+    }
+    // the requests over the limit counted nothing (all or nothing), and long values
+    // that share their first kilobytes are keys of their own: b has its full quota
+    // after a has spent both of its two
+    for expect in [OK, OK, OVER] {
+        let r = ask(c, vec![key(&long_a)], None).await.expect("a");
+        assert_eq!(codes(&r), vec![expect]);
+    }
+    for expect in [OK, OK, OVER] {
+        let r = ask(c, vec![key(&long_b)], None).await.expect("b");
+        assert_eq!(codes(&r), vec![expect]);
+    }
+    // a limit that cannot be read (unit 99) after a descriptor over its limit: that
+    // descriptor is blocked, the answer OVER_LIMIT, not an error Envoy would let through
+    let mut odd = key("fresh");
+    odd.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 99,
+    });
+    let r = ask(c, vec![key("spent"), odd], None)
+        .await
+        .expect("an answer, not INVALID_ARGUMENT");
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(codes(&r), vec![OVER, OVER]);
+    // and it counted nothing for the key it blocked
+    for expect in [OK, OK, OVER] {
+        let r = ask(c, vec![key("fresh")], None).await.expect("answer");
+        assert_eq!(codes(&r), vec![expect]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_the_limit_counts_nothing_on_any_descriptor() {
+    let mut run = start("").await;
+    let c = &mut run.grpc;
+    for expect in [OK, OK, OVER] {
+        let r = ask(c, vec![key("spent")], None).await.expect("answer");
+        assert_eq!(codes(&r), vec![expect]);
+    }
+    // "fresh" is within its limit each time, but the request is over it: not counted
+    for _ in 0..3 {
+        let r = ask(c, vec![key("fresh"), key("spent")], None)
+            .await
+            .expect("answer");
+        assert_eq!(r.overall_code, OVER);
+        assert_eq!(codes(&r), vec![OK, OVER]);
+    }
+    for expect in [OK, OK, OVER] {
+        let r = ask(c, vec![key("fresh")], None).await.expect("answer");
+        assert_eq!(codes(&r), vec![expect], "fresh still has its quota of 2");
+    }
+}
+
+/// 10,000 distinct descriptors of one request on a synchronous namespace, limit 1 each.
+fn many(prefix: &str) -> Vec<RateLimitDescriptor> {
+    (0..10_000).map(|i| key(&format!("{prefix}-{i}"))).collect()
+}
+
+/// The same request asked again after the first one's answer: every descriptor OVER
+/// if the first counted them all, OK if it counted none; anything else is a request
+/// half counted.
+fn codes_after(c: &[i32]) -> &'static str {
+    if c.iter().all(|&x| x == OVER) {
+        "all counted"
+    } else if c.iter().all(|&x| x == OK) {
+        "none counted"
+    } else {
+        "half counted"
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synchronous_request_is_decided_whole_even_when_envoy_gives_up() {
+    let redis = swin_testkit::TestStore::redis();
+    let mut run = start_with(&format!(
+        "{}\n[[namespaces]]\nname = \"limited\"\nsync_rate = 0\nstore = \"main\"\n\
+         [[namespaces.descriptors]]\nkey = \"api_key\"\nlimits = [{{ window_size = 90, limit = 1 }}]\n",
+        redis.section()
+    ))
+    .await;
+    let c = &mut run.grpc;
+    let mut big = RateLimitRequest {
+        domain: "limited".into(),
+        descriptors: many("whole"),
+        hits_addend: 0,
+    };
+    let started = std::time::Instant::now();
+    let r = c
+        .should_rate_limit(big.clone())
+        .await
+        .expect("answer")
+        .into_inner();
+    eprintln!(
+        "10,000 descriptors, synchronous Redis: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(r.overall_code, OK);
+    let r = c
+        .should_rate_limit(big.clone())
+        .await
+        .expect("again")
+        .into_inner();
+    assert_eq!(codes_after(&codes(&r)), "all counted");
+    // Envoy gives up after 5 ms (its default is 20): the request is counted whole or
+    // not at all, never in part
+    big.descriptors = many("cut");
+    let mut cut = tonic::Request::new(big.clone());
+    cut.set_timeout(Duration::from_millis(5));
+    let _ = c.should_rate_limit(cut).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let r = c.should_rate_limit(big).await.expect("after").into_inner();
+    assert_ne!(codes_after(&codes(&r)), "half counted");
+}

@@ -1,0 +1,192 @@
+//! The HTTP door as a hostile client uses it: forwarding headers with bytes that are
+//! not ASCII, keys that are not UTF-8, and a refund sent to a node that did not admit
+//! the hits.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+use swin_cluster_tests::{within, Node, TestStore};
+
+fn node(dir: &Path, config: &str) -> Node {
+    let path = dir.join("swin.toml");
+    std::fs::write(&path, config).expect("write config");
+    super::support::node(&path)
+}
+
+/// Sends raw bytes on a fresh connection and reads the whole answer.
+fn exchange(port: u16, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(request).expect("write");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Behind nginx's `$proxy_add_x_forwarded_for`, a client that puts a byte that is not
+/// ASCII in its own X-Forwarded-For and a new X-Real-IP each time: the address nginx
+/// appended is still the key (it used to drop the whole line and believe X-Real-IP:
+/// 8 of 8 admitted on a limit of 5).
+#[test]
+fn forwarding_headers_with_bytes_that_are_not_ascii_do_not_lift_a_limit() {
+    let dir = tempfile::tempdir().expect("dir");
+    let n = node(
+        dir.path(),
+        "trusted_proxies = [\"127.0.0.1/32\"]\n[[namespaces]]\nname = \"login\"\nwindow_sizes = [60]\nsync_rate = -1\nlimits = [{ window_size = 60, limit = 5 }]\n",
+    );
+    let mut codes = Vec::new();
+    for i in 0..8 {
+        let mut req =
+            b"GET /v1/auth/login HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: \xff\xfe".to_vec();
+        req.extend_from_slice(
+            format!("{i}, 203.0.113.7\r\nX-Real-IP: 198.51.100.{i}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        );
+        let answer = exchange(n.port, &req);
+        codes.push(answer.get(9..12).unwrap_or("").to_owned());
+    }
+    assert_eq!(
+        codes,
+        ["200", "200", "200", "200", "200", "429", "429", "429"],
+        "5 of a limit of 5 admitted"
+    );
+}
+
+/// A key that is not UTF-8 once percent-decoded is `invalid_key` on every route that
+/// takes one, as the README says (it was `bad_request`).
+#[test]
+fn a_key_that_is_not_utf8_is_an_invalid_key() {
+    let dir = tempfile::tempdir().expect("dir");
+    let n = node(
+        dir.path(),
+        "[[namespaces]]\nname = \"api\"\nwindow_sizes = [60]\nsync_rate = -1\nlimits = [{ window_size = 60, limit = 5 }]\n",
+    );
+    for (method, tail) in [
+        ("POST", "/increment"),
+        ("POST", "/hit"),
+        ("POST", "/refund"),
+        ("GET", ""),
+        ("DELETE", ""),
+    ] {
+        let req = format!(
+            "{method} /v1/namespaces/api/keys/%FF%FE{tail} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        let answer = exchange(n.port, req.as_bytes());
+        assert!(
+            answer.starts_with("HTTP/1.1 400"),
+            "{method} {tail}: {answer}"
+        );
+        assert!(
+            answer.contains("\"code\":\"invalid_key\""),
+            "{method} {tail}: {answer}"
+        );
+    }
+}
+
+/// Node A admits 10 of 10 and syncs; the client's refund of 10 goes to node B, which
+/// never held the key: B reads the cluster's count, gives back 10 and says so, and A
+/// admits again once the refund is synced — exactly 0 left in the store. (B used to
+/// answer `allowed: false, remaining: 10` and give nothing back.)
+async fn a_refund_on_another_node_gives_back_what_was_admitted(store: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = format!(
+        "store_timeout = 2\n{}\n[[namespaces]]\nname = \"api\"\nstore = \"main\"\nwindow_sizes = [3600]\nsync_rate = 0.1\nlimits = [{{ window_size = 3600, limit = 10 }}]\n",
+        store.section()
+    );
+    let path = dir.path().join("swin.toml");
+    std::fs::write(&path, config).expect("write");
+    let mut a = super::support::node(&path);
+    let mut b = super::support::node(&path);
+    let client = reqwest::Client::new();
+    let hit = async |base: &str| {
+        client
+            .post(format!("{base}/v1/namespaces/api/keys/k/hit"))
+            .send()
+            .await
+            .expect("hit")
+            .status()
+            .as_u16()
+    };
+    for _ in 0..10 {
+        assert_eq!(hit(&a.base).await, 200);
+    }
+    assert_eq!(hit(&a.base).await, 429, "the limit holds on A");
+    within(Duration::from_secs(10), "10 in the store", async || {
+        store.totals("api").await.get("k") == Some(&10.0)
+    })
+    .await;
+    let r = client
+        .post(format!("{}/v1/namespaces/api/keys/k/refund", b.base))
+        .json(&serde_json::json!({"cost": 10}))
+        .send()
+        .await
+        .expect("refund");
+    assert_eq!(r.status(), 200);
+    let body: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(body["refunded"], 10.0, "{body}");
+    assert_eq!(body["allowed"], true, "{body}");
+    assert_eq!(body["remaining"], 10.0, "{body}");
+    within(Duration::from_secs(10), "0 in the store", async || {
+        store.totals("api").await.get("k").copied().unwrap_or(0.0) == 0.0
+    })
+    .await;
+    within(Duration::from_secs(10), "A admits again", async || {
+        hit(&a.base).await == 200
+    })
+    .await;
+    assert!(a.terminate() && b.terminate());
+    assert_eq!(store.totals("api").await.get("k"), Some(&1.0), "exact");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_refund_on_another_node_gives_back_what_was_admitted() {
+    a_refund_on_another_node_gives_back_what_was_admitted(TestStore::postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_refund_on_another_node_gives_back_what_was_admitted() {
+    a_refund_on_another_node_gives_back_what_was_admitted(TestStore::redis()).await;
+}
+
+/// An operator inspects a SQLite store with the `sqlite3` their system ships (Debian 12:
+/// 3.40, before `unixepoch('subsec')`): `swin_rates` shows the counts a node pushed (it
+/// showed no rows at all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swin_rates_reads_with_the_systems_sqlite3() {
+    let store = TestStore::sqlite().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let mut n = node(
+        dir.path(),
+        &format!(
+            "{}\n[[namespaces]]\nname = \"api\"\nstore = \"main\"\nwindow_sizes = [3600]\nsync_rate = 0.1\n",
+            store.section()
+        ),
+    );
+    let client = reqwest::Client::new();
+    super::support::increment(&client, &n.base, "api", "k", 3).await;
+    assert!(n.terminate(), "the last push");
+    let db = store.sqlite_path().expect("a file");
+    let out = std::process::Command::new("sqlite3")
+        .arg(&db)
+        .arg("SELECT namespace, key, window_size, current FROM swin_rates")
+        .output()
+        .expect("sqlite3 on PATH (scripts/test installs it)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.trim(), "api|k|3600|3.0", "sqlite3 {:?}", version());
+}
+
+fn version() -> String {
+    std::process::Command::new("sqlite3")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}

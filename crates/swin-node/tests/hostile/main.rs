@@ -1,0 +1,26 @@
+//! The `hostile` category: what a hostile client or an operator having a bad day can do
+//! to a node, each case against the real binary and real stores, each asserting exact
+//! totals (hits lost, clients admitted past a limit, seconds off the air) and not merely
+//! that the node answered. A new door or mode runs all of these.
+//!
+//! - `integrity`: reloads, outages and stops under load keep every acknowledged hit;
+//! - `shutdown`: a stop pushes every namespace at once and spools what is unconfirmed
+//!   before the grace ends, whatever the stores do;
+//! - `reload`: a reload to a store that does not answer is refused;
+//! - `spool`: private, checked at start, and checked like a request on replay;
+//! - `strict`: strict admission answers within `store_timeout` while its store hangs;
+//! - `connections`: silent, slow and half-sent sockets never keep a client out;
+//! - `http`: forwarding headers, keys and refunds as a hostile client sends them, and
+//!   counts as an operator reads them;
+//! - `grpc`: Envoy's door takes the same tokens, and no value a client sends turns an
+//!   over-limit answer into an error.
+
+mod connections;
+mod grpc;
+mod http;
+mod integrity;
+mod reload;
+mod shutdown;
+mod spool;
+mod strict;
+mod support;

@@ -1,0 +1,50 @@
+//! What the hostile tests share: a node from a config file, acknowledged increments, the
+//! spool files a node left, and a database that does not exist.
+
+use std::path::{Path, PathBuf};
+
+use swin_cluster_tests::{use_node_binary, Node};
+
+/// A `swin-node` process on `config`, its spool under `data/` beside it.
+pub fn node(config: &Path) -> Node {
+    use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    Node::spawn(config)
+}
+
+/// `n` increments of `key` in `namespace`, each acknowledged (200).
+pub async fn increment(client: &reqwest::Client, base: &str, namespace: &str, key: &str, n: usize) {
+    for _ in 0..n {
+        let r = client
+            .post(format!(
+                "{base}/v1/namespaces/{namespace}/keys/{key}/increment"
+            ))
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(r.status(), 200);
+    }
+}
+
+/// The spool files under `dir/data`.
+pub fn spool_files(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir.join("data"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("spool-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The URL of a database the test PostgreSQL does not have.
+pub fn missing_postgres_database() -> String {
+    let (server, _) = swin_testkit::postgres_admin_url()
+        .rsplit_once('/')
+        .map(|(s, d)| (s.to_owned(), d.to_owned()))
+        .expect("a URL with a database");
+    format!("{server}/swin_no_such_database_{}", std::process::id())
+}

@@ -1,0 +1,195 @@
+//! First touch: a node asked about a key it holds nothing for (no window of any table,
+//! no bucket) reads what the store holds for it before it answers, so that a read, a dry
+//! run, a decision or an increment on a node that never saw the key answers with the
+//! cluster's count, not with the node's own zero.
+//!
+//! Loads are coalesced per key (a key already asked for waits for that read) and batched
+//! per store call (keys that arrive while a read is in flight go together in the next
+//! one). A caller waits `store_timeout` at most, in all (a read in flight before its own
+//! included); when the store cannot answer in time it goes on with what the node knows (a
+//! read that lands later still applies, and the next sync brings the rest), and the
+//! fallback is counted ([`NamespaceSync::first_touches`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use swin_core::{CompactString, UnixMs};
+use tokio::sync::oneshot;
+
+use super::periodic::READ_CHUNK;
+use super::{Create, NamespaceSync};
+use crate::store::{Store, WindowKey};
+use crate::StoreError;
+
+/// Told whether the key was read.
+type Waiters = Vec<oneshot::Sender<bool>>;
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// Keys asked for and not sent yet.
+    waiting: HashMap<CompactString, Waiters>,
+    /// Keys of the read in flight: a caller asking for one of them waits for it.
+    sending: HashMap<CompactString, Waiters>,
+    /// A task is reading; new keys only queue.
+    flushing: bool,
+}
+
+/// The first-touch loads of one namespace.
+#[derive(Debug, Default)]
+pub(super) struct FirstTouch {
+    queue: Mutex<Queue>,
+    /// Keys read from the store before an answer.
+    loads: AtomicU64,
+    /// Keys answered from local knowledge because the store did not answer in time.
+    fallbacks: AtomicU64,
+}
+
+/// Keys per load at most; a load reads them in calls of READ_CHUNK windows, all at once.
+const LOAD_BATCH: usize = 50_000;
+
+impl NamespaceSync {
+    /// Before answering about `keys`: reads those this node holds nothing for from the
+    /// store (see the module's documentation). Returns at once when every key is held,
+    /// when the namespace has no store, or while the store is known to be failing.
+    pub async fn first_touch(self: &Arc<Self>, keys: &[&str]) {
+        if self.store.is_none() || self.skipping_store() {
+            return;
+        }
+        // the common case, every key held, takes no lock (this runs on every request)
+        if keys.iter().all(|k| self.holds(k)) {
+            return;
+        }
+        let mut receivers = Vec::new();
+        let lead = {
+            let mut q = self.first.queue.lock().unwrap_or_else(|p| p.into_inner());
+            for &key in keys {
+                if self.holds(key) {
+                    continue;
+                }
+                let (tx, rx) = oneshot::channel();
+                match q.sending.get_mut(key) {
+                    Some(w) => w.push(tx),
+                    None => q.waiting.entry(key.into()).or_default().push(tx),
+                }
+                receivers.push(rx);
+            }
+            !receivers.is_empty() && !std::mem::replace(&mut q.flushing, true)
+        };
+        if lead {
+            let this = self.clone();
+            self.flushes.spawn(async move { this.load_waiting().await });
+        }
+        // no caller waits longer than store_timeout in all, even behind a read in flight:
+        // past it, it answers from what the node knows (the read still lands)
+        let until = tokio::time::Instant::now() + self.timeout;
+        let mut late = 0;
+        for rx in receivers {
+            if !matches!(tokio::time::timeout_at(until, rx).await, Ok(Ok(true))) {
+                late += 1;
+            }
+        }
+        if late > 0 {
+            self.first.fallbacks.fetch_add(late, Ordering::Relaxed);
+        }
+    }
+
+    /// First-touch loads: keys read from the store before an answer, and keys answered
+    /// from local knowledge because the store did not answer in time.
+    pub fn first_touches(&self) -> (u64, u64) {
+        (
+            self.first.loads.load(Ordering::Relaxed),
+            self.first.fallbacks.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Whether any table or the buckets hold `key`.
+    fn holds(&self, key: &str) -> bool {
+        self.counters.tables().iter().any(|t| t.contains(key))
+            || (self.buckets && self.counters.buckets().contains(key))
+    }
+
+    /// Reads what waits, a batch at a time, until nothing does.
+    async fn load_waiting(self: Arc<Self>) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        loop {
+            let keys: Vec<CompactString> = {
+                let mut q = self.first.queue.lock().unwrap_or_else(|p| p.into_inner());
+                if q.waiting.is_empty() {
+                    q.flushing = false;
+                    return;
+                }
+                let keys: Vec<CompactString> = q.waiting.keys().take(LOAD_BATCH).cloned().collect();
+                for k in &keys {
+                    if let Some(w) = q.waiting.remove(k) {
+                        q.sending.insert(k.clone(), w);
+                    }
+                }
+                keys
+            };
+            let result = self.load(&store, &keys, super::now()).await;
+            match &result {
+                Ok(()) => {
+                    self.first
+                        .loads
+                        .fetch_add(keys.len() as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::debug!(namespace = self.name(), cause = %e, keys = keys.len(), "first touch: the store did not answer; answering from this node");
+                }
+            }
+            let mut q = self.first.queue.lock().unwrap_or_else(|p| p.into_inner());
+            for k in &keys {
+                for tx in q.sending.remove(k).unwrap_or_default() {
+                    let _ = tx.send(result.is_ok());
+                }
+            }
+        }
+    }
+
+    /// The store calls for `keys`, all at once: their current and previous windows in
+    /// every table, and their buckets. What the store holds becomes the node's synced
+    /// count; a key it does not hold stays unheld (the node counts it from zero).
+    async fn load(
+        &self,
+        store: &Store,
+        keys: &[CompactString],
+        now: UnixMs,
+    ) -> Result<(), StoreError> {
+        let wanted = self.windows_of(keys, now);
+        let reads = wanted
+            .chunks(READ_CHUNK)
+            .map(|chunk| self.call(store.read(self.name(), chunk)));
+        for totals in futures_util::future::join_all(reads).await {
+            self.apply(&totals?, now, Create::Yes);
+        }
+        if self.buckets {
+            let reads = keys
+                .chunks(READ_CHUNK)
+                .map(|chunk| self.call(store.read_tats(self.name(), chunk)));
+            for tats in futures_util::future::join_all(reads).await {
+                self.counters.buckets().apply(&tats?, true);
+            }
+        }
+        Ok(())
+    }
+
+    /// The current and previous windows of `keys` in every table: what a node reads of
+    /// a key it did not hold (a first touch, a refund).
+    pub(super) fn windows_of(&self, keys: &[CompactString], now: UnixMs) -> Vec<WindowKey> {
+        self.counters
+            .window_sizes()
+            .flat_map(|size| {
+                keys.iter().flat_map(move |key| {
+                    [size.start_of(now), size.previous_start_of(now)].map(|start| WindowKey {
+                        key: key.clone(),
+                        window_size: size.secs(),
+                        window_start: start,
+                    })
+                })
+            })
+            .collect()
+    }
+}
