@@ -14,13 +14,12 @@ use std::sync::Arc;
 use serde::Serialize;
 use swin_core::{Decision, Gcra};
 
-use crate::config::{Admission, OnStoreFailure};
 use crate::error::Error;
 use crate::policy::input::check_key;
-use crate::policy::limits::{ceil_secs, KeyLimits, Limits, WindowSet};
+use crate::policy::limits::{ceil_secs, KeyLimits, Limits};
 use crate::state::Namespace;
-use swin_core::UnixMs;
-use swin_sync::{now, StrictView};
+pub use swin_sync::admission::together;
+use swin_sync::admission::{Admitted, Quota, Spend};
 
 /// One key's decision (the strictest of its limits'), and what its headers say.
 #[derive(Debug, Clone)]
@@ -88,12 +87,25 @@ fn gcra_policy(g: &Gcra) -> String {
     format!("\"gcra\";q={};w={}", g.burst(), ceil_secs(refill))
 }
 
-fn gcra_verdict(g: &Gcra, decision: Decision) -> Verdict {
+/// The admission's answer under `limits`, with the headers' policies.
+pub(crate) fn verdict(limits: &KeyLimits, a: Admitted) -> Verdict {
+    let (policies, policy) = match limits {
+        KeyLimits::Gcra(g) => (Arc::from([Arc::from(gcra_policy(g))]), Arc::from("gcra")),
+        KeyLimits::Windows(set) => (set.items().clone(), set.name(a.strictest).clone()),
+    };
     Verdict {
-        decision,
-        policies: Arc::from([Arc::from(gcra_policy(g))]),
-        policy: Arc::from("gcra"),
-        reason: None,
+        decision: a.decision,
+        policies,
+        policy,
+        reason: a.reason,
+    }
+}
+
+/// What the admission interface is asked about under `limits`.
+pub(crate) fn quota(limits: &KeyLimits) -> Quota<'_> {
+    match limits {
+        KeyLimits::Gcra(g) => Quota::Bucket(g),
+        KeyLimits::Windows(set) => Quota::Windows(set),
     }
 }
 
@@ -148,8 +160,8 @@ pub(crate) async fn take_touched(
 }
 
 /// Decides a hit of `cost` on `key` under `limits` (the key's own, or a descriptor
-/// rule's), in the namespace's sync and admission mode. The key and cost are valid, and
-/// the caller has touched the key (see [`Namespace::first_touch`]).
+/// rule's) through the namespace's admission. The key and cost are valid, and the
+/// caller has touched the key (see [`Namespace::first_touch`]).
 pub async fn take_under(
     ns: &Namespace,
     key: &str,
@@ -158,229 +170,13 @@ pub async fn take_under(
     dry_run: bool,
     count_denied: bool,
 ) -> Result<Verdict, Error> {
-    let namespace = ns.sync.name();
-    let now = now();
-    let set = match limits {
-        KeyLimits::Gcra(g) => {
-            let cost = g.units(cost)?;
-            if let (Admission::Strict { on_store_failure }, false) = (ns.admission, dry_run) {
-                match ns.sync.admit_bucket(g, key, cost, now).await {
-                    Ok(v) => {
-                        if !v.allowed && count_denied {
-                            ns.sync.spend(g, key, cost, now, true).await?;
-                        }
-                        return Ok(gcra_verdict(g, bucket_decision(g, &v, now, cost)?));
-                    }
-                    Err(_) if on_store_failure == OnStoreFailure::Deny => {
-                        return Ok(Verdict {
-                            reason: Some("store_unreachable"),
-                            ..gcra_verdict(g, gcra_unreachable(g))
-                        });
-                    }
-                    // on_store_failure = "local": decided on the local bucket, pushed later
-                    Err(_) => {}
-                }
-            }
-            let d = if dry_run {
-                ns.sync.dry_run(g, key, cost, now).await?
-            } else {
-                ns.sync.spend(g, key, cost, now, count_denied).await?
-            };
-            return Ok(gcra_verdict(g, d));
-        }
-        KeyLimits::Windows(set) => set,
+    let spend = match (dry_run, count_denied) {
+        (true, _) => Spend::DryRun,
+        (false, false) => Spend::IfAllowed,
+        (false, true) => Spend::Always,
     };
-    if let (Admission::Strict { on_store_failure }, false) = (ns.admission, dry_run) {
-        match ns.sync.admit(key, set, cost, now).await {
-            Ok(views) => {
-                return strict_verdict(ns, set, &views, key, cost, now, count_denied).await
-            }
-            Err(_) if on_store_failure == OnStoreFailure::Deny => {
-                return Ok(unreachable_verdict(set, now))
-            }
-            // on_store_failure = "local": decided below on the local view, counted
-            // locally and pushed later, as eventual admission does
-            Err(_) => {}
-        }
-    }
-    let counters = ns.sync.counters();
-    // counted now, every window at once (synchronous increments of the key share a
-    // round trip); the decision is on the counts before this hit
-    let counted = if dry_run {
-        Vec::new()
-    } else {
-        together(
-            ns.counts_in_the_store(),
-            set.iter()
-                .map(|l| ns.sync.increment(key, l.window.secs(), cost, now)),
-        )
-        .await
-    };
-    if counted.iter().any(Result::is_err) {
-        let back = set
-            .iter()
-            .zip(&counted)
-            .filter(|(_, r)| r.is_ok())
-            .map(|(l, _)| ns.sync.increment(key, l.window.secs(), -cost, now));
-        futures_util::future::join_all(back).await;
-    }
-    let counted: Vec<swin_core::WindowRate> = counted.into_iter().collect::<Result<_, _>>()?;
-    // the strictest so far, as Decision::strictest picks it (the last of equals)
-    let mut strictest: Option<(usize, Decision)> = None;
-    for (i, l) in set.iter().enumerate() {
-        let (current, previous) = match counted.get(i) {
-            Some(r) => (r.current - cost, r.previous),
-            None => {
-                let r = counters.table(l.window.secs())?.rate(key, now, None);
-                (r.current, r.previous)
-            }
-        };
-        let d = l.decide(current, previous, now, cost)?;
-        if strictest.is_none_or(|(_, s)| d.cmp_strictness(&s).is_ge()) {
-            strictest = Some((i, d));
-        }
-    }
-    let Some((i, decision)) = strictest else {
-        return Err(Error::BadRequest(format!(
-            "key {key:?} has no limits in namespace {namespace:?}"
-        )));
-    };
-    if !decision.allowed && !dry_run && !count_denied {
-        let back = set
-            .iter()
-            .map(|l| ns.sync.increment(key, l.window.secs(), -cost, now));
-        for r in futures_util::future::join_all(back).await {
-            r?;
-        }
-    }
-    Ok(Verdict {
-        decision,
-        policies: set.items().clone(),
-        policy: set.name(i).clone(),
-        reason: None,
-    })
-}
-
-/// A strict admission's answer: admitted or not as the quota said; the figures from the
-/// window as the store last showed it. The counts used before this hit are the window's
-/// count less what this node holds unused (and less this hit, when admitted). Denied
-/// hits of a `count_denied` namespace still count, as plain increments.
-pub(crate) async fn strict_verdict(
-    ns: &Namespace,
-    set: &WindowSet,
-    views: &[StrictView],
-    key: &str,
-    cost: f64,
-    now: UnixMs,
-    count_denied: bool,
-) -> Result<Verdict, Error> {
-    let mut strictest: Option<(usize, Decision)> = None;
-    for (i, (l, v)) in set.iter().zip(views).enumerate() {
-        let spent = if v.allowed { cost } else { 0.0 };
-        let before = (v.current - v.unused - spent).max(0.0);
-        let mut d = l.decide(before, v.previous, now, cost)?;
-        if v.allowed {
-            d.allowed = true;
-            d.retry_after = std::time::Duration::ZERO;
-            d.remaining = d.remaining.max(v.unused.floor());
-        } else if d.allowed {
-            // the counts leave room, but other nodes hold it: it comes back to the store
-            // when they do not use it
-            d.allowed = false;
-            d.remaining = 0.0;
-            d.retry_after = std::time::Duration::from_millis(swin_sync::IDLE_MS as u64);
-        }
-        if strictest.is_none_or(|(_, s)| d.cmp_strictness(&s).is_ge()) {
-            strictest = Some((i, d));
-        }
-    }
-    let Some((i, decision)) = strictest else {
-        return Err(Error::BadRequest(format!("key {key:?} has no limits")));
-    };
-    if !decision.allowed && count_denied {
-        for l in set {
-            ns.sync.increment(key, l.window.secs(), cost, now).await?;
-        }
-    }
-    Ok(Verdict {
-        decision,
-        policies: set.items().clone(),
-        policy: set.name(i).clone(),
-        reason: None,
-    })
-}
-
-/// A strict GCRA admission's answer: admitted or not as the reservation said; the
-/// figures from the bucket as the store last showed it (every node's grants counted as
-/// spent) with this node's unspent units added back.
-pub(crate) fn bucket_decision(
-    g: &Gcra,
-    v: &swin_sync::BucketView,
-    now: UnixMs,
-    cost: i64,
-) -> Result<Decision, Error> {
-    let now_ns = now.0.saturating_mul(1_000_000);
-    let mut d = g.dry_run(v.tat_ns, now_ns, cost)?.decision;
-    if v.allowed {
-        let room = g.dry_run(v.tat_ns, now_ns, 0)?.decision.remaining;
-        d.allowed = true;
-        d.retry_after = std::time::Duration::ZERO;
-        d.remaining = room + v.unused as f64;
-    } else if d.allowed {
-        // the bucket has the units but a reservation's share or horizon left them out:
-        // ask again in a horizon
-        d.allowed = false;
-        d.remaining = 0.0;
-        d.retry_after = swin_sync::horizon(g);
-    }
-    Ok(d)
-}
-
-/// A strict GCRA namespace with `on_store_failure = "deny"` whose store cannot be asked.
-fn gcra_unreachable(g: &Gcra) -> Decision {
-    Decision {
-        allowed: false,
-        limit: g.burst() as f64,
-        remaining: 0.0,
-        reset_after: std::time::Duration::ZERO,
-        retry_after: std::time::Duration::from_secs(1),
-    }
-}
-
-/// Strict, `on_store_failure = "deny"`, and the store cannot be asked: refused.
-pub(crate) fn unreachable_verdict(set: &WindowSet, now: UnixMs) -> Verdict {
-    let l = &set[0];
-    let start_ms = l.window.start_of(now) * 1000;
-    let to_end = (start_ms + i64::from(l.window.secs()) * 1000 - now.0).max(0);
-    Verdict {
-        decision: Decision {
-            allowed: false,
-            limit: l.limit,
-            remaining: 0.0,
-            reset_after: std::time::Duration::from_millis(to_end as u64),
-            retry_after: std::time::Duration::from_secs(1),
-        },
-        policies: set.items().clone(),
-        policy: set.name(0).clone(),
-        reason: Some("store_unreachable"),
-    }
-}
-
-/// Awaits every future: all at once when `at_once` (their store calls then share round
-/// trips), else one after another (work that never waits on the store gains nothing
-/// from being polled together).
-pub async fn together<F: std::future::Future>(
-    at_once: bool,
-    futures: impl ExactSizeIterator<Item = F>,
-) -> Vec<F::Output> {
-    if at_once {
-        return futures_util::future::join_all(futures).await;
-    }
-    let mut out = Vec::with_capacity(futures.len());
-    for f in futures {
-        out.push(f.await);
-    }
-    out
+    let a = ns.admission.take(key, quota(limits), cost, spend).await?;
+    Ok(verdict(limits, a))
 }
 
 /// First touch for the keys of a request of several hits: one read per namespace for all

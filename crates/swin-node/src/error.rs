@@ -77,6 +77,17 @@ impl Error {
     }
 }
 
+impl From<swin_sync::admission::AdmitError> for Error {
+    fn from(e: swin_sync::admission::AdmitError) -> Self {
+        use swin_sync::admission::AdmitError;
+        match e {
+            AdmitError::Invalid(e) => e.into(),
+            AdmitError::Store { what, cause } => Error::store(&cause, what),
+            AdmitError::NoLimits => Error::BadRequest("the key has no limits".into()),
+        }
+    }
+}
+
 impl From<CoreError> for Error {
     fn from(e: CoreError) -> Self {
         match e {

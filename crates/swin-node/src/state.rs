@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use swin_core::{CounterOptions, NamespaceCounters, Retention};
+use swin_sync::admission::{self, Admission};
 use swin_sync::{NamespaceSync, Store, SyncMode};
 
 use crate::config::{AuthConfig, NamespaceConfig};
@@ -22,8 +23,11 @@ pub struct Namespace {
     /// Whether `/increment` takes negative values (`allow_decrements`); without it a
     /// client could lift its own limit.
     pub allow_decrements: bool,
-    /// How `/hit` admits (`admission`, `on_store_failure`).
-    pub admission: crate::config::Admission,
+    /// How `/hit` admits (`admission`, `on_store_failure`), as configured.
+    pub admission_mode: crate::config::Admission,
+    /// Decides every hit, on every door: picked once, here, from the namespace's
+    /// algorithm and admission.
+    pub admission: Arc<dyn Admission>,
     /// Envoy's descriptor rules (the gRPC rate limit service), when the namespace has some.
     pub rules: Option<Arc<crate::policy::rules::Rules>>,
 }
@@ -56,16 +60,19 @@ impl Namespace {
         if let crate::config::Admission::Strict { .. } = cfg.admission {
             sync = sync.with_strict_admission();
         }
-        let gcra = cfg
-            .limits
-            .as_ref()
-            .is_some_and(crate::policy::limits::Limits::is_gcra);
+        let gcra = cfg.algorithm == crate::policy::algorithm::Algorithm::Gcra;
+        let sync = Arc::new(if gcra { sync.with_buckets() } else { sync });
+        let strict = match cfg.admission {
+            crate::config::Admission::Eventual => None,
+            crate::config::Admission::Strict { on_store_failure } => Some(on_store_failure),
+        };
         Namespace {
-            sync: Arc::new(if gcra { sync.with_buckets() } else { sync }),
+            admission: admission::for_namespace(sync.clone(), gcra, strict),
+            sync,
             store_name: cfg.store.clone(),
             limits: cfg.limits.clone(),
             allow_decrements: cfg.allow_decrements,
-            admission: cfg.admission,
+            admission_mode: cfg.admission,
             rules: cfg.rules.clone(),
         }
     }
@@ -84,8 +91,7 @@ impl Namespace {
     /// strict admission): such a request is run to its end even when its caller goes
     /// away, so that it leaves all of its counts or none.
     pub fn counts_in_the_store(&self) -> bool {
-        self.sync.mode() == SyncMode::Synchronous
-            || matches!(self.admission, crate::config::Admission::Strict { .. })
+        self.admission.waits_on_store()
     }
 
     /// The same counters and engine under the limits `cfg` sets (a reload that changed
@@ -96,7 +102,8 @@ impl Namespace {
             store_name: self.store_name.clone(),
             limits: cfg.limits.clone(),
             allow_decrements: cfg.allow_decrements,
-            admission: cfg.admission,
+            admission_mode: self.admission_mode,
+            admission: self.admission.clone(),
             rules: cfg.rules.clone(),
         }
     }

@@ -55,6 +55,11 @@ fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> ax
         }),
         allow_decrements: false,
         admission: Admission::Eventual,
+        algorithm: if gcra {
+            swin_node::policy::algorithm::Algorithm::Gcra
+        } else {
+            swin_node::policy::algorithm::Algorithm::SlidingWindow
+        },
         rules: None,
     };
     let namespace = Namespace::build(

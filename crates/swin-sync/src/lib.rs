@@ -1,6 +1,7 @@
 //! How a node's local counts meet everyone else's: the stores (PostgreSQL, Redis,
 //! SQLite) behind one small boundary, and the per-namespace sync engine.
 
+pub mod admission;
 mod backoff;
 mod engine;
 mod error;

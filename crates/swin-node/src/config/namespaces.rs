@@ -48,14 +48,10 @@ pub enum Admission {
     Strict { on_store_failure: OnStoreFailure },
 }
 
-/// What a strict namespace does while its store cannot be asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnStoreFailure {
-    /// Decide on the local view, as eventual admission does.
-    Local,
-    /// Refuse (429, reason `store_unreachable`).
-    Deny,
-}
+/// What a strict namespace does while its store cannot be asked (`local`: decide on
+/// the local view, as eventual admission does; `deny`: refuse, 429 with reason
+/// `store_unreachable`).
+pub use swin_sync::admission::OnStoreFailure;
 
 impl Admission {
     pub fn name(&self) -> &'static str {
@@ -80,6 +76,8 @@ pub struct NamespaceConfig {
     pub allow_decrements: bool,
     /// `admission` (and `on_store_failure`).
     pub admission: Admission,
+    /// What the namespace's limits and rules count with: windows or GCRA buckets.
+    pub algorithm: crate::policy::algorithm::Algorithm,
     /// Descriptor rules for Envoy's rate limit service (`descriptors`,
     /// `descriptors_file`); none when the namespace has neither.
     pub rules: Option<std::sync::Arc<crate::policy::rules::Rules>>,
@@ -211,6 +209,7 @@ impl Parser<'_> {
             limits,
             allow_decrements: n.allow_decrements.unwrap_or(false),
             admission,
+            algorithm,
             rules,
         })
     }

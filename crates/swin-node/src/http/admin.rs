@@ -128,8 +128,8 @@ fn info(ns: &Namespace) -> NamespaceInfo {
         pending_advances: st.pending_advances,
         degraded: st.degraded.is_some(),
         degraded_reason: st.degraded,
-        admission: ns.limits.as_ref().map(|_| ns.admission.name()),
-        on_store_failure: match ns.admission {
+        admission: ns.limits.as_ref().map(|_| ns.admission_mode.name()),
+        on_store_failure: match ns.admission_mode {
             Admission::Strict { on_store_failure } => Some(match on_store_failure {
                 OnStoreFailure::Local => "local",
                 OnStoreFailure::Deny => "deny",

@@ -422,7 +422,5 @@ fn only_limits_changed(old: &NamespaceConfig, new: &NamespaceConfig) -> bool {
 }
 
 fn is_gcra(cfg: &NamespaceConfig) -> bool {
-    cfg.limits
-        .as_ref()
-        .is_some_and(crate::policy::limits::Limits::is_gcra)
+    cfg.algorithm == crate::policy::algorithm::Algorithm::Gcra
 }

@@ -160,11 +160,6 @@ impl Limits {
             },
         }
     }
-
-    /// GCRA limits keep buckets, not window counts.
-    pub fn is_gcra(&self) -> bool {
-        matches!(self.default, KeyLimits::Gcra(_))
-    }
 }
 
 fn window_limits(

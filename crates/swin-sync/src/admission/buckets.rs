@@ -1,0 +1,225 @@
+//! GCRA buckets, eventual and strict.
+//!
+//! Eventual: the bucket's TAT moves by compare-and-swap only when the spend is allowed
+//! (on this node's buckets, or through the store in synchronous mode). Strict: spent
+//! from units this node reserved from the store, reserving more when it must.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use swin_core::{Decision, Gcra, UnixMs};
+
+use super::{
+    now, Admission, AdmitError, Admitted, BoxFuture, GiveBack, GivenBack, OnStoreFailure, Quota,
+    Spend,
+};
+use crate::{BucketView, NamespaceSync};
+
+fn bucket(quota: Quota<'_>) -> Result<&Gcra, AdmitError> {
+    match quota {
+        Quota::Bucket(g) => Ok(g),
+        Quota::Windows(_) => Err(AdmitError::NoLimits),
+    }
+}
+
+fn admitted(decision: Decision) -> Admitted {
+    Admitted {
+        decision,
+        strictest: 0,
+        reason: None,
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Eventual {
+    sync: Arc<NamespaceSync>,
+}
+
+impl Eventual {
+    pub(super) fn new(sync: Arc<NamespaceSync>) -> Self {
+        Eventual { sync }
+    }
+
+    async fn decide(
+        &self,
+        g: &Gcra,
+        key: &str,
+        cost: i64,
+        spend: Spend,
+        now: UnixMs,
+    ) -> Result<Admitted, AdmitError> {
+        let d = match spend {
+            Spend::DryRun => self.sync.dry_run(g, key, cost, now).await?,
+            Spend::IfAllowed | Spend::Always => {
+                self.sync
+                    .spend(g, key, cost, now, spend == Spend::Always)
+                    .await?
+            }
+        };
+        Ok(admitted(d))
+    }
+}
+
+impl Admission for Eventual {
+    fn take<'a>(
+        &'a self,
+        key: &'a str,
+        quota: Quota<'a>,
+        cost: f64,
+        spend: Spend,
+    ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
+        Box::pin(async move {
+            let g = bucket(quota)?;
+            self.decide(g, key, g.units(cost)?, spend, now()).await
+        })
+    }
+
+    /// Boulder's refund, never past a full bucket; an undo is the same.
+    fn give_back<'a>(
+        &'a self,
+        key: &'a str,
+        quota: Quota<'a>,
+        cost: f64,
+        _why: GiveBack,
+    ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
+        Box::pin(async move {
+            let g = bucket(quota)?;
+            let d = self
+                .sync
+                .refund_tokens(g, key, g.units(cost)?, now())
+                .await?;
+            Ok(GivenBack {
+                given: if d.allowed { cost } else { 0.0 },
+                after: Some(admitted(d)),
+            })
+        })
+    }
+
+    fn waits_on_store(&self) -> bool {
+        super::eventual_mode(&self.sync)
+    }
+
+    fn sync(&self) -> &Arc<NamespaceSync> {
+        &self.sync
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Strict {
+    /// Dry runs, and every spend while the store cannot be asked with
+    /// `on_store_failure = "local"`.
+    local: Eventual,
+    on_store_failure: OnStoreFailure,
+}
+
+impl Strict {
+    pub(super) fn new(sync: Arc<NamespaceSync>, on_store_failure: OnStoreFailure) -> Self {
+        Strict {
+            local: Eventual::new(sync),
+            on_store_failure,
+        }
+    }
+}
+
+/// A strict GCRA admission's answer: admitted or not as the reservation said; the
+/// figures from the bucket as the store last showed it (every node's grants counted as
+/// spent) with this node's unspent units added back.
+fn reserved_decision(
+    g: &Gcra,
+    v: &BucketView,
+    now: UnixMs,
+    cost: i64,
+) -> Result<Decision, AdmitError> {
+    let now_ns = now.0.saturating_mul(1_000_000);
+    let mut d = g.dry_run(v.tat_ns, now_ns, cost)?.decision;
+    if v.allowed {
+        let room = g.dry_run(v.tat_ns, now_ns, 0)?.decision.remaining;
+        d.allowed = true;
+        d.retry_after = Duration::ZERO;
+        d.remaining = room + v.unused as f64;
+    } else if d.allowed {
+        // the bucket has the units but a grant's share or horizon left them out: ask
+        // again in a horizon
+        d.allowed = false;
+        d.remaining = 0.0;
+        d.retry_after = crate::horizon(g);
+    }
+    Ok(d)
+}
+
+impl Admission for Strict {
+    fn take<'a>(
+        &'a self,
+        key: &'a str,
+        quota: Quota<'a>,
+        cost: f64,
+        spend: Spend,
+    ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
+        Box::pin(async move {
+            let g = bucket(quota)?;
+            let cost = g.units(cost)?;
+            let now = now();
+            let sync = &self.local.sync;
+            if spend != Spend::DryRun {
+                match sync.admit_bucket(g, key, cost, now).await {
+                    Ok(v) => {
+                        if !v.allowed && spend == Spend::Always {
+                            sync.spend(g, key, cost, now, true).await?;
+                        }
+                        return Ok(admitted(reserved_decision(g, &v, now, cost)?));
+                    }
+                    Err(_) if self.on_store_failure == OnStoreFailure::Deny => {
+                        return Ok(Admitted {
+                            decision: Decision {
+                                allowed: false,
+                                limit: g.burst() as f64,
+                                remaining: 0.0,
+                                reset_after: Duration::ZERO,
+                                retry_after: Duration::from_secs(1),
+                            },
+                            strictest: 0,
+                            reason: Some("store_unreachable"),
+                        });
+                    }
+                    // "local": decided on the local bucket, pushed later
+                    Err(_) => {}
+                }
+            }
+            self.local.decide(g, key, cost, spend, now).await
+        })
+    }
+
+    /// The units go back to this node, to spend again while its grant lasts.
+    fn give_back<'a>(
+        &'a self,
+        key: &'a str,
+        quota: Quota<'a>,
+        cost: f64,
+        why: GiveBack,
+    ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
+        Box::pin(async move {
+            let g = bucket(quota)?;
+            let now = now();
+            let sync = &self.local.sync;
+            let given = sync.give_back_units(key, g.units(cost)?, now) as f64;
+            let after = match why {
+                GiveBack::Undo => None,
+                GiveBack::Unused => Some(admitted(reserved_decision(
+                    g,
+                    &sync.bucket_view(key, now),
+                    now,
+                    0,
+                )?)),
+            };
+            Ok(GivenBack { given, after })
+        })
+    }
+
+    fn waits_on_store(&self) -> bool {
+        true
+    }
+
+    fn sync(&self) -> &Arc<NamespaceSync> {
+        &self.local.sync
+    }
+}

@@ -1,0 +1,184 @@
+//! One admission interface: may a hit of `cost` on a key pass under its limits, and
+//! giving back what was admitted. A namespace picks its implementation once, when it is
+//! built ([`for_namespace`]): windows or buckets (the namespace's algorithm), each
+//! eventual (decided on this node's counts, which the sync loop keeps up with the
+//! store, or through the store in synchronous mode) or strict (admitted only from quota
+//! reserved from the store). Callers never ask which one they have.
+//!
+//! The engine ([`NamespaceSync`]) keeps the counters, the quota this node holds and the
+//! sync loop; an implementation decides with them and owns no loop of its own.
+
+mod buckets;
+mod windows;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use swin_core::{CoreError, Decision, Gcra, UnixMs, WindowLimit};
+
+use crate::{NamespaceSync, StoreError, SyncMode};
+
+/// What a hit is decided against: a key's window limits, or its GCRA bucket.
+#[derive(Debug, Clone, Copy)]
+pub enum Quota<'a> {
+    Windows(&'a [WindowLimit]),
+    Bucket(&'a Gcra),
+}
+
+/// Whether a decision spends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spend {
+    /// Decides only (a dry run): nothing is counted, nothing reserved.
+    DryRun,
+    /// Spends when allowed.
+    IfAllowed,
+    /// Spends allowed and denied hits alike (a namespace that counts denied hits).
+    Always,
+}
+
+/// Why quota goes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveBack {
+    /// A hit this node has just admitted and that is not wanted after all (a request
+    /// decided all or nothing whose other hits were denied): taken back exactly.
+    Undo,
+    /// Hits admitted but not used (a refund): given back never below zero, on the
+    /// cluster's count (read first where the node keeps more than its own).
+    Unused,
+}
+
+/// A decision, and the limit it comes from (an index into [`Quota::Windows`]; 0 for a
+/// bucket).
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    pub decision: Decision,
+    pub strictest: usize,
+    /// Why a hit was refused other than by its counts: `store_unreachable` (strict,
+    /// `on_store_failure = "deny"`, the store cannot be asked).
+    pub reason: Option<&'static str>,
+}
+
+/// What a give-back returned, and (for [`GiveBack::Unused`]) the key after it as a dry
+/// run would see it.
+#[derive(Debug, Clone)]
+pub struct GivenBack {
+    pub given: f64,
+    pub after: Option<Admitted>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdmitError {
+    /// A cost or count the limits cannot take (the caller's input).
+    #[error(transparent)]
+    Invalid(#[from] CoreError),
+    /// The store had to answer and could not.
+    #[error("{what}: {cause}")]
+    Store {
+        what: &'static str,
+        cause: Arc<StoreError>,
+    },
+    #[error("no limits to decide against")]
+    NoLimits,
+}
+
+/// What a strict namespace does while its store cannot be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnStoreFailure {
+    /// Refuses every hit (`store_unreachable`).
+    Deny,
+    /// Decides on this node's counts, as eventual admission does, and pushes later.
+    Local,
+}
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The one interface every door decides through.
+pub trait Admission: Send + Sync + std::fmt::Debug {
+    /// Decides a hit of `cost` on `key` under `quota` and spends it as `spend` says.
+    /// The key and cost are valid, and the key was touched (see
+    /// [`NamespaceSync::first_touch`]).
+    fn take<'a>(
+        &'a self,
+        key: &'a str,
+        quota: Quota<'a>,
+        cost: f64,
+        spend: Spend,
+    ) -> BoxFuture<'a, Result<Admitted, AdmitError>>;
+
+    /// Gives back `cost` of hits on `key` admitted under `quota`.
+    fn give_back<'a>(
+        &'a self,
+        key: &'a str,
+        quota: Quota<'a>,
+        cost: f64,
+        why: GiveBack,
+    ) -> BoxFuture<'a, Result<GivenBack, AdmitError>>;
+
+    /// Whether a hit goes to the store while its request waits (synchronous mode,
+    /// strict admission): the hits of one request then share round trips, and the
+    /// request is run to its end even when its caller goes away.
+    fn waits_on_store(&self) -> bool;
+
+    /// The engine the implementation decides with.
+    fn sync(&self) -> &Arc<NamespaceSync>;
+}
+
+/// The implementation a namespace uses: its algorithm (`buckets`: GCRA) and its
+/// admission (`strict`: what it does when the store cannot be asked; `None`: eventual).
+/// The only place the modes are told apart.
+pub fn for_namespace(
+    sync: Arc<NamespaceSync>,
+    buckets: bool,
+    strict: Option<OnStoreFailure>,
+) -> Arc<dyn Admission> {
+    match (buckets, strict) {
+        (false, None) => Arc::new(windows::Eventual::new(sync)),
+        (false, Some(f)) => Arc::new(windows::Strict::new(sync, f)),
+        (true, None) => Arc::new(buckets::Eventual::new(sync)),
+        (true, Some(f)) => Arc::new(buckets::Strict::new(sync, f)),
+    }
+}
+
+/// Awaits every future: all at once when `at_once` (their store calls then share round
+/// trips), else one after another (work that never waits on the store gains nothing
+/// from being polled together).
+pub async fn together<F: Future>(
+    at_once: bool,
+    futures: impl ExactSizeIterator<Item = F>,
+) -> Vec<F::Output> {
+    if at_once {
+        return futures_util::future::join_all(futures).await;
+    }
+    let mut out = Vec::with_capacity(futures.len());
+    for f in futures {
+        out.push(f.await);
+    }
+    out
+}
+
+/// The strictest of `decisions` ([`Decision::strictest`]) and its index.
+fn strictest(decisions: impl IntoIterator<Item = Decision>) -> Result<Admitted, AdmitError> {
+    let all: Vec<(usize, Decision)> = decisions.into_iter().enumerate().collect();
+    let (strictest, decision) = Decision::strictest(&all, |(_, d)| d)
+        .cloned()
+        .ok_or(AdmitError::NoLimits)?;
+    Ok(Admitted {
+        decision,
+        strictest,
+        reason: None,
+    })
+}
+
+fn eventual_mode(sync: &NamespaceSync) -> bool {
+    sync.mode() == SyncMode::Synchronous
+}
+
+fn store_error(what: &'static str) -> impl FnOnce(Arc<StoreError>) -> AdmitError {
+    move |cause| AdmitError::Store { what, cause }
+}
+
+/// A decision at `now` on the engine's clock.
+fn now() -> UnixMs {
+    crate::now()
+}

@@ -1,0 +1,318 @@
+//! Window limits (sliding or fixed), eventual and strict.
+//!
+//! Eventual: the hit is counted first, in every window at once, and decided on the
+//! counts before it; a denied hit is then taken back out (unless every hit spends).
+//! Strict: admitted from quota this node holds, reserving more from the store when it
+//! must; the figures come from the window as the store last showed it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use swin_core::{Decision, UnixMs, WindowLimit, WindowRate};
+
+use super::{
+    now, store_error, strictest, together, Admission, AdmitError, Admitted, BoxFuture, GiveBack,
+    GivenBack, OnStoreFailure, Quota, Spend,
+};
+use crate::{NamespaceSync, StrictView, SyncMode};
+
+fn limits(quota: Quota<'_>) -> Result<&[WindowLimit], AdmitError> {
+    match quota {
+        Quota::Windows(set) if !set.is_empty() => Ok(set),
+        _ => Err(AdmitError::NoLimits),
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Eventual {
+    sync: Arc<NamespaceSync>,
+}
+
+impl Eventual {
+    pub(super) fn new(sync: Arc<NamespaceSync>) -> Self {
+        Eventual { sync }
+    }
+
+    async fn decide(
+        &self,
+        key: &str,
+        set: &[WindowLimit],
+        cost: f64,
+        spend: Spend,
+        now: UnixMs,
+    ) -> Result<Admitted, AdmitError> {
+        let sync = &self.sync;
+        let counters = sync.counters();
+        // counted now, every window at once (synchronous increments of the key share a
+        // round trip); the decision is on the counts before this hit
+        let counted = if spend == Spend::DryRun {
+            Vec::new()
+        } else {
+            together(
+                self.waits_on_store(),
+                set.iter()
+                    .map(|l| sync.increment(key, l.window.secs(), cost, now)),
+            )
+            .await
+        };
+        if counted.iter().any(Result::is_err) {
+            let back = set
+                .iter()
+                .zip(&counted)
+                .filter(|(_, r)| r.is_ok())
+                .map(|(l, _)| sync.increment(key, l.window.secs(), -cost, now));
+            futures_util::future::join_all(back).await;
+        }
+        let counted: Vec<WindowRate> = counted.into_iter().collect::<Result<_, _>>()?;
+        let mut decisions = Vec::with_capacity(set.len());
+        for (i, l) in set.iter().enumerate() {
+            let (current, previous) = match counted.get(i) {
+                Some(r) => (r.current - cost, r.previous),
+                None => {
+                    let r = counters.table(l.window.secs())?.rate(key, now, None);
+                    (r.current, r.previous)
+                }
+            };
+            decisions.push(l.decide(current, previous, now, cost)?);
+        }
+        let admitted = strictest(decisions)?;
+        if !admitted.decision.allowed && spend == Spend::IfAllowed {
+            let back = set
+                .iter()
+                .map(|l| sync.increment(key, l.window.secs(), -cost, now));
+            for r in futures_util::future::join_all(back).await {
+                r?;
+            }
+        }
+        Ok(admitted)
+    }
+
+    fn waits_on_store(&self) -> bool {
+        super::eventual_mode(&self.sync)
+    }
+
+    /// A refund: never below zero, on the cluster's count of the key, not only this
+    /// node's (a refund may come to a node that did not admit the hits, or never held
+    /// the key); a store that cannot be read is an error, never a refund of nothing
+    /// that says it succeeded.
+    async fn refund(
+        &self,
+        key: &str,
+        set: &[WindowLimit],
+        cost: f64,
+        now: UnixMs,
+    ) -> Result<GivenBack, AdmitError> {
+        let sync = &self.sync;
+        if sync.mode() != SyncMode::LocalOnly {
+            sync.load_key(key, now)
+                .await
+                .map_err(|e| store_error("refund: read the key's count")(Arc::new(e)))?;
+        }
+        let counters = sync.counters();
+        let mut given = 0.0f64;
+        let mut decisions = Vec::with_capacity(set.len());
+        for l in set {
+            let table = counters.table(l.window.secs())?;
+            let current = table.rate(key, now, None).current;
+            let back = cost.min(current.max(0.0));
+            if back > 0.0 {
+                sync.increment(key, l.window.secs(), -back, now).await?;
+                given = given.max(back);
+            }
+            let r = table.rate(key, now, None);
+            decisions.push(l.decide(r.current, r.previous, now, 0.0)?);
+        }
+        Ok(GivenBack {
+            given,
+            after: Some(strictest(decisions)?),
+        })
+    }
+}
+
+impl Admission for Eventual {
+    fn take<'a>(
+        &'a self,
+        key: &'a str,
+        quota: Quota<'a>,
+        cost: f64,
+        spend: Spend,
+    ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
+        Box::pin(async move { self.decide(key, limits(quota)?, cost, spend, now()).await })
+    }
+
+    fn give_back<'a>(
+        &'a self,
+        key: &'a str,
+        quota: Quota<'a>,
+        cost: f64,
+        why: GiveBack,
+    ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
+        Box::pin(async move {
+            let set = limits(quota)?;
+            let now = now();
+            if why == GiveBack::Unused {
+                return self.refund(key, set, cost, now).await;
+            }
+            for l in set {
+                self.sync
+                    .increment(key, l.window.secs(), -cost, now)
+                    .await?;
+            }
+            Ok(GivenBack {
+                given: cost,
+                after: None,
+            })
+        })
+    }
+
+    fn waits_on_store(&self) -> bool {
+        self.waits_on_store()
+    }
+
+    fn sync(&self) -> &Arc<NamespaceSync> {
+        &self.sync
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Strict {
+    /// Dry runs, and every hit while the store cannot be asked with
+    /// `on_store_failure = "local"`.
+    local: Eventual,
+    on_store_failure: OnStoreFailure,
+}
+
+impl Strict {
+    pub(super) fn new(sync: Arc<NamespaceSync>, on_store_failure: OnStoreFailure) -> Self {
+        Strict {
+            local: Eventual::new(sync),
+            on_store_failure,
+        }
+    }
+
+    /// A strict admission's answer: admitted or not as the quota said; the figures from
+    /// the window as the store last showed it. The counts before this hit are the
+    /// window's count less what this node holds unused (and less this hit, when
+    /// admitted). Denied hits still count, as plain increments, when every hit spends.
+    async fn verdict(
+        &self,
+        set: &[WindowLimit],
+        views: &[StrictView],
+        key: &str,
+        cost: f64,
+        now: UnixMs,
+        spend: Spend,
+    ) -> Result<Admitted, AdmitError> {
+        let mut decisions = Vec::with_capacity(set.len());
+        for (l, v) in set.iter().zip(views) {
+            let spent = if v.allowed { cost } else { 0.0 };
+            let before = (v.current - v.unused - spent).max(0.0);
+            let mut d = l.decide(before, v.previous, now, cost)?;
+            if v.allowed {
+                d.allowed = true;
+                d.retry_after = Duration::ZERO;
+                d.remaining = d.remaining.max(v.unused.floor());
+            } else if d.allowed {
+                // the counts leave room, but other nodes hold it: it comes back to the
+                // store when they do not use it
+                d.allowed = false;
+                d.remaining = 0.0;
+                d.retry_after = Duration::from_millis(crate::IDLE_MS as u64);
+            }
+            decisions.push(d);
+        }
+        let admitted = strictest(decisions)?;
+        if !admitted.decision.allowed && spend == Spend::Always {
+            for l in set {
+                self.local
+                    .sync
+                    .increment(key, l.window.secs(), cost, now)
+                    .await?;
+            }
+        }
+        Ok(admitted)
+    }
+
+    /// Refused because the store cannot be asked (`on_store_failure = "deny"`).
+    fn unreachable(set: &[WindowLimit], now: UnixMs) -> Admitted {
+        let l = &set[0];
+        let start_ms = l.window.start_of(now) * 1000;
+        let to_end = (start_ms + i64::from(l.window.secs()) * 1000 - now.0).max(0);
+        Admitted {
+            decision: Decision {
+                allowed: false,
+                limit: l.limit,
+                remaining: 0.0,
+                reset_after: Duration::from_millis(to_end as u64),
+                retry_after: Duration::from_secs(1),
+            },
+            strictest: 0,
+            reason: Some("store_unreachable"),
+        }
+    }
+}
+
+impl Admission for Strict {
+    fn take<'a>(
+        &'a self,
+        key: &'a str,
+        quota: Quota<'a>,
+        cost: f64,
+        spend: Spend,
+    ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
+        Box::pin(async move {
+            let set = limits(quota)?;
+            let now = now();
+            if spend != Spend::DryRun {
+                match self.local.sync.admit(key, set, cost, now).await {
+                    Ok(views) => return self.verdict(set, &views, key, cost, now, spend).await,
+                    Err(_) if self.on_store_failure == OnStoreFailure::Deny => {
+                        return Ok(Self::unreachable(set, now))
+                    }
+                    // "local": decided on this node's counts, counted locally and pushed
+                    // later, as eventual admission does
+                    Err(_) => {}
+                }
+            }
+            self.local.decide(key, set, cost, spend, now).await
+        })
+    }
+
+    fn give_back<'a>(
+        &'a self,
+        key: &'a str,
+        quota: Quota<'a>,
+        cost: f64,
+        why: GiveBack,
+    ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
+        Box::pin(async move {
+            let set = limits(quota)?;
+            let now = now();
+            // the quota goes back to this node, to admit again
+            let given = self.local.sync.give_back(key, set, cost, now);
+            if why == GiveBack::Undo {
+                return Ok(GivenBack { given, after: None });
+            }
+            // the key after it: a hit of 0 is answered from what this node holds
+            let after = match self.local.sync.admit(key, set, 0.0, now).await {
+                Ok(views) => {
+                    self.verdict(set, &views, key, 0.0, now, Spend::IfAllowed)
+                        .await?
+                }
+                Err(_) => Self::unreachable(set, now),
+            };
+            Ok(GivenBack {
+                given,
+                after: Some(after),
+            })
+        })
+    }
+
+    fn waits_on_store(&self) -> bool {
+        true
+    }
+
+    fn sync(&self) -> &Arc<NamespaceSync> {
+        &self.local.sync
+    }
+}
