@@ -347,10 +347,26 @@ fn run(section: String) {
     // not count every integer), and the other keys stay exact
     let big = 4_503_599_627_370_496.0;
     let fixed = vec![
-        Op::Increment { node: 0, key: 0, value: 3.0 },
-        Op::Increment { node: 0, key: 1, value: big },
-        Op::Increment { node: 1, key: 1, value: big },
-        Op::Increment { node: 2, key: 2, value: 7.0 },
+        Op::Increment {
+            node: 0,
+            key: 0,
+            value: 3.0,
+        },
+        Op::Increment {
+            node: 0,
+            key: 1,
+            value: big,
+        },
+        Op::Increment {
+            node: 1,
+            key: 1,
+            value: big,
+        },
+        Op::Increment {
+            node: 2,
+            key: 2,
+            value: 7.0,
+        },
     ];
     if let Err(e) = rt.block_on(case(&mut cluster, 0, fixed)) {
         panic!("the fixed case: {e}");
