@@ -52,12 +52,13 @@ pub enum StoreConfig {
 }
 
 impl StoreConfig {
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> swin_sync::store::StoreKind {
+        use swin_sync::store::StoreKind;
         match self {
-            StoreConfig::Postgres { .. } => "postgres",
-            StoreConfig::Redis { .. } => "redis",
-            StoreConfig::RedisCluster { .. } => "redis_cluster",
-            StoreConfig::Sqlite { .. } => "sqlite",
+            StoreConfig::Postgres { .. } => StoreKind::Postgres,
+            StoreConfig::Redis { .. } => StoreKind::Redis,
+            StoreConfig::RedisCluster { .. } => StoreKind::RedisCluster,
+            StoreConfig::Sqlite { .. } => StoreKind::Sqlite,
         }
     }
 
@@ -84,7 +85,7 @@ impl StoreConfig {
         };
         let url = if urls.is_empty() { self.url() } else { &urls };
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for part in [self.kind(), url, prefix] {
+        for part in [self.kind().name(), url, prefix] {
             for b in part.bytes().chain([0]) {
                 h ^= u64::from(b);
                 h = h.wrapping_mul(0x0100_0000_01b3);
@@ -96,7 +97,7 @@ impl StoreConfig {
 
 impl std::fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut d = f.debug_struct(self.kind());
+        let mut d = f.debug_struct(self.kind().name());
         match self {
             StoreConfig::RedisCluster { urls, .. } => {
                 let urls: Vec<String> = urls.iter().map(|u| redact(u)).collect();

@@ -30,7 +30,7 @@ fn every_shipped_config_parses() {
 fn the_embedded_default_is_sqlite_on_7070() {
     let c = Config::parse("x", DEFAULT_CONFIG, &no_env).expect("valid");
     assert_eq!(c.listen.to_string(), "127.0.0.1:7070");
-    assert_eq!(c.stores["main"].kind(), "sqlite");
+    assert_eq!(c.stores["main"].kind(), swin_sync::store::StoreKind::Sqlite);
     let ns = &c.namespaces[0];
     assert_eq!(ns.name, "default");
     assert_eq!(
@@ -458,7 +458,10 @@ fn redis_cluster_stores_take_seed_urls() {
             wait_replicas: 1,
         }
     );
-    assert_eq!(c.stores["c"].kind(), "redis_cluster");
+    assert_eq!(
+        c.stores["c"].kind(),
+        swin_sync::store::StoreKind::RedisCluster
+    );
     let debug = format!("{c:?}");
     assert!(!debug.contains("pw"), "{debug}");
     // the seeds may come from the environment

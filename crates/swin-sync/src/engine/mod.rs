@@ -10,6 +10,7 @@
 mod first_touch;
 mod gcra;
 mod periodic;
+mod queue;
 mod reserve;
 mod status;
 mod stopping;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use swin_core::{CompactString, Gcra, ReserveRequest, Tat, UnixMs};
 use tracing::warn;
 
-use super::strict::Queue;
+use super::queue::Queue;
 use super::{nanos, NamespaceSync};
 use crate::store::{Granted, Reserve};
 use crate::StoreError;

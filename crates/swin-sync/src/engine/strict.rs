@@ -5,19 +5,16 @@
 //! how much of it it has used. A hit that fits in the unused part is admitted from
 //! memory; otherwise one request for the slot goes to the store (`need` = used + the
 //! hit, `want` = need + a block that doubles while reservations are granted whole and
-//! halves when not) and the hits behind it wait for its answer. Requests of many keys go
-//! to the store together, one call per batch. A slot has at most one request in flight,
-//! and every request states the holder's total, so a retry or a lost reply can neither
-//! make nor lose quota.
+//! halves when not) and the hits behind it wait for its answer (batched with other keys'
+//! by `queue.rs`). A slot has at most one request in flight, and every request states
+//! the holder's total, so a retry or a lost reply can neither make nor lose quota.
 //!
 //! Quota goes back (the holder's total lowered to what it used): for the previous window
 //! once a new one starts, for a key idle for [`IDLE_MS`], and at shutdown. A node that
 //! dies holding quota leaves it counted until its window ends: the cluster then admits
 //! less, never more.
 //!
-//! Over 500 lines: the slots, their settle/give-back rules and the batched calls that
-//! reserve and return quota are one mechanism; `reserve.rs` holds the bucket side. One
-//! admission interface per mode is the cut that splits it.
+//! `reserve.rs` holds the bucket side.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,18 +24,15 @@ use swin_core::{
     CompactString, HoldRequest, HoldState, Total, UnixMs, WindowAlgorithm, WindowLimit,
 };
 
-use super::now;
 use tracing::warn;
 
-use super::NamespaceSync;
+use super::queue::Queue;
+use super::{now, NamespaceSync};
 use crate::store::{Hold, Store};
 use crate::StoreError;
 
 /// A key with quota it has not used for this long gives the rest back.
 pub const IDLE_MS: i64 = 5_000;
-
-/// Holds per store call at most.
-const HOLD_BATCH: usize = 1_000;
 
 /// The answer for one limit: admitted or not, and the window as this node knows it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,93 +73,6 @@ struct Slot {
 }
 
 type SlotKey = (CompactString, u32);
-
-/// Where a request's answer goes.
-type Answer<A> = tokio::sync::oneshot::Sender<Result<A, Arc<StoreError>>>;
-
-/// Requests (holds, reservations) waiting for the next store call: the first to queue
-/// starts a flush, which sends what waits in batches until nothing does.
-#[derive(Debug)]
-pub(super) struct Queue<R, A> {
-    waiting: Vec<(R, Answer<A>)>,
-    flushing: bool,
-}
-
-impl<R, A> Default for Queue<R, A> {
-    fn default() -> Self {
-        Queue {
-            waiting: Vec::new(),
-            flushing: false,
-        }
-    }
-}
-
-/// Queues `request` and waits for its answer; `flush` (spawned by the first to queue)
-/// sends batches with `send` until the queue is empty.
-async fn queued<R, A, F, Fut>(
-    queue: &Arc<Mutex<Queue<R, A>>>,
-    tasks: &tokio_util::task::TaskTracker,
-    request: R,
-    send: F,
-) -> Result<A, Arc<StoreError>>
-where
-    R: Send + 'static,
-    A: Send + 'static,
-    F: Fn(Vec<R>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<Vec<A>, Arc<StoreError>>> + Send,
-{
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let lead = {
-        let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
-        q.waiting.push((request, tx));
-        !std::mem::replace(&mut q.flushing, true)
-    };
-    if lead {
-        let queue = queue.clone();
-        tasks.spawn(async move {
-            loop {
-                let batch: Vec<_> = {
-                    let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
-                    if q.waiting.is_empty() {
-                        q.flushing = false;
-                        return;
-                    }
-                    let n = q.waiting.len().min(HOLD_BATCH);
-                    q.waiting.drain(..n).collect()
-                };
-                let (requests, txs): (Vec<R>, Vec<_>) = batch.into_iter().unzip();
-                let n = requests.len();
-                match send(requests).await {
-                    Ok(answers) if answers.len() == n => {
-                        for (tx, a) in txs.into_iter().zip(answers) {
-                            let _ = tx.send(Ok(a));
-                        }
-                    }
-                    Ok(answers) => {
-                        let e = Arc::new(StoreError::Protocol(format!(
-                            "{} answers for {n} requests",
-                            answers.len()
-                        )));
-                        for tx in txs {
-                            let _ = tx.send(Err(e.clone()));
-                        }
-                    }
-                    Err(e) => {
-                        for tx in txs {
-                            let _ = tx.send(Err(e.clone()));
-                        }
-                    }
-                }
-            }
-        });
-    }
-    match rx.await {
-        Ok(r) => r,
-        Err(_) => Err(Arc::new(StoreError::Unavailable(
-            "the request was dropped".into(),
-        ))),
-    }
-}
 
 /// A namespace's strict-admission state.
 #[derive(Debug)]
@@ -457,46 +364,6 @@ impl NamespaceSync {
             hold,
             |this, store, holds| async move { this.send_holds(&store, &holds).await },
         )
-        .await
-    }
-
-    /// Queues a strict-admission request for the store (refused at once while the store
-    /// is known to fail); batches go out through `send`.
-    pub(super) async fn queue_for_store<R, A, F, Fut>(
-        self: &Arc<Self>,
-        queue: &Arc<Mutex<Queue<R, A>>>,
-        request: R,
-        send: F,
-    ) -> Result<A, Arc<StoreError>>
-    where
-        R: Send + 'static,
-        A: Send + 'static,
-        F: Fn(Arc<Self>, Store, Vec<R>) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = Result<Vec<A>, Arc<StoreError>>> + Send,
-    {
-        if self.skipping_store() {
-            return Err(Arc::new(StoreError::Unavailable(
-                "the store failed lately".into(),
-            )));
-        }
-        let this = self.clone();
-        let send = Arc::new(send);
-        queued(queue, &self.flushes, request, move |batch| {
-            let (this, send) = (this.clone(), send.clone());
-            async move {
-                let Some(store) = this.store.clone() else {
-                    return Err(Arc::new(StoreError::Unavailable("no store".into())));
-                };
-                // requests that queued while the call before them failed: answered at
-                // once, not after another store_timeout
-                if this.skipping_store() {
-                    return Err(Arc::new(StoreError::Unavailable(
-                        "the store failed lately".into(),
-                    )));
-                }
-                send(this, store, batch).await
-            }
-        })
         .await
     }
 

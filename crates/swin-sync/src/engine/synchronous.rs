@@ -141,7 +141,7 @@ impl NamespaceSync {
             .collect();
         prev_keys.sort();
         prev_keys.dedup();
-        let answer = if store.pipelines() {
+        let answer = if store.capabilities().pipelines {
             // Redis: one script call per slot does both — the previous windows ride along
             // as diffs of 0, which add nothing and bring their counts back
             self.push_with_previous(store, &diffs, &prev_keys).await

@@ -10,7 +10,10 @@ use std::sync::Mutex;
 
 use swin_core::{CompactString, Tat, Total, UnixMs};
 
-use super::{Backend, Granted, Held, Hold, Push, Pushed, Reserve, Store, TatPush, WindowKey};
+use super::{
+    Capabilities, Counters, Granted, Held, Hold, Push, Pushed, Quota, Reserve, Store, StoreKind,
+    TatPush, WindowKey,
+};
 use crate::StoreError;
 
 /// What the next call does.
@@ -104,9 +107,13 @@ impl FaultyStore {
     }
 }
 
-impl Backend for FaultyStore {
-    fn kind(&self) -> &'static str {
+impl Counters for FaultyStore {
+    fn kind(&self) -> StoreKind {
         self.inner.kind()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
@@ -150,6 +157,22 @@ impl Backend for FaultyStore {
         self.faulted(self.inner.load_tats(namespace, now_ns)).await
     }
 
+    async fn reset(
+        &self,
+        namespace: &str,
+        key: &str,
+        window_sizes: &[u32],
+    ) -> Result<(), StoreError> {
+        self.faulted(self.inner.reset(namespace, key, window_sizes))
+            .await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.faulted(self.inner.ping()).await
+    }
+}
+
+impl Quota for FaultyStore {
     async fn hold(
         &self,
         namespace: &str,
@@ -168,19 +191,5 @@ impl Backend for FaultyStore {
     ) -> Result<Vec<Granted>, StoreError> {
         self.faulted(self.inner.reserve(namespace, holder, reserves))
             .await
-    }
-
-    async fn reset(
-        &self,
-        namespace: &str,
-        key: &str,
-        window_sizes: &[u32],
-    ) -> Result<(), StoreError> {
-        self.faulted(self.inner.reset(namespace, key, window_sizes))
-            .await
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.faulted(self.inner.ping()).await
     }
 }

@@ -1,22 +1,24 @@
-//! The store boundary ([`Backend`]): push diffs (getting the new totals back), read
-//! totals of given windows, load a namespace for warm-up, purge expired windows, the same
-//! for GCRA buckets, reset a key, ping. Three stores implement it, dispatched by the
-//! [`Store`] enum; with the `faults` feature (tests only) `Faulty` wraps one to inject
-//! failures.
+//! The store boundary, by purpose. [`Counters`]: push diffs (getting the new totals
+//! back), read totals of given windows, load a namespace for warm-up, purge expired
+//! windows, the same for GCRA buckets, reset a key, ping. [`Quota`]: strict admission's
+//! holds (windows) and grants (buckets). Each store says what it can do
+//! ([`Capabilities`]). Three stores implement both, dispatched by the [`Store`] enum; with
+//! the `faults` feature (tests only) `Faulty` wraps one to inject failures.
 
 #[cfg(feature = "faults")]
 mod faulty;
+mod normalize;
 mod postgres;
 mod redis;
 mod sql;
 mod sqlite;
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
 #[cfg(feature = "faults")]
 pub use self::faulty::{Fault, FaultyStore};
+pub(crate) use self::normalize::{normalize, normalize_advances};
 pub use self::postgres::PostgresStore;
 pub use self::redis::RedisStore;
 pub use self::sqlite::SqliteStore;
@@ -148,27 +150,52 @@ pub struct TatPush<'a> {
     pub advances: &'a [Advance],
 }
 
-/// Sums advances per key, in key order (the lock order, as for diffs).
-pub(crate) fn normalize_advances(advances: &[Advance]) -> Vec<Advance> {
-    let mut sums: BTreeMap<&str, i64> = BTreeMap::new();
-    for a in advances {
-        let s = sums.entry(a.key.as_str()).or_default();
-        *s = s.saturating_add(a.ns);
-    }
-    sums.into_iter()
-        .map(|(key, ns)| Advance {
-            key: key.into(),
-            ns,
-        })
-        .collect()
+/// Which store it is, for logs, metrics and the fingerprint of a spool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreKind {
+    Postgres,
+    Redis,
+    RedisCluster,
+    Sqlite,
 }
 
-/// What a store does. The three backends implement it, so the compiler checks their
-/// signatures against one contract; [`Store`] picks one at run time. Every call is
-/// independent and may be retried: pushes carry their own exactly-once record.
-pub trait Backend: Send + Sync {
-    /// `postgres`, `redis`, `redis_cluster` or `sqlite`.
-    fn kind(&self) -> &'static str;
+impl StoreKind {
+    /// `postgres`, `redis`, `redis_cluster` or `sqlite`, as the config names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Postgres => "postgres",
+            StoreKind::Redis => "redis",
+            StoreKind::RedisCluster => "redis_cluster",
+            StoreKind::Sqlite => "sqlite",
+        }
+    }
+}
+
+impl std::fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a store can do, so callers ask for a capability, never for a store by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// One call can carry several writes and reads of any windows (Redis: a script call
+    /// adds diffs of 0 to bring counts back), so a synchronous increment's previous
+    /// window rides in its push; PostgreSQL and SQLite read beside the push.
+    pub pipelines: bool,
+    /// Keys expire by themselves (Redis TTLs): nothing to purge.
+    pub expires_by_itself: bool,
+}
+
+/// The counting side of a store (windows and GCRA buckets). The backends implement it,
+/// so the compiler checks their signatures against one contract; [`Store`] picks one
+/// at run time. Every call is independent and may be retried: pushes carry their own
+/// exactly-once record.
+pub trait Counters: Send + Sync {
+    fn kind(&self) -> StoreKind;
+
+    fn capabilities(&self) -> Capabilities;
 
     /// Applies the schema (PostgreSQL, SQLite); nothing to do for Redis.
     fn migrate(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -234,7 +261,11 @@ pub trait Backend: Send + Sync {
 
     /// One round trip, to tell whether the store answers.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
 
+/// Strict admission's side of a store: quota held in windows ("holds") and units
+/// granted from buckets ("grants"). Every store implements it beside [`Counters`].
+pub trait Quota: Send + Sync {
     /// Strict admission: settles each hold atomically on its window's count and the
     /// holder's total there ([`swin_core::settle_hold`]), in order, and answers one
     /// [`Held`] per hold. Idempotent: asking again leaves the same state.
@@ -285,28 +316,20 @@ macro_rules! dispatch {
 }
 
 impl Store {
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> StoreKind {
         dispatch!(self, s => s.kind())
     }
 
-    /// Whether one call can carry several writes and reads of any windows (Redis: a
-    /// script call adds diffs of 0 to bring counts back), so a synchronous increment's
-    /// previous window rides in its push; PostgreSQL and SQLite read beside the push.
-    pub fn pipelines(&self) -> bool {
-        self.is_redis()
+    pub fn capabilities(&self) -> Capabilities {
+        dispatch!(self, s => s.capabilities())
     }
 
-    /// Redis, one server or a cluster: keys expire by themselves, nothing to purge.
-    pub fn is_redis(&self) -> bool {
-        matches!(self.kind(), "redis" | "redis_cluster")
-    }
-
-    /// See [`Backend::migrate`].
+    /// See [`Counters::migrate`].
     pub fn migrate(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move { dispatch!(self, s => s.migrate().await) })
     }
 
-    /// See [`Backend::push`].
+    /// See [`Counters::push`].
     pub fn push<'a>(
         &'a self,
         namespace: &'a str,
@@ -315,7 +338,7 @@ impl Store {
         Box::pin(async move { dispatch!(self, s => s.push(namespace, push).await) })
     }
 
-    /// See [`Backend::read`]; no call for no keys.
+    /// See [`Counters::read`]; no call for no keys.
     pub fn read<'a>(
         &'a self,
         namespace: &'a str,
@@ -329,7 +352,7 @@ impl Store {
         })
     }
 
-    /// See [`Backend::load_namespace`].
+    /// See [`Counters::load_namespace`].
     pub fn load_namespace<'a>(
         &'a self,
         namespace: &'a str,
@@ -338,12 +361,12 @@ impl Store {
         Box::pin(async move { dispatch!(self, s => s.load_namespace(namespace, windows).await) })
     }
 
-    /// See [`Backend::purge`].
+    /// See [`Counters::purge`].
     pub fn purge(&self, now: UnixMs) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async move { dispatch!(self, s => s.purge(now).await) })
     }
 
-    /// See [`Backend::push_tats`]; no call for no advances.
+    /// See [`Counters::push_tats`]; no call for no advances.
     pub fn push_tats<'a>(
         &'a self,
         namespace: &'a str,
@@ -357,7 +380,7 @@ impl Store {
         })
     }
 
-    /// See [`Backend::read_tats`]; no call for no keys.
+    /// See [`Counters::read_tats`]; no call for no keys.
     pub fn read_tats<'a>(
         &'a self,
         namespace: &'a str,
@@ -371,7 +394,7 @@ impl Store {
         })
     }
 
-    /// See [`Backend::load_tats`].
+    /// See [`Counters::load_tats`].
     pub fn load_tats<'a>(
         &'a self,
         namespace: &'a str,
@@ -380,7 +403,7 @@ impl Store {
         Box::pin(async move { dispatch!(self, s => s.load_tats(namespace, now_ns).await) })
     }
 
-    /// See [`Backend::reset`].
+    /// See [`Counters::reset`].
     pub fn reset<'a>(
         &'a self,
         namespace: &'a str,
@@ -390,12 +413,12 @@ impl Store {
         Box::pin(async move { dispatch!(self, s => s.reset(namespace, key, window_sizes).await) })
     }
 
-    /// See [`Backend::ping`].
+    /// See [`Counters::ping`].
     pub fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move { dispatch!(self, s => s.ping().await) })
     }
 
-    /// See [`Backend::hold`]; no call for no holds.
+    /// See [`Quota::hold`]; no call for no holds.
     pub fn hold<'a>(
         &'a self,
         namespace: &'a str,
@@ -410,7 +433,7 @@ impl Store {
         })
     }
 
-    /// See [`Backend::reserve`]; no call for no reservations.
+    /// See [`Quota::reserve`]; no call for no reservations.
     pub fn reserve<'a>(
         &'a self,
         namespace: &'a str,
@@ -423,46 +446,5 @@ impl Store {
             }
             dispatch!(self, s => s.reserve(namespace, holder, reserves).await)
         })
-    }
-}
-
-/// Sums duplicate windows and sorts by key, size and start: a statement may touch a row
-/// once, and every node taking row locks in the same order is what rules out deadlocks.
-pub(crate) fn normalize(diffs: &[Diff]) -> Vec<Diff> {
-    let mut sums: BTreeMap<(&str, u32, i64), f64> = BTreeMap::new();
-    for d in diffs {
-        *sums
-            .entry((d.key.as_str(), d.window_size, d.window_start))
-            .or_default() += d.value;
-    }
-    sums.into_iter()
-        .map(|((key, window_size, window_start), value)| Diff {
-            key: key.into(),
-            window_size,
-            window_start,
-            value,
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn normalize_sums_duplicates_in_order() {
-        let d = |k: &str, s, v| Diff {
-            key: k.into(),
-            window_size: 60,
-            window_start: s,
-            value: v,
-        };
-        let out = normalize(&[
-            d("b", 0, 1.0),
-            d("a", 60, 2.0),
-            d("b", 0, 3.0),
-            d("a", 0, 1.0),
-        ]);
-        assert_eq!(out, vec![d("a", 0, 1.0), d("a", 60, 2.0), d("b", 0, 4.0)]);
     }
 }

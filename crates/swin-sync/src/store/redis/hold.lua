@@ -1,6 +1,7 @@
 -- Strict admission: a holder's reserved total in windows, raised or lowered atomically
 -- (swin_core::settle_hold, written again here; the conformance suite runs both on the
--- same cases). KEYS: window hashes. ARGV: holder, then per key: window_start,
+-- same cases). KEYS: window hashes. ARGV: holder, the share of the room left a
+-- hold may take beyond its need (swin_core::HOLD_SHARE), then per key: window_start,
 -- previous window_start, the window before that (stale), ttl, limit, weight, need, want.
 -- The holder's total is the field h:<window_start>:<holder>. A window that opens here
 -- drops the stale window and every holder's total in it, as a push does. Returns per
@@ -14,9 +15,10 @@ local function drop_stale(hash, stale)
   end
 end
 local function fmt(x) return string.format('%.17g', x) end
-local holder = ARGV[1]
+local holder, share = ARGV[1], tonumber(ARGV[2])
+if not share then return redis.error_reply('swin hold: malformed share') end
 local out = {}
-local a = 2
+local a = 3
 for k = 1, #KEYS do
   local start, prev, stale, ttl = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local limit, weight = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
@@ -39,7 +41,7 @@ for k = 1, #KEYS do
     local n = need - held
     if n <= room then
       local extra = math.max(want - held - n, 0)
-      local grant = n + math.floor(math.min(extra, math.max((room - n) * 0.25, 0)))
+      local grant = n + math.floor(math.min(extra, math.max((room - n) * share, 0)))
       new_current, new_held = current + grant, held + grant
     end
   end

@@ -40,23 +40,28 @@
 //! groups (a pure function of the sorted batch) come out the same: groups the first
 //! attempt reached skip it, the others apply it.
 //!
-//! Over 500 lines: every `Backend` method of the Redis store (counters, buckets, holds,
-//! grants) lives here beside its key layout; splitting the store boundary by purpose
-//! (counters / quota) is the cut that shortens it.
+//! Beside this file: `buckets.rs` (GCRA TATs), `quota.rs` (strict admission's holds and
+//! grants), `servers.rs` (one server or a cluster), `calls.rs` (scripts and commands),
+//! `keys.rs` (names and slots).
+//!
+//! Over 500 lines: the key layout above and every counter method beside it.
 
 use std::sync::Arc;
 
 use redis::Value;
 use swin_core::{CompactString, Tat, Total, UnixMs};
 
+mod buckets;
+mod calls;
 mod keys;
+mod quota;
 mod servers;
 
+use self::calls::{Call, Eval, Scripts};
 use self::keys::{glob_escape, parse_hash_key, slot_calls};
-use self::servers::{Call, Eval, Scripts, Servers};
+use self::servers::Servers;
 use super::{
-    normalize, normalize_advances, Backend, Granted, Held, Hold, Push, Pushed, Rejected, Reserve,
-    TatPush, WindowKey,
+    normalize, Capabilities, Counters, Push, Pushed, Rejected, StoreKind, TatPush, WindowKey,
 };
 use crate::StoreError;
 
@@ -245,52 +250,6 @@ impl RedisStore {
             .collect()
     }
 
-    /// Strict admission's calls: `script` on each item's hash (`hashes[i]`), the
-    /// holder first in every call, then each item's key and the arguments `args` adds;
-    /// answers the script's reply for each item, in item order. The items carry no seq
-    /// record (a repeated call leaves the same state), so on one server a call may
-    /// cover any slots.
-    async fn each_on_its_hash<T: redis::FromRedisValue>(
-        &self,
-        script: &redis::Script,
-        holder: &str,
-        hashes: &[String],
-        what: &str,
-        args: impl Fn(usize, &mut Eval),
-    ) -> Result<Vec<T>, StoreError> {
-        let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
-        let calls = self.calls_for(&names, false);
-        let mut sends = Vec::with_capacity(calls.len());
-        for call in &calls {
-            let mut inv = Eval::default();
-            inv.arg(holder);
-            for &i in call {
-                inv.key(&hashes[i]);
-                args(i, &mut inv);
-            }
-            sends.push(inv.call(script, true));
-        }
-        let replies: Vec<Vec<T>> = self.replies(sends).await?;
-        let mut out: Vec<Option<T>> = std::iter::repeat_with(|| None).take(hashes.len()).collect();
-        for (call, answers) in calls.iter().zip(replies) {
-            if answers.len() != call.len() {
-                return Err(StoreError::Protocol(format!(
-                    "{what} script answered {} items of {}",
-                    answers.len(),
-                    call.len()
-                )));
-            }
-            for (&i, answer) in call.iter().zip(answers) {
-                out[i] = Some(answer);
-            }
-        }
-        out.into_iter()
-            .map(|a| {
-                a.ok_or_else(|| StoreError::Protocol(format!("{what} script skipped an item")))
-            })
-            .collect()
-    }
-
     /// Runs the calls and converts each reply.
     async fn replies<T: redis::FromRedisValue>(
         &self,
@@ -372,12 +331,19 @@ fn root_cert(access: &super::Access) -> Result<Option<Vec<u8>>, StoreError> {
         .transpose()
 }
 
-impl Backend for RedisStore {
-    fn kind(&self) -> &'static str {
+impl Counters for RedisStore {
+    fn kind(&self) -> StoreKind {
         if self.servers.is_cluster() {
-            "redis_cluster"
+            StoreKind::RedisCluster
         } else {
-            "redis"
+            StoreKind::Redis
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            pipelines: true,
+            expires_by_itself: true,
         }
     }
 
@@ -473,45 +439,7 @@ impl Backend for RedisStore {
     }
 
     async fn push_tats(&self, namespace: &str, push: TatPush<'_>) -> Result<Vec<Tat>, StoreError> {
-        let advances = normalize_advances(push.advances);
-        let hashes: Vec<String> = advances
-            .iter()
-            .map(|a| self.bucket_key(namespace, &a.key))
-            .collect();
-        let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
-        let calls = self.calls_for(&names, true);
-        let node_field = format!("n:{}", push.node_id);
-        let seq = push.seq.map_or(-1i64, |s| s as i64);
-        let mut sends = Vec::with_capacity(calls.len());
-        for call in &calls {
-            let mut inv = Eval::default();
-            inv.arg(&node_field).arg(seq).arg(push.now_ns);
-            for &i in call {
-                inv.key(&hashes[i]);
-            }
-            for &i in call {
-                inv.arg(advances[i].ns);
-            }
-            sends.push(inv.call(&self.scripts.push_tats, true));
-        }
-        let replies: Vec<Vec<String>> = self.replies(sends).await?;
-        let mut out = Vec::with_capacity(advances.len());
-        for (call, values) in calls.iter().zip(replies) {
-            if values.len() != call.len() {
-                return Err(StoreError::Protocol(format!(
-                    "push_tats script returned {} values for {} buckets",
-                    values.len(),
-                    call.len()
-                )));
-            }
-            for (&i, v) in call.iter().zip(values) {
-                out.push(Tat {
-                    key: advances[i].key.clone(),
-                    tat_ns: parse_ns(&v)?,
-                });
-            }
-        }
-        Ok(out)
+        self.push_bucket_tats(namespace, push).await
     }
 
     async fn read_tats(
@@ -519,47 +447,11 @@ impl Backend for RedisStore {
         namespace: &str,
         keys: &[CompactString],
     ) -> Result<Vec<Tat>, StoreError> {
-        let replies = self
-            .hget_each(
-                keys.iter()
-                    .map(|k| (self.bucket_key(namespace, k), "tat".to_owned())),
-            )
-            .await?;
-        keys.iter()
-            .zip(replies)
-            .filter_map(|(k, r)| r.map(|v| (k, v)))
-            .map(|(k, v)| {
-                Ok(Tat {
-                    key: k.clone(),
-                    tat_ns: parse_ns(&v)?,
-                })
-            })
-            .collect()
+        self.read_bucket_tats(namespace, keys).await
     }
 
     async fn load_tats(&self, namespace: &str, now_ns: i64) -> Result<Vec<Tat>, StoreError> {
-        let head = format!("{}:{{{}:{}:", self.prefix, namespace.len(), namespace);
-        let pattern = format!("{}*}}:gcra", glob_escape(&head));
-        let hashes = self.scan(&pattern).await?;
-        let mut out = Vec::new();
-        for chunk in hashes.chunks(CALLS_PER_RUN) {
-            let replies = self
-                .hget_each(chunk.iter().map(|h| (h.clone(), "tat".to_owned())))
-                .await?;
-            for (h, r) in chunk.iter().zip(replies) {
-                let key = h.strip_prefix(&head).and_then(|r| r.strip_suffix("}:gcra"));
-                if let (Some(key), Some(v)) = (key, r) {
-                    let tat_ns = parse_ns(&v)?;
-                    if tat_ns > now_ns {
-                        out.push(Tat {
-                            key: key.into(),
-                            tat_ns,
-                        });
-                    }
-                }
-            }
-        }
-        Ok(out)
+        self.load_bucket_tats(namespace, now_ns).await
     }
 
     /// Empties the key's hashes, one per window size and its bucket, but for their push
@@ -649,88 +541,6 @@ impl Backend for RedisStore {
             let _: String = redis::cmd("PING").query_async(&mut conn).await?;
         }
         Ok(())
-    }
-
-    async fn hold(
-        &self,
-        namespace: &str,
-        holder: &str,
-        holds: &[Hold],
-    ) -> Result<Vec<Held>, StoreError> {
-        let hashes: Vec<String> = holds
-            .iter()
-            .map(|h| self.hash_key(namespace, &h.key, h.window_size))
-            .collect();
-        // holds carry no seq record (they are idempotent): on one server, any slots
-        let states: Vec<(String, String, String)> = self
-            .each_on_its_hash(&self.scripts.hold, holder, &hashes, "hold", |i, inv| {
-                let h = &holds[i];
-                let size = i64::from(h.window_size);
-                let r = h.request;
-                inv.arg(h.window_start)
-                    .arg(h.window_start - size)
-                    .arg(h.window_start - 2 * size)
-                    .arg(3 * size)
-                    .arg(r.limit)
-                    .arg(r.weight)
-                    .arg(r.need)
-                    .arg(r.want);
-            })
-            .await?;
-        states
-            .into_iter()
-            .map(|(current, previous, held)| {
-                Ok(Held {
-                    state: swin_core::HoldState {
-                        current: parse(&current)?,
-                        previous: parse(&previous)?,
-                        held: parse(&held)?,
-                    },
-                })
-            })
-            .collect()
-    }
-
-    async fn reserve(
-        &self,
-        namespace: &str,
-        holder: &str,
-        reserves: &[Reserve],
-    ) -> Result<Vec<Granted>, StoreError> {
-        let hashes: Vec<String> = reserves
-            .iter()
-            .map(|r| self.bucket_key(namespace, &r.key))
-            .collect();
-        // reservations are idempotent by their numbers: on one server, any slots
-        let answers: Vec<(i64, String)> = self
-            .each_on_its_hash(
-                &self.scripts.reserve,
-                holder,
-                &hashes,
-                "reserve",
-                |i, inv| {
-                    let r = reserves[i].request;
-                    inv.arg(r.seq)
-                        .arg(r.now_ns)
-                        .arg(r.now_ns.saturating_add(r.horizon_ns.max(0)))
-                        .arg(r.emission_ns)
-                        .arg(r.burst)
-                        .arg(r.need)
-                        .arg(r.want);
-                },
-            )
-            .await?;
-        answers
-            .into_iter()
-            .map(|(granted, tat)| {
-                let tat_ns = if tat.is_empty() {
-                    None
-                } else {
-                    Some(parse_ns(&tat)?)
-                };
-                Ok(Granted { granted, tat_ns })
-            })
-            .collect()
     }
 }
 

@@ -1,6 +1,7 @@
 -- Strict admission of GCRA buckets (swin_core::settle_reserve, written again here; the
--- conformance suite runs both on the same cases). KEYS: bucket hashes. ARGV: holder, then
--- per key: seq, now (ns), now + horizon (ns), emission interval (ns), burst, need, want.
+-- conformance suite runs both on the same cases). KEYS: bucket hashes. ARGV: holder, the
+-- share of the room left a reservation may take beyond its need (swin_core::HOLD_SHARE),
+-- then per key: seq, now (ns), now + horizon (ns), emission interval (ns), burst, need, want.
 -- The holder's last reservation is the field r:<holder> = "<seq>:<granted>"; a bucket
 -- that is full when reserved from drops every holder's record (their horizons have
 -- passed). TATs are integer strings (HINCRBY keeps them exact; Lua's numbers are
@@ -16,10 +17,11 @@ local function diff(a, b)
   local bh, bl = split(b)
   return (ah - bh) * 1e9 + (al - bl)
 end
-local holder = ARGV[1]
+local holder, share = ARGV[1], tonumber(ARGV[2])
+if not share then return redis.error_reply('swin reserve: malformed share') end
 local field = 'r:' .. holder
 local out = {}
-local a = 2
+local a = 3
 for k = 1, #KEYS do
   local seq, now, latest = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local ei, burst = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
@@ -49,7 +51,7 @@ for k = 1, #KEYS do
     granted = 0
     if need > 0 and need <= room then
       local extra = math.max(want - need, 0)
-      granted = need + math.min(extra, math.max(math.floor((room - need) * 0.25), 0))
+      granted = need + math.min(extra, math.max(math.floor((room - need) * share), 0))
       if (not tat) or diff(tat, latest) < 0 then
         redis.call('HSET', KEYS[k], 'tat', latest)
       end

@@ -27,9 +27,10 @@
 //! primary took but no replica saw fails, so the node keeps its diffs and pushes them
 //! again (the replica promoted in its place skips what did reach it).
 //!
-//! Over 500 lines: the slot map, the per-server pipelines and the redirect/retry rules
-//! (MOVED, ASK, TRYAGAIN, NOSCRIPT) are one state machine that reads best whole; a split
-//! by purpose of the stores (counters, quota) would not shorten it.
+//! What a call is (a script invocation or a command, and its slot) is in `calls.rs`.
+//!
+//! Over 500 lines: the slot map, the per-server pipelines and the redirect and retry
+//! rules (MOVED, ASK, TRYAGAIN, NOSCRIPT) are one state machine that reads best whole.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,8 +38,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, Script, Value};
+use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, Value};
 
+use super::calls::{Call, Scripts};
 use crate::StoreError;
 
 /// Sends of one call that were answered "did not run" before giving up on it.
@@ -46,92 +48,6 @@ const MAX_REDIRECTS: u32 = 6;
 
 /// How long `WAIT` waits for the replicas before answering with the count it has.
 const WAIT_TIMEOUT_MS: u64 = 1_000;
-
-/// The scripts every server keeps in its cache: pipelines send EVALSHA alone.
-#[derive(Debug)]
-pub(super) struct Scripts {
-    pub(super) push: Script,
-    pub(super) push_tats: Script,
-    pub(super) reset: Script,
-    pub(super) hold: Script,
-    pub(super) reserve: Script,
-    /// Their sources, in that order, to load them.
-    sources: [&'static str; 5],
-}
-
-impl Scripts {
-    pub(super) fn new(
-        push: &'static str,
-        push_tats: &'static str,
-        reset: &'static str,
-        hold: &'static str,
-        reserve: &'static str,
-    ) -> Scripts {
-        Scripts {
-            push: Script::new(push),
-            push_tats: Script::new(push_tats),
-            reset: Script::new(reset),
-            hold: Script::new(hold),
-            reserve: Script::new(reserve),
-            sources: [push, push_tats, reset, hold, reserve],
-        }
-    }
-}
-
-/// A script call being built: keys and arguments in any order, sent as EVALSHA.
-#[derive(Debug, Default)]
-pub(super) struct Eval {
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
-}
-
-impl Eval {
-    pub(super) fn key(&mut self, key: &str) -> &mut Self {
-        self.keys.push(key.as_bytes().to_vec());
-        self
-    }
-
-    pub(super) fn arg<T: redis::ToRedisArgs>(&mut self, arg: T) -> &mut Self {
-        arg.write_redis_args(&mut self.args);
-        self
-    }
-
-    /// The call, routed by its first key.
-    pub(super) fn call(&self, script: &Script, write: bool) -> Call {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(self.keys.len());
-        for k in &self.keys {
-            cmd.arg(k.as_slice());
-        }
-        for a in &self.args {
-            cmd.arg(a.as_slice());
-        }
-        Call {
-            slot: self.keys.first().map_or(0, |k| super::keys::key_slot(k)),
-            cmd,
-            write,
-        }
-    }
-}
-
-/// One command of a store call, and the slot of the key it touches.
-pub(super) struct Call {
-    pub(super) slot: u16,
-    pub(super) cmd: Cmd,
-    /// Writes (a `WAIT` follows them when the store waits for replicas).
-    pub(super) write: bool,
-}
-
-impl Call {
-    /// A command on one key.
-    pub(super) fn on(key: &str, cmd: Cmd, write: bool) -> Call {
-        Call {
-            slot: super::keys::key_slot(key.as_bytes()),
-            cmd,
-            write,
-        }
-    }
-}
 
 /// One server and the reconnecting connection to it (made on first use, so a node
 /// starts while the server is down).

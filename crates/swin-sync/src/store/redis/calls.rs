@@ -1,0 +1,90 @@
+//! The Redis store's calls: its scripts (kept in every server's cache, sent as
+//! EVALSHA), a script invocation being built, and one command with the slot of its key.
+
+use redis::{Cmd, Script};
+
+/// The scripts every server keeps in its cache: pipelines send EVALSHA alone.
+#[derive(Debug)]
+pub(super) struct Scripts {
+    pub(super) push: Script,
+    pub(super) push_tats: Script,
+    pub(super) reset: Script,
+    pub(super) hold: Script,
+    pub(super) reserve: Script,
+    /// Their sources, in that order, to load them.
+    pub(super) sources: [&'static str; 5],
+}
+
+impl Scripts {
+    pub(super) fn new(
+        push: &'static str,
+        push_tats: &'static str,
+        reset: &'static str,
+        hold: &'static str,
+        reserve: &'static str,
+    ) -> Scripts {
+        Scripts {
+            push: Script::new(push),
+            push_tats: Script::new(push_tats),
+            reset: Script::new(reset),
+            hold: Script::new(hold),
+            reserve: Script::new(reserve),
+            sources: [push, push_tats, reset, hold, reserve],
+        }
+    }
+}
+
+/// A script call being built: keys and arguments in any order, sent as EVALSHA.
+#[derive(Debug, Default)]
+pub(super) struct Eval {
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Eval {
+    pub(super) fn key(&mut self, key: &str) -> &mut Self {
+        self.keys.push(key.as_bytes().to_vec());
+        self
+    }
+
+    pub(super) fn arg<T: redis::ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// The call, routed by its first key.
+    pub(super) fn call(&self, script: &Script, write: bool) -> Call {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(self.keys.len());
+        for k in &self.keys {
+            cmd.arg(k.as_slice());
+        }
+        for a in &self.args {
+            cmd.arg(a.as_slice());
+        }
+        Call {
+            slot: self.keys.first().map_or(0, |k| super::keys::key_slot(k)),
+            cmd,
+            write,
+        }
+    }
+}
+
+/// One command of a store call, and the slot of the key it touches.
+pub(super) struct Call {
+    pub(super) slot: u16,
+    pub(super) cmd: Cmd,
+    /// Writes (a `WAIT` follows them when the store waits for replicas).
+    pub(super) write: bool,
+}
+
+impl Call {
+    /// A command on one key.
+    pub(super) fn on(key: &str, cmd: Cmd, write: bool) -> Call {
+        Call {
+            slot: super::keys::key_slot(key.as_bytes()),
+            cmd,
+            write,
+        }
+    }
+}
