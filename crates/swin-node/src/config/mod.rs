@@ -22,7 +22,7 @@ pub use self::stores::StoreConfig;
 pub const DEFAULT_CONFIG: &str = include_str!("../../../../config/swin.toml");
 pub const DEFAULT_CONFIG_NAME: &str = "<embedded config/swin.toml>";
 
-/// What a setting is when the config leaves it out (the README's example lists them).
+/// What a setting is when the config leaves it out (docs/configuration.md lists them).
 pub mod defaults {
     pub const LISTEN: &str = "127.0.0.1:7070";
     pub const BODY_LIMIT: usize = 1 << 20;
@@ -387,3 +387,6 @@ fn parse_bool(v: &str) -> Option<bool> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod reference_tests;
