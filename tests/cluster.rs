@@ -6,14 +6,14 @@
 //! builds the node binary before running these.
 //!
 //! Long on purpose: each fault scenario runs whole, with its own cluster, in this one
-//! file; the harness it shares lives in tests/harness.
+//! file; the harness it shares is `swin_testkit::cluster`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use swin_cluster_tests::{
+use swin_testkit::cluster::{
     increment, increment_batch, read, within, Cluster, ClusterStore, DelayProxy, TestStore as Store,
 };
 use swin_testkit::{EphemeralPostgres, TestDatabase};
@@ -24,6 +24,14 @@ const PERIOD: Duration = Duration::from_millis(100);
 /// the timings they check (three sync periods, one sync period) are about the cluster,
 /// not about how many other clusters share the machine.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What every scenario does first: takes its turn, and points the harness at the node
+/// binary Cargo built for this test.
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    let turn = SERIAL.lock().await;
+    swin_testkit::cluster::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    turn
+}
 
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -71,7 +79,13 @@ async fn wrong_counts(
 /// twenty for PostgreSQL and Redis — they measured 0.85–1.1 s there, at the edge of the
 /// ten allowed before — and thirty for SQLite, whose writers take turns on one file; the
 /// release-build figure is measured in BENCHMARKS.md.)
-async fn convergence(store: Store, periods: u32) {
+async fn convergence(store: &Store) {
+    // SQLite's one writer at a time takes longer to settle on this machine
+    let periods = if store.store.kind() == swin_sync::store::StoreKind::Sqlite {
+        30
+    } else {
+        20
+    };
     let cluster = Cluster::start(3, &store.config(0.1), 0);
     let c = client();
     let keys: Vec<String> = (0..3000).map(|i| format!("user-{i}")).collect();
@@ -122,34 +136,6 @@ async fn convergence(store: Store, periods: u32) {
         totals.values().all(|v| *v == 10.0),
         "store totals not exact"
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn convergence_postgres() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    convergence(Store::postgres().await, 20).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn convergence_redis() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    convergence(Store::redis(), 20).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn convergence_redis_cluster() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    convergence(Store::redis_cluster(), 20).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn convergence_sqlite() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    convergence(Store::sqlite().await, 30).await;
 }
 
 /// Hits through nginx until told to stop; counts acknowledged hits per key and every
@@ -294,7 +280,7 @@ async fn outage(store: Store, stop: impl FnOnce(), start: impl FnOnce()) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_postgres() {
     let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    swin_testkit::cluster::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
     let pg = EphemeralPostgres::init();
     pg.start();
     let store = Store::postgres_at(&pg.url());
@@ -304,7 +290,7 @@ async fn outage_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_redis() {
     let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    swin_testkit::cluster::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
     let dir = tempfile::tempdir().expect("dir");
     let port = swin_testkit::free_port();
     let server = Mutex::new(Some(swin_testkit::start_redis(port, dir.path())));
@@ -317,23 +303,9 @@ async fn outage_redis() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_postgres() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    crash_and_terminate(Store::postgres().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_redis() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    crash_and_terminate(Store::redis()).await;
-}
-
 /// SIGKILL one node under load: the loss is at most that node's hits since its last
 /// successful sync. SIGTERM another: it loses nothing.
-async fn crash_and_terminate(store: Store) {
+async fn crash_and_terminate(store: &Store) {
     let mut cluster = Cluster::start(3, &store.config(0.1), 0);
     let c = client();
     // hits go straight to the nodes, so each node's acknowledged hits are known
@@ -391,7 +363,7 @@ async fn crash_and_terminate(store: Store) {
 }
 
 /// A node started mid-window reports the cluster's totals within one sync period.
-async fn join(store: Store) {
+async fn join(store: &Store) {
     let mut cluster = Cluster::start(2, &store.config(0.1), 1);
     let c = client();
     for i in 0..20 {
@@ -416,23 +388,9 @@ async fn join(store: Store) {
     eprintln!("joined node exact after {took:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn join_postgres() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    join(Store::postgres().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn join_redis() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    join(Store::redis()).await;
-}
-
 /// sync_rate 0: every answer includes every hit acknowledged before it was sent, on
 /// any node.
-async fn synchronous(store: Store) {
+async fn synchronous(store: &Store) {
     let cluster = Cluster::start(3, &store.config(0.0), 0);
     let c = client();
     let acked = Arc::new(AtomicU64::new(0));
@@ -458,27 +416,6 @@ async fn synchronous(store: Store) {
     assert_eq!(store.totals("api").await.get("hot").copied(), Some(600.0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn synchronous_postgres() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    synchronous(Store::postgres().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn synchronous_redis() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    synchronous(Store::redis()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn synchronous_redis_cluster() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    synchronous(Store::redis_cluster()).await;
-}
-
 /// `host:port` of a store URL (`scheme://[user@]host:port[/path]`).
 fn host_port(url: &str) -> String {
     let rest = url.split("://").nth(1).expect("scheme://");
@@ -489,7 +426,7 @@ fn host_port(url: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_postgres_does_not_slow_requests() {
     let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    swin_testkit::cluster::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
     let db = TestDatabase::create().await;
     let target = host_port(&db.url);
     let proxy = DelayProxy::start(target.clone(), Duration::from_millis(200)).await;
@@ -504,7 +441,7 @@ async fn slow_postgres_does_not_slow_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_redis_does_not_slow_requests() {
     let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    swin_testkit::cluster::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
     let url = swin_testkit::redis_url();
     let target = host_port(&url);
     let proxy = DelayProxy::start(target.clone(), Duration::from_millis(200)).await;
@@ -601,7 +538,7 @@ async fn hits_on_door(lb: &str, clients: usize, each: usize) -> u64 {
 
 /// sync_rate 0 with a limit: hits from many clients over 3 nodes never exceed the limit,
 /// and denied hits leave no trace in the store.
-async fn synchronous_limit(store: Store) {
+async fn synchronous_limit(store: &Store) {
     let config = store.config(0.0).replace(
         "store = \"main\"\n",
         "store = \"main\"\nlimits = [{ window_size = 3600, limit = 20 }]\n",
@@ -620,31 +557,10 @@ async fn synchronous_limit(store: Store) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn synchronous_limit_postgres() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    synchronous_limit(Store::postgres().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn synchronous_limit_redis() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    synchronous_limit(Store::redis()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn synchronous_limit_redis_cluster() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    synchronous_limit(Store::redis_cluster()).await;
-}
-
 /// Strict admission over three node processes: hits spread by the load balancer, at a
 /// sync period far longer than the test, never pass the limit; after the nodes stop
 /// (giving back what they hold) the store counts exactly the hits admitted.
-async fn strict_limit(store: Store) {
+async fn strict_limit(store: &Store) {
     let config = store.config(5.0).replace(
         "store = \"main\"\n",
         "store = \"main\"\nlimits = [{ window_size = 3600, limit = 40 }]\nadmission = \"strict\"\n",
@@ -667,40 +583,12 @@ async fn strict_limit(store: Store) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn strict_limit_postgres() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    strict_limit(Store::postgres().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn strict_limit_redis() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    strict_limit(Store::redis()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn strict_limit_redis_cluster() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    strict_limit(Store::redis_cluster()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn strict_limit_sqlite() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    strict_limit(Store::sqlite().await).await;
-}
-
 /// The shipped nginx snippet (config/nginx-auth-request.conf), run by a real nginx in
 /// front of a backend: swin decides, nginx answers 429 with swin's headers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nginx_auth_request_limits_a_backend() {
     let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    swin_testkit::cluster::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
     let store = Store::sqlite().await;
     // the nodes want a token with the decide scope: the snippet's Authorization header,
     // with the operator's token put in
@@ -774,7 +662,7 @@ async fn store_count(store: &Store, key: &str) -> Option<f64> {
 /// A GCRA namespace over 3 nodes: synchronous mode admits exactly the burst; periodic
 /// mode converges on one bucket; DELETE resets a key on every node.
 /// One scenario step by step (spend, sync, reset, spend again on every node); hence its length.
-async fn gcra_and_reset(store: Store) {
+async fn gcra_and_reset(store: &Store) {
     let config = format!(
         "store_timeout = 1\n\n{}\n\
          [[namespaces]]\nname = \"strict\"\nsync_rate = 0\nstore = \"main\"\nalgorithm = \"gcra\"\n\
@@ -877,24 +765,10 @@ async fn gcra_and_reset(store: Store) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gcra_and_reset_postgres() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    gcra_and_reset(Store::postgres().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gcra_and_reset_redis() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    gcra_and_reset(Store::redis()).await;
-}
-
 /// First touch: node A counts keys that node B never saw, and pushes them; B's read,
 /// dry run and first increment of them answer with the cluster's counts (they answered
 /// with B's own zero: 0, a full quota, and 1).
-async fn first_touch(store: Store) {
+async fn first_touch(store: &Store) {
     let config = format!(
         "{}\n[[namespaces]]\nname = \"lim\"\nwindow_sizes = [3600]\nsync_rate = 0.1\n\
          store = \"main\"\nlimits = [{{ window_size = 3600, limit = 100 }}]\n",
@@ -942,30 +816,29 @@ async fn first_touch(store: Store) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn first_touch_postgres() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    first_touch(Store::postgres().await).await;
+mod on_every_store {
+    use super::*;
+    swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] before = crate::serial; [
+        convergence,
+        strict_limit,
+        first_touch,
+    ]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn first_touch_redis() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    first_touch(Store::redis()).await;
+// SQLite is one file on one host: no store outage or replica to speak of
+mod on_the_server_stores {
+    use super::*;
+    swin_testkit::for_stores!([postgres, redis, redis_cluster] before = crate::serial; [
+        synchronous,
+        synchronous_limit,
+    ]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn first_touch_redis_cluster() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    first_touch(Store::redis_cluster()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn first_touch_sqlite() {
-    let _serial = SERIAL.lock().await;
-    swin_cluster_tests::use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
-    first_touch(Store::sqlite().await).await;
+mod on_postgres_and_redis {
+    use super::*;
+    swin_testkit::for_stores!([postgres, redis] before = crate::serial; [
+        crash_and_terminate,
+        join,
+        gcra_and_reset,
+    ]);
 }

@@ -56,7 +56,13 @@ impl Namespace {
                 max_counters: cfg.max_counters,
             },
         ));
-        let mut sync = NamespaceSync::new(counters, cfg.mode, store, push_id, store_timeout);
+        let mut sync = NamespaceSync::new(
+            counters,
+            cfg.mode,
+            store,
+            swin_sync::PushId::new(push_id),
+            store_timeout,
+        );
         if let crate::config::Admission::Strict { .. } = cfg.admission {
             sync = sync.with_strict_admission();
         }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use swin_cluster_tests::{read, use_node_binary, within, ClusterStore, Node, TestStore};
+use swin_testkit::cluster::{read, use_node_binary, within, ClusterStore, Node, TestStore};
 
 /// The store's section and namespace `api` (window 3600 s, synced every 100 ms), then
 /// `extra`.

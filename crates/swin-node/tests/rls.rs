@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use swin_cluster_tests::{use_node_binary, Node, TestStore};
+use swin_testkit::cluster::{use_node_binary, Node, TestStore};
 use tonic::transport::Channel;
 
 /// envoyproxy/ratelimit's own example shape (its README), unchanged but for the domain.

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use swin_cluster_tests::{use_node_binary, within, Node, TestStore};
+use swin_testkit::cluster::{use_node_binary, within, Node, TestStore};
 
 /// Hits on the sentinel key of each store-backed namespace, before the run.
 const SENTINEL_HITS: usize = 5;

@@ -44,7 +44,7 @@ async fn push_and_read(store: &Store) {
     }];
     for _ in 0..2 {
         let push = Push {
-            node_id: "n",
+            node_id: &swin_sync::PushId::from("n"),
             seq: Some(1),
             diffs: &diffs,
         };
@@ -101,7 +101,7 @@ async fn redis_over_tls_with_an_acl_user() {
 /// announce them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_over_tls_with_a_password() {
-    let cluster = swin_testkit::cluster::RedisCluster::start_secured();
+    let cluster = swin_testkit::redis_cluster::RedisCluster::start_secured();
     let ca = cluster.tls.as_ref().expect("secured").ca_file.display();
     let urls = cluster.urls();
     let section = format!(
@@ -120,7 +120,7 @@ async fn redis_cluster_over_tls_with_a_password() {
         })
         .collect();
     let push = Push {
-        node_id: "n",
+        node_id: &swin_sync::PushId::from("n"),
         seq: Some(2),
         diffs: &diffs,
     };

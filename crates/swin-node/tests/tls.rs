@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use swin_cluster_tests::{use_node_binary, within, Node};
+use swin_testkit::cluster::{use_node_binary, within, Node};
 
 /// A self-signed certificate for 127.0.0.1 and localhost: its PEM and its key's PEM.
 fn certificate() -> (String, String) {

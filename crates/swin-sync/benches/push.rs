@@ -62,7 +62,7 @@ async fn time_push(store: &Store, run: usize, rows: usize) -> f64 {
     let d = diffs(run, rows);
     let t = Instant::now();
     let push = Push {
-        node_id: "bench",
+        node_id: &swin_sync::PushId::new("bench"),
         seq: Some(run as u64 + 1),
         diffs: &d,
     };
@@ -344,7 +344,7 @@ async fn main() {
     }
     row("redis", median(p), Some(median(f)), rows);
 
-    let rc = swin_testkit::cluster::RedisCluster::start();
+    let rc = swin_testkit::redis_cluster::RedisCluster::start();
     let owner = slot_owners(&rc.urls()[0]).await;
     let cluster = Store::Redis(
         RedisStore::cluster(&rc.urls(), &prefix, &Default::default(), 0).expect("cluster"),

@@ -5,6 +5,7 @@ pub mod admission;
 mod backoff;
 mod engine;
 mod error;
+mod identity;
 pub mod store;
 mod unconfirmed;
 
@@ -13,6 +14,7 @@ pub use engine::{
     MAX_HORIZON, MIN_HORIZON, SYNC_BUCKETS_SECS,
 };
 pub use error::StoreError;
+pub use identity::{Holder, PushId};
 pub use store::{
     Access, Granted, Held, Hold, Push, Pushed, Rejected, Reserve, Store, TatPush, WindowKey,
 };

@@ -98,6 +98,7 @@ impl Unconfirmed {
     /// good are logged and dropped, as a sync does.
     pub async fn push(&mut self, store: &Store, timeout: Duration) -> Result<usize, StoreError> {
         let mut pushed = 0;
+        let push_id = crate::PushId::new(self.push_id.as_str());
         while let Some(chunk) = self.chunks.front() {
             let call = async {
                 match &chunk.rows {
@@ -112,7 +113,7 @@ impl Unconfirmed {
                             })
                             .collect();
                         let push = Push {
-                            node_id: &self.push_id,
+                            node_id: &push_id,
                             seq: Some(chunk.seq),
                             diffs: &diffs,
                         };
@@ -131,7 +132,7 @@ impl Unconfirmed {
                             })
                             .collect();
                         let push = TatPush {
-                            node_id: &self.push_id,
+                            node_id: &push_id,
                             seq: Some(chunk.seq),
                             now_ns: *now_ns,
                             advances: &advances,

@@ -1,6 +1,6 @@
 //! One conformance suite, run against the real PostgreSQL, Redis and SQLite.
 //!
-//! Long on purpose: every scenario runs against every store (`for_all_stores!`), so a
+//! Long on purpose: every scenario runs against every store (`swin_testkit::for_stores!`), so a
 //! store conforms exactly when this one file passes.
 
 mod common;
@@ -13,6 +13,7 @@ use swin_core::{
     WindowSize,
 };
 use swin_sync::store::Fault;
+use swin_sync::{Holder, PushId};
 use swin_sync::{NamespaceSync, Push, Store, SyncMode, TatPush, WindowKey};
 use swin_testkit::TestStore;
 
@@ -49,7 +50,7 @@ async fn totals(store: &Store, ns: &str, keys: &[WindowKey]) -> Vec<(String, i64
     t
 }
 
-fn push<'a>(node: &'a str, seq: u64, diffs: &'a [Diff]) -> Push<'a> {
+fn push<'a>(node: &'a PushId, seq: u64, diffs: &'a [Diff]) -> Push<'a> {
     Push {
         node_id: node,
         seq: Some(seq),
@@ -86,14 +87,14 @@ async fn kong_push_vectors(s: &TestStore) {
         diff("1.2.3.4", PREV, 1.0),
     ];
     let back = st
-        .push("ns", push("n1", 1, &first))
+        .push("ns", push(&PushId::from("n1"), 1, &first))
         .await
         .expect("push")
         .totals;
     assert_eq!(back.len(), 4);
     let second = [diff("foo", CUR, 5.0), diff("1.2.3.4", CUR, 5.0)];
     let mut back = st
-        .push("ns", push("n1", 2, &second))
+        .push("ns", push(&PushId::from("n1"), 2, &second))
         .await
         .expect("push")
         .totals;
@@ -126,9 +127,12 @@ async fn kong_push_vectors(s: &TestStore) {
 /// the store at 6, the local diff at 0 and the local synced value at 6.
 async fn kong_seeded_sync(s: &TestStore) {
     let st = &s.store;
-    st.push("api", push("seed", 1, &[diff("foo", CUR, 3.0)]))
-        .await
-        .expect("seed");
+    st.push(
+        "api",
+        push(&PushId::from("seed"), 1, &[diff("foo", CUR, 3.0)]),
+    )
+    .await
+    .expect("seed");
     let e = engine(st, SyncMode::Periodic(Duration::from_millis(100)), &[60]);
     let now = UnixMs::from_secs(NOW);
     e.increment("foo", 60, 3.0, now).await.expect("increment");
@@ -149,15 +153,22 @@ async fn kong_seeded_sync(s: &TestStore) {
 async fn retried_push_applies_once(s: &TestStore) {
     let st = &s.store;
     let d = [diff("k", CUR, 2.5), diff("j", CUR, 1.0)];
-    st.push("ns", push("n1", 7, &d)).await.expect("push");
-    let again = st.push("ns", push("n1", 7, &d)).await.expect("retry");
+    st.push("ns", push(&PushId::from("n1"), 7, &d))
+        .await
+        .expect("push");
+    let again = st
+        .push("ns", push(&PushId::from("n1"), 7, &d))
+        .await
+        .expect("retry");
     assert_eq!(
         again.totals.iter().map(|t| t.count).sum::<f64>(),
         3.5,
         "the retry answers with the totals"
     );
     // another node's push with the same number is its own
-    st.push("ns", push("n2", 7, &d)).await.expect("other node");
+    st.push("ns", push(&PushId::from("n2"), 7, &d))
+        .await
+        .expect("other node");
     assert_eq!(
         totals(st, "ns", &[wk("k", CUR)]).await,
         vec![("k".into(), CUR, 5.0)]
@@ -168,11 +179,15 @@ async fn fractional_and_negative(s: &TestStore) {
     let st = &s.store;
     st.push(
         "ns",
-        push("n", 1, &[diff("k", CUR, 0.25), diff("k", CUR, 0.5)]),
+        push(
+            &PushId::from("n"),
+            1,
+            &[diff("k", CUR, 0.25), diff("k", CUR, 0.5)],
+        ),
     )
     .await
     .expect("push");
-    st.push("ns", push("n", 2, &[diff("k", CUR, -1.0)]))
+    st.push("ns", push(&PushId::from("n"), 2, &[diff("k", CUR, -1.0)]))
         .await
         .expect("push");
     // 0.75 - 1 stops at zero: a stored count is never negative
@@ -194,7 +209,9 @@ async fn odd_keys_round_trip(s: &TestStore) {
         "'quote\"",
     ];
     let d: Vec<Diff> = keys.iter().map(|k| diff(k, CUR, 1.0)).collect();
-    st.push("n:s{1}", push("n", 1, &d)).await.expect("push");
+    st.push("n:s{1}", push(&PushId::from("n"), 1, &d))
+        .await
+        .expect("push");
     let wanted: Vec<WindowKey> = keys.iter().map(|k| wk(k, CUR)).collect();
     assert_eq!(totals(st, "n:s{1}", &wanted).await.len(), keys.len());
     let loaded = st
@@ -212,10 +229,15 @@ async fn load_namespace_returns_live_windows(s: &TestStore) {
         diff("a", PREV - 60, 4.0),
         diff("b", CUR, 8.0),
     ];
-    st.push("ns", push("n", 1, &d)).await.expect("push");
-    st.push("elsewhere", push("n", 1, &[diff("a", CUR, 100.0)]))
+    st.push("ns", push(&PushId::from("n"), 1, &d))
         .await
         .expect("push");
+    st.push(
+        "elsewhere",
+        push(&PushId::from("n"), 1, &[diff("a", CUR, 100.0)]),
+    )
+    .await
+    .expect("push");
     let mut loaded: Vec<Total> = st.load_namespace("ns", &[(60, PREV)]).await.expect("load");
     loaded.sort_by(|a, b| (a.key.as_str(), a.window_start).cmp(&(b.key.as_str(), b.window_start)));
     let got: Vec<(String, i64, f64)> = loaded
@@ -239,7 +261,9 @@ async fn purge_drops_old_windows(s: &TestStore) {
         diff("a", PREV, 1.0),
         diff("a", CUR - 180, 1.0),
     ];
-    st.push("ns", push("n", 1, &d)).await.expect("push");
+    st.push("ns", push(&PushId::from("n"), 1, &d))
+        .await
+        .expect("push");
     let purged = st.purge(UnixMs::from_secs(NOW)).await.expect("purge");
     let left = totals(st, "ns", &[wk("a", CUR), wk("a", PREV), wk("a", CUR - 180)]).await;
     match st.capabilities().expires_by_itself {
@@ -264,7 +288,7 @@ async fn concurrent_pushers_same_keys(s: &TestStore) {
             keys.reverse(); // the store must order rows itself
         }
         tasks.push(tokio::spawn(async move {
-            let node = format!("pusher-{p}");
+            let node = PushId::from(format!("pusher-{p}"));
             for round in 0..10u64 {
                 let d: Vec<Diff> = keys.iter().map(|k| diff(k, CUR, 1.0)).collect();
                 st.push("ns", push(&node, round + 1, &d))
@@ -417,9 +441,12 @@ async fn synchronous_mode_reads_store_totals(s: &TestStore) {
     let a = engine(st, SyncMode::Synchronous, &[60]);
     let b = engine(st, SyncMode::Synchronous, &[60]);
     let now = UnixMs::from_secs(NOW);
-    st.push("api", push("seed", 1, &[diff("k", PREV, 10.0)]))
-        .await
-        .expect("seed");
+    st.push(
+        "api",
+        push(&PushId::from("seed"), 1, &[diff("k", PREV, 10.0)]),
+    )
+    .await
+    .expect("seed");
     for i in 1..=10 {
         let e = if i % 2 == 0 { &a } else { &b };
         let r = e.increment("k", 60, 1.0, now).await.expect("inc");
@@ -581,9 +608,12 @@ fn adv(key: &str, secs: i64) -> Advance {
     }
 }
 
+/// The node every `tat_push` comes from.
+static N1: std::sync::LazyLock<PushId> = std::sync::LazyLock::new(|| PushId::from("n1"));
+
 fn tat_push<'a>(seq: Option<u64>, now_ns: i64, advances: &'a [Advance]) -> TatPush<'a> {
     TatPush {
-        node_id: "n1",
+        node_id: &N1,
         seq,
         now_ns,
         advances,
@@ -645,7 +675,7 @@ async fn tat_advances_apply_max_then_add(s: &TestStore) {
     assert_eq!(live.len(), 1, "{live:?}");
     assert_eq!(tat_of(st, "other", "k").await, None);
     // a reset deletes the key's bucket and counters
-    st.push("g", push("n1", 3, &[diff("k", CUR, 3.0)]))
+    st.push("g", push(&PushId::from("n1"), 3, &[diff("k", CUR, 3.0)]))
         .await
         .expect("push counts");
     st.reset("g", "k", &[60]).await.expect("reset");
@@ -653,7 +683,7 @@ async fn tat_advances_apply_max_then_add(s: &TestStore) {
     assert!(totals(st, "g", &[wk("k", CUR)]).await.is_empty());
     // a retry of a push applied before the reset is still recognised (its reply was
     // lost): the reset is not undone
-    st.push("g", push("n1", 3, &[diff("k", CUR, 3.0)]))
+    st.push("g", push(&PushId::from("n1"), 3, &[diff("k", CUR, 3.0)]))
         .await
         .expect("retry after the reset");
     st.push_tats("g", tat_push(Some(2), NOW_NS + SEC, &[adv("k", 5)]))
@@ -856,7 +886,11 @@ async fn pushed_windows_are_not_read_again(s: &TestStore) {
     let now = UnixMs::from_secs(NOW);
     st.push(
         "api",
-        push("seed", 1, &[diff("k", PREV, 4.0), diff("k", CUR, 1.0)]),
+        push(
+            &PushId::from("seed"),
+            1,
+            &[diff("k", PREV, 4.0), diff("k", CUR, 1.0)],
+        ),
     )
     .await
     .expect("seed");
@@ -936,12 +970,12 @@ async fn large_batches_go_in_chunks_exactly_once(s: &TestStore) {
 /// diff on a window the store does not hold leaves it absent (0).
 async fn counts_never_go_below_zero(s: &TestStore) {
     let st = &s.store;
-    st.push("ns", push("a", 1, &[diff("k", CUR, 5.0)]))
+    st.push("ns", push(&PushId::from("a"), 1, &[diff("k", CUR, 5.0)]))
         .await
         .expect("push");
     for node in ["b", "c"] {
         let reply = st
-            .push("ns", push(node, 1, &[diff("k", CUR, -5.0)]))
+            .push("ns", push(&PushId::from(node), 1, &[diff("k", CUR, -5.0)]))
             .await
             .expect("refund");
         assert!(reply.rejected.is_empty());
@@ -952,7 +986,11 @@ async fn counts_never_go_below_zero(s: &TestStore) {
     );
     st.push(
         "ns",
-        push("a", 2, &[diff("k", CUR, 3.0), diff("new", CUR, -3.0)]),
+        push(
+            &PushId::from("a"),
+            2,
+            &[diff("k", CUR, 3.0), diff("new", CUR, -3.0)],
+        ),
     )
     .await
     .expect("push");
@@ -972,11 +1010,11 @@ async fn refused_rows_never_hold_back_the_others(s: &TestStore) {
     // a window's count stays below 2^53 whatever the nodes push together: each of two
     // nodes stayed below it, their sum would not
     let near = swin_core::MAX_COUNT - 992.0;
-    st.push("ns", push("n", 1, &[diff("big", CUR, near)]))
+    st.push("ns", push(&PushId::from("n"), 1, &[diff("big", CUR, near)]))
         .await
         .expect("push");
     let reply = st
-        .push("ns", push("m", 1, &[diff("big", CUR, near)]))
+        .push("ns", push(&PushId::from("m"), 1, &[diff("big", CUR, near)]))
         .await
         .expect("no error");
     assert_eq!(reply.rejected.len(), 1, "{reply:?}");
@@ -986,7 +1024,10 @@ async fn refused_rows_never_hold_back_the_others(s: &TestStore) {
         diff("z", CUR, 2.0),
     ];
     for attempt in 0..2 {
-        let reply = st.push("ns", push("n", 2, &d)).await.expect("no error");
+        let reply = st
+            .push("ns", push(&PushId::from("n"), 2, &d))
+            .await
+            .expect("no error");
         if attempt == 0 {
             assert_eq!(reply.rejected.len(), 1, "{reply:?}");
             assert_eq!(reply.rejected[0].diff.key, "big");
@@ -1002,7 +1043,10 @@ async fn refused_rows_never_hold_back_the_others(s: &TestStore) {
     );
     // a key the store cannot hold (PostgreSQL's text has no U+0000) is refused alone too
     let d = [diff("a", CUR, 1.0), diff("nul\0key", CUR, 1.0)];
-    let reply = st.push("ns", push("n", 3, &d)).await.expect("no error");
+    let reply = st
+        .push("ns", push(&PushId::from("n"), 3, &d))
+        .await
+        .expect("no error");
     assert!(reply.rejected.len() <= 1, "{reply:?}");
     assert_eq!(
         totals(st, "ns", &[wk("a", CUR)]).await,
@@ -1062,7 +1106,7 @@ async fn unconfirmed_pushes_replay_exactly_once(s: &TestStore) {
 
     let windows = e.take_unconfirmed(now).await;
     let buckets = g.take_unconfirmed(now).await;
-    assert_eq!(windows.push_id, e.push_id());
+    assert_eq!(windows.push_id, e.push_id().as_str());
     assert_eq!(windows.rows(), 3, "{windows:?}");
     assert_eq!(windows.hits(), 8.0);
     assert_eq!(e.take_unconfirmed(now).await.rows(), 0, "taken once");
@@ -1104,7 +1148,11 @@ async fn doubles_round_trip_exactly(s: &TestStore) {
         .enumerate()
         .map(|(i, v)| diff(&format!("v{i}"), CUR, *v))
         .collect();
-    let reply = s.store.push("ns", push("n", 1, &d)).await.expect("push");
+    let reply = s
+        .store
+        .push("ns", push(&PushId::from("n"), 1, &d))
+        .await
+        .expect("push");
     let mut returned: Vec<(String, f64)> = reply
         .totals
         .iter()
@@ -1137,7 +1185,7 @@ async fn every_call_honours_its_faults(s: &TestStore) {
     let ns = "faults";
     let diffs = [diff("k", CUR, 5.0)];
     let push = Push {
-        node_id: "n",
+        node_id: &swin_sync::PushId::new("n"),
         seq: Some(1),
         diffs: &diffs,
     };
@@ -1146,7 +1194,7 @@ async fn every_call_honours_its_faults(s: &TestStore) {
         ns: 1_000,
     }];
     let tat_push = TatPush {
-        node_id: "n",
+        node_id: &swin_sync::PushId::new("n"),
         seq: Some(2),
         now_ns: NOW * 1_000_000_000,
         advances: &advances,
@@ -1193,7 +1241,7 @@ async fn every_call_honours_its_faults(s: &TestStore) {
         // a count for the reset to remove, pushed around the faults
         let seq = if fault == Fault::FailBefore { 3 } else { 4 };
         let direct = Push {
-            node_id: "direct",
+            node_id: &swin_sync::PushId::new("direct"),
             seq: Some(seq),
             diffs: &diffs,
         };
@@ -1215,7 +1263,7 @@ async fn every_call_honours_its_faults(s: &TestStore) {
         injected(
             "hold",
             e(faulty
-                .hold(ns, "h", std::slice::from_ref(&hold))
+                .hold(ns, &Holder::from("h"), std::slice::from_ref(&hold))
                 .await
                 .map(drop)),
         );
@@ -1234,7 +1282,7 @@ async fn every_call_honours_its_faults(s: &TestStore) {
         injected(
             "reserve",
             e(faulty
-                .reserve(ns, "h", std::slice::from_ref(&reserve))
+                .reserve(ns, &Holder::from("h"), std::slice::from_ref(&reserve))
                 .await
                 .map(drop)),
         );
@@ -1253,7 +1301,7 @@ async fn every_call_honours_its_faults(s: &TestStore) {
     faulty.ping().await.expect("ping");
 }
 
-for_all_stores!(
+swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
     every_call_honours_its_faults,
     a_hanging_store_costs_one_timeout_not_one_per_request,
     requested_syncs_share_one_run,
@@ -1281,8 +1329,8 @@ for_all_stores!(
     idle_keys_are_still_refreshed,
     synchronous_mode_reads_store_totals,
     synchronous_mode_falls_back_when_down,
-    shutdown_pushes_last_diffs,
-);
+    shutdown_pushes_last_diffs
+]);
 
 #[tokio::test]
 async fn local_only_touches_no_store() {
@@ -1329,7 +1377,7 @@ async fn redis_push_checks_before_writing_and_a_retry_applies_once() {
     for _ in 0..3 {
         let reply = s
             .store
-            .push("ns", push("n", 1, &d))
+            .push("ns", push(&PushId::from("n"), 1, &d))
             .await
             .expect("no error");
         assert_eq!(reply.rejected.len(), 1, "{reply:?}");
@@ -1350,7 +1398,7 @@ async fn redis_push_checks_before_writing_and_a_retry_applies_once() {
 async fn redis_pushes_survive_a_flushed_script_cache() {
     let s = TestStore::redis();
     let st = &s.store;
-    st.push("ns", push("n", 1, &[diff("k", CUR, 1.0)]))
+    st.push("ns", push(&PushId::from("n"), 1, &[diff("k", CUR, 1.0)]))
         .await
         .expect("push");
     let client = ::redis::Client::open(s.url.as_str()).expect("client");
@@ -1363,7 +1411,7 @@ async fn redis_pushes_survive_a_flushed_script_cache() {
         .query_async(&mut conn)
         .await
         .expect("flush");
-    st.push("ns", push("n", 2, &[diff("k", CUR, 2.0)]))
+    st.push("ns", push(&PushId::from("n"), 2, &[diff("k", CUR, 2.0)]))
         .await
         .expect("push after the flush");
     let advances = [adv("b", 1)];

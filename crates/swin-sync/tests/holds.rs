@@ -35,7 +35,7 @@ async fn push(store: &Store, ns: &str, key: &str, start: i64, value: f64) {
         value,
     }];
     let p = Push {
-        node_id: "pusher",
+        node_id: &swin_sync::PushId::new("pusher"),
         seq: None,
         diffs: &diffs,
     };
@@ -81,7 +81,11 @@ async fn holds_settle_as_the_core_does(s: &TestStore) {
         let req = hold("k", 100.0, weight, need, want);
         let holder = ["a", "b"][h];
         let got = store
-            .hold("ns", holder, std::slice::from_ref(&req))
+            .hold(
+                "ns",
+                &swin_sync::Holder::from(holder),
+                std::slice::from_ref(&req),
+            )
             .await
             .expect("hold");
         let other = model[1 - h];
@@ -118,7 +122,10 @@ async fn concurrent_holders_never_pass_the_limit(s: &TestStore) {
             let mut held = 0.0;
             for _ in 0..60 {
                 let req = hold("hot", 100.0, 0.0, held + 1.0, held + 4.0);
-                match store.hold("ns", &holder, &[req]).await {
+                match store
+                    .hold("ns", &swin_sync::Holder::from(holder.as_str()), &[req])
+                    .await
+                {
                     Ok(r) => held = r[0].state.held,
                     Err(e) => panic!("hold: {e}"),
                 }
@@ -142,20 +149,26 @@ async fn one_call_holds_many_windows(s: &TestStore) {
         .iter()
         .map(|k| hold(k, 100.0, 0.0, 10.0, 10.0))
         .collect();
-    let got = store.hold("ns", "x", &holds).await.expect("hold");
+    let got = store
+        .hold("ns", &swin_sync::Holder::from("x"), &holds)
+        .await
+        .expect("hold");
     let held: Vec<f64> = got.iter().map(|h| h.state.held).collect();
     assert_eq!(held, vec![10.0, 0.0, 10.0]);
     assert_eq!(current(store, "ns", "b").await, 95.0);
     // other namespaces and holders are apart
-    let other = store.hold("ns2", "x", &holds[..1]).await.expect("hold");
+    let other = store
+        .hold("ns2", &swin_sync::Holder::from("x"), &holds[..1])
+        .await
+        .expect("hold");
     assert_eq!(other[0].state.current, 10.0);
 }
 
-for_all_stores!(
+swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
     holds_settle_as_the_core_does,
     concurrent_holders_never_pass_the_limit,
-    one_call_holds_many_windows,
-);
+    one_call_holds_many_windows
+]);
 
 /// Redis keeps holders' totals as fields of the window's hash: when a window opens (by a
 /// hold or by a push), the window before the previous goes with every holder's total in
@@ -168,7 +181,10 @@ async fn redis_drops_the_totals_of_windows_two_back() {
     let old = |start: i64, holder: &'static str| async move {
         let mut h = hold("k", 100.0, 0.0, 1.0, 1.0);
         h.window_start = start;
-        store.hold("ns", holder, &[h]).await.expect("hold");
+        store
+            .hold("ns", &swin_sync::Holder::from(holder), &[h])
+            .await
+            .expect("hold");
     };
     old(CUR - 120, "dead").await;
     old(CUR - 60, "alive").await;
@@ -202,7 +218,11 @@ async fn redis_drops_the_totals_of_windows_two_back() {
     assert!(fields().await.contains(&format!("h:{}:dead", CUR - 120)));
     // a hold opens the current window: the one two back goes, with the dead holder's total
     store
-        .hold("ns", "live", &[hold("k", 100.0, 0.0, 1.0, 1.0)])
+        .hold(
+            "ns",
+            &swin_sync::Holder::from("live"),
+            &[hold("k", 100.0, 0.0, 1.0, 1.0)],
+        )
         .await
         .expect("hold");
     let after = fields().await;
@@ -224,7 +244,7 @@ async fn redis_drops_the_totals_of_windows_two_back() {
         value: 1.0,
     }];
     let p = Push {
-        node_id: "n",
+        node_id: &swin_sync::PushId::new("n"),
         seq: None,
         diffs: &diffs,
     };

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use swin_core::{CounterOptions, NamespaceCounters, UnixMs, WindowSize};
 use swin_sync::{NamespaceSync, SyncMode};
-use swin_testkit::cluster::RedisCluster;
+use swin_testkit::redis_cluster::RedisCluster;
 use swin_testkit::{wait_until, TestStore};
 
 const KEYS: usize = 300;

@@ -56,7 +56,11 @@ async fn reservations_settle_as_the_core_does(s: &TestStore) {
         let r = reserve("k", seq, T0 + at * MS, need, want);
         let holder = ["a", "b"][h];
         let got = store
-            .reserve("ns", holder, std::slice::from_ref(&r))
+            .reserve(
+                "ns",
+                &swin_sync::Holder::from(holder),
+                std::slice::from_ref(&r),
+            )
             .await
             .expect("reserve");
         let out = settle_reserve(
@@ -83,14 +87,18 @@ async fn reservations_settle_as_the_core_does(s: &TestStore) {
     }];
     let now = T0 + 5_000 * MS;
     let push = TatPush {
-        node_id: "n",
+        node_id: &swin_sync::PushId::new("n"),
         seq: None,
         now_ns: now,
         advances: &advances,
     };
     store.push_tats("ns", push).await.expect("push");
     let got = store
-        .reserve("ns", "a", &[reserve("k", 4, now, 1, 1)])
+        .reserve(
+            "ns",
+            &swin_sync::Holder::from("a"),
+            &[reserve("k", 4, now, 1, 1)],
+        )
         .await
         .expect("reserve");
     assert_eq!(got[0].granted, 0, "the push spent the whole burst");
@@ -109,7 +117,11 @@ async fn concurrent_holders_never_pass_the_burst(s: &TestStore) {
             let mut granted = 0;
             for seq in 0..20 {
                 let r = reserve("hot", seq, T0, 1, 1);
-                granted += store.reserve("ns", &holder, &[r]).await.expect("reserve")[0].granted;
+                granted += store
+                    .reserve("ns", &swin_sync::Holder::from(holder.as_str()), &[r])
+                    .await
+                    .expect("reserve")[0]
+                    .granted;
             }
             granted
         }));
@@ -133,7 +145,7 @@ async fn one_call_reserves_many_buckets(s: &TestStore) {
         ns: 10 * 100 * MS,
     }];
     let push = TatPush {
-        node_id: "n",
+        node_id: &swin_sync::PushId::new("n"),
         seq: None,
         now_ns: T0,
         advances: &advances,
@@ -144,13 +156,16 @@ async fn one_call_reserves_many_buckets(s: &TestStore) {
         .enumerate()
         .map(|(i, k)| reserve(k, 1 + i as i64, T0, 2, 2))
         .collect();
-    let got = store.reserve("ns", "x", &reserves).await.expect("reserve");
+    let got = store
+        .reserve("ns", &swin_sync::Holder::from("x"), &reserves)
+        .await
+        .expect("reserve");
     let granted: Vec<i64> = got.iter().map(|g| g.granted).collect();
     // the second reservation of "a" has a new number: granted again
     assert_eq!(granted, vec![2, 0, 2, 2]);
     assert_eq!(got[3].tat_ns, Some(T0 + 50 * MS + 4 * 100 * MS));
     let other = store
-        .reserve("ns2", "x", &reserves[..1])
+        .reserve("ns2", &swin_sync::Holder::from("x"), &reserves[..1])
         .await
         .expect("reserve");
     assert_eq!(other[0].granted, 2);
@@ -158,14 +173,14 @@ async fn one_call_reserves_many_buckets(s: &TestStore) {
     store.reset("ns", "a", &[]).await.expect("reset");
     assert_eq!(tat(store, "ns", "a").await.filter(|&t| t > 0), None);
     let again = store
-        .reserve("ns", "x", &reserves[..1])
+        .reserve("ns", &swin_sync::Holder::from("x"), &reserves[..1])
         .await
         .expect("reserve");
     assert_eq!(again[0].granted, 2, "after a reset, a number is new again");
 }
 
-for_all_stores!(
+swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
     reservations_settle_as_the_core_does,
     concurrent_holders_never_pass_the_burst,
-    one_call_reserves_many_buckets,
-);
+    one_call_reserves_many_buckets
+]);

@@ -481,11 +481,11 @@ fn wall_ns() -> i64 {
         .as_nanos() as i64
 }
 
-for_all_stores!(
+swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
     finished_keys_are_forgotten_and_come_back_exact,
     ended_windows_are_forgotten,
     grants_that_lapse_are_never_spent,
     strict_buckets_pass_boulders_rule,
     strict_admission_never_passes_the_limit,
-    a_dead_holder_costs_quota_not_correctness,
-);
+    a_dead_holder_costs_quota_not_correctness
+]);

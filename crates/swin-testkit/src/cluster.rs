@@ -1,357 +1,376 @@
-//! A real Redis Cluster for the tests: six `redis-server` processes on loopback (three
-//! primaries, three replicas) joined by `redis-cli --cluster create`, each in a
-//! temporary folder, all killed when the guard drops. The cluster bus ports are chosen
-//! too (`cluster-port`), not left at port + 10,000, which may not exist for an
-//! ephemeral port.
+//! Test harness for the cluster tests in the top-level `tests/`: N real `swin-node`
+//! processes on loopback ports behind a real nginx balancing round robin, stores the
+//! test can stop and start, and a TCP proxy that delays a store connection.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{free_port, ChildGuard};
+use crate::ChildGuard;
 
-#[derive(Debug)]
-pub struct RedisCluster {
-    /// The client ports, primaries first as `--cluster create` was given them (which
-    /// node ends up a replica is the cluster's choice).
-    pub ports: Vec<u16>,
-    /// Each node's cluster bus port.
-    buses: Vec<u16>,
-    /// A cluster that speaks TLS only, with a password: its CA.
-    pub tls: Option<crate::tls::TestCa>,
-    dir: tempfile::TempDir,
-    servers: Vec<ChildGuard>,
+static NODE_BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Names the `swin-node` binary to run: the cluster tests are a test target of the
+/// swin-node package, so Cargo builds the binary first and passes its path as
+/// `CARGO_BIN_EXE_swin-node`.
+pub fn use_node_binary(path: &str) {
+    let _ = NODE_BINARY.set(PathBuf::from(path));
 }
 
-impl RedisCluster {
-    /// Starts six servers and forms the cluster; returns once every node reports
-    /// `cluster_state:ok` with all 16,384 slots assigned, sees three replicas, and every
-    /// replica has synced with its primary.
-    pub fn start() -> RedisCluster {
-        RedisCluster::start_with(None)
+fn node_binary() -> &'static Path {
+    NODE_BINARY
+        .get()
+        .expect("call use_node_binary(env!(\"CARGO_BIN_EXE_swin-node\")) first")
+}
+
+fn nginx_binary() -> PathBuf {
+    ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect("nginx installed (scripts/test installs Debian's nginx-light)")
+}
+
+/// One `swin-node` process.
+#[derive(Debug)]
+pub struct Node {
+    child: Option<ChildGuard>,
+    pub port: u16,
+    pub base: String,
+}
+
+impl Node {
+    /// Starts a node on a free loopback port.
+    pub fn spawn(config: &Path) -> Node {
+        Node::start(config, crate::free_port())
     }
 
-    /// As [`RedisCluster::start`], but every node listens on a TLS port only (clients,
-    /// replication and the cluster bus), with a certificate from a CA made here, and
-    /// asks for [`crate::tls::PASSWORD`] (the `default` user's).
-    pub fn start_secured() -> RedisCluster {
-        RedisCluster::start_with(Some(crate::tls::TestCa::new()))
-    }
-
-    fn start_with(tls: Option<crate::tls::TestCa>) -> RedisCluster {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (mut ports, mut buses, mut servers) = (Vec::new(), Vec::new(), Vec::new());
-        while servers.len() < 6 {
-            // a port taken meanwhile (tests start clusters side by side): other ports
-            let (port, bus) = (free_port(), free_port());
-            if let Some(server) = spawn(dir.path(), port, bus, tls.as_ref()) {
-                servers.push(server);
-                ports.push(port);
-                buses.push(bus);
+    /// SIGTERM and wait; whether it exited 0.
+    pub fn terminate(&mut self) -> bool {
+        self.child.take().is_some_and(|c| {
+            let status = c.terminate();
+            if !status.success() {
+                eprintln!("node on port {} exited with {status}", self.port);
             }
-        }
-        let out = Command::new("redis-cli")
-            .args(cli_security(tls.as_ref()))
-            .args(["--cluster", "create"])
-            .args(ports.iter().map(|p| format!("127.0.0.1:{p}")))
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let cluster = RedisCluster {
-            ports,
-            buses,
-            tls,
-            dir,
-            servers,
-        };
-        cluster.wait_until_ok(Duration::from_secs(30));
-        cluster
-    }
-
-    /// `CLUSTER INFO` of the node on `port`.
-    pub fn info(&self, port: u16) -> String {
-        self.cli(port, &["cluster", "info"])
-    }
-
-    /// `CLUSTER NODES` as the node on `port` sees it.
-    pub fn nodes(&self, port: u16) -> String {
-        self.cli(port, &["cluster", "nodes"])
-    }
-
-    /// Seed URLs, one per node.
-    pub fn urls(&self) -> Vec<String> {
-        self.ports
-            .iter()
-            .map(|p| match self.tls {
-                Some(_) => format!("rediss://127.0.0.1:{p}"),
-                None => format!("redis://127.0.0.1:{p}"),
-            })
-            .collect()
-    }
-
-    fn wait_until_ok(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            // replicas are assigned after the slots: wait for them too, seen alike by all
-            let ok = self.ports.iter().all(|&p| {
-                let info = self.info(p);
-                let replicas = self
-                    .nodes(p)
-                    .lines()
-                    .filter(|l| l.contains("slave"))
-                    .count();
-                // a replica that never synced cannot take over: wait for every link
-                let linked = !self.cli(p, &["role"]).starts_with("slave")
-                    || self
-                        .cli(p, &["info", "replication"])
-                        .contains("master_link_status:up");
-                info.contains("cluster_state:ok")
-                    && info.contains("cluster_slots_assigned:16384")
-                    && replicas == 3
-                    && linked
-            });
-            if ok {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster did not settle within {timeout:?} (files in {})",
-                self.dir.path().display()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// The cluster this test process shares (started on first use): tests that only
-    /// read and write keep to a key prefix of their own on it; tests that reshard or
-    /// kill servers start a cluster of their own. Statics are never dropped, so a
-    /// watchdog process kills the servers and removes their folder once this process
-    /// has exited.
-    pub fn shared() -> &'static RedisCluster {
-        static SHARED: std::sync::OnceLock<RedisCluster> = std::sync::OnceLock::new();
-        SHARED.get_or_init(|| {
-            let cluster = RedisCluster::start();
-            let pids: Vec<String> = cluster
-                .servers
-                .iter()
-                .map(|s| s.0.id().to_string())
-                .collect();
-            let script = format!(
-                "while kill -0 {} 2>/dev/null; do sleep 1; done; kill -9 {}; rm -rf '{}'",
-                std::process::id(),
-                pids.join(" "),
-                cluster.dir.path().display()
-            );
-            // outlives this process by design: nobody is left to wait for it
-            #[allow(clippy::zombie_processes)]
-            Command::new("sh")
-                .args(["-c", &script])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start the cluster's watchdog");
-            cluster
+            status.success()
         })
     }
 
-    /// The ports of the nodes that are primaries now.
-    pub fn primaries(&self) -> Vec<u16> {
-        self.ports
-            .iter()
-            .copied()
-            .filter(|&p| self.cli(p, &["role"]).starts_with("master"))
-            .collect()
-    }
-
-    /// The node's cluster id.
-    pub fn node_id(&self, port: u16) -> String {
-        self.cli(port, &["cluster", "myid"]).trim().to_owned()
-    }
-
-    /// The port of the replica of the primary on `port`.
-    pub fn replica_of(&self, port: u16) -> u16 {
-        let id = self.node_id(port);
-        let nodes = self.nodes(port);
-        let line = nodes
-            .lines()
-            .find(|l| l.split(' ').nth(3) == Some(id.as_str()))
-            .unwrap_or_else(|| panic!("no replica of {port} in\n{nodes}"));
-        let addr = line.split(' ').nth(1).expect("address");
-        addr.split(['@', ':'])
-            .nth(1)
-            .and_then(|p| p.parse().ok())
-            .expect("port")
-    }
-
-    /// Closes the primary on `port`'s replication links (`CLIENT KILL TYPE replica`).
-    pub fn kill_replica_links(&self, port: u16) {
-        self.cli(port, &["client", "kill", "type", "replica"]);
-    }
-
-    /// Sends a signal (`STOP`, `CONT`, `KILL`, …) to the server on `port`.
-    pub fn signal(&self, port: u16, name: &str) {
-        let i = self
-            .ports
-            .iter()
-            .position(|&p| p == port)
-            .expect("a node's port");
-        self.servers[i].signal(name);
-    }
-
-    /// Moves `slots` slots (with their keys) from the primary on `from` to the one on
-    /// `to`, as an operator would (`redis-cli --cluster reshard`).
-    pub fn reshard(&self, from: u16, to: u16, slots: u32) {
-        let out = Command::new("redis-cli")
-            .args(cli_security(self.tls.as_ref()))
-            .args(["--cluster", "reshard", &format!("127.0.0.1:{from}")])
-            .args(["--cluster-from", &self.node_id(from)])
-            .args(["--cluster-to", &self.node_id(to)])
-            .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
-            .output()
-            .expect("redis-cli --cluster reshard");
-        assert!(
-            out.status.success(),
-            "reshard failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// Waits until the node on `port` is a primary and sees the cluster whole.
-    pub fn wait_for_primary(&self, port: u16, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while !(self.cli(port, &["role"]).starts_with("master")
-            && self.info(port).contains("cluster_state:ok"))
-        {
-            assert!(
-                Instant::now() < deadline,
-                "{port} was not promoted within {timeout:?}; the logs end:\n{}",
-                self.ports
-                    .iter()
-                    .map(|&p| format!("== {p}\n{}", self.log_tail(p)))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(50));
+    pub fn signal(&self, name: &str) {
+        if let Some(c) = &self.child {
+            c.signal(name);
         }
     }
 
-    /// Starts the server on `port` again (after a kill): it keeps its cluster config
-    /// file, so it rejoins, as a replica of whoever took its slots over.
-    pub fn restart(&mut self, port: u16) {
-        let i = self
-            .ports
-            .iter()
-            .position(|&p| p == port)
-            .expect("a node's port");
-        let server = spawn(self.dir.path(), port, self.buses[i], self.tls.as_ref())
-            .unwrap_or_else(|| panic!("restart the server on {port}"));
-        self.servers[i] = server;
-    }
-
-    /// The last lines of the node's log.
-    pub fn log_tail(&self, port: u16) -> String {
-        let log = std::fs::read_to_string(self.dir.path().join(format!("{port}.log")))
-            .unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(12)..].join("\n")
-    }
-
-    /// Stops every server now (as dropping the guard does).
-    pub fn stop(self) {
-        for s in self.servers {
-            s.kill();
+    fn start(config: &Path, port: u16) -> Node {
+        let child = Command::new(node_binary())
+            .arg("--config")
+            .arg(config)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            // the spool beside the config: per test, and found again by a restart
+            .env(
+                "SWIN_DATA_DIR",
+                config.parent().unwrap_or(Path::new(".")).join("data"),
+            )
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start swin-node");
+        let child = ChildGuard(child);
+        crate::wait_for_port(port, Duration::from_secs(30));
+        Node {
+            child: Some(child),
+            port,
+            base: format!("http://127.0.0.1:{port}"),
         }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 }
 
-/// A cluster node on `port` (bus on `bus`), its files in `dir`; `None` when it did
-/// not come up listening (a port taken).
-fn spawn(
-    dir: &std::path::Path,
-    port: u16,
-    bus: u16,
-    tls: Option<&crate::tls::TestCa>,
-) -> Option<ChildGuard> {
-    let mut command = Command::new("redis-server");
-    command.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
-    match tls {
-        None => {
-            command.args(["--port", &port.to_string()]);
+/// Nodes behind nginx, all reading one config file.
+#[derive(Debug)]
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    /// Base URL of the load balancer.
+    pub lb: String,
+    nginx: ChildGuard,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl Cluster {
+    /// `config` is a swin-node TOML without `listen`. Every node's port is in the nginx
+    /// upstream from the start (a node started later with [`Cluster::join`] too).
+    pub fn start(n: usize, config: &str, spare: usize) -> Cluster {
+        Cluster::start_with(n, config, spare, "")
+    }
+
+    /// As [`Cluster::start`], with `extra` added to nginx's `http` block (where the
+    /// upstream `swin` names every node).
+    pub fn start_with(n: usize, config: &str, spare: usize, extra: &str) -> Cluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config_path = dir.path().join("swin.toml");
+        std::fs::write(&config_path, config).expect("write config");
+        let ports: Vec<u16> = (0..n + spare).map(|_| crate::free_port()).collect();
+        let nodes = ports[..n]
+            .iter()
+            .map(|&p| Node::start(&config_path, p))
+            .collect::<Vec<_>>();
+        let mut all = nodes;
+        for &p in &ports[n..] {
+            all.push(Node {
+                child: None,
+                port: p,
+                base: format!("http://127.0.0.1:{p}"),
+            });
         }
-        Some(ca) => {
-            command
-                .args(["--port", "0", "--tls-port", &port.to_string()])
-                .args(["--tls-cluster", "yes", "--tls-replication", "yes"])
-                .args(ca.redis_server_args())
-                .args(["--requirepass", crate::tls::PASSWORD])
-                .args(["--masterauth", crate::tls::PASSWORD]);
+        let lb_port = crate::free_port();
+        let nginx = start_nginx(dir.path(), lb_port, &ports, extra);
+        Cluster {
+            nodes: all,
+            lb: format!("http://127.0.0.1:{lb_port}"),
+            nginx,
+            dir,
+            config: config_path,
         }
     }
-    let child = command
-        .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
-        // replicas sync at once (the default waits 5 s for more to join)
-        .args(["--repl-diskless-sync-delay", "0"])
-        .args(["--cluster-port", &bus.to_string()])
-        .arg("--cluster-config-file")
-        .arg(dir.join(format!("nodes-{port}.conf")))
-        .arg("--dir")
+
+    /// Nodes that are running.
+    pub fn running(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().filter(|n| n.is_running())
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(c) = self.nodes[i].child.take() {
+            c.kill();
+        }
+    }
+
+    /// SIGTERM and wait; returns whether the node exited 0.
+    pub fn terminate(&mut self, i: usize) -> bool {
+        self.nodes[i].terminate()
+    }
+
+    /// Starts the first spare node (or a stopped one) and returns its index.
+    pub fn join(&mut self) -> usize {
+        let i = self
+            .nodes
+            .iter()
+            .position(|n| !n.is_running())
+            .expect("a spare node slot");
+        let port = self.nodes[i].port;
+        self.nodes[i] = Node::start(&self.config, port);
+        i
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn nginx_pid(&self) -> u32 {
+        self.nginx.0.id()
+    }
+}
+
+fn start_nginx(dir: &Path, port: u16, upstreams: &[u16], extra: &str) -> ChildGuard {
+    let servers: String = upstreams
+        .iter()
+        .map(|p| format!("server 127.0.0.1:{p} max_fails=0;\n"))
+        .collect();
+    let d = dir.display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log crit;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
+         fastcgi_temp_path {d}/fastcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
+         upstream swin {{\n{servers} keepalive 32;\n }}\n\
+         server {{\n  listen 127.0.0.1:{port};\n  location / {{\n   proxy_pass http://swin;\n   proxy_http_version 1.1;\n\
+         proxy_set_header Connection \"\";\n   proxy_next_upstream error timeout http_502;\n   proxy_connect_timeout 1s;\n  }}\n }}\n{extra}\n}}\n"
+    );
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).expect("write nginx.conf");
+    let child = Command::new(nginx_binary())
+        .arg("-p")
         .arg(dir)
-        .arg("--logfile")
-        .arg(dir.join(format!("{port}.log")))
+        .arg("-c")
+        .arg(&path)
         .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn()
-        .expect("start redis-server (scripts/test installs it)");
-    let mut server = ChildGuard(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
+        .expect("start nginx");
+    let guard = ChildGuard(child);
+    crate::wait_for_port(port, Duration::from_secs(10));
+    guard
+}
+
+/// The reply of an increment or read: the first window's counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Counts {
+    pub current: f64,
+    pub previous: f64,
+}
+
+/// POSTs a batch of `(key, value)` increments to namespace `ns`; panics unless 200.
+pub async fn increment_batch(
+    client: &reqwest::Client,
+    base: &str,
+    ns: &str,
+    items: &[(String, f64)],
+) {
+    let increments: Vec<serde_json::Value> = items
+        .iter()
+        .map(|(k, v)| serde_json::json!({"namespace": ns, "key": k, "value": v}))
+        .collect();
+    let r = client
+        .post(format!("{base}/v1/increments"))
+        .json(&serde_json::json!({ "increments": increments }))
+        .send()
+        .await
+        .expect("post batch");
+    assert_eq!(r.status(), 200, "batch answered {}", r.status());
+}
+
+/// One increment; `None` when the node did not answer (it is down).
+pub async fn increment(
+    client: &reqwest::Client,
+    base: &str,
+    ns: &str,
+    key: &str,
+) -> Option<(u16, Counts)> {
+    let r = client
+        .post(format!("{base}/v1/namespaces/{ns}/keys/{key}/increment"))
+        .send()
+        .await
+        .ok()?;
+    let status = r.status().as_u16();
+    let v: serde_json::Value = r.json().await.ok()?;
+    Some((status, counts(&v)))
+}
+
+pub async fn read(client: &reqwest::Client, base: &str, ns: &str, key: &str) -> Counts {
+    let v: serde_json::Value = client
+        .get(format!("{base}/v1/namespaces/{ns}/keys/{key}"))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    counts(&v)
+}
+
+fn counts(v: &serde_json::Value) -> Counts {
+    let w = &v["windows"][0];
+    Counts {
+        current: w["current"].as_f64().unwrap_or(f64::NAN),
+        previous: w["previous"].as_f64().unwrap_or(f64::NAN),
+    }
+}
+
+/// Polls `check` until it holds; returns how long that took, or panics after `limit`.
+pub async fn within(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) -> Duration {
+    let start = Instant::now();
     loop {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            // someone listens: ours, unless it exits for a port another server holds
-            std::thread::sleep(Duration::from_millis(100));
-            return server
-                .0
-                .try_wait()
-                .ok()
-                .flatten()
-                .is_none()
-                .then_some(server);
+        if check().await {
+            return start.elapsed();
         }
-        if server.0.try_wait().ok().flatten().is_some() || Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
-/// redis-cli's options for a secured cluster: TLS with its CA, and the password.
-fn cli_security(tls: Option<&crate::tls::TestCa>) -> Vec<String> {
-    match tls {
-        None => Vec::new(),
-        Some(ca) => vec![
-            "--tls".into(),
-            "--cacert".into(),
-            ca.ca_file.display().to_string(),
-            "-a".into(),
-            crate::tls::PASSWORD.into(),
-            "--no-auth-warning".into(),
-        ],
+/// A TCP proxy that holds every chunk for `delay` before passing it on, both ways: a
+/// store connection with that much added latency.
+#[derive(Debug)]
+pub struct DelayProxy {
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl DelayProxy {
+    pub async fn start(target: String, delay: Duration) -> DelayProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let task = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                tokio::spawn(async move {
+                    let Ok(outbound) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    let (ri, wi) = inbound.into_split();
+                    let (ro, wo) = outbound.into_split();
+                    // the delay is added once per round trip: on the way to the store
+                    tokio::join!(pipe(ri, wo, delay), pipe(ro, wi, Duration::ZERO));
+                });
+            }
+        });
+        DelayProxy { port, task }
     }
 }
 
-impl RedisCluster {
-    fn cli(&self, port: u16, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(cli_security(self.tls.as_ref()))
-            .args(["-p", &port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+impl Drop for DelayProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Forwards bytes from `from` to `to`, each chunk `delay` after it arrived (latency,
+/// not a throughput cap: chunks in flight are not delayed one after another).
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay: Duration,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let reader = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if tx
+                        .send((tokio::time::Instant::now() + delay, buf[..n].to_vec()))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    let writer = async move {
+        while let Some((due, bytes)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+        let _ = to.shutdown().await;
+    };
+    tokio::join!(reader, writer);
+}
+
+pub use crate::{start_redis, TestStore};
+
+/// The cluster tests' namespace on a [`TestStore`]: `api`, one window of an hour.
+pub trait ClusterStore {
+    /// Three nodes' config: a short store timeout so an outage shows at once.
+    fn config(&self, sync_rate: f64) -> String;
+}
+
+impl ClusterStore for TestStore {
+    fn config(&self, sync_rate: f64) -> String {
+        format!(
+            "store_timeout = 1\n\n{}\n[[namespaces]]\nname = \"api\"\nwindow_sizes = [3600]\nsync_rate = {sync_rate}\nstore = \"main\"\n",
+            self.section()
+        )
     }
 }

@@ -1,8 +1,10 @@
 //! Test support shared by every crate's tests: where the test services are, isolated
 //! stores ([`TestStore`]) and PostgreSQL databases that drop themselves, child processes that die with the test,
-//! free ports and polling with a deadline.
+//! free ports and polling with a deadline. Two kinds of cluster: [`cluster`], swin nodes
+//! behind nginx for the cluster tests; [`redis_cluster`], a Redis Cluster to store in.
 
 pub mod cluster;
+pub mod redis_cluster;
 mod store;
 pub mod tls;
 
@@ -10,6 +12,41 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 pub use store::TestStore;
+
+/// One scenario on several stores: for each store named (`postgres`, `redis`,
+/// `redis_cluster`, `sqlite`) a module of `#[tokio::test]`s, one per scenario, each
+/// calling `super::<scenario>(&store)` with a fresh isolated [`TestStore`]. With
+/// `before = f;`, `f().await` runs first and what it returns is held until the test ends
+/// (a lock that runs the scenarios one at a time, a binary to use).
+///
+/// ```ignore
+/// swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [a_scenario, another]);
+/// swin_testkit::for_stores!([postgres, redis] before = serial; [a_cluster_scenario]);
+/// ```
+#[macro_export]
+macro_rules! for_stores {
+    (@module $store:ident $before:path; [$($name:ident),* $(,)?]) => {
+        mod $store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let _before = $before().await;
+                    let s = $crate::TestStore::named(stringify!($store)).await;
+                    super::$name(&s).await;
+                }
+            )*
+        }
+    };
+    ([$($store:ident),+ $(,)?] before = $before:path; $names:tt) => {
+        $( $crate::for_stores!(@module $store $before; $names); )+
+    };
+    ([$($store:ident),+ $(,)?] $names:tt) => {
+        $( $crate::for_stores!(@module $store $crate::nothing_before; $names); )+
+    };
+}
+
+/// What [`for_stores!`] runs before a test when told nothing.
+pub async fn nothing_before() {}
 
 /// Admin URL of the PostgreSQL the tests may create databases on (`scripts/test` sets it).
 pub fn postgres_admin_url() -> String {

@@ -39,6 +39,18 @@ enum Place {
 }
 
 impl TestStore {
+    /// The store `name`s (`postgres`, `redis`, `redis_cluster`, `sqlite`), isolated as
+    /// each of those says: what [`crate::for_stores!`] makes per test.
+    pub async fn named(name: &str) -> TestStore {
+        match name {
+            "postgres" => TestStore::postgres().await,
+            "redis" => TestStore::redis(),
+            "redis_cluster" => TestStore::redis_cluster(),
+            "sqlite" => TestStore::sqlite().await,
+            other => panic!("no test store {other:?}"),
+        }
+    }
+
     /// A fresh database on the test PostgreSQL, migrated.
     pub async fn postgres() -> TestStore {
         let db = TestDatabase::create().await;
@@ -76,7 +88,7 @@ impl TestStore {
 
     /// A fresh key prefix on this test process's shared Redis Cluster.
     pub fn redis_cluster() -> TestStore {
-        let urls = crate::cluster::RedisCluster::shared().urls();
+        let urls = crate::redis_cluster::RedisCluster::shared().urls();
         TestStore::redis_cluster_at(&urls, &crate::unique("swin-test"), 0)
     }
 

@@ -1,7 +1,7 @@
 //! The test Redis Cluster forms for real — three primaries with a replica each, every
 //! slot assigned, seen alike from every node — and leaves no process behind.
 
-use swin_testkit::cluster::RedisCluster;
+use swin_testkit::redis_cluster::RedisCluster;
 
 #[test]
 fn six_servers_form_three_primaries_with_a_replica_each() {

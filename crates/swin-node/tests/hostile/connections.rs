@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use swin_cluster_tests::Node;
+use swin_testkit::cluster::Node;
 
 /// A local-only node with low limits: 50 connections, 1 s for headers, body and idling.
 fn node(dir: &Path) -> Node {

@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use sha2::{Digest, Sha256};
-use swin_cluster_tests::Node;
+use swin_testkit::cluster::Node;
 use tonic::transport::Channel;
 
 const OK: i32 = Code::Ok as i32;

@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
-use swin_cluster_tests::{within, Node, TestStore};
+use swin_testkit::cluster::{within, Node, TestStore};
 
 fn node(dir: &Path, config: &str) -> Node {
     let path = dir.join("swin.toml");

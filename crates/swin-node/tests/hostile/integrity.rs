@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use swin_cluster_tests::{within, TestStore};
+use swin_testkit::cluster::{within, TestStore};
 
 use super::support::{increment, node, spool_files};
 

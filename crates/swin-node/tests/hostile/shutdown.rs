@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use swin_cluster_tests::{within, TestStore};
+use swin_testkit::cluster::{within, TestStore};
 
 use super::support::{increment, node, spool_files};
 

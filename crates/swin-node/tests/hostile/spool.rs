@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use swin_cluster_tests::{within, TestStore};
+use swin_testkit::cluster::{within, TestStore};
 
 use super::support::{increment, node, spool_files};
 

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use swin_cluster_tests::{use_node_binary, Node};
+use swin_testkit::cluster::{use_node_binary, Node};
 
 /// A `swin-node` process on `config`, its spool under `data/` beside it.
 pub fn node(config: &Path) -> Node {

@@ -92,7 +92,7 @@ pub struct NamespaceSync {
     counters: Arc<NamespaceCounters>,
     mode: SyncMode,
     store: Option<Store>,
-    node_id: Arc<str>,
+    node_id: crate::PushId,
     timeout: Duration,
     /// The namespace keeps GCRA buckets (warm-up loads them too).
     buckets: bool,
@@ -149,7 +149,7 @@ impl NamespaceSync {
         counters: Arc<NamespaceCounters>,
         mode: SyncMode,
         store: Option<Store>,
-        node_id: Arc<str>,
+        node_id: crate::PushId,
         timeout: Duration,
     ) -> Self {
         let store = if mode == SyncMode::LocalOnly {
@@ -213,7 +213,7 @@ impl NamespaceSync {
 
     /// The identity this engine pushes under: unique to the engine, so a namespace
     /// rebuilt by a reload never reuses a `(push_id, namespace, seq)` the store has seen.
-    pub fn push_id(&self) -> &str {
+    pub fn push_id(&self) -> &crate::PushId {
         &self.node_id
     }
 

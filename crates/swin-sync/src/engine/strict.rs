@@ -78,7 +78,7 @@ type SlotKey = (CompactString, u32);
 #[derive(Debug)]
 pub(crate) struct Holdings {
     /// This run of the node: a restarted node never takes another run's totals for its own.
-    holder: Arc<str>,
+    holder: crate::Holder,
     slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
     queue: Arc<Mutex<Queue<Hold, HoldState>>>,
     /// GCRA buckets' reservations (see `reserve.rs`).
@@ -88,11 +88,9 @@ pub(crate) struct Holdings {
 }
 
 impl Holdings {
-    pub(crate) fn new(node_id: &str) -> Self {
-        use std::hash::BuildHasher;
-        let run = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+    pub(crate) fn new(push: &crate::PushId) -> Self {
         Holdings {
-            holder: format!("{node_id}/{run:016x}").into(),
+            holder: crate::Holder::of_run(push),
             slots: Mutex::default(),
             queue: Arc::default(),
             buckets: super::reserve::Buckets::default(),
@@ -148,7 +146,7 @@ fn view(s: &SlotState, allowed: bool) -> StrictView {
 
 impl NamespaceSync {
     /// The holder name of this run (strict admission's totals in the store).
-    pub fn holder(&self) -> &str {
+    pub fn holder(&self) -> &crate::Holder {
         &self.holdings.holder
     }
 

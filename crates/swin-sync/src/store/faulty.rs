@@ -176,7 +176,7 @@ impl Quota for FaultyStore {
     async fn hold(
         &self,
         namespace: &str,
-        holder: &str,
+        holder: &crate::Holder,
         holds: &[Hold],
     ) -> Result<Vec<Held>, StoreError> {
         self.faulted(self.inner.hold(namespace, holder, holds))
@@ -186,7 +186,7 @@ impl Quota for FaultyStore {
     async fn reserve(
         &self,
         namespace: &str,
-        holder: &str,
+        holder: &crate::Holder,
         reserves: &[Reserve],
     ) -> Result<Vec<Granted>, StoreError> {
         self.faulted(self.inner.reserve(namespace, holder, reserves))

@@ -134,7 +134,7 @@ impl From<Vec<Total>> for Pushed {
 /// `store_timeout` never gets there.
 #[derive(Debug, Clone, Copy)]
 pub struct Push<'a> {
-    pub node_id: &'a str,
+    pub node_id: &'a crate::PushId,
     pub seq: Option<u64>,
     pub diffs: &'a [Diff],
 }
@@ -144,7 +144,7 @@ pub struct Push<'a> {
 /// [`Push`] (the two share the namespace's sequence numbers).
 #[derive(Debug, Clone, Copy)]
 pub struct TatPush<'a> {
-    pub node_id: &'a str,
+    pub node_id: &'a crate::PushId,
     pub seq: Option<u64>,
     pub now_ns: i64,
     pub advances: &'a [Advance],
@@ -272,7 +272,7 @@ pub trait Quota: Send + Sync {
     fn hold(
         &self,
         namespace: &str,
-        holder: &str,
+        holder: &crate::Holder,
         holds: &[Hold],
     ) -> impl Future<Output = Result<Vec<Held>, StoreError>> + Send;
 
@@ -283,7 +283,7 @@ pub trait Quota: Send + Sync {
     fn reserve(
         &self,
         namespace: &str,
-        holder: &str,
+        holder: &crate::Holder,
         reserves: &[Reserve],
     ) -> impl Future<Output = Result<Vec<Granted>, StoreError>> + Send;
 }
@@ -422,7 +422,7 @@ impl Store {
     pub fn hold<'a>(
         &'a self,
         namespace: &'a str,
-        holder: &'a str,
+        holder: &'a crate::Holder,
         holds: &'a [Hold],
     ) -> BoxFuture<'a, Result<Vec<Held>, StoreError>> {
         Box::pin(async move {
@@ -437,7 +437,7 @@ impl Store {
     pub fn reserve<'a>(
         &'a self,
         namespace: &'a str,
-        holder: &'a str,
+        holder: &'a crate::Holder,
         reserves: &'a [Reserve],
     ) -> BoxFuture<'a, Result<Vec<Granted>, StoreError>> {
         Box::pin(async move {

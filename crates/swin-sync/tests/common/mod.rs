@@ -1,5 +1,6 @@
-//! What the store suites share: a faulty wrapper around a test's store, and one test per
-//! store for each scenario. The stores themselves are [`swin_testkit::TestStore`]s.
+//! What the store suites share: a faulty wrapper around a test's store. The stores
+//! themselves are [`swin_testkit::TestStore`]s, one per test by
+//! [`swin_testkit::for_stores!`].
 
 #![allow(dead_code)]
 
@@ -11,15 +12,4 @@ use swin_sync::Store;
 pub fn faulty(store: &Store) -> (Store, Arc<FaultyStore>) {
     let f = Arc::new(FaultyStore::new(store.clone()));
     (Store::Faulty(f.clone()), f)
-}
-
-/// Generates one `#[tokio::test]` per store for each scenario `async fn name(&TestStore)`.
-#[macro_export]
-macro_rules! for_all_stores {
-    ($($name:ident),* $(,)?) => {
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { let s = swin_testkit::TestStore::postgres().await; super::$name(&s).await; } )* }
-        mod redis { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { let s = swin_testkit::TestStore::redis(); super::$name(&s).await; } )* }
-        mod redis_cluster { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { let s = swin_testkit::TestStore::redis_cluster(); super::$name(&s).await; } )* }
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { let s = swin_testkit::TestStore::sqlite().await; super::$name(&s).await; } )* }
-    };
 }

@@ -188,7 +188,7 @@ impl PostgresStore {
         let mut tx = self.pool.begin().await.map_err(err)?;
         if let Some(seq) = push.seq {
             let fresh = sqlx::query(RECORD_PUSH)
-                .bind(push.node_id)
+                .bind(push.node_id.as_str())
                 .bind(namespace)
                 .bind(seq as i64)
                 .execute(&mut *tx)
@@ -237,7 +237,15 @@ impl Counters for PostgresStore {
         if diffs.is_empty() {
             return Ok(Pushed::default());
         }
-        let rows = match upsert(&self.pool, namespace, &diffs, push.node_id, push.seq).await {
+        let rows = match upsert(
+            &self.pool,
+            namespace,
+            &diffs,
+            push.node_id.as_str(),
+            push.seq,
+        )
+        .await
+        {
             Ok(rows) => rows,
             Err(e) if e.is_rejection() => {
                 return self.push_isolating(namespace, push, &diffs).await
@@ -306,7 +314,7 @@ impl Counters for PostgresStore {
             .bind(&keys)
             .bind(&values)
             .bind(push.now_ns)
-            .bind(push.node_id)
+            .bind(push.node_id.as_str())
             .bind(push.seq.map(|s| s as i64))
             .fetch_all(&self.pool)
             .await

@@ -8,9 +8,10 @@ impl Quota for PostgresStore {
     async fn hold(
         &self,
         namespace: &str,
-        holder: &str,
+        holder: &crate::Holder,
         holds: &[Hold],
     ) -> Result<Vec<Held>, StoreError> {
+        let holder = holder.as_str();
         let k: Vec<&str> = holds.iter().map(|h| h.key.as_str()).collect();
         let sizes: Vec<i32> = holds.iter().map(|h| h.window_size as i32).collect();
         let starts: Vec<i64> = holds.iter().map(|h| h.window_start).collect();
@@ -61,9 +62,10 @@ impl Quota for PostgresStore {
     async fn reserve(
         &self,
         namespace: &str,
-        holder: &str,
+        holder: &crate::Holder,
         reserves: &[Reserve],
     ) -> Result<Vec<Granted>, StoreError> {
+        let holder = holder.as_str();
         let mut keys: Vec<&str> = reserves.iter().map(|r| r.key.as_str()).collect();
         keys.sort_unstable();
         keys.dedup();

@@ -10,9 +10,10 @@ impl Quota for RedisStore {
     async fn hold(
         &self,
         namespace: &str,
-        holder: &str,
+        holder: &crate::Holder,
         holds: &[Hold],
     ) -> Result<Vec<Held>, StoreError> {
+        let holder = holder.as_str();
         let hashes: Vec<String> = holds
             .iter()
             .map(|h| self.hash_key(namespace, &h.key, h.window_size))
@@ -57,9 +58,10 @@ impl Quota for RedisStore {
     async fn reserve(
         &self,
         namespace: &str,
-        holder: &str,
+        holder: &crate::Holder,
         reserves: &[Reserve],
     ) -> Result<Vec<Granted>, StoreError> {
+        let holder = holder.as_str();
         let hashes: Vec<String> = reserves
             .iter()
             .map(|r| self.bucket_key(namespace, &r.key))

@@ -185,7 +185,7 @@ impl Counters for SqliteStore {
         }
         let mut tx = self.pool.begin().await.map_err(err)?;
         if let Some(seq) = push.seq {
-            if !record_push(&mut tx, push.node_id, namespace, seq).await? {
+            if !record_push(&mut tx, push.node_id.as_str(), namespace, seq).await? {
                 tx.rollback().await.map_err(err)?;
                 let windows: Vec<WindowKey> = diffs.iter().map(WindowKey::of).collect();
                 return Ok(self.read(namespace, &windows).await?.into());
@@ -257,7 +257,7 @@ impl Counters for SqliteStore {
         let batch = serde_json::Value::Array(rows).to_string();
         let mut tx = self.pool.begin().await.map_err(err)?;
         if let Some(seq) = push.seq {
-            if !record_push(&mut tx, push.node_id, namespace, seq).await? {
+            if !record_push(&mut tx, push.node_id.as_str(), namespace, seq).await? {
                 tx.rollback().await.map_err(err)?;
                 let keys: Vec<CompactString> = advances.into_iter().map(|a| a.key).collect();
                 return self.read_tats(namespace, &keys).await;

@@ -7,9 +7,10 @@ impl Quota for SqliteStore {
     async fn hold(
         &self,
         namespace: &str,
-        holder: &str,
+        holder: &crate::Holder,
         holds: &[Hold],
     ) -> Result<Vec<Held>, StoreError> {
+        let holder = holder.as_str();
         let wanted: Vec<serde_json::Value> = holds
             .iter()
             .map(|h| serde_json::json!([h.key.as_str(), h.window_size, h.window_start]))
@@ -83,9 +84,10 @@ impl Quota for SqliteStore {
     async fn reserve(
         &self,
         namespace: &str,
-        holder: &str,
+        holder: &crate::Holder,
         reserves: &[Reserve],
     ) -> Result<Vec<Granted>, StoreError> {
+        let holder = holder.as_str();
         let keys: Vec<&str> = reserves.iter().map(|r| r.key.as_str()).collect();
         let keys = serde_json::to_string(&keys).unwrap_or_default();
         let mut tx = self.pool.begin().await.map_err(err)?;
