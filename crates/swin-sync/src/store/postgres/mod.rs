@@ -1,16 +1,16 @@
 //! PostgreSQL store: `swin_counters`, pushed with one `INSERT … SELECT FROM unnest(…)
 //! ON CONFLICT DO UPDATE … RETURNING` per batch, so thousands of rows cost one round
-//! trip and the new totals come back in it.
-//! Strict admission's holds and grants are in `quota.rs`.
+//! trip and the new totals come back in it. Strict admission's holds and grants are in
+//! `quota.rs`.
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use swin_core::{CompactString, Diff, Tat, Total, UnixMs};
 use tracing::instrument;
 
-use super::sql::{isolate_rejected, tats, totals, PartWriter, ReserveRow, TatRow, TotalRow};
+use super::sql::{isolate_rejected, tats, totals, PartWriter, TatRow, TotalRow};
 use super::{
-    normalize, normalize_advances, BoxFuture, Capabilities, Counters, Granted, Held, Hold, Push,
-    Pushed, Quota, Reserve, StoreKind, TatPush, WindowKey,
+    normalize, normalize_advances, BoxFuture, Capabilities, Counters, Push, Pushed, StoreKind,
+    TatPush, WindowKey,
 };
 use crate::StoreError;
 
@@ -444,59 +444,3 @@ impl Counters for PostgresStore {
         Ok(())
     }
 }
-
-/// Strict admission of buckets, step 1: every bucket a reservation touches has a row.
-const RESERVE_ROWS: &str = "
-    INSERT INTO swin_buckets (namespace, key, tat_ns)
-    SELECT $1, k, 0 FROM unnest($2::text[]) AS k ORDER BY 2
-    ON CONFLICT DO NOTHING";
-
-/// Step 2: the buckets, locked in key order, with the holder's last reservation.
-const RESERVE_READ: &str = "
-    SELECT b.key, b.tat_ns, r.seq, r.granted
-    FROM swin_buckets b
-    LEFT JOIN swin_reservations r ON r.namespace = b.namespace AND r.key = b.key
-     AND r.holder = $3
-    WHERE b.namespace = $1 AND b.key = ANY($2)
-    ORDER BY b.key
-    FOR UPDATE OF b";
-
-/// Strict admission, step 1: every window a hold touches has a row (new rows start at 0).
-const HOLD_ROWS: &str = "
-    INSERT INTO swin_counters (namespace, key, window_size, window_start, count)
-    SELECT DISTINCT $1, r.key, r.window_size, to_timestamp(r.window_start), 0::float8
-    FROM unnest($2::text[], $3::int4[], $4::int8[]) AS r(key, window_size, window_start)
-    ORDER BY 2, 3, 4
-    ON CONFLICT DO NOTHING";
-
-/// Step 2: the windows, locked in key order, with the previous window and the holder's
-/// total beside each.
-const HOLD_READ: &str = "
-    SELECT c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count,
-           coalesce(p.count, 0), coalesce(h.held, 0)
-    FROM (SELECT DISTINCT * FROM unnest($2::text[], $3::int4[], $4::int8[])
-          AS r(key, window_size, window_start)) r
-    JOIN swin_counters c ON c.namespace = $1 AND c.key = r.key
-     AND c.window_size = r.window_size AND c.window_start = to_timestamp(r.window_start)
-    LEFT JOIN swin_counters p ON p.namespace = $1 AND p.key = r.key
-     AND p.window_size = r.window_size
-     AND p.window_start = to_timestamp(r.window_start - r.window_size)
-    LEFT JOIN swin_holds h ON h.namespace = $1 AND h.key = r.key
-     AND h.window_size = r.window_size AND h.window_start = c.window_start AND h.holder = $5
-    ORDER BY c.key, c.window_size, c.window_start
-    FOR UPDATE OF c";
-
-/// Step 3: the windows' new counts and the holder's new totals.
-const HOLD_WRITE: &str = "
-    WITH v AS (
-        SELECT * FROM unnest($2::text[], $3::int4[], $4::int8[], $5::float8[], $7::float8[])
-        AS v(key, window_size, window_start, count, held)
-    ), counted AS (
-        UPDATE swin_counters c SET count = v.count, updated_at = now()
-        FROM v WHERE c.namespace = $1 AND c.key = v.key AND c.window_size = v.window_size
-         AND c.window_start = to_timestamp(v.window_start)
-    )
-    INSERT INTO swin_holds (namespace, key, window_size, window_start, holder, held)
-    SELECT $1, v.key, v.window_size, to_timestamp(v.window_start), $6, v.held FROM v
-    ON CONFLICT (namespace, key, window_size, window_start, holder)
-    DO UPDATE SET held = excluded.held, updated_at = now()";
