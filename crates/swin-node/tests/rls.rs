@@ -2,6 +2,9 @@
 //! from Envoy's own protos (envoy-types): decisions and statuses per descriptor, the
 //! envoyproxy/ratelimit rule features, bad requests, health, metrics, the counter keys
 //! in the store, on each store, and a limit held across three nodes.
+//!
+//! Over 500 lines: one real node per scenario, and each scenario reads whole (its rules,
+//! its requests, the answers and the store's counts side by side).
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,0 +1,153 @@
+//! One conformance suite, run against the real PostgreSQL, Redis and SQLite.
+//!
+//! Every scenario runs against every store (`swin_testkit::for_stores!` below), so a store
+//! conforms exactly when this suite passes; the scenarios are in modules by area.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod buckets;
+mod engines;
+mod pushes;
+mod redis_only;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use buckets::*;
+use engines::*;
+use pushes::*;
+use swin_core::{
+    Advance, CompactString, CounterOptions, Diff, Gcra, NamespaceCounters, Total, UnixMs,
+    WindowSize,
+};
+use swin_sync::store::Fault;
+use swin_sync::{Holder, PushId};
+use swin_sync::{NamespaceSync, Push, Store, SyncMode, TatPush, WindowKey};
+use swin_testkit::TestStore;
+
+const NOW: i64 = 1_763_784_030; // 30 s into a minute
+
+const CUR: i64 = 1_763_784_000;
+
+const PREV: i64 = CUR - 60;
+
+fn diff(key: &str, start: i64, value: f64) -> Diff {
+    Diff {
+        key: key.into(),
+        window_size: 60,
+        window_start: start,
+        value,
+    }
+}
+
+fn wk(key: &str, start: i64) -> WindowKey {
+    WindowKey {
+        key: key.into(),
+        window_size: 60,
+        window_start: start,
+    }
+}
+
+async fn totals(store: &Store, ns: &str, keys: &[WindowKey]) -> Vec<(String, i64, f64)> {
+    let mut t: Vec<_> = store
+        .read(ns, keys)
+        .await
+        .expect("read")
+        .into_iter()
+        .map(|t| (t.key.to_string(), t.window_start, t.count))
+        .collect();
+    t.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    t
+}
+
+fn push<'a>(node: &'a PushId, seq: u64, diffs: &'a [Diff]) -> Push<'a> {
+    Push {
+        node_id: node,
+        seq: Some(seq),
+        diffs,
+    }
+}
+
+fn engine(store: &Store, mode: SyncMode, sizes: &[u64]) -> Arc<NamespaceSync> {
+    let sizes: Vec<WindowSize> = sizes
+        .iter()
+        .map(|s| WindowSize::new(*s).expect("size"))
+        .collect();
+    let counters = Arc::new(NamespaceCounters::new(
+        "api",
+        &sizes,
+        CounterOptions::default(),
+    ));
+    Arc::new(NamespaceSync::new(
+        counters,
+        mode,
+        Some(store.clone()),
+        swin_sync::new_node_id().into(),
+        Duration::from_secs(5),
+    ))
+}
+
+const SEC: i64 = 1_000_000_000;
+
+const NOW_NS: i64 = NOW * SEC;
+
+fn adv(key: &str, secs: i64) -> Advance {
+    Advance {
+        key: key.into(),
+        ns: secs * SEC,
+    }
+}
+
+/// The node every `tat_push` comes from.
+static N1: std::sync::LazyLock<PushId> = std::sync::LazyLock::new(|| PushId::from("n1"));
+
+fn tat_push<'a>(seq: Option<u64>, now_ns: i64, advances: &'a [Advance]) -> TatPush<'a> {
+    TatPush {
+        node_id: &N1,
+        seq,
+        now_ns,
+        advances,
+    }
+}
+
+async fn tat_of(store: &Store, ns: &str, key: &str) -> Option<i64> {
+    let keys = [CompactString::from(key)];
+    store
+        .read_tats(ns, &keys)
+        .await
+        .expect("read tats")
+        .first()
+        .map(|t| t.tat_ns)
+}
+
+swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
+    every_call_honours_its_faults,
+    a_hanging_store_costs_one_timeout_not_one_per_request,
+    requested_syncs_share_one_run,
+    doubles_round_trip_exactly,
+    unconfirmed_pushes_replay_exactly_once,
+    counts_never_go_below_zero,
+    refused_rows_never_hold_back_the_others,
+    a_refused_window_does_not_degrade_the_namespace,
+    large_batches_go_in_chunks_exactly_once,
+    pushed_windows_are_not_read_again,
+    reset_reaches_every_node,
+    tat_advances_apply_max_then_add,
+    gcra_buckets_are_shared,
+    gcra_synchronous_admits_exactly_the_burst,
+    kong_push_vectors,
+    kong_seeded_sync,
+    retried_push_applies_once,
+    fractional_and_negative,
+    odd_keys_round_trip,
+    load_namespace_returns_live_windows,
+    purge_drops_old_windows,
+    concurrent_pushers_same_keys,
+    two_engines_converge,
+    failures_lose_and_double_nothing,
+    idle_keys_are_still_refreshed,
+    synchronous_mode_reads_store_totals,
+    synchronous_mode_falls_back_when_down,
+    shutdown_pushes_last_diffs
+]);
