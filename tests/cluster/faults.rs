@@ -5,7 +5,7 @@ use super::*;
 
 /// 3 nodes, sync_rate 0.1: 30,000 increments over 3,000 keys through nginx; within
 /// `periods` sync periods every node reports every key's exact total, and so does the
-/// store. (The target is three periods; on a shared 2-core machine running a
+/// store. (The target is three periods; on a shared 2-core machine running a
 /// debug build of three nodes, nginx, the store and this test, the assertion allows
 /// twenty for PostgreSQL and Redis — they measured 0.85–1.1 s there, at the edge of the
 /// ten allowed before — and thirty for SQLite, whose writers take turns on one file; the
