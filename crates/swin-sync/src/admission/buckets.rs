@@ -11,7 +11,7 @@ use swin_core::{Decision, Gcra, UnixMs};
 
 use super::{
     now, Admission, AdmitError, Admitted, BoxFuture, GiveBack, GivenBack, OnStoreFailure, Quota,
-    Spend,
+    Spend, Strict,
 };
 use crate::{BucketView, NamespaceSync};
 
@@ -96,28 +96,7 @@ impl Admission for Eventual {
     }
 
     fn waits_on_store(&self) -> bool {
-        super::eventual_mode(&self.sync)
-    }
-
-    fn sync(&self) -> &Arc<NamespaceSync> {
-        &self.sync
-    }
-}
-
-#[derive(Debug)]
-pub(super) struct Strict {
-    /// Dry runs, and every spend while the store cannot be asked with
-    /// `on_store_failure = "local"`.
-    local: Eventual,
-    on_store_failure: OnStoreFailure,
-}
-
-impl Strict {
-    pub(super) fn new(sync: Arc<NamespaceSync>, on_store_failure: OnStoreFailure) -> Self {
-        Strict {
-            local: Eventual::new(sync),
-            on_store_failure,
-        }
+        super::synchronous(&self.sync)
     }
 }
 
@@ -147,7 +126,7 @@ fn reserved_decision(
     Ok(d)
 }
 
-impl Admission for Strict {
+impl Admission for Strict<Eventual> {
     fn take<'a>(
         &'a self,
         key: &'a str,
@@ -217,9 +196,5 @@ impl Admission for Strict {
 
     fn waits_on_store(&self) -> bool {
         true
-    }
-
-    fn sync(&self) -> &Arc<NamespaceSync> {
-        &self.local.sync
     }
 }

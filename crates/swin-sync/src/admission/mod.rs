@@ -119,9 +119,15 @@ pub trait Admission: Send + Sync + std::fmt::Debug {
     /// strict admission): the hits of one request then share round trips, and the
     /// request is run to its end even when its caller goes away.
     fn waits_on_store(&self) -> bool;
+}
 
-    /// The engine the implementation decides with.
-    fn sync(&self) -> &Arc<NamespaceSync>;
+/// Strict admission over an eventual implementation `L` (windows or buckets): admitted
+/// from quota reserved in the store; `L` decides dry runs, and every hit while the store
+/// cannot be asked with `on_store_failure = "local"`.
+#[derive(Debug)]
+struct Strict<L> {
+    local: L,
+    on_store_failure: OnStoreFailure,
 }
 
 /// The implementation a namespace uses: its algorithm (`buckets`: GCRA) and its
@@ -134,9 +140,15 @@ pub fn for_namespace(
 ) -> Arc<dyn Admission> {
     match (buckets, strict) {
         (false, None) => Arc::new(windows::Eventual::new(sync)),
-        (false, Some(f)) => Arc::new(windows::Strict::new(sync, f)),
+        (false, Some(f)) => Arc::new(Strict {
+            local: windows::Eventual::new(sync),
+            on_store_failure: f,
+        }),
         (true, None) => Arc::new(buckets::Eventual::new(sync)),
-        (true, Some(f)) => Arc::new(buckets::Strict::new(sync, f)),
+        (true, Some(f)) => Arc::new(Strict {
+            local: buckets::Eventual::new(sync),
+            on_store_failure: f,
+        }),
     }
 }
 
@@ -170,7 +182,8 @@ fn strictest(decisions: impl IntoIterator<Item = Decision>) -> Result<Admitted, 
     })
 }
 
-fn eventual_mode(sync: &NamespaceSync) -> bool {
+/// Whether the engine sends every hit to the store while its request waits.
+fn synchronous(sync: &NamespaceSync) -> bool {
     sync.mode() == SyncMode::Synchronous
 }
 

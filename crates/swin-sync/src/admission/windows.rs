@@ -12,7 +12,7 @@ use swin_core::{Decision, UnixMs, WindowLimit, WindowRate};
 
 use super::{
     now, store_error, strictest, together, Admission, AdmitError, Admitted, BoxFuture, GiveBack,
-    GivenBack, OnStoreFailure, Quota, Spend,
+    GivenBack, OnStoreFailure, Quota, Spend, Strict,
 };
 use crate::{NamespaceSync, StrictView, SyncMode};
 
@@ -88,7 +88,7 @@ impl Eventual {
     }
 
     fn waits_on_store(&self) -> bool {
-        super::eventual_mode(&self.sync)
+        super::synchronous(&self.sync)
     }
 
     /// A refund: never below zero, on the cluster's count of the key, not only this
@@ -168,28 +168,9 @@ impl Admission for Eventual {
     fn waits_on_store(&self) -> bool {
         self.waits_on_store()
     }
-
-    fn sync(&self) -> &Arc<NamespaceSync> {
-        &self.sync
-    }
 }
 
-#[derive(Debug)]
-pub(super) struct Strict {
-    /// Dry runs, and every hit while the store cannot be asked with
-    /// `on_store_failure = "local"`.
-    local: Eventual,
-    on_store_failure: OnStoreFailure,
-}
-
-impl Strict {
-    pub(super) fn new(sync: Arc<NamespaceSync>, on_store_failure: OnStoreFailure) -> Self {
-        Strict {
-            local: Eventual::new(sync),
-            on_store_failure,
-        }
-    }
-
+impl Strict<Eventual> {
     /// A strict admission's answer: admitted or not as the quota said; the figures from
     /// the window as the store last showed it. The counts before this hit are the
     /// window's count less what this node holds unused (and less this hit, when
@@ -252,7 +233,7 @@ impl Strict {
     }
 }
 
-impl Admission for Strict {
+impl Admission for Strict<Eventual> {
     fn take<'a>(
         &'a self,
         key: &'a str,
@@ -310,9 +291,5 @@ impl Admission for Strict {
 
     fn waits_on_store(&self) -> bool {
         true
-    }
-
-    fn sync(&self) -> &Arc<NamespaceSync> {
-        &self.local.sync
     }
 }
