@@ -1,12 +1,12 @@
-//! Strict admission's arithmetic: how much of a window's room one holder's reservation
+//! Strict admission's arithmetic: how much of a window's room one holder's hold
 //! may take. Every store applies [`settle_hold`] atomically, on the window's stored count
-//! and the holder's stored total, so the cluster's reservations never add up past the
+//! and the holder's stored total, so the cluster's holds never add up past the
 //! limit:
 //!
-//! - a window's stored count includes every reservation at once, so every node sees
-//!   reserved quota as used;
+//! - a window's stored count includes every hold at once, so every node sees
+//!   held quota as used;
 //! - a sliding window's room `limit − current − previous × weight(t)` only grows as `t`
-//!   goes through the window (the weight falls), so a reservation that fit when it was
+//!   goes through the window (the weight falls), so a hold that fit when it was
 //!   made fits until the window ends; a fixed window has weight 0;
 //! - a holder asks for its *total* to be somewhere in `[need, want]`, never for an
 //!   increment: a retried request whose first attempt was applied (its reply lost) finds
@@ -36,7 +36,7 @@ pub struct HoldState {
     pub held: f64,
 }
 
-/// Of the room left beyond what is needed, one reservation takes at most this share
+/// Of the room left beyond what is needed, one hold takes at most this share
 /// (rounded down to whole units), so holders near the limit leave room for each other
 /// and blocks shrink to single hits.
 pub const HOLD_SHARE: f64 = 0.25;
@@ -128,7 +128,7 @@ mod tests {
         /// Whatever holders ask, in any order, retried or not: the window's count stays
         /// within the limit whenever it grows, and it is the other counts plus the totals held.
         #[test]
-        fn holders_never_reserve_past_the_limit(
+        fn holders_never_hold_past_the_limit(
             limit in 1.0f64..1000.0,
             previous in 0.0f64..2000.0,
             others in 0.0f64..500.0,

@@ -373,7 +373,7 @@ fn namespace_families(namespaces: &[NamespaceSample]) -> Vec<MetricFamily> {
         ),
         counters(
             "swin_reservations_total",
-            "Store calls made to reserve or give back quota (strict admission).",
+            "Store calls of strict admission (holds of window quota, grants of bucket quota, taken or given back).",
             |n| n.reservations,
         ),
         gauges(

@@ -56,24 +56,21 @@ impl Namespace {
                 max_counters: cfg.max_counters,
             },
         ));
-        let mut sync = NamespaceSync::new(
+        let sync = NamespaceSync::new(
             counters,
             cfg.mode,
             store,
             swin_sync::PushId::new(push_id),
             store_timeout,
         );
-        if let crate::config::Admission::Strict { .. } = cfg.admission {
-            sync = sync.with_strict_admission();
-        }
         let gcra = cfg.algorithm == crate::policy::algorithm::Algorithm::Gcra;
-        let sync = Arc::new(if gcra { sync.with_buckets() } else { sync });
         let strict = match cfg.admission {
             crate::config::Admission::Eventual => None,
             crate::config::Admission::Strict { on_store_failure } => Some(on_store_failure),
         };
+        let (sync, admission) = admission::for_namespace(sync, gcra, strict);
         Namespace {
-            admission: admission::for_namespace(sync.clone(), gcra, strict),
+            admission,
             sync,
             store_name: cfg.store.clone(),
             limits: cfg.limits.clone(),

@@ -9,14 +9,14 @@ mod identity;
 pub mod store;
 mod unconfirmed;
 
+pub use admission::{horizon, BucketView, StrictView, IDLE_MS, MAX_HORIZON, MIN_HORIZON};
 pub use engine::{
-    horizon, now, BucketView, NamespaceSync, StrictView, SyncMode, SyncReport, SyncStatus, IDLE_MS,
-    MAX_HORIZON, MIN_HORIZON, SYNC_BUCKETS_SECS,
+    now, NamespaceSync, QuotaKeeper, SyncMode, SyncReport, SyncStatus, SYNC_BUCKETS_SECS,
 };
 pub use error::StoreError;
 pub use identity::{Holder, PushId};
 pub use store::{
-    Access, Granted, Held, Hold, Push, Pushed, Rejected, Reserve, Store, TatPush, WindowKey,
+    Access, Grant, Granted, Held, Hold, Push, Pushed, Rejected, Store, TatPush, WindowKey,
 };
 pub use unconfirmed::{Chunk, Rows, Unconfirmed};
 

@@ -12,21 +12,32 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use swin_core::{CounterOptions, NamespaceCounters, WindowAlgorithm, WindowLimit, WindowSize};
+use swin_sync::admission::{Grants, Holds};
 use swin_sync::store::{Fault, FaultyStore};
-use swin_sync::{now, NamespaceSync, Store, SyncMode, WindowKey};
+use swin_sync::{now, NamespaceSync, PushId, QuotaKeeper, Store, SyncMode, WindowKey};
 use swin_testkit::TestStore;
 use tokio_util::sync::CancellationToken;
 
 const WINDOW: u64 = 3600;
 
-struct Node {
+/// An engine and the strict quota it keeps: [`Holds`] (windows) or [`Grants`] (buckets).
+struct Node<Q> {
     engine: Arc<NamespaceSync>,
+    quota: Arc<Q>,
     faults: Arc<FaultyStore>,
     cancel: CancellationToken,
     run: tokio::task::JoinHandle<()>,
 }
 
-fn node(store: &Store, rate: f64) -> Node {
+fn windows(store: &Store, rate: f64) -> Node<Holds> {
+    node(store, rate, Holds::new)
+}
+
+fn buckets(store: &Store, rate: f64) -> Node<Grants> {
+    node(store, rate, Grants::new)
+}
+
+fn node<Q: QuotaKeeper + 'static>(store: &Store, rate: f64, quota: fn(&PushId) -> Q) -> Node<Q> {
     let (faulty, faults) = common::faulty(store);
     let size = WindowSize::new(WINDOW).expect("size");
     let counters = Arc::new(NamespaceCounters::new(
@@ -34,20 +45,23 @@ fn node(store: &Store, rate: f64) -> Node {
         &[size],
         CounterOptions::default(),
     ));
+    let push = PushId::from(swin_sync::new_node_id());
+    let quota = Arc::new(quota(&push));
     let engine = Arc::new(
         NamespaceSync::new(
             counters,
             SyncMode::Periodic(Duration::from_secs_f64(rate)),
             Some(faulty),
-            swin_sync::new_node_id().into(),
+            push,
             Duration::from_secs(5),
         )
-        .with_strict_admission(),
+        .with_quota(quota.clone()),
     );
     let cancel = CancellationToken::new();
     let run = tokio::spawn(engine.clone().run(cancel.clone()));
     Node {
         engine,
+        quota,
         faults,
         cancel,
         run,
@@ -75,8 +89,8 @@ struct Case {
 
 /// The node the next hit goes to, as the schedule says; with `faults`, one call in twenty
 /// of that node then fails (before the store, or after it with the reply lost).
-fn next_node(
-    nodes: &[Node],
+fn next_node<Q>(
+    nodes: &[Node<Q>],
     schedule: Schedule,
     sent: usize,
     faults: bool,
@@ -114,7 +128,7 @@ async fn case(store: &Store, c: &Case, rng: &mut StdRng) -> Option<(f64, f64)> {
     let size = WindowSize::new(WINDOW).expect("size");
     let start = size.start_of(now());
     let rate = [0.01, 0.1, 1.0][rng.gen_range(0..3)];
-    let nodes: Vec<Node> = (0..3).map(|_| node(store, rate)).collect();
+    let nodes: Vec<Node<Holds>> = (0..3).map(|_| windows(store, rate)).collect();
     let l = WindowLimit::new(size, limit, algorithm).expect("limit");
     let mut admitted = 0.0;
     let burst = match schedule {
@@ -126,10 +140,10 @@ async fn case(store: &Store, c: &Case, rng: &mut StdRng) -> Option<(f64, f64)> {
         let mut round = Vec::new();
         for _ in 0..burst.min(hits - sent) {
             let n = next_node(&nodes, schedule, sent, faults, rng);
-            let engine = nodes[n].engine.clone();
+            let (engine, quota) = (nodes[n].engine.clone(), nodes[n].quota.clone());
             let key = key.clone();
             round.push(tokio::spawn(async move {
-                engine.admit(&key, &[l], 1.0, now()).await
+                quota.admit(&engine, &key, &[l], 1.0, now()).await
             }));
             sent += 1;
         }
@@ -222,21 +236,27 @@ async fn strict_admission_never_passes_the_limit(s: &TestStore) {
 async fn a_dead_holder_costs_quota_not_correctness(s: &TestStore) {
     let size = WindowSize::new(WINDOW).expect("size");
     let l = WindowLimit::new(size, 100.0, WindowAlgorithm::Fixed).expect("limit");
-    let dead = node(&s.store, 0.1);
+    let dead = windows(&s.store, 0.1);
     for _ in 0..10 {
-        dead.engine
-            .admit("d", &[l], 1.0, now())
+        dead.quota
+            .admit(&dead.engine, "d", &[l], 1.0, now())
             .await
             .expect("admit");
     }
-    let held_by_dead = 10.0 + dead.engine.admit("d", &[l], 0.0, now()).await.expect("v")[0].unused;
+    let held_by_dead = 10.0
+        + dead
+            .quota
+            .admit(&dead.engine, "d", &[l], 0.0, now())
+            .await
+            .expect("v")[0]
+            .unused;
     dead.run.abort(); // killed: no give-back
-    let live = node(&s.store, 0.1);
+    let live = windows(&s.store, 0.1);
     let mut admitted = 0.0;
     for _ in 0..200 {
         if live
-            .engine
-            .admit("d", &[l], 1.0, now())
+            .quota
+            .admit(&live.engine, "d", &[l], 1.0, now())
             .await
             .expect("admit")[0]
             .allowed
@@ -267,7 +287,7 @@ async fn strict_buckets_pass_boulders_rule(s: &TestStore) {
         let schedule = schedules[i % 3];
         let faults = i >= 3;
         let rate = [0.01, 0.1, 1.0][rng.gen_range(0..3)];
-        let nodes: Vec<Node> = (0..3).map(|_| node(&s.store, rate)).collect();
+        let nodes: Vec<Node<Grants>> = (0..3).map(|_| buckets(&s.store, rate)).collect();
         let key = format!("b{i}");
         let started = std::time::Instant::now();
         let mut spends: Vec<i64> = Vec::new();
@@ -282,10 +302,10 @@ async fn strict_buckets_pass_boulders_rule(s: &TestStore) {
             let mut round = Vec::new();
             for _ in 0..per_round.min(hits - sent) {
                 let n = next_node(&nodes, schedule, sent, faults, &mut rng);
-                let engine = nodes[n].engine.clone();
+                let (engine, quota) = (nodes[n].engine.clone(), nodes[n].quota.clone());
                 let key = key.clone();
                 round.push(tokio::spawn(async move {
-                    let v = engine.admit_bucket(&g, &key, 1, now()).await;
+                    let v = quota.admit(&engine, &g, &key, 1, now()).await;
                     (v, wall_ns())
                 }));
                 sent += 1;
@@ -302,11 +322,8 @@ async fn strict_buckets_pass_boulders_rule(s: &TestStore) {
             }
         }
         let took = started.elapsed();
-        // units reserved and not spent yet: held by their node until they lapse
-        let held: i64 = nodes
-            .iter()
-            .map(|n| n.engine.bucket_view(&key, now()).unused)
-            .sum();
+        // units granted and not spent yet: held by their node until they lapse
+        let held: i64 = nodes.iter().map(|n| n.quota.view(&key, now()).unused).sum();
         for n in &nodes {
             n.cancel.cancel();
         }
@@ -331,7 +348,7 @@ async fn strict_buckets_pass_boulders_rule(s: &TestStore) {
         let admitted = spends.len() as i64;
         if !faults {
             // the burst, less a unit the horizon takes, a unit of rounding and the units
-            // nodes still hold (a node reserves blocks: a skewed schedule leaves some
+            // nodes still hold (a node grants blocks: a skewed schedule leaves some
             // with the nodes that see few hits); while no grant can have lapsed (the
             // case ran within one horizon), nothing else may be missing
             let refilled = took.as_secs() as i64;
@@ -350,25 +367,25 @@ async fn strict_buckets_pass_boulders_rule(s: &TestStore) {
 }
 
 /// A store that answers later than a grant's horizon: every grant lapses before it can
-/// be spent, so after three the hit is refused (instead of reserving until the bucket is
+/// be spent, so after three the hit is refused (instead of asking until the bucket is
 /// gone), and nothing lapsed is spent.
 async fn grants_that_lapse_are_never_spent(s: &TestStore) {
     // burst 10 refilled in 200 ms: a horizon of 25 ms
     let g = swin_core::Gcra::new(10, 10, Duration::from_millis(200)).expect("gcra");
     assert_eq!(swin_sync::horizon(&g), Duration::from_millis(25));
-    let n = node(&s.store, 1.0);
+    let n = buckets(&s.store, 1.0);
     n.faults.plan([Fault::Slow(Duration::from_millis(40)); 3]);
     let v = n
-        .engine
-        .admit_bucket(&g, "slow", 1, now())
+        .quota
+        .admit(&n.engine, &g, "slow", 1, now())
         .await
         .expect("answered");
     assert!(!v.allowed, "{v:?}");
     assert_eq!(n.engine.reservations(), 3);
     // a store on time again: the hit passes
     let v = n
-        .engine
-        .admit_bucket(&g, "slow", 1, now())
+        .quota
+        .admit(&n.engine, &g, "slow", 1, now())
         .await
         .expect("answered");
     assert!(v.allowed, "{v:?}");
@@ -378,26 +395,35 @@ async fn grants_that_lapse_are_never_spent(s: &TestStore) {
 
 /// A key's strict state is dropped once nothing is left to do with it — never while its
 /// window lasts (its total in the store would then read as unused quota), and a bucket's
-/// new reservation after its slot went never reuses an old number (the store would answer
-/// it with the old grant, spent or lapsed).
+/// new grant request after its slot went never reuses an old number (the store would
+/// answer it with the old grant, spent or lapsed).
 async fn finished_keys_are_forgotten_and_come_back_exact(s: &TestStore) {
-    let n = node(&s.store, 1.0);
+    let w = windows(&s.store, 1.0);
+    let b = buckets(&s.store, 1.0);
     // a window of an hour, limit 5: 3 admitted, then idle until the unused quota goes back
     let hour = WindowSize::new(3600).expect("size");
     let l = WindowLimit::new(hour, 5.0, WindowAlgorithm::Fixed).expect("limit");
+    let admit = || async {
+        w.quota
+            .admit(&w.engine, "w", &[l], 1.0, now())
+            .await
+            .expect("admit")[0]
+            .allowed
+    };
     for _ in 0..3 {
-        assert!(n.engine.admit("w", &[l], 1.0, now()).await.expect("admit")[0].allowed);
+        assert!(admit().await);
     }
     // a bucket whose grants last 100 ms
     let g = swin_core::Gcra::new(100, 100, Duration::from_millis(800)).expect("gcra");
-    assert!(
-        n.engine
-            .admit_bucket(&g, "b", 1, now())
+    let spend = || async {
+        b.quota
+            .admit(&b.engine, &g, "b", 1, now())
             .await
             .expect("admit")
             .allowed
-    );
-    assert_eq!(n.engine.tracked_keys(), 2);
+    };
+    assert!(spend().await);
+    assert_eq!((w.engine.tracked_keys(), b.engine.tracked_keys()), (1, 1));
     let tat = || async {
         let t = s
             .store
@@ -409,45 +435,47 @@ async fn finished_keys_are_forgotten_and_come_back_exact(s: &TestStore) {
     let before = tat().await;
     tokio::time::sleep(Duration::from_millis(swin_sync::IDLE_MS as u64 + 800)).await;
     assert_eq!(
-        n.engine.tracked_keys(),
-        1,
+        (w.engine.tracked_keys(), b.engine.tracked_keys()),
+        (1, 0),
         "the bucket went, the window's key stays"
     );
     // the window's key was kept: exactly 2 more pass
     let mut more = 0;
     for _ in 0..4 {
-        if n.engine.admit("w", &[l], 1.0, now()).await.expect("admit")[0].allowed {
+        if admit().await {
             more += 1;
         }
     }
     assert_eq!(more, 2);
-    // the bucket's new slot reserves anew: the TAT moves
-    assert!(
-        n.engine
-            .admit_bucket(&g, "b", 1, now())
-            .await
-            .expect("admit")
-            .allowed
-    );
+    // the bucket's new slot is granted anew: the TAT moves
+    assert!(spend().await);
     assert!(
         tat().await > before,
-        "a new reservation, not an old grant answered again"
+        "a new grant, not an old one answered again"
     );
-    n.cancel.cancel();
-    n.run.await.expect("engine");
+    for n in [w.cancel, b.cancel] {
+        n.cancel();
+    }
+    w.run.await.expect("engine");
+    b.run.await.expect("engine");
 }
 
 /// A window's key is forgotten once its window is over and everything it did not use has
 /// gone back; the store keeps exactly what was admitted (where it keeps the window: a
 /// Redis hash expires three windows after it opened).
 async fn ended_windows_are_forgotten(s: &TestStore) {
-    let n = node(&s.store, 1.0);
+    let n = windows(&s.store, 1.0);
     let second = WindowSize::new(1).expect("size");
     let l = WindowLimit::new(second, 1000.0, WindowAlgorithm::Fixed).expect("limit");
     let start = second.start_of(now());
     let mut admitted = 0.0;
     while second.start_of(now()) == start {
-        if n.engine.admit("e", &[l], 1.0, now()).await.expect("admit")[0].allowed {
+        if n.quota
+            .admit(&n.engine, "e", &[l], 1.0, now())
+            .await
+            .expect("admit")[0]
+            .allowed
+        {
             admitted += 1.0;
         }
         if admitted >= 5.0 {

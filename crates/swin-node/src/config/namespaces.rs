@@ -44,7 +44,7 @@ pub enum Admission {
     /// Decide on the local view of the cluster's counts (Kong's design): a node may admit
     /// past the limit by what the others admitted since its last sync.
     Eventual,
-    /// Admit only from quota this node reserved in the store: never past the limit.
+    /// Admit only from quota this node holds (windows) or was granted (buckets) from the store: never past the limit.
     Strict { on_store_failure: OnStoreFailure },
 }
 

@@ -97,7 +97,7 @@ struct NamespaceInfo {
     admission: Option<&'static str>,
     /// Strict only: `local` or `deny`.
     on_store_failure: Option<&'static str>,
-    /// Store calls made to reserve or give back quota (strict admission).
+    /// Store calls of strict admission: holds of window quota and grants of bucket quota, taken or given back.
     reservations: u64,
 }
 

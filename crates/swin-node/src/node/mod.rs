@@ -409,8 +409,8 @@ impl Node {
 /// True when two configs of a namespace differ in their limits only, and not in kind
 /// (window limits and GCRA keep different state).
 fn only_limits_changed(old: &NamespaceConfig, new: &NamespaceConfig) -> bool {
-    // a strict namespace's quota was reserved under its old limits: it goes back with
-    // the old engine, and the new one reserves under the new limits
+    // a strict namespace's quota was held or granted under its old limits: it goes back with
+    // the old engine, and the new one grants under the new limits
     if old.admission != crate::config::Admission::Eventual {
         return false;
     }

@@ -2,18 +2,19 @@
 //!
 //! Eventual: the bucket's TAT moves by compare-and-swap only when the spend is allowed
 //! (on this node's buckets, or through the store in synchronous mode). Strict: spent
-//! from units this node reserved from the store, reserving more when it must.
+//! from units the store granted this node, asking for more when it must.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use swin_core::{Decision, Gcra, UnixMs};
 
+use super::grants::{horizon, BucketView, Grants};
 use super::{
     now, Admission, AdmitError, Admitted, BoxFuture, GiveBack, GivenBack, OnStoreFailure, Quota,
     Spend, Strict,
 };
-use crate::{BucketView, NamespaceSync};
+use crate::NamespaceSync;
 
 fn bucket(quota: Quota<'_>) -> Result<&Gcra, AdmitError> {
     match quota {
@@ -100,10 +101,10 @@ impl Admission for Eventual {
     }
 }
 
-/// A strict GCRA admission's answer: admitted or not as the reservation said; the
+/// A strict GCRA admission's answer: admitted or not as the grant said; the
 /// figures from the bucket as the store last showed it (every node's grants counted as
 /// spent) with this node's unspent units added back.
-fn reserved_decision(
+fn granted_decision(
     g: &Gcra,
     v: &BucketView,
     now: UnixMs,
@@ -121,12 +122,12 @@ fn reserved_decision(
         // again in a horizon
         d.allowed = false;
         d.remaining = 0.0;
-        d.retry_after = crate::horizon(g);
+        d.retry_after = horizon(g);
     }
     Ok(d)
 }
 
-impl Admission for Strict<Eventual> {
+impl Admission for Strict<Eventual, Grants> {
     fn take<'a>(
         &'a self,
         key: &'a str,
@@ -140,12 +141,12 @@ impl Admission for Strict<Eventual> {
             let now = now();
             let sync = &self.local.sync;
             if spend != Spend::DryRun {
-                match sync.admit_bucket(g, key, cost, now).await {
+                match self.quota.admit(sync, g, key, cost, now).await {
                     Ok(v) => {
                         if !v.allowed && spend == Spend::Always {
                             sync.spend(g, key, cost, now, true).await?;
                         }
-                        return Ok(admitted(reserved_decision(g, &v, now, cost)?));
+                        return Ok(admitted(granted_decision(g, &v, now, cost)?));
                     }
                     Err(_) if self.on_store_failure == OnStoreFailure::Deny => {
                         return Ok(Admitted {
@@ -179,13 +180,12 @@ impl Admission for Strict<Eventual> {
         Box::pin(async move {
             let g = bucket(quota)?;
             let now = now();
-            let sync = &self.local.sync;
-            let given = sync.give_back_units(key, g.units(cost)?, now) as f64;
+            let given = self.quota.give_back(key, g.units(cost)?, now) as f64;
             let after = match why {
                 GiveBack::Undo => None,
-                GiveBack::Unused => Some(admitted(reserved_decision(
+                GiveBack::Unused => Some(admitted(granted_decision(
                     g,
-                    &sync.bucket_view(key, now),
+                    &self.quota.view(key, now),
                     now,
                     0,
                 )?)),

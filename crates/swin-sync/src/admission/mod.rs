@@ -3,13 +3,21 @@
 //! built ([`for_namespace`]): windows or buckets (the namespace's algorithm), each
 //! eventual (decided on this node's counts, which the sync loop keeps up with the
 //! store, or through the store in synchronous mode) or strict (admitted only from quota
-//! reserved from the store). Callers never ask which one they have.
+//! held or granted from the store). Callers never ask which one they have.
 //!
-//! The engine ([`NamespaceSync`]) keeps the counters, the quota this node holds and the
-//! sync loop; an implementation decides with them and owns no loop of its own.
+//! The engine ([`NamespaceSync`]) keeps the counters and the sync loop; an eventual
+//! implementation decides with them. A strict one also owns the quota this node holds
+//! from the store (`holds.rs` for windows, `grants.rs` for buckets, their store calls in
+//! `queue.rs`), which the engine's loop has it give back ([`crate::QuotaKeeper`]).
 
 mod buckets;
+mod grants;
+mod holds;
+mod queue;
 mod windows;
+
+pub use self::grants::{horizon, BucketView, Grants, MAX_HORIZON, MIN_HORIZON};
+pub use self::holds::{Holds, StrictView, IDLE_MS};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,7 +37,7 @@ pub enum Quota<'a> {
 /// Whether a decision spends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Spend {
-    /// Decides only (a dry run): nothing is counted, nothing reserved.
+    /// Decides only (a dry run): nothing is counted, held or granted.
     DryRun,
     /// Spends when allowed.
     IfAllowed,
@@ -122,33 +130,54 @@ pub trait Admission: Send + Sync + std::fmt::Debug {
 }
 
 /// Strict admission over an eventual implementation `L` (windows or buckets): admitted
-/// from quota reserved in the store; `L` decides dry runs, and every hit while the store
-/// cannot be asked with `on_store_failure = "local"`.
+/// from the quota `Q` holds (window holds or bucket grants); `L` decides dry runs, and
+/// every hit while the store cannot be asked with `on_store_failure = "local"`.
 #[derive(Debug)]
-struct Strict<L> {
+struct Strict<L, Q> {
     local: L,
+    quota: Arc<Q>,
     on_store_failure: OnStoreFailure,
 }
 
-/// The implementation a namespace uses: its algorithm (`buckets`: GCRA) and its
-/// admission (`strict`: what it does when the store cannot be asked; `None`: eventual).
-/// The only place the modes are told apart.
+/// A namespace's engine, made ready for its algorithm (`buckets`: GCRA) and admission
+/// (`strict`: what it does when the store cannot be asked; `None`: eventual), and the
+/// implementation it decides through. The only place the modes are told apart.
 pub fn for_namespace(
-    sync: Arc<NamespaceSync>,
+    sync: NamespaceSync,
     buckets: bool,
     strict: Option<OnStoreFailure>,
-) -> Arc<dyn Admission> {
+) -> (Arc<NamespaceSync>, Arc<dyn Admission>) {
+    let sync = if buckets { sync.with_buckets() } else { sync };
+    let push = sync.push_id().clone();
     match (buckets, strict) {
-        (false, None) => Arc::new(windows::Eventual::new(sync)),
-        (false, Some(f)) => Arc::new(Strict {
-            local: windows::Eventual::new(sync),
-            on_store_failure: f,
-        }),
-        (true, None) => Arc::new(buckets::Eventual::new(sync)),
-        (true, Some(f)) => Arc::new(Strict {
-            local: buckets::Eventual::new(sync),
-            on_store_failure: f,
-        }),
+        (false, None) => {
+            let sync = Arc::new(sync);
+            (sync.clone(), Arc::new(windows::Eventual::new(sync)))
+        }
+        (true, None) => {
+            let sync = Arc::new(sync);
+            (sync.clone(), Arc::new(buckets::Eventual::new(sync)))
+        }
+        (false, Some(f)) => {
+            let quota = Arc::new(Holds::new(&push));
+            let sync = Arc::new(sync.with_quota(quota.clone()));
+            let strict = Strict {
+                local: windows::Eventual::new(sync.clone()),
+                quota,
+                on_store_failure: f,
+            };
+            (sync, Arc::new(strict))
+        }
+        (true, Some(f)) => {
+            let quota = Arc::new(Grants::new(&push));
+            let sync = Arc::new(sync.with_quota(quota.clone()));
+            let strict = Strict {
+                local: buckets::Eventual::new(sync.clone()),
+                quota,
+                on_store_failure: f,
+            };
+            (sync, Arc::new(strict))
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! Eventual: the hit is counted first, in every window at once, and decided on the
 //! counts before it; a denied hit is then taken back out (unless every hit spends).
-//! Strict: admitted from quota this node holds, reserving more from the store when it
+//! Strict: admitted from quota this node holds, holding more from the store when it
 //! must; the figures come from the window as the store last showed it.
 
 use std::sync::Arc;
@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use swin_core::{Decision, UnixMs, WindowLimit, WindowRate};
 
+use super::holds::{Holds, StrictView};
 use super::{
     now, store_error, strictest, together, Admission, AdmitError, Admitted, BoxFuture, GiveBack,
     GivenBack, OnStoreFailure, Quota, Spend, Strict,
 };
-use crate::{NamespaceSync, StrictView, SyncMode};
+use crate::{NamespaceSync, SyncMode};
 
 fn limits(quota: Quota<'_>) -> Result<&[WindowLimit], AdmitError> {
     match quota {
@@ -170,7 +171,7 @@ impl Admission for Eventual {
     }
 }
 
-impl Strict<Eventual> {
+impl Strict<Eventual, Holds> {
     /// A strict admission's answer: admitted or not as the quota said; the figures from
     /// the window as the store last showed it. The counts before this hit are the
     /// window's count less what this node holds unused (and less this hit, when
@@ -198,7 +199,7 @@ impl Strict<Eventual> {
                 // store when they do not use it
                 d.allowed = false;
                 d.remaining = 0.0;
-                d.retry_after = Duration::from_millis(crate::IDLE_MS as u64);
+                d.retry_after = Duration::from_millis(super::IDLE_MS as u64);
             }
             decisions.push(d);
         }
@@ -233,7 +234,7 @@ impl Strict<Eventual> {
     }
 }
 
-impl Admission for Strict<Eventual> {
+impl Admission for Strict<Eventual, Holds> {
     fn take<'a>(
         &'a self,
         key: &'a str,
@@ -245,7 +246,11 @@ impl Admission for Strict<Eventual> {
             let set = limits(quota)?;
             let now = now();
             if spend != Spend::DryRun {
-                match self.local.sync.admit(key, set, cost, now).await {
+                match self
+                    .quota
+                    .admit(&self.local.sync, key, set, cost, now)
+                    .await
+                {
                     Ok(views) => return self.verdict(set, &views, key, cost, now, spend).await,
                     Err(_) if self.on_store_failure == OnStoreFailure::Deny => {
                         return Ok(Self::unreachable(set, now))
@@ -270,12 +275,12 @@ impl Admission for Strict<Eventual> {
             let set = limits(quota)?;
             let now = now();
             // the quota goes back to this node, to admit again
-            let given = self.local.sync.give_back(key, set, cost, now);
+            let given = self.quota.give_back(key, set, cost, now);
             if why == GiveBack::Undo {
                 return Ok(GivenBack { given, after: None });
             }
             // the key after it: a hit of 0 is answered from what this node holds
-            let after = match self.local.sync.admit(key, set, 0.0, now).await {
+            let after = match self.quota.admit(&self.local.sync, key, set, 0.0, now).await {
                 Ok(views) => {
                     self.verdict(set, &views, key, 0.0, now, Spend::IfAllowed)
                         .await?

@@ -1,27 +1,21 @@
 //! The sync engine of one namespace: the three sync modes, the periodic timer, retries
 //! with backoff, exactly-once pushes and the final push on shutdown. By concern:
 //! `periodic` (one sync round), `synchronous` (increments through the store),
-//! `gcra` (buckets), `strict` and `reserve` (strict admission of windows and of buckets),
-//! `status` (health and the duration histogram), `first_touch` (a key this node holds
-//! nothing for is read from the store before an answer), `stopping` (the last push and what a
-//! stopped engine hands back); this file holds the handle, warm-up, reset and the run
-//! loop.
+//! `gcra` (buckets), `status` (health and the duration histogram), `first_touch` (a key
+//! this node holds nothing for is read from the store before an answer), `stopping` (the
+//! last push and what a stopped engine hands back); this file holds the handle, warm-up,
+//! reset and the run loop. Strict admission's quota is the admission's own
+//! ([`crate::admission`]): the loop only tells it when to give back ([`QuotaKeeper`]).
 
 mod first_touch;
 mod gcra;
 mod periodic;
-mod queue;
-mod reserve;
 mod status;
 mod stopping;
-mod strict;
 mod synchronous;
 
 use self::periodic::PushState;
-pub use self::reserve::{horizon, BucketView, MAX_HORIZON, MIN_HORIZON};
 pub use self::status::{SyncStatus, SYNC_BUCKETS_SECS};
-use self::strict::Holdings;
-pub use self::strict::{StrictView, IDLE_MS};
 use self::synchronous::SyncQueue;
 
 use std::sync::{Arc, Mutex};
@@ -111,10 +105,9 @@ pub struct NamespaceSync {
     /// Syncs asked for over the API: one runs, the requests that queued behind it take
     /// its outcome instead of each scanning the store again.
     requested: tokio::sync::Mutex<RequestedSync>,
-    /// Strict admission's quota (empty unless the namespace admits strictly).
-    holdings: Holdings,
-    /// The namespace admits strictly: the run loop gives unused quota back.
-    strict: bool,
+    /// Strict admission's quota (none unless the namespace admits strictly): the run
+    /// loop has it give back what is unused.
+    quota: Option<Arc<dyn QuotaKeeper>>,
     /// Set when the node stops: no store call outlasts it, and the last push tries
     /// until then (see [`NamespaceSync::stop_by`]).
     stop_by: std::sync::OnceLock<tokio::time::Instant>,
@@ -132,7 +125,27 @@ struct RequestedSync {
 /// How often a strict namespace gives back quota of ended windows and idle keys.
 const GIVE_BACK_EVERY: Duration = Duration::from_millis(250);
 
-fn nanos(now: UnixMs) -> i64 {
+/// Quota a strict namespace holds from the store, owned by its admission. The engine's
+/// loop asks it to give back what is unused every [`GIVE_BACK_EVERY`], and everything
+/// unused at stop, before the last push.
+pub trait QuotaKeeper: Send + Sync + std::fmt::Debug {
+    /// Gives back what ended windows and idle keys hold unused (`all`: everything
+    /// unused) and forgets what is settled. True when nothing is left to give back.
+    fn give_back<'a>(
+        &'a self,
+        sync: &'a Arc<NamespaceSync>,
+        now: UnixMs,
+        all: bool,
+    ) -> futures_util::future::BoxFuture<'a, bool>;
+
+    /// Keys (per window size, or buckets) it keeps state for.
+    fn tracked(&self) -> usize;
+
+    /// Store calls made so far.
+    fn round_trips(&self) -> u64;
+}
+
+pub(crate) fn nanos(now: UnixMs) -> i64 {
     now.0.saturating_mul(1_000_000)
 }
 
@@ -170,9 +183,8 @@ impl NamespaceSync {
             skip_store: std::sync::atomic::AtomicBool::new(false),
             requested_runs: std::sync::atomic::AtomicU64::new(0),
             requested: tokio::sync::Mutex::new(RequestedSync::default()),
-            holdings: Holdings::new(&node_id),
+            quota: None,
             node_id,
-            strict: false,
             stop_by: std::sync::OnceLock::new(),
             first: first_touch::FirstTouch::default(),
         }
@@ -184,15 +196,30 @@ impl NamespaceSync {
         self
     }
 
-    /// A namespace that admits strictly (see [`NamespaceSync::admit`]): its run loop
-    /// gives unused quota back as windows end and keys go idle, and at shutdown.
-    pub fn with_strict_admission(mut self) -> Self {
-        self.strict = true;
+    /// A namespace that admits strictly, from quota `keeper` holds: the run loop has it
+    /// give unused quota back as windows end and keys go idle, and at shutdown.
+    pub fn with_quota(mut self, keeper: Arc<dyn QuotaKeeper>) -> Self {
+        self.quota = Some(keeper);
         self
     }
 
     pub fn is_strict(&self) -> bool {
-        self.strict
+        self.quota.is_some()
+    }
+
+    /// Keys (per window size) and buckets this node keeps strict-admission state for.
+    pub fn tracked_keys(&self) -> usize {
+        self.quota.as_ref().map_or(0, |q| q.tracked())
+    }
+
+    /// Store calls made for strict admission so far.
+    pub fn reservations(&self) -> u64 {
+        self.quota.as_ref().map_or(0, |q| q.round_trips())
+    }
+
+    /// The tasks that send store calls for requests: the last push waits for them.
+    pub(crate) fn flushes(&self) -> &tokio_util::task::TaskTracker {
+        &self.flushes
     }
 
     pub fn name(&self) -> &str {
@@ -266,7 +293,7 @@ impl NamespaceSync {
         let _ = self.stop_by.set(deadline);
     }
 
-    async fn call<T>(
+    pub(crate) async fn call<T>(
         &self,
         f: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
@@ -339,12 +366,12 @@ impl NamespaceSync {
     }
 
     /// Whether synchronous calls skip the store for now (see `skip_store`).
-    pub(super) fn skipping_store(&self) -> bool {
+    pub(crate) fn skipping_store(&self) -> bool {
         self.skip_store.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// After a synchronous call failed: answer from local memory until a sync succeeds.
-    pub(super) fn trip(&self, e: &StoreError) {
+    pub(crate) fn trip(&self, e: &StoreError) {
         if e.is_transient()
             && !self
                 .skip_store
@@ -388,7 +415,7 @@ impl NamespaceSync {
         };
         let mut backoff = Backoff::new(period.max(Duration::from_millis(100)), cap);
         let mut next = tokio::time::Instant::now() + period;
-        let giver = self.strict.then(|| {
+        let giver = self.quota.clone().map(|quota| {
             let (this, cancel) = (self.clone(), cancel.clone());
             tokio::spawn(async move {
                 loop {
@@ -396,8 +423,7 @@ impl NamespaceSync {
                         biased;
                         _ = cancel.cancelled() => break,
                         _ = tokio::time::sleep(GIVE_BACK_EVERY) => {
-                            this.give_back_unused(now(), false).await;
-                            this.holdings.buckets.prune(nanos(now()));
+                            quota.give_back(&this, now(), false).await;
                         }
                     }
                 }
@@ -443,10 +469,20 @@ impl NamespaceSync {
         // fall back to the tables) before the last push drains them
         self.flushes.close();
         self.flushes.wait().await;
-        if let Some(giver) = giver {
+        if let (Some(giver), Some(quota)) = (giver, &self.quota) {
             let _ = giver.await;
-            // then all unused quota goes back
-            self.give_back_all().await;
+            // then all unused quota goes back, in a few quick attempts (what still fails
+            // stays counted until its window ends, as for a node that is killed)
+            for attempt in 1..=3 {
+                if quota.give_back(&self, now(), true).await {
+                    break;
+                }
+                warn!(
+                    namespace = self.name(),
+                    attempt, "giving back unused quota failed"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
         self.final_push().await;
     }

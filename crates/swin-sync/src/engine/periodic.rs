@@ -239,6 +239,12 @@ impl NamespaceSync {
     pub(super) fn apply(&self, totals: &[swin_core::Total], now: UnixMs, create: Create) {
         apply_to(&self.counters, totals, now, create);
     }
+
+    /// Writes the store's totals for keys a request just read or held into the
+    /// tables (adding keys they do not hold), for reads of their rates.
+    pub(crate) fn apply_totals(&self, totals: &[swin_core::Total], now: UnixMs) {
+        self.apply(totals, now, Create::Yes);
+    }
 }
 
 /// What a sync pushes: window diffs or GCRA TAT advances, each with its queue in

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use swin_core::{CompactString, Tat, Total, UnixMs};
 
 use super::{
-    Capabilities, Counters, Granted, Held, Hold, Push, Pushed, Quota, Reserve, Store, StoreKind,
+    Capabilities, Counters, Grant, Granted, Held, Hold, Push, Pushed, Quota, Store, StoreKind,
     TatPush, WindowKey,
 };
 use crate::StoreError;
@@ -183,13 +183,13 @@ impl Quota for FaultyStore {
             .await
     }
 
-    async fn reserve(
+    async fn grant(
         &self,
         namespace: &str,
         holder: &crate::Holder,
-        reserves: &[Reserve],
+        grants: &[Grant],
     ) -> Result<Vec<Granted>, StoreError> {
-        self.faulted(self.inner.reserve(namespace, holder, reserves))
+        self.faulted(self.inner.grant(namespace, holder, grants))
             .await
     }
 }

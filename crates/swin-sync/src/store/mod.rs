@@ -23,7 +23,7 @@ pub use self::postgres::PostgresStore;
 pub use self::redis::RedisStore;
 pub use self::sqlite::SqliteStore;
 use swin_core::{
-    Advance, CompactString, Diff, HoldRequest, HoldState, ReserveRequest, Tat, Total, UnixMs,
+    Advance, CompactString, Diff, GrantRequest, HoldRequest, HoldState, Tat, Total, UnixMs,
 };
 
 use crate::StoreError;
@@ -63,15 +63,15 @@ impl std::fmt::Debug for Access {
     }
 }
 
-/// Strict admission of a GCRA bucket: a holder reserves units of one bucket (see
-/// [`swin_core::settle_reserve`]).
+/// Strict admission of a GCRA bucket: a holder grants units of one bucket (see
+/// [`swin_core::settle_grant`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Reserve {
+pub struct Grant {
     pub key: CompactString,
-    pub request: ReserveRequest,
+    pub request: GrantRequest,
 }
 
-/// The answer to a [`Reserve`]: the units granted (0: none) and the bucket's TAT after
+/// The answer to a [`Grant`]: the units granted (0: none) and the bucket's TAT after
 /// it (`None`: the store holds no bucket, it is full).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Granted {
@@ -276,15 +276,15 @@ pub trait Quota: Send + Sync {
         holds: &[Hold],
     ) -> impl Future<Output = Result<Vec<Held>, StoreError>> + Send;
 
-    /// Strict admission of GCRA buckets: settles each reservation atomically on its
-    /// bucket's TAT and the holder's last reservation there
-    /// ([`swin_core::settle_reserve`]), in order, and answers one [`Granted`] per
-    /// reservation. A repeated reservation number is answered as the first was.
-    fn reserve(
+    /// Strict admission of GCRA buckets: settles each grant atomically on its
+    /// bucket's TAT and the holder's last grant there
+    /// ([`swin_core::settle_grant`]), in order, and answers one [`Granted`] per
+    /// request. A repeated request number is answered as the first was.
+    fn grant(
         &self,
         namespace: &str,
         holder: &crate::Holder,
-        reserves: &[Reserve],
+        grants: &[Grant],
     ) -> impl Future<Output = Result<Vec<Granted>, StoreError>> + Send;
 }
 
@@ -433,18 +433,18 @@ impl Store {
         })
     }
 
-    /// See [`Quota::reserve`]; no call for no reservations.
-    pub fn reserve<'a>(
+    /// See [`Quota::grant`]; no call for no requests.
+    pub fn grant<'a>(
         &'a self,
         namespace: &'a str,
         holder: &'a crate::Holder,
-        reserves: &'a [Reserve],
+        grants: &'a [Grant],
     ) -> BoxFuture<'a, Result<Vec<Granted>, StoreError>> {
         Box::pin(async move {
-            if reserves.is_empty() {
+            if grants.is_empty() {
                 return Ok(Vec::new());
             }
-            dispatch!(self, s => s.reserve(namespace, holder, reserves).await)
+            dispatch!(self, s => s.grant(namespace, holder, grants).await)
         })
     }
 }

@@ -135,11 +135,11 @@ pub(crate) fn settle_holds(
     Ok((answers, changed))
 }
 
-/// A bucket a reservation touches, as both SQL stores read it under lock: key, TAT
-/// (`None`: no bucket, it is full), the holder's last reservation number and grant.
-pub(crate) type ReserveRow = (String, Option<i64>, Option<i64>, Option<i64>);
+/// A bucket a grant touches, as both SQL stores read it under lock: key, TAT
+/// (`None`: no bucket, it is full), the holder's last request number and grant.
+pub(crate) type GrantRow = (String, Option<i64>, Option<i64>, Option<i64>);
 
-/// What reservations settle to: the answer per reservation, the buckets whose TAT moved
+/// What grants settle to: the answer per request, the buckets whose TAT moved
 /// and the holder's record per bucket (key, number, grant, end of its horizon), to write
 /// back in the same transaction.
 pub(crate) struct SettledReserves {
@@ -148,17 +148,17 @@ pub(crate) struct SettledReserves {
     pub records: Vec<(swin_core::CompactString, i64, i64, i64)>,
 }
 
-/// Settles `reserves` in order on the buckets read under lock (one row per key). A key
-/// asked twice sees the first reservation's result.
-pub(crate) fn settle_reserves(
-    reserves: &[super::Reserve],
-    rows: Vec<ReserveRow>,
+/// Settles `grants` in order on the buckets read under lock (one row per key). A key
+/// asked twice sees the first request's result.
+pub(crate) fn settle_grants(
+    grants: &[super::Grant],
+    rows: Vec<GrantRow>,
 ) -> Result<SettledReserves, StoreError> {
     use std::collections::BTreeMap;
-    let read: BTreeMap<swin_core::CompactString, swin_core::ReserveState> = rows
+    let read: BTreeMap<swin_core::CompactString, swin_core::GrantState> = rows
         .into_iter()
         .map(|(key, tat_ns, seq, granted)| {
-            let state = swin_core::ReserveState {
+            let state = swin_core::GrantState {
                 tat_ns,
                 last: seq.map(|s| (s, granted.unwrap_or(0))),
             };
@@ -166,16 +166,16 @@ pub(crate) fn settle_reserves(
         })
         .collect();
     let mut now = read.clone();
-    let mut answers = Vec::with_capacity(reserves.len());
+    let mut answers = Vec::with_capacity(grants.len());
     let mut records = BTreeMap::new();
-    for r in reserves {
+    for r in grants {
         let Some(s) = now.get_mut(&r.key) else {
             return Err(StoreError::Protocol(format!(
-                "reserve: bucket {:?} was not read",
+                "grant: bucket {:?} was not read",
                 r.key
             )));
         };
-        let out = swin_core::settle_reserve(*s, r.request);
+        let out = swin_core::settle_grant(*s, r.request);
         *s = out.state;
         answers.push(super::Granted {
             granted: out.granted,

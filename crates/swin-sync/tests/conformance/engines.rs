@@ -522,9 +522,9 @@ pub(super) async fn every_call_honours_its_faults(s: &TestStore) {
                 .await
                 .map(drop)),
         );
-        let reserve = swin_sync::Reserve {
+        let reserve = swin_sync::Grant {
             key: "reserved".into(),
-            request: swin_core::ReserveRequest {
+            request: swin_core::GrantRequest {
                 seq: 1,
                 now_ns: NOW * 1_000_000_000,
                 horizon_ns: 0,
@@ -537,7 +537,7 @@ pub(super) async fn every_call_honours_its_faults(s: &TestStore) {
         injected(
             "reserve",
             e(faulty
-                .reserve(ns, &Holder::from("h"), std::slice::from_ref(&reserve))
+                .grant(ns, &Holder::from("h"), std::slice::from_ref(&reserve))
                 .await
                 .map(drop)),
         );

@@ -2,8 +2,8 @@
 //! with the rows locked in key order.
 
 use super::*;
-use crate::store::sql::ReserveRow;
-use crate::store::{Granted, Held, Hold, Quota, Reserve};
+use crate::store::sql::GrantRow;
+use crate::store::{Grant, Granted, Held, Hold, Quota};
 
 impl Quota for PostgresStore {
     #[instrument(skip_all, fields(namespace, holds = holds.len()))]
@@ -19,7 +19,7 @@ impl Quota for PostgresStore {
         let starts: Vec<i64> = holds.iter().map(|h| h.window_start).collect();
         let mut tx = self.pool.begin().await.map_err(err)?;
         // the current windows' rows exist and are locked in key order (as pushes lock
-        // them): the read below sees every other reservation and push before it
+        // them): the read below sees every other grant and push before it
         sqlx::query(HOLD_ROWS)
             .bind(namespace)
             .bind(&k)
@@ -60,34 +60,34 @@ impl Quota for PostgresStore {
         Ok(answers)
     }
 
-    #[instrument(skip_all, fields(namespace, reserves = reserves.len()))]
-    async fn reserve(
+    #[instrument(skip_all, fields(namespace, grants = grants.len()))]
+    async fn grant(
         &self,
         namespace: &str,
         holder: &crate::Holder,
-        reserves: &[Reserve],
+        grants: &[Grant],
     ) -> Result<Vec<Granted>, StoreError> {
         let holder = holder.as_str();
-        let mut keys: Vec<&str> = reserves.iter().map(|r| r.key.as_str()).collect();
+        let mut keys: Vec<&str> = grants.iter().map(|r| r.key.as_str()).collect();
         keys.sort_unstable();
         keys.dedup();
         let mut tx = self.pool.begin().await.map_err(err)?;
         // every bucket has a row (a new one is full: a TAT long past), locked in key
         // order as pushes lock them
-        sqlx::query(RESERVE_ROWS)
+        sqlx::query(GRANT_ROWS)
             .bind(namespace)
             .bind(&keys)
             .execute(&mut *tx)
             .await
             .map_err(err)?;
-        let rows: Vec<ReserveRow> = sqlx::query_as(RESERVE_READ)
+        let rows: Vec<GrantRow> = sqlx::query_as(GRANT_READ)
             .bind(namespace)
             .bind(&keys)
             .bind(holder)
             .fetch_all(&mut *tx)
             .await
             .map_err(err)?;
-        let settled = crate::store::sql::settle_reserves(reserves, rows)?;
+        let settled = crate::store::sql::settle_grants(grants, rows)?;
         if !settled.tats.is_empty() {
             let k: Vec<&str> = settled.tats.iter().map(|(k, _)| k.as_str()).collect();
             let t: Vec<i64> = settled.tats.iter().map(|(_, t)| *t).collect();
@@ -130,14 +130,14 @@ impl Quota for PostgresStore {
     }
 }
 
-/// Strict admission of buckets, step 1: every bucket a reservation touches has a row.
-const RESERVE_ROWS: &str = "
+/// Strict admission of buckets, step 1: every bucket a grant touches has a row.
+const GRANT_ROWS: &str = "
     INSERT INTO swin_buckets (namespace, key, tat_ns)
     SELECT $1, k, 0 FROM unnest($2::text[]) AS k ORDER BY 2
     ON CONFLICT DO NOTHING";
 
-/// Step 2: the buckets, locked in key order, with the holder's last reservation.
-const RESERVE_READ: &str = "
+/// Step 2: the buckets, locked in key order, with the holder's last grant.
+const GRANT_READ: &str = "
     SELECT b.key, b.tat_ns, r.seq, r.granted
     FROM swin_buckets b
     LEFT JOIN swin_reservations r ON r.namespace = b.namespace AND r.key = b.key

@@ -10,7 +10,7 @@ pub(super) struct Scripts {
     pub(super) push_tats: Script,
     pub(super) reset: Script,
     pub(super) hold: Script,
-    pub(super) reserve: Script,
+    pub(super) grant: Script,
     /// Their sources, in that order, to load them.
     pub(super) sources: [&'static str; 5],
 }
@@ -21,15 +21,15 @@ impl Scripts {
         push_tats: &'static str,
         reset: &'static str,
         hold: &'static str,
-        reserve: &'static str,
+        grant: &'static str,
     ) -> Scripts {
         Scripts {
             push: Script::new(push),
             push_tats: Script::new(push_tats),
             reset: Script::new(reset),
             hold: Script::new(hold),
-            reserve: Script::new(reserve),
-            sources: [push, push_tats, reset, hold, reserve],
+            grant: Script::new(grant),
+            sources: [push, push_tats, reset, hold, grant],
         }
     }
 }

@@ -6,7 +6,7 @@
 //! swin:{<len(namespace)>:<namespace>:<key>}:<window_size>
 //!     <window_start>  -> count        (a double, written with %.17g)
 //!     n:<node_id>     -> last push seq applied from that node
-//!     h:<window_start>:<holder> -> quota a holder reserved in that window (strict
+//!     h:<window_start>:<holder> -> quota a holder holds in that window (strict
 //!                        admission; part of the window's count)
 //! ```
 //!
@@ -26,7 +26,7 @@
 //! swin:{<len(namespace)>:<namespace>:<key>}:gcra
 //!     tat             -> theoretical arrival time, Unix nanoseconds (integer)
 //!     n:<node_id>     -> last push seq applied from that node
-//!     r:<holder>      -> "<seq>:<granted>", a holder's last reservation (strict
+//!     r:<holder>      -> "<seq>:<granted>", a holder's last grant (strict
 //!                        admission)
 //! ```
 //!
@@ -77,8 +77,8 @@ const RESET_LUA: &str = include_str!("reset.lua");
 /// Strict admission's holds (see `hold.lua`).
 const HOLD_LUA: &str = include_str!("hold.lua");
 
-/// Strict admission of GCRA buckets: a holder's numbered reservation (see the script).
-const RESERVE_LUA: &str = include_str!("reserve.lua");
+/// Strict admission of GCRA buckets: a holder's numbered grant (see the script).
+const GRANT_LUA: &str = include_str!("grant.lua");
 
 /// Hashes per script call: enough to share the call's overhead, small enough that one
 /// call never blocks Redis for long.
@@ -163,7 +163,7 @@ impl RedisStore {
                 PUSH_TATS_LUA,
                 RESET_LUA,
                 HOLD_LUA,
-                RESERVE_LUA,
+                GRANT_LUA,
             )),
         }
     }

@@ -1,9 +1,9 @@
 //! Strict admission on Redis: holds and grants, each run by its script on its item's
-//! hash (see `hold.lua`, `reserve.lua`), the share they may take passed in.
+//! hash (see `hold.lua`, `grant.lua`), the share they may take passed in.
 
 use super::calls::Eval;
 use super::{parse, parse_ns, RedisStore};
-use crate::store::{Granted, Held, Hold, Quota, Reserve};
+use crate::store::{Grant, Granted, Held, Hold, Quota};
 use crate::StoreError;
 
 impl Quota for RedisStore {
@@ -55,27 +55,27 @@ impl Quota for RedisStore {
             .collect()
     }
 
-    async fn reserve(
+    async fn grant(
         &self,
         namespace: &str,
         holder: &crate::Holder,
-        reserves: &[Reserve],
+        grants: &[Grant],
     ) -> Result<Vec<Granted>, StoreError> {
         let holder = holder.as_str();
-        let hashes: Vec<String> = reserves
+        let hashes: Vec<String> = grants
             .iter()
             .map(|r| self.bucket_key(namespace, &r.key))
             .collect();
         let share = swin_core::HOLD_SHARE.to_string();
-        // reservations are idempotent by their numbers: on one server, any slots
+        // grant requests are idempotent by their numbers: on one server, any slots
         let answers: Vec<(i64, String)> = self
             .each_on_its_hash(
-                &self.scripts.reserve,
+                &self.scripts.grant,
                 &[holder, &share],
                 &hashes,
-                "reserve",
+                "grant",
                 |i, inv| {
-                    let r = reserves[i].request;
+                    let r = grants[i].request;
                     inv.arg(r.seq)
                         .arg(r.now_ns)
                         .arg(r.now_ns.saturating_add(r.horizon_ns.max(0)))

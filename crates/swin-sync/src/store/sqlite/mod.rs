@@ -13,8 +13,8 @@ use swin_core::{CompactString, Diff, Tat, Total, UnixMs};
 
 use super::sql::{isolate_rejected, tats, totals, PartWriter, TatRow, TotalRow};
 use super::{
-    normalize, normalize_advances, BoxFuture, Capabilities, Counters, Granted, Held, Hold, Push,
-    Pushed, Quota, Reserve, StoreKind, TatPush, WindowKey,
+    normalize, normalize_advances, BoxFuture, Capabilities, Counters, Grant, Granted, Held, Hold,
+    Push, Pushed, Quota, StoreKind, TatPush, WindowKey,
 };
 use crate::StoreError;
 

@@ -81,14 +81,14 @@ impl Quota for SqliteStore {
         Ok(answers)
     }
 
-    async fn reserve(
+    async fn grant(
         &self,
         namespace: &str,
         holder: &crate::Holder,
-        reserves: &[Reserve],
+        grants: &[Grant],
     ) -> Result<Vec<Granted>, StoreError> {
         let holder = holder.as_str();
-        let keys: Vec<&str> = reserves.iter().map(|r| r.key.as_str()).collect();
+        let keys: Vec<&str> = grants.iter().map(|r| r.key.as_str()).collect();
         let keys = serde_json::to_string(&keys).unwrap_or_default();
         let mut tx = self.pool.begin().await.map_err(err)?;
         // a write first: the transaction takes the write lock before it reads (a new
@@ -102,7 +102,7 @@ impl Quota for SqliteStore {
         .execute(&mut *tx)
         .await
         .map_err(err)?;
-        let rows: Vec<crate::store::sql::ReserveRow> = sqlx::query_as(
+        let rows: Vec<crate::store::sql::GrantRow> = sqlx::query_as(
             "SELECT DISTINCT b.key, b.tat_ns, s.seq, s.granted
              FROM json_each(?2) AS r
              CROSS JOIN swin_buckets b
@@ -116,7 +116,7 @@ impl Quota for SqliteStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(err)?;
-        let settled = crate::store::sql::settle_reserves(reserves, rows)?;
+        let settled = crate::store::sql::settle_grants(grants, rows)?;
         for (key, tat_ns) in &settled.tats {
             sqlx::query(
                 "UPDATE swin_buckets SET tat_ns = ?3, updated_at = unixepoch()

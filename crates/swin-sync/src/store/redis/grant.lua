@@ -1,9 +1,9 @@
--- Strict admission of GCRA buckets (swin_core::settle_reserve, written again here; the
+-- Strict admission of GCRA buckets (swin_core::settle_grant, written again here; the
 -- conformance suite runs both on the same cases). KEYS: bucket hashes. ARGV: holder, the
--- share of the room left a reservation may take beyond its need (swin_core::HOLD_SHARE),
+-- share of the room left a grant may take beyond its need (swin_core::HOLD_SHARE),
 -- then per key: seq, now (ns), now + horizon (ns), emission interval (ns), burst, need, want.
--- The holder's last reservation is the field r:<holder> = "<seq>:<granted>"; a bucket
--- that is full when reserved from drops every holder's record (their horizons have
+-- The holder's last grant is the field r:<holder> = "<seq>:<granted>"; a bucket
+-- that is full when granted from drops every holder's record (their horizons have
 -- passed). TATs are integer strings (HINCRBY keeps them exact; Lua's numbers are
 -- doubles): differences are taken on the seconds and nanoseconds apart. Returns per key
 -- {granted, tat or ''}.
@@ -18,7 +18,7 @@ local function diff(a, b)
   return (ah - bh) * 1e9 + (al - bl)
 end
 local holder, share = ARGV[1], tonumber(ARGV[2])
-if not share then return redis.error_reply('swin reserve: malformed share') end
+if not share then return redis.error_reply('swin grant: malformed share') end
 local field = 'r:' .. holder
 local out = {}
 local a = 3
@@ -28,7 +28,7 @@ for k = 1, #KEYS do
   local need, want = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   a = a + 7
   if not (ei and burst and need and want and tonumber(seq) and tonumber(now)) then
-    return redis.error_reply('swin reserve: malformed arguments')
+    return redis.error_reply('swin grant: malformed arguments')
   end
   ei = math.max(ei, 1)
   local tat = redis.call('HGET', KEYS[k], 'tat')

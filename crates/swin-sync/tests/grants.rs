@@ -1,13 +1,13 @@
 //! Strict admission of GCRA buckets on every store: each store settles a reservation
-//! exactly as `swin_core::settle_reserve` does, atomically, so concurrent holders never
+//! exactly as `swin_core::settle_grant` does, atomically, so concurrent holders never
 //! reserve past the bucket, and a repeated reservation number changes nothing.
 
 mod common;
 
 use std::sync::Arc;
 
-use swin_core::{settle_reserve, Advance, ReserveRequest, ReserveState};
-use swin_sync::{Reserve, Store, TatPush};
+use swin_core::{settle_grant, Advance, GrantRequest, GrantState};
+use swin_sync::{Grant, Store, TatPush};
 use swin_testkit::TestStore;
 
 const S: i64 = 1_000_000_000;
@@ -16,10 +16,10 @@ const MS: i64 = 1_000_000;
 const T0: i64 = 1_763_784_000 * S;
 
 /// A bucket of 10 units refilled at one per 100 ms; grants may be spent for 50 ms.
-fn reserve(key: &str, seq: i64, now_ns: i64, need: i64, want: i64) -> Reserve {
-    Reserve {
+fn grant(key: &str, seq: i64, now_ns: i64, need: i64, want: i64) -> Grant {
+    Grant {
         key: key.into(),
-        request: ReserveRequest {
+        request: GrantRequest {
             seq,
             now_ns,
             horizon_ns: 50 * MS,
@@ -53,18 +53,18 @@ async fn reservations_settle_as_the_core_does(s: &TestStore) {
         (0, 3, 5_000, 1, 1), // the bucket is full again
     ];
     for &(h, seq, at, need, want) in steps {
-        let r = reserve("k", seq, T0 + at * MS, need, want);
+        let r = grant("k", seq, T0 + at * MS, need, want);
         let holder = ["a", "b"][h];
         let got = store
-            .reserve(
+            .grant(
                 "ns",
                 &swin_sync::Holder::from(holder),
                 std::slice::from_ref(&r),
             )
             .await
-            .expect("reserve");
-        let out = settle_reserve(
-            ReserveState {
+            .expect("grant");
+        let out = settle_grant(
+            GrantState {
                 tat_ns: bucket,
                 last: last[h],
             },
@@ -94,13 +94,13 @@ async fn reservations_settle_as_the_core_does(s: &TestStore) {
     };
     store.push_tats("ns", push).await.expect("push");
     let got = store
-        .reserve(
+        .grant(
             "ns",
             &swin_sync::Holder::from("a"),
-            &[reserve("k", 4, now, 1, 1)],
+            &[grant("k", 4, now, 1, 1)],
         )
         .await
-        .expect("reserve");
+        .expect("grant");
     assert_eq!(got[0].granted, 0, "the push spent the whole burst");
 }
 
@@ -116,11 +116,11 @@ async fn concurrent_holders_never_pass_the_burst(s: &TestStore) {
             let holder = format!("h{h}");
             let mut granted = 0;
             for seq in 0..20 {
-                let r = reserve("hot", seq, T0, 1, 1);
+                let r = grant("hot", seq, T0, 1, 1);
                 granted += store
-                    .reserve("ns", &swin_sync::Holder::from(holder.as_str()), &[r])
+                    .grant("ns", &swin_sync::Holder::from(holder.as_str()), &[r])
                     .await
-                    .expect("reserve")[0]
+                    .expect("grant")[0]
                     .granted;
             }
             granted
@@ -138,7 +138,7 @@ async fn concurrent_holders_never_pass_the_burst(s: &TestStore) {
 }
 
 /// Several buckets in one call, each settled on its own; namespaces and holders apart.
-async fn one_call_reserves_many_buckets(s: &TestStore) {
+async fn one_call_grants_many_buckets(s: &TestStore) {
     let store = &s.store;
     let advances = [Advance {
         key: "b".into(),
@@ -151,36 +151,36 @@ async fn one_call_reserves_many_buckets(s: &TestStore) {
         advances: &advances,
     };
     store.push_tats("ns", push).await.expect("push");
-    let reserves: Vec<Reserve> = ["a", "b", "c", "a"]
+    let grants: Vec<Grant> = ["a", "b", "c", "a"]
         .iter()
         .enumerate()
-        .map(|(i, k)| reserve(k, 1 + i as i64, T0, 2, 2))
+        .map(|(i, k)| grant(k, 1 + i as i64, T0, 2, 2))
         .collect();
     let got = store
-        .reserve("ns", &swin_sync::Holder::from("x"), &reserves)
+        .grant("ns", &swin_sync::Holder::from("x"), &grants)
         .await
-        .expect("reserve");
+        .expect("grant");
     let granted: Vec<i64> = got.iter().map(|g| g.granted).collect();
     // the second reservation of "a" has a new number: granted again
     assert_eq!(granted, vec![2, 0, 2, 2]);
     assert_eq!(got[3].tat_ns, Some(T0 + 50 * MS + 4 * 100 * MS));
     let other = store
-        .reserve("ns2", &swin_sync::Holder::from("x"), &reserves[..1])
+        .grant("ns2", &swin_sync::Holder::from("x"), &grants[..1])
         .await
-        .expect("reserve");
+        .expect("grant");
     assert_eq!(other[0].granted, 2);
     // a reset forgets the bucket and the holder's records
     store.reset("ns", "a", &[]).await.expect("reset");
     assert_eq!(tat(store, "ns", "a").await.filter(|&t| t > 0), None);
     let again = store
-        .reserve("ns", &swin_sync::Holder::from("x"), &reserves[..1])
+        .grant("ns", &swin_sync::Holder::from("x"), &grants[..1])
         .await
-        .expect("reserve");
+        .expect("grant");
     assert_eq!(again[0].granted, 2, "after a reset, a number is new again");
 }
 
 swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
     reservations_settle_as_the_core_does,
     concurrent_holders_never_pass_the_burst,
-    one_call_reserves_many_buckets
+    one_call_grants_many_buckets
 ]);

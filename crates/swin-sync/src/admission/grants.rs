@@ -1,30 +1,30 @@
-//! Strict admission of GCRA buckets: a node spends only units it reserved from the store
-//! with [`Store::reserve`] (see `swin_core::settle_reserve`).
+//! Strict admission of GCRA buckets: a node spends only units the store granted it with
+//! [`crate::Store::grant`] (see `swin_core::settle_grant`). [`Grants`] owns them.
 //!
 //! Per key a slot keeps the last grant, how much of it is spent and until when it may be
 //! spent (its horizon). A hit that fits in the unspent part, inside the horizon, is
-//! admitted from memory; otherwise one reservation for the key goes to the store (`need`
-//! = the hit, `want` = the hit and a block that doubles while grants come whole and
-//! halves when they do not or when a grant runs out unspent) and the hits behind it wait
-//! for its answer. Reservations of many keys go to the store together.
+//! admitted from memory; otherwise one grant request for the key goes to the store
+//! (`need` = the hit, `want` = the hit and a block that doubles while grants come whole
+//! and halves when they do not or when a grant runs out unspent) and the hits behind it
+//! wait for its answer. Requests of many keys go to the store together.
 //!
 //! A grant's unspent units are never given back: the store placed them at the horizon's
-//! end, and lowering a TAT that others reserved after is not safe. They lapse with the
+//! end, and lowering a TAT that others were granted after is not safe. They lapse with the
 //! horizon (at most [`MAX_HORIZON`]); a node that dies holding a grant loses it the same
-//! way. A reservation whose answer is lost is asked again with the same number while its
+//! way. A request whose answer is lost is asked again with the same number while its
 //! horizon lasts, so the store answers it as it did the first time.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use swin_core::{CompactString, Gcra, ReserveRequest, Tat, UnixMs};
+use swin_core::{CompactString, Gcra, GrantRequest, Tat, UnixMs};
 use tracing::warn;
 
-use super::queue::Queue;
-use super::{nanos, NamespaceSync};
-use crate::store::{Granted, Reserve};
-use crate::StoreError;
+use super::queue::{queue_for_store, Queue, StoreCalls};
+use crate::engine::{nanos, QuotaKeeper};
+use crate::store::{Grant, Granted};
+use crate::{NamespaceSync, StoreError};
 
 /// The longest a grant may be spent for.
 pub const MAX_HORIZON: Duration = Duration::from_secs(1);
@@ -39,7 +39,7 @@ const MAX_LAPSED: u32 = 3;
 const CLOCK_GRAIN_NS: i64 = 1_000_000;
 
 /// How long a grant may be spent for: an eighth of the time the bucket takes to refill
-/// its burst, between [`MIN_HORIZON`] and [`MAX_HORIZON`]. A bucket reserved from when
+/// its burst, between [`MIN_HORIZON`] and [`MAX_HORIZON`]. A bucket granted from when
 /// full loses up to `horizon / emission interval` units (the store places every unit of
 /// a grant at the horizon's end): at most an eighth of its burst, rounded up.
 pub fn horizon(g: &Gcra) -> Duration {
@@ -69,11 +69,11 @@ struct BucketState {
     /// Units asked for beyond the hit (0: not asked yet).
     block: i64,
     tat_ns: Option<i64>,
-    /// A reservation is at the store; hits wait for its answer.
+    /// A grant request is at the store; hits wait for its answer.
     inflight: bool,
-    /// A reservation whose answer was lost: asked again, with its number, while its
-    /// horizon lasts.
-    pending: Option<ReserveRequest>,
+    /// A request whose answer was lost: asked again, with its number, while its horizon
+    /// lasts.
+    pending: Option<GrantRequest>,
     /// Pruned from the map: a hit that still holds it takes the key's new slot.
     dead: bool,
 }
@@ -102,17 +102,53 @@ struct BucketSlot {
     changed: tokio::sync::Notify,
 }
 
-/// A namespace's GCRA reservations.
-#[derive(Debug, Default)]
-pub(crate) struct Buckets {
+/// The bucket quota a strict namespace was granted, per key, and its store calls.
+#[derive(Debug)]
+pub struct Grants {
+    calls: Arc<StoreCalls>,
     slots: Mutex<HashMap<CompactString, Arc<BucketSlot>>>,
-    queue: Arc<Mutex<Queue<Reserve, Granted>>>,
-    /// Reservation numbers, for every key of this run: a key's slot pruned and made
-    /// again never reuses a number the store would answer with an old grant.
+    queue: Arc<Mutex<Queue<Grant, Granted>>>,
+    /// Request numbers, for every key of this run: a key's slot pruned and made again
+    /// never reuses a number the store would answer with an old grant.
     numbers: std::sync::atomic::AtomicI64,
 }
 
-impl Buckets {
+impl QuotaKeeper for Grants {
+    /// Nothing goes back (see the module header): keys whose grants lapsed are forgotten.
+    fn give_back<'a>(
+        &'a self,
+        _sync: &'a Arc<NamespaceSync>,
+        now: UnixMs,
+        _all: bool,
+    ) -> futures_util::future::BoxFuture<'a, bool> {
+        self.prune(nanos(now));
+        Box::pin(std::future::ready(true))
+    }
+
+    fn tracked(&self) -> usize {
+        self.tracked()
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.calls.round_trips()
+    }
+}
+
+impl Grants {
+    pub fn new(push: &crate::PushId) -> Self {
+        Grants {
+            calls: Arc::new(StoreCalls::new(push)),
+            slots: Mutex::default(),
+            queue: Arc::default(),
+            numbers: std::sync::atomic::AtomicI64::new(0),
+        }
+    }
+
+    /// The holder name of this run (its grants in the store).
+    pub fn holder(&self) -> &crate::Holder {
+        &self.calls.holder
+    }
+
     fn slot(&self, key: &str) -> Arc<BucketSlot> {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots
@@ -121,12 +157,12 @@ impl Buckets {
             .clone()
     }
 
-    pub(super) fn tracked(&self) -> usize {
+    fn tracked(&self) -> usize {
         self.slots.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// Forgets keys whose grants lapsed with nothing in flight or to ask again.
-    pub(super) fn prune(&self, now_ns: i64) {
+    fn prune(&self, now_ns: i64) {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots.retain(|_, slot| {
             let mut s = lock(slot);
@@ -149,12 +185,13 @@ fn first_block(burst: i64) -> i64 {
     (burst / 1000).clamp(1, 1024)
 }
 
-impl NamespaceSync {
+impl Grants {
     /// Strict admission of a spend of `cost` units on `key`'s bucket: from units this
-    /// node reserved, reserving more when it must. An error means the store could not be
-    /// asked: nothing was spent, and the caller decides on its own.
-    pub async fn admit_bucket(
-        self: &Arc<Self>,
+    /// node was granted, asking for more when it must. An error means the store could
+    /// not be asked: nothing was spent, and the caller decides on its own.
+    pub async fn admit(
+        &self,
+        sync: &Arc<NamespaceSync>,
         gcra: &Gcra,
         key: &str,
         cost: i64,
@@ -164,15 +201,15 @@ impl NamespaceSync {
         let now_ns = nanos(now);
         // the node's clock as the hit is admitted: later than `now` by what it waited
         let at = || now_ns.saturating_add(started.elapsed().as_nanos() as i64);
-        let mut slot = self.holdings.buckets.slot(key);
+        let mut slot = self.slot(key);
         let mut refetch = false;
         // a store slower than the horizon lets every grant lapse before it can be spent:
-        // after a few, the hit is refused rather than reserving on
+        // after a few, the hit is refused rather than asking on
         let mut lapsed = 0;
         loop {
             let request = loop {
                 if std::mem::take(&mut refetch) {
-                    slot = self.holdings.buckets.slot(key);
+                    slot = self.slot(key);
                 }
                 let notified = slot.changed.notified();
                 tokio::pin!(notified);
@@ -201,11 +238,9 @@ impl NamespaceSync {
                             s.block = (s.block / 2).max(1);
                         }
                         s.seq = 1 + self
-                            .holdings
-                            .buckets
                             .numbers
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        break ReserveRequest {
+                        break GrantRequest {
                             seq: s.seq,
                             now_ns: t,
                             horizon_ns: horizon(gcra).as_nanos() as i64,
@@ -219,7 +254,7 @@ impl NamespaceSync {
                 }
                 notified.await;
             };
-            let answer = self.reserve_batched(key, request).await;
+            let answer = self.grant_batched(sync, key, request).await;
             let mut s = lock(&slot);
             s.inflight = false;
             slot.changed.notify_waiters();
@@ -238,7 +273,7 @@ impl NamespaceSync {
                     tat_ns: tat,
                 }];
                 // the bucket as the store showed it, for reads
-                self.counters.buckets().apply(&tats, true);
+                sync.counters().buckets().apply(&tats, true);
             }
             if granted.granted == 0 {
                 return Ok(s.view(false, at()));
@@ -255,7 +290,7 @@ impl NamespaceSync {
                 lapsed += 1;
                 if lapsed == MAX_LAPSED {
                     warn!(
-                        namespace = self.name(),
+                        namespace = sync.name(),
                         "grants lapsed before their answers came"
                     );
                     return Ok(s.view(false, at()));
@@ -267,8 +302,8 @@ impl NamespaceSync {
 
     /// Gives back `cost` units spent on `key` (a refund): this node may spend them again
     /// while its grant lasts. Returns how many went back.
-    pub fn give_back_units(&self, key: &str, cost: i64, now: UnixMs) -> i64 {
-        let slot = self.holdings.buckets.slot(key);
+    pub fn give_back(&self, key: &str, cost: i64, now: UnixMs) -> i64 {
+        let slot = self.slot(key);
         let mut s = lock(&slot);
         if nanos(now) > s.until_ns {
             return 0;
@@ -279,29 +314,27 @@ impl NamespaceSync {
     }
 
     /// The key's bucket as this node last saw it in strict admission.
-    pub fn bucket_view(&self, key: &str, now: UnixMs) -> BucketView {
-        let slot = self.holdings.buckets.slot(key);
+    pub fn view(&self, key: &str, now: UnixMs) -> BucketView {
+        let slot = self.slot(key);
         let s = lock(&slot);
         s.view(true, nanos(now))
     }
 
-    async fn reserve_batched(
-        self: &Arc<Self>,
+    async fn grant_batched(
+        &self,
+        sync: &Arc<NamespaceSync>,
         key: &str,
-        request: ReserveRequest,
+        request: GrantRequest,
     ) -> Result<Granted, Arc<StoreError>> {
-        let reserve = Reserve {
+        let grant = Grant {
             key: key.into(),
             request,
         };
-        self.queue_for_store(
-            &self.holdings.buckets.queue,
-            reserve,
-            |this, store, reserves| async move {
-                let call = store.reserve(this.name(), this.holder(), &reserves);
-                this.strict_call("reservations", reserves.len(), call).await
-            },
-        )
+        let calls = self.calls.clone();
+        queue_for_store(sync, &self.queue, grant, move |sync, store, grants| {
+            let calls = calls.clone();
+            async move { calls.grants(&sync, &store, &grants).await }
+        })
         .await
     }
 }

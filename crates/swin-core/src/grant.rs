@@ -1,27 +1,27 @@
-//! Strict admission of GCRA buckets: how much of a bucket one holder's reservation may
-//! take. Every store applies [`settle_reserve`] atomically on the bucket's TAT and the
-//! holder's last reservation.
+//! Strict admission of GCRA buckets: how much of a bucket one holder's grant may
+//! take. Every store applies [`settle_grant`] atomically on the bucket's TAT and the
+//! holder's last grant.
 //!
-//! A reservation asks at the holder's clock `now` for units it may spend until
+//! A grant request asks at the holder's clock `now` for units it may spend until
 //! `now + horizon` (then the rest is dropped, never given back: a TAT cannot be lowered
-//! safely once others reserved after it). The store checks it as if every unit were
+//! safely once others were granted after it). The store checks it as if every unit were
 //! spent at the earliest instant (`now`: Boulder's check, `max(tat, now) + k·ei − now ≤
 //! burst·ei`) and moves the TAT as if every unit were spent at the latest
 //! (`tat = max(tat, now + horizon) + k·ei`). Both are the strict side of Boulder's rule
 //! (`max(tat, t) − t` only shrinks as `t` grows, and a later arrival only moves a TAT
 //! further), so however the units are really spent inside the horizon, and whatever
-//! order reservations of several holders reach the store in, the spends the cluster
+//! order grant requests of several holders reach the store in, the spends the cluster
 //! admits pass Boulder's rule taken in time order. The price: a bucket that drains to
-//! full loses up to `horizon / ei` units each time it is reserved from again.
+//! full loses up to `horizon / ei` units each time it is granted from again.
 //!
-//! A holder numbers its reservations; the store keeps the last number and grant per
+//! A holder numbers its grant requests; the store keeps the last number and grant per
 //! holder and answers a repeated number with the same grant, changing nothing, so a
 //! lost reply neither makes nor loses quota when the holder asks again.
 
 /// What a holder asks of one bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReserveRequest {
-    /// The holder's number for this reservation; a repeat is answered as the first.
+pub struct GrantRequest {
+    /// The holder's number for this request; a repeat is answered as the first.
     pub seq: i64,
     /// The holder's clock, Unix nanoseconds.
     pub now_ns: i64,
@@ -37,26 +37,26 @@ pub struct ReserveRequest {
 }
 
 /// A bucket as the store holds it: its TAT (`None`: no bucket, it is full) and the
-/// holder's last reservation (number, units granted).
+/// holder's last grant (request number, units granted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReserveState {
+pub struct GrantState {
     pub tat_ns: Option<i64>,
     pub last: Option<(i64, i64)>,
 }
 
-/// The bucket after a reservation and the units granted (0: none).
+/// The bucket after a grant and the units granted (0: none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reserved {
-    pub state: ReserveState,
+pub struct GrantSettled {
+    pub state: GrantState,
     pub granted: i64,
 }
 
 /// The bucket and the grant after the request: what every store computes. Beyond
-/// `need`, one reservation takes at most [`crate::HOLD_SHARE`] of the room left.
-pub fn settle_reserve(s: ReserveState, r: ReserveRequest) -> Reserved {
+/// `need`, one grant takes at most [`crate::HOLD_SHARE`] of the room left.
+pub fn settle_grant(s: GrantState, r: GrantRequest) -> GrantSettled {
     if let Some((seq, granted)) = s.last {
         if seq == r.seq {
-            return Reserved { state: s, granted };
+            return GrantSettled { state: s, granted };
         }
     }
     let ei = r.emission_ns.max(1);
@@ -81,8 +81,8 @@ pub fn settle_reserve(s: ReserveState, r: ReserveRequest) -> Reserved {
     } else {
         s.tat_ns
     };
-    Reserved {
-        state: ReserveState {
+    GrantSettled {
+        state: GrantState {
             tat_ns,
             last: Some((r.seq, granted)),
         },
@@ -97,8 +97,8 @@ mod tests {
 
     const MS: i64 = 1_000_000;
 
-    fn req(seq: i64, now_ns: i64, need: i64, want: i64) -> ReserveRequest {
-        ReserveRequest {
+    fn req(seq: i64, now_ns: i64, need: i64, want: i64) -> GrantRequest {
+        GrantRequest {
             seq,
             now_ns,
             horizon_ns: 10 * MS,
@@ -109,43 +109,43 @@ mod tests {
         }
     }
 
-    const FRESH: ReserveState = ReserveState {
+    const FRESH: GrantState = GrantState {
         tat_ns: None,
         last: None,
     };
 
     #[test]
     fn a_fresh_bucket_grants_its_burst_checked_at_now_placed_at_the_horizon() {
-        let r = settle_reserve(FRESH, req(1, 0, 10, 10));
+        let r = settle_grant(FRESH, req(1, 0, 10, 10));
         assert_eq!(r.granted, 10);
         assert_eq!(r.state.tat_ns, Some(10 * MS + 1000 * MS));
         // nothing more until the TAT comes back within the burst
-        assert_eq!(settle_reserve(r.state, req(2, 0, 1, 1)).granted, 0);
-        assert_eq!(settle_reserve(r.state, req(2, 100 * MS, 1, 1)).granted, 0);
-        assert_eq!(settle_reserve(r.state, req(2, 110 * MS, 1, 1)).granted, 1);
+        assert_eq!(settle_grant(r.state, req(2, 0, 1, 1)).granted, 0);
+        assert_eq!(settle_grant(r.state, req(2, 100 * MS, 1, 1)).granted, 0);
+        assert_eq!(settle_grant(r.state, req(2, 110 * MS, 1, 1)).granted, 1);
     }
 
     #[test]
     fn beyond_the_need_a_share_of_the_room() {
         // room 10, need 2: 2 + ⌊8 / 4⌋
-        assert_eq!(settle_reserve(FRESH, req(1, 0, 2, 100)).granted, 4);
-        assert_eq!(settle_reserve(FRESH, req(1, 0, 11, 11)).granted, 0);
+        assert_eq!(settle_grant(FRESH, req(1, 0, 2, 100)).granted, 4);
+        assert_eq!(settle_grant(FRESH, req(1, 0, 11, 11)).granted, 0);
     }
 
     #[test]
     fn a_repeat_is_answered_as_the_first_and_changes_nothing() {
-        let once = settle_reserve(FRESH, req(7, 0, 3, 3));
-        let again = settle_reserve(once.state, req(7, 50 * MS, 3, 3));
+        let once = settle_grant(FRESH, req(7, 0, 3, 3));
+        let again = settle_grant(once.state, req(7, 50 * MS, 3, 3));
         assert_eq!(again, once);
         // a denial is remembered as a grant of 0
-        let full = ReserveState {
+        let full = GrantState {
             tat_ns: Some(5_000 * MS),
             last: None,
         };
-        let denied = settle_reserve(full, req(8, 0, 1, 1));
+        let denied = settle_grant(full, req(8, 0, 1, 1));
         assert_eq!(denied.granted, 0);
         assert_eq!(denied.state.tat_ns, full.tat_ns);
-        assert_eq!(settle_reserve(denied.state, req(8, 0, 1, 1)), denied);
+        assert_eq!(settle_grant(denied.state, req(8, 0, 1, 1)), denied);
     }
 
     /// Boulder's rule over spends in time order: each spend of one unit at `t` passes
@@ -165,7 +165,7 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2_000))]
-        /// Holders reserve at their own instants (not in order), spend what they were
+        /// Holders ask at their own instants (not in order), spend what they were
         /// granted anywhere inside their horizons, retry some requests: the spends the
         /// cluster makes pass Boulder's rule in time order.
         #[test]
@@ -186,13 +186,13 @@ mod tests {
                 clock += dt - 500;
                 let now = clock.max(0);
                 seq[h] += 1;
-                let r = ReserveRequest {
+                let r = GrantRequest {
                     seq: seq[h], now_ns: now, horizon_ns: horizon, emission_ns: ei,
                     burst, need, want: need + extra,
                 };
-                let mut out = settle_reserve(ReserveState { last: last[h], ..s }, r);
+                let mut out = settle_grant(GrantState { last: last[h], ..s }, r);
                 if retry {
-                    let again = settle_reserve(out.state, r);
+                    let again = settle_grant(out.state, r);
                     prop_assert_eq!(again, out);
                     out = again;
                 }

@@ -1,10 +1,12 @@
-//! Strict admission (`admission = "strict"`): a node admits a hit only from quota it
-//! holds, reserved from the store with [`Store::hold`] (see `swin_core::settle_hold`).
+//! Strict admission of window limits (`admission = "strict"`): a node admits a hit only
+//! from quota it holds, taken from the store with [`crate::Store::hold`] (see
+//! `swin_core::settle_hold`). [`Holds`] owns that quota; the engine's loop asks it to give
+//! back what is unused ([`QuotaKeeper`]).
 //!
 //! Per key and window size a slot keeps what this node holds in the current window and
 //! how much of it it has used. A hit that fits in the unused part is admitted from
 //! memory; otherwise one request for the slot goes to the store (`need` = used + the
-//! hit, `want` = need + a block that doubles while reservations are granted whole and
+//! hit, `want` = need + a block that doubles while holds are taken whole and
 //! halves when not) and the hits behind it wait for its answer (batched with other keys'
 //! by `queue.rs`). A slot has at most one request in flight, and every request states
 //! the holder's total, so a retry or a lost reply can neither make nor lose quota.
@@ -14,22 +16,19 @@
 //! dies holding quota leaves it counted until its window ends: the cluster then admits
 //! less, never more.
 //!
-//! `reserve.rs` holds the bucket side.
+//! `grants.rs` is the bucket side.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use swin_core::{
     CompactString, HoldRequest, HoldState, Total, UnixMs, WindowAlgorithm, WindowLimit,
 };
 
-use tracing::warn;
-
-use super::queue::Queue;
-use super::{now, NamespaceSync};
-use crate::store::{Hold, Store};
-use crate::StoreError;
+use super::queue::{queue_for_store, Queue, StoreCalls};
+use crate::engine::QuotaKeeper;
+use crate::store::Hold;
+use crate::{NamespaceSync, StoreError};
 
 /// A key with quota it has not used for this long gives the rest back.
 pub const IDLE_MS: i64 = 5_000;
@@ -74,27 +73,21 @@ struct Slot {
 
 type SlotKey = (CompactString, u32);
 
-/// A namespace's strict-admission state.
+/// The window quota a strict namespace holds, per key and window size, and its store
+/// calls.
 #[derive(Debug)]
-pub(crate) struct Holdings {
-    /// This run of the node: a restarted node never takes another run's totals for its own.
-    holder: crate::Holder,
+pub struct Holds {
+    calls: Arc<StoreCalls>,
     slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
     queue: Arc<Mutex<Queue<Hold, HoldState>>>,
-    /// GCRA buckets' reservations (see `reserve.rs`).
-    pub(super) buckets: super::reserve::Buckets,
-    /// Store calls made for holds (`swin_reservations_total`).
-    round_trips: AtomicU64,
 }
 
-impl Holdings {
-    pub(crate) fn new(push: &crate::PushId) -> Self {
-        Holdings {
-            holder: crate::Holder::of_run(push),
+impl Holds {
+    pub fn new(push: &crate::PushId) -> Self {
+        Holds {
+            calls: Arc::new(StoreCalls::new(push)),
             slots: Mutex::default(),
             queue: Arc::default(),
-            buckets: super::reserve::Buckets::default(),
-            round_trips: AtomicU64::new(0),
         }
     }
 
@@ -144,28 +137,38 @@ fn view(s: &SlotState, allowed: bool) -> StrictView {
     }
 }
 
-impl NamespaceSync {
-    /// The holder name of this run (strict admission's totals in the store).
+impl QuotaKeeper for Holds {
+    fn give_back<'a>(
+        &'a self,
+        sync: &'a Arc<NamespaceSync>,
+        now: UnixMs,
+        all: bool,
+    ) -> futures_util::future::BoxFuture<'a, bool> {
+        Box::pin(self.give_back_unused(sync, now, all))
+    }
+
+    fn tracked(&self) -> usize {
+        self.tracked()
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.calls.round_trips()
+    }
+}
+
+impl Holds {
+    /// The holder name of this run (its totals in the store).
     pub fn holder(&self) -> &crate::Holder {
-        &self.holdings.holder
-    }
-
-    /// Keys (per window size) and buckets this node keeps strict-admission state for.
-    pub fn tracked_keys(&self) -> usize {
-        self.holdings.tracked() + self.holdings.buckets.tracked()
-    }
-
-    /// Store calls made for strict admission so far.
-    pub fn reservations(&self) -> u64 {
-        self.holdings.round_trips.load(Ordering::Relaxed)
+        &self.calls.holder
     }
 
     /// Strict admission of a hit of `cost` on `key` under every limit in `limits`: each
-    /// admits from quota this node holds (reserving more when it must); a hit denied by
+    /// admits from quota this node holds (holding more when it must); a hit denied by
     /// one limit gives back what the others took. An error means the store could not
     /// be asked: nothing was admitted, and the caller decides on its own.
     pub async fn admit(
-        self: &Arc<Self>,
+        &self,
+        sync: &Arc<NamespaceSync>,
         key: &str,
         limits: &[WindowLimit],
         cost: f64,
@@ -175,7 +178,7 @@ impl NamespaceSync {
         let mut taken: Vec<(Arc<Slot>, i64)> = Vec::new();
         let mut outcome = Ok(());
         for l in limits {
-            match self.admit_one(key, l, cost, now).await {
+            match self.admit_one(sync, key, l, cost, now).await {
                 Ok((v, slot, start)) => {
                     if v.allowed {
                         taken.push((slot, start));
@@ -209,7 +212,7 @@ impl NamespaceSync {
     pub fn give_back(&self, key: &str, limits: &[WindowLimit], cost: f64, now: UnixMs) -> f64 {
         let mut back = 0.0f64;
         for l in limits {
-            let slot = self.holdings.slot(key, l.window.secs());
+            let slot = self.slot(key, l.window.secs());
             let mut s = lock(&slot);
             if s.start == l.window.start_of(now) {
                 let b = cost.min(s.used.max(0.0));
@@ -221,7 +224,8 @@ impl NamespaceSync {
     }
 
     async fn admit_one(
-        self: &Arc<Self>,
+        &self,
+        sync: &Arc<NamespaceSync>,
         key: &str,
         l: &WindowLimit,
         cost: f64,
@@ -233,11 +237,11 @@ impl NamespaceSync {
             WindowAlgorithm::Sliding => size.previous_weight(now),
             WindowAlgorithm::Fixed => 0.0,
         };
-        let mut slot = self.holdings.slot(key, size.secs());
+        let mut slot = self.slot(key, size.secs());
         let mut refetch = false;
         let request = loop {
             if std::mem::take(&mut refetch) {
-                slot = self.holdings.slot(key, size.secs());
+                slot = self.slot(key, size.secs());
             }
             let notified = slot.changed.notified();
             tokio::pin!(notified);
@@ -280,7 +284,9 @@ impl NamespaceSync {
             }
             notified.await;
         };
-        let answer = self.hold_batched(key, size.secs(), start, request).await;
+        let answer = self
+            .hold_batched(sync, key, size.secs(), start, request)
+            .await;
         let settled = {
             let mut s = lock(&slot);
             s.inflight = false;
@@ -331,21 +337,22 @@ impl NamespaceSync {
                         count: v.previous,
                     },
                 ];
-                self.apply(&totals, now, super::Create::Yes);
+                sync.apply_totals(&totals, now);
                 Ok((v, slot, start))
             }
             // the window ended while the request was out: its quota goes back with the
             // ended window's; this hit counts in the new window
             None => {
                 let later = UnixMs(now.0.max((start + i64::from(size.secs())) * 1000));
-                Box::pin(self.admit_one(key, l, cost, later)).await
+                Box::pin(self.admit_one(sync, key, l, cost, later)).await
             }
         }
     }
 
     /// Queues a hold for the next store call and waits for its answer.
     async fn hold_batched(
-        self: &Arc<Self>,
+        &self,
+        sync: &Arc<NamespaceSync>,
         key: &str,
         size: u32,
         start: i64,
@@ -357,79 +364,26 @@ impl NamespaceSync {
             window_start: start,
             request,
         };
-        self.queue_for_store(
-            &self.holdings.queue,
-            hold,
-            |this, store, holds| async move { this.send_holds(&store, &holds).await },
-        )
+        let calls = self.calls.clone();
+        queue_for_store(sync, &self.queue, hold, move |sync, store, holds| {
+            let calls = calls.clone();
+            async move { calls.holds(&sync, &store, &holds).await }
+        })
         .await
-    }
-
-    /// One store call of strict admission: counted in `swin_reservations_total`, bounded
-    /// by the store timeout; a failure trips the store.
-    pub(super) async fn strict_call<T>(
-        &self,
-        what: &'static str,
-        requests: usize,
-        call: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, Arc<StoreError>> {
-        self.count_round_trip();
-        match self.call(call).await {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                warn!(namespace = self.name(), cause = %e, requests, "{what} failed");
-                self.trip(&e);
-                Err(Arc::new(e))
-            }
-        }
-    }
-
-    pub(super) fn count_round_trip(&self) {
-        self.holdings.round_trips.fetch_add(1, Ordering::Relaxed);
-    }
-
-    async fn send_holds(
-        &self,
-        store: &Store,
-        holds: &[Hold],
-    ) -> Result<Vec<HoldState>, Arc<StoreError>> {
-        let held = self
-            .strict_call(
-                "holds",
-                holds.len(),
-                store.hold(self.name(), &self.holdings.holder, holds),
-            )
-            .await?;
-        Ok(held.into_iter().map(|h| h.state).collect())
-    }
-
-    /// At shutdown: every unused quota back, in a few quick attempts (what still fails
-    /// stays counted until its window ends, as for a node that is killed).
-    pub(super) async fn give_back_all(self: &Arc<Self>) {
-        for attempt in 1..=3 {
-            if self.give_back_unused(now(), true).await {
-                return;
-            }
-            warn!(
-                namespace = self.name(),
-                attempt, "giving back unused quota failed"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
     }
 
     /// Gives quota back: what ended windows did not use, what idle keys hold unused, or
     /// (`all`, at shutdown) everything unused. Run by the engine's loop every tick; a
     /// give-back that fails is tried again at the next.
     /// True when nothing is left to give back.
-    pub(super) async fn give_back_unused(self: &Arc<Self>, now: UnixMs, all: bool) -> bool {
-        self.holdings.prune(now);
-        let Some(store) = self.store.clone() else {
+    async fn give_back_unused(&self, sync: &Arc<NamespaceSync>, now: UnixMs, all: bool) -> bool {
+        self.prune(now);
+        let Some(store) = sync.store().cloned() else {
             return true;
         };
         let mut holds = Vec::new();
         let mut current: Vec<(Arc<Slot>, i64)> = Vec::new();
-        for ((key, size), slot) in self.holdings.all() {
+        for ((key, size), slot) in self.all() {
             let mut s = lock(&slot);
             if !s.inflight {
                 // (a request still out for an ended window could land after its give-back)
@@ -448,7 +402,7 @@ impl NamespaceSync {
         if holds.is_empty() {
             return true;
         }
-        let answer = self.send_holds(&store, &holds).await;
+        let answer = self.calls.holds(sync, &store, &holds).await;
         let ok = answer.is_ok();
         for (slot, start) in current {
             let mut s = lock(&slot);
@@ -465,7 +419,7 @@ impl NamespaceSync {
                 .iter()
                 .map(|h| (h.key.clone(), h.window_size, h.window_start))
                 .collect();
-            for ((key, size), slot) in self.holdings.all() {
+            for ((key, size), slot) in self.all() {
                 let mut s = lock(&slot);
                 s.ended
                     .retain(|(start, _)| !given.contains(&(key.clone(), size, *start)));
