@@ -1,10 +1,11 @@
--- Strict admission: a holder's reserved total in windows, raised or lowered atomically
+-- Strict admission: a holder's held total in windows, raised or lowered atomically
 -- (swin_core::settle_hold, written again here; the conformance suite runs both on the
 -- same cases). KEYS: window hashes. ARGV: holder, the share of the room left a
 -- hold may take beyond its need (swin_core::HOLD_SHARE), then per key: window_start,
 -- previous window_start, the window before that (stale), ttl, limit, weight, need, want.
 -- The holder's total is the field h:<window_start>:<holder>. A window that opens here
--- drops the stale window and every holder's total in it, as a push does. Returns per
+-- drops the stale window and every holder's total in it, as a push does, and sets the
+-- hash's expiry (later writes to the window leave it). Returns per
 -- key {current, previous, held} as strings (%.17g).
 local function num(s) return tonumber(s or '0') or 0 end
 local function drop_stale(hash, stale)
@@ -28,10 +29,11 @@ for k = 1, #KEYS do
     return redis.error_reply('swin hold: malformed arguments')
   end
   local field = 'h:' .. start .. ':' .. holder
-  local stored = redis.call('HGET', KEYS[k], start)
+  local got = redis.call('HMGET', KEYS[k], start, prev, field, stale)
+  local stored = got[1]
   local current = num(stored)
-  local previous = num(redis.call('HGET', KEYS[k], prev))
-  local held = math.max(num(redis.call('HGET', KEYS[k], field)), 0)
+  local previous = num(got[2])
+  local held = math.max(num(got[3]), 0)
   local new_current, new_held = current, held
   if want < held then
     local back = math.min(held - math.max(want, 0), math.max(current, 0))
@@ -47,8 +49,10 @@ for k = 1, #KEYS do
   end
   if new_current ~= current or new_held ~= held then
     redis.call('HSET', KEYS[k], start, fmt(new_current), field, fmt(new_held))
-    if stored == false then drop_stale(KEYS[k], stale) end
-    redis.call('EXPIRE', KEYS[k], ttl)
+    if stored == false then
+      if got[4] ~= false then drop_stale(KEYS[k], stale) end
+      redis.call('EXPIRE', KEYS[k], ttl)
+    end
   end
   out[#out + 1] = {fmt(new_current), fmt(previous), fmt(new_held)}
 end

@@ -8,6 +8,9 @@
 -- may not pass it together): such a window is skipped, the others are applied.
 -- Everything is read and checked before the first write, so a call that fails applies
 -- nothing (Redis does not roll a script back).
+-- Server work per hash: one HMGET (its windows and the stale one), one HSET of what
+-- changed (a diff of 0 only reads), and, when a window opens, EXPIRE and the stale
+-- window's removal if it is there: a synchronous hit on a fresh key costs three calls.
 local function finite(x) return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge end
 local seq = tonumber(ARGV[2])
 if not finite(seq) then return redis.error_reply('swin push: seq is not a number') end
@@ -27,16 +30,21 @@ if seq >= 0 then
   local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
   apply = seq > last
 end
-local out = {}
--- first pass: read and check; the plan says what each window does
-local plan = {}
+-- first pass: read and check; the plan says what each window does, and per hash whether
+-- a window opens (then its stale window goes, if it is there)
+local plan, opens, stale_there = {}, {}, {}
 a = 4
 for k = 1, #KEYS do
   local n = tonumber(ARGV[a + 2])
+  local fields = {}
+  for i = 1, n do fields[i] = ARGV[a + 1 + 2 * i] end
+  fields[n + 1] = ARGV[a + 1]
+  local got = redis.call('HMGET', KEYS[k], unpack(fields))
+  stale_there[k] = got[n + 1] ~= false
+  opens[k] = false
   a = a + 3
   for i = 1, n do
-    local field, diff = ARGV[a], tonumber(ARGV[a + 1])
-    local stored = redis.call('HGET', KEYS[k], field)
+    local stored, diff = got[i], tonumber(ARGV[a + 1])
     local cur = tonumber(stored or '0')
     local step
     if not finite(cur) then
@@ -49,17 +57,21 @@ for k = 1, #KEYS do
       step = {'refuse', '!the sum would not be finite'}
     elseif cur + diff >= bound then
       step = {'refuse', '!the count would reach 2^53'}
+    elseif diff == 0 and cur >= 0 then
+      step = {'read', stored or '0'}
     elseif cur + diff < 0 then
-      step = {'set', stored == false, '0'}
+      step = {'set', '0'}
     else
       -- %.17g round-trips every double; HINCRBYFLOAT would keep 17 digits after the
       -- point only (2^-20 came back as 9.5367431641e-7)
-      step = {'set', stored == false, string.format('%.17g', cur + diff)}
+      step = {'set', string.format('%.17g', cur + diff)}
     end
+    if step[1] == 'set' and stored == false then opens[k] = true end
     plan[#plan + 1] = step
     a = a + 2
   end
 end
+local out = {}
 if not apply then
   for _, step in ipairs(plan) do out[#out + 1] = step[2] end
   return out
@@ -70,32 +82,37 @@ local p = 0
 for k = 1, #KEYS do
   local ttl, stale, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   a = a + 3
-  local opened, wrote = false, false
+  local writes = {}
   for i = 1, n do
     p = p + 1
     local step = plan[p]
-    if step[1] == 'refuse' then
-      out[#out + 1] = step[2]
-    else
-      -- a window that just appeared: the one before the previous may still be there
-      if step[2] then opened = true end
-      wrote = true
-      redis.call('HSET', KEYS[k], ARGV[a], step[3])
-      out[#out + 1] = step[3]
+    if step[1] == 'set' then
+      writes[#writes + 1] = ARGV[a]
+      writes[#writes + 1] = step[2]
     end
+    out[#out + 1] = step[2]
     a = a + 2
   end
-  if wrote then
-    if opened then
-      -- the window before the previous goes, with every holder's total in it
-      redis.call('HDEL', KEYS[k], stale)
-      local prefix = 'h:' .. stale .. ':'
-      for _, f in ipairs(redis.call('HKEYS', KEYS[k])) do
-        if string.sub(f, 1, #prefix) == prefix then redis.call('HDEL', KEYS[k], f) end
+  if #writes > 0 then
+    redis.call('HSET', KEYS[k], unpack(writes))
+    if opens[k] then
+      -- the window before the previous goes, with every holder's total in it (a
+      -- holder's total is written with its window's count, so none outlives it)
+      if stale_there[k] then
+        redis.call('HDEL', KEYS[k], stale)
+        local prefix = 'h:' .. stale .. ':'
+        for _, f in ipairs(redis.call('HKEYS', KEYS[k])) do
+          if string.sub(f, 1, #prefix) == prefix then redis.call('HDEL', KEYS[k], f) end
+        end
       end
+      -- the hash outlives its newest window by two: set when a window opens
+      redis.call('EXPIRE', KEYS[k], ttl)
     end
-    redis.call('EXPIRE', KEYS[k], ttl)
   end
 end
-if seq >= 0 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+if seq >= 0 then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  -- the record may be the first field of its hash (its windows only read or refused)
+  if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
+end
 return out
