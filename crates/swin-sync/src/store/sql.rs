@@ -1,19 +1,125 @@
-//! What the two SQL stores (PostgreSQL, SQLite) share: isolating the rows a push's
-//! transaction refuses, and turning result rows into totals and TATs.
+//! What the two SQL stores (PostgreSQL, SQLite) share: the skeleton of their write
+//! transactions ([`SqlTx`]: a push isolating the rows the store refuses, strict
+//! admission's holds and grants), the settling of holds and grants on the rows read, and
+//! result rows turned into totals and TATs. Each store supplies only its statements.
 
 use swin_core::{Diff, Tat, Total};
 
-use super::{BoxFuture, Pushed, Rejected};
+use super::{BoxFuture, Grant, Granted, Held, Hold, Push, Pushed, Rejected};
 use crate::StoreError;
 
-/// An open transaction that a push's rows go into part by part (see
-/// [`isolate_rejected`]). Each SQL store implements it over its own connection type.
-pub(crate) trait PartWriter: Send {
+/// One write transaction of a SQL store: each store (its dialect) supplies the
+/// statements of each step; the order of the steps, the settling of holds and grants and
+/// the isolation of refused rows are written once, in the functions below.
+pub(crate) trait SqlTx: Send + Sized {
+    /// Records the push `(node, namespace, seq)`; false when it was applied before. The
+    /// first statement of its transaction.
+    fn record_push<'a>(
+        &'a mut self,
+        node: &'a str,
+        namespace: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
     /// Runs savepoint commands as they are.
     fn execute(&mut self, sql: &'static str) -> BoxFuture<'_, Result<(), StoreError>>;
     /// Adds `diffs` and returns the new totals.
-    fn upsert<'a>(&'a mut self, diffs: &'a [Diff])
-        -> BoxFuture<'a, Result<Vec<Total>, StoreError>>;
+    fn upsert<'a>(
+        &'a mut self,
+        namespace: &'a str,
+        diffs: &'a [Diff],
+    ) -> BoxFuture<'a, Result<Vec<Total>, StoreError>>;
+    /// The windows `holds` touch, each made to exist (new ones at 0) and locked against
+    /// other writers, with the previous window's count and `holder`'s total beside it.
+    fn lock_holds<'a>(
+        &'a mut self,
+        namespace: &'a str,
+        holder: &'a str,
+        holds: &'a [Hold],
+    ) -> BoxFuture<'a, Result<Vec<HoldRow>, StoreError>>;
+    /// The windows' new counts and `holder`'s new totals in them.
+    fn write_holds<'a>(
+        &'a mut self,
+        namespace: &'a str,
+        holder: &'a str,
+        changed: &'a [(HoldWindow, swin_core::HoldState)],
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// The buckets of `keys` (sorted, distinct), each made to exist (a new one is full: a
+    /// TAT long past) and locked, with `holder`'s last grant on it.
+    fn lock_buckets<'a>(
+        &'a mut self,
+        namespace: &'a str,
+        holder: &'a str,
+        keys: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<Vec<GrantRow>, StoreError>>;
+    /// The buckets' new TATs and `holder`'s records.
+    fn write_grants<'a>(
+        &'a mut self,
+        namespace: &'a str,
+        holder: &'a str,
+        settled: &'a SettledGrants,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn commit(self) -> BoxFuture<'static, Result<(), StoreError>>;
+    fn rollback(self) -> BoxFuture<'static, Result<(), StoreError>>;
+}
+
+/// A push in `tx`: its record first, then its rows, isolating the ones the store refuses
+/// (see [`isolate_rejected`]). `None`: the push was applied before and nothing was
+/// written (the caller answers with the stored totals).
+pub(crate) async fn push<T: SqlTx>(
+    mut tx: T,
+    namespace: &str,
+    push: &Push<'_>,
+    diffs: &[Diff],
+) -> Result<Option<Pushed>, StoreError> {
+    if let Some(seq) = push.seq {
+        if !tx
+            .record_push(push.node_id.as_str(), namespace, seq)
+            .await?
+        {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+    }
+    let pushed = isolate_rejected(&mut tx, namespace, diffs).await?;
+    tx.commit().await?;
+    Ok(Some(pushed))
+}
+
+/// Strict admission's holds in `tx`: the windows locked and read, every hold settled in
+/// order ([`settle_holds`]), what changed written back, one commit.
+pub(crate) async fn hold<T: SqlTx>(
+    mut tx: T,
+    namespace: &str,
+    holder: &crate::Holder,
+    holds: &[Hold],
+) -> Result<Vec<Held>, StoreError> {
+    let holder = holder.as_str();
+    let rows = tx.lock_holds(namespace, holder, holds).await?;
+    let (answers, changed) = settle_holds(holds, rows)?;
+    if !changed.is_empty() {
+        tx.write_holds(namespace, holder, &changed).await?;
+    }
+    tx.commit().await?;
+    Ok(answers)
+}
+
+/// Strict admission's grants in `tx`: the buckets locked and read, every request settled
+/// in order ([`settle_grants`]), the TATs and records written back, one commit.
+pub(crate) async fn grant<T: SqlTx>(
+    mut tx: T,
+    namespace: &str,
+    holder: &crate::Holder,
+    grants: &[Grant],
+) -> Result<Vec<Granted>, StoreError> {
+    let holder = holder.as_str();
+    let mut keys: Vec<&str> = grants.iter().map(|r| r.key.as_str()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let rows = tx.lock_buckets(namespace, holder, &keys).await?;
+    let settled = settle_grants(grants, rows)?;
+    tx.write_grants(namespace, holder, &settled).await?;
+    tx.commit().await?;
+    Ok(settled.answers)
 }
 
 /// Applies `diffs` in `tx`, isolating the rows the store refuses: each part is tried
@@ -21,8 +127,9 @@ pub(crate) trait PartWriter: Send {
 /// ([`StoreError::is_rejection`]) is rolled back to it and split in two until the refused
 /// rows stand alone. Parts go in the order of `diffs` (the lock order). Any other error
 /// ends the call; the caller's transaction then applies nothing.
-pub(crate) async fn isolate_rejected(
-    tx: &mut dyn PartWriter,
+async fn isolate_rejected<T: SqlTx>(
+    tx: &mut T,
+    namespace: &str,
     diffs: &[Diff],
 ) -> Result<Pushed, StoreError> {
     let mut out = Pushed::default();
@@ -32,7 +139,7 @@ pub(crate) async fn isolate_rejected(
             continue;
         }
         tx.execute("SAVEPOINT swin_part").await?;
-        match tx.upsert(part).await {
+        match tx.upsert(namespace, part).await {
             Ok(totals) => {
                 tx.execute("RELEASE SAVEPOINT swin_part").await?;
                 out.totals.extend(totals);
@@ -95,15 +202,12 @@ pub(crate) type HoldWindow = (swin_core::CompactString, u32, i64);
 pub(crate) type HoldRow = (String, i64, i64, f64, f64, f64);
 
 /// Each hold's answer, and the windows whose state changed (to write back).
-pub(crate) type Settled = (Vec<super::Held>, Vec<(HoldWindow, swin_core::HoldState)>);
+type Settled = (Vec<Held>, Vec<(HoldWindow, swin_core::HoldState)>);
 
 /// Settles `holds` in order on the states read under lock (`read`, one per window):
 /// returns the answer per hold and the final state per window that changed, to write
 /// back in the same transaction. A window asked twice sees the first hold's result.
-pub(crate) fn settle_holds(
-    holds: &[super::Hold],
-    rows: Vec<HoldRow>,
-) -> Result<Settled, StoreError> {
+fn settle_holds(holds: &[Hold], rows: Vec<HoldRow>) -> Result<Settled, StoreError> {
     let read: std::collections::HashMap<HoldWindow, swin_core::HoldState> = rows
         .into_iter()
         .map(|(key, size, start, current, previous, held)| {
@@ -125,7 +229,7 @@ pub(crate) fn settle_holds(
             )));
         };
         *s = swin_core::settle_hold(*s, h.request);
-        answers.push(super::Held { state: *s });
+        answers.push(Held { state: *s });
     }
     let mut changed: Vec<(HoldWindow, swin_core::HoldState)> = now
         .into_iter()
@@ -142,18 +246,15 @@ pub(crate) type GrantRow = (String, Option<i64>, Option<i64>, Option<i64>);
 /// What grants settle to: the answer per request, the buckets whose TAT moved
 /// and the holder's record per bucket (key, number, grant, end of its horizon), to write
 /// back in the same transaction.
-pub(crate) struct SettledReserves {
-    pub answers: Vec<super::Granted>,
+pub(crate) struct SettledGrants {
+    pub answers: Vec<Granted>,
     pub tats: Vec<(swin_core::CompactString, i64)>,
     pub records: Vec<(swin_core::CompactString, i64, i64, i64)>,
 }
 
 /// Settles `grants` in order on the buckets read under lock (one row per key). A key
 /// asked twice sees the first request's result.
-pub(crate) fn settle_grants(
-    grants: &[super::Grant],
-    rows: Vec<GrantRow>,
-) -> Result<SettledReserves, StoreError> {
+fn settle_grants(grants: &[Grant], rows: Vec<GrantRow>) -> Result<SettledGrants, StoreError> {
     use std::collections::BTreeMap;
     let read: BTreeMap<swin_core::CompactString, swin_core::GrantState> = rows
         .into_iter()
@@ -177,7 +278,7 @@ pub(crate) fn settle_grants(
         };
         let out = swin_core::settle_grant(*s, r.request);
         *s = out.state;
-        answers.push(super::Granted {
+        answers.push(Granted {
             granted: out.granted,
             tat_ns: out.state.tat_ns,
         });
@@ -195,7 +296,7 @@ pub(crate) fn settle_grants(
         .into_iter()
         .map(|(k, (seq, granted, end))| (k, seq, granted, end))
         .collect();
-    Ok(SettledReserves {
+    Ok(SettledGrants {
         answers,
         tats,
         records,

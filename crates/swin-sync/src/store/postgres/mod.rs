@@ -1,20 +1,20 @@
 //! PostgreSQL store: `swin_counters`, pushed with one `INSERT … SELECT FROM unnest(…)
 //! ON CONFLICT DO UPDATE … RETURNING` per batch, so thousands of rows cost one round
-//! trip and the new totals come back in it. Strict admission's holds and grants are in
-//! `quota.rs`.
+//! trip and the new totals come back in it. Each transaction's statements are in
+//! `tx.rs`.
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use swin_core::{CompactString, Diff, Tat, Total, UnixMs};
 use tracing::instrument;
 
-use super::sql::{isolate_rejected, tats, totals, PartWriter, TatRow, TotalRow};
+use super::sql::{self, tats, totals, TatRow, TotalRow};
 use super::{
     normalize, normalize_advances, BoxFuture, Capabilities, Counters, Push, Pushed, StoreKind,
     TatPush, WindowKey,
 };
 use crate::StoreError;
 
-mod quota;
+mod tx;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
@@ -119,31 +119,6 @@ where
     totals(rows)
 }
 
-/// The rows of a push inside its transaction (the slow path).
-struct Parts<'t, 'n> {
-    tx: &'t mut sqlx::Transaction<'static, sqlx::Postgres>,
-    namespace: &'n str,
-}
-
-impl PartWriter for Parts<'_, '_> {
-    fn execute(&mut self, sql: &'static str) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            sqlx::query(sql)
-                .execute(&mut **self.tx)
-                .await
-                .map_err(err)?;
-            Ok(())
-        })
-    }
-
-    fn upsert<'a>(
-        &'a mut self,
-        diffs: &'a [Diff],
-    ) -> BoxFuture<'a, Result<Vec<Total>, StoreError>> {
-        Box::pin(upsert(&mut **self.tx, self.namespace, diffs, "", None))
-    }
-}
-
 impl PostgresStore {
     /// A pool of at most `max_connections`. Only the URL is checked here: connections
     /// are made on first use, so a node starts (degraded) while PostgreSQL is down.
@@ -176,41 +151,8 @@ impl PostgresStore {
         &self.pool
     }
 
-    /// The slow path of a push that met a row the store refuses: in one transaction, the
-    /// push record first (an applied push is only read back), then the rows under
-    /// savepoints, so every other row is applied once and the refused ones stand alone.
-    async fn push_isolating(
-        &self,
-        namespace: &str,
-        push: Push<'_>,
-        diffs: &[Diff],
-    ) -> Result<Pushed, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(err)?;
-        if let Some(seq) = push.seq {
-            let fresh = sqlx::query(RECORD_PUSH)
-                .bind(push.node_id.as_str())
-                .bind(namespace)
-                .bind(seq as i64)
-                .execute(&mut *tx)
-                .await
-                .map_err(err)?
-                .rows_affected();
-            if fresh == 0 {
-                tx.rollback().await.map_err(err)?;
-                let windows: Vec<WindowKey> = diffs.iter().map(WindowKey::of).collect();
-                return Ok(self.read(namespace, &windows).await?.into());
-            }
-        }
-        let pushed = isolate_rejected(
-            &mut Parts {
-                tx: &mut tx,
-                namespace,
-            },
-            diffs,
-        )
-        .await?;
-        tx.commit().await.map_err(err)?;
-        Ok(pushed)
+    async fn begin(&self) -> Result<tx::Tx, StoreError> {
+        Ok(tx::Tx(self.pool.begin().await.map_err(err)?))
     }
 }
 
@@ -247,8 +189,14 @@ impl Counters for PostgresStore {
         .await
         {
             Ok(rows) => rows,
+            // the slow path: in one transaction, the push record first, then the rows
+            // under savepoints, so every other row is applied once and the refused ones
+            // stand alone (an applied push is only read back)
             Err(e) if e.is_rejection() => {
-                return self.push_isolating(namespace, push, &diffs).await
+                match sql::push(self.begin().await?, namespace, &push, &diffs).await? {
+                    Some(pushed) => return Ok(pushed),
+                    None => Vec::new(),
+                }
             }
             Err(e) => return Err(e),
         };

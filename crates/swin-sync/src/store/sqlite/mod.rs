@@ -1,7 +1,7 @@
 //! SQLite store, the embedded default: the same tables and semantics as PostgreSQL in
 //! one file that several nodes on one host share (WAL). A batch travels as one JSON
 //! array expanded by `json_each`, inside one write transaction.
-//! Strict admission's holds and grants are in `quota.rs`.
+//! Each write transaction's statements are in `tx.rs`.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -11,14 +11,14 @@ use sqlx::sqlite::{
 };
 use swin_core::{CompactString, Diff, Tat, Total, UnixMs};
 
-use super::sql::{isolate_rejected, tats, totals, PartWriter, TatRow, TotalRow};
+use super::sql::{self, tats, totals, TatRow, TotalRow};
 use super::{
     normalize, normalize_advances, BoxFuture, Capabilities, Counters, Grant, Granted, Held, Hold,
     Push, Pushed, Quota, StoreKind, TatPush, WindowKey,
 };
 use crate::StoreError;
 
-mod quota;
+mod tx;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
@@ -99,31 +99,6 @@ async fn upsert(
     totals(out)
 }
 
-/// The rows of a push inside its write transaction.
-struct Parts<'t, 'n> {
-    tx: &'t mut sqlx::Transaction<'static, sqlx::Sqlite>,
-    namespace: &'n str,
-}
-
-impl PartWriter for Parts<'_, '_> {
-    fn execute(&mut self, sql: &'static str) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            sqlx::query(sql)
-                .execute(&mut **self.tx)
-                .await
-                .map_err(err)?;
-            Ok(())
-        })
-    }
-
-    fn upsert<'a>(
-        &'a mut self,
-        diffs: &'a [Diff],
-    ) -> BoxFuture<'a, Result<Vec<Total>, StoreError>> {
-        Box::pin(upsert(self.tx, self.namespace, diffs))
-    }
-}
-
 impl SqliteStore {
     /// `url` is `sqlite://path/to/file.db` (created when missing) or `sqlite::memory:`.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
@@ -157,6 +132,10 @@ impl SqliteStore {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+
+    async fn begin(&self) -> Result<tx::Tx, StoreError> {
+        Ok(tx::Tx(self.pool.begin().await.map_err(err)?))
+    }
 }
 
 impl Counters for SqliteStore {
@@ -177,30 +156,19 @@ impl Counters for SqliteStore {
     }
 
     /// One write transaction: the push record, then the rows, isolating any the
-    /// database refuses (see [`isolate_rejected`]).
+    /// database refuses (see [`sql::push`]).
     async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
         let diffs = normalize(push.diffs);
         if diffs.is_empty() {
             return Ok(Pushed::default());
         }
-        let mut tx = self.pool.begin().await.map_err(err)?;
-        if let Some(seq) = push.seq {
-            if !record_push(&mut tx, push.node_id.as_str(), namespace, seq).await? {
-                tx.rollback().await.map_err(err)?;
+        match sql::push(self.begin().await?, namespace, &push, &diffs).await? {
+            Some(pushed) => Ok(pushed),
+            None => {
                 let windows: Vec<WindowKey> = diffs.iter().map(WindowKey::of).collect();
-                return Ok(self.read(namespace, &windows).await?.into());
+                Ok(self.read(namespace, &windows).await?.into())
             }
         }
-        let pushed = isolate_rejected(
-            &mut Parts {
-                tx: &mut tx,
-                namespace,
-            },
-            &diffs,
-        )
-        .await?;
-        tx.commit().await.map_err(err)?;
-        Ok(pushed)
     }
 
     /// `CROSS JOIN` keeps the wanted windows as the outer loop, so each is one primary
