@@ -19,7 +19,7 @@ pub use store::TestStore;
 /// `before = f;`, `f().await` runs first and what it returns is held until the test ends
 /// (a lock that runs the scenarios one at a time, a binary to use).
 ///
-/// ```ignore
+/// ```text
 /// swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [a_scenario, another]);
 /// swin_testkit::for_stores!([postgres, redis] before = serial; [a_cluster_scenario]);
 /// ```

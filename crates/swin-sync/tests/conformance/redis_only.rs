@@ -77,3 +77,53 @@ pub(super) async fn redis_pushes_survive_a_flushed_script_cache() {
         vec![("k".into(), CUR, 3.0)]
     );
 }
+
+/// The push script writes only what changed and never leaves a hash without an expiry:
+/// a window that opens sets the hash's TTL, a diff of 0 (a synchronous read of the
+/// previous window) writes no field, and a push whose windows only read still leaves its
+/// exactly-once record in a hash that expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(super) async fn redis_pushes_write_what_changed_and_every_hash_expires() {
+    let s = TestStore::redis();
+    let Store::Redis(r) = &s.store else {
+        unreachable!("a redis store")
+    };
+    let client = ::redis::Client::open(s.url.as_str()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let node = PushId::from("n");
+    let d = [diff("a", CUR, 1.0), diff("a", PREV, 0.0)];
+    let pushed = s.store.push("ns", push(&node, 1, &d)).await.expect("push");
+    let mut counts: Vec<(i64, f64)> = pushed
+        .totals
+        .iter()
+        .map(|t| (t.window_start, t.count))
+        .collect();
+    counts.sort_by_key(|c| c.0);
+    assert_eq!(counts, vec![(PREV, 0.0), (CUR, 1.0)]);
+    let z = [diff("z", CUR, 0.0)];
+    let pushed = s.store.push("ns", push(&node, 2, &z)).await.expect("push");
+    assert_eq!(pushed.totals.len(), 1);
+    assert_eq!(pushed.totals[0].count, 0.0);
+    for (key, want) in [
+        ("a", vec![CUR.to_string(), "n:n".to_string()]),
+        ("z", vec!["n:n".to_string()]),
+    ] {
+        let hash = format!("{}:{{2:ns:{key}}}:60", r.prefix());
+        let mut fields: Vec<String> = ::redis::cmd("HKEYS")
+            .arg(&hash)
+            .query_async(&mut conn)
+            .await
+            .expect("hkeys");
+        fields.sort();
+        assert_eq!(fields, want, "{hash}");
+        let ttl: i64 = ::redis::cmd("TTL")
+            .arg(&hash)
+            .query_async(&mut conn)
+            .await
+            .expect("ttl");
+        assert!(ttl > 0, "{hash} has no expiry: {ttl}");
+    }
+}

@@ -11,7 +11,9 @@
 -- Server work per hash: one HMGET (its windows and the stale one), one HSET of what
 -- changed (a diff of 0 only reads), and, when a window opens, EXPIRE and the stale
 -- window's removal if it is there: a synchronous hit on a fresh key costs three calls.
-local function finite(x) return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge end
+local call, tonumber, format = redis.call, tonumber, string.format
+-- finite: x - x is 0 for every number but NaN and the infinities
+local function finite(x) return x ~= nil and x - x == 0 end
 local seq = tonumber(ARGV[2])
 if not finite(seq) then return redis.error_reply('swin push: seq is not a number') end
 local bound = tonumber(ARGV[3])
@@ -27,92 +29,97 @@ end
 if a - 1 ~= #ARGV then return redis.error_reply('swin push: argument count') end
 local apply = true
 if seq >= 0 then
-  local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
+  local last = tonumber(call('HGET', KEYS[1], ARGV[1]) or '-1')
   apply = seq > last
 end
--- first pass: read and check; the plan says what each window does, and per hash whether
--- a window opens (then its stale window goes, if it is there)
-local plan, opens, stale_there = {}, {}, {}
+-- first pass: read and check. What each window does is kept in flat lists (a table per
+-- window costs more than the Redis calls): its kind ('r' read, 's' set, '!' refused),
+-- its answer (the count, or the reason) and where its field is in ARGV; per hash, whether
+-- a window opens (then its stale window goes, if it is there).
+local kinds, vals, fields, opens, stale_there = {}, {}, {}, {}, {}
+local p = 0
 a = 4
 for k = 1, #KEYS do
   local n = tonumber(ARGV[a + 2])
-  local fields = {}
-  for i = 1, n do fields[i] = ARGV[a + 1 + 2 * i] end
-  fields[n + 1] = ARGV[a + 1]
-  local got = redis.call('HMGET', KEYS[k], unpack(fields))
+  local got
+  if n == 1 then
+    got = call('HMGET', KEYS[k], ARGV[a + 3], ARGV[a + 1])
+  elseif n == 2 then
+    got = call('HMGET', KEYS[k], ARGV[a + 3], ARGV[a + 5], ARGV[a + 1])
+  else
+    local f = {}
+    for i = 1, n do f[i] = ARGV[a + 1 + 2 * i] end
+    f[n + 1] = ARGV[a + 1]
+    got = call('HMGET', KEYS[k], unpack(f))
+  end
   stale_there[k] = got[n + 1] ~= false
-  opens[k] = false
+  local opened = false
   a = a + 3
   for i = 1, n do
     local stored, diff = got[i], tonumber(ARGV[a + 1])
     local cur = tonumber(stored or '0')
-    local step
+    local kind, val = 's', nil
     if not finite(cur) then
-      step = {'refuse', '!stored count is not a finite number'}
+      kind, val = '!', '!stored count is not a finite number'
     elseif not apply then
-      step = {'read', stored or '0'}
+      kind, val = 'r', stored or '0'
     elseif not finite(diff) then
-      step = {'refuse', '!diff is not a finite number'}
+      kind, val = '!', '!diff is not a finite number'
     elseif not finite(cur + diff) then
-      step = {'refuse', '!the sum would not be finite'}
+      kind, val = '!', '!the sum would not be finite'
     elseif cur + diff >= bound then
-      step = {'refuse', '!the count would reach 2^53'}
+      kind, val = '!', '!the count would reach 2^53'
     elseif diff == 0 and cur >= 0 then
-      step = {'read', stored or '0'}
+      kind, val = 'r', stored or '0'
     elseif cur + diff < 0 then
-      step = {'set', '0'}
+      val = '0'
     else
       -- %.17g round-trips every double; HINCRBYFLOAT would keep 17 digits after the
       -- point only (2^-20 came back as 9.5367431641e-7)
-      step = {'set', string.format('%.17g', cur + diff)}
+      val = format('%.17g', cur + diff)
     end
-    if step[1] == 'set' and stored == false then opens[k] = true end
-    plan[#plan + 1] = step
+    if kind == 's' and stored == false then opened = true end
+    p = p + 1
+    kinds[p], vals[p], fields[p] = kind, val, a
     a = a + 2
   end
+  opens[k] = opened
 end
-local out = {}
-if not apply then
-  for _, step in ipairs(plan) do out[#out + 1] = step[2] end
-  return out
-end
--- second pass: write
+if not apply then return vals end
+-- second pass: write each hash's windows in one HSET
 a = 4
-local p = 0
+p = 0
 for k = 1, #KEYS do
   local ttl, stale, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
-  a = a + 3
+  a = a + 3 + 2 * n
   local writes = {}
   for i = 1, n do
     p = p + 1
-    local step = plan[p]
-    if step[1] == 'set' then
-      writes[#writes + 1] = ARGV[a]
-      writes[#writes + 1] = step[2]
+    if kinds[p] == 's' then
+      writes[#writes + 1] = ARGV[fields[p]]
+      writes[#writes + 1] = vals[p]
     end
-    out[#out + 1] = step[2]
-    a = a + 2
   end
   if #writes > 0 then
-    redis.call('HSET', KEYS[k], unpack(writes))
+    call('HSET', KEYS[k], unpack(writes))
     if opens[k] then
       -- the window before the previous goes, with every holder's total in it (a
       -- holder's total is written with its window's count, so none outlives it)
       if stale_there[k] then
-        redis.call('HDEL', KEYS[k], stale)
+        call('HDEL', KEYS[k], stale)
         local prefix = 'h:' .. stale .. ':'
-        for _, f in ipairs(redis.call('HKEYS', KEYS[k])) do
-          if string.sub(f, 1, #prefix) == prefix then redis.call('HDEL', KEYS[k], f) end
+        for _, f in ipairs(call('HKEYS', KEYS[k])) do
+          if string.sub(f, 1, #prefix) == prefix then call('HDEL', KEYS[k], f) end
         end
       end
       -- the hash outlives its newest window by two: set when a window opens
-      redis.call('EXPIRE', KEYS[k], ttl)
+      call('EXPIRE', KEYS[k], ttl)
     end
   end
 end
 if seq >= 0 then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  call('HSET', KEYS[1], ARGV[1], ARGV[2])
   -- the record may be the first field of its hash (its windows only read or refused)
-  if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
+  if call('TTL', KEYS[1]) == -1 then call('EXPIRE', KEYS[1], ARGV[4]) end
 end
-return out
+return vals
