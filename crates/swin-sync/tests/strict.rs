@@ -3,6 +3,10 @@
 //! bursts — at random sync rates, with lost replies and failed calls thrown in. What they
 //! admit in all never passes the limit; once they stop (giving back what they hold) the
 //! store's count is exactly what they admitted.
+//!
+//! One file past 500 lines: the window and bucket properties and the lifecycle cases
+//! (dead holders, lapsed grants, forgotten keys) share the node harness and schedules
+//! above, and each reads best beside the others it mirrors.
 
 mod common;
 

@@ -1,20 +1,22 @@
 //! The sync engine of one namespace: the three sync modes, the periodic timer, retries
 //! with backoff, exactly-once pushes and the final push on shutdown. By concern:
-//! `periodic` (one sync round), `synchronous` (increments through the store),
-//! `gcra` (buckets), `status` (health and the duration histogram), `first_touch` (a key
+//! `periodic` (one sync round), `synchronous` (increments through the store), `gcra`
+//! (buckets), `quota` (strict admission's quota: the admission owns it, the loop tells it
+//! when to give back), `status` (health and the duration histogram), `first_touch` (a key
 //! this node holds nothing for is read from the store before an answer), `stopping` (the
 //! last push and what a stopped engine hands back); this file holds the handle, warm-up,
-//! reset and the run loop. Strict admission's quota is the admission's own
-//! ([`crate::admission`]): the loop only tells it when to give back ([`QuotaKeeper`]).
+//! reset and the run loop.
 
 mod first_touch;
 mod gcra;
 mod periodic;
+mod quota;
 mod status;
 mod stopping;
 mod synchronous;
 
 use self::periodic::PushState;
+pub use self::quota::QuotaKeeper;
 pub use self::status::{SyncStatus, SYNC_BUCKETS_SECS};
 use self::synchronous::SyncQueue;
 
@@ -122,29 +124,6 @@ struct RequestedSync {
     last: Option<Result<SyncReport, Arc<StoreError>>>,
 }
 
-/// How often a strict namespace gives back quota of ended windows and idle keys.
-const GIVE_BACK_EVERY: Duration = Duration::from_millis(250);
-
-/// Quota a strict namespace holds from the store, owned by its admission. The engine's
-/// loop asks it to give back what is unused every [`GIVE_BACK_EVERY`], and everything
-/// unused at stop, before the last push.
-pub trait QuotaKeeper: Send + Sync + std::fmt::Debug {
-    /// Gives back what ended windows and idle keys hold unused (`all`: everything
-    /// unused) and forgets what is settled. True when nothing is left to give back.
-    fn give_back<'a>(
-        &'a self,
-        sync: &'a Arc<NamespaceSync>,
-        now: UnixMs,
-        all: bool,
-    ) -> futures_util::future::BoxFuture<'a, bool>;
-
-    /// Keys (per window size, or buckets) it keeps state for.
-    fn tracked(&self) -> usize;
-
-    /// Store calls made so far.
-    fn round_trips(&self) -> u64;
-}
-
 pub(crate) fn nanos(now: UnixMs) -> i64 {
     now.0.saturating_mul(1_000_000)
 }
@@ -194,27 +173,6 @@ impl NamespaceSync {
     pub fn with_buckets(mut self) -> Self {
         self.buckets = true;
         self
-    }
-
-    /// A namespace that admits strictly, from quota `keeper` holds: the run loop has it
-    /// give unused quota back as windows end and keys go idle, and at shutdown.
-    pub fn with_quota(mut self, keeper: Arc<dyn QuotaKeeper>) -> Self {
-        self.quota = Some(keeper);
-        self
-    }
-
-    pub fn is_strict(&self) -> bool {
-        self.quota.is_some()
-    }
-
-    /// Keys (per window size) and buckets this node keeps strict-admission state for.
-    pub fn tracked_keys(&self) -> usize {
-        self.quota.as_ref().map_or(0, |q| q.tracked())
-    }
-
-    /// Store calls made for strict admission so far.
-    pub fn reservations(&self) -> u64 {
-        self.quota.as_ref().map_or(0, |q| q.round_trips())
     }
 
     /// The tasks that send store calls for requests: the last push waits for them.
@@ -415,20 +373,7 @@ impl NamespaceSync {
         };
         let mut backoff = Backoff::new(period.max(Duration::from_millis(100)), cap);
         let mut next = tokio::time::Instant::now() + period;
-        let giver = self.quota.clone().map(|quota| {
-            let (this, cancel) = (self.clone(), cancel.clone());
-            tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        biased;
-                        _ = cancel.cancelled() => break,
-                        _ = tokio::time::sleep(GIVE_BACK_EVERY) => {
-                            quota.give_back(&this, now(), false).await;
-                        }
-                    }
-                }
-            })
-        });
+        let giver = self.give_back_unused(&cancel);
         loop {
             tokio::select! {
                 biased;
@@ -469,20 +414,10 @@ impl NamespaceSync {
         // fall back to the tables) before the last push drains them
         self.flushes.close();
         self.flushes.wait().await;
-        if let (Some(giver), Some(quota)) = (giver, &self.quota) {
+        if let Some(giver) = giver {
             let _ = giver.await;
-            // then all unused quota goes back, in a few quick attempts (what still fails
-            // stays counted until its window ends, as for a node that is killed)
-            for attempt in 1..=3 {
-                if quota.give_back(&self, now(), true).await {
-                    break;
-                }
-                warn!(
-                    namespace = self.name(),
-                    attempt, "giving back unused quota failed"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+            // then all unused quota goes back
+            self.give_back_all().await;
         }
         self.final_push().await;
     }

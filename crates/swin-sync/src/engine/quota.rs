@@ -1,0 +1,96 @@
+//! Strict admission's quota, as the engine sees it: owned by the namespace's admission
+//! ([`crate::admission`]), given back when the engine's loop says so.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use swin_core::UnixMs;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::{now, NamespaceSync};
+
+/// How often a strict namespace gives back quota of ended windows and idle keys.
+const GIVE_BACK_EVERY: Duration = Duration::from_millis(250);
+
+/// Quota a strict namespace holds from the store, owned by its admission. The engine's
+/// loop asks it to give back what is unused every [`GIVE_BACK_EVERY`], and everything
+/// unused at stop, before the last push.
+pub trait QuotaKeeper: Send + Sync + std::fmt::Debug {
+    /// Gives back what ended windows and idle keys hold unused (`all`: everything
+    /// unused) and forgets what is settled. True when nothing is left to give back.
+    fn give_back<'a>(
+        &'a self,
+        sync: &'a Arc<NamespaceSync>,
+        now: UnixMs,
+        all: bool,
+    ) -> futures_util::future::BoxFuture<'a, bool>;
+
+    /// Keys (per window size, or buckets) it keeps state for.
+    fn tracked(&self) -> usize;
+
+    /// Store calls made so far.
+    fn round_trips(&self) -> u64;
+}
+
+impl NamespaceSync {
+    /// A namespace that admits strictly, from quota `keeper` holds: the run loop has it
+    /// give unused quota back as windows end and keys go idle, and at shutdown.
+    pub fn with_quota(mut self, keeper: Arc<dyn QuotaKeeper>) -> Self {
+        self.quota = Some(keeper);
+        self
+    }
+
+    pub fn is_strict(&self) -> bool {
+        self.quota.is_some()
+    }
+
+    /// Keys (per window size) and buckets this node keeps strict-admission state for.
+    pub fn tracked_keys(&self) -> usize {
+        self.quota.as_ref().map_or(0, |q| q.tracked())
+    }
+
+    /// Store calls made for strict admission so far.
+    pub fn reservations(&self) -> u64 {
+        self.quota.as_ref().map_or(0, |q| q.round_trips())
+    }
+
+    /// The task that gives back unused quota every [`GIVE_BACK_EVERY`] until `cancel`
+    /// (none for a namespace without quota).
+    pub(super) fn give_back_unused(
+        self: &Arc<Self>,
+        cancel: &CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let quota = self.quota.clone()?;
+        let (this, cancel) = (self.clone(), cancel.clone());
+        Some(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(GIVE_BACK_EVERY) => {
+                        quota.give_back(&this, now(), false).await;
+                    }
+                }
+            }
+        }))
+    }
+
+    /// At shutdown: every unused quota back, in a few quick attempts (what still fails
+    /// stays counted until its window ends, as for a node that is killed).
+    pub(super) async fn give_back_all(self: &Arc<Self>) {
+        let Some(quota) = &self.quota else {
+            return;
+        };
+        for attempt in 1..=3 {
+            if quota.give_back(self, now(), true).await {
+                return;
+            }
+            warn!(
+                namespace = self.name(),
+                attempt, "giving back unused quota failed"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
