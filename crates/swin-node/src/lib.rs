@@ -3,11 +3,13 @@
 //! Layers, each using only those below it: the front doors `http` (routes, extractors,
 //! the status of each error) and `rls` (Envoy's gRPC service) → `counting`, `requests`,
 //! `giving_back` and `decisions` (what a request does, no HTTP or gRPC types, each using
-//! only those after it in this list) → `state` (the namespaces served) → `config` (the
+//! only those after it in this list) and `auth` (the bearer-token check both doors make)
+//! → `state` (the namespaces served) → `config` (the
 //! file, read into policy types) → `policy` (limits, descriptor rules, counter keys, what
 //! a request may carry) and `metrics`. `node` runs it all: stores, engines, reloads,
 //! shutdown.
 
+pub mod auth;
 pub mod config;
 pub mod counting;
 pub mod decisions;

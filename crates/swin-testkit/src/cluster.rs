@@ -12,9 +12,12 @@ static NODE_BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 /// Names the `swin-node` binary to run: the cluster tests are a test target of the
 /// swin-node package, so Cargo builds the binary first and passes its path as
-/// `CARGO_BIN_EXE_swin-node`.
+/// `CARGO_BIN_EXE_swin-node`. `SWIN_TEST_NODE_BINARY`, when set, names another build
+/// instead (to check that a test fails on an older commit).
 pub fn use_node_binary(path: &str) {
-    let _ = NODE_BINARY.set(PathBuf::from(path));
+    let chosen = std::env::var_os("SWIN_TEST_NODE_BINARY")
+        .map_or_else(|| PathBuf::from(path), PathBuf::from);
+    let _ = NODE_BINARY.set(chosen);
 }
 
 fn node_binary() -> &'static Path {

@@ -1,6 +1,6 @@
-//! Bearer tokens: each area's routes require a scope ([`guard`]); without `[auth]` in the
-//! config every route is open. A token is found by the SHA-256 of what the client sends,
-//! compared with every configured hash in constant time.
+//! Bearer tokens over HTTP: each area's routes require a scope ([`guard`]); without
+//! `[auth]` in the config every route is open. The check is the doors' shared one
+//! ([`crate::auth`]).
 
 use std::sync::Arc;
 
@@ -9,10 +9,9 @@ use axum::http::HeaderMap;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use tracing::{info, warn};
 
+use crate::auth::{check_authorization, Denied};
 use crate::config::{AuthConfig, Scope, Token};
 use crate::error::Error;
 use crate::state::AppState;
@@ -76,13 +75,6 @@ async fn authorize(
     }
 }
 
-#[derive(Debug)]
-pub(crate) enum Denied<'a> {
-    Missing,
-    Unknown,
-    Scope(&'a Token),
-}
-
 /// The configured token the request carries, if it grants `scope`.
 fn check<'a>(
     auth: &'a AuthConfig,
@@ -96,51 +88,4 @@ fn check<'a>(
             .map(|v| v.as_bytes()),
         scope,
     )
-}
-
-/// The configured token an `Authorization` value (an HTTP header, gRPC metadata)
-/// carries, if it grants `scope`.
-pub(crate) fn check_authorization<'a>(
-    auth: &'a AuthConfig,
-    authorization: Option<&[u8]>,
-    scope: Scope,
-) -> Result<&'a Token, Denied<'a>> {
-    let presented = authorization.and_then(bearer).ok_or(Denied::Missing)?;
-    let token = find(auth, presented).ok_or(Denied::Unknown)?;
-    if token.scopes.contains(&scope) {
-        Ok(token)
-    } else {
-        Err(Denied::Scope(token))
-    }
-}
-
-/// The token of `Bearer <token>` (the scheme in any case, RFC 7235).
-fn bearer(value: &[u8]) -> Option<&[u8]> {
-    let (scheme, rest) = value.split_at_checked(7)?;
-    if !scheme.eq_ignore_ascii_case(b"bearer ") {
-        return None;
-    }
-    let token = rest.trim_ascii();
-    (!token.is_empty()).then_some(token)
-}
-
-/// The token whose hash is the presented token's: every configured hash is compared, in
-/// constant time, whatever matches.
-fn find<'a>(auth: &'a AuthConfig, presented: &[u8]) -> Option<&'a Token> {
-    let hash: [u8; 32] = Sha256::digest(presented).into();
-    let mut found = None;
-    for t in &auth.tokens {
-        if bool::from(t.sha256.ct_eq(&hash)) {
-            found = Some(t);
-        }
-    }
-    found
-}
-
-/// The hex SHA-256 of a token, as `[auth]` wants it (`swin-node hash-token`).
-pub fn hash_token(token: &[u8]) -> String {
-    Sha256::digest(token)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }

@@ -18,8 +18,8 @@ use axum::response::Response;
 use axum::routing::MethodRouter;
 use axum::Router;
 
-pub use self::auth::hash_token;
 pub use self::extract::ApiPath;
+pub use crate::auth::hash_token;
 use crate::config::Scope;
 use crate::error::Error;
 use crate::state::AppState;

@@ -93,7 +93,7 @@ pub async fn serve(
 /// `authorization` metadata carries `Bearer <token>`, and the token needs the `decide`
 /// scope (it spends quota, as `/hit` does). Health and reflection stay open.
 fn authorize(state: &AppState, req: Request<()>) -> Result<Request<()>, Status> {
-    use crate::http::auth::{check_authorization, Denied};
+    use crate::auth::{check_authorization, Denied};
     let auth = state.auth.load();
     let Some(auth) = auth.as_ref() else {
         return Ok(req);
