@@ -7,7 +7,13 @@
 /// ([`crate::policy::input::MAX_KEY_BYTES`]) keeps its first bytes and ends in `%~` and the hex
 /// SHA-256 of the whole: `%~` never occurs in an encoded key, so it is still one key per
 /// descriptor, and a client cannot turn an answer into an error by sending a long value.
+/// A descriptor with no entries counts on `%` (no encoded key is a lone `%`): all such
+/// descriptors share it, as envoyproxy/ratelimit's share `domain.` (only a descriptor's
+/// own `limit` can apply to one).
 pub fn counter_key(entries: &[(&str, &str)]) -> String {
+    if entries.is_empty() {
+        return "%".to_owned();
+    }
     fn push(out: &mut String, s: &str) {
         for c in s.chars() {
             match c {
@@ -57,6 +63,9 @@ mod tests {
         );
         assert_eq!(counter_key(&[("k%", "=|")]), "k%25=%3D%7C");
         assert_eq!(counter_key(&[("k", "a\0b")]), "k=a%00b");
+        assert_eq!(counter_key(&[]), "%", "no entries: a key of its own");
+        assert_ne!(counter_key(&[("", "")]), counter_key(&[]));
+        crate::policy::input::check_key(&counter_key(&[])).expect("a valid key");
     }
 
     #[test]

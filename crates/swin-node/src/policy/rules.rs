@@ -1,9 +1,9 @@
 //! A namespace's rules for Envoy's rate limit service: envoyproxy/ratelimit's descriptor
 //! tree, inline in the TOML config or in its own YAML files unchanged, and how a request
 //! descriptor finds its rule — as envoyproxy/ratelimit matches: level by level, the entry's
-//! `key_value` first, then a value ending in `*` whose prefix the value starts with, then
-//! the bare `key` (any value); a rule applies only when it sits at the descriptor's last
-//! entry.
+//! `key_value` first, then a value with `*` in it (each `*` any run of characters, none
+//! included; the first such rule written that matches), then the bare `key` (any value); a
+//! rule applies only when it sits at the descriptor's last entry.
 //!
 //! Invariants: every rule's limits are validated like a namespace's own (`limits::*`);
 //! every window size a rule or a request override can use has a table (see
@@ -140,9 +140,9 @@ pub struct Rule {
 
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Level {
-    /// `key_value`, or `key` for a rule without a value, or `key_prefix*`.
+    /// `key_value`, or `key` for a rule without a value.
     nodes: HashMap<String, Node>,
-    /// The `key_prefix*` entries of `nodes`, in the order they were written.
+    /// The entries of `nodes` whose value has a `*`, in the order they were written.
     wildcards: Vec<String>,
 }
 
@@ -237,7 +237,7 @@ impl Rules {
                     level
                         .wildcards
                         .iter()
-                        .find(|w| full.starts_with(w.trim_end_matches('*')))
+                        .find(|w| glob_match(w, &full))
                         .and_then(|w| level.nodes.get(w))
                 })
                 .or_else(|| level.nodes.get(*key));
@@ -254,6 +254,34 @@ impl Rules {
         }
         found
     }
+}
+
+/// Whether `text` is `pattern` with each `*` standing for any run of characters (none
+/// included). Greedy with backtracking to the last `*`: linear in practice, at worst
+/// `pattern × text` steps, both bounded (a rule from the config, a value of at most a
+/// request's size).
+fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    // the last `*` seen and where in `text` its run ends so far
+    let mut star: Option<(usize, usize)> = None;
+    while j < t.len() {
+        if i < p.len() && p[i] == b'*' {
+            star = Some((i, j));
+            i += 1;
+        } else if i < p.len() && p[i] == t[j] {
+            i += 1;
+            j += 1;
+        } else if let Some((si, sj)) = star {
+            // the `*` takes one more byte
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&b| b == b'*')
 }
 
 fn collect_sizes(level: &Level, sizes: &mut Vec<u64>) {
@@ -301,7 +329,7 @@ fn add(
             &format!("{at}.descriptors"),
             algorithm,
         )?;
-        if r.value.ends_with('*') {
+        if r.value.contains('*') {
             level.wildcards.push(map_key.clone());
         }
         level.nodes.insert(map_key, Node { rule, children });
@@ -334,18 +362,36 @@ fn rule(
     if let Some(rl) = &r.rate_limit {
         out.name = rl.name.clone();
         out.replaces = rl.replaces.iter().map(|x| x.name.clone()).collect();
+        // what envoyproxy/ratelimit refuses to load, refused here too
+        for (j, x) in rl.replaces.iter().enumerate() {
+            if x.name.is_empty() {
+                return Err(format!(
+                    "{at}.rate_limit.replaces[{j}].name: must not be empty"
+                ));
+            }
+            if rl.name.as_deref() == Some(x.name.as_str()) {
+                return Err(format!(
+                    "{at}.rate_limit.replaces[{j}].name: {:?} is this rule's own name",
+                    x.name
+                ));
+            }
+        }
+        let unit = UNITS.iter().find(|u| u.0.eq_ignore_ascii_case(&rl.unit));
         if rl.unlimited {
+            if unit.is_some() {
+                return Err(format!(
+                    "{at}.rate_limit.unit: an unlimited rule takes no unit ({:?})",
+                    rl.unit
+                ));
+            }
             return Ok(Some(out));
         }
-        let unit = UNITS
-            .iter()
-            .find(|u| u.0.eq_ignore_ascii_case(&rl.unit))
-            .ok_or_else(|| {
-                format!(
-                    "{at}.rate_limit.unit: {:?} is not second, minute, hour, day, week, month or year",
-                    rl.unit
-                )
-            })?;
+        let unit = unit.ok_or_else(|| {
+            format!(
+                "{at}.rate_limit.unit: {:?} is not second, minute, hour, day, week, month or year",
+                rl.unit
+            )
+        })?;
         let rpu = u32::try_from(rl.requests_per_unit).map_err(|_| {
             format!(
                 "{at}.rate_limit.requests_per_unit: {} is not between 0 and {}",

@@ -169,9 +169,6 @@ fn check(req: &RateLimitRequest) -> Result<Vec<Asked<'_>>, Status> {
 }
 
 fn asked(i: usize, d: &RateLimitDescriptor, default_hits: u64) -> Result<Asked<'_>, Status> {
-    if d.entries.is_empty() {
-        return Err(invalid(format!("descriptors[{i}]: has no entries")));
-    }
     if d.is_negative_hits {
         return Err(invalid(format!(
             "descriptors[{i}].is_negative_hits: not supported (refund over HTTP)"
@@ -438,7 +435,9 @@ fn descriptor_status(rule: &Rule, d: &Decision, denied: bool) -> DescriptorStatu
     DescriptorStatus {
         code: if denied { Code::OverLimit } else { Code::Ok } as i32,
         current_limit: Some(RateLimit {
-            name: rule.name.clone().unwrap_or_else(|| rule.path.clone()),
+            // envoyproxy/ratelimit's: the rule's name, empty without one (Envoy adds a
+            // non-empty name to X-RateLimit-Limit for clients to see)
+            name: rule.name.clone().unwrap_or_default(),
             requests_per_unit: rule.requests_per_unit,
             unit: rule.unit,
         }),

@@ -138,3 +138,53 @@ fn errors_name_the_file_the_rule_and_the_field() {
         assert!(e.contains(field), "{field} not in {e}");
     }
 }
+
+/// `*` anywhere in a pattern: any run of characters, none included; everything else
+/// literal; the whole text matched.
+#[test]
+fn glob_match_takes_a_star_anywhere() {
+    for (p, t, want) in [
+        ("k_bar*b", "k_barab", true),
+        ("k_bar*b", "k_bar123b", true),
+        ("k_bar*b", "k_barb", true),
+        ("k_bar*b", "k_barba", false),
+        ("k_bar*b", "k_xbarab", false),
+        ("k_foo*bar*baz", "k_foo123bar456baz", true),
+        ("k_foo*bar*baz", "k_foobarbaz", true),
+        ("k_foo*bar*baz", "k_foo123bar456ba", false),
+        ("k_/api/*", "k_/api/v1/items", true),
+        ("*", "", true),
+        ("a**b", "ab", true),
+        ("k_é*", "k_éa", true),
+    ] {
+        assert_eq!(glob_match(p, t), want, "{p} against {t}");
+    }
+    // a pattern that makes naive recursive backtracking exponential: one pass per `*`
+    let text = "a".repeat(5_000);
+    assert!(!glob_match("*a*a*a*a*a*a*b", &text));
+    assert!(glob_match("*a*a*a*a*a*a*", &text));
+}
+
+/// What envoyproxy/ratelimit refuses to load is refused, naming the field: an unlimited
+/// rule with a unit, an empty `replaces` entry, a rule that replaces itself.
+#[test]
+fn files_envoyproxy_ratelimit_refuses_are_refused() {
+    let load = |text: &str| {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("rules.yaml");
+        std::fs::write(&path, text).expect("write");
+        Rules::load("edge", &[], Some(&path), Algorithm::default())
+    };
+    let err = load("domain: edge\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n      unit: second\n")
+        .expect_err("unlimited with a unit");
+    assert!(err.contains("descriptors[0].rate_limit.unit"), "{err}");
+    let err = load("domain: edge\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: \"\"\n")
+        .expect_err("an empty replaces entry");
+    assert!(err.contains("replaces[0].name: must not be empty"), "{err}");
+    let err = load("domain: edge\ndescriptors:\n  - key: a\n    rate_limit:\n      name: me\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: me\n")
+        .expect_err("replaces itself");
+    assert!(err.contains("own name"), "{err}");
+    // what it loads, swin loads: unlimited without a unit, replaces of another name
+    load("domain: edge\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n  - key: b\n    rate_limit:\n      name: b\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: a\n")
+        .expect("loads");
+}
