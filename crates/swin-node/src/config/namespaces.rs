@@ -130,7 +130,11 @@ impl Parser<'_> {
                     Some(_) if !e.starts_with("descriptors") => self.err(&f("descriptors_file"), e),
                     _ => self.err(&f("descriptors"), e),
                 })?;
-            Some(std::sync::Arc::new(rules))
+            // a namespace of rules only may count denied hits as envoyproxy/ratelimit
+            // does; with limits of its own, its limits' `count_denied` is the rules' too
+            Some(std::sync::Arc::new(
+                rules.counting_denied(n.count_denied.unwrap_or(false)),
+            ))
         };
         // a GCRA namespace needs no windows (it may still count in some), nor one whose
         // rules come from descriptors
@@ -181,7 +185,7 @@ impl Parser<'_> {
             algorithm: if rules_only { None } else { n.algorithm },
             limits: n.limits,
             gcra: n.gcra,
-            count_denied: n.count_denied,
+            count_denied: if rules_only { None } else { n.count_denied },
             key_from: n.key_from,
             overrides: n.overrides,
         };

@@ -158,6 +158,9 @@ pub struct Rules {
     root: Level,
     /// The namespace's `algorithm`: what a request's own `limit` becomes too.
     algorithm: Algorithm,
+    /// `count_denied`: every hit counts, allowed or not, as envoyproxy/ratelimit counts
+    /// (by default a request over the limit counts nothing on any descriptor).
+    count_denied: bool,
 }
 
 /// Where a rule error is: the file (or "the config"), the rule path, the field.
@@ -204,6 +207,17 @@ impl Rules {
     /// The namespace's `algorithm`.
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
+    }
+
+    /// Rules whose hits count whether allowed or denied (`count_denied = true`).
+    pub fn counting_denied(mut self, count_denied: bool) -> Rules {
+        self.count_denied = count_denied;
+        self
+    }
+
+    /// Whether every hit counts, allowed or denied.
+    pub fn count_denied(&self) -> bool {
+        self.count_denied
     }
 
     pub fn is_empty(&self) -> bool {

@@ -298,7 +298,11 @@ impl Rls {
             .flatten()
             .flat_map(|r| r.replaces.iter().cloned())
             .collect();
-        let count_denied = ns.limits.as_ref().is_some_and(|l| l.count_denied);
+        // `count_denied`: the namespace's (its rules carry it; without rules, its limits)
+        let count_denied = match &ns.rules {
+            Some(r) => r.count_denied(),
+            None => ns.limits.as_ref().is_some_and(|l| l.count_denied),
+        };
         // what each descriptor answers without counting, or the hit it takes
         let mut statuses: Vec<Option<DescriptorStatus>> = Vec::with_capacity(asked.len());
         let mut takes: Vec<Take> = Vec::new();
@@ -367,7 +371,17 @@ impl Rls {
             let Ok(v) = v else { continue };
             let denied = !v.decision.allowed && !t.rule.shadow;
             over |= denied;
-            statuses[t.at] = Some(descriptor_status(t.rule, &v.decision, denied));
+            if count_denied && !v.decision.allowed {
+                // the denied hit was counted too: nothing is left, as envoyproxy/ratelimit
+                // answers
+                let spent = Decision {
+                    remaining: 0.0,
+                    ..v.decision
+                };
+                statuses[t.at] = Some(descriptor_status(t.rule, &spent, denied));
+            } else {
+                statuses[t.at] = Some(descriptor_status(t.rule, &v.decision, denied));
+            }
             let stricter = worst
                 .as_ref()
                 .is_none_or(|(w, _)| v.decision.cmp_strictness(&w.decision).is_ge());

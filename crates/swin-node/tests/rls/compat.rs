@@ -89,3 +89,32 @@ descriptors:
         assert_eq!(got, limit, "{value}");
     }
 }
+
+/// envoyproxy/ratelimit counts every hit, over the limit or not: 15 hits, then 10 more
+/// (over a limit of 20), then 1 are OVER_LIMIT with 0 left twice. A namespace of rules
+/// asks for that with `count_denied = true` (it was refused there); by default a request
+/// over the limit counts nothing: OVER_LIMIT with 5 left, then OK with 4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_denied_counts_as_envoyproxy_ratelimit_does() {
+    let rule = "[[namespaces.descriptors]]\nkey = \"k\"\nrate_limit = { unit = \"hour\", requests_per_unit = 20 }\n";
+    let config = format!(
+        "[[namespaces]]\nname = \"go\"\nsync_rate = -1\ncount_denied = true\n{rule}\n\
+         [[namespaces]]\nname = \"swin\"\nsync_rate = -1\n{rule}"
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let mut run = start_with(dir, &config).await;
+    let c = &mut run.grpc;
+    for (domain, want) in [
+        ("go", [(OK, 5), (OVER, 0), (OVER, 0)]),
+        ("swin", [(OK, 5), (OVER, 5), (OK, 4)]),
+    ] {
+        let mut got = Vec::new();
+        for hits in [15, 10, 1] {
+            let r = ask(c, domain, vec![descriptor(&[("k", "a")])], hits)
+                .await
+                .expect("answer");
+            got.push((r.overall_code, r.statuses[0].limit_remaining));
+        }
+        assert_eq!(got, want, "{domain}");
+    }
+}

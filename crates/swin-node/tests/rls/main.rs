@@ -308,10 +308,7 @@ async fn the_service_answers_as_envoy_expects(store: TestStore) {
     );
 
     // bad requests
-    for (domain, descriptors) in [
-        ("", vec![login("1.2.3.4")]),
-        ("edge", vec![]),
-    ] {
+    for (domain, descriptors) in [("", vec![login("1.2.3.4")]), ("edge", vec![])] {
         let e = ask(c, domain, descriptors, 0).await.expect_err("invalid");
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     }
