@@ -30,6 +30,8 @@ pub struct Namespace {
     pub admission: Arc<dyn Admission>,
     /// Envoy's descriptor rules (the gRPC rate limit service), when the namespace has some.
     pub rules: Option<Arc<crate::policy::rules::Rules>>,
+    /// Envoy's answers carry the RateLimit headers.
+    pub envoy_response_headers: bool,
 }
 
 impl Namespace {
@@ -77,6 +79,7 @@ impl Namespace {
             allow_decrements: cfg.allow_decrements,
             admission_mode: cfg.admission,
             rules: cfg.rules.clone(),
+            envoy_response_headers: cfg.envoy_response_headers,
         }
     }
 
@@ -108,6 +111,7 @@ impl Namespace {
             admission_mode: self.admission_mode,
             admission: self.admission.clone(),
             rules: cfg.rules.clone(),
+            envoy_response_headers: cfg.envoy_response_headers,
         }
     }
 }

@@ -61,6 +61,7 @@ fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> ax
             swin_node::policy::algorithm::Algorithm::SlidingWindow
         },
         rules: None,
+        envoy_response_headers: true,
     };
     let namespace = Namespace::build(
         &cfg,

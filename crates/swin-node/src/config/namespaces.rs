@@ -36,6 +36,8 @@ pub(super) struct RawNamespace {
     descriptors: Vec<crate::policy::rules::RawRule>,
     /// …or in its YAML file (whose `domain` is this namespace).
     descriptors_file: Option<String>,
+    /// RateLimit headers in Envoy's `response_headers_to_add` (default true).
+    envoy_response_headers: Option<bool>,
 }
 
 /// How a namespace with limits admits hits.
@@ -81,6 +83,8 @@ pub struct NamespaceConfig {
     /// Descriptor rules for Envoy's rate limit service (`descriptors`,
     /// `descriptors_file`); none when the namespace has neither.
     pub rules: Option<std::sync::Arc<crate::policy::rules::Rules>>,
+    /// Envoy's answers carry the RateLimit headers (`envoy_response_headers`).
+    pub envoy_response_headers: bool,
 }
 
 impl Parser<'_> {
@@ -215,6 +219,7 @@ impl Parser<'_> {
             admission,
             algorithm,
             rules,
+            envoy_response_headers: n.envoy_response_headers.unwrap_or(true),
         })
     }
 

@@ -412,6 +412,7 @@ impl Rls {
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
             response_headers_to_add: worst
+                .filter(|_| ns.envoy_response_headers)
                 .map(|(v, denied)| headers(v, denied))
                 .unwrap_or_default(),
             ..Default::default()

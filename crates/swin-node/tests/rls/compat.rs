@@ -118,3 +118,35 @@ async fn count_denied_counts_as_envoyproxy_ratelimit_does() {
         assert_eq!(got, want, "{domain}");
     }
 }
+
+/// envoyproxy/ratelimit adds no headers unless asked (`LIMIT_RESPONSE_HEADERS_ENABLED`);
+/// swin adds `RateLimit-Policy` and `RateLimit` (and `Retry-After` when over) unless the
+/// namespace says `envoy_response_headers = false`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ratelimit_headers_can_be_switched_off() {
+    let rule = "[[namespaces.descriptors]]\nkey = \"k\"\nrate_limit = { unit = \"hour\", requests_per_unit = 1 }\n";
+    let config = format!(
+        "[[namespaces]]\nname = \"quiet\"\nsync_rate = -1\nenvoy_response_headers = false\n{rule}\n\
+         [[namespaces]]\nname = \"loud\"\nsync_rate = -1\n{rule}"
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let mut run = start_with(dir, &config).await;
+    let c = &mut run.grpc;
+    for (domain, with_headers) in [("quiet", false), ("loud", true)] {
+        for want in [OK, OVER] {
+            let r = ask(c, domain, vec![descriptor(&[("k", "a")])], 0)
+                .await
+                .expect("answer");
+            assert_eq!(r.overall_code, want, "{domain}");
+            let names: Vec<&str> = r
+                .response_headers_to_add
+                .iter()
+                .map(|h| h.key.as_str())
+                .collect();
+            assert_eq!(!names.is_empty(), with_headers, "{domain}: {names:?}");
+            if with_headers {
+                assert!(names.contains(&"RateLimit"), "{names:?}");
+            }
+        }
+    }
+}
