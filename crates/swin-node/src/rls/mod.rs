@@ -152,12 +152,20 @@ fn invalid(why: String) -> Status {
     Status::invalid_argument(why)
 }
 
-fn check(req: &RateLimitRequest) -> Result<Vec<Asked<'_>>, Status> {
+/// A request's descriptors, checked; at most `max` of them (`max_batch`, the cap on an
+/// HTTP batch too): more is RESOURCE_EXHAUSTED.
+fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Asked<'_>>, Status> {
     if req.domain.is_empty() {
         return Err(invalid("domain must not be empty".into()));
     }
     if req.descriptors.is_empty() {
         return Err(invalid("descriptors must not be empty".into()));
+    }
+    if req.descriptors.len() > max {
+        return Err(Status::resource_exhausted(format!(
+            "descriptors: {} in one request; the most is {max} (max_batch)",
+            req.descriptors.len()
+        )));
     }
     // hits_addend 0 counts as 1, as Envoy sends it
     let default_hits = u64::from(req.hits_addend.max(1));
@@ -253,6 +261,7 @@ impl RateLimitService for Rls {
             Ok(_) => "OK",
             Err(s) if s.code() == tonic::Code::InvalidArgument => "INVALID_ARGUMENT",
             Err(s) if s.code() == tonic::Code::Unavailable => "UNAVAILABLE",
+            Err(s) if s.code() == tonic::Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
             Err(_) => "INTERNAL",
         };
         let domain = if ns.is_some() {
@@ -272,7 +281,7 @@ impl Rls {
         req: &RateLimitRequest,
         ns: Option<&crate::state::Namespace>,
     ) -> Result<RateLimitResponse, Status> {
-        let asked = check(req)?;
+        let asked = check(req, self.state.max_batch)?;
         let Some(ns) = ns else {
             return Ok(all_ok(asked.len()));
         };

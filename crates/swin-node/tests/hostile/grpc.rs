@@ -227,6 +227,26 @@ async fn a_request_over_the_limit_counts_nothing_on_any_descriptor() {
     }
 }
 
+/// More descriptors in one request than `max_batch` (the HTTP batch cap, 1,000 by
+/// default): RESOURCE_EXHAUSTED naming the cap, and nothing counted; at the cap, answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descriptors_past_max_batch_are_resource_exhausted() {
+    let mut run = start("").await;
+    let c = &mut run.grpc;
+    let over: Vec<RateLimitDescriptor> = (0..1_001).map(|i| key(&format!("cap-{i}"))).collect();
+    let e = ask(c, over, None).await.expect_err("over the cap");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("max_batch"), "{e:?}");
+    // nothing of it was counted: the first key still has its quota of 2
+    for expect in [OK, OK, OVER] {
+        let r = ask(c, vec![key("cap-0")], None).await.expect("answer");
+        assert_eq!(codes(&r), vec![expect]);
+    }
+    let at: Vec<RateLimitDescriptor> = (0..1_000).map(|i| key(&format!("at-{i}"))).collect();
+    let r = ask(c, at, None).await.expect("at the cap: an answer");
+    assert_eq!(r.statuses.len(), 1_000);
+}
+
 /// 10,000 distinct descriptors of one request on a synchronous namespace, limit 1 each.
 fn many(prefix: &str) -> Vec<RateLimitDescriptor> {
     (0..10_000).map(|i| key(&format!("{prefix}-{i}"))).collect()
@@ -248,8 +268,9 @@ fn codes_after(c: &[i32]) -> &'static str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_synchronous_request_is_decided_whole_even_when_envoy_gives_up() {
     let redis = swin_testkit::TestStore::redis();
+    // `max_batch` caps descriptors per request as it caps HTTP batches (1,000 by default)
     let mut run = start_with(&format!(
-        "{}\n[[namespaces]]\nname = \"limited\"\nsync_rate = 0\nstore = \"main\"\n\
+        "max_batch = 10000\n{}\n[[namespaces]]\nname = \"limited\"\nsync_rate = 0\nstore = \"main\"\n\
          [[namespaces.descriptors]]\nkey = \"api_key\"\nlimits = [{{ window_size = 90, limit = 1 }}]\n",
         redis.section()
     ))
