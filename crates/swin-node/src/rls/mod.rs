@@ -77,6 +77,7 @@ pub async fn serve(
         move |req: Request<()>| authorize(&state, req)
     };
     tonic::transport::Server::builder()
+        .layer(tower::util::MapResponseLayer::new(too_large_is_exhausted))
         .add_service(health_service)
         .add_service(v1)
         .add_service(v1alpha)
@@ -87,6 +88,45 @@ pub async fn serve(
         .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
         .await?;
     Ok(())
+}
+
+/// A message past the decoding limit (4 MB) is RESOURCE_EXHAUSTED, as gRPC's other
+/// servers answer (envoyproxy/ratelimit's among them); tonic answers OUT_OF_RANGE before
+/// the service sees the request, in the answer's trailers (or its headers, for an answer
+/// of trailers only). The code is rewritten there; every other answer passes unchanged.
+fn too_large_is_exhausted(
+    resp: axum::http::Response<tonic::body::Body>,
+) -> axum::http::Response<tonic::body::Body> {
+    use http_body_util::BodyExt;
+    let (mut parts, body) = resp.into_parts();
+    exhausted_if_too_large(&mut parts.headers);
+    let body = body.map_frame(|mut frame| {
+        if let Some(trailers) = frame.trailers_mut() {
+            exhausted_if_too_large(trailers);
+        }
+        frame
+    });
+    axum::http::Response::from_parts(parts, tonic::body::Body::new(body))
+}
+
+fn exhausted_if_too_large(headers: &mut axum::http::HeaderMap) {
+    // grpc-message as tonic writes it (percent-encoded: a space is %20), or plain
+    const TOO_LARGE: [&[u8]; 2] = [
+        b"Error,%20decoded%20message%20length%20too%20large",
+        b"Error, decoded message length too large",
+    ];
+    // tonic::Code::OutOfRange as it is written in grpc-status
+    const OUT_OF_RANGE: &[u8] = b"11";
+    let too_large = headers
+        .get("grpc-status")
+        .is_some_and(|s| s.as_bytes() == OUT_OF_RANGE)
+        && headers
+            .get("grpc-message")
+            .is_some_and(|m| TOO_LARGE.iter().any(|t| m.as_bytes().starts_with(t)));
+    if too_large {
+        let exhausted = tonic::Code::ResourceExhausted as i32;
+        headers.insert("grpc-status", axum::http::HeaderValue::from(exhausted));
+    }
 }
 
 /// The rate limit service takes the tokens and scopes of the HTTP API: the call's

@@ -227,6 +227,26 @@ async fn a_request_over_the_limit_counts_nothing_on_any_descriptor() {
     }
 }
 
+/// A message past the 4 MB decoding limit is RESOURCE_EXHAUSTED (tonic answered
+/// OUT_OF_RANGE), counts nothing, and the node keeps answering; an answer's code is
+/// rewritten only for that (an ordinary bad request stays INVALID_ARGUMENT).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_past_the_size_limit_is_resource_exhausted() {
+    let mut run = start("").await;
+    let c = &mut run.grpc;
+    let huge = key(&"v".repeat(5 << 20));
+    let e = ask(c, vec![key("small"), huge], None)
+        .await
+        .expect_err("too large");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    for expect in [OK, OK, OVER] {
+        let r = ask(c, vec![key("small")], None).await.expect("answer");
+        assert_eq!(codes(&r), vec![expect], "nothing counted, still answering");
+    }
+    let e = ask(c, vec![], None).await.expect_err("no descriptors");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+}
+
 /// More descriptors in one request than `max_batch` (the HTTP batch cap, 1,000 by
 /// default): RESOURCE_EXHAUSTED naming the cap, and nothing counted; at the cap, answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
