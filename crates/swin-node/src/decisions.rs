@@ -39,6 +39,14 @@ impl Verdict {
         self.decision.allowed
     }
 
+    /// The verdict of an allowed hit of `cost` that was given back (its request was
+    /// refused as a whole): what remains is what remained before it.
+    pub fn given_back(&self, cost: f64) -> Verdict {
+        let mut v = self.clone();
+        v.decision.remaining = (v.decision.remaining + cost).min(v.decision.limit);
+        v
+    }
+
     pub fn answer(&self) -> HitAnswer {
         HitAnswer {
             reason: self.reason,

@@ -16,6 +16,7 @@ pub mod decisions;
 pub mod error;
 pub mod giving_back;
 pub mod http;
+pub mod listening;
 pub mod metrics;
 pub mod node;
 pub mod policy;

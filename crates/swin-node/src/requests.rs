@@ -71,10 +71,17 @@ pub async fn decide_all(hits: &[Hit<'_>], dry_run: bool) -> Result<BatchVerdict,
     if let Some(f) = failed {
         return Err(f);
     }
-    Ok(BatchVerdict {
-        verdicts: verdicts.into_iter().flatten().collect(),
-        denied,
-    })
+    // nothing of a denied batch was spent: an allowed hit answers what remained before it
+    let verdicts = verdicts
+        .into_iter()
+        .flatten()
+        .zip(hits)
+        .map(|(v, h)| match denied && v.allowed() {
+            true => v.given_back(h.cost),
+            false => v,
+        })
+        .collect();
+    Ok(BatchVerdict { verdicts, denied })
 }
 
 /// Gives back every allowed hit of `verdicts` (`None`: the hit failed, nothing taken).

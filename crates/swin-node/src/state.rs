@@ -32,6 +32,8 @@ pub struct Namespace {
     pub rules: Option<Arc<crate::policy::rules::Rules>>,
     /// Envoy's answers carry the RateLimit headers.
     pub envoy_response_headers: bool,
+    /// Envoy's answers carry dynamic metadata.
+    pub envoy_dynamic_metadata: bool,
 }
 
 impl Namespace {
@@ -80,6 +82,7 @@ impl Namespace {
             admission_mode: cfg.admission,
             rules: cfg.rules.clone(),
             envoy_response_headers: cfg.envoy_response_headers,
+            envoy_dynamic_metadata: cfg.envoy_dynamic_metadata,
         }
     }
 
@@ -112,6 +115,7 @@ impl Namespace {
             admission: self.admission.clone(),
             rules: cfg.rules.clone(),
             envoy_response_headers: cfg.envoy_response_headers,
+            envoy_dynamic_metadata: cfg.envoy_dynamic_metadata,
         }
     }
 }

@@ -1,6 +1,8 @@
-//! HTTPS: the `[tls]` section's certificate chain and private key (PEM files), served
-//! with rustls (HTTP/2 and HTTP/1.1 by ALPN). SIGHUP reads the files again; a pair that
-//! does not load leaves the running one in place.
+//! TLS for both listeners (HTTPS and Envoy's gRPC): the `[tls]` section's certificate
+//! chain and private key (PEM files), served with rustls (HTTP/2 and HTTP/1.1 by ALPN);
+//! with `client_ca`, every client must present a certificate that CA signed (mutual
+//! TLS). SIGHUP reads the files again; files that do not load leave the running ones in
+//! place.
 
 use std::sync::Arc;
 
@@ -8,7 +10,8 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::TlsConfig;
@@ -52,10 +55,31 @@ fn acceptor(cfg: &TlsConfig) -> anyhow::Result<TlsAcceptor> {
     let key = PrivateKeyDer::from_pem_file(&cfg.key)
         .with_context(|| format!("tls.key: read {}", cfg.key.display()))?;
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
+    let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .context("tls: protocol versions")?
-        .with_no_client_auth()
+        .context("tls: protocol versions")?;
+    let builder = match &cfg.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for c in CertificateDer::pem_file_iter(ca)
+                .with_context(|| format!("tls.client_ca: read {}", ca.display()))?
+            {
+                let c = c.with_context(|| format!("tls.client_ca: read {}", ca.display()))?;
+                roots
+                    .add(c)
+                    .with_context(|| format!("tls.client_ca: {}", ca.display()))?;
+            }
+            if roots.is_empty() {
+                anyhow::bail!("tls.client_ca: {} holds no certificate", ca.display());
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .with_context(|| format!("tls.client_ca: {}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
         .with_single_cert(certs, key)
         .context("tls: the key does not match the certificate")?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];

@@ -81,13 +81,17 @@ struct RawConfig {
 struct RawTls {
     cert: String,
     key: String,
+    client_ca: Option<String>,
 }
 
-/// HTTPS: a PEM certificate chain and its private key.
+/// TLS on both listeners (HTTPS and gRPC): a PEM certificate chain and its private key,
+/// and, for mutual TLS, the CA every client's certificate must be signed by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsConfig {
     pub cert: std::path::PathBuf,
     pub key: std::path::PathBuf,
+    /// Clients must present a certificate this CA (PEM, one or more) signed.
+    pub client_ca: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,9 +280,13 @@ impl Parser<'_> {
             Some(t) if t.key.is_empty() => {
                 return Err(self.err("tls.key", "must name a PEM file".into()))
             }
+            Some(t) if t.client_ca.as_deref() == Some("") => {
+                return Err(self.err("tls.client_ca", "must name a PEM file".into()))
+            }
             Some(t) => Some(TlsConfig {
                 cert: t.cert.into(),
                 key: t.key.into(),
+                client_ca: t.client_ca.map(Into::into),
             }),
         };
         let (data_dir, data_field) = self.overridden("data_dir", "SWIN_DATA_DIR", raw.data_dir);

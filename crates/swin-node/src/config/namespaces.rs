@@ -38,6 +38,8 @@ pub(super) struct RawNamespace {
     descriptors_file: Option<String>,
     /// RateLimit headers in Envoy's `response_headers_to_add` (default true).
     envoy_response_headers: Option<bool>,
+    /// envoyproxy/ratelimit's dynamic metadata in Envoy's answers (default false).
+    envoy_dynamic_metadata: Option<bool>,
 }
 
 /// How a namespace with limits admits hits.
@@ -85,6 +87,8 @@ pub struct NamespaceConfig {
     pub rules: Option<std::sync::Arc<crate::policy::rules::Rules>>,
     /// Envoy's answers carry the RateLimit headers (`envoy_response_headers`).
     pub envoy_response_headers: bool,
+    /// Envoy's answers carry dynamic metadata (`envoy_dynamic_metadata`).
+    pub envoy_dynamic_metadata: bool,
 }
 
 impl Parser<'_> {
@@ -220,6 +224,7 @@ impl Parser<'_> {
             algorithm,
             rules,
             envoy_response_headers: n.envoy_response_headers.unwrap_or(true),
+            envoy_dynamic_metadata: n.envoy_dynamic_metadata.unwrap_or(false),
         })
     }
 

@@ -435,25 +435,12 @@ pub async fn serve(
             }
         })
     };
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = stop.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // out of file descriptors, or the peer gave up: keep accepting
-                    warn!(cause = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
+    while let Some((stream, peer)) = crate::listening::accept(&listener, &stop).await {
         if !conns.make_room(limits.max_connections) {
             debug!(%peer, open = conns.len(), "every connection busy: refused");
             drop(stream);
             continue;
         }
-        let _ = stream.set_nodelay(true);
         let (id, state) = conns.open();
         let conn = Connection {
             conns: conns.clone(),

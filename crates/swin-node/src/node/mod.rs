@@ -372,6 +372,8 @@ impl Node {
                 Some(tokio::spawn(crate::rls::serve(
                     l,
                     self.state.clone(),
+                    self.tls.clone(),
+                    self.config.connections.header_timeout,
                     stop.clone(),
                 )))
             }

@@ -75,6 +75,11 @@ pub struct RawRule {
     detailed_metric: bool,
     #[serde(default)]
     value_to_metric: bool,
+    /// Every value its `*` matches counts on one counter (the value as written).
+    #[serde(default)]
+    share_threshold: bool,
+    /// Carried to Envoy in the answer's dynamic metadata (`envoy_dynamic_metadata`).
+    metadata: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default)]
     descriptors: Vec<RawRule>,
 }
@@ -136,6 +141,30 @@ pub struct Rule {
     /// the window is no Envoy unit).
     pub requests_per_unit: u32,
     pub unit: i32,
+    /// The rule's `metadata`, for the answer's dynamic metadata.
+    pub metadata: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
+}
+
+/// A rule a descriptor found, and the entries whose values count as the rule writes
+/// them (`share_threshold`: every value a `*` matches shares one counter).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    pub rule: Arc<Rule>,
+    /// (entry index, the value as the rule writes it, `*` included)
+    pub shared: Vec<(usize, Arc<str>)>,
+}
+
+impl Found {
+    /// The entries the descriptor counts under: its own, with shared values replaced.
+    pub fn counted<'a>(&'a self, entries: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut out = entries.to_vec();
+        for (i, value) in &self.shared {
+            if let Some(e) = out.get_mut(*i) {
+                e.1 = value;
+            }
+        }
+        out
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -149,6 +178,8 @@ struct Level {
 #[derive(Debug, Clone, PartialEq)]
 struct Node {
     rule: Option<Arc<Rule>>,
+    /// `share_threshold`: the value as written (with its `*`).
+    shared: Option<Arc<str>>,
     children: Level,
 }
 
@@ -236,37 +267,47 @@ impl Rules {
 
     /// The rule for a request descriptor's entries, as envoyproxy/ratelimit finds it.
     pub fn find(&self, entries: &[(&str, &str)]) -> Option<Arc<Rule>> {
+        self.lookup(entries).map(|f| f.rule)
+    }
+
+    /// The rule for a request descriptor's entries and the values it counts under:
+    /// an entry matched by a `share_threshold` wildcard, at any level on the way,
+    /// counts under the rule's value.
+    pub fn lookup(&self, entries: &[(&str, &str)]) -> Option<Found> {
         let mut level = &self.root;
-        let mut found = None;
+        let mut shared = Vec::new();
         let mut full = String::new();
         for (i, (key, value)) in entries.iter().enumerate() {
             full.clear();
             full.push_str(key);
             full.push('_');
             full.push_str(value);
-            let node = level
-                .nodes
-                .get(&full)
-                .or_else(|| {
-                    level
+            let node = match level.nodes.get(&full) {
+                Some(n) => Some(n),
+                None => {
+                    let wild = level
                         .wildcards
                         .iter()
                         .find(|w| glob_match(w, &full))
-                        .and_then(|w| level.nodes.get(w))
-                })
-                .or_else(|| level.nodes.get(*key));
+                        .and_then(|w| level.nodes.get(w));
+                    if let Some(v) = wild.and_then(|n| n.shared.as_ref()) {
+                        shared.push((i, v.clone()));
+                    }
+                    wild.or_else(|| level.nodes.get(*key))
+                }
+            };
             let Some(node) = node else {
                 break;
             };
             if i == entries.len() - 1 {
-                found = node.rule.clone();
+                return node.rule.clone().map(|rule| Found { rule, shared });
             }
             if node.children.nodes.is_empty() {
                 break;
             }
             level = &node.children;
         }
-        found
+        None
     }
 }
 
@@ -335,6 +376,16 @@ fn add(
             return Err(format!("{at}: duplicate descriptor {path:?}"));
         }
         let rule = rule(r, &path, &at, algorithm)?.map(Arc::new);
+        // envoyproxy/ratelimit refuses share_threshold on a value without a `*`
+        let shared = match (r.share_threshold, r.value.contains('*')) {
+            (false, _) => None,
+            (true, true) => Some(Arc::from(r.value.as_str())),
+            (true, false) => {
+                return Err(format!(
+                    "{at}.share_threshold: only for a value with '*' in it ({path:?})"
+                ))
+            }
+        };
         let mut children = Level::default();
         add(
             &mut children,
@@ -346,7 +397,14 @@ fn add(
         if r.value.contains('*') {
             level.wildcards.push(map_key.clone());
         }
-        level.nodes.insert(map_key, Node { rule, children });
+        level.nodes.insert(
+            map_key,
+            Node {
+                rule,
+                shared,
+                children,
+            },
+        );
     }
     Ok(())
 }
@@ -372,6 +430,7 @@ fn rule(
         replaces: Vec::new(),
         requests_per_unit: 0,
         unit: 0,
+        metadata: r.metadata.clone().filter(|m| !m.is_empty()).map(Arc::new),
     };
     if let Some(rl) = &r.rate_limit {
         out.name = rl.name.clone();

@@ -34,8 +34,11 @@ use crate::policy::algorithm::Algorithm;
 use crate::policy::headers::RateLimitHeaders;
 use crate::policy::keys;
 use crate::policy::limits::KeyLimits;
-use crate::policy::rules::{self, Rule, RuleLimit};
+use crate::policy::rules::{self, Found, Rule, RuleLimit};
 use crate::state::AppState;
+
+mod metadata;
+mod tls;
 
 /// Envoy's rate limit service and every file it imports, as a FileDescriptorSet, for
 /// server reflection (written by `scripts/rls-descriptors` from Envoy's published protos).
@@ -54,10 +57,14 @@ impl Rls {
 }
 
 /// Serves the rate limit service and the standard health service on `listener` until
-/// `stop`, then lets the calls in flight finish.
+/// `stop`, then lets the calls in flight finish. With `tls`, over TLS (the acceptor the
+/// HTTP listener uses: one certificate, one client CA, one SIGHUP reload), each handshake
+/// given at most `handshake` (the header timeout).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
+    tls: Option<crate::tls::Acceptor>,
+    handshake: std::time::Duration,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -70,13 +77,11 @@ pub async fn serve(
     };
     let (v1, v1alpha) = (reflection().build_v1()?, reflection().build_v1alpha()?);
     tracing::info!(grpc = %listener.local_addr()?, "serving Envoy's rate limit service");
-    // Nagle's algorithm held single answers back 40 ms behind a delayed ACK
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let guard = {
         let state = state.clone();
         move |req: Request<()>| authorize(&state, req)
     };
-    tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .layer(tower::util::MapResponseLayer::new(too_large_is_exhausted))
         .add_service(health_service)
         .add_service(v1)
@@ -84,9 +89,23 @@ pub async fn serve(
         .add_service(RateLimitServiceServer::with_interceptor(
             Rls::new(state),
             guard,
-        ))
-        .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
-        .await?;
+        ));
+    match tls {
+        None => {
+            // Nagle's algorithm held single answers back 40 ms behind a delayed ACK
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            router
+                .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                .await?
+        }
+        Some(tls) => {
+            let incoming = tls::incoming(listener, tls, handshake, stop.clone());
+            router
+                .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                .await?
+        }
+    }
     Ok(())
 }
 
@@ -265,6 +284,7 @@ fn override_rule(d: &RateLimitDescriptor, i: usize, algorithm: Algorithm) -> Opt
         replaces: Vec::new(),
         requests_per_unit: o.requests_per_unit,
         unit: o.unit,
+        metadata: None,
     })
 }
 
@@ -333,11 +353,14 @@ impl Rls {
         // each descriptor's rule: its own override, else the tree's
         // every descriptor's rule before any is counted (no value fails: see
         // `keys::counter_key` and `override_rule`)
-        let mut found: Vec<Option<Arc<Rule>>> = Vec::with_capacity(asked.len());
+        let mut found: Vec<Option<Found>> = Vec::with_capacity(asked.len());
         for (i, (a, d)) in asked.iter().zip(&req.descriptors).enumerate() {
             let rule = match override_rule(d, i, algorithm) {
-                Some(r) => Some(Arc::new(r)),
-                None => ns.rules.as_ref().and_then(|r| r.find(&a.entries)),
+                Some(r) => Some(Found {
+                    rule: Arc::new(r),
+                    shared: Vec::new(),
+                }),
+                None => ns.rules.as_ref().and_then(|r| r.lookup(&a.entries)),
             };
             found.push(rule);
         }
@@ -345,7 +368,7 @@ impl Rls {
         let replaced: Vec<String> = found
             .iter()
             .flatten()
-            .flat_map(|r| r.replaces.iter().cloned())
+            .flat_map(|f| f.rule.replaces.iter().cloned())
             .collect();
         // `count_denied`: the namespace's (its rules carry it; without rules, its limits)
         let count_denied = match &ns.rules {
@@ -356,14 +379,18 @@ impl Rls {
         let mut statuses: Vec<Option<DescriptorStatus>> = Vec::with_capacity(asked.len());
         let mut takes: Vec<Take> = Vec::new();
         let mut over = false;
-        for (i, (a, rule)) in asked.iter().zip(&found).enumerate() {
-            let rule = rule
-                .as_deref()
-                .filter(|r| r.name.as_ref().is_none_or(|n| !replaced.contains(n)));
-            let Some(rule) = rule else {
+        // the rules that apply (for the dynamic metadata)
+        let mut applied: Vec<Option<&Rule>> = Vec::with_capacity(asked.len());
+        for (i, (a, f)) in asked.iter().zip(&found).enumerate() {
+            let f = f
+                .as_ref()
+                .filter(|f| f.rule.name.as_ref().is_none_or(|n| !replaced.contains(n)));
+            applied.push(f.map(|f| &*f.rule));
+            let Some(f) = f else {
                 statuses.push(Some(ok_without_limit()));
                 continue;
             };
+            let rule = &*f.rule;
             let limits = match &rule.limit {
                 RuleLimit::Limited(l) => l,
                 // envoyproxy/ratelimit: OK, remaining the largest number, no limit
@@ -392,7 +419,11 @@ impl Rls {
             statuses.push(None);
             takes.push(Take {
                 at: i,
-                key: keys::counter_key(&a.entries),
+                key: if f.shared.is_empty() {
+                    keys::counter_key(&a.entries)
+                } else {
+                    keys::counter_key(&f.counted(&a.entries))
+                },
                 cost,
                 rule,
                 limits,
@@ -438,6 +469,19 @@ impl Rls {
                 worst = Some((v, denied));
             }
         }
+        if over && !count_denied {
+            // nothing of the request counted: a descriptor within its limit has what it
+            // had before it (as envoyproxy/ratelimit answers with
+            // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)
+            for (t, v) in takes.iter().zip(&verdicts) {
+                if let Ok(v) = v {
+                    if v.allowed() {
+                        let before = v.given_back(t.cost).decision;
+                        statuses[t.at] = Some(descriptor_status(t.rule, &before, false));
+                    }
+                }
+            }
+        }
         if failed.is_some() || (over && !count_denied) {
             let back = takes
                 .iter()
@@ -453,11 +497,15 @@ impl Rls {
         if let Some(status) = failed {
             return Err(status);
         }
-        let statuses = statuses
+        let statuses: Vec<DescriptorStatus> = statuses
             .into_iter()
             .map(Option::unwrap_or_default)
             .collect();
+        let dynamic_metadata = ns
+            .envoy_dynamic_metadata
+            .then(|| metadata::of(req, &statuses, &applied));
         Ok(RateLimitResponse {
+            dynamic_metadata,
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
             response_headers_to_add: worst

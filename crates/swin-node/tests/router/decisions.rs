@@ -201,6 +201,8 @@ async fn batch_decisions_are_all_or_nothing() {
         (false.into(), false.into())
     );
     assert_eq!(v["results"][0]["allowed"], true);
+    // login's hit was given back: it answers what it had before (5 - 1), not 3
+    assert_eq!(v["results"][0]["remaining"], 4.0, "{v}");
     assert!(h[2].is_some());
     let (_, v) = call(&r, "GET", "/v1/namespaces/login/keys/b1", None, "").await;
     assert_eq!(v["windows"][0]["current"], 1.0, "given back");

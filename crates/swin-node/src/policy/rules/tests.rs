@@ -184,7 +184,67 @@ fn files_envoyproxy_ratelimit_refuses_are_refused() {
     let err = load("domain: edge\ndescriptors:\n  - key: a\n    rate_limit:\n      name: me\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: me\n")
         .expect_err("replaces itself");
     assert!(err.contains("own name"), "{err}");
+    let err = load("domain: edge\ndescriptors:\n  - key: a\n    value: plain\n    share_threshold: true\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n")
+        .expect_err("share_threshold without a wildcard");
+    assert!(err.contains("descriptors[0].share_threshold"), "{err}");
     // what it loads, swin loads: unlimited without a unit, replaces of another name
     load("domain: edge\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n  - key: b\n    rate_limit:\n      name: b\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: a\n")
         .expect("loads");
+}
+
+/// `share_threshold`: the values a `*` matches count under the value as written, at the
+/// level it is set, whether the rule sits there or deeper; without it each value counts
+/// on its own; an exact value written beside the wildcard keeps its own counter.
+#[test]
+fn share_threshold_counts_every_matched_value_as_the_rule_writes_it() {
+    let r = yaml(
+        "domain: edge\ndescriptors:\n  - key: files\n    value: files/*\n    share_threshold: true\n    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n  - key: files\n    value: files/own.txt\n    rate_limit:\n      unit: hour\n      requests_per_unit: 5\n  - key: path\n    value: /api/*\n    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n  - key: tenant\n    value: t-*\n    share_threshold: true\n    metadata:\n      plan: { tier: gold }\n    descriptors:\n      - key: user\n        rate_limit:\n          unit: minute\n          requests_per_unit: 3\n",
+    );
+    let counted = |entries: &[(&str, &str)]| -> Vec<(String, String)> {
+        let f = r.lookup(entries).expect("a rule");
+        f.counted(entries)
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    };
+    let own = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
+    assert_eq!(
+        counted(&[("files", "files/a.pdf")]),
+        own("files", "files/*")
+    );
+    assert_eq!(
+        counted(&[("files", "files/b.csv")]),
+        own("files", "files/*")
+    );
+    assert_eq!(
+        counted(&[("files", "files/own.txt")]),
+        own("files", "files/own.txt")
+    );
+    assert_eq!(counted(&[("path", "/api/v1")]), own("path", "/api/v1"));
+    assert_eq!(
+        counted(&[("tenant", "t-1"), ("user", "u")]),
+        vec![
+            ("tenant".to_owned(), "t-*".to_owned()),
+            ("user".to_owned(), "u".to_owned())
+        ]
+    );
+    let deep = r.lookup(&[("tenant", "t-2"), ("user", "v")]).expect("rule");
+    assert_eq!(deep.rule.requests_per_unit, 3);
+    // metadata belongs to the level it is written at, not to the rule below it
+    assert!(deep.rule.metadata.is_none());
+}
+
+/// A rule's `metadata` is carried as written, from YAML or TOML.
+#[test]
+fn metadata_is_carried_as_written() {
+    let r = yaml(
+        "domain: edge\ndescriptors:\n  - key: service\n    value: s1\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1\n    metadata:\n      service_with_quota:\n        name: \"service_1\"\n        tags: [a, 1, true]\n",
+    );
+    let m = r.find(&[("service", "s1")]).expect("rule").metadata.clone();
+    let want: serde_json::Value =
+        serde_json::json!({"service_with_quota": {"name": "service_1", "tags": ["a", 1, true]}});
+    assert_eq!(
+        serde_json::Value::Object((*m.expect("metadata")).clone()),
+        want
+    );
 }

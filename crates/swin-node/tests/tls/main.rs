@@ -1,10 +1,13 @@
-//! HTTPS with the real binary: a certificate made here, a client that verifies it, and
-//! SIGHUP reading a new certificate.
+//! TLS with the real binary: HTTPS with a certificate made here, a client that verifies
+//! it, and SIGHUP reading a new certificate; gRPC over TLS and mutual TLS on both
+//! listeners (`grpc.rs`).
 
 use std::path::Path;
 use std::time::Duration;
 
 use swin_testkit::cluster::{use_node_binary, within, Node};
+
+mod grpc;
 
 /// A self-signed certificate for 127.0.0.1 and localhost: its PEM and its key's PEM.
 fn certificate() -> (String, String) {
