@@ -1,6 +1,8 @@
 //! Envoy's door as a hostile caller sees it: the HTTP API's tokens and scopes on the
 //! gRPC service, and no value (long, with a NUL, a bad override after good descriptors)
-//! that turns an over-limit answer into an error or leaves a request half counted.
+//! that turns an over-limit answer into an error or leaves a request half counted. Each
+//! case runs in plain gRPC (`…::plain`) and over TLS (`…::over_tls`), and over TLS, a
+//! socket that stalls or garbles its handshake holds up no one.
 
 use std::time::Duration;
 
@@ -29,43 +31,81 @@ struct Running {
     _node: Node,
     grpc: RateLimitServiceClient<Channel>,
     channel: Channel,
+    port: u16,
     _dir: tempfile::TempDir,
 }
 
 /// A local-only node whose `limited` namespace allows 2 per 90 s per `api_key`, with
 /// `auth` (TOML) prepended.
-async fn start(auth: &str) -> Running {
+async fn start(auth: &str, tls: bool) -> Running {
     start_with(&format!(
         "{auth}\n[[namespaces]]\nname = \"limited\"\nsync_rate = -1\n\
          [[namespaces.descriptors]]\nkey = \"api_key\"\nlimits = [{{ window_size = 90, limit = 2 }}]\n"
-    ))
+    ), tls)
     .await
 }
 
-/// A node of `config` (its namespace is `limited`) with a gRPC listener.
-async fn start_with(config: &str) -> Running {
+/// A node of `config` (its namespace is `limited`) with a gRPC listener, over TLS (a
+/// self-signed certificate the client trusts) when `tls`.
+async fn start_with(config: &str, tls: bool) -> Running {
     let dir = tempfile::tempdir().expect("dir");
     let port = swin_testkit::free_port();
     let path = dir.path().join("swin.toml");
-    std::fs::write(
-        &path,
-        format!("grpc_listen = \"127.0.0.1:{port}\"\n{config}"),
-    )
-    .expect("config");
+    let mut config = format!("grpc_listen = \"127.0.0.1:{port}\"\nheader_timeout = 2\n{config}");
+    let mut endpoint = Channel::from_shared(format!("http://127.0.0.1:{port}")).expect("uri");
+    if tls {
+        let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("cert");
+        std::fs::write(dir.path().join("cert.pem"), c.cert.pem()).expect("cert");
+        std::fs::write(dir.path().join("key.pem"), c.key_pair.serialize_pem()).expect("key");
+        config.push_str(&format!(
+            "\n[tls]\ncert = \"{0}/cert.pem\"\nkey = \"{0}/key.pem\"\n",
+            dir.path().display()
+        ));
+        let client = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(c.cert.pem()))
+            .domain_name("localhost");
+        endpoint = Channel::from_shared(format!("https://127.0.0.1:{port}"))
+            .expect("uri")
+            .tls_config(client)
+            .expect("tls");
+    }
+    std::fs::write(&path, config).expect("config");
     let node = super::support::node(&path);
     swin_testkit::wait_for_port(port, Duration::from_secs(30));
-    let channel = Channel::from_shared(format!("http://127.0.0.1:{port}"))
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect");
+    let channel = endpoint.connect().await.expect("connect");
     Running {
         _node: node,
         grpc: RateLimitServiceClient::new(channel.clone()),
         channel,
+        port,
         _dir: dir,
     }
 }
+
+/// Each case as its own test twice: `name::plain` and `name::over_tls`.
+macro_rules! plain_and_over_tls {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn plain() {
+                super::$name(false).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn over_tls() {
+                super::$name(true).await
+            }
+        }
+    )*};
+}
+
+plain_and_over_tls!(
+    grpc_takes_the_same_tokens_and_scopes_as_http,
+    no_value_turns_over_limit_into_an_error,
+    a_request_over_the_limit_counts_nothing_on_any_descriptor,
+    a_message_past_the_size_limit_is_resource_exhausted,
+    descriptors_past_max_batch_are_resource_exhausted,
+    a_synchronous_request_is_decided_whole_even_when_envoy_gives_up,
+);
 
 fn key(value: &str) -> RateLimitDescriptor {
     RateLimitDescriptor {
@@ -109,15 +149,14 @@ fn codes(r: &RateLimitResponse) -> Vec<i32> {
     r.statuses.iter().map(|s| s.code).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grpc_takes_the_same_tokens_and_scopes_as_http() {
+async fn grpc_takes_the_same_tokens_and_scopes_as_http(tls: bool) {
     let auth = format!(
         "[[auth.tokens]]\nname = \"envoy\"\nsha256 = \"{}\"\nscopes = [\"decide\"]\n\
          [[auth.tokens]]\nname = \"reader\"\nsha256 = \"{}\"\nscopes = [\"count\", \"metrics\"]\n",
         sha256("envoy-secret"),
         sha256("reader-secret"),
     );
-    let mut run = start(&auth).await;
+    let mut run = start(&auth, tls).await;
     let c = &mut run.grpc;
     for (token, code) in [
         (None, tonic::Code::Unauthenticated),
@@ -158,9 +197,8 @@ async fn grpc_takes_the_same_tokens_and_scopes_as_http() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_value_turns_over_limit_into_an_error() {
-    let mut run = start("").await;
+async fn no_value_turns_over_limit_into_an_error(tls: bool) {
+    let mut run = start("", tls).await;
     let c = &mut run.grpc;
     for expect in [OK, OK, OVER] {
         let r = ask(c, vec![key("spent")], None).await.expect("answer");
@@ -205,9 +243,8 @@ async fn no_value_turns_over_limit_into_an_error() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_over_the_limit_counts_nothing_on_any_descriptor() {
-    let mut run = start("").await;
+async fn a_request_over_the_limit_counts_nothing_on_any_descriptor(tls: bool) {
+    let mut run = start("", tls).await;
     let c = &mut run.grpc;
     for expect in [OK, OK, OVER] {
         let r = ask(c, vec![key("spent")], None).await.expect("answer");
@@ -230,9 +267,8 @@ async fn a_request_over_the_limit_counts_nothing_on_any_descriptor() {
 /// A message past the 4 MB decoding limit is RESOURCE_EXHAUSTED (tonic answered
 /// OUT_OF_RANGE), counts nothing, and the node keeps answering; an answer's code is
 /// rewritten only for that (an ordinary bad request stays INVALID_ARGUMENT).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_message_past_the_size_limit_is_resource_exhausted() {
-    let mut run = start("").await;
+async fn a_message_past_the_size_limit_is_resource_exhausted(tls: bool) {
+    let mut run = start("", tls).await;
     let c = &mut run.grpc;
     let huge = key(&"v".repeat(5 << 20));
     let e = ask(c, vec![key("small"), huge], None)
@@ -249,9 +285,8 @@ async fn a_message_past_the_size_limit_is_resource_exhausted() {
 
 /// More descriptors in one request than `max_batch` (the HTTP batch cap, 1,000 by
 /// default): RESOURCE_EXHAUSTED naming the cap, and nothing counted; at the cap, answered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn descriptors_past_max_batch_are_resource_exhausted() {
-    let mut run = start("").await;
+async fn descriptors_past_max_batch_are_resource_exhausted(tls: bool) {
+    let mut run = start("", tls).await;
     let c = &mut run.grpc;
     let over: Vec<RateLimitDescriptor> = (0..1_001).map(|i| key(&format!("cap-{i}"))).collect();
     let e = ask(c, over, None).await.expect_err("over the cap");
@@ -285,15 +320,14 @@ fn codes_after(c: &[i32]) -> &'static str {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_synchronous_request_is_decided_whole_even_when_envoy_gives_up() {
+async fn a_synchronous_request_is_decided_whole_even_when_envoy_gives_up(tls: bool) {
     let redis = swin_testkit::TestStore::redis();
     // `max_batch` caps descriptors per request as it caps HTTP batches (1,000 by default)
     let mut run = start_with(&format!(
         "max_batch = 10000\n{}\n[[namespaces]]\nname = \"limited\"\nsync_rate = 0\nstore = \"main\"\n\
          [[namespaces.descriptors]]\nkey = \"api_key\"\nlimits = [{{ window_size = 90, limit = 1 }}]\n",
         redis.section()
-    ))
+    ), tls)
     .await;
     let c = &mut run.grpc;
     let mut big = RateLimitRequest {
@@ -325,4 +359,60 @@ async fn a_synchronous_request_is_decided_whole_even_when_envoy_gives_up() {
     tokio::time::sleep(Duration::from_secs(1).max(whole * 2)).await;
     let r = c.should_rate_limit(big).await.expect("after").into_inner();
     assert_ne!(codes_after(&codes(&r)), "half counted");
+}
+
+/// Over TLS, sockets that never start their handshake, and sockets that send something
+/// that is no TLS, hold up no client and count nothing; the node closes the silent ones
+/// when `header_timeout` (2 s here) runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_and_garbled_tls_handshakes_hold_up_no_one() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut run = start("", true).await;
+    let addr = format!("127.0.0.1:{}", run.port);
+    let mut silent = Vec::new();
+    for _ in 0..200 {
+        silent.push(
+            tokio::net::TcpStream::connect(&addr)
+                .await
+                .expect("connect"),
+        );
+    }
+    for _ in 0..20 {
+        let mut s = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        let _ = s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
+        silent.push(s);
+    }
+    // a TLS client is answered at once, and the limit holds exactly
+    let c = &mut run.grpc;
+    for expect in [OK, OK, OVER] {
+        let asked = tokio::time::timeout(Duration::from_secs(2), ask(c, vec![key("tls")], None));
+        let r = asked
+            .await
+            .expect("answered while 220 sockets stall")
+            .expect("answer");
+        assert_eq!(codes(&r), vec![expect]);
+    }
+    // every stalled socket is closed by the node within the handshake time (and slack)
+    let mut closed = 0;
+    for s in &mut silent {
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {} // an alert, then the close
+                }
+            }
+        });
+        if read.await.is_ok() {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 220, "sockets left open past the handshake time");
+    let r = ask(c, vec![key("tls")], None)
+        .await
+        .expect("still answering");
+    assert_eq!(codes(&r), vec![OVER]);
 }
