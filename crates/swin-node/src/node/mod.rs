@@ -373,7 +373,7 @@ impl Node {
                     l,
                     self.state.clone(),
                     self.tls.clone(),
-                    self.config.connections.header_timeout,
+                    self.config.connections,
                     stop.clone(),
                 )))
             }

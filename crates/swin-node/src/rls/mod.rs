@@ -11,6 +11,11 @@
 //! descriptors or a bad descriptor: INVALID_ARGUMENT. A store that a decision needs and
 //! cannot ask (strict admission with `on_store_failure = "deny"`): UNAVAILABLE, so
 //! Envoy's `failure_mode_deny` decides.
+//!
+//! Over 500 lines: `decide` is the door's one path from a request to its answer (rules,
+//! overrides, replaces, counting mode, all or nothing, headers), kept in one piece so
+//! that it reads in the order it runs; the listener (`incoming`) and the dynamic metadata
+//! (`metadata`) live beside it.
 
 use std::sync::Arc;
 
@@ -37,8 +42,8 @@ use crate::policy::limits::KeyLimits;
 use crate::policy::rules::{self, Found, Rule, RuleLimit};
 use crate::state::AppState;
 
+mod incoming;
 mod metadata;
-mod tls;
 
 /// Envoy's rate limit service and every file it imports, as a FileDescriptorSet, for
 /// server reflection (written by `scripts/rls-descriptors` from Envoy's published protos).
@@ -57,14 +62,14 @@ impl Rls {
 }
 
 /// Serves the rate limit service and the standard health service on `listener` until
-/// `stop`, then lets the calls in flight finish. With `tls`, over TLS (the acceptor the
-/// HTTP listener uses: one certificate, one client CA, one SIGHUP reload), each handshake
-/// given at most `handshake` (the header timeout).
+/// `stop`, then lets the calls in flight finish. Connections are held to `limits` as the
+/// HTTP listener's are (see `incoming`). With `tls`, over TLS (the acceptor the HTTP
+/// listener uses: one certificate, one client CA, one SIGHUP reload).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     tls: Option<crate::tls::Acceptor>,
-    handshake: std::time::Duration,
+    limits: crate::config::ConnectionLimits,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -92,15 +97,15 @@ pub async fn serve(
         ));
     match tls {
         None => {
-            // Nagle's algorithm held single answers back 40 ms behind a delayed ACK
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            let ready = |s| async move { Some(s) };
+            let incoming = incoming::incoming(listener, limits, stop.clone(), ready);
             router
                 .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                 .await?
         }
         Some(tls) => {
-            let incoming = tls::incoming(listener, tls, handshake, stop.clone());
+            let ready = move |s| incoming::handshake(s, tls.current(), limits.header_timeout);
+            let incoming = incoming::incoming(listener, limits, stop.clone(), ready);
             router
                 .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                 .await?

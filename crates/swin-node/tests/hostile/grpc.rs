@@ -3,6 +3,9 @@
 //! that turns an over-limit answer into an error or leaves a request half counted. Each
 //! case runs in plain gRPC (`…::plain`) and over TLS (`…::over_tls`), and over TLS, a
 //! socket that stalls or garbles its handshake holds up no one.
+//!
+//! Over 500 lines: one node per case, and each case reads whole (its config, what the
+//! hostile client sends, the exact counts after).
 
 use std::time::Duration;
 
@@ -35,14 +38,13 @@ struct Running {
     _dir: tempfile::TempDir,
 }
 
-/// A local-only node whose `limited` namespace allows 2 per 90 s per `api_key`, with
-/// `auth` (TOML) prepended.
+/// A local namespace `limited` allowing 2 per 90 s per `api_key`.
+const LIMITED: &str = "[[namespaces]]\nname = \"limited\"\nsync_rate = -1\n\
+    [[namespaces.descriptors]]\nkey = \"api_key\"\nlimits = [{ window_size = 90, limit = 2 }]\n";
+
+/// A local-only node of namespace `limited` ([`LIMITED`]), with `auth` (TOML) prepended.
 async fn start(auth: &str, tls: bool) -> Running {
-    start_with(&format!(
-        "{auth}\n[[namespaces]]\nname = \"limited\"\nsync_rate = -1\n\
-         [[namespaces.descriptors]]\nkey = \"api_key\"\nlimits = [{{ window_size = 90, limit = 2 }}]\n"
-    ), tls)
-    .await
+    start_with(&format!("{auth}\n{LIMITED}"), tls).await
 }
 
 /// A node of `config` (its namespace is `limited`) with a gRPC listener, over TLS (a
@@ -51,7 +53,7 @@ async fn start_with(config: &str, tls: bool) -> Running {
     let dir = tempfile::tempdir().expect("dir");
     let port = swin_testkit::free_port();
     let path = dir.path().join("swin.toml");
-    let mut config = format!("grpc_listen = \"127.0.0.1:{port}\"\nheader_timeout = 2\n{config}");
+    let mut config = format!("grpc_listen = \"127.0.0.1:{port}\"\n{config}");
     let mut endpoint = Channel::from_shared(format!("http://127.0.0.1:{port}")).expect("uri");
     if tls {
         let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("cert");
@@ -105,6 +107,7 @@ plain_and_over_tls!(
     a_message_past_the_size_limit_is_resource_exhausted,
     descriptors_past_max_batch_are_resource_exhausted,
     a_synchronous_request_is_decided_whole_even_when_envoy_gives_up,
+    silent_idle_and_surplus_connections_keep_no_client_out,
 );
 
 fn key(value: &str) -> RateLimitDescriptor {
@@ -366,8 +369,8 @@ async fn a_synchronous_request_is_decided_whole_even_when_envoy_gives_up(tls: bo
 /// when `header_timeout` (2 s here) runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_and_garbled_tls_handshakes_hold_up_no_one() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut run = start("", true).await;
+    use tokio::io::AsyncWriteExt;
+    let mut run = start_with(&format!("header_timeout = 2\n{LIMITED}"), true).await;
     let addr = format!("127.0.0.1:{}", run.port);
     let mut silent = Vec::new();
     for _ in 0..200 {
@@ -395,23 +398,115 @@ async fn stalled_and_garbled_tls_handshakes_hold_up_no_one() {
         assert_eq!(codes(&r), vec![expect]);
     }
     // every stalled socket is closed by the node within the handshake time (and slack)
-    let mut closed = 0;
-    for s in &mut silent {
-        let mut buf = [0u8; 64];
-        let read = tokio::time::timeout(Duration::from_secs(5), async {
-            loop {
-                match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {} // an alert, then the close
-                }
-            }
-        });
-        if read.await.is_ok() {
-            closed += 1;
-        }
-    }
-    assert_eq!(closed, 220, "sockets left open past the handshake time");
+    let closed = futures_util::future::join_all(
+        silent
+            .iter_mut()
+            .map(|s| closed_within(s, Duration::from_secs(5))),
+    )
+    .await;
+    assert_eq!(
+        closed.iter().filter(|c| **c).count(),
+        220,
+        "sockets left open past the handshake time"
+    );
     let r = ask(c, vec![key("tls")], None)
+        .await
+        .expect("still answering");
+    assert_eq!(codes(&r), vec![OVER]);
+}
+
+/// Whether the node closes `s` within `within`: a read ends (EOF or an error).
+async fn closed_within(s: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    tokio::time::timeout(within, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// The HTTP listener's connection limits hold on the gRPC listener: 40 silent sockets
+/// against `max_connections = 30` keep a new client out for at most a second (then the
+/// quietest is closed for it), every silent socket is closed by `header_timeout`, a
+/// connection that spoke and went quiet by `idle_timeout`, and the limit counts exactly.
+async fn silent_idle_and_surplus_connections_keep_no_client_out(tls: bool) {
+    use tokio::io::AsyncWriteExt;
+    let config = format!("max_connections = 30\nheader_timeout = 1\nidle_timeout = 2\n{LIMITED}");
+    let mut run = start_with(&config, tls).await;
+    let addr = format!("127.0.0.1:{}", run.port);
+    let r = ask(&mut run.grpc, vec![key("surplus")], None)
+        .await
+        .expect("first");
+    assert_eq!(codes(&r), vec![OK]);
+    let mut silent = Vec::new();
+    for _ in 0..40 {
+        silent.push(
+            tokio::net::TcpStream::connect(&addr)
+                .await
+                .expect("connect"),
+        );
+    }
+    // a client that spoke HTTP/2's preface and settings, then went quiet
+    let mut quiet = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    if !tls {
+        quiet
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+            .await
+            .expect("preface");
+    }
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    // a new client gets in: the quietest sockets make room for it
+    let fresh = Channel::from_shared(format!(
+        "{}://127.0.0.1:{}",
+        if tls { "https" } else { "http" },
+        run.port
+    ))
+    .expect("uri");
+    let fresh = match tls {
+        false => fresh,
+        true => fresh
+            .tls_config(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(
+                        std::fs::read(run._dir.path().join("cert.pem")).expect("cert"),
+                    ))
+                    .domain_name("localhost"),
+            )
+            .expect("tls"),
+    };
+    let mut fresh =
+        RateLimitServiceClient::new(fresh.connect().await.expect("a new client gets in"));
+    for expect in [OK, OVER] {
+        let r = ask(&mut fresh, vec![key("surplus")], None)
+            .await
+            .expect("answer");
+        assert_eq!(codes(&r), vec![expect]);
+    }
+    let closed = futures_util::future::join_all(
+        silent
+            .iter_mut()
+            .map(|s| closed_within(s, Duration::from_secs(4))),
+    )
+    .await;
+    assert_eq!(
+        closed.iter().filter(|c| **c).count(),
+        40,
+        "silent sockets left open"
+    );
+    assert!(
+        closed_within(&mut quiet, Duration::from_secs(5)).await,
+        "a quiet connection left open"
+    );
+    // the node still answers the connection in use
+    let r = ask(&mut fresh, vec![key("surplus")], None)
         .await
         .expect("still answering");
     assert_eq!(codes(&r), vec![OVER]);
