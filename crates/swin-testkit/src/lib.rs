@@ -8,6 +8,7 @@ pub mod redis_cluster;
 mod store;
 pub mod tls;
 
+use std::collections::BTreeSet;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
@@ -68,12 +69,24 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
-/// A port that was free a moment ago.
+/// A port that was free a moment ago, never handed out twice by this process, and below
+/// the kernel's ephemeral range (32768 and up on Linux): a port the kernel picks for
+/// the tests' own outgoing connections (to Redis, to a node) cannot be the one a node
+/// is about to listen on. (Ports it picked itself, as `bind(0)` does, could be: a node
+/// that then failed to bind was seen as another node's port answering.)
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind an ephemeral port")
-        .port()
+    static GIVEN: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = 20_000 + rand::random::<u16>() % 12_000;
+        if given.contains(&port) {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+    }
 }
 
 /// Blocks until something listens on `port`, or panics after `timeout`.
