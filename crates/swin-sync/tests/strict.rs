@@ -402,9 +402,18 @@ async fn grants_that_lapse_are_never_spent(s: &TestStore) {
 /// new grant request after its slot went never reuses an old number (the store would
 /// answer it with the old grant, spent or lapsed).
 async fn finished_keys_are_forgotten_and_come_back_exact(s: &TestStore) {
+    // a window of an hour, limit 5: 3 admitted, then idle until the unused quota goes back;
+    // the hour must not end while the test waits (the window's key would then go too)
+    let into_hour = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        % 3600;
+    if into_hour > 3600 - 60 {
+        tokio::time::sleep(Duration::from_secs(3600 - into_hour + 1)).await;
+    }
     let w = windows(&s.store, 1.0);
     let b = buckets(&s.store, 1.0);
-    // a window of an hour, limit 5: 3 admitted, then idle until the unused quota goes back
     let hour = WindowSize::new(3600).expect("size");
     let l = WindowLimit::new(hour, 5.0, WindowAlgorithm::Fixed).expect("limit");
     let admit = || async {
