@@ -384,13 +384,17 @@ impl Rls {
         let mut statuses: Vec<Option<DescriptorStatus>> = Vec::with_capacity(asked.len());
         let mut takes: Vec<Take> = Vec::new();
         let mut over = false;
-        // the rules that apply (for the dynamic metadata)
-        let mut applied: Vec<Option<&Rule>> = Vec::with_capacity(asked.len());
+        // the rules that apply, for the dynamic metadata (kept only when it is asked for)
+        let with_metadata = ns.envoy_dynamic_metadata;
+        let mut applied: Vec<Option<&Rule>> =
+            Vec::with_capacity(if with_metadata { asked.len() } else { 0 });
         for (i, (a, f)) in asked.iter().zip(&found).enumerate() {
             let f = f
                 .as_ref()
                 .filter(|f| f.rule.name.as_ref().is_none_or(|n| !replaced.contains(n)));
-            applied.push(f.map(|f| &*f.rule));
+            if with_metadata {
+                applied.push(f.map(|f| &*f.rule));
+            }
             let Some(f) = f else {
                 statuses.push(Some(ok_without_limit()));
                 continue;
@@ -506,9 +510,7 @@ impl Rls {
             .into_iter()
             .map(Option::unwrap_or_default)
             .collect();
-        let dynamic_metadata = ns
-            .envoy_dynamic_metadata
-            .then(|| metadata::of(req, &statuses, &applied));
+        let dynamic_metadata = with_metadata.then(|| metadata::of(req, &statuses, &applied));
         Ok(RateLimitResponse {
             dynamic_metadata,
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,

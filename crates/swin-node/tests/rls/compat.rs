@@ -144,6 +144,8 @@ async fn the_ratelimit_headers_can_be_switched_off() {
                 .map(|h| h.key.as_str())
                 .collect();
             assert_eq!(!names.is_empty(), with_headers, "{domain}: {names:?}");
+            // dynamic metadata only with envoy_dynamic_metadata = true (the replay's)
+            assert!(r.dynamic_metadata.is_none(), "{domain}: {r:?}");
             if with_headers {
                 assert!(names.contains(&"RateLimit"), "{names:?}");
             }
