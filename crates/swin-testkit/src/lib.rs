@@ -89,6 +89,38 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// What a script printed, and whether it exited 0.
+#[derive(Debug)]
+pub struct Ran {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    /// Both outputs, stdout first.
+    pub fn said(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// Runs `script` with `args` under the suite's Python (`SWIN_PYTHON`: grpcio and
+/// xds-protos, the venv scripts/test owns).
+pub fn python<S: AsRef<std::ffi::OsStr>>(script: &str, args: impl IntoIterator<Item = S>) -> Ran {
+    let python = std::env::var("SWIN_PYTHON")
+        .expect("SWIN_PYTHON: a Python with grpcio and xds-protos (scripts/test provides it)");
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("run the Python script");
+    Ran {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// Blocks until something listens on `port`, or panics after `timeout`.
 pub fn wait_for_port(port: u16, timeout: Duration) {
     let deadline = Instant::now() + timeout;

@@ -398,14 +398,8 @@ async fn stalled_and_garbled_tls_handshakes_hold_up_no_one() {
         assert_eq!(codes(&r), vec![expect]);
     }
     // every stalled socket is closed by the node within the handshake time (and slack)
-    let closed = futures_util::future::join_all(
-        silent
-            .iter_mut()
-            .map(|s| closed_within(s, Duration::from_secs(5))),
-    )
-    .await;
     assert_eq!(
-        closed.iter().filter(|c| **c).count(),
+        closed_of(&mut silent, Duration::from_secs(5)).await,
         220,
         "sockets left open past the handshake time"
     );
@@ -413,6 +407,13 @@ async fn stalled_and_garbled_tls_handshakes_hold_up_no_one() {
         .await
         .expect("still answering");
     assert_eq!(codes(&r), vec![OVER]);
+}
+
+/// How many of `sockets` the node closes within `within`, all waited on at once.
+async fn closed_of(sockets: &mut [tokio::net::TcpStream], within: Duration) -> usize {
+    let closed =
+        futures_util::future::join_all(sockets.iter_mut().map(|s| closed_within(s, within))).await;
+    closed.into_iter().filter(|c| *c).count()
 }
 
 /// Whether the node closes `s` within `within`: a read ends (EOF or an error).
@@ -490,14 +491,8 @@ async fn silent_idle_and_surplus_connections_keep_no_client_out(tls: bool) {
             .expect("answer");
         assert_eq!(codes(&r), vec![expect]);
     }
-    let closed = futures_util::future::join_all(
-        silent
-            .iter_mut()
-            .map(|s| closed_within(s, Duration::from_secs(4))),
-    )
-    .await;
     assert_eq!(
-        closed.iter().filter(|c| **c).count(),
+        closed_of(&mut silent, Duration::from_secs(4)).await,
         40,
         "silent sockets left open"
     );

@@ -403,25 +403,30 @@ async fn rls_on_redis() {
 /// requests, health and server reflection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_grpcio_client_gets_what_envoy_expects() {
-    let python = std::env::var("SWIN_PYTHON")
-        .expect("SWIN_PYTHON: a Python with grpcio and xds-protos (scripts/test provides it)");
     let store = TestStore::sqlite().await;
     let mut run = start(&store, 0.1, "").await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/rls/client.py");
-    let out = tokio::process::Command::new(python)
-        .arg(script)
-        .arg(format!("127.0.0.1:{}", run.grpc_port))
-        .output()
-        .await
-        .expect("run the Python client");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "the Python client failed:\n{said}");
+    let ran = swin_testkit::python(script, [format!("127.0.0.1:{}", run.grpc_port)]);
+    let said = ran.said();
+    assert!(ran.ok, "the Python client failed:\n{said}");
     assert!(said.contains("ok: reflection has its file"), "{said}");
     assert!(run.node.terminate());
+}
+
+/// Login hits from `address`, `n` of them spread over `nodes` in turn: how many were OK.
+async fn allowed_round_robin(nodes: &mut [Running], address: &str, n: usize) -> usize {
+    let mut allowed = 0;
+    for i in 0..n {
+        let at = i % nodes.len();
+        let login = descriptor(&[("generic_key", "login"), ("remote_address", address)]);
+        let r = ask(&mut nodes[at].grpc, "edge", vec![login], 0)
+            .await
+            .expect("answer");
+        if r.overall_code == OK {
+            allowed += 1;
+        }
+    }
+    allowed
 }
 
 /// Three nodes in synchronous mode hold one gRPC limit for the cluster: clients spread
@@ -433,24 +438,7 @@ async fn three_nodes_hold_one_limit_in_synchronous_mode() {
     for _ in 0..3 {
         nodes.push(start(&store, 0.0, "").await);
     }
-    let mut allowed = 0;
-    for i in 0..12 {
-        let n = &mut nodes[i % 3];
-        let r = ask(
-            &mut n.grpc,
-            "edge",
-            vec![descriptor(&[
-                ("generic_key", "login"),
-                ("remote_address", "9.9.9.9"),
-            ])],
-            0,
-        )
-        .await
-        .expect("answer");
-        if r.overall_code == OK {
-            allowed += 1;
-        }
-    }
+    let allowed = allowed_round_robin(&mut nodes, "9.9.9.9", 12).await;
     assert_eq!(allowed, 3, "3 per minute across the cluster");
     for mut n in nodes {
         assert!(n.node.terminate());
@@ -530,17 +518,7 @@ async fn strict_admission_and_gcra_buckets_over_grpc() {
     for _ in 0..3 {
         nodes.push(start(&store, 1.0, "admission = \"strict\"").await);
     }
-    let mut allowed = 0;
-    for i in 0..12 {
-        let n = &mut nodes[i % 3];
-        let login = descriptor(&[("generic_key", "login"), ("remote_address", "7.7.7.7")]);
-        let r = ask(&mut n.grpc, "edge", vec![login], 0)
-            .await
-            .expect("answer");
-        if r.overall_code == OK {
-            allowed += 1;
-        }
-    }
+    let allowed = allowed_round_robin(&mut nodes, "7.7.7.7", 12).await;
     assert_eq!(
         allowed, 3,
         "strict: 3 per minute across nodes that sync every second"

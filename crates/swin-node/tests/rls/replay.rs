@@ -37,21 +37,12 @@ fn config(store: &TestStore, sync_rate: f64, mode: &str, with_reload: bool) -> S
 
 /// Runs one phase of the replay; its summary line.
 async fn replay(grpc_port: u16, phase: &str, mode: &str) -> String {
-    let python = std::env::var("SWIN_PYTHON")
-        .expect("SWIN_PYTHON: a Python with grpcio and xds-protos (scripts/test provides it)");
-    let out = tokio::process::Command::new(python)
-        .arg(format!("{REPLAY}/replay.py"))
-        .arg(format!("127.0.0.1:{grpc_port}"))
-        .args([phase, mode])
-        .output()
-        .await
-        .expect("run the replay");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let ran = swin_testkit::python(
+        &format!("{REPLAY}/replay.py"),
+        [format!("127.0.0.1:{grpc_port}").as_str(), phase, mode],
     );
-    assert!(out.status.success(), "{phase}, {mode}:\n{said}");
+    let said = ran.said();
+    assert!(ran.ok, "{phase}, {mode}:\n{said}");
     eprintln!("{phase}, {mode}: {said}");
     said.lines()
         .find(|l| l.starts_with("lookups:"))

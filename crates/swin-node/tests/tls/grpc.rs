@@ -150,22 +150,20 @@ async fn ask(
 /// Python's grpcio over TLS trusting `ca` (a PEM file), with `identity` if given: what
 /// `client.py` prints ("OK 9", "error: UNAVAILABLE …").
 async fn grpcio_asks(port: u16, ca: &Path, identity: Option<&Pair>) -> String {
-    let python = std::env::var("SWIN_PYTHON")
-        .expect("SWIN_PYTHON: a Python with grpcio and xds-protos (scripts/test provides it)");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tls/client.py");
-    let mut cmd = tokio::process::Command::new(python);
-    cmd.arg(script).arg(format!("127.0.0.1:{port}")).arg(ca);
+    let mut args = vec![
+        format!("127.0.0.1:{port}").into(),
+        ca.as_os_str().to_owned(),
+    ];
     if let Some(p) = identity {
-        cmd.arg(&p.cert).arg(&p.key);
+        args.extend([
+            p.cert.clone().into_os_string(),
+            p.key.clone().into_os_string(),
+        ]);
     }
-    let out = cmd.output().await.expect("run the Python client");
-    let said = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    assert_eq!(
-        out.status.success(),
-        !said.starts_with("error"),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let ran = swin_testkit::python(script, args);
+    let said = ran.stdout.trim().to_owned();
+    assert_eq!(ran.ok, !said.starts_with("error"), "{said}{}", ran.stderr);
     said
 }
 
