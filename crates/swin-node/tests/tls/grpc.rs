@@ -294,5 +294,19 @@ async fn mutual_tls_on_both_listeners_refuses_clients_without_a_signed_certifica
     );
     let old = tonic_asks(grpc, &servers, Some(&alice)).await;
     assert!(old.is_err(), "a client of the old CA still let in: {old:?}");
+    // an operator's bad day: a client CA file that holds no certificate, then SIGHUP —
+    // the running CA stays, the node answers, the count goes on exactly
+    std::fs::write(d.join("clients.pem"), "not a certificate\n").expect("garbage");
+    node.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(node.is_running());
+    assert_eq!(
+        tonic_asks(grpc, &servers, Some(&mallory)).await,
+        Ok((ok, 5))
+    );
+    assert_eq!(
+        curl(node.port, &servers_ca, Some(&mallory)),
+        Ok("200".into())
+    );
     assert!(node.terminate());
 }
