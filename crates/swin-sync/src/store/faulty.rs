@@ -193,3 +193,45 @@ impl Quota for FaultyStore {
             .await
     }
 }
+
+impl super::Limits for FaultyStore {
+    async fn put_limit(
+        &self,
+        namespace: &str,
+        limit: &super::StoredLimit,
+    ) -> Result<(), StoreError> {
+        self.faulted(self.inner.put_limit(namespace, limit)).await
+    }
+
+    async fn delete_limit(&self, namespace: &str, key: &str) -> Result<bool, StoreError> {
+        self.faulted(self.inner.delete_limit(namespace, key)).await
+    }
+
+    async fn read_limits(
+        &self,
+        namespace: &str,
+        keys: &[&str],
+    ) -> Result<Vec<super::StoredLimit>, StoreError> {
+        self.faulted(self.inner.read_limits(namespace, keys)).await
+    }
+
+    async fn list_limits(
+        &self,
+        namespace: &str,
+        after: Option<&str>,
+        count: usize,
+        now: UnixMs,
+    ) -> Result<Vec<super::StoredLimit>, StoreError> {
+        self.faulted(self.inner.list_limits(namespace, after, count, now))
+            .await
+    }
+
+    async fn limit_changes(
+        &self,
+        namespace: &str,
+        since: Option<&str>,
+    ) -> Result<super::LimitChanges, StoreError> {
+        self.faulted(self.inner.limit_changes(namespace, since))
+            .await
+    }
+}

@@ -1,12 +1,13 @@
 //! The store boundary, by purpose. [`Counters`]: push diffs (getting the new totals
 //! back), read totals of given windows, load a namespace for warm-up, purge expired
 //! windows, the same for GCRA buckets, reset a key, ping. [`Quota`]: strict admission's
-//! holds (windows) and grants (buckets). Each store says what it can do
+//! holds (windows) and grants (buckets). [`Limits`]: limits set per key at run time. Each store says what it can do
 //! ([`Capabilities`]). Three stores implement both, dispatched by the [`Store`] enum; with
 //! the `faults` feature (tests only) `Faulty` wraps one to inject failures.
 
 #[cfg(feature = "faults")]
 mod faulty;
+pub mod limits;
 mod normalize;
 mod postgres;
 mod redis;
@@ -18,6 +19,7 @@ use std::pin::Pin;
 
 #[cfg(feature = "faults")]
 pub use self::faulty::{Fault, FaultyStore};
+pub use self::limits::{LimitChanges, Limits, StoredLimit};
 pub(crate) use self::normalize::{normalize, normalize_advances};
 pub use self::postgres::PostgresStore;
 pub use self::redis::RedisStore;
@@ -416,6 +418,60 @@ impl Store {
     /// See [`Counters::ping`].
     pub fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move { dispatch!(self, s => s.ping().await) })
+    }
+
+    /// See [`Limits::put_limit`].
+    pub fn put_limit<'a>(
+        &'a self,
+        namespace: &'a str,
+        limit: &'a StoredLimit,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { dispatch!(self, s => s.put_limit(namespace, limit).await) })
+    }
+
+    /// See [`Limits::delete_limit`].
+    pub fn delete_limit<'a>(
+        &'a self,
+        namespace: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move { dispatch!(self, s => s.delete_limit(namespace, key).await) })
+    }
+
+    /// See [`Limits::read_limits`]; no call for no keys.
+    pub fn read_limits<'a>(
+        &'a self,
+        namespace: &'a str,
+        keys: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<Vec<StoredLimit>, StoreError>> {
+        Box::pin(async move {
+            if keys.is_empty() {
+                return Ok(Vec::new());
+            }
+            dispatch!(self, s => s.read_limits(namespace, keys).await)
+        })
+    }
+
+    /// See [`Limits::list_limits`].
+    pub fn list_limits<'a>(
+        &'a self,
+        namespace: &'a str,
+        after: Option<&'a str>,
+        count: usize,
+        now: UnixMs,
+    ) -> BoxFuture<'a, Result<Vec<StoredLimit>, StoreError>> {
+        Box::pin(
+            async move { dispatch!(self, s => s.list_limits(namespace, after, count, now).await) },
+        )
+    }
+
+    /// See [`Limits::limit_changes`].
+    pub fn limit_changes<'a>(
+        &'a self,
+        namespace: &'a str,
+        since: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<LimitChanges, StoreError>> {
+        Box::pin(async move { dispatch!(self, s => s.limit_changes(namespace, since).await) })
     }
 
     /// See [`Quota::hold`]; no call for no holds.

@@ -8,6 +8,7 @@ mod common;
 
 mod buckets;
 mod engines;
+mod limits;
 mod pushes;
 mod redis_only;
 
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use buckets::*;
 use engines::*;
+use limits::*;
 use pushes::*;
 use swin_core::{
     Advance, CompactString, CounterOptions, Diff, Gcra, NamespaceCounters, Total, UnixMs,
@@ -149,5 +151,8 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
     idle_keys_are_still_refreshed,
     synchronous_mode_reads_store_totals,
     synchronous_mode_falls_back_when_down,
-    shutdown_pushes_last_diffs
+    shutdown_pushes_last_diffs,
+    runtime_limits_round_trip_and_log_every_change,
+    runtime_limits_list_in_key_order_without_lapsed_ones,
+    a_cursor_the_store_cannot_reach_back_to_is_incomplete
 ]);

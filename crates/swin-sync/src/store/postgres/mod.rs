@@ -14,6 +14,7 @@ use super::{
 };
 use crate::StoreError;
 
+mod limits;
 mod tx;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
@@ -377,6 +378,24 @@ impl Counters for PostgresStore {
             "DELETE FROM swin_pushes WHERE pushed_at < to_timestamp($1) - interval '1 hour'",
         )
         .bind(now_s as f64)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        // runtime limits that lapsed, and changes older than a day (a node whose cursor
+        // is older reads its keys' limits again)
+        sqlx::query("DELETE FROM swin_key_limits WHERE expires_at < $1")
+            .bind(now.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        sqlx::query(
+            "WITH d AS (DELETE FROM swin_key_limit_log WHERE changed_at < to_timestamp($1)
+                        RETURNING namespace, version)
+             UPDATE swin_key_limit_versions v SET purged_through = m.version
+             FROM (SELECT namespace, max(version) AS version FROM d GROUP BY namespace) m
+             WHERE v.namespace = m.namespace AND v.purged_through < m.version",
+        )
+        .bind((now.0 - crate::store::limits::LOG_KEPT_MS) as f64 / 1e3)
         .execute(&mut *tx)
         .await
         .map_err(err)?;

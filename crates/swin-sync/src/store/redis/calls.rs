@@ -11,25 +11,28 @@ pub(super) struct Scripts {
     pub(super) reset: Script,
     pub(super) hold: Script,
     pub(super) grant: Script,
+    pub(super) limit_put: Script,
+    pub(super) limit_delete: Script,
+    pub(super) limit_changes: Script,
     /// Their sources, in that order, to load them.
-    pub(super) sources: [&'static str; 5],
+    pub(super) sources: [&'static str; 8],
 }
 
 impl Scripts {
-    pub(super) fn new(
-        push: &'static str,
-        push_tats: &'static str,
-        reset: &'static str,
-        hold: &'static str,
-        grant: &'static str,
-    ) -> Scripts {
+    /// The scripts, from their sources in the order of [`Scripts::sources`].
+    pub(super) fn new(sources: [&'static str; 8]) -> Scripts {
+        let [push, push_tats, reset, hold, grant, limit_put, limit_delete, limit_changes] =
+            sources.map(Script::new);
         Scripts {
-            push: Script::new(push),
-            push_tats: Script::new(push_tats),
-            reset: Script::new(reset),
-            hold: Script::new(hold),
-            grant: Script::new(grant),
-            sources: [push, push_tats, reset, hold, grant],
+            push,
+            push_tats,
+            reset,
+            hold,
+            grant,
+            limit_put,
+            limit_delete,
+            limit_changes,
+            sources,
         }
     }
 }

@@ -41,7 +41,7 @@
 //! attempt reached skip it, the others apply it.
 //!
 //! Beside this file: `buckets.rs` (GCRA TATs), `quota.rs` (strict admission's holds and
-//! grants), `servers.rs` (one server or a cluster), `calls.rs` (scripts and commands),
+//! grants), `limits.rs` (runtime limits, with their own layout), `servers.rs` (one server or a cluster), `calls.rs` (scripts and commands),
 //! `keys.rs` (names and slots).
 //!
 //! Over 500 lines: the key layout above and every counter method beside it.
@@ -54,6 +54,7 @@ use swin_core::{CompactString, Tat, Total, UnixMs};
 mod buckets;
 mod calls;
 mod keys;
+mod limits;
 mod quota;
 mod servers;
 
@@ -158,13 +159,16 @@ impl RedisStore {
         RedisStore {
             servers: Arc::new(servers),
             prefix: prefix.to_owned(),
-            scripts: Arc::new(Scripts::new(
+            scripts: Arc::new(Scripts::new([
                 PUSH_LUA,
                 PUSH_TATS_LUA,
                 RESET_LUA,
                 HOLD_LUA,
                 GRANT_LUA,
-            )),
+                include_str!("limit_put.lua"),
+                include_str!("limit_delete.lua"),
+                include_str!("limit_changes.lua"),
+            ])),
         }
     }
 

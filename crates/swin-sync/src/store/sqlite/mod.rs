@@ -18,6 +18,7 @@ use super::{
 };
 use crate::StoreError;
 
+mod limits;
 mod tx;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -329,6 +330,31 @@ impl Counters for SqliteStore {
             .execute(&self.pool)
             .await
             .map_err(err)?;
+        // runtime limits that lapsed, and changes older than a day (a node whose cursor
+        // is older reads its keys' limits again)
+        sqlx::query("DELETE FROM swin_key_limits WHERE expires_at < ?1")
+            .bind(now.0)
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        let mut tx = self.pool.begin().await.map_err(err)?;
+        let horizon = now.0 - crate::store::limits::LOG_KEPT_MS;
+        sqlx::query(
+            "UPDATE swin_key_limit_versions SET purged_through = max(purged_through,
+                 coalesce((SELECT max(version) FROM swin_key_limit_log l
+                           WHERE l.namespace = swin_key_limit_versions.namespace
+                             AND l.changed_at < ?1), 0))",
+        )
+        .bind(horizon)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        sqlx::query("DELETE FROM swin_key_limit_log WHERE changed_at < ?1")
+            .bind(horizon)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        tx.commit().await.map_err(err)?;
         Ok(deleted + full)
     }
 

@@ -1,0 +1,109 @@
+//! Limits set at run time, per key, kept in the namespace's store beside its counters so
+//! that every node holds the same ones: the store keeps each key's limits as JSON text
+//! (the node validates and reads them; the store only keeps them) and a log of the keys
+//! whose limits changed, each change numbered, so a node asks only "what changed since
+//! my cursor" and re-reads just those of the keys it serves.
+//!
+//! Layout: PostgreSQL and SQLite, the tables `swin_key_limits` (one row per key),
+//! `swin_key_limit_log` (a row per change) and `swin_key_limit_versions` (a namespace's
+//! last change number and how far its log was purged). Redis: per namespace a hash of
+//! the limits, a sorted set of its keys (to list them in key order), a sorted set of
+//! their expiry times and a stream of changes, under one hash tag (see `redis/limits.rs`).
+
+use std::future::Future;
+
+use swin_core::UnixMs;
+
+use crate::StoreError;
+
+/// One key's limits as the store keeps them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredLimit {
+    pub key: String,
+    /// The limits as the API took them, JSON.
+    pub limits: String,
+    /// When they lapse (the key's limits are then the config's again); `None`: never.
+    pub expires_at: Option<UnixMs>,
+    /// Who set them (the token's name, or `anonymous` without auth).
+    pub set_by: String,
+    pub set_at: UnixMs,
+}
+
+impl StoredLimit {
+    /// Whether the limits still hold at `now`.
+    pub fn live_at(&self, now: UnixMs) -> bool {
+        self.expires_at.is_none_or(|t| t > now)
+    }
+}
+
+/// The keys whose limits changed after a cursor, and the cursor to ask from next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitChanges {
+    pub keys: Vec<String>,
+    /// Opaque: a change number (PostgreSQL, SQLite) or a stream id (Redis).
+    pub cursor: String,
+    /// False when the log no longer reaches back to the cursor asked from (purged or
+    /// trimmed): the caller must forget every key's limits it holds and read them again.
+    pub complete: bool,
+}
+
+/// Changes a node reads per call at most; it asks again from the cursor for the rest.
+pub const CHANGES_PER_CALL: usize = 10_000;
+
+/// The runtime-limits side of a store. Every store implements it beside
+/// [`super::Counters`].
+pub trait Limits: Send + Sync {
+    /// Sets a key's limits (replacing any) and logs the change.
+    fn put_limit(
+        &self,
+        namespace: &str,
+        limit: &StoredLimit,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Removes a key's limits, logging the change; false when it had none.
+    fn delete_limit(
+        &self,
+        namespace: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// The limits of those of `keys` that have some (lapsed ones included: the caller
+    /// knows the time).
+    fn read_limits(
+        &self,
+        namespace: &str,
+        keys: &[&str],
+    ) -> impl Future<Output = Result<Vec<StoredLimit>, StoreError>> + Send;
+
+    /// At most `count` keys' limits in key order after `after` (`None`: from the first),
+    /// lapsed ones left out.
+    fn list_limits(
+        &self,
+        namespace: &str,
+        after: Option<&str>,
+        count: usize,
+        now: UnixMs,
+    ) -> impl Future<Output = Result<Vec<StoredLimit>, StoreError>> + Send;
+
+    /// The keys changed after `since` (at most [`CHANGES_PER_CALL`]); `None`: no keys,
+    /// only the cursor of the latest change, to start from.
+    fn limit_changes(
+        &self,
+        namespace: &str,
+        since: Option<&str>,
+    ) -> impl Future<Output = Result<LimitChanges, StoreError>> + Send;
+}
+
+/// How long a change stays in the log: a node whose cursor is older (stopped, or cut
+/// off from the store that long) forgets the limits it holds and reads them again.
+pub const LOG_KEPT_MS: i64 = 24 * 3600 * 1000;
+
+/// Changes kept in a Redis stream at most (trimmed approximately).
+pub const LOG_KEPT_ENTRIES: usize = 100_000;
+
+/// Checks a cursor the SQL stores hand out (a change number).
+pub(crate) fn version_of(cursor: &str) -> Result<i64, StoreError> {
+    cursor
+        .parse::<i64>()
+        .map_err(|_| StoreError::Protocol(format!("{cursor:?} is not a change number")))
+}

@@ -1,0 +1,143 @@
+//! Runtime limits: kept per key, listed in key order, and every change logged so that
+//! another node learns which keys to read again.
+
+use swin_core::UnixMs;
+use swin_sync::store::StoredLimit;
+use swin_testkit::TestStore;
+
+fn limit(key: &str, n: u32, expires_at: Option<i64>) -> StoredLimit {
+    StoredLimit {
+        key: key.to_owned(),
+        limits: format!(r#"{{"limits":[{{"window_size":60,"limit":{n}}}]}}"#),
+        expires_at: expires_at.map(UnixMs),
+        set_by: "ops".into(),
+        set_at: UnixMs(1_763_784_000_000),
+    }
+}
+
+/// The limits as JSON values (PostgreSQL's jsonb writes them its own way).
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).expect("json")
+}
+
+pub async fn runtime_limits_round_trip_and_log_every_change(s: &TestStore) {
+    let st = &s.store;
+    let start = st.limit_changes("ns", None).await.expect("head");
+    assert!(start.complete && start.keys.is_empty());
+
+    // odd keys: separators, braces, a long one
+    let keys = ["tenant-1", "a{b}:c|d=e", "é", &"k".repeat(900)];
+    for (i, k) in keys.iter().enumerate() {
+        st.put_limit("ns", &limit(k, i as u32 + 1, None))
+            .await
+            .expect("put");
+    }
+    st.put_limit("other", &limit("tenant-1", 99, None))
+        .await
+        .expect("put in another namespace");
+    let read = st
+        .read_limits("ns", &["tenant-1", "é", "nobody"])
+        .await
+        .expect("read");
+    let mut read: Vec<_> = read.into_iter().map(|l| (l.key.clone(), l)).collect();
+    read.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(read.len(), 2, "{read:?}");
+    let tenant = &read.iter().find(|r| r.0 == "tenant-1").expect("tenant").1;
+    assert_eq!(json(&tenant.limits), json(&limit("x", 1, None).limits));
+    assert_eq!(tenant.set_by, "ops");
+    assert_eq!(tenant.set_at, UnixMs(1_763_784_000_000));
+    assert_eq!(tenant.expires_at, None);
+
+    // the log names every key changed since the head, in order, then nothing more
+    let changes = st
+        .limit_changes("ns", Some(&start.cursor))
+        .await
+        .expect("changes");
+    assert!(changes.complete);
+    assert_eq!(changes.keys, keys.map(str::to_owned).to_vec());
+    let none = st
+        .limit_changes("ns", Some(&changes.cursor))
+        .await
+        .expect("no changes");
+    assert!(none.complete && none.keys.is_empty(), "{none:?}");
+    assert_eq!(none.cursor, changes.cursor);
+
+    // replaced, then deleted: both logged; a second delete finds nothing, logs nothing
+    st.put_limit("ns", &limit("tenant-1", 7, Some(4_000_000_000_000)))
+        .await
+        .expect("replace");
+    assert!(st.delete_limit("ns", "é").await.expect("delete"));
+    assert!(!st.delete_limit("ns", "é").await.expect("delete again"));
+    let later = st
+        .limit_changes("ns", Some(&changes.cursor))
+        .await
+        .expect("changes");
+    assert_eq!(later.keys, vec!["tenant-1".to_owned(), "é".to_owned()]);
+    let read = st
+        .read_limits("ns", &["tenant-1", "é"])
+        .await
+        .expect("read");
+    assert_eq!(read.len(), 1);
+    assert_eq!(read[0].expires_at, Some(UnixMs(4_000_000_000_000)));
+    assert_eq!(
+        json(&st.read_limits("other", &["tenant-1"]).await.expect("other")[0].limits),
+        json(&limit("x", 99, None).limits),
+        "another namespace keeps its own"
+    );
+}
+
+pub async fn runtime_limits_list_in_key_order_without_lapsed_ones(s: &TestStore) {
+    let st = &s.store;
+    let now = UnixMs(1_763_784_000_000);
+    for i in (0..25).rev() {
+        // every fifth lapsed a second ago
+        let expires = (i % 5 == 0).then_some(now.0 - 1_000);
+        st.put_limit("ns", &limit(&format!("k{i:02}"), i, expires))
+            .await
+            .expect("put");
+    }
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = st
+            .list_limits("ns", after.as_deref(), 7, now)
+            .await
+            .expect("list");
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.len() <= 7);
+        after = page.last().map(|l| l.key.clone());
+        seen.extend(page.into_iter().map(|l| l.key));
+    }
+    let want: Vec<String> = (0..25)
+        .filter(|i| i % 5 != 0)
+        .map(|i| format!("k{i:02}"))
+        .collect();
+    assert_eq!(seen, want);
+    // a read of a lapsed one (not cleared yet, or cleared by a later write) never
+    // answers it as live
+    let lapsed = st.read_limits("ns", &["k05"]).await.expect("read");
+    assert!(lapsed.iter().all(|l| !l.live_at(now)), "{lapsed:?}");
+}
+
+pub async fn a_cursor_the_store_cannot_reach_back_to_is_incomplete(s: &TestStore) {
+    let st = &s.store;
+    st.put_limit("ns", &limit("a", 1, None)).await.expect("put");
+    let head = st.limit_changes("ns", None).await.expect("head");
+    // a cursor ahead of the store's head: the store lost its changes (a new database)
+    let ahead = match s.store.kind() {
+        swin_sync::store::StoreKind::Redis | swin_sync::store::StoreKind::RedisCluster => {
+            "99999999999999-0".to_owned()
+        }
+        _ => "1000000".to_owned(),
+    };
+    let lost = st.limit_changes("ns", Some(&ahead)).await.expect("changes");
+    assert!(!lost.complete, "{lost:?}");
+    assert!(lost.keys.is_empty());
+    assert_eq!(
+        lost.cursor, head.cursor,
+        "the caller starts again from the head"
+    );
+    assert!(st.limit_changes("ns", Some("garbage")).await.is_err());
+}
