@@ -15,15 +15,15 @@ pub(crate) enum Denied<'a> {
 }
 
 /// The configured token an `Authorization` value (an HTTP header, gRPC metadata)
-/// carries, if it grants `scope`.
+/// carries, if it grants one of `scopes`.
 pub(crate) fn check_authorization<'a>(
     auth: &'a AuthConfig,
     authorization: Option<&[u8]>,
-    scope: Scope,
+    scopes: &[Scope],
 ) -> Result<&'a Token, Denied<'a>> {
     let presented = authorization.and_then(bearer).ok_or(Denied::Missing)?;
     let token = find(auth, presented).ok_or(Denied::Unknown)?;
-    if token.scopes.contains(&scope) {
+    if token.scopes.iter().any(|s| scopes.contains(s)) {
         Ok(token)
     } else {
         Err(Denied::Scope(token))

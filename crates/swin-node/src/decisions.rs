@@ -121,7 +121,8 @@ pub(crate) fn quota(limits: &KeyLimits) -> Quota<'_> {
 /// has limits the cost fits. A batch checks every hit this way before spending any.
 pub fn validate(ns: &Namespace, namespace: &str, key: &str, cost: f64) -> Result<(), Error> {
     check_key(key)?;
-    Ok(limits_of(ns, namespace)?.for_key(key).check_cost(cost)?)
+    let limits = limits_of(ns, namespace)?.for_key(key);
+    Ok(ns.effective(key, limits).check_cost(cost)?)
 }
 
 /// The namespace's limits; a namespace that only counts has none to decide against.
@@ -156,15 +157,10 @@ pub(crate) async fn take_touched(
     dry_run: bool,
 ) -> Result<Verdict, Error> {
     let limits = limits_of(ns, namespace)?;
-    take_under(
-        ns,
-        key,
-        limits.for_key(key),
-        cost,
-        dry_run,
-        limits.count_denied,
-    )
-    .await
+    // the key's runtime limits, read by its first touch, replace the config's
+    let effective = ns.effective(key, limits.for_key(key));
+    effective.check_cost(cost)?;
+    take_under(ns, key, &effective, cost, dry_run, limits.count_denied).await
 }
 
 /// Decides a hit of `cost` on `key` under `limits` (the key's own, or a descriptor

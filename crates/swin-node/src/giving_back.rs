@@ -13,8 +13,12 @@ use crate::state::Namespace;
 
 /// Takes back an allowed hit (a batch that was denied as a whole).
 pub async fn give_back(ns: &Namespace, key: &str, cost: f64) -> Result<(), Error> {
-    match ns.limits.as_ref().map(|l| l.for_key(key)) {
-        Some(limits) => give_back_under(ns, key, limits, cost).await,
+    match ns
+        .limits
+        .as_ref()
+        .map(|l| ns.effective(key, l.for_key(key)))
+    {
+        Some(limits) => give_back_under(ns, key, &limits, cost).await,
         None => Ok(()),
     }
 }
@@ -44,7 +48,8 @@ pub async fn refund(
 ) -> Result<HitAnswer, Error> {
     check_key(key)?;
     check_cost(cost)?;
-    let limits = limits_of(ns, namespace)?.for_key(key);
+    let limits = ns.effective(key, limits_of(ns, namespace)?.for_key(key));
+    let limits = &*limits;
     let back = ns
         .admission
         .give_back(key, quota(limits), cost, GiveBack::Unused)

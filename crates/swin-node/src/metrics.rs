@@ -29,6 +29,8 @@ pub struct Metrics {
     auth: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
     /// Envoy rate limit service calls, by domain ("unknown" for no namespace) then code.
     rls: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
+    /// Runtime limits set or removed through this node, by namespace then change.
+    limit_changes: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
 }
 
 fn bump<K, Q>(map: &papaya::HashMap<K, AtomicU64>, key: &Q, owned: impl FnOnce() -> K, n: u64)
@@ -89,6 +91,16 @@ impl Metrics {
         bump(codes, &code, || code, 1);
     }
 
+    /// A key's runtime limits `set` or `deleted` through this node's API.
+    pub fn limit_change(&self, namespace: &str, change: &'static str) {
+        let namespaces = self.limit_changes.pin();
+        let changes = match namespaces.get(namespace) {
+            Some(c) => c,
+            None => namespaces.get_or_insert_with(namespace.to_owned(), Default::default),
+        };
+        bump(changes, &change, || change, 1);
+    }
+
     /// The exposition of these counters and of each namespace's engine.
     pub fn render(&self, engines: &[&NamespaceSync]) -> String {
         let namespaces: Vec<NamespaceSample> =
@@ -135,6 +147,13 @@ impl Metrics {
                 nested(&self.rls)
                     .into_iter()
                     .map(|(domain, code, v)| (vec![("domain", domain), ("code", code.to_owned())], v)),
+            ),
+            counter_family(
+                "swin_runtime_limit_changes_total",
+                "Keys' runtime limits set or deleted through this node, by namespace and change.",
+                nested(&self.limit_changes).into_iter().map(|(namespace, change, v)| {
+                    (vec![("namespace", namespace), ("change", change.to_owned())], v)
+                }),
             ),
         ];
         families.extend(namespace_families(&namespaces));

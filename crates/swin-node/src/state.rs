@@ -13,6 +13,8 @@ use swin_sync::{NamespaceSync, Store, SyncMode};
 use crate::config::{AuthConfig, NamespaceConfig};
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::policy::limits::KeyLimits;
+use crate::runtime_limits::{Effective, RuntimeLimits};
 
 /// A namespace as the API serves it.
 #[derive(Debug)]
@@ -34,6 +36,11 @@ pub struct Namespace {
     pub envoy_response_headers: bool,
     /// Envoy's answers carry dynamic metadata.
     pub envoy_dynamic_metadata: bool,
+    /// The namespace's algorithm, which its runtime limits take the shape of.
+    pub algorithm: crate::policy::algorithm::Algorithm,
+    /// Limits set per key at run time, for the keys this node serves; shared by the
+    /// namespace's versions while its counters are.
+    pub runtime: Arc<RuntimeLimits>,
 }
 
 impl Namespace {
@@ -83,17 +90,28 @@ impl Namespace {
             rules: cfg.rules.clone(),
             envoy_response_headers: cfg.envoy_response_headers,
             envoy_dynamic_metadata: cfg.envoy_dynamic_metadata,
+            algorithm: cfg.algorithm,
+            runtime: Arc::default(),
         }
     }
 
     /// Before a request answers about `keys`: the keys this node holds nothing for are
-    /// read from the store, all in one call (see `swin_sync`'s first touch). Skipped
-    /// where the request's own store call brings the key's counts back: a synchronous
-    /// increment, a strict admission.
+    /// read from the store, all in one call (see `swin_sync`'s first touch), and so are
+    /// their runtime limits, beside it. The counts are not read where the request's own
+    /// store call brings them back: a synchronous increment, a strict admission.
     pub async fn first_touch(&self, keys: &[&str], counting: bool) {
-        if !(counting && self.counts_in_the_store()) {
-            self.sync.first_touch(keys).await;
+        let limits = self.runtime.first_touch(&self.sync, self.algorithm, keys);
+        if counting && self.counts_in_the_store() {
+            limits.await;
+        } else {
+            tokio::join!(self.sync.first_touch(keys), limits);
         }
+    }
+
+    /// What `key` is decided against: its runtime limits when it has some, else
+    /// `config` (the namespace's limits for the key, or its descriptor rule's).
+    pub fn effective<'a>(&self, key: &str, config: &'a KeyLimits) -> Effective<'a> {
+        self.runtime.effective(key, config)
     }
 
     /// Whether a request's hits go to the store while it waits (synchronous increments,
@@ -116,6 +134,14 @@ impl Namespace {
             rules: cfg.rules.clone(),
             envoy_response_headers: cfg.envoy_response_headers,
             envoy_dynamic_metadata: cfg.envoy_dynamic_metadata,
+            algorithm: cfg.algorithm,
+            runtime: {
+                if cfg.algorithm != self.algorithm {
+                    // runtime limits take the algorithm's shape: read them again
+                    self.runtime.forget_all();
+                }
+                self.runtime.clone()
+            },
         }
     }
 }

@@ -32,10 +32,19 @@ pub enum Scope {
     Admin,
     /// `GET /metrics`.
     Metrics,
+    /// Set and remove keys' runtime limits (`PUT`/`DELETE …/keys/{key}/limits`); read
+    /// them, as `admin` may too.
+    Limits,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 4] = [Scope::Count, Scope::Decide, Scope::Admin, Scope::Metrics];
+    pub const ALL: [Scope; 5] = [
+        Scope::Count,
+        Scope::Decide,
+        Scope::Admin,
+        Scope::Metrics,
+        Scope::Limits,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -43,6 +52,7 @@ impl Scope {
             Scope::Decide => "decide",
             Scope::Admin => "admin",
             Scope::Metrics => "metrics",
+            Scope::Limits => "limits",
         }
     }
 }

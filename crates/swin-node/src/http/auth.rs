@@ -16,21 +16,34 @@ use crate::config::{AuthConfig, Scope, Token};
 use crate::error::Error;
 use crate::state::AppState;
 
-/// `router`'s routes require `scope` (when the node has `[auth]`).
+/// Who made a request: the name of the token it carried, `anonymous` without `[auth]`
+/// (for the log of runtime limit changes).
+#[derive(Debug, Clone)]
+pub struct Caller(pub Arc<str>);
+
+impl Caller {
+    /// The caller of a request (`anonymous` when no token was checked).
+    pub fn of(req: &axum::http::Extensions) -> Arc<str> {
+        req.get::<Caller>()
+            .map_or_else(|| Arc::from("anonymous"), |c| c.0.clone())
+    }
+}
+
+/// `router`'s routes require one of `scopes` (when the node has `[auth]`).
 pub(super) fn guard(
     router: Router<Arc<AppState>>,
     state: &Arc<AppState>,
-    scope: Scope,
+    scopes: &'static [Scope],
 ) -> Router<Arc<AppState>> {
     router.route_layer(middleware::from_fn_with_state(
-        (state.clone(), scope),
+        (state.clone(), scopes),
         authorize,
     ))
 }
 
 async fn authorize(
-    State((state, scope)): State<(Arc<AppState>, Scope)>,
-    req: Request,
+    State((state, scopes)): State<(Arc<AppState>, &'static [Scope])>,
+    mut req: Request,
     next: Next,
 ) -> Response {
     let auth = state.auth.load();
@@ -42,9 +55,11 @@ async fn authorize(
         .get::<MatchedPath>()
         .map_or("unmatched", MatchedPath::as_str)
         .to_owned();
-    match check(auth, req.headers(), scope) {
+    match check(auth, req.headers(), scopes) {
         Ok(token) => {
             state.metrics.auth(&token.name, "allowed");
+            req.extensions_mut()
+                .insert(Caller(Arc::from(token.name.as_str())));
             next.run(req).await
         }
         Err(Denied::Missing) => {
@@ -59,16 +74,20 @@ async fn authorize(
         }
         Err(Denied::Scope(token)) => {
             state.metrics.auth(&token.name, "forbidden");
+            let wanted = scopes
+                .iter()
+                .map(|s| format!("{:?}", s.name()))
+                .collect::<Vec<_>>()
+                .join(" or ");
             warn!(
                 token = token.name,
-                scope = scope.name(),
+                scope = wanted,
                 route,
                 "token lacks the scope"
             );
             Error::Forbidden(format!(
-                "token {:?} does not have the {:?} scope",
+                "token {:?} does not have the {wanted} scope",
                 token.name,
-                scope.name()
             ))
             .into_response()
         }
@@ -79,13 +98,13 @@ async fn authorize(
 fn check<'a>(
     auth: &'a AuthConfig,
     headers: &HeaderMap,
-    scope: Scope,
+    scopes: &[Scope],
 ) -> Result<&'a Token, Denied<'a>> {
     check_authorization(
         auth,
         headers
             .get(axum::http::header::AUTHORIZATION)
             .map(|v| v.as_bytes()),
-        scope,
+        scopes,
     )
 }

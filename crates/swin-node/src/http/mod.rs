@@ -8,6 +8,7 @@ mod counting;
 mod decisions;
 pub mod error;
 mod extract;
+mod limits;
 pub mod server;
 
 use std::sync::Arc;
@@ -47,13 +48,16 @@ impl Route {
     }
 }
 
-/// Each area's routes and the scope they need (`None`: open to every client).
-fn areas() -> Vec<(Vec<Route>, Option<Scope>)> {
+/// Each area's routes and the scopes that open them, any one of them (`None`: open to
+/// every client).
+fn areas() -> Vec<(Vec<Route>, Option<&'static [Scope]>)> {
     vec![
-        (counting::routes(), Some(Scope::Count)),
-        (decisions::routes(), Some(Scope::Decide)),
-        (admin::operate(), Some(Scope::Admin)),
-        (admin::metrics_route(), Some(Scope::Metrics)),
+        (counting::routes(), Some(&[Scope::Count])),
+        (decisions::routes(), Some(&[Scope::Decide])),
+        (admin::operate(), Some(&[Scope::Admin])),
+        (admin::metrics_route(), Some(&[Scope::Metrics])),
+        (limits::writes(), Some(&[Scope::Limits])),
+        (limits::reads(), Some(&[Scope::Limits, Scope::Admin])),
         (admin::open(), None),
     ]
 }
@@ -75,7 +79,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             .into_iter()
             .fold(Router::new(), |r, route| r.route(route.path, route.handler));
         router = router.merge(match scope {
-            Some(scope) => auth::guard(area, &state, scope),
+            Some(scopes) => auth::guard(area, &state, scopes),
             None => area,
         });
     }

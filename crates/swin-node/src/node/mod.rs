@@ -168,6 +168,11 @@ impl Node {
         let sync = &r.namespace.sync;
         let now = swin_sync::now();
         let name = &r.config.name;
+        // where this node's reading of runtime limit changes starts (before it serves,
+        // so no change made while it starts goes unseen)
+        if let Err(e) = r.namespace.runtime.catch_up(sync).await {
+            warn!(namespace = &r.config.name, cause = %e, "runtime limits wait for the store");
+        }
         match tokio::time::timeout(self.config.store_timeout, sync.warm_up(now)).await {
             Ok(Ok(n)) => info!(namespace = name, totals = n, "warmed up from the store"),
             Ok(Err(e)) => {
@@ -183,6 +188,20 @@ impl Node {
     fn start_engine(&self, r: &mut Running) {
         let engine = r.namespace.sync.clone();
         r.engine = Some(self.tracker.spawn(engine.run(r.cancel.clone())));
+        // runtime limits: every sync period, or at once where hits wait on the store
+        let ns = &r.namespace;
+        let period = match ns.sync.mode() {
+            _ if ns.counts_in_the_store() => crate::runtime_limits::QUICK_WATCH,
+            swin_sync::SyncMode::Periodic(p) => p,
+            swin_sync::SyncMode::Synchronous => crate::runtime_limits::QUICK_WATCH,
+            swin_sync::SyncMode::LocalOnly => std::time::Duration::from_secs(1),
+        };
+        self.tracker.spawn(crate::runtime_limits::watch(
+            ns.runtime.clone(),
+            ns.sync.clone(),
+            period,
+            r.cancel.clone(),
+        ));
     }
 
     /// Stops a namespace no longer served (see [`retire`]), waiting for its requests up to

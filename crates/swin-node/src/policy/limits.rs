@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use swin_core::{Gcra, WindowAlgorithm, WindowLimit, WindowSize};
 
 use super::algorithm::Algorithm;
 use super::FieldError;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimit {
     window_size: i64,
@@ -21,12 +21,70 @@ pub struct RawLimit {
 }
 
 /// `gcra = { burst = 300, count = 300, period = "180m" }` (Boulder's limit).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawGcra {
     burst: i64,
     count: i64,
     period: String,
+}
+
+/// One key's limits as set at run time and kept in the store: window limits, or a GCRA
+/// bucket on a GCRA namespace — the shapes a namespace takes.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKeyLimits {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<RawLimit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcra: Option<RawGcra>,
+}
+
+impl RawKeyLimits {
+    /// The raw form of validated limits (what an answer shows of the config's).
+    pub fn of(limits: &KeyLimits) -> RawKeyLimits {
+        match limits {
+            KeyLimits::Windows(set) => RawKeyLimits {
+                limits: set
+                    .iter()
+                    .map(|l| RawLimit {
+                        window_size: i64::from(l.window.secs()),
+                        limit: l.limit,
+                    })
+                    .collect(),
+                gcra: None,
+            },
+            KeyLimits::Gcra(g) => RawKeyLimits {
+                limits: Vec::new(),
+                gcra: Some(RawGcra {
+                    burst: g.burst(),
+                    count: g.count(),
+                    period: humantime::format_duration(g.period()).to_string(),
+                }),
+            },
+        }
+    }
+
+    /// Validates them for a namespace of `algorithm` and window `sizes`, as the file's
+    /// overrides are: a limit the namespace could not hold is an error naming the field.
+    pub fn validate(
+        &self,
+        algorithm: Algorithm,
+        sizes: &[WindowSize],
+    ) -> Result<KeyLimits, FieldError> {
+        let window = algorithm.window();
+        key_limits(window, sizes, "", &self.limits, self.gcra.as_ref())?.ok_or_else(|| match window
+        {
+            Some(_) => (
+                "limits".into(),
+                "needs at least one limit: [{\"window_size\": …, \"limit\": …}]".into(),
+            ),
+            None => (
+                "gcra".into(),
+                "a \"gcra\" namespace takes {\"gcra\": {\"burst\", \"count\", \"period\"}}".into(),
+            ),
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]

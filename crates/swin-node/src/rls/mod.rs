@@ -40,6 +40,7 @@ use crate::policy::headers::RateLimitHeaders;
 use crate::policy::keys;
 use crate::policy::limits::KeyLimits;
 use crate::policy::rules::{self, Found, Rule, RuleLimit};
+use crate::runtime_limits::Effective;
 use crate::state::AppState;
 
 mod incoming;
@@ -164,7 +165,7 @@ fn authorize(state: &AppState, req: Request<()>) -> Result<Request<()>, Status> 
     };
     let scope = crate::config::Scope::Decide;
     let value = req.metadata().get("authorization").map(|v| v.as_bytes());
-    match check_authorization(auth, value, scope) {
+    match check_authorization(auth, value, &[scope]) {
         Ok(token) => {
             state.metrics.auth(&token.name, "allowed");
             Ok(req)
@@ -203,7 +204,33 @@ struct Take<'r> {
     key: String,
     cost: f64,
     rule: &'r Rule,
-    limits: &'r KeyLimits,
+    /// The rule's limits, or the runtime limits set on the descriptor's counter key.
+    limits: Effective<'r>,
+}
+
+impl Take<'_> {
+    /// The descriptor's status after `d`: the rule's, showing the runtime limit in
+    /// `current_limit` when one replaced the rule's (its first window, in Envoy's unit
+    /// of that length; UNKNOWN for another length).
+    fn status(&self, d: &Decision, denied: bool) -> DescriptorStatus {
+        let mut status = descriptor_status(self.rule, d, denied);
+        if let (Effective::Runtime(r), Some(current)) = (&self.limits, &mut status.current_limit) {
+            match &r.limits {
+                KeyLimits::Windows(w) => {
+                    if let Some(first) = w.first() {
+                        current.requests_per_unit = first.limit.min(f64::from(u32::MAX)) as u32;
+                        current.unit =
+                            crate::policy::rules::unit_of(u64::from(first.window.secs()));
+                    }
+                }
+                KeyLimits::Gcra(g) => {
+                    current.requests_per_unit = g.count().clamp(0, i64::from(u32::MAX)) as u32;
+                    current.unit = crate::policy::rules::unit_of(g.period().as_secs());
+                }
+            }
+        }
+        status
+    }
 }
 
 /// One request descriptor, checked.
@@ -435,7 +462,7 @@ impl Rls {
                 },
                 cost,
                 rule,
-                limits,
+                limits: Effective::Config(limits),
             });
         }
         // One request, one admission: the keys this node holds nothing for are read in
@@ -444,10 +471,25 @@ impl Rls {
         // nothing on any descriptor.
         let keys: Vec<&str> = takes.iter().map(|t| t.key.as_str()).collect();
         ns.first_touch(&keys, true).await;
+        // runtime limits set on a descriptor's counter key replace its rule's limits
+        takes.retain_mut(|t| {
+            let Effective::Config(rule_limits) = t.limits else {
+                return true;
+            };
+            t.limits = ns.effective(&t.key, rule_limits);
+            if t.limits.check_cost(t.cost).is_ok() {
+                return true;
+            }
+            // more hits at once than the runtime limit allows in all
+            let denied = !t.rule.shadow;
+            over |= denied;
+            statuses[t.at] = Some(t.status(&blocked(), denied));
+            false
+        });
         let verdicts = futures_util::future::join_all(
             takes
                 .iter()
-                .map(|t| take_under(ns, &t.key, t.limits, t.cost, false, count_denied)),
+                .map(|t| take_under(ns, &t.key, &t.limits, t.cost, false, count_denied)),
         )
         .await;
         let failed = verdicts.iter().find_map(|v| match v {
@@ -467,9 +509,9 @@ impl Rls {
                     remaining: 0.0,
                     ..v.decision
                 };
-                statuses[t.at] = Some(descriptor_status(t.rule, &spent, denied));
+                statuses[t.at] = Some(t.status(&spent, denied));
             } else {
-                statuses[t.at] = Some(descriptor_status(t.rule, &v.decision, denied));
+                statuses[t.at] = Some(t.status(&v.decision, denied));
             }
             let stricter = worst
                 .as_ref()
@@ -486,7 +528,7 @@ impl Rls {
                 if let Ok(v) = v {
                     if v.allowed() {
                         let before = v.given_back(t.cost).decision;
-                        statuses[t.at] = Some(descriptor_status(t.rule, &before, false));
+                        statuses[t.at] = Some(t.status(&before, false));
                     }
                 }
             }
@@ -496,7 +538,7 @@ impl Rls {
                 .iter()
                 .zip(&verdicts)
                 .filter(|(_, v)| matches!(v, Ok(v) if v.allowed()))
-                .map(|(t, _)| give_back_under(ns, &t.key, t.limits, t.cost));
+                .map(|(t, _)| give_back_under(ns, &t.key, &t.limits, t.cost));
             let back: Result<(), Error> = futures_util::future::join_all(back)
                 .await
                 .into_iter()

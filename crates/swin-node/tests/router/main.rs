@@ -5,6 +5,7 @@
 
 mod counting;
 mod decisions;
+mod limits;
 mod operating;
 
 use std::sync::Arc;

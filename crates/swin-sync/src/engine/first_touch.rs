@@ -104,7 +104,7 @@ impl NamespaceSync {
     }
 
     /// Whether any table or the buckets hold `key`.
-    fn holds(&self, key: &str) -> bool {
+    pub(super) fn holds(&self, key: &str) -> bool {
         self.counters.tables().iter().any(|t| t.contains(key))
             || (self.buckets && self.counters.buckets().contains(key))
     }

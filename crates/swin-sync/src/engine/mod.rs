@@ -9,6 +9,7 @@
 
 mod first_touch;
 mod gcra;
+mod limits;
 mod periodic;
 mod quota;
 mod status;

@@ -1,0 +1,303 @@
+//! Keys' limits set at run time (scope `limits` to change them, `limits` or `admin` to
+//! read them):
+//!
+//! - `PUT /v1/namespaces/{namespace}/keys/{key}/limits` — `{"limits": [{"window_size":
+//!   60, "limit": 3}]}` (or `{"gcra": {"burst", "count", "period"}}` on a GCRA
+//!   namespace), optionally `"expires_in"` seconds: the key's limits from now on, on
+//!   every node (see [`crate::runtime_limits`]); answers the key's limits.
+//! - `GET` the same path: the key's limits and where they come from (`override`, or
+//!   `config` for the namespace's limits and the file's overrides).
+//! - `DELETE` it: the config's limits again.
+//! - `GET /v1/namespaces/{namespace}/limits?after=KEY&count=N`: runtime limits in key
+//!   order.
+//!
+//! Keys are counter keys, so a runtime limit on `key=value|…` applies to that Envoy
+//! descriptor. Every change is logged with the token's name and counted.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::Extensions;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use swin_core::UnixMs;
+use swin_sync::store::StoredLimit;
+use tracing::info;
+
+use super::auth::Caller;
+use super::extract::{ApiPath, JsonBody};
+use super::Route;
+use crate::error::Error;
+use crate::policy::input::check_key;
+use crate::policy::limits::{RawGcra, RawKeyLimits, RawLimit};
+use crate::runtime_limits::RuntimeLimit;
+use crate::state::{AppState, Namespace};
+
+const KEY_LIMITS: &str = "/v1/namespaces/{namespace}/keys/{key}/limits";
+
+/// What the `limits` scope alone opens: changing a key's limits.
+pub(super) fn writes() -> Vec<Route> {
+    vec![
+        Route::new("PUT", KEY_LIMITS, put(set)),
+        Route::new("DELETE", KEY_LIMITS, axum::routing::delete(remove)),
+    ]
+}
+
+/// What `limits` or `admin` opens: reading them.
+pub(super) fn reads() -> Vec<Route> {
+    vec![
+        Route::new("GET", KEY_LIMITS, get(show)),
+        Route::new("GET", "/v1/namespaces/{namespace}/limits", get(list)),
+    ]
+}
+
+/// The longest `expires_in`: ten years.
+const MAX_EXPIRES_IN_SECS: f64 = 10.0 * 365.0 * 86_400.0;
+
+/// Keys a list answers at most (and by default, 100).
+const MAX_LIST: usize = 1_000;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetBody {
+    #[serde(default)]
+    limits: Vec<RawLimit>,
+    gcra: Option<RawGcra>,
+    expires_in: Option<f64>,
+}
+
+/// A key's limits as answered.
+#[derive(Debug, Serialize)]
+struct KeyAnswer {
+    namespace: String,
+    key: String,
+    /// `override` (set at run time) or `config`.
+    source: &'static str,
+    limits: Vec<RawLimit>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gcra: Option<RawGcra>,
+    /// Unix seconds when an override lapses; `null`: never (or from the config).
+    expires_at: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    set_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    set_at: Option<f64>,
+    /// Where overrides of this namespace are kept: `store` (every node holds them) or
+    /// `node` (a namespace without a store: this node only).
+    kept: &'static str,
+}
+
+fn secs(t: UnixMs) -> f64 {
+    t.0 as f64 / 1e3
+}
+
+fn kept(ns: &Namespace) -> &'static str {
+    if ns.sync.keeps_limits_in_store() {
+        "store"
+    } else {
+        "node"
+    }
+}
+
+/// The key's answer from its runtime limits, or from the config's when it has none.
+fn answer(
+    ns: &Namespace,
+    namespace: &str,
+    key: &str,
+    runtime: Option<&StoredLimit>,
+) -> Result<KeyAnswer, Error> {
+    let base = |source, raw: RawKeyLimits| KeyAnswer {
+        namespace: namespace.to_owned(),
+        key: key.to_owned(),
+        source,
+        limits: raw.limits,
+        gcra: raw.gcra,
+        expires_at: None,
+        set_by: None,
+        set_at: None,
+        kept: kept(ns),
+    };
+    Ok(match runtime {
+        Some(stored) => {
+            let raw: RawKeyLimits =
+                serde_json::from_str(&stored.limits).map_err(|_| Error::Internal)?;
+            KeyAnswer {
+                expires_at: stored.expires_at.map(secs),
+                set_by: Some(stored.set_by.clone()),
+                set_at: Some(secs(stored.set_at)),
+                ..base("override", raw)
+            }
+        }
+        None => {
+            let config = ns
+                .limits
+                .as_ref()
+                .map(|l| RawKeyLimits::of(l.for_key(key)))
+                // a namespace of descriptor rules: the descriptor's rule decides
+                .unwrap_or_default();
+            base("config", config)
+        }
+    })
+}
+
+/// The namespace, if runtime limits can decide in it (it has limits or descriptor
+/// rules), and the key, checked.
+fn target(state: &AppState, namespace: &str, key: &str) -> Result<Arc<Namespace>, Error> {
+    check_key(key)?;
+    let ns = state.namespace(namespace)?;
+    if ns.limits.is_none() && ns.rules.is_none() {
+        return Err(Error::BadRequest(format!(
+            "namespace {namespace:?} has no limits to decide against: runtime limits need a namespace with limits or descriptor rules"
+        )));
+    }
+    Ok(ns)
+}
+
+async fn set(
+    State(state): State<Arc<AppState>>,
+    ApiPath((namespace, key)): ApiPath<(String, String)>,
+    extensions: Extensions,
+    JsonBody(body): JsonBody<SetBody>,
+) -> Result<Response, Error> {
+    let ns = target(&state, &namespace, &key)?;
+    let raw = RawKeyLimits {
+        limits: body.limits,
+        gcra: body.gcra,
+    };
+    let sizes: Vec<_> = ns.sync.counters().window_sizes().collect();
+    let limits = raw
+        .validate(ns.algorithm, &sizes)
+        .map_err(|(field, why)| Error::BadRequest(format!("{field}: {why}")))?;
+    let now = swin_sync::now();
+    let expires_at = match body.expires_in {
+        None => None,
+        Some(s) if s.is_finite() && s > 0.0 && s <= MAX_EXPIRES_IN_SECS => {
+            Some(UnixMs(now.0 + (s * 1e3).ceil() as i64))
+        }
+        Some(s) => return Err(Error::BadRequest(format!(
+            "expires_in: {s} is not a number of seconds above 0 and at most {MAX_EXPIRES_IN_SECS}"
+        ))),
+    };
+    let caller = Caller::of(&extensions);
+    let stored = StoredLimit {
+        key: key.clone(),
+        limits: serde_json::to_string(&raw).map_err(|_| Error::Internal)?,
+        expires_at,
+        set_by: caller.to_string(),
+        set_at: now,
+    };
+    ns.sync
+        .put_limit(&stored)
+        .await
+        .map_err(|e| Error::store(&e, "runtime limits not set"))?;
+    info!(
+        namespace,
+        key,
+        by = &*caller,
+        limits = stored.limits,
+        expires_at = expires_at.map(|t| t.0),
+        "runtime limits set"
+    );
+    state.metrics.limit_change(&namespace, "set");
+    let body = answer(&ns, &namespace, &key, Some(&stored))?;
+    ns.runtime
+        .remember(&key, Some(RuntimeLimit { limits, stored }));
+    Ok(Json(body).into_response())
+}
+
+async fn remove(
+    State(state): State<Arc<AppState>>,
+    ApiPath((namespace, key)): ApiPath<(String, String)>,
+    extensions: Extensions,
+) -> Result<Response, Error> {
+    let ns = target(&state, &namespace, &key)?;
+    let had = if ns.sync.keeps_limits_in_store() {
+        ns.sync
+            .delete_limit(&key)
+            .await
+            .map_err(|e| Error::store(&e, "runtime limits not deleted"))?
+    } else {
+        ns.runtime.get(&key, swin_sync::now()).is_some()
+    };
+    ns.runtime.remember(&key, None);
+    if had {
+        let caller = Caller::of(&extensions);
+        info!(namespace, key, by = &*caller, "runtime limits deleted");
+        state.metrics.limit_change(&namespace, "deleted");
+    }
+    let mut body =
+        serde_json::to_value(answer(&ns, &namespace, &key, None)?).map_err(|_| Error::Internal)?;
+    body["deleted"] = had.into();
+    Ok(Json(body).into_response())
+}
+
+async fn show(
+    State(state): State<Arc<AppState>>,
+    ApiPath((namespace, key)): ApiPath<(String, String)>,
+) -> Result<Response, Error> {
+    let ns = target(&state, &namespace, &key)?;
+    let now = swin_sync::now();
+    // what the store holds now (this node may not serve the key); without a store, what
+    // this node holds
+    let stored = if ns.sync.keeps_limits_in_store() {
+        ns.sync
+            .read_limits(&[key.as_str()])
+            .await
+            .map_err(|e| Error::store(&e, "runtime limits not read"))?
+            .into_iter()
+            .find(|l| l.live_at(now))
+    } else {
+        ns.runtime.get(&key, now).map(|r| r.stored.clone())
+    };
+    Ok(Json(answer(&ns, &namespace, &key, stored.as_ref())?).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    after: Option<String>,
+    count: Option<String>,
+}
+
+async fn list(
+    State(state): State<Arc<AppState>>,
+    ApiPath(namespace): ApiPath<String>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, Error> {
+    let Query(query) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
+    let ns = state.namespace(&namespace)?;
+    let count = match query.count.as_deref() {
+        None => 100,
+        Some(c) => match c.parse::<usize>() {
+            Ok(n) if (1..=MAX_LIST).contains(&n) => n,
+            _ => {
+                return Err(Error::BadRequest(format!(
+                    "count: {c:?} is not a whole number from 1 to {MAX_LIST}"
+                )))
+            }
+        },
+    };
+    let now = swin_sync::now();
+    let page = if ns.sync.keeps_limits_in_store() {
+        ns.sync
+            .list_limits(query.after.as_deref(), count, now)
+            .await
+            .map_err(|e| Error::store(&e, "runtime limits not listed"))?
+    } else {
+        ns.runtime.list(query.after.as_deref(), count, now)
+    };
+    let next = (page.len() == count).then(|| page.last().map(|l| l.key.clone()));
+    let items = page
+        .iter()
+        .map(|l| answer(&ns, &namespace, &l.key, Some(l)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Json(serde_json::json!({
+        "namespace": namespace,
+        "limits": items,
+        "next": next.flatten(),
+        "kept": kept(&ns),
+    }))
+    .into_response())
+}

@@ -1,0 +1,328 @@
+//! Limits set per key at run time (`PUT …/keys/{key}/limits`): kept in the namespace's
+//! store, held by a node only for the keys it serves.
+//!
+//! A node reads a key's runtime limits the first time it is asked about the key (with
+//! the first touch of its counts, in one store call for all the keys of a request) and
+//! remembers the answer, "none" included, while it serves the key: a node serving ten
+//! thousand keys holds ten thousand entries whatever the store holds. A watcher per
+//! namespace asks the store which keys changed since it last asked — every sync period,
+//! or every [`QUICK_WATCH`] for namespaces whose hits wait on the store — and forgets
+//! those, so the next request reads them again. It also forgets the keys the node no
+//! longer serves. A namespace without a store keeps its runtime limits on this node only.
+//!
+//! A read that started before a change and lands after the watcher saw it is not kept
+//! (the entries' generation moved): a node never keeps limits older than a change it saw.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use swin_core::UnixMs;
+use swin_sync::store::StoredLimit;
+use swin_sync::NamespaceSync;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::policy::algorithm::Algorithm;
+use crate::policy::limits::{KeyLimits, RawKeyLimits};
+
+/// How often namespaces whose hits wait on the store (synchronous, strict) ask for
+/// changes.
+pub const QUICK_WATCH: Duration = Duration::from_millis(50);
+
+/// How often the watcher forgets the keys the node no longer serves.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// A key's runtime limits, validated for its namespace.
+#[derive(Debug)]
+pub struct RuntimeLimit {
+    pub limits: KeyLimits,
+    pub stored: StoredLimit,
+}
+
+#[derive(Debug, Clone)]
+enum Cached {
+    /// The store holds none for the key.
+    Absent,
+    Set(Arc<RuntimeLimit>),
+}
+
+/// The limits a key is decided against: the config's, or its runtime limits.
+#[derive(Debug, Clone)]
+pub enum Effective<'a> {
+    Config(&'a KeyLimits),
+    Runtime(Arc<RuntimeLimit>),
+}
+
+impl std::ops::Deref for Effective<'_> {
+    type Target = KeyLimits;
+    fn deref(&self) -> &KeyLimits {
+        match self {
+            Effective::Config(l) => l,
+            Effective::Runtime(r) => &r.limits,
+        }
+    }
+}
+
+/// One namespace's runtime limits on this node (shared by the namespace's versions
+/// across reloads that keep its counters).
+#[derive(Debug, Default)]
+pub struct RuntimeLimits {
+    entries: papaya::HashMap<String, Cached>,
+    /// Entries that hold limits: while there is none, a lookup costs one atomic load.
+    set: AtomicUsize,
+    /// Moves whenever the watcher forgets keys: a read that began before it is not kept.
+    generation: AtomicU64,
+    /// The store's change cursor this node has read up to.
+    cursor: Mutex<Option<String>>,
+    changes_seen: AtomicU64,
+}
+
+impl RuntimeLimits {
+    /// The key's runtime limits, if it has live ones this node knows of.
+    pub fn get(&self, key: &str, now: UnixMs) -> Option<Arc<RuntimeLimit>> {
+        if self.set.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        match self.entries.pin().get(key) {
+            Some(Cached::Set(r)) if r.stored.live_at(now) => Some(r.clone()),
+            _ => None,
+        }
+    }
+
+    /// What `key` is decided against: its runtime limits, else `config`.
+    pub fn effective<'a>(&self, key: &str, config: &'a KeyLimits) -> Effective<'a> {
+        match self.get(key, swin_sync::now()) {
+            Some(r) => Effective::Runtime(r),
+            None => Effective::Config(config),
+        }
+    }
+
+    fn insert(&self, key: String, value: Cached) {
+        let is_set = matches!(value, Cached::Set(_));
+        let old = self.entries.pin().insert(key, value).cloned();
+        let was_set = matches!(old, Some(Cached::Set(_)));
+        match (was_set, is_set) {
+            (false, true) => {
+                self.set.fetch_add(1, Ordering::Relaxed);
+            }
+            (true, false) => {
+                self.set.fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+
+    fn forget(&self, key: &str) {
+        if let Some(Cached::Set(_)) = self.entries.pin().remove(key) {
+            self.set.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Keeps limits this node just set or removed (the writer applies them at once).
+    pub fn remember(&self, key: &str, limit: Option<RuntimeLimit>) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        let value = limit.map_or(Cached::Absent, |l| Cached::Set(Arc::new(l)));
+        self.insert(key.to_owned(), value);
+    }
+
+    /// Forgets every entry (the namespace's limits changed shape on a reload, or the
+    /// store's log no longer reaches back to this node's cursor).
+    pub fn forget_all(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.entries.pin().clear();
+        self.set.store(0, Ordering::Relaxed);
+    }
+
+    /// This node's live runtime limits in key order after `after`, at most `count` (a
+    /// namespace without a store, where this node holds them all).
+    pub fn list(&self, after: Option<&str>, count: usize, now: UnixMs) -> Vec<StoredLimit> {
+        let mut out: Vec<StoredLimit> = self
+            .entries
+            .pin()
+            .iter()
+            .filter_map(|(k, v)| match v {
+                Cached::Set(r) if r.stored.live_at(now) && after.is_none_or(|a| k.as_str() > a) => {
+                    Some(r.stored.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out.truncate(count);
+        out
+    }
+
+    /// Entries held, and of those, entries with limits.
+    pub fn held(&self) -> (usize, usize) {
+        (self.entries.len(), self.set.load(Ordering::Relaxed))
+    }
+
+    /// Changes of other nodes this node has read from the store.
+    pub fn changes_seen(&self) -> u64 {
+        self.changes_seen.load(Ordering::Relaxed)
+    }
+
+    /// Before a request decides `keys`: reads the runtime limits of those this node
+    /// holds nothing for, in one store call, bounded by the store timeout. When the
+    /// store cannot answer (or is known to be failing) the keys go on under the config's
+    /// limits and are asked about again by the next request.
+    pub async fn first_touch(&self, sync: &NamespaceSync, algorithm: Algorithm, keys: &[&str]) {
+        if !sync.keeps_limits_in_store() {
+            return;
+        }
+        let missing: Vec<&str> = {
+            let entries = self.entries.pin();
+            keys.iter()
+                .copied()
+                .filter(|k| !entries.contains_key(*k))
+                .collect()
+        };
+        if missing.is_empty() || sync.store_failing() {
+            return;
+        }
+        if self
+            .cursor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+        {
+            // the watcher has not read the store's change cursor yet: a change between
+            // this read and that cursor would go unseen, so nothing is kept until then
+            return;
+        }
+        let generation = self.generation.load(Ordering::SeqCst);
+        let read = match sync.read_limits(&missing).await {
+            Ok(read) => read,
+            Err(e) => {
+                debug!(namespace = sync.name(), cause = %e, "runtime limits not read; the config's apply");
+                return;
+            }
+        };
+        let sizes: Vec<_> = sync.counters().window_sizes().collect();
+        for &key in &missing {
+            let value = match read.iter().find(|l| l.key == key) {
+                None => Cached::Absent,
+                Some(stored) => match parse(stored, algorithm, &sizes) {
+                    Some(limits) => Cached::Set(Arc::new(RuntimeLimit {
+                        limits,
+                        stored: stored.clone(),
+                    })),
+                    None => {
+                        warn!(
+                            namespace = sync.name(),
+                            key,
+                            "stored runtime limits this namespace cannot hold; the config's apply"
+                        );
+                        Cached::Absent
+                    }
+                },
+            };
+            self.insert(key.to_owned(), value);
+        }
+        if self.generation.load(Ordering::SeqCst) != generation {
+            // keys were forgotten while this read was out: what it read may predate a
+            // change, so it is not kept (the watcher bumps the generation before it
+            // forgets, so either it forgets these entries or this check sees it)
+            for key in missing {
+                self.forget(key);
+            }
+        }
+    }
+
+    /// Asks the store for changes and forgets the changed keys; forgets everything when
+    /// the store's log no longer reaches back. Returns the keys forgotten.
+    pub async fn catch_up(&self, sync: &NamespaceSync) -> Result<usize, swin_sync::StoreError> {
+        let since = self
+            .cursor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let changes = sync.limit_changes(since.as_deref()).await?;
+        let forgotten = if !changes.complete {
+            let n = self.entries.len();
+            self.forget_all();
+            n
+        } else if changes.keys.is_empty() {
+            0
+        } else {
+            self.generation.fetch_add(1, Ordering::SeqCst);
+            for k in &changes.keys {
+                self.forget(k);
+            }
+            self.changes_seen
+                .fetch_add(changes.keys.len() as u64, Ordering::Relaxed);
+            changes.keys.len()
+        };
+        *self.cursor.lock().unwrap_or_else(|p| p.into_inner()) = Some(changes.cursor);
+        Ok(forgotten)
+    }
+
+    /// Forgets the entries of keys the node no longer serves, and lapsed limits.
+    pub fn sweep(&self, sync: &NamespaceSync, now: UnixMs) {
+        let stale: Vec<String> = self
+            .entries
+            .pin()
+            .iter()
+            .filter(|(k, v)| match v {
+                Cached::Set(r) if !r.stored.live_at(now) => true,
+                _ => sync.keeps_limits_in_store() && !sync.serves(k),
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in stale {
+            self.forget(&k);
+        }
+    }
+}
+
+/// Stored limits read back as the namespace's limits; `None` when it cannot hold them
+/// (its window sizes or algorithm changed since they were set).
+pub fn parse(
+    stored: &StoredLimit,
+    algorithm: Algorithm,
+    sizes: &[swin_core::WindowSize],
+) -> Option<KeyLimits> {
+    let raw: RawKeyLimits = serde_json::from_str(&stored.limits).ok()?;
+    raw.validate(algorithm, sizes).ok()
+}
+
+/// Keeps a namespace's runtime limits current until `cancel`: catches up with the
+/// store's changes every `period` and sweeps every [`SWEEP_EVERY`].
+pub async fn watch(
+    limits: Arc<RuntimeLimits>,
+    sync: Arc<NamespaceSync>,
+    period: Duration,
+    cancel: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_sweep = tokio::time::Instant::now();
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if sync.keeps_limits_in_store() {
+            match limits.catch_up(&sync).await {
+                Ok(n) => {
+                    if n > 0 {
+                        debug!(namespace = sync.name(), keys = n, "runtime limits changed");
+                    }
+                    failing = false;
+                }
+                Err(e) => {
+                    if !failing {
+                        warn!(namespace = sync.name(), cause = %e, "runtime limit changes not read; retrying");
+                    }
+                    failing = true;
+                }
+            }
+        }
+        if last_sweep.elapsed() >= SWEEP_EVERY {
+            last_sweep = tokio::time::Instant::now();
+            limits.sweep(&sync, swin_sync::now());
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Runtime limits through a namespace's engine: its store, under its name, each call
+//! bounded by its store timeout (a store that hangs costs a timeout, not a request's
+//! life). The node keeps and reads the limits; this only carries them.
+
+use swin_core::UnixMs;
+
+use super::NamespaceSync;
+use crate::store::{LimitChanges, StoredLimit};
+use crate::StoreError;
+
+impl NamespaceSync {
+    /// Whether the namespace keeps runtime limits in a store (otherwise on this node).
+    pub fn keeps_limits_in_store(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// Whether the store is known to be failing (requests answer from what the node
+    /// knows until a sync succeeds): a caller that can do without the store skips it.
+    pub fn store_failing(&self) -> bool {
+        self.skipping_store()
+    }
+
+    /// Sets a key's limits in the store. No store: nothing to do.
+    pub async fn put_limit(&self, limit: &StoredLimit) -> Result<(), StoreError> {
+        match &self.store {
+            Some(store) => self.call(store.put_limit(self.name(), limit)).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Removes a key's limits from the store; false when it had none (or no store).
+    pub async fn delete_limit(&self, key: &str) -> Result<bool, StoreError> {
+        match &self.store {
+            Some(store) => self.call(store.delete_limit(self.name(), key)).await,
+            None => Ok(false),
+        }
+    }
+
+    /// The stored limits of those of `keys` that have some.
+    pub async fn read_limits(&self, keys: &[&str]) -> Result<Vec<StoredLimit>, StoreError> {
+        match &self.store {
+            Some(store) => self.call(store.read_limits(self.name(), keys)).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// A page of the namespace's live limits in key order.
+    pub async fn list_limits(
+        &self,
+        after: Option<&str>,
+        count: usize,
+        now: UnixMs,
+    ) -> Result<Vec<StoredLimit>, StoreError> {
+        match &self.store {
+            Some(store) => {
+                self.call(store.list_limits(self.name(), after, count, now))
+                    .await
+            }
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The keys whose limits changed after `since` (see [`crate::store::Limits`]).
+    pub async fn limit_changes(&self, since: Option<&str>) -> Result<LimitChanges, StoreError> {
+        match &self.store {
+            Some(store) => self.call(store.limit_changes(self.name(), since)).await,
+            None => Ok(LimitChanges {
+                keys: Vec::new(),
+                cursor: String::new(),
+                complete: true,
+            }),
+        }
+    }
+
+    /// Whether any counter table or the buckets hold `key` (a key this node serves).
+    pub fn serves(&self, key: &str) -> bool {
+        self.holds(key)
+    }
+}
