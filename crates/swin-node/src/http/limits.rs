@@ -87,6 +87,9 @@ struct KeyAnswer {
     /// Where overrides of this namespace are kept: `store` (every node holds them) or
     /// `node` (a namespace without a store: this node only).
     kept: &'static str,
+    /// Stored limits this namespace cannot hold, as stored (they do not decide).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ignored: Option<String>,
 }
 
 fn secs(t: UnixMs) -> f64 {
@@ -102,12 +105,10 @@ fn kept(ns: &Namespace) -> &'static str {
 }
 
 /// The key's answer from its runtime limits, or from the config's when it has none.
-fn answer(
-    ns: &Namespace,
-    namespace: &str,
-    key: &str,
-    runtime: Option<&StoredLimit>,
-) -> Result<KeyAnswer, Error> {
+/// Stored limits the namespace cannot hold (written by hand, or set before its window
+/// sizes or algorithm changed) do not decide: the answer is the config's, with
+/// `ignored` saying what was stored.
+fn answer(ns: &Namespace, namespace: &str, key: &str, runtime: Option<&StoredLimit>) -> KeyAnswer {
     let base = |source, raw: RawKeyLimits| KeyAnswer {
         namespace: namespace.to_owned(),
         key: key.to_owned(),
@@ -118,28 +119,30 @@ fn answer(
         set_by: None,
         set_at: None,
         kept: kept(ns),
+        ignored: None,
     };
-    Ok(match runtime {
-        Some(stored) => {
-            let raw: RawKeyLimits =
-                serde_json::from_str(&stored.limits).map_err(|_| Error::Internal)?;
-            KeyAnswer {
-                expires_at: stored.expires_at.map(secs),
-                set_by: Some(stored.set_by.clone()),
-                set_at: Some(secs(stored.set_at)),
-                ..base("override", raw)
-            }
-        }
-        None => {
+    let sizes: Vec<_> = ns.sync.counters().window_sizes().collect();
+    let held = runtime.map(|s| (s, crate::runtime_limits::parse(s, ns.algorithm, &sizes)));
+    match held {
+        Some((stored, Some(limits))) => KeyAnswer {
+            expires_at: stored.expires_at.map(secs),
+            set_by: Some(stored.set_by.clone()),
+            set_at: Some(secs(stored.set_at)),
+            ..base("override", RawKeyLimits::of(&limits))
+        },
+        _ => {
             let config = ns
                 .limits
                 .as_ref()
                 .map(|l| RawKeyLimits::of(l.for_key(key)))
                 // a namespace of descriptor rules: the descriptor's rule decides
                 .unwrap_or_default();
-            base("config", config)
+            KeyAnswer {
+                ignored: held.map(|(stored, _)| stored.limits.clone()),
+                ..base("config", config)
+            }
         }
-    })
+    }
 }
 
 /// The namespace, if runtime limits can decide in it (it has limits or descriptor
@@ -203,7 +206,7 @@ async fn set(
         "runtime limits set"
     );
     state.metrics.limit_change(&namespace, "set");
-    let body = answer(&ns, &namespace, &key, Some(&stored))?;
+    let body = answer(&ns, &namespace, &key, Some(&stored));
     ns.runtime
         .remember(&key, Some(RuntimeLimit { limits, stored }));
     Ok(Json(body).into_response())
@@ -230,7 +233,7 @@ async fn remove(
         state.metrics.limit_change(&namespace, "deleted");
     }
     let mut body =
-        serde_json::to_value(answer(&ns, &namespace, &key, None)?).map_err(|_| Error::Internal)?;
+        serde_json::to_value(answer(&ns, &namespace, &key, None)).map_err(|_| Error::Internal)?;
     body["deleted"] = had.into();
     Ok(Json(body).into_response())
 }
@@ -253,7 +256,7 @@ async fn show(
     } else {
         ns.runtime.get(&key, now).map(|r| r.stored.clone())
     };
-    Ok(Json(answer(&ns, &namespace, &key, stored.as_ref())?).into_response())
+    Ok(Json(answer(&ns, &namespace, &key, stored.as_ref())).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -291,10 +294,10 @@ async fn list(
         ns.runtime.list(query.after.as_deref(), count, now)
     };
     let next = (page.len() == count).then(|| page.last().map(|l| l.key.clone()));
-    let items = page
+    let items: Vec<KeyAnswer> = page
         .iter()
         .map(|l| answer(&ns, &namespace, &l.key, Some(l)))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect();
     Ok(Json(serde_json::json!({
         "namespace": namespace,
         "limits": items,

@@ -12,6 +12,8 @@
 //! - `connections`: silent, slow and half-sent sockets never keep a client out;
 //! - `http`: forwarding headers, keys and refunds as a hostile client sends them, and
 //!   counts as an operator reads them;
+//! - `limits`: runtime limits through a store outage, written by hand, changed by two
+//!   nodes at once;
 //! - `grpc`: Envoy's door takes the same tokens, and no value a client sends turns an
 //!   over-limit answer into an error.
 
@@ -19,6 +21,7 @@ mod connections;
 mod grpc;
 mod http;
 mod integrity;
+mod limits;
 mod reload;
 mod shutdown;
 mod spool;

@@ -66,6 +66,12 @@ impl Limits for PostgresStore {
     async fn delete_limit(&self, namespace: &str, key: &str) -> Result<bool, StoreError> {
         check_key(key)?;
         let mut tx = self.pool().begin().await.map_err(err)?;
+        // the namespace's change row first, as a PUT locks it: the same order, no deadlock
+        sqlx::query("SELECT 1 FROM swin_key_limit_versions WHERE namespace = $1 FOR UPDATE")
+            .bind(namespace)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
         let gone = sqlx::query("DELETE FROM swin_key_limits WHERE namespace = $1 AND key = $2")
             .bind(namespace)
             .bind(key)
