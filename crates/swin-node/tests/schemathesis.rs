@@ -168,8 +168,12 @@ sync_rate = -1
         .args([
             "--max-examples",
             "15",
+            // one worker: with two, schemathesis's coverage phase fails now and then on
+            // its own (CPython's `SystemError: AST constructor recursion depth mismatch`
+            // from two threads building its generators at once), a crash of the tool,
+            // not a finding; one worker runs the same cases in about 6 s
             "--workers",
-            "2",
+            "1",
             "--seed",
             "20261122",
         ])
