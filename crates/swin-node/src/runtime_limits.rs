@@ -196,6 +196,7 @@ impl RuntimeLimits {
             Ok(read) => read,
             Err(e) => {
                 debug!(namespace = sync.name(), cause = %e, "runtime limits not read; the config's apply");
+                sync.store_failed(&e);
                 return;
             }
         };

@@ -20,6 +20,13 @@ impl NamespaceSync {
         self.skipping_store()
     }
 
+    /// A read beside the admission failed: requests answer from what the node knows
+    /// until a sync reaches the store again, as after a failed synchronous call (so a
+    /// request does not wait a second store timeout in its admission).
+    pub fn store_failed(&self, e: &StoreError) {
+        self.trip(e);
+    }
+
     /// Sets a key's limits in the store. No store: nothing to do.
     pub async fn put_limit(&self, limit: &StoredLimit) -> Result<(), StoreError> {
         match &self.store {
