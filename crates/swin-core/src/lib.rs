@@ -15,6 +15,7 @@ mod hold;
 mod namespace;
 mod table;
 mod time;
+pub mod top;
 mod window;
 mod window_limit;
 

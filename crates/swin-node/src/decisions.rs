@@ -180,6 +180,13 @@ pub async fn take_under(
         (false, true) => Spend::Always,
     };
     let a = ns.admission.take(key, quota(limits), cost, spend).await?;
+    if !dry_run {
+        let now = swin_sync::now().secs();
+        ns.heaviest.hits.add(key, cost, now);
+        if !a.decision.allowed {
+            ns.heaviest.denied.add(key, cost, now);
+        }
+    }
     Ok(verdict(limits, a))
 }
 

@@ -23,8 +23,9 @@ pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
 pub struct Metrics {
     http: papaya::HashMap<String, papaya::HashMap<u16, AtomicU64>>,
     increments: papaya::HashMap<String, AtomicU64>,
-    /// Decisions by namespace: denied, allowed.
-    decisions: [papaya::HashMap<String, AtomicU64>; 2],
+    /// Decisions by namespace then rule (the limit or descriptor rule that decided):
+    /// denied, allowed.
+    decisions: [papaya::HashMap<String, papaya::HashMap<String, AtomicU64>>; 2],
     /// Requests on routes that need a token, by token name ("" for none) then outcome.
     auth: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
     /// Envoy rate limit service calls, by domain ("unknown" for no namespace) then code.
@@ -72,13 +73,16 @@ impl Metrics {
         bump(&self.increments, namespace, || namespace.to_owned(), n);
     }
 
-    pub fn decision(&self, namespace: &str, allowed: bool) {
-        bump(
-            &self.decisions[usize::from(allowed)],
-            namespace,
-            || namespace.to_owned(),
-            1,
-        );
+    /// A decision in `namespace` by `rule`: the name of the limit that decided (`60s`,
+    /// `gcra`) or of the descriptor rule. Both come from the config (or a window size of
+    /// it), so the labels do not grow with keys.
+    pub fn decision(&self, namespace: &str, rule: &str, allowed: bool) {
+        let namespaces = self.decisions[usize::from(allowed)].pin();
+        let rules = match namespaces.get(namespace) {
+            Some(r) => r,
+            None => namespaces.get_or_insert_with(namespace.to_owned(), Default::default),
+        };
+        bump(rules, rule, || rule.to_owned(), 1);
     }
 
     /// A `ShouldRateLimit` call answered with `code` (OK, OVER_LIMIT, or the gRPC error).
@@ -115,13 +119,20 @@ impl Metrics {
             ),
             counter_family(
                 "swin_decisions_total",
-                "Limit decisions (/hit, /v1/hits, /v1/auth), by namespace and outcome.",
+                "Limit decisions (/hit, /v1/hits, /v1/auth, Envoy's descriptors), by namespace, rule (the limit or descriptor rule that decided) and outcome.",
                 self.decisions
                     .iter()
                     .zip(["denied", "allowed"])
                     .flat_map(|(map, decision)| {
-                        sorted(map).into_iter().map(move |(n, v)| {
-                            (vec![("namespace", n), ("decision", decision.to_owned())], v)
+                        nested_owned(map).into_iter().map(move |(n, rule, v)| {
+                            (
+                                vec![
+                                    ("namespace", n),
+                                    ("rule", rule),
+                                    ("decision", decision.to_owned()),
+                                ],
+                                v,
+                            )
                         })
                     }),
             ),
@@ -197,6 +208,19 @@ fn nested(
     for (outer, inner) in map.pin().iter() {
         for (k, c) in inner.pin().iter() {
             v.push((outer.clone(), *k, c.load(Ordering::Relaxed)));
+        }
+    }
+    v.sort();
+    v
+}
+
+fn nested_owned(
+    map: &papaya::HashMap<String, papaya::HashMap<String, AtomicU64>>,
+) -> Vec<(String, String, u64)> {
+    let mut v = Vec::new();
+    for (outer, inner) in map.pin().iter() {
+        for (k, c) in inner.pin().iter() {
+            v.push((outer.clone(), k.clone(), c.load(Ordering::Relaxed)));
         }
     }
     v.sort();

@@ -41,6 +41,16 @@ pub struct Namespace {
     /// Limits set per key at run time, for the keys this node serves; shared by the
     /// namespace's versions while its counters are.
     pub runtime: Arc<RuntimeLimits>,
+    /// The heaviest keys of the last minute on this node, shared the same way.
+    pub heaviest: Arc<Heaviest>,
+}
+
+/// A namespace's heaviest keys of the last minute on this node, in fixed memory (see
+/// [`swin_core::top`]): by hits decided (allowed or denied) and by hits denied.
+#[derive(Debug, Default)]
+pub struct Heaviest {
+    pub hits: swin_core::top::TopKeys,
+    pub denied: swin_core::top::TopKeys,
 }
 
 impl Namespace {
@@ -92,6 +102,7 @@ impl Namespace {
             envoy_dynamic_metadata: cfg.envoy_dynamic_metadata,
             algorithm: cfg.algorithm,
             runtime: Arc::default(),
+            heaviest: Arc::default(),
         }
     }
 
@@ -142,6 +153,7 @@ impl Namespace {
                 }
                 self.runtime.clone()
             },
+            heaviest: self.heaviest.clone(),
         }
     }
 }

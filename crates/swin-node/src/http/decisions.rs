@@ -111,7 +111,7 @@ async fn hit(
     let ns = state.namespace(&namespace)?;
     to_the_end(ns.counts_in_the_store() && !body.dry_run, async move {
         let v = take(&ns, &namespace, &key, body.cost, body.dry_run).await?;
-        state.metrics.decision(&namespace, v.allowed());
+        state.metrics.decision(&namespace, &v.policy, v.allowed());
         Ok(respond(&v, &v.policies, status_of(&v), v.answer()))
     })
     .await
@@ -220,8 +220,10 @@ async fn decide_batch(state: Arc<AppState>, body: BatchBody) -> Result<Response,
     let decided = decide_all(&hits, body.dry_run)
         .await
         .map_err(|(i, e)| e.at(&format!("hits[{i}]")))?;
-    for h in &body.hits {
-        state.metrics.decision(&h.namespace, !decided.denied);
+    for (h, v) in body.hits.iter().zip(&decided.verdicts) {
+        state
+            .metrics
+            .decision(&h.namespace, &v.policy, !decided.denied);
     }
     let verdicts: Vec<Verdict> = body
         .hits
@@ -347,7 +349,7 @@ async fn auth(
     };
     to_the_end(ns.counts_in_the_store(), async move {
         let v = take(&ns, &namespace, &key, q.cost, false).await?;
-        state.metrics.decision(&namespace, v.allowed());
+        state.metrics.decision(&namespace, &v.policy, v.allowed());
         let status = if v.allowed() { StatusCode::OK } else { deny };
         Ok(respond(&v, &v.policies, status, v.answer()))
     })

@@ -10,6 +10,8 @@
 //! - `DELETE` it: the config's limits again.
 //! - `GET /v1/namespaces/{namespace}/limits?after=KEY&count=N`: runtime limits in key
 //!   order.
+//! - `GET /v1/namespaces/{namespace}/top?by=denied|hits&count=N`: who is being limited —
+//!   the heaviest keys of the last minute on this node (see [`swin_core::top`]).
 //!
 //! Keys are counter keys, so a runtime limit on `key=value|…` applies to that Envoy
 //! descriptor. Every change is logged with the token's name and counted.
@@ -50,6 +52,7 @@ pub(super) fn reads() -> Vec<Route> {
     vec![
         Route::new("GET", KEY_LIMITS, get(show)),
         Route::new("GET", "/v1/namespaces/{namespace}/limits", get(list)),
+        Route::new("GET", "/v1/namespaces/{namespace}/top", get(top)),
     ]
 }
 
@@ -303,6 +306,65 @@ async fn list(
         "limits": items,
         "next": next.flatten(),
         "kept": kept(&ns),
+    }))
+    .into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopQuery {
+    by: Option<String>,
+    count: Option<String>,
+}
+
+/// Keys a top list answers at most (and by default, 10).
+const MAX_TOP: usize = 100;
+
+/// `GET /v1/namespaces/{namespace}/top?by=denied|hits&count=N`: the heaviest keys of the
+/// last minute on this node, by hits denied (the default) or by hits decided, each with
+/// its count and the most that count can be off by. This node's only: a caller wanting
+/// the cluster's asks every node and adds counts and errors up per key.
+async fn top(
+    State(state): State<Arc<AppState>>,
+    ApiPath(namespace): ApiPath<String>,
+    query: Result<Query<TopQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, Error> {
+    let Query(query) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
+    let ns = state.namespace(&namespace)?;
+    let (by, sketch) = match query.by.as_deref() {
+        None | Some("denied") => ("denied", &ns.heaviest.denied),
+        Some("hits") => ("hits", &ns.heaviest.hits),
+        Some(other) => {
+            return Err(Error::BadRequest(format!(
+                "by: {other:?} is not \"denied\" or \"hits\""
+            )))
+        }
+    };
+    let count = match query.count.as_deref() {
+        None => 10,
+        Some(c) => match c.parse::<usize>() {
+            Ok(n) if (1..=MAX_TOP).contains(&n) => n,
+            _ => {
+                return Err(Error::BadRequest(format!(
+                    "count: {c:?} is not a whole number from 1 to {MAX_TOP}"
+                )))
+            }
+        },
+    };
+    let answer = sketch.top(count, swin_sync::now().secs());
+    let keys: Vec<serde_json::Value> = answer
+        .keys
+        .iter()
+        .map(|h| serde_json::json!({"key": h.key.as_str(), "count": h.count, "error": h.error}))
+        .collect();
+    Ok(Json(serde_json::json!({
+        "namespace": namespace,
+        "by": by,
+        "window_secs": swin_core::top::SLOTS as i64 * swin_core::top::SLOT_SECS,
+        "keys": keys,
+        "total": answer.total,
+        "error_bound": answer.bound,
+        "scope": "node",
     }))
     .into_response())
 }

@@ -500,6 +500,11 @@ impl Rls {
         let mut worst: Option<(&Verdict, bool)> = None;
         for (t, v) in takes.iter().zip(&verdicts) {
             let Ok(v) = v else { continue };
+            // by the rule's name, or (unnamed) by the limit that decided
+            let rule = t.rule.name.as_deref().unwrap_or(&v.policy);
+            self.state
+                .metrics
+                .decision(&req.domain, rule, v.decision.allowed);
             let denied = !v.decision.allowed && !t.rule.shadow;
             over |= denied;
             if count_denied && !v.decision.allowed {

@@ -365,6 +365,19 @@ async fn the_service_answers_as_envoy_expects(store: TestStore) {
         series("unknown", "INVALID_ARGUMENT") && series("unknown", "OK"),
         "{metrics}"
     );
+    // descriptors' decisions by rule: a rule's name, or the window of an unnamed one;
+    // never a descriptor's value
+    let decisions: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("swin_decisions_total{namespace=\"edge\""))
+        .collect();
+    for rule in ["rule=\"per_user\"", "rule=\"60s\""] {
+        assert!(decisions.iter().any(|l| l.contains(rule)), "{rule}: {decisions:?}");
+    }
+    assert!(
+        decisions.iter().all(|l| !l.contains("1.2.3.4") && !l.contains("bob")),
+        "{decisions:?}"
+    );
     assert!(run.node.terminate(), "clean stop");
     let totals = store.totals("edge").await;
     assert_eq!(

@@ -308,3 +308,100 @@ async fn changing_limits_needs_the_limits_scope_and_reading_admin_or_limits() {
         "{v}"
     );
 }
+
+/// Who is limited: the heaviest keys of the last minute by hits denied and by hits,
+/// exact while the keys fit the sketch; decisions counted by the rule that decided.
+#[tokio::test]
+async fn the_heaviest_keys_and_the_rules_that_decided() {
+    let r = router().await;
+    // login allows 5 a minute; vip 50 (the file's override)
+    for (key, n) in [("mallory", 9), ("eve", 7), ("alice", 2), ("vip", 6)] {
+        for _ in 0..n {
+            hit(&r, key, "").await;
+        }
+    }
+    let (s, v) = call(&r, "GET", "/v1/namespaces/login/top", None, "").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["by"], "denied");
+    assert_eq!(v["window_secs"], 60);
+    let keys: Vec<(String, f64, f64)> = v["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .map(|k| {
+            (
+                k["key"].as_str().expect("key").to_owned(),
+                k["count"].as_f64().expect("count"),
+                k["error"].as_f64().expect("error"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        vec![("mallory".into(), 4.0, 0.0), ("eve".into(), 2.0, 0.0)],
+        "{v}"
+    );
+    assert_eq!(v["total"], 6.0);
+    assert_eq!(v["error_bound"], 0.0);
+    let (_, v) = call(
+        &r,
+        "GET",
+        "/v1/namespaces/login/top?by=hits&count=2",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(v["keys"][0]["key"], "mallory");
+    assert_eq!(v["keys"][0]["count"], 9.0);
+    assert_eq!(v["keys"][1]["key"], "eve");
+    assert_eq!(v["keys"].as_array().expect("keys").len(), 2);
+    assert_eq!(v["total"], 24.0);
+    // dry runs decide nothing
+    send(
+        &r,
+        "POST",
+        "/v1/namespaces/login/keys/quiet/hit",
+        &[],
+        r#"{"dry_run":true}"#,
+    )
+    .await;
+    let (_, v) = call(
+        &r,
+        "GET",
+        "/v1/namespaces/login/top?by=hits&count=100",
+        None,
+        "",
+    )
+    .await;
+    assert!(v["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .all(|k| k["key"] != "quiet"));
+    for q in [
+        "by=allowed",
+        "count=0",
+        "count=101",
+        "count=x",
+        "colour=red",
+    ] {
+        let (s, v) = call(
+            &r,
+            "GET",
+            &format!("/v1/namespaces/login/top?{q}"),
+            None,
+            "",
+        )
+        .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{q}: {v}");
+    }
+    let (_, v) = call(&r, "GET", "/metrics", None, "").await;
+    let text = v.as_str().expect("metrics");
+    // 24 hits, 6 denied, and the dry run (a decision, counted nowhere)
+    for line in [
+        "swin_decisions_total{namespace=\"login\",rule=\"60s\",decision=\"allowed\"} 19",
+        "swin_decisions_total{namespace=\"login\",rule=\"60s\",decision=\"denied\"} 6",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+}

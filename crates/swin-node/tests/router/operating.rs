@@ -101,8 +101,8 @@ async fn health_ready_namespaces_and_metrics() {
     let (_, v) = call(&r, "GET", "/metrics", None, "").await;
     let text = v.as_str().expect("text");
     for line in [
-        "swin_decisions_total{namespace=\"orders\",decision=\"allowed\"} 3",
-        "swin_decisions_total{namespace=\"orders\",decision=\"denied\"} 1",
+        "swin_decisions_total{namespace=\"orders\",rule=\"gcra\",decision=\"allowed\"} 3",
+        "swin_decisions_total{namespace=\"orders\",rule=\"gcra\",decision=\"denied\"} 1",
         "swin_buckets{namespace=\"orders\"} 1",
         "swin_rejected_windows_total{namespace=\"orders\"} 0",
     ] {
