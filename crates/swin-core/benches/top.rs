@@ -45,7 +45,9 @@ fn main() {
     ] {
         let zipf = Zipf::new(keys, s);
         let mut rng = rand::rngs::StdRng::seed_from_u64(20261124);
-        let drawn: Vec<String> = (0..hits).map(|_| format!("k{}", zipf.sample(&mut rng))).collect();
+        let drawn: Vec<String> = (0..hits)
+            .map(|_| format!("k{}", zipf.sample(&mut rng)))
+            .collect();
         let sketch = TopKeys::default();
         let now = 1_800_000_000;
         let started = Instant::now();
@@ -62,7 +64,12 @@ fn main() {
         let answer = sketch.top(100, now);
         let found = |n: usize| {
             let want: Vec<&str> = truth.iter().take(n).map(|t| t.0).collect();
-            answer.keys.iter().take(n).filter(|h| want.contains(&h.key.as_str())).count()
+            answer
+                .keys
+                .iter()
+                .take(n)
+                .filter(|h| want.contains(&h.key.as_str()))
+                .count()
         };
         let measured = answer
             .keys

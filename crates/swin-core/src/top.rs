@@ -40,6 +40,10 @@ struct Counter {
 struct Summary {
     counters: HashMap<CompactString, Counter, foldhash::fast::FixedState>,
     total: f64,
+    /// At most the smallest count held (counts only grow, so a smallest count once seen
+    /// stays a lower bound): an eviction takes the first counter at it without looking
+    /// at the rest, and looks at all of them only when none is left there.
+    floor: f64,
 }
 
 impl Summary {
@@ -60,14 +64,20 @@ impl Summary {
             return;
         }
         // the smallest counter goes to the new key, which inherits its count as error
-        let Some((min_key, min)) = self
+        let at_floor = self
             .counters
             .iter()
-            .min_by(|a, b| a.1.count.total_cmp(&b.1.count))
-            .map(|(k, c)| (k.clone(), *c))
-        else {
+            .find(|(_, c)| c.count <= self.floor)
+            .map(|(k, c)| (k.clone(), *c));
+        let Some((min_key, min)) = at_floor.or_else(|| {
+            self.counters
+                .iter()
+                .min_by(|a, b| a.1.count.total_cmp(&b.1.count))
+                .map(|(k, c)| (k.clone(), *c))
+        }) else {
             return;
         };
+        self.floor = min.count;
         self.counters.remove(&min_key);
         self.counters.insert(
             key.into(),

@@ -111,6 +111,15 @@ impl Namespace {
     /// their runtime limits, beside it. The counts are not read where the request's own
     /// store call brings them back: a synchronous increment, a strict admission.
     pub async fn first_touch(&self, keys: &[&str], counting: bool) {
+        if !self.sync.keeps_limits_in_store() {
+            // local only: nothing to read (and the reads' futures, boxed below, are not
+            // carried inside every request's future)
+            return;
+        }
+        Box::pin(self.touch_from_store(keys, counting)).await;
+    }
+
+    async fn touch_from_store(&self, keys: &[&str], counting: bool) {
         let limits = self.runtime.first_touch(&self.sync, self.algorithm, keys);
         if counting && self.counts_in_the_store() {
             limits.await;

@@ -372,10 +372,15 @@ async fn the_service_answers_as_envoy_expects(store: TestStore) {
         .filter(|l| l.starts_with("swin_decisions_total{namespace=\"edge\""))
         .collect();
     for rule in ["rule=\"per_user\"", "rule=\"60s\""] {
-        assert!(decisions.iter().any(|l| l.contains(rule)), "{rule}: {decisions:?}");
+        assert!(
+            decisions.iter().any(|l| l.contains(rule)),
+            "{rule}: {decisions:?}"
+        );
     }
     assert!(
-        decisions.iter().all(|l| !l.contains("1.2.3.4") && !l.contains("bob")),
+        decisions
+            .iter()
+            .all(|l| !l.contains("1.2.3.4") && !l.contains("bob")),
         "{decisions:?}"
     );
     assert!(run.node.terminate(), "clean stop");

@@ -101,9 +101,53 @@ pub const LOG_KEPT_MS: i64 = 24 * 3600 * 1000;
 /// Changes kept in a Redis stream at most (trimmed approximately).
 pub const LOG_KEPT_ENTRIES: usize = 100_000;
 
-/// Checks a cursor the SQL stores hand out (a change number).
-pub(crate) fn version_of(cursor: &str) -> Result<i64, StoreError> {
-    cursor
+/// A `swin_key_limits` row: key, limits (JSON text), lapse time, who set them, when.
+pub(crate) type LimitRow = (String, String, Option<i64>, String, i64);
+
+pub(crate) fn from_row((key, limits, expires_at, set_by, set_at): LimitRow) -> StoredLimit {
+    StoredLimit {
+        key,
+        limits,
+        expires_at: expires_at.map(UnixMs),
+        set_by,
+        set_at: UnixMs(set_at),
+    }
+}
+
+/// The SQL stores' numbered log, before its rows are read: given the namespace's
+/// `(latest change, purged through)` row and the cursor asked from, either the answer
+/// already (`Err`: the head to start from, or a cursor the log cannot serve) or the
+/// change number to read the log after (`Ok`).
+pub(crate) fn numbered_since(
+    head: Option<(i64, i64)>,
+    since: Option<&str>,
+) -> Result<Result<i64, LimitChanges>, StoreError> {
+    let (latest, purged) = head.unwrap_or((0, 0));
+    let answer = |complete| LimitChanges {
+        keys: Vec::new(),
+        cursor: latest.to_string(),
+        complete,
+    };
+    let Some(since) = since else {
+        return Ok(Err(answer(true)));
+    };
+    let since = since
         .parse::<i64>()
-        .map_err(|_| StoreError::Protocol(format!("{cursor:?} is not a change number")))
+        .map_err(|_| StoreError::Protocol(format!("{since:?} is not a change number")))?;
+    if since < purged || since > latest {
+        // numbers the purge removed after the cursor are changes this node never saw;
+        // a head below the cursor is a store that lost its rows
+        return Ok(Err(answer(false)));
+    }
+    Ok(Ok(since))
+}
+
+/// The changes of the log `rows` (number, key) read after `since`.
+pub(crate) fn numbered_changes(since: i64, rows: Vec<(i64, String)>) -> LimitChanges {
+    let cursor = rows.last().map_or(since, |r| r.0);
+    LimitChanges {
+        keys: rows.into_iter().map(|r| r.1).collect(),
+        cursor: cursor.to_string(),
+        complete: true,
+    }
 }

@@ -6,7 +6,10 @@
 use swin_core::UnixMs;
 
 use super::{err, PostgresStore};
-use crate::store::limits::{version_of, LimitChanges, Limits, StoredLimit, CHANGES_PER_CALL};
+use crate::store::limits::{
+    from_row, numbered_changes, numbered_since, LimitChanges, LimitRow, Limits, StoredLimit,
+    CHANGES_PER_CALL,
+};
 use crate::StoreError;
 
 /// The next change number of namespace $1, logged for key $2.
@@ -17,18 +20,6 @@ v AS (
     RETURNING v.version),
 logged AS (
     INSERT INTO swin_key_limit_log (namespace, version, key) SELECT $1, version, $2 FROM v)";
-
-type Row = (String, String, Option<i64>, String, i64);
-
-fn stored((key, limits, expires_at, set_by, set_at): Row) -> StoredLimit {
-    StoredLimit {
-        key,
-        limits,
-        expires_at: expires_at.map(UnixMs),
-        set_by,
-        set_at: UnixMs(set_at),
-    }
-}
 
 /// PostgreSQL's `text` cannot hold U+0000: such a key cannot have limits stored.
 fn check_key(key: &str) -> Result<(), StoreError> {
@@ -98,7 +89,7 @@ impl Limits for PostgresStore {
         keys: &[&str],
     ) -> Result<Vec<StoredLimit>, StoreError> {
         let keys: Vec<&str> = keys.iter().copied().filter(|k| !k.contains('\0')).collect();
-        let rows: Vec<Row> = sqlx::query_as(
+        let rows: Vec<LimitRow> = sqlx::query_as(
             "SELECT key, limits::text, expires_at, set_by, set_at FROM swin_key_limits
              WHERE namespace = $1 AND key = ANY($2)",
         )
@@ -107,7 +98,7 @@ impl Limits for PostgresStore {
         .fetch_all(self.pool())
         .await
         .map_err(err)?;
-        Ok(rows.into_iter().map(stored).collect())
+        Ok(rows.into_iter().map(from_row).collect())
     }
 
     async fn list_limits(
@@ -117,7 +108,7 @@ impl Limits for PostgresStore {
         count: usize,
         now: UnixMs,
     ) -> Result<Vec<StoredLimit>, StoreError> {
-        let rows: Vec<Row> = sqlx::query_as(
+        let rows: Vec<LimitRow> = sqlx::query_as(
             "SELECT key, limits::text, expires_at, set_by, set_at FROM swin_key_limits
              WHERE namespace = $1 AND ($2::text IS NULL OR key > $2)
                AND (expires_at IS NULL OR expires_at > $3)
@@ -130,7 +121,7 @@ impl Limits for PostgresStore {
         .fetch_all(self.pool())
         .await
         .map_err(err)?;
-        Ok(rows.into_iter().map(stored).collect())
+        Ok(rows.into_iter().map(from_row).collect())
     }
 
     async fn limit_changes(
@@ -145,24 +136,10 @@ impl Limits for PostgresStore {
         .fetch_optional(self.pool())
         .await
         .map_err(err)?;
-        let (latest, purged) = head.unwrap_or((0, 0));
-        let Some(since) = since else {
-            return Ok(LimitChanges {
-                keys: Vec::new(),
-                cursor: latest.to_string(),
-                complete: true,
-            });
+        let since = match numbered_since(head, since)? {
+            Ok(since) => since,
+            Err(answer) => return Ok(answer),
         };
-        let since = version_of(since)?;
-        if since < purged || since > latest {
-            // numbers the purge removed after the cursor are changes this node never
-            // saw; a head below the cursor is a store that lost its rows
-            return Ok(LimitChanges {
-                keys: Vec::new(),
-                cursor: latest.to_string(),
-                complete: false,
-            });
-        }
         let rows: Vec<(i64, String)> = sqlx::query_as(
             "SELECT version, key FROM swin_key_limit_log
              WHERE namespace = $1 AND version > $2 ORDER BY version LIMIT $3",
@@ -173,11 +150,6 @@ impl Limits for PostgresStore {
         .fetch_all(self.pool())
         .await
         .map_err(err)?;
-        let cursor = rows.last().map_or(since, |r| r.0);
-        Ok(LimitChanges {
-            keys: rows.into_iter().map(|r| r.1).collect(),
-            cursor: cursor.to_string(),
-            complete: true,
-        })
+        Ok(numbered_changes(since, rows))
     }
 }

@@ -5,20 +5,11 @@
 use swin_core::UnixMs;
 
 use super::{err, SqliteStore};
-use crate::store::limits::{version_of, LimitChanges, Limits, StoredLimit, CHANGES_PER_CALL};
+use crate::store::limits::{
+    from_row, numbered_changes, numbered_since, LimitChanges, LimitRow, Limits, StoredLimit,
+    CHANGES_PER_CALL,
+};
 use crate::StoreError;
-
-type Row = (String, String, Option<i64>, String, i64);
-
-fn stored((key, limits, expires_at, set_by, set_at): Row) -> StoredLimit {
-    StoredLimit {
-        key,
-        limits,
-        expires_at: expires_at.map(UnixMs),
-        set_by,
-        set_at: UnixMs(set_at),
-    }
-}
 
 /// Bumps the namespace's change number and logs `key` under it, inside `tx`.
 async fn log_change(
@@ -102,7 +93,7 @@ impl Limits for SqliteStore {
         for chunk in keys.chunks(5_000) {
             let keys = serde_json::to_string(chunk)
                 .map_err(|e| StoreError::Protocol(format!("keys as JSON: {e}")))?;
-            let rows: Vec<Row> = sqlx::query_as(
+            let rows: Vec<LimitRow> = sqlx::query_as(
                 "SELECT key, limits, expires_at, set_by, set_at FROM swin_key_limits
                  WHERE namespace = ?1 AND key IN (SELECT value FROM json_each(?2))",
             )
@@ -111,7 +102,7 @@ impl Limits for SqliteStore {
             .fetch_all(self.pool())
             .await
             .map_err(err)?;
-            out.extend(rows.into_iter().map(stored));
+            out.extend(rows.into_iter().map(from_row));
         }
         Ok(out)
     }
@@ -123,7 +114,7 @@ impl Limits for SqliteStore {
         count: usize,
         now: UnixMs,
     ) -> Result<Vec<StoredLimit>, StoreError> {
-        let rows: Vec<Row> = sqlx::query_as(
+        let rows: Vec<LimitRow> = sqlx::query_as(
             "SELECT key, limits, expires_at, set_by, set_at FROM swin_key_limits
              WHERE namespace = ?1 AND (?2 IS NULL OR key > ?2)
                AND (expires_at IS NULL OR expires_at > ?3)
@@ -136,7 +127,7 @@ impl Limits for SqliteStore {
         .fetch_all(self.pool())
         .await
         .map_err(err)?;
-        Ok(rows.into_iter().map(stored).collect())
+        Ok(rows.into_iter().map(from_row).collect())
     }
 
     async fn limit_changes(
@@ -151,24 +142,10 @@ impl Limits for SqliteStore {
         .fetch_optional(self.pool())
         .await
         .map_err(err)?;
-        let (latest, purged) = head.unwrap_or((0, 0));
-        let since = match since {
-            None => {
-                return Ok(LimitChanges {
-                    keys: Vec::new(),
-                    cursor: latest.to_string(),
-                    complete: true,
-                })
-            }
-            Some(s) => version_of(s)?,
+        let since = match numbered_since(head, since)? {
+            Ok(since) => since,
+            Err(answer) => return Ok(answer),
         };
-        if since < purged || since > latest {
-            return Ok(LimitChanges {
-                keys: Vec::new(),
-                cursor: latest.to_string(),
-                complete: false,
-            });
-        }
         let rows: Vec<(i64, String)> = sqlx::query_as(
             "SELECT version, key FROM swin_key_limit_log
              WHERE namespace = ?1 AND version > ?2 ORDER BY version LIMIT ?3",
@@ -179,11 +156,6 @@ impl Limits for SqliteStore {
         .fetch_all(self.pool())
         .await
         .map_err(err)?;
-        let cursor = rows.last().map_or(since, |r| r.0);
-        Ok(LimitChanges {
-            keys: rows.into_iter().map(|r| r.1).collect(),
-            cursor: cursor.to_string(),
-            complete: true,
-        })
+        Ok(numbered_changes(since, rows))
     }
 }
