@@ -1,7 +1,11 @@
 //! Limits of a namespace (config keys `algorithm`, `limits`, `gcra`, `count_denied`,
 //! `key_from`, `[[namespaces.overrides]]`), validated, and the decision `/hit` answers
 //! with: every limit of the key is checked and the strictest decision wins (a denial,
-//! then the longer wait, then fewer remaining).
+//! then the longer wait, then fewer remaining). Runtime limits set over the API take the
+//! same shapes and the same checks ([`RawKeyLimits`]).
+//!
+//! Over 500 lines: one validation for the file's limits, its overrides and runtime
+//! limits, and its unit tests beside it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

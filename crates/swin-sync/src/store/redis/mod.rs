@@ -41,8 +41,8 @@
 //! attempt reached skip it, the others apply it.
 //!
 //! Beside this file: `buckets.rs` (GCRA TATs), `quota.rs` (strict admission's holds and
-//! grants), `limits.rs` (runtime limits, with their own layout), `servers.rs` (one server or a cluster), `calls.rs` (scripts and commands),
-//! `keys.rs` (names and slots).
+//! grants), `limits.rs` (runtime limits, with their own layout), `servers.rs` (one
+//! server or a cluster), `calls.rs` (scripts and commands), `keys.rs` (names and slots).
 //!
 //! Over 500 lines: the key layout above and every counter method beside it.
 
