@@ -143,7 +143,10 @@ pub async fn take(
     cost: f64,
     dry_run: bool,
 ) -> Result<Verdict, Error> {
-    validate(ns, namespace, key, cost)?;
+    // the config's checks before the first touch; the key's runtime limits, which the
+    // touch may read, are looked up once, after it (take_touched)
+    check_key(key)?;
+    limits_of(ns, namespace)?.for_key(key).check_cost(cost)?;
     ns.first_touch(&[key], !dry_run).await;
     take_touched(ns, namespace, key, cost, dry_run).await
 }

@@ -90,11 +90,21 @@ impl RuntimeLimits {
         }
     }
 
-    /// What `key` is decided against: its runtime limits, else `config`.
+    /// What `key` is decided against: its runtime limits, else `config`. (The clock is
+    /// read only for limits that lapse.)
     pub fn effective<'a>(&self, key: &str, config: &'a KeyLimits) -> Effective<'a> {
-        match self.get(key, swin_sync::now()) {
-            Some(r) => Effective::Runtime(r),
-            None => Effective::Config(config),
+        if self.set.load(Ordering::Relaxed) == 0 {
+            return Effective::Config(config);
+        }
+        match self.entries.pin().get(key) {
+            Some(Cached::Set(r))
+                if r.stored
+                    .expires_at
+                    .is_none_or(|t| t > swin_sync::now()) =>
+            {
+                Effective::Runtime(r.clone())
+            }
+            _ => Effective::Config(config),
         }
     }
 
