@@ -97,11 +97,7 @@ impl RuntimeLimits {
             return Effective::Config(config);
         }
         match self.entries.pin().get(key) {
-            Some(Cached::Set(r))
-                if r.stored
-                    .expires_at
-                    .is_none_or(|t| t > swin_sync::now()) =>
-            {
+            Some(Cached::Set(r)) if r.stored.expires_at.is_none_or(|t| t > swin_sync::now()) => {
                 Effective::Runtime(r.clone())
             }
             _ => Effective::Config(config),

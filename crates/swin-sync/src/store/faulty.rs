@@ -235,3 +235,39 @@ impl super::Limits for FaultyStore {
             .await
     }
 }
+
+impl super::Leases for FaultyStore {
+    async fn acquire(
+        &self,
+        namespace: &str,
+        acquire: super::Acquire<'_>,
+    ) -> Result<super::Acquired, StoreError> {
+        self.faulted(self.inner.acquire(namespace, acquire)).await
+    }
+
+    async fn release(
+        &self,
+        namespace: &str,
+        key: &str,
+        lease: &str,
+        now: UnixMs,
+    ) -> Result<bool, StoreError> {
+        self.faulted(self.inner.end_or_renew(namespace, key, lease, now, None))
+            .await
+    }
+
+    async fn renew(
+        &self,
+        namespace: &str,
+        key: &str,
+        lease: &str,
+        expires_at: UnixMs,
+        now: UnixMs,
+    ) -> Result<bool, StoreError> {
+        self.faulted(
+            self.inner
+                .end_or_renew(namespace, key, lease, now, Some(expires_at)),
+        )
+        .await
+    }
+}

@@ -1,16 +1,18 @@
 //! The store boundary, by purpose. [`Counters`]: push diffs (getting the new totals
 //! back), read totals of given windows, load a namespace for warm-up, purge expired
 //! windows, the same for GCRA buckets, reset a key, ping. [`Quota`]: strict admission's
-//! holds (windows) and grants (buckets). [`Limits`]: limits set per key at run time. Each
-//! store says what it can do ([`Capabilities`]). Three stores implement all three,
+//! holds (windows) and grants (buckets). [`Limits`]: limits set per key at run time.
+//! [`Leases`]: concurrency leases. Each
+//! store says what it can do ([`Capabilities`]). Three stores implement all of them,
 //! dispatched by the [`Store`] enum; with the `faults` feature (tests only) `Faulty` wraps
 //! one to inject failures.
 //!
-//! Over 500 lines: the three contracts and the one enum that dispatches all of their
+//! Over 500 lines: the contracts and the one enum that dispatches all of their
 //! calls, each a few lines, kept together so a new call is added in one place.
 
 #[cfg(feature = "faults")]
 mod faulty;
+pub mod leases;
 pub mod limits;
 mod normalize;
 mod postgres;
@@ -23,6 +25,7 @@ use std::pin::Pin;
 
 #[cfg(feature = "faults")]
 pub use self::faulty::{Fault, FaultyStore};
+pub use self::leases::{Acquire, Acquired, Leases};
 pub use self::limits::{LimitChanges, Limits, StoredLimit};
 pub(crate) use self::normalize::{normalize, normalize_advances};
 pub use self::postgres::PostgresStore;
@@ -476,6 +479,32 @@ impl Store {
         since: Option<&'a str>,
     ) -> BoxFuture<'a, Result<LimitChanges, StoreError>> {
         Box::pin(async move { dispatch!(self, s => s.limit_changes(namespace, since).await) })
+    }
+
+    /// See [`Leases::acquire`].
+    pub fn acquire<'a>(
+        &'a self,
+        namespace: &'a str,
+        acquire: Acquire<'a>,
+    ) -> BoxFuture<'a, Result<Acquired, StoreError>> {
+        Box::pin(async move { dispatch!(self, s => s.acquire(namespace, acquire).await) })
+    }
+
+    /// See [`Leases::release`] (`renew_to: None`) and [`Leases::renew`].
+    pub fn end_or_renew<'a>(
+        &'a self,
+        namespace: &'a str,
+        key: &'a str,
+        lease: &'a str,
+        now: UnixMs,
+        renew_to: Option<UnixMs>,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            match renew_to {
+                None => dispatch!(self, s => s.release(namespace, key, lease, now).await),
+                Some(t) => dispatch!(self, s => s.renew(namespace, key, lease, t, now).await),
+            }
+        })
     }
 
     /// See [`Quota::hold`]; no call for no holds.

@@ -8,6 +8,7 @@ mod common;
 
 mod buckets;
 mod engines;
+mod leases;
 mod limits;
 mod pushes;
 mod redis_only;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use buckets::*;
 use engines::*;
+use leases::*;
 use limits::*;
 use pushes::*;
 use swin_core::{
@@ -154,5 +156,7 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
     shutdown_pushes_last_diffs,
     runtime_limits_round_trip_and_log_every_change,
     runtime_limits_list_in_key_order_without_lapsed_ones,
-    a_cursor_the_store_cannot_reach_back_to_is_incomplete
+    a_cursor_the_store_cannot_reach_back_to_is_incomplete,
+    leases_never_pass_the_limit_under_racing_acquires,
+    leases_lapse_and_renew_only_while_live
 ]);

@@ -14,6 +14,7 @@ use super::{
 };
 use crate::StoreError;
 
+mod leases;
 mod limits;
 mod tx;
 
@@ -381,6 +382,12 @@ impl Counters for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(err)?;
+        // leases lapsed a minute ago
+        sqlx::query("DELETE FROM swin_leases WHERE expires_at < $1")
+            .bind(now.0 - 60_000)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
         // runtime limits that lapsed, and changes older than a day (a node whose cursor
         // is older reads its keys' limits again)
         sqlx::query("DELETE FROM swin_key_limits WHERE expires_at < $1")

@@ -14,14 +14,16 @@ pub(super) struct Scripts {
     pub(super) limit_put: Script,
     pub(super) limit_delete: Script,
     pub(super) limit_changes: Script,
+    pub(super) lease_acquire: Script,
+    pub(super) lease_change: Script,
     /// Their sources, in that order, to load them.
-    pub(super) sources: [&'static str; 8],
+    pub(super) sources: [&'static str; 10],
 }
 
 impl Scripts {
     /// The scripts, from their sources in the order of [`Scripts::sources`].
-    pub(super) fn new(sources: [&'static str; 8]) -> Scripts {
-        let [push, push_tats, reset, hold, grant, limit_put, limit_delete, limit_changes] =
+    pub(super) fn new(sources: [&'static str; 10]) -> Scripts {
+        let [push, push_tats, reset, hold, grant, limit_put, limit_delete, limit_changes, lease_acquire, lease_change] =
             sources.map(Script::new);
         Scripts {
             push,
@@ -32,6 +34,8 @@ impl Scripts {
             limit_put,
             limit_delete,
             limit_changes,
+            lease_acquire,
+            lease_change,
             sources,
         }
     }

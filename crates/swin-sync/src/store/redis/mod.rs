@@ -41,7 +41,8 @@
 //! attempt reached skip it, the others apply it.
 //!
 //! Beside this file: `buckets.rs` (GCRA TATs), `quota.rs` (strict admission's holds and
-//! grants), `limits.rs` (runtime limits, with their own layout), `servers.rs` (one
+//! grants), `limits.rs` (runtime limits, with their own layout), `leases.rs`
+//! (concurrency leases, a hash per key beside its counters), `servers.rs` (one
 //! server or a cluster), `calls.rs` (scripts and commands), `keys.rs` (names and slots).
 //!
 //! Over 500 lines: the key layout above and every counter method beside it.
@@ -54,6 +55,7 @@ use swin_core::{CompactString, Tat, Total, UnixMs};
 mod buckets;
 mod calls;
 mod keys;
+mod leases;
 mod limits;
 mod quota;
 mod servers;
@@ -168,6 +170,8 @@ impl RedisStore {
                 include_str!("limit_put.lua"),
                 include_str!("limit_delete.lua"),
                 include_str!("limit_changes.lua"),
+                include_str!("lease_acquire.lua"),
+                include_str!("lease_change.lua"),
             ])),
         }
     }

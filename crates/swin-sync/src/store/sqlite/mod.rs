@@ -18,6 +18,7 @@ use super::{
 };
 use crate::StoreError;
 
+mod leases;
 mod limits;
 mod tx;
 
@@ -327,6 +328,12 @@ impl Counters for SqliteStore {
             .map_err(err)?;
         sqlx::query("DELETE FROM swin_pushes WHERE pushed_at < ?1 - 3600")
             .bind(now.secs())
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        // leases lapsed a minute ago
+        sqlx::query("DELETE FROM swin_leases WHERE expires_at < ?1")
+            .bind(now.0 - 60_000)
             .execute(&self.pool)
             .await
             .map_err(err)?;

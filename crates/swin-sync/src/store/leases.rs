@@ -1,0 +1,88 @@
+//! Concurrency leases: requests in flight per key, at most a limit of them across the
+//! cluster. Every acquire, release and renewal is one atomic step in the store (whatever
+//! the namespace's sync rate), so a slot released on one node can be taken on any other
+//! at once and no interleaving of nodes passes the limit. A lease not released by its
+//! lapse time no longer counts (a client or node that died frees its slots); the time is
+//! the calling node's clock.
+//!
+//! Layout: PostgreSQL and SQLite, `swin_leases` (one row per lease; an acquire holds a
+//! per-key lock — an advisory lock on PostgreSQL, the write lock on SQLite — while it
+//! counts); Redis, one hash per key (`swin:{<len>:<ns>:<key>}:leases`, lease →
+//! `count:lapse`) changed by scripts.
+
+use std::future::Future;
+
+use swin_core::UnixMs;
+
+use crate::StoreError;
+
+/// An acquire: `count` slots under `lease` until `expires_at`, if the key's live leases
+/// leave room under `limit`.
+#[derive(Debug, Clone, Copy)]
+pub struct Acquire<'a> {
+    pub key: &'a str,
+    pub lease: &'a str,
+    pub count: u32,
+    pub limit: u64,
+    pub expires_at: UnixMs,
+    pub now: UnixMs,
+}
+
+/// What an acquire found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acquired {
+    pub granted: bool,
+    /// Slots in flight after it (with its own when granted).
+    pub in_flight: u64,
+    /// The earliest lapse of a live lease of the key (`None`: none live): a denied
+    /// client can expect a slot by then at the latest.
+    pub earliest_lapse: Option<UnixMs>,
+}
+
+/// The leases side of a store.
+pub trait Leases: Send + Sync {
+    fn acquire(
+        &self,
+        namespace: &str,
+        acquire: Acquire<'_>,
+    ) -> impl Future<Output = Result<Acquired, StoreError>> + Send;
+
+    /// Ends a live lease; false when it is unknown, released or lapsed.
+    fn release(
+        &self,
+        namespace: &str,
+        key: &str,
+        lease: &str,
+        now: UnixMs,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Moves a live lease's lapse to `expires_at`; false as for [`Leases::release`].
+    fn renew(
+        &self,
+        namespace: &str,
+        key: &str,
+        lease: &str,
+        expires_at: UnixMs,
+        now: UnixMs,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// The SQL stores' answer to an acquire: `in_flight` and `earliest` are the key's other
+/// live leases before it.
+pub(crate) fn acquired(
+    in_flight: u64,
+    earliest: Option<i64>,
+    granted: bool,
+    a: &Acquire<'_>,
+) -> Acquired {
+    let earliest = earliest.map(UnixMs);
+    Acquired {
+        granted,
+        in_flight: in_flight + if granted { u64::from(a.count) } else { 0 },
+        earliest_lapse: match (earliest, granted) {
+            (Some(e), true) => Some(e.min(a.expires_at)),
+            (None, true) => Some(a.expires_at),
+            (e, false) => e,
+        },
+    }
+}

@@ -1,0 +1,23 @@
+-- Releases (ARGV[3] == "") or renews (ARGV[3]: the new lapse) a live lease.
+-- KEYS: the key's lease hash. ARGV: lease, now, new lapse or "".
+-- Answers 1 when the lease was live, 0 when unknown, released or lapsed.
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then
+    return 0
+end
+local count, lapse = string.match(v, '^(%d+):(%-?%d+)$')
+if lapse == nil or tonumber(lapse) <= tonumber(ARGV[2]) then
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    return 0
+end
+if ARGV[3] == '' then
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    return 1
+end
+redis.call('HSET', KEYS[1], ARGV[1], count .. ':' .. ARGV[3])
+local ttl = redis.call('PTTL', KEYS[1])
+local want = tonumber(ARGV[3]) - tonumber(ARGV[2]) + 60000
+if ttl < want then
+    redis.call('PEXPIRE', KEYS[1], want)
+end
+return 1

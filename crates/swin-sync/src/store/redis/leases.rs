@@ -1,0 +1,88 @@
+//! Concurrency leases on Redis (see `store::leases`): one hash per key beside its
+//! counters, `swin:{<len(namespace)>:<namespace>:<key>}:leases` (lease → `count:lapse`),
+//! changed only by `lease_acquire.lua` and `lease_change.lua`, so each acquire counts
+//! and adds in one atomic step; the hash expires a minute after its last lease's lapse.
+
+use swin_core::UnixMs;
+
+use super::calls::Eval;
+use super::RedisStore;
+use crate::store::leases::{Acquire, Acquired, Leases};
+use crate::StoreError;
+
+impl RedisStore {
+    fn lease_key(&self, namespace: &str, key: &str) -> String {
+        format!(
+            "{}:{{{}:{}:{}}}:leases",
+            self.prefix,
+            namespace.len(),
+            namespace,
+            key
+        )
+    }
+
+    async fn lease_change(
+        &self,
+        namespace: &str,
+        key: &str,
+        lease: &str,
+        now: UnixMs,
+        renew_to: Option<UnixMs>,
+    ) -> Result<bool, StoreError> {
+        let mut inv = Eval::default();
+        inv.key(&self.lease_key(namespace, key))
+            .arg(lease)
+            .arg(now.0)
+            .arg(renew_to.map_or(String::new(), |t| t.0.to_string()));
+        let r: Vec<i64> = self
+            .replies(vec![inv.call(&self.scripts.lease_change, true)])
+            .await?;
+        Ok(r.first() == Some(&1))
+    }
+}
+
+impl Leases for RedisStore {
+    async fn acquire(&self, namespace: &str, a: Acquire<'_>) -> Result<Acquired, StoreError> {
+        let mut inv = Eval::default();
+        inv.key(&self.lease_key(namespace, a.key))
+            .arg(a.lease)
+            .arg(a.count)
+            .arg(a.limit)
+            .arg(a.expires_at.0)
+            .arg(a.now.0);
+        let r: Vec<Vec<i64>> = self
+            .replies(vec![inv.call(&self.scripts.lease_acquire, true)])
+            .await?;
+        let r = r.into_iter().next().unwrap_or_default();
+        let [granted, in_flight, earliest] = r[..] else {
+            return Err(StoreError::Protocol(format!("an acquire answered {r:?}")));
+        };
+        Ok(Acquired {
+            granted: granted == 1,
+            in_flight: u64::try_from(in_flight).unwrap_or(0),
+            earliest_lapse: (earliest >= 0).then_some(UnixMs(earliest)),
+        })
+    }
+
+    async fn release(
+        &self,
+        namespace: &str,
+        key: &str,
+        lease: &str,
+        now: UnixMs,
+    ) -> Result<bool, StoreError> {
+        self.lease_change(namespace, key, lease, now, None).await
+    }
+
+    async fn renew(
+        &self,
+        namespace: &str,
+        key: &str,
+        lease: &str,
+        expires_at: UnixMs,
+        now: UnixMs,
+    ) -> Result<bool, StoreError> {
+        self.lease_change(namespace, key, lease, now, Some(expires_at))
+            .await
+    }
+}

@@ -1,0 +1,139 @@
+//! Concurrency leases: never more slots in flight than the limit, whatever races; a
+//! lease ends once (release, lapse), renews only while live, and a retried acquire of
+//! the same lease replaces it.
+
+use swin_core::UnixMs;
+use swin_sync::store::Acquire;
+use swin_testkit::TestStore;
+
+fn acquire<'a>(key: &'a str, lease: &'a str, count: u32, now: i64, ttl: i64) -> Acquire<'a> {
+    Acquire {
+        key,
+        lease,
+        count,
+        limit: 3,
+        expires_at: UnixMs(now + ttl),
+        now: UnixMs(now),
+    }
+}
+
+pub async fn leases_never_pass_the_limit_under_racing_acquires(s: &TestStore) {
+    let now = 1_800_000_000_000;
+    let tasks: Vec<_> = (0..24)
+        .map(|i| {
+            let store = s.store.clone();
+            tokio::spawn(async move {
+                let lease = format!("l{i}");
+                let a = acquire("k", &lease, 1, now, 30_000);
+                (
+                    lease.clone(),
+                    store.acquire("ns", a).await.expect("acquire"),
+                )
+            })
+        })
+        .collect();
+    let mut granted = Vec::new();
+    for t in tasks {
+        let (lease, a) = t.await.expect("task");
+        assert!(a.in_flight <= 3, "{a:?}");
+        if a.granted {
+            granted.push(lease);
+        } else {
+            assert_eq!(a.in_flight, 3, "denied only when full: {a:?}");
+            assert_eq!(a.earliest_lapse, Some(UnixMs(now + 30_000)));
+        }
+    }
+    assert_eq!(granted.len(), 3, "{granted:?}");
+    // a count of 2 does not fit in what is left; another key is apart
+    let big = s
+        .store
+        .acquire("ns", acquire("k", "big", 2, now, 30_000))
+        .await
+        .expect("big");
+    assert!(!big.granted);
+    let other = s
+        .store
+        .acquire("ns", acquire("other", "o", 3, now, 30_000))
+        .await
+        .expect("other");
+    assert!(other.granted && other.in_flight == 3, "{other:?}");
+    let other_ns = s
+        .store
+        .acquire("ns2", acquire("k", "x", 3, now, 30_000))
+        .await
+        .expect("ns2");
+    assert!(other_ns.granted, "another namespace is apart");
+    // released once: a slot is free at once; twice: unknown
+    let st = &s.store;
+    assert!(st
+        .end_or_renew("ns", "k", &granted[0], UnixMs(now + 1), None)
+        .await
+        .expect("release"));
+    assert!(!st
+        .end_or_renew("ns", "k", &granted[0], UnixMs(now + 1), None)
+        .await
+        .expect("again"));
+    assert!(!st
+        .end_or_renew("ns", "k", "never", UnixMs(now + 1), None)
+        .await
+        .expect("unknown"));
+    let next = st
+        .acquire("ns", acquire("k", "next", 1, now + 2, 30_000))
+        .await
+        .expect("next");
+    assert!(next.granted && next.in_flight == 3, "{next:?}");
+    // a retried acquire of a lease it holds replaces it, not adds
+    let again = st
+        .acquire("ns", acquire("k", "next", 1, now + 3, 30_000))
+        .await
+        .expect("retry");
+    assert!(again.granted && again.in_flight == 3, "{again:?}");
+}
+
+pub async fn leases_lapse_and_renew_only_while_live(s: &TestStore) {
+    let st = &s.store;
+    let t = 1_800_000_000_000;
+    // limit 3, a lease of 3 until t + 1000
+    let a = st
+        .acquire("ns", acquire("k", "a", 3, t, 1_000))
+        .await
+        .expect("a");
+    assert!(a.granted);
+    let b = st
+        .acquire("ns", acquire("k", "b", 1, t + 500, 1_000))
+        .await
+        .expect("b");
+    assert!(
+        !b.granted && b.earliest_lapse == Some(UnixMs(t + 1_000)),
+        "{b:?}"
+    );
+    // renewed while live: holds past its first lapse
+    assert!(st
+        .end_or_renew("ns", "k", "a", UnixMs(t + 900), Some(UnixMs(t + 5_000)))
+        .await
+        .expect("renew"));
+    let c = st
+        .acquire("ns", acquire("k", "c", 1, t + 2_000, 1_000))
+        .await
+        .expect("c");
+    assert!(!c.granted, "a renewed lease still counts: {c:?}");
+    // lapsed: no longer counts, cannot be released or renewed
+    let d = st
+        .acquire("ns", acquire("k", "d", 2, t + 5_000, 1_000))
+        .await
+        .expect("d");
+    assert!(d.granted && d.in_flight == 2, "{d:?}");
+    assert!(!st
+        .end_or_renew("ns", "k", "a", UnixMs(t + 5_001), None)
+        .await
+        .expect("lapsed release"));
+    assert!(!st
+        .end_or_renew("ns", "k", "a", UnixMs(t + 5_001), Some(UnixMs(t + 9_000)))
+        .await
+        .expect("lapsed renew"));
+    let e = st
+        .acquire("ns", acquire("k", "e", 2, t + 5_002, 1_000))
+        .await
+        .expect("e");
+    assert!(!e.granted && e.in_flight == 2, "{e:?}");
+}
