@@ -127,6 +127,23 @@ async fn a_store_outage_refuses_changes_and_decisions_go_on_exactly() {
         },
     )
     .await;
+    // until a sync has reached the store again the namespace answers from what the node
+    // knows, and a key whose limits changed meanwhile is decided under the config's
+    within(
+        Duration::from_secs(15),
+        "the namespace syncs again",
+        async || {
+            let (_, v) = send(
+                &c,
+                reqwest::Method::GET,
+                format!("{base}/v1/namespaces"),
+                None,
+            )
+            .await;
+            v["namespaces"][0]["degraded"] == false
+        },
+    )
+    .await;
     assert_eq!(
         hits(&c, base, "api", "k4", 2).await,
         allowed_then_denied(1, 1)
