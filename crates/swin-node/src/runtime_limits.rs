@@ -6,8 +6,9 @@
 //! remembers the answer, "none" included, while it serves the key: a node serving ten
 //! thousand keys holds ten thousand entries whatever the store holds. A watcher per
 //! namespace asks the store which keys changed since it last asked — every sync period,
-//! or every [`QUICK_WATCH`] for namespaces whose hits wait on the store — and forgets
-//! those, so the next request reads them again. It also forgets the keys the node no
+//! or every [`QUICK_WATCH`] for namespaces whose hits wait on the store — and reads
+//! those it holds again (forgetting them when that read fails, so the next request
+//! reads them). It also forgets the keys the node no
 //! longer serves. A namespace without a store keeps its runtime limits on this node only.
 //!
 //! A read that started before a change and lands after the watcher saw it is not kept
@@ -76,6 +77,8 @@ pub struct RuntimeLimits {
     /// The store's change cursor this node has read up to.
     cursor: Mutex<Option<String>>,
     changes_seen: AtomicU64,
+    /// The namespace's algorithm, whose shape stored limits are read in.
+    algorithm: Mutex<Algorithm>,
 }
 
 impl RuntimeLimits {
@@ -173,7 +176,7 @@ impl RuntimeLimits {
     /// holds nothing for, in one store call, bounded by the store timeout. When the
     /// store cannot answer (or is known to be failing) the keys go on under the config's
     /// limits and are asked about again by the next request.
-    pub async fn first_touch(&self, sync: &NamespaceSync, algorithm: Algorithm, keys: &[&str]) {
+    pub async fn first_touch(&self, sync: &NamespaceSync, keys: &[&str]) {
         if !sync.keeps_limits_in_store() {
             return;
         }
@@ -206,8 +209,35 @@ impl RuntimeLimits {
                 return;
             }
         };
+        self.keep(sync, &read, &missing);
+        if self.generation.load(Ordering::SeqCst) != generation {
+            // keys were forgotten while this read was out: what it read may predate a
+            // change, so it is not kept (the watcher bumps the generation before it
+            // forgets, so either it forgets these entries or this check sees it)
+            for key in missing {
+                self.forget(key);
+            }
+        }
+    }
+
+    /// The runtime limits of a namespace of `algorithm`.
+    pub fn for_algorithm(algorithm: Algorithm) -> Self {
+        RuntimeLimits {
+            algorithm: Mutex::new(algorithm),
+            ..RuntimeLimits::default()
+        }
+    }
+
+    /// The namespace's algorithm changed (a reload): stored limits are read in its shape.
+    pub fn set_algorithm(&self, algorithm: Algorithm) {
+        *self.algorithm.lock().unwrap_or_else(|p| p.into_inner()) = algorithm;
+    }
+
+    /// Keeps what the store answered for `keys` (each key's limits, or none).
+    fn keep(&self, sync: &NamespaceSync, read: &[StoredLimit], keys: &[&str]) {
+        let algorithm = *self.algorithm.lock().unwrap_or_else(|p| p.into_inner());
         let sizes: Vec<_> = sync.counters().window_sizes().collect();
-        for &key in &missing {
+        for &key in keys {
             let value = match read.iter().find(|l| l.key == key) {
                 None => Cached::Absent,
                 Some(stored) => match parse(stored, algorithm, &sizes) {
@@ -227,17 +257,11 @@ impl RuntimeLimits {
             };
             self.insert(key.to_owned(), value);
         }
-        if self.generation.load(Ordering::SeqCst) != generation {
-            // keys were forgotten while this read was out: what it read may predate a
-            // change, so it is not kept (the watcher bumps the generation before it
-            // forgets, so either it forgets these entries or this check sees it)
-            for key in missing {
-                self.forget(key);
-            }
-        }
     }
 
-    /// Asks the store for changes and forgets the changed keys; forgets everything when
+    /// Asks the store for changes and reads the changed keys it holds again at once
+    /// (forgetting them if that read fails: the next request reads them); forgets
+    /// everything when
     /// the store's log no longer reaches back. Returns the keys forgotten.
     pub async fn catch_up(&self, sync: &NamespaceSync) -> Result<usize, swin_sync::StoreError> {
         let since = self
@@ -253,9 +277,30 @@ impl RuntimeLimits {
         } else if changes.keys.is_empty() {
             0
         } else {
-            self.generation.fetch_add(1, Ordering::SeqCst);
+            let held: Vec<&str> = {
+                let entries = self.entries.pin();
+                changes
+                    .keys
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|k| entries.contains_key(*k))
+                    .collect()
+            };
+            let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
             for k in &changes.keys {
                 self.forget(k);
+            }
+            // read again here, where the store has just answered: a request right after
+            // need not (and, while the namespace is still marked failing after an
+            // outage, would not) read them, and would decide under the config's limits
+            if let Ok(read) = sync.read_limits(&held).await {
+                self.keep(sync, &read, &held);
+                if self.generation.load(Ordering::SeqCst) != generation {
+                    // another change meanwhile (this node set one): read on next touch
+                    for k in &held {
+                        self.forget(k);
+                    }
+                }
             }
             self.changes_seen
                 .fetch_add(changes.keys.len() as u64, Ordering::Relaxed);

@@ -101,7 +101,7 @@ impl Namespace {
             envoy_response_headers: cfg.envoy_response_headers,
             envoy_dynamic_metadata: cfg.envoy_dynamic_metadata,
             algorithm: cfg.algorithm,
-            runtime: Arc::default(),
+            runtime: Arc::new(RuntimeLimits::for_algorithm(cfg.algorithm)),
             heaviest: Arc::default(),
         }
     }
@@ -120,7 +120,7 @@ impl Namespace {
     }
 
     async fn touch_from_store(&self, keys: &[&str], counting: bool) {
-        let limits = self.runtime.first_touch(&self.sync, self.algorithm, keys);
+        let limits = self.runtime.first_touch(&self.sync, keys);
         if counting && self.counts_in_the_store() {
             limits.await;
         } else {
@@ -158,6 +158,7 @@ impl Namespace {
             runtime: {
                 if cfg.algorithm != self.algorithm {
                     // runtime limits take the algorithm's shape: read them again
+                    self.runtime.set_algorithm(cfg.algorithm);
                     self.runtime.forget_all();
                 }
                 self.runtime.clone()
