@@ -50,6 +50,9 @@ pub enum Error {
     /// A known token without the route's scope.
     #[error("{0}")]
     Forbidden(String),
+    /// A lease to release or renew that is not live (released, lapsed, never granted).
+    #[error("{0}")]
+    UnknownLease(String),
     #[error("internal error")]
     Internal,
 }

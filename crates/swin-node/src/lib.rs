@@ -17,6 +17,7 @@ pub mod decisions;
 pub mod error;
 pub mod giving_back;
 pub mod http;
+pub mod leases;
 pub mod listening;
 pub mod metrics;
 pub mod node;

@@ -32,6 +32,8 @@ pub struct Metrics {
     rls: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
     /// Runtime limits set or removed through this node, by namespace then change.
     limit_changes: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
+    /// Concurrency leases through this node, by namespace then outcome.
+    leases: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
 }
 
 fn bump<K, Q>(map: &papaya::HashMap<K, AtomicU64>, key: &Q, owned: impl FnOnce() -> K, n: u64)
@@ -105,6 +107,17 @@ impl Metrics {
         bump(changes, &change, || change, 1);
     }
 
+    /// A lease call through this node: `acquired`, `denied`, `released`, `renewed`, or
+    /// `not_live` (a release or renewal of a lease released, lapsed or never granted).
+    pub fn lease(&self, namespace: &str, outcome: &'static str) {
+        let namespaces = self.leases.pin();
+        let outcomes = match namespaces.get(namespace) {
+            Some(c) => c,
+            None => namespaces.get_or_insert_with(namespace.to_owned(), Default::default),
+        };
+        bump(outcomes, &outcome, || outcome, 1);
+    }
+
     /// The exposition of these counters and of each namespace's engine.
     pub fn render(&self, engines: &[&NamespaceSync]) -> String {
         let namespaces: Vec<NamespaceSample> =
@@ -164,6 +177,13 @@ impl Metrics {
                 "Keys' runtime limits set or deleted through this node, by namespace and change.",
                 nested(&self.limit_changes).into_iter().map(|(namespace, change, v)| {
                     (vec![("namespace", namespace), ("change", change.to_owned())], v)
+                }),
+            ),
+            counter_family(
+                "swin_lease_operations_total",
+                "Concurrency lease calls through this node, by namespace and outcome (acquired, denied, released, renewed, not_live: a release or renewal of a lease no longer live). acquired less released is what lapsed or is in flight.",
+                nested(&self.leases).into_iter().map(|(namespace, outcome, v)| {
+                    (vec![("namespace", namespace), ("outcome", outcome.to_owned())], v)
                 }),
             ),
         ];

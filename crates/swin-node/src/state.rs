@@ -43,6 +43,11 @@ pub struct Namespace {
     pub runtime: Arc<RuntimeLimits>,
     /// The heaviest keys of the last minute on this node, shared the same way.
     pub heaviest: Arc<Heaviest>,
+    /// `algorithm = "concurrency"`: leases in flight per key, not hits.
+    pub concurrency: Option<crate::config::Concurrency>,
+    /// A local-only concurrency namespace's leases (a namespace with a store keeps them
+    /// there), shared by the namespace's versions.
+    pub leases: Arc<crate::leases::LocalLeases>,
 }
 
 /// A namespace's heaviest keys of the last minute on this node, in fixed memory (see
@@ -103,6 +108,8 @@ impl Namespace {
             algorithm: cfg.algorithm,
             runtime: Arc::new(RuntimeLimits::for_algorithm(cfg.algorithm)),
             heaviest: Arc::default(),
+            concurrency: cfg.concurrency,
+            leases: Arc::new(crate::leases::LocalLeases::new(cfg.max_counters)),
         }
     }
 
@@ -164,6 +171,8 @@ impl Namespace {
                 self.runtime.clone()
             },
             heaviest: self.heaviest.clone(),
+            concurrency: cfg.concurrency,
+            leases: self.leases.clone(),
         }
     }
 }

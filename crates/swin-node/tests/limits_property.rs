@@ -63,6 +63,7 @@ fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> ax
         rules: None,
         envoy_response_headers: true,
         envoy_dynamic_metadata: false,
+        concurrency: None,
     };
     let namespace = Namespace::build(
         &cfg,

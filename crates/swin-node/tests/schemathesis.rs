@@ -104,6 +104,14 @@ gcra = { burst = 10, count = 10, period = "10s" }
 name = "local"
 window_sizes = [60]
 sync_rate = -1
+
+[[namespaces]]
+name = "slots"
+algorithm = "concurrency"
+limit = 5
+lease_ttl = 2
+sync_rate = 0.1
+store = "pg"
 "#
     );
     std::fs::write(&config, text).expect("config");
@@ -150,7 +158,9 @@ sync_rate = -1
         .json()
         .await
         .expect("json");
-    let names = ["api", "login", "fixed", "orders", "tokens", "local"];
+    let names = [
+        "api", "login", "fixed", "orders", "tokens", "local", "slots",
+    ];
     for (_, ops) in doc["paths"].as_object_mut().expect("paths") {
         for (_, op) in ops.as_object_mut().expect("ops") {
             let params = op.get_mut("parameters").and_then(|p| p.as_array_mut());

@@ -15,7 +15,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use self::auth::{AuthConfig, Scope, Token};
-pub use self::namespaces::{Admission, NamespaceConfig, OnStoreFailure};
+pub use self::namespaces::{
+    Admission, Concurrency, NamespaceConfig, OnStoreFailure, MAX_LEASE_TTL_SECS,
+};
 pub use self::stores::StoreConfig;
 
 /// The embedded default (`config/swin.toml`).

@@ -40,6 +40,10 @@ pub(super) struct RawNamespace {
     envoy_response_headers: Option<bool>,
     /// envoyproxy/ratelimit's dynamic metadata in Envoy's answers (default false).
     envoy_dynamic_metadata: Option<bool>,
+    /// `algorithm = "concurrency"`: leases in flight per key…
+    limit: Option<i64>,
+    /// …and how long a lease lives unless renewed (seconds, default 30).
+    lease_ttl: Option<f64>,
 }
 
 /// How a namespace with limits admits hits.
@@ -89,7 +93,25 @@ pub struct NamespaceConfig {
     pub envoy_response_headers: bool,
     /// Envoy's answers carry dynamic metadata (`envoy_dynamic_metadata`).
     pub envoy_dynamic_metadata: bool,
+    /// `algorithm = "concurrency"`: the namespace limits leases in flight, not hits.
+    pub concurrency: Option<Concurrency>,
 }
+
+/// A concurrency namespace's settings (`limit`, `lease_ttl`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Concurrency {
+    /// Slots in flight per key, across the cluster.
+    pub limit: u64,
+    /// A lease's life unless its acquire or a renewal says otherwise.
+    pub lease_ttl: std::time::Duration,
+}
+
+/// The most slots one key may have in flight.
+pub const MAX_CONCURRENCY: u64 = 1_000_000_000;
+/// The longest a lease may live without a renewal: a day.
+pub const MAX_LEASE_TTL_SECS: f64 = 86_400.0;
+/// A lease's life when neither the config nor the acquire says.
+pub const DEFAULT_LEASE_TTL_SECS: f64 = 30.0;
 
 impl Parser<'_> {
     /// Validates every namespace; `max_counters` is the top-level default.
@@ -122,11 +144,12 @@ impl Parser<'_> {
 
     fn namespace(
         &self,
-        n: RawNamespace,
+        mut n: RawNamespace,
         f: &dyn Fn(&str) -> String,
         stores: &BTreeMap<String, StoreConfig>,
         default_max: usize,
     ) -> Result<NamespaceConfig, ConfigError> {
+        let concurrency = self.concurrency(&mut n, f)?;
         let algorithm = crate::policy::algorithm::Algorithm::parse(n.algorithm.as_deref())
             .map_err(|(field, why)| self.err(&f(&field), why))?;
         let rules = if n.descriptors.is_empty() && n.descriptors_file.is_none() {
@@ -149,6 +172,7 @@ impl Parser<'_> {
         if n.window_sizes.is_empty()
             && algorithm != crate::policy::algorithm::Algorithm::Gcra
             && rules.is_none()
+            && concurrency.is_none()
         {
             return Err(self.err(&f("window_sizes"), "needs at least one window size".into()));
         }
@@ -225,7 +249,77 @@ impl Parser<'_> {
             rules,
             envoy_response_headers: n.envoy_response_headers.unwrap_or(true),
             envoy_dynamic_metadata: n.envoy_dynamic_metadata.unwrap_or(false),
+            concurrency,
         })
+    }
+
+    /// `algorithm = "concurrency"` with its `limit` and `lease_ttl` (taken out of `n`,
+    /// whose algorithm is then the default one, for any windows it counts in); `limit`
+    /// and `lease_ttl` belong to such a namespace only, and limits of hits do not.
+    fn concurrency(
+        &self,
+        n: &mut RawNamespace,
+        f: &dyn Fn(&str) -> String,
+    ) -> Result<Option<Concurrency>, ConfigError> {
+        if n.algorithm.as_deref() != Some("concurrency") {
+            for (set, key) in [
+                (n.limit.is_some(), "limit"),
+                (n.lease_ttl.is_some(), "lease_ttl"),
+            ] {
+                if set {
+                    return Err(self.err(&f(key), "only with algorithm = \"concurrency\"".into()));
+                }
+            }
+            return Ok(None);
+        }
+        n.algorithm = None;
+        let hits_only = [
+            (!n.limits.is_empty(), "limits"),
+            (n.gcra.is_some(), "gcra"),
+            (!n.overrides.is_empty(), "overrides"),
+            (n.admission.is_some(), "admission"),
+            (n.on_store_failure.is_some(), "on_store_failure"),
+            (n.count_denied.is_some(), "count_denied"),
+            (n.key_from.is_some(), "key_from"),
+            (
+                !n.descriptors.is_empty() || n.descriptors_file.is_some(),
+                "descriptors",
+            ),
+        ];
+        if let Some((_, key)) = hits_only.iter().find(|(set, _)| *set) {
+            return Err(self.err(
+                &f(key),
+                "limits hits; a concurrency namespace limits leases in flight (`limit`)".into(),
+            ));
+        }
+        let limit = match n.limit {
+            Some(l) if (1..=MAX_CONCURRENCY as i64).contains(&l) => l as u64,
+            Some(l) => {
+                return Err(self.err(
+                    &f("limit"),
+                    format!("{l} is not between 1 and {MAX_CONCURRENCY}"),
+                ))
+            }
+            None => {
+                return Err(self.err(
+                    &f("limit"),
+                    "algorithm = \"concurrency\" needs `limit` (leases in flight per key)".into(),
+                ))
+            }
+        };
+        let ttl = n.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL_SECS);
+        if !(ttl.is_finite() && ttl > 0.0 && ttl <= MAX_LEASE_TTL_SECS) {
+            return Err(self.err(
+                &f("lease_ttl"),
+                format!(
+                    "{ttl} is not a number of seconds above 0 and at most {MAX_LEASE_TTL_SECS}"
+                ),
+            ));
+        }
+        Ok(Some(Concurrency {
+            limit,
+            lease_ttl: std::time::Duration::from_secs_f64(ttl),
+        }))
     }
 
     fn admission(

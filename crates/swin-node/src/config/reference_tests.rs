@@ -102,6 +102,7 @@ fn bases(section: &str) -> Vec<String> {
             ns("window_sizes = [60]\nlimits = [{ window_size = 60, limit = 5 }]\n"),
             ns("window_sizes = [60]\nlimits = [{ window_size = 60, limit = 5 }]\nadmission = \"strict\"\n"),
             ns("algorithm = \"gcra\"\ngcra = { burst = 5, count = 5, period = \"1m\" }\n"),
+            ns("algorithm = \"concurrency\"\nlimit = 5\n"),
         ],
         "`[auth]`" => vec![format!("{STORE}{NAMESPACE}window_sizes = [60]\n[auth]\n{{}}\n")],
         "`[tls]`" => vec![format!(

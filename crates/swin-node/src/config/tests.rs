@@ -521,3 +521,50 @@ fn redis_cluster_stores_take_seed_urls() {
         fails(&format!("[stores.c]\n{store}\n{ns}"), field);
     }
 }
+
+#[test]
+fn concurrency_namespaces_are_checked() {
+    let ns = "[[namespaces]]\nname = \"a\"\nsync_rate = -1\n";
+    let parse = |extra: &str| Config::parse("f.toml", &format!("{ns}{extra}"), &no_env);
+    let c = parse("algorithm = \"concurrency\"\nlimit = 20\n")
+        .expect("valid")
+        .namespaces[0]
+        .concurrency
+        .expect("concurrency");
+    assert_eq!(
+        (c.limit, c.lease_ttl),
+        (20, std::time::Duration::from_secs(30))
+    );
+    let c = parse("algorithm = \"concurrency\"\nlimit = 1\nlease_ttl = 0.5\n")
+        .expect("valid")
+        .namespaces[0]
+        .concurrency
+        .expect("concurrency");
+    assert_eq!(c.lease_ttl, std::time::Duration::from_millis(500));
+    let hits = parse("window_sizes = [60]\n").expect("valid");
+    assert_eq!(hits.namespaces[0].concurrency, None);
+    let c = "algorithm = \"concurrency\"\n";
+    for (extra, field) in [
+        (c.to_string(), "limit"),
+        (format!("{c}limit = 0"), "limit"),
+        (format!("{c}limit = -3"), "limit"),
+        (format!("{c}limit = 1000000001"), "limit"),
+        (format!("{c}limit = 5\nlease_ttl = 0"), "lease_ttl"),
+        (format!("{c}limit = 5\nlease_ttl = -1"), "lease_ttl"),
+        (format!("{c}limit = 5\nlease_ttl = 86401"), "lease_ttl"),
+        (format!("{c}limit = 5\nlease_ttl = nan"), "lease_ttl"),
+        (
+            format!("{c}limit = 5\nlimits = [{{ window_size = 60, limit = 5 }}]"),
+            "limits",
+        ),
+        (format!("{c}limit = 5\nadmission = \"strict\""), "admission"),
+        (
+            format!("{c}limit = 5\nkey_from = \"client_address\""),
+            "key_from",
+        ),
+        ("window_sizes = [60]\nlimit = 5".into(), "limit"),
+        ("window_sizes = [60]\nlease_ttl = 5".into(), "lease_ttl"),
+    ] {
+        fails(&format!("{ns}{extra}\n"), &format!("namespaces[0].{field}"));
+    }
+}

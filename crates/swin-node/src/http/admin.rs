@@ -82,8 +82,12 @@ struct NamespaceInfo {
     sync_mode: &'static str,
     sync_rate: f64,
     store: Option<String>,
-    /// `sliding_window`, `fixed_window` or `gcra`; none when the namespace only counts.
+    /// `sliding_window`, `fixed_window`, `gcra` or `concurrency`; none when the
+    /// namespace only counts.
     algorithm: Option<&'static str>,
+    /// Concurrency only: leases in flight per key, and a lease's default life (s).
+    limit: Option<u64>,
+    lease_ttl: Option<f64>,
     counters: usize,
     buckets: usize,
     evictions: u64,
@@ -119,7 +123,12 @@ fn info(ns: &Namespace) -> NamespaceInfo {
             swin_sync::SyncMode::LocalOnly => -1.0,
         },
         store: ns.store_name.clone(),
-        algorithm: ns.limits.as_ref().map(|l| l.algorithm().name()),
+        algorithm: match ns.concurrency {
+            Some(_) => Some("concurrency"),
+            None => ns.limits.as_ref().map(|l| l.algorithm().name()),
+        },
+        limit: ns.concurrency.map(|c| c.limit),
+        lease_ttl: ns.concurrency.map(|c| c.lease_ttl.as_secs_f64()),
         counters: ns.sync.counters().len(),
         buckets: ns.sync.counters().buckets().len(),
         evictions: ns.sync.counters().evictions(),

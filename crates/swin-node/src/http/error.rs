@@ -16,6 +16,7 @@ fn status_and_code(e: &Error) -> (StatusCode, &'static str) {
         Error::UnknownNamespace(_) => (StatusCode::NOT_FOUND, "unknown_namespace"),
         Error::UnknownWindowSize { .. } => (StatusCode::BAD_REQUEST, "unknown_window_size"),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+        Error::UnknownLease(_) => (StatusCode::NOT_FOUND, "unknown_lease"),
         Error::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
         Error::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
         Error::UnsupportedMediaType => {

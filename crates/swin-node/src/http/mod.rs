@@ -8,6 +8,7 @@ mod counting;
 mod decisions;
 pub mod error;
 mod extract;
+mod leases;
 mod limits;
 pub mod server;
 
@@ -54,6 +55,7 @@ fn areas() -> Vec<(Vec<Route>, Option<&'static [Scope]>)> {
     vec![
         (counting::routes(), Some(&[Scope::Count])),
         (decisions::routes(), Some(&[Scope::Decide])),
+        (leases::routes(), Some(&[Scope::Decide])),
         (admin::operate(), Some(&[Scope::Admin])),
         (admin::metrics_route(), Some(&[Scope::Metrics])),
         (limits::writes(), Some(&[Scope::Limits])),

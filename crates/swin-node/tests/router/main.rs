@@ -5,6 +5,7 @@
 
 mod counting;
 mod decisions;
+mod leases;
 mod limits;
 mod operating;
 
@@ -25,7 +26,8 @@ use tower::ServiceExt;
 /// The namespaces the router tests use, as an operator would write them: `api` counts;
 /// `login` allows 5 hits a minute (50 for the key `vip`); `orders` is a GCRA bucket of 3
 /// a minute keyed by `X-Api-Key` for forward auth; `tiny` holds 2 counters and syncs once
-/// an hour, so its unsynced hits fill it; `signed` takes negative values.
+/// an hour, so its unsynced hits fill it; `signed` takes negative values; `slots` allows 2
+/// leases in flight per key.
 const NAMESPACES: &str = r#"
 trusted_proxies = ["127.0.0.1/32"]
 body_limit = 4096
@@ -73,6 +75,14 @@ window_sizes = [60]
 sync_rate = -1
 max_counters = 1000
 allow_decrements = true
+
+[[namespaces]]
+name = "slots"
+algorithm = "concurrency"
+limit = 2
+lease_ttl = 30
+sync_rate = -1
+max_counters = 1000
 "#;
 
 /// The router over [`NAMESPACES`], built the way the node builds them. `tiny` has synced

@@ -122,9 +122,29 @@ async fn health_ready_namespaces_and_metrics() {
             ("login".into(), "sliding_window".into()),
             ("orders".into(), "gcra".into()),
             ("signed".into(), serde_json::Value::Null),
+            ("slots".into(), "concurrency".into()),
             ("tiny".into(), serde_json::Value::Null),
         ]
     );
+    let slots = &v["namespaces"][4];
+    assert_eq!(
+        (slots["limit"].clone(), slots["lease_ttl"].clone()),
+        (2.into(), 30.0.into())
+    );
+    // lease calls are counted by outcome
+    let key = "/v1/namespaces/slots/keys/m";
+    let (_, a, _) = send(&r, "POST", &format!("{key}/acquire"), &[], r#"{"count":2}"#).await;
+    send(&r, "POST", &format!("{key}/acquire"), &[], "").await;
+    let release = format!(r#"{{"lease":"{}"}}"#, a["lease"].as_str().expect("lease"));
+    send(&r, "POST", &format!("{key}/release"), &[], &release).await;
+    send(&r, "POST", &format!("{key}/release"), &[], &release).await;
+    let (_, v) = call(&r, "GET", "/metrics", None, "").await;
+    let text = v.as_str().expect("text");
+    for outcome in ["acquired", "denied", "released", "not_live"] {
+        let line =
+            format!("swin_lease_operations_total{{namespace=\"slots\",outcome=\"{outcome}\"}} 1");
+        assert!(text.contains(&line), "{line} in {text}");
+    }
 }
 
 /// With `[auth]`, each route needs its scope: no token or an unknown one is 401 with

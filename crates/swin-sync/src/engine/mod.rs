@@ -9,6 +9,7 @@
 
 mod first_touch;
 mod gcra;
+mod leases;
 mod limits;
 mod periodic;
 mod quota;

@@ -67,14 +67,9 @@ pub trait Leases: Send + Sync {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
-/// The SQL stores' answer to an acquire: `in_flight` and `earliest` are the key's other
-/// live leases before it.
-pub(crate) fn acquired(
-    in_flight: u64,
-    earliest: Option<i64>,
-    granted: bool,
-    a: &Acquire<'_>,
-) -> Acquired {
+/// The answer to an acquire (the SQL stores', and a node's own for local-only leases):
+/// `in_flight` and `earliest` are the key's other live leases before it.
+pub fn acquired(in_flight: u64, earliest: Option<i64>, granted: bool, a: &Acquire<'_>) -> Acquired {
     let earliest = earliest.map(UnixMs);
     Acquired {
         granted,

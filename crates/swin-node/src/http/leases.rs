@@ -1,0 +1,201 @@
+//! Concurrency leases over HTTP (scope `decide`), on `algorithm = "concurrency"`
+//! namespaces (see [`crate::leases`]):
+//! - `POST /v1/namespaces/{namespace}/keys/{key}/acquire`, body optional `{"count": 1,
+//!   "ttl": S, "lease": "<own id>"}` → 200 `{"allowed": true, "lease", "in_flight",
+//!   "limit", "expires_at"}` or 429 `{"allowed": false, "in_flight", "limit",
+//!   "retry_after"}`, with the RateLimit headers (and Retry-After on a 429);
+//! - `POST …/release` `{"lease": "<id>"}` → 200 `{"released": true, "lease"}`;
+//! - `POST …/renew` `{"lease": "<id>", "ttl": S}` → 200 `{"renewed": true, "lease",
+//!   "expires_at"}`.
+//!
+//! A release or renewal of a lease that is not live (released, lapsed, never granted) is
+//! 404 `unknown_lease` and changes nothing.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Json;
+use serde::Deserialize;
+use swin_core::UnixMs;
+
+use super::extract::{ApiPath, JsonBody};
+use super::Route;
+use crate::error::Error;
+use crate::leases::{self, AcquireRequest};
+use crate::state::AppState;
+
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        Route::new(
+            "POST",
+            "/v1/namespaces/{namespace}/keys/{key}/acquire",
+            post(acquire),
+        ),
+        Route::new(
+            "POST",
+            "/v1/namespaces/{namespace}/keys/{key}/release",
+            post(release),
+        ),
+        Route::new(
+            "POST",
+            "/v1/namespaces/{namespace}/keys/{key}/renew",
+            post(renew),
+        ),
+    ]
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct AcquireBody {
+    count: u32,
+    ttl: Option<f64>,
+    lease: Option<String>,
+}
+
+impl Default for AcquireBody {
+    fn default() -> Self {
+        AcquireBody {
+            count: 1,
+            ttl: None,
+            lease: None,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeaseBody {
+    #[serde(default)]
+    lease: Option<String>,
+    ttl: Option<f64>,
+}
+
+impl LeaseBody {
+    fn lease(&self) -> Result<&str, Error> {
+        self.lease
+            .as_deref()
+            .ok_or_else(|| Error::BadRequest("lease: required (the id an acquire answered)".into()))
+    }
+}
+
+fn secs(t: UnixMs) -> f64 {
+    t.0 as f64 / 1e3
+}
+
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const RETRY_AFTER: HeaderName = HeaderName::from_static("retry-after");
+
+async fn acquire(
+    State(state): State<Arc<AppState>>,
+    ApiPath((namespace, key)): ApiPath<(String, String)>,
+    JsonBody(body): JsonBody<AcquireBody>,
+) -> Result<Response, Error> {
+    let ns = state.namespace(&namespace)?;
+    let req = AcquireRequest {
+        count: body.count,
+        ttl: body.ttl,
+        lease: body.lease,
+    };
+    // an acquire the client stops waiting for is still carried out (it lapses by its
+    // ttl if never released), so the answer a retry gets matches the store
+    let a = crate::requests::to_the_end(true, {
+        let ns = ns.clone();
+        let (namespace, key) = (namespace.clone(), key.clone());
+        async move { leases::acquire(&ns, &namespace, &key, req).await }
+    })
+    .await?;
+    let granted = a.acquired.granted;
+    state
+        .metrics
+        .lease(&namespace, if granted { "acquired" } else { "denied" });
+    let remaining = a.limit.saturating_sub(a.acquired.in_flight);
+    let (status, body) = if granted {
+        (
+            StatusCode::OK,
+            serde_json::json!({
+                "allowed": true,
+                "lease": a.lease,
+                "in_flight": a.acquired.in_flight,
+                "limit": a.limit,
+                "expires_at": secs(a.expires_at),
+            }),
+        )
+    } else {
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            serde_json::json!({
+                "allowed": false,
+                "in_flight": a.acquired.in_flight,
+                "limit": a.limit,
+                "retry_after": a.retry_after_secs(),
+            }),
+        )
+    };
+    let mut resp = (status, Json(body)).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        RATELIMIT_POLICY,
+        HeaderValue::from_str(&format!("\"concurrency\";q={}", a.limit))
+            .map_err(|_| Error::Internal)?,
+    );
+    let state_value = if granted {
+        format!("\"concurrency\";r={remaining}")
+    } else {
+        let t = a.retry_after_secs().ceil().max(1.0) as u64;
+        h.insert(RETRY_AFTER, HeaderValue::from(t));
+        format!("\"concurrency\";r={remaining};t={t}")
+    };
+    h.insert(
+        RATELIMIT,
+        HeaderValue::from_str(&state_value).map_err(|_| Error::Internal)?,
+    );
+    Ok(resp)
+}
+
+async fn release(
+    State(state): State<Arc<AppState>>,
+    ApiPath((namespace, key)): ApiPath<(String, String)>,
+    JsonBody(body): JsonBody<LeaseBody>,
+) -> Result<Response, Error> {
+    let ns = state.namespace(&namespace)?;
+    if body.ttl.is_some() {
+        return Err(Error::BadRequest(
+            "ttl: a release takes only the lease (renew moves its lapse)".into(),
+        ));
+    }
+    let lease = body.lease()?;
+    let r = leases::release(&ns, &namespace, &key, lease).await;
+    count_outcome(&state, &namespace, &r, "released");
+    r?;
+    Ok(Json(serde_json::json!({"released": true, "lease": lease})).into_response())
+}
+
+async fn renew(
+    State(state): State<Arc<AppState>>,
+    ApiPath((namespace, key)): ApiPath<(String, String)>,
+    JsonBody(body): JsonBody<LeaseBody>,
+) -> Result<Response, Error> {
+    let ns = state.namespace(&namespace)?;
+    let lease = body.lease()?;
+    let r = leases::renew(&ns, &namespace, &key, lease, body.ttl).await;
+    count_outcome(&state, &namespace, &r, "renewed");
+    let to = r?;
+    Ok(Json(serde_json::json!({
+        "renewed": true,
+        "lease": lease,
+        "expires_at": secs(to),
+    }))
+    .into_response())
+}
+
+fn count_outcome<T>(state: &AppState, namespace: &str, r: &Result<T, Error>, done: &'static str) {
+    match r {
+        Ok(_) => state.metrics.lease(namespace, done),
+        Err(Error::UnknownLease(_)) => state.metrics.lease(namespace, "not_live"),
+        Err(_) => {}
+    }
+}

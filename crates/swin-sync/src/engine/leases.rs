@@ -1,0 +1,39 @@
+//! Concurrency leases through a namespace's engine: its store, under its name, each call
+//! bounded by its store timeout. A lease is one atomic step in the store whatever the
+//! sync rate, so nothing here is queued or synced: a call that fails changed nothing the
+//! caller was told of (an acquire that timed out may still have been granted; it lapses
+//! by its ttl). A namespace without a store keeps its leases on the node.
+
+use swin_core::UnixMs;
+
+use super::NamespaceSync;
+use crate::store::{Acquire, Acquired};
+use crate::StoreError;
+
+impl NamespaceSync {
+    /// Takes `acquire.count` slots of `acquire.key` if its live leases leave room.
+    /// `None`: the namespace has no store (the node keeps its leases itself).
+    pub async fn acquire_lease(
+        &self,
+        acquire: Acquire<'_>,
+    ) -> Option<Result<Acquired, StoreError>> {
+        let store = self.store.as_ref()?;
+        Some(self.call(store.acquire(self.name(), acquire)).await)
+    }
+
+    /// Ends (`renew_to: None`) or renews a live lease; false when it is unknown,
+    /// released or lapsed. `None`: no store.
+    pub async fn end_or_renew_lease(
+        &self,
+        key: &str,
+        lease: &str,
+        now: UnixMs,
+        renew_to: Option<UnixMs>,
+    ) -> Option<Result<bool, StoreError>> {
+        let store = self.store.as_ref()?;
+        Some(
+            self.call(store.end_or_renew(self.name(), key, lease, now, renew_to))
+                .await,
+        )
+    }
+}
