@@ -120,6 +120,7 @@ pub async fn acquire(
         )));
     }
     let ttl = lease_ttl(req.ttl, &c)?;
+    let own_id = req.lease.is_some();
     let lease = match req.lease {
         Some(id) => {
             check_lease_id(&id)?;
@@ -138,7 +139,20 @@ pub async fn acquire(
         now,
     };
     let acquired = match ns.sync.acquire_lease(a).await {
-        Some(r) => r.map_err(|e| Error::store(&e, "acquiring a lease"))?,
+        Some(Ok(acquired)) => acquired,
+        Some(Err(e)) => {
+            if !own_id {
+                // the store may have granted it before the call failed (a timeout): no
+                // client knows the id, so the node ends it, not its lapse
+                tokio::spawn(abandon(
+                    ns.sync.clone(),
+                    key.to_owned(),
+                    lease.clone(),
+                    expires_at,
+                ));
+            }
+            return Err(Error::store(&e, "acquiring a lease"));
+        }
         None => ns.leases.acquire(&a)?,
     };
     Ok(AcquireAnswer {
@@ -148,6 +162,23 @@ pub async fn acquire(
         expires_at,
         now,
     })
+}
+
+/// Ends a lease an acquire may have taken though it answered an error, retrying until
+/// the store answers or the lease would have lapsed anyway. (A client's own id is left
+/// alone: the client retries with it, and the retry replaces it.)
+async fn abandon(
+    sync: std::sync::Arc<swin_sync::NamespaceSync>,
+    key: String,
+    lease: String,
+    expires_at: UnixMs,
+) {
+    while now() < expires_at {
+        match sync.end_or_renew_lease(&key, &lease, now(), None).await {
+            Some(Err(_)) => tokio::time::sleep(Duration::from_millis(500)).await,
+            _ => return,
+        }
+    }
 }
 
 /// Ends a live lease of `key`: its slots are free at once. 404 `unknown_lease` when it

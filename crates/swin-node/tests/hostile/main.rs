@@ -14,6 +14,8 @@
 //!   counts as an operator reads them;
 //! - `limits`: runtime limits through a store outage, written by hand, changed by two
 //!   nodes at once;
+//! - `leases`: concurrency leases through a store that goes away or hangs, and lease ids
+//!   that belong to another key;
 //! - `grpc`: Envoy's door takes the same tokens, and no value a client sends turns an
 //!   over-limit answer into an error.
 
@@ -21,6 +23,7 @@ mod connections;
 mod grpc;
 mod http;
 mod integrity;
+mod leases;
 mod limits;
 mod reload;
 mod shutdown;

@@ -1,0 +1,192 @@
+//! Concurrency leases when things go wrong: a store that goes away refuses acquires,
+//! releases and renewals (503) and none of them changes a slot, so the count in flight
+//! afterwards is exact; an acquire cut short by a store that hangs is ended by the node
+//! (no client knows its id) instead of holding its slots until its lapse; a lease id
+//! given for another key releases nothing.
+
+use std::time::Duration;
+
+use swin_testkit::cluster::{within, TestStore};
+
+use super::support::node;
+
+const LIMIT: u64 = 3;
+
+fn config(store: &TestStore) -> String {
+    format!(
+        "store_timeout = 1\n{}
+[[namespaces]]
+name = \"slots\"
+algorithm = \"concurrency\"
+limit = {LIMIT}
+lease_ttl = 60
+sync_rate = 0.2
+store = \"main\"
+",
+        store.section()
+    )
+}
+
+async fn post(
+    c: &reqwest::Client,
+    base: &str,
+    key: &str,
+    op: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let r = c
+        .post(format!("{base}/v1/namespaces/slots/keys/{key}/{op}"))
+        .json(&body)
+        .send()
+        .await
+        .expect("send");
+    let status = r.status().as_u16();
+    (status, r.json().await.expect("json"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_refuses_lease_calls_and_changes_no_slot() {
+    let dir = tempfile::tempdir().expect("dir");
+    let port = swin_testkit::free_port();
+    let mut server = Some(swin_testkit::start_redis(port, dir.path()));
+    let store = TestStore::redis_at(&format!("redis://127.0.0.1:{port}"), "hostile");
+    let path = dir.path().join("swin.toml");
+    std::fs::write(&path, config(&store)).expect("config");
+    let n = node(&path);
+    let c = reqwest::Client::new();
+    let base = &n.base;
+    let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({"count": 2})).await;
+    assert_eq!(s, 200, "{v}");
+    let held = serde_json::json!({"lease": v["lease"]});
+
+    drop(server.take()); // the store goes away
+    for (op, body) in [
+        ("acquire", serde_json::json!({})),
+        ("acquire", serde_json::json!({"lease": "mine"})),
+        ("release", held.clone()),
+        ("renew", held.clone()),
+    ] {
+        let (s, v) = post(&c, base, "k", op, body).await;
+        assert_eq!(s, 503, "{op}: {v}");
+        assert_eq!(v["error"]["code"], "store_unreachable", "{op}: {v}");
+    }
+
+    server = Some(swin_testkit::start_redis(port, dir.path()));
+    // the first acquire that reaches the store finds exactly the lease held before:
+    // the failed release freed nothing, the failed acquires took nothing
+    within(
+        Duration::from_secs(15),
+        "acquires go through again",
+        async || {
+            let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({})).await;
+            if s == 200 {
+                assert_eq!(v["in_flight"], LIMIT, "{v}");
+            }
+            s == 200
+        },
+    )
+    .await;
+    let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({})).await;
+    assert_eq!((s, v["in_flight"].clone()), (429, LIMIT.into()), "{v}");
+    let (s, v) = post(&c, base, "k", "release", held).await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({"count": 2})).await;
+    assert_eq!((s, v["in_flight"].clone()), (200, LIMIT.into()), "{v}");
+    drop(n);
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cut_short_by_a_hanging_store_does_not_hold_its_slots() {
+    let dir = tempfile::tempdir().expect("dir");
+    let port = swin_testkit::free_port();
+    let server = swin_testkit::start_redis(port, dir.path());
+    let store = TestStore::redis_at(&format!("redis://127.0.0.1:{port}"), "hostile");
+    let path = dir.path().join("swin.toml");
+    std::fs::write(&path, config(&store)).expect("config");
+    let n = node(&path);
+    let c = reqwest::Client::new();
+    let base = &n.base;
+    let (s, _) = post(&c, base, "warm", "acquire", serde_json::json!({})).await;
+    assert_eq!(s, 200);
+
+    server.signal("STOP");
+    // queued in the hung server: it runs when the server wakes, after the node gave up
+    let (s, v) = post(
+        &c,
+        base,
+        "k",
+        "acquire",
+        serde_json::json!({"count": LIMIT}),
+    )
+    .await;
+    assert_eq!(s, 503, "{v}");
+    server.signal("CONT");
+    // well before its 60 s lapse, the node has ended the lease no client knows
+    let took = within(
+        Duration::from_secs(10),
+        "the slots are free again",
+        async || {
+            let (s, v) = post(
+                &c,
+                base,
+                "k",
+                "acquire",
+                serde_json::json!({"count": LIMIT}),
+            )
+            .await;
+            assert!(s == 200 || s == 429 || s == 503, "{s} {v}");
+            s == 200
+        },
+    )
+    .await;
+    println!("the cut-short acquire's slots were free {took:?} after the store woke");
+    let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({})).await;
+    assert_eq!(
+        (s, v["in_flight"].clone()),
+        (429, LIMIT.into()),
+        "exact: {v}"
+    );
+    drop(n);
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_id_of_another_key_releases_nothing() {
+    let store = TestStore::redis();
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("swin.toml");
+    std::fs::write(&path, config(&store)).expect("config");
+    let n = node(&path);
+    let c = reqwest::Client::new();
+    let base = &n.base;
+    let (_, v) = post(
+        &c,
+        base,
+        "a",
+        "acquire",
+        serde_json::json!({"count": LIMIT}),
+    )
+    .await;
+    let lease = serde_json::json!({"lease": v["lease"]});
+    let (_, other) = post(&c, base, "b", "acquire", serde_json::json!({})).await;
+    for (key, body) in [
+        ("b", lease.clone()),
+        ("c", lease.clone()),
+        ("a", serde_json::json!({"lease": other["lease"]})),
+    ] {
+        let (s, v) = post(&c, base, key, "release", body.clone()).await;
+        assert_eq!(
+            (s, v["error"]["code"].clone()),
+            (404, "unknown_lease".into()),
+            "{key}: {v}"
+        );
+        let (s, _) = post(&c, base, key, "renew", body).await;
+        assert_eq!(s, 404, "{key}");
+    }
+    let (s, v) = post(&c, base, "a", "acquire", serde_json::json!({})).await;
+    assert_eq!((s, v["in_flight"].clone()), (429, LIMIT.into()), "{v}");
+    let (s, v) = post(&c, base, "b", "acquire", serde_json::json!({"count": 2})).await;
+    assert_eq!((s, v["in_flight"].clone()), (200, LIMIT.into()), "{v}");
+    drop(n);
+}
