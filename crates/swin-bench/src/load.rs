@@ -32,6 +32,9 @@ pub struct LoadSpec {
     pub batch: Option<usize>,
     /// Send `/hit` decisions instead of increments (200 admitted, 429 denied).
     pub hit: bool,
+    /// Acquire a concurrency lease and release it, one after the other: one request of
+    /// the report is the pair, its status the acquire's (200 granted, 429 full).
+    pub lease: bool,
     /// Ask Envoy's rate limit service over gRPC instead (the namespace is the domain):
     /// one descriptor of these entries, `{key}` in a value replaced by the picked key.
     /// Statuses: 200 for OK, 429 for OVER_LIMIT, 1000 + the gRPC code for an error.
@@ -68,6 +71,13 @@ struct Shared {
 
 fn path_and_body(spec: &LoadSpec, rng: &mut impl rand::Rng) -> (String, Bytes) {
     match spec.batch {
+        None if spec.lease => {
+            let key = spec.keys.pick(rng);
+            (
+                format!("/v1/namespaces/{}/keys/{key}/acquire", spec.namespace),
+                Bytes::new(),
+            )
+        }
         None if spec.hit => {
             let key = spec.keys.pick(rng);
             (
@@ -185,6 +195,16 @@ async fn connection(
             n += 1;
             pool[n % pool.len()].clone()
         };
+        let (body, release) = match spec.lease {
+            // the connection's own lease ids: the release needs nothing of the answer
+            true => {
+                n += 1;
+                let lease = Bytes::from(format!("{{\"lease\":\"c{id}n{n}\"}}"));
+                let release = path.replace("/acquire", "/release");
+                (lease.clone(), Some((release, lease)))
+            }
+            false => (body, None),
+        };
         let req = Request::post(path)
             .header("host", &target)
             .header("content-type", "application/json")
@@ -199,6 +219,17 @@ async fn connection(
             Ok(resp) => {
                 let status = resp.status().as_u16();
                 resp.into_body().collect().await?;
+                if let (200, Some((path, lease))) = (status, release) {
+                    let req = Request::post(path)
+                        .header("host", &target)
+                        .header("content-type", "application/json")
+                        .body(Full::new(lease))?;
+                    sender.ready().await?;
+                    let resp = sender.send_request(req).await?;
+                    let released = resp.status().as_u16();
+                    resp.into_body().collect().await?;
+                    anyhow::ensure!(released == 200, "a release answered {released}");
+                }
                 tally.record(t0, status);
                 shared.done.fetch_add(1, Ordering::Relaxed);
             }

@@ -55,6 +55,9 @@ enum Command {
         /// Ask for decisions (POST …/hit) instead of counting increments.
         #[arg(long, conflicts_with = "batch")]
         hit: bool,
+        /// Acquire a concurrency lease and release it (a pair per request) instead.
+        #[arg(long, conflicts_with_all = ["batch", "hit"])]
+        lease: bool,
         /// Ask Envoy's rate limit service (gRPC) at the targets instead, the namespace
         /// as domain, one descriptor of these entries: `generic_key=api,user={key}`
         /// (`{key}`: the picked key).
@@ -130,6 +133,7 @@ async fn main() -> anyhow::Result<()> {
             window_size,
             batch,
             hit,
+            lease,
             grpc,
             json,
             progress,
@@ -151,6 +155,7 @@ async fn main() -> anyhow::Result<()> {
                 window_size,
                 batch,
                 hit,
+                lease,
                 grpc,
                 progress,
             };
