@@ -1,6 +1,6 @@
 //! Concurrency leases on PostgreSQL (see `store::leases`): an acquire takes a
 //! transaction-scoped advisory lock on the key, so two acquires of one key never count
-//! at once.
+//! at once, then counts and writes in one statement (four round trips in all).
 
 use swin_core::UnixMs;
 
@@ -22,43 +22,38 @@ impl Leases for PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(err)?;
-        sqlx::query(
-            "DELETE FROM swin_leases WHERE namespace = $1 AND key = $2 AND expires_at <= $3",
+        // after the lock, one statement: lapsed leases go (not this lease's own row,
+        // which the upsert rewrites), the live ones are counted, and the lease is
+        // written if it fits. The statement's snapshot is taken after the lock, so it
+        // sees every acquire of the key that committed before it.
+        let (in_flight, earliest, granted): (i64, Option<i64>, bool) = sqlx::query_as(
+            "WITH gone AS (
+                 DELETE FROM swin_leases
+                 WHERE namespace = $1 AND key = $2 AND expires_at <= $3 AND lease <> $4
+             ), live AS (
+                 SELECT coalesce(sum(count), 0)::int8 AS n, min(expires_at) AS earliest
+                 FROM swin_leases
+                 WHERE namespace = $1 AND key = $2 AND lease <> $4 AND expires_at > $3
+             ), written AS (
+                 INSERT INTO swin_leases (namespace, key, lease, count, expires_at)
+                 SELECT $1, $2, $4, $5, $6 FROM live WHERE live.n + $5 <= $7
+                 ON CONFLICT (namespace, key, lease) DO UPDATE
+                 SET count = EXCLUDED.count, expires_at = EXCLUDED.expires_at
+                 RETURNING 1
+             )
+             SELECT n, earliest, EXISTS (SELECT 1 FROM written) FROM live",
         )
         .bind(namespace)
         .bind(a.key)
         .bind(a.now.0)
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?;
-        let (in_flight, earliest): (i64, Option<i64>) = sqlx::query_as(
-            "SELECT coalesce(sum(count), 0)::int8, min(expires_at) FROM swin_leases
-             WHERE namespace = $1 AND key = $2 AND lease <> $3",
-        )
-        .bind(namespace)
-        .bind(a.key)
         .bind(a.lease)
+        .bind(a.count as i32)
+        .bind(a.expires_at.0)
+        .bind(i64::try_from(a.limit).unwrap_or(i64::MAX))
         .fetch_one(&mut *tx)
         .await
         .map_err(err)?;
         let in_flight = u64::try_from(in_flight).unwrap_or(0);
-        let granted = in_flight + u64::from(a.count) <= a.limit;
-        if granted {
-            sqlx::query(
-                "INSERT INTO swin_leases (namespace, key, lease, count, expires_at)
-                 VALUES ($1, $2, $3, $4, $5)
-                 ON CONFLICT (namespace, key, lease) DO UPDATE
-                 SET count = EXCLUDED.count, expires_at = EXCLUDED.expires_at",
-            )
-            .bind(namespace)
-            .bind(a.key)
-            .bind(a.lease)
-            .bind(a.count as i32)
-            .bind(a.expires_at.0)
-            .execute(&mut *tx)
-            .await
-            .map_err(err)?;
-        }
         tx.commit().await.map_err(err)?;
         Ok(crate::store::leases::acquired(
             in_flight, earliest, granted, &a,
