@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use swin_testkit::cluster::{use_node_binary, Node, TestStore};
+use swin_testkit::cluster::{key_call as post, use_node_binary, Node, TestStore};
 
 const LIMIT: u64 = 4;
 
@@ -41,25 +41,6 @@ fn start(dir: &Path, store: &TestStore, name: &str) -> Node {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, config(store)).expect("config");
     Node::spawn(&path)
-}
-
-/// A lease call: status and body.
-async fn post(
-    c: &reqwest::Client,
-    base: &str,
-    ns: &str,
-    key: &str,
-    op: &str,
-    body: serde_json::Value,
-) -> (u16, serde_json::Value) {
-    let r = c
-        .post(format!("{base}/v1/namespaces/{ns}/keys/{key}/{op}"))
-        .json(&body)
-        .send()
-        .await
-        .expect("send");
-    let status = r.status().as_u16();
-    (status, r.json().await.expect("json"))
 }
 
 async fn acquire(

@@ -237,6 +237,26 @@ pub async fn increment_batch(
     assert_eq!(r.status(), 200, "batch answered {}", r.status());
 }
 
+/// A key's route `op` (`acquire`, `release`, `renew`, `hit` …) with a JSON body: the
+/// status and the JSON answer.
+pub async fn key_call(
+    client: &reqwest::Client,
+    base: &str,
+    ns: &str,
+    key: &str,
+    op: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let r = client
+        .post(format!("{base}/v1/namespaces/{ns}/keys/{key}/{op}"))
+        .json(&body)
+        .send()
+        .await
+        .expect("send");
+    let status = r.status().as_u16();
+    (status, r.json().await.expect("json"))
+}
+
 /// One increment; `None` when the node did not answer (it is down).
 pub async fn increment(
     client: &reqwest::Client,

@@ -100,9 +100,10 @@ async fn acquire(
         ttl: body.ttl,
         lease: body.lease,
     };
-    // an acquire the client stops waiting for is still carried out (it lapses by its
-    // ttl if never released), so the answer a retry gets matches the store
-    let a = crate::requests::to_the_end(true, {
+    // an acquire in a store that the client stops waiting for is still carried out to
+    // its answer (and ended by the node if that was an error), never cut off half-way;
+    // a local-only one has no await to cut
+    let a = crate::requests::to_the_end(ns.sync.store().is_some(), {
         let ns = ns.clone();
         let (namespace, key) = (namespace.clone(), key.clone());
         async move { leases::acquire(&ns, &namespace, &key, req).await }

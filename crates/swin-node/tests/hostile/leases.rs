@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use swin_testkit::cluster::{within, TestStore};
+use swin_testkit::cluster::{key_call, within, TestStore};
 
 use super::support::node;
 
@@ -27,6 +27,7 @@ store = \"main\"
     )
 }
 
+/// A call on a key of `slots`: status and body.
 async fn post(
     c: &reqwest::Client,
     base: &str,
@@ -34,14 +35,7 @@ async fn post(
     op: &str,
     body: serde_json::Value,
 ) -> (u16, serde_json::Value) {
-    let r = c
-        .post(format!("{base}/v1/namespaces/slots/keys/{key}/{op}"))
-        .json(&body)
-        .send()
-        .await
-        .expect("send");
-    let status = r.status().as_u16();
-    (status, r.json().await.expect("json"))
+    key_call(c, base, "slots", key, op, body).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
