@@ -2,7 +2,8 @@
 //! releases and renewals (503) and none of them changes a slot, so the count in flight
 //! afterwards is exact; an acquire cut short by a store that hangs is ended by the node
 //! (no client knows its id) instead of holding its slots until its lapse; a lease id
-//! given for another key releases nothing.
+//! given for another key releases nothing; a reload that changes the limit keeps the
+//! leases held.
 
 use std::time::Duration;
 
@@ -183,4 +184,85 @@ async fn a_lease_id_of_another_key_releases_nothing() {
     let (s, v) = post(&c, base, "b", "acquire", serde_json::json!({"count": 2})).await;
     assert_eq!((s, v["in_flight"].clone()), (200, LIMIT.into()), "{v}");
     drop(n);
+}
+
+/// A reload that changes `limit` applies to the next acquire and keeps every lease held:
+/// raised, one more fits; lowered under what is held, nothing is taken away and nothing
+/// more is granted until releases bring the key under the new limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_the_limit_and_keeps_the_leases_held() {
+    let store = TestStore::redis();
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("swin.toml");
+    std::fs::write(&path, config(&store)).expect("config");
+    let n = node(&path);
+    let c = reqwest::Client::new();
+    let base = &n.base;
+    let (s, first) = post(
+        &c,
+        base,
+        "k",
+        "acquire",
+        serde_json::json!({"count": LIMIT}),
+    )
+    .await;
+    assert_eq!(s, 200, "{first}");
+    let reload_to = async |limit: u64| {
+        let text = config(&store).replace(&format!("limit = {LIMIT}"), &format!("limit = {limit}"));
+        std::fs::write(&path, text).expect("config");
+        n.signal("HUP");
+        within(
+            Duration::from_secs(10),
+            "the reload is applied",
+            async || {
+                let v: serde_json::Value = c
+                    .get(format!("{base}/v1/namespaces"))
+                    .send()
+                    .await
+                    .expect("get")
+                    .json()
+                    .await
+                    .expect("json");
+                v["namespaces"][0]["limit"] == limit
+            },
+        )
+        .await;
+    };
+    reload_to(LIMIT + 1).await;
+    let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({})).await;
+    assert_eq!(
+        (s, v["in_flight"].clone(), v["limit"].clone()),
+        (200, (LIMIT + 1).into(), (LIMIT + 1).into()),
+        "{v}"
+    );
+    let second = serde_json::json!({"lease": v["lease"]});
+    reload_to(1).await;
+    let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({})).await;
+    assert_eq!(
+        (s, v["in_flight"].clone()),
+        (429, (LIMIT + 1).into()),
+        "held leases still count: {v}"
+    );
+    let (s, _) = post(
+        &c,
+        base,
+        "k",
+        "release",
+        serde_json::json!({"lease": first["lease"]}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({})).await;
+    assert_eq!(
+        (s, v["in_flight"].clone()),
+        (429, 1.into()),
+        "at the new limit of 1: {v}"
+    );
+    let (s, _) = post(&c, base, "k", "release", second).await;
+    assert_eq!(
+        s, 200,
+        "a lease granted before the reload releases after it"
+    );
+    let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({})).await;
+    assert_eq!((s, v["in_flight"].clone()), (200, 1.into()), "{v}");
 }
