@@ -53,6 +53,9 @@ pub enum Error {
     /// A lease to release or renew that is not live (released, lapsed, never granted).
     #[error("{0}")]
     UnknownLease(String),
+    /// A reservation to commit that is not open (committed, lapsed, never made).
+    #[error("{0}")]
+    UnknownReservation(String),
     #[error("internal error")]
     Internal,
 }

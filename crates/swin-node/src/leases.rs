@@ -167,7 +167,7 @@ pub async fn acquire(
 /// Ends a lease an acquire may have taken though it answered an error, retrying until
 /// the store answers or the lease would have lapsed anyway. (A client's own id is left
 /// alone: the client retries with it, and the retry replaces it.)
-async fn abandon(
+pub(crate) async fn abandon(
     sync: std::sync::Arc<swin_sync::NamespaceSync>,
     key: String,
     lease: String,

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod node;
 pub mod policy;
 pub mod requests;
+pub mod reservations;
 pub mod rls;
 pub mod runtime_limits;
 pub mod spool;

@@ -70,7 +70,7 @@ impl Default for HitBody {
 /// the headers of draft-ietf-httpapi-ratelimit-headers: one policy per limit, the
 /// current state of the strictest; `t` on a denial is when this hit would pass, and
 /// Retry-After is never earlier than it.
-fn respond(
+pub(super) fn respond(
     v: &Verdict,
     policies: &[Arc<str>],
     status: StatusCode,
@@ -95,7 +95,7 @@ const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy")
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 const RETRY_AFTER: HeaderName = HeaderName::from_static("retry-after");
 
-fn status_of(v: &Verdict) -> StatusCode {
+pub(super) fn status_of(v: &Verdict) -> StatusCode {
     if v.allowed() {
         StatusCode::OK
     } else {

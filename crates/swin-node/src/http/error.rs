@@ -17,6 +17,7 @@ fn status_and_code(e: &Error) -> (StatusCode, &'static str) {
         Error::UnknownWindowSize { .. } => (StatusCode::BAD_REQUEST, "unknown_window_size"),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
         Error::UnknownLease(_) => (StatusCode::NOT_FOUND, "unknown_lease"),
+        Error::UnknownReservation(_) => (StatusCode::NOT_FOUND, "unknown_reservation"),
         Error::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
         Error::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
         Error::UnsupportedMediaType => {

@@ -132,7 +132,19 @@ pub(crate) fn parse_json<'a, T: Deserialize<'a> + Default>(
         Some(b) if b.trim_ascii_start().first() != Some(&b'{') => Err(Error::BadRequest(
             "malformed JSON body: must be a JSON object".into(),
         )),
-        Some(b) => serde_json::from_slice(b)
-            .map_err(|e| Error::BadRequest(format!("malformed JSON body: {e}"))),
+        // parsed as before; only a body that fails is parsed again to name the field it
+        // got wrong, so well-formed requests pay nothing for the message
+        Some(b) => serde_json::from_slice(b).map_err(|e| {
+            let mut de = serde_json::Deserializer::from_slice(b);
+            let path = match serde_path_to_error::deserialize::<_, T>(&mut de) {
+                Err(e) => e.path().to_string(),
+                Ok(_) => String::new(),
+            };
+            if path.is_empty() || path == "." {
+                Error::BadRequest(format!("malformed JSON body: {e}"))
+            } else {
+                Error::BadRequest(format!("malformed JSON body: {path}: {e}"))
+            }
+        }),
     }
 }

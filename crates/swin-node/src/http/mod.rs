@@ -10,6 +10,7 @@ pub mod error;
 mod extract;
 mod leases;
 mod limits;
+mod reservations;
 pub mod server;
 
 use std::sync::Arc;
@@ -56,6 +57,7 @@ fn areas() -> Vec<(Vec<Route>, Option<&'static [Scope]>)> {
         (counting::routes(), Some(&[Scope::Count])),
         (decisions::routes(), Some(&[Scope::Decide])),
         (leases::routes(), Some(&[Scope::Decide])),
+        (reservations::routes(), Some(&[Scope::Decide])),
         (admin::operate(), Some(&[Scope::Admin])),
         (admin::metrics_route(), Some(&[Scope::Metrics])),
         (limits::writes(), Some(&[Scope::Limits])),

@@ -8,6 +8,7 @@ mod decisions;
 mod leases;
 mod limits;
 mod operating;
+mod reservations;
 
 use std::sync::Arc;
 

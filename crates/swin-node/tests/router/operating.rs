@@ -145,6 +145,28 @@ async fn health_ready_namespaces_and_metrics() {
             format!("swin_lease_operations_total{{namespace=\"slots\",outcome=\"{outcome}\"}} 1");
         assert!(text.contains(&line), "{line} in {text}");
     }
+    // reservations too, and their costs by part
+    let key = "/v1/namespaces/login/keys/m";
+    let (_, a, _) = send(&r, "POST", &format!("{key}/reserve"), &[], r#"{"cost":4}"#).await;
+    send(&r, "POST", &format!("{key}/reserve"), &[], r#"{"cost":2}"#).await;
+    let commit = format!(
+        r#"{{"reservation":"{}","cost":1.5}}"#,
+        a["reservation"].as_str().expect("reservation")
+    );
+    send(&r, "POST", &format!("{key}/commit"), &[], &commit).await;
+    send(&r, "POST", &format!("{key}/commit"), &[], &commit).await;
+    let (_, v) = call(&r, "GET", "/metrics", None, "").await;
+    let text = v.as_str().expect("text");
+    for line in [
+        "swin_reservation_operations_total{namespace=\"login\",outcome=\"reserved\"} 1",
+        "swin_reservation_operations_total{namespace=\"login\",outcome=\"denied\"} 1",
+        "swin_reservation_operations_total{namespace=\"login\",outcome=\"committed\"} 1",
+        "swin_reservation_operations_total{namespace=\"login\",outcome=\"not_open\"} 1",
+        "swin_reservation_cost_total{namespace=\"login\",part=\"reserved\"} 4",
+        "swin_reservation_cost_total{namespace=\"login\",part=\"given_back\"} 2.5",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
 }
 
 /// With `[auth]`, each route needs its scope: no token or an unknown one is 401 with
@@ -182,6 +204,8 @@ async fn tokens_and_scopes() {
         ("POST", "/v1/namespaces/slots/keys/a/acquire", ops),
         ("POST", "/v1/namespaces/slots/keys/a/release", prom),
         ("POST", "/v1/namespaces/slots/keys/a/renew", ops),
+        ("POST", "/v1/namespaces/login/keys/a/reserve", ops),
+        ("POST", "/v1/namespaces/login/keys/a/commit", prom),
         ("DELETE", "/v1/namespaces/api/keys/k", app),
         ("GET", "/v1/namespaces", app),
         ("POST", "/v1/namespaces/api/sync", prom),

@@ -1,0 +1,137 @@
+//! Reserve, then commit, over HTTP (scope `decide`), on window and GCRA namespaces (see
+//! [`crate::reservations`]):
+//! - `POST /v1/namespaces/{namespace}/keys/{key}/reserve` `{"cost": estimate, "ttl": S}`
+//!   → 200 `{"allowed": true, "reservation": "<id>", "cost", "expires_at", …}` or 429 as
+//!   a hit would be, with the RateLimit headers;
+//! - `POST …/commit` `{"reservation": "<id>", "cost": actual}` → 200 `{"committed": true,
+//!   "reservation", "estimate", "cost", "charged", "given_back", "uncharged", …}`; a
+//!   reservation committed already, lapsed or never made is 404 `unknown_reservation`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::post;
+use serde::{Deserialize, Serialize};
+
+use super::decisions::{respond, status_of};
+use super::extract::{ApiPath, JsonBody};
+use super::Route;
+use crate::decisions::HitAnswer;
+use crate::error::Error;
+use crate::requests::to_the_end;
+use crate::reservations;
+use crate::state::AppState;
+
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        Route::new(
+            "POST",
+            "/v1/namespaces/{namespace}/keys/{key}/reserve",
+            post(reserve),
+        ),
+        Route::new(
+            "POST",
+            "/v1/namespaces/{namespace}/keys/{key}/commit",
+            post(commit),
+        ),
+    ]
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ReserveBody {
+    cost: Option<f64>,
+    ttl: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct ReserveAnswer {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reservation: Option<String>,
+    cost: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at: Option<f64>,
+    #[serde(flatten)]
+    answer: HitAnswer,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CommitBody {
+    reservation: Option<String>,
+    cost: Option<f64>,
+}
+
+async fn reserve(
+    State(state): State<Arc<AppState>>,
+    ApiPath((namespace, key)): ApiPath<(String, String)>,
+    JsonBody(body): JsonBody<ReserveBody>,
+) -> Result<Response, Error> {
+    let ns = state.namespace(&namespace)?;
+    let cost = body
+        .cost
+        .ok_or_else(|| Error::BadRequest("cost: required (the estimate to spend now)".into()))?;
+    // spent, then recorded: run to the end once started, so that a client going away
+    // cannot leave the estimate spent and no reservation
+    to_the_end(true, async move {
+        let r = reservations::reserve(&ns, &namespace, &key, cost, body.ttl).await?;
+        let v = &r.verdict;
+        state.metrics.decision(&namespace, &v.policy, v.allowed());
+        state
+            .metrics
+            .reservation(&namespace, if v.allowed() { "reserved" } else { "denied" });
+        if v.allowed() {
+            state.metrics.reservation_cost(&namespace, "reserved", cost);
+        }
+        let (reservation, expires_at) = match r.reservation {
+            Some((id, at)) => (Some(id), Some(at.0 as f64 / 1e3)),
+            None => (None, None),
+        };
+        let answer = ReserveAnswer {
+            reservation,
+            cost,
+            expires_at,
+            answer: v.answer(),
+        };
+        Ok(respond(v, &v.policies, status_of(v), answer))
+    })
+    .await
+}
+
+async fn commit(
+    State(state): State<Arc<AppState>>,
+    ApiPath((namespace, key)): ApiPath<(String, String)>,
+    JsonBody(body): JsonBody<CommitBody>,
+) -> Result<Response, Error> {
+    let ns = state.namespace(&namespace)?;
+    let id = body.reservation.ok_or_else(|| {
+        Error::BadRequest("reservation: required (the id a reserve answered)".into())
+    })?;
+    let cost = body
+        .cost
+        .ok_or_else(|| Error::BadRequest("cost: required (the actual cost)".into()))?;
+    to_the_end(true, async move {
+        let r = reservations::commit(&ns, &namespace, &key, &id, cost).await;
+        match &r {
+            Ok(s) => {
+                state.metrics.reservation(&namespace, "committed");
+                state
+                    .metrics
+                    .reservation_cost(&namespace, "charged", s.charged);
+                state
+                    .metrics
+                    .reservation_cost(&namespace, "given_back", s.given_back);
+                state
+                    .metrics
+                    .reservation_cost(&namespace, "uncharged", s.uncharged);
+            }
+            Err(Error::UnknownReservation(_)) => state.metrics.reservation(&namespace, "not_open"),
+            Err(_) => {}
+        }
+        let s = r?;
+        Ok(respond(&s.verdict, &s.verdict.policies, StatusCode::OK, &s))
+    })
+    .await
+}

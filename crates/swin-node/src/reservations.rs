@@ -1,0 +1,311 @@
+//! Reserve, then commit: a cost known only after the answer (an LLM's tokens, bytes
+//! sent, CPU seconds) spent as an estimate first and settled at the actual cost later,
+//! on window and GCRA namespaces.
+//!
+//! - A reserve is the namespace's hit of `cost = estimate` (denied as a hit would be).
+//!   When allowed, the reservation is recorded where the namespace keeps leases (its
+//!   store, so that any node can settle it; a local-only namespace, this node) as a
+//!   lease of one slot under no limit, until its ttl. Its id is `<128 random bits in
+//!   hex>.<estimate>`: a commit reads the estimate back from the id, and an id whose
+//!   estimate was changed is simply unknown.
+//! - A commit ends the reservation (true exactly once, on every node: a commit repeated
+//!   after a lost answer, or made after the ttl, is 404 `unknown_reservation` and settles
+//!   nothing), then settles the difference through the namespace's admission: more than
+//!   the estimate is charged up to what the limits leave (the rest is reported as
+//!   `uncharged`: a commit never takes a key past its limit), less is given back as a
+//!   refund is (never below zero, only in windows still counted).
+//! - A reservation not committed by its ttl stays settled at its estimate.
+//!
+//! A commit runs to its end once started (a client that goes away does not cut it
+//! between its two steps); a settlement the store refuses after the reservation ended is
+//! retried by the node until the store answers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use swin_core::{check_cost, UnixMs};
+use swin_sync::admission::GiveBack;
+use swin_sync::store::Acquire;
+
+use crate::decisions::{limits_of, quota, take, take_under, verdict, HitAnswer, Verdict};
+use crate::error::Error;
+use crate::policy::input::check_key;
+use crate::policy::limits::KeyLimits;
+use crate::state::Namespace;
+
+/// A reservation's life when the client names none.
+pub const DEFAULT_RESERVATION_TTL_SECS: f64 = 30.0;
+/// The longest life a reservation can ask for: a day.
+pub const MAX_RESERVATION_TTL_SECS: f64 = 86_400.0;
+
+/// Reservations are leases of one slot each under a limit no key reaches.
+const NO_LIMIT: u64 = 1 << 53;
+/// How long the node keeps trying a settlement or an undo the store refused.
+const RETRY_FOR: Duration = Duration::from_secs(60);
+const RETRY_EVERY: Duration = Duration::from_millis(500);
+
+/// A reserve's answer: the hit's verdict, and when allowed the reservation.
+#[derive(Debug)]
+pub struct Reserved {
+    pub verdict: Verdict,
+    /// The reservation's id and lapse time (allowed only).
+    pub reservation: Option<(String, UnixMs)>,
+}
+
+/// How a commit settled.
+#[derive(Debug, Serialize)]
+pub struct Settled {
+    pub committed: bool,
+    pub reservation: String,
+    pub estimate: f64,
+    pub cost: f64,
+    /// Spent beyond the estimate.
+    pub charged: f64,
+    /// Of the estimate, given back.
+    pub given_back: f64,
+    /// Beyond the estimate but not charged: the limits had no room left for it.
+    pub uncharged: f64,
+    /// The key after the settlement, as a dry run sees it.
+    #[serde(flatten)]
+    pub after: HitAnswer,
+    #[serde(skip)]
+    pub verdict: Verdict,
+}
+
+/// A reservation's life: `ttl` seconds if given (0 < ttl ≤ a day), else 30.
+fn reservation_ttl(ttl: Option<f64>) -> Result<Duration, Error> {
+    match ttl {
+        None => Ok(Duration::from_secs_f64(DEFAULT_RESERVATION_TTL_SECS)),
+        Some(t) if t.is_finite() && t > 0.0 && t <= MAX_RESERVATION_TTL_SECS => {
+            Ok(Duration::from_secs_f64(t))
+        }
+        Some(t) => Err(Error::BadRequest(format!(
+            "ttl: {t} is not a number of seconds above 0 and at most {MAX_RESERVATION_TTL_SECS}"
+        ))),
+    }
+}
+
+/// A reservation id's estimate, or why the id is not one this node makes.
+fn estimate_of(id: &str) -> Result<f64, Error> {
+    let bad = || {
+        Error::BadRequest(
+            "reservation: not a reservation id (the id a reserve answered, \"<32 hex digits>.<estimate>\")".into(),
+        )
+    };
+    let (random, estimate) = id.split_once('.').ok_or_else(bad)?;
+    if random.len() != 32 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    if estimate.is_empty() || !estimate.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err(bad());
+    }
+    let e: f64 = estimate.parse().map_err(|_| bad())?;
+    check_cost(e).map_err(|_| bad())?;
+    Ok(e)
+}
+
+fn lapse(now: UnixMs, ttl: Duration) -> UnixMs {
+    UnixMs(now.0.saturating_add(ttl.as_millis() as i64))
+}
+
+/// Spends `cost` on `key` as a hit would and, when allowed, records the reservation.
+pub async fn reserve(
+    ns: &Arc<Namespace>,
+    namespace: &str,
+    key: &str,
+    cost: f64,
+    ttl: Option<f64>,
+) -> Result<Reserved, Error> {
+    let ttl = reservation_ttl(ttl)?;
+    let v = take(ns, namespace, key, cost, false).await?;
+    if !v.allowed() {
+        return Ok(Reserved {
+            verdict: v,
+            reservation: None,
+        });
+    }
+    let id = format!("{:032x}.{cost}", rand::random::<u128>());
+    let now = swin_sync::now();
+    let expires_at = lapse(now, ttl);
+    let a = Acquire {
+        key,
+        lease: &id,
+        count: 1,
+        limit: NO_LIMIT,
+        expires_at,
+        now,
+    };
+    let recorded = match ns.sync.acquire_lease(a).await {
+        Some(r) => r.map_err(|e| Error::store(&e, "recording a reservation")),
+        None => ns.leases.acquire(&a),
+    };
+    match recorded {
+        Ok(a) if a.granted => Ok(Reserved {
+            verdict: v,
+            reservation: Some((id, expires_at)),
+        }),
+        failed => {
+            // nobody knows the id: the node takes the estimate back and ends the
+            // record in case the store wrote it before failing
+            tokio::spawn(undo(ns.clone(), key.to_owned(), id, cost, expires_at));
+            Err(failed.err().unwrap_or(Error::Internal))
+        }
+    }
+}
+
+/// Undoes a reserve that answered an error: the estimate goes back, the record (if the
+/// store wrote it) ends; each retried until the store answers.
+async fn undo(ns: Arc<Namespace>, key: String, id: String, cost: f64, expires_at: UnixMs) {
+    let deadline = tokio::time::Instant::now() + RETRY_FOR;
+    loop {
+        if crate::giving_back::give_back(&ns, &key, cost).await.is_ok() {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(key, cost, "a failed reserve's estimate stays spent");
+            break;
+        }
+        tokio::time::sleep(RETRY_EVERY).await;
+    }
+    // the record, as an acquire cut short ends its lease
+    crate::leases::abandon(ns.sync.clone(), key, id, expires_at).await;
+}
+
+/// Ends the reservation `id` of `key` and settles it at `cost`.
+pub async fn commit(
+    ns: &Arc<Namespace>,
+    namespace: &str,
+    key: &str,
+    id: &str,
+    cost: f64,
+) -> Result<Settled, Error> {
+    check_key(key)?;
+    let limits = limits_of(ns, namespace)?;
+    let estimate = estimate_of(id)?;
+    check_cost(cost).map_err(|_| {
+        Error::BadRequest(format!(
+            "cost: {cost} is not a number of at least 0 and below 2^53"
+        ))
+    })?;
+    ns.first_touch(&[key], true).await;
+    let effective: KeyLimits = (*ns.effective(key, limits.for_key(key))).clone();
+    if matches!(&effective, KeyLimits::Gcra(_)) && cost.fract() != 0.0 {
+        return Err(Error::BadRequest(format!(
+            "cost: {cost} is not a whole number (the namespace's limit is a GCRA bucket)"
+        )));
+    }
+    let now = swin_sync::now();
+    let ended = match ns.sync.end_or_renew_lease(key, id, now, None).await {
+        Some(r) => r.map_err(|e| Error::store(&e, "committing a reservation"))?,
+        None => ns.leases.end_or_renew(key, id, now, None),
+    };
+    if !ended {
+        return Err(Error::UnknownReservation(format!(
+            "reservation {id:?} of key {key:?} is not open (committed already, lapsed at its estimate, or never made); nothing was settled"
+        )));
+    }
+    // the reservation is ended: from here the node owns its settlement
+    match settle(ns, key, &effective, estimate, cost).await {
+        Ok((charged, given_back, after)) => Ok(Settled {
+            committed: true,
+            reservation: id.to_owned(),
+            estimate,
+            cost,
+            charged,
+            given_back,
+            uncharged: (cost - estimate - charged).max(0.0),
+            after: HitAnswer {
+                allowed: true,
+                ..after.answer()
+            },
+            verdict: after,
+        }),
+        Err(e) => {
+            tokio::spawn(settle_later(
+                ns.clone(),
+                key.to_owned(),
+                effective,
+                estimate,
+                cost,
+            ));
+            Err(match e {
+                Error::Store { reason, .. } => Error::Store {
+                    reason,
+                    message: format!(
+                        "settling reservation {id:?}: the store could not be used; the reservation is ended and this node settles it when the store answers"
+                    ),
+                },
+                other => other,
+            })
+        }
+    }
+}
+
+async fn settle_later(
+    ns: Arc<Namespace>,
+    key: String,
+    limits: KeyLimits,
+    estimate: f64,
+    cost: f64,
+) {
+    let deadline = tokio::time::Instant::now() + RETRY_FOR;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(RETRY_EVERY).await;
+        if settle(&ns, &key, &limits, estimate, cost).await.is_ok() {
+            return;
+        }
+    }
+    tracing::warn!(
+        key,
+        estimate,
+        cost,
+        "a reservation stays settled at its estimate"
+    );
+}
+
+/// Charges or gives back the difference between `cost` and `estimate`: (charged, given
+/// back, the key after it).
+async fn settle(
+    ns: &Namespace,
+    key: &str,
+    limits: &KeyLimits,
+    estimate: f64,
+    cost: f64,
+) -> Result<(f64, f64, Verdict), Error> {
+    if cost < estimate {
+        let back = ns
+            .admission
+            .give_back(key, quota(limits), estimate - cost, GiveBack::Unused)
+            .await?;
+        let after = back.after.ok_or(Error::Internal)?;
+        return Ok((0.0, back.given, verdict(limits, after)));
+    }
+    let mut left = cost - estimate;
+    let mut charged = 0.0;
+    // what the limits leave, then that much at most; a hit racing in between can take
+    // it first, so the room is read again (three tries, then the rest goes uncharged)
+    for _ in 0..3 {
+        let now = take_under(ns, key, limits, 0.0, true, false).await?;
+        if left <= 0.0 {
+            return Ok((charged, 0.0, now));
+        }
+        let mut room = now.decision.remaining.min(left);
+        if matches!(limits, KeyLimits::Gcra(_)) {
+            room = room.floor();
+        }
+        if room <= 0.0 {
+            return Ok((charged, 0.0, now));
+        }
+        let v = take_under(ns, key, limits, room, false, false).await?;
+        if v.allowed() {
+            charged += room;
+            left -= room;
+            if left <= 0.0 {
+                return Ok((charged, 0.0, v));
+            }
+        }
+    }
+    let now = take_under(ns, key, limits, 0.0, true, false).await?;
+    Ok((charged, 0.0, now))
+}
