@@ -1,0 +1,275 @@
+//! Reserve, then commit, across three node processes on every store: clients reserve an
+//! estimate on one node and commit the actual cost on another, and a commit's answer is
+//! often lost (the client gives up after a moment and commits again, on a third node);
+//! each reservation is settled exactly once, so the key's count is exactly the sum of
+//! the actual costs. A reservation left to lapse stays at its estimate; a commit past
+//! what the limit leaves charges only the room. A periodic (200 ms) and a synchronous
+//! namespace.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use swin_testkit::cluster::{key_call as post, read, use_node_binary, Node, TestStore};
+use tokio::sync::Mutex;
+
+fn config(store: &TestStore) -> String {
+    let ns = |name: &str, rate: &str, limit: u32| {
+        format!(
+            "
+[[namespaces]]
+name = \"{name}\"
+window_sizes = [86400]
+sync_rate = {rate}
+store = \"main\"
+limits = [{{ window_size = 86400, limit = {limit} }}]
+"
+        )
+    };
+    format!(
+        "store_timeout = 2\n{}{}{}{}",
+        store.section(),
+        ns("tokens", "0.2", 1_000_000),
+        ns("now", "0", 1_000_000),
+        ns("small", "0", 10),
+    )
+}
+
+fn start(dir: &Path, store: &TestStore, name: &str) -> Node {
+    use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, config(store)).expect("config");
+    Node::spawn(&path)
+}
+
+/// A commit whose answer may be lost: sent with a timeout of a few hundred microseconds
+/// (the node may or may not have settled it), then again until an answer comes. 200 on
+/// any attempt, or 404 after a lost one, means settled once.
+async fn commit_through_lost_answers(
+    bases: &[String],
+    ns: &str,
+    key: &str,
+    id: &str,
+    cost: f64,
+    seed: u64,
+) -> (bool, bool) {
+    // (whether the retry answered 200, whether a first answer was lost)
+    let body = serde_json::json!({"reservation": id, "cost": cost});
+    let mut lost = false;
+    if !seed.is_multiple_of(3) {
+        let hasty = reqwest::Client::builder()
+            .timeout(Duration::from_micros(200 + (seed * 97) % 2_000))
+            .build()
+            .expect("client");
+        let url = format!(
+            "{}/v1/namespaces/{ns}/keys/{key}/commit",
+            bases[(seed % 3) as usize]
+        );
+        match hasty.post(&url).json(&body).send().await {
+            Ok(r) if r.status() == 200 => return (false, false),
+            Ok(r) => panic!("a first commit answered {}", r.status()),
+            Err(_) => lost = true,
+        }
+    }
+    let c = reqwest::Client::new();
+    let (s, v) = post(
+        &c,
+        &bases[((seed + 1) % 3) as usize],
+        ns,
+        key,
+        "commit",
+        body,
+    )
+    .await;
+    match s {
+        200 => (true, lost),
+        // the lost attempt had settled it
+        404 if lost => {
+            assert_eq!(v["error"]["code"], "unknown_reservation", "{v}");
+            (false, lost)
+        }
+        other => panic!("commit answered {other}: {v}"),
+    }
+}
+
+/// The key's count in the cluster as node `base` sees it.
+async fn total(base: &str, ns: &str, key: &str) -> f64 {
+    let c = read(&reqwest::Client::new(), base, ns, key).await;
+    c.current + c.previous
+}
+
+async fn settle_exactly_once(bases: &[String], ns: &str, kind: impl std::fmt::Display) {
+    let expected = Arc::new(Mutex::new((0.0f64, 0u32, 0u32, 0u32)));
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let (bases, expected) = (bases.to_vec(), expected.clone());
+        let ns = ns.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let c = reqwest::Client::new();
+            for i in 0..15u64 {
+                let seed = t * 1_000 + i * 7;
+                let estimate = 10.0 + (seed % 20) as f64;
+                // used less, the same, or more than estimated (halves: exact in f64)
+                let actual = match seed % 3 {
+                    0 => estimate - 4.5,
+                    1 => estimate,
+                    _ => estimate + 7.5,
+                };
+                let on = &bases[(seed % 3) as usize];
+                let (s, v) = post(
+                    &c,
+                    on,
+                    &ns,
+                    "hot",
+                    "reserve",
+                    serde_json::json!({"cost": estimate, "ttl": 60}),
+                )
+                .await;
+                assert_eq!(s, 200, "{v}");
+                let id = v["reservation"].as_str().expect("reservation").to_owned();
+                let (retried, lost) =
+                    commit_through_lost_answers(&bases, &ns, "hot", &id, actual, seed + 1).await;
+                let mut e = expected.lock().await;
+                e.0 += actual;
+                e.1 += 1;
+                e.2 += u32::from(lost);
+                e.3 += u32::from(lost && !retried);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("client");
+    }
+    let (want, n, lost, settled_unseen) = *expected.lock().await;
+    println!("{kind} {ns}: {n} reservations, {lost} commits whose first answer was lost ({settled_unseen} of them settled by the lost attempt: 404 on the retry), {want} spent");
+    assert!(lost > 10, "{kind} {ns}: only {lost} answers lost");
+    assert!(
+        settled_unseen > 0,
+        "{kind} {ns}: no lost answer came from a settled commit"
+    );
+    for base in bases {
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        let mut seen = total(base, ns, "hot").await;
+        while seen != want && std::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            seen = total(base, ns, "hot").await;
+        }
+        assert_eq!(seen, want, "{kind} {ns}: the count {base} sees");
+    }
+}
+
+async fn reservations_across_nodes(store: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let nodes: Vec<Node> = ["a", "b", "c"]
+        .iter()
+        .map(|n| start(dir.path(), &store, n))
+        .collect();
+    let bases: Vec<String> = nodes.iter().map(|n| n.base.clone()).collect();
+    let (a, b, cc) = (&bases[0], &bases[1], &bases[2]);
+    let c = reqwest::Client::new();
+    let kind = store.store.kind();
+
+    for ns in ["tokens", "now"] {
+        settle_exactly_once(&bases, ns, kind).await;
+    }
+
+    // left to lapse: settled at its estimate, and a late commit settles nothing
+    let (s, v) = post(
+        &c,
+        a,
+        "now",
+        "late",
+        "reserve",
+        serde_json::json!({"cost": 40, "ttl": 0.5}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let id = v["reservation"].as_str().expect("reservation").to_owned();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let (s, v) = post(
+        &c,
+        b,
+        "now",
+        "late",
+        "commit",
+        serde_json::json!({"reservation": id, "cost": 1}),
+    )
+    .await;
+    assert_eq!(
+        (s, v["error"]["code"].clone()),
+        (404, "unknown_reservation".into()),
+        "{kind}: {v}"
+    );
+    assert_eq!(total(cc, "now", "late").await, 40.0, "{kind}");
+
+    // more than the limit leaves: the room is charged, the rest reported
+    let (s, v) = post(
+        &c,
+        a,
+        "small",
+        "cap",
+        "reserve",
+        serde_json::json!({"cost": 2}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let id = v["reservation"].as_str().expect("reservation").to_owned();
+    let (s, _) = post(&c, b, "small", "cap", "hit", serde_json::json!({"cost": 5})).await;
+    assert_eq!(s, 200);
+    let (s, v) = post(
+        &c,
+        cc,
+        "small",
+        "cap",
+        "commit",
+        serde_json::json!({"reservation": id, "cost": 9}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        (
+            v["charged"].clone(),
+            v["uncharged"].clone(),
+            v["remaining"].clone()
+        ),
+        (3.0.into(), 4.0.into(), 0.0.into()),
+        "{kind}: {v}"
+    );
+    // (the node that charged last knows the store's count; the others knew it before)
+    assert_eq!(
+        total(cc, "small", "cap").await,
+        10.0,
+        "{kind}: never past the limit"
+    );
+    let (s, _) = post(
+        &c,
+        a,
+        "small",
+        "cap",
+        "reserve",
+        serde_json::json!({"cost": 1}),
+    )
+    .await;
+    assert_eq!(s, 429, "{kind}");
+    drop(nodes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_on_postgres() {
+    reservations_across_nodes(TestStore::postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_on_redis() {
+    reservations_across_nodes(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_on_redis_cluster() {
+    reservations_across_nodes(TestStore::redis_cluster()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_on_sqlite() {
+    reservations_across_nodes(TestStore::sqlite().await).await;
+}
