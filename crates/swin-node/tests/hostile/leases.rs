@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use swin_testkit::cluster::{key_call, within, TestStore};
 
-use super::support::node;
+use super::support::{node, OwnRedis};
 
 const LIMIT: u64 = 3;
 
@@ -41,20 +41,14 @@ async fn post(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_outage_refuses_lease_calls_and_changes_no_slot() {
-    let dir = tempfile::tempdir().expect("dir");
-    let port = swin_testkit::free_port();
-    let mut server = Some(swin_testkit::start_redis(port, dir.path()));
-    let store = TestStore::redis_at(&format!("redis://127.0.0.1:{port}"), "hostile");
-    let path = dir.path().join("swin.toml");
-    std::fs::write(&path, config(&store)).expect("config");
-    let n = node(&path);
+    let mut own = OwnRedis::start(config);
     let c = reqwest::Client::new();
-    let base = &n.base;
+    let base = &own.node.base.clone();
     let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({"count": 2})).await;
     assert_eq!(s, 200, "{v}");
     let held = serde_json::json!({"lease": v["lease"]});
 
-    drop(server.take()); // the store goes away
+    drop(own.server.take()); // the store goes away
     for (op, body) in [
         ("acquire", serde_json::json!({})),
         ("acquire", serde_json::json!({"lease": "mine"})),
@@ -66,7 +60,7 @@ async fn a_store_outage_refuses_lease_calls_and_changes_no_slot() {
         assert_eq!(v["error"]["code"], "store_unreachable", "{op}: {v}");
     }
 
-    server = Some(swin_testkit::start_redis(port, dir.path()));
+    own.restart();
     // the first acquire that reaches the store finds exactly the lease held before:
     // the failed release freed nothing, the failed acquires took nothing
     within(
@@ -87,25 +81,17 @@ async fn a_store_outage_refuses_lease_calls_and_changes_no_slot() {
     assert_eq!(s, 200, "{v}");
     let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({"count": 2})).await;
     assert_eq!((s, v["in_flight"].clone()), (200, LIMIT.into()), "{v}");
-    drop(n);
-    drop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_cut_short_by_a_hanging_store_does_not_hold_its_slots() {
-    let dir = tempfile::tempdir().expect("dir");
-    let port = swin_testkit::free_port();
-    let server = swin_testkit::start_redis(port, dir.path());
-    let store = TestStore::redis_at(&format!("redis://127.0.0.1:{port}"), "hostile");
-    let path = dir.path().join("swin.toml");
-    std::fs::write(&path, config(&store)).expect("config");
-    let n = node(&path);
+    let own = OwnRedis::start(config);
     let c = reqwest::Client::new();
-    let base = &n.base;
+    let base = &own.node.base.clone();
     let (s, _) = post(&c, base, "warm", "acquire", serde_json::json!({})).await;
     assert_eq!(s, 200);
 
-    server.signal("STOP");
+    own.server().signal("STOP");
     // queued in the hung server: it runs when the server wakes, after the node gave up
     let (s, v) = post(
         &c,
@@ -116,7 +102,7 @@ async fn an_acquire_cut_short_by_a_hanging_store_does_not_hold_its_slots() {
     )
     .await;
     assert_eq!(s, 503, "{v}");
-    server.signal("CONT");
+    own.server().signal("CONT");
     // well before its 60 s lapse, the node has ended the lease no client knows
     let took = within(
         Duration::from_secs(10),
@@ -142,8 +128,6 @@ async fn an_acquire_cut_short_by_a_hanging_store_does_not_hold_its_slots() {
         (429, LIMIT.into()),
         "exact: {v}"
     );
-    drop(n);
-    drop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,6 +16,7 @@
 //!   nodes at once;
 //! - `leases`: concurrency leases through a store that goes away or hangs, and lease ids
 //!   that belong to another key;
+//! - `reservations`: reserve and commit through a store that goes away or hangs;
 //! - `grpc`: Envoy's door takes the same tokens, and no value a client sends turns an
 //!   over-limit answer into an error.
 
@@ -26,6 +27,7 @@ mod integrity;
 mod leases;
 mod limits;
 mod reload;
+mod reservations;
 mod shutdown;
 mod spool;
 mod strict;

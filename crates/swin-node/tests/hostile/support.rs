@@ -48,3 +48,43 @@ pub fn missing_postgres_database() -> String {
         .expect("a URL with a database");
     format!("{server}/swin_no_such_database_{}", std::process::id())
 }
+
+/// A node over a Redis server of its own (one the test can stop, hang or restart): the
+/// node, the server, its port, and the directory both keep their files in. `config`
+/// makes the node's config from the store.
+pub struct OwnRedis {
+    pub node: Node,
+    pub server: Option<swin_testkit::ChildGuard>,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+}
+
+impl OwnRedis {
+    pub fn start(config: impl Fn(&swin_testkit::cluster::TestStore) -> String) -> OwnRedis {
+        let dir = tempfile::tempdir().expect("dir");
+        let port = swin_testkit::free_port();
+        let server = Some(swin_testkit::start_redis(port, dir.path()));
+        let store = swin_testkit::cluster::TestStore::redis_at(
+            &format!("redis://127.0.0.1:{port}"),
+            "hostile",
+        );
+        let path = dir.path().join("swin.toml");
+        std::fs::write(&path, config(&store)).expect("config");
+        let node = node(&path);
+        OwnRedis {
+            node,
+            server,
+            port,
+            dir,
+        }
+    }
+
+    /// Starts the server again (its data kept) after `self.server.take()` stopped it.
+    pub fn restart(&mut self) {
+        self.server = Some(swin_testkit::start_redis(self.port, self.dir.path()));
+    }
+
+    pub fn server(&self) -> &swin_testkit::ChildGuard {
+        self.server.as_ref().expect("the server is running")
+    }
+}
