@@ -12,7 +12,8 @@
 //! longer serves. A namespace without a store keeps its runtime limits on this node only.
 //!
 //! A read that started before a change and lands after the watcher saw it is not kept
-//! (the entries' generation moved): a node never keeps limits older than a change it saw.
+//! (the entries' generation moved) but made again: a node never keeps limits older than a
+//! change it saw, and the request that read them decides under the fresh read.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,9 @@ use crate::policy::limits::{KeyLimits, RawKeyLimits};
 /// How often namespaces whose hits wait on the store (synchronous, strict) ask for
 /// changes.
 pub const QUICK_WATCH: Duration = Duration::from_millis(50);
+
+/// Reads of a request's keys before it gives up waiting for a read no change overtook.
+const READS: usize = 4;
 
 /// How often the watcher forgets the keys the node no longer serves.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
@@ -200,24 +204,44 @@ impl RuntimeLimits {
             // this read and that cursor would go unseen, so nothing is kept until then
             return;
         }
-        let generation = self.generation.load(Ordering::SeqCst);
-        let read = match sync.read_limits(&missing).await {
-            Ok(read) => read,
-            Err(e) => {
-                debug!(namespace = sync.name(), cause = %e, "runtime limits not read; the config's apply");
-                sync.store_failed(&e);
-                return;
+        if let Err(e) = self
+            .read_and_keep(sync, &missing, || sync.read_limits(&missing))
+            .await
+        {
+            debug!(namespace = sync.name(), cause = %e, "runtime limits not read; the config's apply");
+            sync.store_failed(&e);
+        }
+    }
+
+    /// Reads `keys` with `read` and keeps the answer. When the watcher forgot keys while
+    /// a read was out, what it read may predate a change: the keys are forgotten and read
+    /// again (at most [`READS`] times, then left for the next request to read), so the
+    /// request that reads them decides under what it read, never under the config's
+    /// limits for want of a quiet moment.
+    async fn read_and_keep<F, R>(
+        &self,
+        sync: &NamespaceSync,
+        keys: &[&str],
+        read: F,
+    ) -> Result<(), swin_sync::StoreError>
+    where
+        F: Fn() -> R,
+        R: std::future::Future<Output = Result<Vec<StoredLimit>, swin_sync::StoreError>>,
+    {
+        for _ in 0..READS {
+            let generation = self.generation.load(Ordering::SeqCst);
+            let answer = read().await?;
+            self.keep(sync, &answer, keys);
+            // the watcher bumps the generation before it forgets: either it forgets
+            // these entries after this keep, or this check sees it
+            if self.generation.load(Ordering::SeqCst) == generation {
+                return Ok(());
             }
-        };
-        self.keep(sync, &read, &missing);
-        if self.generation.load(Ordering::SeqCst) != generation {
-            // keys were forgotten while this read was out: what it read may predate a
-            // change, so it is not kept (the watcher bumps the generation before it
-            // forgets, so either it forgets these entries or this check sees it)
-            for key in missing {
+            for &key in keys {
                 self.forget(key);
             }
         }
+        Ok(())
     }
 
     /// The runtime limits of a namespace of `algorithm`.
@@ -376,5 +400,103 @@ pub async fn watch(
             last_sweep = tokio::time::Instant::now();
             limits.sweep(&sync, swin_sync::now());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use swin_core::{CounterOptions, NamespaceCounters, Retention, WindowSize};
+    use swin_sync::SyncMode;
+
+    use super::*;
+
+    fn namespace() -> NamespaceSync {
+        let counters = Arc::new(NamespaceCounters::new(
+            "api",
+            &[WindowSize::new(3600).expect("size")],
+            CounterOptions {
+                retention: Retention::LocalOnly,
+                max_counters: 100,
+            },
+        ));
+        NamespaceSync::new(
+            counters,
+            SyncMode::LocalOnly,
+            None,
+            swin_sync::PushId::new("test"),
+            Duration::from_secs(1),
+        )
+    }
+
+    fn stored(limit: u32) -> StoredLimit {
+        StoredLimit {
+            key: "k".into(),
+            limits: format!(r#"{{"limits":[{{"window_size":3600,"limit":{limit}}}]}}"#),
+            expires_at: None,
+            set_by: "test".into(),
+            set_at: UnixMs(0),
+        }
+    }
+
+    fn held(limits: &RuntimeLimits) -> Option<String> {
+        limits.get("k", UnixMs(1)).map(|r| r.stored.limits.clone())
+    }
+
+    #[tokio::test]
+    async fn a_read_a_change_overtook_is_made_again_and_kept() {
+        let sync = namespace();
+        let limits = RuntimeLimits::for_algorithm(Algorithm::SlidingWindow);
+        let reads = AtomicUsize::new(0);
+        limits
+            .read_and_keep(&sync, &["k"], || async {
+                if reads.fetch_add(1, Ordering::SeqCst) == 0 {
+                    // the watcher forgets keys while the first read is out; that read
+                    // answers what the store held before the change
+                    limits.remember("other", None);
+                    Ok(vec![])
+                } else {
+                    Ok(vec![stored(3)])
+                }
+            })
+            .await
+            .expect("read");
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        assert_eq!(held(&limits), Some(stored(3).limits));
+    }
+
+    #[tokio::test]
+    async fn a_read_that_never_settles_keeps_nothing_stale() {
+        let sync = namespace();
+        let limits = RuntimeLimits::for_algorithm(Algorithm::SlidingWindow);
+        let reads = AtomicUsize::new(0);
+        limits
+            .read_and_keep(&sync, &["k"], || async {
+                reads.fetch_add(1, Ordering::SeqCst);
+                limits.remember("other", None);
+                Ok(vec![stored(7)])
+            })
+            .await
+            .expect("read");
+        assert_eq!(reads.load(Ordering::SeqCst), READS);
+        assert_eq!(held(&limits), None);
+        assert!(!limits.entries.pin().contains_key("k"), "left to be read");
+    }
+
+    #[tokio::test]
+    async fn a_quiet_read_is_kept_at_once() {
+        let sync = namespace();
+        let limits = RuntimeLimits::for_algorithm(Algorithm::SlidingWindow);
+        let reads = AtomicUsize::new(0);
+        limits
+            .read_and_keep(&sync, &["k"], || async {
+                reads.fetch_add(1, Ordering::SeqCst);
+                Ok(vec![stored(5)])
+            })
+            .await
+            .expect("read");
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
+        assert_eq!(held(&limits), Some(stored(5).limits));
     }
 }
