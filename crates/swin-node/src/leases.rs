@@ -128,13 +128,80 @@ pub async fn acquire(
         }
         None => new_lease_id(),
     };
+    take(ns, key, lease, own_id, req.count, c.limit, ttl).await
+}
+
+/// The prefix of the leases Envoy's door takes. Envoy names no lease when a request
+/// ends (it sends the same descriptors with `is_negative_hits`), so its releases end the
+/// key's leases under this prefix, the earliest to lapse first; the HTTP door's ids
+/// (hex, or a client's own) are never ended that way unless a client picks this prefix.
+pub const ENVOY_LEASES: &str = "envoy.";
+
+/// Envoy's door: takes `count` slots of `key` under `limit` for the namespace's
+/// `lease_ttl`, under a new lease of [`ENVOY_LEASES`].
+pub async fn acquire_for_envoy(
+    ns: &Namespace,
+    c: &Concurrency,
+    key: &str,
+    count: u32,
+    limit: u64,
+) -> Result<AcquireAnswer, Error> {
+    let lease = format!("{ENVOY_LEASES}{}", new_lease_id());
+    take(ns, key, lease, false, count, limit, c.lease_ttl).await
+}
+
+/// Envoy's door: ends up to `count` slots of `key`'s leases taken by that door, the
+/// earliest to lapse first; answers the slots ended (none when they lapsed).
+pub async fn release_for_envoy(ns: &Namespace, key: &str, count: u32) -> Result<u32, Error> {
+    let now = now();
+    match ns
+        .sync
+        .release_lease_slots(key, ENVOY_LEASES, count, now)
+        .await
+    {
+        Some(r) => r.map_err(|e| Error::store(&e, "releasing leases")),
+        None => Ok(ns.leases.release_slots(key, ENVOY_LEASES, count, now)),
+    }
+}
+
+/// Ends a lease a door took for a request it then refused (all or nothing), at once,
+/// or by a task retrying until the store answers.
+pub async fn give_up(ns: &Namespace, key: &str, a: &AcquireAnswer) {
+    match ns.sync.end_or_renew_lease(key, &a.lease, now(), None).await {
+        Some(Err(_)) => {
+            tokio::spawn(abandon(
+                ns.sync.clone(),
+                key.to_owned(),
+                a.lease.clone(),
+                a.expires_at,
+            ));
+        }
+        Some(Ok(_)) => {}
+        None => {
+            ns.leases.end_or_renew(key, &a.lease, now(), None);
+        }
+    }
+}
+
+/// Takes `count` slots of `key` under `lease` if its live leases leave room under
+/// `limit`. A lease the node made (`own_id` false) that the store may have granted
+/// though the call failed is ended by the node.
+async fn take(
+    ns: &Namespace,
+    key: &str,
+    lease: String,
+    own_id: bool,
+    count: u32,
+    limit: u64,
+    ttl: Duration,
+) -> Result<AcquireAnswer, Error> {
     let now = now();
     let expires_at = UnixMs(now.0.saturating_add(ttl.as_millis() as i64));
     let a = Acquire {
         key,
         lease: &lease,
-        count: req.count,
-        limit: c.limit,
+        count,
+        limit,
         expires_at,
         now,
     };
@@ -158,7 +225,7 @@ pub async fn acquire(
     Ok(AcquireAnswer {
         acquired,
         lease,
-        limit: c.limit,
+        limit,
         expires_at,
         now,
     })
@@ -359,9 +426,76 @@ impl LocalLeases {
     }
 }
 
+impl LocalLeases {
+    /// See [`swin_sync::store::Leases::release_slots`].
+    pub fn release_slots(&self, key: &str, prefix: &str, count: u32, now: UnixMs) -> u32 {
+        self.maybe_sweep(now);
+        let mut map = self.shard(key);
+        let Some(leases) = map.get_mut(key) else {
+            return 0;
+        };
+        leases.retain(|l| l.expires_at > now);
+        let mut live: Vec<(String, u32, UnixMs)> = leases
+            .iter()
+            .filter(|l| l.id.starts_with(prefix))
+            .map(|l| (l.id.clone(), l.count, l.expires_at))
+            .collect();
+        live.sort_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
+        let live: Vec<(String, u32)> = live.into_iter().map(|(id, c, _)| (id, c)).collect();
+        let (whole, part) = swin_sync::store::leases::slots_to_end(&live, count);
+        leases.retain(|l| !whole.contains(&l.id.as_str()));
+        if let Some((id, keep)) = part {
+            if let Some(l) = leases.iter_mut().find(|l| l.id == id) {
+                l.count = keep;
+            }
+        }
+        if leases.is_empty() {
+            map.remove(key);
+        }
+        let live_slots: u64 = live.iter().map(|(_, c)| u64::from(*c)).sum();
+        u32::try_from(live_slots.min(u64::from(count))).unwrap_or(count)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_released_by_prefix_go_earliest_first_and_spare_other_leases() {
+        let l = LocalLeases::new(100);
+        let at = |lease, count, lapse| Acquire {
+            key: "k",
+            lease,
+            count,
+            limit: 10,
+            expires_at: UnixMs(lapse),
+            now: UnixMs(0),
+        };
+        for (lease, count, lapse) in [
+            ("envoy.b", 3, 2_000),
+            ("envoy.a", 2, 1_000),
+            ("mine", 1, 500),
+        ] {
+            assert!(l.acquire(&at(lease, count, lapse)).unwrap().granted);
+        }
+        assert_eq!(l.release_slots("k", "envoy.", 3, UnixMs(10)), 3);
+        assert!(
+            !l.end_or_renew("k", "envoy.a", UnixMs(10), None),
+            "ended whole"
+        );
+        let probe = l
+            .acquire(&Acquire {
+                now: UnixMs(10),
+                ..at("p", 8, 3_000)
+            })
+            .unwrap();
+        assert_eq!((probe.granted, probe.in_flight), (false, 3));
+        assert_eq!(l.release_slots("k", "envoy.", 5, UnixMs(10)), 2);
+        assert_eq!(l.release_slots("k", "envoy.", 1, UnixMs(10)), 0);
+        assert!(l.end_or_renew("k", "mine", UnixMs(10), None));
+        assert_eq!(l.release_slots("none", "envoy.", 1, UnixMs(10)), 0);
+    }
 
     fn acquire<'a>(key: &'a str, lease: &'a str, count: u32, now: i64) -> Acquire<'a> {
         Acquire {

@@ -44,6 +44,7 @@ use crate::runtime_limits::Effective;
 use crate::state::AppState;
 
 mod incoming;
+mod leases;
 mod metadata;
 
 /// Envoy's rate limit service and every file it imports, as a FileDescriptorSet, for
@@ -237,6 +238,8 @@ impl Take<'_> {
 struct Asked<'a> {
     entries: Vec<(&'a str, &'a str)>,
     hits: u64,
+    /// Envoy's `is_negative_hits`: the hits end slots taken before.
+    negative: bool,
 }
 
 fn invalid(why: String) -> Status {
@@ -260,26 +263,25 @@ fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Asked<'_>>, Status> {
     }
     // hits_addend 0 counts as 1, as Envoy sends it
     let default_hits = u64::from(req.hits_addend.max(1));
-    req.descriptors
+    Ok(req
+        .descriptors
         .iter()
-        .enumerate()
-        .map(|(i, d)| asked(i, d, default_hits))
-        .collect()
+        .map(|d| asked(d, default_hits))
+        .collect())
 }
 
-fn asked(i: usize, d: &RateLimitDescriptor, default_hits: u64) -> Result<Asked<'_>, Status> {
-    if d.is_negative_hits {
-        return Err(invalid(format!(
-            "descriptors[{i}].is_negative_hits: not supported (refund over HTTP)"
-        )));
-    }
+fn asked(d: &RateLimitDescriptor, default_hits: u64) -> Asked<'_> {
     let entries: Vec<(&str, &str)> = d
         .entries
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()))
         .collect();
     let hits = d.hits_addend.map_or(default_hits, |h| h.value);
-    Ok(Asked { entries, hits })
+    Asked {
+        entries,
+        hits,
+        negative: d.is_negative_hits,
+    }
 }
 
 /// The rule a descriptor's own `limit` sets for this request (envoyproxy/ratelimit's
@@ -340,7 +342,10 @@ impl RateLimitService for Rls {
         let (answer, req) = match &ns {
             // run to its end in a task of its own: Envoy giving up (its timeout is 20 ms
             // by default) must not leave some descriptors counted and the rest not
-            Some(n) if n.counts_in_the_store() => {
+            Some(n)
+                if n.counts_in_the_store()
+                    || (n.concurrency.is_some() && n.sync.store().is_some()) =>
+            {
                 let (this, ns) = (self.clone(), n.clone());
                 tokio::spawn(async move { (this.decide(&req, Some(&ns)).await, req) })
                     .await
@@ -377,6 +382,15 @@ impl Rls {
         let Some(ns) = ns else {
             return Ok(all_ok(asked.len()));
         };
+        if let Some(c) = &ns.concurrency {
+            return leases::decide(&self.state, req, ns, c, &asked).await;
+        }
+        if let Some(i) = asked.iter().position(|a| a.negative) {
+            return Err(invalid(format!(
+                "descriptors[{i}].is_negative_hits: negative hits end leases, on a namespace of algorithm = \"concurrency\" (namespace {:?} limits hits; give hits back over HTTP)",
+                req.domain
+            )));
+        }
         let algorithm = match (&ns.rules, &ns.limits) {
             (Some(r), _) => r.algorithm(),
             (None, Some(l)) => l.algorithm(),

@@ -20,6 +20,7 @@ use swin_testkit::cluster::{use_node_binary, Node, TestStore};
 use tonic::transport::Channel;
 
 mod compat;
+mod concurrency;
 mod replay;
 
 /// envoyproxy/ratelimit's own example shape (its README), unchanged but for the domain.

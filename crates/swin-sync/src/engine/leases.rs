@@ -21,6 +21,22 @@ impl NamespaceSync {
         Some(self.call(store.acquire(self.name(), acquire)).await)
     }
 
+    /// Ends up to `count` slots of `key`'s live leases whose ids begin with `prefix`,
+    /// earliest lapse first; answers the slots ended. `None`: no store.
+    pub async fn release_lease_slots(
+        &self,
+        key: &str,
+        prefix: &str,
+        count: u32,
+        now: UnixMs,
+    ) -> Option<Result<u32, StoreError>> {
+        let store = self.store.as_ref()?;
+        Some(
+            self.call(store.release_slots(self.name(), key, prefix, count, now))
+                .await,
+        )
+    }
+
     /// Ends (`renew_to: None`) or renews a live lease; false when it is unknown,
     /// released or lapsed. `None`: no store.
     pub async fn end_or_renew_lease(

@@ -256,6 +256,18 @@ impl super::Leases for FaultyStore {
             .await
     }
 
+    async fn release_slots(
+        &self,
+        namespace: &str,
+        key: &str,
+        prefix: &str,
+        count: u32,
+        now: UnixMs,
+    ) -> Result<u32, StoreError> {
+        self.faulted(self.inner.release_slots(namespace, key, prefix, count, now))
+            .await
+    }
+
     async fn renew(
         &self,
         namespace: &str,

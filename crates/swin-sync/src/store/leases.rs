@@ -56,6 +56,19 @@ pub trait Leases: Send + Sync {
         now: UnixMs,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Ends up to `count` slots of the key's live leases whose ids begin with `prefix`,
+    /// the earliest to lapse first (a lease of more slots than are left to end gives up
+    /// that many and keeps the rest): leases a door ends by key, not by id (Envoy's
+    /// negative hits). Answers the slots ended.
+    fn release_slots(
+        &self,
+        namespace: &str,
+        key: &str,
+        prefix: &str,
+        count: u32,
+        now: UnixMs,
+    ) -> impl Future<Output = Result<u32, StoreError>> + Send;
+
     /// Moves a live lease's lapse to `expires_at`; false as for [`Leases::release`].
     fn renew(
         &self,
@@ -65,6 +78,25 @@ pub trait Leases: Send + Sync {
         expires_at: UnixMs,
         now: UnixMs,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// Which of `live` (lease, slots, in lapse order) [`Leases::release_slots`] ends to free
+/// `count` slots: the leases ended whole, and the last one's slots left, if it keeps some.
+pub fn slots_to_end(live: &[(String, u32)], count: u32) -> (Vec<&str>, Option<(&str, u32)>) {
+    let mut left = count;
+    let mut whole = Vec::new();
+    for (lease, slots) in live {
+        if left == 0 {
+            break;
+        }
+        if *slots <= left {
+            whole.push(lease.as_str());
+            left -= slots;
+        } else {
+            return (whole, Some((lease.as_str(), slots - left)));
+        }
+    }
+    (whole, None)
 }
 
 /// The answer to an acquire (the SQL stores', and a node's own for local-only leases):

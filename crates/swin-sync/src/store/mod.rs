@@ -507,6 +507,20 @@ impl Store {
         })
     }
 
+    /// See [`Leases::release_slots`].
+    pub fn release_slots<'a>(
+        &'a self,
+        namespace: &'a str,
+        key: &'a str,
+        prefix: &'a str,
+        count: u32,
+        now: UnixMs,
+    ) -> BoxFuture<'a, Result<u32, StoreError>> {
+        Box::pin(async move {
+            dispatch!(self, s => s.release_slots(namespace, key, prefix, count, now).await)
+        })
+    }
+
     /// See [`Quota::hold`]; no call for no holds.
     pub fn hold<'a>(
         &'a self,

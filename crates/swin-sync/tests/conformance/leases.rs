@@ -137,3 +137,87 @@ pub async fn leases_lapse_and_renew_only_while_live(s: &TestStore) {
         .expect("e");
     assert!(!e.granted && e.in_flight == 2, "{e:?}");
 }
+
+pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
+    let st = &s.store;
+    let t = 1_800_000_000_000;
+    let big = |key, lease, count, ttl| Acquire {
+        limit: 10,
+        ..acquire(key, lease, count, t, ttl)
+    };
+    // envoy.a: 2 slots lapsing first, envoy.b: 3, then envoy.c (lapsed by t + 10),
+    // and "mine", another door's lease, that a release by prefix never touches
+    for (lease, count, ttl) in [
+        ("envoy.b", 3, 2_000),
+        ("envoy.a", 2, 1_000),
+        ("mine", 1, 500),
+        ("envoy.c", 1, 10),
+    ] {
+        let a = st.acquire("ns", big("k", lease, count, ttl)).await;
+        assert!(a.expect("acquire").granted);
+    }
+    let now = UnixMs(t + 100);
+    // 3 slots: envoy.a whole (2), then one of envoy.b's 3 (it keeps 2)
+    assert_eq!(
+        st.release_slots("ns", "k", "envoy.", 3, now)
+            .await
+            .expect("release"),
+        3
+    );
+    assert!(
+        !st.end_or_renew("ns", "k", "envoy.a", now, None)
+            .await
+            .expect("a"),
+        "envoy.a ended whole"
+    );
+    let full = st
+        .acquire(
+            "ns",
+            Acquire {
+                now,
+                ..big("k", "probe", 8, 1_000)
+            },
+        )
+        .await
+        .expect("probe");
+    assert!(
+        !full.granted && full.in_flight == 3,
+        "envoy.b keeps 2, mine 1: {full:?}"
+    );
+    // more than is left: what is left (2), never the other door's lease
+    assert_eq!(
+        st.release_slots("ns", "k", "envoy.", 5, now)
+            .await
+            .expect("rest"),
+        2
+    );
+    assert_eq!(
+        st.release_slots("ns", "k", "envoy.", 1, now)
+            .await
+            .expect("none"),
+        0
+    );
+    assert!(st
+        .end_or_renew("ns", "k", "mine", now, None)
+        .await
+        .expect("mine still live"));
+    // another key and namespace are apart
+    assert!(
+        st.acquire("ns", big("other", "envoy.o", 1, 1_000))
+            .await
+            .expect("other")
+            .granted
+    );
+    assert_eq!(
+        st.release_slots("ns2", "other", "envoy.", 1, now)
+            .await
+            .expect("ns2"),
+        0
+    );
+    assert_eq!(
+        st.release_slots("ns", "other", "envoy.", 1, now)
+            .await
+            .expect("other"),
+        1
+    );
+}

@@ -5,7 +5,7 @@
 use swin_core::UnixMs;
 
 use super::{err, PostgresStore};
-use crate::store::leases::{Acquire, Acquired, Leases};
+use crate::store::leases::{slots_to_end, Acquire, Acquired, Leases};
 use crate::StoreError;
 
 impl Leases for PostgresStore {
@@ -80,6 +80,78 @@ impl Leases for PostgresStore {
         .map_err(err)?
         .rows_affected();
         Ok(gone > 0)
+    }
+
+    async fn release_slots(
+        &self,
+        namespace: &str,
+        key: &str,
+        prefix: &str,
+        count: u32,
+        now: UnixMs,
+    ) -> Result<u32, StoreError> {
+        if key.contains('\0') || prefix.contains('\0') {
+            return Ok(0);
+        }
+        let mut tx = self.pool().begin().await.map_err(err)?;
+        // the acquire's lock: the leases counted here are the ones it counts
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(31) || $2, 0))")
+            .bind(namespace)
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        let live: Vec<(String, i32)> = sqlx::query_as(
+            "SELECT lease, count FROM swin_leases
+             WHERE namespace = $1 AND key = $2 AND expires_at > $3
+               AND left(lease, length($4)) = $4
+             ORDER BY expires_at, lease",
+        )
+        .bind(namespace)
+        .bind(key)
+        .bind(now.0)
+        .bind(prefix)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(err)?;
+        let live: Vec<(String, u32)> = live
+            .into_iter()
+            .map(|(l, c)| (l, u32::try_from(c).unwrap_or(0)))
+            .collect();
+        let (whole, part) = slots_to_end(&live, count);
+        // by what the statements ended (a release by id may end one first)
+        let ended: Vec<i32> = sqlx::query_scalar(
+            "DELETE FROM swin_leases WHERE namespace = $1 AND key = $2 AND lease = ANY($3)
+             RETURNING count",
+        )
+        .bind(namespace)
+        .bind(key)
+        .bind(&whole)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(err)?;
+        let mut freed: u32 = ended.iter().map(|c| u32::try_from(*c).unwrap_or(0)).sum();
+        if let Some((lease, keep)) = part {
+            // (a release by id, which takes no lock, may have ended it meanwhile)
+            let kept = sqlx::query(
+                "UPDATE swin_leases SET count = $4
+                 WHERE namespace = $1 AND key = $2 AND lease = $3",
+            )
+            .bind(namespace)
+            .bind(key)
+            .bind(lease)
+            .bind(keep as i32)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?
+            .rows_affected();
+            if kept > 0 {
+                let had = live.iter().find(|(l, _)| l == lease).map_or(keep, |l| l.1);
+                freed += had - keep;
+            }
+        }
+        tx.commit().await.map_err(err)?;
+        Ok(freed)
     }
 
     async fn renew(

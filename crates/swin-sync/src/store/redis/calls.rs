@@ -16,14 +16,15 @@ pub(super) struct Scripts {
     pub(super) limit_changes: Script,
     pub(super) lease_acquire: Script,
     pub(super) lease_change: Script,
+    pub(super) lease_release_slots: Script,
     /// Their sources, in that order, to load them.
-    pub(super) sources: [&'static str; 10],
+    pub(super) sources: [&'static str; 11],
 }
 
 impl Scripts {
     /// The scripts, from their sources in the order of [`Scripts::sources`].
-    pub(super) fn new(sources: [&'static str; 10]) -> Scripts {
-        let [push, push_tats, reset, hold, grant, limit_put, limit_delete, limit_changes, lease_acquire, lease_change] =
+    pub(super) fn new(sources: [&'static str; 11]) -> Scripts {
+        let [push, push_tats, reset, hold, grant, limit_put, limit_delete, limit_changes, lease_acquire, lease_change, lease_release_slots] =
             sources.map(Script::new);
         Scripts {
             push,
@@ -36,6 +37,7 @@ impl Scripts {
             limit_changes,
             lease_acquire,
             lease_change,
+            lease_release_slots,
             sources,
         }
     }

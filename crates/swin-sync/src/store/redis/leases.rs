@@ -1,6 +1,6 @@
 //! Concurrency leases on Redis (see `store::leases`): one hash per key beside its
 //! counters, `swin:{<len(namespace)>:<namespace>:<key>}:leases` (lease → `count:lapse`),
-//! changed only by `lease_acquire.lua` and `lease_change.lua`, so each acquire counts
+//! changed only by `lease_acquire.lua`, `lease_change.lua` and `lease_release_slots.lua`, so each acquire counts
 //! and adds in one atomic step; the hash expires a minute after its last lease's lapse.
 
 use swin_core::UnixMs;
@@ -72,6 +72,25 @@ impl Leases for RedisStore {
         now: UnixMs,
     ) -> Result<bool, StoreError> {
         self.lease_change(namespace, key, lease, now, None).await
+    }
+
+    async fn release_slots(
+        &self,
+        namespace: &str,
+        key: &str,
+        prefix: &str,
+        count: u32,
+        now: UnixMs,
+    ) -> Result<u32, StoreError> {
+        let mut inv = Eval::default();
+        inv.key(&self.lease_key(namespace, key))
+            .arg(prefix)
+            .arg(now.0)
+            .arg(count);
+        let r: Vec<i64> = self
+            .replies(vec![inv.call(&self.scripts.lease_release_slots, true)])
+            .await?;
+        Ok(r.first().map_or(0, |n| u32::try_from(*n).unwrap_or(0)))
     }
 
     async fn renew(

@@ -172,6 +172,7 @@ impl RedisStore {
                 include_str!("limit_changes.lua"),
                 include_str!("lease_acquire.lua"),
                 include_str!("lease_change.lua"),
+                include_str!("lease_release_slots.lua"),
             ])),
         }
     }

@@ -4,7 +4,7 @@
 use swin_core::UnixMs;
 
 use super::{err, SqliteStore};
-use crate::store::leases::{Acquire, Acquired, Leases};
+use crate::store::leases::{slots_to_end, Acquire, Acquired, Leases};
 use crate::StoreError;
 
 impl Leases for SqliteStore {
@@ -73,6 +73,70 @@ impl Leases for SqliteStore {
         .map_err(err)?
         .rows_affected();
         Ok(gone > 0)
+    }
+
+    async fn release_slots(
+        &self,
+        namespace: &str,
+        key: &str,
+        prefix: &str,
+        count: u32,
+        now: UnixMs,
+    ) -> Result<u32, StoreError> {
+        // a write first: the transaction holds the write lock while it counts, as an
+        // acquire's does
+        let mut tx = self.pool().begin().await.map_err(err)?;
+        sqlx::query(
+            "DELETE FROM swin_leases WHERE namespace = ?1 AND key = ?2 AND expires_at <= ?3",
+        )
+        .bind(namespace)
+        .bind(key)
+        .bind(now.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        let live: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT lease, count FROM swin_leases
+             WHERE namespace = ?1 AND key = ?2 AND substr(lease, 1, length(?3)) = ?3
+             ORDER BY expires_at, lease",
+        )
+        .bind(namespace)
+        .bind(key)
+        .bind(prefix)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(err)?;
+        let live: Vec<(String, u32)> = live
+            .into_iter()
+            .map(|(l, c)| (l, u32::try_from(c).unwrap_or(0)))
+            .collect();
+        let (whole, part) = slots_to_end(&live, count);
+        // under the write lock nothing else changes them: every live slot up to `count`
+        let live_slots: u64 = live.iter().map(|(_, c)| u64::from(*c)).sum();
+        let freed = u32::try_from(live_slots.min(u64::from(count))).unwrap_or(count);
+        for lease in whole {
+            sqlx::query("DELETE FROM swin_leases WHERE namespace = ?1 AND key = ?2 AND lease = ?3")
+                .bind(namespace)
+                .bind(key)
+                .bind(lease)
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?;
+        }
+        if let Some((lease, keep)) = part {
+            sqlx::query(
+                "UPDATE swin_leases SET count = ?4 WHERE namespace = ?1 AND key = ?2 AND lease = ?3",
+            )
+            .bind(namespace)
+            .bind(key)
+            .bind(lease)
+            .bind(i64::from(keep))
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        }
+        tx.commit().await.map_err(err)?;
+        Ok(freed)
     }
 
     async fn renew(
