@@ -250,3 +250,104 @@ async fn a_reload_changes_the_limit_and_keeps_the_leases_held() {
     let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({})).await;
     assert_eq!((s, v["in_flight"].clone()), (200, 1.into()), "{v}");
 }
+
+/// Envoy's door through the same store: `n` slots of `user=<key>` on `slots`, or with
+/// `end`, Envoy's negative hits ending them. The overall code, or the gRPC error's.
+async fn envoy(
+    c: &mut envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
+    key: &str,
+    n: u64,
+    end: bool,
+) -> Result<i32, tonic::Code> {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    let d = RateLimitDescriptor {
+        entries: vec![Entry {
+            key: "user".into(),
+            value: key.into(),
+        }],
+        hits_addend: Some(envoy_types::pb::google::protobuf::UInt64Value { value: n }),
+        is_negative_hits: end,
+        ..Default::default()
+    };
+    c.should_rate_limit(RateLimitRequest {
+        domain: "slots".into(),
+        descriptors: vec![d],
+        hits_addend: 0,
+    })
+    .await
+    .map(|r| r.into_inner().overall_code)
+    .map_err(|s| s.code())
+}
+
+/// Envoy's door when the store hangs or goes away: a request cut short by a hung store
+/// is UNAVAILABLE (Envoy's failure mode decides) and the node ends the slots it may have
+/// taken; while the store is gone, starts and ends are UNAVAILABLE and change nothing:
+/// afterwards the slots held are exactly those granted and not ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_requests_through_a_hanging_or_gone_store_leave_the_slots_exact() {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    const OK: i32 = Code::Ok as i32;
+    const OVER: i32 = Code::OverLimit as i32;
+    let grpc_port = swin_testkit::free_port();
+    let mut own =
+        OwnRedis::start(|s| format!("grpc_listen = \"127.0.0.1:{grpc_port}\"\n{}", config(s)));
+    swin_testkit::wait_for_port(grpc_port, Duration::from_secs(30));
+    let mut c = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(
+        format!("http://127.0.0.1:{grpc_port}"),
+    )
+    .await
+    .expect("connect");
+    assert_eq!(envoy(&mut c, "k", 1, false).await, Ok(OK));
+
+    own.server().signal("STOP");
+    assert_eq!(
+        envoy(&mut c, "k", 2, false).await,
+        Err(tonic::Code::Unavailable),
+        "cut short by the hung store"
+    );
+    own.server().signal("CONT");
+    let took = within(
+        Duration::from_secs(10),
+        "the cut-short request's slots are free again",
+        async || {
+            let r = envoy(&mut c, "k", 2, false).await;
+            assert!(matches!(r, Ok(_) | Err(tonic::Code::Unavailable)), "{r:?}");
+            r == Ok(OK)
+        },
+    )
+    .await;
+    println!("the cut-short Envoy request's slots were free {took:?} after the store woke");
+    assert_eq!(
+        envoy(&mut c, "k", 1, false).await,
+        Ok(OVER),
+        "exactly 3 held"
+    );
+
+    drop(own.server.take()); // the store goes away
+    assert_eq!(
+        envoy(&mut c, "k", 1, true).await,
+        Err(tonic::Code::Unavailable)
+    );
+    assert_eq!(
+        envoy(&mut c, "k", 1, false).await,
+        Err(tonic::Code::Unavailable)
+    );
+    assert_eq!(
+        envoy(&mut c, "other", 1, false).await,
+        Err(tonic::Code::Unavailable)
+    );
+    own.restart();
+    within(
+        Duration::from_secs(15),
+        "the store answers again",
+        async || envoy(&mut c, "k", 1, false).await == Ok(OVER),
+    )
+    .await;
+    // the failed end freed nothing and the failed starts took nothing
+    assert_eq!(envoy(&mut c, "other", 3, false).await, Ok(OK));
+    assert_eq!(envoy(&mut c, "k", 1, true).await, Ok(OK));
+    assert_eq!(envoy(&mut c, "k", 1, false).await, Ok(OK));
+    assert_eq!(envoy(&mut c, "k", 1, false).await, Ok(OVER));
+}
