@@ -8,7 +8,9 @@
 //! Answers: OVER_LIMIT when any descriptor (not in shadow mode) is over its limit, else
 //! OK; one status per descriptor in order; descriptors that match no rule (or an unknown
 //! domain) are OK with no limit, as envoyproxy/ratelimit answers. An empty domain, no
-//! descriptors or a bad descriptor: INVALID_ARGUMENT. A store that a decision needs and
+//! descriptors or a bad descriptor: INVALID_ARGUMENT. A concurrency namespace
+//! (`algorithm = "concurrency"`) takes and ends slots instead ([`leases`]: Envoy's
+//! negative hits); elsewhere negative hits are INVALID_ARGUMENT. A store that a decision needs and
 //! cannot ask (strict admission with `on_store_failure = "deny"`): UNAVAILABLE, so
 //! Envoy's `failure_mode_deny` decides.
 //!

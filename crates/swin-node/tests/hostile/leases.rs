@@ -3,7 +3,8 @@
 //! afterwards is exact; an acquire cut short by a store that hangs is ended by the node
 //! (no client knows its id) instead of holding its slots until its lapse; a lease id
 //! given for another key releases nothing; a reload that changes the limit keeps the
-//! leases held.
+//! leases held; Envoy's starts and ends (negative hits) through a hung or gone store
+//! leave the slots exact.
 
 use std::time::Duration;
 

@@ -14,8 +14,8 @@
 //!   counts as an operator reads them;
 //! - `limits`: runtime limits through a store outage, written by hand, changed by two
 //!   nodes at once;
-//! - `leases`: concurrency leases through a store that goes away or hangs, and lease ids
-//!   that belong to another key;
+//! - `leases`: concurrency leases (HTTP and Envoy's negative hits) through a store that
+//!   goes away or hangs, and lease ids that belong to another key;
 //! - `reservations`: reserve and commit through a store that goes away or hangs;
 //! - `grpc`: Envoy's door takes the same tokens, and no value a client sends turns an
 //!   over-limit answer into an error.
