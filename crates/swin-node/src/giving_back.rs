@@ -36,6 +36,21 @@ pub async fn give_back_under(
     Ok(())
 }
 
+/// Gives back up to `cost` of hits admitted under `limits` and not used (a refund, see
+/// [`refund`]); answers the key after it, as a dry run would see it.
+pub async fn refund_under(
+    ns: &Namespace,
+    key: &str,
+    limits: &KeyLimits,
+    cost: f64,
+) -> Result<swin_core::Decision, Error> {
+    let back = ns
+        .admission
+        .give_back(key, quota(limits), cost, GiveBack::Unused)
+        .await?;
+    back.after.map(|a| a.decision).ok_or(Error::Internal)
+}
+
 /// Gives back `cost` of hits admitted but not used, in every window the key's limits
 /// count in, never below zero (GCRA: Boulder's refund, never past a full bucket).
 /// `allowed` says whether anything was given back; the rest describes the key after it,

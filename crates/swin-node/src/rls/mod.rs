@@ -8,9 +8,10 @@
 //! Answers: OVER_LIMIT when any descriptor (not in shadow mode) is over its limit, else
 //! OK; one status per descriptor in order; descriptors that match no rule (or an unknown
 //! domain) are OK with no limit, as envoyproxy/ratelimit answers. An empty domain, no
-//! descriptors or a bad descriptor: INVALID_ARGUMENT. A concurrency namespace
-//! (`algorithm = "concurrency"`) takes and ends slots instead ([`leases`]: Envoy's
-//! negative hits); elsewhere negative hits are INVALID_ARGUMENT. A store that a decision needs and
+//! descriptors or a bad descriptor: INVALID_ARGUMENT. A descriptor with
+//! `is_negative_hits` gives its hits back as `/refund` does (never below zero; always
+//! OK); on a concurrency namespace (`algorithm = "concurrency"`) descriptors take and end
+//! slots instead ([`leases`]). A store that a decision needs and
 //! cannot ask (strict admission with `on_store_failure = "deny"`): UNAVAILABLE, so
 //! Envoy's `failure_mode_deny` decides.
 //!
@@ -36,7 +37,7 @@ use tonic::{Request, Response, Status};
 
 use crate::decisions::{take_under, Verdict};
 use crate::error::Error;
-use crate::giving_back::give_back_under;
+use crate::giving_back::{give_back_under, refund_under};
 use crate::policy::algorithm::Algorithm;
 use crate::policy::headers::RateLimitHeaders;
 use crate::policy::keys;
@@ -387,12 +388,7 @@ impl Rls {
         if let Some(c) = &ns.concurrency {
             return leases::decide(&self.state, req, ns, c, &asked).await;
         }
-        if let Some(i) = asked.iter().position(|a| a.negative) {
-            return Err(invalid(format!(
-                "descriptors[{i}].is_negative_hits: negative hits end leases, on a namespace of algorithm = \"concurrency\" (namespace {:?} limits hits; give hits back over HTTP)",
-                req.domain
-            )));
-        }
+
         let algorithm = match (&ns.rules, &ns.limits) {
             (Some(r), _) => r.algorithm(),
             (None, Some(l)) => l.algorithm(),
@@ -426,6 +422,8 @@ impl Rls {
         // what each descriptor answers without counting, or the hit it takes
         let mut statuses: Vec<Option<DescriptorStatus>> = Vec::with_capacity(asked.len());
         let mut takes: Vec<Take> = Vec::new();
+        // descriptors with `is_negative_hits`: hits given back (Envoy's refill)
+        let mut refunds: Vec<Take> = Vec::new();
         let mut over = false;
         // the rules that apply, for the dynamic metadata (kept only when it is asked for)
         let with_metadata = ns.envoy_dynamic_metadata;
@@ -453,6 +451,11 @@ impl Rls {
                     }));
                     continue;
                 }
+                // a refund on a value that is blocked gives nothing back and is OK
+                RuleLimit::Blocked if a.negative => {
+                    statuses.push(Some(descriptor_status(rule, &blocked(), false)));
+                    continue;
+                }
                 RuleLimit::Blocked => {
                     let denied = !rule.shadow;
                     over |= denied;
@@ -461,7 +464,7 @@ impl Rls {
                 }
             };
             let cost = a.hits as f64;
-            if limits.check_cost(cost).is_err() {
+            if limits.check_cost(cost).is_err() && !a.negative {
                 // more hits at once than the limit allows in all: over it, nothing counted
                 let denied = !rule.shadow;
                 over |= denied;
@@ -469,7 +472,8 @@ impl Rls {
                 continue;
             }
             statuses.push(None);
-            takes.push(Take {
+            let counted = if a.negative { &mut refunds } else { &mut takes };
+            counted.push(Take {
                 at: i,
                 key: if f.shared.is_empty() {
                     keys::counter_key(&a.entries)
@@ -485,8 +489,28 @@ impl Rls {
         // one call, the descriptors are decided together (synchronous increments of the
         // request share round trips), and a request that is over the limit counts
         // nothing on any descriptor.
-        let keys: Vec<&str> = takes.iter().map(|t| t.key.as_str()).collect();
+        let keys: Vec<&str> = takes
+            .iter()
+            .chain(&refunds)
+            .map(|t| t.key.as_str())
+            .collect();
         ns.first_touch(&keys, true).await;
+        for t in &mut refunds {
+            if let Effective::Config(rule_limits) = t.limits {
+                t.limits = ns.effective(&t.key, rule_limits);
+            }
+        }
+        // refunds first, each on its own: an end of one thing beside the start of another
+        let given = futures_util::future::join_all(
+            refunds
+                .iter()
+                .map(|t| refund_under(ns, &t.key, &t.limits, t.cost)),
+        )
+        .await;
+        for (t, after) in refunds.iter().zip(given) {
+            let after = after.map_err(|e| status_of(&e))?;
+            statuses[t.at] = Some(t.status(&after, false));
+        }
         // runtime limits set on a descriptor's counter key replace its rule's limits
         takes.retain_mut(|t| {
             let Effective::Config(rule_limits) = t.limits else {

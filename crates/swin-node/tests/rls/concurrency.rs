@@ -3,7 +3,8 @@
 //! `is_negative_hits`) on another never hold more than the limit (the test counts the
 //! slots it was granted and has not yet ended, at every grant), a request's descriptors
 //! are taken all or nothing, slots Envoy never ends lapse after `lease_ttl`, and the
-//! Python grpcio client sets the field by its wire number (xds-protos predates it).
+//! Python grpcio client sets the field by its wire number (xds-protos predates it). On a
+//! namespace that limits hits, negative hits give hits back, never below zero.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,7 +40,7 @@ store = \"main\"
 
 [[namespaces]]
 name = \"rates\"
-sync_rate = {sync_rate}
+sync_rate = 0
 store = \"main\"
 [[namespaces.descriptors]]
 key = \"user\"
@@ -209,12 +210,47 @@ async fn envoy_concurrency_holds_across_nodes(store: TestStore) {
         vec![OK],
         "lapsed"
     );
-    // a namespace that limits hits has no slots to end: a clear error, nothing counted
-    let e = ask(&mut n[0].grpc, "rates", vec![user("u1", true)], 0)
+    // on a namespace that limits hits, negative hits give hits back (Envoy's refill), as
+    // /refund does: never below zero (the synchronous namespace is exact across nodes)
+    for i in 0..5 {
+        assert_eq!(
+            call(&mut n[i % 3], "rates", vec![user("r1", false)]).await,
+            vec![OK]
+        );
+    }
+    let full = call(&mut n[1], "rates", vec![user("r1", false)]).await;
+    assert_eq!(full, vec![OVER]);
+    let mut back = user("r1", true);
+    back.hits_addend = Some(UInt64Value { value: 2 });
+    let r = ask(&mut n[2].grpc, "rates", vec![back], 0)
         .await
-        .expect_err("negative on rates");
-    assert_eq!(e.code(), tonic::Code::InvalidArgument);
-    assert!(e.message().contains("is_negative_hits"), "{}", e.message());
+        .expect("refund");
+    assert_eq!(codes(&r), vec![OK]);
+    assert_eq!(r.statuses[0].limit_remaining, 2, "{r:?}");
+    for i in 0..2 {
+        assert_eq!(
+            call(&mut n[i], "rates", vec![user("r1", false)]).await,
+            vec![OK]
+        );
+    }
+    assert_eq!(
+        call(&mut n[2], "rates", vec![user("r1", false)]).await,
+        vec![OVER]
+    );
+    let mut all = user("r1", true);
+    all.hits_addend = Some(UInt64Value { value: u64::MAX });
+    assert_eq!(call(&mut n[0], "rates", vec![all]).await, vec![OK]);
+    for i in 0..5 {
+        assert_eq!(
+            call(&mut n[i % 3], "rates", vec![user("r1", false)]).await,
+            vec![OK],
+            "never below zero: 5 again, not more ({i})"
+        );
+    }
+    assert_eq!(
+        call(&mut n[0], "rates", vec![user("r1", false)]).await,
+        vec![OVER]
+    );
     for mut node in n {
         assert!(node.node.terminate());
     }
