@@ -227,11 +227,8 @@ async fn envoy_concurrency_holds_across_nodes(store: TestStore) {
         .expect("refund");
     assert_eq!(codes(&r), vec![OK]);
     assert_eq!(r.statuses[0].limit_remaining, 2, "{r:?}");
-    for i in 0..2 {
-        assert_eq!(
-            call(&mut n[i], "rates", vec![user("r1", false)]).await,
-            vec![OK]
-        );
+    for node in &mut n[..2] {
+        assert_eq!(call(node, "rates", vec![user("r1", false)]).await, vec![OK]);
     }
     assert_eq!(
         call(&mut n[2], "rates", vec![user("r1", false)]).await,
