@@ -106,6 +106,20 @@ def main(target):
     services = {s.name for s in answers[0].list_services_response.service}
     expect("reflection lists the service", "envoy.service.ratelimit.v3.RateLimitService" in services, True)
     expect("reflection has its file", len(answers[1].file_descriptor_response.file_descriptor_proto) > 0, True)
+    # the descriptor as the node reads it: with Envoy's is_negative_hits (field 4)
+    from google.protobuf import descriptor_pb2
+    found = list(reflection.ServerReflectionInfo(iter([
+        reflection_pb2.ServerReflectionRequest(
+            file_containing_symbol="envoy.extensions.common.ratelimit.v3.RateLimitDescriptor"),
+    ]), timeout=5))
+    fields = {}
+    for raw in found[0].file_descriptor_response.file_descriptor_proto:
+        f = descriptor_pb2.FileDescriptorProto.FromString(raw)
+        for m in f.message_type:
+            if m.name == "RateLimitDescriptor":
+                fields = {x.name: (x.number, x.type) for x in m.field}
+    expect("reflection shows is_negative_hits", fields.get("is_negative_hits"),
+           (4, descriptor_pb2.FieldDescriptorProto.TYPE_BOOL))
 
 
 if __name__ == "__main__":
