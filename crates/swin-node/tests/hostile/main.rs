@@ -16,6 +16,8 @@
 //!   nodes at once;
 //! - `leases`: concurrency leases (HTTP and Envoy's negative hits) through a store that
 //!   goes away or hangs, and lease ids that belong to another key;
+//! - `refunds`: Envoy's negative hits on a namespace of hits through a store that goes
+//!   away give back nothing, then exactly;
 //! - `reservations`: reserve and commit through a store that goes away or hangs;
 //! - `grpc`: Envoy's door takes the same tokens, and no value a client sends turns an
 //!   over-limit answer into an error.
@@ -26,6 +28,7 @@ mod http;
 mod integrity;
 mod leases;
 mod limits;
+mod refunds;
 mod reload;
 mod reservations;
 mod shutdown;
