@@ -429,7 +429,10 @@ async fn a_python_grpcio_client_gets_what_envoy_expects() {
     let said = ran.said();
     assert!(ran.ok, "the Python client failed:\n{said}");
     assert!(said.contains("ok: reflection has its file"), "{said}");
-    assert!(said.contains("ok: reflection shows is_negative_hits"), "{said}");
+    assert!(
+        said.contains("ok: reflection shows is_negative_hits"),
+        "{said}"
+    );
     assert!(run.node.terminate());
 }
 
