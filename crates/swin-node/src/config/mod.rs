@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 pub use self::auth::{AuthConfig, Scope, Token};
 pub use self::namespaces::{
-    Admission, Concurrency, NamespaceConfig, OnStoreFailure, MAX_LEASE_TTL_SECS,
+    Admission, Concurrency, NamespaceConfig, OnStoreFailure, MAX_CONCURRENCY, MAX_LEASE_TTL_SECS,
 };
 pub use self::stores::StoreConfig;
 

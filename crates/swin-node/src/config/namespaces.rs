@@ -156,11 +156,17 @@ impl Parser<'_> {
             None
         } else {
             let file = n.descriptors_file.as_deref().map(std::path::Path::new);
-            let rules = crate::policy::rules::Rules::load(&n.name, &n.descriptors, file, algorithm)
-                .map_err(|e| match &n.descriptors_file {
-                    Some(_) if !e.starts_with("descriptors") => self.err(&f("descriptors_file"), e),
-                    _ => self.err(&f("descriptors"), e),
-                })?;
+            let rules = match concurrency {
+                // rules of slots in flight (Envoy's starts and negative hits)
+                Some(_) => {
+                    crate::policy::rules::Rules::load_concurrency(&n.name, &n.descriptors, file)
+                }
+                None => crate::policy::rules::Rules::load(&n.name, &n.descriptors, file, algorithm),
+            }
+            .map_err(|e| match &n.descriptors_file {
+                Some(_) if !e.starts_with("descriptors") => self.err(&f("descriptors_file"), e),
+                _ => self.err(&f("descriptors"), e),
+            })?;
             // a namespace of rules only may count denied hits as envoyproxy/ratelimit
             // does; with limits of its own, its limits' `count_denied` is the rules' too
             Some(std::sync::Arc::new(
@@ -177,7 +183,8 @@ impl Parser<'_> {
             return Err(self.err(&f("window_sizes"), "needs at least one window size".into()));
         }
         let mut sizes = self.window_sizes(&n.window_sizes, &f("window_sizes"))?;
-        if let Some(r) = &rules {
+        // (a concurrency namespace's rules count in no window)
+        if let Some(r) = rules.as_ref().filter(|_| concurrency.is_none()) {
             for s in r.window_sizes() {
                 let size =
                     WindowSize::new(s).map_err(|e| self.err(&f("descriptors"), e.to_string()))?;
@@ -281,10 +288,6 @@ impl Parser<'_> {
             (n.on_store_failure.is_some(), "on_store_failure"),
             (n.count_denied.is_some(), "count_denied"),
             (n.key_from.is_some(), "key_from"),
-            (
-                !n.descriptors.is_empty() || n.descriptors_file.is_some(),
-                "descriptors",
-            ),
         ];
         if let Some((_, key)) = hits_only.iter().find(|(set, _)| *set) {
             return Err(self.err(

@@ -543,6 +543,16 @@ fn concurrency_namespaces_are_checked() {
     assert_eq!(c.lease_ttl, std::time::Duration::from_millis(500));
     let hits = parse("window_sizes = [60]\n").expect("valid");
     assert_eq!(hits.namespaces[0].concurrency, None);
+    // descriptor rules of slots in flight, and no window tables for them
+    let rules = parse("algorithm = \"concurrency\"\nlimit = 1\n[[namespaces.descriptors]]\nkey = \"user\"\nrate_limit = { requests_per_unit = 4 }\n")
+        .expect("valid");
+    let n = &rules.namespaces[0];
+    let rule = n.rules.as_ref().expect("rules").find(&[("user", "u")]);
+    assert_eq!(
+        rule.map(|r| r.limit.clone()),
+        Some(crate::policy::rules::RuleLimit::InFlight(4))
+    );
+    assert!(n.window_sizes.is_empty(), "{:?}", n.window_sizes);
     let c = "algorithm = \"concurrency\"\n";
     for (extra, field) in [
         (c.to_string(), "limit"),
@@ -558,6 +568,10 @@ fn concurrency_namespaces_are_checked() {
             "limits",
         ),
         (format!("{c}limit = 5\nadmission = \"strict\""), "admission"),
+        (
+            format!("{c}limit = 5\n[[namespaces.descriptors]]\nkey = \"u\"\nlimits = [{{ window_size = 60, limit = 5 }}]"),
+            "descriptors",
+        ),
         (
             format!("{c}limit = 5\nkey_from = \"client_address\""),
             "key_from",

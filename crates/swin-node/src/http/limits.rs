@@ -153,6 +153,11 @@ fn answer(ns: &Namespace, namespace: &str, key: &str, runtime: Option<&StoredLim
 fn target(state: &AppState, namespace: &str, key: &str) -> Result<Arc<Namespace>, Error> {
     check_key(key)?;
     let ns = state.namespace(namespace)?;
+    if ns.concurrency.is_some() {
+        return Err(Error::BadRequest(format!(
+            "namespace {namespace:?} limits requests in flight: runtime limits are limits of hits"
+        )));
+    }
     if ns.limits.is_none() && ns.rules.is_none() {
         return Err(Error::BadRequest(format!(
             "namespace {namespace:?} has no limits to decide against: runtime limits need a namespace with limits or descriptor rules"

@@ -121,6 +121,9 @@ pub enum RuleLimit {
     /// way to block a value), counted nowhere.
     Blocked,
     Limited(KeyLimits),
+    /// A concurrency namespace's rule (`rate_limit.requests_per_unit`, its unit not
+    /// read): at most this many slots of the descriptor's key in flight.
+    InFlight(u64),
 }
 
 /// A rule that a descriptor found.
@@ -208,24 +211,37 @@ impl Rules {
             algorithm,
             ..Rules::default()
         };
-        add(&mut rules.root, inline, "", "descriptors", algorithm)?;
+        let counts = Counts::Hits(algorithm);
+        add(&mut rules.root, inline, "", "descriptors", counts)?;
         if let Some(path) = file {
             let shown = path.display();
-            let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
-            let raw: RawFile =
-                serde_yaml_ng::from_str(&text).map_err(|e| format!("{shown}: {e}"))?;
-            if raw.domain != domain {
-                return Err(format!(
-                    "{shown}: domain: {:?} is not this namespace ({domain:?})",
-                    raw.domain
-                ));
-            }
+            let raw = read_file(path, domain)?;
+            add(&mut rules.root, &raw.descriptors, "", "descriptors", counts)
+                .map_err(|e| format!("{shown}: {e}"))?;
+        }
+        Ok(rules)
+    }
+
+    /// The rules of a concurrency namespace (`algorithm = "concurrency"`), from the
+    /// same places: a rule's `rate_limit.requests_per_unit` is the slots its key may have
+    /// in flight ([`RuleLimit::InFlight`]; 0 blocks, `unlimited` takes no slot), its
+    /// `unit` may be left out and is not read, and `limits` or `gcra` are refused.
+    pub fn load_concurrency(
+        domain: &str,
+        inline: &[RawRule],
+        file: Option<&std::path::Path>,
+    ) -> Result<Rules, RuleError> {
+        let mut rules = Rules::default();
+        add(&mut rules.root, inline, "", "descriptors", Counts::InFlight)?;
+        if let Some(path) = file {
+            let shown = path.display();
+            let raw = read_file(path, domain)?;
             add(
                 &mut rules.root,
                 &raw.descriptors,
                 "",
                 "descriptors",
-                algorithm,
+                Counts::InFlight,
             )
             .map_err(|e| format!("{shown}: {e}"))?;
         }
@@ -306,6 +322,27 @@ impl Rules {
         }
         None
     }
+}
+
+/// An envoyproxy/ratelimit YAML file, whose `domain` must be `domain`.
+fn read_file(path: &std::path::Path, domain: &str) -> Result<RawFile, RuleError> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
+    let raw: RawFile = serde_yaml_ng::from_str(&text).map_err(|e| format!("{shown}: {e}"))?;
+    if raw.domain != domain {
+        return Err(format!(
+            "{shown}: domain: {:?} is not this namespace ({domain:?})",
+            raw.domain
+        ));
+    }
+    Ok(raw)
+}
+
+/// What a namespace's rules limit: hits, under its algorithm, or requests in flight.
+#[derive(Debug, Clone, Copy)]
+enum Counts {
+    Hits(Algorithm),
+    InFlight,
 }
 
 /// Whether `text` is `pattern` with each `*` standing for any run of characters (none

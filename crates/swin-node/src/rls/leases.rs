@@ -8,6 +8,13 @@
 //! replaces the namespace's `limit` for it (its `requests_per_unit`, in flight; its unit
 //! is not read). Every node and store as over HTTP: a slot ended on one node is free on
 //! every other at once.
+//!
+//! A concurrency namespace with descriptor rules (TOML `descriptors` or a YAML
+//! `descriptors_file`, found as a namespace of hits finds them) limits each rule's
+//! descriptors to its `requests_per_unit` in flight; descriptors that match no rule take
+//! no slot and are OK, `unlimited` rules take none, `requests_per_unit: 0` blocks, and
+//! `shadow_mode` takes the slots past the limit and answers OK. Without rules, every
+//! descriptor counts under the namespace's `limit`.
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -16,10 +23,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::Status;
 
-use super::{header, status_of, Asked};
-use crate::config::Concurrency;
+use super::{header, ok_without_limit, status_of, Asked};
+use crate::config::{Concurrency, MAX_CONCURRENCY};
 use crate::leases::{acquire_for_envoy, give_up, release_for_envoy, AcquireAnswer};
 use crate::policy::keys;
+use crate::policy::rules::{Found, Rule, RuleLimit};
 use crate::state::{AppState, Namespace};
 
 /// One descriptor of a request, on its key.
@@ -28,13 +36,17 @@ struct Slots {
     key: String,
     count: u32,
     limit: u64,
+    /// Its rule's `shadow_mode`: slots taken past `limit` too, the answer OK.
+    shadow: bool,
+    /// Its rule's name, for `current_limit.name`.
+    name: Option<String>,
 }
 
 fn status(s: &Slots, ok: bool, remaining: u64, until: std::time::Duration) -> DescriptorStatus {
     DescriptorStatus {
         code: if ok { Code::Ok } else { Code::OverLimit } as i32,
         current_limit: Some(RateLimit {
-            name: String::new(),
+            name: s.name.clone().unwrap_or_default(),
             requests_per_unit: u32::try_from(s.limit).unwrap_or(u32::MAX),
             // in flight, not per a unit of time
             unit: 0,
@@ -46,6 +58,96 @@ fn status(s: &Slots, ok: bool, remaining: u64, until: std::time::Duration) -> De
         }),
         ..Default::default()
     }
+}
+
+/// What a descriptor does: take or end slots of a key, or answer without any (it
+/// matched no rule, an `unlimited` one, or one that blocks: then whether it is over).
+enum Plan {
+    Slots(Slots),
+    Answer(DescriptorStatus, bool),
+}
+
+/// Each descriptor's plan: its own `limit` first, else the namespace's rules (as a
+/// namespace of hits finds them: the tree, `replaces`, `share_threshold`), else — a
+/// namespace without rules — the namespace's `limit` on the descriptor's key.
+fn plans(
+    req: &RateLimitRequest,
+    ns: &Namespace,
+    c: &Concurrency,
+    asked: &[Asked<'_>],
+) -> Vec<Plan> {
+    let slots = |at: usize, key: String, limit: u64, rule: Option<&Rule>| Slots {
+        at,
+        key,
+        count: u32::try_from(asked[at].hits).unwrap_or(u32::MAX),
+        limit,
+        shadow: rule.is_some_and(|r| r.shadow),
+        name: rule.and_then(|r| r.name.clone()),
+    };
+    let Some(rules) = &ns.rules else {
+        return asked
+            .iter()
+            .enumerate()
+            .map(|(at, a)| {
+                let limit = req.descriptors[at]
+                    .limit
+                    .as_ref()
+                    .map_or(c.limit, |o| u64::from(o.requests_per_unit));
+                Plan::Slots(slots(at, keys::counter_key(&a.entries), limit, None))
+            })
+            .collect();
+    };
+    let found: Vec<Option<Found>> = asked.iter().map(|a| rules.lookup(&a.entries)).collect();
+    // a rule named in another matched rule's `replaces` does not apply
+    let replaced: Vec<&str> = found
+        .iter()
+        .flatten()
+        .flat_map(|f| f.rule.replaces.iter().map(String::as_str))
+        .collect();
+    asked
+        .iter()
+        .zip(&found)
+        .enumerate()
+        .map(|(at, (a, f))| {
+            let key = |f: &Found| match f.shared.is_empty() {
+                true => keys::counter_key(&a.entries),
+                false => keys::counter_key(&f.counted(&a.entries)),
+            };
+            if let Some(o) = &req.descriptors[at].limit {
+                let key = f
+                    .as_ref()
+                    .map_or_else(|| keys::counter_key(&a.entries), key);
+                return Plan::Slots(slots(at, key, u64::from(o.requests_per_unit), None));
+            }
+            let f = f.as_ref().filter(|f| {
+                f.rule
+                    .name
+                    .as_deref()
+                    .is_none_or(|n| !replaced.contains(&n))
+            });
+            let Some(f) = f else {
+                return Plan::Answer(ok_without_limit(), false);
+            };
+            let rule = &*f.rule;
+            match rule.limit {
+                RuleLimit::InFlight(n) => Plan::Slots(slots(at, key(f), n, Some(rule))),
+                // an end on a value that is blocked ends nothing
+                RuleLimit::Blocked => {
+                    let denied = !a.negative && !rule.shadow;
+                    let s = slots(at, String::new(), 0, Some(rule));
+                    Plan::Answer(status(&s, !denied, 0, std::time::Duration::ZERO), denied)
+                }
+                // `unlimited` (and, never here, limits of hits): no slot
+                RuleLimit::Unlimited | RuleLimit::Limited(_) => Plan::Answer(
+                    DescriptorStatus {
+                        limit_remaining: u32::MAX,
+                        ..ok_without_limit()
+                    },
+                    false,
+                ),
+            }
+        })
+        .collect()
 }
 
 fn until(a: &AcquireAnswer, at: swin_core::UnixMs) -> std::time::Duration {
@@ -62,19 +164,19 @@ pub(super) async fn decide(
     asked: &[Asked<'_>],
 ) -> Result<RateLimitResponse, Status> {
     let domain = req.domain.as_str();
-    let slots = |(at, a): (usize, &Asked<'_>)| Slots {
-        at,
-        key: keys::counter_key(&a.entries),
-        count: u32::try_from(a.hits).unwrap_or(u32::MAX),
-        limit: req.descriptors[at]
-            .limit
-            .as_ref()
-            .map_or(c.limit, |o| u64::from(o.requests_per_unit)),
-    };
-    let (ends, takes): (Vec<_>, Vec<_>) = asked.iter().enumerate().partition(|(_, a)| a.negative);
-    let ends: Vec<Slots> = ends.into_iter().map(slots).collect();
-    let takes: Vec<Slots> = takes.into_iter().map(slots).collect();
     let mut statuses: Vec<DescriptorStatus> = vec![DescriptorStatus::default(); asked.len()];
+    let mut over = false;
+    let (mut ends, mut takes) = (Vec::new(), Vec::new());
+    for (at, plan) in plans(req, ns, c, asked).into_iter().enumerate() {
+        match plan {
+            Plan::Slots(s) if asked[at].negative => ends.push(s),
+            Plan::Slots(s) => takes.push(s),
+            Plan::Answer(status, denied) => {
+                over |= denied;
+                statuses[at] = status;
+            }
+        }
+    }
 
     let ended =
         futures_util::future::join_all(ends.iter().map(|s| release_for_envoy(ns, &s.key, s.count)))
@@ -93,20 +195,25 @@ pub(super) async fn decide(
     let (fit, too_many): (Vec<&Slots>, Vec<&Slots>) = takes
         .iter()
         .filter(|s| s.count > 0)
-        .partition(|s| u64::from(s.count) <= s.limit);
-    let mut over = !too_many.is_empty();
+        .partition(|s| s.shadow || u64::from(s.count) <= s.limit);
+    over |= !too_many.is_empty();
     for s in &too_many {
         statuses[s.at] = status(s, false, 0, std::time::Duration::ZERO);
     }
-    let taken = if over {
-        Vec::new()
-    } else {
-        futures_util::future::join_all(
-            fit.iter()
-                .map(|s| acquire_for_envoy(ns, c, &s.key, s.count, s.limit)),
-        )
-        .await
-    };
+    // taken even when another descriptor is already over (and ended again below), so
+    // that each descriptor's status says where its own key stands; a rule in shadow
+    // mode takes its slots past its limit too (the same negative hits end them) and
+    // answers what the limit would have said
+    let mut taken = futures_util::future::join_all(fit.iter().map(|s| {
+        let limit = if s.shadow { MAX_CONCURRENCY } else { s.limit };
+        acquire_for_envoy(ns, c, &s.key, s.count, limit)
+    }))
+    .await;
+    for (s, t) in fit.iter().zip(&mut taken) {
+        if let (true, Ok(a)) = (s.shadow, t) {
+            a.limit = s.limit;
+        }
+    }
     let failed = taken.iter().find_map(|t| t.as_ref().err().map(status_of));
     over |= taken
         .iter()

@@ -444,7 +444,8 @@ impl Rls {
             let limits = match &rule.limit {
                 RuleLimit::Limited(l) => l,
                 // envoyproxy/ratelimit: OK, remaining the largest number, no limit
-                RuleLimit::Unlimited => {
+                // (slots in flight are a concurrency namespace's, which `leases` decides)
+                RuleLimit::Unlimited | RuleLimit::InFlight(_) => {
                     statuses.push(Some(DescriptorStatus {
                         limit_remaining: u32::MAX,
                         ..ok_without_limit()
@@ -630,7 +631,7 @@ fn all_ok(n: usize) -> RateLimitResponse {
     }
 }
 
-fn ok_without_limit() -> DescriptorStatus {
+pub(super) fn ok_without_limit() -> DescriptorStatus {
     DescriptorStatus {
         code: Code::Ok as i32,
         ..Default::default()

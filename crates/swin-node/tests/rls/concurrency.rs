@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use swin_testkit::cluster::TestStore;
 
@@ -293,4 +294,206 @@ async fn a_python_grpcio_client_ends_requests_with_negative_hits() {
     for r in &mut n {
         assert!(r.node.terminate());
     }
+}
+
+/// A concurrency namespace's rules, from a YAML file as envoyproxy/ratelimit writes
+/// them: each rule's `requests_per_unit` slots in flight per key (not the namespace's
+/// `limit`), a deeper rule its own, a value blocked, another unlimited (no slot), a
+/// rule in shadow mode (slots taken past its limit, answered OK), a descriptor of no
+/// rule (OK, no slot), and all or nothing across them — two nodes on one store.
+async fn concurrency_rules_hold_across_nodes(store: TestStore) {
+    const RULES: &str = "domain: gated
+descriptors:
+  - key: user
+    rate_limit:
+      requests_per_unit: 2
+    descriptors:
+      - key: model
+        value: big
+        rate_limit:
+          requests_per_unit: 1
+  - key: tenant
+    value: free
+    rate_limit:
+      requests_per_unit: 0
+  - key: tenant
+    rate_limit:
+      unlimited: true
+  - key: canary
+    shadow_mode: true
+    rate_limit:
+      name: canary
+      requests_per_unit: 2
+";
+    let mut n = Vec::new();
+    for _ in 0..2 {
+        let dir = tempfile::tempdir().expect("dir");
+        let yaml = dir.path().join("gated.yaml");
+        std::fs::write(&yaml, RULES).expect("yaml");
+        let config = format!(
+            "{}
+[[namespaces]]
+name = \"gated\"
+algorithm = \"concurrency\"
+limit = 100
+sync_rate = 0.2
+store = \"main\"
+descriptors_file = \"{}\"
+",
+            store.section(),
+            yaml.display()
+        );
+        n.push(start_with(dir, &config).await);
+    }
+    let d = |entries: &[(&str, &str)], negative: bool| RateLimitDescriptor {
+        is_negative_hits: negative,
+        ..descriptor(entries)
+    };
+    let u1 = [("user", "u1")];
+    let one = |r: &RateLimitResponse| {
+        let s = &r.statuses[0];
+        let limit = s.current_limit.as_ref().map(|l| l.requests_per_unit);
+        (s.code, limit, s.limit_remaining)
+    };
+    let (a, b) = n.split_at_mut(1);
+    let (a, b) = (&mut a[0].grpc, &mut b[0].grpc);
+
+    // the rule's 2, not the namespace's 100, across both nodes
+    let r = ask(a, "gated", vec![d(&u1, false)], 0)
+        .await
+        .expect("answer");
+    assert_eq!(one(&r), (OK, Some(2), 1));
+    let r = ask(b, "gated", vec![d(&u1, false)], 0)
+        .await
+        .expect("answer");
+    assert_eq!(one(&r), (OK, Some(2), 0));
+    let r = ask(a, "gated", vec![d(&u1, false)], 0)
+        .await
+        .expect("answer");
+    assert_eq!((r.overall_code, one(&r).0), (OVER, OVER), "{r:?}");
+    // ended on B, free on A at once
+    let r = ask(b, "gated", vec![d(&u1, true)], 0)
+        .await
+        .expect("answer");
+    assert_eq!(r.overall_code, OK);
+    let r = ask(a, "gated", vec![d(&u1, false)], 0)
+        .await
+        .expect("answer");
+    assert_eq!(one(&r), (OK, Some(2), 0));
+
+    // the deeper rule: its own 1 on its own key
+    let big = [("user", "u2"), ("model", "big")];
+    assert_eq!(
+        codes(
+            &ask(a, "gated", vec![d(&big, false)], 0)
+                .await
+                .expect("answer")
+        ),
+        vec![OK]
+    );
+    assert_eq!(
+        codes(
+            &ask(b, "gated", vec![d(&big, false)], 0)
+                .await
+                .expect("answer")
+        ),
+        vec![OVER]
+    );
+    assert_eq!(
+        codes(
+            &ask(b, "gated", vec![d(&[("user", "u2")], false)], 0)
+                .await
+                .expect("answer")
+        ),
+        vec![OK]
+    );
+
+    // blocked, unlimited, and no rule: no slot taken by any, however many
+    for _ in 0..3 {
+        let r = ask(a, "gated", vec![d(&[("tenant", "free")], false)], 0)
+            .await
+            .expect("answer");
+        assert_eq!(one(&r), (OVER, Some(0), 0));
+        let r = ask(a, "gated", vec![d(&[("tenant", "free")], true)], 0)
+            .await
+            .expect("answer");
+        assert_eq!(r.overall_code, OK);
+        let r = ask(b, "gated", vec![d(&[("tenant", "paid")], false)], 0)
+            .await
+            .expect("answer");
+        assert_eq!(
+            (r.overall_code, r.statuses[0].limit_remaining),
+            (OK, u32::MAX)
+        );
+        let r = ask(b, "gated", vec![d(&[("other", "x")], false)], 0)
+            .await
+            .expect("answer");
+        assert_eq!(
+            (r.overall_code, r.statuses[0].current_limit.clone()),
+            (OK, None)
+        );
+    }
+
+    // shadow mode: every start OK, each slot counted (what is left says so)
+    let canary = [("canary", "c")];
+    let mut left = Vec::new();
+    for on_a in [true, false, true] {
+        let node = if on_a { &mut *a } else { &mut *b };
+        let r = ask(node, "gated", vec![d(&canary, false)], 0)
+            .await
+            .expect("answer");
+        assert_eq!(r.overall_code, OK, "{r:?}");
+        assert_eq!(
+            r.statuses[0]
+                .current_limit
+                .as_ref()
+                .map(|l| l.name.as_str()),
+            Some("canary")
+        );
+        left.push(r.statuses[0].limit_remaining);
+    }
+    assert_eq!(left, vec![1, 0, 0]);
+    let r = ask(b, "gated", vec![d(&canary, true)], 3)
+        .await
+        .expect("answer");
+    assert_eq!(r.overall_code, OK);
+    let r = ask(a, "gated", vec![d(&canary, false)], 0)
+        .await
+        .expect("answer");
+    assert_eq!(one(&r), (OK, Some(2), 1), "the three ended exactly");
+
+    // all or nothing: a blocked descriptor beside a free one takes nothing
+    let u3 = [("user", "u3")];
+    let r = ask(
+        a,
+        "gated",
+        vec![d(&u3, false), d(&[("tenant", "free")], false)],
+        0,
+    )
+    .await
+    .expect("answer");
+    assert_eq!((r.overall_code, codes(&r)), (OVER, vec![OK, OVER]));
+    for expect in [OK, OK, OVER] {
+        assert_eq!(
+            codes(
+                &ask(b, "gated", vec![d(&u3, false)], 0)
+                    .await
+                    .expect("answer")
+            ),
+            vec![expect]
+        );
+    }
+    for mut node in n {
+        assert!(node.node.terminate());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_rules_on_redis() {
+    concurrency_rules_hold_across_nodes(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_rules_on_postgres() {
+    concurrency_rules_hold_across_nodes(TestStore::postgres().await).await;
 }

@@ -405,3 +405,21 @@ async fn the_heaviest_keys_and_the_rules_that_decided() {
         assert!(text.contains(line), "{line} in {text}");
     }
 }
+
+/// A concurrency namespace limits requests in flight, by its `limit` or its descriptor
+/// rules: runtime limits of hits are refused there, saying so, and change nothing.
+#[tokio::test]
+async fn a_concurrency_namespace_takes_no_runtime_limits() {
+    let r = router().await;
+    let (s, v) = call(
+        &r,
+        "PUT",
+        "/v1/namespaces/slots/keys/k/limits",
+        JSON,
+        r#"{"limits":[{"window_size":60,"limit":2}]}"#,
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    let message = v["error"]["message"].as_str().expect("message");
+    assert!(message.contains("in flight"), "{message}");
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use swin_core::{Gcra, WindowLimit, WindowSize};
 
-use super::{unit_of, Level, Node, RawRule, Rule, RuleError, RuleLimit, UNITS};
+use super::{unit_of, Counts, Level, Node, RawRule, Rule, RuleError, RuleLimit, UNITS};
 use crate::policy::algorithm::Algorithm;
 use crate::policy::limits::{KeyLimits, WindowSet};
 
@@ -15,7 +15,7 @@ pub(super) fn add(
     raw: &[RawRule],
     parent: &str,
     field: &str,
-    algorithm: Algorithm,
+    counts: Counts,
 ) -> Result<(), RuleError> {
     for (i, r) in raw.iter().enumerate() {
         let at = format!("{field}[{i}]");
@@ -35,7 +35,7 @@ pub(super) fn add(
         if level.nodes.contains_key(&map_key) {
             return Err(format!("{at}: duplicate descriptor {path:?}"));
         }
-        let rule = rule(r, &path, &at, algorithm)?.map(Arc::new);
+        let rule = rule(r, &path, &at, counts)?.map(Arc::new);
         // envoyproxy/ratelimit refuses share_threshold on a value without a `*`
         let shared = match (r.share_threshold, r.value.contains('*')) {
             (false, _) => None,
@@ -52,7 +52,7 @@ pub(super) fn add(
             &r.descriptors,
             &path,
             &format!("{at}.descriptors"),
-            algorithm,
+            counts,
         )?;
         if r.value.contains('*') {
             level.wildcards.push(map_key.clone());
@@ -70,18 +70,26 @@ pub(super) fn add(
 }
 
 /// The rule a raw descriptor sets, if it limits (or is `unlimited`).
-fn rule(
-    r: &RawRule,
-    path: &str,
-    at: &str,
-    algorithm: Algorithm,
-) -> Result<Option<Rule>, RuleError> {
+fn rule(r: &RawRule, path: &str, at: &str, counts: Counts) -> Result<Option<Rule>, RuleError> {
     let given = [r.rate_limit.is_some(), r.limits.is_some(), r.gcra.is_some()];
     if given.iter().filter(|g| **g).count() > 1 {
         return Err(format!(
             "{at}: one of rate_limit, limits or gcra, not several"
         ));
     }
+    let algorithm = match counts {
+        Counts::Hits(a) => a,
+        Counts::InFlight if r.limits.is_some() || r.gcra.is_some() => {
+            let field = if r.limits.is_some() { "limits" } else { "gcra" };
+            return Err(format!(
+                "{at}.{field}: a concurrency namespace's rule limits requests in flight: \
+                 rate_limit = {{ requests_per_unit = N }}"
+            ));
+        }
+        // `rate_limit` below, its `unit` not needed
+        Counts::InFlight => Algorithm::default(),
+    };
+    let in_flight = matches!(counts, Counts::InFlight);
     let mut out = Rule {
         path: path.to_owned(),
         limit: RuleLimit::Unlimited,
@@ -117,6 +125,27 @@ fn rule(
                     rl.unit
                 ));
             }
+            return Ok(Some(out));
+        }
+        if in_flight {
+            if unit.is_none() && !rl.unit.is_empty() {
+                return Err(format!(
+                    "{at}.rate_limit.unit: {:?} is not second, minute, hour, day, week, month or year (and is not read: requests in flight have no unit)",
+                    rl.unit
+                ));
+            }
+            let n = rl.requests_per_unit;
+            if n > crate::config::MAX_CONCURRENCY {
+                return Err(format!(
+                    "{at}.rate_limit.requests_per_unit: {n} is not between 0 and {} (requests in flight)",
+                    crate::config::MAX_CONCURRENCY
+                ));
+            }
+            out.requests_per_unit = n as u32;
+            out.limit = match n {
+                0 => RuleLimit::Blocked,
+                n => RuleLimit::InFlight(n),
+            };
             return Ok(Some(out));
         }
         let unit = unit.ok_or_else(|| {

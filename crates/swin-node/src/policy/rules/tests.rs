@@ -248,3 +248,54 @@ fn metadata_is_carried_as_written() {
         want
     );
 }
+
+/// A concurrency namespace's rules: `requests_per_unit` is the slots in flight, a unit
+/// may be left out (and is not read when given), 0 blocks, `unlimited` takes no slot;
+/// limits of hits (`limits`, `gcra`), an unknown unit or more than the most slots are
+/// refused, naming the field.
+#[test]
+fn concurrency_rules_limit_requests_in_flight() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("rules.yaml");
+    let load = |text: &str| {
+        std::fs::write(&path, text).expect("write");
+        Rules::load_concurrency("edge", &[], Some(&path))
+    };
+    let r = load(
+        "domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      requests_per_unit: 3\n    descriptors:\n      - key: model\n        value: big\n        rate_limit:\n          unit: second\n          requests_per_unit: 1\n  - key: tenant\n    value: free\n    rate_limit:\n      requests_per_unit: 0\n  - key: tenant\n    rate_limit:\n      unlimited: true\n",
+    )
+    .expect("rules");
+    let limit = |e: &[(&str, &str)]| r.find(e).map(|r| r.limit.clone());
+    assert_eq!(limit(&[("user", "u1")]), Some(RuleLimit::InFlight(3)));
+    assert_eq!(
+        limit(&[("user", "u1"), ("model", "big")]),
+        Some(RuleLimit::InFlight(1))
+    );
+    assert_eq!(limit(&[("tenant", "free")]), Some(RuleLimit::Blocked));
+    assert_eq!(limit(&[("tenant", "paid")]), Some(RuleLimit::Unlimited));
+    assert_eq!(limit(&[("other", "x")]), None);
+    // no window is needed for them
+    assert!(r.find(&[("user", "u1")]).expect("rule").unit == 0);
+
+    for (text, field) in [
+        (
+            "  - key: a\n    limits:\n      - { window_size: 60, limit: 5 }\n",
+            "descriptors[0].limits",
+        ),
+        (
+            "  - key: a\n    gcra: { burst: 1, count: 1, period: 1s }\n",
+            "descriptors[0].gcra",
+        ),
+        (
+            "  - key: a\n    rate_limit: { unit: fortnight, requests_per_unit: 5 }\n",
+            "descriptors[0].rate_limit.unit",
+        ),
+        (
+            "  - key: a\n    rate_limit: { requests_per_unit: 1000000001 }\n",
+            "descriptors[0].rate_limit.requests_per_unit",
+        ),
+    ] {
+        let e = load(&format!("domain: edge\ndescriptors:\n{text}")).expect_err(field);
+        assert!(e.contains(field), "{e} should name {field}");
+    }
+}
