@@ -349,6 +349,21 @@ impl LocalLeases {
         }
     }
 
+    /// Slots of the live leases of every key.
+    pub fn in_flight(&self, now: UnixMs) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| {
+                let map = s.lock().unwrap_or_else(|e| e.into_inner());
+                map.values()
+                    .flatten()
+                    .filter(|l| l.expires_at > now)
+                    .map(|l| u64::from(l.count))
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
     /// Keys with live leases (for the capacity bound and tests).
     pub fn keys(&self) -> usize {
         self.shards

@@ -154,8 +154,10 @@ impl Metrics {
         });
     }
 
-    /// The exposition of these counters and of each namespace's engine.
-    pub fn render(&self, engines: &[&NamespaceSync]) -> String {
+    /// The exposition of these counters, of each namespace's engine, and of the slots
+    /// in flight of each concurrency namespace (`in_flight`, read from its store at the
+    /// scrape; a namespace whose store did not answer is left out).
+    pub fn render(&self, engines: &[&NamespaceSync], in_flight: &[(String, u64)]) -> String {
         let namespaces: Vec<NamespaceSample> =
             engines.iter().map(|s| NamespaceSample::of(s)).collect();
         let mut families = vec![
@@ -242,6 +244,13 @@ impl Metrics {
                     }),
             ),
         ];
+        families.push(gauge_family(
+            "swin_leases_in_flight",
+            "Slots of live concurrency leases, by namespace, across the cluster as the store counts them at this scrape (a local-only namespace: this node's).",
+            in_flight
+                .iter()
+                .map(|(n, v)| (vec![("namespace", n.clone())], *v as f64)),
+        ));
         families.extend(namespace_families(&namespaces));
         // a family without samples (no decision yet) is left out, as registries do
         families.retain(|f| !f.get_metric().is_empty());

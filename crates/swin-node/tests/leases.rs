@@ -130,6 +130,28 @@ async fn never_past_the_limit(bases: &[String], ns: &str) -> u64 {
     granted.load(Ordering::Relaxed)
 }
 
+/// `swin_leases_in_flight` of each namespace, as `base`'s `/metrics` shows it.
+async fn in_flight_metric(c: &reqwest::Client, base: &str) -> Vec<(String, f64)> {
+    let text = c
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let mut out: Vec<(String, f64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("swin_leases_in_flight{namespace=\""))
+        .filter_map(|l| {
+            let (ns, v) = l.split_once("\"} ")?;
+            Some((ns.to_owned(), v.parse().ok()?))
+        })
+        .collect();
+    out.sort_by(|x, y| x.0.cmp(&y.0));
+    out
+}
+
 async fn leases_across_nodes(store: TestStore) {
     let dir = tempfile::tempdir().expect("dir");
     let nodes: Vec<Node> = ["a", "b", "c"]
@@ -175,6 +197,14 @@ async fn leases_across_nodes(store: TestStore) {
         again.is_some(),
         "{kind}: B takes the slot C released, at once"
     );
+    // what every node's metrics show in flight: the cluster's slots, not its own
+    for base in [a, b, cc] {
+        assert_eq!(
+            in_flight_metric(&c, base).await,
+            vec![("now".to_owned(), 0.0), ("slots".to_owned(), LIMIT as f64)],
+            "{kind} {base}"
+        );
+    }
     // renewed on another node, a lease keeps its slots past its first lapse
     let (s, v) = post(
         &c,

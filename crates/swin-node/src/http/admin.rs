@@ -201,6 +201,26 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let namespaces = state.namespaces.load();
     let engines: Vec<&swin_sync::NamespaceSync> =
         namespaces.values().map(|n| n.sync.as_ref()).collect();
-    let body = state.metrics.render(&engines);
+    // each concurrency namespace's slots in flight, asked of its stores together
+    let now = swin_sync::now();
+    let in_flight = futures_util::future::join_all(
+        namespaces
+            .iter()
+            .filter(|(_, n)| n.concurrency.is_some())
+            .map(|(name, n)| async move {
+                let slots = match n.sync.leases_in_flight(now).await {
+                    None => Some(n.leases.in_flight(now)),
+                    Some(Ok(slots)) => Some(slots),
+                    Some(Err(e)) => {
+                        tracing::debug!(namespace = %name, cause = %e, "leases in flight: no answer");
+                        None
+                    }
+                };
+                slots.map(|s| (name.to_string(), s))
+            }),
+    )
+    .await;
+    let in_flight: Vec<(String, u64)> = in_flight.into_iter().flatten().collect();
+    let body = state.metrics.render(&engines, &in_flight);
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
 }

@@ -4,7 +4,7 @@
 
 use axum::http::StatusCode;
 
-use super::{router, send, Answer};
+use super::{call, router, send, Answer};
 
 const KEY: &str = "/v1/namespaces/slots/keys/k";
 
@@ -40,6 +40,14 @@ async fn leases_admit_up_to_the_limit_and_a_release_frees_a_slot_at_once() {
     );
     let second = b["lease"].as_str().expect("lease").to_owned();
     assert_ne!(first, second);
+
+    // the gauge of slots in flight (this node's leases: the namespace is local only)
+    let (_, m) = call(&r, "GET", "/metrics", None, "").await;
+    let m = m.as_str().expect("metrics");
+    assert!(
+        m.contains("swin_leases_in_flight{namespace=\"slots\"} 2\n"),
+        "{m}"
+    );
 
     // full: 429 with when to try again
     let (s, d, h) = post(&r, "acquire", "").await;

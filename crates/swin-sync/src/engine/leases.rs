@@ -37,6 +37,13 @@ impl NamespaceSync {
         )
     }
 
+    /// The slots of the namespace's live leases across the cluster, as the store counts
+    /// them now. `None`: no store.
+    pub async fn leases_in_flight(&self, now: UnixMs) -> Option<Result<u64, StoreError>> {
+        let store = self.store.as_ref()?;
+        Some(self.call(store.leases_in_flight(self.name(), now)).await)
+    }
+
     /// Ends (`renew_to: None`) or renews a live lease; false when it is unknown,
     /// released or lapsed. `None`: no store.
     pub async fn end_or_renew_lease(

@@ -268,6 +268,11 @@ impl super::Leases for FaultyStore {
             .await
     }
 
+    async fn in_flight(&self, namespace: &str, now: UnixMs) -> Result<u64, StoreError> {
+        self.faulted(self.inner.leases_in_flight(namespace, now))
+            .await
+    }
+
     async fn renew(
         &self,
         namespace: &str,

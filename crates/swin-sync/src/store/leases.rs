@@ -69,6 +69,15 @@ pub trait Leases: Send + Sync {
         now: UnixMs,
     ) -> impl Future<Output = Result<u32, StoreError>> + Send;
 
+    /// The slots of every live lease of the namespace, all keys: what is in flight
+    /// across the cluster now (a gauge an operator reads; one aggregate on the SQL
+    /// stores, a SCAN of the namespace's lease hashes on Redis).
+    fn in_flight(
+        &self,
+        namespace: &str,
+        now: UnixMs,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
     /// Moves a live lease's lapse to `expires_at`; false as for [`Leases::release`].
     fn renew(
         &self,

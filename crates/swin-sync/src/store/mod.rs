@@ -521,6 +521,15 @@ impl Store {
         })
     }
 
+    /// See [`Leases::in_flight`].
+    pub fn leases_in_flight<'a>(
+        &'a self,
+        namespace: &'a str,
+        now: UnixMs,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move { dispatch!(self, s => s.in_flight(namespace, now).await) })
+    }
+
     /// See [`Quota::hold`]; no call for no holds.
     pub fn hold<'a>(
         &'a self,

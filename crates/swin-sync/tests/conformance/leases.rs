@@ -221,3 +221,44 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
         1
     );
 }
+
+/// What an operator reads as a namespace's slots in flight: the live leases of every
+/// key of that namespace only — not a lapsed one, not another namespace's (a name with
+/// SCAN's glob characters matches itself alone), and less what a release ended.
+pub async fn leases_in_flight_count_the_live_slots_of_one_namespace(s: &TestStore) {
+    let st = &s.store;
+    let t = 1_800_000_000_000;
+    let take = |key, lease, count, ttl| Acquire {
+        limit: 10,
+        ..acquire(key, lease, count, t, ttl)
+    };
+    for (ns, key, lease, count, ttl) in [
+        ("a*", "k1", "l1", 2, 1_000),
+        ("a*", "k2", "l2", 3, 1_000),
+        ("a*", "k2", "short", 4, 10),
+        ("ab", "k1", "l1", 5, 1_000),
+        ("a", "k1", "l1", 1, 1_000),
+    ] {
+        let a = st.acquire(ns, take(key, lease, count, ttl)).await;
+        assert!(a.expect("acquire").granted, "{ns} {key} {lease}");
+    }
+    let now = UnixMs(t + 100);
+    let in_flight = async |ns| st.leases_in_flight(ns, now).await.expect("in flight");
+    assert_eq!(in_flight("a*").await, 5, "the lapsed 4 no longer count");
+    assert_eq!(in_flight("ab").await, 5);
+    assert_eq!(in_flight("a").await, 1);
+    assert_eq!(in_flight("none").await, 0);
+    assert!(st
+        .end_or_renew("a*", "k2", "l2", now, None)
+        .await
+        .expect("release"));
+    assert_eq!(in_flight("a*").await, 2);
+    assert_eq!(in_flight("a*").await, 2);
+    // every lease lapsed
+    assert_eq!(
+        st.leases_in_flight("a*", UnixMs(t + 1_000))
+            .await
+            .expect("in flight"),
+        0
+    );
+}

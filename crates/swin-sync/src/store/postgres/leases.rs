@@ -154,6 +154,19 @@ impl Leases for PostgresStore {
         Ok(freed)
     }
 
+    async fn in_flight(&self, namespace: &str, now: UnixMs) -> Result<u64, StoreError> {
+        let slots: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(count), 0)::bigint FROM swin_leases
+             WHERE namespace = $1 AND expires_at > $2",
+        )
+        .bind(namespace)
+        .bind(now.0)
+        .fetch_one(self.pool())
+        .await
+        .map_err(err)?;
+        Ok(u64::try_from(slots).unwrap_or(0))
+    }
+
     async fn renew(
         &self,
         namespace: &str,

@@ -93,6 +93,41 @@ impl Leases for RedisStore {
         Ok(r.first().map_or(0, |n| u32::try_from(*n).unwrap_or(0)))
     }
 
+    async fn in_flight(&self, namespace: &str, now: UnixMs) -> Result<u64, StoreError> {
+        // every lease hash of the namespace (glob characters in names matched literally)
+        let pattern = format!(
+            "{}:{{{}:{}:*}}:leases",
+            glob_literal(&self.prefix),
+            namespace.len(),
+            glob_literal(namespace)
+        );
+        let hashes = self.scan(&pattern).await?;
+        let calls = hashes
+            .iter()
+            .map(|h| {
+                let mut cmd = redis::cmd("HGETALL");
+                cmd.arg(h);
+                super::calls::Call::on(h, cmd, false)
+            })
+            .collect();
+        let mut slots = 0u64;
+        for v in self.run(calls).await? {
+            let fields: Vec<(String, String)> = redis::from_owned_redis_value(v)?;
+            // `count:lapse`, as the scripts write them; lapsed ones no longer count
+            for (_, value) in fields {
+                let Some((count, lapse)) = value.split_once(':') else {
+                    continue;
+                };
+                if let (Ok(count), Ok(lapse)) = (count.parse::<u64>(), lapse.parse::<i64>()) {
+                    if lapse > now.0 {
+                        slots += count;
+                    }
+                }
+            }
+        }
+        Ok(slots)
+    }
+
     async fn renew(
         &self,
         namespace: &str,
@@ -104,4 +139,16 @@ impl Leases for RedisStore {
         self.lease_change(namespace, key, lease, now, Some(expires_at))
             .await
     }
+}
+
+/// `text` as a SCAN pattern that matches it and nothing else.
+fn glob_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
