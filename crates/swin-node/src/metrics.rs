@@ -154,10 +154,21 @@ impl Metrics {
         });
     }
 
-    /// The exposition of these counters, of each namespace's engine, and of the slots
-    /// in flight of each concurrency namespace (`in_flight`, read from its store at the
-    /// scrape; a namespace whose store did not answer is left out).
-    pub fn render(&self, engines: &[&NamespaceSync], in_flight: &[(String, u64)]) -> String {
+    /// Whether this node has taken a reserve call in `namespace`.
+    pub fn reserved_in(&self, namespace: &str) -> bool {
+        self.reservations.pin().contains_key(namespace)
+    }
+
+    /// The exposition of these counters, of each namespace's engine, of the slots in
+    /// flight of each concurrency namespace (`in_flight`) and of the reservations open
+    /// (`open`), both read from the stores at the scrape (a namespace whose store did not
+    /// answer is left out).
+    pub fn render(
+        &self,
+        engines: &[&NamespaceSync],
+        in_flight: &[(String, u64)],
+        open: &[(String, u64)],
+    ) -> String {
         let namespaces: Vec<NamespaceSample> =
             engines.iter().map(|s| NamespaceSample::of(s)).collect();
         let mut families = vec![
@@ -249,6 +260,12 @@ impl Metrics {
             "Slots of live concurrency leases, by namespace, across the cluster as the store counts them at this scrape (a local-only namespace: this node's).",
             in_flight
                 .iter()
+                .map(|(n, v)| (vec![("namespace", n.clone())], *v as f64)),
+        ));
+        families.push(gauge_family(
+            "swin_reservations_open",
+            "Reservations made and not yet committed or lapsed, by namespace, across the cluster as the store counts them at this scrape (namespaces this node has reserved in).",
+            open.iter()
                 .map(|(n, v)| (vec![("namespace", n.clone())], *v as f64)),
         ));
         families.extend(namespace_families(&namespaces));

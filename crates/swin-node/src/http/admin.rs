@@ -201,26 +201,32 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let namespaces = state.namespaces.load();
     let engines: Vec<&swin_sync::NamespaceSync> =
         namespaces.values().map(|n| n.sync.as_ref()).collect();
-    // each concurrency namespace's slots in flight, asked of its stores together
+    // each concurrency namespace's slots in flight, and the reservations open in each
+    // namespace this node has reserved in, asked of their stores together
     let now = swin_sync::now();
-    let in_flight = futures_util::future::join_all(
+    let live = futures_util::future::join_all(
         namespaces
             .iter()
-            .filter(|(_, n)| n.concurrency.is_some())
+            .filter(|(name, n)| n.concurrency.is_some() || state.metrics.reserved_in(name))
             .map(|(name, n)| async move {
-                let slots = match n.sync.leases_in_flight(now).await {
+                let live = match n.sync.leases_in_flight(now).await {
                     None => Some(n.leases.in_flight(now)),
-                    Some(Ok(slots)) => Some(slots),
+                    Some(Ok(live)) => Some(live),
                     Some(Err(e)) => {
                         tracing::debug!(namespace = %name, cause = %e, "leases in flight: no answer");
                         None
                     }
                 };
-                slots.map(|s| (name.to_string(), s))
+                live.map(|l| (n.concurrency.is_some(), name.to_string(), l))
             }),
     )
     .await;
-    let in_flight: Vec<(String, u64)> = in_flight.into_iter().flatten().collect();
-    let body = state.metrics.render(&engines, &in_flight);
+    let (in_flight, open): (Vec<_>, Vec<_>) = live.into_iter().flatten().partition(|l| l.0);
+    let strip = |v: Vec<(bool, String, u64)>| -> Vec<(String, u64)> {
+        v.into_iter().map(|(_, n, l)| (n, l)).collect()
+    };
+    let body = state
+        .metrics
+        .render(&engines, &strip(in_flight), &strip(open));
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
 }

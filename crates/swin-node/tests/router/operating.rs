@@ -149,6 +149,10 @@ async fn health_ready_namespaces_and_metrics() {
     let key = "/v1/namespaces/login/keys/m";
     let (_, a, _) = send(&r, "POST", &format!("{key}/reserve"), &[], r#"{"cost":4}"#).await;
     send(&r, "POST", &format!("{key}/reserve"), &[], r#"{"cost":2}"#).await;
+    let (_, v) = call(&r, "GET", "/metrics", None, "").await;
+    let text = v.as_str().expect("text");
+    let open = "swin_reservations_open{namespace=\"login\"} 1\n";
+    assert!(text.contains(open), "{open} in {text}");
     let commit = format!(
         r#"{{"reservation":"{}","cost":1.5}}"#,
         a["reservation"].as_str().expect("reservation")
@@ -164,6 +168,8 @@ async fn health_ready_namespaces_and_metrics() {
         "swin_reservation_operations_total{namespace=\"login\",outcome=\"not_open\"} 1",
         "swin_reservation_cost_total{namespace=\"login\",part=\"reserved\"} 4",
         "swin_reservation_cost_total{namespace=\"login\",part=\"given_back\"} 2.5",
+        "swin_reservations_open{namespace=\"login\"} 0\n",
+        "swin_leases_in_flight{namespace=\"slots\"} 0\n",
     ] {
         assert!(text.contains(line), "{line} in {text}");
     }
