@@ -15,10 +15,18 @@ use swin_node::node::{migrate_all, Node, Signals};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `--version`: the package's version and the commit it was built from (see build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SWIN_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "swin-node",
-    version,
+    version = VERSION,
     about = "Clustered sliding-window rate-limit counters"
 )]
 struct Cli {

@@ -1,0 +1,32 @@
+//! `swin-node --version` names the commit it was built from: `SWIN_COMMIT` when the
+//! build sets it (a package built outside a checkout), else `git rev-parse` of the
+//! checkout, else "unknown".
+
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=SWIN_COMMIT");
+    let commit = std::env::var("SWIN_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .or_else(git_commit)
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=SWIN_COMMIT={commit}");
+}
+
+/// The checkout's commit (12 digits), rebuilt when HEAD or the branch it names moves.
+fn git_commit() -> Option<String> {
+    let git = |args: &[&str]| {
+        let out = Command::new("git").args(args).output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    let dir = git(&["rev-parse", "--absolute-git-dir"])?;
+    println!("cargo:rerun-if-changed={dir}/HEAD");
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        println!("cargo:rerun-if-changed={dir}/{branch}");
+        println!("cargo:rerun-if-changed={dir}/packed-refs");
+    }
+    git(&["rev-parse", "--short=12", "HEAD"])
+}
