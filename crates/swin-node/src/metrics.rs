@@ -550,3 +550,18 @@ fn namespace_families(namespaces: &[NamespaceSample]) -> Vec<MetricFamily> {
         ),
     ]
 }
+
+/// `swin_spool_files`: spool files waiting in `data_dir` (what a stop could not push and
+/// a start has not yet pushed, or could not read), in the exposition format.
+pub fn spool_gauge(files: usize) -> String {
+    let family = gauge_family(
+        "swin_spool_files",
+        "Spool files in data_dir: diffs a stop could not push, not yet pushed by a start (or unreadable, left for an operator).",
+        [(Vec::new(), files as f64)],
+    );
+    let mut out = String::new();
+    if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&[family], &mut out) {
+        tracing::error!(cause = %e, "the spool gauge could not be written");
+    }
+    out
+}

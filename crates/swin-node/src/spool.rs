@@ -112,9 +112,8 @@ pub fn write(dir: &Path, entries: &[SpoolEntry]) -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
-/// Every spool file in `dir`, oldest first, each with its entries or why it cannot be
-/// read (such a file is left where it is).
-pub fn read_all(dir: &Path) -> Vec<(PathBuf, Result<Vec<SpoolEntry>, String>)> {
+/// The spool files in `dir` (not read), oldest first.
+pub fn files(dir: &Path) -> Vec<PathBuf> {
     let Ok(listing) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -128,6 +127,13 @@ pub fn read_all(dir: &Path) -> Vec<(PathBuf, Result<Vec<SpoolEntry>, String>)> {
         })
         .collect();
     paths.sort();
+    paths
+}
+
+/// Every spool file in `dir`, oldest first, each with its entries or why it cannot be
+/// read (such a file is left where it is).
+pub fn read_all(dir: &Path) -> Vec<(PathBuf, Result<Vec<SpoolEntry>, String>)> {
+    let paths = files(dir);
     paths
         .into_iter()
         .map(|p| {

@@ -193,6 +193,8 @@ pub struct AppState {
     pub auth: ArcSwapOption<AuthConfig>,
     /// Peers whose forwarding headers are believed, swapped on reload.
     pub trusted_proxies: ArcSwap<Vec<ipnet::IpNet>>,
+    /// Where the spool lives (`data_dir`), for the metrics; `None` for a bare router.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl AppState {
@@ -205,6 +207,7 @@ impl AppState {
             max_batch: crate::config::defaults::MAX_BATCH,
             auth: ArcSwapOption::empty(),
             trusted_proxies: ArcSwap::from_pointee(Vec::new()),
+            data_dir: None,
         }
     }
 
@@ -214,6 +217,7 @@ impl AppState {
         let state = AppState {
             body_timeout: config.connections.body_timeout,
             max_batch: config.max_batch,
+            data_dir: Some(config.data_dir.clone()),
             ..AppState::new(Namespaces::new(), config.body_limit)
         };
         state.set_access(config);

@@ -43,7 +43,7 @@ fn the_alerting_rules_load_and_fire_on_their_series() {
     let mut check = promtool();
     check.args(["check", "rules", "alerts.yml"]);
     let said = run(check);
-    assert!(said.contains("SUCCESS: 6 rules found"), "{said}");
+    assert!(said.contains("SUCCESS: 7 rules found"), "{said}");
     let mut test = promtool();
     test.args(["test", "rules", "alerts.test.yml"]);
     let said = run(test);

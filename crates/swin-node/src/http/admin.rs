@@ -225,8 +225,11 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let strip = |v: Vec<(bool, String, u64)>| -> Vec<(String, u64)> {
         v.into_iter().map(|(_, n, l)| (n, l)).collect()
     };
-    let body = state
+    let mut body = state
         .metrics
         .render(&engines, &strip(in_flight), &strip(open));
+    if let Some(dir) = &state.data_dir {
+        body.push_str(&crate::metrics::spool_gauge(crate::spool::files(dir).len()));
+    }
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
 }

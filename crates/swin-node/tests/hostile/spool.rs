@@ -22,6 +22,22 @@ fn config(port: u16, api: bool) -> String {
     c
 }
 
+/// `swin_spool_files` as the node's `/metrics` shows it.
+async fn spool_gauge(client: &reqwest::Client, base: &str) -> f64 {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .find_map(|l| l.strip_prefix("swin_spool_files "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no swin_spool_files in {text}"))
+}
+
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777
 }
@@ -69,6 +85,11 @@ async fn a_spool_is_private_and_checked_like_a_request_on_replay() {
     let mut n = node(&path);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(file.exists(), "a damaged spool is left alone");
+    assert_eq!(
+        spool_gauge(&client, &n.base).await,
+        1.0,
+        "the operator sees it"
+    );
     assert!(
         store.totals("api").await.is_empty(),
         "nothing of it written"
@@ -99,6 +120,7 @@ async fn a_spool_is_private_and_checked_like_a_request_on_replay() {
         !file.exists()
     })
     .await;
+    assert_eq!(spool_gauge(&client, &n.base).await, 0.0);
     assert!(n.terminate());
     assert_eq!(store.totals("api").await.get("k"), Some(&5.0), "once");
     drop(redis);
