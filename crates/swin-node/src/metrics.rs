@@ -11,7 +11,8 @@
 //! One file past 500 lines on purpose: every metric's name, help and labels are here
 //! beside the counter that feeds it, so the exposition reads as one list.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
@@ -41,6 +42,10 @@ pub struct Metrics {
     reservations: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
     /// Reservations' costs through this node, by namespace then part (the bits of an f64).
     reservation_costs: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
+    /// Connections open on the HTTP listener, kept by the listener.
+    pub http_connections: Arc<AtomicUsize>,
+    /// Connections open on the gRPC listener, kept by the listener.
+    pub grpc_connections: Arc<AtomicUsize>,
 }
 
 fn bump<K, Q>(map: &papaya::HashMap<K, AtomicU64>, key: &Q, owned: impl FnOnce() -> K, n: u64)
@@ -255,6 +260,20 @@ impl Metrics {
                     }),
             ),
         ];
+        families.push(gauge_family(
+            "swin_connections",
+            "Connections open, by listener (http, grpc).",
+            [
+                ("http", &self.http_connections),
+                ("grpc", &self.grpc_connections),
+            ]
+            .map(|(l, n)| {
+                (
+                    vec![("listener", l.to_owned())],
+                    n.load(Ordering::Relaxed) as f64,
+                )
+            }),
+        ));
         families.push(gauge_family(
             "swin_leases_in_flight",
             "Slots of live concurrency leases, by namespace, across the cluster as the store counts them at this scrape (a local-only namespace: this node's).",

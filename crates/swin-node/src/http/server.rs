@@ -102,14 +102,17 @@ struct Conns {
     map: Mutex<HashMap<u64, Arc<ConnState>>>,
     next: AtomicU64,
     epoch: Instant,
+    /// How many are open, for the metrics.
+    open: Arc<AtomicUsize>,
 }
 
 impl Conns {
-    fn new() -> Self {
+    fn new(open: Arc<AtomicUsize>) -> Self {
         Conns {
             map: Mutex::default(),
             next: AtomicU64::new(0),
             epoch: Instant::now(),
+            open,
         }
     }
 
@@ -159,12 +162,16 @@ impl Conns {
             close: CancellationToken::new(),
             closing: AtomicBool::new(false),
         });
-        self.lock().insert(id, conn.clone());
+        let mut map = self.lock();
+        map.insert(id, conn.clone());
+        self.open.store(map.len(), Ordering::Relaxed);
         (id, conn)
     }
 
     fn closed(&self, id: u64) {
-        self.lock().remove(&id);
+        let mut map = self.lock();
+        map.remove(&id);
+        self.open.store(map.len(), Ordering::Relaxed);
     }
 
     /// Closes the connections whose time is up.
@@ -410,8 +417,9 @@ pub async fn serve(
     tls: Option<crate::tls::Acceptor>,
     stop: CancellationToken,
     grace: Duration,
+    open: Arc<AtomicUsize>,
 ) {
-    let conns = Arc::new(Conns::new());
+    let conns = Arc::new(Conns::new(open));
     let tasks = TaskTracker::new();
     let shutdown = CancellationToken::new();
     let mut builder = Builder::new(TokioExecutor::new());

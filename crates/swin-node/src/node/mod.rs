@@ -382,6 +382,7 @@ impl Node {
             self.tls.clone(),
             stop.clone(),
             grace,
+            self.state.metrics.http_connections.clone(),
         ));
         let grpc = match self.config.grpc_listen {
             Some(a) => {

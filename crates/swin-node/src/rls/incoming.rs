@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -50,6 +50,8 @@ struct Registry {
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
     next: AtomicU64,
     began: Instant,
+    /// How many are open, for the metrics.
+    open: Arc<AtomicUsize>,
 }
 
 impl Registry {
@@ -90,7 +92,11 @@ impl Registry {
             closed: AtomicBool::new(false),
             waker: AtomicWaker::new(),
         });
-        self.lock().insert(id, conn.clone());
+        {
+            let mut conns = self.lock();
+            conns.insert(id, conn.clone());
+            self.open.store(conns.len(), Ordering::Relaxed);
+        }
         Governed {
             inner: stream,
             conn,
@@ -151,7 +157,9 @@ fn aborted() -> std::io::Error {
 
 impl<S> Drop for Governed<S> {
     fn drop(&mut self) {
-        self.registry.lock().remove(&self.id);
+        let mut conns = self.registry.lock();
+        conns.remove(&self.id);
+        self.registry.open.store(conns.len(), Ordering::Relaxed);
     }
 }
 
@@ -213,6 +221,7 @@ pub fn incoming<S, F, Fut>(
     limits: ConnectionLimits,
     stop: CancellationToken,
     ready: F,
+    open: Arc<AtomicUsize>,
 ) -> impl Stream<Item = Result<S, std::io::Error>>
 where
     S: Send + 'static,
@@ -224,6 +233,7 @@ where
         conns: Mutex::new(HashMap::new()),
         next: AtomicU64::new(0),
         began: Instant::now(),
+        open,
     });
     let reaper = {
         let (registry, stop) = (registry.clone(), stop.clone());

@@ -91,6 +91,7 @@ pub async fn serve(
         let state = state.clone();
         move |req: Request<()>| authorize(&state, req)
     };
+    let open = state.metrics.grpc_connections.clone();
     let router = tonic::transport::Server::builder()
         .layer(tower::util::MapResponseLayer::new(too_large_is_exhausted))
         .add_service(health_service)
@@ -103,14 +104,14 @@ pub async fn serve(
     match tls {
         None => {
             let ready = |s| async move { Some(s) };
-            let incoming = incoming::incoming(listener, limits, stop.clone(), ready);
+            let incoming = incoming::incoming(listener, limits, stop.clone(), ready, open);
             router
                 .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                 .await?
         }
         Some(tls) => {
             let ready = move |s| incoming::handshake(s, tls.current(), limits.header_timeout);
-            let incoming = incoming::incoming(listener, limits, stop.clone(), ready);
+            let incoming = incoming::incoming(listener, limits, stop.clone(), ready, open);
             router
                 .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                 .await?

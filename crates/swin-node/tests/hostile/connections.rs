@@ -243,3 +243,49 @@ fn half_sent_requests_filling_the_cap_do_not_keep_clients_out() {
     );
     drop(stuck);
 }
+
+/// `swin_connections{listener}` as a fresh connection's `/metrics` shows it.
+fn connections_gauge(port: u16, listener: &str) -> f64 {
+    let text = exchange(
+        port,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    let prefix = format!("swin_connections{{listener=\"{listener}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+}
+
+/// What an operator counts: sockets held open on either listener show in
+/// `swin_connections` (the metrics request's own connection included), and leave it
+/// when they close.
+#[test]
+fn open_connections_show_in_the_metrics_of_each_listener() {
+    let dir = tempfile::tempdir().expect("dir");
+    let grpc = swin_testkit::free_port();
+    let n = node_with(
+        dir.path(),
+        &format!("grpc_listen = \"127.0.0.1:{grpc}\"\nheader_timeout = 30\nidle_timeout = 30\n"),
+    );
+    swin_testkit::wait_for_port(grpc, Duration::from_secs(30));
+    let held: Vec<TcpStream> = (0..3).map(|_| connect(n.port)).collect();
+    let held_grpc: Vec<TcpStream> = (0..2).map(|_| connect(grpc)).collect();
+    let until = |want: (f64, f64)| {
+        let t = Instant::now();
+        loop {
+            let got = (
+                connections_gauge(n.port, "http"),
+                connections_gauge(n.port, "grpc"),
+            );
+            if got == want || t.elapsed() > Duration::from_secs(10) {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert_eq!(until((4.0, 2.0)), (4.0, 2.0), "3 held + this one; 2 gRPC");
+    drop(held);
+    drop(held_grpc);
+    assert_eq!(until((1.0, 0.0)), (1.0, 0.0), "only this one left");
+}
