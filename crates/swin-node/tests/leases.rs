@@ -132,24 +132,15 @@ async fn never_past_the_limit(bases: &[String], ns: &str) -> u64 {
 
 /// `swin_leases_in_flight` of each namespace, as `base`'s `/metrics` shows it.
 async fn in_flight_metric(c: &reqwest::Client, base: &str) -> Vec<(String, f64)> {
-    let text = c
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    let mut out: Vec<(String, f64)> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("swin_leases_in_flight{namespace=\""))
-        .filter_map(|l| {
-            let (ns, v) = l.split_once("\"} ")?;
-            Some((ns.to_owned(), v.parse().ok()?))
+    let text = swin_testkit::cluster::metrics_text(c, base).await;
+    ["now", "slots"]
+        .iter()
+        .filter_map(|ns| {
+            let series = format!("swin_leases_in_flight{{namespace=\"{ns}\"}}");
+            let v = swin_testkit::cluster::metric_value(&text, &series)?;
+            Some((ns.to_string(), v))
         })
-        .collect();
-    out.sort_by(|x, y| x.0.cmp(&y.0));
-    out
+        .collect()
 }
 
 async fn leases_across_nodes(store: TestStore) {

@@ -257,6 +257,26 @@ pub async fn key_call(
     (status, r.json().await.expect("json"))
 }
 
+/// A node's `/metrics` exposition.
+pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
+    client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// The value of the sample `series` (name and labels as written, e.g.
+/// `swin_spool_files` or `swin_leases_in_flight{namespace="slots"}`) in an exposition.
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// One increment; `None` when the node did not answer (it is down).
 pub async fn increment(
     client: &reqwest::Client,

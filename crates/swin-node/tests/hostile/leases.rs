@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use swin_testkit::cluster::{key_call, within, TestStore};
 
-use super::support::{node, OwnRedis};
+use super::support::{envoy, node, OwnRedis};
 
 const LIMIT: u64 = 3;
 
@@ -252,36 +252,6 @@ async fn a_reload_changes_the_limit_and_keeps_the_leases_held() {
     assert_eq!((s, v["in_flight"].clone()), (200, 1.into()), "{v}");
 }
 
-/// Envoy's door through the same store: `n` slots of `user=<key>` on `slots`, or with
-/// `end`, Envoy's negative hits ending them. The overall code, or the gRPC error's.
-async fn envoy(
-    c: &mut envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
-    key: &str,
-    n: u64,
-    end: bool,
-) -> Result<i32, tonic::Code> {
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-    let d = RateLimitDescriptor {
-        entries: vec![Entry {
-            key: "user".into(),
-            value: key.into(),
-        }],
-        hits_addend: Some(envoy_types::pb::google::protobuf::UInt64Value { value: n }),
-        is_negative_hits: end,
-        ..Default::default()
-    };
-    c.should_rate_limit(RateLimitRequest {
-        domain: "slots".into(),
-        descriptors: vec![d],
-        hits_addend: 0,
-    })
-    .await
-    .map(|r| r.into_inner().overall_code)
-    .map_err(|s| s.code())
-}
-
 /// Envoy's door when the store hangs or goes away: a request cut short by a hung store
 /// is UNAVAILABLE (Envoy's failure mode decides) and the node ends the slots it may have
 /// taken; while the store is gone, starts and ends are UNAVAILABLE and change nothing:
@@ -300,11 +270,11 @@ async fn envoy_requests_through_a_hanging_or_gone_store_leave_the_slots_exact() 
     )
     .await
     .expect("connect");
-    assert_eq!(envoy(&mut c, "k", 1, false).await, Ok(OK));
+    assert_eq!(envoy(&mut c, "slots", "k", 1, false).await, Ok(OK));
 
     own.server().signal("STOP");
     assert_eq!(
-        envoy(&mut c, "k", 2, false).await,
+        envoy(&mut c, "slots", "k", 2, false).await,
         Err(tonic::Code::Unavailable),
         "cut short by the hung store"
     );
@@ -313,7 +283,7 @@ async fn envoy_requests_through_a_hanging_or_gone_store_leave_the_slots_exact() 
         Duration::from_secs(10),
         "the cut-short request's slots are free again",
         async || {
-            let r = envoy(&mut c, "k", 2, false).await;
+            let r = envoy(&mut c, "slots", "k", 2, false).await;
             assert!(matches!(r, Ok(_) | Err(tonic::Code::Unavailable)), "{r:?}");
             r == Ok(OK)
         },
@@ -321,34 +291,34 @@ async fn envoy_requests_through_a_hanging_or_gone_store_leave_the_slots_exact() 
     .await;
     println!("the cut-short Envoy request's slots were free {took:?} after the store woke");
     assert_eq!(
-        envoy(&mut c, "k", 1, false).await,
+        envoy(&mut c, "slots", "k", 1, false).await,
         Ok(OVER),
         "exactly 3 held"
     );
 
     drop(own.server.take()); // the store goes away
     assert_eq!(
-        envoy(&mut c, "k", 1, true).await,
+        envoy(&mut c, "slots", "k", 1, true).await,
         Err(tonic::Code::Unavailable)
     );
     assert_eq!(
-        envoy(&mut c, "k", 1, false).await,
+        envoy(&mut c, "slots", "k", 1, false).await,
         Err(tonic::Code::Unavailable)
     );
     assert_eq!(
-        envoy(&mut c, "other", 1, false).await,
+        envoy(&mut c, "slots", "other", 1, false).await,
         Err(tonic::Code::Unavailable)
     );
     own.restart();
     within(
         Duration::from_secs(15),
         "the store answers again",
-        async || envoy(&mut c, "k", 1, false).await == Ok(OVER),
+        async || envoy(&mut c, "slots", "k", 1, false).await == Ok(OVER),
     )
     .await;
     // the failed end freed nothing and the failed starts took nothing
-    assert_eq!(envoy(&mut c, "other", 3, false).await, Ok(OK));
-    assert_eq!(envoy(&mut c, "k", 1, true).await, Ok(OK));
-    assert_eq!(envoy(&mut c, "k", 1, false).await, Ok(OK));
-    assert_eq!(envoy(&mut c, "k", 1, false).await, Ok(OVER));
+    assert_eq!(envoy(&mut c, "slots", "other", 3, false).await, Ok(OK));
+    assert_eq!(envoy(&mut c, "slots", "k", 1, true).await, Ok(OK));
+    assert_eq!(envoy(&mut c, "slots", "k", 1, false).await, Ok(OK));
+    assert_eq!(envoy(&mut c, "slots", "k", 1, false).await, Ok(OVER));
 }

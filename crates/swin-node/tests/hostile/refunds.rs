@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use swin_testkit::cluster::{within, TestStore};
 use tonic::transport::Channel;
 
-use super::support::{node, OwnRedis};
+use super::support::{envoy, node, OwnRedis};
 
 const LIMIT: u32 = 5;
 
@@ -33,37 +33,6 @@ rate_limit = {{ unit = \"hour\", requests_per_unit = {LIMIT} }}
         ns("periodic", "0.2"),
         ns("synchronous", "0"),
     )
-}
-
-/// `n` hits of `user=<key>` on `domain`, or with `back`, `n` given back (Envoy's
-/// negative hits): the overall code, or the gRPC error's.
-async fn envoy(
-    c: &mut RateLimitServiceClient<Channel>,
-    domain: &str,
-    key: &str,
-    n: u64,
-    back: bool,
-) -> Result<i32, tonic::Code> {
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-    let d = RateLimitDescriptor {
-        entries: vec![Entry {
-            key: "user".into(),
-            value: key.into(),
-        }],
-        hits_addend: Some(envoy_types::pb::google::protobuf::UInt64Value { value: n }),
-        is_negative_hits: back,
-        ..Default::default()
-    };
-    c.should_rate_limit(RateLimitRequest {
-        domain: domain.into(),
-        descriptors: vec![d],
-        hits_addend: 0,
-    })
-    .await
-    .map(|r| r.into_inner().overall_code)
-    .map_err(|s| s.code())
 }
 
 async fn connect(port: u16) -> RateLimitServiceClient<Channel> {

@@ -82,14 +82,7 @@ async fn a_store_outage_leaves_nothing_spent_and_a_commit_settles_once_after_it(
         Duration::from_secs(15),
         "the outage's diffs are pushed",
         async || {
-            let text = c
-                .get(format!("{base}/metrics"))
-                .send()
-                .await
-                .expect("metrics")
-                .text()
-                .await
-                .expect("text");
+            let text = swin_testkit::cluster::metrics_text(&c, base).await;
             ["tokens", "now"]
                 .iter()
                 .all(|ns| text.contains(&format!("swin_pending_diffs{{namespace=\"{ns}\"}} 0\n")))

@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use swin_testkit::cluster::{within, TestStore};
+use swin_testkit::cluster::{metric_value, metrics_text, within, TestStore};
 
 use super::support::{increment, node, spool_files};
 
@@ -24,17 +24,8 @@ fn config(port: u16, api: bool) -> String {
 
 /// `swin_spool_files` as the node's `/metrics` shows it.
 async fn spool_gauge(client: &reqwest::Client, base: &str) -> f64 {
-    let text = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .find_map(|l| l.strip_prefix("swin_spool_files "))
-        .and_then(|v| v.parse().ok())
+    let text = metrics_text(client, base).await;
+    metric_value(&text, "swin_spool_files")
         .unwrap_or_else(|| panic!("no swin_spool_files in {text}"))
 }
 

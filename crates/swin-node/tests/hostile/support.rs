@@ -88,3 +88,37 @@ impl OwnRedis {
         self.server.as_ref().expect("the server is running")
     }
 }
+
+/// Envoy's `ShouldRateLimit` of one descriptor `user=<key>` on `domain` with `n` hits,
+/// or with `back`, Envoy's negative hits (refunds, or ends of requests in flight): the
+/// overall code, or the gRPC error's.
+pub async fn envoy(
+    c: &mut envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<
+        tonic::transport::Channel,
+    >,
+    domain: &str,
+    key: &str,
+    n: u64,
+    back: bool,
+) -> Result<i32, tonic::Code> {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    let d = RateLimitDescriptor {
+        entries: vec![Entry {
+            key: "user".into(),
+            value: key.into(),
+        }],
+        hits_addend: Some(envoy_types::pb::google::protobuf::UInt64Value { value: n }),
+        is_negative_hits: back,
+        ..Default::default()
+    };
+    c.should_rate_limit(RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![d],
+        hits_addend: 0,
+    })
+    .await
+    .map(|r| r.into_inner().overall_code)
+    .map_err(|s| s.code())
+}
