@@ -10,6 +10,10 @@
 //! leases by their lapse. A local-only namespace keeps them here, in [`LocalLeases`].
 //! A store that cannot be asked refuses the acquire (503): admitting without it could
 //! pass the limit.
+//!
+//! Over 500 lines: the lease calls of every door and the local-only table they fall back
+//! to are one contract (the same acquire, release and lapse rules with or without a
+//! store), kept in one file so that the two sides read against each other.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
