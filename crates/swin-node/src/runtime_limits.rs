@@ -14,6 +14,9 @@
 //! A read that started before a change and lands after the watcher saw it is not kept
 //! (the entries' generation moved) but made again: a node never keeps limits older than a
 //! change it saw, and the request that read them decides under the fresh read.
+//!
+//! Just over 500 lines: the table, its watcher and the read that retries when the watcher
+//! overtakes it are one consistency argument, and their unit tests sit beside them.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
