@@ -7,8 +7,9 @@
 //! thousand keys holds ten thousand entries whatever the store holds. A watcher per
 //! namespace asks the store which keys changed since it last asked — every sync period,
 //! or every [`QUICK_WATCH`] for namespaces whose hits wait on the store — and reads
-//! those it holds again (forgetting them when that read fails, so the next request
-//! reads them). It also forgets the keys the node no
+//! those it holds again; when that read fails they keep what was last read and the
+//! same changes are asked for again next round, so a store outage never leaves a key
+//! under the config's limits that had runtime ones. It also forgets the keys the node no
 //! longer serves. A namespace without a store keeps its runtime limits on this node only.
 //!
 //! A read that started before a change and lands after the watcher saw it is not kept
@@ -286,10 +287,9 @@ impl RuntimeLimits {
         }
     }
 
-    /// Asks the store for changes and reads the changed keys it holds again at once
-    /// (forgetting them if that read fails: the next request reads them); forgets
-    /// everything when
-    /// the store's log no longer reaches back. Returns the keys forgotten.
+    /// Asks the store for changes and reads the changed keys it holds again at once;
+    /// forgets everything when the store's log no longer reaches back. Returns the keys
+    /// changed.
     pub async fn catch_up(&self, sync: &NamespaceSync) -> Result<usize, swin_sync::StoreError> {
         let since = self
             .cursor
@@ -297,36 +297,57 @@ impl RuntimeLimits {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let changes = sync.limit_changes(since.as_deref()).await?;
-        let forgotten = if !changes.complete {
+        self.apply_changes(sync, changes, |keys| async move {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            sync.read_limits(&keys).await
+        })
+        .await
+    }
+
+    /// Applies `changes`, reading the changed keys this node holds with `read`. When
+    /// that read fails the keys keep the limits last read and the cursor stays, so the
+    /// next round reads the same changes again: while the store is away a key is
+    /// decided under the last limits this node read for it, not under the config's.
+    async fn apply_changes<F, R>(
+        &self,
+        sync: &NamespaceSync,
+        changes: swin_sync::store::LimitChanges,
+        read: F,
+    ) -> Result<usize, swin_sync::StoreError>
+    where
+        F: FnOnce(Vec<String>) -> R,
+        R: std::future::Future<Output = Result<Vec<StoredLimit>, swin_sync::StoreError>>,
+    {
+        let changed = if !changes.complete {
             let n = self.entries.len();
             self.forget_all();
             n
         } else if changes.keys.is_empty() {
             0
         } else {
-            let held: Vec<&str> = {
+            // the generation moves before the held keys are listed: a request's read
+            // kept before the listing is read again here; one kept after it sees the
+            // generation moved and reads again itself
+            let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+            let held: Vec<String> = {
                 let entries = self.entries.pin();
                 changes
                     .keys
                     .iter()
-                    .map(String::as_str)
-                    .filter(|k| entries.contains_key(*k))
+                    .filter(|k| entries.contains_key(k.as_str()))
+                    .cloned()
                     .collect()
             };
-            let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-            for k in &changes.keys {
-                self.forget(k);
-            }
             // read again here, where the store has just answered: a request right after
             // need not (and, while the namespace is still marked failing after an
             // outage, would not) read them, and would decide under the config's limits
-            if let Ok(read) = sync.read_limits(&held).await {
-                self.keep(sync, &read, &held);
-                if self.generation.load(Ordering::SeqCst) != generation {
-                    // another change meanwhile (this node set one): read on next touch
-                    for k in &held {
-                        self.forget(k);
-                    }
+            let read = read(held.clone()).await?;
+            let keys: Vec<&str> = held.iter().map(String::as_str).collect();
+            self.keep(sync, &read, &keys);
+            if self.generation.load(Ordering::SeqCst) != generation {
+                // another change meanwhile (this node set one): read on next touch
+                for k in &keys {
+                    self.forget(k);
                 }
             }
             self.changes_seen
@@ -334,7 +355,7 @@ impl RuntimeLimits {
             changes.keys.len()
         };
         *self.cursor.lock().unwrap_or_else(|p| p.into_inner()) = Some(changes.cursor);
-        Ok(forgotten)
+        Ok(changed)
     }
 
     /// Forgets the entries of keys the node no longer serves, and lapsed limits.
@@ -501,5 +522,65 @@ mod tests {
             .expect("read");
         assert_eq!(reads.load(Ordering::SeqCst), 1);
         assert_eq!(held(&limits), Some(stored(5).limits));
+    }
+
+    fn changes(keys: &[&str], cursor: &str) -> swin_sync::store::LimitChanges {
+        swin_sync::store::LimitChanges {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            cursor: cursor.into(),
+            complete: true,
+        }
+    }
+
+    fn cursor(limits: &RuntimeLimits) -> Option<String> {
+        limits.cursor.lock().expect("cursor").clone()
+    }
+
+    #[tokio::test]
+    async fn a_change_read_while_the_store_fails_keeps_what_was_read_and_the_cursor() {
+        let sync = namespace();
+        let limits = RuntimeLimits::for_algorithm(Algorithm::SlidingWindow);
+        let two = stored(2);
+        let parsed = parse(
+            &two,
+            Algorithm::SlidingWindow,
+            &sync.counters().window_sizes().collect::<Vec<_>>(),
+        )
+        .expect("limits");
+        limits.remember(
+            "k",
+            Some(RuntimeLimit {
+                limits: parsed,
+                stored: two.clone(),
+            }),
+        );
+        *limits.cursor.lock().expect("cursor") = Some("1".into());
+        let failed = limits
+            .apply_changes(&sync, changes(&["k"], "2"), |keys| async move {
+                assert_eq!(keys, ["k"]);
+                Err(swin_sync::StoreError::Injected)
+            })
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(
+            held(&limits),
+            Some(two.limits),
+            "the store went away: k keeps its 2"
+        );
+        assert_eq!(
+            cursor(&limits).as_deref(),
+            Some("1"),
+            "the change is asked for again"
+        );
+        // the store is back: the same changes, read this time
+        let n = limits
+            .apply_changes(&sync, changes(&["k"], "2"), |_| async {
+                Ok(vec![stored(3)])
+            })
+            .await
+            .expect("read");
+        assert_eq!(n, 1);
+        assert_eq!(held(&limits), Some(stored(3).limits));
+        assert_eq!(cursor(&limits).as_deref(), Some("2"));
     }
 }
