@@ -20,6 +20,9 @@ pub struct WindowLimit {
     pub window: WindowSize,
     pub limit: f64,
     pub algorithm: WindowAlgorithm,
+    /// Decided but not enforced: a hit only this limit would deny is let through (and
+    /// counted), marked as a would-be denial.
+    pub shadow: bool,
 }
 
 fn ms(v: i64) -> Duration {
@@ -41,7 +44,13 @@ impl WindowLimit {
             window,
             limit,
             algorithm,
+            shadow: false,
         })
+    }
+
+    /// The same limit, in shadow when `on`.
+    pub fn shadowed(self, on: bool) -> Self {
+        WindowLimit { shadow: on, ..self }
     }
 
     /// A cost this limit can decide: between 0 and the limit.

@@ -32,6 +32,10 @@ pub struct Verdict {
     /// Why a hit was refused other than by its counts: `store_unreachable` (a strict
     /// namespace with `on_store_failure = "deny"` whose store cannot be asked).
     pub reason: Option<&'static str>,
+    /// Allowed only because what would deny it is in shadow (the namespace, or the limit
+    /// that decided): `decision` holds what it would have said (`retry_after`: when the
+    /// hit would have passed), but allowed.
+    pub shadow_denied: bool,
 }
 
 impl Verdict {
@@ -48,10 +52,16 @@ impl Verdict {
     }
 
     pub fn answer(&self) -> HitAnswer {
-        HitAnswer {
+        let mut a = HitAnswer {
             reason: self.reason,
+            shadow_denied: self.shadow_denied,
             ..HitAnswer::from(&self.decision)
+        };
+        if self.shadow_denied {
+            // it passed; when it would have passed is in the shadow header
+            a.retry_after = 0.0;
         }
+        a
     }
 }
 
@@ -70,6 +80,9 @@ pub struct HitAnswer {
     /// A refund's answer: how much it gave back (at most the cost asked for).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refunded: Option<f64>,
+    /// Allowed only because the limits that would deny it are in shadow.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shadow_denied: bool,
 }
 
 impl From<&Decision> for HitAnswer {
@@ -82,6 +95,7 @@ impl From<&Decision> for HitAnswer {
             retry_after: d.retry_after.as_secs_f64(),
             reason: None,
             refunded: None,
+            shadow_denied: false,
         }
     }
 }
@@ -106,6 +120,7 @@ pub(crate) fn verdict(limits: &KeyLimits, a: Admitted) -> Verdict {
         policies,
         policy,
         reason: a.reason,
+        shadow_denied: a.shadow_denied,
     }
 }
 
@@ -163,12 +178,23 @@ pub(crate) async fn take_touched(
     // the key's runtime limits, read by its first touch, replace the config's
     let effective = ns.effective(key, limits.for_key(key));
     effective.check_cost(cost)?;
-    take_under(ns, key, &effective, cost, dry_run, limits.count_denied).await
+    take_under(
+        ns,
+        key,
+        &effective,
+        cost,
+        dry_run,
+        limits.count_denied,
+        limits.shadow,
+    )
+    .await
 }
 
 /// Decides a hit of `cost` on `key` under `limits` (the key's own, or a descriptor
 /// rule's) through the namespace's admission. The key and cost are valid, and the
-/// caller has touched the key (see [`Namespace::first_touch`]).
+/// caller has touched the key (see [`Namespace::first_touch`]). In `shadow` (the
+/// namespace's, or a descriptor rule's) every hit spends and is allowed; one its limits
+/// would deny is marked.
 pub async fn take_under(
     ns: &Namespace,
     key: &str,
@@ -176,17 +202,24 @@ pub async fn take_under(
     cost: f64,
     dry_run: bool,
     count_denied: bool,
+    shadow: bool,
 ) -> Result<Verdict, Error> {
-    let spend = match (dry_run, count_denied) {
+    let spend = match (dry_run, count_denied || shadow) {
         (true, _) => Spend::DryRun,
         (false, false) => Spend::IfAllowed,
         (false, true) => Spend::Always,
     };
-    let a = ns.admission.take(key, quota(limits), cost, spend).await?;
+    let mut a = ns.admission.take(key, quota(limits), cost, spend).await?;
+    if shadow && !a.decision.allowed {
+        // allowed; its wait stays, as when the hit would have passed
+        a.decision.allowed = true;
+        a.shadow_denied = true;
+    }
     if !dry_run {
         let now = swin_sync::now().secs();
         ns.heaviest.hits.add(key, cost, now);
-        if !a.decision.allowed {
+        // the top denied keys include those a limit in shadow would deny
+        if !a.decision.allowed || a.shadow_denied {
             ns.heaviest.denied.add(key, cost, now);
         }
     }

@@ -30,6 +30,9 @@ pub struct Metrics {
     /// Decisions by namespace then rule (the limit or descriptor rule that decided):
     /// denied, allowed.
     decisions: [papaya::HashMap<String, papaya::HashMap<String, AtomicU64>>; 2],
+    /// Hits allowed only because what would deny them is in shadow, by namespace then
+    /// rule.
+    shadow_denials: papaya::HashMap<String, papaya::HashMap<String, AtomicU64>>,
     /// Requests on routes that need a token, by token name ("" for none) then outcome.
     auth: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
     /// Envoy rate limit service calls, by domain ("unknown" for no namespace) then code.
@@ -90,13 +93,19 @@ impl Metrics {
     /// A decision in `namespace` by `rule`: the name of the limit that decided (`60s`,
     /// `gcra`) or of the descriptor rule. Both come from the config (or a window size of
     /// it), so the labels do not grow with keys.
-    pub fn decision(&self, namespace: &str, rule: &str, allowed: bool) {
-        let namespaces = self.decisions[usize::from(allowed)].pin();
-        let rules = match namespaces.get(namespace) {
-            Some(r) => r,
-            None => namespaces.get_or_insert_with(namespace.to_owned(), Default::default),
-        };
-        bump(rules, rule, || rule.to_owned(), 1);
+    /// `shadow_denied`: allowed only because what would deny it is in shadow (counted
+    /// as allowed, and as a would-be denial).
+    pub fn decision(&self, namespace: &str, rule: &str, allowed: bool, shadow_denied: bool) {
+        let maps = std::iter::once(&self.decisions[usize::from(allowed)])
+            .chain(shadow_denied.then_some(&self.shadow_denials));
+        for map in maps {
+            let namespaces = map.pin();
+            let rules = match namespaces.get(namespace) {
+                Some(r) => r,
+                None => namespaces.get_or_insert_with(namespace.to_owned(), Default::default),
+            };
+            bump(rules, rule, || rule.to_owned(), 1);
+        }
     }
 
     /// A `ShouldRateLimit` call answered with `code` (OK, OVER_LIMIT, or the gRPC error).
@@ -202,6 +211,13 @@ impl Metrics {
                             )
                         })
                     }),
+            ),
+            counter_family(
+                "swin_shadow_denials_total",
+                "Hits allowed only because the limit or rule that would deny them is in shadow, by namespace and rule.",
+                nested_owned(&self.shadow_denials)
+                    .into_iter()
+                    .map(|(n, rule, v)| (vec![("namespace", n), ("rule", rule)], v)),
             ),
             counter_family(
                 "swin_http_requests_total",

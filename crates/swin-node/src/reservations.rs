@@ -286,7 +286,7 @@ async fn settle(
     // what the limits leave, then that much at most; a hit racing in between can take
     // it first, so the room is read again (three tries, then the rest goes uncharged)
     for _ in 0..3 {
-        let now = take_under(ns, key, limits, 0.0, true, false).await?;
+        let now = take_under(ns, key, limits, 0.0, true, false, false).await?;
         if left <= 0.0 {
             return Ok((charged, 0.0, now));
         }
@@ -297,7 +297,7 @@ async fn settle(
         if room <= 0.0 {
             return Ok((charged, 0.0, now));
         }
-        let v = take_under(ns, key, limits, room, false, false).await?;
+        let v = take_under(ns, key, limits, room, false, false, false).await?;
         if v.allowed() {
             charged += room;
             left -= room;
@@ -306,6 +306,6 @@ async fn settle(
             }
         }
     }
-    let now = take_under(ns, key, limits, 0.0, true, false).await?;
+    let now = take_under(ns, key, limits, 0.0, true, false, false).await?;
     Ok((charged, 0.0, now))
 }

@@ -52,6 +52,7 @@ fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> ax
             overrides: Default::default(),
             count_denied: false,
             key_from: KeyFrom::ClientAddress,
+            shadow: false,
         }),
         allow_decrements: false,
         admission: Admission::Eventual,

@@ -236,3 +236,30 @@ async fn strict_gcra_buckets_over_http() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert_eq!(body["reason"], "store_unreachable", "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_limits_in_shadow_are_refused_on_a_strict_namespace() {
+    let config = config("kind = \"sqlite\"\nurl = \"sqlite::memory:\"", "");
+    let (r, _ns) = router(&config, sqlite().await);
+    let req = Request::builder()
+        .method("PUT")
+        .uri("/v1/namespaces/api/keys/k/limits")
+        .header("content-type", "application/json")
+        .body(Body::from(
+            r#"{"limits":[{"window_size":3600,"limit":2,"shadow":true}]}"#,
+        ))
+        .expect("request");
+    let resp = r.clone().oneshot(req).await.expect("response");
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+    let message = v["error"]["message"].as_str().expect("message");
+    assert!(message.contains("admission = \"eventual\""), "{message}");
+    // nothing was set: the config's 5 decide
+    for i in 0..5 {
+        let (status, body, _) = post(&r, "/v1/namespaces/api/keys/k/hit", "").await;
+        assert_eq!(status, StatusCode::OK, "hit {i}: {body}");
+    }
+    let (status, _, _) = post(&r, "/v1/namespaces/api/keys/k/hit", "").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+}

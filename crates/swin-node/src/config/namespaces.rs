@@ -44,7 +44,12 @@ pub(super) struct RawNamespace {
     limit: Option<i64>,
     /// …and how long a lease lives unless renewed (seconds, default 30).
     lease_ttl: Option<f64>,
+    /// Every limit (and descriptor rule) decides and counts but never denies.
+    shadow: Option<bool>,
 }
+
+/// Why a strict namespace takes no limit in shadow.
+pub const STRICT_SHADOW: &str = "a limit in shadow needs admission = \"eventual\"; a strict namespace goes in shadow whole (`shadow = true`)";
 
 /// How a namespace with limits admits hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,7 +175,9 @@ impl Parser<'_> {
             // a namespace of rules only may count denied hits as envoyproxy/ratelimit
             // does; with limits of its own, its limits' `count_denied` is the rules' too
             Some(std::sync::Arc::new(
-                rules.counting_denied(n.count_denied.unwrap_or(false)),
+                rules
+                    .counting_denied(n.count_denied.unwrap_or(false))
+                    .shadowed(n.shadow == Some(true)),
             ))
         };
         // a GCRA namespace needs no windows (it may still count in some), nor one whose
@@ -227,6 +234,7 @@ impl Parser<'_> {
             count_denied: if rules_only { None } else { n.count_denied },
             key_from: n.key_from,
             overrides: n.overrides,
+            shadow: if rules_only { None } else { n.shadow },
         };
         let limits = crate::policy::limits::validate(raw, &sizes)
             .map_err(|(field, why)| self.err(&f(&field), why))?;
@@ -242,6 +250,8 @@ impl Parser<'_> {
             if let Some(why) = why {
                 return Err(self.err(&f("admission"), why.into()));
             }
+            Self::strict_shadow(&limits, &admission, n.shadow)
+                .map_err(|(field, why)| self.err(&f(&field), why))?;
         }
         Ok(NamespaceConfig {
             name: n.name,
@@ -258,6 +268,41 @@ impl Parser<'_> {
             envoy_dynamic_metadata: n.envoy_dynamic_metadata.unwrap_or(false),
             concurrency,
         })
+    }
+
+    /// A strict namespace goes in shadow whole (`shadow = true`, never with
+    /// `on_store_failure = "deny"`, which refuses): strict admission holds quota for
+    /// every limit of a hit, so a limit cannot be in shadow beside limits enforced.
+    fn strict_shadow(
+        limits: &Option<crate::policy::limits::Limits>,
+        admission: &Admission,
+        shadow: Option<bool>,
+    ) -> Result<(), crate::policy::FieldError> {
+        if shadow == Some(true)
+            && *admission
+                == (Admission::Strict {
+                    on_store_failure: OnStoreFailure::Deny,
+                })
+        {
+            return Err((
+                "on_store_failure".into(),
+                "\"deny\" refuses hits; a namespace in shadow never does (\"local\" or leave it out)"
+                    .into(),
+            ));
+        }
+        let Some(limits) = limits else { return Ok(()) };
+        let shadowed = std::iter::once(("limits".to_owned(), &limits.default)).chain(
+            limits
+                .overrides
+                .iter()
+                .map(|(k, l)| (format!("overrides (key {k:?})"), l)),
+        );
+        for (field, l) in shadowed {
+            if l.has_shadow() {
+                return Err((field, STRICT_SHADOW.into()));
+            }
+        }
+        Ok(())
     }
 
     /// `algorithm = "concurrency"` with its `limit` and `lease_ttl` (taken out of `n`,
@@ -288,6 +333,7 @@ impl Parser<'_> {
             (n.on_store_failure.is_some(), "on_store_failure"),
             (n.count_denied.is_some(), "count_denied"),
             (n.key_from.is_some(), "key_from"),
+            (n.shadow.is_some(), "shadow"),
         ];
         if let Some((_, key)) = hits_only.iter().find(|(set, _)| *set) {
             return Err(self.err(

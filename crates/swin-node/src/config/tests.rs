@@ -582,3 +582,49 @@ fn concurrency_namespaces_are_checked() {
         fails(&format!("{ns}{extra}\n"), &format!("namespaces[0].{field}"));
     }
 }
+
+#[test]
+fn shadow_is_checked() {
+    let store = "[stores.r]\nkind = \"redis\"\nurl = \"redis://h\"\n";
+    let ns =
+        "[[namespaces]]\nname = \"a\"\nwindow_sizes = [60, 3600]\nsync_rate = 1\nstore = \"r\"\n";
+    let parse = |extra: &str| Config::parse("f.toml", &format!("{store}{ns}{extra}"), &no_env);
+    let c = parse("shadow = true\nlimits = [{ window_size = 60, limit = 5 }]\n").expect("valid");
+    assert!(c.namespaces[0].limits.as_ref().expect("limits").shadow);
+    let c = parse(
+        "limits = [{ window_size = 60, limit = 5 }, { window_size = 3600, limit = 9, shadow = true }]\n",
+    )
+    .expect("valid");
+    let limits = c.namespaces[0].limits.as_ref().expect("limits");
+    assert!(!limits.shadow && limits.default.has_shadow());
+    // a strict namespace goes in shadow whole, and then never with on_store_failure = "deny"
+    parse("admission = \"strict\"\nshadow = true\nlimits = [{ window_size = 60, limit = 5 }]\n")
+        .expect("valid");
+    let strict = "admission = \"strict\"\n";
+    for (extra, field) in [
+        (
+            format!("{strict}limits = [{{ window_size = 60, limit = 5, shadow = true }}]"),
+            "limits",
+        ),
+        (
+            format!("{strict}limits = [{{ window_size = 60, limit = 5 }}]\n[[namespaces.overrides]]\nkeys = [\"k\"]\nlimits = [{{ window_size = 60, limit = 9, shadow = true }}]"),
+            "overrides (key \"k\")",
+        ),
+        (
+            format!("{strict}on_store_failure = \"deny\"\nshadow = true\nlimits = [{{ window_size = 60, limit = 5 }}]"),
+            "on_store_failure",
+        ),
+        ("shadow = true".into(), "limits"),
+    ] {
+        fails(&format!("{store}{ns}{extra}\n"), &format!("namespaces[0].{field}"));
+    }
+    fails(
+        "[[namespaces]]\nname = \"a\"\nsync_rate = -1\nalgorithm = \"concurrency\"\nlimit = 5\nshadow = true\n",
+        "namespaces[0].shadow",
+    );
+    // rules-only namespaces put every rule in shadow
+    let c = parse("shadow = true\n[[namespaces.descriptors]]\nkey = \"user\"\nrate_limit = { unit = \"hour\", requests_per_unit = 3 }\n")
+        .expect("valid");
+    let rules = c.namespaces[0].rules.as_ref().expect("rules");
+    assert!(rules.find(&[("user", "u")]).expect("rule").shadow);
+}

@@ -27,7 +27,7 @@ use super::Route;
 use crate::decisions::{limits_of, take, HitAnswer, Verdict};
 use crate::error::Error;
 use crate::giving_back::refund as give_refund;
-use crate::policy::headers::RateLimitHeaders;
+use crate::policy::headers::{self, shadow_item, RateLimitHeaders};
 use crate::policy::limits::KeyFrom;
 use crate::requests::{decide_all, to_the_end, Hit};
 use crate::state::AppState;
@@ -88,12 +88,24 @@ pub(super) fn respond(
     if let Some(t) = headers.retry_after {
         h.insert(RETRY_AFTER, HeaderValue::from(t));
     }
+    if v.shadow_denied {
+        shadow_header(h, v);
+    }
     resp
+}
+
+/// `swin-shadow-denied: "60s";t=12` on a hit allowed only because what would deny it is
+/// in shadow.
+fn shadow_header(h: &mut axum::http::HeaderMap, v: &Verdict) {
+    if let Ok(s) = HeaderValue::from_str(&shadow_item(&v.policy, &v.decision)) {
+        h.insert(SHADOW_DENIED, s);
+    }
 }
 
 const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 const RETRY_AFTER: HeaderName = HeaderName::from_static("retry-after");
+const SHADOW_DENIED: HeaderName = HeaderName::from_static(headers::SHADOW_DENIED);
 
 pub(super) fn status_of(v: &Verdict) -> StatusCode {
     if v.allowed() {
@@ -111,7 +123,9 @@ async fn hit(
     let ns = state.namespace(&namespace)?;
     to_the_end(ns.counts_in_the_store() && !body.dry_run, async move {
         let v = take(&ns, &namespace, &key, body.cost, body.dry_run).await?;
-        state.metrics.decision(&namespace, &v.policy, v.allowed());
+        state
+            .metrics
+            .decision(&namespace, &v.policy, v.allowed(), v.shadow_denied);
         Ok(respond(&v, &v.policies, status_of(&v), v.answer()))
     })
     .await
@@ -221,9 +235,12 @@ async fn decide_batch(state: Arc<AppState>, body: BatchBody) -> Result<Response,
         .await
         .map_err(|(i, e)| e.at(&format!("hits[{i}]")))?;
     for (h, v) in body.hits.iter().zip(&decided.verdicts) {
-        state
-            .metrics
-            .decision(&h.namespace, &v.policy, !decided.denied);
+        state.metrics.decision(
+            &h.namespace,
+            &v.policy,
+            !decided.denied,
+            !decided.denied && v.shadow_denied,
+        );
     }
     let verdicts: Vec<Verdict> = body
         .hits
@@ -260,7 +277,15 @@ async fn decide_batch(state: Arc<AppState>, body: BatchBody) -> Result<Response,
             })
             .collect(),
     };
-    Ok(respond(&worst, &policies, status_of(&worst), answer))
+    let mut resp = respond(&worst, &policies, status_of(&worst), answer);
+    // a batch spent (none denied) where a hit other than the strictest was let through
+    // by a limit in shadow says so too
+    if !decided.denied && !worst.shadow_denied {
+        if let Some(v) = verdicts.iter().find(|v| v.shadow_denied) {
+            shadow_header(resp.headers_mut(), v);
+        }
+    }
+    Ok(resp)
 }
 
 #[derive(Debug, Deserialize)]
@@ -349,7 +374,9 @@ async fn auth(
     };
     to_the_end(ns.counts_in_the_store(), async move {
         let v = take(&ns, &namespace, &key, q.cost, false).await?;
-        state.metrics.decision(&namespace, &v.policy, v.allowed());
+        state
+            .metrics
+            .decision(&namespace, &v.policy, v.allowed(), v.shadow_denied);
         let status = if v.allowed() { StatusCode::OK } else { deny };
         Ok(respond(&v, &v.policies, status, v.answer()))
     })

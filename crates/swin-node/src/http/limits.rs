@@ -181,6 +181,12 @@ async fn set(
     let limits = raw
         .validate(ns.algorithm, &sizes)
         .map_err(|(field, why)| Error::BadRequest(format!("{field}: {why}")))?;
+    if limits.has_shadow() && matches!(ns.admission_mode, crate::config::Admission::Strict { .. }) {
+        return Err(Error::BadRequest(format!(
+            "limits: {}",
+            crate::config::STRICT_SHADOW
+        )));
+    }
     let now = swin_sync::now();
     let expires_at = match body.expires_in {
         None => None,

@@ -78,7 +78,9 @@ async fn reserve(
     to_the_end(true, async move {
         let r = reservations::reserve(&ns, &namespace, &key, cost, body.ttl).await?;
         let v = &r.verdict;
-        state.metrics.decision(&namespace, &v.policy, v.allowed());
+        state
+            .metrics
+            .decision(&namespace, &v.policy, v.allowed(), v.shadow_denied);
         state
             .metrics
             .reservation(&namespace, if v.allowed() { "reserved" } else { "denied" });

@@ -41,6 +41,17 @@ impl<'a> RateLimitHeaders<'a> {
     }
 }
 
+/// The header a hit allowed only because what would deny it is in shadow answers with:
+/// `"60s";t=12`, the limit (or rule) that would have denied it and in how many seconds
+/// the same hit would have passed.
+pub const SHADOW_DENIED: &str = "swin-shadow-denied";
+
+/// The [`SHADOW_DENIED`] header's value for a hit that would have been denied by
+/// `policy`, passing `decision.retry_after` later.
+pub fn shadow_item(policy: &str, decision: &Decision) -> String {
+    format!("\"{policy}\";t={}", ceil_secs(decision.retry_after).max(1))
+}
+
 /// `"60s";r=12;t=30`. A whole `remaining` (the usual case) is written as an integer,
 /// without going through the float formatter; a fraction as Rust writes an f64.
 pub fn state_item(policy: &str, remaining: f64, t: u64) -> String {

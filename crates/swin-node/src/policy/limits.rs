@@ -22,6 +22,9 @@ use super::FieldError;
 pub struct RawLimit {
     window_size: i64,
     limit: f64,
+    /// Decided and counted but not enforced (see [`swin_core::WindowLimit::shadow`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    shadow: Option<bool>,
 }
 
 /// `gcra = { burst = 300, count = 300, period = "180m" }` (Boulder's limit).
@@ -54,6 +57,7 @@ impl RawKeyLimits {
                     .map(|l| RawLimit {
                         window_size: i64::from(l.window.secs()),
                         limit: l.limit,
+                        shadow: l.shadow.then_some(true),
                     })
                     .collect(),
                 gcra: None,
@@ -108,6 +112,7 @@ pub struct RawLimits {
     pub count_denied: Option<bool>,
     pub key_from: Option<String>,
     pub overrides: Vec<RawOverride>,
+    pub shadow: Option<bool>,
 }
 
 /// The limits one key is decided against.
@@ -120,6 +125,14 @@ pub enum KeyLimits {
 }
 
 impl KeyLimits {
+    /// Whether any of the limits is in shadow.
+    pub fn has_shadow(&self) -> bool {
+        match self {
+            KeyLimits::Gcra(_) => false,
+            KeyLimits::Windows(set) => set.iter().any(|l| l.shadow),
+        }
+    }
+
     /// Whether a hit of `cost` can be decided at all: a finite, non-negative cost that
     /// every limit can hold (more at once than a limit allows in all is an error, on
     /// every door).
@@ -205,6 +218,9 @@ pub struct Limits {
     /// Denied hits count too (Kong's penalty); by default they do not.
     pub count_denied: bool,
     pub key_from: KeyFrom,
+    /// Every limit decides and counts but none denies (`shadow = true`): hits they
+    /// would deny pass, counted, and are marked as would-be denials.
+    pub shadow: bool,
 }
 
 impl Limits {
@@ -252,7 +268,8 @@ fn window_limits(
             ));
         }
         let limit = WindowLimit::new(*size, l.limit, algorithm)
-            .map_err(|e| (format!("{f}.limit"), e.to_string()))?;
+            .map_err(|e| (format!("{f}.limit"), e.to_string()))?
+            .shadowed(l.shadow == Some(true));
         out.push(limit);
     }
     Ok(out)
@@ -309,10 +326,14 @@ pub fn validate(raw: RawLimits, sizes: &[WindowSize]) -> Result<Option<Limits>, 
                     .into(),
             ));
         }
-        if raw.count_denied.is_some() || raw.algorithm.is_some() || raw.key_from.is_some() {
+        if raw.count_denied.is_some()
+            || raw.algorithm.is_some()
+            || raw.key_from.is_some()
+            || raw.shadow.is_some()
+        {
             return Err((
                 "limits".into(),
-                "algorithm, count_denied and key_from need limits".into(),
+                "algorithm, count_denied, key_from and shadow need limits".into(),
             ));
         }
         return Ok(None);
@@ -322,6 +343,7 @@ pub fn validate(raw: RawLimits, sizes: &[WindowSize]) -> Result<Option<Limits>, 
         overrides,
         count_denied: raw.count_denied.unwrap_or(false),
         key_from,
+        shadow: raw.shadow.unwrap_or(false),
     }))
 }
 
@@ -413,12 +435,17 @@ mod tests {
             algorithm: algorithm.map(str::to_owned),
             limits: limits
                 .into_iter()
-                .map(|(window_size, limit)| RawLimit { window_size, limit })
+                .map(|(window_size, limit)| RawLimit {
+                    window_size,
+                    limit,
+                    shadow: None,
+                })
                 .collect(),
             gcra: None,
             count_denied: None,
             key_from: None,
             overrides: Vec::new(),
+            shadow: None,
         }
     }
 
@@ -478,6 +505,7 @@ mod tests {
             limits: vec![RawLimit {
                 window_size: 60,
                 limit: 50.0,
+                shadow: None,
             }],
             gcra: None,
         });

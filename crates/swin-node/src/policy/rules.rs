@@ -259,6 +259,22 @@ impl Rules {
         self
     }
 
+    /// Every rule in shadow mode when `on` (a namespace with `shadow = true`).
+    pub fn shadowed(mut self, on: bool) -> Rules {
+        fn walk(level: &mut Level) {
+            for node in level.nodes.values_mut() {
+                if let Some(rule) = &mut node.rule {
+                    Arc::make_mut(rule).shadow = true;
+                }
+                walk(&mut node.children);
+            }
+        }
+        if on {
+            walk(&mut self.root);
+        }
+        self
+    }
+
     /// Whether every hit counts, allowed or denied.
     pub fn count_denied(&self) -> bool {
         self.count_denied

@@ -236,7 +236,11 @@ pub(super) async fn decide(
         state
             .metrics
             .lease(domain, if granted { "acquired" } else { "denied" });
-        state.metrics.decision(domain, "concurrency", granted);
+        // a rule in shadow took slots past its limit: a would-be denial
+        let shadow_denied = s.shadow && granted && a.acquired.in_flight > s.limit;
+        state
+            .metrics
+            .decision(domain, "concurrency", granted, shadow_denied);
         statuses[s.at] = if granted && !over {
             status(
                 s,

@@ -39,7 +39,7 @@ use crate::decisions::{take_under, Verdict};
 use crate::error::Error;
 use crate::giving_back::{give_back_under, refund_under};
 use crate::policy::algorithm::Algorithm;
-use crate::policy::headers::RateLimitHeaders;
+use crate::policy::headers::{shadow_item, RateLimitHeaders, SHADOW_DENIED};
 use crate::policy::keys;
 use crate::policy::limits::KeyLimits;
 use crate::policy::rules::{self, Found, Rule, RuleLimit};
@@ -528,11 +528,17 @@ impl Rls {
             statuses[t.at] = Some(t.status(&blocked(), denied));
             false
         });
-        let verdicts = futures_util::future::join_all(
-            takes
-                .iter()
-                .map(|t| take_under(ns, &t.key, &t.limits, t.cost, false, count_denied)),
-        )
+        let verdicts = futures_util::future::join_all(takes.iter().map(|t| {
+            take_under(
+                ns,
+                &t.key,
+                &t.limits,
+                t.cost,
+                false,
+                count_denied,
+                t.rule.shadow,
+            )
+        }))
         .await;
         let failed = verdicts.iter().find_map(|v| match v {
             Err(e) => Some(status_of(e)),
@@ -544,10 +550,11 @@ impl Rls {
             let Ok(v) = v else { continue };
             // by the rule's name, or (unnamed) by the limit that decided
             let rule = t.rule.name.as_deref().unwrap_or(&v.policy);
+            let denied = !v.decision.allowed && !t.rule.shadow;
+            let shadow_denied = v.shadow_denied || (!v.decision.allowed && t.rule.shadow);
             self.state
                 .metrics
-                .decision(&req.domain, rule, v.decision.allowed);
-            let denied = !v.decision.allowed && !t.rule.shadow;
+                .decision(&req.domain, rule, !denied, shadow_denied);
             over |= denied;
             if count_denied && !v.decision.allowed {
                 // the denied hit was counted too: nothing is left, as envoyproxy/ratelimit
@@ -665,9 +672,13 @@ fn headers(v: &Verdict, denied: bool) -> Vec<HeaderValue> {
         header("RateLimit-Policy", h.policy.into_owned()),
         header("RateLimit", h.state),
     ];
-    // a descriptor in shadow mode is over its limit but not denied: no Retry-After
+    // a descriptor in shadow mode is over its limit but not denied: no Retry-After, and
+    // the shadow header says which would have denied it
     if let (true, Some(t)) = (denied, h.retry_after) {
         out.push(header("Retry-After", t.to_string()));
+    }
+    if !denied && (v.shadow_denied || !v.decision.allowed) {
+        out.push(header(SHADOW_DENIED, shadow_item(&v.policy, &v.decision)));
     }
     out
 }

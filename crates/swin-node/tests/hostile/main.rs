@@ -31,6 +31,7 @@ mod limits;
 mod refunds;
 mod reload;
 mod reservations;
+mod shadow;
 mod shutdown;
 mod spool;
 mod strict;

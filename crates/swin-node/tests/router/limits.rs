@@ -423,3 +423,29 @@ async fn a_concurrency_namespace_takes_no_runtime_limits() {
     let message = v["error"]["message"].as_str().expect("message");
     assert!(message.contains("in flight"), "{message}");
 }
+
+#[tokio::test]
+async fn a_runtime_limit_in_shadow_lets_hits_through_and_says_so() {
+    let r = router().await;
+    let (s, v) = call(
+        &r,
+        "PUT",
+        VIP,
+        JSON,
+        r#"{"limits":[{"window_size":60,"limit":1,"shadow":true}]}"#,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v["limits"],
+        serde_json::json!([{"window_size": 60, "limit": 1.0, "shadow": true}])
+    );
+    let (s1, v1, _) = hit(&r, "k", "").await;
+    let (s2, v2, _) = hit(&r, "k", "").await;
+    assert_eq!((s1, s2), (StatusCode::OK, StatusCode::OK), "{v2}");
+    assert!(v1.get("shadow_denied").is_none(), "{v1}");
+    assert_eq!(
+        (&v2["shadow_denied"], &v2["remaining"]),
+        (&true.into(), &0.0.into())
+    );
+}

@@ -28,6 +28,7 @@ fn admitted(decision: Decision) -> Admitted {
         decision,
         strictest: 0,
         reason: None,
+        shadow_denied: false,
     }
 }
 
@@ -159,6 +160,7 @@ impl Admission for Strict<Eventual, Grants> {
                             },
                             strictest: 0,
                             reason: Some("store_unreachable"),
+                            shadow_denied: false,
                         });
                     }
                     // "local": decided on the local bucket, pushed later

@@ -65,6 +65,9 @@ pub struct Admitted {
     /// Why a hit was refused other than by its counts: `store_unreachable` (strict,
     /// `on_store_failure = "deny"`, the store cannot be asked).
     pub reason: Option<&'static str>,
+    /// Allowed only because the limits that would deny it are in shadow (the decision's
+    /// figures are theirs).
+    pub shadow_denied: bool,
 }
 
 /// What a give-back returned, and (for [`GiveBack::Unused`]) the key after it as a dry
@@ -199,15 +202,44 @@ pub async fn together<F: Future>(
 }
 
 /// The strictest of `decisions` ([`Decision::strictest`]) and its index.
-fn strictest(decisions: impl IntoIterator<Item = Decision>) -> Result<Admitted, AdmitError> {
-    let all: Vec<(usize, Decision)> = decisions.into_iter().enumerate().collect();
-    let (strictest, decision) = Decision::strictest(&all, |(_, d)| d)
+/// The strictest decision of a key's window limits, one per limit of `set`, where limits
+/// in shadow decide but never deny: a denial by a limit enforced wins as ever (its wait,
+/// not a shadow's); a hit only limits in shadow deny is allowed, with their figures (its
+/// `retry_after` when it would have passed), and marked `shadow_denied`.
+fn strictest_of(set: &[WindowLimit], decisions: Vec<Decision>) -> Result<Admitted, AdmitError> {
+    decide_strictest(decisions, |i| set[i].shadow)
+}
+
+/// [`strictest_of`] with every limit enforced (strict admission, which holds quota for
+/// every limit of a hit and so takes none in shadow: see the config's checks).
+fn strictest(decisions: Vec<Decision>) -> Result<Admitted, AdmitError> {
+    decide_strictest(decisions, |_| false)
+}
+
+fn decide_strictest(
+    decisions: Vec<Decision>,
+    shadow: impl Fn(usize) -> bool,
+) -> Result<Admitted, AdmitError> {
+    let enforced_denies = decisions
+        .iter()
+        .enumerate()
+        .any(|(i, d)| !shadow(i) && !d.allowed);
+    let all: Vec<(usize, Decision)> = decisions
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !enforced_denies || !shadow(*i))
+        .collect();
+    let (strictest, mut decision) = Decision::strictest(&all, |(_, d)| d)
         .cloned()
         .ok_or(AdmitError::NoLimits)?;
+    let shadow_denied = !decision.allowed && !enforced_denies;
+    // allowed; its wait stays, as when the hit would have passed
+    decision.allowed |= shadow_denied;
     Ok(Admitted {
         decision,
         strictest,
         reason: None,
+        shadow_denied,
     })
 }
 
@@ -223,4 +255,54 @@ fn store_error(what: &'static str) -> impl FnOnce(Arc<StoreError>) -> AdmitError
 /// A decision at `now` on the engine's clock.
 fn now() -> UnixMs {
     crate::now()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use swin_core::{WindowAlgorithm, WindowSize};
+
+    use super::*;
+
+    fn limit(secs: u64, shadow: bool) -> WindowLimit {
+        WindowLimit::new(
+            WindowSize::new(secs).expect("size"),
+            10.0,
+            WindowAlgorithm::Sliding,
+        )
+        .expect("limit")
+        .shadowed(shadow)
+    }
+
+    fn d(allowed: bool, retry_secs: u64, remaining: f64) -> Decision {
+        Decision {
+            allowed,
+            limit: 10.0,
+            remaining,
+            reset_after: Duration::from_secs(60),
+            retry_after: Duration::from_secs(retry_secs),
+        }
+    }
+
+    #[test]
+    fn a_limit_in_shadow_decides_but_never_denies() {
+        let set = [limit(60, false), limit(3600, true)];
+        // only the shadow limit denies: allowed, with its figures, marked
+        let a = strictest_of(&set, vec![d(true, 0, 4.0), d(false, 30, 0.0)]).expect("admitted");
+        assert!(a.decision.allowed && a.shadow_denied);
+        assert_eq!((a.strictest, a.decision.remaining), (1, 0.0));
+        assert_eq!(a.decision.retry_after, Duration::from_secs(30));
+        // the enforced limit denies: denied with its own wait, not the shadow's longer one
+        let a = strictest_of(&set, vec![d(false, 5, 0.0), d(false, 30, 0.0)]).expect("admitted");
+        assert!(!a.decision.allowed && !a.shadow_denied);
+        assert_eq!(
+            (a.strictest, a.decision.retry_after),
+            (0, Duration::from_secs(5))
+        );
+        // neither denies: as without shadow
+        let a = strictest_of(&set, vec![d(true, 0, 4.0), d(true, 0, 2.0)]).expect("admitted");
+        assert!(a.decision.allowed && !a.shadow_denied);
+        assert_eq!(a.strictest, 1);
+    }
 }

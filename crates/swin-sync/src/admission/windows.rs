@@ -12,8 +12,8 @@ use swin_core::{Decision, UnixMs, WindowLimit, WindowRate};
 
 use super::holds::{Holds, StrictView};
 use super::{
-    now, store_error, strictest, together, Admission, AdmitError, Admitted, BoxFuture, GiveBack,
-    GivenBack, OnStoreFailure, Quota, Spend, Strict,
+    now, store_error, strictest, strictest_of, together, Admission, AdmitError, Admitted,
+    BoxFuture, GiveBack, GivenBack, OnStoreFailure, Quota, Spend, Strict,
 };
 use crate::{NamespaceSync, SyncMode};
 
@@ -76,7 +76,7 @@ impl Eventual {
             };
             decisions.push(l.decide(current, previous, now, cost)?);
         }
-        let admitted = strictest(decisions)?;
+        let admitted = strictest_of(set, decisions)?;
         if !admitted.decision.allowed && spend == Spend::IfAllowed {
             let back = set
                 .iter()
@@ -125,7 +125,7 @@ impl Eventual {
         }
         Ok(GivenBack {
             given,
-            after: Some(strictest(decisions)?),
+            after: Some(strictest_of(set, decisions)?),
         })
     }
 }
@@ -230,6 +230,7 @@ impl Strict<Eventual, Holds> {
             },
             strictest: 0,
             reason: Some("store_unreachable"),
+            shadow_denied: false,
         }
     }
 }
