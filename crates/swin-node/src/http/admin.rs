@@ -18,9 +18,24 @@ use crate::policy::input::check_key;
 use crate::state::{AppState, Namespace};
 use swin_sync::now;
 
-/// What the `admin` scope allows: reset a key, list namespaces, sync now.
+/// What the `admin` scope allows: reset a key, list namespaces, sync now, the status
+/// page.
 pub(super) fn operate() -> Vec<Route> {
     vec![
+        Route::new(
+            "GET",
+            "/ui",
+            get(|| async {
+                (
+                    [
+                        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                        (header::CACHE_CONTROL, "no-store"),
+                    ],
+                    UI,
+                )
+            }),
+        ),
+        Route::new("GET", "/ui/status", get(ui_status)),
         Route::new(
             "DELETE",
             "/v1/namespaces/{namespace}/keys/{key}",
@@ -103,6 +118,8 @@ struct NamespaceInfo {
     on_store_failure: Option<&'static str>,
     /// Store calls of strict admission: holds of window quota and grants of bucket quota, taken or given back.
     reservations: u64,
+    /// Every limit in shadow (`shadow = true`): decided and counted, never denied.
+    shadow: bool,
 }
 
 fn info(ns: &Namespace) -> NamespaceInfo {
@@ -146,7 +163,46 @@ fn info(ns: &Namespace) -> NamespaceInfo {
             Admission::Eventual => None,
         },
         reservations: ns.sync.reservations(),
+        shadow: ns.limits.as_ref().is_some_and(|l| l.shadow),
     }
+}
+
+/// The status page: one HTML file, no assets, refreshing itself from [`ui_status`].
+const UI: &str = include_str!("ui.html");
+
+/// Keys the status page shows per namespace.
+const UI_TOP: usize = 5;
+
+/// `GET /ui/status`: what the status page shows — every namespace as `/v1/namespaces`
+/// lists it, its most denied keys of the last minute on this node, and the node's clock.
+async fn ui_status(State(state): State<Arc<AppState>>) -> Response {
+    let now = now();
+    let namespaces = state.namespaces.load();
+    let mut list: Vec<NamespaceInfo> = namespaces.values().map(|n| info(n)).collect();
+    list.sort_by(|a, b| a.name.cmp(&b.name));
+    let top: serde_json::Map<String, serde_json::Value> = namespaces
+        .iter()
+        .map(|(name, ns)| {
+            let keys: Vec<serde_json::Value> = ns
+                .heaviest
+                .denied
+                .top(UI_TOP, now.secs())
+                .keys
+                .iter()
+                .map(|h| serde_json::json!({"key": h.key.as_str(), "count": h.count}))
+                .collect();
+            (name.clone(), keys.into())
+        })
+        .collect();
+    (
+        [(header::CACHE_CONTROL, "no-store")],
+        Json(serde_json::json!({
+            "now_ms": now.0,
+            "namespaces": list,
+            "top_denied": top,
+        })),
+    )
+        .into_response()
 }
 
 async fn list_namespaces(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {

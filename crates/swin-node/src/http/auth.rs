@@ -55,7 +55,10 @@ async fn authorize(
         .get::<MatchedPath>()
         .map_or("unmatched", MatchedPath::as_str)
         .to_owned();
-    match check(auth, req.headers(), scopes) {
+    // the status page is opened by a browser, which sends what its login prompt took as
+    // Basic credentials: the password is the token
+    let browser = route == "/ui" || route.starts_with("/ui/");
+    match check(auth, req.headers(), scopes, browser) {
         Ok(token) => {
             state.metrics.auth(&token.name, "allowed");
             req.extensions_mut()
@@ -64,13 +67,17 @@ async fn authorize(
         }
         Err(Denied::Missing) => {
             state.metrics.auth("", "missing");
-            Error::Unauthorized("this route needs a bearer token (Authorization: Bearer …)".into())
-                .into_response()
+            challenge(
+                browser,
+                Error::Unauthorized(
+                    "this route needs a bearer token (Authorization: Bearer …)".into(),
+                ),
+            )
         }
         Err(Denied::Unknown) => {
             state.metrics.auth("", "unknown");
             info!(route, "request with an unknown token");
-            Error::Unauthorized("unknown token".into()).into_response()
+            challenge(browser, Error::Unauthorized("unknown token".into()))
         }
         Err(Denied::Scope(token)) => {
             state.metrics.auth(&token.name, "forbidden");
@@ -94,17 +101,53 @@ async fn authorize(
     }
 }
 
-/// The configured token the request carries, if it grants `scope`.
+/// A 401, asking a browser for credentials (any user name, the token as the password)
+/// on the status page's routes.
+fn challenge(browser: bool, e: Error) -> Response {
+    let mut resp = e.into_response();
+    if browser {
+        resp.headers_mut().append(
+            axum::http::header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Basic realm=\"swin\", charset=\"UTF-8\""),
+        );
+    }
+    resp
+}
+
+/// The configured token the request carries, if it grants `scope`; with `basic`, Basic
+/// credentials carry it as their password too.
 fn check<'a>(
     auth: &'a AuthConfig,
     headers: &HeaderMap,
     scopes: &[Scope],
+    basic: bool,
 ) -> Result<&'a Token, Denied<'a>> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    let from_basic = value
+        .filter(|_| basic)
+        .and_then(basic_password)
+        .map(|t| format!("Bearer {t}"));
     check_authorization(
         auth,
-        headers
-            .get(axum::http::header::AUTHORIZATION)
-            .map(|v| v.as_bytes()),
+        from_basic.as_deref().map(str::as_bytes).or(value),
         scopes,
     )
+}
+
+/// The password of `Basic <base64 of user:password>` (the scheme in any case); `None`
+/// for anything else, which is then checked, and refused, as it came.
+fn basic_password(value: &[u8]) -> Option<String> {
+    use base64::Engine;
+    let (scheme, rest) = value.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case(b"basic ") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(rest.trim_ascii())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (_, password) = text.split_once(':')?;
+    Some(password.to_owned())
 }

@@ -369,3 +369,73 @@ async fn the_description_covers_every_route() {
         }
     }
 }
+
+/// The status page takes the token as a bearer or as a Basic password (what a browser's
+/// login prompt sends), and asks a browser for it; whatever else an Authorization header
+/// holds is refused as unknown, never an error.
+#[tokio::test]
+async fn the_status_page_takes_the_token_as_a_basic_password() {
+    use base64::Engine;
+    let r = router_with(&auth_section()).await;
+    let basic = |s: &[u8]| {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(s)
+        )
+    };
+    for uri in ["/ui", "/ui/status"] {
+        for bad in [
+            None,
+            Some("Basic".to_owned()),
+            Some("Basic ".to_owned()),
+            Some("Basic !!!not base64".to_owned()),
+            Some(basic(b"no colon ops-secret")),
+            Some(basic(b"ops:\xff\xfe")),
+            Some(basic(b"ops:wrong")),
+            Some(basic(b"ops-secret:")),
+            Some(format!("Basic {}", "A".repeat(6000))),
+        ] {
+            let (status, code, _) = authed(&r, "GET", uri, bad.as_deref()).await;
+            assert_eq!(
+                (status, code.as_str()),
+                (StatusCode::UNAUTHORIZED, "unauthorized"),
+                "{uri} {bad:?}"
+            );
+        }
+        let req = Request::builder()
+            .uri(uri)
+            .body(Body::empty())
+            .expect("request");
+        let resp = r.clone().oneshot(req).await.expect("response");
+        let challenges: Vec<&str> = resp
+            .headers()
+            .get_all("www-authenticate")
+            .iter()
+            .map(|v| v.to_str().expect("ascii"))
+            .collect();
+        assert_eq!(
+            challenges,
+            ["Bearer", "Basic realm=\"swin\", charset=\"UTF-8\""]
+        );
+        for (auth, status) in [
+            (basic(b"anyone:ops-secret"), StatusCode::OK),
+            (basic(b":ops-secret"), StatusCode::OK),
+            ("bAsIc b3BzOm9wcy1zZWNyZXQ=".to_owned(), StatusCode::OK),
+            ("Bearer ops-secret".to_owned(), StatusCode::OK),
+            (basic(b"app:app-secret"), StatusCode::FORBIDDEN),
+        ] {
+            assert_eq!(
+                authed(&r, "GET", uri, Some(&auth)).await.0,
+                status,
+                "{uri} {auth}"
+            );
+        }
+    }
+    // Basic credentials are the status page's only
+    let (status, _, challenge) =
+        authed(&r, "GET", "/v1/namespaces", Some(&basic(b"ops:ops-secret"))).await;
+    assert_eq!(
+        (status, challenge.as_deref()),
+        (StatusCode::UNAUTHORIZED, Some("Bearer"))
+    );
+}
