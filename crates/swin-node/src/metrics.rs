@@ -45,10 +45,67 @@ pub struct Metrics {
     reservations: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
     /// Reservations' costs through this node, by namespace then part (the bits of an f64).
     reservation_costs: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
+    /// How long requests took, by door then route (HTTP) or method (gRPC).
+    latency: [papaya::HashMap<String, Latency>; 2],
     /// Connections open on the HTTP listener, kept by the listener.
     pub http_connections: Arc<AtomicUsize>,
     /// Connections open on the gRPC listener, kept by the listener.
     pub grpc_connections: Arc<AtomicUsize>,
+}
+
+/// Upper bounds (seconds) of the request duration histogram's buckets.
+pub const REQUEST_BUCKETS_SECS: [f64; 12] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
+/// The doors a request duration is kept for.
+#[derive(Debug, Clone, Copy)]
+pub enum Door {
+    Http = 0,
+    Grpc = 1,
+}
+
+/// One route's request durations: a count per bucket (not cumulative; the last one
+/// past every bound), and their sum in nanoseconds.
+#[derive(Debug, Default)]
+struct Latency {
+    buckets: [AtomicU64; REQUEST_BUCKETS_SECS.len() + 1],
+    sum_nanos: AtomicU64,
+}
+
+impl Latency {
+    fn record(&self, took: std::time::Duration) {
+        let secs = took.as_secs_f64();
+        let i = REQUEST_BUCKETS_SECS
+            .iter()
+            .position(|le| secs <= *le)
+            .unwrap_or(REQUEST_BUCKETS_SECS.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    fn histogram(&self) -> Histogram {
+        let mut h = Histogram::default();
+        let mut cumulative = 0;
+        h.set_bucket(
+            REQUEST_BUCKETS_SECS
+                .iter()
+                .zip(&self.buckets)
+                .map(|(le, n)| {
+                    cumulative += n.load(Ordering::Relaxed);
+                    let mut b = Bucket::default();
+                    b.set_upper_bound(*le);
+                    b.set_cumulative_count(cumulative);
+                    b
+                })
+                .collect(),
+        );
+        let past = self.buckets[REQUEST_BUCKETS_SECS.len()].load(Ordering::Relaxed);
+        h.set_sample_count(cumulative + past);
+        h.set_sample_sum(self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9);
+        h
+    }
 }
 
 fn bump<K, Q>(map: &papaya::HashMap<K, AtomicU64>, key: &Q, owned: impl FnOnce() -> K, n: u64)
@@ -73,6 +130,17 @@ impl Metrics {
             None => routes.get_or_insert_with(route.to_owned(), Default::default),
         };
         bump(statuses, &status, || status, 1);
+    }
+
+    /// A request through `door` on `route` (an HTTP route's pattern, or a gRPC method)
+    /// that took `took`, from its head read to its answer made.
+    pub fn request_took(&self, door: Door, route: &str, took: std::time::Duration) {
+        let routes = self.latency[door as usize].pin();
+        let latency = match routes.get(route) {
+            Some(l) => l,
+            None => routes.get_or_insert_with(route.to_owned(), Latency::default),
+        };
+        latency.record(took);
     }
 
     /// A request on a route that needs a token: `outcome` is allowed, forbidden (the
@@ -302,6 +370,28 @@ impl Metrics {
             "Reservations made and not yet committed or lapsed, by namespace, across the cluster as the store counts them at this scrape (namespaces this node has reserved in).",
             open.iter()
                 .map(|(n, v)| (vec![("namespace", n.clone())], *v as f64)),
+        ));
+        families.push(family(
+            "swin_request_duration_seconds",
+            "How long requests took on this node, from their head read to their answer made, by door (http, grpc) and route (HTTP route pattern or gRPC method).",
+            MetricType::HISTOGRAM,
+            self.latency
+                .iter()
+                .zip(["http", "grpc"])
+                .flat_map(|(map, door)| {
+                    let mut rows: Vec<(String, Histogram)> = map
+                        .pin()
+                        .iter()
+                        .map(|(route, l)| (route.clone(), l.histogram()))
+                        .collect();
+                    rows.sort_by(|a, b| a.0.cmp(&b.0));
+                    rows.into_iter().map(move |(route, h)| {
+                        let mut m = metric(vec![("door", door.to_owned()), ("route", route)]);
+                        m.set_histogram(h);
+                        m
+                    })
+                })
+                .collect(),
         ));
         families.extend(namespace_families(&namespaces));
         // a family without samples (no decision yet) is left out, as registries do

@@ -48,6 +48,14 @@ store = \"main\"
 limits = [{{ window_size = 60, limit = 3 }}]
 
 [[namespaces]]
+name = \"trial\"
+window_sizes = [60]
+sync_rate = 0.2
+store = \"main\"
+shadow = true
+limits = [{{ window_size = 60, limit = 3 }}]
+
+[[namespaces]]
 name = \"strict\"
 window_sizes = [60]
 sync_rate = 0.2
@@ -124,10 +132,10 @@ async fn query(c: &reqwest::Client, prom: &str, expr: &str) -> Vec<serde_json::V
     v["data"]["result"].as_array().cloned().unwrap_or_default()
 }
 
-/// Traffic of every kind the panels show: hits allowed and denied, strict hits, a lease
-/// held, an Envoy call.
+/// Traffic of every kind the panels show: hits allowed and denied, strict hits, hits a
+/// limit in shadow would deny, a lease held, an Envoy call.
 async fn load(c: &reqwest::Client, base: &str, grpc_port: u16) {
-    for ns in ["api", "strict"] {
+    for ns in ["api", "strict", "trial"] {
         for _ in 0..5 {
             let r = c
                 .post(format!("{base}/v1/namespaces/{ns}/keys/k/hit"))
@@ -218,7 +226,7 @@ async fn a_real_prometheus_shows_every_panel_and_fires_an_alert_when_the_store_s
                 .map(move |t| (title.clone(), t["expr"].as_str().expect("expr").to_owned()))
         })
         .collect();
-    assert!(exprs.len() >= 12, "{exprs:?}");
+    assert!(exprs.len() >= 16, "{exprs:?}");
     let mut missing = exprs.clone();
     within(
         Duration::from_secs(60),

@@ -104,12 +104,17 @@ pub fn router(state: Arc<AppState>) -> Router {
 async fn front(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     // MatchedPath is an Arc: the route's name is not copied per request
     let route = req.extensions().get::<MatchedPath>().cloned();
+    let start = std::time::Instant::now();
     let resp = match bounded_head(&req) {
         Some(refused) => refused,
         None => next.run(req).await,
     };
+    let took = start.elapsed();
     let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     state.metrics.http_request(route, resp.status().as_u16());
+    state
+        .metrics
+        .request_took(crate::metrics::Door::Http, route, took);
     resp
 }
 

@@ -341,6 +341,7 @@ impl RateLimitService for Rls {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        let start = std::time::Instant::now();
         let req = request.into_inner();
         let ns = self.state.namespace(&req.domain).ok();
         let (answer, req) = match &ns {
@@ -372,6 +373,11 @@ impl RateLimitService for Rls {
             "unknown"
         };
         self.state.metrics.rls_request(domain, code);
+        self.state.metrics.request_took(
+            crate::metrics::Door::Grpc,
+            "ShouldRateLimit",
+            start.elapsed(),
+        );
         answer.map(Response::new)
     }
 }
