@@ -215,6 +215,14 @@ pub async fn take_under(
         a.decision.allowed = true;
         a.shadow_denied = true;
     }
+    crate::telemetry::decided(
+        ns.sync.name(),
+        match (a.decision.allowed, a.shadow_denied) {
+            (_, true) => "shadow_denied",
+            (true, _) => "allowed",
+            (false, _) => "denied",
+        },
+    );
     if !dry_run {
         let now = swin_sync::now().secs();
         ns.heaviest.hits.add(key, cost, now);

@@ -28,4 +28,5 @@ pub mod rls;
 pub mod runtime_limits;
 pub mod spool;
 pub mod state;
+pub mod telemetry;
 pub mod tls;

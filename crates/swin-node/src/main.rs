@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use swin_node::config::{Config, LogFormat};
+use swin_node::config::Config;
 use swin_node::node::{migrate_all, Node, Signals};
 
 /// mimalloc instead of the system allocator: a request allocates and frees a few dozen
@@ -71,20 +71,6 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener
     socket.listen(4096)
 }
 
-fn init_tracing(format: LogFormat) {
-    use std::io::IsTerminal;
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal()) // no colour codes in files and journals
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Pretty => builder.init(),
-    }
-}
-
 /// Errors end the process with their chain of causes on one line and exit status 1, not
 /// with a debug dump or a backtrace.
 fn main() -> std::process::ExitCode {
@@ -134,7 +120,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Some(Command::Migrate) => {
             let config = load(cli.config.as_ref())?;
-            init_tracing(config.log_format);
+            let _logs = swin_node::telemetry::init(config.log_format, None)?;
             migrate_all(&config).await?;
             tracing::info!("migrations applied");
             Ok(())
@@ -146,12 +132,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .parse()
                     .with_context(|| format!("--listen {l:?} is not an address"))?;
             }
-            init_tracing(config.log_format);
+            let telemetry =
+                swin_node::telemetry::init(config.log_format, config.telemetry.as_ref())?;
             let signals = Signals::install()?;
             let listener =
                 listen(config.listen).with_context(|| format!("listen on {}", config.listen))?;
             let node = Node::start(config).await?;
-            node.serve(listener, cli.config, signals).await
+            let served = node.serve(listener, cli.config, signals).await;
+            telemetry.shutdown().await;
+            served
         }
     }
 }

@@ -20,6 +20,8 @@ pub async fn to_the_end<T: Send + 'static>(
     if !whole {
         return decide.await;
     }
+    // the task keeps the request's span (traces: its store calls stay its children)
+    let decide = tracing::Instrument::in_current_span(decide);
     tokio::spawn(decide).await.map_err(|e| {
         tracing::error!(cause = %e, "a decision's task failed");
         Error::Internal

@@ -77,6 +77,28 @@ struct RawConfig {
     namespaces: Vec<namespaces::RawNamespace>,
     auth: Option<auth::RawAuth>,
     tls: Option<RawTls>,
+    telemetry: Option<RawTelemetry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTelemetry {
+    otlp_endpoint: Option<String>,
+    service_name: Option<String>,
+    sample_ratio: Option<f64>,
+}
+
+/// Traces over OTLP/gRPC (`[telemetry]`): a span per request, its store calls as
+/// children. Read at start only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    /// `http://host:4317`: an OpenTelemetry collector's OTLP/gRPC endpoint.
+    pub otlp_endpoint: String,
+    /// `service.name` of the spans (default `swin-node`).
+    pub service_name: String,
+    /// The share of traces kept, 0 to 1 (default 1); a request whose caller sent a
+    /// sampled trace context is kept with it.
+    pub sample_ratio: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -127,6 +149,8 @@ pub struct Config {
     pub tls: Option<TlsConfig>,
     /// Items of one batch (`/v1/increments`, `/v1/hits`).
     pub max_batch: usize,
+    /// Traces over OTLP; `None` (no `otlp_endpoint`): none, at no cost.
+    pub telemetry: Option<TelemetryConfig>,
 }
 
 /// What one connection may take of the node.
@@ -292,6 +316,7 @@ impl Parser<'_> {
                 client_ca: t.client_ca.map(Into::into),
             }),
         };
+        let telemetry = self.telemetry(raw.telemetry)?;
         let (data_dir, data_field) = self.overridden("data_dir", "SWIN_DATA_DIR", raw.data_dir);
         let data_dir = data_dir.unwrap_or_else(|| defaults::DATA_DIR.into());
         if data_dir.is_empty() {
@@ -313,7 +338,50 @@ impl Parser<'_> {
             connections,
             max_batch,
             tls,
+            telemetry,
         })
+    }
+
+    /// `[telemetry]`: nothing without `otlp_endpoint`; an `http://` or `https://` URL
+    /// with a host, a service name, a ratio from 0 to 1.
+    fn telemetry(&self, raw: Option<RawTelemetry>) -> Result<Option<TelemetryConfig>, ConfigError> {
+        let Some(raw) = raw else { return Ok(None) };
+        let Some(endpoint) = raw.otlp_endpoint else {
+            if raw.service_name.is_some() || raw.sample_ratio.is_some() {
+                return Err(self.err(
+                    "telemetry.otlp_endpoint",
+                    "is required for traces (service_name and sample_ratio need it)".into(),
+                ));
+            }
+            return Ok(None);
+        };
+        let uri: Option<axum::http::Uri> = endpoint.parse().ok();
+        let valid = uri.as_ref().is_some_and(|u| {
+            matches!(u.scheme_str(), Some("http" | "https"))
+                && u.host().is_some_and(|h| !h.is_empty())
+        });
+        if !valid {
+            return Err(self.err(
+                "telemetry.otlp_endpoint",
+                format!("{endpoint:?} is not an http:// or https:// URL of a collector (http://127.0.0.1:4317)"),
+            ));
+        }
+        let service_name = raw.service_name.unwrap_or_else(|| "swin-node".into());
+        if service_name.trim().is_empty() {
+            return Err(self.err("telemetry.service_name", "must not be empty".into()));
+        }
+        let sample_ratio = raw.sample_ratio.unwrap_or(1.0);
+        if !(0.0..=1.0).contains(&sample_ratio) {
+            return Err(self.err(
+                "telemetry.sample_ratio",
+                format!("{sample_ratio} is not a share from 0 to 1"),
+            ));
+        }
+        Ok(Some(TelemetryConfig {
+            otlp_endpoint: endpoint,
+            service_name,
+            sample_ratio,
+        }))
     }
 
     /// CIDRs (`10.0.0.0/8`, `::1/128`) or single addresses.

@@ -108,6 +108,9 @@ fn bases(section: &str) -> Vec<String> {
         "`[tls]`" => vec![format!(
             "{STORE}{NAMESPACE}window_sizes = [60]\n[tls]\ncert = \"c\"\nkey = \"k\"\n{{}}\n"
         )],
+        "`[telemetry]`" => vec![format!(
+            "{STORE}{NAMESPACE}window_sizes = [60]\n[telemetry]\notlp_endpoint = \"http://c:4317\"\n{{}}\n"
+        )],
         other => panic!("no bases for {other:?}"),
     }
 }
@@ -120,6 +123,7 @@ fn the_reference_lists_every_key_with_the_code_defaults() {
         "`[[namespaces]]`",
         "`[auth]`",
         "`[tls]`",
+        "`[telemetry]`",
     ];
     for name in sections {
         let rows = section(name);

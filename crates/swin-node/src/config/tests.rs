@@ -628,3 +628,57 @@ fn shadow_is_checked() {
     let rules = c.namespaces[0].rules.as_ref().expect("rules");
     assert!(rules.find(&[("user", "u")]).expect("rule").shadow);
 }
+
+#[test]
+fn telemetry_is_checked() {
+    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = -1\n";
+    let parse = |t: &str| Config::parse("f.toml", &format!("{ns}{t}"), &no_env);
+    assert_eq!(parse("").expect("valid").telemetry, None);
+    let t = parse("[telemetry]\notlp_endpoint = \"http://collector:4317\"\n")
+        .expect("valid")
+        .telemetry
+        .expect("telemetry");
+    assert_eq!(
+        (
+            t.otlp_endpoint.as_str(),
+            t.service_name.as_str(),
+            t.sample_ratio
+        ),
+        ("http://collector:4317", "swin-node", 1.0)
+    );
+    let t = parse("[telemetry]\notlp_endpoint = \"https://c:4317\"\nservice_name = \"edge\"\nsample_ratio = 0.25\n")
+        .expect("valid")
+        .telemetry
+        .expect("telemetry");
+    assert_eq!((t.service_name.as_str(), t.sample_ratio), ("edge", 0.25));
+    for (text, field) in [
+        (
+            "otlp_endpoint = \"collector:4317\"",
+            "telemetry.otlp_endpoint",
+        ),
+        (
+            "otlp_endpoint = \"ftp://c:4317\"",
+            "telemetry.otlp_endpoint",
+        ),
+        ("otlp_endpoint = \"\"", "telemetry.otlp_endpoint"),
+        ("sample_ratio = 0.5", "telemetry.otlp_endpoint"),
+        (
+            "otlp_endpoint = \"http://c:4317\"\nsample_ratio = 1.5",
+            "telemetry.sample_ratio",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4317\"\nsample_ratio = -0.1",
+            "telemetry.sample_ratio",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4317\"\nsample_ratio = nan",
+            "telemetry.sample_ratio",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4317\"\nservice_name = \" \"",
+            "telemetry.service_name",
+        ),
+    ] {
+        fails(&format!("{ns}[telemetry]\n{text}\n"), field);
+    }
+}

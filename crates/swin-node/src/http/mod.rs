@@ -105,11 +105,31 @@ async fn front(State(state): State<Arc<AppState>>, req: Request, next: Next) -> 
     // MatchedPath is an Arc: the route's name is not copied per request
     let route = req.extensions().get::<MatchedPath>().cloned();
     let start = std::time::Instant::now();
+    let name = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    // off (a callsite no layer takes) unless traces are on
+    let span = tracing::trace_span!(
+        target: crate::telemetry::REQUEST,
+        "request",
+        otel.name = %format_args!("{} {name}", req.method()),
+        otel.kind = "server",
+        http.request.method = %req.method(),
+        http.route = name,
+        http.response.status_code = tracing::field::Empty,
+        namespace = tracing::field::Empty,
+        decision = tracing::field::Empty,
+    );
     let resp = match bounded_head(&req) {
         Some(refused) => refused,
-        None => next.run(req).await,
+        None => {
+            use tracing::Instrument;
+            next.run(req).instrument(span.clone()).await
+        }
     };
     let took = start.elapsed();
+    span.record(
+        "http.response.status_code",
+        i64::from(resp.status().as_u16()),
+    );
     let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     state.metrics.http_request(route, resp.status().as_u16());
     state

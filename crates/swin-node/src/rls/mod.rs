@@ -343,21 +343,21 @@ impl RateLimitService for Rls {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let start = std::time::Instant::now();
         let req = request.into_inner();
-        let ns = self.state.namespace(&req.domain).ok();
-        let (answer, req) = match &ns {
-            // run to its end in a task of its own: Envoy giving up (its timeout is 20 ms
-            // by default) must not leave some descriptors counted and the rest not
-            Some(n)
-                if n.counts_in_the_store()
-                    || (n.concurrency.is_some() && n.sync.store().is_some()) =>
-            {
-                let (this, ns) = (self.clone(), n.clone());
-                tokio::spawn(async move { (this.decide(&req, Some(&ns)).await, req) })
-                    .await
-                    .map_err(|_| Status::internal("internal error"))?
-            }
-            _ => (self.decide(&req, ns.as_deref()).await, req),
-        };
+        let span = tracing::trace_span!(
+            target: crate::telemetry::REQUEST,
+            "request",
+            otel.name = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            otel.kind = "server",
+            rpc.system = "grpc",
+            rpc.service = "envoy.service.ratelimit.v3.RateLimitService",
+            rpc.method = "ShouldRateLimit",
+            rpc.grpc.status_code = tracing::field::Empty,
+            namespace = tracing::field::Empty,
+            decision = tracing::field::Empty,
+            envoy.overall_code = tracing::field::Empty,
+        );
+        let (answer, req, known) =
+            tracing::Instrument::instrument(self.answer(req), span.clone()).await;
         let code = match &answer {
             Ok(r) if r.overall_code == Code::OverLimit as i32 => "OVER_LIMIT",
             Ok(_) => "OK",
@@ -366,7 +366,12 @@ impl RateLimitService for Rls {
             Err(s) if s.code() == tonic::Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
             Err(_) => "INTERNAL",
         };
-        let domain = if ns.is_some() {
+        span.record(
+            "rpc.grpc.status_code",
+            answer.as_ref().map_or_else(|s| s.code() as i32, |_| 0),
+        );
+        span.record("envoy.overall_code", code);
+        let domain = if known {
             req.domain.as_str()
         } else {
             // one series for every domain that is no namespace: clients pick domains
@@ -379,6 +384,45 @@ impl RateLimitService for Rls {
             start.elapsed(),
         );
         answer.map(Response::new)
+    }
+}
+
+impl Rls {
+    /// A `ShouldRateLimit` call's answer, the request back, and whether its domain is a
+    /// namespace.
+    async fn answer(
+        &self,
+        req: RateLimitRequest,
+    ) -> (Result<RateLimitResponse, Status>, RateLimitRequest, bool) {
+        let ns = self.state.namespace(&req.domain).ok();
+        let known = ns.is_some();
+        match &ns {
+            // run to its end in a task of its own: Envoy giving up (its timeout is 20 ms
+            // by default) must not leave some descriptors counted and the rest not
+            Some(n)
+                if n.counts_in_the_store()
+                    || (n.concurrency.is_some() && n.sync.store().is_some()) =>
+            {
+                use tracing::Instrument;
+                let (this, ns) = (self.clone(), n.clone());
+                let domain = req.domain.clone();
+                let task = tokio::spawn(
+                    async move { (this.decide(&req, Some(&ns)).await, req) }.in_current_span(),
+                );
+                match task.await {
+                    Ok((answer, req)) => (answer, req, known),
+                    Err(_) => (
+                        Err(Status::internal("internal error")),
+                        RateLimitRequest {
+                            domain,
+                            ..Default::default()
+                        },
+                        known,
+                    ),
+                }
+            }
+            _ => (self.decide(&req, ns.as_deref()).await, req, known),
+        }
     }
 }
 

@@ -55,8 +55,10 @@ where
         !std::mem::replace(&mut q.flushing, true)
     };
     if lead {
+        use tracing::Instrument;
         let queue = queue.clone();
-        tasks.spawn(async move {
+        // under the leading request's span: the batch's store calls are its children
+        let flush = async move {
             loop {
                 let batch: Vec<_> = {
                     let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -91,7 +93,8 @@ where
                     }
                 }
             }
-        });
+        };
+        tasks.spawn(flush.in_current_span());
     }
     match rx.await {
         Ok(r) => r,

@@ -78,7 +78,11 @@ impl NamespaceSync {
         };
         if lead {
             let this = self.clone();
-            self.flushes.spawn(async move { this.load_waiting().await });
+            // under the leading request's span: the read is its child
+            self.flushes
+                .spawn(tracing::Instrument::in_current_span(async move {
+                    this.load_waiting().await
+                }));
         }
         // no caller waits longer than store_timeout in all, even behind a read in flight:
         // past it, it answers from what the node knows (the read still lands)

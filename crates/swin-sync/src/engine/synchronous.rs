@@ -92,8 +92,11 @@ impl NamespaceSync {
         };
         if lead {
             let this = self.clone();
+            // under the leading request's span: the batch's store calls are its children
             self.flushes
-                .spawn(async move { this.flush_synchronous().await });
+                .spawn(tracing::Instrument::in_current_span(async move {
+                    this.flush_synchronous().await
+                }));
         }
         rx.await.ok().flatten()
     }

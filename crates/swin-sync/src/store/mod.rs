@@ -325,6 +325,36 @@ macro_rules! dispatch {
 }
 
 impl Store {
+    /// `call`, in a span of its own (`swin::store`, TRACE: made only when traces are on)
+    /// under the request or sync that made it.
+    fn traced<'a, T>(
+        &self,
+        op: &'static str,
+        namespace: &str,
+        call: impl Future<Output = Result<T, StoreError>> + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        use tracing::Instrument;
+        let span = tracing::trace_span!(
+            target: "swin::store",
+            "store",
+            otel.name = op,
+            otel.kind = "client",
+            db.system.name = self.kind().name(),
+            db.namespace = namespace,
+            error.type = tracing::field::Empty,
+        );
+        Box::pin(
+            async move {
+                let r = call.await;
+                if let Err(e) = &r {
+                    tracing::Span::current().record("error.type", tracing::field::display(e));
+                }
+                r
+            }
+            .instrument(span),
+        )
+    }
+
     pub fn kind(&self) -> StoreKind {
         dispatch!(self, s => s.kind())
     }
@@ -344,7 +374,9 @@ impl Store {
         namespace: &'a str,
         push: Push<'a>,
     ) -> BoxFuture<'a, Result<Pushed, StoreError>> {
-        Box::pin(async move { dispatch!(self, s => s.push(namespace, push).await) })
+        self.traced("push", namespace, async move {
+            dispatch!(self, s => s.push(namespace, push).await)
+        })
     }
 
     /// See [`Counters::read`]; no call for no keys.
@@ -353,7 +385,7 @@ impl Store {
         namespace: &'a str,
         keys: &'a [WindowKey],
     ) -> BoxFuture<'a, Result<Vec<Total>, StoreError>> {
-        Box::pin(async move {
+        self.traced("read", namespace, async move {
             if keys.is_empty() {
                 return Ok(Vec::new());
             }
@@ -367,7 +399,9 @@ impl Store {
         namespace: &'a str,
         windows: &'a [(u32, i64)],
     ) -> BoxFuture<'a, Result<Vec<Total>, StoreError>> {
-        Box::pin(async move { dispatch!(self, s => s.load_namespace(namespace, windows).await) })
+        self.traced("load_namespace", namespace, async move {
+            dispatch!(self, s => s.load_namespace(namespace, windows).await)
+        })
     }
 
     /// See [`Counters::purge`].
@@ -381,7 +415,7 @@ impl Store {
         namespace: &'a str,
         push: TatPush<'a>,
     ) -> BoxFuture<'a, Result<Vec<Tat>, StoreError>> {
-        Box::pin(async move {
+        self.traced("push_tats", namespace, async move {
             if push.advances.is_empty() {
                 return Ok(Vec::new());
             }
@@ -395,7 +429,7 @@ impl Store {
         namespace: &'a str,
         keys: &'a [CompactString],
     ) -> BoxFuture<'a, Result<Vec<Tat>, StoreError>> {
-        Box::pin(async move {
+        self.traced("read_tats", namespace, async move {
             if keys.is_empty() {
                 return Ok(Vec::new());
             }
@@ -409,7 +443,9 @@ impl Store {
         namespace: &'a str,
         now_ns: i64,
     ) -> BoxFuture<'a, Result<Vec<Tat>, StoreError>> {
-        Box::pin(async move { dispatch!(self, s => s.load_tats(namespace, now_ns).await) })
+        self.traced("load_tats", namespace, async move {
+            dispatch!(self, s => s.load_tats(namespace, now_ns).await)
+        })
     }
 
     /// See [`Counters::reset`].
@@ -419,7 +455,9 @@ impl Store {
         key: &'a str,
         window_sizes: &'a [u32],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move { dispatch!(self, s => s.reset(namespace, key, window_sizes).await) })
+        self.traced("reset", namespace, async move {
+            dispatch!(self, s => s.reset(namespace, key, window_sizes).await)
+        })
     }
 
     /// See [`Counters::ping`].
@@ -433,7 +471,9 @@ impl Store {
         namespace: &'a str,
         limit: &'a StoredLimit,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move { dispatch!(self, s => s.put_limit(namespace, limit).await) })
+        self.traced("put_limit", namespace, async move {
+            dispatch!(self, s => s.put_limit(namespace, limit).await)
+        })
     }
 
     /// See [`Limits::delete_limit`].
@@ -442,7 +482,9 @@ impl Store {
         namespace: &'a str,
         key: &'a str,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move { dispatch!(self, s => s.delete_limit(namespace, key).await) })
+        self.traced("delete_limit", namespace, async move {
+            dispatch!(self, s => s.delete_limit(namespace, key).await)
+        })
     }
 
     /// See [`Limits::read_limits`]; no call for no keys.
@@ -451,7 +493,7 @@ impl Store {
         namespace: &'a str,
         keys: &'a [&'a str],
     ) -> BoxFuture<'a, Result<Vec<StoredLimit>, StoreError>> {
-        Box::pin(async move {
+        self.traced("read_limits", namespace, async move {
             if keys.is_empty() {
                 return Ok(Vec::new());
             }
@@ -478,7 +520,9 @@ impl Store {
         namespace: &'a str,
         since: Option<&'a str>,
     ) -> BoxFuture<'a, Result<LimitChanges, StoreError>> {
-        Box::pin(async move { dispatch!(self, s => s.limit_changes(namespace, since).await) })
+        self.traced("limit_changes", namespace, async move {
+            dispatch!(self, s => s.limit_changes(namespace, since).await)
+        })
     }
 
     /// See [`Leases::acquire`].
@@ -487,7 +531,9 @@ impl Store {
         namespace: &'a str,
         acquire: Acquire<'a>,
     ) -> BoxFuture<'a, Result<Acquired, StoreError>> {
-        Box::pin(async move { dispatch!(self, s => s.acquire(namespace, acquire).await) })
+        self.traced("acquire", namespace, async move {
+            dispatch!(self, s => s.acquire(namespace, acquire).await)
+        })
     }
 
     /// See [`Leases::release`] (`renew_to: None`) and [`Leases::renew`].
@@ -499,7 +545,7 @@ impl Store {
         now: UnixMs,
         renew_to: Option<UnixMs>,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move {
+        self.traced("end_or_renew", namespace, async move {
             match renew_to {
                 None => dispatch!(self, s => s.release(namespace, key, lease, now).await),
                 Some(t) => dispatch!(self, s => s.renew(namespace, key, lease, t, now).await),
@@ -516,7 +562,7 @@ impl Store {
         count: u32,
         now: UnixMs,
     ) -> BoxFuture<'a, Result<u32, StoreError>> {
-        Box::pin(async move {
+        self.traced("release_slots", namespace, async move {
             dispatch!(self, s => s.release_slots(namespace, key, prefix, count, now).await)
         })
     }
@@ -527,7 +573,9 @@ impl Store {
         namespace: &'a str,
         now: UnixMs,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(async move { dispatch!(self, s => s.in_flight(namespace, now).await) })
+        self.traced("leases_in_flight", namespace, async move {
+            dispatch!(self, s => s.in_flight(namespace, now).await)
+        })
     }
 
     /// See [`Quota::hold`]; no call for no holds.
@@ -537,7 +585,7 @@ impl Store {
         holder: &'a crate::Holder,
         holds: &'a [Hold],
     ) -> BoxFuture<'a, Result<Vec<Held>, StoreError>> {
-        Box::pin(async move {
+        self.traced("hold", namespace, async move {
             if holds.is_empty() {
                 return Ok(Vec::new());
             }
@@ -552,7 +600,7 @@ impl Store {
         holder: &'a crate::Holder,
         grants: &'a [Grant],
     ) -> BoxFuture<'a, Result<Vec<Granted>, StoreError>> {
-        Box::pin(async move {
+        self.traced("grant", namespace, async move {
             if grants.is_empty() {
                 return Ok(Vec::new());
             }

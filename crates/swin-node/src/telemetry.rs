@@ -1,0 +1,104 @@
+//! Logs, and traces over OTLP (`[telemetry]`).
+//!
+//! The request path makes its spans at TRACE level under targets of their own
+//! ([`REQUEST`], and `swin::store` for store calls, made in swin-sync): the log's filter
+//! (`RUST_LOG`, INFO by default) never takes them, so with no `otlp_endpoint` every one of
+//! them is a callsite that is off — one cached check, no span made. With it, a layer of
+//! tracing-opentelemetry takes those targets only and hands the spans to OpenTelemetry's
+//! SDK, which samples them (`sample_ratio`, parent-based) and exports them in batches
+//! over OTLP/gRPC from a thread of its own.
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
+
+use crate::config::{LogFormat, TelemetryConfig};
+
+/// The target of a request's span (both doors).
+pub const REQUEST: &str = "swin::request";
+
+/// What keeps the traces going until the node stops.
+#[derive(Debug)]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+/// Sets the process's logging in `format`, and traces when `telemetry` says where to.
+/// Needs the runtime (the exporter's channel lives on it).
+pub fn init(format: LogFormat, telemetry: Option<&TelemetryConfig>) -> anyhow::Result<Telemetry> {
+    use std::io::IsTerminal;
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_ansi(std::io::stderr().is_terminal()) // no colour codes in files and journals
+        .with_writer(std::io::stderr);
+    let log = match format {
+        LogFormat::Json => fmt.json().with_filter(filter).boxed(),
+        LogFormat::Pretty => fmt.with_filter(filter).boxed(),
+    };
+    let Some(config) = telemetry else {
+        tracing_subscriber::registry().with(log).try_init()?;
+        return Ok(Telemetry { provider: None });
+    };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(config.otlp_endpoint.clone())
+        .build()?;
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+            config.sample_ratio,
+        ))))
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name(config.service_name.clone())
+                .build(),
+        )
+        .build();
+    let traces = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("swin-node"))
+        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            m.target().starts_with("swin::")
+        }));
+    tracing_subscriber::registry()
+        .with(log)
+        .with(traces)
+        .try_init()?;
+    tracing::info!(
+        endpoint = config.otlp_endpoint,
+        service = config.service_name,
+        ratio = config.sample_ratio,
+        "traces over OTLP"
+    );
+    Ok(Telemetry {
+        provider: Some(provider),
+    })
+}
+
+impl Telemetry {
+    /// Exports the spans still waiting (the node is stopping).
+    pub async fn shutdown(self) {
+        let Some(provider) = self.provider else {
+            return;
+        };
+        // the SDK's shutdown blocks until its export thread has flushed
+        let done = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+        if let Ok(Err(e)) = done {
+            tracing::warn!(cause = %e, "the last traces were not exported");
+        }
+    }
+}
+
+/// Records what a request decided on its span, when traces are on: the namespace and
+/// the outcome (`allowed`, `denied`, `shadow_denied`; the last hit's, for a request of
+/// several).
+pub fn decided(namespace: &str, outcome: &'static str) {
+    if tracing::enabled!(target: REQUEST, tracing::Level::TRACE) {
+        let span = tracing::Span::current();
+        span.record("namespace", namespace);
+        span.record("decision", outcome);
+    }
+}

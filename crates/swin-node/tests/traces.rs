@@ -1,0 +1,235 @@
+//! Traces over OTLP (`[telemetry]`) received by a real OTLP/gRPC receiver
+//! (`tests/otlp/receiver.py`: OpenTelemetry's published protos served by grpcio, in the
+//! virtual environment scripts/test keeps): a span per request on both doors, named by
+//! route or method, with the namespace and the decision, and the store calls it made as
+//! its children; a node whose `sample_ratio` is 0 sends none.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use swin_testkit::cluster::{use_node_binary, Node, TestStore};
+use swin_testkit::ChildGuard;
+
+/// One span as the receiver printed it.
+#[derive(Debug, Clone, serde::Deserialize)]
+struct Span {
+    service: Option<String>,
+    trace_id: String,
+    span_id: String,
+    parent_span_id: String,
+    name: String,
+    attributes: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Span {
+    fn attr(&self, key: &str) -> &serde_json::Value {
+        self.attributes.get(key).unwrap_or(&serde_json::Value::Null)
+    }
+}
+
+/// The receiver on `port`, printing spans into `out`.
+fn receiver(port: u16, out: &Path) -> ChildGuard {
+    let python = std::env::var("SWIN_PYTHON").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../target/tools/venv/bin/python"
+        )
+        .into()
+    });
+    let child = Command::new(python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/otlp/receiver.py"
+        ))
+        .arg(port.to_string())
+        .stdout(std::fs::File::create(out).expect("spans file"))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python with opentelemetry-proto (scripts/test makes the venv)");
+    let guard = ChildGuard(child);
+    swin_testkit::wait_for_port(port, Duration::from_secs(30));
+    guard
+}
+
+fn spans(out: &Path) -> Vec<Span> {
+    let file = std::fs::File::open(out).expect("spans file");
+    BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| serde_json::from_str(&l).ok())
+        .collect()
+}
+
+fn config(store: &TestStore, otlp_port: u16, grpc_port: u16, service: &str, ratio: f64) -> String {
+    format!(
+        "store_timeout = 2
+grpc_listen = \"127.0.0.1:{grpc_port}\"
+{}
+[telemetry]
+otlp_endpoint = \"http://127.0.0.1:{otlp_port}\"
+service_name = \"{service}\"
+sample_ratio = {ratio}
+
+[[namespaces]]
+name = \"api\"
+window_sizes = [60]
+sync_rate = 0
+store = \"main\"
+limits = [{{ window_size = 60, limit = 1 }}]
+
+[[namespaces]]
+name = \"edge\"
+sync_rate = 0
+store = \"main\"
+[[namespaces.descriptors]]
+key = \"user\"
+rate_limit = {{ unit = \"minute\", requests_per_unit = 5 }}
+",
+        store.section()
+    )
+}
+
+/// Two hits of `key` on `api` (allowed, denied) and an Envoy call on `edge`, then a stop (which
+/// exports what is left).
+async fn traffic(config: &Path, grpc_port: u16, key: &str) {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use_node_binary(env!("CARGO_BIN_EXE_swin-node"));
+    let mut node = Node::spawn(config);
+    let c = reqwest::Client::new();
+    for want in [200, 429] {
+        let r = c
+            .post(format!("{}/v1/namespaces/api/keys/{key}/hit", node.base))
+            .send()
+            .await
+            .expect("hit");
+        assert_eq!(r.status(), want);
+    }
+    swin_testkit::wait_for_port(grpc_port, Duration::from_secs(30));
+    let mut g = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc_port}"))
+        .await
+        .expect("connect");
+    g.should_rate_limit(RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".into(),
+                value: "alice".into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    })
+    .await
+    .expect("ShouldRateLimit");
+    assert!(node.terminate(), "a clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_and_their_store_calls_reach_an_otlp_receiver() {
+    let dir = tempfile::tempdir().expect("dir");
+    let otlp_port = swin_testkit::free_port();
+    let out = dir.path().join("spans.jsonl");
+    let _receiver = receiver(otlp_port, &out);
+    let store = TestStore::redis();
+
+    // sampled out: a node at 0 sends nothing
+    let path = dir.path().join("unsampled.toml");
+    let grpc_port = swin_testkit::free_port();
+    std::fs::write(
+        &path,
+        config(&store, otlp_port, grpc_port, "swin-unsampled", 0.0),
+    )
+    .expect("config");
+    traffic(&path, grpc_port, "unsampled").await;
+
+    let path = dir.path().join("traced.toml");
+    let grpc_port = swin_testkit::free_port();
+    std::fs::write(
+        &path,
+        config(&store, otlp_port, grpc_port, "swin-traced", 1.0),
+    )
+    .expect("config");
+    traffic(&path, grpc_port, "traced").await;
+
+    // the stop exported them; the receiver prints as it receives
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut all = spans(&out);
+    let hit = "POST /v1/namespaces/{namespace}/keys/{key}/hit";
+    while all.iter().filter(|s| s.name == hit).count() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        all = spans(&out);
+    }
+    assert!(
+        all.iter()
+            .all(|s| s.service.as_deref() == Some("swin-traced")),
+        "only the sampled node's spans: {all:#?}"
+    );
+    let children = |parent: &Span| -> Vec<Span> {
+        all.iter()
+            .filter(|s| s.trace_id == parent.trace_id && s.parent_span_id == parent.span_id)
+            .cloned()
+            .collect()
+    };
+
+    let hits: Vec<&Span> = all.iter().filter(|s| s.name == hit).collect();
+    assert_eq!(hits.len(), 2, "{all:#?}");
+    let decided: Vec<(&serde_json::Value, &serde_json::Value, &serde_json::Value)> = hits
+        .iter()
+        .map(|s| {
+            (
+                s.attr("namespace"),
+                s.attr("decision"),
+                s.attr("http.response.status_code"),
+            )
+        })
+        .collect();
+    for want in [("allowed", 200), ("denied", 429)] {
+        assert!(
+            decided
+                .iter()
+                .any(|(n, d, c)| *n == "api" && *d == want.0 && **c == want.1),
+            "{want:?}: {decided:?}"
+        );
+    }
+    for s in &hits {
+        assert_eq!(s.parent_span_id, "", "a request's span is a root: {s:?}");
+        assert_eq!(
+            s.attr("http.route"),
+            "/v1/namespaces/{namespace}/keys/{key}/hit"
+        );
+        // synchronous: the hit went to the store while the request waited
+        let store_calls = children(s);
+        assert!(
+            store_calls.iter().any(|c| c.name == "push"
+                && c.attr("db.system.name") == "redis"
+                && c.attr("db.namespace") == "api"),
+            "{s:?}: {store_calls:#?}"
+        );
+    }
+
+    let rls: Vec<&Span> = all
+        .iter()
+        .filter(|s| s.name == "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+        .collect();
+    assert_eq!(rls.len(), 1, "{all:#?}");
+    let rls = rls[0];
+    assert_eq!(
+        (
+            rls.attr("namespace"),
+            rls.attr("decision"),
+            rls.attr("envoy.overall_code")
+        ),
+        (&"edge".into(), &"allowed".into(), &"OK".into())
+    );
+    assert!(
+        children(rls)
+            .iter()
+            .any(|c| c.name == "push" && c.attr("db.namespace") == "edge"),
+        "{rls:?}: {all:#?}"
+    );
+}
