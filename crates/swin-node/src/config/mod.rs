@@ -96,8 +96,7 @@ pub struct TelemetryConfig {
     pub otlp_endpoint: String,
     /// `service.name` of the spans (default `swin-node`).
     pub service_name: String,
-    /// The share of traces kept, 0 to 1 (default 1); a request whose caller sent a
-    /// sampled trace context is kept with it.
+    /// The share of requests traced, 0 to 1 (default 1), by trace id.
     pub sample_ratio: f64,
 }
 
