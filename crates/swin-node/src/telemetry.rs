@@ -92,6 +92,34 @@ impl Telemetry {
     }
 }
 
+/// Makes `span` (a request's) the child of the trace its caller sent in a W3C
+/// `traceparent` header, when traces are on and there is one: the request joins the
+/// caller's trace, and its sampling follows the caller's.
+pub fn continue_trace(span: &tracing::Span, headers: &axum::http::HeaderMap) {
+    use opentelemetry::propagation::TextMapPropagator;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if span.is_disabled() || !headers.contains_key("traceparent") {
+        return;
+    }
+    let cx =
+        opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&Headers(headers));
+    // a malformed traceparent extracts as no parent: the span stays a root
+    let _ = span.set_parent(cx);
+}
+
+/// A request's headers as the propagator reads them.
+struct Headers<'a>(&'a axum::http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(axum::http::HeaderName::as_str).collect()
+    }
+}
+
 /// Records what a request decided on its span, when traces are on: the namespace and
 /// the outcome (`allowed`, `denied`, `shadow_denied`; the last hit's, for a request of
 /// several).

@@ -2,7 +2,8 @@
 //! (`tests/otlp/receiver.py`: OpenTelemetry's published protos served by grpcio, in the
 //! virtual environment scripts/test keeps): a span per request on both doors, named by
 //! route or method, with the namespace and the decision, and the store calls it made as
-//! its children; a node whose `sample_ratio` is 0 sends none.
+//! its children, joining the caller's trace when it sent a `traceparent`; a node whose
+//! `sample_ratio` is 0 sends none of its own.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -91,9 +92,18 @@ rate_limit = {{ unit = \"minute\", requests_per_unit = 5 }}
     )
 }
 
-/// Two hits of `key` on `api` (allowed, denied) and an Envoy call on `edge`, then a stop (which
-/// exports what is left).
-async fn traffic(config: &Path, grpc_port: u16, key: &str) {
+/// A caller's trace context: the trace and the caller's span the node's spans join.
+const HTTP_PARENT: (&str, &str) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+const GRPC_PARENT: (&str, &str) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+
+fn traceparent((trace, span): (&str, &str)) -> String {
+    format!("00-{trace}-{span}-01")
+}
+
+/// Two hits of `key` on `api` (allowed, denied) and an Envoy call on `edge`, then a stop
+/// (which exports what is left); with `joined`, the allowed hit and the Envoy call carry
+/// a caller's `traceparent`.
+async fn traffic(config: &Path, grpc_port: u16, key: &str, joined: bool) {
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -102,18 +112,33 @@ async fn traffic(config: &Path, grpc_port: u16, key: &str) {
     let mut node = Node::spawn(config);
     let c = reqwest::Client::new();
     for want in [200, 429] {
+        let mut req = c.post(format!("{}/v1/namespaces/api/keys/{key}/hit", node.base));
+        if joined && want == 200 {
+            req = req.header("traceparent", traceparent(HTTP_PARENT));
+        }
+        let r = req.send().await.expect("hit");
+        assert_eq!(r.status(), want);
+    }
+    // a caller's context that is no context leaves the span a root, the request answered
+    for odd in [
+        "00-zz-yy-01",
+        "00-00000000000000000000000000000000-0000000000000000-01",
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736",
+    ] {
         let r = c
-            .post(format!("{}/v1/namespaces/api/keys/{key}/hit", node.base))
+            .get(format!("{}/healthz", node.base))
+            .header("traceparent", odd)
             .send()
             .await
-            .expect("hit");
-        assert_eq!(r.status(), want);
+            .expect("healthz");
+        assert_eq!(r.status(), 200, "{odd:?}");
     }
     swin_testkit::wait_for_port(grpc_port, Duration::from_secs(30));
     let mut g = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc_port}"))
         .await
         .expect("connect");
-    g.should_rate_limit(RateLimitRequest {
+    let mut call = tonic::Request::new(RateLimitRequest {
         domain: "edge".into(),
         descriptors: vec![RateLimitDescriptor {
             entries: vec![Entry {
@@ -123,9 +148,12 @@ async fn traffic(config: &Path, grpc_port: u16, key: &str) {
             ..Default::default()
         }],
         hits_addend: 1,
-    })
-    .await
-    .expect("ShouldRateLimit");
+    });
+    if joined {
+        let parent = traceparent(GRPC_PARENT).parse().expect("metadata");
+        call.metadata_mut().insert("traceparent", parent);
+    }
+    g.should_rate_limit(call).await.expect("ShouldRateLimit");
     assert!(node.terminate(), "a clean stop");
 }
 
@@ -145,7 +173,7 @@ async fn requests_and_their_store_calls_reach_an_otlp_receiver() {
         config(&store, otlp_port, grpc_port, "swin-unsampled", 0.0),
     )
     .expect("config");
-    traffic(&path, grpc_port, "unsampled").await;
+    traffic(&path, grpc_port, "unsampled", false).await;
 
     let path = dir.path().join("traced.toml");
     let grpc_port = swin_testkit::free_port();
@@ -154,7 +182,7 @@ async fn requests_and_their_store_calls_reach_an_otlp_receiver() {
         config(&store, otlp_port, grpc_port, "swin-traced", 1.0),
     )
     .expect("config");
-    traffic(&path, grpc_port, "traced").await;
+    traffic(&path, grpc_port, "traced", true).await;
 
     // the stop exported them; the receiver prints as it receives
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -197,7 +225,16 @@ async fn requests_and_their_store_calls_reach_an_otlp_receiver() {
         );
     }
     for s in &hits {
-        assert_eq!(s.parent_span_id, "", "a request's span is a root: {s:?}");
+        // the allowed hit joined its caller's trace; the denied one is a root
+        let parent = match s.attr("decision").as_str() {
+            Some("allowed") => HTTP_PARENT,
+            _ => (s.trace_id.as_str(), ""),
+        };
+        assert_eq!(
+            (s.trace_id.as_str(), s.parent_span_id.as_str()),
+            parent,
+            "{s:?}"
+        );
         assert_eq!(
             s.attr("http.route"),
             "/v1/namespaces/{namespace}/keys/{key}/hit"
@@ -225,6 +262,11 @@ async fn requests_and_their_store_calls_reach_an_otlp_receiver() {
             rls.attr("envoy.overall_code")
         ),
         (&"edge".into(), &"allowed".into(), &"OK".into())
+    );
+    assert_eq!(
+        (rls.trace_id.as_str(), rls.parent_span_id.as_str()),
+        GRPC_PARENT,
+        "Envoy's call joined its caller's trace"
     );
     assert!(
         children(rls)

@@ -118,6 +118,7 @@ async fn front(State(state): State<Arc<AppState>>, req: Request, next: Next) -> 
         namespace = tracing::field::Empty,
         decision = tracing::field::Empty,
     );
+    crate::telemetry::continue_trace(&span, req.headers());
     let resp = match bounded_head(&req) {
         Some(refused) => refused,
         None => {

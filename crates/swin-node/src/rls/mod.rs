@@ -342,7 +342,7 @@ impl RateLimitService for Rls {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let start = std::time::Instant::now();
-        let req = request.into_inner();
+        let (metadata, _, req) = request.into_parts();
         let span = tracing::trace_span!(
             target: crate::telemetry::REQUEST,
             "request",
@@ -356,6 +356,9 @@ impl RateLimitService for Rls {
             decision = tracing::field::Empty,
             envoy.overall_code = tracing::field::Empty,
         );
+        if !span.is_disabled() {
+            crate::telemetry::continue_trace(&span, &metadata.into_headers());
+        }
         let (answer, req, known) =
             tracing::Instrument::instrument(self.answer(req), span.clone()).await;
         let code = match &answer {
