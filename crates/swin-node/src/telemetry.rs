@@ -5,8 +5,12 @@
 //! (`RUST_LOG`, INFO by default) never takes them, so with no `otlp_endpoint` every one of
 //! them is a callsite that is off — one cached check, no span made. With it, a layer of
 //! tracing-opentelemetry takes those targets only and hands the spans to OpenTelemetry's
-//! SDK, which samples them (`sample_ratio`, parent-based) and exports them in batches
-//! over OTLP/gRPC from a thread of its own.
+//! SDK, which exports them in batches over OTLP/gRPC from a thread of its own.
+//!
+//! Sampling is decided before a request's span is made ([`sampled`]): a span made and
+//! dropped by a sampler afterwards costs nearly what a kept one does (measured:
+//! BENCHMARKS.md), so a request not sampled makes no span, and its store calls none
+//! either (they are made only under a request's span).
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
@@ -19,6 +23,48 @@ use crate::config::{LogFormat, TelemetryConfig};
 
 /// The target of a request's span (both doors).
 pub const REQUEST: &str = "swin::request";
+
+/// `sample_ratio`, as f64 bits (set once, at start).
+static RATIO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether a request gets a span: traces are on, and its caller's `traceparent` says
+/// sampled, or (without one, or with one that is malformed) a draw under `sample_ratio`.
+pub fn sampled(headers: &axum::http::HeaderMap) -> bool {
+    if !tracing::enabled!(target: REQUEST, tracing::Level::TRACE) {
+        return false;
+    }
+    if let Some(flags) = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parent_flags)
+    {
+        return flags & 1 == 1;
+    }
+    let ratio = f64::from_bits(RATIO.load(std::sync::atomic::Ordering::Relaxed));
+    ratio >= 1.0 || rand::random::<f64>() < ratio
+}
+
+/// The trace flags of a well-formed W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`,
+/// ids not all zero).
+fn parent_flags(v: &str) -> Option<u8> {
+    let mut parts = v.trim().split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let zero = |s: &str| s.bytes().all(|b| b == b'0');
+    if version != "00"
+        || parts.next().is_some()
+        || !hex(trace, 32)
+        || !hex(span, 16)
+        || !hex(flags, 2)
+    {
+        return None;
+    }
+    if zero(trace) || zero(span) {
+        return None;
+    }
+    u8::from_str_radix(flags, 16).ok()
+}
 
 /// What keeps the traces going until the node stops.
 #[derive(Debug)]
@@ -47,19 +93,27 @@ pub fn init(format: LogFormat, telemetry: Option<&TelemetryConfig>) -> anyhow::R
         .with_tonic()
         .with_endpoint(config.otlp_endpoint.clone())
         .build()?;
+    RATIO.store(
+        config.sample_ratio.to_bits(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    // every span made is kept: the sampling is decided before a request's is made
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
-        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-            config.sample_ratio,
-        ))))
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
         .with_resource(
             opentelemetry_sdk::Resource::builder()
                 .with_service_name(config.service_name.clone())
                 .build(),
         )
         .build();
+    // no busy/idle clocks, source locations or thread names per span: the figures a
+    // span carries are its own fields
     let traces = tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("swin-node"))
+        .with_tracked_inactivity(false)
+        .with_location(false)
+        .with_threads(false)
         .with_filter(tracing_subscriber::filter::filter_fn(|m| {
             m.target().starts_with("swin::")
         }));
@@ -128,5 +182,32 @@ pub fn decided(namespace: &str, outcome: &'static str) {
         let span = tracing::Span::current();
         span.record("namespace", namespace);
         span.record("decision", outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parent_flags;
+
+    #[test]
+    fn only_a_well_formed_traceparent_has_flags() {
+        let ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-";
+        assert_eq!(parent_flags(&format!("{ok}01")), Some(1));
+        assert_eq!(parent_flags(&format!("{ok}00")), Some(0));
+        assert_eq!(parent_flags(&format!(" {ok}01 ")), Some(1));
+        for bad in [
+            "",
+            "00",
+            "00-zz-yy-01",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-+1",
+        ] {
+            assert_eq!(parent_flags(bad), None, "{bad:?}");
+        }
     }
 }

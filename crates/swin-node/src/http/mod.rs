@@ -106,8 +106,11 @@ async fn front(State(state): State<Arc<AppState>>, req: Request, next: Next) -> 
     let route = req.extensions().get::<MatchedPath>().cloned();
     let start = std::time::Instant::now();
     let name = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    // off (a callsite no layer takes) unless traces are on
-    let span = tracing::trace_span!(
+    // none unless traces are on and this request is sampled
+    let span = if !crate::telemetry::sampled(req.headers()) {
+        tracing::Span::none()
+    } else {
+        tracing::trace_span!(
         target: crate::telemetry::REQUEST,
         "request",
         otel.name = %format_args!("{} {name}", req.method()),
@@ -117,7 +120,8 @@ async fn front(State(state): State<Arc<AppState>>, req: Request, next: Next) -> 
         http.response.status_code = tracing::field::Empty,
         namespace = tracing::field::Empty,
         decision = tracing::field::Empty,
-    );
+        )
+    };
     crate::telemetry::continue_trace(&span, req.headers());
     let resp = match bounded_head(&req) {
         Some(refused) => refused,

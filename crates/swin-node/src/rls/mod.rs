@@ -343,7 +343,12 @@ impl RateLimitService for Rls {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let start = std::time::Instant::now();
         let (metadata, _, req) = request.into_parts();
-        let span = tracing::trace_span!(
+        let headers = metadata.into_headers();
+        // none unless traces are on and this call is sampled
+        let span = if !crate::telemetry::sampled(&headers) {
+            tracing::Span::none()
+        } else {
+            tracing::trace_span!(
             target: crate::telemetry::REQUEST,
             "request",
             otel.name = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
@@ -355,10 +360,9 @@ impl RateLimitService for Rls {
             namespace = tracing::field::Empty,
             decision = tracing::field::Empty,
             envoy.overall_code = tracing::field::Empty,
-        );
-        if !span.is_disabled() {
-            crate::telemetry::continue_trace(&span, &metadata.into_headers());
-        }
+            )
+        };
+        crate::telemetry::continue_trace(&span, &headers);
         let (answer, req, known) =
             tracing::Instrument::instrument(self.answer(req), span.clone()).await;
         let code = match &answer {

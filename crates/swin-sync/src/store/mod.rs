@@ -326,7 +326,7 @@ macro_rules! dispatch {
 
 impl Store {
     /// `call`, in a span of its own (`swin::store`, TRACE: made only when traces are on)
-    /// under the request or sync that made it.
+    /// under the request that made it.
     fn traced<'a, T>(
         &self,
         op: &'static str,
@@ -334,6 +334,12 @@ impl Store {
         call: impl Future<Output = Result<T, StoreError>> + Send + 'a,
     ) -> BoxFuture<'a, Result<T, StoreError>> {
         use tracing::Instrument;
+        // only under a request's span: a request not sampled makes none, nor do syncs
+        if !tracing::enabled!(target: "swin::store", tracing::Level::TRACE)
+            || tracing::Span::current().is_none()
+        {
+            return Box::pin(call);
+        }
         let span = tracing::trace_span!(
             target: "swin::store",
             "store",
