@@ -96,7 +96,7 @@ pub struct TelemetryConfig {
     pub otlp_endpoint: String,
     /// `service.name` of the spans (default `swin-node`).
     pub service_name: String,
-    /// The share of requests traced, 0 to 1 (default 1), by trace id; a request whose
+    /// The share of requests traced, 0 to 1 (default 1), drawn per request; a request whose
     /// caller sent a `traceparent` follows the caller's sampling.
     pub sample_ratio: f64,
 }
