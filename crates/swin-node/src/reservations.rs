@@ -264,6 +264,9 @@ async fn settle_later(
     );
 }
 
+/// Pieces a commit's overrun is charged in, in a namespace in shadow.
+const SHADOW_PIECES: usize = 16;
+
 /// Charges or gives back the difference between `cost` and `estimate`: (charged, given
 /// back, the key after it).
 async fn settle(
@@ -283,6 +286,26 @@ async fn settle(
     }
     let mut left = cost - estimate;
     let mut charged = 0.0;
+    if ns.limits.as_ref().is_some_and(|l| l.shadow) {
+        // a namespace in shadow refuses nothing: the whole overrun counts, in pieces
+        // every limit can take at once (at most SHADOW_PIECES; past that, uncharged)
+        let most = limits.most_at_once();
+        let mut last = None;
+        for _ in 0..SHADOW_PIECES {
+            if left <= 0.0 {
+                break;
+            }
+            let piece = left.min(most);
+            last = Some(take_under(ns, key, limits, piece, false, false, true).await?);
+            charged += piece;
+            left -= piece;
+        }
+        let after = match last {
+            Some(v) => v,
+            None => take_under(ns, key, limits, 0.0, true, false, true).await?,
+        };
+        return Ok((charged, 0.0, after));
+    }
     // what the limits leave, then that much at most; a hit racing in between can take
     // it first, so the room is read again (three tries, then the rest goes uncharged)
     for _ in 0..3 {

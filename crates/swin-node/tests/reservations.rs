@@ -32,7 +32,15 @@ limits = [{{ window_size = 86400, limit = {limit} }}]
         ns("tokens", "0.2", 1_000_000),
         ns("now", "0", 1_000_000),
         ns("small", "0", 10),
-    )
+    ) + "
+[[namespaces]]
+name = \"trial\"
+window_sizes = [86400]
+sync_rate = 0
+store = \"main\"
+shadow = true
+limits = [{ window_size = 86400, limit = 10 }]
+"
 }
 
 fn start(dir: &Path, store: &TestStore, name: &str) -> Node {
@@ -276,6 +284,49 @@ async fn reservations_across_nodes(store: TestStore) {
     )
     .await;
     assert_eq!(s, 429, "{kind}");
+
+    // in shadow nothing is refused: an overrun past the limit is charged whole
+    let (s, v) = post(
+        &c,
+        a,
+        "trial",
+        "over",
+        "reserve",
+        serde_json::json!({"cost": 2}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let id = v["reservation"].as_str().expect("reservation").to_owned();
+    let (s, v) = post(
+        &c,
+        b,
+        "trial",
+        "over",
+        "commit",
+        serde_json::json!({"reservation": id, "cost": 25}),
+    )
+    .await;
+    assert_eq!(s, 200, "{kind}: {v}");
+    assert_eq!(
+        (v["charged"].clone(), v["uncharged"].clone()),
+        (23.0.into(), 0.0.into()),
+        "{kind}: {v}"
+    );
+    assert_eq!(
+        total(cc, "trial", "over").await,
+        25.0,
+        "{kind}: every unit counted"
+    );
+    let (s, v) = post(
+        &c,
+        a,
+        "trial",
+        "over",
+        "reserve",
+        serde_json::json!({"cost": 1}),
+    )
+    .await;
+    assert_eq!((s, &v["shadow_denied"]), (200, &true.into()), "{kind}: {v}");
     drop(nodes);
 }
 

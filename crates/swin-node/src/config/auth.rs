@@ -28,7 +28,7 @@ pub enum Scope {
     Count,
     /// Decide: `…/hit`, `…/refund`, `/v1/hits`, `/v1/auth/{ns}`.
     Decide,
-    /// Operate: `DELETE …/keys/{key}`, `…/sync`, `GET /v1/namespaces`.
+    /// Operate: `DELETE …/keys/{key}`, `…/sync`, `GET /v1/namespaces`, the status page.
     Admin,
     /// `GET /metrics`.
     Metrics,

@@ -125,6 +125,14 @@ pub enum KeyLimits {
 }
 
 impl KeyLimits {
+    /// The most one hit may cost: the smallest window limit, or a bucket's burst.
+    pub fn most_at_once(&self) -> f64 {
+        match self {
+            KeyLimits::Gcra(g) => g.burst() as f64,
+            KeyLimits::Windows(set) => set.iter().map(|l| l.limit).fold(f64::INFINITY, f64::min),
+        }
+    }
+
     /// Whether any of the limits is in shadow.
     pub fn has_shadow(&self) -> bool {
         match self {
