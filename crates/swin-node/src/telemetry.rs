@@ -7,7 +7,7 @@
 //! tracing-opentelemetry takes those targets only and hands the spans to OpenTelemetry's
 //! SDK, which exports them in batches over OTLP/gRPC from a thread of its own.
 //!
-//! Sampling is decided before a request's span is made ([`sampled`]): a span made and
+//! Sampling is decided before a request's span is made ([`sample`]): a span made and
 //! dropped by a sampler afterwards costs nearly what a kept one does (measured:
 //! BENCHMARKS.md), so a request not sampled makes no span, and its store calls none
 //! either (they are made only under a request's span).
@@ -27,26 +27,50 @@ pub const REQUEST: &str = "swin::request";
 /// `sample_ratio`, as f64 bits (set once, at start).
 static RATIO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Whether a request gets a span: traces are on, and its caller's `traceparent` says
-/// sampled, or (without one, or with one that is malformed) a draw under `sample_ratio`.
-pub fn sampled(headers: &axum::http::HeaderMap) -> bool {
+/// Whether a request gets a span, and under which caller: `None` when traces are off or
+/// it is not sampled; else the context its span is the child of (empty without a
+/// caller). A caller's well-formed W3C `traceparent` decides by its sampled flag; without
+/// one (or with a malformed one) a draw under `sample_ratio` does.
+pub fn sample(headers: &axum::http::HeaderMap) -> Option<opentelemetry::Context> {
+    use opentelemetry::trace::TraceContextExt;
     if !tracing::enabled!(target: REQUEST, tracing::Level::TRACE) {
-        return false;
+        return None;
     }
-    if let Some(flags) = headers
+    if let Some(caller) = headers
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
-        .and_then(parent_flags)
+        .and_then(caller)
     {
-        return flags & 1 == 1;
+        return caller
+            .is_sampled()
+            .then(|| opentelemetry::Context::new().with_remote_span_context(caller));
     }
     let ratio = f64::from_bits(RATIO.load(std::sync::atomic::Ordering::Relaxed));
-    ratio >= 1.0 || rand::random::<f64>() < ratio
+    (ratio >= 1.0 || rand::random::<f64>() < ratio).then(opentelemetry::Context::new)
 }
 
-/// The trace flags of a well-formed W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`,
-/// ids not all zero).
-fn parent_flags(v: &str) -> Option<u8> {
+/// A request's span: `make`'s, as the child of `cx`'s caller if there is one, when
+/// [`sample`] gave a context; none otherwise.
+pub fn request_span(
+    cx: Option<opentelemetry::Context>,
+    make: impl FnOnce() -> tracing::Span,
+) -> tracing::Span {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let Some(cx) = cx else {
+        return tracing::Span::none();
+    };
+    let span = make();
+    if cx.has_active_span() {
+        let _ = span.set_parent(cx);
+    }
+    span
+}
+
+/// The caller's span of a well-formed W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`,
+/// ids not all zero; checked here, as OpenTelemetry's propagator takes shorter ids).
+fn caller(v: &str) -> Option<opentelemetry::trace::SpanContext> {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
     let mut parts = v.trim().split('-');
     let (version, trace, span, flags) =
         (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
@@ -57,13 +81,18 @@ fn parent_flags(v: &str) -> Option<u8> {
         || !hex(trace, 32)
         || !hex(span, 16)
         || !hex(flags, 2)
+        || zero(trace)
+        || zero(span)
     {
         return None;
     }
-    if zero(trace) || zero(span) {
-        return None;
-    }
-    u8::from_str_radix(flags, 16).ok()
+    Some(SpanContext::new(
+        TraceId::from_hex(trace).ok()?,
+        SpanId::from_hex(span).ok()?,
+        TraceFlags::new(u8::from_str_radix(flags, 16).ok()?),
+        true,
+        TraceState::default(),
+    ))
 }
 
 /// What keeps the traces going until the node stops.
@@ -146,34 +175,6 @@ impl Telemetry {
     }
 }
 
-/// Makes `span` (a request's) the child of the trace its caller sent in a W3C
-/// `traceparent` header, when traces are on and there is one: the request joins the
-/// caller's trace, and its sampling follows the caller's.
-pub fn continue_trace(span: &tracing::Span, headers: &axum::http::HeaderMap) {
-    use opentelemetry::propagation::TextMapPropagator;
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    if span.is_disabled() || !headers.contains_key("traceparent") {
-        return;
-    }
-    let cx =
-        opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&Headers(headers));
-    // a malformed traceparent extracts as no parent: the span stays a root
-    let _ = span.set_parent(cx);
-}
-
-/// A request's headers as the propagator reads them.
-struct Headers<'a>(&'a axum::http::HeaderMap);
-
-impl opentelemetry::propagation::Extractor for Headers<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0.keys().map(axum::http::HeaderName::as_str).collect()
-    }
-}
-
 /// Records what a request decided on its span, when traces are on: the namespace and
 /// the outcome (`allowed`, `denied`, `shadow_denied`; the last hit's, for a request of
 /// several).
@@ -187,7 +188,11 @@ pub fn decided(namespace: &str, outcome: &'static str) {
 
 #[cfg(test)]
 mod tests {
-    use super::parent_flags;
+    use super::caller;
+
+    fn parent_flags(v: &str) -> Option<u8> {
+        caller(v).map(|c| c.trace_flags().to_u8())
+    }
 
     #[test]
     fn only_a_well_formed_traceparent_has_flags() {

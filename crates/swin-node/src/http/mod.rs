@@ -107,9 +107,7 @@ async fn front(State(state): State<Arc<AppState>>, req: Request, next: Next) -> 
     let start = std::time::Instant::now();
     let name = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     // none unless traces are on and this request is sampled
-    let span = if !crate::telemetry::sampled(req.headers()) {
-        tracing::Span::none()
-    } else {
+    let span = crate::telemetry::request_span(crate::telemetry::sample(req.headers()), || {
         tracing::trace_span!(
         target: crate::telemetry::REQUEST,
         "request",
@@ -121,8 +119,7 @@ async fn front(State(state): State<Arc<AppState>>, req: Request, next: Next) -> 
         namespace = tracing::field::Empty,
         decision = tracing::field::Empty,
         )
-    };
-    crate::telemetry::continue_trace(&span, req.headers());
+    });
     let resp = match bounded_head(&req) {
         Some(refused) => refused,
         None => {

@@ -345,9 +345,7 @@ impl RateLimitService for Rls {
         let (metadata, _, req) = request.into_parts();
         let headers = metadata.into_headers();
         // none unless traces are on and this call is sampled
-        let span = if !crate::telemetry::sampled(&headers) {
-            tracing::Span::none()
-        } else {
+        let span = crate::telemetry::request_span(crate::telemetry::sample(&headers), || {
             tracing::trace_span!(
             target: crate::telemetry::REQUEST,
             "request",
@@ -361,8 +359,7 @@ impl RateLimitService for Rls {
             decision = tracing::field::Empty,
             envoy.overall_code = tracing::field::Empty,
             )
-        };
-        crate::telemetry::continue_trace(&span, &headers);
+        });
         let (answer, req, known) =
             tracing::Instrument::instrument(self.answer(req), span.clone()).await;
         let code = match &answer {
