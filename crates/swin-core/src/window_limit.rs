@@ -53,12 +53,21 @@ impl WindowLimit {
         WindowLimit { shadow: on, ..self }
     }
 
-    /// A cost this limit can decide: between 0 and the limit.
+    /// The most one hit may cost under this limit when it is enforced: the limit, and at
+    /// least 1 (a hit of cost 1 under a limit below 1 is denied, not an error).
+    pub fn most_at_once(&self) -> f64 {
+        self.limit.max(1.0)
+    }
+
+    /// A cost this limit takes when it is enforced: between 0 and [`Self::most_at_once`].
+    /// A limit in shadow takes any cost [`crate::check_cost`] takes (it decides, never
+    /// refuses).
     pub fn check_cost(&self, cost: f64) -> Result<(), CoreError> {
-        if !(cost.is_finite() && cost >= 0.0 && cost <= self.limit) {
+        crate::check_cost(cost)?;
+        if !self.shadow && cost > self.most_at_once() {
             return Err(CoreError::InvalidCost {
                 cost,
-                max: self.limit,
+                max: self.most_at_once(),
                 what: "a number",
             });
         }
@@ -66,7 +75,10 @@ impl WindowLimit {
     }
 
     /// Decides a hit of `cost` given the key's counts in the current and previous window
-    /// (cluster totals plus local hits), without counting it.
+    /// (cluster totals plus local hits), without counting it. Any cost
+    /// [`crate::check_cost`] takes is decided (whether it is more than the limit allows
+    /// at once is the caller's check, [`Self::check_cost`]): one more than the limit is
+    /// denied, with the wait until nothing counted now weighs on the window.
     pub fn decide(
         &self,
         current: f64,
@@ -74,10 +86,28 @@ impl WindowLimit {
         now: UnixMs,
         cost: f64,
     ) -> Result<Decision, CoreError> {
-        self.check_cost(cost)?;
+        crate::check_cost(cost)?;
         let s = i64::from(self.window.secs()) * 1000;
         let into = now.0.rem_euclid(s);
         let to_end = s - into;
+        if cost > self.limit {
+            // never passes: denied, until what counts now weighs nothing
+            let rate = match self.algorithm {
+                WindowAlgorithm::Fixed => current,
+                WindowAlgorithm::Sliding => current + previous * self.window.previous_weight(now),
+            };
+            let until = match self.algorithm {
+                WindowAlgorithm::Fixed => to_end,
+                WindowAlgorithm::Sliding => to_end + s,
+            };
+            return Ok(Decision {
+                allowed: false,
+                limit: self.limit,
+                remaining: (self.limit - rate).max(0.0).floor(),
+                reset_after: ms(until),
+                retry_after: ms(until),
+            });
+        }
         match self.algorithm {
             WindowAlgorithm::Fixed => {
                 let allowed = current + cost <= self.limit;
@@ -230,8 +260,28 @@ mod tests {
         )
         .is_err());
         let l = lim(1, 5.0, WindowAlgorithm::Sliding);
-        assert!(l.decide(0.0, 0.0, UnixMs(T0), 6.0).is_err());
+        assert!(l.check_cost(6.0).is_err());
+        assert!(
+            l.shadowed(true).check_cost(6.0).is_ok(),
+            "a limit in shadow refuses no cost"
+        );
         assert!(l.decide(0.0, 0.0, UnixMs(T0), f64::NAN).is_err());
         assert!(l.decide(0.0, 0.0, UnixMs(T0), -1.0).is_err());
+    }
+
+    #[test]
+    fn a_cost_above_the_limit_is_denied_and_a_hit_under_a_limit_below_one_too() {
+        let l = lim(60, 5.0, WindowAlgorithm::Sliding);
+        let d = l
+            .decide(0.0, 0.0, UnixMs(T0 + 10_000), 6.0)
+            .expect("decided");
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Duration::from_secs(110));
+        let half = lim(60, 0.5, WindowAlgorithm::Fixed);
+        assert!(half.check_cost(1.0).is_ok());
+        assert!(half.check_cost(1.5).is_err());
+        let d = half.decide(0.0, 0.0, UnixMs(T0), 1.0).expect("decided");
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 0.0);
     }
 }

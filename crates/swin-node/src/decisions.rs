@@ -132,12 +132,23 @@ pub(crate) fn quota(limits: &KeyLimits) -> Quota<'_> {
     }
 }
 
-/// Everything `take` checks before it spends: the key, the cost, and that the namespace
-/// has limits the cost fits. A batch checks every hit this way before spending any.
+/// What `take` checks before the key's first touch: the key, a cost some limit could
+/// take, and that the namespace has limits. Whether the key's limits take the cost is
+/// known only after the touch, which reads its runtime limits ([`check_effective`]).
 pub fn validate(ns: &Namespace, namespace: &str, key: &str, cost: f64) -> Result<(), Error> {
     check_key(key)?;
-    let limits = limits_of(ns, namespace)?.for_key(key);
-    Ok(ns.effective(key, limits).check_cost(cost)?)
+    limits_of(ns, namespace)?;
+    Ok(swin_core::check_cost(cost)?)
+}
+
+/// Whether the key's effective limits (its runtime limits, read by its first touch,
+/// else the config's) take a hit of `cost`; in a namespace in shadow no window limit
+/// refuses a cost.
+pub fn check_effective(ns: &Namespace, namespace: &str, key: &str, cost: f64) -> Result<(), Error> {
+    let limits = limits_of(ns, namespace)?;
+    Ok(ns
+        .effective(key, limits.for_key(key))
+        .check_cost_in(cost, limits.shadow)?)
 }
 
 /// The namespace's limits; a namespace that only counts has none to decide against.
@@ -158,10 +169,9 @@ pub async fn take(
     cost: f64,
     dry_run: bool,
 ) -> Result<Verdict, Error> {
-    // the config's checks before the first touch; the key's runtime limits, which the
+    // what can be checked before the first touch; the key's runtime limits, which the
     // touch may read, are looked up once, after it (take_touched)
-    check_key(key)?;
-    limits_of(ns, namespace)?.for_key(key).check_cost(cost)?;
+    validate(ns, namespace, key, cost)?;
     ns.first_touch(&[key], !dry_run).await;
     take_touched(ns, namespace, key, cost, dry_run).await
 }
@@ -177,7 +187,7 @@ pub(crate) async fn take_touched(
     let limits = limits_of(ns, namespace)?;
     // the key's runtime limits, read by its first touch, replace the config's
     let effective = ns.effective(key, limits.for_key(key));
-    effective.check_cost(cost)?;
+    effective.check_cost_in(cost, limits.shadow)?;
     take_under(
         ns,
         key,

@@ -69,16 +69,16 @@ pub fn concurrency_of(ns: &Namespace, name: &str) -> Result<Concurrency, Error> 
     })
 }
 
-/// A lease's life: `ttl` seconds if given (0 < ttl ≤ a day), else the namespace's.
+/// A lease's life: `ttl` seconds if given (a millisecond ≤ ttl ≤ a day: a shorter one would lapse before it is granted), else the namespace's.
 pub fn lease_ttl(ttl: Option<f64>, c: &Concurrency) -> Result<Duration, Error> {
-    use crate::config::MAX_LEASE_TTL_SECS;
+    use crate::config::{MAX_LEASE_TTL_SECS, MIN_TTL_SECS};
     match ttl {
         None => Ok(c.lease_ttl),
-        Some(t) if t.is_finite() && t > 0.0 && t <= MAX_LEASE_TTL_SECS => {
+        Some(t) if (MIN_TTL_SECS..=MAX_LEASE_TTL_SECS).contains(&t) => {
             Ok(Duration::from_secs_f64(t))
         }
         Some(t) => Err(Error::BadRequest(format!(
-            "ttl: {t} is not a number of seconds above 0 and at most {MAX_LEASE_TTL_SECS}"
+            "ttl: {t} is not a number of seconds from {MIN_TTL_SECS} (a millisecond) to {MAX_LEASE_TTL_SECS}"
         ))),
     }
 }

@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use crate::decisions::{first_failure, take_touched, touch_all, validate, Verdict};
+use crate::decisions::{
+    check_effective, first_failure, take_touched, touch_all, validate, Verdict,
+};
 use crate::error::Error;
 use crate::giving_back::give_back;
 use crate::state::Namespace;
@@ -56,6 +58,11 @@ pub async fn decide_all(hits: &[Hit<'_>], dry_run: bool) -> Result<BatchVerdict,
     // every key this node holds nothing for, read in one call per namespace
     let keys: Vec<(&Namespace, &str)> = hits.iter().map(|h| (&*h.ns, h.key)).collect();
     touch_all(&keys, !dry_run).await;
+    // every hit checked against its key's limits (runtime ones read by the touch)
+    // before any is spent
+    for (i, h) in hits.iter().enumerate() {
+        check_effective(&h.ns, h.namespace, h.key, h.cost).map_err(|e| (i, e))?;
+    }
     // decided together: synchronous increments of the batch share round trips
     let results = futures_util::future::join_all(
         hits.iter()

@@ -28,6 +28,7 @@ use swin_core::{check_cost, UnixMs};
 use swin_sync::admission::GiveBack;
 use swin_sync::store::Acquire;
 
+use crate::config::MIN_TTL_SECS;
 use crate::decisions::{limits_of, quota, take, take_under, verdict, HitAnswer, Verdict};
 use crate::error::Error;
 use crate::policy::input::check_key;
@@ -73,15 +74,15 @@ pub struct Settled {
     pub verdict: Verdict,
 }
 
-/// A reservation's life: `ttl` seconds if given (0 < ttl ≤ a day), else 30.
+/// A reservation's life: `ttl` seconds if given (a millisecond ≤ ttl ≤ a day: a shorter one would lapse before it is granted), else 30.
 fn reservation_ttl(ttl: Option<f64>) -> Result<Duration, Error> {
     match ttl {
         None => Ok(Duration::from_secs_f64(DEFAULT_RESERVATION_TTL_SECS)),
-        Some(t) if t.is_finite() && t > 0.0 && t <= MAX_RESERVATION_TTL_SECS => {
+        Some(t) if (MIN_TTL_SECS..=MAX_RESERVATION_TTL_SECS).contains(&t) => {
             Ok(Duration::from_secs_f64(t))
         }
         Some(t) => Err(Error::BadRequest(format!(
-            "ttl: {t} is not a number of seconds above 0 and at most {MAX_RESERVATION_TTL_SECS}"
+            "ttl: {t} is not a number of seconds from {MIN_TTL_SECS} (a millisecond) to {MAX_RESERVATION_TTL_SECS}"
         ))),
     }
 }
@@ -286,8 +287,11 @@ async fn settle(
     }
     let mut left = cost - estimate;
     let mut charged = 0.0;
-    if ns.limits.as_ref().is_some_and(|l| l.shadow) {
-        // a namespace in shadow refuses nothing: the whole overrun counts, in pieces
+    let enforced = limits.enforced();
+    let in_shadow = ns.limits.as_ref().is_some_and(|l| l.shadow);
+    let Some(enforced) = enforced.filter(|_| !in_shadow) else {
+        // a namespace in shadow (or limits all in shadow) refuses nothing: the whole
+        // overrun counts, in pieces
         // every limit can take at once (at most SHADOW_PIECES; past that, uncharged)
         let most = limits.most_at_once();
         let mut last = None;
@@ -305,20 +309,21 @@ async fn settle(
             None => take_under(ns, key, limits, 0.0, true, false, true).await?,
         };
         return Ok((charged, 0.0, after));
-    }
-    // what the limits leave, then that much at most; a hit racing in between can take
+    };
+    // what the enforced limits leave (a limit in shadow caps nothing: it counts the
+    // charge and marks it), then that much at most; a hit racing in between can take
     // it first, so the room is read again (three tries, then the rest goes uncharged)
     for _ in 0..3 {
-        let now = take_under(ns, key, limits, 0.0, true, false, false).await?;
+        let room_left = take_under(ns, key, &enforced, 0.0, true, false, false).await?;
         if left <= 0.0 {
-            return Ok((charged, 0.0, now));
+            break;
         }
-        let mut room = now.decision.remaining.min(left);
+        let mut room = room_left.decision.remaining.min(left);
         if matches!(limits, KeyLimits::Gcra(_)) {
             room = room.floor();
         }
         if room <= 0.0 {
-            return Ok((charged, 0.0, now));
+            break;
         }
         let v = take_under(ns, key, limits, room, false, false, false).await?;
         if v.allowed() {

@@ -17,7 +17,7 @@ use serde::Deserialize;
 pub use self::auth::{AuthConfig, Scope, Token};
 pub use self::namespaces::{
     Admission, Concurrency, NamespaceConfig, OnStoreFailure, MAX_CONCURRENCY, MAX_LEASE_TTL_SECS,
-    STRICT_SHADOW,
+    MIN_TTL_SECS, STRICT_SHADOW,
 };
 pub use self::stores::StoreConfig;
 

@@ -115,6 +115,9 @@ pub struct Concurrency {
 pub const MAX_CONCURRENCY: u64 = 1_000_000_000;
 /// The longest a lease may live without a renewal: a day.
 pub const MAX_LEASE_TTL_SECS: f64 = 86_400.0;
+/// The shortest lease or reservation: a millisecond (store times are kept in whole
+/// milliseconds, so anything shorter lapses before it is granted).
+pub const MIN_TTL_SECS: f64 = 0.001;
 /// A lease's life when neither the config nor the acquire says.
 pub const DEFAULT_LEASE_TTL_SECS: f64 = 30.0;
 
@@ -357,11 +360,11 @@ impl Parser<'_> {
             }
         };
         let ttl = n.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL_SECS);
-        if !(ttl.is_finite() && ttl > 0.0 && ttl <= MAX_LEASE_TTL_SECS) {
+        if !((MIN_TTL_SECS..=MAX_LEASE_TTL_SECS).contains(&ttl)) {
             return Err(self.err(
                 &f("lease_ttl"),
                 format!(
-                    "{ttl} is not a number of seconds above 0 and at most {MAX_LEASE_TTL_SECS}"
+                    "{ttl} is not a number of seconds from {MIN_TTL_SECS} (a millisecond) to {MAX_LEASE_TTL_SECS}"
                 ),
             ));
         }

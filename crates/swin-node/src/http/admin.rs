@@ -30,6 +30,10 @@ pub(super) fn operate() -> Vec<Route> {
                     [
                         (header::CONTENT_TYPE, "text/html; charset=utf-8"),
                         (header::CACHE_CONTROL, "no-store"),
+                        (header::CONTENT_SECURITY_POLICY, ui_policy()),
+                        (header::X_FRAME_OPTIONS, "DENY"),
+                        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                        (header::REFERRER_POLICY, "no-referrer"),
                     ],
                     UI,
                 )
@@ -169,6 +173,34 @@ fn info(ns: &Namespace) -> NamespaceInfo {
 
 /// The status page: one HTML file, no assets, refreshing itself from [`ui_status`].
 const UI: &str = include_str!("ui.html");
+
+/// The status page's `Content-Security-Policy`: its own inline script and style (by
+/// their SHA-256, so an injected one runs nowhere), fetches to this node only, never
+/// framed, no forms, no other base.
+fn ui_policy() -> &'static str {
+    static POLICY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "default-src 'none'; script-src '{}'; style-src '{}'; connect-src 'self'; \
+             img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+            inline_hash(UI, "<script>", "</script>"),
+            inline_hash(UI, "<style>", "</style>"),
+        )
+    });
+    &POLICY
+}
+
+/// `sha256-<base64>` of what `page` holds between `open` and `close` (a CSP source).
+fn inline_hash(page: &str, open: &str, close: &str) -> String {
+    use base64::Engine;
+    use sha2::{Digest, Sha256};
+    let start = page.find(open).expect("the page has the element") + open.len();
+    let end = start + page[start..].find(close).expect("the element is closed");
+    let digest = Sha256::digest(&page.as_bytes()[start..end]);
+    format!(
+        "sha256-{}",
+        base64::engine::general_purpose::STANDARD.encode(digest)
+    )
+}
 
 /// Keys the status page shows per namespace.
 const UI_TOP: usize = 5;

@@ -166,6 +166,45 @@ fn target(state: &AppState, namespace: &str, key: &str) -> Result<Arc<Namespace>
     Ok(ns)
 }
 
+/// In a namespace of descriptor rules, a runtime limit replaces the limits of the rule
+/// its counter key's descriptor finds; a key no such rule counts (no rule matches, or it
+/// is `unlimited` or blocks every request) would change nothing: a 400 saying why.
+fn counted_by_a_rule(
+    rules: &crate::policy::rules::Rules,
+    namespace: &str,
+    key: &str,
+) -> Result<(), Error> {
+    use crate::policy::rules::RuleLimit;
+    let refuse = |why: String| {
+        Err(Error::BadRequest(format!(
+            "key {key:?} of namespace {namespace:?} {why}: a runtime limit there would change nothing"
+        )))
+    };
+    let Some(entries) = crate::policy::keys::entries_of(key) else {
+        return refuse(
+            "is no descriptor's counter key (`key=value|…`, as the rate limit service writes it)"
+                .into(),
+        );
+    };
+    let entries: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    match rules
+        .find(&entries)
+        .map(|r| (r.path.clone(), r.limit.clone()))
+    {
+        None => refuse("matches no descriptor rule".into()),
+        Some((path, RuleLimit::Unlimited)) => {
+            refuse(format!("matches rule {path:?}, which is unlimited"))
+        }
+        Some((path, RuleLimit::Blocked)) => refuse(format!(
+            "matches rule {path:?}, which blocks every request (requests_per_unit: 0)"
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
 async fn set(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
@@ -173,6 +212,9 @@ async fn set(
     JsonBody(body): JsonBody<SetBody>,
 ) -> Result<Response, Error> {
     let ns = target(&state, &namespace, &key)?;
+    if let (None, Some(rules)) = (&ns.limits, &ns.rules) {
+        counted_by_a_rule(rules, &namespace, &key)?;
+    }
     let raw = RawKeyLimits {
         limits: body.limits,
         gcra: body.gcra,

@@ -50,6 +50,38 @@ pub fn counter_key(entries: &[(&str, &str)]) -> String {
     out
 }
 
+/// The entries of a counter key [`counter_key`] wrote, or `None` for a key it cannot
+/// have written in full (a lone `%`, a long key cut and hashed, a stray `%`).
+pub fn entries_of(key: &str) -> Option<Vec<(String, String)>> {
+    fn decode(s: &str) -> Option<String> {
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s;
+        while let Some(at) = rest.find('%') {
+            out.push_str(&rest[..at]);
+            let code = rest.get(at + 1..at + 3)?;
+            out.push(match code {
+                "25" => '%',
+                "3D" => '=',
+                "7C" => '|',
+                "00" => '\0',
+                _ => return None,
+            });
+            rest = &rest[at + 3..];
+        }
+        out.push_str(rest);
+        Some(out)
+    }
+    if key.contains("%~") {
+        return None;
+    }
+    key.split('|')
+        .map(|e| {
+            let (k, v) = e.split_once('=')?;
+            Some((decode(k)?, decode(v)?))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,6 +98,27 @@ mod tests {
         assert_eq!(counter_key(&[]), "%", "no entries: a key of its own");
         assert_ne!(counter_key(&[("", "")]), counter_key(&[]));
         crate::policy::input::check_key(&counter_key(&[])).expect("a valid key");
+    }
+
+    #[test]
+    fn counter_keys_are_read_back_into_their_entries() {
+        for entries in [
+            vec![("a", "b"), ("c", "d")],
+            vec![("k%", "=|")],
+            vec![("k", "a\0b")],
+            vec![("", "")],
+        ] {
+            let owned: Vec<(String, String)> = entries
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            assert_eq!(entries_of(&counter_key(&entries)), Some(owned));
+        }
+        assert_eq!(entries_of("%"), None);
+        assert_eq!(entries_of("novalue"), None);
+        assert_eq!(entries_of("k=a%4"), None);
+        let long = counter_key(&[("k", &"x".repeat(2000))]);
+        assert_eq!(entries_of(&long), None, "hashed: its values are gone");
     }
 
     #[test]

@@ -125,11 +125,28 @@ pub enum KeyLimits {
 }
 
 impl KeyLimits {
-    /// The most one hit may cost: the smallest window limit, or a bucket's burst.
+    /// The most one hit may cost: the smallest enforced window limit (at least 1), or a
+    /// bucket's burst; limits in shadow refuse no cost.
     pub fn most_at_once(&self) -> f64 {
         match self {
             KeyLimits::Gcra(g) => g.burst() as f64,
-            KeyLimits::Windows(set) => set.iter().map(|l| l.limit).fold(f64::INFINITY, f64::min),
+            KeyLimits::Windows(set) => set
+                .iter()
+                .filter(|l| !l.shadow)
+                .map(|l| l.most_at_once())
+                .fold(f64::INFINITY, f64::min),
+        }
+    }
+
+    /// The limits that deny (those not in shadow), or `None` when every one is in shadow.
+    pub fn enforced(&self) -> Option<KeyLimits> {
+        match self {
+            KeyLimits::Gcra(_) => Some(self.clone()),
+            KeyLimits::Windows(set) if !set.iter().any(|l| l.shadow) => Some(self.clone()),
+            KeyLimits::Windows(set) => {
+                let on: Vec<WindowLimit> = set.iter().filter(|l| !l.shadow).copied().collect();
+                (!on.is_empty()).then(|| KeyLimits::Windows(WindowSet::new(on)))
+            }
         }
     }
 
@@ -142,13 +159,24 @@ impl KeyLimits {
     }
 
     /// Whether a hit of `cost` can be decided at all: a finite, non-negative cost that
-    /// every limit can hold (more at once than a limit allows in all is an error, on
-    /// every door).
+    /// every enforced limit can hold (more at once than a limit allows in all is an
+    /// error, on every door; a limit in shadow refuses no cost, and a namespace in shadow
+    /// checks only [`swin_core::check_cost`]: see [`Self::check_cost_in`]).
     pub fn check_cost(&self, cost: f64) -> Result<(), swin_core::CoreError> {
         swin_core::check_cost(cost)?;
         match self {
             KeyLimits::Gcra(g) => g.units(cost).map(|_| ()),
             KeyLimits::Windows(set) => set.iter().try_for_each(|l| l.check_cost(cost)),
+        }
+    }
+
+    /// [`Self::check_cost`] in a namespace (or descriptor rule) that is in shadow when
+    /// `shadow`: there no window limit refuses a cost (a GCRA bucket still takes whole
+    /// units up to its burst: it cannot spend more).
+    pub fn check_cost_in(&self, cost: f64, shadow: bool) -> Result<(), swin_core::CoreError> {
+        match self {
+            KeyLimits::Windows(_) if shadow => swin_core::check_cost(cost),
+            _ => self.check_cost(cost),
         }
     }
 }

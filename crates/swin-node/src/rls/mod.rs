@@ -265,6 +265,18 @@ fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Asked<'_>>, Status> {
             req.descriptors.len()
         )));
     }
+    // a unit outside Envoy's RateLimitUnit (Envoy's own config refuses one) is a bad
+    // request: no limit can be read from it, so nothing of the request is counted
+    for (i, d) in req.descriptors.iter().enumerate() {
+        if let Some(o) = &d.limit {
+            if rules::unit_secs(o.unit).is_none() {
+                return Err(invalid(format!(
+                    "descriptors[{i}].limit.unit: {} is not a unit of time (SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7)",
+                    o.unit
+                )));
+            }
+        }
+    }
     // hits_addend 0 counts as 1, as Envoy sends it
     let default_hits = u64::from(req.hits_addend.max(1));
     Ok(req
@@ -289,8 +301,8 @@ fn asked(d: &RateLimitDescriptor, default_hits: u64) -> Asked<'_> {
 }
 
 /// The rule a descriptor's own `limit` sets for this request (envoyproxy/ratelimit's
-/// override: its requests per unit, under the namespace's algorithm). An override that
-/// cannot be read (an unknown unit, a limit the algorithm cannot hold) blocks that
+/// override: its requests per unit, under the namespace's algorithm; its unit was
+/// checked with the request). An override the algorithm cannot hold blocks that
 /// descriptor instead of failing the request: an error would let Envoy's default
 /// `failure_mode_deny: false` through, past the limits of the other descriptors.
 fn override_rule(d: &RateLimitDescriptor, i: usize, algorithm: Algorithm) -> Option<Rule> {
@@ -305,14 +317,7 @@ fn override_rule(d: &RateLimitDescriptor, i: usize, algorithm: Algorithm) -> Opt
                 RuleLimit::Blocked
             }
         },
-        None => {
-            tracing::warn!(
-                descriptor = i,
-                unit = o.unit,
-                "a descriptor's limit has no known unit: blocked"
-            );
-            RuleLimit::Blocked
-        }
+        None => RuleLimit::Blocked, // refused by `check`
     };
     Some(Rule {
         path: String::new(),
@@ -520,8 +525,9 @@ impl Rls {
                 }
             };
             let cost = a.hits as f64;
-            if limits.check_cost(cost).is_err() && !a.negative {
-                // more hits at once than the limit allows in all: over it, nothing counted
+            if swin_core::check_cost(cost).is_err() && !a.negative {
+                // more hits at once than any limit holds: over it, nothing counted (the
+                // key's own limits, runtime ones among them, are checked after its touch)
                 let denied = !rule.shadow;
                 over |= denied;
                 statuses.push(Some(descriptor_status(rule, &blocked(), denied)));
@@ -573,10 +579,10 @@ impl Rls {
                 return true;
             };
             t.limits = ns.effective(&t.key, rule_limits);
-            if t.limits.check_cost(t.cost).is_ok() {
+            if t.limits.check_cost_in(t.cost, t.rule.shadow).is_ok() {
                 return true;
             }
-            // more hits at once than the runtime limit allows in all
+            // more hits at once than the key's limits (the rule's or runtime ones) allow
             let denied = !t.rule.shadow;
             over |= denied;
             statuses[t.at] = Some(t.status(&blocked(), denied));

@@ -227,22 +227,23 @@ async fn no_value_turns_over_limit_into_an_error(tls: bool) {
         let r = ask(c, vec![key(&long_b)], None).await.expect("b");
         assert_eq!(codes(&r), vec![expect]);
     }
-    // a limit that cannot be read (unit 99) after a descriptor over its limit: that
-    // descriptor is blocked, the answer OVER_LIMIT, not an error Envoy would let through
+    // a limit that cannot be read (unit 99) beside a descriptor within its limit: the
+    // request is INVALID_ARGUMENT naming the field, and counts nothing for either
     let mut odd = key("fresh");
     odd.limit = Some(RateLimitOverride {
         requests_per_unit: 1,
         unit: 99,
     });
-    let r = ask(c, vec![key("spent"), odd], None)
+    let e = ask(c, vec![key("other"), odd], None)
         .await
-        .expect("an answer, not INVALID_ARGUMENT");
-    assert_eq!(r.overall_code, OVER);
-    assert_eq!(codes(&r), vec![OVER, OVER]);
-    // and it counted nothing for the key it blocked
-    for expect in [OK, OK, OVER] {
-        let r = ask(c, vec![key("fresh")], None).await.expect("answer");
-        assert_eq!(codes(&r), vec![expect]);
+        .expect_err("INVALID_ARGUMENT");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("descriptors[1].limit.unit"), "{e:?}");
+    for k in ["fresh", "other"] {
+        for expect in [OK, OK, OVER] {
+            let r = ask(c, vec![key(k)], None).await.expect("answer");
+            assert_eq!(codes(&r), vec![expect], "{k}");
+        }
     }
 }
 

@@ -286,10 +286,14 @@ async fn the_service_answers_as_envoy_expects(store: TestStore) {
         requests_per_unit: 1,
         unit: 99,
     });
-    let r = ask(c, "edge", vec![odd], 0)
+    let e = ask(c, "edge", vec![odd], 0)
         .await
-        .expect("no such unit: blocked, not an error");
-    assert_eq!(codes(&r), vec![OVER]);
+        .expect_err("no such unit: a bad request");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(
+        e.message().contains("descriptors[0].limit.unit: 99"),
+        "{e:?}"
+    );
 
     // swin's own limits in a rule (a 90 s window), inline in the TOML
     let key = descriptor(&[("api_key", "k1")]);
