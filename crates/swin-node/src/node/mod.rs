@@ -150,7 +150,10 @@ impl Node {
             cfg,
             connected.map(|c| c.store.clone()),
             format!("{}.{}", self.node_id, self.generation).into(),
-            self.config.store_timeout,
+            crate::state::Timeouts {
+                store: self.config.store_timeout,
+                answer: self.config.answer_timeout,
+            },
         );
         Running {
             config: cfg.clone(),
@@ -241,9 +244,15 @@ impl Node {
                 }
                 Some(old) => {
                     info!(namespace = cfg.name, "namespace changed; rebuilding");
+                    let mut r = self.build(cfg);
+                    // leases and reservations a node keeps itself (no store) are live
+                    // across the rebuild: a new table would let a limit's worth more in
+                    Arc::get_mut(&mut r.namespace)
+                        .expect("built just now, shared with nobody")
+                        .leases = old.namespace.leases.clone();
                     retired.push(old);
                     rebuilt.push(cfg.name.clone());
-                    next.insert(cfg.name.clone(), self.build(cfg));
+                    next.insert(cfg.name.clone(), r);
                 }
                 None => {
                     info!(

@@ -322,3 +322,88 @@ async fn envoy_requests_through_a_hanging_or_gone_store_leave_the_slots_exact() 
     assert_eq!(envoy(&mut c, "slots", "k", 1, false).await, Ok(OK));
     assert_eq!(envoy(&mut c, "slots", "k", 1, false).await, Ok(OVER));
 }
+
+/// A local-only concurrency namespace (no store: the node keeps the leases) that a
+/// reload rebuilds (`lease_ttl` 30 → 31) keeps every live lease, HTTP's and Envoy's
+/// starts alike: it forgot them all, and 6 were in flight under `limit = 3`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_of_a_local_namespace_keeps_its_leases() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("swin.toml");
+    let grpc_port = swin_testkit::free_port();
+    let config = |ttl: u32| {
+        format!(
+            "grpc_listen = \"127.0.0.1:{grpc_port}\"
+[[namespaces]]
+name = \"slots\"
+algorithm = \"concurrency\"
+limit = {LIMIT}
+lease_ttl = {ttl}
+sync_rate = -1
+"
+        )
+    };
+    std::fs::write(&path, config(30)).expect("config");
+    let n = node(&path);
+    let c = reqwest::Client::new();
+    let base = &n.base;
+    swin_testkit::wait_for_port(grpc_port, Duration::from_secs(30));
+    let mut grpc = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(
+        format!("http://127.0.0.1:{grpc_port}"),
+    )
+    .await
+    .expect("connect");
+    let (s, v) = post(
+        &c,
+        base,
+        "k",
+        "acquire",
+        serde_json::json!({"count": LIMIT}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let held = v["lease"].clone();
+    // Envoy's starts of requests on its own key (`user=k`): all three slots
+    for code in [1, 1, 1, 2] {
+        assert_eq!(envoy(&mut grpc, "slots", "k", 1, false).await, Ok(code));
+    }
+
+    std::fs::write(&path, config(31)).expect("config");
+    n.signal("HUP");
+    within(
+        Duration::from_secs(10),
+        "the reload is applied",
+        async || {
+            let v: serde_json::Value = c
+                .get(format!("{base}/v1/namespaces"))
+                .send()
+                .await
+                .expect("get")
+                .json()
+                .await
+                .expect("json");
+            v["namespaces"][0]["lease_ttl"] == 31.0
+        },
+    )
+    .await;
+    let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({})).await;
+    assert_eq!(
+        (s, v["in_flight"].clone()),
+        (429, LIMIT.into()),
+        "three held before the reload still count: {v}"
+    );
+    assert_eq!(
+        envoy(&mut grpc, "slots", "k", 1, false).await,
+        Ok(2),
+        "Envoy's three held before the reload still count"
+    );
+    // Envoy's end frees one slot, and then exactly one more fits
+    assert_eq!(envoy(&mut grpc, "slots", "k", 1, true).await, Ok(1));
+    assert_eq!(envoy(&mut grpc, "slots", "k", 1, false).await, Ok(1));
+    assert_eq!(envoy(&mut grpc, "slots", "k", 1, false).await, Ok(2));
+    // and the HTTP leases end as they were granted
+    let (s, v) = post(&c, base, "k", "release", serde_json::json!({"lease": held})).await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({})).await;
+    assert_eq!((s, v["in_flight"].clone()), (200, 1.into()), "{v}");
+}
