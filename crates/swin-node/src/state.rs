@@ -58,6 +58,26 @@ pub struct Heaviest {
     pub denied: swin_core::top::TopKeys,
 }
 
+/// How long a namespace's store calls may take, and how long a request waits for one.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// `store_timeout`: one store call.
+    pub store: Duration,
+    /// `answer_timeout`: a request's wait for the store; past it the request is answered
+    /// as the namespace says for a failed store, and the call goes on.
+    pub answer: Duration,
+}
+
+impl From<Duration> for Timeouts {
+    /// `store` per call, and the default wait for a request.
+    fn from(store: Duration) -> Self {
+        Timeouts {
+            store,
+            answer: store.min(swin_sync::DEFAULT_ANSWER_WITHIN),
+        }
+    }
+}
+
 impl Namespace {
     /// The namespace `cfg` describes: its counter tables and its engine, not started.
     /// The one place a `Namespace` is made, for the node and for tests alike. `store` is
@@ -67,8 +87,9 @@ impl Namespace {
         cfg: &NamespaceConfig,
         store: Option<Store>,
         push_id: Arc<str>,
-        store_timeout: Duration,
+        timeouts: impl Into<Timeouts>,
     ) -> Namespace {
+        let timeouts = timeouts.into();
         let retention = if cfg.mode == SyncMode::LocalOnly {
             Retention::LocalOnly
         } else {
@@ -87,8 +108,9 @@ impl Namespace {
             cfg.mode,
             store,
             swin_sync::PushId::new(push_id),
-            store_timeout,
-        );
+            timeouts.store,
+        )
+        .answering_within(timeouts.answer);
         let gcra = cfg.algorithm == crate::policy::algorithm::Algorithm::Gcra;
         let strict = match cfg.admission {
             crate::config::Admission::Eventual => None,

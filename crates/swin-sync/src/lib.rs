@@ -11,7 +11,8 @@ mod unconfirmed;
 
 pub use admission::{horizon, BucketView, StrictView, IDLE_MS, MAX_HORIZON, MIN_HORIZON};
 pub use engine::{
-    now, NamespaceSync, QuotaKeeper, SyncMode, SyncReport, SyncStatus, SYNC_BUCKETS_SECS,
+    now, NamespaceSync, QuotaKeeper, SyncMode, SyncReport, SyncStatus, DEFAULT_ANSWER_WITHIN,
+    SYNC_BUCKETS_SECS,
 };
 pub use error::StoreError;
 pub use identity::{Holder, PushId};

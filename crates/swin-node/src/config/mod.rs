@@ -37,6 +37,7 @@ pub mod defaults {
     pub const MAX_BATCH: usize = 1_000;
     pub const SHUTDOWN_GRACE_SECS: f64 = 10.0;
     pub const STORE_TIMEOUT_SECS: f64 = 5.0;
+    pub const ANSWER_TIMEOUT_SECS: f64 = 0.5;
     /// Per namespace and window size: the counter table's own default.
     pub const MAX_COUNTERS: usize = swin_core::DEFAULT_MAX_COUNTERS;
     pub const DATA_DIR: &str = "./data";
@@ -69,6 +70,7 @@ struct RawConfig {
     max_batch: Option<usize>,
     shutdown_grace: Option<f64>,
     store_timeout: Option<f64>,
+    answer_timeout: Option<f64>,
     max_counters: Option<usize>,
     data_dir: Option<String>,
     #[serde(default)]
@@ -136,6 +138,9 @@ pub struct Config {
     pub body_limit: usize,
     pub shutdown_grace: Duration,
     pub store_timeout: Duration,
+    /// The longest a request waits for a store (at most `store_timeout`): past it, it is
+    /// answered as its namespace's `on_store_failure` says, and the store call goes on.
+    pub answer_timeout: Duration,
     /// Where the spool lives (`./data` unless set; `SWIN_DATA_DIR` overrides).
     pub data_dir: std::path::PathBuf,
     pub stores: BTreeMap<String, StoreConfig>,
@@ -270,6 +275,13 @@ impl Parser<'_> {
             raw.store_timeout,
             defaults::STORE_TIMEOUT_SECS,
         )?;
+        let answer_timeout = self
+            .secs(
+                "answer_timeout",
+                raw.answer_timeout,
+                defaults::ANSWER_TIMEOUT_SECS,
+            )?
+            .min(store_timeout);
         let max_counters = raw.max_counters.unwrap_or(defaults::MAX_COUNTERS);
         let connections = ConnectionLimits {
             header_timeout: self.secs(
@@ -331,6 +343,7 @@ impl Parser<'_> {
             body_limit,
             shutdown_grace,
             store_timeout,
+            answer_timeout,
             stores,
             namespaces,
             auth,

@@ -3,6 +3,8 @@
 //! totals (hits lost, clients admitted past a limit, seconds off the air) and not merely
 //! that the node answered. A new door or mode runs all of these.
 //!
+//! - `answers`: costs against a key's effective, enforced limits, a limit below 1, runtime
+//!   limits that would change nothing, ttls under a millisecond, the status page's headers;
 //! - `integrity`: reloads, outages and stops under load keep every acknowledged hit;
 //! - `shutdown`: a stop pushes every namespace at once and spools what is unconfirmed
 //!   before the grace ends, whatever the stores do;
@@ -22,6 +24,7 @@
 //! - `grpc`: Envoy's door takes the same tokens, and no value a client sends turns an
 //!   over-limit answer into an error.
 
+mod answers;
 mod connections;
 mod grpc;
 mod http;

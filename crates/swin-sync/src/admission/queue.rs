@@ -39,6 +39,7 @@ impl<R, A> Default for Queue<R, A> {
 async fn queued<R, A, F, Fut>(
     queue: &Arc<Mutex<Queue<R, A>>>,
     tasks: &tokio_util::task::TaskTracker,
+    within: std::time::Duration,
     request: R,
     send: F,
 ) -> Result<A, Arc<StoreError>>
@@ -48,7 +49,7 @@ where
     F: Fn(Vec<R>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<Vec<A>, Arc<StoreError>>> + Send,
 {
-    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
     let lead = {
         let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
         q.waiting.push((request, tx));
@@ -96,11 +97,20 @@ where
         };
         tasks.spawn(flush.in_current_span());
     }
-    match rx.await {
-        Ok(r) => r,
-        Err(_) => Err(Arc::new(StoreError::Unavailable(
+    // no request waits past `within`: it is answered as a lost answer is (the store
+    // may still do what was asked; the callers' state machines ask again or settle)
+    match tokio::time::timeout(within, &mut rx).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err(Arc::new(StoreError::Unavailable(
             "the request was dropped".into(),
         ))),
+        Err(_) => {
+            rx.close();
+            match rx.try_recv() {
+                Ok(r) => r,
+                Err(_) => Err(Arc::new(StoreError::Timeout(within))),
+            }
+        }
     }
 }
 
@@ -126,22 +136,28 @@ where
     }
     let this = sync.clone();
     let send = Arc::new(send);
-    queued(queue, sync.flushes(), request, move |batch| {
-        let (this, send) = (this.clone(), send.clone());
-        async move {
-            let Some(store) = this.store().cloned() else {
-                return Err(Arc::new(StoreError::Unavailable("no store".into())));
-            };
-            // requests that queued while the call before them failed: answered at
-            // once, not after another store_timeout
-            if this.skipping_store() {
-                return Err(Arc::new(StoreError::Unavailable(
-                    "the store failed lately".into(),
-                )));
+    queued(
+        queue,
+        sync.flushes(),
+        sync.answer_within(),
+        request,
+        move |batch| {
+            let (this, send) = (this.clone(), send.clone());
+            async move {
+                let Some(store) = this.store().cloned() else {
+                    return Err(Arc::new(StoreError::Unavailable("no store".into())));
+                };
+                // requests that queued while the call before them failed: answered at
+                // once, not after another store_timeout
+                if this.skipping_store() {
+                    return Err(Arc::new(StoreError::Unavailable(
+                        "the store failed lately".into(),
+                    )));
+                }
+                send(this, store, batch).await
             }
-            send(this, store, batch).await
-        }
-    })
+        },
+    )
     .await
 }
 

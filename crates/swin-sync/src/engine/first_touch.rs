@@ -84,9 +84,9 @@ impl NamespaceSync {
                     this.load_waiting().await
                 }));
         }
-        // no caller waits longer than store_timeout in all, even behind a read in flight:
-        // past it, it answers from what the node knows (the read still lands)
-        let until = tokio::time::Instant::now() + self.timeout;
+        // no caller waits longer than answer_within in all, even behind a read in
+        // flight: past it, it answers from what the node knows (the read still lands)
+        let until = tokio::time::Instant::now() + self.answer_within;
         let mut late = 0;
         for rx in receivers {
             if !matches!(tokio::time::timeout_at(until, rx).await, Ok(Ok(true))) {

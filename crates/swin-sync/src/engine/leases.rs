@@ -18,7 +18,10 @@ impl NamespaceSync {
         acquire: Acquire<'_>,
     ) -> Option<Result<Acquired, StoreError>> {
         let store = self.store.as_ref()?;
-        Some(self.call(store.acquire(self.name(), acquire)).await)
+        Some(
+            self.call_for_request(store.acquire(self.name(), acquire))
+                .await,
+        )
     }
 
     /// Ends up to `count` slots of `key`'s live leases whose ids begin with `prefix`,
@@ -32,7 +35,7 @@ impl NamespaceSync {
     ) -> Option<Result<u32, StoreError>> {
         let store = self.store.as_ref()?;
         Some(
-            self.call(store.release_slots(self.name(), key, prefix, count, now))
+            self.call_for_request(store.release_slots(self.name(), key, prefix, count, now))
                 .await,
         )
     }
@@ -41,7 +44,10 @@ impl NamespaceSync {
     /// them now. `None`: no store.
     pub async fn leases_in_flight(&self, now: UnixMs) -> Option<Result<u64, StoreError>> {
         let store = self.store.as_ref()?;
-        Some(self.call(store.leases_in_flight(self.name(), now)).await)
+        Some(
+            self.call_for_request(store.leases_in_flight(self.name(), now))
+                .await,
+        )
     }
 
     /// Ends (`renew_to: None`) or renews a live lease; false when it is unknown,
@@ -55,7 +61,7 @@ impl NamespaceSync {
     ) -> Option<Result<bool, StoreError>> {
         let store = self.store.as_ref()?;
         Some(
-            self.call(store.end_or_renew(self.name(), key, lease, now, renew_to))
+            self.call_for_request(store.end_or_renew(self.name(), key, lease, now, renew_to))
                 .await,
         )
     }

@@ -46,7 +46,10 @@ impl NamespaceSync {
     /// The stored limits of those of `keys` that have some.
     pub async fn read_limits(&self, keys: &[&str]) -> Result<Vec<StoredLimit>, StoreError> {
         match &self.store {
-            Some(store) => self.call(store.read_limits(self.name(), keys)).await,
+            Some(store) => {
+                self.call_for_request(store.read_limits(self.name(), keys))
+                    .await
+            }
             None => Ok(Vec::new()),
         }
     }

@@ -92,6 +92,10 @@ pub struct NamespaceSync {
     store: Option<Store>,
     node_id: crate::PushId,
     timeout: Duration,
+    /// The longest a request waits for the store (at most `timeout`): past it, the
+    /// request is answered as if the store had failed, and the store call goes on in the
+    /// background (see [`NamespaceSync::answering_within`]).
+    answer_within: Duration,
     /// The namespace keeps GCRA buckets (warm-up loads them too).
     buckets: bool,
     /// Synchronous increments waiting for the next round trip.
@@ -126,6 +130,10 @@ struct RequestedSync {
     last: Option<Result<SyncReport, Arc<StoreError>>>,
 }
 
+/// How long a request waits for its store unless told otherwise: half a second, so a
+/// hung store costs no answer more than that.
+pub const DEFAULT_ANSWER_WITHIN: Duration = Duration::from_millis(500);
+
 pub(crate) fn nanos(now: UnixMs) -> i64 {
     now.0.saturating_mul(1_000_000)
 }
@@ -156,6 +164,7 @@ impl NamespaceSync {
             mode,
             store,
             timeout,
+            answer_within: timeout.min(DEFAULT_ANSWER_WITHIN),
             buckets: false,
             sync_queue: Mutex::new(SyncQueue::default()),
             flushes: tokio_util::task::TaskTracker::new(),
@@ -251,6 +260,32 @@ impl NamespaceSync {
     /// queued under their sequence numbers.
     pub fn stop_by(&self, deadline: tokio::time::Instant) {
         let _ = self.stop_by.set(deadline);
+    }
+
+    /// A request waits for its store at most `d` (and never past the store timeout):
+    /// then it is answered as the namespace says for a failed store, while the store
+    /// call goes on in the background and lands as a late answer would.
+    pub fn answering_within(mut self, d: Duration) -> Self {
+        self.answer_within = d.min(self.timeout);
+        self
+    }
+
+    /// How long a request waits for the store (see [`Self::answering_within`]).
+    pub fn answer_within(&self) -> Duration {
+        self.answer_within
+    }
+
+    /// A store call a request waits for: [`Self::call`], bounded by
+    /// [`Self::answer_within`]. Dropped past it (a timeout, as a store that answers
+    /// late is to every caller).
+    pub(crate) async fn call_for_request<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.answer_within, self.call(f)).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(self.answer_within)),
+        }
     }
 
     pub(crate) async fn call<T>(

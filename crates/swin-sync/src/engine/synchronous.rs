@@ -11,6 +11,17 @@ use tracing::warn;
 use super::{Create, NamespaceSync};
 use crate::store::{Push, Store, WindowKey};
 
+/// What became of a synchronous increment a request sent.
+#[derive(Debug)]
+pub(super) enum Sent {
+    /// The store's total, with the increment in it.
+    Answered(WindowRate),
+    /// The store failed: the caller counts the increment locally.
+    Failed,
+    /// No answer within `answer_within`: the round trip goes on and owns the increment.
+    Late,
+}
+
 /// A synchronous increment waiting for its round trip.
 #[derive(Debug)]
 pub(super) struct Waiting {
@@ -50,7 +61,8 @@ impl NamespaceSync {
         // the store's total is only known after the round trip: refuse on the local view
         // a value that would take the window out of range
         swin_core::check_value(value)?;
-        let seen = table.rate(key, now, None).current;
+        let before = table.rate(key, now, None);
+        let seen = before.current;
         if (seen + value).abs() > swin_core::MAX_COUNT {
             return Err(CoreError::CountOutOfRange {
                 value,
@@ -58,14 +70,25 @@ impl NamespaceSync {
             });
         }
         match self.increment_in_store(key, table.size(), value, now).await {
-            Some(rate) => Ok(rate),
+            Sent::Answered(rate) => Ok(rate),
             // the store failed (logged and recorded once for the batch): counted here,
             // pushed by a later sync
-            None => table.increment(key, value, now),
+            Sent::Failed => table.increment(key, value, now),
+            // the store is slow: answered from what the node knew when the hit was sent,
+            // with the hit (the table may hold it by now: the round trip owns the hit
+            // from here, in the store when it lands, counted here by the flush when it
+            // fails)
+            Sent::Late => Ok(WindowRate::at(
+                table.size(),
+                now,
+                before.current + value,
+                before.previous,
+            )),
         }
     }
 
-    /// Queues a synchronous increment for the store and waits for its answer. Increments
+    /// Queues a synchronous increment for the store and waits for its answer, at most
+    /// `answer_within` ([`Sent::Late`] past it). Increments
     /// that arrive while a round trip is in flight wait and go together in the next one
     /// (one push statement and one read for all of them), so throughput grows with the
     /// callers while each still waits about one round trip (PostgreSQL, SQLite: one
@@ -77,8 +100,8 @@ impl NamespaceSync {
         size: WindowSize,
         value: f64,
         now: UnixMs,
-    ) -> Option<WindowRate> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
+    ) -> Sent {
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
         let lead = {
             let mut q = self.sync_queue.lock().unwrap_or_else(|p| p.into_inner());
             q.waiting.push(Waiting {
@@ -98,7 +121,19 @@ impl NamespaceSync {
                     this.flush_synchronous().await
                 }));
         }
-        rx.await.ok().flatten()
+        match tokio::time::timeout(self.answer_within, &mut rx).await {
+            Ok(Ok(Some(rate))) => Sent::Answered(rate),
+            Ok(_) => Sent::Failed,
+            Err(_) => {
+                // no answer sent after this: the flush sees the caller gone
+                rx.close();
+                match rx.try_recv() {
+                    Ok(Some(rate)) => Sent::Answered(rate),
+                    Ok(None) => Sent::Failed,
+                    Err(_) => Sent::Late,
+                }
+            }
+        }
     }
 
     /// Sends what waits, in batches of at most SYNC_BATCH, until nothing does.
@@ -171,7 +206,17 @@ impl NamespaceSync {
                 self.record(Err(&e));
                 self.trip(&e);
                 for w in batch {
-                    let _ = w.tx.send(None);
+                    if w.tx.send(None).is_err() {
+                        // its caller was answered without waiting (answer_within): the
+                        // hit is counted here, pushed by a later sync
+                        let counted = self
+                            .counters
+                            .table(w.size.secs())
+                            .and_then(|t| t.increment(&w.key, w.value, w.now));
+                        if let Err(e) = counted {
+                            warn!(namespace = self.name(), cause = %e, "a late synchronous hit could not be counted locally");
+                        }
+                    }
                 }
                 return;
             }
