@@ -128,6 +128,17 @@ fn lock(slot: &Slot) -> std::sync::MutexGuard<'_, SlotState> {
     slot.state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Whether a hit of `cost` from the quota held fits under `limit` — the limit in force
+/// now, which a runtime limit may have lowered since the quota was held — as the store
+/// last showed the window: every other holder's quota counted as used, this node's as
+/// what it has used. Quota held under the limit in force always fits (the store granted
+/// it with the window under the limit, and a sliding window's previous weight only
+/// falls), so this refuses only quota held under a higher limit.
+fn fits(s: &SlotState, weight: f64, limit: f64, cost: f64) -> bool {
+    let unused = (s.held - s.used).max(0.0);
+    (s.current - unused) + s.previous * weight + cost <= limit
+}
+
 fn view(s: &SlotState, allowed: bool) -> StrictView {
     StrictView {
         allowed,
@@ -267,6 +278,11 @@ impl Holds {
                 }
                 s.last_hit_ms = now.0;
                 if s.held - s.used >= cost {
+                    if !fits(&s, weight, l.limit, cost) {
+                        // held under a higher limit than the one in force (a runtime
+                        // limit lowered it): the window is already past it
+                        return Ok((view(&s, false), slot.clone(), start));
+                    }
                     s.used += cost;
                     return Ok((view(&s, true), slot.clone(), start));
                 }
@@ -311,7 +327,7 @@ impl Holds {
                 } else {
                     (s.block / 2.0).max(1.0)
                 };
-                let allowed = s.held - s.used >= cost;
+                let allowed = s.held - s.used >= cost && fits(&s, weight, l.limit, cost);
                 if allowed {
                     s.used += cost;
                 }
