@@ -388,6 +388,20 @@ impl Metrics {
                 )
             }),
         ));
+        let clock = swin_sync::clock::clock();
+        families.push(gauge_family(
+            "swin_clock_offset_seconds",
+            "The store's clock minus this node's, as last measured (0 until a store with a clock of its own answers); decisions are taken in the store's time.",
+            [(
+                Vec::new(),
+                clock.offset_ms().unwrap_or(0) as f64 / 1e3,
+            )],
+        ));
+        families.push(gauge_family(
+            "swin_clock_offset_exceeded",
+            "1 while this node's clock is further from the store's than max_clock_offset.",
+            [(Vec::new(), f64::from(u8::from(clock.beyond_bound())))],
+        ));
         families.push(gauge_family(
             "swin_leases_in_flight",
             "Slots of live concurrency leases, by namespace, across the cluster as the store counts them at this scrape (a local-only namespace: this node's).",

@@ -3,6 +3,7 @@
 
 pub mod admission;
 mod backoff;
+pub mod clock;
 mod engine;
 mod error;
 mod identity;

@@ -45,7 +45,13 @@ pub struct Node {
 impl Node {
     /// Starts a node on a free loopback port.
     pub fn spawn(config: &Path) -> Node {
-        Node::start(config, crate::free_port())
+        Node::start(config, crate::free_port(), &[])
+    }
+
+    /// [`Node::spawn`] with more environment variables (`LD_PRELOAD` of Debian's
+    /// libfaketime, for a node whose clock is off).
+    pub fn spawn_with_env(config: &Path, env: &[(&str, &str)]) -> Node {
+        Node::start(config, crate::free_port(), env)
     }
 
     /// SIGTERM and wait; whether it exited 0.
@@ -65,8 +71,9 @@ impl Node {
         }
     }
 
-    fn start(config: &Path, port: u16) -> Node {
+    fn start(config: &Path, port: u16, env: &[(&str, &str)]) -> Node {
         let child = Command::new(node_binary())
+            .envs(env.iter().copied())
             .arg("--config")
             .arg(config)
             .arg("--listen")
@@ -121,7 +128,7 @@ impl Cluster {
         let ports: Vec<u16> = (0..n + spare).map(|_| crate::free_port()).collect();
         let nodes = ports[..n]
             .iter()
-            .map(|&p| Node::start(&config_path, p))
+            .map(|&p| Node::start(&config_path, p, &[]))
             .collect::<Vec<_>>();
         let mut all = nodes;
         for &p in &ports[n..] {
@@ -166,7 +173,7 @@ impl Cluster {
             .position(|n| !n.is_running())
             .expect("a spare node slot");
         let port = self.nodes[i].port;
-        self.nodes[i] = Node::start(&self.config, port);
+        self.nodes[i] = Node::start(&self.config, port, &[]);
         i
     }
 

@@ -38,6 +38,7 @@ pub mod defaults {
     pub const SHUTDOWN_GRACE_SECS: f64 = 10.0;
     pub const STORE_TIMEOUT_SECS: f64 = 5.0;
     pub const ANSWER_TIMEOUT_SECS: f64 = 0.5;
+    pub const MAX_CLOCK_OFFSET_SECS: f64 = 1.0;
     /// Per namespace and window size: the counter table's own default.
     pub const MAX_COUNTERS: usize = swin_core::DEFAULT_MAX_COUNTERS;
     pub const DATA_DIR: &str = "./data";
@@ -71,6 +72,7 @@ struct RawConfig {
     shutdown_grace: Option<f64>,
     store_timeout: Option<f64>,
     answer_timeout: Option<f64>,
+    max_clock_offset: Option<f64>,
     max_counters: Option<usize>,
     data_dir: Option<String>,
     #[serde(default)]
@@ -141,6 +143,9 @@ pub struct Config {
     /// The longest a request waits for a store (at most `store_timeout`): past it, it is
     /// answered as its namespace's `on_store_failure` says, and the store call goes on.
     pub answer_timeout: Duration,
+    /// How far the node's clock may be from the store's before it says so (logged,
+    /// `swin_clock_offset_exceeded`); it decides in the store's time either way.
+    pub max_clock_offset: Duration,
     /// Where the spool lives (`./data` unless set; `SWIN_DATA_DIR` overrides).
     pub data_dir: std::path::PathBuf,
     pub stores: BTreeMap<String, StoreConfig>,
@@ -282,6 +287,11 @@ impl Parser<'_> {
                 defaults::ANSWER_TIMEOUT_SECS,
             )?
             .min(store_timeout);
+        let max_clock_offset = self.secs(
+            "max_clock_offset",
+            raw.max_clock_offset,
+            defaults::MAX_CLOCK_OFFSET_SECS,
+        )?;
         let max_counters = raw.max_counters.unwrap_or(defaults::MAX_COUNTERS);
         let connections = ConnectionLimits {
             header_timeout: self.secs(
@@ -344,6 +354,7 @@ impl Parser<'_> {
             shutdown_grace,
             store_timeout,
             answer_timeout,
+            max_clock_offset,
             stores,
             namespaces,
             auth,

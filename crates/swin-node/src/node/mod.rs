@@ -87,6 +87,7 @@ impl Node {
                 )
             })?;
         }
+        swin_sync::clock::clock().set_max_offset(config.max_clock_offset);
         let connected = open_stores(&config).await?;
         let tls = match &config.tls {
             Some(cfg) => Some(crate::tls::Acceptor::load(cfg)?),
@@ -169,6 +170,8 @@ impl Node {
     /// old engine has pushed).
     async fn warm_up(&self, r: &Running) {
         let sync = &r.namespace.sync;
+        // decided in the store's time from the first request
+        sync.measure_clock().await;
         let now = swin_sync::now();
         let name = &r.config.name;
         // where this node's reading of runtime limit changes starts (before it serves,
@@ -366,6 +369,7 @@ impl Node {
             );
         }
         self.state.set_access(&config);
+        swin_sync::clock::clock().set_max_offset(config.max_clock_offset);
         self.config = config.clone();
         self.apply_namespaces(&config.namespaces).await;
         info!(namespaces = self.running.len(), "config reloaded");

@@ -155,7 +155,7 @@ pub(super) async fn open_answering(
 ) -> anyhow::Result<swin_sync::Store> {
     let store = open_store(cfg).await?;
     match tokio::time::timeout(timeout, store.ping()).await {
-        Ok(Ok(())) => Ok(store),
+        Ok(Ok(_)) => Ok(store),
         Ok(Err(e)) => Err(anyhow::Error::new(e).context("ping")),
         Err(_) => anyhow::bail!("no answer to a ping within store_timeout ({timeout:?})"),
     }

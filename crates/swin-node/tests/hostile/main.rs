@@ -5,6 +5,7 @@
 //!
 //! - `answers`: costs against a key's effective, enforced limits, a limit below 1, runtime
 //!   limits that would change nothing, ttls under a millisecond, the status page's headers;
+//! - `clock`: nodes 40 s off the store's clock (libfaketime) decide in the store's time;
 //! - `integrity`: reloads, outages and stops under load keep every acknowledged hit;
 //! - `shutdown`: a stop pushes every namespace at once and spools what is unconfirmed
 //!   before the grace ends, whatever the stores do;
@@ -25,6 +26,7 @@
 //!   over-limit answer into an error.
 
 mod answers;
+mod clock;
 mod connections;
 mod grpc;
 mod http;

@@ -23,7 +23,7 @@ pub use self::status::{SyncStatus, SYNC_BUCKETS_SECS};
 use self::synchronous::SyncQueue;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::Serialize;
 use swin_core::{NamespaceCounters, UnixMs};
@@ -138,10 +138,11 @@ pub(crate) fn nanos(now: UnixMs) -> i64 {
     now.0.saturating_mul(1_000_000)
 }
 
-/// The wall clock: the one place the node and the engine read it (swin-core takes time
-/// as an argument).
+/// The cluster's time: the one place the node and the engine read it (swin-core takes
+/// time as an argument). The node's wall clock, corrected to the store's (see
+/// [`crate::clock`]).
 pub fn now() -> UnixMs {
-    UnixMs::from_system_time(SystemTime::now())
+    crate::clock::clock().now()
 }
 
 impl NamespaceSync {
@@ -302,6 +303,23 @@ impl NamespaceSync {
         }
     }
 
+    /// Measures the node's clock against the store's, when a measurement is due (once a
+    /// second for the whole node: see [`crate::clock`]). A store that does not answer
+    /// leaves the offset as it was.
+    pub async fn measure_clock(&self) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        if !crate::clock::clock().due() {
+            return;
+        }
+        let sent = crate::clock::system_now();
+        if let Ok(Some(store_time)) = self.call(store.ping()).await {
+            let received = crate::clock::system_now();
+            crate::clock::clock().observe(store_time, sent, received);
+        }
+    }
+
     /// Loads the namespace's current and previous windows from the store (a node that
     /// starts knows the cluster's totals before its first sync).
     pub async fn warm_up(&self, now: UnixMs) -> Result<usize, StoreError> {
@@ -419,6 +437,7 @@ impl NamespaceSync {
             }
             match self.sync_once(now()).await {
                 Ok(report) => {
+                    self.measure_clock().await;
                     if backoff.failures() > 0 {
                         info!(
                             namespace = self.name(),

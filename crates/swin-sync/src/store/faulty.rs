@@ -167,7 +167,7 @@ impl Counters for FaultyStore {
             .await
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self) -> Result<Option<UnixMs>, StoreError> {
         self.faulted(self.inner.ping()).await
     }
 }
@@ -199,12 +199,20 @@ impl super::Limits for FaultyStore {
         &self,
         namespace: &str,
         limit: &super::StoredLimit,
+        not_after: UnixMs,
     ) -> Result<(), StoreError> {
-        self.faulted(self.inner.put_limit(namespace, limit)).await
+        self.faulted(self.inner.put_limit(namespace, limit, not_after))
+            .await
     }
 
-    async fn delete_limit(&self, namespace: &str, key: &str) -> Result<bool, StoreError> {
-        self.faulted(self.inner.delete_limit(namespace, key)).await
+    async fn delete_limit(
+        &self,
+        namespace: &str,
+        key: &str,
+        not_after: UnixMs,
+    ) -> Result<bool, StoreError> {
+        self.faulted(self.inner.delete_limit(namespace, key, not_after))
+            .await
     }
 
     async fn read_limits(

@@ -268,8 +268,10 @@ pub trait Counters: Send + Sync {
         window_sizes: &[u32],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// One round trip, to tell whether the store answers.
-    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// One round trip, to tell whether the store answers: with the store's time where
+    /// the store has a clock of its own (Redis `TIME`, PostgreSQL `clock_timestamp()`;
+    /// `None` for SQLite, whose clock is the node's).
+    fn ping(&self) -> impl Future<Output = Result<Option<UnixMs>, StoreError>> + Send;
 }
 
 /// Strict admission's side of a store: quota held in windows ("holds") and units
@@ -467,7 +469,7 @@ impl Store {
     }
 
     /// See [`Counters::ping`].
-    pub fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+    pub fn ping(&self) -> BoxFuture<'_, Result<Option<UnixMs>, StoreError>> {
         Box::pin(async move { dispatch!(self, s => s.ping().await) })
     }
 
@@ -476,9 +478,10 @@ impl Store {
         &'a self,
         namespace: &'a str,
         limit: &'a StoredLimit,
+        not_after: UnixMs,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.traced("put_limit", namespace, async move {
-            dispatch!(self, s => s.put_limit(namespace, limit).await)
+            dispatch!(self, s => s.put_limit(namespace, limit, not_after).await)
         })
     }
 
@@ -487,9 +490,10 @@ impl Store {
         &'a self,
         namespace: &'a str,
         key: &'a str,
+        not_after: UnixMs,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.traced("delete_limit", namespace, async move {
-            dispatch!(self, s => s.delete_limit(namespace, key).await)
+            dispatch!(self, s => s.delete_limit(namespace, key, not_after).await)
         })
     }
 

@@ -502,7 +502,7 @@ pub(super) async fn every_call_honours_its_faults(s: &TestStore) {
         };
         s.store.push(ns, direct).await.expect("push");
         injected("reset", e(faulty.reset(ns, "k", &[60]).await));
-        injected("ping", e(faulty.ping().await));
+        injected("ping", e(faulty.ping().await.map(drop)));
         // strict admission's calls, on a key of their own
         let hold = swin_sync::Hold {
             key: "held".into(),

@@ -410,11 +410,13 @@ impl Counters for PostgresStore {
         Ok(deleted + full)
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map_err(err)?;
-        Ok(())
+    async fn ping(&self) -> Result<Option<UnixMs>, StoreError> {
+        // clock_timestamp(), not now(): the time of the answer, not of the transaction
+        let ms: i64 =
+            sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(err)?;
+        Ok(Some(UnixMs(ms)))
     }
 }

@@ -544,12 +544,15 @@ impl Counters for RedisStore {
     }
 
     /// PING to every server holding keys (each primary of a cluster).
-    async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self) -> Result<Option<UnixMs>, StoreError> {
+        // every primary answers; the first one's clock is the store's
+        let mut first = None;
         for server in self.servers.primaries().await? {
             let mut conn = server.conn().await?;
-            let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+            let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
+            first.get_or_insert(UnixMs(secs * 1_000 + micros / 1_000));
         }
-        Ok(())
+        Ok(first)
     }
 }
 

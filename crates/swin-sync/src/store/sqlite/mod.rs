@@ -365,11 +365,12 @@ impl Counters for SqliteStore {
         Ok(deleted + full)
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self) -> Result<Option<UnixMs>, StoreError> {
         sqlx::query("SELECT 1")
             .execute(&self.pool)
             .await
             .map_err(err)?;
-        Ok(())
+        // one machine: its clock is the node's
+        Ok(None)
     }
 }
