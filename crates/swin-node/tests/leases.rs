@@ -15,8 +15,11 @@ use swin_testkit::cluster::{key_call as post, use_node_binary, Node, TestStore};
 const LIMIT: u64 = 4;
 
 fn config(store: &TestStore) -> String {
+    // three nodes and twelve clients on one SQLite file wait for its write lock longer
+    // than answer_timeout's half second in a debug build: this test is about exclusion,
+    // so each call may wait its whole store_timeout
     format!(
-        "store_timeout = 2\n{}
+        "store_timeout = 2\nanswer_timeout = 2\n{}
 [[namespaces]]
 name = \"slots\"
 algorithm = \"concurrency\"

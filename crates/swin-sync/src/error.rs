@@ -26,6 +26,10 @@ pub enum StoreError {
     /// time (`wait_replicas`): not confirmed, so pushed again.
     #[error("redis: {acked} of {wanted} replicas acknowledged the writes in time")]
     Unreplicated { wanted: u32, acked: u32 },
+    /// A change the store took after its deadline (its caller was told it failed): the
+    /// store did not apply it.
+    #[error("the store took the change after its deadline; not applied")]
+    TooLate,
 }
 
 impl StoreError {
@@ -50,7 +54,8 @@ impl StoreError {
             StoreError::Timeout(_)
             | StoreError::Injected
             | StoreError::Unavailable(_)
-            | StoreError::Unreplicated { .. } => true,
+            | StoreError::Unreplicated { .. }
+            | StoreError::TooLate => true,
             StoreError::Postgres(e) | StoreError::Sqlite(e) => sqlx_transient(e),
             StoreError::Redis(e) => {
                 e.is_io_error()

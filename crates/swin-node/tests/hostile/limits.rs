@@ -282,3 +282,132 @@ async fn two_nodes_changing_one_key_at_once_agree_with_the_store() {
     )
     .await;
 }
+
+/// A runtime limit lowered on a strict namespace holds at once on the node that took the
+/// call, even over the quota that node holds from the store under the old limit (a key
+/// at 20 of 100, lowered to 10: 81 more were admitted), and on another node as soon as it
+/// reads the change (two sync periods); the store ends with exactly the hits admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_lowered_on_a_strict_namespace_holds_over_quota_already_held() {
+    let store = TestStore::redis();
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("swin.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "{}
+[[namespaces]]
+name = \"api\"
+window_sizes = [3600]
+sync_rate = 0.1
+store = \"main\"
+admission = \"strict\"
+limits = [{{ window_size = 3600, limit = 100 }}]
+",
+            store.section()
+        ),
+    )
+    .expect("config");
+    let (a, b) = (node(&path), node(&path));
+    let c = reqwest::Client::new();
+    // both nodes hold quota for the key: 20 admitted on a, 5 on b
+    assert_eq!(hits(&c, &a.base, "api", "k", 20).await, vec![200; 20]);
+    assert_eq!(hits(&c, &b.base, "api", "k", 5).await, vec![200; 5]);
+    let (s, v) = send(
+        &c,
+        reqwest::Method::PUT,
+        format!("{}/v1/namespaces/api/keys/k/limits", a.base),
+        limit(10),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    // at once on a, whatever it holds
+    assert_eq!(hits(&c, &a.base, "api", "k", 10).await, vec![429; 10]);
+    // b reads the change within two sync periods; give it a second
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(hits(&c, &b.base, "api", "k", 10).await, vec![429; 10]);
+    // the unused quota goes back once the key idles: the store holds the 25 admitted
+    let mut total = 0.0;
+    within(
+        Duration::from_secs(20),
+        "the store holds what was admitted",
+        async || {
+            total = store.totals("api").await.get("k").copied().unwrap_or(0.0);
+            total == 25.0
+        },
+    )
+    .await;
+    // raised again, exactly the room under it is admitted, across both nodes
+    let (s, v) = send(
+        &c,
+        reqwest::Method::PUT,
+        format!("{}/v1/namespaces/api/keys/k/limits", b.base),
+        limit(30),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut admitted = 0;
+    for n in [&a, &b, &a, &b, &a, &b] {
+        admitted += hits(&c, &n.base, "api", "k", 2)
+            .await
+            .iter()
+            .filter(|s| **s == 200)
+            .count();
+    }
+    assert_eq!(admitted, 5, "30 − 25");
+}
+
+/// A runtime limit changed while the store hangs (SIGSTOP) is refused within a second
+/// (503, nothing changed) and stays refused once the store wakes up: the store applies a
+/// change only within its deadline (it landed when the store came back, and every node
+/// then enforced it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_refused_while_the_store_hangs_never_lands() {
+    let own = super::support::OwnRedis::start(|store| format!("{}{NAMESPACE}", store.section()));
+    let c = reqwest::Client::new();
+    let base = own.node.base.clone();
+    let key_limits = |k: &str| format!("{base}/v1/namespaces/api/keys/{k}/limits");
+    let (s, v) = send(&c, reqwest::Method::PUT, key_limits("kept"), limit(2)).await;
+    assert_eq!(s, 200, "{v}");
+
+    own.server().signal("STOP");
+    let t = std::time::Instant::now();
+    let (s, v) = send(&c, reqwest::Method::PUT, key_limits("k"), limit(1)).await;
+    assert_eq!(s, 503, "{v}");
+    let (s, v) = send(&c, reqwest::Method::DELETE, key_limits("kept"), None).await;
+    assert_eq!(s, 503, "{v}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    own.server().signal("CONT");
+
+    // once the store answers again, what was refused has not happened: k is under the
+    // config's 5, kept under its runtime 2, on this node and on a node started now
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let other = node(&own.dir.path().join("swin.toml"));
+    for n in [&own.node.base, &other.base] {
+        let (s, v) = send(
+            &c,
+            reqwest::Method::GET,
+            format!("{n}/v1/namespaces/api/keys/k/limits"),
+            None,
+        )
+        .await;
+        assert_eq!((s, v["source"].as_str()), (200, Some("config")), "{v}");
+        let (s, v) = send(
+            &c,
+            reqwest::Method::GET,
+            format!("{n}/v1/namespaces/api/keys/kept/limits"),
+            None,
+        )
+        .await;
+        assert_eq!((s, v["source"].as_str()), (200, Some("override")), "{v}");
+    }
+    assert_eq!(
+        hits(&c, &other.base, "api", "k", 6).await,
+        allowed_then_denied(5, 1)
+    );
+    assert_eq!(
+        hits(&c, &other.base, "api", "kept", 3).await,
+        allowed_then_denied(2, 1)
+    );
+}

@@ -27,20 +27,40 @@ impl NamespaceSync {
         self.trip(e);
     }
 
-    /// Sets a key's limits in the store. No store: nothing to do.
+    /// Sets a key's limits in the store. No store: nothing to do. A request waits
+    /// `answer_within` at most, and the store applies the change only within half of it
+    /// by its own clock: an error here means nothing changed, even when the store
+    /// answers later.
     pub async fn put_limit(&self, limit: &StoredLimit) -> Result<(), StoreError> {
         match &self.store {
-            Some(store) => self.call(store.put_limit(self.name(), limit)).await,
+            Some(store) => {
+                let not_after = self.change_deadline();
+                self.call_for_request(store.put_limit(self.name(), limit, not_after))
+                    .await
+            }
             None => Ok(()),
         }
     }
 
-    /// Removes a key's limits from the store; false when it had none (or no store).
+    /// Removes a key's limits from the store; false when it had none (or no store). As
+    /// [`Self::put_limit`], an error means nothing was removed.
     pub async fn delete_limit(&self, key: &str) -> Result<bool, StoreError> {
         match &self.store {
-            Some(store) => self.call(store.delete_limit(self.name(), key)).await,
+            Some(store) => {
+                let not_after = self.change_deadline();
+                self.call_for_request(store.delete_limit(self.name(), key, not_after))
+                    .await
+            }
             None => Ok(false),
         }
+    }
+
+    /// The store time after which a change a request sends now is not applied: half
+    /// the request's wait from now, so that a change the store applies in time has the
+    /// other half to answer.
+    fn change_deadline(&self) -> UnixMs {
+        let half = i64::try_from(self.answer_within().as_millis() / 2).unwrap_or(i64::MAX);
+        UnixMs(crate::now().0.saturating_add(half))
     }
 
     /// The stored limits of those of `keys` that have some.

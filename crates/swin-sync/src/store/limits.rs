@@ -53,18 +53,23 @@ pub const CHANGES_PER_CALL: usize = 10_000;
 /// The runtime-limits side of a store. Every store implements it beside
 /// [`super::Counters`].
 pub trait Limits: Send + Sync {
-    /// Sets a key's limits (replacing any) and logs the change.
+    /// Sets a key's limits (replacing any) and logs the change — unless the store's
+    /// clock is past `not_after` when it would apply it ([`StoreError::TooLate`]: its
+    /// caller stopped waiting and said nothing changed).
     fn put_limit(
         &self,
         namespace: &str,
         limit: &StoredLimit,
+        not_after: UnixMs,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Removes a key's limits, logging the change; false when it had none.
+    /// Removes a key's limits, logging the change; false when it had none. Past
+    /// `not_after` by the store's clock: [`StoreError::TooLate`], nothing removed.
     fn delete_limit(
         &self,
         namespace: &str,
         key: &str,
+        not_after: UnixMs,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// The limits of those of `keys` that have some (lapsed ones included: the caller

@@ -15,6 +15,9 @@ fn limit(key: &str, n: u32, expires_at: Option<i64>) -> StoredLimit {
     }
 }
 
+/// A deadline no change here reaches.
+const LATER: UnixMs = UnixMs(i64::MAX);
+
 /// The limits as JSON values (PostgreSQL's jsonb writes them its own way).
 fn json(s: &str) -> serde_json::Value {
     serde_json::from_str(s).expect("json")
@@ -28,11 +31,11 @@ pub async fn runtime_limits_round_trip_and_log_every_change(s: &TestStore) {
     // odd keys: separators, braces, a long one
     let keys = ["tenant-1", "a{b}:c|d=e", "é", &"k".repeat(900)];
     for (i, k) in keys.iter().enumerate() {
-        st.put_limit("ns", &limit(k, i as u32 + 1, None))
+        st.put_limit("ns", &limit(k, i as u32 + 1, None), LATER)
             .await
             .expect("put");
     }
-    st.put_limit("other", &limit("tenant-1", 99, None))
+    st.put_limit("other", &limit("tenant-1", 99, None), LATER)
         .await
         .expect("put in another namespace");
     let read = st
@@ -63,11 +66,14 @@ pub async fn runtime_limits_round_trip_and_log_every_change(s: &TestStore) {
     assert_eq!(none.cursor, changes.cursor);
 
     // replaced, then deleted: both logged; a second delete finds nothing, logs nothing
-    st.put_limit("ns", &limit("tenant-1", 7, Some(4_000_000_000_000)))
+    st.put_limit("ns", &limit("tenant-1", 7, Some(4_000_000_000_000)), LATER)
         .await
         .expect("replace");
-    assert!(st.delete_limit("ns", "é").await.expect("delete"));
-    assert!(!st.delete_limit("ns", "é").await.expect("delete again"));
+    assert!(st.delete_limit("ns", "é", LATER).await.expect("delete"));
+    assert!(!st
+        .delete_limit("ns", "é", LATER)
+        .await
+        .expect("delete again"));
     let later = st
         .limit_changes("ns", Some(&changes.cursor))
         .await
@@ -92,7 +98,7 @@ pub async fn runtime_limits_list_in_key_order_without_lapsed_ones(s: &TestStore)
     for i in (0..25).rev() {
         // every fifth lapsed a second ago
         let expires = (i % 5 == 0).then_some(now.0 - 1_000);
-        st.put_limit("ns", &limit(&format!("k{i:02}"), i, expires))
+        st.put_limit("ns", &limit(&format!("k{i:02}"), i, expires), LATER)
             .await
             .expect("put");
     }
@@ -123,7 +129,9 @@ pub async fn runtime_limits_list_in_key_order_without_lapsed_ones(s: &TestStore)
 
 pub async fn a_cursor_the_store_cannot_reach_back_to_is_incomplete(s: &TestStore) {
     let st = &s.store;
-    st.put_limit("ns", &limit("a", 1, None)).await.expect("put");
+    st.put_limit("ns", &limit("a", 1, None), LATER)
+        .await
+        .expect("put");
     let head = st.limit_changes("ns", None).await.expect("head");
     // a cursor ahead of the store's head: the store lost its changes (a new database)
     let ahead = match s.store.kind() {
@@ -140,4 +148,61 @@ pub async fn a_cursor_the_store_cannot_reach_back_to_is_incomplete(s: &TestStore
         "the caller starts again from the head"
     );
     assert!(st.limit_changes("ns", Some("garbage")).await.is_err());
+}
+
+/// A change the store takes after its deadline (by the store's own clock) is not applied
+/// and says so: the node that sent it stopped waiting and told its client nothing changed.
+pub async fn a_change_past_its_deadline_is_not_applied(s: &TestStore) {
+    let st = &s.store;
+    let start = st.limit_changes("ns", None).await.expect("head");
+    let past = UnixMs(swin_sync::now().0 - 60_000);
+    let e = st
+        .put_limit("ns", &limit("late", 1, None), past)
+        .await
+        .expect_err("too late");
+    assert!(matches!(e, swin_sync::StoreError::TooLate), "{e:?}");
+    assert!(st
+        .read_limits("ns", &["late"])
+        .await
+        .expect("read")
+        .is_empty());
+    st.put_limit("ns", &limit("kept", 2, None), LATER)
+        .await
+        .expect("put");
+    let e = st
+        .delete_limit("ns", "kept", past)
+        .await
+        .expect_err("too late");
+    assert!(matches!(e, swin_sync::StoreError::TooLate), "{e:?}");
+    assert_eq!(
+        st.read_limits("ns", &["kept"]).await.expect("read").len(),
+        1
+    );
+    let changes = st
+        .limit_changes("ns", Some(&start.cursor))
+        .await
+        .expect("changes");
+    assert_eq!(
+        changes.keys,
+        vec!["kept".to_owned()],
+        "only the change applied is logged"
+    );
+}
+
+/// A ping answers with the store's clock where it has one of its own, close to the
+/// node's here (one machine); SQLite's is the node's.
+pub async fn a_ping_tells_the_stores_time(s: &TestStore) {
+    let before = swin_sync::clock::system_now();
+    let t = s.store.ping().await.expect("ping");
+    let after = swin_sync::clock::system_now();
+    match s.store.kind().name() {
+        "sqlite" => assert_eq!(t, None),
+        kind => {
+            let t = t.unwrap_or_else(|| panic!("{kind}: a time"));
+            assert!(
+                t.0 >= before.0 - 1_000 && t.0 <= after.0 + 1_000,
+                "{kind}: {t:?} not within a second of {before:?}..{after:?}"
+            );
+        }
+    }
 }

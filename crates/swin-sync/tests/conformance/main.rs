@@ -155,6 +155,8 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
     synchronous_mode_falls_back_when_down,
     shutdown_pushes_last_diffs,
     runtime_limits_round_trip_and_log_every_change,
+    a_change_past_its_deadline_is_not_applied,
+    a_ping_tells_the_stores_time,
     runtime_limits_list_in_key_order_without_lapsed_ones,
     a_cursor_the_store_cannot_reach_back_to_is_incomplete,
     leases_never_pass_the_limit_under_racing_acquires,

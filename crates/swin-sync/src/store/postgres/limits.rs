@@ -21,6 +21,25 @@ v AS (
 logged AS (
     INSERT INTO swin_key_limit_log (namespace, version, key) SELECT $1, version, $2 FROM v)";
 
+/// Commits a change unless the server's clock is past `not_after` (then rolls it back:
+/// its caller stopped waiting and said nothing changed).
+async fn commit_by(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    not_after: UnixMs,
+) -> Result<(), StoreError> {
+    let in_time: bool =
+        sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8 <= $1")
+            .bind(not_after.0)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(err)?;
+    if !in_time {
+        tx.rollback().await.map_err(err)?;
+        return Err(StoreError::TooLate);
+    }
+    tx.commit().await.map_err(err)
+}
+
 /// PostgreSQL's `text` cannot hold U+0000: such a key cannot have limits stored.
 fn check_key(key: &str) -> Result<(), StoreError> {
     if key.contains('\0') {
@@ -32,8 +51,14 @@ fn check_key(key: &str) -> Result<(), StoreError> {
 }
 
 impl Limits for PostgresStore {
-    async fn put_limit(&self, namespace: &str, limit: &StoredLimit) -> Result<(), StoreError> {
+    async fn put_limit(
+        &self,
+        namespace: &str,
+        limit: &StoredLimit,
+        not_after: UnixMs,
+    ) -> Result<(), StoreError> {
         check_key(&limit.key)?;
+        let mut tx = self.pool().begin().await.map_err(err)?;
         sqlx::query(&format!(
             "WITH {LOG_CHANGE}
              INSERT INTO swin_key_limits (namespace, key, limits, expires_at, set_by, set_at)
@@ -48,13 +73,18 @@ impl Limits for PostgresStore {
         .bind(limit.expires_at.map(|t| t.0))
         .bind(&limit.set_by)
         .bind(limit.set_at.0)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await
         .map_err(err)?;
-        Ok(())
+        commit_by(tx, not_after).await
     }
 
-    async fn delete_limit(&self, namespace: &str, key: &str) -> Result<bool, StoreError> {
+    async fn delete_limit(
+        &self,
+        namespace: &str,
+        key: &str,
+        not_after: UnixMs,
+    ) -> Result<bool, StoreError> {
         check_key(key)?;
         let mut tx = self.pool().begin().await.map_err(err)?;
         // the namespace's change row first, as a PUT locks it: the same order, no deadlock
@@ -79,7 +109,7 @@ impl Limits for PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(err)?;
-        tx.commit().await.map_err(err)?;
+        commit_by(tx, not_after).await?;
         Ok(true)
     }
 

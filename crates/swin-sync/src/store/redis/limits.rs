@@ -57,7 +57,12 @@ fn entry(key: String, raw: &str) -> Result<StoredLimit, StoreError> {
 }
 
 impl Limits for RedisStore {
-    async fn put_limit(&self, namespace: &str, limit: &StoredLimit) -> Result<(), StoreError> {
+    async fn put_limit(
+        &self,
+        namespace: &str,
+        limit: &StoredLimit,
+        not_after: UnixMs,
+    ) -> Result<(), StoreError> {
         let limits = serde_json::value::RawValue::from_string(limit.limits.clone())
             .map_err(|e| StoreError::Protocol(format!("limits are not JSON: {e}")))?;
         let value = serde_json::to_string(&Entry {
@@ -75,23 +80,35 @@ impl Limits for RedisStore {
             .arg(value)
             .arg(limit.expires_at.map_or(String::new(), |t| t.0.to_string()))
             .arg(limit.set_at.0)
-            .arg(LOG_KEPT_ENTRIES);
-        let _: Vec<String> = self
+            .arg(LOG_KEPT_ENTRIES)
+            .arg(not_after.0);
+        let reply: Vec<String> = self
             .replies(vec![inv.call(&self.scripts.limit_put, true)])
             .await?;
+        if reply.first().map(String::as_str) == Some("late") {
+            return Err(StoreError::TooLate);
+        }
         Ok(())
     }
 
-    async fn delete_limit(&self, namespace: &str, key: &str) -> Result<bool, StoreError> {
+    async fn delete_limit(
+        &self,
+        namespace: &str,
+        key: &str,
+        not_after: UnixMs,
+    ) -> Result<bool, StoreError> {
         let mut inv = Eval::default();
         for name in self.limit_names(namespace) {
             inv.key(&name);
         }
-        inv.arg(key).arg(LOG_KEPT_ENTRIES);
+        inv.arg(key).arg(LOG_KEPT_ENTRIES).arg(not_after.0);
         let gone: Vec<i64> = self
             .replies(vec![inv.call(&self.scripts.limit_delete, true)])
             .await?;
-        Ok(gone.first() == Some(&1))
+        match gone.first() {
+            Some(-1) => Err(StoreError::TooLate),
+            other => Ok(other == Some(&1)),
+        }
     }
 
     async fn read_limits(

@@ -41,8 +41,27 @@ async fn log_change(
     Ok(())
 }
 
+/// Commits a change unless it is past `not_after` (SQLite's clock is the node's: a write
+/// that waited for the database's lock that long is rolled back, its caller having said
+/// nothing changed).
+async fn commit_by(
+    tx: sqlx::Transaction<'_, sqlx::Sqlite>,
+    not_after: UnixMs,
+) -> Result<(), StoreError> {
+    if crate::clock::system_now() > not_after {
+        tx.rollback().await.map_err(err)?;
+        return Err(StoreError::TooLate);
+    }
+    tx.commit().await.map_err(err)
+}
+
 impl Limits for SqliteStore {
-    async fn put_limit(&self, namespace: &str, limit: &StoredLimit) -> Result<(), StoreError> {
+    async fn put_limit(
+        &self,
+        namespace: &str,
+        limit: &StoredLimit,
+        not_after: UnixMs,
+    ) -> Result<(), StoreError> {
         let mut tx = self.pool().begin().await.map_err(err)?;
         log_change(&mut tx, namespace, &limit.key, limit.set_at).await?;
         sqlx::query(
@@ -61,11 +80,15 @@ impl Limits for SqliteStore {
         .execute(&mut *tx)
         .await
         .map_err(err)?;
-        tx.commit().await.map_err(err)?;
-        Ok(())
+        commit_by(tx, not_after).await
     }
 
-    async fn delete_limit(&self, namespace: &str, key: &str) -> Result<bool, StoreError> {
+    async fn delete_limit(
+        &self,
+        namespace: &str,
+        key: &str,
+        not_after: UnixMs,
+    ) -> Result<bool, StoreError> {
         let mut tx = self.pool().begin().await.map_err(err)?;
         let gone = sqlx::query("DELETE FROM swin_key_limits WHERE namespace = ?1 AND key = ?2")
             .bind(namespace)
@@ -77,9 +100,9 @@ impl Limits for SqliteStore {
         if gone == 0 {
             return Ok(false);
         }
-        let now = UnixMs::from_system_time(std::time::SystemTime::now());
+        let now = crate::now();
         log_change(&mut tx, namespace, key, now).await?;
-        tx.commit().await.map_err(err)?;
+        commit_by(tx, not_after).await?;
         Ok(true)
     }
 
