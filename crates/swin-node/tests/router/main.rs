@@ -230,6 +230,22 @@ async fn current(r: &axum::Router, ns: &str, key: &str, size: u32) -> f64 {
         .expect("a number, never null")
 }
 
+/// The key's count in the current and previous windows of `size` together: the same
+/// whichever side of a window's end the read falls.
+async fn counted(r: &axum::Router, ns: &str, key: &str, size: u32) -> f64 {
+    let (status, body) = call(
+        r,
+        "GET",
+        &format!("/v1/namespaces/{ns}/keys/{key}?window_size={size}"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let w = &body["windows"][0];
+    w["current"].as_f64().expect("a number") + w["previous"].as_f64().expect("a number")
+}
+
 /// Tokens `app` (count, decide), `ops` (admin) and `prom` (metrics), as hash-token prints
 /// their hashes.
 fn auth_section() -> String {

@@ -7,7 +7,7 @@
 use axum::http::StatusCode;
 use serde_json::Value;
 
-use super::{current, router, send, Answer};
+use super::{counted, current, router, send, Answer};
 
 async fn post(r: &axum::Router, ns: &str, key: &str, op: &str, body: &str) -> Answer {
     send(
@@ -197,7 +197,7 @@ async fn a_reservation_not_committed_by_its_ttl_stays_at_its_estimate() {
             .contains("lapsed"),
         "{e}"
     );
-    assert_eq!(current(&r, "login", "late", 60).await, 4.0);
+    assert_eq!(counted(&r, "login", "late", 60).await, 4.0);
 }
 
 #[tokio::test]

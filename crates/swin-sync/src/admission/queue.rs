@@ -136,7 +136,7 @@ where
     }
     let this = sync.clone();
     let send = Arc::new(send);
-    queued(
+    let answered = queued(
         queue,
         sync.flushes(),
         sync.answer_within(),
@@ -158,7 +158,15 @@ where
             }
         },
     )
-    .await
+    .await;
+    if let Err(e) = &answered {
+        // no answer within answer_within (or the store's own timeout): the requests
+        // after it are answered at once until a sync reaches the store again
+        if matches!(**e, StoreError::Timeout(_)) {
+            sync.trip(e);
+        }
+    }
+    answered
 }
 
 /// Who asks the store for quota (this run of the node: a restarted node never takes

@@ -87,11 +87,21 @@ impl NamespaceSync {
         // no caller waits longer than answer_within in all, even behind a read in
         // flight: past it, it answers from what the node knows (the read still lands)
         let until = tokio::time::Instant::now() + self.answer_within;
-        let mut late = 0;
+        let (mut late, mut timed_out) = (0, false);
         for rx in receivers {
-            if !matches!(tokio::time::timeout_at(until, rx).await, Ok(Ok(true))) {
-                late += 1;
+            match tokio::time::timeout_at(until, rx).await {
+                Ok(Ok(true)) => {}
+                Ok(_) => late += 1,
+                Err(_) => {
+                    late += 1;
+                    timed_out = true;
+                }
             }
+        }
+        if timed_out {
+            // the store is slow: later requests do not wait for it again until a sync
+            // reaches it
+            self.trip(&crate::StoreError::Timeout(self.answer_within));
         }
         if late > 0 {
             self.first.fallbacks.fetch_add(late, Ordering::Relaxed);

@@ -121,6 +121,9 @@ pub struct NamespaceSync {
     stop_by: std::sync::OnceLock<tokio::time::Instant>,
     /// Keys this node holds nothing for, read from the store before an answer.
     first: first_touch::FirstTouch,
+    /// The namespace's totals are still loading from the store (see
+    /// [`NamespaceSync::warm_up`]): it serves meanwhile, each key read at its first touch.
+    warming: std::sync::atomic::AtomicBool,
 }
 
 /// The last sync run for a request, and how many have run.
@@ -178,7 +181,34 @@ impl NamespaceSync {
             node_id,
             stop_by: std::sync::OnceLock::new(),
             first: first_touch::FirstTouch::default(),
+            warming: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether the namespace's totals are still loading from the store.
+    pub fn warming(&self) -> bool {
+        self.warming.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn set_warming(&self, on: bool) {
+        self.warming.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Pings the store: the namespace has reached it (its readiness counts from now), and
+    /// the node's clock is measured against the store's.
+    pub async fn reach(&self) -> Result<(), StoreError> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let sent = crate::clock::system_now();
+        if let Some(store_time) = self.call(store.ping()).await? {
+            crate::clock::clock().observe(store_time, sent, crate::clock::system_now());
+        }
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_success_ms = Some(now().0);
+        Ok(())
     }
 
     /// A namespace of GCRA buckets: warm-up loads its buckets from the store.
@@ -285,7 +315,11 @@ impl NamespaceSync {
     ) -> Result<T, StoreError> {
         match tokio::time::timeout(self.answer_within, self.call(f)).await {
             Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout(self.answer_within)),
+            Err(_) => {
+                let e = StoreError::Timeout(self.answer_within);
+                self.trip(&e);
+                Err(e)
+            }
         }
     }
 
@@ -390,6 +424,13 @@ impl NamespaceSync {
                 .skip_store
                 .swap(true, std::sync::atomic::Ordering::Relaxed)
         {
+            // degraded until a sync reaches the store again (a slow answer trips before
+            // the call itself fails and is recorded)
+            self.status
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .degraded
+                .get_or_insert(e.reason());
             warn!(
                 namespace = self.name(),
                 "store failing: synchronous calls answer from local memory until a background sync reaches it"

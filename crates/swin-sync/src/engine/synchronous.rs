@@ -125,6 +125,9 @@ impl NamespaceSync {
             Ok(Ok(Some(rate))) => Sent::Answered(rate),
             Ok(_) => Sent::Failed,
             Err(_) => {
+                // the store is slow: later requests answer from memory at once until a
+                // background sync reaches it again (one wait, not one per request)
+                self.trip(&crate::StoreError::Timeout(self.answer_within));
                 // no answer sent after this: the flush sees the caller gone
                 rx.close();
                 match rx.try_recv() {
