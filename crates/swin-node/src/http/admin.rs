@@ -274,14 +274,27 @@ async fn ready(State(state): State<Arc<AppState>>) -> Response {
                 .map(|why| serde_json::json!({"namespace": n.sync.name(), "reason": why}))
         })
         .collect();
-    if degraded.is_empty() {
-        Json(serde_json::json!({"status": "ready"})).into_response()
+    // namespaces whose totals are still loading: they serve (each key read at its
+    // first touch), so they are named, not held against readiness
+    let warming: Vec<String> = state
+        .namespaces
+        .load()
+        .values()
+        .filter(|n| n.sync.warming())
+        .map(|n| n.sync.name().to_owned())
+        .collect();
+    let mut body = if degraded.is_empty() {
+        serde_json::json!({"status": "ready"})
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({"status": "degraded", "namespaces": degraded})),
-        )
-            .into_response()
+        serde_json::json!({"status": "degraded", "namespaces": degraded})
+    };
+    if !warming.is_empty() {
+        body["warming"] = warming.into();
+    }
+    if degraded.is_empty() {
+        Json(body).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
     }
 }
 

@@ -165,30 +165,39 @@ impl Node {
         }
     }
 
-    /// Loads the namespace's current totals from the store, so that it answers with the
-    /// cluster's counts from its first request (or, for a rebuilt namespace, once its
-    /// old engine has pushed).
+    /// Reaches the namespace's store (readiness, and the store's clock from the first
+    /// request), reads where runtime limit changes start, then loads the namespace's
+    /// current totals in the background (for a rebuilt namespace, once its old engine has
+    /// pushed): the node serves meanwhile — each key it is asked about is read at its first
+    /// touch — so a keyspace of any size holds up no start and no reload; `/readyz` lists
+    /// the namespace as warming until the load ends.
     async fn warm_up(&self, r: &Running) {
         let sync = &r.namespace.sync;
-        // decided in the store's time from the first request
-        sync.measure_clock().await;
-        let now = swin_sync::now();
-        let name = &r.config.name;
+        let name = r.config.name.clone();
+        if let Err(e) = sync.reach().await {
+            warn!(namespace = name, cause = %e, "the store does not answer yet");
+        }
         // where this node's reading of runtime limit changes starts (before it serves,
         // so no change made while it starts goes unseen)
         if let Err(e) = r.namespace.runtime.catch_up(sync).await {
-            warn!(namespace = &r.config.name, cause = %e, "runtime limits wait for the store");
+            warn!(namespace = name, cause = %e, "runtime limits wait for the store");
         }
-        match tokio::time::timeout(self.config.store_timeout, sync.warm_up(now)).await {
-            Ok(Ok(n)) => info!(namespace = name, totals = n, "warmed up from the store"),
-            Ok(Err(e)) => {
-                warn!(namespace = name, cause = %e, "warm-up failed; totals arrive with the first syncs")
+        if sync.store().is_none() {
+            return;
+        }
+        sync.set_warming(true);
+        let (sync, cancel) = (sync.clone(), r.cancel.clone());
+        self.tracker.spawn(async move {
+            let started = std::time::Instant::now();
+            tokio::select! {
+                loaded = sync.warm_up(swin_sync::now()) => match loaded {
+                    Ok(n) => info!(namespace = name, totals = n, seconds = started.elapsed().as_secs_f64(), "warmed up from the store"),
+                    Err(e) => warn!(namespace = name, cause = %e, "warm-up failed; totals arrive with the first touches and syncs"),
+                },
+                _ = cancel.cancelled() => {}
             }
-            Err(_) => warn!(
-                namespace = name,
-                "warm-up timed out; totals arrive with the first syncs"
-            ),
-        }
+            sync.set_warming(false);
+        });
     }
 
     fn start_engine(&self, r: &mut Running) {

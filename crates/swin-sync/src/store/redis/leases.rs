@@ -2,10 +2,18 @@
 //! counters, `swin:{<len(namespace)>:<namespace>:<key>}:leases` (lease → `count:lapse`),
 //! changed only by `lease_acquire.lua`, `lease_change.lua` and `lease_release_slots.lua`, so each acquire counts
 //! and adds in one atomic step; the hash expires a minute after its last lease's lapse.
+//!
+//! Per namespace an index, `swin:lease-index:{<len(namespace)>:<namespace>}` (a sorted
+//! set: key → the latest lapse any of its leases was given), names the keys that may hold
+//! live leases, so that counting a namespace's slots in flight reads those hashes only,
+//! never the keyspace (a million counter hashes made every scrape a second's SCAN). An
+//! acquire or renewal raises its key's score in the same round trip as its script (a
+//! cluster keeps the index on another shard, so not in the script itself); a count drops
+//! the keys whose every lease has lapsed.
 
 use swin_core::UnixMs;
 
-use super::calls::Eval;
+use super::calls::{Call, Eval};
 use super::RedisStore;
 use crate::store::leases::{Acquire, Acquired, Leases};
 use crate::StoreError;
@@ -21,6 +29,23 @@ impl RedisStore {
         )
     }
 
+    fn lease_index(&self, namespace: &str) -> String {
+        format!(
+            "{}:lease-index:{{{}:{}}}",
+            self.prefix,
+            namespace.len(),
+            namespace
+        )
+    }
+
+    /// Raises `key`'s score in the namespace's lease index to `lapse` (never lowers it).
+    fn index_call(&self, namespace: &str, key: &str, lapse: UnixMs) -> Call {
+        let index = self.lease_index(namespace);
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(&index).arg("GT").arg(lapse.0).arg(key);
+        Call::on(&index, cmd, true)
+    }
+
     async fn lease_change(
         &self,
         namespace: &str,
@@ -34,10 +59,16 @@ impl RedisStore {
             .arg(lease)
             .arg(now.0)
             .arg(renew_to.map_or(String::new(), |t| t.0.to_string()));
-        let r: Vec<i64> = self
-            .replies(vec![inv.call(&self.scripts.lease_change, true)])
-            .await?;
-        Ok(r.first() == Some(&1))
+        let mut calls = vec![inv.call(&self.scripts.lease_change, true)];
+        if let Some(to) = renew_to {
+            calls.push(self.index_call(namespace, key, to));
+        }
+        let replies = self.run(calls).await?;
+        let changed: i64 = match replies.into_iter().next() {
+            Some(v) => redis::from_owned_redis_value(v)?,
+            None => 0,
+        };
+        Ok(changed == 1)
     }
 }
 
@@ -50,10 +81,15 @@ impl Leases for RedisStore {
             .arg(a.limit)
             .arg(a.expires_at.0)
             .arg(a.now.0);
-        let r: Vec<Vec<i64>> = self
-            .replies(vec![inv.call(&self.scripts.lease_acquire, true)])
-            .await?;
-        let r = r.into_iter().next().unwrap_or_default();
+        let calls = vec![
+            inv.call(&self.scripts.lease_acquire, true),
+            self.index_call(namespace, a.key, a.expires_at),
+        ];
+        let replies = self.run(calls).await?;
+        let r: Vec<i64> = match replies.into_iter().next() {
+            Some(v) => redis::from_owned_redis_value(v)?,
+            None => Vec::new(),
+        };
         let [granted, in_flight, earliest] = r[..] else {
             return Err(StoreError::Protocol(format!("an acquire answered {r:?}")));
         };
@@ -94,20 +130,29 @@ impl Leases for RedisStore {
     }
 
     async fn in_flight(&self, namespace: &str, now: UnixMs) -> Result<u64, StoreError> {
-        // every lease hash of the namespace (glob characters in names matched literally)
-        let pattern = format!(
-            "{}:{{{}:{}:*}}:leases",
-            glob_literal(&self.prefix),
-            namespace.len(),
-            glob_literal(namespace)
-        );
-        let hashes = self.scan(&pattern).await?;
+        // the keys whose leases may be live, from the index (those whose every lease has
+        // lapsed are dropped from it first)
+        let index = self.lease_index(namespace);
+        let mut drop_lapsed = redis::cmd("ZREMRANGEBYSCORE");
+        drop_lapsed
+            .arg(&index)
+            .arg("-inf")
+            .arg(format!("({}", now.0));
+        self.run(vec![Call::on(&index, drop_lapsed, true)]).await?;
+        let mut live = redis::cmd("ZRANGEBYSCORE");
+        live.arg(&index).arg(now.0).arg("+inf");
+        let keys: Vec<Vec<String>> = self.replies(vec![Call::on(&index, live, false)]).await?;
+        let hashes: Vec<String> = keys
+            .into_iter()
+            .flatten()
+            .map(|k| self.lease_key(namespace, &k))
+            .collect();
         let calls = hashes
             .iter()
             .map(|h| {
                 let mut cmd = redis::cmd("HGETALL");
                 cmd.arg(h);
-                super::calls::Call::on(h, cmd, false)
+                Call::on(h, cmd, false)
             })
             .collect();
         let mut slots = 0u64;
@@ -139,16 +184,4 @@ impl Leases for RedisStore {
         self.lease_change(namespace, key, lease, now, Some(expires_at))
             .await
     }
-}
-
-/// `text` as a SCAN pattern that matches it and nothing else.
-fn glob_literal(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
