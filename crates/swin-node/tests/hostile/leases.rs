@@ -407,3 +407,59 @@ sync_rate = -1
     let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({})).await;
     assert_eq!((s, v["in_flight"].clone()), (200, 1.into()), "{v}");
 }
+
+/// A release or renewal refused while the store hangs (SIGSTOP: 503, nothing changed)
+/// does not land when the store wakes up: the lease is still held, exactly, and renews
+/// and releases once afterwards (the release landed, freeing a slot its client was told
+/// was still taken).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_while_the_store_hangs_never_lands() {
+    let own = OwnRedis::start(config);
+    let c = reqwest::Client::new();
+    let base = &own.node.base.clone();
+    let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({"count": 2})).await;
+    assert_eq!(s, 200, "{v}");
+    let held = serde_json::json!({"lease": v["lease"]});
+
+    own.server().signal("STOP");
+    let t = std::time::Instant::now();
+    for (op, body) in [
+        ("release", held.clone()),
+        ("renew", serde_json::json!({"lease": v["lease"], "ttl": 5})),
+    ] {
+        let (s, v) = post(&c, base, "k", op, body).await;
+        assert_eq!(s, 503, "{op}: {v}");
+    }
+    let refused_in = t.elapsed();
+    own.server().signal("CONT");
+
+    // the refused release freed nothing: one slot of three is left, once the store
+    // answers again (the first calls after the hang may still be refused)
+    within(
+        Duration::from_secs(15),
+        "acquires go through again",
+        async || {
+            post(&c, base, "other", "acquire", serde_json::json!({}))
+                .await
+                .0
+                == 200
+        },
+    )
+    .await;
+    let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({"count": 2})).await;
+    assert_eq!((s, v["in_flight"].clone()), (429, 2.into()), "{v}");
+    // and the refused renewal left its lapse alone: the lease still lives its 60 s
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (s, v) = post(&c, base, "k", "release", held).await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = post(
+        &c,
+        base,
+        "k",
+        "acquire",
+        serde_json::json!({"count": LIMIT}),
+    )
+    .await;
+    assert_eq!(s, 200, "every slot free after the one release: {v}");
+    assert!(refused_in < Duration::from_secs(2), "{refused_in:?}");
+}

@@ -35,8 +35,15 @@ impl NamespaceSync {
     ) -> Option<Result<u32, StoreError>> {
         let store = self.store.as_ref()?;
         Some(
-            self.call_for_request(store.release_slots(self.name(), key, prefix, count, now))
-                .await,
+            self.call_for_request(store.release_slots(
+                self.name(),
+                key,
+                prefix,
+                count,
+                now,
+                self.change_deadline(),
+            ))
+            .await,
         )
     }
 
@@ -61,8 +68,15 @@ impl NamespaceSync {
     ) -> Option<Result<bool, StoreError>> {
         let store = self.store.as_ref()?;
         Some(
-            self.call_for_request(store.end_or_renew(self.name(), key, lease, now, renew_to))
-                .await,
+            self.call_for_request(store.end_or_renew(
+                self.name(),
+                key,
+                lease,
+                now,
+                renew_to,
+                self.change_deadline(),
+            ))
+            .await,
         )
     }
 }

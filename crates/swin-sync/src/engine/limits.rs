@@ -58,7 +58,7 @@ impl NamespaceSync {
     /// The store time after which a change a request sends now is not applied: half
     /// the request's wait from now, so that a change the store applies in time has the
     /// other half to answer.
-    fn change_deadline(&self) -> UnixMs {
+    pub(crate) fn change_deadline(&self) -> UnixMs {
         let half = i64::try_from(self.answer_within().as_millis() / 2).unwrap_or(i64::MAX);
         UnixMs(crate::now().0.saturating_add(half))
     }

@@ -259,9 +259,13 @@ impl super::Leases for FaultyStore {
         key: &str,
         lease: &str,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> Result<bool, StoreError> {
-        self.faulted(self.inner.end_or_renew(namespace, key, lease, now, None))
-            .await
+        self.faulted(
+            self.inner
+                .end_or_renew(namespace, key, lease, now, None, not_after),
+        )
+        .await
     }
 
     async fn release_slots(
@@ -271,9 +275,13 @@ impl super::Leases for FaultyStore {
         prefix: &str,
         count: u32,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> Result<u32, StoreError> {
-        self.faulted(self.inner.release_slots(namespace, key, prefix, count, now))
-            .await
+        self.faulted(
+            self.inner
+                .release_slots(namespace, key, prefix, count, now, not_after),
+        )
+        .await
     }
 
     async fn in_flight(&self, namespace: &str, now: UnixMs) -> Result<u64, StoreError> {
@@ -288,11 +296,16 @@ impl super::Leases for FaultyStore {
         lease: &str,
         expires_at: UnixMs,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> Result<bool, StoreError> {
-        self.faulted(
-            self.inner
-                .end_or_renew(namespace, key, lease, now, Some(expires_at)),
-        )
+        self.faulted(self.inner.end_or_renew(
+            namespace,
+            key,
+            lease,
+            now,
+            Some(expires_at),
+            not_after,
+        ))
         .await
     }
 }

@@ -47,13 +47,16 @@ pub trait Leases: Send + Sync {
         acquire: Acquire<'_>,
     ) -> impl Future<Output = Result<Acquired, StoreError>> + Send;
 
-    /// Ends a live lease; false when it is unknown, released or lapsed.
+    /// Ends a live lease; false when it is unknown, released or lapsed. Past
+    /// `not_after` by the store's clock nothing changes ([`StoreError::TooLate`]: its
+    /// caller stopped waiting and said nothing changed), as for every change below.
     fn release(
         &self,
         namespace: &str,
         key: &str,
         lease: &str,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Ends up to `count` slots of the key's live leases whose ids begin with `prefix`,
@@ -67,6 +70,7 @@ pub trait Leases: Send + Sync {
         prefix: &str,
         count: u32,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> impl Future<Output = Result<u32, StoreError>> + Send;
 
     /// The slots of every live lease of the namespace, all keys: what is in flight
@@ -86,6 +90,7 @@ pub trait Leases: Send + Sync {
         lease: &str,
         expires_at: UnixMs,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 

@@ -554,11 +554,16 @@ impl Store {
         lease: &'a str,
         now: UnixMs,
         renew_to: Option<UnixMs>,
+        not_after: UnixMs,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.traced("end_or_renew", namespace, async move {
             match renew_to {
-                None => dispatch!(self, s => s.release(namespace, key, lease, now).await),
-                Some(t) => dispatch!(self, s => s.renew(namespace, key, lease, t, now).await),
+                None => {
+                    dispatch!(self, s => s.release(namespace, key, lease, now, not_after).await)
+                }
+                Some(t) => {
+                    dispatch!(self, s => s.renew(namespace, key, lease, t, now, not_after).await)
+                }
             }
         })
     }
@@ -571,9 +576,10 @@ impl Store {
         prefix: &'a str,
         count: u32,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> BoxFuture<'a, Result<u32, StoreError>> {
         self.traced("release_slots", namespace, async move {
-            dispatch!(self, s => s.release_slots(namespace, key, prefix, count, now).await)
+            dispatch!(self, s => s.release_slots(namespace, key, prefix, count, now, not_after).await)
         })
     }
 

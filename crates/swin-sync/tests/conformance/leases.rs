@@ -6,6 +6,9 @@ use swin_core::UnixMs;
 use swin_sync::store::Acquire;
 use swin_testkit::TestStore;
 
+/// A deadline no change here reaches.
+const LATER: UnixMs = UnixMs(i64::MAX);
+
 fn acquire<'a>(key: &'a str, lease: &'a str, count: u32, now: i64, ttl: i64) -> Acquire<'a> {
     Acquire {
         key,
@@ -66,15 +69,15 @@ pub async fn leases_never_pass_the_limit_under_racing_acquires(s: &TestStore) {
     // released once: a slot is free at once; twice: unknown
     let st = &s.store;
     assert!(st
-        .end_or_renew("ns", "k", &granted[0], UnixMs(now + 1), None)
+        .end_or_renew("ns", "k", &granted[0], UnixMs(now + 1), None, LATER)
         .await
         .expect("release"));
     assert!(!st
-        .end_or_renew("ns", "k", &granted[0], UnixMs(now + 1), None)
+        .end_or_renew("ns", "k", &granted[0], UnixMs(now + 1), None, LATER)
         .await
         .expect("again"));
     assert!(!st
-        .end_or_renew("ns", "k", "never", UnixMs(now + 1), None)
+        .end_or_renew("ns", "k", "never", UnixMs(now + 1), None, LATER)
         .await
         .expect("unknown"));
     let next = st
@@ -109,7 +112,14 @@ pub async fn leases_lapse_and_renew_only_while_live(s: &TestStore) {
     );
     // renewed while live: holds past its first lapse
     assert!(st
-        .end_or_renew("ns", "k", "a", UnixMs(t + 900), Some(UnixMs(t + 5_000)))
+        .end_or_renew(
+            "ns",
+            "k",
+            "a",
+            UnixMs(t + 900),
+            Some(UnixMs(t + 5_000)),
+            LATER
+        )
         .await
         .expect("renew"));
     let c = st
@@ -124,11 +134,18 @@ pub async fn leases_lapse_and_renew_only_while_live(s: &TestStore) {
         .expect("d");
     assert!(d.granted && d.in_flight == 2, "{d:?}");
     assert!(!st
-        .end_or_renew("ns", "k", "a", UnixMs(t + 5_001), None)
+        .end_or_renew("ns", "k", "a", UnixMs(t + 5_001), None, LATER)
         .await
         .expect("lapsed release"));
     assert!(!st
-        .end_or_renew("ns", "k", "a", UnixMs(t + 5_001), Some(UnixMs(t + 9_000)))
+        .end_or_renew(
+            "ns",
+            "k",
+            "a",
+            UnixMs(t + 5_001),
+            Some(UnixMs(t + 9_000)),
+            LATER
+        )
         .await
         .expect("lapsed renew"));
     let e = st
@@ -159,13 +176,13 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
     let now = UnixMs(t + 100);
     // 3 slots: envoy.a whole (2), then one of envoy.b's 3 (it keeps 2)
     assert_eq!(
-        st.release_slots("ns", "k", "envoy.", 3, now)
+        st.release_slots("ns", "k", "envoy.", 3, now, LATER)
             .await
             .expect("release"),
         3
     );
     assert!(
-        !st.end_or_renew("ns", "k", "envoy.a", now, None)
+        !st.end_or_renew("ns", "k", "envoy.a", now, None, LATER)
             .await
             .expect("a"),
         "envoy.a ended whole"
@@ -186,19 +203,19 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
     );
     // more than is left: what is left (2), never the other door's lease
     assert_eq!(
-        st.release_slots("ns", "k", "envoy.", 5, now)
+        st.release_slots("ns", "k", "envoy.", 5, now, LATER)
             .await
             .expect("rest"),
         2
     );
     assert_eq!(
-        st.release_slots("ns", "k", "envoy.", 1, now)
+        st.release_slots("ns", "k", "envoy.", 1, now, LATER)
             .await
             .expect("none"),
         0
     );
     assert!(st
-        .end_or_renew("ns", "k", "mine", now, None)
+        .end_or_renew("ns", "k", "mine", now, None, LATER)
         .await
         .expect("mine still live"));
     // another key and namespace are apart
@@ -209,13 +226,13 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
             .granted
     );
     assert_eq!(
-        st.release_slots("ns2", "other", "envoy.", 1, now)
+        st.release_slots("ns2", "other", "envoy.", 1, now, LATER)
             .await
             .expect("ns2"),
         0
     );
     assert_eq!(
-        st.release_slots("ns", "other", "envoy.", 1, now)
+        st.release_slots("ns", "other", "envoy.", 1, now, LATER)
             .await
             .expect("other"),
         1
@@ -249,7 +266,7 @@ pub async fn leases_in_flight_count_the_live_slots_of_one_namespace(s: &TestStor
     assert_eq!(in_flight("a").await, 1);
     assert_eq!(in_flight("none").await, 0);
     assert!(st
-        .end_or_renew("a*", "k2", "l2", now, None)
+        .end_or_renew("a*", "k2", "l2", now, None, LATER)
         .await
         .expect("release"));
     assert_eq!(in_flight("a*").await, 2);
@@ -261,4 +278,51 @@ pub async fn leases_in_flight_count_the_live_slots_of_one_namespace(s: &TestStor
             .expect("in flight"),
         0
     );
+}
+
+/// A release, renewal or end of slots the store takes after its deadline (by its own
+/// clock) changes nothing and says so: its caller stopped waiting and told its client
+/// nothing changed.
+pub async fn a_lease_change_past_its_deadline_changes_nothing(s: &TestStore) {
+    let st = &s.store;
+    let now = swin_sync::now().0;
+    let past = UnixMs(now - 60_000);
+    for lease in ["a", "envoy.b"] {
+        let a = st
+            .acquire("ns", acquire("k", lease, 1, now, 60_000))
+            .await
+            .expect("acquire");
+        assert!(a.granted);
+    }
+    let late = |r: Result<bool, swin_sync::StoreError>| {
+        assert!(matches!(r, Err(swin_sync::StoreError::TooLate)), "{r:?}")
+    };
+    late(
+        st.end_or_renew("ns", "k", "a", UnixMs(now), None, past)
+            .await,
+    );
+    late(
+        st.end_or_renew("ns", "k", "a", UnixMs(now), Some(UnixMs(now + 1)), past)
+            .await,
+    );
+    let r = st
+        .release_slots("ns", "k", "envoy.", 1, UnixMs(now), past)
+        .await;
+    assert!(matches!(r, Err(swin_sync::StoreError::TooLate)), "{r:?}");
+    // both leases still live, as acquired
+    assert_eq!(
+        st.leases_in_flight("ns", UnixMs(now + 1))
+            .await
+            .expect("count"),
+        2
+    );
+    let full = st
+        .acquire("ns", acquire("k", "c", 2, now, 60_000))
+        .await
+        .expect("acquire");
+    assert!(!full.granted, "two held of three: {full:?}");
+    assert!(st
+        .end_or_renew("ns", "k", "a", UnixMs(now), None, LATER)
+        .await
+        .expect("release"));
 }

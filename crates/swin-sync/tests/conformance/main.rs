@@ -160,6 +160,7 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
     runtime_limits_list_in_key_order_without_lapsed_ones,
     a_cursor_the_store_cannot_reach_back_to_is_incomplete,
     leases_never_pass_the_limit_under_racing_acquires,
+    a_lease_change_past_its_deadline_changes_nothing,
     leases_lapse_and_renew_only_while_live,
     slots_released_by_prefix_end_the_earliest_first,
     leases_in_flight_count_the_live_slots_of_one_namespace

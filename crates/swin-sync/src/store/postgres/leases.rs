@@ -4,7 +4,7 @@
 
 use swin_core::UnixMs;
 
-use super::{err, PostgresStore};
+use super::{commit_by, err, PostgresStore};
 use crate::store::leases::{slots_to_end, Acquire, Acquired, Leases};
 use crate::StoreError;
 
@@ -66,7 +66,9 @@ impl Leases for PostgresStore {
         key: &str,
         lease: &str,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await.map_err(err)?;
         let gone = sqlx::query(
             "DELETE FROM swin_leases
              WHERE namespace = $1 AND key = $2 AND lease = $3 AND expires_at > $4",
@@ -75,10 +77,11 @@ impl Leases for PostgresStore {
         .bind(key)
         .bind(lease)
         .bind(now.0)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await
         .map_err(err)?
         .rows_affected();
+        commit_by(tx, not_after).await?;
         Ok(gone > 0)
     }
 
@@ -89,6 +92,7 @@ impl Leases for PostgresStore {
         prefix: &str,
         count: u32,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> Result<u32, StoreError> {
         if key.contains('\0') || prefix.contains('\0') {
             return Ok(0);
@@ -150,7 +154,7 @@ impl Leases for PostgresStore {
                 freed += had - keep;
             }
         }
-        tx.commit().await.map_err(err)?;
+        commit_by(tx, not_after).await?;
         Ok(freed)
     }
 
@@ -174,7 +178,9 @@ impl Leases for PostgresStore {
         lease: &str,
         expires_at: UnixMs,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await.map_err(err)?;
         let renewed = sqlx::query(
             "UPDATE swin_leases SET expires_at = $5
              WHERE namespace = $1 AND key = $2 AND lease = $3 AND expires_at > $4",
@@ -184,10 +190,11 @@ impl Leases for PostgresStore {
         .bind(lease)
         .bind(now.0)
         .bind(expires_at.0)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await
         .map_err(err)?
         .rows_affected();
+        commit_by(tx, not_after).await?;
         Ok(renewed > 0)
     }
 }

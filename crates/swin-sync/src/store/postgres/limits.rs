@@ -5,7 +5,7 @@
 
 use swin_core::UnixMs;
 
-use super::{err, PostgresStore};
+use super::{commit_by, err, PostgresStore};
 use crate::store::limits::{
     from_row, numbered_changes, numbered_since, LimitChanges, LimitRow, Limits, StoredLimit,
     CHANGES_PER_CALL,
@@ -20,25 +20,6 @@ v AS (
     RETURNING v.version),
 logged AS (
     INSERT INTO swin_key_limit_log (namespace, version, key) SELECT $1, version, $2 FROM v)";
-
-/// Commits a change unless the server's clock is past `not_after` (then rolls it back:
-/// its caller stopped waiting and said nothing changed).
-async fn commit_by(
-    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
-    not_after: UnixMs,
-) -> Result<(), StoreError> {
-    let in_time: bool =
-        sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8 <= $1")
-            .bind(not_after.0)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(err)?;
-    if !in_time {
-        tx.rollback().await.map_err(err)?;
-        return Err(StoreError::TooLate);
-    }
-    tx.commit().await.map_err(err)
-}
 
 /// PostgreSQL's `text` cannot hold U+0000: such a key cannot have limits stored.
 fn check_key(key: &str) -> Result<(), StoreError> {

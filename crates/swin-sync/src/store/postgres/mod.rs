@@ -420,3 +420,22 @@ impl Counters for PostgresStore {
         Ok(Some(UnixMs(ms)))
     }
 }
+
+/// Commits a change unless the server's clock is past `not_after` (then rolls it back:
+/// its caller stopped waiting and said nothing changed).
+pub(super) async fn commit_by(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    not_after: UnixMs,
+) -> Result<(), StoreError> {
+    let in_time: bool =
+        sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8 <= $1")
+            .bind(not_after.0)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(err)?;
+    if !in_time {
+        tx.rollback().await.map_err(err)?;
+        return Err(StoreError::TooLate);
+    }
+    tx.commit().await.map_err(err)
+}

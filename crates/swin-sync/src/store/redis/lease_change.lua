@@ -1,6 +1,11 @@
 -- Releases (ARGV[3] == "") or renews (ARGV[3]: the new lapse) a live lease.
--- KEYS: the key's lease hash. ARGV: lease, now, new lapse or "".
--- Answers 1 when the lease was live, 0 when unknown, released or lapsed.
+-- KEYS: the key's lease hash. ARGV: lease, now, new lapse or "", the deadline in Unix ms.
+-- Answers 1 when the lease was live, 0 when unknown, released or lapsed, -1 (nothing
+-- changed) when this server's clock is past the deadline: its caller stopped waiting.
+local t = redis.call('TIME')
+if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[4]) then
+    return -1
+end
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then
     return 0

@@ -1,7 +1,13 @@
 -- Ends up to ARGV[3] slots of a key's live leases whose ids begin with ARGV[1], the
 -- earliest to lapse first (ties by id); a lease of more slots than are left to end gives
 -- up that many and keeps the rest. Lapsed leases go.
--- KEYS: the key's lease hash. ARGV: prefix, now, count. Answers the slots ended.
+-- KEYS: the key's lease hash. ARGV: prefix, now, count, the deadline in Unix ms.
+-- Answers the slots ended, or -1 (nothing changed) when this server's clock is past the
+-- deadline: its caller stopped waiting.
+local t = redis.call('TIME')
+if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[4]) then
+    return -1
+end
 local prefix, now, left = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fields = redis.call('HGETALL', KEYS[1])
 local live = {}

@@ -53,12 +53,14 @@ impl RedisStore {
         lease: &str,
         now: UnixMs,
         renew_to: Option<UnixMs>,
+        not_after: UnixMs,
     ) -> Result<bool, StoreError> {
         let mut inv = Eval::default();
         inv.key(&self.lease_key(namespace, key))
             .arg(lease)
             .arg(now.0)
-            .arg(renew_to.map_or(String::new(), |t| t.0.to_string()));
+            .arg(renew_to.map_or(String::new(), |t| t.0.to_string()))
+            .arg(not_after.0);
         let mut calls = vec![inv.call(&self.scripts.lease_change, true)];
         if let Some(to) = renew_to {
             calls.push(self.index_call(namespace, key, to));
@@ -68,6 +70,9 @@ impl RedisStore {
             Some(v) => redis::from_owned_redis_value(v)?,
             None => 0,
         };
+        if changed == -1 {
+            return Err(StoreError::TooLate);
+        }
         Ok(changed == 1)
     }
 }
@@ -106,8 +111,10 @@ impl Leases for RedisStore {
         key: &str,
         lease: &str,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> Result<bool, StoreError> {
-        self.lease_change(namespace, key, lease, now, None).await
+        self.lease_change(namespace, key, lease, now, None, not_after)
+            .await
     }
 
     async fn release_slots(
@@ -117,15 +124,20 @@ impl Leases for RedisStore {
         prefix: &str,
         count: u32,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> Result<u32, StoreError> {
         let mut inv = Eval::default();
         inv.key(&self.lease_key(namespace, key))
             .arg(prefix)
             .arg(now.0)
-            .arg(count);
+            .arg(count)
+            .arg(not_after.0);
         let r: Vec<i64> = self
             .replies(vec![inv.call(&self.scripts.lease_release_slots, true)])
             .await?;
+        if r.first() == Some(&-1) {
+            return Err(StoreError::TooLate);
+        }
         Ok(r.first().map_or(0, |n| u32::try_from(*n).unwrap_or(0)))
     }
 
@@ -180,8 +192,9 @@ impl Leases for RedisStore {
         lease: &str,
         expires_at: UnixMs,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> Result<bool, StoreError> {
-        self.lease_change(namespace, key, lease, now, Some(expires_at))
+        self.lease_change(namespace, key, lease, now, Some(expires_at), not_after)
             .await
     }
 }

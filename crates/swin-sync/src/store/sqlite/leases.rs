@@ -3,7 +3,7 @@
 
 use swin_core::UnixMs;
 
-use super::{err, SqliteStore};
+use super::{commit_by, err, SqliteStore};
 use crate::store::leases::{slots_to_end, Acquire, Acquired, Leases};
 use crate::StoreError;
 
@@ -59,7 +59,9 @@ impl Leases for SqliteStore {
         key: &str,
         lease: &str,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await.map_err(err)?;
         let gone = sqlx::query(
             "DELETE FROM swin_leases
              WHERE namespace = ?1 AND key = ?2 AND lease = ?3 AND expires_at > ?4",
@@ -68,10 +70,11 @@ impl Leases for SqliteStore {
         .bind(key)
         .bind(lease)
         .bind(now.0)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await
         .map_err(err)?
         .rows_affected();
+        commit_by(tx, not_after).await?;
         Ok(gone > 0)
     }
 
@@ -82,6 +85,7 @@ impl Leases for SqliteStore {
         prefix: &str,
         count: u32,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> Result<u32, StoreError> {
         // a write first: the transaction holds the write lock while it counts, as an
         // acquire's does
@@ -135,7 +139,7 @@ impl Leases for SqliteStore {
             .await
             .map_err(err)?;
         }
-        tx.commit().await.map_err(err)?;
+        commit_by(tx, not_after).await?;
         Ok(freed)
     }
 
@@ -159,7 +163,9 @@ impl Leases for SqliteStore {
         lease: &str,
         expires_at: UnixMs,
         now: UnixMs,
+        not_after: UnixMs,
     ) -> Result<bool, StoreError> {
+        let mut tx = self.pool().begin().await.map_err(err)?;
         let renewed = sqlx::query(
             "UPDATE swin_leases SET expires_at = ?5
              WHERE namespace = ?1 AND key = ?2 AND lease = ?3 AND expires_at > ?4",
@@ -169,10 +175,11 @@ impl Leases for SqliteStore {
         .bind(lease)
         .bind(now.0)
         .bind(expires_at.0)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await
         .map_err(err)?
         .rows_affected();
+        commit_by(tx, not_after).await?;
         Ok(renewed > 0)
     }
 }

@@ -4,7 +4,7 @@
 
 use swin_core::UnixMs;
 
-use super::{err, SqliteStore};
+use super::{commit_by, err, SqliteStore};
 use crate::store::limits::{
     from_row, numbered_changes, numbered_since, LimitChanges, LimitRow, Limits, StoredLimit,
     CHANGES_PER_CALL,
@@ -39,20 +39,6 @@ async fn log_change(
     .await
     .map_err(err)?;
     Ok(())
-}
-
-/// Commits a change unless it is past `not_after` (SQLite's clock is the node's: a write
-/// that waited for the database's lock that long is rolled back, its caller having said
-/// nothing changed).
-async fn commit_by(
-    tx: sqlx::Transaction<'_, sqlx::Sqlite>,
-    not_after: UnixMs,
-) -> Result<(), StoreError> {
-    if crate::clock::system_now() > not_after {
-        tx.rollback().await.map_err(err)?;
-        return Err(StoreError::TooLate);
-    }
-    tx.commit().await.map_err(err)
 }
 
 impl Limits for SqliteStore {

@@ -374,3 +374,17 @@ impl Counters for SqliteStore {
         Ok(None)
     }
 }
+
+/// Commits a change unless it is past `not_after` (SQLite's clock is the node's: a write
+/// that waited for the database's lock that long is rolled back, its caller having said
+/// nothing changed).
+pub(super) async fn commit_by(
+    tx: sqlx::Transaction<'_, sqlx::Sqlite>,
+    not_after: UnixMs,
+) -> Result<(), StoreError> {
+    if crate::clock::system_now() > not_after {
+        tx.rollback().await.map_err(err)?;
+        return Err(StoreError::TooLate);
+    }
+    tx.commit().await.map_err(err)
+}
