@@ -29,6 +29,26 @@ store = \"main\"
     )
 }
 
+/// Waits for a reload to be served: the node's one namespace shows `field` = `value`.
+async fn applied(c: &reqwest::Client, base: &str, field: &str, value: serde_json::Value) {
+    within(
+        Duration::from_secs(10),
+        "the reload is applied",
+        async || {
+            let v: serde_json::Value = c
+                .get(format!("{base}/v1/namespaces"))
+                .send()
+                .await
+                .expect("get")
+                .json()
+                .await
+                .expect("json");
+            v["namespaces"][0][field] == value
+        },
+    )
+    .await;
+}
+
 /// A call on a key of `slots`: status and body.
 async fn post(
     c: &reqwest::Client,
@@ -196,22 +216,7 @@ async fn a_reload_changes_the_limit_and_keeps_the_leases_held() {
         let text = config(&store).replace(&format!("limit = {LIMIT}"), &format!("limit = {limit}"));
         std::fs::write(&path, text).expect("config");
         n.signal("HUP");
-        within(
-            Duration::from_secs(10),
-            "the reload is applied",
-            async || {
-                let v: serde_json::Value = c
-                    .get(format!("{base}/v1/namespaces"))
-                    .send()
-                    .await
-                    .expect("get")
-                    .json()
-                    .await
-                    .expect("json");
-                v["namespaces"][0]["limit"] == limit
-            },
-        )
-        .await;
+        applied(&c, base, "limit", limit.into()).await;
     };
     reload_to(LIMIT + 1).await;
     let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({})).await;
@@ -370,22 +375,7 @@ sync_rate = -1
 
     std::fs::write(&path, config(31)).expect("config");
     n.signal("HUP");
-    within(
-        Duration::from_secs(10),
-        "the reload is applied",
-        async || {
-            let v: serde_json::Value = c
-                .get(format!("{base}/v1/namespaces"))
-                .send()
-                .await
-                .expect("get")
-                .json()
-                .await
-                .expect("json");
-            v["namespaces"][0]["lease_ttl"] == 31.0
-        },
-    )
-    .await;
+    applied(&c, base, "lease_ttl", 31.0.into()).await;
     let (s, v) = post(&c, base, "k", "acquire", serde_json::json!({})).await;
     assert_eq!(
         (s, v["in_flight"].clone()),

@@ -216,6 +216,13 @@ async fn send_from(
 
 /// The key's count in the current window of `size` on namespace `ns`.
 async fn current(r: &axum::Router, ns: &str, key: &str, size: u32) -> f64 {
+    window(r, ns, key, size).await["current"]
+        .as_f64()
+        .expect("a number, never null")
+}
+
+/// The key's window of `size` as a read answers it.
+async fn window(r: &axum::Router, ns: &str, key: &str, size: u32) -> serde_json::Value {
     let (status, body) = call(
         r,
         "GET",
@@ -225,24 +232,13 @@ async fn current(r: &axum::Router, ns: &str, key: &str, size: u32) -> f64 {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    body["windows"][0]["current"]
-        .as_f64()
-        .expect("a number, never null")
+    body["windows"][0].clone()
 }
 
 /// The key's count in the current and previous windows of `size` together: the same
 /// whichever side of a window's end the read falls.
 async fn counted(r: &axum::Router, ns: &str, key: &str, size: u32) -> f64 {
-    let (status, body) = call(
-        r,
-        "GET",
-        &format!("/v1/namespaces/{ns}/keys/{key}?window_size={size}"),
-        None,
-        "",
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let w = &body["windows"][0];
+    let w = window(r, ns, key, size).await;
     w["current"].as_f64().expect("a number") + w["previous"].as_f64().expect("a number")
 }
 
