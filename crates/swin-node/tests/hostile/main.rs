@@ -17,6 +17,7 @@
 //!   counts as an operator reads them;
 //! - `limits`: runtime limits through a store outage, written by hand, changed by two
 //!   nodes at once;
+//! - `keyspace`: 300,000 counters in the store hold up no start, scrape or reload;
 //! - `leases`: concurrency leases (HTTP and Envoy's negative hits) through a store that
 //!   goes away or hangs, and lease ids that belong to another key;
 //! - `refunds`: Envoy's negative hits on a namespace of hits through a store that goes
@@ -31,6 +32,7 @@ mod connections;
 mod grpc;
 mod http;
 mod integrity;
+mod keyspace;
 mod leases;
 mod limits;
 mod refunds;

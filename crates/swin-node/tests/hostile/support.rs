@@ -79,6 +79,30 @@ impl OwnRedis {
         }
     }
 
+    /// A node over `server`, a Redis the test started on `port` and filled, with its
+    /// files in `dir`; `config` makes the node's config from the `[stores.main]` section
+    /// (prefix `hostile`). Unlike [`OwnRedis::start`], nothing here deletes the keys the
+    /// test wrote.
+    pub fn around(
+        server: swin_testkit::ChildGuard,
+        port: u16,
+        dir: tempfile::TempDir,
+        config: impl Fn(&str) -> String,
+    ) -> OwnRedis {
+        let section = format!(
+            "[stores.main]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{port}\"\nprefix = \"hostile\"\n"
+        );
+        let path = dir.path().join("swin.toml");
+        std::fs::write(&path, config(&section)).expect("config");
+        let node = node(&path);
+        OwnRedis {
+            node,
+            server: Some(server),
+            port,
+            dir,
+        }
+    }
+
     /// Starts the server again (its data kept) after `self.server.take()` stopped it.
     pub fn restart(&mut self) {
         self.server = Some(swin_testkit::start_redis(self.port, self.dir.path()));
