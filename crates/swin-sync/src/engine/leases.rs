@@ -41,7 +41,7 @@ impl NamespaceSync {
                 prefix,
                 count,
                 now,
-                self.change_deadline(),
+                self.deadline_within(self.answer_within()),
             ))
             .await,
         )
@@ -74,7 +74,7 @@ impl NamespaceSync {
                 lease,
                 now,
                 renew_to,
-                self.change_deadline(),
+                self.deadline_within(self.answer_within()),
             ))
             .await,
         )

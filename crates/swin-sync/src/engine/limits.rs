@@ -27,15 +27,15 @@ impl NamespaceSync {
         self.trip(e);
     }
 
-    /// Sets a key's limits in the store. No store: nothing to do. A request waits
-    /// `answer_within` at most, and the store applies the change only within half of it
-    /// by its own clock: an error here means nothing changed, even when the store
-    /// answers later.
+    /// Sets a key's limits in the store. No store: nothing to do. An operator's change
+    /// waits up to the store timeout (it is no decision: `answer_within` does not bound
+    /// it), and the store applies it only before [`Self::deadline_within`] of that by its
+    /// own clock: an error here means nothing changed, even when the store answers later.
     pub async fn put_limit(&self, limit: &StoredLimit) -> Result<(), StoreError> {
         match &self.store {
             Some(store) => {
-                let not_after = self.change_deadline();
-                self.call_for_request(store.put_limit(self.name(), limit, not_after))
+                let not_after = self.deadline_within(self.timeout);
+                self.call(store.put_limit(self.name(), limit, not_after))
                     .await
             }
             None => Ok(()),
@@ -47,20 +47,21 @@ impl NamespaceSync {
     pub async fn delete_limit(&self, key: &str) -> Result<bool, StoreError> {
         match &self.store {
             Some(store) => {
-                let not_after = self.change_deadline();
-                self.call_for_request(store.delete_limit(self.name(), key, not_after))
+                let not_after = self.deadline_within(self.timeout);
+                self.call(store.delete_limit(self.name(), key, not_after))
                     .await
             }
             None => Ok(false),
         }
     }
 
-    /// The store time after which a change a request sends now is not applied: half
-    /// the request's wait from now, so that a change the store applies in time has the
-    /// other half to answer.
-    pub(crate) fn change_deadline(&self) -> UnixMs {
-        let half = i64::try_from(self.answer_within().as_millis() / 2).unwrap_or(i64::MAX);
-        UnixMs(crate::now().0.saturating_add(half))
+    /// The store time after which a change sent now, whose caller waits `wait`, is not
+    /// applied: nine tenths of the wait from now, so that a change the store applies in
+    /// time has the rest (at least tens of milliseconds) to answer before its caller gives
+    /// up and says nothing changed.
+    pub(crate) fn deadline_within(&self, wait: std::time::Duration) -> UnixMs {
+        let ms = i64::try_from(wait.as_millis() * 9 / 10).unwrap_or(i64::MAX);
+        UnixMs(crate::now().0.saturating_add(ms))
     }
 
     /// The stored limits of those of `keys` that have some.
