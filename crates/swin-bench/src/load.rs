@@ -67,6 +67,10 @@ struct Shared {
     done: AtomicU64,
     errors: AtomicU64,
     stop: AtomicBool,
+    /// The end of `--duration`: each connection checks it before each request, so the run
+    /// ends on time even when no other task gets a turn (a target whose every call fails
+    /// at once kept both cores busy and the run going).
+    until: Option<Instant>,
 }
 
 fn path_and_body(spec: &LoadSpec, rng: &mut impl rand::Rng) -> (String, Bytes) {
@@ -128,7 +132,7 @@ async fn next_request(
     interval: Option<Duration>,
     due: &mut Instant,
 ) -> bool {
-    if shared.stop.load(Ordering::Relaxed) {
+    if shared.stop.load(Ordering::Relaxed) || shared.until.is_some_and(|t| Instant::now() >= t) {
         return false;
     }
     let sent = shared.sent.fetch_add(1, Ordering::Relaxed);
@@ -317,10 +321,18 @@ async fn grpc_connection(
         let status = match client.should_rate_limit(req).await {
             Ok(r) if r.get_ref().overall_code == 2 => 429,
             Ok(_) => 200,
-            Err(e) => 1000 + e.code() as u16,
+            Err(e) => {
+                shared.errors.fetch_add(1, Ordering::Relaxed);
+                1000 + e.code() as u16
+            }
         };
         tally.record(t0, status);
         shared.done.fetch_add(1, Ordering::Relaxed);
+        if status >= 1000 {
+            // a call that failed may have failed at once (a target that speaks no HTTP/2):
+            // let the other tasks run
+            tokio::task::yield_now().await;
+        }
     }
     Ok(tally)
 }
@@ -335,6 +347,7 @@ pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
         done: AtomicU64::new(0),
         errors: AtomicU64::new(0),
         stop: AtomicBool::new(false),
+        until: spec.duration.map(|d| Instant::now() + d),
     });
     let interval = spec
         .rate
@@ -404,4 +417,57 @@ pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
         statuses,
         errors: shared.errors.load(Ordering::Relaxed),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--grpc` against a port that speaks no HTTP/2 (it answers garbage and closes):
+    /// the run ends at its duration with every call an error, instead of spinning both
+    /// cores past it. The run has a runtime of its own on a thread of its own, so a run
+    /// that spins cannot keep this test from failing.
+    #[test]
+    fn a_grpc_run_ends_at_its_duration_whatever_the_target_answers() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let target = listener.local_addr().expect("addr").to_string();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            for mut s in listener.incoming().flatten() {
+                let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+            }
+        });
+        let spec = LoadSpec {
+            targets: vec![target],
+            connections: 4,
+            duration: Some(Duration::from_secs(1)),
+            requests: None,
+            rate: None,
+            keys: Keys::parse("uniform:10").expect("keys"),
+            namespace: "ns".into(),
+            window_size: None,
+            batch: None,
+            hit: false,
+            lease: false,
+            grpc: Some(vec![("k".into(), "{key}".into())]),
+            progress: false,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let _ = tx.send(rt.block_on(run(spec)));
+        });
+        let report = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the run ended within 30 s of its 1 s duration");
+        // a connection whose handshake fails ends the run with its error; one that got
+        // through counted only errors
+        if let Ok(r) = report {
+            assert_eq!(r.statuses.get(&200), None, "{:?}", r.statuses);
+        }
+    }
 }
