@@ -13,6 +13,7 @@ mod leases;
 mod limits;
 mod periodic;
 mod quota;
+mod reach;
 mod status;
 mod stopping;
 mod synchronous;
@@ -185,32 +186,6 @@ impl NamespaceSync {
         }
     }
 
-    /// Whether the namespace's totals are still loading from the store.
-    pub fn warming(&self) -> bool {
-        self.warming.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    pub fn set_warming(&self, on: bool) {
-        self.warming.store(on, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Pings the store: the namespace has reached it (its readiness counts from now), and
-    /// the node's clock is measured against the store's.
-    pub async fn reach(&self) -> Result<(), StoreError> {
-        let Some(store) = &self.store else {
-            return Ok(());
-        };
-        let sent = crate::clock::system_now();
-        if let Some(store_time) = self.call(store.ping()).await? {
-            crate::clock::clock().observe(store_time, sent, crate::clock::system_now());
-        }
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .last_success_ms = Some(now().0);
-        Ok(())
-    }
-
     /// A namespace of GCRA buckets: warm-up loads its buckets from the store.
     pub fn with_buckets(mut self) -> Self {
         self.buckets = true;
@@ -335,52 +310,6 @@ impl NamespaceSync {
             Ok(r) => r,
             Err(_) => Err(StoreError::Timeout(self.timeout)),
         }
-    }
-
-    /// Measures the node's clock against the store's, when a measurement is due (once a
-    /// second for the whole node: see [`crate::clock`]). A store that does not answer
-    /// leaves the offset as it was.
-    pub async fn measure_clock(&self) {
-        let Some(store) = &self.store else {
-            return;
-        };
-        if !crate::clock::clock().due() {
-            return;
-        }
-        let sent = crate::clock::system_now();
-        if let Ok(Some(store_time)) = self.call(store.ping()).await {
-            let received = crate::clock::system_now();
-            crate::clock::clock().observe(store_time, sent, received);
-        }
-    }
-
-    /// Loads the namespace's current and previous windows from the store (a node that
-    /// starts knows the cluster's totals before its first sync).
-    pub async fn warm_up(&self, now: UnixMs) -> Result<usize, StoreError> {
-        let Some(store) = &self.store else {
-            return Ok(0);
-        };
-        let windows: Vec<(u32, i64)> = self
-            .counters
-            .window_sizes()
-            .map(|s| (s.secs(), s.previous_start_of(now)))
-            .collect();
-        let totals = self
-            .call(store.load_namespace(self.name(), &windows))
-            .await?;
-        let (counters, mut loaded) = (self.counters.clone(), totals.len());
-        off_runtime(move || apply_to(&counters, &totals, now, Create::Yes)).await;
-        if self.buckets {
-            let tats = self.call(store.load_tats(self.name(), nanos(now))).await?;
-            loaded += tats.len();
-            let counters = self.counters.clone();
-            off_runtime(move || counters.buckets().apply(&tats, true)).await;
-        }
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .last_success_ms = Some(now.0);
-        Ok(loaded)
     }
 
     /// A sync asked for over the API. Requests that arrive while one runs wait for it
