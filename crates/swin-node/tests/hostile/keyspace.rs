@@ -153,22 +153,7 @@ async fn a_big_keyspace_holds_up_no_start_scrape_or_reload() {
         format!("[stores.main]\nkind = \"redis\"\nurl = \"{url}\"\nprefix = \"hostile\"\n");
     std::fs::write(own.dir.path().join("swin.toml"), config(&section, 0.25)).expect("config");
     own.node.signal("HUP");
-    within(
-        Duration::from_secs(10),
-        "the reload is served",
-        async || {
-            let v: serde_json::Value = c
-                .get(format!("{base}/v1/namespaces"))
-                .send()
-                .await
-                .expect("get")
-                .json()
-                .await
-                .expect("json");
-            v["namespaces"][0]["sync_rate"] == 0.25
-        },
-    )
-    .await;
+    super::support::applied(&c, &base, "sync_rate", 0.25.into()).await;
     assert_eq!(hit("k7").await, 429, "its count kept through the reload");
     drop(own.server.take());
 }

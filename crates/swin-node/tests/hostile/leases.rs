@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use swin_testkit::cluster::{key_call, within, TestStore};
 
-use super::support::{envoy, node, OwnRedis};
+use super::support::{applied, envoy, node, OwnRedis};
 
 const LIMIT: u64 = 3;
 
@@ -27,26 +27,6 @@ store = \"main\"
 ",
         store.section()
     )
-}
-
-/// Waits for a reload to be served: the node's one namespace shows `field` = `value`.
-async fn applied(c: &reqwest::Client, base: &str, field: &str, value: serde_json::Value) {
-    within(
-        Duration::from_secs(10),
-        "the reload is applied",
-        async || {
-            let v: serde_json::Value = c
-                .get(format!("{base}/v1/namespaces"))
-                .send()
-                .await
-                .expect("get")
-                .json()
-                .await
-                .expect("json");
-            v["namespaces"][0][field] == value
-        },
-    )
-    .await;
 }
 
 /// A call on a key of `slots`: status and body.

@@ -146,3 +146,23 @@ pub async fn envoy(
     .map(|r| r.into_inner().overall_code)
     .map_err(|s| s.code())
 }
+
+/// Waits for a reload to be served: the node's one namespace shows `field` = `value`.
+pub async fn applied(c: &reqwest::Client, base: &str, field: &str, value: serde_json::Value) {
+    swin_testkit::cluster::within(
+        std::time::Duration::from_secs(10),
+        "the reload is applied",
+        async || {
+            let v: serde_json::Value = c
+                .get(format!("{base}/v1/namespaces"))
+                .send()
+                .await
+                .expect("get")
+                .json()
+                .await
+                .expect("json");
+            v["namespaces"][0][field] == value
+        },
+    )
+    .await;
+}
