@@ -20,8 +20,11 @@ use super::{ask, codes, descriptor, start_with, Running, OK, OVER};
 const LIMIT: u64 = 4;
 
 fn config(store: &TestStore, sync_rate: f64) -> String {
+    // nodes sharing one SQLite file may wait for its write lock longer than
+    // answer_timeout's half second on a loaded machine: this test is about exclusion,
+    // so each call may wait its whole store_timeout
     format!(
-        "store_timeout = 2\n{}
+        "store_timeout = 2\nanswer_timeout = 2\n{}
 [[namespaces]]
 name = \"inflight\"
 algorithm = \"concurrency\"
