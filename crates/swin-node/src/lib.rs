@@ -1,32 +1,23 @@
-//! The swin daemon as a library, so tests can build the router without a socket.
+//! The swin daemon: the `swin` library behind its doors, and a library itself so tests
+//! can build the router without a socket.
 //!
 //! Layers, each using only those below it: the front doors `http` (routes, extractors,
-//! the status of each error) and `rls` (Envoy's gRPC service) → `counting`, `requests`,
-//! `giving_back` and `decisions` (what a request does, no HTTP or gRPC types, each using
-//! only those after it in this list) and `auth` (the bearer-token check both doors make)
-//! → `state` (the namespaces served) → `runtime_limits` (limits set per key at run
-//! time, as this node holds them) → `config` (the
-//! file, read into policy types) → `policy` (limits, descriptor rules, counter keys, what
-//! a request may carry) and `metrics`. `node` runs it all: stores, engines, reloads,
-//! shutdown.
+//! the status of each error) and `rls` (Envoy's gRPC service), which translate requests
+//! into calls of the `swin` library and its answers back → `state` (what every request
+//! shares: the namespaces served, the metrics, each door's limits) → `metrics`. `node`
+//! runs it all: the limiter, the listeners, reloads, signals and the stop.
 
-pub mod auth;
-pub mod config;
-pub mod counting;
-pub mod decisions;
-pub mod error;
-pub mod giving_back;
 pub mod http;
-pub mod leases;
 pub mod listening;
 pub mod metrics;
 pub mod node;
-pub mod policy;
-pub mod requests;
-pub mod reservations;
 pub mod rls;
-pub mod runtime_limits;
-pub mod spool;
 pub mod state;
 pub mod telemetry;
 pub mod tls;
+
+// what the doors use of the library, under the names they had in the daemon
+pub use swin::{
+    auth, config, counting, decisions, error, giving_back, leases, policy, requests, reservations,
+    runtime_limits, spool,
+};

@@ -1,210 +1,23 @@
-//! The namespaces a node serves and what every request shares: swapped whole on a
-//! reload, read by requests without a lock.
+//! What every request of the daemon shares: the namespaces the limiter serves (swapped
+//! whole on a reload, read without a lock), the metrics, and each door's limits and
+//! access.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
-use swin_core::{CounterOptions, NamespaceCounters, Retention};
-use swin_sync::admission::{self, Admission};
-use swin_sync::{NamespaceSync, Store, SyncMode};
 
-use crate::config::{AuthConfig, NamespaceConfig};
-use crate::error::Error;
+use swin::config::AuthConfig;
+use swin::error::Error;
+pub use swin::state::{Namespace, Namespaces};
+
 use crate::metrics::Metrics;
-use crate::policy::limits::KeyLimits;
-use crate::runtime_limits::{Effective, RuntimeLimits};
-
-/// A namespace as the API serves it.
-#[derive(Debug)]
-pub struct Namespace {
-    pub sync: Arc<NamespaceSync>,
-    pub store_name: Option<String>,
-    pub limits: Option<crate::policy::limits::Limits>,
-    /// Whether `/increment` takes negative values (`allow_decrements`); without it a
-    /// client could lift its own limit.
-    pub allow_decrements: bool,
-    /// How `/hit` admits (`admission`, `on_store_failure`), as configured.
-    pub admission_mode: crate::config::Admission,
-    /// Decides every hit, on every door: picked once, here, from the namespace's
-    /// algorithm and admission.
-    pub admission: Arc<dyn Admission>,
-    /// Envoy's descriptor rules (the gRPC rate limit service), when the namespace has some.
-    pub rules: Option<Arc<crate::policy::rules::Rules>>,
-    /// Envoy's answers carry the RateLimit headers.
-    pub envoy_response_headers: bool,
-    /// Envoy's answers carry dynamic metadata.
-    pub envoy_dynamic_metadata: bool,
-    /// The namespace's algorithm, which its runtime limits take the shape of.
-    pub algorithm: crate::policy::algorithm::Algorithm,
-    /// Limits set per key at run time, for the keys this node serves; shared by the
-    /// namespace's versions while its counters are.
-    pub runtime: Arc<RuntimeLimits>,
-    /// The heaviest keys of the last minute on this node, shared the same way.
-    pub heaviest: Arc<Heaviest>,
-    /// `algorithm = "concurrency"`: leases in flight per key, not hits.
-    pub concurrency: Option<crate::config::Concurrency>,
-    /// A local-only concurrency namespace's leases (a namespace with a store keeps them
-    /// there), shared by the namespace's versions.
-    pub leases: Arc<crate::leases::LocalLeases>,
-}
-
-/// A namespace's heaviest keys of the last minute on this node, in fixed memory (see
-/// [`swin_core::top`]): by hits decided (allowed or denied) and by hits denied.
-#[derive(Debug, Default)]
-pub struct Heaviest {
-    pub hits: swin_core::top::TopKeys,
-    pub denied: swin_core::top::TopKeys,
-}
-
-/// How long a namespace's store calls may take, and how long a request waits for one.
-#[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
-    /// `store_timeout`: one store call.
-    pub store: Duration,
-    /// `answer_timeout`: a request's wait for the store; past it the request is answered
-    /// as the namespace says for a failed store, and the call goes on.
-    pub answer: Duration,
-}
-
-impl From<Duration> for Timeouts {
-    /// `store` per call, and the default wait for a request.
-    fn from(store: Duration) -> Self {
-        Timeouts {
-            store,
-            answer: store.min(swin_sync::DEFAULT_ANSWER_WITHIN),
-        }
-    }
-}
-
-impl Namespace {
-    /// The namespace `cfg` describes: its counter tables and its engine, not started.
-    /// The one place a `Namespace` is made, for the node and for tests alike. `store` is
-    /// the store `cfg.store` names (`None` for a local-only namespace); `push_id` tells
-    /// this engine's pushes apart from every other's (`<node>.<generation>` in the node).
-    pub fn build(
-        cfg: &NamespaceConfig,
-        store: Option<Store>,
-        push_id: Arc<str>,
-        timeouts: impl Into<Timeouts>,
-    ) -> Namespace {
-        let timeouts = timeouts.into();
-        let retention = if cfg.mode == SyncMode::LocalOnly {
-            Retention::LocalOnly
-        } else {
-            Retention::Synced
-        };
-        let counters = Arc::new(NamespaceCounters::new(
-            &cfg.name,
-            &cfg.window_sizes,
-            CounterOptions {
-                retention,
-                max_counters: cfg.max_counters,
-            },
-        ));
-        let sync = NamespaceSync::new(
-            counters,
-            cfg.mode,
-            store,
-            swin_sync::PushId::new(push_id),
-            timeouts.store,
-        )
-        .answering_within(timeouts.answer);
-        let gcra = cfg.algorithm == crate::policy::algorithm::Algorithm::Gcra;
-        let strict = match cfg.admission {
-            crate::config::Admission::Eventual => None,
-            crate::config::Admission::Strict { on_store_failure } => Some(on_store_failure),
-        };
-        let (sync, admission) = admission::for_namespace(sync, gcra, strict);
-        Namespace {
-            admission,
-            sync,
-            store_name: cfg.store.clone(),
-            limits: cfg.limits.clone(),
-            allow_decrements: cfg.allow_decrements,
-            admission_mode: cfg.admission,
-            rules: cfg.rules.clone(),
-            envoy_response_headers: cfg.envoy_response_headers,
-            envoy_dynamic_metadata: cfg.envoy_dynamic_metadata,
-            algorithm: cfg.algorithm,
-            runtime: Arc::new(RuntimeLimits::for_algorithm(cfg.algorithm)),
-            heaviest: Arc::default(),
-            concurrency: cfg.concurrency,
-            leases: Arc::new(crate::leases::LocalLeases::new(cfg.max_counters)),
-        }
-    }
-
-    /// Before a request answers about `keys`: the keys this node holds nothing for are
-    /// read from the store, all in one call (see `swin_sync`'s first touch), and so are
-    /// their runtime limits, beside it. The counts are not read where the request's own
-    /// store call brings them back: a synchronous increment, a strict admission.
-    pub async fn first_touch(&self, keys: &[&str], counting: bool) {
-        if !self.sync.keeps_limits_in_store() {
-            // local only: nothing to read (and the reads' futures, boxed below, are not
-            // carried inside every request's future)
-            return;
-        }
-        Box::pin(self.touch_from_store(keys, counting)).await;
-    }
-
-    async fn touch_from_store(&self, keys: &[&str], counting: bool) {
-        let limits = self.runtime.first_touch(&self.sync, keys);
-        if counting && self.counts_in_the_store() {
-            limits.await;
-        } else {
-            tokio::join!(self.sync.first_touch(keys), limits);
-        }
-    }
-
-    /// What `key` is decided against: its runtime limits when it has some, else
-    /// `config` (the namespace's limits for the key, or its descriptor rule's).
-    pub fn effective<'a>(&self, key: &str, config: &'a KeyLimits) -> Effective<'a> {
-        self.runtime.effective(key, config)
-    }
-
-    /// Whether a request's hits go to the store while it waits (synchronous increments,
-    /// strict admission): such a request is run to its end even when its caller goes
-    /// away, so that it leaves all of its counts or none.
-    pub fn counts_in_the_store(&self) -> bool {
-        self.admission.waits_on_store()
-    }
-
-    /// The same counters and engine under the limits `cfg` sets (a reload that changed
-    /// only limits: nothing counted is lost).
-    pub fn with_limits(&self, cfg: &NamespaceConfig) -> Namespace {
-        Namespace {
-            sync: self.sync.clone(),
-            store_name: self.store_name.clone(),
-            limits: cfg.limits.clone(),
-            allow_decrements: cfg.allow_decrements,
-            admission_mode: self.admission_mode,
-            admission: self.admission.clone(),
-            rules: cfg.rules.clone(),
-            envoy_response_headers: cfg.envoy_response_headers,
-            envoy_dynamic_metadata: cfg.envoy_dynamic_metadata,
-            algorithm: cfg.algorithm,
-            runtime: {
-                if cfg.algorithm != self.algorithm {
-                    // runtime limits take the algorithm's shape: read them again
-                    self.runtime.set_algorithm(cfg.algorithm);
-                    self.runtime.forget_all();
-                }
-                self.runtime.clone()
-            },
-            heaviest: self.heaviest.clone(),
-            concurrency: cfg.concurrency,
-            leases: self.leases.clone(),
-        }
-    }
-}
-
-pub type Namespaces = BTreeMap<String, Arc<Namespace>>;
 
 #[derive(Debug)]
 pub struct AppState {
-    /// Swapped whole on reload; requests read it without a lock.
-    pub namespaces: ArcSwap<Namespaces>,
+    /// The limiter's namespaces, swapped whole on reload; requests read them without a
+    /// lock.
+    pub namespaces: Arc<ArcSwap<Namespaces>>,
     pub metrics: Metrics,
     pub body_limit: usize,
     /// To receive a request's whole body (408 after it).
@@ -222,7 +35,7 @@ pub struct AppState {
 impl AppState {
     pub fn new(namespaces: Namespaces, body_limit: usize) -> Self {
         AppState {
-            namespaces: ArcSwap::from_pointee(namespaces),
+            namespaces: Arc::new(ArcSwap::from_pointee(namespaces)),
             metrics: Metrics::default(),
             body_limit,
             body_timeout: Duration::from_secs_f64(crate::config::defaults::BODY_TIMEOUT_SECS),
@@ -233,10 +46,14 @@ impl AppState {
         }
     }
 
-    /// The state a node starts with: no namespace yet, the request limits and access of
-    /// `config`.
-    pub fn for_config(config: &crate::config::Config) -> Self {
+    /// The state of a node serving `namespaces` (its limiter's): the request limits and
+    /// access of `config`.
+    pub fn for_config(
+        config: &crate::config::Config,
+        namespaces: Arc<ArcSwap<Namespaces>>,
+    ) -> Self {
         let state = AppState {
+            namespaces,
             body_timeout: config.connections.body_timeout,
             max_batch: config.max_batch,
             data_dir: Some(config.data_dir.clone()),
@@ -255,10 +72,6 @@ impl AppState {
     }
 
     pub(crate) fn namespace(&self, name: &str) -> Result<Arc<Namespace>, Error> {
-        self.namespaces
-            .load()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::UnknownNamespace(name.to_owned()))
+        swin::limiter::namespace_in(&self.namespaces.load(), name)
     }
 }

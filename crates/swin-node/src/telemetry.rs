@@ -21,8 +21,7 @@ use tracing_subscriber::Layer;
 
 use crate::config::{LogFormat, TelemetryConfig};
 
-/// The target of a request's span (both doors).
-pub const REQUEST: &str = "swin::request";
+pub use swin::spans::REQUEST;
 
 /// `sample_ratio`, as f64 bits (set once, at start).
 static RATIO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -172,17 +171,6 @@ impl Telemetry {
         if let Ok(Err(e)) = done {
             tracing::warn!(cause = %e, "the last traces were not exported");
         }
-    }
-}
-
-/// Records what a request decided on its span, when traces are on: the namespace and
-/// the outcome (`allowed`, `denied`, `shadow_denied`; the last hit's, for a request of
-/// several).
-pub fn decided(namespace: &str, outcome: &'static str) {
-    if tracing::enabled!(target: REQUEST, tracing::Level::TRACE) {
-        let span = tracing::Span::current();
-        span.record("namespace", namespace);
-        span.record("decision", outcome);
     }
 }
 

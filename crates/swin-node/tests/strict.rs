@@ -33,8 +33,10 @@ fn router(config: &Config, store: Store) -> (axum::Router, Arc<Namespace>) {
     ));
     let mut all = Namespaces::new();
     all.insert(cfg.name.clone(), ns.clone());
-    let state = Arc::new(AppState::for_config(config));
-    state.namespaces.store(Arc::new(all));
+    let state = Arc::new(AppState::for_config(
+        config,
+        Arc::new(arc_swap::ArcSwap::from_pointee(all)),
+    ));
     (http::router(state), ns)
 }
 

@@ -11,6 +11,7 @@ use axum::routing::{get, post};
 use axum::Json;
 use serde::Serialize;
 
+use super::error::ApiError;
 use super::extract::ApiPath;
 use super::Route;
 use crate::error::Error;
@@ -79,7 +80,7 @@ pub(super) fn open() -> Vec<Route> {
 async fn reset(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     check_key(&key)?;
     let ns = state.namespace(&namespace)?;
     ns.sync
@@ -245,16 +246,13 @@ async fn list_namespaces(State(state): State<Arc<AppState>>) -> Json<serde_json:
 async fn sync_now(
     State(state): State<Arc<AppState>>,
     ApiPath(namespace): ApiPath<String>,
-) -> Result<Json<serde_json::Value>, Error> {
+) -> Result<Json<serde_json::Value>, ApiError> {
     let ns = state.namespace(&namespace)?;
     match ns.sync.sync_requested(now()).await {
         Ok(r) => Ok(Json(serde_json::json!({
             "namespace": namespace, "pushed": r.pushed, "fetched": r.fetched, "duration_ms": r.duration_ms
         }))),
-        Err(e) => Err(Error::store(
-            &e,
-            &format!("sync of namespace {namespace:?}"),
-        )),
+        Err(e) => Err(Error::store(&e, &format!("sync of namespace {namespace:?}")).into()),
     }
 }
 

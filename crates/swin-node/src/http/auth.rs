@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use tracing::{info, warn};
 
+use super::error::ApiError;
 use crate::auth::{check_authorization, Denied};
 use crate::config::{AuthConfig, Scope, Token};
 use crate::error::Error;
@@ -92,10 +93,10 @@ async fn authorize(
                 route,
                 "token lacks the scope"
             );
-            Error::Forbidden(format!(
+            ApiError(Error::Forbidden(format!(
                 "token {:?} does not have the {wanted} scope",
                 token.name,
-            ))
+            )))
             .into_response()
         }
     }
@@ -104,7 +105,7 @@ async fn authorize(
 /// A 401, asking a browser for credentials (any user name, the token as the password)
 /// on the status page's routes.
 fn challenge(browser: bool, e: Error) -> Response {
-    let mut resp = e.into_response();
+    let mut resp = ApiError(e).into_response();
     if browser {
         resp.headers_mut().append(
             axum::http::header::WWW_AUTHENTICATE,

@@ -11,6 +11,7 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use swin_core::WindowRate;
 
+use super::error::ApiError;
 use super::extract::{parse_json, ApiPath, JsonBody, RawJson};
 use super::Route;
 use crate::counting::{increment_all, increment_key, Item};
@@ -95,11 +96,11 @@ async fn increment(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<IncrementBody>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     check_key(&key)?;
     let ns = state.namespace(&namespace)?;
     let value = check_value(body.value, ns.allow_decrements, ns.sync.name())?;
-    to_the_end(ns.counts_in_the_store(), async move {
+    Ok(to_the_end(ns.counts_in_the_store(), async move {
         ns.first_touch(&[&key], true).await;
         let windows = increment_key(&ns, &key, value, body.window_size, now()).await?;
         state.metrics.increments(&namespace, 1);
@@ -110,7 +111,7 @@ async fn increment(
         };
         Ok(rates.into_json())
     })
-    .await
+    .await?)
 }
 
 #[derive(Debug, Deserialize)]
@@ -123,7 +124,7 @@ async fn read_key(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     query: Result<Query<ReadQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
     check_key(&key)?;
     let ns = state.namespace(&namespace)?;
@@ -224,11 +225,12 @@ fn batch_results_bytes(results: &[KeyRates<'_>], capacity: usize) -> Vec<u8> {
 async fn increments_batch(
     State(state): State<Arc<AppState>>,
     RawJson(bytes): RawJson,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let Some(bytes) = bytes else {
         return Err(Error::BadRequest(
             "body must be {\"increments\": [{\"namespace\": …, \"key\": …}, …]}".into(),
-        ));
+        )
+        .into());
     };
     // whole when a namespace of this node counts in the store (the batch is parsed in
     // the task: its items borrow the body)
@@ -237,7 +239,7 @@ async fn increments_batch(
         .load()
         .values()
         .any(|n| n.counts_in_the_store());
-    to_the_end(whole, count_batch(state, bytes)).await
+    Ok(to_the_end(whole, count_batch(state, bytes)).await?)
 }
 
 async fn count_batch(state: Arc<AppState>, bytes: axum::body::Bytes) -> Result<Response, Error> {

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use swin_core::Decision;
 
 use super::client_address::client_address;
+use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody, RawJson};
 use super::Route;
 use crate::decisions::{limits_of, take, HitAnswer, Verdict};
@@ -119,16 +120,18 @@ async fn hit(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<HitBody>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let ns = state.namespace(&namespace)?;
-    to_the_end(ns.counts_in_the_store() && !body.dry_run, async move {
-        let v = take(&ns, &namespace, &key, body.cost, body.dry_run).await?;
-        state
-            .metrics
-            .decision(&namespace, &v.policy, v.allowed(), v.shadow_denied);
-        Ok(respond(&v, &v.policies, status_of(&v), v.answer()))
-    })
-    .await
+    Ok(
+        to_the_end(ns.counts_in_the_store() && !body.dry_run, async move {
+            let v = take(&ns, &namespace, &key, body.cost, body.dry_run).await?;
+            state
+                .metrics
+                .decision(&namespace, &v.policy, v.allowed(), v.shadow_denied);
+            Ok(respond(&v, &v.policies, status_of(&v), v.answer()))
+        })
+        .await?,
+    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,7 +151,7 @@ async fn refund(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<RefundBody>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let ns = state.namespace(&namespace)?;
     let answer = give_refund(&ns, &namespace, &key, body.cost).await?;
     Ok(Json(answer).into_response())
@@ -200,18 +203,19 @@ struct BatchAnswer<'a> {
 async fn hits_batch(
     State(state): State<Arc<AppState>>,
     RawJson(bytes): RawJson,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let Some(bytes) = bytes else {
         return Err(Error::BadRequest(
             "body must be {\"hits\": [{\"namespace\": …, \"key\": …}, …]}".into(),
-        ));
+        )
+        .into());
     };
     let body: BatchBody = super::extract::parse_json(Some(&bytes))?;
     let mut whole = false;
     for h in &body.hits {
         whole |= state.namespace(&h.namespace)?.counts_in_the_store() && !body.dry_run;
     }
-    to_the_end(whole, decide_batch(state, body)).await
+    Ok(to_the_end(whole, decide_batch(state, body)).await?)
 }
 
 async fn decide_batch(state: Arc<AppState>, body: BatchBody) -> Result<Response, Error> {
@@ -329,7 +333,7 @@ async fn auth(
     ApiPath(namespace): ApiPath<String>,
     query: Result<Query<AuthQuery>, axum::extract::rejection::QueryRejection>,
     parts: Parts,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| Error::BadRequest(format!("query: {}", e.body_text())))?;
     let deny = match q.deny_status {
         401 | 403 | 429 => {
@@ -338,7 +342,8 @@ async fn auth(
         other => {
             return Err(Error::BadRequest(format!(
                 "deny_status must be 401, 403 or 429, got {other}"
-            )))
+            ))
+            .into())
         }
     };
     let ns = state.namespace(&namespace)?;
@@ -372,7 +377,7 @@ async fn auth(
                 .into_response())
         }
     };
-    to_the_end(ns.counts_in_the_store(), async move {
+    Ok(to_the_end(ns.counts_in_the_store(), async move {
         let v = take(&ns, &namespace, &key, q.cost, false).await?;
         state
             .metrics
@@ -380,5 +385,5 @@ async fn auth(
         let status = if v.allowed() { StatusCode::OK } else { deny };
         Ok(respond(&v, &v.policies, status, v.answer()))
     })
-    .await
+    .await?)
 }

@@ -1,5 +1,6 @@
 //! HTTP errors: each [`Error`] maps to a status and a JSON body
-//! `{"error":{"code":"…","message":"…"}}` that never leaks internal details.
+//! `{"error":{"code":"…","message":"…"}}` that never leaks internal details; a handler
+//! answers an [`ApiError`], which any [`Error`] becomes with `?`.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -37,10 +38,20 @@ fn status_and_code(e: &Error) -> (StatusCode, &'static str) {
     }
 }
 
-impl IntoResponse for Error {
+/// An [`Error`] as an HTTP answer.
+#[derive(Debug)]
+pub struct ApiError(pub Error);
+
+impl<E: Into<Error>> From<E> for ApiError {
+    fn from(e: E) -> Self {
+        ApiError(e.into())
+    }
+}
+
+impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, code) = status_and_code(&self);
-        let body = serde_json::json!({ "error": { "code": code, "message": self.to_string() } });
+        let (status, code) = status_and_code(&self.0);
+        let body = serde_json::json!({ "error": { "code": code, "message": self.0.to_string() } });
         let mut resp = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(

@@ -11,6 +11,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use super::error::ApiError;
 use crate::error::Error;
 use crate::state::AppState;
 
@@ -20,9 +21,18 @@ use crate::state::AppState;
 pub struct ApiPath<T>(pub T);
 
 impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
-    type Rejection = Error;
+    type Rejection = ApiError;
 
     async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        Ok(Self::decode(parts, state).await?)
+    }
+}
+
+impl<T: serde::de::DeserializeOwned + Send> ApiPath<T> {
+    async fn decode<S: Send + Sync>(
         parts: &mut axum::http::request::Parts,
         state: &S,
     ) -> Result<Self, Error> {
@@ -53,9 +63,9 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> 
 pub struct JsonBody<T>(pub T);
 
 impl<T: DeserializeOwned + Default> FromRequest<Arc<AppState>> for JsonBody<T> {
-    type Rejection = Error;
+    type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Error> {
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
         let RawJson(bytes) = RawJson::from_request(req, state).await?;
         Ok(JsonBody(parse_json(bytes.as_ref())?))
     }
@@ -67,9 +77,15 @@ impl<T: DeserializeOwned + Default> FromRequest<Arc<AppState>> for JsonBody<T> {
 pub struct RawJson(pub Option<Bytes>);
 
 impl FromRequest<Arc<AppState>> for RawJson {
-    type Rejection = Error;
+    type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Error> {
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        Ok(Self::read(req, state).await?)
+    }
+}
+
+impl RawJson {
+    async fn read(req: Request, state: &Arc<AppState>) -> Result<Self, Error> {
         let headers = req.headers();
         // a declared length over the limit is refused before a byte is read
         let declared = headers

@@ -21,6 +21,7 @@ use axum::Json;
 use serde::Deserialize;
 use swin_core::UnixMs;
 
+use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody};
 use super::Route;
 use crate::error::Error;
@@ -93,7 +94,7 @@ async fn acquire(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<AcquireBody>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let ns = state.namespace(&namespace)?;
     let req = AcquireRequest {
         count: body.count,
@@ -161,12 +162,13 @@ async fn release(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<LeaseBody>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let ns = state.namespace(&namespace)?;
     if body.ttl.is_some() {
         return Err(Error::BadRequest(
             "ttl: a release takes only the lease (renew moves its lapse)".into(),
-        ));
+        )
+        .into());
     }
     let lease = body.lease()?;
     let r = leases::release(&ns, &namespace, &key, lease).await;
@@ -179,7 +181,7 @@ async fn renew(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<LeaseBody>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let ns = state.namespace(&namespace)?;
     let lease = body.lease()?;
     let r = leases::renew(&ns, &namespace, &key, lease, body.ttl).await;

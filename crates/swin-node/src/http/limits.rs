@@ -29,6 +29,7 @@ use swin_sync::store::StoredLimit;
 use tracing::info;
 
 use super::auth::Caller;
+use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody};
 use super::Route;
 use crate::error::Error;
@@ -210,7 +211,7 @@ async fn set(
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     extensions: Extensions,
     JsonBody(body): JsonBody<SetBody>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let ns = target(&state, &namespace, &key)?;
     if let (None, Some(rules)) = (&ns.limits, &ns.rules) {
         counted_by_a_rule(rules, &namespace, &key)?;
@@ -224,10 +225,7 @@ async fn set(
         .validate(ns.algorithm, &sizes)
         .map_err(|(field, why)| Error::BadRequest(format!("{field}: {why}")))?;
     if limits.has_shadow() && matches!(ns.admission_mode, crate::config::Admission::Strict { .. }) {
-        return Err(Error::BadRequest(format!(
-            "limits: {}",
-            crate::config::STRICT_SHADOW
-        )));
+        return Err(Error::BadRequest(format!("limits: {}", crate::config::STRICT_SHADOW)).into());
     }
     let now = swin_sync::now();
     let expires_at = match body.expires_in {
@@ -238,7 +236,8 @@ async fn set(
         Some(s) => {
             return Err(Error::BadRequest(format!(
             "expires_in: {s} is not a number of seconds above 0 and at most {MAX_EXPIRES_IN_SECS}"
-        )))
+        ))
+            .into())
         }
     };
     let caller = Caller::of(&extensions);
@@ -272,7 +271,7 @@ async fn remove(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     extensions: Extensions,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let ns = target(&state, &namespace, &key)?;
     let had = if ns.sync.keeps_limits_in_store() {
         ns.sync
@@ -297,7 +296,7 @@ async fn remove(
 async fn show(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let ns = target(&state, &namespace, &key)?;
     let now = swin_sync::now();
     // what the store holds now (this node may not serve the key); without a store, what
@@ -326,7 +325,7 @@ async fn list(
     State(state): State<Arc<AppState>>,
     ApiPath(namespace): ApiPath<String>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
     let ns = state.namespace(&namespace)?;
     let count = match query.count.as_deref() {
@@ -336,7 +335,8 @@ async fn list(
             _ => {
                 return Err(Error::BadRequest(format!(
                     "count: {c:?} is not a whole number from 1 to {MAX_LIST}"
-                )))
+                ))
+                .into())
             }
         },
     };
@@ -381,16 +381,16 @@ async fn top(
     State(state): State<Arc<AppState>>,
     ApiPath(namespace): ApiPath<String>,
     query: Result<Query<TopQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
     let ns = state.namespace(&namespace)?;
     let (by, sketch) = match query.by.as_deref() {
         None | Some("denied") => ("denied", &ns.heaviest.denied),
         Some("hits") => ("hits", &ns.heaviest.hits),
         Some(other) => {
-            return Err(Error::BadRequest(format!(
-                "by: {other:?} is not \"denied\" or \"hits\""
-            )))
+            return Err(
+                Error::BadRequest(format!("by: {other:?} is not \"denied\" or \"hits\"")).into(),
+            )
         }
     };
     let count = match query.count.as_deref() {
@@ -400,7 +400,8 @@ async fn top(
             _ => {
                 return Err(Error::BadRequest(format!(
                     "count: {c:?} is not a whole number from 1 to {MAX_TOP}"
-                )))
+                ))
+                .into())
             }
         },
     };

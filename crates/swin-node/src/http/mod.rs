@@ -21,6 +21,7 @@ use axum::response::Response;
 use axum::routing::MethodRouter;
 use axum::Router;
 
+use self::error::ApiError;
 pub use self::extract::ApiPath;
 pub use crate::auth::hash_token;
 use crate::config::Scope;
@@ -89,9 +90,13 @@ pub fn router(state: Arc<AppState>) -> Router {
     }
     router
         .fallback(|req: Request| async move {
-            Error::NotFound(format!("{} {}", req.method(), req.uri().path()))
+            ApiError(Error::NotFound(format!(
+                "{} {}",
+                req.method(),
+                req.uri().path()
+            )))
         })
-        .method_not_allowed_fallback(|| async { Error::MethodNotAllowed })
+        .method_not_allowed_fallback(|| async { ApiError(Error::MethodNotAllowed) })
         .layer(middleware::from_fn_with_state(state.clone(), front))
         // the extractors enforce the limit themselves (JSON 413), so no default cap
         .layer(axum::extract::DefaultBodyLimit::max(state.body_limit))
@@ -150,7 +155,7 @@ fn bounded_head(req: &Request) -> Option<Response> {
         + u.authority().map_or(0, |a| a.as_str().len())
         + u.scheme_str().map_or(0, str::len);
     if uri > crate::error::MAX_URI_BYTES {
-        return Some(Error::UriTooLong(uri).into_response());
+        return Some(ApiError(Error::UriTooLong(uri)).into_response());
     }
     let headers: usize = req
         .headers()
@@ -158,7 +163,7 @@ fn bounded_head(req: &Request) -> Option<Response> {
         .map(|(k, v)| k.as_str().len() + v.len())
         .sum();
     if headers > crate::error::MAX_HEADER_BYTES {
-        return Some(Error::HeadersTooLarge(headers).into_response());
+        return Some(ApiError(Error::HeadersTooLarge(headers)).into_response());
     }
     None
 }

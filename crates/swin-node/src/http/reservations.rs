@@ -16,6 +16,7 @@ use axum::routing::post;
 use serde::{Deserialize, Serialize};
 
 use super::decisions::{respond, status_of};
+use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody};
 use super::Route;
 use crate::decisions::HitAnswer;
@@ -68,14 +69,14 @@ async fn reserve(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<ReserveBody>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let ns = state.namespace(&namespace)?;
     let cost = body
         .cost
         .ok_or_else(|| Error::BadRequest("cost: required (the estimate to spend now)".into()))?;
     // spent, then recorded: run to the end once started, so that a client going away
     // cannot leave the estimate spent and no reservation
-    to_the_end(true, async move {
+    Ok(to_the_end(true, async move {
         let r = reservations::reserve(&ns, &namespace, &key, cost, body.ttl).await?;
         let v = &r.verdict;
         state
@@ -99,14 +100,14 @@ async fn reserve(
         };
         Ok(respond(v, &v.policies, status_of(v), answer))
     })
-    .await
+    .await?)
 }
 
 async fn commit(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<CommitBody>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let ns = state.namespace(&namespace)?;
     let id = body.reservation.ok_or_else(|| {
         Error::BadRequest("reservation: required (the id a reserve answered)".into())
@@ -114,7 +115,7 @@ async fn commit(
     let cost = body
         .cost
         .ok_or_else(|| Error::BadRequest("cost: required (the actual cost)".into()))?;
-    to_the_end(true, async move {
+    Ok(to_the_end(true, async move {
         let r = reservations::commit(&ns, &namespace, &key, &id, cost).await;
         match &r {
             Ok(s) => {
@@ -135,5 +136,5 @@ async fn commit(
         let s = r?;
         Ok(respond(&s.verdict, &s.verdict.policies, StatusCode::OK, &s))
     })
-    .await
+    .await?)
 }

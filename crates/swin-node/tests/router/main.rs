@@ -114,8 +114,10 @@ async fn router_with(more: &str) -> axum::Router {
         }
         ns.insert(cfg.name.clone(), Arc::new(n));
     }
-    let state = Arc::new(AppState::for_config(&config));
-    state.namespaces.store(Arc::new(ns));
+    let state = Arc::new(AppState::for_config(
+        &config,
+        Arc::new(arc_swap::ArcSwap::from_pointee(ns)),
+    ));
     http::router(state)
 }
 

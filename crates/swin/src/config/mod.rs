@@ -379,7 +379,7 @@ impl Parser<'_> {
             }
             return Ok(None);
         };
-        let uri: Option<axum::http::Uri> = endpoint.parse().ok();
+        let uri: Option<http::Uri> = endpoint.parse().ok();
         let valid = uri.as_ref().is_some_and(|u| {
             matches!(u.scheme_str(), Some("http" | "https"))
                 && u.host().is_some_and(|h| !h.is_empty())
@@ -428,6 +428,8 @@ impl Parser<'_> {
 }
 
 impl Config {
+    /// Reads and validates the config file at `path`, with the `SWIN_*` environment
+    /// overrides the daemon takes (`SWIN_LISTEN`, `SWIN_DATA_DIR`, …).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let name = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
@@ -438,6 +440,25 @@ impl Config {
         Config::parse(&name, &text, &|k| std::env::var(k).ok())
     }
 
+    /// Validates a config given as TOML text, as a program embedding a
+    /// [`Limiter`](crate::Limiter) holds it: the same keys as the daemon's file, no
+    /// environment overrides.
+    ///
+    /// ```
+    /// let config = swin::config::Config::from_toml(r#"
+    /// [[namespaces]]
+    /// name = "api"
+    /// window_sizes = [60]
+    /// sync_rate = -1
+    /// limits = [{ window_size = 60, limit = 100 }]
+    /// "#).expect("a valid config");
+    /// assert_eq!(config.namespaces[0].name, "api");
+    /// ```
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        Config::parse("(config)", text, &|_| None)
+    }
+
+    /// The config the daemon runs without a file (config/swin.toml).
     pub fn embedded_default() -> Result<Config, ConfigError> {
         Config::parse(DEFAULT_CONFIG_NAME, DEFAULT_CONFIG, &|k| {
             std::env::var(k).ok()

@@ -8,7 +8,7 @@ use subtle::ConstantTimeEq;
 use crate::config::{AuthConfig, Scope, Token};
 
 #[derive(Debug)]
-pub(crate) enum Denied<'a> {
+pub enum Denied<'a> {
     Missing,
     Unknown,
     Scope(&'a Token),
@@ -16,7 +16,7 @@ pub(crate) enum Denied<'a> {
 
 /// The configured token an `Authorization` value (an HTTP header, gRPC metadata)
 /// carries, if it grants one of `scopes`.
-pub(crate) fn check_authorization<'a>(
+pub fn check_authorization<'a>(
     auth: &'a AuthConfig,
     authorization: Option<&[u8]>,
     scopes: &[Scope],

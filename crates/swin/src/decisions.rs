@@ -225,7 +225,7 @@ pub async fn take_under(
         a.decision.allowed = true;
         a.shadow_denied = true;
     }
-    crate::telemetry::decided(
+    crate::spans::decided(
         ns.sync.name(),
         match (a.decision.allowed, a.shadow_denied) {
             (_, true) => "shadow_denied",

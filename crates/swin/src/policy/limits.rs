@@ -329,8 +329,7 @@ fn key_from(raw: Option<&str>) -> Result<KeyFrom, FieldError> {
         None | Some("client_address") => Ok(KeyFrom::ClientAddress),
         Some(h) => match h.strip_prefix("header:") {
             Some(name)
-                if !name.is_empty()
-                    && axum::http::HeaderName::from_bytes(name.as_bytes()).is_ok() =>
+                if !name.is_empty() && http::HeaderName::from_bytes(name.as_bytes()).is_ok() =>
             {
                 Ok(KeyFrom::Header(name.to_ascii_lowercase()))
             }

@@ -7,16 +7,16 @@ use std::sync::Arc;
 use tracing::{error, info, warn};
 
 use super::leftovers::{Leftover, Leftovers};
-use super::{Node, Running};
+use super::{Limiter, Running};
 use crate::spool::{self, SpoolEntry};
 use crate::state::Namespaces;
 
-impl Node {
+impl Limiter {
     /// Stops every engine at once (each pushes until a common deadline), tries what is
     /// left until then, and spools whatever the store still did not confirm — all within
     /// `shutdown_grace`, the last part of it kept for the spool. An error when a count
     /// could be neither confirmed nor spooled (the process then exits non-zero).
-    pub async fn shutdown_engines(mut self) -> anyhow::Result<()> {
+    pub async fn stop(mut self) -> anyhow::Result<()> {
         let grace = self.config.shutdown_grace;
         let started = tokio::time::Instant::now();
         // time kept for taking what is unconfirmed and writing the spool
@@ -27,7 +27,7 @@ impl Node {
         // call hangs); what they hold is tried below
         self.retries.cancel();
         let running = std::mem::take(&mut self.running);
-        self.state.namespaces.store(Arc::new(Namespaces::new()));
+        self.serving.store(Arc::new(Namespaces::new()));
         let mut retiring = tokio::task::JoinSet::new();
         for (_, r) in running {
             r.namespace.sync.stop_by(deadline);

@@ -9,7 +9,7 @@ use swin_sync::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::Node;
+use super::Limiter;
 use crate::config::{Config, StoreConfig};
 
 pub async fn open_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
@@ -86,7 +86,7 @@ pub(super) struct Connected {
     pub(super) purge: CancellationToken,
 }
 
-impl Node {
+impl Limiter {
     pub(super) fn add_store(&mut self, name: String, config: StoreConfig, store: Store) {
         let purge = self.shutdown.child_token();
         self.spawn_purge(&name, &store, purge.clone());

@@ -1,0 +1,32 @@
+//! swin: cluster-wide sliding-window rate limits, in process.
+//!
+//! Each namespace counts in local memory (lock-free atomic counters) and syncs with a
+//! central store (PostgreSQL, Redis, Redis Cluster or SQLite) on a timer of its own:
+//! it pushes its diffs and reads the cluster's totals. A [`Limiter`] is built from a
+//! [`config::Config`] and decides hits, leases and reservations against the limits of
+//! its namespaces; the `swin-node` daemon is this crate behind HTTP and gRPC doors.
+//!
+//! Layers, each using only those below it: [`Limiter`] (stores, namespaces, their
+//! engines, reconfiguring and stopping) → what a request does: [`requests`],
+//! [`counting`], [`giving_back`], [`leases`], [`reservations`] and [`decisions`] → the
+//! namespace ([`state`]) → [`runtime_limits`] (limits set per key at run time) →
+//! [`config`] (a config, read into policy types) → [`policy`] (limits, descriptor
+//! rules, counter keys, what a request may carry), [`auth`] and [`spool`].
+
+pub mod auth;
+pub mod config;
+pub mod counting;
+pub mod decisions;
+pub mod error;
+pub mod giving_back;
+pub mod leases;
+pub mod limiter;
+pub mod policy;
+pub mod requests;
+pub mod reservations;
+pub mod runtime_limits;
+pub mod spans;
+pub mod spool;
+pub mod state;
+
+pub use limiter::Limiter;

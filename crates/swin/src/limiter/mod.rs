@@ -1,0 +1,428 @@
+//! The limiter: connect stores, build namespaces and their sync engines, bring them in
+//! line with a new config, and stop with a last push. The stores and their tasks are in
+//! `stores`; stopping namespaces and the limiter, in `stopping`; what stopped engines
+//! left unconfirmed, retried and spooled, in `leftovers`.
+
+mod leftovers;
+mod stopping;
+mod stores;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use self::leftovers::{Leftovers, SpoolFiles};
+use self::stopping::retire;
+pub use self::stores::{migrate_all, open_store, open_stores};
+use self::stores::{open_answering, Connected};
+use crate::config::{Config, NamespaceConfig, StoreConfig};
+use crate::decisions::{take, Verdict};
+use crate::error::Error;
+use crate::requests::to_the_end;
+use crate::spool;
+use crate::state::{Namespace, Namespaces, Timeouts};
+
+/// A namespace, the store config it was built with, and the engine task that syncs it.
+#[derive(Debug)]
+struct Running {
+    config: NamespaceConfig,
+    store_config: Option<StoreConfig>,
+    namespace: Arc<Namespace>,
+    cancel: CancellationToken,
+    engine: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Cluster-wide limits, in process: the namespaces a config describes, each counting
+/// in local memory and syncing with its store, and the stores themselves.
+///
+/// The daemon (`swin-node`) is this limiter behind its doors; a Rust program can use it
+/// the same way, with no daemon:
+///
+/// ```no_run
+/// # async fn run() -> anyhow::Result<()> {
+/// let config = swin::config::Config::from_toml(r#"
+/// data_dir = "/var/lib/my-program/swin"
+///
+/// [stores.main]
+/// kind = "sqlite"
+/// url = "sqlite:///var/lib/my-program/swin/counts.db"
+///
+/// [[namespaces]]
+/// name = "api"
+/// store = "main"
+/// window_sizes = [60]
+/// sync_rate = 0.1
+/// limits = [{ window_size = 60, limit = 100 }]
+/// "#)?;
+/// let limiter = swin::Limiter::start(config).await?;
+/// let verdict = limiter.hit("api", "user:42", 1.0).await?;
+/// if !verdict.allowed() {
+///     // 429: try again later
+/// }
+/// limiter.stop().await?; // a last push; what the store does not take is spooled
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Limiter {
+    /// The namespaces served, swapped whole when the config changes.
+    serving: Arc<ArcSwap<Namespaces>>,
+    stores: BTreeMap<String, Connected>,
+    running: BTreeMap<String, Running>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    /// Stops the background retries of leftovers (first thing at shutdown).
+    retries: CancellationToken,
+    node_id: Arc<str>,
+    /// Engines built so far: each pushes as `<node_id>.<generation>`.
+    generation: u64,
+    config: Config,
+    leftovers: Leftovers,
+    spool_files: SpoolFiles,
+}
+
+impl Limiter {
+    /// Connects the stores of `config` (migrating them when `migrate` is set), reads
+    /// what an earlier run spooled under `data_dir`, and builds and starts its
+    /// namespaces. A store that does not answer yet does not hold up the start: its
+    /// namespaces count in memory and sync once it answers.
+    pub async fn start(config: Config) -> anyhow::Result<Limiter> {
+        if !config.stores.is_empty() {
+            // found out now, not at the stop that needs to spool
+            spool::prepare(&config.data_dir).with_context(|| {
+                format!(
+                    "data_dir {}: the spool needs a directory this node can write",
+                    config.data_dir.display()
+                )
+            })?;
+        }
+        swin_sync::clock::clock().set_max_offset(config.max_clock_offset);
+        let connected = open_stores(&config).await?;
+        let mut node = Limiter {
+            serving: Arc::default(),
+            stores: BTreeMap::new(),
+            running: BTreeMap::new(),
+            tracker: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
+            retries: CancellationToken::new(),
+            node_id: swin_sync::new_node_id().into(),
+            generation: 0,
+            config: config.clone(),
+            leftovers: Default::default(),
+            spool_files: Default::default(),
+        };
+        for (name, (cfg, store)) in connected {
+            node.add_store(name, cfg, store);
+        }
+        if config.migrate {
+            // Usually the store is up and the schema is in place before the first warm-up
+            // and sync. A migration is never cancelled half-way (that could leave its
+            // advisory lock held on a pooled connection): past the timeout it goes on in
+            // the background, retrying while the store is down.
+            let pending: Vec<_> = node
+                .stores
+                .iter()
+                .map(|(name, c)| (name.clone(), node.spawn_migrate(name, &c.store)))
+                .collect();
+            for (name, done) in pending {
+                if tokio::time::timeout(config.store_timeout, done)
+                    .await
+                    .is_err()
+                {
+                    warn!(
+                        store = name,
+                        "schema not ready yet; migrating in the background"
+                    );
+                }
+            }
+        }
+        // what an earlier run spooled goes out before this one counts anything
+        node.load_spool();
+        node.retry_leftovers().await;
+        node.apply_namespaces(&config.namespaces).await;
+        node.spawn_leftover_retries();
+        Ok(node)
+    }
+
+    /// Builds a namespace and its engine, without starting it.
+    fn build(&mut self, cfg: &NamespaceConfig) -> Running {
+        let connected = cfg.store.as_ref().and_then(|s| self.stores.get(s));
+        self.generation += 1;
+        let namespace = Namespace::build(
+            cfg,
+            connected.map(|c| c.store.clone()),
+            format!("{}.{}", self.node_id, self.generation).into(),
+            Timeouts {
+                store: self.config.store_timeout,
+                answer: self.config.answer_timeout,
+            },
+        );
+        Running {
+            config: cfg.clone(),
+            store_config: connected.map(|c| c.config.clone()),
+            namespace: Arc::new(namespace),
+            cancel: self.shutdown.child_token(),
+            engine: None,
+        }
+    }
+
+    /// Reaches the namespace's store (readiness, and the store's clock from the first
+    /// request), reads where runtime limit changes start, then loads the namespace's
+    /// current totals in the background (for a rebuilt namespace, once its old engine has
+    /// pushed): the node serves meanwhile — each key it is asked about is read at its first
+    /// touch — so a keyspace of any size holds up no start and no reload; `/readyz` lists
+    /// the namespace as warming until the load ends.
+    async fn warm_up(&self, r: &Running) {
+        let sync = &r.namespace.sync;
+        let name = r.config.name.clone();
+        if let Err(e) = sync.reach().await {
+            warn!(namespace = name, cause = %e, "the store does not answer yet");
+        }
+        // where this node's reading of runtime limit changes starts (before it serves,
+        // so no change made while it starts goes unseen)
+        if let Err(e) = r.namespace.runtime.catch_up(sync).await {
+            warn!(namespace = name, cause = %e, "runtime limits wait for the store");
+        }
+        if sync.store().is_none() {
+            return;
+        }
+        sync.set_warming(true);
+        let (sync, cancel) = (sync.clone(), r.cancel.clone());
+        self.tracker.spawn(async move {
+            let started = std::time::Instant::now();
+            tokio::select! {
+                loaded = sync.warm_up(swin_sync::now()) => match loaded {
+                    Ok(n) => info!(namespace = name, totals = n, seconds = started.elapsed().as_secs_f64(), "warmed up from the store"),
+                    Err(e) => warn!(namespace = name, cause = %e, "warm-up failed; totals arrive with the first touches and syncs"),
+                },
+                _ = cancel.cancelled() => {}
+            }
+            sync.set_warming(false);
+        });
+    }
+
+    fn start_engine(&self, r: &mut Running) {
+        let engine = r.namespace.sync.clone();
+        r.engine = Some(self.tracker.spawn(engine.run(r.cancel.clone())));
+        // runtime limits: every sync period, or at once where hits wait on the store
+        let ns = &r.namespace;
+        let period = match ns.sync.mode() {
+            _ if ns.counts_in_the_store() => crate::runtime_limits::QUICK_WATCH,
+            swin_sync::SyncMode::Periodic(p) => p,
+            swin_sync::SyncMode::Synchronous => crate::runtime_limits::QUICK_WATCH,
+            swin_sync::SyncMode::LocalOnly => std::time::Duration::from_secs(1),
+        };
+        self.tracker.spawn(crate::runtime_limits::watch(
+            ns.runtime.clone(),
+            ns.sync.clone(),
+            period,
+            r.cancel.clone(),
+        ));
+    }
+
+    /// Stops a namespace no longer served (see [`retire`]), waiting for its requests up to
+    /// the shutdown grace.
+    async fn retire(&self, old: Running) {
+        let deadline = tokio::time::Instant::now() + self.config.shutdown_grace;
+        retire(old, deadline, self.leftovers.clone()).await;
+    }
+
+    /// Brings the running namespaces in line with `wanted`. Unchanged ones keep their
+    /// counts and engine, as do ones whose limits alone changed. Changed ones are rebuilt
+    /// and removed ones stop, in this order: the new map is served first, then each old
+    /// namespace is retired once no request holds it (its engine's last push then holds
+    /// every hit its tables took), then rebuilt namespaces load the totals that push
+    /// made, and their engines start.
+    async fn apply_namespaces(&mut self, wanted: &[NamespaceConfig]) {
+        let mut next = BTreeMap::new();
+        let mut retired = Vec::new();
+        let mut rebuilt = Vec::new();
+        for cfg in wanted {
+            let store_config = cfg
+                .store
+                .as_ref()
+                .and_then(|s| self.stores.get(s))
+                .map(|c| c.config.clone());
+            match self.running.remove(&cfg.name) {
+                Some(r) if r.config == *cfg && r.store_config == store_config => {
+                    next.insert(cfg.name.clone(), r);
+                }
+                Some(r)
+                    if only_limits_changed(&r.config, cfg) && r.store_config == store_config =>
+                {
+                    // same counters and engine, new limits: nothing counted is lost
+                    info!(namespace = cfg.name, "limits changed");
+                    let namespace = Arc::new(r.namespace.with_limits(cfg));
+                    next.insert(cfg.name.clone(), Running { namespace, ..r });
+                }
+                Some(old) => {
+                    info!(namespace = cfg.name, "namespace changed; rebuilding");
+                    let mut r = self.build(cfg);
+                    // leases and reservations a node keeps itself (no store) are live
+                    // across the rebuild: a new table would let a limit's worth more in
+                    Arc::get_mut(&mut r.namespace)
+                        .expect("built just now, shared with nobody")
+                        .leases = old.namespace.leases.clone();
+                    retired.push(old);
+                    rebuilt.push(cfg.name.clone());
+                    next.insert(cfg.name.clone(), r);
+                }
+                None => {
+                    info!(
+                        namespace = cfg.name,
+                        mode = cfg.mode.name(),
+                        "namespace added"
+                    );
+                    let mut r = self.build(cfg);
+                    self.warm_up(&r).await;
+                    self.start_engine(&mut r);
+                    next.insert(cfg.name.clone(), r);
+                }
+            }
+        }
+        for (name, old) in std::mem::take(&mut self.running) {
+            info!(namespace = name, "namespace removed");
+            retired.push(old);
+        }
+        self.running = next;
+        self.publish();
+        for old in retired {
+            self.retire(old).await;
+        }
+        // what the retired engines could not push goes out before the rebuilt ones load
+        self.retry_leftovers().await;
+        for name in rebuilt {
+            if let Some(mut r) = self.running.remove(&name) {
+                self.warm_up(&r).await;
+                self.start_engine(&mut r);
+                self.running.insert(name, r);
+            }
+        }
+    }
+
+    /// Serves the running namespaces.
+    fn publish(&self) {
+        let map: Namespaces = self
+            .running
+            .iter()
+            .map(|(k, r)| (k.clone(), r.namespace.clone()))
+            .collect();
+        self.serving.store(Arc::new(map));
+    }
+
+    /// Brings the limiter in line with `config`: stores added or changed are connected
+    /// (each must answer within `store_timeout`, else nothing changes and the error says
+    /// which), removed ones let go, and namespaces added, rebuilt, given new limits or
+    /// retired as [`Limiter::start`] describes for each. Unchanged namespaces keep their
+    /// counts.
+    pub async fn reconfigure(&mut self, config: Config) -> anyhow::Result<()> {
+        let mut fresh = Vec::new();
+        for (name, cfg) in &config.stores {
+            if self.stores.get(name).is_some_and(|c| c.config == *cfg) {
+                continue;
+            }
+            // a store the new config would switch to must answer now: hits counted
+            // for a store that never answers could only be spooled for it
+            match open_answering(cfg, self.config.store_timeout).await {
+                Ok(store) => fresh.push((name.clone(), cfg.clone(), store)),
+                Err(e) => {
+                    return Err(e.context(format!("store {name} does not answer")));
+                }
+            }
+        }
+        for (name, cfg, store) in fresh {
+            if config.migrate {
+                // a reload does not wait for the schema
+                drop(self.spawn_migrate(&name, &store));
+            }
+            self.add_store(name, cfg, store);
+        }
+        let removed: Vec<String> = self
+            .stores
+            .keys()
+            .filter(|n| !config.stores.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in removed {
+            if let Some(old) = self.stores.remove(&name) {
+                old.purge.cancel();
+            }
+        }
+        swin_sync::clock::clock().set_max_offset(config.max_clock_offset);
+        self.config = config.clone();
+        self.apply_namespaces(&config.namespaces).await;
+        Ok(())
+    }
+}
+
+/// True when two configs of a namespace differ in their limits only, and not in kind
+/// (window limits and GCRA keep different state).
+fn only_limits_changed(old: &NamespaceConfig, new: &NamespaceConfig) -> bool {
+    // a strict namespace's quota was held or granted under its old limits: it goes back with
+    // the old engine, and the new one grants under the new limits
+    if old.admission != crate::config::Admission::Eventual {
+        return false;
+    }
+    let mut same = new.clone();
+    same.limits = old.limits.clone();
+    same.rules = old.rules.clone();
+    same.allow_decrements = old.allow_decrements;
+    same == *old && is_gcra(old) == is_gcra(new)
+}
+
+fn is_gcra(cfg: &NamespaceConfig) -> bool {
+    cfg.algorithm == crate::policy::algorithm::Algorithm::Gcra
+}
+
+impl Limiter {
+    /// The namespaces served now, shared: a daemon's doors read them without a lock,
+    /// and see every change [`Limiter::reconfigure`] makes.
+    pub fn serving(&self) -> Arc<ArcSwap<Namespaces>> {
+        self.serving.clone()
+    }
+
+    /// The namespace `name`, as served now.
+    pub fn namespace(&self, name: &str) -> Result<Arc<Namespace>, Error> {
+        namespace_in(&self.serving.load(), name)
+    }
+
+    /// The config the limiter runs.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Decides a hit of `cost` on `key` of `namespace` against the key's limits and
+    /// spends it when allowed — what `POST /v1/namespaces/{namespace}/keys/{key}/hit`
+    /// does. Being limited is a [`Verdict`], not an error; an error is a request the
+    /// limiter cannot decide (an unknown namespace, a bad key or cost, a store that
+    /// failed where the namespace waits on it).
+    ///
+    /// ```no_run
+    /// # async fn run(limiter: &swin::Limiter) -> Result<(), swin::error::Error> {
+    /// let v = limiter.hit("api", "user:42", 1.0).await?;
+    /// println!("allowed: {}, remaining: {}", v.allowed(), v.decision.remaining);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn hit(&self, namespace: &str, key: &str, cost: f64) -> Result<Verdict, Error> {
+        let ns = self.namespace(namespace)?;
+        let (namespace, key) = (namespace.to_owned(), key.to_owned());
+        to_the_end(ns.counts_in_the_store(), async move {
+            take(&ns, &namespace, &key, cost, false).await
+        })
+        .await
+    }
+}
+
+/// The namespace `name` of `namespaces`, or the error that names it unknown.
+pub fn namespace_in(namespaces: &Namespaces, name: &str) -> Result<Arc<Namespace>, Error> {
+    namespaces
+        .get(name)
+        .cloned()
+        .ok_or_else(|| Error::UnknownNamespace(name.to_owned()))
+}
