@@ -81,6 +81,11 @@ impl Error {
             message: format!("{what}: the store could not be used; nothing was changed"),
         }
     }
+
+    /// Whether the store failed (it may have applied the call before failing).
+    pub fn is_store(&self) -> bool {
+        matches!(self, Error::Store { .. })
+    }
 }
 
 impl From<swin_sync::admission::AdmitError> for Error {

@@ -137,10 +137,7 @@ pub async fn reserve(
         expires_at,
         now,
     };
-    let recorded = match ns.sync.acquire_lease(a).await {
-        Some(r) => r.map_err(|e| Error::store(&e, "recording a reservation")),
-        None => ns.leases.acquire(&a),
-    };
+    let recorded = ns.leases.acquire(a, "recording a reservation").await;
     match recorded {
         Ok(a) if a.granted => Ok(Reserved {
             verdict: v,
@@ -170,7 +167,7 @@ async fn undo(ns: Arc<Namespace>, key: String, id: String, cost: f64, expires_at
         tokio::time::sleep(RETRY_EVERY).await;
     }
     // the record, as an acquire cut short ends its lease
-    crate::leases::abandon(ns.sync.clone(), key, id, expires_at).await;
+    crate::leases::abandon(ns.leases.clone(), key, id, expires_at).await;
 }
 
 /// Ends the reservation `id` of `key` and settles it at `cost`.
@@ -197,10 +194,10 @@ pub async fn commit(
         )));
     }
     let now = swin_sync::now();
-    let ended = match ns.sync.end_or_renew_lease(key, id, now, None).await {
-        Some(r) => r.map_err(|e| Error::store(&e, "committing a reservation"))?,
-        None => ns.leases.end_or_renew(key, id, now, None),
-    };
+    let ended = ns
+        .leases
+        .end_or_renew(key, id, now, None, "committing a reservation")
+        .await?;
     if !ended {
         return Err(Error::UnknownReservation(format!(
             "reservation {id:?} of key {key:?} is not open (committed already, lapsed at its estimate, or never made); nothing was settled"

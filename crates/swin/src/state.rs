@@ -42,9 +42,9 @@ pub struct Namespace {
     pub heaviest: Arc<Heaviest>,
     /// `algorithm = "concurrency"`: leases in flight per key, not hits.
     pub concurrency: Option<crate::config::Concurrency>,
-    /// A local-only concurrency namespace's leases (a namespace with a store keeps them
-    /// there), shared by the namespace's versions.
-    pub leases: Arc<crate::leases::LocalLeases>,
+    /// Where the namespace's leases and reservations are kept (its store, or this node
+    /// for a local-only namespace), shared by the namespace's versions.
+    pub leases: crate::leases::LeaseBook,
 }
 
 /// A namespace's heaviest keys of the last minute on this node, in fixed memory (see
@@ -114,6 +114,7 @@ impl Namespace {
             crate::config::Admission::Strict { on_store_failure } => Some(on_store_failure),
         };
         let (sync, admission) = admission::for_namespace(sync, gcra, strict);
+        let leases = crate::leases::LeaseBook::for_namespace(&sync, cfg.max_counters);
         Namespace {
             admission,
             sync,
@@ -128,7 +129,7 @@ impl Namespace {
             runtime: Arc::new(RuntimeLimits::for_algorithm(cfg.algorithm)),
             heaviest: Arc::default(),
             concurrency: cfg.concurrency,
-            leases: Arc::new(crate::leases::LocalLeases::new(cfg.max_counters)),
+            leases,
         }
     }
 

@@ -308,10 +308,9 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
             .iter()
             .filter(|(name, n)| n.concurrency.is_some() || state.metrics.reserved_in(name))
             .map(|(name, n)| async move {
-                let live = match n.sync.leases_in_flight(now).await {
-                    None => Some(n.leases.in_flight(now)),
-                    Some(Ok(live)) => Some(live),
-                    Some(Err(e)) => {
+                let live = match n.leases.in_flight(now).await {
+                    Ok(live) => Some(live),
+                    Err(e) => {
                         tracing::debug!(namespace = %name, cause = %e, "leases in flight: no answer");
                         None
                     }

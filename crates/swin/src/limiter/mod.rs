@@ -267,7 +267,8 @@ impl Limiter {
                     // across the rebuild: a new table would let a limit's worth more in
                     Arc::get_mut(&mut r.namespace)
                         .expect("built just now, shared with nobody")
-                        .leases = old.namespace.leases.clone();
+                        .leases
+                        .carry_from(&old.namespace.leases);
                     retired.push(old);
                     rebuilt.push(cfg.name.clone());
                     next.insert(cfg.name.clone(), r);

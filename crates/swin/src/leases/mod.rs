@@ -1,0 +1,288 @@
+//! Concurrency leases (`algorithm = "concurrency"`): at most `limit` slots in flight per
+//! key. An acquire takes slots under a lease id until the lease's lapse time; a release
+//! gives them back at once; a renewal moves the lapse. The doors (HTTP, Envoy's negative
+//! hits) all come here.
+//!
+//! Where leases live: a namespace with a store keeps them in it (every acquire, release
+//! and renewal is one atomic step there, whatever the sync rate — see
+//! [`swin_sync::store::Leases`]), so a slot released on one node is free on every other
+//! at once and no interleaving of nodes passes the limit; a node that dies frees its
+//! leases by their lapse. A local-only namespace keeps them here, in [`LocalLeases`].
+//! A store that cannot be asked refuses the acquire (503): admitting without it could
+//! pass the limit.
+//! Either way the calls below go through the namespace's [`LeaseBook`], picked once when
+//! the namespace is built.
+
+mod book;
+mod local;
+
+use std::time::Duration;
+
+use swin_core::UnixMs;
+use swin_sync::store::{Acquire, Acquired};
+
+use crate::config::Concurrency;
+use crate::error::Error;
+use crate::state::Namespace;
+
+pub use self::book::LeaseBook;
+pub use self::local::LocalLeases;
+
+/// The longest lease id a client may choose.
+pub const MAX_LEASE_ID_BYTES: usize = 128;
+
+/// A granted or refused acquire, with what a client is told.
+#[derive(Debug, Clone)]
+pub struct AcquireAnswer {
+    pub acquired: Acquired,
+    /// The lease's id (the client's, or one made here).
+    pub lease: String,
+    pub limit: u64,
+    pub expires_at: UnixMs,
+    pub now: UnixMs,
+}
+
+impl AcquireAnswer {
+    /// Seconds until a slot is sure to be free (a denied acquire: the earliest lapse of
+    /// a live lease), at least a millisecond.
+    pub fn retry_after_secs(&self) -> f64 {
+        let at = self.acquired.earliest_lapse.unwrap_or(self.expires_at);
+        ((at.0 - self.now.0).max(1)) as f64 / 1e3
+    }
+}
+
+/// What an acquire asks for, as read from a door.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest {
+    pub count: u32,
+    /// The lease's life (the namespace's `lease_ttl` unless the client says).
+    pub ttl: Option<f64>,
+    /// A client's own id, so that a retried acquire (a lost answer) replaces itself.
+    pub lease: Option<String>,
+}
+
+/// The namespace's concurrency settings, or a 400 naming the mismatch.
+pub fn concurrency_of(ns: &Namespace, name: &str) -> Result<Concurrency, Error> {
+    ns.concurrency.ok_or_else(|| {
+        Error::BadRequest(format!(
+            "namespace {name:?} limits hits, not leases in flight (leases need algorithm = \"concurrency\")"
+        ))
+    })
+}
+
+/// A lease's life: `ttl` seconds if given (a millisecond ≤ ttl ≤ a day: a shorter one would lapse before it is granted), else the namespace's.
+pub fn lease_ttl(ttl: Option<f64>, c: &Concurrency) -> Result<Duration, Error> {
+    use crate::config::{MAX_LEASE_TTL_SECS, MIN_TTL_SECS};
+    match ttl {
+        None => Ok(c.lease_ttl),
+        Some(t) if (MIN_TTL_SECS..=MAX_LEASE_TTL_SECS).contains(&t) => {
+            Ok(Duration::from_secs_f64(t))
+        }
+        Some(t) => Err(Error::BadRequest(format!(
+            "ttl: {t} is not a number of seconds from {MIN_TTL_SECS} (a millisecond) to {MAX_LEASE_TTL_SECS}"
+        ))),
+    }
+}
+
+/// A lease id a client gave: 1 to 128 bytes of letters, digits, `.`, `_`, `-` and `~`.
+pub fn check_lease_id(id: &str) -> Result<(), Error> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_LEASE_ID_BYTES
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'~'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::BadRequest(format!(
+            "lease: must be 1 to {MAX_LEASE_ID_BYTES} bytes of letters, digits, '.', '_', '-' and '~'"
+        )))
+    }
+}
+
+/// A new lease id: 128 random bits in hex.
+pub fn new_lease_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+fn now() -> UnixMs {
+    swin_sync::now()
+}
+
+/// Takes `req.count` slots of `key` if the key's live leases leave room.
+pub async fn acquire(
+    ns: &Namespace,
+    name: &str,
+    key: &str,
+    req: AcquireRequest,
+) -> Result<AcquireAnswer, Error> {
+    let c = concurrency_of(ns, name)?;
+    crate::policy::input::check_key(key)?;
+    if req.count == 0 || u64::from(req.count) > c.limit {
+        return Err(Error::BadRequest(format!(
+            "count: {} is not between 1 and the namespace's limit {}",
+            req.count, c.limit
+        )));
+    }
+    let ttl = lease_ttl(req.ttl, &c)?;
+    let own_id = req.lease.is_some();
+    let lease = match req.lease {
+        Some(id) => {
+            check_lease_id(&id)?;
+            id
+        }
+        None => new_lease_id(),
+    };
+    take(ns, key, lease, own_id, req.count, c.limit, ttl).await
+}
+
+/// The prefix of the leases Envoy's door takes. Envoy names no lease when a request
+/// ends (it sends the same descriptors with `is_negative_hits`), so its releases end the
+/// key's leases under this prefix, the earliest to lapse first; the HTTP door's ids
+/// (hex, or a client's own) are never ended that way unless a client picks this prefix.
+pub const ENVOY_LEASES: &str = "envoy.";
+
+/// Envoy's door: takes `count` slots of `key` under `limit` for the namespace's
+/// `lease_ttl`, under a new lease of [`ENVOY_LEASES`].
+pub async fn acquire_for_envoy(
+    ns: &Namespace,
+    c: &Concurrency,
+    key: &str,
+    count: u32,
+    limit: u64,
+) -> Result<AcquireAnswer, Error> {
+    let lease = format!("{ENVOY_LEASES}{}", new_lease_id());
+    take(ns, key, lease, false, count, limit, c.lease_ttl).await
+}
+
+/// Envoy's door: ends up to `count` slots of `key`'s leases taken by that door, the
+/// earliest to lapse first; answers the slots ended (none when they lapsed).
+pub async fn release_for_envoy(ns: &Namespace, key: &str, count: u32) -> Result<u32, Error> {
+    ns.leases
+        .release_slots(key, ENVOY_LEASES, count, now(), "releasing leases")
+        .await
+}
+
+/// Ends a lease a door took for a request it then refused (all or nothing), at once,
+/// or by a task retrying until the store answers.
+pub async fn give_up(ns: &Namespace, key: &str, a: &AcquireAnswer) {
+    let ended = ns
+        .leases
+        .end_or_renew(key, &a.lease, now(), None, "ending a lease")
+        .await;
+    if ended.is_err() {
+        tokio::spawn(abandon(
+            ns.leases.clone(),
+            key.to_owned(),
+            a.lease.clone(),
+            a.expires_at,
+        ));
+    }
+}
+
+/// Takes `count` slots of `key` under `lease` if its live leases leave room under
+/// `limit`. A lease the node made (`own_id` false) that the store may have granted
+/// though the call failed is ended by the node.
+async fn take(
+    ns: &Namespace,
+    key: &str,
+    lease: String,
+    own_id: bool,
+    count: u32,
+    limit: u64,
+    ttl: Duration,
+) -> Result<AcquireAnswer, Error> {
+    let now = now();
+    let expires_at = UnixMs(now.0.saturating_add(ttl.as_millis() as i64));
+    let a = Acquire {
+        key,
+        lease: &lease,
+        count,
+        limit,
+        expires_at,
+        now,
+    };
+    let acquired = match ns.leases.acquire(a, "acquiring a lease").await {
+        Ok(acquired) => acquired,
+        Err(e) => {
+            if !own_id && e.is_store() {
+                // the store may have granted it before the call failed (a timeout): no
+                // client knows the id, so the node ends it, not its lapse
+                tokio::spawn(abandon(
+                    ns.leases.clone(),
+                    key.to_owned(),
+                    lease.clone(),
+                    expires_at,
+                ));
+            }
+            return Err(e);
+        }
+    };
+    Ok(AcquireAnswer {
+        acquired,
+        lease,
+        limit,
+        expires_at,
+        now,
+    })
+}
+
+/// Ends a lease an acquire may have taken though it answered an error, retrying until
+/// the store answers or the lease would have lapsed anyway. (A client's own id is left
+/// alone: the client retries with it, and the retry replaces it.)
+pub(crate) async fn abandon(book: LeaseBook, key: String, lease: String, expires_at: UnixMs) {
+    while now() < expires_at {
+        match book
+            .end_or_renew(&key, &lease, now(), None, "ending a lease")
+            .await
+        {
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            Ok(_) => return,
+        }
+    }
+}
+
+/// Ends a live lease of `key`: its slots are free at once. 404 `unknown_lease` when it
+/// is unknown, released or lapsed (nothing changes).
+pub async fn release(ns: &Namespace, name: &str, key: &str, lease: &str) -> Result<(), Error> {
+    end_or_renew(ns, name, key, lease, None).await.map(|_| ())
+}
+
+/// Moves a live lease's lapse to `ttl` from now; answers the new lapse time.
+pub async fn renew(
+    ns: &Namespace,
+    name: &str,
+    key: &str,
+    lease: &str,
+    ttl: Option<f64>,
+) -> Result<UnixMs, Error> {
+    let c = concurrency_of(ns, name)?;
+    let ttl = lease_ttl(ttl, &c)?;
+    end_or_renew(ns, name, key, lease, Some(ttl)).await
+}
+
+async fn end_or_renew(
+    ns: &Namespace,
+    name: &str,
+    key: &str,
+    lease: &str,
+    ttl: Option<Duration>,
+) -> Result<UnixMs, Error> {
+    concurrency_of(ns, name)?;
+    crate::policy::input::check_key(key)?;
+    check_lease_id(lease)?;
+    let now = now();
+    let to = ttl.map(|t| UnixMs(now.0.saturating_add(t.as_millis() as i64)));
+    let what = if to.is_some() {
+        "renewing a lease"
+    } else {
+        "releasing a lease"
+    };
+    let done = ns.leases.end_or_renew(key, lease, now, to, what).await?;
+    if !done {
+        return Err(Error::UnknownLease(format!(
+            "lease {lease:?} of key {key:?} is not live (released, lapsed or never granted); nothing was changed"
+        )));
+    }
+    Ok(to.unwrap_or(now))
+}
