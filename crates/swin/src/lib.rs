@@ -8,7 +8,7 @@
 //!
 //! Layers, each using only those below it: [`Limiter`] (stores, namespaces, their
 //! engines, reconfiguring and stopping) → what a request does: [`requests`],
-//! [`counting`], [`giving_back`], [`leases`], [`reservations`] and [`decisions`] → the
+//! [`counting`], [`giving_back`], [`leases`], [`reservations`], [`descriptors`] (Envoy's) and [`decisions`] → the
 //! namespace ([`state`]) → [`runtime_limits`] (limits set per key at run time) →
 //! [`config`] (a config, read into policy types) → [`policy`] (limits, descriptor
 //! rules, counter keys, what a request may carry), [`auth`] and [`spool`].
@@ -17,6 +17,7 @@ pub mod auth;
 pub mod config;
 pub mod counting;
 pub mod decisions;
+pub mod descriptors;
 pub mod error;
 pub mod giving_back;
 pub mod leases;

@@ -1,24 +1,16 @@
 //! Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`) over gRPC,
-//! beside the HTTP API: a request's `domain` is a namespace, each of its descriptors finds
-//! a rule of the namespace's descriptor tree ([`rules`]) and is decided and counted like
-//! a `/hit` on the counter key [`keys::counter_key`] — every sync mode, algorithm and
-//! admission mode as over HTTP. Front-end layer, like `http`: it maps requests onto
-//! `decisions` and errors onto gRPC statuses.
+//! beside the HTTP API: a request's `domain` is a namespace and its descriptors are
+//! decided by the library as one request ([`swin::descriptors`]: rules, overrides,
+//! replaces, counting mode, all or nothing; on a concurrency namespace, slots of leases
+//! instead, [`leases`]). This door checks the request's shape, renders the answer and
+//! maps errors onto gRPC statuses.
 //!
 //! Answers: OVER_LIMIT when any descriptor (not in shadow mode) is over its limit, else
 //! OK; one status per descriptor in order; descriptors that match no rule (or an unknown
 //! domain) are OK with no limit, as envoyproxy/ratelimit answers. An empty domain, no
-//! descriptors or a bad descriptor: INVALID_ARGUMENT. A descriptor with
-//! `is_negative_hits` gives its hits back as `/refund` does (never below zero; always
-//! OK); on a concurrency namespace (`algorithm = "concurrency"`) descriptors take and end
-//! slots instead ([`leases`]). A store that a decision needs and
+//! descriptors or a bad descriptor: INVALID_ARGUMENT. A store that a decision needs and
 //! cannot ask (strict admission with `on_store_failure = "deny"`): UNAVAILABLE, so
 //! Envoy's `failure_mode_deny` decides.
-//!
-//! Over 500 lines: `decide` is the door's one path from a request to its answer (rules,
-//! overrides, replaces, counting mode, all or nothing, headers), kept in one piece so
-//! that it reads in the order it runs; the listener (`incoming`) and the dynamic metadata
-//! (`metadata`) live beside it.
 
 use std::sync::Arc;
 
@@ -35,16 +27,13 @@ use swin_core::Decision;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::decisions::{take_under, Verdict};
+use crate::decisions::Verdict;
 use crate::error::Error;
-use crate::giving_back::{give_back_under, refund_under};
-use crate::policy::algorithm::Algorithm;
 use crate::policy::headers::{shadow_item, RateLimitHeaders, SHADOW_DENIED};
-use crate::policy::keys;
 use crate::policy::limits::KeyLimits;
-use crate::policy::rules::{self, Found, Rule, RuleLimit};
-use crate::runtime_limits::Effective;
+use crate::policy::rules::{self, Rule};
 use crate::state::AppState;
+use swin::descriptors::{self, Answer, Ask, Shown, Strictest};
 
 mod incoming;
 mod leases;
@@ -202,48 +191,52 @@ fn authorize(state: &AppState, req: Request<()>) -> Result<Request<()>, Status> 
     }
 }
 
-/// A descriptor that counts: its index in the request, its counter key, its hits and
-/// its rule (which has limits).
-struct Take<'r> {
-    at: usize,
-    key: String,
-    cost: f64,
-    rule: &'r Rule,
-    /// The rule's limits, or the runtime limits set on the descriptor's counter key.
-    limits: Effective<'r>,
-}
-
-impl Take<'_> {
-    /// The descriptor's status after `d`: the rule's, showing the runtime limit in
-    /// `current_limit` when one replaced the rule's (its first window, in Envoy's unit
-    /// of that length; UNKNOWN for another length).
-    fn status(&self, d: &Decision, denied: bool) -> DescriptorStatus {
-        let mut status = descriptor_status(self.rule, d, denied);
-        if let (Effective::Runtime(r), Some(current)) = (&self.limits, &mut status.current_limit) {
-            match &r.limits {
-                KeyLimits::Windows(w) => {
-                    if let Some(first) = w.first() {
-                        current.requests_per_unit = first.limit.min(f64::from(u32::MAX)) as u32;
-                        current.unit =
-                            crate::policy::rules::unit_of(u64::from(first.window.secs()));
-                    }
-                }
-                KeyLimits::Gcra(g) => {
-                    current.requests_per_unit = g.count().clamp(0, i64::from(u32::MAX)) as u32;
-                    current.unit = crate::policy::rules::unit_of(g.period().as_secs());
-                }
+/// A descriptor's status from what the library decided: its rule's, showing a runtime
+/// limit in `current_limit` when one replaced the rule's (its first window, in Envoy's
+/// unit of that length; UNKNOWN for another length).
+fn status_of_answer(a: &Answer) -> DescriptorStatus {
+    let (rule, decision, denied, runtime) = match (&a.rule, &a.shown) {
+        (
+            rule,
+            Shown::Slots {
+                ok,
+                limit,
+                remaining,
+                until,
+            },
+        ) => return leases::status(rule.as_deref(), *ok, *limit, *remaining, *until),
+        (_, Shown::NoRule) | (None, _) => return ok_without_limit(),
+        (Some(_), Shown::Unlimited) => {
+            return DescriptorStatus {
+                limit_remaining: u32::MAX,
+                ..ok_without_limit()
             }
         }
-        status
+        (
+            Some(rule),
+            Shown::Decided {
+                decision,
+                denied,
+                runtime,
+            },
+        ) => (rule, decision, *denied, runtime),
+    };
+    let mut status = descriptor_status(rule, decision, denied);
+    if let (Some(r), Some(current)) = (runtime, &mut status.current_limit) {
+        match &r.limits {
+            KeyLimits::Windows(w) => {
+                if let Some(first) = w.first() {
+                    current.requests_per_unit = first.limit.min(f64::from(u32::MAX)) as u32;
+                    current.unit = rules::unit_of(u64::from(first.window.secs()));
+                }
+            }
+            KeyLimits::Gcra(g) => {
+                current.requests_per_unit = g.count().clamp(0, i64::from(u32::MAX)) as u32;
+                current.unit = rules::unit_of(g.period().as_secs());
+            }
+        }
     }
-}
-
-/// One request descriptor, checked.
-struct Asked<'a> {
-    entries: Vec<(&'a str, &'a str)>,
-    hits: u64,
-    /// Envoy's `is_negative_hits`: the hits end slots taken before.
-    negative: bool,
+    status
 }
 
 fn invalid(why: String) -> Status {
@@ -252,7 +245,7 @@ fn invalid(why: String) -> Status {
 
 /// A request's descriptors, checked; at most `max` of them (`max_batch`, the cap on an
 /// HTTP batch too): more is RESOURCE_EXHAUSTED.
-fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Asked<'_>>, Status> {
+fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Ask<'_>>, Status> {
     if req.domain.is_empty() {
         return Err(invalid("domain must not be empty".into()));
     }
@@ -286,49 +279,18 @@ fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Asked<'_>>, Status> {
         .collect())
 }
 
-fn asked(d: &RateLimitDescriptor, default_hits: u64) -> Asked<'_> {
+fn asked(d: &RateLimitDescriptor, default_hits: u64) -> Ask<'_> {
     let entries: Vec<(&str, &str)> = d
         .entries
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()))
         .collect();
-    let hits = d.hits_addend.map_or(default_hits, |h| h.value);
-    Asked {
+    Ask {
         entries,
-        hits,
+        hits: d.hits_addend.map_or(default_hits, |h| h.value),
         negative: d.is_negative_hits,
+        limit: d.limit.as_ref().map(|o| (o.requests_per_unit, o.unit)),
     }
-}
-
-/// The rule a descriptor's own `limit` sets for this request (envoyproxy/ratelimit's
-/// override: its requests per unit, under the namespace's algorithm; its unit was
-/// checked with the request). An override the algorithm cannot hold blocks that
-/// descriptor instead of failing the request: an error would let Envoy's default
-/// `failure_mode_deny: false` through, past the limits of the other descriptors.
-fn override_rule(d: &RateLimitDescriptor, i: usize, algorithm: Algorithm) -> Option<Rule> {
-    let o = d.limit.as_ref()?;
-    let limit = match rules::unit_secs(o.unit) {
-        // 0 per unit blocks, as a rule's requests_per_unit: 0 does
-        Some(_) if o.requests_per_unit == 0 => RuleLimit::Blocked,
-        Some(secs) => match rules::limit_for(f64::from(o.requests_per_unit), secs, algorithm) {
-            Ok(l) => RuleLimit::Limited(l),
-            Err(e) => {
-                tracing::warn!(descriptor = i, cause = %e, "a descriptor's limit cannot be held: blocked");
-                RuleLimit::Blocked
-            }
-        },
-        None => RuleLimit::Blocked, // refused by `check`
-    };
-    Some(Rule {
-        path: String::new(),
-        limit,
-        shadow: false,
-        name: None,
-        replaces: Vec::new(),
-        requests_per_unit: o.requests_per_unit,
-        unit: o.unit,
-        metadata: None,
-    })
 }
 
 fn status_of(e: &Error) -> Status {
@@ -408,10 +370,7 @@ impl Rls {
         match &ns {
             // run to its end in a task of its own: Envoy giving up (its timeout is 20 ms
             // by default) must not leave some descriptors counted and the rest not
-            Some(n)
-                if n.counts_in_the_store()
-                    || (n.concurrency.is_some() && n.sync.store().is_some()) =>
-            {
+            Some(n) if descriptors::runs_to_the_end(n) => {
                 use tracing::Instrument;
                 let (this, ns) = (self.clone(), n.clone());
                 let domain = req.domain.clone();
@@ -445,249 +404,41 @@ impl Rls {
         let Some(ns) = ns else {
             return Ok(all_ok(asked.len()));
         };
-        if let Some(c) = &ns.concurrency {
-            return leases::decide(&self.state, req, ns, c, &asked).await;
-        }
-
-        let algorithm = match (&ns.rules, &ns.limits) {
-            (Some(r), _) => r.algorithm(),
-            (None, Some(l)) => l.algorithm(),
-            (None, None) => Algorithm::default(),
-        };
-        // each descriptor's rule: its own override, else the tree's
-        // every descriptor's rule before any is counted (no value fails: see
-        // `keys::counter_key` and `override_rule`)
-        let mut found: Vec<Option<Found>> = Vec::with_capacity(asked.len());
-        for (i, (a, d)) in asked.iter().zip(&req.descriptors).enumerate() {
-            let rule = match override_rule(d, i, algorithm) {
-                Some(r) => Some(Found {
-                    rule: Arc::new(r),
-                    shared: Vec::new(),
-                }),
-                None => ns.rules.as_ref().and_then(|r| r.lookup(&a.entries)),
-            };
-            found.push(rule);
-        }
-        // a rule named in another matched rule's `replaces` does not apply
-        let replaced: Vec<String> = found
-            .iter()
-            .flatten()
-            .flat_map(|f| f.rule.replaces.iter().cloned())
-            .collect();
-        // `count_denied`: the namespace's (its rules carry it; without rules, its limits)
-        let count_denied = match &ns.rules {
-            Some(r) => r.count_denied(),
-            None => ns.limits.as_ref().is_some_and(|l| l.count_denied),
-        };
-        // what each descriptor answers without counting, or the hit it takes
-        let mut statuses: Vec<Option<DescriptorStatus>> = Vec::with_capacity(asked.len());
-        let mut takes: Vec<Take> = Vec::new();
-        // descriptors with `is_negative_hits`: hits given back (Envoy's refill)
-        let mut refunds: Vec<Take> = Vec::new();
-        let mut over = false;
-        // the rules that apply, for the dynamic metadata (kept only when it is asked for)
-        let with_metadata = ns.envoy_dynamic_metadata;
-        let mut applied: Vec<Option<&Rule>> =
-            Vec::with_capacity(if with_metadata { asked.len() } else { 0 });
-        for (i, (a, f)) in asked.iter().zip(&found).enumerate() {
-            let f = f
-                .as_ref()
-                .filter(|f| f.rule.name.as_ref().is_none_or(|n| !replaced.contains(n)));
-            if with_metadata {
-                applied.push(f.map(|f| &*f.rule));
-            }
-            let Some(f) = f else {
-                statuses.push(Some(ok_without_limit()));
-                continue;
-            };
-            let rule = &*f.rule;
-            let limits = match &rule.limit {
-                RuleLimit::Limited(l) => l,
-                // envoyproxy/ratelimit: OK, remaining the largest number, no limit
-                // (slots in flight are a concurrency namespace's, which `leases` decides)
-                RuleLimit::Unlimited | RuleLimit::InFlight(_) => {
-                    statuses.push(Some(DescriptorStatus {
-                        limit_remaining: u32::MAX,
-                        ..ok_without_limit()
-                    }));
-                    continue;
-                }
-                // a refund on a value that is blocked gives nothing back and is OK
-                RuleLimit::Blocked if a.negative => {
-                    statuses.push(Some(descriptor_status(rule, &blocked(), false)));
-                    continue;
-                }
-                RuleLimit::Blocked => {
-                    let denied = !rule.shadow;
-                    over |= denied;
-                    statuses.push(Some(descriptor_status(rule, &blocked(), denied)));
-                    continue;
-                }
-            };
-            let cost = a.hits as f64;
-            if swin_core::check_cost(cost).is_err() && !a.negative {
-                // more hits at once than any limit holds: over it, nothing counted (the
-                // key's own limits, runtime ones among them, are checked after its touch)
-                let denied = !rule.shadow;
-                over |= denied;
-                statuses.push(Some(descriptor_status(rule, &blocked(), denied)));
-                continue;
-            }
-            statuses.push(None);
-            let counted = if a.negative { &mut refunds } else { &mut takes };
-            counted.push(Take {
-                at: i,
-                key: if f.shared.is_empty() {
-                    keys::counter_key(&a.entries)
-                } else {
-                    keys::counter_key(&f.counted(&a.entries))
-                },
-                cost,
-                rule,
-                limits: Effective::Config(limits),
-            });
-        }
-        // One request, one admission: the keys this node holds nothing for are read in
-        // one call, the descriptors are decided together (synchronous increments of the
-        // request share round trips), and a request that is over the limit counts
-        // nothing on any descriptor.
-        let keys: Vec<&str> = takes
-            .iter()
-            .chain(&refunds)
-            .map(|t| t.key.as_str())
-            .collect();
-        ns.first_touch(&keys, true).await;
-        for t in &mut refunds {
-            if let Effective::Config(rule_limits) = t.limits {
-                t.limits = ns.effective(&t.key, rule_limits);
-            }
-        }
-        // refunds first, each on its own: an end of one thing beside the start of another
-        let given = futures_util::future::join_all(
-            refunds
-                .iter()
-                .map(|t| refund_under(ns, &t.key, &t.limits, t.cost)),
-        )
-        .await;
-        for (t, after) in refunds.iter().zip(given) {
-            let after = after.map_err(|e| status_of(&e))?;
-            statuses[t.at] = Some(t.status(&after, false));
-        }
-        // runtime limits set on a descriptor's counter key replace its rule's limits
-        takes.retain_mut(|t| {
-            let Effective::Config(rule_limits) = t.limits else {
-                return true;
-            };
-            t.limits = ns.effective(&t.key, rule_limits);
-            if t.limits.check_cost_in(t.cost, t.rule.shadow).is_ok() {
-                return true;
-            }
-            // more hits at once than the key's limits (the rule's or runtime ones) allow
-            let denied = !t.rule.shadow;
-            over |= denied;
-            statuses[t.at] = Some(t.status(&blocked(), denied));
-            false
-        });
-        let verdicts = futures_util::future::join_all(takes.iter().map(|t| {
-            take_under(
-                ns,
-                &t.key,
-                &t.limits,
-                t.cost,
-                false,
-                count_denied,
-                t.rule.shadow,
-            )
-        }))
-        .await;
-        let failed = verdicts.iter().find_map(|v| match v {
-            Err(e) => Some(status_of(e)),
-            Ok(v) if v.reason.is_some() => Some(Status::unavailable("store_unreachable")),
-            Ok(_) => None,
-        });
-        let mut worst: Option<(&Verdict, bool)> = None;
-        for (t, v) in takes.iter().zip(&verdicts) {
-            let Ok(v) = v else { continue };
-            // by the rule's name, or (unnamed) by the limit that decided
-            let rule = t.rule.name.as_deref().unwrap_or(&v.policy);
-            let denied = !v.decision.allowed && !t.rule.shadow;
-            let shadow_denied = v.shadow_denied || (!v.decision.allowed && t.rule.shadow);
+        let decided = descriptors::decide(ns, &asked)
+            .await
+            .map_err(|e| status_of(&e))?;
+        for c in &decided.counted {
             self.state
                 .metrics
-                .decision(&req.domain, rule, !denied, shadow_denied);
-            over |= denied;
-            if count_denied && !v.decision.allowed {
-                // the denied hit was counted too: nothing is left, as envoyproxy/ratelimit
-                // answers
-                let spent = Decision {
-                    remaining: 0.0,
-                    ..v.decision
-                };
-                statuses[t.at] = Some(t.status(&spent, denied));
-            } else {
-                statuses[t.at] = Some(t.status(&v.decision, denied));
-            }
-            let stricter = worst
-                .as_ref()
-                .is_none_or(|(w, _)| v.decision.cmp_strictness(&w.decision).is_ge());
-            if stricter {
-                worst = Some((v, denied));
-            }
+                .decision(&req.domain, &c.policy, c.allowed, c.shadow_denied);
         }
-        if over && !count_denied {
-            // nothing of the request counted: a descriptor within its limit has what it
-            // had before it (as envoyproxy/ratelimit answers with
-            // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)
-            for (t, v) in takes.iter().zip(&verdicts) {
-                if let Ok(v) = v {
-                    if v.allowed() {
-                        let before = v.given_back(t.cost).decision;
-                        statuses[t.at] = Some(t.status(&before, false));
-                    }
-                }
-            }
+        for what in &decided.leases {
+            self.state.metrics.lease(&req.domain, what);
         }
-        if failed.is_some() || (over && !count_denied) {
-            let back = takes
-                .iter()
-                .zip(&verdicts)
-                .filter(|(_, v)| matches!(v, Ok(v) if v.allowed()))
-                .map(|(t, _)| give_back_under(ns, &t.key, &t.limits, t.cost));
-            let back: Result<(), Error> = futures_util::future::join_all(back)
-                .await
-                .into_iter()
-                .collect();
-            back.map_err(|e| status_of(&e))?;
-        }
-        if let Some(status) = failed {
-            return Err(status);
-        }
-        let statuses: Vec<DescriptorStatus> = statuses
-            .into_iter()
-            .map(Option::unwrap_or_default)
-            .collect();
-        let dynamic_metadata = with_metadata.then(|| metadata::of(req, &statuses, &applied));
+        let statuses: Vec<DescriptorStatus> =
+            decided.answers.iter().map(status_of_answer).collect();
+        let dynamic_metadata = ns.envoy_dynamic_metadata.then(|| {
+            let applied: Vec<Option<&Rule>> =
+                decided.answers.iter().map(|a| a.rule.as_deref()).collect();
+            metadata::of(req, &statuses, &applied)
+        });
         Ok(RateLimitResponse {
             dynamic_metadata,
-            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            overall_code: if decided.over {
+                Code::OverLimit
+            } else {
+                Code::Ok
+            } as i32,
             statuses,
-            response_headers_to_add: worst
-                .filter(|_| ns.envoy_response_headers)
-                .map(|(v, denied)| headers(v, denied))
-                .unwrap_or_default(),
+            response_headers_to_add: match decided.strictest {
+                Some(s) if ns.envoy_response_headers => match s {
+                    Strictest::Hits(v, denied) => headers(&v, denied),
+                    Strictest::Slots(a, over) => leases::headers(&a, over),
+                },
+                _ => Vec::new(),
+            },
             ..Default::default()
         })
-    }
-}
-
-/// Over the limit whatever happens: nothing to count, nothing to wait for.
-fn blocked() -> Decision {
-    Decision {
-        allowed: false,
-        limit: 0.0,
-        remaining: 0.0,
-        reset_after: std::time::Duration::ZERO,
-        retry_after: std::time::Duration::ZERO,
     }
 }
 
