@@ -500,3 +500,60 @@ async fn concurrency_rules_on_redis() {
 async fn concurrency_rules_on_postgres() {
     concurrency_rules_hold_across_nodes(TestStore::postgres().await).await;
 }
+
+/// `envoy_dynamic_metadata` on a concurrency namespace: the answer carries the domain,
+/// the descriptors and the `metadata` of each rule whose descriptor took its slots — and
+/// none of a rule whose descriptor is over its limit — as on a namespace of hits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_metadata_on_a_concurrency_namespace() {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    const RULES: &str = "domain: gated
+descriptors:
+  - key: user
+    rate_limit:
+      requests_per_unit: 1
+    metadata: { tier: gold }
+";
+    let dir = tempfile::tempdir().expect("dir");
+    let yaml = dir.path().join("gated.yaml");
+    std::fs::write(&yaml, RULES).expect("yaml");
+    let config = format!(
+        "[[namespaces]]
+name = \"gated\"
+algorithm = \"concurrency\"
+limit = 100
+sync_rate = -1
+envoy_dynamic_metadata = true
+descriptors_file = \"{}\"
+",
+        yaml.display()
+    );
+    let mut node = start_with(dir, &config).await;
+    let tier = |r: &RateLimitResponse| {
+        let m = r.dynamic_metadata.as_ref().expect("dynamic metadata");
+        assert!(
+            matches!(&m.fields["domain"].kind, Some(Kind::StringValue(d)) if d == "gated"),
+            "{m:?}"
+        );
+        m.fields.get("metadata").map(|v| match &v.kind {
+            Some(Kind::StructValue(s)) => format!("{:?}", s.fields["tier"].kind),
+            other => panic!("metadata is not a map: {other:?}"),
+        })
+    };
+    let r = ask(&mut node.grpc, "gated", vec![user("u1", false)], 0)
+        .await
+        .expect("answer");
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(
+        tier(&r).as_deref(),
+        Some("Some(StringValue(\"gold\"))"),
+        "{r:?}"
+    );
+    // over its limit: no rule's metadata
+    let r = ask(&mut node.grpc, "gated", vec![user("u1", false)], 0)
+        .await
+        .expect("answer");
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(tier(&r), None, "{r:?}");
+    assert!(node.node.terminate());
+}
