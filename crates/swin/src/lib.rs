@@ -7,11 +7,12 @@
 //! its namespaces; the `swin-node` daemon is this crate behind HTTP and gRPC doors.
 //!
 //! Layers, each using only those below it: [`Limiter`] (stores, namespaces, their
-//! engines, reconfiguring and stopping) → what a request does: [`requests`],
-//! [`counting`], [`giving_back`], [`leases`], [`reservations`], [`descriptors`] (Envoy's) and [`decisions`] → the
-//! namespace ([`state`]) → [`runtime_limits`] (limits set per key at run time) →
-//! [`config`] (a config, read into policy types) → [`policy`] (limits, descriptor
-//! rules, counter keys, what a request may carry), [`auth`] and [`spool`].
+//! engines, reconfiguring and stopping) → what a request does: [`requests`] (a request
+//! of several hits), [`decisions`] (one hit), [`descriptors`] (Envoy's), [`counting`],
+//! [`giving_back`], [`leases`], [`reservations`] and [`limit_changes`] → the namespace
+//! ([`state`]) → [`runtime_limits`] (limits set per key at run time, as this node holds
+//! them) → [`config`] (a config, read into policy types) → [`policy`] (limits,
+//! descriptor rules, counter keys, what a request may carry), [`auth`] and [`spool`].
 
 pub mod auth;
 pub mod config;
@@ -21,6 +22,7 @@ pub mod descriptors;
 pub mod error;
 pub mod giving_back;
 pub mod leases;
+pub mod limit_changes;
 pub mod limiter;
 pub mod policy;
 pub mod requests;

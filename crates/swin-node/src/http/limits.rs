@@ -35,8 +35,8 @@ use super::Route;
 use crate::error::Error;
 use crate::policy::input::check_key;
 use crate::policy::limits::{RawGcra, RawKeyLimits, RawLimit};
-use crate::runtime_limits::RuntimeLimit;
 use crate::state::{AppState, Namespace};
+use swin::limit_changes::{self, Change};
 
 const KEY_LIMITS: &str = "/v1/namespaces/{namespace}/keys/{key}/limits";
 
@@ -56,9 +56,6 @@ pub(super) fn reads() -> Vec<Route> {
         Route::new("GET", "/v1/namespaces/{namespace}/top", get(top)),
     ]
 }
-
-/// The longest `expires_in`: ten years.
-const MAX_EXPIRES_IN_SECS: f64 = 10.0 * 365.0 * 86_400.0;
 
 /// Keys a list answers at most (and by default, 100).
 const MAX_LIST: usize = 1_000;
@@ -149,122 +146,34 @@ fn answer(ns: &Namespace, namespace: &str, key: &str, runtime: Option<&StoredLim
     }
 }
 
-/// The namespace, if runtime limits can decide in it (it has limits or descriptor
-/// rules), and the key, checked.
-fn target(state: &AppState, namespace: &str, key: &str) -> Result<Arc<Namespace>, Error> {
-    check_key(key)?;
-    let ns = state.namespace(namespace)?;
-    if ns.concurrency.is_some() {
-        return Err(Error::BadRequest(format!(
-            "namespace {namespace:?} limits requests in flight: runtime limits are limits of hits"
-        )));
-    }
-    if ns.limits.is_none() && ns.rules.is_none() {
-        return Err(Error::BadRequest(format!(
-            "namespace {namespace:?} has no limits to decide against: runtime limits need a namespace with limits or descriptor rules"
-        )));
-    }
-    Ok(ns)
-}
-
-/// In a namespace of descriptor rules, a runtime limit replaces the limits of the rule
-/// its counter key's descriptor finds; a key no such rule counts (no rule matches, or it
-/// is `unlimited` or blocks every request) would change nothing: a 400 saying why.
-fn counted_by_a_rule(
-    rules: &crate::policy::rules::Rules,
-    namespace: &str,
-    key: &str,
-) -> Result<(), Error> {
-    use crate::policy::rules::RuleLimit;
-    let refuse = |why: String| {
-        Err(Error::BadRequest(format!(
-            "key {key:?} of namespace {namespace:?} {why}: a runtime limit there would change nothing"
-        )))
-    };
-    let Some(entries) = crate::policy::keys::entries_of(key) else {
-        return refuse(
-            "is no descriptor's counter key (`key=value|…`, as the rate limit service writes it)"
-                .into(),
-        );
-    };
-    let entries: Vec<(&str, &str)> = entries
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    match rules
-        .find(&entries)
-        .map(|r| (r.path.clone(), r.limit.clone()))
-    {
-        None => refuse("matches no descriptor rule".into()),
-        Some((path, RuleLimit::Unlimited)) => {
-            refuse(format!("matches rule {path:?}, which is unlimited"))
-        }
-        Some((path, RuleLimit::Blocked)) => refuse(format!(
-            "matches rule {path:?}, which blocks every request (requests_per_unit: 0)"
-        )),
-        Some(_) => Ok(()),
-    }
-}
-
 async fn set(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     extensions: Extensions,
     JsonBody(body): JsonBody<SetBody>,
 ) -> Result<Response, ApiError> {
-    let ns = target(&state, &namespace, &key)?;
-    if let (None, Some(rules)) = (&ns.limits, &ns.rules) {
-        counted_by_a_rule(rules, &namespace, &key)?;
-    }
-    let raw = RawKeyLimits {
-        limits: body.limits,
-        gcra: body.gcra,
-    };
-    let sizes: Vec<_> = ns.sync.counters().window_sizes().collect();
-    let limits = raw
-        .validate(ns.algorithm, &sizes)
-        .map_err(|(field, why)| Error::BadRequest(format!("{field}: {why}")))?;
-    if limits.has_shadow() && matches!(ns.admission_mode, crate::config::Admission::Strict { .. }) {
-        return Err(Error::BadRequest(format!("limits: {}", crate::config::STRICT_SHADOW)).into());
-    }
-    let now = swin_sync::now();
-    let expires_at = match body.expires_in {
-        None => None,
-        Some(s) if s.is_finite() && s > 0.0 && s <= MAX_EXPIRES_IN_SECS => {
-            Some(UnixMs(now.0 + (s * 1e3).ceil() as i64))
-        }
-        Some(s) => {
-            return Err(Error::BadRequest(format!(
-            "expires_in: {s} is not a number of seconds above 0 and at most {MAX_EXPIRES_IN_SECS}"
-        ))
-            .into())
-        }
-    };
+    check_key(&key)?;
+    let ns = state.namespace(&namespace)?;
     let caller = Caller::of(&extensions);
-    let stored = StoredLimit {
-        key: key.clone(),
-        limits: serde_json::to_string(&raw).map_err(|_| Error::Internal)?,
-        expires_at,
+    let change = Change {
+        limits: RawKeyLimits {
+            limits: body.limits,
+            gcra: body.gcra,
+        },
+        expires_in: body.expires_in,
         set_by: caller.to_string(),
-        set_at: now,
     };
-    ns.sync
-        .put_limit(&stored)
-        .await
-        .map_err(|e| Error::store(&e, "runtime limits not set"))?;
+    let stored = limit_changes::set(&ns, &namespace, &key, change).await?;
     info!(
         namespace,
         key,
         by = &*caller,
         limits = stored.limits,
-        expires_at = expires_at.map(|t| t.0),
+        expires_at = stored.expires_at.map(|t| t.0),
         "runtime limits set"
     );
     state.metrics.limit_change(&namespace, "set");
-    let body = answer(&ns, &namespace, &key, Some(&stored));
-    ns.runtime
-        .remember(&key, Some(RuntimeLimit { limits, stored }));
-    Ok(Json(body).into_response())
+    Ok(Json(answer(&ns, &namespace, &key, Some(&stored))).into_response())
 }
 
 async fn remove(
@@ -272,16 +181,9 @@ async fn remove(
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     extensions: Extensions,
 ) -> Result<Response, ApiError> {
-    let ns = target(&state, &namespace, &key)?;
-    let had = if ns.sync.keeps_limits_in_store() {
-        ns.sync
-            .delete_limit(&key)
-            .await
-            .map_err(|e| Error::store(&e, "runtime limits not deleted"))?
-    } else {
-        ns.runtime.get(&key, swin_sync::now()).is_some()
-    };
-    ns.runtime.remember(&key, None);
+    check_key(&key)?;
+    let ns = state.namespace(&namespace)?;
+    let had = limit_changes::remove(&ns, &namespace, &key).await?;
     if had {
         let caller = Caller::of(&extensions);
         info!(namespace, key, by = &*caller, "runtime limits deleted");
@@ -297,20 +199,9 @@ async fn show(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let ns = target(&state, &namespace, &key)?;
-    let now = swin_sync::now();
-    // what the store holds now (this node may not serve the key); without a store, what
-    // this node holds
-    let stored = if ns.sync.keeps_limits_in_store() {
-        ns.sync
-            .read_limits(&[key.as_str()])
-            .await
-            .map_err(|e| Error::store(&e, "runtime limits not read"))?
-            .into_iter()
-            .find(|l| l.live_at(now))
-    } else {
-        ns.runtime.get(&key, now).map(|r| r.stored.clone())
-    };
+    check_key(&key)?;
+    let ns = state.namespace(&namespace)?;
+    let stored = limit_changes::read(&ns, &namespace, &key).await?;
     Ok(Json(answer(&ns, &namespace, &key, stored.as_ref())).into_response())
 }
 
@@ -340,15 +231,7 @@ async fn list(
             }
         },
     };
-    let now = swin_sync::now();
-    let page = if ns.sync.keeps_limits_in_store() {
-        ns.sync
-            .list_limits(query.after.as_deref(), count, now)
-            .await
-            .map_err(|e| Error::store(&e, "runtime limits not listed"))?
-    } else {
-        ns.runtime.list(query.after.as_deref(), count, now)
-    };
+    let page = limit_changes::list(&ns, query.after.as_deref(), count).await?;
     let next = (page.len() == count).then(|| page.last().map(|l| l.key.clone()));
     let items: Vec<KeyAnswer> = page
         .iter()

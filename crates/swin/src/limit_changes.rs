@@ -1,0 +1,188 @@
+//! Changing a key's limits at run time: set (kept in the namespace's store, so every
+//! node holds them within two sync periods; a namespace without a store keeps them on
+//! this node), removed, read and listed. A key takes runtime limits where they can
+//! decide: a namespace of hits with limits, or a descriptor rule that counts the key.
+//! A change the store refuses (or does not confirm within `store_timeout`) is an error
+//! and never lands later: it carries a deadline in the store's time.
+
+use swin_core::UnixMs;
+use swin_sync::store::StoredLimit;
+
+use crate::error::Error;
+use crate::policy::input::check_key;
+use crate::policy::limits::RawKeyLimits;
+use crate::policy::rules::{RuleLimit, Rules};
+use crate::runtime_limits::RuntimeLimit;
+use crate::state::Namespace;
+
+/// The longest `expires_in`: ten years.
+pub const MAX_EXPIRES_IN_SECS: f64 = 10.0 * 365.0 * 86_400.0;
+
+/// A change of a key's limits, as a door read it.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// The limits, in the shape the namespace's algorithm takes (window limits, or a
+    /// GCRA bucket).
+    pub limits: RawKeyLimits,
+    /// Seconds until the limits lapse (`None`: never).
+    pub expires_in: Option<f64>,
+    /// Who made the change (a token's name), kept beside it.
+    pub set_by: String,
+}
+
+/// Whether `key` of `namespace` can take runtime limits: the key is valid, the namespace
+/// limits hits (not leases) and has limits or descriptor rules, and — a namespace of
+/// rules only — a rule counts the key.
+pub fn check_target(ns: &Namespace, namespace: &str, key: &str) -> Result<(), Error> {
+    check_key(key)?;
+    if ns.concurrency.is_some() {
+        return Err(Error::BadRequest(format!(
+            "namespace {namespace:?} limits requests in flight: runtime limits are limits of hits"
+        )));
+    }
+    match (&ns.limits, &ns.rules) {
+        (None, None) => Err(Error::BadRequest(format!(
+            "namespace {namespace:?} has no limits to decide against: runtime limits need a namespace with limits or descriptor rules"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// In a namespace of descriptor rules, a runtime limit replaces the limits of the rule
+/// its counter key's descriptor finds; a key no such rule counts (no rule matches, or it
+/// is `unlimited` or blocks every request) would change nothing: a 400 saying why.
+fn counted_by_a_rule(rules: &Rules, namespace: &str, key: &str) -> Result<(), Error> {
+    let refuse = |why: String| {
+        Err(Error::BadRequest(format!(
+            "key {key:?} of namespace {namespace:?} {why}: a runtime limit there would change nothing"
+        )))
+    };
+    let Some(entries) = crate::policy::keys::entries_of(key) else {
+        return refuse(
+            "is no descriptor's counter key (`key=value|…`, as the rate limit service writes it)"
+                .into(),
+        );
+    };
+    let entries: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    match rules
+        .find(&entries)
+        .map(|r| (r.path.clone(), r.limit.clone()))
+    {
+        None => refuse("matches no descriptor rule".into()),
+        Some((path, RuleLimit::Unlimited)) => {
+            refuse(format!("matches rule {path:?}, which is unlimited"))
+        }
+        Some((path, RuleLimit::Blocked)) => refuse(format!(
+            "matches rule {path:?}, which blocks every request (requests_per_unit: 0)"
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Sets `key`'s limits from now on; answers what was stored.
+pub async fn set(
+    ns: &Namespace,
+    namespace: &str,
+    key: &str,
+    change: Change,
+) -> Result<StoredLimit, Error> {
+    check_target(ns, namespace, key)?;
+    if let (None, Some(rules)) = (&ns.limits, &ns.rules) {
+        counted_by_a_rule(rules, namespace, key)?;
+    }
+    let sizes: Vec<_> = ns.sync.counters().window_sizes().collect();
+    let limits = change
+        .limits
+        .validate(ns.algorithm, &sizes)
+        .map_err(|(field, why)| Error::BadRequest(format!("{field}: {why}")))?;
+    if limits.has_shadow() && matches!(ns.admission_mode, crate::config::Admission::Strict { .. }) {
+        return Err(Error::BadRequest(format!(
+            "limits: {}",
+            crate::config::STRICT_SHADOW
+        )));
+    }
+    let now = swin_sync::now();
+    let expires_at = match change.expires_in {
+        None => None,
+        Some(s) if s.is_finite() && s > 0.0 && s <= MAX_EXPIRES_IN_SECS => {
+            Some(UnixMs(now.0 + (s * 1e3).ceil() as i64))
+        }
+        Some(s) => return Err(Error::BadRequest(format!(
+            "expires_in: {s} is not a number of seconds above 0 and at most {MAX_EXPIRES_IN_SECS}"
+        ))),
+    };
+    let stored = StoredLimit {
+        key: key.to_owned(),
+        limits: serde_json::to_string(&change.limits).map_err(|_| Error::Internal)?,
+        expires_at,
+        set_by: change.set_by,
+        set_at: now,
+    };
+    ns.sync
+        .put_limit(&stored)
+        .await
+        .map_err(|e| Error::store(&e, "runtime limits not set"))?;
+    ns.runtime.remember(
+        key,
+        Some(RuntimeLimit {
+            limits,
+            stored: stored.clone(),
+        }),
+    );
+    Ok(stored)
+}
+
+/// Removes `key`'s runtime limits (the config's decide again); whether it had some.
+pub async fn remove(ns: &Namespace, namespace: &str, key: &str) -> Result<bool, Error> {
+    check_target(ns, namespace, key)?;
+    let had = if ns.sync.keeps_limits_in_store() {
+        ns.sync
+            .delete_limit(key)
+            .await
+            .map_err(|e| Error::store(&e, "runtime limits not deleted"))?
+    } else {
+        ns.runtime.get(key, swin_sync::now()).is_some()
+    };
+    ns.runtime.remember(key, None);
+    Ok(had)
+}
+
+/// `key`'s runtime limits live now, as the store holds them (this node may not serve
+/// the key); without a store, as this node does.
+pub async fn read(
+    ns: &Namespace,
+    namespace: &str,
+    key: &str,
+) -> Result<Option<StoredLimit>, Error> {
+    check_target(ns, namespace, key)?;
+    let now = swin_sync::now();
+    if !ns.sync.keeps_limits_in_store() {
+        return Ok(ns.runtime.get(key, now).map(|r| r.stored.clone()));
+    }
+    Ok(ns
+        .sync
+        .read_limits(&[key])
+        .await
+        .map_err(|e| Error::store(&e, "runtime limits not read"))?
+        .into_iter()
+        .find(|l| l.live_at(now)))
+}
+
+/// Up to `count` keys' live runtime limits after `after`, in key order.
+pub async fn list(
+    ns: &Namespace,
+    after: Option<&str>,
+    count: usize,
+) -> Result<Vec<StoredLimit>, Error> {
+    let now = swin_sync::now();
+    if !ns.sync.keeps_limits_in_store() {
+        return Ok(ns.runtime.list(after, count, now));
+    }
+    ns.sync
+        .list_limits(after, count, now)
+        .await
+        .map_err(|e| Error::store(&e, "runtime limits not listed"))
+}
