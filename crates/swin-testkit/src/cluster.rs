@@ -412,14 +412,17 @@ pub use crate::{start_redis, TestStore};
 
 /// The cluster tests' namespace on a [`TestStore`]: `api`, one window of an hour.
 pub trait ClusterStore {
-    /// Three nodes' config: a short store timeout so an outage shows at once.
+    /// Three nodes' config: a short store timeout so an outage shows at once, and
+    /// requests that wait for it all (`answer_timeout` = `store_timeout`): the tests
+    /// hold synchronous answers to every hit acknowledged before them, which a store
+    /// slower than the default half second on a loaded machine would not give.
     fn config(&self, sync_rate: f64) -> String;
 }
 
 impl ClusterStore for TestStore {
     fn config(&self, sync_rate: f64) -> String {
         format!(
-            "store_timeout = 1\n\n{}\n[[namespaces]]\nname = \"api\"\nwindow_sizes = [3600]\nsync_rate = {sync_rate}\nstore = \"main\"\n",
+            "store_timeout = 1\nanswer_timeout = 1\n\n{}\n[[namespaces]]\nname = \"api\"\nwindow_sizes = [3600]\nsync_rate = {sync_rate}\nstore = \"main\"\n",
             self.section()
         )
     }
