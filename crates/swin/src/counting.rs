@@ -99,3 +99,83 @@ async fn give_back(ns: &Namespace, key: &str, value: f64, sizes: &[u32], now: Un
         }
     }
 }
+
+/// One increment of a batch, as a door read it.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked<'a> {
+    pub namespace: &'a str,
+    pub key: &'a str,
+    /// The value (1 when the door was given none).
+    pub value: Option<f64>,
+    /// One window size, or (`None`) every size of the namespace.
+    pub window_size: Option<u32>,
+}
+
+/// What a batch of increments counted: each item's windows, in order, and how many
+/// items each namespace counted (for the metrics).
+#[derive(Debug)]
+pub struct CountedBatch {
+    pub windows: Vec<Vec<WindowRate>>,
+    pub per_namespace: Vec<(std::sync::Arc<Namespace>, u64)>,
+}
+
+/// Counts a batch of at most `max` increments over the namespaces `namespaces`, all or
+/// nothing: every item is checked before anything is counted (an error names the item:
+/// `increments[i]: …`), and when one fails, what the others counted is given back.
+pub async fn count_batch(
+    namespaces: &crate::state::Namespaces,
+    asked: &[Asked<'_>],
+    max: usize,
+    now: UnixMs,
+) -> Result<CountedBatch, Error> {
+    if asked.len() > max {
+        return Err(Error::BadRequest(format!(
+            "increments must hold at most {max} items (max_batch), got {}",
+            asked.len()
+        )));
+    }
+    // namespaces resolved once per distinct name, not once per item
+    let mut used: Vec<(std::sync::Arc<Namespace>, u64)> = Vec::new();
+    let mut which = Vec::with_capacity(asked.len());
+    let mut values = Vec::with_capacity(asked.len());
+    for (i, a) in asked.iter().enumerate() {
+        let at = |e: Error| e.at(&format!("increments[{i}]"));
+        crate::policy::input::check_key(a.key).map_err(at)?;
+        let idx = match used.iter().position(|(n, _)| n.sync.name() == a.namespace) {
+            Some(idx) => idx,
+            None => {
+                used.push((crate::limiter::namespace_in(namespaces, a.namespace)?, 0));
+                used.len() - 1
+            }
+        };
+        let ns = &used[idx].0;
+        let value = crate::policy::input::check_value(a.value, ns.allow_decrements, ns.sync.name())
+            .map_err(at)?;
+        if let Some(s) = a.window_size {
+            ns.sync.counters().table(s)?;
+        }
+        values.push(value);
+        which.push(idx);
+    }
+    let items: Vec<Item> = asked
+        .iter()
+        .zip(&which)
+        .zip(&values)
+        .map(|((a, &idx), &value)| Item {
+            ns: &used[idx].0,
+            key: a.key,
+            value,
+            window_size: a.window_size,
+        })
+        .collect();
+    let windows = increment_all(&items, now)
+        .await
+        .map_err(|(i, e)| e.at(&format!("increments[{i}]")))?;
+    for &idx in &which {
+        used[idx].1 += 1;
+    }
+    Ok(CountedBatch {
+        windows,
+        per_namespace: used,
+    })
+}

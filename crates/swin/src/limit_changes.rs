@@ -110,9 +110,11 @@ pub async fn set(
         Some(s) if s.is_finite() && s > 0.0 && s <= MAX_EXPIRES_IN_SECS => {
             Some(UnixMs(now.0 + (s * 1e3).ceil() as i64))
         }
-        Some(s) => return Err(Error::BadRequest(format!(
+        Some(s) => {
+            return Err(Error::BadRequest(format!(
             "expires_in: {s} is not a number of seconds above 0 and at most {MAX_EXPIRES_IN_SECS}"
-        ))),
+        )))
+        }
     };
     let stored = StoredLimit {
         key: key.to_owned(),

@@ -112,3 +112,87 @@ async fn give_back_all(
         .into_iter()
         .collect()
 }
+
+/// One hit of a batch, as a door read it.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked<'a> {
+    pub namespace: &'a str,
+    pub key: &'a str,
+    pub cost: f64,
+}
+
+/// What a batch over several namespaces decided, with the batch's RateLimit values:
+/// each hit's verdict (its policies named `<namespace>.<policy>`), whether any was
+/// denied (then nothing was spent), the strictest, and every policy once.
+#[derive(Debug)]
+pub struct Batch {
+    pub verdicts: Vec<Verdict>,
+    pub denied: bool,
+    pub strictest: Verdict,
+    pub policies: Vec<Arc<str>>,
+}
+
+impl Batch {
+    /// A hit let through by a limit in shadow, when the batch was spent and its
+    /// strictest hit was not one (the answer says so too).
+    pub fn shadowed(&self) -> Option<&Verdict> {
+        match self.denied || self.strictest.shadow_denied {
+            true => None,
+            false => self.verdicts.iter().find(|v| v.shadow_denied),
+        }
+    }
+}
+
+/// Decides a batch of 1 to `max` hits over `namespaces` as one request (see
+/// [`decide_all`]); an error names the hit (`hits[i]: …`).
+pub async fn decide_batch(
+    namespaces: &crate::state::Namespaces,
+    asked: &[Asked<'_>],
+    dry_run: bool,
+    max: usize,
+) -> Result<Batch, Error> {
+    if asked.is_empty() || asked.len() > max {
+        return Err(Error::BadRequest(format!(
+            "hits must hold 1 to {max} hits (max_batch), got {}",
+            asked.len()
+        )));
+    }
+    let mut hits = Vec::with_capacity(asked.len());
+    for a in asked {
+        hits.push(Hit {
+            ns: crate::limiter::namespace_in(namespaces, a.namespace)?,
+            namespace: a.namespace,
+            key: a.key,
+            cost: a.cost,
+        });
+    }
+    let decided = decide_all(&hits, dry_run)
+        .await
+        .map_err(|(i, e)| e.at(&format!("hits[{i}]")))?;
+    let verdicts: Vec<Verdict> = asked
+        .iter()
+        .zip(decided.verdicts)
+        .map(|(a, mut v)| {
+            v.policy = format!("{}.{}", a.namespace, v.policy).into();
+            v
+        })
+        .collect();
+    let strictest = swin_core::Decision::strictest(&verdicts, |v| &v.decision)
+        .cloned()
+        .ok_or(Error::Internal)?;
+    let mut policies: Vec<Arc<str>> = Vec::new();
+    for (a, v) in asked.iter().zip(&verdicts) {
+        for p in v.policies.iter() {
+            let p: Arc<str> = format!("\"{}.{}", a.namespace, p.trim_start_matches('"')).into();
+            if !policies.contains(&p) {
+                policies.push(p);
+            }
+        }
+    }
+    Ok(Batch {
+        verdicts,
+        denied: decided.denied,
+        strictest,
+        policies,
+    })
+}

@@ -14,11 +14,11 @@ use swin_core::WindowRate;
 use super::error::ApiError;
 use super::extract::{parse_json, ApiPath, JsonBody, RawJson};
 use super::Route;
-use crate::counting::{increment_all, increment_key, Item};
+use crate::counting::{count_batch as count_batch_in, increment_key, Asked};
 use crate::error::Error;
 use crate::policy::input::{check_key, check_value};
 use crate::requests::to_the_end;
-use crate::state::{AppState, Namespace};
+use crate::state::AppState;
 use swin_sync::now;
 
 pub(super) fn routes() -> Vec<Route> {
@@ -244,67 +244,30 @@ async fn increments_batch(
 
 async fn count_batch(state: Arc<AppState>, bytes: axum::body::Bytes) -> Result<Response, Error> {
     let body: BatchBody = parse_json(Some(&bytes))?;
-    if body.increments.len() > state.max_batch {
-        return Err(Error::BadRequest(format!(
-            "increments must hold at most {} items (max_batch), got {}",
-            state.max_batch,
-            body.increments.len()
-        )));
-    }
-    // Validate everything first: a bad item rejects the batch before anything is
-    // counted. Namespaces are resolved once per distinct name, not once per item.
-    let mut used: Vec<Arc<Namespace>> = Vec::new();
-    let mut which = Vec::with_capacity(body.increments.len());
-    let mut values = Vec::with_capacity(body.increments.len());
-    for (i, item) in body.increments.iter().enumerate() {
-        let at = |e: Error| e.at(&format!("increments[{i}]"));
-        check_key(&item.key).map_err(at)?;
-        let idx = match used.iter().position(|n| n.sync.name() == item.namespace) {
-            Some(idx) => idx,
-            None => {
-                used.push(state.namespace(&item.namespace)?);
-                used.len() - 1
-            }
-        };
-        values.push(
-            check_value(
-                item.value,
-                used[idx].allow_decrements,
-                used[idx].sync.name(),
-            )
-            .map_err(at)?,
-        );
-        if let Some(s) = item.window_size {
-            used[idx].sync.counters().table(s)?;
-        }
-        which.push(idx);
-    }
-    let items: Vec<Item> = body
+    let asked: Vec<Asked> = body
         .increments
         .iter()
-        .zip(&which)
-        .zip(&values)
-        .map(|((item, &idx), &value)| Item {
-            ns: &used[idx],
+        .map(|item| Asked {
+            namespace: &item.namespace,
             key: &item.key,
-            value,
+            value: item.value,
             window_size: item.window_size,
         })
         .collect();
-    let counted = increment_all(&items, now())
-        .await
-        .map_err(|(i, e)| e.at(&format!("increments[{i}]")))?;
-    let mut per_namespace = vec![0u64; used.len()];
-    for &idx in &which {
-        per_namespace[idx] += 1;
-    }
-    for (ns, n) in used.iter().zip(per_namespace) {
-        state.metrics.increments(ns.sync.name(), n);
+    let counted = count_batch_in(
+        &state.namespaces.load_full(),
+        &asked,
+        state.max_batch,
+        now(),
+    )
+    .await?;
+    for (ns, n) in &counted.per_namespace {
+        state.metrics.increments(ns.sync.name(), *n);
     }
     let results: Vec<KeyRates> = body
         .increments
         .iter()
-        .zip(counted)
+        .zip(counted.windows)
         .map(|(item, windows)| KeyRates {
             namespace: &item.namespace,
             key: &item.key,

@@ -19,7 +19,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{on, post, MethodFilter};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use swin_core::Decision;
 
 use super::client_address::client_address;
 use super::error::ApiError;
@@ -30,7 +29,7 @@ use crate::error::Error;
 use crate::giving_back::refund as give_refund;
 use crate::policy::headers::{self, shadow_item, RateLimitHeaders};
 use crate::policy::limits::KeyFrom;
-use crate::requests::{decide_all, to_the_end, Hit};
+use crate::requests::{decide_batch as decide_batch_in, to_the_end, Asked};
 use crate::state::AppState;
 
 pub(super) fn routes() -> Vec<Route> {
@@ -219,61 +218,34 @@ async fn hits_batch(
 }
 
 async fn decide_batch(state: Arc<AppState>, body: BatchBody) -> Result<Response, Error> {
-    if body.hits.is_empty() || body.hits.len() > state.max_batch {
-        return Err(Error::BadRequest(format!(
-            "hits must hold 1 to {} hits (max_batch), got {}",
-            state.max_batch,
-            body.hits.len()
-        )));
-    }
-    let mut hits = Vec::with_capacity(body.hits.len());
-    for h in &body.hits {
-        hits.push(Hit {
-            ns: state.namespace(&h.namespace)?,
+    let asked: Vec<Asked> = body
+        .hits
+        .iter()
+        .map(|h| Asked {
             namespace: &h.namespace,
             key: &h.key,
             cost: h.cost,
-        });
-    }
-    let decided = decide_all(&hits, body.dry_run)
-        .await
-        .map_err(|(i, e)| e.at(&format!("hits[{i}]")))?;
-    for (h, v) in body.hits.iter().zip(&decided.verdicts) {
-        state.metrics.decision(
-            &h.namespace,
-            &v.policy,
-            !decided.denied,
-            !decided.denied && v.shadow_denied,
-        );
-    }
-    let verdicts: Vec<Verdict> = body
-        .hits
-        .iter()
-        .zip(decided.verdicts)
-        .map(|(h, mut v)| {
-            v.policy = format!("{}.{}", h.namespace, v.policy).into();
-            v
         })
         .collect();
-    let Some(worst) = Decision::strictest(&verdicts, |v| &v.decision).cloned() else {
-        return Err(Error::Internal);
-    };
-    let mut policies: Vec<Arc<str>> = Vec::new();
-    for (h, v) in body.hits.iter().zip(&verdicts) {
-        for p in v.policies.iter() {
-            let p: Arc<str> = format!("\"{}.{}", h.namespace, p.trim_start_matches('"')).into();
-            if !policies.contains(&p) {
-                policies.push(p);
-            }
-        }
+    let namespaces = state.namespaces.load_full();
+    let batch = decide_batch_in(&namespaces, &asked, body.dry_run, state.max_batch).await?;
+    for (h, v) in body.hits.iter().zip(&batch.verdicts) {
+        // the metrics name a policy without its namespace
+        let policy = v.policy.strip_prefix(&*h.namespace).unwrap_or(&v.policy);
+        state.metrics.decision(
+            &h.namespace,
+            policy.strip_prefix('.').unwrap_or(policy),
+            !batch.denied,
+            !batch.denied && v.shadow_denied,
+        );
     }
     let answer = BatchAnswer {
-        answer: worst.answer(),
-        spent: !decided.denied && !body.dry_run,
+        answer: batch.strictest.answer(),
+        spent: !batch.denied && !body.dry_run,
         results: body
             .hits
             .iter()
-            .zip(&verdicts)
+            .zip(&batch.verdicts)
             .map(|(h, v)| BatchResult {
                 namespace: &h.namespace,
                 key: &h.key,
@@ -281,13 +253,10 @@ async fn decide_batch(state: Arc<AppState>, body: BatchBody) -> Result<Response,
             })
             .collect(),
     };
-    let mut resp = respond(&worst, &policies, status_of(&worst), answer);
-    // a batch spent (none denied) where a hit other than the strictest was let through
-    // by a limit in shadow says so too
-    if !decided.denied && !worst.shadow_denied {
-        if let Some(v) = verdicts.iter().find(|v| v.shadow_denied) {
-            shadow_header(resp.headers_mut(), v);
-        }
+    let w = &batch.strictest;
+    let mut resp = respond(w, &batch.policies, status_of(w), answer);
+    if let Some(v) = batch.shadowed() {
+        shadow_header(resp.headers_mut(), v);
     }
     Ok(resp)
 }
