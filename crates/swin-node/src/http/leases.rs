@@ -25,7 +25,7 @@ use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody};
 use super::Route;
 use crate::error::Error;
-use crate::leases::{self, AcquireRequest};
+use crate::leases::{self, AcquireAnswer, AcquireRequest};
 use crate::state::AppState;
 
 pub(super) fn routes() -> Vec<Route> {
@@ -101,20 +101,11 @@ async fn acquire(
         ttl: body.ttl,
         lease: body.lease,
     };
-    // an acquire in a store that the client stops waiting for is still carried out to
-    // its answer (and ended by the node if that was an error), never cut off half-way;
-    // a local-only one has no await to cut
-    let a = crate::requests::to_the_end(ns.sync.store().is_some(), {
-        let ns = ns.clone();
-        let (namespace, key) = (namespace.clone(), key.clone());
-        async move { leases::acquire(&ns, &namespace, &key, req).await }
-    })
-    .await?;
+    let a = leases::acquire(&ns, &namespace, &key, req).await?;
     let granted = a.acquired.granted;
     state
         .metrics
         .lease(&namespace, if granted { "acquired" } else { "denied" });
-    let remaining = a.limit.saturating_sub(a.acquired.in_flight);
     let (status, body) = if granted {
         (
             StatusCode::OK,
@@ -138,13 +129,19 @@ async fn acquire(
         )
     };
     let mut resp = (status, Json(body)).into_response();
-    let h = resp.headers_mut();
+    concurrency_headers(resp.headers_mut(), &a)?;
+    Ok(resp)
+}
+
+/// The RateLimit headers of an acquire (and Retry-After when it was refused).
+fn concurrency_headers(h: &mut axum::http::HeaderMap, a: &AcquireAnswer) -> Result<(), Error> {
+    let remaining = a.limit.saturating_sub(a.acquired.in_flight);
     h.insert(
         RATELIMIT_POLICY,
         HeaderValue::from_str(&format!("\"concurrency\";q={}", a.limit))
             .map_err(|_| Error::Internal)?,
     );
-    let state_value = if granted {
+    let state_value = if a.acquired.granted {
         format!("\"concurrency\";r={remaining}")
     } else {
         let t = a.retry_after_secs().ceil().max(1.0) as u64;
@@ -155,7 +152,7 @@ async fn acquire(
         RATELIMIT,
         HeaderValue::from_str(&state_value).map_err(|_| Error::Internal)?,
     );
-    Ok(resp)
+    Ok(())
 }
 
 async fn release(

@@ -109,8 +109,25 @@ fn now() -> UnixMs {
     swin_sync::now()
 }
 
-/// Takes `req.count` slots of `key` if the key's live leases leave room.
+/// Takes `req.count` slots of `key` if the key's live leases leave room. An acquire in
+/// a store is carried out to its answer even when its caller goes away (and ended by
+/// the node if that answer was an error), never cut off half-way.
 pub async fn acquire(
+    ns: &std::sync::Arc<Namespace>,
+    name: &str,
+    key: &str,
+    req: AcquireRequest,
+) -> Result<AcquireAnswer, Error> {
+    let in_store = matches!(ns.leases, LeaseBook::Store(_));
+    let (ns, name, key) = (ns.clone(), name.to_owned(), key.to_owned());
+    crate::requests::to_the_end(
+        in_store,
+        async move { acquire_now(&ns, &name, &key, req).await },
+    )
+    .await
+}
+
+async fn acquire_now(
     ns: &Namespace,
     name: &str,
     key: &str,
