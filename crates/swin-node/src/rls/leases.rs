@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
 
-use super::header;
+use super::answers::header;
 use crate::leases::AcquireAnswer;
 use crate::policy::rules::Rule;
 

@@ -14,27 +14,21 @@
 
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use swin_core::Decision;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::decisions::Verdict;
 use crate::error::Error;
-use crate::policy::headers::{shadow_item, RateLimitHeaders, SHADOW_DENIED};
-use crate::policy::limits::KeyLimits;
-use crate::policy::rules::{self, Rule};
+use crate::policy::rules::{self};
 use crate::state::AppState;
-use swin::descriptors::{self, Answer, Ask, Shown, Strictest};
+use swin::descriptors::{self, Ask};
 
+mod answers;
 mod incoming;
 mod leases;
 mod metadata;
@@ -189,54 +183,6 @@ fn authorize(state: &AppState, req: Request<()>) -> Result<Request<()>, Status> 
             )))
         }
     }
-}
-
-/// A descriptor's status from what the library decided: its rule's, showing a runtime
-/// limit in `current_limit` when one replaced the rule's (its first window, in Envoy's
-/// unit of that length; UNKNOWN for another length).
-fn status_of_answer(a: &Answer) -> DescriptorStatus {
-    let (rule, decision, denied, runtime) = match (&a.rule, &a.shown) {
-        (
-            rule,
-            Shown::Slots {
-                ok,
-                limit,
-                remaining,
-                until,
-            },
-        ) => return leases::status(rule.as_deref(), *ok, *limit, *remaining, *until),
-        (_, Shown::NoRule) | (None, _) => return ok_without_limit(),
-        (Some(_), Shown::Unlimited) => {
-            return DescriptorStatus {
-                limit_remaining: u32::MAX,
-                ..ok_without_limit()
-            }
-        }
-        (
-            Some(rule),
-            Shown::Decided {
-                decision,
-                denied,
-                runtime,
-            },
-        ) => (rule, decision, *denied, runtime),
-    };
-    let mut status = descriptor_status(rule, decision, denied);
-    if let (Some(r), Some(current)) = (runtime, &mut status.current_limit) {
-        match &r.limits {
-            KeyLimits::Windows(w) => {
-                if let Some(first) = w.first() {
-                    current.requests_per_unit = first.limit.min(f64::from(u32::MAX)) as u32;
-                    current.unit = rules::unit_of(u64::from(first.window.secs()));
-                }
-            }
-            KeyLimits::Gcra(g) => {
-                current.requests_per_unit = g.count().clamp(0, i64::from(u32::MAX)) as u32;
-                current.unit = rules::unit_of(g.period().as_secs());
-            }
-        }
-    }
-    status
 }
 
 fn invalid(why: String) -> Status {
@@ -402,7 +348,7 @@ impl Rls {
     ) -> Result<RateLimitResponse, Status> {
         let asked = check(req, self.state.max_batch)?;
         let Some(ns) = ns else {
-            return Ok(all_ok(asked.len()));
+            return Ok(answers::all_ok(asked.len()));
         };
         let decided = descriptors::decide(ns, &asked)
             .await
@@ -415,89 +361,6 @@ impl Rls {
         for what in &decided.leases {
             self.state.metrics.lease(&req.domain, what);
         }
-        let statuses: Vec<DescriptorStatus> =
-            decided.answers.iter().map(status_of_answer).collect();
-        let dynamic_metadata = ns.envoy_dynamic_metadata.then(|| {
-            let applied: Vec<Option<&Rule>> =
-                decided.answers.iter().map(|a| a.rule.as_deref()).collect();
-            metadata::of(req, &statuses, &applied)
-        });
-        Ok(RateLimitResponse {
-            dynamic_metadata,
-            overall_code: if decided.over {
-                Code::OverLimit
-            } else {
-                Code::Ok
-            } as i32,
-            statuses,
-            response_headers_to_add: match decided.strictest {
-                Some(s) if ns.envoy_response_headers => match s {
-                    Strictest::Hits(v, denied) => headers(&v, denied),
-                    Strictest::Slots(a, over) => leases::headers(&a, over),
-                },
-                _ => Vec::new(),
-            },
-            ..Default::default()
-        })
-    }
-}
-
-fn all_ok(n: usize) -> RateLimitResponse {
-    RateLimitResponse {
-        overall_code: Code::Ok as i32,
-        statuses: (0..n).map(|_| ok_without_limit()).collect(),
-        ..Default::default()
-    }
-}
-
-pub(super) fn ok_without_limit() -> DescriptorStatus {
-    DescriptorStatus {
-        code: Code::Ok as i32,
-        ..Default::default()
-    }
-}
-
-fn descriptor_status(rule: &Rule, d: &Decision, denied: bool) -> DescriptorStatus {
-    DescriptorStatus {
-        code: if denied { Code::OverLimit } else { Code::Ok } as i32,
-        current_limit: Some(RateLimit {
-            // envoyproxy/ratelimit's: the rule's name, empty without one (Envoy adds a
-            // non-empty name to X-RateLimit-Limit for clients to see)
-            name: rule.name.clone().unwrap_or_default(),
-            requests_per_unit: rule.requests_per_unit,
-            unit: rule.unit,
-        }),
-        limit_remaining: d.remaining.clamp(0.0, f64::from(u32::MAX)) as u32,
-        duration_until_reset: Some(envoy_types::pb::google::protobuf::Duration {
-            seconds: d.reset_after.as_secs() as i64,
-            nanos: d.reset_after.subsec_nanos() as i32,
-        }),
-        ..Default::default()
-    }
-}
-
-/// The IETF headers of the strictest descriptor, and Retry-After when over the limit.
-fn headers(v: &Verdict, denied: bool) -> Vec<HeaderValue> {
-    let h = RateLimitHeaders::of(&v.policies, &v.policy, &v.decision);
-    let mut out = vec![
-        header("RateLimit-Policy", h.policy.into_owned()),
-        header("RateLimit", h.state),
-    ];
-    // a descriptor in shadow mode is over its limit but not denied: no Retry-After, and
-    // the shadow header says which would have denied it
-    if let (true, Some(t)) = (denied, h.retry_after) {
-        out.push(header("Retry-After", t.to_string()));
-    }
-    if !denied && (v.shadow_denied || !v.decision.allowed) {
-        out.push(header(SHADOW_DENIED, shadow_item(&v.policy, &v.decision)));
-    }
-    out
-}
-
-fn header(key: &str, value: String) -> HeaderValue {
-    HeaderValue {
-        key: key.into(),
-        value,
-        ..Default::default()
+        Ok(answers::response(req, ns, decided))
     }
 }

@@ -19,7 +19,7 @@ pub use self::namespaces::{
     Admission, Concurrency, NamespaceConfig, OnStoreFailure, MAX_CONCURRENCY, MAX_LEASE_TTL_SECS,
     MIN_TTL_SECS, STRICT_SHADOW,
 };
-pub use self::stores::StoreConfig;
+pub use self::stores::{redact, StoreConfig};
 
 /// The embedded default (`config/swin.toml`).
 pub const DEFAULT_CONFIG: &str = include_str!("../../../../config/swin.toml");
@@ -473,23 +473,6 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let p = Parser { file, env };
         p.config(p.toml(text)?)
-    }
-}
-
-/// The URL with any password replaced by `***` (`scheme://user:***@host/…`), for error
-/// messages and logs.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::{defaults, redact, Parser};
+use super::{defaults, Parser};
 use crate::config::ConfigError;
 pub use swin_sync::Access;
 
@@ -295,5 +295,22 @@ impl Parser<'_> {
             }
             _ => StoreConfig::Sqlite { url },
         })
+    }
+}
+
+/// The URL with any password replaced by `***` (`scheme://user:***@host/…`), for error
+/// messages and logs.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
     }
 }

@@ -1,0 +1,402 @@
+//! Every error names its field: one test per kind of namespace and section, the cases
+//! side by side.
+
+use super::*;
+
+#[test]
+fn errors_name_the_field() {
+    fails("listen = \"nope\"", "listen");
+    fails(
+        "[[namespaces]]\nname = \"a\"\nwindow_sizes = [0]\nsync_rate = -1",
+        "namespaces[0].window_sizes",
+    );
+    fails(
+        "[[namespaces]]\nname = \"a\"\nwindow_sizes = []\nsync_rate = -1",
+        "namespaces[0].window_sizes",
+    );
+    fails(
+        "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = 1",
+        "namespaces[0].store",
+    );
+    fails(
+        "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = 1\nstore = \"x\"",
+        "namespaces[0].store",
+    );
+    fails("[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1\n[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1", "namespaces[1].name");
+    fails("[stores.m]\nkind = \"mysql\"\nurl = \"x\"", "stores.m.kind");
+    fails(
+        "[stores.m]\nkind = \"redis\"\nurl = \"postgres://x\"",
+        "stores.m.url",
+    );
+    fails("log_format = \"xml\"", "log_format");
+    fails("header_timeout = 0", "header_timeout");
+    fails("max_connections = 0", "max_connections");
+    fails("max_batch = 0", "max_batch");
+    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1\n";
+    fails(
+        &format!("{ns}[tls]\ncert = \"\"\nkey = \"k.pem\"\n"),
+        "tls.cert",
+    );
+    fails(
+        &format!("{ns}[tls]\ncert = \"c.pem\"\nkey = \"\"\n"),
+        "tls.key",
+    );
+    fails(
+        "trusted_proxies = [\"10.0.0.0/8\", \"proxy.local\"]",
+        "trusted_proxies[1]",
+    );
+    // a setting of another store kind is an error, not silently ignored
+    fails(
+        "[stores.m]\nkind = \"postgres\"\nurl = \"postgres://x\"\nprefix = \"p\"",
+        "stores.m.prefix",
+    );
+    fails(
+        "[stores.m]\nkind = \"sqlite\"\nurl = \"sqlite::memory:\"\nmax_connections = 2",
+        "stores.m.max_connections",
+    );
+    fails("", "namespaces");
+    fails("listen = \"127.0.0.1:1\"\n", "namespaces");
+    fails(
+        "data_dir = \"\"\n[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1",
+        "data_dir",
+    );
+    fails("bogus = 1", "(toml, line 1, column 1)");
+    fails(
+        "listen = \"127.0.0.1:1\"\nmigrate = maybe\n",
+        "(toml, line 2, column 11)",
+    );
+}
+
+#[test]
+fn strict_admission_is_checked() {
+    use super::{Admission, OnStoreFailure};
+    let store = "[stores.m]\nkind = \"redis\"\nurl = \"redis://127.0.0.1\"\n";
+    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = 1\nstore = \"m\"\n";
+    let limits = "limits = [{ window_size = 60, limit = 5 }]\n";
+    let parse = |extra: &str| Config::parse("f.toml", &format!("{store}{ns}{extra}"), &no_env);
+    let admission = |extra: &str| parse(extra).expect("valid").namespaces[0].admission;
+    assert_eq!(admission(limits), Admission::Eventual);
+    assert_eq!(
+        admission(&format!("{limits}admission = \"strict\"")),
+        Admission::Strict {
+            on_store_failure: OnStoreFailure::Local
+        }
+    );
+    assert_eq!(
+        admission(&format!(
+            "{limits}admission = \"strict\"\non_store_failure = \"deny\""
+        )),
+        Admission::Strict {
+            on_store_failure: OnStoreFailure::Deny
+        }
+    );
+    let fails_with = |extra: &str, field: &str| {
+        let text = format!("{store}{ns}{extra}");
+        fails(&text, field);
+    };
+    fails_with("admission = \"strict\"", "namespaces[0].admission");
+    fails_with(
+        &format!("{limits}admission = \"exact\""),
+        "namespaces[0].admission",
+    );
+    fails_with(
+        &format!("{limits}on_store_failure = \"deny\""),
+        "namespaces[0].on_store_failure",
+    );
+    fails_with(
+        &format!("{limits}admission = \"strict\"\non_store_failure = \"maybe\""),
+        "namespaces[0].on_store_failure",
+    );
+    // GCRA buckets admit strictly too
+    assert_eq!(
+        admission("algorithm = \"gcra\"\ngcra = { burst = 5, count = 5, period = \"1m\" }\nadmission = \"strict\""),
+        Admission::Strict {
+            on_store_failure: OnStoreFailure::Local
+        }
+    );
+    fails(
+        &format!("[[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = -1\n{limits}admission = \"strict\""),
+        "namespaces[0].admission",
+    );
+}
+
+#[test]
+fn grpc_listen_and_descriptor_rules_are_checked() {
+    let ns = "[[namespaces]]\nname = \"edge\"\nsync_rate = -1\n";
+    let rule = "[[namespaces.descriptors]]\nkey = \"k\"\nrate_limit = { unit = \"minute\", requests_per_unit = 5 }\n";
+    let c = Config::parse(
+        "f.toml",
+        &format!("grpc_listen = \"127.0.0.1:8081\"\n{ns}{rule}"),
+        &no_env,
+    )
+    .expect("valid");
+    assert_eq!(c.grpc_listen, Some("127.0.0.1:8081".parse().expect("addr")));
+    // a namespace of descriptor rules needs no window_sizes: every unit has a table
+    let sizes: Vec<u32> = c.namespaces[0]
+        .window_sizes
+        .iter()
+        .map(|s| s.secs())
+        .collect();
+    assert!(sizes.contains(&60) && sizes.contains(&86_400), "{sizes:?}");
+    assert!(Config::parse("f.toml", &format!("{ns}{rule}"), &no_env)
+        .expect("valid")
+        .grpc_listen
+        .is_none());
+    let env = |k: &str| (k == "SWIN_GRPC_LISTEN").then(|| "0.0.0.0:9".to_owned());
+    let c = Config::parse("f.toml", &format!("{ns}{rule}"), &env).expect("valid");
+    assert_eq!(c.grpc_listen, Some("0.0.0.0:9".parse().expect("addr")));
+    fails(
+        &format!("grpc_listen = \"nope\"\n{ns}{rule}"),
+        "grpc_listen",
+    );
+    fails(
+        &format!("{ns}[[namespaces.descriptors]]\nkey = \"k\"\nrate_limit = {{ unit = \"fortnight\", requests_per_unit = 5 }}\n"),
+        "namespaces[0].descriptors",
+    );
+    fails(
+        &format!("{ns}descriptors_file = \"/nonexistent/edge.yaml\"\n"),
+        "namespaces[0].descriptors_file",
+    );
+}
+
+#[test]
+fn redis_cluster_stores_take_seed_urls() {
+    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = 1\nstore = \"c\"\n";
+    let text = format!(
+        "[stores.c]\nkind = \"redis_cluster\"\nurls = [\"redis://:pw@h1:7000\", \"redis://h2:7001\"]\n\
+         prefix = \"p\"\nwait_replicas = 1\n{ns}"
+    );
+    let c = Config::parse("x", &text, &|_: &str| None).expect("valid");
+    assert_eq!(
+        c.stores["c"],
+        StoreConfig::RedisCluster {
+            urls: vec!["redis://:pw@h1:7000".into(), "redis://h2:7001".into()],
+            prefix: "p".into(),
+            access: Default::default(),
+            wait_replicas: 1,
+        }
+    );
+    assert_eq!(
+        c.stores["c"].kind(),
+        swin_sync::store::StoreKind::RedisCluster
+    );
+    let debug = format!("{c:?}");
+    assert!(!debug.contains("pw"), "{debug}");
+    // the seeds may come from the environment
+    let env =
+        |k: &str| (k == "SWIN_STORE_C_URLS").then(|| "redis://e1:1, redis://e2:2".to_string());
+    let c = Config::parse("x", &text, &env).expect("valid");
+    let StoreConfig::RedisCluster { urls, .. } = &c.stores["c"] else {
+        panic!("redis_cluster")
+    };
+    assert_eq!(urls, &["redis://e1:1", "redis://e2:2"]);
+    // fingerprints tell clusters apart by every seed
+    let other = StoreConfig::RedisCluster {
+        urls: vec!["redis://:pw@h1:7000".into()],
+        prefix: "p".into(),
+        access: Default::default(),
+        wait_replicas: 1,
+    };
+    assert_ne!(other.fingerprint(), c.stores["c"].fingerprint());
+    for (store, field) in [
+        (
+            "kind = \"redis_cluster\"\nurl = \"redis://h\"",
+            "stores.c.url",
+        ),
+        ("kind = \"redis_cluster\"", "stores.c.urls"),
+        ("kind = \"redis_cluster\"\nurls = []", "stores.c.urls"),
+        (
+            "kind = \"redis_cluster\"\nurls = [\"postgres://h\"]",
+            "stores.c.urls",
+        ),
+        (
+            "kind = \"redis_cluster\"\nurls = [\"redis+unix:///s\"]",
+            "stores.c.urls",
+        ),
+        (
+            "kind = \"redis_cluster\"\nurls = [\"redis://a:1/2\"]",
+            "stores.c.urls",
+        ),
+        (
+            "kind = \"redis_cluster\"\nurls = [\"redis://a:x\"]",
+            "stores.c.urls",
+        ),
+        (
+            "kind = \"redis_cluster\"\nurls = [\"rediss://a\", \"redis://b\"]",
+            "stores.c.urls",
+        ),
+        (
+            "kind = \"redis_cluster\"\nurls = [\"redis://a\"]\nwait_replicas = 17",
+            "stores.c.wait_replicas",
+        ),
+        (
+            "kind = \"redis\"\nurl = \"redis://a\"\nwait_replicas = 1",
+            "stores.c.wait_replicas",
+        ),
+        ("kind = \"redis\"\nurls = [\"redis://a\"]", "stores.c.urls"),
+        ("kind = \"redis\"", "stores.c.url"),
+    ] {
+        fails(&format!("[stores.c]\n{store}\n{ns}"), field);
+    }
+}
+
+#[test]
+fn concurrency_namespaces_are_checked() {
+    let ns = "[[namespaces]]\nname = \"a\"\nsync_rate = -1\n";
+    let parse = |extra: &str| Config::parse("f.toml", &format!("{ns}{extra}"), &no_env);
+    let c = parse("algorithm = \"concurrency\"\nlimit = 20\n")
+        .expect("valid")
+        .namespaces[0]
+        .concurrency
+        .expect("concurrency");
+    assert_eq!(
+        (c.limit, c.lease_ttl),
+        (20, std::time::Duration::from_secs(30))
+    );
+    let c = parse("algorithm = \"concurrency\"\nlimit = 1\nlease_ttl = 0.5\n")
+        .expect("valid")
+        .namespaces[0]
+        .concurrency
+        .expect("concurrency");
+    assert_eq!(c.lease_ttl, std::time::Duration::from_millis(500));
+    let hits = parse("window_sizes = [60]\n").expect("valid");
+    assert_eq!(hits.namespaces[0].concurrency, None);
+    // descriptor rules of slots in flight, and no window tables for them
+    let rules = parse("algorithm = \"concurrency\"\nlimit = 1\n[[namespaces.descriptors]]\nkey = \"user\"\nrate_limit = { requests_per_unit = 4 }\n")
+        .expect("valid");
+    let n = &rules.namespaces[0];
+    let rule = n.rules.as_ref().expect("rules").find(&[("user", "u")]);
+    assert_eq!(
+        rule.map(|r| r.limit.clone()),
+        Some(crate::policy::rules::RuleLimit::InFlight(4))
+    );
+    assert!(n.window_sizes.is_empty(), "{:?}", n.window_sizes);
+    let c = "algorithm = \"concurrency\"\n";
+    for (extra, field) in [
+        (c.to_string(), "limit"),
+        (format!("{c}limit = 0"), "limit"),
+        (format!("{c}limit = -3"), "limit"),
+        (format!("{c}limit = 1000000001"), "limit"),
+        (format!("{c}limit = 5\nlease_ttl = 0"), "lease_ttl"),
+        (format!("{c}limit = 5\nlease_ttl = -1"), "lease_ttl"),
+        (format!("{c}limit = 5\nlease_ttl = 86401"), "lease_ttl"),
+        (format!("{c}limit = 5\nlease_ttl = nan"), "lease_ttl"),
+        (
+            format!("{c}limit = 5\nlimits = [{{ window_size = 60, limit = 5 }}]"),
+            "limits",
+        ),
+        (format!("{c}limit = 5\nadmission = \"strict\""), "admission"),
+        (
+            format!("{c}limit = 5\n[[namespaces.descriptors]]\nkey = \"u\"\nlimits = [{{ window_size = 60, limit = 5 }}]"),
+            "descriptors",
+        ),
+        (
+            format!("{c}limit = 5\nkey_from = \"client_address\""),
+            "key_from",
+        ),
+        ("window_sizes = [60]\nlimit = 5".into(), "limit"),
+        ("window_sizes = [60]\nlease_ttl = 5".into(), "lease_ttl"),
+    ] {
+        fails(&format!("{ns}{extra}\n"), &format!("namespaces[0].{field}"));
+    }
+}
+
+#[test]
+fn shadow_is_checked() {
+    let store = "[stores.r]\nkind = \"redis\"\nurl = \"redis://h\"\n";
+    let ns =
+        "[[namespaces]]\nname = \"a\"\nwindow_sizes = [60, 3600]\nsync_rate = 1\nstore = \"r\"\n";
+    let parse = |extra: &str| Config::parse("f.toml", &format!("{store}{ns}{extra}"), &no_env);
+    let c = parse("shadow = true\nlimits = [{ window_size = 60, limit = 5 }]\n").expect("valid");
+    assert!(c.namespaces[0].limits.as_ref().expect("limits").shadow);
+    let c = parse(
+        "limits = [{ window_size = 60, limit = 5 }, { window_size = 3600, limit = 9, shadow = true }]\n",
+    )
+    .expect("valid");
+    let limits = c.namespaces[0].limits.as_ref().expect("limits");
+    assert!(!limits.shadow && limits.default.has_shadow());
+    // a strict namespace goes in shadow whole, and then never with on_store_failure = "deny"
+    parse("admission = \"strict\"\nshadow = true\nlimits = [{ window_size = 60, limit = 5 }]\n")
+        .expect("valid");
+    let strict = "admission = \"strict\"\n";
+    for (extra, field) in [
+        (
+            format!("{strict}limits = [{{ window_size = 60, limit = 5, shadow = true }}]"),
+            "limits",
+        ),
+        (
+            format!("{strict}limits = [{{ window_size = 60, limit = 5 }}]\n[[namespaces.overrides]]\nkeys = [\"k\"]\nlimits = [{{ window_size = 60, limit = 9, shadow = true }}]"),
+            "overrides (key \"k\")",
+        ),
+        (
+            format!("{strict}on_store_failure = \"deny\"\nshadow = true\nlimits = [{{ window_size = 60, limit = 5 }}]"),
+            "on_store_failure",
+        ),
+        ("shadow = true".into(), "limits"),
+    ] {
+        fails(&format!("{store}{ns}{extra}\n"), &format!("namespaces[0].{field}"));
+    }
+    fails(
+        "[[namespaces]]\nname = \"a\"\nsync_rate = -1\nalgorithm = \"concurrency\"\nlimit = 5\nshadow = true\n",
+        "namespaces[0].shadow",
+    );
+    // rules-only namespaces put every rule in shadow
+    let c = parse("shadow = true\n[[namespaces.descriptors]]\nkey = \"user\"\nrate_limit = { unit = \"hour\", requests_per_unit = 3 }\n")
+        .expect("valid");
+    let rules = c.namespaces[0].rules.as_ref().expect("rules");
+    assert!(rules.find(&[("user", "u")]).expect("rule").shadow);
+}
+
+#[test]
+fn telemetry_is_checked() {
+    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = -1\n";
+    let parse = |t: &str| Config::parse("f.toml", &format!("{ns}{t}"), &no_env);
+    assert_eq!(parse("").expect("valid").telemetry, None);
+    let t = parse("[telemetry]\notlp_endpoint = \"http://collector:4317\"\n")
+        .expect("valid")
+        .telemetry
+        .expect("telemetry");
+    assert_eq!(
+        (
+            t.otlp_endpoint.as_str(),
+            t.service_name.as_str(),
+            t.sample_ratio
+        ),
+        ("http://collector:4317", "swin-node", 1.0)
+    );
+    let t = parse("[telemetry]\notlp_endpoint = \"https://c:4317\"\nservice_name = \"edge\"\nsample_ratio = 0.25\n")
+        .expect("valid")
+        .telemetry
+        .expect("telemetry");
+    assert_eq!((t.service_name.as_str(), t.sample_ratio), ("edge", 0.25));
+    for (text, field) in [
+        (
+            "otlp_endpoint = \"collector:4317\"",
+            "telemetry.otlp_endpoint",
+        ),
+        (
+            "otlp_endpoint = \"ftp://c:4317\"",
+            "telemetry.otlp_endpoint",
+        ),
+        ("otlp_endpoint = \"\"", "telemetry.otlp_endpoint"),
+        ("sample_ratio = 0.5", "telemetry.otlp_endpoint"),
+        (
+            "otlp_endpoint = \"http://c:4317\"\nsample_ratio = 1.5",
+            "telemetry.sample_ratio",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4317\"\nsample_ratio = -0.1",
+            "telemetry.sample_ratio",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4317\"\nsample_ratio = nan",
+            "telemetry.sample_ratio",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4317\"\nservice_name = \" \"",
+            "telemetry.service_name",
+        ),
+    ] {
+        fails(&format!("{ns}[telemetry]\n{text}\n"), field);
+    }
+}
