@@ -1,5 +1,5 @@
 //! Configuration: TOML parsed into raw serde structs, then validated into [`Config`],
-//! one section at a time: the top level here, [`stores`] and [`namespaces`] beside it,
+//! one section at a time: the top level here, `stores` and `namespaces` beside it,
 //! the limits in [`crate::policy::limits`]. Errors name the file, the field and why; every
 //! default is in [`defaults`].
 

@@ -2,8 +2,8 @@
 //! its rule — its own limit for this request (envoyproxy/ratelimit's override), else the
 //! namespace's descriptor tree, less the rules another matched rule replaces — and is
 //! decided on its counter key ([`keys::counter_key`](crate::policy::keys::counter_key)):
-//! as hits on a namespace of hits ([`hits`]), as slots of leases on a concurrency
-//! namespace ([`slots`]). All or nothing either way. The answer has no gRPC type in it;
+//! as hits on a namespace of hits (`hits`), as slots of leases on a concurrency
+//! namespace (`slots`). All or nothing either way. The answer has no gRPC type in it;
 //! the door renders it.
 
 mod hits;

@@ -385,7 +385,7 @@ pub fn parse(
 }
 
 /// Keeps a namespace's runtime limits current until `cancel`: catches up with the
-/// store's changes every `period` and sweeps every [`SWEEP_EVERY`].
+/// store's changes every `period` and sweeps every `SWEEP_EVERY` (10 s).
 pub async fn watch(
     limits: Arc<RuntimeLimits>,
     sync: Arc<NamespaceSync>,
