@@ -1,0 +1,221 @@
+//! The counting side of the Redis store ([`Counters`]): pushes of windows and buckets
+//! by script, reads, a namespace's load, purges and resets, over the key layout of
+//! `mod.rs`.
+
+use super::*;
+
+impl Counters for RedisStore {
+    fn kind(&self) -> StoreKind {
+        if self.servers.is_cluster() {
+            StoreKind::RedisCluster
+        } else {
+            StoreKind::Redis
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            pipelines: true,
+            expires_by_itself: true,
+        }
+    }
+
+    /// Nothing to apply: hashes need no schema.
+    async fn migrate(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Nothing to delete: every hash expires by itself (see the module header).
+    async fn purge(&self, _now: UnixMs) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
+        let diffs = normalize(push.diffs);
+        // One run of diffs per hash (normalize sorts by key, size, start).
+        let mut hashes: Vec<(String, std::ops::Range<usize>)> = Vec::new();
+        let mut i = 0;
+        while i < diffs.len() {
+            let d = &diffs[i];
+            let mut j = i + 1;
+            while j < diffs.len() && diffs[j].key == d.key && diffs[j].window_size == d.window_size
+            {
+                j += 1;
+            }
+            hashes.push((self.hash_key(namespace, &d.key, d.window_size), i..j));
+            i = j;
+        }
+        if hashes.is_empty() {
+            return Ok(Pushed::default());
+        }
+        let names: Vec<&str> = hashes.iter().map(|(k, _)| k.as_str()).collect();
+        // a push with a seq is deduplicated per call (the record is on the call's first
+        // hash), so its calls must be the same on a retry, whatever the server: by slot
+        let calls = self.calls_for(&names, push.seq.is_some());
+        let node_field = format!("n:{}", push.node_id);
+        let seq = push.seq.map_or(-1i64, |s| s as i64);
+        let mut sends = Vec::with_capacity(calls.len());
+        for call in &calls {
+            let mut inv = Eval::default();
+            inv.arg(&node_field).arg(seq).arg(swin_core::MAX_COUNT);
+            for &h in call {
+                let (key, range) = &hashes[h];
+                let first = &diffs[range.start];
+                let size = i64::from(first.window_size);
+                let newest = diffs[range.clone()]
+                    .iter()
+                    .map(|x| x.window_start)
+                    .max()
+                    .unwrap_or(first.window_start);
+                inv.key(key);
+                inv.arg(3 * size).arg(newest - 2 * size).arg(range.len());
+                for x in &diffs[range.clone()] {
+                    inv.arg(x.window_start).arg(x.value);
+                }
+            }
+            sends.push(inv.call(&self.scripts.push, true));
+        }
+        let replies: Vec<Vec<String>> = self.replies(sends).await?;
+        let mut out = Pushed {
+            totals: Vec::with_capacity(diffs.len()),
+            rejected: Vec::new(),
+        };
+        for (call, counts) in calls.iter().zip(replies) {
+            let windows: Vec<&swin_core::Diff> = call
+                .iter()
+                .flat_map(|&h| &diffs[hashes[h].1.clone()])
+                .collect();
+            if counts.len() != windows.len() {
+                return Err(StoreError::Protocol(format!(
+                    "push script returned {} counts for {} windows",
+                    counts.len(),
+                    windows.len()
+                )));
+            }
+            for (d, c) in windows.into_iter().zip(counts) {
+                if let Some(reason) = c.strip_prefix('!') {
+                    out.rejected.push(Rejected {
+                        diff: d.clone(),
+                        reason: format!("redis: {reason}"),
+                    });
+                    continue;
+                }
+                out.totals.push(Total {
+                    key: d.key.clone(),
+                    window_size: d.window_size,
+                    window_start: d.window_start,
+                    count: parse(&c)?,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    async fn push_tats(&self, namespace: &str, push: TatPush<'_>) -> Result<Vec<Tat>, StoreError> {
+        self.push_bucket_tats(namespace, push).await
+    }
+
+    async fn read_tats(
+        &self,
+        namespace: &str,
+        keys: &[CompactString],
+    ) -> Result<Vec<Tat>, StoreError> {
+        self.read_bucket_tats(namespace, keys).await
+    }
+
+    async fn load_tats(&self, namespace: &str, now_ns: i64) -> Result<Vec<Tat>, StoreError> {
+        self.load_bucket_tats(namespace, now_ns).await
+    }
+
+    /// Empties the key's hashes, one per window size and its bucket, but for their push
+    /// records.
+    async fn reset(
+        &self,
+        namespace: &str,
+        key: &str,
+        window_sizes: &[u32],
+    ) -> Result<(), StoreError> {
+        // one hash tag: every key of the call is in one cluster slot
+        let mut inv = Eval::default();
+        inv.key(&self.bucket_key(namespace, key));
+        for s in window_sizes {
+            inv.key(&self.hash_key(namespace, key, *s));
+        }
+        let _: Vec<i64> = self
+            .replies(vec![inv.call(&self.scripts.reset, true)])
+            .await?;
+        Ok(())
+    }
+
+    async fn read(&self, namespace: &str, keys: &[WindowKey]) -> Result<Vec<Total>, StoreError> {
+        let replies = self
+            .hget_each(keys.iter().map(|w| {
+                (
+                    self.hash_key(namespace, &w.key, w.window_size),
+                    w.window_start.to_string(),
+                )
+            }))
+            .await?;
+        keys.iter()
+            .zip(replies)
+            .filter_map(|(w, r)| r.map(|c| (w, c)))
+            .map(|(w, c)| {
+                Ok(Total {
+                    key: w.key.clone(),
+                    window_size: w.window_size,
+                    window_start: w.window_start,
+                    count: parse(&c)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Warm-up scans for the namespace's hashes: Redis keeps no per-namespace index
+    /// (it would be one hot key per namespace), so this walks the keyspace once, at start.
+    async fn load_namespace(
+        &self,
+        namespace: &str,
+        windows: &[(u32, i64)],
+    ) -> Result<Vec<Total>, StoreError> {
+        let head = format!("{}:{{{}:{}:", self.prefix, namespace.len(), namespace);
+        let pattern = format!("{}*", glob_escape(&head));
+        let mut hashes = Vec::new();
+        for hash in self.scan(&pattern).await? {
+            let Some((key, size)) = parse_hash_key(&hash, &head) else {
+                continue;
+            };
+            let Some(&(_, oldest)) = windows.iter().find(|(s, _)| *s == size) else {
+                continue;
+            };
+            let mut cmd = redis::cmd("HGETALL");
+            cmd.arg(&hash);
+            hashes.push((Call::on(&hash, cmd, false), key.to_owned(), size, oldest));
+        }
+        let mut out = Vec::new();
+        while !hashes.is_empty() {
+            let rest = hashes.split_off(hashes.len().min(CALLS_PER_RUN));
+            let (calls, found): (Vec<Call>, Vec<_>) = hashes
+                .into_iter()
+                .map(|(c, key, size, oldest)| (c, (key, size, oldest)))
+                .unzip();
+            hashes = rest;
+            let replies: Vec<Vec<(String, String)>> = self.replies(calls).await?;
+            for ((key, size, oldest), fields) in found.into_iter().zip(replies) {
+                Self::live_windows(&key, size, oldest, fields, &mut out)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// PING to every server holding keys (each primary of a cluster).
+    async fn ping(&self) -> Result<Option<UnixMs>, StoreError> {
+        // every primary answers; the first one's clock is the store's
+        let mut first = None;
+        for server in self.servers.primaries().await? {
+            let mut conn = server.conn().await?;
+            let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
+            first.get_or_insert(UnixMs(secs * 1_000 + micros / 1_000));
+        }
+        Ok(first)
+    }
+}
