@@ -429,20 +429,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(None);
     let builder = Arc::new(builder);
-    let reaper = {
-        let (conns, stop) = (conns.clone(), stop.clone());
-        let shortest = limits
-            .header_timeout
-            .min(limits.idle_timeout)
-            .min(limits.body_timeout);
-        let every = (shortest / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            while stop.run_until_cancelled(tick.tick()).await.is_some() {
-                conns.reap(&limits);
-            }
-        })
-    };
+    let reaper = spawn_reaper(conns.clone(), stop.clone(), limits);
     while let Some((stream, peer)) = crate::listening::accept(&listener, &stop).await {
         if !conns.make_room(limits.max_connections) {
             debug!(%peer, open = conns.len(), "every connection busy: refused");
@@ -462,22 +449,7 @@ pub async fn serve(
         match &tls {
             None => drop(tasks.spawn(conn.serve(stream))),
             Some(tls) => {
-                let acceptor = tls.current();
-                let handshake = limits.header_timeout;
-                tasks.spawn(async move {
-                    // the handshake counts against the header timeout
-                    match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => conn.serve(stream).await,
-                        Ok(Err(e)) => {
-                            debug!(%peer, cause = %e, "TLS handshake failed");
-                            conn.conns.closed(conn.id);
-                        }
-                        Err(_) => {
-                            debug!(%peer, "TLS handshake timed out");
-                            conn.conns.closed(conn.id);
-                        }
-                    }
-                });
+                drop(tasks.spawn(over_tls(conn, stream, tls.current(), limits.header_timeout)))
             }
         }
     }
@@ -487,5 +459,46 @@ pub async fn serve(
     tasks.close();
     if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
         warn!(?grace, "requests still running after the grace period");
+    }
+}
+
+/// Closes the connections past their timeouts, checking a few times per shortest one.
+fn spawn_reaper(
+    conns: Arc<Conns>,
+    stop: CancellationToken,
+    limits: ConnectionLimits,
+) -> tokio::task::JoinHandle<()> {
+    let shortest = limits
+        .header_timeout
+        .min(limits.idle_timeout)
+        .min(limits.body_timeout);
+    let every = (shortest / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        while stop.run_until_cancelled(tick.tick()).await.is_some() {
+            conns.reap(&limits);
+        }
+    })
+}
+
+/// Serves `conn` over TLS once its handshake is done; the handshake counts against the
+/// header timeout.
+async fn over_tls(
+    conn: Connection,
+    stream: tokio::net::TcpStream,
+    acceptor: Arc<tokio_rustls::TlsAcceptor>,
+    handshake: Duration,
+) {
+    let peer = conn.peer;
+    match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => conn.serve(stream).await,
+        Ok(Err(e)) => {
+            debug!(%peer, cause = %e, "TLS handshake failed");
+            conn.conns.closed(conn.id);
+        }
+        Err(_) => {
+            debug!(%peer, "TLS handshake timed out");
+            conn.conns.closed(conn.id);
+        }
     }
 }
