@@ -12,10 +12,9 @@
 //!   sending (head or body). Only when every connection has a whole request being
 //!   answered is a new one refused.
 
-use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -31,167 +30,9 @@ use tracing::{debug, warn};
 
 use crate::config::ConnectionLimits;
 
-/// `0` in the `*_ms` fields below: not set (times are stored plus one).
-const UNSET: u64 = 0;
+mod conns;
 
-/// One open connection, as the cap and the timeouts see it. A request changes only its
-/// own connection's atomics: no lock every request takes.
-#[derive(Debug)]
-struct ConnState {
-    /// Requests in flight (head received).
-    busy: AtomicUsize,
-    /// Of those, the ones whose body has not all arrived.
-    unread: AtomicUsize,
-    /// Milliseconds after [`Conns::epoch`] it was accepted, or its last request ended.
-    idle_since_ms: AtomicU64,
-    /// Plus one: when the first byte of a request head arrived, while none is in flight.
-    head_since_ms: AtomicU64,
-    /// Plus one: when the last request whose body is still unread was received.
-    body_since_ms: AtomicU64,
-    /// It has had a request (a new connection gets `header_timeout` for its first).
-    served: AtomicBool,
-    /// Closes it at once.
-    close: CancellationToken,
-    /// `close` was cancelled (read without the token's lock when scanning thousands).
-    closing: AtomicBool,
-}
-
-impl ConnState {
-    fn close(&self) {
-        if !self.closing.swap(true, Ordering::Relaxed) {
-            self.close.cancel();
-        }
-    }
-
-    /// Nothing of it is being answered: idle, or every request in it still arriving.
-    fn evictable(&self) -> bool {
-        self.busy.load(Ordering::Relaxed) == self.unread.load(Ordering::Relaxed)
-            && !self.closing.load(Ordering::Relaxed)
-    }
-
-    /// Whether its time is up at `now` (milliseconds after the epoch).
-    fn expired(&self, now: u64, limits: &ConnectionLimits) -> bool {
-        let over = |since: u64, limit: Duration| {
-            now.saturating_sub(since) > u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)
-        };
-        let busy = self.busy.load(Ordering::Relaxed);
-        if busy == 0 {
-            let head = self.head_since_ms.load(Ordering::Relaxed);
-            let idle = self.idle_since_ms.load(Ordering::Relaxed);
-            return if head != UNSET {
-                over(head - 1, limits.header_timeout)
-            } else if !self.served.load(Ordering::Relaxed) {
-                over(idle, limits.header_timeout)
-            } else {
-                over(idle, limits.idle_timeout)
-            };
-        }
-        // every request in flight still sending its body, past the body timeout and a
-        // second for the 408 to go out
-        let body = self.body_since_ms.load(Ordering::Relaxed);
-        self.unread.load(Ordering::Relaxed) == busy
-            && body != UNSET
-            && over(body - 1, limits.body_timeout + Duration::from_secs(1))
-    }
-}
-
-/// The open connections. The map is locked when a connection opens or closes, when
-/// the cap is reached, and once per reaper tick — not per request.
-#[derive(Debug)]
-struct Conns {
-    map: Mutex<HashMap<u64, Arc<ConnState>>>,
-    next: AtomicU64,
-    epoch: Instant,
-    /// How many are open, for the metrics.
-    open: Arc<AtomicUsize>,
-}
-
-impl Conns {
-    fn new(open: Arc<AtomicUsize>) -> Self {
-        Conns {
-            map: Mutex::default(),
-            next: AtomicU64::new(0),
-            epoch: Instant::now(),
-            open,
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<ConnState>>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn now_ms(&self) -> u64 {
-        ms_since(self.epoch)
-    }
-
-    /// Makes room for one more under `max`: closes the connection idle the longest,
-    /// else the one stuck the longest sending a request. False when every connection
-    /// has a whole request being answered.
-    fn make_room(&self, max: usize) -> bool {
-        let map = self.lock();
-        if map.len() < max {
-            return true;
-        }
-        let victim = map.values().filter(|c| c.evictable()).min_by_key(|c| {
-            let stuck = c.busy.load(Ordering::Relaxed) > 0;
-            let since = if stuck {
-                c.body_since_ms.load(Ordering::Relaxed)
-            } else {
-                c.idle_since_ms.load(Ordering::Relaxed)
-            };
-            (stuck, since)
-        });
-        match victim {
-            Some(c) => {
-                c.close();
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn open(&self) -> (u64, Arc<ConnState>) {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(ConnState {
-            busy: AtomicUsize::new(0),
-            unread: AtomicUsize::new(0),
-            idle_since_ms: AtomicU64::new(self.now_ms()),
-            head_since_ms: AtomicU64::new(UNSET),
-            body_since_ms: AtomicU64::new(UNSET),
-            served: AtomicBool::new(false),
-            close: CancellationToken::new(),
-            closing: AtomicBool::new(false),
-        });
-        let mut map = self.lock();
-        map.insert(id, conn.clone());
-        self.open.store(map.len(), Ordering::Relaxed);
-        (id, conn)
-    }
-
-    fn closed(&self, id: u64) {
-        let mut map = self.lock();
-        map.remove(&id);
-        self.open.store(map.len(), Ordering::Relaxed);
-    }
-
-    /// Closes the connections whose time is up.
-    fn reap(&self, limits: &ConnectionLimits) {
-        let now = self.now_ms();
-        for c in self.lock().values() {
-            if c.expired(now, limits) {
-                c.close();
-            }
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.lock().len()
-    }
-}
-
-fn ms_since(epoch: Instant) -> u64 {
-    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
+use self::conns::{ms_since, ConnState, Conns, UNSET};
 
 /// Marks a connection busy while a request is in flight.
 struct InFlight {
