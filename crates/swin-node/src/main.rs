@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use swin_node::config::Config;
-use swin_node::node::{migrate_all, Node, Signals};
+use swin_node::node::{migrate_all, Daemon, Signals};
 
 /// mimalloc instead of the system allocator: a request allocates and frees a few dozen
 /// small blocks (hyper's buffers, axum's boxed futures, the JSON answer) across tokio's
@@ -137,7 +137,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let signals = Signals::install()?;
             let listener =
                 listen(config.listen).with_context(|| format!("listen on {}", config.listen))?;
-            let node = Node::start(config).await?;
+            let node = Daemon::start(config).await?;
             let served = node.serve(listener, cli.config, signals).await;
             telemetry.shutdown().await;
             served

@@ -17,7 +17,7 @@ use proptest::test_runner::{Config as Cases, TestCaseError, TestRunner};
 use swin_core::{UnixMs, WindowSize};
 use swin_node::config::Config;
 use swin_node::http;
-use swin_node::node::{open_store, Node};
+use swin_node::node::{open_store, Daemon};
 use swin_sync::{Store, WindowKey};
 use tower::ServiceExt;
 
@@ -114,7 +114,7 @@ async fn send(r: &axum::Router, method: &str, uri: &str, body: Option<String>) -
 }
 
 struct Cluster {
-    nodes: Vec<Node>,
+    nodes: Vec<Daemon>,
     config: PathBuf,
     section: String,
     data_dir: tempfile::TempDir,
@@ -330,7 +330,7 @@ fn run(section: String) {
         let store = open_store(&config.stores["main"]).await.expect("store");
         let mut nodes = Vec::new();
         for _ in 0..3 {
-            nodes.push(Node::start(config.clone()).await.expect("node"));
+            nodes.push(Daemon::start(config.clone()).await.expect("node"));
         }
         Cluster {
             nodes,

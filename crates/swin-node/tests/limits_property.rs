@@ -16,7 +16,7 @@ use axum::http::Request;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use swin_core::{UnixMs, WindowAlgorithm, WindowLimit, WindowSize};
-use swin_node::config::{Admission, NamespaceConfig};
+use swin_node::config::{AdmissionMode, NamespaceConfig};
 use swin_node::http;
 use swin_node::policy::limits::{KeyFrom, KeyLimits, Limits, WindowSet};
 use swin_node::state::{AppState, Namespace, Namespaces};
@@ -55,7 +55,7 @@ fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> ax
             shadow: false,
         }),
         allow_decrements: false,
-        admission: Admission::Eventual,
+        admission: AdmissionMode::Eventual,
         algorithm: if gcra {
             swin_node::policy::algorithm::Algorithm::Gcra
         } else {

@@ -34,7 +34,7 @@ pub async fn increment_key(
             .filter(|(_, r)| r.is_ok())
             .map(|(&s, _)| s)
             .collect();
-        give_back(ns, key, value, &done, now).await;
+        undo(ns, key, value, &done, now).await;
     }
     Ok(counted.into_iter().collect::<Result<_, _>>()?)
 }
@@ -72,7 +72,7 @@ pub async fn increment_all(
     for (done, w) in items.iter().zip(&out) {
         if w.is_some() {
             let sizes = sizes_of(done.ns, done.window_size);
-            give_back(done.ns, done.key, done.value, &sizes, now).await;
+            undo(done.ns, done.key, done.value, &sizes, now).await;
         }
     }
     Err(failed)
@@ -91,7 +91,7 @@ fn sizes_of(ns: &Namespace, window_size: Option<u32>) -> Vec<u32> {
 }
 
 /// Takes `value` back out of the windows of `sizes` (an increment that cannot stand).
-async fn give_back(ns: &Namespace, key: &str, value: f64, sizes: &[u32], now: UnixMs) {
+async fn undo(ns: &Namespace, key: &str, value: f64, sizes: &[u32], now: UnixMs) {
     for &s in sizes {
         if let Err(e) = ns.sync.increment(key, s, -value, now).await {
             // the key holds the value just counted, so its entry cannot be refused
@@ -102,7 +102,7 @@ async fn give_back(ns: &Namespace, key: &str, value: f64, sizes: &[u32], now: Un
 
 /// One increment of a batch, as a door read it.
 #[derive(Debug, Clone, Copy)]
-pub struct Asked<'a> {
+pub struct AskedIncrement<'a> {
     pub namespace: &'a str,
     pub key: &'a str,
     /// The value (1 when the door was given none).
@@ -124,7 +124,7 @@ pub struct CountedBatch {
 /// `increments[i]: …`), and when one fails, what the others counted is given back.
 pub async fn count_batch(
     namespaces: &crate::state::Namespaces,
-    asked: &[Asked<'_>],
+    asked: &[AskedIncrement<'_>],
     max: usize,
     now: UnixMs,
 ) -> Result<CountedBatch, Error> {

@@ -19,7 +19,7 @@ use crate::policy::input::check_key;
 use crate::policy::limits::{ceil_secs, KeyLimits, Limits};
 use crate::state::Namespace;
 pub use swin_sync::admission::together;
-use swin_sync::admission::{Admitted, Quota, Spend};
+use swin_sync::admission::{Admitted, Bounds, Spend};
 
 /// One key's decision (the strictest of its limits'), and what its headers say.
 #[derive(Debug, Clone)]
@@ -125,10 +125,10 @@ pub(crate) fn verdict(limits: &KeyLimits, a: Admitted) -> Verdict {
 }
 
 /// What the admission interface is asked about under `limits`.
-pub(crate) fn quota(limits: &KeyLimits) -> Quota<'_> {
+pub(crate) fn bounds(limits: &KeyLimits) -> Bounds<'_> {
     match limits {
-        KeyLimits::Gcra(g) => Quota::Bucket(g),
-        KeyLimits::Windows(set) => Quota::Windows(set),
+        KeyLimits::Gcra(g) => Bounds::Bucket(g),
+        KeyLimits::Windows(set) => Bounds::Windows(set),
     }
 }
 
@@ -219,7 +219,7 @@ pub async fn take_under(
         (false, false) => Spend::IfAllowed,
         (false, true) => Spend::Always,
     };
-    let mut a = ns.admission.take(key, quota(limits), cost, spend).await?;
+    let mut a = ns.admission.take(key, bounds(limits), cost, spend).await?;
     if shadow && !a.decision.allowed {
         // allowed; its wait stays, as when the hit would have passed
         a.decision.allowed = true;

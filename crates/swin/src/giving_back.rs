@@ -5,33 +5,33 @@
 use swin_core::check_cost;
 use swin_sync::admission::GiveBack;
 
-use crate::decisions::{limits_of, quota, verdict, HitAnswer};
+use crate::decisions::{bounds, limits_of, verdict, HitAnswer};
 use crate::error::Error;
 use crate::policy::input::check_key;
 use crate::policy::limits::KeyLimits;
 use crate::state::Namespace;
 
 /// Takes back an allowed hit (a batch that was denied as a whole).
-pub async fn give_back(ns: &Namespace, key: &str, cost: f64) -> Result<(), Error> {
+pub async fn undo(ns: &Namespace, key: &str, cost: f64) -> Result<(), Error> {
     match ns
         .limits
         .as_ref()
         .map(|l| ns.effective(key, l.for_key(key)))
     {
-        Some(limits) => give_back_under(ns, key, &limits, cost).await,
+        Some(limits) => undo_under(ns, key, &limits, cost).await,
         None => Ok(()),
     }
 }
 
 /// Takes back a hit allowed under `limits` (the key's own, or a descriptor rule's).
-pub async fn give_back_under(
+pub async fn undo_under(
     ns: &Namespace,
     key: &str,
     limits: &KeyLimits,
     cost: f64,
 ) -> Result<(), Error> {
     ns.admission
-        .give_back(key, quota(limits), cost, GiveBack::Undo)
+        .give_back(key, bounds(limits), cost, GiveBack::Undo)
         .await?;
     Ok(())
 }
@@ -46,7 +46,7 @@ pub async fn refund_under(
 ) -> Result<swin_core::Decision, Error> {
     let back = ns
         .admission
-        .give_back(key, quota(limits), cost, GiveBack::Unused)
+        .give_back(key, bounds(limits), cost, GiveBack::Refund)
         .await?;
     back.after.map(|a| a.decision).ok_or(Error::Internal)
 }
@@ -67,7 +67,7 @@ pub async fn refund(
     let limits = &*limits;
     let back = ns
         .admission
-        .give_back(key, quota(limits), cost, GiveBack::Unused)
+        .give_back(key, bounds(limits), cost, GiveBack::Refund)
         .await?;
     let Some(after) = back.after else {
         return Err(Error::Internal);

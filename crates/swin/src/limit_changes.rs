@@ -98,7 +98,12 @@ pub async fn set(
         .limits
         .validate(ns.algorithm, &sizes)
         .map_err(|(field, why)| Error::BadRequest(format!("{field}: {why}")))?;
-    if limits.has_shadow() && matches!(ns.admission_mode, crate::config::Admission::Strict { .. }) {
+    if limits.has_shadow()
+        && matches!(
+            ns.admission_mode,
+            crate::config::AdmissionMode::Strict { .. }
+        )
+    {
         return Err(Error::BadRequest(format!(
             "limits: {}",
             crate::config::STRICT_SHADOW

@@ -9,7 +9,7 @@ use crate::decisions::{
     check_effective, first_failure, take_touched, touch_all, validate, Verdict,
 };
 use crate::error::Error;
-use crate::giving_back::give_back;
+use crate::giving_back::undo;
 use crate::state::Namespace;
 
 /// Runs a request's decision to its end in a task of its own when `whole` (its hits go
@@ -73,7 +73,7 @@ pub async fn decide_all(hits: &[Hit<'_>], dry_run: bool) -> Result<BatchVerdict,
     let denied = verdicts.iter().flatten().any(|v| !v.allowed());
     if failed.is_some() || denied {
         let at = failed.as_ref().map_or(0, |(i, _)| *i);
-        give_back_all(hits, &verdicts, dry_run)
+        undo_all(hits, &verdicts, dry_run)
             .await
             .map_err(|e| (at, e))?;
     }
@@ -94,7 +94,7 @@ pub async fn decide_all(hits: &[Hit<'_>], dry_run: bool) -> Result<BatchVerdict,
 }
 
 /// Gives back every allowed hit of `verdicts` (`None`: the hit failed, nothing taken).
-async fn give_back_all(
+async fn undo_all(
     hits: &[Hit<'_>],
     verdicts: &[Option<Verdict>],
     dry_run: bool,
@@ -106,7 +106,7 @@ async fn give_back_all(
         .iter()
         .zip(verdicts)
         .filter(|(_, v)| v.as_ref().is_some_and(Verdict::allowed))
-        .map(|(h, _)| give_back(&h.ns, h.key, h.cost));
+        .map(|(h, _)| undo(&h.ns, h.key, h.cost));
     futures_util::future::join_all(back)
         .await
         .into_iter()
@@ -115,7 +115,7 @@ async fn give_back_all(
 
 /// One hit of a batch, as a door read it.
 #[derive(Debug, Clone, Copy)]
-pub struct Asked<'a> {
+pub struct AskedHit<'a> {
     pub namespace: &'a str,
     pub key: &'a str,
     pub cost: f64,
@@ -147,7 +147,7 @@ impl Batch {
 /// [`decide_all`]); an error names the hit (`hits[i]: …`).
 pub async fn decide_batch(
     namespaces: &crate::state::Namespaces,
-    asked: &[Asked<'_>],
+    asked: &[AskedHit<'_>],
     dry_run: bool,
     max: usize,
 ) -> Result<Batch, Error> {

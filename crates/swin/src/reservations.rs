@@ -29,7 +29,7 @@ use swin_sync::admission::GiveBack;
 use swin_sync::store::Acquire;
 
 use crate::config::MIN_TTL_SECS;
-use crate::decisions::{limits_of, quota, take, take_under, verdict, HitAnswer, Verdict};
+use crate::decisions::{bounds, limits_of, take, take_under, verdict, HitAnswer, Verdict};
 use crate::error::Error;
 use crate::policy::input::check_key;
 use crate::policy::limits::KeyLimits;
@@ -157,7 +157,7 @@ pub async fn reserve(
 async fn undo(ns: Arc<Namespace>, key: String, id: String, cost: f64, expires_at: UnixMs) {
     let deadline = tokio::time::Instant::now() + RETRY_FOR;
     loop {
-        if crate::giving_back::give_back(&ns, &key, cost).await.is_ok() {
+        if crate::giving_back::undo(&ns, &key, cost).await.is_ok() {
             break;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -167,7 +167,7 @@ async fn undo(ns: Arc<Namespace>, key: String, id: String, cost: f64, expires_at
         tokio::time::sleep(RETRY_EVERY).await;
     }
     // the record, as an acquire cut short ends its lease
-    crate::leases::abandon(ns.leases.clone(), key, id, expires_at).await;
+    crate::leases::undo_lease(ns.leases.clone(), key, id, expires_at).await;
 }
 
 /// Ends the reservation `id` of `key` and settles it at `cost`.
@@ -277,7 +277,7 @@ async fn settle(
     if cost < estimate {
         let back = ns
             .admission
-            .give_back(key, quota(limits), estimate - cost, GiveBack::Unused)
+            .give_back(key, bounds(limits), estimate - cost, GiveBack::Refund)
             .await?;
         let after = back.after.ok_or(Error::Internal)?;
         return Ok((0.0, back.given, verdict(limits, after)));

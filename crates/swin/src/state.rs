@@ -23,7 +23,7 @@ pub struct Namespace {
     /// client could lift its own limit.
     pub allow_decrements: bool,
     /// How `/hit` admits (`admission`, `on_store_failure`), as configured.
-    pub admission_mode: crate::config::Admission,
+    pub admission_mode: crate::config::AdmissionMode,
     /// Decides every hit, on every door: picked once, here, from the namespace's
     /// algorithm and admission.
     pub admission: Arc<dyn Admission>,
@@ -110,8 +110,8 @@ impl Namespace {
         .answering_within(timeouts.answer);
         let gcra = cfg.algorithm == crate::policy::algorithm::Algorithm::Gcra;
         let strict = match cfg.admission {
-            crate::config::Admission::Eventual => None,
-            crate::config::Admission::Strict { on_store_failure } => Some(on_store_failure),
+            crate::config::AdmissionMode::Eventual => None,
+            crate::config::AdmissionMode::Strict { on_store_failure } => Some(on_store_failure),
         };
         let (sync, admission) = admission::for_namespace(sync, gcra, strict);
         let leases = crate::leases::LeaseBook::for_namespace(&sync, cfg.max_counters);

@@ -1,7 +1,7 @@
 //! Operating a node over HTTP: reset a key, list namespaces, sync now, health,
 //! readiness and metrics.
 
-use crate::config::{Admission, OnStoreFailure};
+use crate::config::{AdmissionMode, OnStoreFailure};
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -145,9 +145,9 @@ fn info(ns: &Namespace) -> NamespaceInfo {
             swin_sync::SyncMode::LocalOnly => -1.0,
         },
         store: ns.store_name.clone(),
-        algorithm: match ns.concurrency {
-            Some(_) => Some("concurrency"),
-            None => ns.limits.as_ref().map(|l| l.algorithm().name()),
+        algorithm: match ns.algorithm {
+            swin::policy::algorithm::Algorithm::Concurrency => Some("concurrency"),
+            _ => ns.limits.as_ref().map(|l| l.algorithm().name()),
         },
         limit: ns.concurrency.map(|c| c.limit),
         lease_ttl: ns.concurrency.map(|c| c.lease_ttl.as_secs_f64()),
@@ -161,11 +161,11 @@ fn info(ns: &Namespace) -> NamespaceInfo {
         degraded_reason: st.degraded,
         admission: ns.limits.as_ref().map(|_| ns.admission_mode.name()),
         on_store_failure: match ns.admission_mode {
-            Admission::Strict { on_store_failure } => Some(match on_store_failure {
+            AdmissionMode::Strict { on_store_failure } => Some(match on_store_failure {
                 OnStoreFailure::Local => "local",
                 OnStoreFailure::Deny => "deny",
             }),
-            Admission::Eventual => None,
+            AdmissionMode::Eventual => None,
         },
         reservations: ns.sync.reservations(),
         shadow: ns.limits.as_ref().is_some_and(|l| l.shadow),

@@ -14,7 +14,7 @@ use swin_core::WindowRate;
 use super::error::ApiError;
 use super::extract::{parse_json, ApiPath, JsonBody, RawJson};
 use super::Route;
-use crate::counting::{count_batch as count_batch_in, increment_key, Asked};
+use crate::counting::{count_batch as count_batch_in, increment_key, AskedIncrement};
 use crate::error::Error;
 use crate::policy::input::{check_key, check_value};
 use crate::requests::to_the_end;
@@ -244,10 +244,10 @@ async fn increments_batch(
 
 async fn count_batch(state: Arc<AppState>, bytes: axum::body::Bytes) -> Result<Response, Error> {
     let body: BatchBody = parse_json(Some(&bytes))?;
-    let asked: Vec<Asked> = body
+    let asked: Vec<AskedIncrement> = body
         .increments
         .iter()
-        .map(|item| Asked {
+        .map(|item| AskedIncrement {
             namespace: &item.namespace,
             key: &item.key,
             value: item.value,

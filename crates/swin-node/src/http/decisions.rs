@@ -29,7 +29,7 @@ use crate::error::Error;
 use crate::giving_back::refund as give_refund;
 use crate::policy::headers::{self, shadow_item, RateLimitHeaders};
 use crate::policy::limits::KeyFrom;
-use crate::requests::{decide_batch as decide_batch_in, to_the_end, Asked};
+use crate::requests::{decide_batch as decide_batch_in, to_the_end, AskedHit};
 use crate::state::AppState;
 
 pub(super) fn routes() -> Vec<Route> {
@@ -218,10 +218,10 @@ async fn hits_batch(
 }
 
 async fn decide_batch(state: Arc<AppState>, body: BatchBody) -> Result<Response, Error> {
-    let asked: Vec<Asked> = body
+    let asked: Vec<AskedHit> = body
         .hits
         .iter()
-        .map(|h| Asked {
+        .map(|h| AskedHit {
             namespace: &h.namespace,
             key: &h.key,
             cost: h.cost,

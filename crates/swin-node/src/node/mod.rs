@@ -39,15 +39,15 @@ impl Signals {
 
 /// A running daemon: its limiter, what every request shares, and its TLS.
 #[derive(Debug)]
-pub struct Node {
+pub struct Daemon {
     pub state: Arc<AppState>,
     limiter: Limiter,
     /// HTTPS, when the config has `[tls]`; its files are read again on SIGHUP.
     tls: Option<crate::tls::Acceptor>,
 }
 
-impl Node {
-    pub async fn start(config: Config) -> anyhow::Result<Node> {
+impl Daemon {
+    pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         let tls = match &config.tls {
             Some(cfg) => Some(crate::tls::Acceptor::load(cfg)?),
             None => None,
@@ -56,7 +56,7 @@ impl Node {
             warn!(listen = %config.listen, "no [auth] section: anyone who reaches this address can reset keys, sync and read metrics; add [auth] tokens or listen on loopback");
         }
         let limiter = Limiter::start(config.clone()).await?;
-        Ok(Node {
+        Ok(Daemon {
             state: Arc::new(AppState::for_config(&config, limiter.serving())),
             limiter,
             tls,

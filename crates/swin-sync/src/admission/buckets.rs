@@ -11,15 +11,15 @@ use swin_core::{Decision, Gcra, UnixMs};
 
 use super::grants::{horizon, BucketView, Grants};
 use super::{
-    now, Admission, AdmitError, Admitted, BoxFuture, GiveBack, GivenBack, OnStoreFailure, Quota,
+    now, Admission, AdmitError, Admitted, Bounds, BoxFuture, GiveBack, GivenBack, OnStoreFailure,
     Spend, Strict,
 };
 use crate::NamespaceSync;
 
-fn bucket(quota: Quota<'_>) -> Result<&Gcra, AdmitError> {
-    match quota {
-        Quota::Bucket(g) => Ok(g),
-        Quota::Windows(_) => Err(AdmitError::NoLimits),
+fn bucket(bounds: Bounds<'_>) -> Result<&Gcra, AdmitError> {
+    match bounds {
+        Bounds::Bucket(g) => Ok(g),
+        Bounds::Windows(_) => Err(AdmitError::NoLimits),
     }
 }
 
@@ -66,12 +66,12 @@ impl Admission for Eventual {
     fn take<'a>(
         &'a self,
         key: &'a str,
-        quota: Quota<'a>,
+        bounds: Bounds<'a>,
         cost: f64,
         spend: Spend,
     ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
         Box::pin(async move {
-            let g = bucket(quota)?;
+            let g = bucket(bounds)?;
             self.decide(g, key, g.units(cost)?, spend, now()).await
         })
     }
@@ -80,12 +80,12 @@ impl Admission for Eventual {
     fn give_back<'a>(
         &'a self,
         key: &'a str,
-        quota: Quota<'a>,
+        bounds: Bounds<'a>,
         cost: f64,
         _why: GiveBack,
     ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
         Box::pin(async move {
-            let g = bucket(quota)?;
+            let g = bucket(bounds)?;
             let d = self
                 .sync
                 .refund_tokens(g, key, g.units(cost)?, now())
@@ -132,12 +132,12 @@ impl Admission for Strict<Eventual, Grants> {
     fn take<'a>(
         &'a self,
         key: &'a str,
-        quota: Quota<'a>,
+        bounds: Bounds<'a>,
         cost: f64,
         spend: Spend,
     ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
         Box::pin(async move {
-            let g = bucket(quota)?;
+            let g = bucket(bounds)?;
             let cost = g.units(cost)?;
             let now = now();
             let sync = &self.local.sync;
@@ -175,17 +175,17 @@ impl Admission for Strict<Eventual, Grants> {
     fn give_back<'a>(
         &'a self,
         key: &'a str,
-        quota: Quota<'a>,
+        bounds: Bounds<'a>,
         cost: f64,
         why: GiveBack,
     ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
         Box::pin(async move {
-            let g = bucket(quota)?;
+            let g = bucket(bounds)?;
             let now = now();
             let given = self.quota.give_back(key, g.units(cost)?, now) as f64;
             let after = match why {
                 GiveBack::Undo => None,
-                GiveBack::Unused => Some(admitted(granted_decision(
+                GiveBack::Refund => Some(admitted(granted_decision(
                     g,
                     &self.quota.view(key, now),
                     now,

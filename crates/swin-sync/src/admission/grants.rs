@@ -115,7 +115,7 @@ pub struct Grants {
 
 impl QuotaKeeper for Grants {
     /// Nothing goes back (see the module header): keys whose grants lapsed are forgotten.
-    fn give_back<'a>(
+    fn return_unused<'a>(
         &'a self,
         _sync: &'a Arc<NamespaceSync>,
         now: UnixMs,

@@ -1,7 +1,7 @@
 //! Strict admission of window limits (`admission = "strict"`): a node admits a hit only
 //! from quota it holds, taken from the store with [`crate::Store::hold`] (see
-//! `swin_core::settle_hold`). [`Holds`] owns that quota; the engine's loop asks it to give
-//! back what is unused ([`QuotaKeeper`]).
+//! `swin_core::settle_hold`). [`Holds`] owns that quota; the engine's loop asks it to
+//! return what is unused to the store ([`QuotaKeeper`]).
 //!
 //! Per key and window size a slot keeps what this node holds in the current window and
 //! how much of it it has used. A hit that fits in the unused part is admitted from
@@ -149,13 +149,13 @@ fn view(s: &SlotState, allowed: bool) -> StrictView {
 }
 
 impl QuotaKeeper for Holds {
-    fn give_back<'a>(
+    fn return_unused<'a>(
         &'a self,
         sync: &'a Arc<NamespaceSync>,
         now: UnixMs,
         all: bool,
     ) -> futures_util::future::BoxFuture<'a, bool> {
-        Box::pin(self.give_back_unused(sync, now, all))
+        Box::pin(self.return_held(sync, now, all))
     }
 
     fn tracked(&self) -> usize {
@@ -388,11 +388,11 @@ impl Holds {
         .await
     }
 
-    /// Gives quota back: what ended windows did not use, what idle keys hold unused, or
+    /// Returns quota to the store: what ended windows did not use, what idle keys hold unused, or
     /// (`all`, at shutdown) everything unused. Run by the engine's loop every tick; a
-    /// give-back that fails is tried again at the next.
-    /// True when nothing is left to give back.
-    async fn give_back_unused(&self, sync: &Arc<NamespaceSync>, now: UnixMs, all: bool) -> bool {
+    /// return that fails is tried again at the next.
+    /// True when nothing is left to return.
+    async fn return_held(&self, sync: &Arc<NamespaceSync>, now: UnixMs, all: bool) -> bool {
         self.prune(now);
         let Some(store) = sync.store().cloned() else {
             return true;
@@ -404,14 +404,14 @@ impl Holds {
             if !s.inflight {
                 // (a request still out for an ended window could land after its give-back)
                 for &(start, used) in &s.ended {
-                    holds.push(give_back_to(&key, size, start, used));
+                    holds.push(returned(&key, size, start, used));
                 }
             }
             let idle = now.0 - s.last_hit_ms >= IDLE_MS;
             if (all || idle) && !s.inflight && (s.held > s.used || s.unsure) && s.start != 0 {
                 // no hit uses the quota while it goes back
                 s.inflight = true;
-                holds.push(give_back_to(&key, size, s.start, s.used));
+                holds.push(returned(&key, size, s.start, s.used));
                 current.push((slot.clone(), s.start));
             }
         }
@@ -453,7 +453,7 @@ fn first_block(limit: f64, cost: f64) -> f64 {
 }
 
 /// A hold that lowers the holder's total in a window to what it used.
-fn give_back_to(key: &CompactString, size: u32, start: i64, used: f64) -> Hold {
+fn returned(key: &CompactString, size: u32, start: i64, used: f64) -> Hold {
     Hold {
         key: key.clone(),
         window_size: size,

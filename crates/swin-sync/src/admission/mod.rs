@@ -29,7 +29,7 @@ use crate::{NamespaceSync, StoreError, SyncMode};
 
 /// What a hit is decided against: a key's window limits, or its GCRA bucket.
 #[derive(Debug, Clone, Copy)]
-pub enum Quota<'a> {
+pub enum Bounds<'a> {
     Windows(&'a [WindowLimit]),
     Bucket(&'a Gcra),
 }
@@ -53,10 +53,10 @@ pub enum GiveBack {
     Undo,
     /// Hits admitted but not used (a refund): given back never below zero, on the
     /// cluster's count (read first where the node keeps more than its own).
-    Unused,
+    Refund,
 }
 
-/// A decision, and the limit it comes from (an index into [`Quota::Windows`]; 0 for a
+/// A decision, and the limit it comes from (an index into [`Bounds::Windows`]; 0 for a
 /// bucket).
 #[derive(Debug, Clone)]
 pub struct Admitted {
@@ -70,7 +70,7 @@ pub struct Admitted {
     pub shadow_denied: bool,
 }
 
-/// What a give-back returned, and (for [`GiveBack::Unused`]) the key after it as a dry
+/// What a give-back returned, and (for [`GiveBack::Refund`]) the key after it as a dry
 /// run would see it.
 #[derive(Debug, Clone)]
 pub struct GivenBack {
@@ -112,7 +112,7 @@ pub trait Admission: Send + Sync + std::fmt::Debug {
     fn take<'a>(
         &'a self,
         key: &'a str,
-        quota: Quota<'a>,
+        bounds: Bounds<'a>,
         cost: f64,
         spend: Spend,
     ) -> BoxFuture<'a, Result<Admitted, AdmitError>>;
@@ -121,7 +121,7 @@ pub trait Admission: Send + Sync + std::fmt::Debug {
     fn give_back<'a>(
         &'a self,
         key: &'a str,
-        quota: Quota<'a>,
+        bounds: Bounds<'a>,
         cost: f64,
         why: GiveBack,
     ) -> BoxFuture<'a, Result<GivenBack, AdmitError>>;

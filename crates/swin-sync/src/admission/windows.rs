@@ -12,14 +12,14 @@ use swin_core::{Decision, UnixMs, WindowLimit, WindowRate};
 
 use super::holds::{Holds, StrictView};
 use super::{
-    now, store_error, strictest, strictest_of, together, Admission, AdmitError, Admitted,
-    BoxFuture, GiveBack, GivenBack, OnStoreFailure, Quota, Spend, Strict,
+    now, store_error, strictest, strictest_of, together, Admission, AdmitError, Admitted, Bounds,
+    BoxFuture, GiveBack, GivenBack, OnStoreFailure, Spend, Strict,
 };
 use crate::{NamespaceSync, SyncMode};
 
-fn limits(quota: Quota<'_>) -> Result<&[WindowLimit], AdmitError> {
-    match quota {
-        Quota::Windows(set) if !set.is_empty() => Ok(set),
+fn limits(bounds: Bounds<'_>) -> Result<&[WindowLimit], AdmitError> {
+    match bounds {
+        Bounds::Windows(set) if !set.is_empty() => Ok(set),
         _ => Err(AdmitError::NoLimits),
     }
 }
@@ -134,24 +134,24 @@ impl Admission for Eventual {
     fn take<'a>(
         &'a self,
         key: &'a str,
-        quota: Quota<'a>,
+        bounds: Bounds<'a>,
         cost: f64,
         spend: Spend,
     ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
-        Box::pin(async move { self.decide(key, limits(quota)?, cost, spend, now()).await })
+        Box::pin(async move { self.decide(key, limits(bounds)?, cost, spend, now()).await })
     }
 
     fn give_back<'a>(
         &'a self,
         key: &'a str,
-        quota: Quota<'a>,
+        bounds: Bounds<'a>,
         cost: f64,
         why: GiveBack,
     ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
         Box::pin(async move {
-            let set = limits(quota)?;
+            let set = limits(bounds)?;
             let now = now();
-            if why == GiveBack::Unused {
+            if why == GiveBack::Refund {
                 return self.refund(key, set, cost, now).await;
             }
             for l in set {
@@ -239,12 +239,12 @@ impl Admission for Strict<Eventual, Holds> {
     fn take<'a>(
         &'a self,
         key: &'a str,
-        quota: Quota<'a>,
+        bounds: Bounds<'a>,
         cost: f64,
         spend: Spend,
     ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
         Box::pin(async move {
-            let set = limits(quota)?;
+            let set = limits(bounds)?;
             let now = now();
             if spend != Spend::DryRun {
                 match self
@@ -268,12 +268,12 @@ impl Admission for Strict<Eventual, Holds> {
     fn give_back<'a>(
         &'a self,
         key: &'a str,
-        quota: Quota<'a>,
+        bounds: Bounds<'a>,
         cost: f64,
         why: GiveBack,
     ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
         Box::pin(async move {
-            let set = limits(quota)?;
+            let set = limits(bounds)?;
             let now = now();
             // the quota goes back to this node, to admit again
             let given = self.quota.give_back(key, set, cost, now);

@@ -2,7 +2,7 @@
 //! with backoff, exactly-once pushes and the final push on shutdown. By concern:
 //! `periodic` (one sync round), `synchronous` (increments through the store), `gcra`
 //! (buckets), `quota` (strict admission's quota: the admission owns it, the loop tells it
-//! when to give back), `status` (health and the duration histogram), `first_touch` (a key
+//! when to return held quota), `status` (health and the duration histogram), `first_touch` (a key
 //! this node holds nothing for is read from the store before an answer), `stopping` (the
 //! last push and what a stopped engine hands back); this file holds the handle, warm-up,
 //! reset and the run loop.
@@ -115,7 +115,7 @@ pub struct NamespaceSync {
     /// its outcome instead of each scanning the store again.
     requested: tokio::sync::Mutex<RequestedSync>,
     /// Strict admission's quota (none unless the namespace admits strictly): the run
-    /// loop has it give back what is unused.
+    /// loop has it return what is unused.
     quota: Option<Arc<dyn QuotaKeeper>>,
     /// Set when the node stops: no store call outlasts it, and the last push tries
     /// until then (see [`NamespaceSync::stop_by`]).
@@ -398,7 +398,7 @@ impl NamespaceSync {
         };
         let mut backoff = Backoff::new(period.max(Duration::from_millis(100)), cap);
         let mut next = tokio::time::Instant::now() + period;
-        let giver = self.give_back_unused(&cancel);
+        let returner = self.return_unused_task(&cancel);
         loop {
             tokio::select! {
                 biased;
@@ -440,10 +440,10 @@ impl NamespaceSync {
         // fall back to the tables) before the last push drains them
         self.flushes.close();
         self.flushes.wait().await;
-        if let Some(giver) = giver {
-            let _ = giver.await;
+        if let Some(returner) = returner {
+            let _ = returner.await;
             // then all unused quota goes back
-            self.give_back_all().await;
+            self.return_all().await;
         }
         self.final_push().await;
     }

@@ -1,5 +1,5 @@
 //! Strict admission's quota, as the engine sees it: owned by the namespace's admission
-//! ([`crate::admission`]), given back when the engine's loop says so.
+//! ([`crate::admission`]), returned to the store when the engine's loop says so.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,16 +10,16 @@ use tracing::warn;
 
 use super::{now, NamespaceSync};
 
-/// How often a strict namespace gives back quota of ended windows and idle keys.
-const GIVE_BACK_EVERY: Duration = Duration::from_millis(250);
+/// How often a strict namespace returns quota of ended windows and idle keys to the store.
+const RETURN_EVERY: Duration = Duration::from_millis(250);
 
 /// Quota a strict namespace holds from the store, owned by its admission. The engine's
-/// loop asks it to give back what is unused every [`GIVE_BACK_EVERY`], and everything
+/// loop asks it to return what is unused every [`RETURN_EVERY`], and everything
 /// unused at stop, before the last push.
 pub trait QuotaKeeper: Send + Sync + std::fmt::Debug {
-    /// Gives back what ended windows and idle keys hold unused (`all`: everything
-    /// unused) and forgets what is settled. True when nothing is left to give back.
-    fn give_back<'a>(
+    /// Returns to the store what ended windows and idle keys hold unused (`all`:
+    /// everything unused) and forgets what is settled. True when nothing is left to return.
+    fn return_unused<'a>(
         &'a self,
         sync: &'a Arc<NamespaceSync>,
         now: UnixMs,
@@ -35,7 +35,7 @@ pub trait QuotaKeeper: Send + Sync + std::fmt::Debug {
 
 impl NamespaceSync {
     /// A namespace that admits strictly, from quota `keeper` holds: the run loop has it
-    /// give unused quota back as windows end and keys go idle, and at shutdown.
+    /// return unused quota as windows end and keys go idle, and at shutdown.
     pub fn with_quota(mut self, keeper: Arc<dyn QuotaKeeper>) -> Self {
         self.quota = Some(keeper);
         self
@@ -55,9 +55,9 @@ impl NamespaceSync {
         self.quota.as_ref().map_or(0, |q| q.round_trips())
     }
 
-    /// The task that gives back unused quota every [`GIVE_BACK_EVERY`] until `cancel`
+    /// The task that returns unused quota every [`RETURN_EVERY`] until `cancel`
     /// (none for a namespace without quota).
-    pub(super) fn give_back_unused(
+    pub(super) fn return_unused_task(
         self: &Arc<Self>,
         cancel: &CancellationToken,
     ) -> Option<tokio::task::JoinHandle<()>> {
@@ -68,8 +68,8 @@ impl NamespaceSync {
                 tokio::select! {
                     biased;
                     _ = cancel.cancelled() => break,
-                    _ = tokio::time::sleep(GIVE_BACK_EVERY) => {
-                        quota.give_back(&this, now(), false).await;
+                    _ = tokio::time::sleep(RETURN_EVERY) => {
+                        quota.return_unused(&this, now(), false).await;
                     }
                 }
             }
@@ -78,12 +78,12 @@ impl NamespaceSync {
 
     /// At shutdown: every unused quota back, in a few quick attempts (what still fails
     /// stays counted until its window ends, as for a node that is killed).
-    pub(super) async fn give_back_all(self: &Arc<Self>) {
+    pub(super) async fn return_all(self: &Arc<Self>) {
         let Some(quota) = &self.quota else {
             return;
         };
         for attempt in 1..=3 {
-            if quota.give_back(self, now(), true).await {
+            if quota.return_unused(self, now(), true).await {
                 return;
             }
             warn!(

@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use swin_core::{CompactString, Tat, Total, UnixMs};
 
 use super::{
-    Capabilities, Counters, Grant, Granted, Held, Hold, Push, Pushed, Quota, Store, StoreKind,
-    TatPush, WindowKey,
+    Capabilities, CounterStore, Grant, Granted, Held, Hold, Push, Pushed, QuotaStore, Store,
+    StoreKind, TatPush, WindowKey,
 };
 use crate::StoreError;
 
@@ -107,7 +107,7 @@ impl FaultyStore {
     }
 }
 
-impl Counters for FaultyStore {
+impl CounterStore for FaultyStore {
     fn kind(&self) -> StoreKind {
         self.inner.kind()
     }
@@ -172,7 +172,7 @@ impl Counters for FaultyStore {
     }
 }
 
-impl Quota for FaultyStore {
+impl QuotaStore for FaultyStore {
     async fn hold(
         &self,
         namespace: &str,
@@ -194,7 +194,7 @@ impl Quota for FaultyStore {
     }
 }
 
-impl super::Limits for FaultyStore {
+impl super::LimitStore for FaultyStore {
     async fn put_limit(
         &self,
         namespace: &str,
@@ -244,7 +244,7 @@ impl super::Limits for FaultyStore {
     }
 }
 
-impl super::Leases for FaultyStore {
+impl super::LeaseStore for FaultyStore {
     async fn acquire(
         &self,
         namespace: &str,

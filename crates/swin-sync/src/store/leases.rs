@@ -40,7 +40,7 @@ pub struct Acquired {
 }
 
 /// The leases side of a store.
-pub trait Leases: Send + Sync {
+pub trait LeaseStore: Send + Sync {
     fn acquire(
         &self,
         namespace: &str,
@@ -82,7 +82,7 @@ pub trait Leases: Send + Sync {
         now: UnixMs,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
-    /// Moves a live lease's lapse to `expires_at`; false as for [`Leases::release`].
+    /// Moves a live lease's lapse to `expires_at`; false as for [`LeaseStore::release`].
     fn renew(
         &self,
         namespace: &str,
@@ -94,7 +94,7 @@ pub trait Leases: Send + Sync {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
-/// Which of `live` (lease, slots, in lapse order) [`Leases::release_slots`] ends to free
+/// Which of `live` (lease, slots, in lapse order) [`LeaseStore::release_slots`] ends to free
 /// `count` slots: the leases ended whole, and the last one's slots left, if it keeps some.
 pub fn slots_to_end(live: &[(String, u32)], count: u32) -> (Vec<&str>, Option<(&str, u32)>) {
     let mut left = count;

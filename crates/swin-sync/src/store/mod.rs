@@ -1,8 +1,8 @@
-//! The store boundary, by purpose. [`Counters`]: push diffs (getting the new totals
+//! The store boundary, by purpose. [`CounterStore`]: push diffs (getting the new totals
 //! back), read totals of given windows, load a namespace for warm-up, purge expired
-//! windows, the same for GCRA buckets, reset a key, ping. [`Quota`]: strict admission's
-//! holds (windows) and grants (buckets). [`Limits`]: limits set per key at run time.
-//! [`Leases`]: concurrency leases. Each
+//! windows, the same for GCRA buckets, reset a key, ping. [`QuotaStore`]: strict admission's
+//! holds (windows) and grants (buckets). [`LimitStore`]: limits set per key at run time.
+//! [`LeaseStore`]: concurrency leases. Each
 //! store says what it can do ([`Capabilities`]). Three stores implement all of them,
 //! dispatched by the [`Store`] enum; with the `faults` feature (tests only) `Faulty` wraps
 //! one to inject failures.
@@ -26,8 +26,8 @@ use std::pin::Pin;
 
 #[cfg(feature = "faults")]
 pub use self::faulty::{Fault, FaultyStore};
-pub use self::leases::{Acquire, Acquired, Leases};
-pub use self::limits::{LimitChanges, Limits, StoredLimit};
+pub use self::leases::{Acquire, Acquired, LeaseStore};
+pub use self::limits::{LimitChanges, LimitStore, StoredLimit};
 pub(crate) use self::normalize::{normalize, normalize_advances};
 pub use self::postgres::PostgresStore;
 pub use self::redis::RedisStore;
@@ -41,7 +41,7 @@ use crate::StoreError;
 /// so the compiler checks their signatures against one contract; [`Store`] picks one
 /// at run time. Every call is independent and may be retried: pushes carry their own
 /// exactly-once record.
-pub trait Counters: Send + Sync {
+pub trait CounterStore: Send + Sync {
     fn kind(&self) -> StoreKind;
 
     fn capabilities(&self) -> Capabilities;
@@ -115,8 +115,8 @@ pub trait Counters: Send + Sync {
 }
 
 /// Strict admission's side of a store: quota held in windows ("holds") and units
-/// granted from buckets ("grants"). Every store implements it beside [`Counters`].
-pub trait Quota: Send + Sync {
+/// granted from buckets ("grants"). Every store implements it beside [`CounterStore`].
+pub trait QuotaStore: Send + Sync {
     /// Strict admission: settles each hold atomically on its window's count and the
     /// holder's total there ([`swin_core::settle_hold`]), in order, and answers one
     /// [`Held`] per hold. Idempotent: asking again leaves the same state.
@@ -211,12 +211,12 @@ impl Store {
         dispatch!(self, s => s.capabilities())
     }
 
-    /// See [`Counters::migrate`].
+    /// See [`CounterStore::migrate`].
     pub fn migrate(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move { dispatch!(self, s => s.migrate().await) })
     }
 
-    /// See [`Counters::push`].
+    /// See [`CounterStore::push`].
     pub fn push<'a>(
         &'a self,
         namespace: &'a str,
@@ -227,7 +227,7 @@ impl Store {
         })
     }
 
-    /// See [`Counters::read`]; no call for no keys.
+    /// See [`CounterStore::read`]; no call for no keys.
     pub fn read<'a>(
         &'a self,
         namespace: &'a str,
@@ -241,7 +241,7 @@ impl Store {
         })
     }
 
-    /// See [`Counters::load_namespace`].
+    /// See [`CounterStore::load_namespace`].
     pub fn load_namespace<'a>(
         &'a self,
         namespace: &'a str,
@@ -252,12 +252,12 @@ impl Store {
         })
     }
 
-    /// See [`Counters::purge`].
+    /// See [`CounterStore::purge`].
     pub fn purge(&self, now: UnixMs) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async move { dispatch!(self, s => s.purge(now).await) })
     }
 
-    /// See [`Counters::push_tats`]; no call for no advances.
+    /// See [`CounterStore::push_tats`]; no call for no advances.
     pub fn push_tats<'a>(
         &'a self,
         namespace: &'a str,
@@ -271,7 +271,7 @@ impl Store {
         })
     }
 
-    /// See [`Counters::read_tats`]; no call for no keys.
+    /// See [`CounterStore::read_tats`]; no call for no keys.
     pub fn read_tats<'a>(
         &'a self,
         namespace: &'a str,
@@ -285,7 +285,7 @@ impl Store {
         })
     }
 
-    /// See [`Counters::load_tats`].
+    /// See [`CounterStore::load_tats`].
     pub fn load_tats<'a>(
         &'a self,
         namespace: &'a str,
@@ -296,7 +296,7 @@ impl Store {
         })
     }
 
-    /// See [`Counters::reset`].
+    /// See [`CounterStore::reset`].
     pub fn reset<'a>(
         &'a self,
         namespace: &'a str,
@@ -308,12 +308,12 @@ impl Store {
         })
     }
 
-    /// See [`Counters::ping`].
+    /// See [`CounterStore::ping`].
     pub fn ping(&self) -> BoxFuture<'_, Result<Option<UnixMs>, StoreError>> {
         Box::pin(async move { dispatch!(self, s => s.ping().await) })
     }
 
-    /// See [`Limits::put_limit`].
+    /// See [`LimitStore::put_limit`].
     pub fn put_limit<'a>(
         &'a self,
         namespace: &'a str,
@@ -325,7 +325,7 @@ impl Store {
         })
     }
 
-    /// See [`Limits::delete_limit`].
+    /// See [`LimitStore::delete_limit`].
     pub fn delete_limit<'a>(
         &'a self,
         namespace: &'a str,
@@ -337,7 +337,7 @@ impl Store {
         })
     }
 
-    /// See [`Limits::read_limits`]; no call for no keys.
+    /// See [`LimitStore::read_limits`]; no call for no keys.
     pub fn read_limits<'a>(
         &'a self,
         namespace: &'a str,
@@ -351,7 +351,7 @@ impl Store {
         })
     }
 
-    /// See [`Limits::list_limits`].
+    /// See [`LimitStore::list_limits`].
     pub fn list_limits<'a>(
         &'a self,
         namespace: &'a str,
@@ -364,7 +364,7 @@ impl Store {
         )
     }
 
-    /// See [`Limits::limit_changes`].
+    /// See [`LimitStore::limit_changes`].
     pub fn limit_changes<'a>(
         &'a self,
         namespace: &'a str,
@@ -375,7 +375,7 @@ impl Store {
         })
     }
 
-    /// See [`Leases::acquire`].
+    /// See [`LeaseStore::acquire`].
     pub fn acquire<'a>(
         &'a self,
         namespace: &'a str,
@@ -386,7 +386,7 @@ impl Store {
         })
     }
 
-    /// See [`Leases::release`] (`renew_to: None`) and [`Leases::renew`].
+    /// See [`LeaseStore::release`] (`renew_to: None`) and [`LeaseStore::renew`].
     pub fn end_or_renew<'a>(
         &'a self,
         namespace: &'a str,
@@ -408,7 +408,7 @@ impl Store {
         })
     }
 
-    /// See [`Leases::release_slots`].
+    /// See [`LeaseStore::release_slots`].
     pub fn release_slots<'a>(
         &'a self,
         namespace: &'a str,
@@ -423,7 +423,7 @@ impl Store {
         })
     }
 
-    /// See [`Leases::in_flight`].
+    /// See [`LeaseStore::in_flight`].
     pub fn leases_in_flight<'a>(
         &'a self,
         namespace: &'a str,
@@ -434,7 +434,7 @@ impl Store {
         })
     }
 
-    /// See [`Quota::hold`]; no call for no holds.
+    /// See [`QuotaStore::hold`]; no call for no holds.
     pub fn hold<'a>(
         &'a self,
         namespace: &'a str,
@@ -449,7 +449,7 @@ impl Store {
         })
     }
 
-    /// See [`Quota::grant`]; no call for no requests.
+    /// See [`QuotaStore::grant`]; no call for no requests.
     pub fn grant<'a>(
         &'a self,
         namespace: &'a str,

@@ -16,8 +16,8 @@ use serde::Deserialize;
 
 pub use self::auth::{AuthConfig, Scope, Token};
 pub use self::namespaces::{
-    Admission, Concurrency, NamespaceConfig, OnStoreFailure, MAX_CONCURRENCY, MAX_LEASE_TTL_SECS,
-    MIN_TTL_SECS, STRICT_SHADOW,
+    AdmissionMode, Concurrency, NamespaceConfig, OnStoreFailure, MAX_CONCURRENCY,
+    MAX_LEASE_TTL_SECS, MIN_TTL_SECS, STRICT_SHADOW,
 };
 pub use self::stores::{redact, StoreConfig};
 

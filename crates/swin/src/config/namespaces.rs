@@ -53,7 +53,7 @@ pub const STRICT_SHADOW: &str = "a limit in shadow needs admission = \"eventual\
 
 /// How a namespace with limits admits hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
+pub enum AdmissionMode {
     /// Decide on the local view of the cluster's counts (Kong's design): a node may admit
     /// past the limit by what the others admitted since its last sync.
     Eventual,
@@ -66,11 +66,11 @@ pub enum Admission {
 /// `store_unreachable`).
 pub use swin_sync::admission::OnStoreFailure;
 
-impl Admission {
+impl AdmissionMode {
     pub fn name(&self) -> &'static str {
         match self {
-            Admission::Eventual => "eventual",
-            Admission::Strict { .. } => "strict",
+            AdmissionMode::Eventual => "eventual",
+            AdmissionMode::Strict { .. } => "strict",
         }
     }
 }
@@ -88,7 +88,7 @@ pub struct NamespaceConfig {
     /// `/increment` takes negative values (default false).
     pub allow_decrements: bool,
     /// `admission` (and `on_store_failure`).
-    pub admission: Admission,
+    pub admission: AdmissionMode,
     /// What the namespace's limits and rules count with: windows or GCRA buckets.
     pub algorithm: crate::policy::algorithm::Algorithm,
     /// Descriptor rules for Envoy's rate limit service (`descriptors`,
@@ -157,9 +157,9 @@ impl Parser<'_> {
         stores: &BTreeMap<String, StoreConfig>,
         default_max: usize,
     ) -> Result<NamespaceConfig, ConfigError> {
-        let concurrency = self.concurrency(&mut n, f)?;
         let algorithm = crate::policy::algorithm::Algorithm::parse(n.algorithm.as_deref())
             .map_err(|(field, why)| self.err(&f(&field), why))?;
+        let concurrency = self.concurrency(&mut n, algorithm, f)?;
         let rules = if n.descriptors.is_empty() && n.descriptors_file.is_none() {
             None
         } else {
@@ -242,7 +242,7 @@ impl Parser<'_> {
         let limits = crate::policy::limits::validate(raw, &sizes)
             .map_err(|(field, why)| self.err(&f(&field), why))?;
         let admission = self.admission(&n.admission, &n.on_store_failure, f)?;
-        if let Admission::Strict { .. } = admission {
+        if let AdmissionMode::Strict { .. } = admission {
             let why = match &limits {
                 None if rules.is_some() && store.is_some() => None,
                 None if rules.is_some() => Some("\"strict\" needs a store (sync_rate ≥ 0)"),
@@ -278,12 +278,12 @@ impl Parser<'_> {
     /// every limit of a hit, so a limit cannot be in shadow beside limits enforced.
     fn strict_shadow(
         limits: &Option<crate::policy::limits::Limits>,
-        admission: &Admission,
+        admission: &AdmissionMode,
         shadow: Option<bool>,
     ) -> Result<(), crate::policy::FieldError> {
         if shadow == Some(true)
             && *admission
-                == (Admission::Strict {
+                == (AdmissionMode::Strict {
                     on_store_failure: OnStoreFailure::Deny,
                 })
         {
@@ -308,15 +308,16 @@ impl Parser<'_> {
         Ok(())
     }
 
-    /// `algorithm = "concurrency"` with its `limit` and `lease_ttl` (taken out of `n`,
-    /// whose algorithm is then the default one, for any windows it counts in); `limit`
+    /// `algorithm = "concurrency"` with its `limit` and `lease_ttl` (its raw
+    /// `algorithm` taken out of `n`: no limits of hits are read in its shape); `limit`
     /// and `lease_ttl` belong to such a namespace only, and limits of hits do not.
     fn concurrency(
         &self,
         n: &mut RawNamespace,
+        algorithm: crate::policy::algorithm::Algorithm,
         f: &dyn Fn(&str) -> String,
     ) -> Result<Option<Concurrency>, ConfigError> {
-        if n.algorithm.as_deref() != Some("concurrency") {
+        if algorithm != crate::policy::algorithm::Algorithm::Concurrency {
             for (set, key) in [
                 (n.limit.is_some(), "limit"),
                 (n.lease_ttl.is_some(), "lease_ttl"),
@@ -379,9 +380,9 @@ impl Parser<'_> {
         admission: &Option<String>,
         on_store_failure: &Option<String>,
         f: &dyn Fn(&str) -> String,
-    ) -> Result<Admission, ConfigError> {
+    ) -> Result<AdmissionMode, ConfigError> {
         match (admission.as_deref(), on_store_failure.as_deref()) {
-            (None | Some("eventual"), None) => Ok(Admission::Eventual),
+            (None | Some("eventual"), None) => Ok(AdmissionMode::Eventual),
             (None | Some("eventual"), Some(_)) => Err(self.err(
                 &f("on_store_failure"),
                 "only with admission = \"strict\"".into(),
@@ -397,7 +398,7 @@ impl Parser<'_> {
                         ))
                     }
                 };
-                Ok(Admission::Strict { on_store_failure })
+                Ok(AdmissionMode::Strict { on_store_failure })
             }
             (Some(other), _) => Err(self.err(
                 &f("admission"),

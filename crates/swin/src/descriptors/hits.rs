@@ -11,7 +11,7 @@ use swin_core::Decision;
 use super::{blocked, Answer, Ask, Counted, Decided, Shown, Strictest};
 use crate::decisions::{take_under, Verdict};
 use crate::error::Error;
-use crate::giving_back::{give_back_under, refund_under};
+use crate::giving_back::{refund_under, undo_under};
 use crate::policy::algorithm::Algorithm;
 use crate::policy::keys;
 use crate::policy::rules::{self, Found, Rule, RuleLimit};
@@ -292,7 +292,7 @@ impl<'r> Plan<'r> {
                 .iter()
                 .zip(&verdicts)
                 .filter(|(_, v)| matches!(v, Ok(v) if v.allowed()))
-                .map(|(t, _)| give_back_under(ns, &t.key, &t.limits, t.cost));
+                .map(|(t, _)| undo_under(ns, &t.key, &t.limits, t.cost));
             let back: Result<(), Error> = futures_util::future::join_all(back)
                 .await
                 .into_iter()

@@ -182,13 +182,13 @@ pub async fn release_for_envoy(ns: &Namespace, key: &str, count: u32) -> Result<
 
 /// Ends a lease a door took for a request it then refused (all or nothing), at once,
 /// or by a task retrying until the store answers.
-pub async fn give_up(ns: &Namespace, key: &str, a: &AcquireAnswer) {
+pub async fn undo(ns: &Namespace, key: &str, a: &AcquireAnswer) {
     let ended = ns
         .leases
         .end_or_renew(key, &a.lease, now(), None, "ending a lease")
         .await;
     if ended.is_err() {
-        tokio::spawn(abandon(
+        tokio::spawn(undo_lease(
             ns.leases.clone(),
             key.to_owned(),
             a.lease.clone(),
@@ -225,7 +225,7 @@ async fn take(
             if !own_id && e.is_store() {
                 // the store may have granted it before the call failed (a timeout): no
                 // client knows the id, so the node ends it, not its lapse
-                tokio::spawn(abandon(
+                tokio::spawn(undo_lease(
                     ns.leases.clone(),
                     key.to_owned(),
                     lease.clone(),
@@ -247,7 +247,7 @@ async fn take(
 /// Ends a lease an acquire may have taken though it answered an error, retrying until
 /// the store answers or the lease would have lapsed anyway. (A client's own id is left
 /// alone: the client retries with it, and the retry replaces it.)
-pub(crate) async fn abandon(book: LeaseBook, key: String, lease: String, expires_at: UnixMs) {
+pub(crate) async fn undo_lease(book: LeaseBook, key: String, lease: String, expires_at: UnixMs) {
     while now() < expires_at {
         match book
             .end_or_renew(&key, &lease, now(), None, "ending a lease")

@@ -366,7 +366,7 @@ impl Limiter {
 fn only_limits_changed(old: &NamespaceConfig, new: &NamespaceConfig) -> bool {
     // a strict namespace's quota was held or granted under its old limits: it goes back with
     // the old engine, and the new one grants under the new limits
-    if old.admission != crate::config::Admission::Eventual {
+    if old.admission != crate::config::AdmissionMode::Eventual {
         return false;
     }
     let mut same = new.clone();

@@ -1,5 +1,6 @@
 //! A namespace's algorithm (config key `algorithm`): sliding windows, fixed windows or
-//! GCRA buckets, for its own limits, its descriptor rules and Envoy's request overrides.
+//! GCRA buckets, for its own limits, its descriptor rules and Envoy's request overrides;
+//! or leases in flight (`concurrency`), which limit requests running, not hits.
 
 use swin_core::WindowAlgorithm;
 
@@ -14,6 +15,9 @@ pub enum Algorithm {
     SlidingWindow,
     FixedWindow,
     Gcra,
+    /// Leases in flight per key (`limit`, `lease_ttl`): no limits of hits, no windows
+    /// of limits.
+    Concurrency,
 }
 
 impl Algorithm {
@@ -23,9 +27,12 @@ impl Algorithm {
             None | Some("sliding_window") => Ok(Algorithm::SlidingWindow),
             Some("fixed_window") => Ok(Algorithm::FixedWindow),
             Some("gcra") => Ok(Algorithm::Gcra),
+            Some("concurrency") => Ok(Algorithm::Concurrency),
             Some(other) => Err((
                 "algorithm".into(),
-                format!("{other:?} is not \"sliding_window\", \"fixed_window\" or \"gcra\""),
+                format!(
+                    "{other:?} is not \"sliding_window\", \"fixed_window\", \"gcra\" or \"concurrency\""
+                ),
             )),
         }
     }
@@ -36,15 +43,23 @@ impl Algorithm {
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::Gcra => "gcra",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 
     /// How its windows count (`None`: GCRA, no windows).
-    pub fn window(self) -> Option<WindowAlgorithm> {
+    ///
+    /// # Errors
+    /// A concurrency namespace takes no limits of hits: naming the field `limits`.
+    pub fn window(self) -> Result<Option<WindowAlgorithm>, FieldError> {
         match self {
-            Algorithm::SlidingWindow => Some(WindowAlgorithm::Sliding),
-            Algorithm::FixedWindow => Some(WindowAlgorithm::Fixed),
-            Algorithm::Gcra => None,
+            Algorithm::SlidingWindow => Ok(Some(WindowAlgorithm::Sliding)),
+            Algorithm::FixedWindow => Ok(Some(WindowAlgorithm::Fixed)),
+            Algorithm::Gcra => Ok(None),
+            Algorithm::Concurrency => Err((
+                "limits".into(),
+                "a concurrency namespace limits leases in flight (`limit`), not hits".into(),
+            )),
         }
     }
 }

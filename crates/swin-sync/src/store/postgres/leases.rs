@@ -5,10 +5,10 @@
 use swin_core::UnixMs;
 
 use super::{commit_by, err, PostgresStore};
-use crate::store::leases::{slots_to_end, Acquire, Acquired, Leases};
+use crate::store::leases::{slots_to_end, Acquire, Acquired, LeaseStore};
 use crate::StoreError;
 
-impl Leases for PostgresStore {
+impl LeaseStore for PostgresStore {
     async fn acquire(&self, namespace: &str, a: Acquire<'_>) -> Result<Acquired, StoreError> {
         if a.key.contains('\0') || a.lease.contains('\0') {
             return Err(StoreError::Protocol(

@@ -7,7 +7,7 @@ use swin_core::UnixMs;
 
 use super::{commit_by, err, PostgresStore};
 use crate::store::limits::{
-    from_row, numbered_changes, numbered_since, LimitChanges, LimitRow, Limits, StoredLimit,
+    from_row, numbered_changes, numbered_since, LimitChanges, LimitRow, LimitStore, StoredLimit,
     CHANGES_PER_CALL,
 };
 use crate::StoreError;
@@ -31,7 +31,7 @@ fn check_key(key: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-impl Limits for PostgresStore {
+impl LimitStore for PostgresStore {
     async fn put_limit(
         &self,
         namespace: &str,

@@ -9,7 +9,7 @@ use tracing::instrument;
 
 use super::sql::{self, tats, totals, TatRow, TotalRow};
 use super::{
-    normalize, normalize_advances, BoxFuture, Capabilities, Counters, Push, Pushed, StoreKind,
+    normalize, normalize_advances, BoxFuture, Capabilities, CounterStore, Push, Pushed, StoreKind,
     TatPush, WindowKey,
 };
 use crate::StoreError;
@@ -158,7 +158,7 @@ impl PostgresStore {
     }
 }
 
-impl Counters for PostgresStore {
+impl CounterStore for PostgresStore {
     fn kind(&self) -> StoreKind {
         StoreKind::Postgres
     }

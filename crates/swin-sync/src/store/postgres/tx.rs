@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::store::sql::{self, GrantRow, HoldRow, HoldWindow, SettledGrants, SqlTx};
-use crate::store::{Grant, Granted, Held, Hold, Quota};
+use crate::store::{Grant, Granted, Held, Hold, QuotaStore};
 
 /// A transaction on PostgreSQL.
 pub(super) struct Tx(pub(super) sqlx::Transaction<'static, sqlx::Postgres>);
@@ -171,7 +171,7 @@ impl SqlTx for Tx {
     }
 }
 
-impl Quota for PostgresStore {
+impl QuotaStore for PostgresStore {
     #[instrument(skip_all, fields(namespace, holds = holds.len()))]
     async fn hold(
         &self,

@@ -1,10 +1,10 @@
-//! The counting side of the Redis store ([`Counters`]): pushes of windows and buckets
+//! The counting side of the Redis store ([`CounterStore`]): pushes of windows and buckets
 //! by script, reads, a namespace's load, purges and resets, over the key layout of
 //! `mod.rs`.
 
 use super::*;
 
-impl Counters for RedisStore {
+impl CounterStore for RedisStore {
     fn kind(&self) -> StoreKind {
         if self.servers.is_cluster() {
             StoreKind::RedisCluster

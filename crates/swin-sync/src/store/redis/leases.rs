@@ -15,7 +15,7 @@ use swin_core::UnixMs;
 
 use super::calls::{Call, Eval};
 use super::RedisStore;
-use crate::store::leases::{Acquire, Acquired, Leases};
+use crate::store::leases::{Acquire, Acquired, LeaseStore};
 use crate::StoreError;
 
 impl RedisStore {
@@ -77,7 +77,7 @@ impl RedisStore {
     }
 }
 
-impl Leases for RedisStore {
+impl LeaseStore for RedisStore {
     async fn acquire(&self, namespace: &str, a: Acquire<'_>) -> Result<Acquired, StoreError> {
         let mut inv = Eval::default();
         inv.key(&self.lease_key(namespace, a.key))

@@ -16,7 +16,9 @@ use swin_core::UnixMs;
 
 use super::calls::{Call, Eval};
 use super::RedisStore;
-use crate::store::limits::{LimitChanges, Limits, StoredLimit, CHANGES_PER_CALL, LOG_KEPT_ENTRIES};
+use crate::store::limits::{
+    LimitChanges, LimitStore, StoredLimit, CHANGES_PER_CALL, LOG_KEPT_ENTRIES,
+};
 use crate::StoreError;
 
 /// A key's entry in the limits hash.
@@ -56,7 +58,7 @@ fn entry(key: String, raw: &str) -> Result<StoredLimit, StoreError> {
     })
 }
 
-impl Limits for RedisStore {
+impl LimitStore for RedisStore {
     async fn put_limit(
         &self,
         namespace: &str,

@@ -66,7 +66,7 @@ use self::calls::{Call, Eval, Scripts};
 use self::keys::{glob_escape, parse_hash_key, slot_calls};
 use self::servers::Servers;
 use super::{
-    normalize, Capabilities, Counters, Push, Pushed, Rejected, StoreKind, TatPush, WindowKey,
+    normalize, Capabilities, CounterStore, Push, Pushed, Rejected, StoreKind, TatPush, WindowKey,
 };
 use crate::StoreError;
 

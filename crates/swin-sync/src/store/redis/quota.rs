@@ -3,10 +3,10 @@
 
 use super::calls::Eval;
 use super::{parse, parse_ns, RedisStore};
-use crate::store::{Grant, Granted, Held, Hold, Quota};
+use crate::store::{Grant, Granted, Held, Hold, QuotaStore};
 use crate::StoreError;
 
-impl Quota for RedisStore {
+impl QuotaStore for RedisStore {
     async fn hold(
         &self,
         namespace: &str,

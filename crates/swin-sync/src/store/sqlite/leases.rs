@@ -4,10 +4,10 @@
 use swin_core::UnixMs;
 
 use super::{commit_by, err, SqliteStore};
-use crate::store::leases::{slots_to_end, Acquire, Acquired, Leases};
+use crate::store::leases::{slots_to_end, Acquire, Acquired, LeaseStore};
 use crate::StoreError;
 
-impl Leases for SqliteStore {
+impl LeaseStore for SqliteStore {
     async fn acquire(&self, namespace: &str, a: Acquire<'_>) -> Result<Acquired, StoreError> {
         let mut tx = self.pool().begin().await.map_err(err)?;
         sqlx::query(

@@ -6,7 +6,7 @@ use swin_core::UnixMs;
 
 use super::{commit_by, err, SqliteStore};
 use crate::store::limits::{
-    from_row, numbered_changes, numbered_since, LimitChanges, LimitRow, Limits, StoredLimit,
+    from_row, numbered_changes, numbered_since, LimitChanges, LimitRow, LimitStore, StoredLimit,
     CHANGES_PER_CALL,
 };
 use crate::StoreError;
@@ -41,7 +41,7 @@ async fn log_change(
     Ok(())
 }
 
-impl Limits for SqliteStore {
+impl LimitStore for SqliteStore {
     async fn put_limit(
         &self,
         namespace: &str,

@@ -200,7 +200,7 @@ impl SqlTx for Tx {
     }
 }
 
-impl Quota for SqliteStore {
+impl QuotaStore for SqliteStore {
     async fn hold(
         &self,
         namespace: &str,

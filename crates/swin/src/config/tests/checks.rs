@@ -69,16 +69,16 @@ fn errors_name_the_field() {
 
 #[test]
 fn strict_admission_is_checked() {
-    use super::{Admission, OnStoreFailure};
+    use super::{AdmissionMode, OnStoreFailure};
     let store = "[stores.m]\nkind = \"redis\"\nurl = \"redis://127.0.0.1\"\n";
     let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = 1\nstore = \"m\"\n";
     let limits = "limits = [{ window_size = 60, limit = 5 }]\n";
     let parse = |extra: &str| Config::parse("f.toml", &format!("{store}{ns}{extra}"), &no_env);
     let admission = |extra: &str| parse(extra).expect("valid").namespaces[0].admission;
-    assert_eq!(admission(limits), Admission::Eventual);
+    assert_eq!(admission(limits), AdmissionMode::Eventual);
     assert_eq!(
         admission(&format!("{limits}admission = \"strict\"")),
-        Admission::Strict {
+        AdmissionMode::Strict {
             on_store_failure: OnStoreFailure::Local
         }
     );
@@ -86,7 +86,7 @@ fn strict_admission_is_checked() {
         admission(&format!(
             "{limits}admission = \"strict\"\non_store_failure = \"deny\""
         )),
-        Admission::Strict {
+        AdmissionMode::Strict {
             on_store_failure: OnStoreFailure::Deny
         }
     );
@@ -110,7 +110,7 @@ fn strict_admission_is_checked() {
     // GCRA buckets admit strictly too
     assert_eq!(
         admission("algorithm = \"gcra\"\ngcra = { burst = 5, count = 5, period = \"1m\" }\nadmission = \"strict\""),
-        Admission::Strict {
+        AdmissionMode::Strict {
             on_store_failure: OnStoreFailure::Local
         }
     );
@@ -261,6 +261,20 @@ fn concurrency_namespaces_are_checked() {
     assert_eq!(c.lease_ttl, std::time::Duration::from_millis(500));
     let hits = parse("window_sizes = [60]\n").expect("valid");
     assert_eq!(hits.namespaces[0].concurrency, None);
+    // the algorithm says it, one value for every reader
+    use crate::policy::algorithm::Algorithm;
+    let leases = parse("algorithm = \"concurrency\"\nlimit = 2\n").expect("valid");
+    assert_eq!(leases.namespaces[0].algorithm, Algorithm::Concurrency);
+    assert_eq!(hits.namespaces[0].algorithm, Algorithm::SlidingWindow);
+    // limits of hits are never read in a concurrency namespace's shape (runtime limits)
+    let raw: crate::policy::limits::RawKeyLimits =
+        serde_json::from_str(r#"{"limits": [{"window_size": 60, "limit": 5}]}"#).expect("json");
+    let sizes = [swin_core::WindowSize::new(60).expect("size")];
+    let (field, why) = raw
+        .validate(Algorithm::Concurrency, &sizes)
+        .expect_err("no limits of hits");
+    assert_eq!(field, "limits");
+    assert!(why.contains("leases in flight"), "{why}");
     // descriptor rules of slots in flight, and no window tables for them
     let rules = parse("algorithm = \"concurrency\"\nlimit = 1\n[[namespaces.descriptors]]\nkey = \"user\"\nrate_limit = { requests_per_unit = 4 }\n")
         .expect("valid");

@@ -77,7 +77,7 @@ impl RawKeyLimits {
         algorithm: Algorithm,
         sizes: &[WindowSize],
     ) -> Result<KeyLimits, FieldError> {
-        let window = algorithm.window();
+        let window = algorithm.window()?;
         key_limits(window, sizes, "", &self.limits, self.gcra.as_ref())?.ok_or_else(|| match window
         {
             Some(_) => (
@@ -381,7 +381,7 @@ pub fn validate(raw: RawLimits, sizes: &[WindowSize]) -> Result<Option<Limits>, 
 
 /// The window algorithm (`None`: GCRA); sliding windows unless told otherwise.
 fn algorithm(raw: Option<&str>) -> Result<Option<WindowAlgorithm>, FieldError> {
-    Algorithm::parse(raw).map(Algorithm::window)
+    Algorithm::parse(raw)?.window()
 }
 
 /// The limits of the namespace or of one override (`field` prefixes its fields): window

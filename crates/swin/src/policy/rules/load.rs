@@ -174,7 +174,10 @@ fn rule(r: &RawRule, path: &str, at: &str, counts: Counts) -> Result<Option<Rule
         return Ok(Some(out));
     }
     if let Some(windows) = &r.limits {
-        let Some(kind) = algorithm.window() else {
+        let Some(kind) = algorithm
+            .window()
+            .map_err(|(_, why)| format!("{at}.limits: {why}"))?
+        else {
             return Err(format!(
                 "{at}.limits: a \"gcra\" namespace takes gcra = {{ burst, count, period }}"
             ));
@@ -212,7 +215,7 @@ fn rule(r: &RawRule, path: &str, at: &str, counts: Counts) -> Result<Option<Rule
 /// `n` per `secs` seconds as the namespace's algorithm counts it.
 pub fn limit_for(n: f64, secs: u64, algorithm: Algorithm) -> Result<KeyLimits, String> {
     let size = WindowSize::new(secs).map_err(|e| e.to_string())?;
-    match algorithm.window() {
+    match algorithm.window().map_err(|(_, why)| why)? {
         None => {
             let burst = n as i64;
             Gcra::new(burst, burst, Duration::from_secs(secs))
