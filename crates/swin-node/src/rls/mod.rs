@@ -24,12 +24,12 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::error::Error;
+use crate::listening;
 use crate::policy::rules::{self};
 use crate::state::AppState;
 use swin::descriptors::{self, Ask};
 
 mod answers;
-mod incoming;
 mod leases;
 mod metadata;
 
@@ -51,7 +51,7 @@ impl Rls {
 
 /// Serves the rate limit service and the standard health service on `listener` until
 /// `stop`, then lets the calls in flight finish. Connections are held to `limits` as the
-/// HTTP listener's are (see `incoming`). With `tls`, over TLS (the acceptor the HTTP
+/// HTTP listener's are (see `crate::listening`). With `tls`, over TLS (the acceptor the HTTP
 /// listener uses: one certificate, one client CA, one SIGHUP reload).
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -87,14 +87,15 @@ pub async fn serve(
     match tls {
         None => {
             let ready = |s| async move { Some(s) };
-            let incoming = incoming::incoming(listener, limits, stop.clone(), ready, open);
+            let incoming = listening::incoming(listener, limits, stop.clone(), ready, open);
             router
                 .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                 .await?
         }
         Some(tls) => {
-            let ready = move |s| incoming::handshake(s, tls.current(), limits.header_timeout);
-            let incoming = incoming::incoming(listener, limits, stop.clone(), ready, open);
+            let ready =
+                move |s| listening::handshake(s, tls.current(), limits.header_timeout, "grpc");
+            let incoming = listening::incoming(listener, limits, stop.clone(), ready, open);
             router
                 .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                 .await?

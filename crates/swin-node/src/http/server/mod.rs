@@ -23,30 +23,28 @@ use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 use crate::config::ConnectionLimits;
-
-mod conns;
-
-use self::conns::{ms_since, ConnState, Conns, UNSET};
+use crate::listening::conns::{HttpConn, UNSET};
+use crate::listening::governor::{ms_since, Governed, Governor, Watch};
 
 /// Marks a connection busy while a request is in flight.
 struct InFlight {
-    conns: Arc<Conns>,
-    conn: Arc<ConnState>,
+    governor: Arc<Governor<HttpConn>>,
+    conn: Arc<HttpConn>,
 }
 
 impl InFlight {
-    fn new(conns: &Arc<Conns>, conn: &Arc<ConnState>) -> Self {
+    fn new(governor: &Arc<Governor<HttpConn>>, conn: &Arc<HttpConn>) -> Self {
         conn.busy.fetch_add(1, Ordering::Relaxed);
-        conn.head_since_ms.store(UNSET, Ordering::Relaxed);
+        conn.head_since.store(UNSET, Ordering::Relaxed);
         conn.served.store(true, Ordering::Relaxed);
         InFlight {
-            conns: conns.clone(),
+            governor: governor.clone(),
             conn: conn.clone(),
         }
     }
@@ -55,8 +53,8 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.conn
-            .idle_since_ms
-            .store(self.conns.now_ms(), Ordering::Relaxed);
+            .idle_since
+            .store(self.governor.now_ms(), Ordering::Relaxed);
         self.conn.busy.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -65,16 +63,16 @@ impl Drop for InFlight {
 /// (or the request is done with it).
 struct Tracked<B> {
     inner: B,
-    conn: Option<Arc<ConnState>>,
+    conn: Option<Arc<HttpConn>>,
 }
 
 impl<B: axum::body::HttpBody> Tracked<B> {
-    fn new(inner: B, conn: &Arc<ConnState>, epoch: Instant) -> Self {
+    fn new(inner: B, conn: &Arc<HttpConn>, epoch: Instant) -> Self {
         if inner.is_end_stream() {
             return Tracked { inner, conn: None };
         }
         conn.unread.fetch_add(1, Ordering::Relaxed);
-        conn.body_since_ms
+        conn.body_since
             .store(ms_since(epoch) + 1, Ordering::Relaxed);
         Tracked {
             inner,
@@ -123,67 +121,9 @@ impl<B: axum::body::HttpBody + Unpin> axum::body::HttpBody for Tracked<B> {
     }
 }
 
-/// A connection's socket, noting when a request head starts to arrive on it.
-struct Watched<I> {
-    io: I,
-    conn: Arc<ConnState>,
-    epoch: Instant,
-}
-
-impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<I> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
-        if buf.filled().len() > before
-            && self.conn.busy.load(Ordering::Relaxed) == 0
-            && self.conn.head_since_ms.load(Ordering::Relaxed) == UNSET
-        {
-            let now = ms_since(self.epoch) + 1;
-            self.conn.head_since_ms.store(now, Ordering::Relaxed);
-        }
-        polled
-    }
-}
-
-impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-}
-
 /// One accepted connection and what serving it needs.
 struct Connection {
-    conns: Arc<Conns>,
-    id: u64,
-    state: Arc<ConnState>,
+    governor: Arc<Governor<HttpConn>>,
     peer: std::net::SocketAddr,
     shutdown: CancellationToken,
     builder: Arc<Builder<TokioExecutor>>,
@@ -193,27 +133,24 @@ struct Connection {
 impl Connection {
     /// Serves requests on `io` until the client leaves, the connection is closed (idle,
     /// or making room) or the node shuts down (requests in flight finish first).
-    async fn serve<I>(self, io: I)
+    async fn serve<I>(self, io: I, state: Arc<HttpConn>)
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let Connection {
-            conns,
-            id,
-            state,
+            governor,
             peer,
             shutdown,
             builder,
             app,
         } = self;
-        let close = state.close.clone();
+        let close = state.closer().token();
         let service = {
-            let conns = conns.clone();
-            let state = state.clone();
+            let governor = governor.clone();
             tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let app = app.clone();
-                let in_flight = InFlight::new(&conns, &state);
-                let epoch = conns.epoch;
+                let in_flight = InFlight::new(&governor, &state);
+                let epoch = governor.epoch();
                 let mut req = req.map(|b| axum::body::Body::new(Tracked::new(b, &state, epoch)));
                 req.extensions_mut().insert(ConnectInfo(peer));
                 async move {
@@ -222,11 +159,6 @@ impl Connection {
                     resp
                 }
             })
-        };
-        let io = Watched {
-            io,
-            conn: state.clone(),
-            epoch: conns.epoch,
         };
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service));
@@ -245,7 +177,6 @@ impl Connection {
                 let _ = conn.as_mut().await;
             }
         }
-        conns.closed(id);
     }
 }
 
@@ -260,7 +191,7 @@ pub async fn serve(
     grace: Duration,
     open: Arc<AtomicUsize>,
 ) {
-    let conns = Arc::new(Conns::new(open));
+    let governor = Governor::<HttpConn>::new(limits, open);
     let tasks = TaskTracker::new();
     let shutdown = CancellationToken::new();
     let mut builder = Builder::new(TokioExecutor::new());
@@ -270,25 +201,26 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(None);
     let builder = Arc::new(builder);
-    let reaper = spawn_reaper(conns.clone(), stop.clone(), limits);
+    let reaper = governor.spawn_reaper(stop.clone());
     while let Some((stream, peer)) = crate::listening::accept(&listener, &stop).await {
-        if !conns.make_room(limits.max_connections) {
-            debug!(%peer, open = conns.len(), "every connection busy: refused");
+        if !governor.make_room() {
+            debug!(%peer, open = governor.len(), "every connection busy: refused");
             drop(stream);
             continue;
         }
-        let (id, state) = conns.open();
+        let stream = governor.admit(stream);
         let conn = Connection {
-            conns: conns.clone(),
-            id,
-            state,
+            governor: governor.clone(),
             peer,
             shutdown: shutdown.clone(),
             builder: builder.clone(),
             app: router.clone(),
         };
         match &tls {
-            None => drop(tasks.spawn(conn.serve(stream))),
+            None => {
+                let state = stream.conn().clone();
+                drop(tasks.spawn(conn.serve(stream, state)))
+            }
             Some(tls) => {
                 drop(tasks.spawn(over_tls(conn, stream, tls.current(), limits.header_timeout)))
             }
@@ -303,43 +235,16 @@ pub async fn serve(
     }
 }
 
-/// Closes the connections past their timeouts, checking a few times per shortest one.
-fn spawn_reaper(
-    conns: Arc<Conns>,
-    stop: CancellationToken,
-    limits: ConnectionLimits,
-) -> tokio::task::JoinHandle<()> {
-    let shortest = limits
-        .header_timeout
-        .min(limits.idle_timeout)
-        .min(limits.body_timeout);
-    let every = (shortest / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        while stop.run_until_cancelled(tick.tick()).await.is_some() {
-            conns.reap(&limits);
-        }
-    })
-}
-
 /// Serves `conn` over TLS once its handshake is done; the handshake counts against the
 /// header timeout.
 async fn over_tls(
     conn: Connection,
-    stream: tokio::net::TcpStream,
+    stream: Governed<TcpStream, HttpConn>,
     acceptor: Arc<tokio_rustls::TlsAcceptor>,
-    handshake: Duration,
+    within: Duration,
 ) {
-    let peer = conn.peer;
-    match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
-        Ok(Ok(stream)) => conn.serve(stream).await,
-        Ok(Err(e)) => {
-            debug!(%peer, cause = %e, "TLS handshake failed");
-            conn.conns.closed(conn.id);
-        }
-        Err(_) => {
-            debug!(%peer, "TLS handshake timed out");
-            conn.conns.closed(conn.id);
-        }
+    let state = stream.conn().clone();
+    if let Some(stream) = crate::listening::handshake(stream, acceptor, within, "http").await {
+        conn.serve(stream, state).await;
     }
 }
