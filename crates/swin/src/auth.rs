@@ -7,10 +7,14 @@ use subtle::ConstantTimeEq;
 
 use crate::config::{AuthConfig, Scope, Token};
 
+/// Why a request was not let in.
 #[derive(Debug)]
 pub enum Denied<'a> {
+    /// No token (401).
     Missing,
+    /// A token the node does not know (401).
     Unknown,
+    /// A known token without the route's scope (403).
     Scope(&'a Token),
 }
 

@@ -42,9 +42,13 @@ pub async fn increment_key(
 /// One increment of a batch, checked.
 #[derive(Debug)]
 pub struct Item<'a> {
+    /// Its namespace.
     pub ns: &'a Namespace,
+    /// The key.
     pub key: &'a str,
+    /// The value to add (negative only where the namespace allows decrements).
     pub value: f64,
+    /// One window size, or (`None`) every size of the namespace.
     pub window_size: Option<u32>,
 }
 
@@ -103,7 +107,9 @@ async fn undo(ns: &Namespace, key: &str, value: f64, sizes: &[u32], now: UnixMs)
 /// One increment of a batch, as a door read it.
 #[derive(Debug, Clone, Copy)]
 pub struct AskedIncrement<'a> {
+    /// The namespace named.
     pub namespace: &'a str,
+    /// The key.
     pub key: &'a str,
     /// The value (1 when the door was given none).
     pub value: Option<f64>,
@@ -115,7 +121,9 @@ pub struct AskedIncrement<'a> {
 /// items each namespace counted (for the metrics).
 #[derive(Debug)]
 pub struct CountedBatch {
+    /// Each item's windows after it, in order.
     pub windows: Vec<Vec<WindowRate>>,
+    /// How many items each namespace counted.
     pub per_namespace: Vec<(std::sync::Arc<Namespace>, u64)>,
 }
 

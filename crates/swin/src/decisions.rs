@@ -24,6 +24,7 @@ use swin_sync::admission::{Admitted, Bounds, Spend};
 /// One key's decision (the strictest of its limits'), and what its headers say.
 #[derive(Debug, Clone)]
 pub struct Verdict {
+    /// The decision: allowed, limit, remaining, reset and retry after.
     pub decision: Decision,
     /// `RateLimit-Policy` items of the key's limits.
     pub policies: Arc<[Arc<str>]>,
@@ -39,6 +40,7 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// Whether the hit was admitted.
     pub fn allowed(&self) -> bool {
         self.decision.allowed
     }
@@ -51,6 +53,7 @@ impl Verdict {
         v
     }
 
+    /// The answer a door shows for it.
     pub fn answer(&self) -> HitAnswer {
         let mut a = HitAnswer {
             reason: self.reason,
@@ -65,10 +68,14 @@ impl Verdict {
     }
 }
 
+/// One hit's answer as the doors show it (the JSON of `/hit`).
 #[derive(Debug, Serialize)]
 pub struct HitAnswer {
+    /// Whether the hit was admitted.
     pub allowed: bool,
+    /// The limit that decided.
     pub limit: f64,
+    /// What is left of it after this hit.
     pub remaining: f64,
     /// Seconds until the counts this answer saw weigh nothing (GCRA: the bucket is full).
     pub reset_after: f64,

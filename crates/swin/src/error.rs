@@ -8,32 +8,54 @@ pub const MAX_URI_BYTES: usize = 8 * 1024;
 /// The most header bytes (names and values) of one request (431 past it, JSON error).
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
+/// Why a request was not decided. Being limited is no error: a denial is a
+/// [`crate::decisions::Verdict`]. Each case names what a client sent wrong, or what the
+/// node could not do, in a message meant for the client.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The request is malformed: the message names the field and why.
     #[error("{0}")]
     BadRequest(String),
+    /// A key that is empty, too long or not UTF-8 text.
     #[error("{0}")]
     InvalidKey(String),
+    /// A value or cost that is not a finite number in range.
     #[error("{0}")]
     InvalidValue(String),
+    /// No namespace of that name.
     #[error("namespace {0:?} is not configured")]
     UnknownNamespace(String),
+    /// A window size the namespace does not count in.
     #[error("namespace {namespace:?} has no window size {window_size}")]
-    UnknownWindowSize { namespace: String, window_size: u32 },
+    UnknownWindowSize {
+        /// The namespace asked for.
+        namespace: String,
+        /// The size asked for, in seconds.
+        window_size: u32,
+    },
+    /// Nothing is served at that path.
     #[error("no route for {0}")]
     NotFound(String),
+    /// The path is served, not with that method.
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// A body past `body_limit` (bytes).
     #[error("body is larger than {0} bytes")]
     PayloadTooLarge(usize),
+    /// A body that is not declared JSON.
     #[error("body must be JSON (Content-Type: application/json)")]
     UnsupportedMediaType,
+    /// A request URI past [`MAX_URI_BYTES`] (its length).
     #[error("the request URI is {0} bytes; the limit is {MAX_URI_BYTES}")]
     UriTooLong(usize),
+    /// Request headers past [`MAX_HEADER_BYTES`] (their length).
     #[error("the request headers are {0} bytes; the limit is {MAX_HEADER_BYTES}")]
     HeadersTooLarge(usize),
+    /// A body that did not arrive within `body_timeout`.
     #[error("the body did not arrive within {0:?}")]
     BodyTimeout(std::time::Duration),
+    /// The node cannot take the request now: its memory for the namespace is full
+    /// (`max_counters`); the client may try again later.
     #[error("{0}")]
     Unavailable(String),
     /// The store could not do what the request needed; `reason` is the short code a
@@ -41,7 +63,9 @@ pub enum Error {
     /// own error goes to the log only.
     #[error("{message}")]
     Store {
+        /// `store_unreachable`, `store_rejected` or `store_failed`.
         reason: &'static str,
+        /// What the client is told.
         message: String,
     },
     /// No token, or one the node does not know: 401 with `WWW-Authenticate: Bearer`.
@@ -56,6 +80,7 @@ pub enum Error {
     /// A reservation to commit that is not open (committed, lapsed, never made).
     #[error("{0}")]
     UnknownReservation(String),
+    /// A bug: logged where it happened, answered without detail.
     #[error("internal error")]
     Internal,
 }

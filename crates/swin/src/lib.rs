@@ -14,6 +14,7 @@
 //! them) → [`config`] (a config, read into policy types) → [`policy`] (limits,
 //! descriptor rules, counter keys, what a request may carry), [`auth`] and [`spool`].
 
+#![warn(missing_docs)]
 pub mod auth;
 pub mod config;
 pub mod counting;

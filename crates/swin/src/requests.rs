@@ -33,9 +33,13 @@ pub async fn to_the_end<T: Send + 'static>(
 /// One hit of a batch.
 #[derive(Debug)]
 pub struct Hit<'a> {
+    /// Its namespace.
     pub ns: Arc<Namespace>,
+    /// Its namespace's name (for errors and policy names).
     pub namespace: &'a str,
+    /// The key.
     pub key: &'a str,
+    /// What it costs (1 for one request).
     pub cost: f64,
 }
 
@@ -43,7 +47,9 @@ pub struct Hit<'a> {
 /// nothing of the batch was spent).
 #[derive(Debug)]
 pub struct BatchVerdict {
+    /// Each hit's verdict, in the batch's order.
     pub verdicts: Vec<Verdict>,
+    /// Whether any hit was denied (then none was spent).
     pub denied: bool,
 }
 
@@ -116,8 +122,11 @@ async fn undo_all(
 /// One hit of a batch, as a door read it.
 #[derive(Debug, Clone, Copy)]
 pub struct AskedHit<'a> {
+    /// The namespace named.
     pub namespace: &'a str,
+    /// The key.
     pub key: &'a str,
+    /// What it costs.
     pub cost: f64,
 }
 
@@ -126,9 +135,13 @@ pub struct AskedHit<'a> {
 /// denied (then nothing was spent), the strictest, and every policy once.
 #[derive(Debug)]
 pub struct Batch {
+    /// Each hit's verdict, in order, its policies named `<namespace>.<policy>`.
     pub verdicts: Vec<Verdict>,
+    /// Whether any hit was denied (then none was spent).
     pub denied: bool,
+    /// The verdict a client's RateLimit headers show: the one with the least left.
     pub strictest: Verdict,
+    /// Every policy of the batch, once.
     pub policies: Vec<Arc<str>>,
 }
 

@@ -49,6 +49,7 @@ const RETRY_EVERY: Duration = Duration::from_millis(500);
 /// A reserve's answer: the hit's verdict, and when allowed the reservation.
 #[derive(Debug)]
 pub struct Reserved {
+    /// The hit's verdict.
     pub verdict: Verdict,
     /// The reservation's id and lapse time (allowed only).
     pub reservation: Option<(String, UnixMs)>,
@@ -57,9 +58,13 @@ pub struct Reserved {
 /// How a commit settled.
 #[derive(Debug, Serialize)]
 pub struct Settled {
+    /// True once settled (a second commit of it answers that it is unknown).
     pub committed: bool,
+    /// Its id.
     pub reservation: String,
+    /// What the reserve spent.
     pub estimate: f64,
+    /// The actual cost it was settled at.
     pub cost: f64,
     /// Spent beyond the estimate.
     pub charged: f64,
@@ -70,6 +75,7 @@ pub struct Settled {
     /// The key after the settlement, as a dry run sees it.
     #[serde(flatten)]
     pub after: HitAnswer,
+    /// The key after the settlement, as its verdict.
     #[serde(skip)]
     pub verdict: Verdict,
 }

@@ -19,12 +19,14 @@ use swin_sync::Unconfirmed;
 const VERSION: u32 = 1;
 const PREFIX: &str = "spool-";
 
+/// What one stop left for one store: written to `data_dir`, pushed at the next start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpoolEntry {
     /// The store's name in the config.
     pub store: String,
     /// [`crate::config::StoreConfig::fingerprint`] of that store.
     pub store_fingerprint: String,
+    /// The diffs, advances and changes the store did not confirm.
     pub unconfirmed: Unconfirmed,
 }
 

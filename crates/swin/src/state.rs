@@ -16,8 +16,11 @@ use crate::runtime_limits::{Effective, RuntimeLimits};
 /// A namespace as the API serves it.
 #[derive(Debug)]
 pub struct Namespace {
+    /// Its counters and its engine (sync with the store).
     pub sync: Arc<NamespaceSync>,
+    /// The `[stores]` entry it syncs with (none: local only).
     pub store_name: Option<String>,
+    /// The limits `/hit` decides against; none when it only counts (or has descriptor rules only).
     pub limits: Option<crate::policy::limits::Limits>,
     /// Whether `/increment` takes negative values (`allow_decrements`); without it a
     /// client could lift its own limit.
@@ -51,7 +54,9 @@ pub struct Namespace {
 /// [`swin_core::top`]): by hits decided (allowed or denied) and by hits denied.
 #[derive(Debug, Default)]
 pub struct Heaviest {
+    /// Keys by hits decided.
     pub hits: swin_core::top::TopKeys,
+    /// Keys by hits denied.
     pub denied: swin_core::top::TopKeys,
 }
 
@@ -197,4 +202,5 @@ impl Namespace {
     }
 }
 
+/// The running namespaces, by name.
 pub type Namespaces = BTreeMap<String, Arc<Namespace>>;

@@ -29,7 +29,7 @@ impl NamespaceSync {
 
     /// Sets a key's limits in the store. No store: nothing to do. An operator's change
     /// waits up to the store timeout (it is no decision: `answer_within` does not bound
-    /// it), and the store applies it only before [`Self::deadline_within`] of that by its
+    /// it), and the store applies it only before `deadline_within` of that by its
     /// own clock: an error here means nothing changed, even when the store answers later.
     pub async fn put_limit(&self, limit: &StoredLimit) -> Result<(), StoreError> {
         match &self.store {
@@ -91,7 +91,7 @@ impl NamespaceSync {
         }
     }
 
-    /// The keys whose limits changed after `since` (see [`crate::store::Limits`]).
+    /// The keys whose limits changed after `since` (see [`crate::store::LimitStore`]).
     pub async fn limit_changes(&self, since: Option<&str>) -> Result<LimitChanges, StoreError> {
         match &self.store {
             Some(store) => self.call(store.limit_changes(self.name(), since)).await,

@@ -14,7 +14,7 @@ use super::{now, NamespaceSync};
 const RETURN_EVERY: Duration = Duration::from_millis(250);
 
 /// Quota a strict namespace holds from the store, owned by its admission. The engine's
-/// loop asks it to return what is unused every [`RETURN_EVERY`], and everything
+/// loop asks it to return what is unused every `RETURN_EVERY` (250 ms), and everything
 /// unused at stop, before the last push.
 pub trait QuotaKeeper: Send + Sync + std::fmt::Debug {
     /// Returns to the store what ended windows and idle keys hold unused (`all`:
@@ -55,7 +55,7 @@ impl NamespaceSync {
         self.quota.as_ref().map_or(0, |q| q.round_trips())
     }
 
-    /// The task that returns unused quota every [`RETURN_EVERY`] until `cancel`
+    /// The task that returns unused quota every `RETURN_EVERY` (250 ms) until `cancel`
     /// (none for a namespace without quota).
     pub(super) fn return_unused_task(
         self: &Arc<Self>,

@@ -51,7 +51,7 @@ pub struct LimitChanges {
 pub const CHANGES_PER_CALL: usize = 10_000;
 
 /// The runtime-limits side of a store. Every store implements it beside
-/// [`super::Counters`].
+/// [`super::CounterStore`].
 pub trait LimitStore: Send + Sync {
     /// Sets a key's limits (replacing any) and logs the change — unless the store's
     /// clock is past `not_after` when it would apply it ([`StoreError::TooLate`]: its

@@ -38,6 +38,7 @@ pub enum Scope {
 }
 
 impl Scope {
+    /// Every scope, in the order the docs list them.
     pub const ALL: [Scope; 5] = [
         Scope::Count,
         Scope::Decide,
@@ -46,6 +47,7 @@ impl Scope {
         Scope::Limits,
     ];
 
+    /// Its name in the config.
     pub fn name(self) -> &'static str {
         match self {
             Scope::Count => "count",
@@ -60,15 +62,18 @@ impl Scope {
 /// One token: who it is and what it may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Token {
+    /// Its name, for the logs.
     pub name: String,
     /// SHA-256 of the token as the client sends it.
     pub sha256: [u8; 32],
+    /// What it may do.
     pub scopes: Vec<Scope>,
 }
 
 /// The tokens a node accepts. Without `[auth]` there is none and every route is open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthConfig {
+    /// Every token it accepts.
     pub tokens: Vec<Token>,
 }
 

@@ -23,34 +23,52 @@ pub use self::stores::{redact, StoreConfig};
 
 /// The embedded default (`config/swin.toml`).
 pub const DEFAULT_CONFIG: &str = include_str!("../../../../config/swin.toml");
+/// What [`DEFAULT_CONFIG`] is called in errors and logs.
 pub const DEFAULT_CONFIG_NAME: &str = "<embedded config/swin.toml>";
 
 /// What a setting is when the config leaves it out (docs/configuration.md lists them).
 pub mod defaults {
+    /// `listen`: HTTP on loopback, port 7070.
     pub const LISTEN: &str = "127.0.0.1:7070";
+    /// `body_limit`: 1 MiB.
     pub const BODY_LIMIT: usize = 1 << 20;
+    /// `header_timeout`, in seconds.
     pub const HEADER_TIMEOUT_SECS: f64 = 10.0;
+    /// `idle_timeout`, in seconds.
     pub const IDLE_TIMEOUT_SECS: f64 = 60.0;
+    /// `body_timeout`, in seconds.
     pub const BODY_TIMEOUT_SECS: f64 = 30.0;
+    /// `max_connections`, per listener.
     pub const MAX_CONNECTIONS: usize = 10_000;
     /// Items of one `/v1/increments` or `/v1/hits` batch.
     pub const MAX_BATCH: usize = 1_000;
+    /// `shutdown_grace`, in seconds.
     pub const SHUTDOWN_GRACE_SECS: f64 = 10.0;
+    /// `store_timeout`, in seconds.
     pub const STORE_TIMEOUT_SECS: f64 = 5.0;
+    /// `answer_timeout`, in seconds.
     pub const ANSWER_TIMEOUT_SECS: f64 = 0.5;
+    /// `max_clock_offset`, in seconds.
     pub const MAX_CLOCK_OFFSET_SECS: f64 = 1.0;
     /// Per namespace and window size: the counter table's own default.
     pub const MAX_COUNTERS: usize = swin_core::DEFAULT_MAX_COUNTERS;
+    /// `data_dir` (the spool).
     pub const DATA_DIR: &str = "./data";
+    /// A PostgreSQL store's pool size (`max_connections`).
     pub const POSTGRES_MAX_CONNECTIONS: u32 = 8;
+    /// A Redis store's key prefix (`prefix`).
     pub const REDIS_PREFIX: &str = "swin";
 }
 
+/// A config that cannot be run: the file, the field (dotted, with indexes) and why.
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {field}: {message}")]
 pub struct ConfigError {
+    /// The file (or [`DEFAULT_CONFIG_NAME`]).
     pub file: String,
+    /// The field, as `namespaces[2].limits[0].limit`.
     pub field: String,
+    /// What is wrong with it.
     pub message: String,
 }
 
@@ -117,28 +135,39 @@ struct RawTls {
 /// and, for mutual TLS, the CA every client's certificate must be signed by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsConfig {
+    /// The PEM certificate chain.
     pub cert: std::path::PathBuf,
+    /// Its PEM private key.
     pub key: std::path::PathBuf,
     /// Clients must present a certificate this CA (PEM, one or more) signed.
     pub client_ca: Option<std::path::PathBuf>,
 }
 
+/// How the node logs (`log_format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
+    /// Human-readable lines.
     Pretty,
+    /// One JSON object per line.
     Json,
 }
 
 /// The validated configuration the node runs with.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The HTTP listener's address (`listen`).
     pub listen: SocketAddr,
     /// Envoy's rate limit service (gRPC) listens here; none: no gRPC server.
     pub grpc_listen: Option<SocketAddr>,
+    /// Runs the stores' migrations at start (`migrate`, default true).
     pub migrate: bool,
+    /// `log_format`.
     pub log_format: LogFormat,
+    /// The largest request body accepted, in bytes (`body_limit`).
     pub body_limit: usize,
+    /// How long a stop lets requests in flight finish (`shutdown_grace`).
     pub shutdown_grace: Duration,
+    /// The longest a store call may take before it counts as failed (`store_timeout`).
     pub store_timeout: Duration,
     /// The longest a request waits for a store (at most `store_timeout`): past it, it is
     /// answered as its namespace's `on_store_failure` says, and the store call goes on.
@@ -148,12 +177,15 @@ pub struct Config {
     pub max_clock_offset: Duration,
     /// Where the spool lives (`./data` unless set; `SWIN_DATA_DIR` overrides).
     pub data_dir: std::path::PathBuf,
+    /// The stores by name (`[stores.<name>]`).
     pub stores: BTreeMap<String, StoreConfig>,
+    /// The namespaces (`[[namespaces]]`), in file order.
     pub namespaces: Vec<NamespaceConfig>,
     /// Bearer tokens and their scopes; `None` (no `[auth]`): every route is open.
     pub auth: Option<AuthConfig>,
     /// Peers whose `X-Forwarded-For` and `X-Real-IP` are believed (none by default).
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The timeouts and cap both listeners hold connections to.
     pub connections: ConnectionLimits,
     /// Serve HTTPS with these files (`None`: plain HTTP).
     pub tls: Option<TlsConfig>,

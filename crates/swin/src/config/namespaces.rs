@@ -58,7 +58,10 @@ pub enum AdmissionMode {
     /// past the limit by what the others admitted since its last sync.
     Eventual,
     /// Admit only from quota this node holds (windows) or was granted (buckets) from the store: never past the limit.
-    Strict { on_store_failure: OnStoreFailure },
+    Strict {
+        /// What it does while its store cannot be asked.
+        on_store_failure: OnStoreFailure,
+    },
 }
 
 /// What a strict namespace does while its store cannot be asked (`local`: decide on
@@ -67,6 +70,7 @@ pub enum AdmissionMode {
 pub use swin_sync::admission::OnStoreFailure;
 
 impl AdmissionMode {
+    /// Its name in the config and in answers: `eventual` or `strict`.
     pub fn name(&self) -> &'static str {
         match self {
             AdmissionMode::Eventual => "eventual",
@@ -75,13 +79,18 @@ impl AdmissionMode {
     }
 }
 
+/// One `[[namespaces]]` entry, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NamespaceConfig {
+    /// Its name, in routes and store keys.
     pub name: String,
+    /// The window sizes it counts in (`window_sizes`, with its rules' sizes).
     pub window_sizes: Vec<WindowSize>,
+    /// How it syncs (`sync_rate`): periodic, synchronous or local only.
     pub mode: SyncMode,
     /// `None` exactly when the namespace is local only.
     pub store: Option<String>,
+    /// The most counters (key × window size) it keeps in memory (`max_counters`).
     pub max_counters: usize,
     /// Limits that `/hit` decides against; `None` when the namespace only counts.
     pub limits: Option<crate::policy::limits::Limits>,

@@ -29,29 +29,44 @@ pub(super) struct RawStore {
 /// One store, typed by kind. Its `Debug` output redacts the URL's password.
 #[derive(Clone, PartialEq, Eq)]
 pub enum StoreConfig {
+    /// PostgreSQL (`kind = "postgres"`).
     Postgres {
+        /// Its connection URL, the password in `password_env` rather than here.
         url: String,
+        /// The pool's size.
         max_connections: u32,
+        /// Password and TLS.
         access: Access,
     },
+    /// A Redis server (`kind = "redis"`).
     Redis {
+        /// Its URL (`redis://` or `rediss://`).
         url: String,
+        /// Every key's prefix.
         prefix: String,
+        /// Password and TLS.
         access: Access,
     },
+    /// A Redis Cluster (`kind = "redis_cluster"`).
     RedisCluster {
         /// Seed nodes: the node finds the others from them.
         urls: Vec<String>,
+        /// Every key's prefix (in one hash slot per counter).
         prefix: String,
+        /// Password and TLS.
         access: Access,
+        /// Replicas that must acknowledge a push before it counts as done.
         wait_replicas: u32,
     },
+    /// A SQLite file (`kind = "sqlite"`), for nodes of one machine.
     Sqlite {
+        /// Its URL (`sqlite://path`).
         url: String,
     },
 }
 
 impl StoreConfig {
+    /// What kind of store it is.
     pub fn kind(&self) -> swin_sync::store::StoreKind {
         use swin_sync::store::StoreKind;
         match self {

@@ -65,16 +65,23 @@ pub enum Shown {
     /// Decided under its rule: the decision it shows and whether it denies the request;
     /// `runtime` when a runtime limit on its key replaced the rule's limits.
     Decided {
+        /// What it shows (remaining, reset).
         decision: Decision,
+        /// Whether it denies the request.
         denied: bool,
+        /// The runtime limit that replaced the rule's, if one did.
         runtime: Option<Arc<RuntimeLimit>>,
     },
     /// Slots of a concurrency key: whether it is OK, its limit in flight, the slots
     /// left, and until a slot is sure to be free (or the lease lapses).
     Slots {
+        /// Whether a slot was free.
         ok: bool,
+        /// Slots in flight allowed.
         limit: u64,
+        /// Slots left.
         remaining: u64,
+        /// Until a slot is sure to be free.
         until: Duration,
     },
 }
@@ -82,7 +89,9 @@ pub enum Shown {
 /// A descriptor's answer and the rule that applied to it (for the dynamic metadata).
 #[derive(Debug, Clone)]
 pub struct Answer {
+    /// The rule that applied (none: no rule matched).
     pub rule: Option<Arc<Rule>>,
+    /// What it shows.
     pub shown: Shown,
 }
 
@@ -91,7 +100,9 @@ pub struct Answer {
 pub struct Counted {
     /// The rule's name, or (unnamed) the limit that decided.
     pub policy: Arc<str>,
+    /// Whether the hit was admitted.
     pub allowed: bool,
+    /// Admitted only because its limit is in shadow.
     pub shadow_denied: bool,
 }
 

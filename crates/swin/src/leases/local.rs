@@ -1,5 +1,5 @@
 //! A local-only namespace's leases, kept on this node: the same acquire, release and
-//! lapse rules as a store's (see [`swin_sync::store::Leases`]), read against them.
+//! lapse rules as a store's (see [`swin_sync::store::LeaseStore`]), read against them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +33,7 @@ pub struct LocalLeases {
 }
 
 impl LocalLeases {
+    /// A table for leases of at most `max_keys` keys.
     pub fn new(max_keys: usize) -> Self {
         LocalLeases {
             shards: std::array::from_fn(|_| Mutex::default()),
@@ -86,7 +87,7 @@ impl LocalLeases {
             .sum()
     }
 
-    /// See [`swin_sync::store::Leases::acquire`]; refuses a new key past `max_keys`.
+    /// See [`swin_sync::store::LeaseStore::acquire`]; refuses a new key past `max_keys`.
     pub fn acquire(&self, a: &Acquire<'_>) -> Result<Acquired, Error> {
         let max_keys = self.max_keys;
         self.maybe_sweep(a.now);
@@ -156,7 +157,7 @@ impl LocalLeases {
 }
 
 impl LocalLeases {
-    /// See [`swin_sync::store::Leases::release_slots`].
+    /// See [`swin_sync::store::LeaseStore::release_slots`].
     pub fn release_slots(&self, key: &str, prefix: &str, count: u32, now: UnixMs) -> u32 {
         self.maybe_sweep(now);
         let mut map = self.shard(key);

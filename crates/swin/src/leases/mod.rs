@@ -5,7 +5,7 @@
 //!
 //! Where leases live: a namespace with a store keeps them in it (every acquire, release
 //! and renewal is one atomic step there, whatever the sync rate — see
-//! [`swin_sync::store::Leases`]), so a slot released on one node is free on every other
+//! [`swin_sync::store::LeaseStore`]), so a slot released on one node is free on every other
 //! at once and no interleaving of nodes passes the limit; a node that dies frees its
 //! leases by their lapse. A local-only namespace keeps them here, in [`LocalLeases`].
 //! A store that cannot be asked refuses the acquire (503): admitting without it could
@@ -34,11 +34,15 @@ pub const MAX_LEASE_ID_BYTES: usize = 128;
 /// A granted or refused acquire, with what a client is told.
 #[derive(Debug, Clone)]
 pub struct AcquireAnswer {
+    /// What the store or this node's table granted or refused, with the slots in flight.
     pub acquired: Acquired,
     /// The lease's id (the client's, or one made here).
     pub lease: String,
+    /// Slots in flight allowed for the key.
     pub limit: u64,
+    /// When the lease lapses (store time).
     pub expires_at: UnixMs,
+    /// The time the acquire was decided at (store time).
     pub now: UnixMs,
 }
 
@@ -54,6 +58,7 @@ impl AcquireAnswer {
 /// What an acquire asks for, as read from a door.
 #[derive(Debug, Clone)]
 pub struct AcquireRequest {
+    /// Slots to take (1 for one request).
     pub count: u32,
     /// The lease's life (the namespace's `lease_ttl` unless the client says).
     pub ttl: Option<f64>,

@@ -12,6 +12,7 @@ use tracing::{info, warn};
 use super::Limiter;
 use crate::config::{Config, StoreConfig};
 
+/// Opens the store `cfg` describes (PostgreSQL and Redis connect on first use).
 pub async fn open_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
     Ok(match cfg {
         StoreConfig::Postgres {

@@ -11,9 +11,12 @@ use super::FieldError;
 /// ([`Algorithm::parse`]), matched as this type everywhere else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Algorithm {
+    /// Sliding windows (the default): the previous window weighs what is left of it.
     #[default]
     SlidingWindow,
+    /// Fixed windows: a count per window, reset at its start.
     FixedWindow,
+    /// GCRA buckets (`gcra = { burst, count, period }`).
     Gcra,
     /// Leases in flight per key (`limit`, `lease_ttl`): no limits of hits, no windows
     /// of limits.

@@ -3,6 +3,7 @@
 
 use crate::error::Error;
 
+/// The longest key, in bytes (400 past it).
 pub const MAX_KEY_BYTES: usize = 1024;
 
 /// Keys are UTF-8 (the path extractor checked that) of 1 to [`MAX_KEY_BYTES`] bytes

@@ -32,6 +32,7 @@ pub struct RawRateLimit {
     unlimited: bool,
 }
 
+/// A `replaces` entry: the name of a rule this one takes the place of.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RawReplace {
@@ -120,6 +121,7 @@ pub enum RuleLimit {
     /// `requests_per_unit: 0`: every request is over the limit (envoyproxy/ratelimit's
     /// way to block a value), counted nowhere.
     Blocked,
+    /// Decided against these limits, in the namespace's algorithm.
     Limited(KeyLimits),
     /// A concurrency namespace's rule (`rate_limit.requests_per_unit`, its unit not
     /// read): at most this many slots of the descriptor's key in flight.
@@ -131,15 +133,18 @@ pub enum RuleLimit {
 pub struct Rule {
     /// Its path: `generic_key_login.remote_address`.
     pub path: String,
+    /// What it limits with.
     pub limit: RuleLimit,
     /// Decided and counted, never denied.
     pub shadow: bool,
     /// `rate_limit.name`, for `replaces` and the answer's `current_limit.name`.
     pub name: Option<String>,
+    /// Names of the rules it replaces when both apply.
     pub replaces: Vec<String>,
     /// What the answer's `current_limit` says: requests per unit and the unit (0 when
     /// the window is no Envoy unit).
     pub requests_per_unit: u32,
+    /// The unit, as Envoy's `RateLimit.Unit` numbers it.
     pub unit: i32,
     /// The rule's `metadata`, for the answer's dynamic metadata.
     pub metadata: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
@@ -149,6 +154,7 @@ pub struct Rule {
 /// them (`share_threshold`: every value a `*` matches shares one counter).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Found {
+    /// The rule.
     pub rule: Arc<Rule>,
     /// (entry index, the value as the rule writes it, `*` included)
     pub shared: Vec<(usize, Arc<str>)>,
@@ -280,6 +286,7 @@ impl Rules {
         self.count_denied
     }
 
+    /// Whether there is no rule at all.
     pub fn is_empty(&self) -> bool {
         self.root.nodes.is_empty()
     }

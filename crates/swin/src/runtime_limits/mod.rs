@@ -42,7 +42,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 /// A key's runtime limits, validated for its namespace.
 #[derive(Debug)]
 pub struct RuntimeLimit {
+    /// The limits, in the namespace's algorithm.
     pub limits: KeyLimits,
+    /// As the store keeps them (who set them, when, until when).
     pub stored: StoredLimit,
 }
 
@@ -56,7 +58,9 @@ enum Cached {
 /// The limits a key is decided against: the config's, or its runtime limits.
 #[derive(Debug, Clone)]
 pub enum Effective<'a> {
+    /// The config's limits for the key (none set at run time).
     Config(&'a KeyLimits),
+    /// Limits set at run time, in force for the key.
     Runtime(Arc<RuntimeLimit>),
 }
 

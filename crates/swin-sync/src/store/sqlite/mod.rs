@@ -158,7 +158,7 @@ impl CounterStore for SqliteStore {
     }
 
     /// One write transaction: the push record, then the rows, isolating any the
-    /// database refuses (see [`sql::push`]).
+    /// database refuses (see `sql::push`).
     async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
         let diffs = normalize(push.diffs);
         if diffs.is_empty() {

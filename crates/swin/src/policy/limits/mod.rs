@@ -14,6 +14,7 @@ use swin_core::{Gcra, WindowAlgorithm, WindowLimit, WindowSize};
 use super::algorithm::Algorithm;
 use super::FieldError;
 
+/// One window limit as a config or a runtime limit writes it: `{ window_size, limit }`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimit {
@@ -38,8 +39,10 @@ pub struct RawGcra {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawKeyLimits {
+    /// Window limits (a window algorithm).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<RawLimit>,
+    /// A bucket (GCRA).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gcra: Option<RawGcra>,
 }
@@ -92,6 +95,7 @@ impl RawKeyLimits {
     }
 }
 
+/// An `overrides` entry: keys and the limits they get instead of the default.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawOverride {
@@ -101,14 +105,22 @@ pub struct RawOverride {
     gcra: Option<RawGcra>,
 }
 
+/// A namespace's limit keys as the config file has them, before they are checked.
 #[derive(Debug)]
 pub struct RawLimits {
+    /// `algorithm` (none: sliding windows).
     pub algorithm: Option<String>,
+    /// `limits`.
     pub limits: Vec<RawLimit>,
+    /// `gcra`.
     pub gcra: Option<RawGcra>,
+    /// `count_denied`.
     pub count_denied: Option<bool>,
+    /// `key_from`.
     pub key_from: Option<String>,
+    /// `overrides`.
     pub overrides: Vec<RawOverride>,
+    /// `shadow`.
     pub shadow: Option<bool>,
 }
 
@@ -191,6 +203,7 @@ pub struct WindowSet {
 }
 
 impl WindowSet {
+    /// The set of `limits`, each named by its window (`60s`).
     pub fn new(limits: Vec<WindowLimit>) -> Self {
         let names: Vec<Arc<str>> = limits
             .iter()
@@ -246,10 +259,13 @@ pub enum KeyFrom {
 /// A namespace's limits: the default and per-key overrides.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
+    /// What a key without an override is decided against.
     pub default: KeyLimits,
+    /// Keys decided against limits of their own instead.
     pub overrides: BTreeMap<String, KeyLimits>,
     /// Denied hits count too (Kong's penalty); by default they do not.
     pub count_denied: bool,
+    /// Where `/v1/auth` (nginx) reads the key from.
     pub key_from: KeyFrom,
     /// Every limit decides and counts but none denies (`shadow = true`): hits they
     /// would deny pass, counted, and are marked as would-be denials.
@@ -257,6 +273,7 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// The limits `key` is decided against: its override, else the default.
     pub fn for_key(&self, key: &str) -> &KeyLimits {
         self.overrides.get(key).unwrap_or(&self.default)
     }
