@@ -16,7 +16,24 @@ impl Metrics {
     ) -> String {
         let namespaces: Vec<NamespaceSample> =
             engines.iter().map(|s| NamespaceSample::of(s)).collect();
-        let mut families = vec![
+        let mut families = self.request_families();
+        families.extend(self.operation_families());
+        families.extend(self.node_gauges(in_flight, open));
+        families.push(self.duration_family());
+        families.extend(namespace_families(&namespaces));
+        // a family without samples (no decision yet) is left out, as registries do
+        families.retain(|f| !f.get_metric().is_empty());
+        let mut out = String::new();
+        if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&families, &mut out) {
+            // only a family built wrong gets here: a bug, shown rather than hidden
+            tracing::error!(cause = %e, "metrics exposition failed");
+        }
+        out
+    }
+
+    /// What requests did on this node: counters by namespace, rule, route, token, domain.
+    fn request_families(&self) -> Vec<MetricFamily> {
+        vec![
             counter_family(
                 "swin_increments_total",
                 "Increments counted, by namespace.",
@@ -73,6 +90,13 @@ impl Metrics {
                     .into_iter()
                     .map(|(domain, code, v)| (vec![("domain", domain), ("code", code.to_owned())], v)),
             ),
+        ]
+    }
+
+    /// What operators and clients changed through this node: runtime limits, leases,
+    /// reservations and their cost.
+    fn operation_families(&self) -> Vec<MetricFamily> {
+        vec![
             counter_family(
                 "swin_runtime_limit_changes_total",
                 "Keys' runtime limits set or deleted through this node, by namespace and change.",
@@ -106,8 +130,18 @@ impl Metrics {
                         )
                     }),
             ),
-        ];
-        families.push(gauge_family(
+        ]
+    }
+
+    /// The node's own gauges: connections, its clock against the store's, and what is
+    /// in flight across the cluster (leases, open reservations) at this scrape.
+    fn node_gauges(
+        &self,
+        in_flight: &[(String, u64)],
+        open: &[(String, u64)],
+    ) -> Vec<MetricFamily> {
+        let mut out = Vec::new();
+        out.push(gauge_family(
             "swin_connections",
             "Connections open, by listener (http, grpc).",
             [
@@ -122,7 +156,7 @@ impl Metrics {
             }),
         ));
         let clock = swin_sync::clock::clock();
-        families.push(gauge_family(
+        out.push(gauge_family(
             "swin_clock_offset_seconds",
             "The store's clock minus this node's, as last measured (0 until a store with a clock of its own answers); decisions are taken in the store's time.",
             [(
@@ -130,55 +164,51 @@ impl Metrics {
                 clock.offset_ms().unwrap_or(0) as f64 / 1e3,
             )],
         ));
-        families.push(gauge_family(
+        out.push(gauge_family(
             "swin_clock_offset_exceeded",
             "1 while this node's clock is further from the store's than max_clock_offset.",
             [(Vec::new(), f64::from(u8::from(clock.beyond_bound())))],
         ));
-        families.push(gauge_family(
+        out.push(gauge_family(
             "swin_leases_in_flight",
             "Slots of live concurrency leases, by namespace, across the cluster as the store counts them at this scrape (a local-only namespace: this node's).",
             in_flight
                 .iter()
                 .map(|(n, v)| (vec![("namespace", n.clone())], *v as f64)),
         ));
-        families.push(gauge_family(
+        out.push(gauge_family(
             "swin_reservations_open",
             "Reservations made and not yet committed or lapsed, by namespace, across the cluster as the store counts them at this scrape (namespaces this node has reserved in).",
             open.iter()
                 .map(|(n, v)| (vec![("namespace", n.clone())], *v as f64)),
         ));
-        families.push(family(
-            "swin_request_duration_seconds",
-            "How long requests took on this node, from their head read to their answer made, by door (http, grpc) and route (HTTP route pattern or gRPC method).",
-            MetricType::HISTOGRAM,
-            self.latency
-                .iter()
-                .zip(["http", "grpc"])
-                .flat_map(|(map, door)| {
-                    let mut rows: Vec<(String, Histogram)> = map
-                        .pin()
-                        .iter()
-                        .map(|(route, l)| (route.clone(), l.histogram()))
-                        .collect();
-                    rows.sort_by(|a, b| a.0.cmp(&b.0));
-                    rows.into_iter().map(move |(route, h)| {
-                        let mut m = metric(vec![("door", door.to_owned()), ("route", route)]);
-                        m.set_histogram(h);
-                        m
-                    })
-                })
-                .collect(),
-        ));
-        families.extend(namespace_families(&namespaces));
-        // a family without samples (no decision yet) is left out, as registries do
-        families.retain(|f| !f.get_metric().is_empty());
-        let mut out = String::new();
-        if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&families, &mut out) {
-            // only a family built wrong gets here: a bug, shown rather than hidden
-            tracing::error!(cause = %e, "metrics exposition failed");
-        }
         out
+    }
+
+    /// Request durations, by door and route.
+    fn duration_family(&self) -> MetricFamily {
+        family(
+        "swin_request_duration_seconds",
+        "How long requests took on this node, from their head read to their answer made, by door (http, grpc) and route (HTTP route pattern or gRPC method).",
+        MetricType::HISTOGRAM,
+        self.latency
+            .iter()
+            .zip(["http", "grpc"])
+            .flat_map(|(map, door)| {
+                let mut rows: Vec<(String, Histogram)> = map
+                    .pin()
+                    .iter()
+                    .map(|(route, l)| (route.clone(), l.histogram()))
+                    .collect();
+                rows.sort_by(|a, b| a.0.cmp(&b.0));
+                rows.into_iter().map(move |(route, h)| {
+                    let mut m = metric(vec![("door", door.to_owned()), ("route", route)]);
+                    m.set_histogram(h);
+                    m
+                })
+            })
+            .collect(),
+    )
     }
 
     fn sorted_auth(&self) -> Vec<(String, &'static str, u64)> {
@@ -368,14 +398,92 @@ fn sync_histogram(st: &SyncStatus) -> Histogram {
 }
 
 /// Per namespace: what its tables hold and how its syncs go.
+/// How a namespace's sample is read: a gauge's value or a counter's.
+enum Sample {
+    Gauge(fn(&NamespaceSample) -> f64),
+    Counter(fn(&NamespaceSample) -> u64),
+}
+
+/// Each namespace's gauges and counters: name, help, and how its value is read.
+const NAMESPACE_SAMPLES: &[(&str, &str, Sample)] = &[
+    (
+        "swin_buckets",
+        "GCRA buckets held in local memory.",
+        Sample::Gauge(|n| n.buckets as f64),
+    ),
+    (
+        "swin_counters",
+        "Counters held in local memory (key x window size).",
+        Sample::Gauge(|n| n.counters as f64),
+    ),
+    (
+        "swin_evictions_total",
+        "Counters evicted to stay under max_counters.",
+        Sample::Counter(|n| n.evictions),
+    ),
+    (
+        "swin_pending_diffs",
+        "Window diffs drained but not yet confirmed by the store.",
+        Sample::Gauge(|n| n.status.pending_diffs as f64),
+    ),
+    (
+        "swin_pending_advances",
+        "GCRA TAT advances drained but not yet confirmed by the store.",
+        Sample::Gauge(|n| n.status.pending_advances as f64),
+    ),
+    (
+        "swin_sync_failures_total",
+        "Syncs that failed.",
+        Sample::Counter(|n| n.status.failures),
+    ),
+    (
+        "swin_rejected_windows_total",
+        "Windows the store refused for good (logged with their key) and dropped.",
+        Sample::Counter(|n| n.status.rejected_windows),
+    ),
+    (
+        "swin_syncs_total",
+        "Syncs that reached the store.",
+        Sample::Counter(|n| n.status.syncs),
+    ),
+    (
+        "swin_first_touch_loads_total",
+        "Keys this node held nothing for, read from the store before an answer.",
+        Sample::Counter(|n| n.first_touches.0),
+    ),
+    (
+        "swin_first_touch_fallbacks_total",
+        "Keys this node held nothing for and answered from local knowledge: the store did not answer within store_timeout.",
+        Sample::Counter(|n| n.first_touches.1),
+    ),
+    (
+        "swin_reservations_total",
+        "Store calls of strict admission (holds of window quota, grants of bucket quota, taken or given back).",
+        Sample::Counter(|n| n.reservations),
+    ),
+    (
+        "swin_strict_admission",
+        "1 when the namespace admits strictly (admission = \"strict\"), else 0.",
+        Sample::Gauge(|n| f64::from(u8::from(n.strict))),
+    ),
+    (
+        "swin_degraded",
+        "1 while the namespace cannot reach its store.",
+        Sample::Gauge(|n| f64::from(u8::from(n.status.degraded.is_some()))),
+    ),
+];
+
 fn namespace_families(namespaces: &[NamespaceSample]) -> Vec<MetricFamily> {
     let ns = |n: &NamespaceSample| vec![("namespace", n.name.clone())];
-    let gauges = |name: &str, help: &str, v: fn(&NamespaceSample) -> f64| {
-        gauge_family(name, help, namespaces.iter().map(|n| (ns(n), v(n))))
-    };
-    let counters = |name: &str, help: &str, v: fn(&NamespaceSample) -> u64| {
-        counter_family(name, help, namespaces.iter().map(|n| (ns(n), v(n))))
-    };
+    let mut out: Vec<MetricFamily> = NAMESPACE_SAMPLES
+        .iter()
+        .map(|(name, help, sample)| match sample {
+            Sample::Gauge(v) => gauge_family(name, help, namespaces.iter().map(|n| (ns(n), v(n)))),
+            Sample::Counter(v) => {
+                counter_family(name, help, namespaces.iter().map(|n| (ns(n), v(n))))
+            }
+        })
+        .collect();
     let histograms = namespaces
         .iter()
         .map(|n| {
@@ -384,73 +492,13 @@ fn namespace_families(namespaces: &[NamespaceSample]) -> Vec<MetricFamily> {
             m
         })
         .collect();
-    vec![
-        gauges("swin_buckets", "GCRA buckets held in local memory.", |n| {
-            n.buckets as f64
-        }),
-        gauges(
-            "swin_counters",
-            "Counters held in local memory (key x window size).",
-            |n| n.counters as f64,
-        ),
-        counters(
-            "swin_evictions_total",
-            "Counters evicted to stay under max_counters.",
-            |n| n.evictions,
-        ),
-        gauges(
-            "swin_pending_diffs",
-            "Window diffs drained but not yet confirmed by the store.",
-            |n| n.status.pending_diffs as f64,
-        ),
-        gauges(
-            "swin_pending_advances",
-            "GCRA TAT advances drained but not yet confirmed by the store.",
-            |n| n.status.pending_advances as f64,
-        ),
-        counters("swin_sync_failures_total", "Syncs that failed.", |n| {
-            n.status.failures
-        }),
-        counters(
-            "swin_rejected_windows_total",
-            "Windows the store refused for good (logged with their key) and dropped.",
-            |n| n.status.rejected_windows,
-        ),
-        counters("swin_syncs_total", "Syncs that reached the store.", |n| {
-            n.status.syncs
-        }),
-        counters(
-            "swin_first_touch_loads_total",
-            "Keys this node held nothing for, read from the store before an answer.",
-            |n| n.first_touches.0,
-        ),
-        counters(
-            "swin_first_touch_fallbacks_total",
-            "Keys this node held nothing for and answered from local knowledge: the store did not answer within store_timeout.",
-            |n| n.first_touches.1,
-        ),
-        counters(
-            "swin_reservations_total",
-            "Store calls of strict admission (holds of window quota, grants of bucket quota, taken or given back).",
-            |n| n.reservations,
-        ),
-        gauges(
-            "swin_strict_admission",
-            "1 when the namespace admits strictly (admission = \"strict\"), else 0.",
-            |n| f64::from(u8::from(n.strict)),
-        ),
-        gauges(
-            "swin_degraded",
-            "1 while the namespace cannot reach its store.",
-            |n| f64::from(u8::from(n.status.degraded.is_some())),
-        ),
-        family(
-            "swin_sync_duration_seconds",
-            "Duration of syncs.",
-            MetricType::HISTOGRAM,
-            histograms,
-        ),
-    ]
+    out.push(family(
+        "swin_sync_duration_seconds",
+        "Duration of syncs.",
+        MetricType::HISTOGRAM,
+        histograms,
+    ));
+    out
 }
 
 /// `swin_spool_files`: spool files waiting in `data_dir` (what a stop could not push and

@@ -165,80 +165,115 @@ impl Parser<'_> {
 
     fn store(&self, name: &str, s: RawStore) -> Result<StoreConfig, ConfigError> {
         let f = |k: &str| format!("stores.{name}.{k}");
-        let schemes: &[&str] = match s.kind.as_str() {
+        let schemes = self.schemes(&s.kind, &f("kind"))?;
+        let (url, urls) = if s.kind == "redis_cluster" {
+            (String::new(), self.seeds(name, &s, schemes)?)
+        } else {
+            (self.url(name, &s, schemes)?, Vec::new())
+        };
+        self.keys_of_its_kind(&s, &f)?;
+        let access = self.access(&s, &f)?;
+        self.typed(s, url, urls, access, &f)
+    }
+
+    /// The URL schemes a store of `kind` takes.
+    fn schemes(&self, kind: &str, field: &str) -> Result<&'static [&'static str], ConfigError> {
+        Ok(match kind {
             "postgres" => &["postgres://", "postgresql://"],
             "redis" => &["redis://", "rediss://", "redis+unix://"],
             "redis_cluster" => &["redis://", "rediss://"],
             "sqlite" => &["sqlite:"],
             other => {
                 return Err(self.err(
-                    &f("kind"),
+                    field,
                     format!(
                         "{other:?} is not \"postgres\", \"redis\", \"redis_cluster\" or \"sqlite\""
                     ),
                 ))
             }
+        })
+    }
+
+    fn check_scheme(
+        &self,
+        field: &str,
+        url: &str,
+        schemes: &[&str],
+        kind: &str,
+    ) -> Result<(), ConfigError> {
+        if !schemes.iter().any(|p| url.starts_with(p)) {
+            return Err(self.err(field, format!("{:?} is not a {kind} URL", redact(url))));
+        }
+        Ok(())
+    }
+
+    /// A store's `url` (or `SWIN_STORE_<NAME>_URL`).
+    fn url(&self, name: &str, s: &RawStore, schemes: &[&str]) -> Result<String, ConfigError> {
+        let f = |k: &str| format!("stores.{name}.{k}");
+        if s.urls.is_some() {
+            return Err(self.err(&f("urls"), "applies to redis_cluster stores only".into()));
+        }
+        let var = format!("SWIN_STORE_{}_URL", name.to_uppercase().replace('-', "_"));
+        let (url, url_field) = self.overridden(&f("url"), &var, s.url.clone());
+        let Some(url) = url else {
+            return Err(self.err(&url_field, "is required".into()));
         };
-        let cluster = s.kind == "redis_cluster";
-        let upper = name.to_uppercase().replace('-', "_");
-        let check = |field: &str, url: &str| {
-            if !schemes.iter().any(|p| url.starts_with(p)) {
-                return Err(self.err(field, format!("{:?} is not a {} URL", redact(url), s.kind)));
-            }
-            Ok(())
+        self.check_scheme(&url_field, &url, schemes, &s.kind)?;
+        Ok(url)
+    }
+
+    /// A Redis Cluster's seed nodes (`urls`, or `SWIN_STORE_<NAME>_URLS`, separated by
+    /// commas), each parsed as the store will (nothing is connected): a database other
+    /// than 0, a URL redis-rs cannot read, or TLS on some seeds only is an error.
+    fn seeds(
+        &self,
+        name: &str,
+        s: &RawStore,
+        schemes: &[&str],
+    ) -> Result<Vec<String>, ConfigError> {
+        let f = |k: &str| format!("stores.{name}.{k}");
+        if s.url.is_some() {
+            return Err(self.err(
+                &f("url"),
+                "a redis_cluster store takes `urls`, its seed nodes".into(),
+            ));
+        }
+        let var = format!("SWIN_STORE_{}_URLS", name.to_uppercase().replace('-', "_"));
+        let (urls, field): (Vec<String>, String) = match (self.env)(&var) {
+            Some(v) => (
+                v.split(',').map(|u| u.trim().to_owned()).collect(),
+                format!("{} (from {var})", f("urls")),
+            ),
+            None => (s.urls.clone().unwrap_or_default(), f("urls")),
         };
-        let (url, urls) = if cluster {
-            if s.url.is_some() {
-                return Err(self.err(
-                    &f("url"),
-                    "a redis_cluster store takes `urls`, its seed nodes".into(),
-                ));
+        if urls.is_empty() {
+            return Err(self.err(&field, "needs at least one seed node URL".into()));
+        }
+        for u in &urls {
+            self.check_scheme(&field, u, schemes, &s.kind)?;
+            let seed = std::slice::from_ref(u);
+            if let Err(e) = swin_sync::store::RedisStore::cluster(seed, "", &Access::default(), 0) {
+                let why = match e {
+                    swin_sync::StoreError::Protocol(why) => why,
+                    _ => "not a Redis URL".into(),
+                };
+                return Err(self.err(&field, format!("{:?}: {why}", redact(u))));
             }
-            // SWIN_STORE_<NAME>_URLS: the seeds, separated by commas
-            let var = format!("SWIN_STORE_{upper}_URLS");
-            let (urls, field) = match (self.env)(&var) {
-                Some(v) => (
-                    v.split(',').map(|u| u.trim().to_owned()).collect(),
-                    format!("{} (from {var})", f("urls")),
-                ),
-                None => (s.urls.clone().unwrap_or_default(), f("urls")),
-            };
-            if urls.is_empty() {
-                return Err(self.err(&field, "needs at least one seed node URL".into()));
-            }
-            for u in &urls {
-                check(&field, u)?;
-                // parsed as the store will (nothing is connected): a database other than
-                // 0, a URL redis-rs cannot read
-                let seed = std::slice::from_ref(u);
-                if let Err(e) =
-                    swin_sync::store::RedisStore::cluster(seed, "", &Access::default(), 0)
-                {
-                    let why = match e {
-                        swin_sync::StoreError::Protocol(why) => why,
-                        _ => "not a Redis URL".into(),
-                    };
-                    return Err(self.err(&field, format!("{:?}: {why}", redact(u))));
-                }
-            }
-            if urls.iter().any(|u| u.starts_with("rediss://"))
-                && !urls.iter().all(|u| u.starts_with("rediss://"))
-            {
-                return Err(self.err(&field, "mixes rediss:// and redis:// seeds".into()));
-            }
-            (String::new(), urls)
-        } else {
-            if s.urls.is_some() {
-                return Err(self.err(&f("urls"), "applies to redis_cluster stores only".into()));
-            }
-            let var = format!("SWIN_STORE_{upper}_URL");
-            let (url, url_field) = self.overridden(&f("url"), &var, s.url.clone());
-            let Some(url) = url else {
-                return Err(self.err(&url_field, "is required".into()));
-            };
-            check(&url_field, &url)?;
-            (url, Vec::new())
-        };
+        }
+        if urls.iter().any(|u| u.starts_with("rediss://"))
+            && !urls.iter().all(|u| u.starts_with("rediss://"))
+        {
+            return Err(self.err(&field, "mixes rediss:// and redis:// seeds".into()));
+        }
+        Ok(urls)
+    }
+
+    /// Keys that belong to some kinds of store only are refused on the others.
+    fn keys_of_its_kind(
+        &self,
+        s: &RawStore,
+        f: &dyn Fn(&str) -> String,
+    ) -> Result<(), ConfigError> {
         let only = |key: &str, set: bool, kind: &str| {
             if set && s.kind != kind {
                 return Err(self.err(&f(key), format!("applies to {kind} stores only")));
@@ -246,7 +281,7 @@ impl Parser<'_> {
             Ok(())
         };
         only("max_connections", s.max_connections.is_some(), "postgres")?;
-        if !cluster {
+        if s.kind != "redis_cluster" {
             only("prefix", s.prefix.is_some(), "redis")?;
         }
         only("wait_replicas", s.wait_replicas.is_some(), "redis_cluster")?;
@@ -257,7 +292,11 @@ impl Parser<'_> {
             Ok(())
         };
         server_only("password_env", s.password_env.is_some())?;
-        server_only("ca_file", s.ca_file.is_some())?;
+        server_only("ca_file", s.ca_file.is_some())
+    }
+
+    /// The password (read from `password_env`) and the CA file.
+    fn access(&self, s: &RawStore, f: &dyn Fn(&str) -> String) -> Result<Access, ConfigError> {
         let password = match &s.password_env {
             None => None,
             Some(var) => Some((self.env)(var).ok_or_else(|| {
@@ -267,13 +306,24 @@ impl Parser<'_> {
                 )
             })?),
         };
-        let ca_file = match s.ca_file {
+        let ca_file = match &s.ca_file {
             Some(path) if path.is_empty() => {
                 return Err(self.err(&f("ca_file"), "is empty".into()));
             }
-            path => path.map(std::path::PathBuf::from),
+            path => path.as_ref().map(std::path::PathBuf::from),
         };
-        let access = Access { password, ca_file };
+        Ok(Access { password, ca_file })
+    }
+
+    /// The store, typed by its kind, with its kind's own settings checked.
+    fn typed(
+        &self,
+        s: RawStore,
+        url: String,
+        urls: Vec<String>,
+        access: Access,
+        f: &dyn Fn(&str) -> String,
+    ) -> Result<StoreConfig, ConfigError> {
         Ok(match s.kind.as_str() {
             "postgres" => {
                 let max_connections = s
