@@ -257,56 +257,15 @@ impl Parser<'_> {
     }
 
     fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
-        let (listen_s, listen_field) = self.overridden("listen", "SWIN_LISTEN", raw.listen);
-        let listen_s = listen_s.unwrap_or_else(|| defaults::LISTEN.into());
-        let listen = listen_s.parse().map_err(|_| {
-            self.err(
-                &listen_field,
-                format!("{listen_s:?} is not an address like 127.0.0.1:7070"),
-            )
-        })?;
-        let (grpc_s, grpc_field) =
-            self.overridden("grpc_listen", "SWIN_GRPC_LISTEN", raw.grpc_listen);
-        let grpc_listen = match grpc_s {
-            None => None,
-            Some(g) => Some(g.parse().map_err(|_| {
-                self.err(
-                    &grpc_field,
-                    format!("{g:?} is not an address like 127.0.0.1:8081"),
-                )
-            })?),
-        };
-        let migrate = match (self.env)("SWIN_MIGRATE") {
-            Some(v) => parse_bool(&v).ok_or_else(|| {
-                self.err(
-                    "migrate",
-                    format!("SWIN_MIGRATE={v:?} is not true or false"),
-                )
-            })?,
-            None => raw.migrate.unwrap_or(true),
-        };
-        let (log_format, log_field) =
-            self.overridden("log_format", "SWIN_LOG_FORMAT", raw.log_format);
-        let log_format = match log_format.as_deref() {
-            None | Some("pretty") => LogFormat::Pretty,
-            Some("json") => LogFormat::Json,
-            Some(other) => {
-                return Err(self.err(
-                    &log_field,
-                    format!("{other:?} is not \"pretty\" or \"json\""),
-                ))
-            }
-        };
+        let connections = self.connections(&raw)?;
+        let listen = self.address("listen", "SWIN_LISTEN", raw.listen, Some(defaults::LISTEN))?;
+        let listen = listen.expect("a default");
+        let grpc_listen = self.address("grpc_listen", "SWIN_GRPC_LISTEN", raw.grpc_listen, None)?;
         let trusted_proxies = self.trusted_proxies(&raw.trusted_proxies)?;
         let body_limit = raw.body_limit.unwrap_or(defaults::BODY_LIMIT);
         if body_limit == 0 {
             return Err(self.err("body_limit", "must be above 0".into()));
         }
-        let shutdown_grace = self.secs(
-            "shutdown_grace",
-            raw.shutdown_grace,
-            defaults::SHUTDOWN_GRACE_SECS,
-        )?;
         let store_timeout = self.secs(
             "store_timeout",
             raw.store_timeout,
@@ -319,12 +278,95 @@ impl Parser<'_> {
                 defaults::ANSWER_TIMEOUT_SECS,
             )?
             .min(store_timeout);
-        let max_clock_offset = self.secs(
-            "max_clock_offset",
-            raw.max_clock_offset,
-            defaults::MAX_CLOCK_OFFSET_SECS,
-        )?;
         let max_counters = raw.max_counters.unwrap_or(defaults::MAX_COUNTERS);
+        let max_batch = raw.max_batch.unwrap_or(defaults::MAX_BATCH);
+        if max_batch == 0 {
+            return Err(self.err("max_batch", "must be above 0".into()));
+        }
+        let stores = self.stores(raw.stores)?;
+        Ok(Config {
+            listen,
+            grpc_listen,
+            migrate: self.migrate(raw.migrate)?,
+            log_format: self.log_format(raw.log_format)?,
+            body_limit,
+            shutdown_grace: self.secs(
+                "shutdown_grace",
+                raw.shutdown_grace,
+                defaults::SHUTDOWN_GRACE_SECS,
+            )?,
+            store_timeout,
+            answer_timeout,
+            max_clock_offset: self.secs(
+                "max_clock_offset",
+                raw.max_clock_offset,
+                defaults::MAX_CLOCK_OFFSET_SECS,
+            )?,
+            connections,
+            namespaces: self.namespaces(raw.namespaces, &stores, max_counters)?,
+            stores,
+            auth: self.auth(raw.auth)?,
+            trusted_proxies,
+            max_batch,
+            tls: self.tls(raw.tls)?,
+            telemetry: self.telemetry(raw.telemetry)?,
+            data_dir: self.data_dir(raw.data_dir)?,
+        })
+    }
+
+    /// A listener's address (`key`, or the environment variable `var`); `default` when
+    /// neither sets it.
+    fn address(
+        &self,
+        key: &str,
+        var: &str,
+        raw: Option<String>,
+        default: Option<&str>,
+    ) -> Result<Option<SocketAddr>, ConfigError> {
+        let (value, field) = self.overridden(key, var, raw);
+        let Some(value) = value.or_else(|| default.map(str::to_owned)) else {
+            return Ok(None);
+        };
+        let example = if key == "listen" {
+            "127.0.0.1:7070"
+        } else {
+            "127.0.0.1:8081"
+        };
+        value.parse().map(Some).map_err(|_| {
+            self.err(
+                &field,
+                format!("{value:?} is not an address like {example}"),
+            )
+        })
+    }
+
+    /// `migrate`, or `SWIN_MIGRATE`; true unless told otherwise.
+    fn migrate(&self, raw: Option<bool>) -> Result<bool, ConfigError> {
+        match (self.env)("SWIN_MIGRATE") {
+            Some(v) => parse_bool(&v).ok_or_else(|| {
+                self.err(
+                    "migrate",
+                    format!("SWIN_MIGRATE={v:?} is not true or false"),
+                )
+            }),
+            None => Ok(raw.unwrap_or(true)),
+        }
+    }
+
+    /// `log_format`, or `SWIN_LOG_FORMAT`.
+    fn log_format(&self, raw: Option<String>) -> Result<LogFormat, ConfigError> {
+        let (log_format, field) = self.overridden("log_format", "SWIN_LOG_FORMAT", raw);
+        match log_format.as_deref() {
+            None | Some("pretty") => Ok(LogFormat::Pretty),
+            Some("json") => Ok(LogFormat::Json),
+            Some(other) => {
+                Err(self.err(&field, format!("{other:?} is not \"pretty\" or \"json\"")))
+            }
+        }
+    }
+
+    /// The timeouts and the cap of both listeners' connections.
+    fn connections(&self, raw: &RawConfig) -> Result<ConnectionLimits, ConfigError> {
         let connections = ConnectionLimits {
             header_timeout: self.secs(
                 "header_timeout",
@@ -346,56 +388,36 @@ impl Parser<'_> {
         if connections.max_connections == 0 {
             return Err(self.err("max_connections", "must be above 0".into()));
         }
-        let max_batch = raw.max_batch.unwrap_or(defaults::MAX_BATCH);
-        if max_batch == 0 {
-            return Err(self.err("max_batch", "must be above 0".into()));
-        }
-        let stores = self.stores(raw.stores)?;
-        let namespaces = self.namespaces(raw.namespaces, &stores, max_counters)?;
-        let auth = self.auth(raw.auth)?;
-        let tls = match raw.tls {
-            None => None,
+        Ok(connections)
+    }
+
+    /// `[tls]`: each file named.
+    fn tls(&self, raw: Option<RawTls>) -> Result<Option<TlsConfig>, ConfigError> {
+        match raw {
+            None => Ok(None),
             Some(t) if t.cert.is_empty() => {
-                return Err(self.err("tls.cert", "must name a PEM file".into()))
+                Err(self.err("tls.cert", "must name a PEM file".into()))
             }
-            Some(t) if t.key.is_empty() => {
-                return Err(self.err("tls.key", "must name a PEM file".into()))
-            }
+            Some(t) if t.key.is_empty() => Err(self.err("tls.key", "must name a PEM file".into())),
             Some(t) if t.client_ca.as_deref() == Some("") => {
-                return Err(self.err("tls.client_ca", "must name a PEM file".into()))
+                Err(self.err("tls.client_ca", "must name a PEM file".into()))
             }
-            Some(t) => Some(TlsConfig {
+            Some(t) => Ok(Some(TlsConfig {
                 cert: t.cert.into(),
                 key: t.key.into(),
                 client_ca: t.client_ca.map(Into::into),
-            }),
-        };
-        let telemetry = self.telemetry(raw.telemetry)?;
-        let (data_dir, data_field) = self.overridden("data_dir", "SWIN_DATA_DIR", raw.data_dir);
+            })),
+        }
+    }
+
+    /// `data_dir`, or `SWIN_DATA_DIR`.
+    fn data_dir(&self, raw: Option<String>) -> Result<std::path::PathBuf, ConfigError> {
+        let (data_dir, field) = self.overridden("data_dir", "SWIN_DATA_DIR", raw);
         let data_dir = data_dir.unwrap_or_else(|| defaults::DATA_DIR.into());
         if data_dir.is_empty() {
-            return Err(self.err(&data_field, "must not be empty".into()));
+            return Err(self.err(&field, "must not be empty".into()));
         }
-        Ok(Config {
-            data_dir: data_dir.into(),
-            listen,
-            grpc_listen,
-            migrate,
-            log_format,
-            body_limit,
-            shutdown_grace,
-            store_timeout,
-            answer_timeout,
-            max_clock_offset,
-            stores,
-            namespaces,
-            auth,
-            trusted_proxies,
-            connections,
-            max_batch,
-            tls,
-            telemetry,
-        })
+        Ok(data_dir.into())
     }
 
     /// `[telemetry]`: nothing without `otlp_endpoint`; an `http://` or `https://` URL
