@@ -169,41 +169,93 @@ impl Parser<'_> {
         let algorithm = crate::policy::algorithm::Algorithm::parse(n.algorithm.as_deref())
             .map_err(|(field, why)| self.err(&f(&field), why))?;
         let concurrency = self.concurrency(&mut n, algorithm, f)?;
-        let rules = if n.descriptors.is_empty() && n.descriptors_file.is_none() {
-            None
+        let rules = self.rules(&n, algorithm, concurrency.is_some(), f)?;
+        let sizes = self.sizes(&n, algorithm, rules.as_deref(), concurrency.is_some(), f)?;
+        let (mode, store) = self.sync(&mut n, stores, f)?;
+        let max_counters = n.max_counters.unwrap_or(default_max);
+        if max_counters == 0 {
+            return Err(self.err(&f("max_counters"), "must be above 0".into()));
+        }
+        let admission = self.admission(&n.admission, &n.on_store_failure, f)?;
+        let shadow = n.shadow;
+        let limits = self.limits(&mut n, rules.is_some(), &sizes, f)?;
+        self.strict(
+            &admission,
+            &limits,
+            rules.is_some(),
+            store.is_some(),
+            shadow,
+            f,
+        )?;
+        Ok(NamespaceConfig {
+            name: n.name,
+            window_sizes: sizes,
+            mode,
+            store,
+            max_counters,
+            limits,
+            allow_decrements: n.allow_decrements.unwrap_or(false),
+            admission,
+            algorithm,
+            rules,
+            envoy_response_headers: n.envoy_response_headers.unwrap_or(true),
+            envoy_dynamic_metadata: n.envoy_dynamic_metadata.unwrap_or(false),
+            concurrency,
+        })
+    }
+
+    /// Envoy's descriptor rules (`descriptors`, `descriptors_file`), if any: of hits, or
+    /// of slots in flight on a concurrency namespace (Envoy's starts and negative hits).
+    fn rules(
+        &self,
+        n: &RawNamespace,
+        algorithm: crate::policy::algorithm::Algorithm,
+        concurrency: bool,
+        f: &dyn Fn(&str) -> String,
+    ) -> Result<Option<std::sync::Arc<crate::policy::rules::Rules>>, ConfigError> {
+        if n.descriptors.is_empty() && n.descriptors_file.is_none() {
+            return Ok(None);
+        }
+        let file = n.descriptors_file.as_deref().map(std::path::Path::new);
+        let rules = if concurrency {
+            crate::policy::rules::Rules::load_concurrency(&n.name, &n.descriptors, file)
         } else {
-            let file = n.descriptors_file.as_deref().map(std::path::Path::new);
-            let rules = match concurrency {
-                // rules of slots in flight (Envoy's starts and negative hits)
-                Some(_) => {
-                    crate::policy::rules::Rules::load_concurrency(&n.name, &n.descriptors, file)
-                }
-                None => crate::policy::rules::Rules::load(&n.name, &n.descriptors, file, algorithm),
-            }
-            .map_err(|e| match &n.descriptors_file {
-                Some(_) if !e.starts_with("descriptors") => self.err(&f("descriptors_file"), e),
-                _ => self.err(&f("descriptors"), e),
-            })?;
-            // a namespace of rules only may count denied hits as envoyproxy/ratelimit
-            // does; with limits of its own, its limits' `count_denied` is the rules' too
-            Some(std::sync::Arc::new(
-                rules
-                    .counting_denied(n.count_denied.unwrap_or(false))
-                    .shadowed(n.shadow == Some(true)),
-            ))
-        };
+            crate::policy::rules::Rules::load(&n.name, &n.descriptors, file, algorithm)
+        }
+        .map_err(|e| match &n.descriptors_file {
+            Some(_) if !e.starts_with("descriptors") => self.err(&f("descriptors_file"), e),
+            _ => self.err(&f("descriptors"), e),
+        })?;
+        // a namespace of rules only may count denied hits as envoyproxy/ratelimit
+        // does; with limits of its own, its limits' `count_denied` is the rules' too
+        Ok(Some(std::sync::Arc::new(
+            rules
+                .counting_denied(n.count_denied.unwrap_or(false))
+                .shadowed(n.shadow == Some(true)),
+        )))
+    }
+
+    /// The window sizes it counts in: its own and its rules'.
+    fn sizes(
+        &self,
+        n: &RawNamespace,
+        algorithm: crate::policy::algorithm::Algorithm,
+        rules: Option<&crate::policy::rules::Rules>,
+        concurrency: bool,
+        f: &dyn Fn(&str) -> String,
+    ) -> Result<Vec<WindowSize>, ConfigError> {
         // a GCRA namespace needs no windows (it may still count in some), nor one whose
         // rules come from descriptors
         if n.window_sizes.is_empty()
             && algorithm != crate::policy::algorithm::Algorithm::Gcra
             && rules.is_none()
-            && concurrency.is_none()
+            && !concurrency
         {
             return Err(self.err(&f("window_sizes"), "needs at least one window size".into()));
         }
         let mut sizes = self.window_sizes(&n.window_sizes, &f("window_sizes"))?;
         // (a concurrency namespace's rules count in no window)
-        if let Some(r) = rules.as_ref().filter(|_| concurrency.is_none()) {
+        if let Some(r) = rules.filter(|_| !concurrency) {
             for s in r.window_sizes() {
                 let size =
                     WindowSize::new(s).map_err(|e| self.err(&f("descriptors"), e.to_string()))?;
@@ -212,9 +264,19 @@ impl Parser<'_> {
                 }
             }
         }
+        Ok(sizes)
+    }
+
+    /// How it syncs (`sync_rate`) and with which store (none when local only).
+    fn sync(
+        &self,
+        n: &mut RawNamespace,
+        stores: &BTreeMap<String, StoreConfig>,
+        f: &dyn Fn(&str) -> String,
+    ) -> Result<(SyncMode, Option<String>), ConfigError> {
         let mode = SyncMode::from_rate(n.sync_rate)
             .ok_or_else(|| self.err(&f("sync_rate"), "must be a finite number".into()))?;
-        let store = match (mode, n.store) {
+        let store = match (mode, n.store.take()) {
             (SyncMode::LocalOnly, _) => None,
             (_, None) => {
                 return Err(self.err(
@@ -233,53 +295,57 @@ impl Parser<'_> {
             }
             (_, Some(s)) => Some(s),
         };
-        let max_counters = n.max_counters.unwrap_or(default_max);
-        if max_counters == 0 {
-            return Err(self.err(&f("max_counters"), "must be above 0".into()));
-        }
+        Ok((mode, store))
+    }
+
+    /// Its limits of hits, if any (`limits`, `gcra`, `overrides` and their settings).
+    fn limits(
+        &self,
+        n: &mut RawNamespace,
+        has_rules: bool,
+        sizes: &[WindowSize],
+        f: &dyn Fn(&str) -> String,
+    ) -> Result<Option<crate::policy::limits::Limits>, ConfigError> {
         // `algorithm` alone, beside descriptor rules, is the rules' kind
-        let rules_only = rules.is_some() && n.limits.is_empty() && n.gcra.is_none();
+        let rules_only = has_rules && n.limits.is_empty() && n.gcra.is_none();
         let raw = RawLimits {
-            algorithm: if rules_only { None } else { n.algorithm },
-            limits: n.limits,
-            gcra: n.gcra,
+            algorithm: if rules_only { None } else { n.algorithm.take() },
+            limits: std::mem::take(&mut n.limits),
+            gcra: n.gcra.take(),
             count_denied: if rules_only { None } else { n.count_denied },
-            key_from: n.key_from,
-            overrides: n.overrides,
+            key_from: n.key_from.take(),
+            overrides: std::mem::take(&mut n.overrides),
             shadow: if rules_only { None } else { n.shadow },
         };
-        let limits = crate::policy::limits::validate(raw, &sizes)
-            .map_err(|(field, why)| self.err(&f(&field), why))?;
-        let admission = self.admission(&n.admission, &n.on_store_failure, f)?;
+        crate::policy::limits::validate(raw, sizes)
+            .map_err(|(field, why)| self.err(&f(&field), why))
+    }
+
+    /// What strict admission needs: limits (or rules) to admit against, and a store.
+    fn strict(
+        &self,
+        admission: &AdmissionMode,
+        limits: &Option<crate::policy::limits::Limits>,
+        has_rules: bool,
+        has_store: bool,
+        shadow: Option<bool>,
+        f: &dyn Fn(&str) -> String,
+    ) -> Result<(), ConfigError> {
         if let AdmissionMode::Strict { .. } = admission {
-            let why = match &limits {
-                None if rules.is_some() && store.is_some() => None,
-                None if rules.is_some() => Some("\"strict\" needs a store (sync_rate ≥ 0)"),
+            let why = match limits {
+                None if has_rules && has_store => None,
+                None if has_rules => Some("\"strict\" needs a store (sync_rate ≥ 0)"),
                 None => Some("\"strict\" needs limits to admit against"),
-                Some(_) if store.is_none() => Some("\"strict\" needs a store (sync_rate ≥ 0)"),
+                Some(_) if !has_store => Some("\"strict\" needs a store (sync_rate ≥ 0)"),
                 Some(_) => None,
             };
             if let Some(why) = why {
                 return Err(self.err(&f("admission"), why.into()));
             }
-            Self::strict_shadow(&limits, &admission, n.shadow)
+            Self::strict_shadow(limits, admission, shadow)
                 .map_err(|(field, why)| self.err(&f(&field), why))?;
         }
-        Ok(NamespaceConfig {
-            name: n.name,
-            window_sizes: sizes,
-            mode,
-            store,
-            max_counters,
-            limits,
-            allow_decrements: n.allow_decrements.unwrap_or(false),
-            admission,
-            algorithm,
-            rules,
-            envoy_response_headers: n.envoy_response_headers.unwrap_or(true),
-            envoy_dynamic_metadata: n.envoy_dynamic_metadata.unwrap_or(false),
-            concurrency,
-        })
+        Ok(())
     }
 
     /// A strict namespace goes in shadow whole (`shadow = true`, never with
