@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use swin_core::{Gcra, WindowLimit, WindowSize};
 
-use super::{unit_of, Counts, Level, Node, RawRule, Rule, RuleError, RuleLimit, UNITS};
+use super::{
+    unit_of, Counts, Level, Node, RawBucket, RawRateLimit, RawRule, RawWindow, Rule, RuleError,
+    RuleLimit, UNITS,
+};
 use crate::policy::algorithm::Algorithm;
 use crate::policy::limits::{KeyLimits, WindowSet};
 
@@ -90,7 +93,7 @@ fn rule(r: &RawRule, path: &str, at: &str, counts: Counts) -> Result<Option<Rule
         Counts::InFlight => Algorithm::default(),
     };
     let in_flight = matches!(counts, Counts::InFlight);
-    let mut out = Rule {
+    let out = Rule {
         path: path.to_owned(),
         limit: RuleLimit::Unlimited,
         shadow: r.shadow_mode,
@@ -101,115 +104,158 @@ fn rule(r: &RawRule, path: &str, at: &str, counts: Counts) -> Result<Option<Rule
         metadata: r.metadata.clone().filter(|m| !m.is_empty()).map(Arc::new),
     };
     if let Some(rl) = &r.rate_limit {
-        out.name = rl.name.clone();
-        out.replaces = rl.replaces.iter().map(|x| x.name.clone()).collect();
-        // what envoyproxy/ratelimit refuses to load, refused here too
-        for (j, x) in rl.replaces.iter().enumerate() {
-            if x.name.is_empty() {
-                return Err(format!(
-                    "{at}.rate_limit.replaces[{j}].name: must not be empty"
-                ));
-            }
-            if rl.name.as_deref() == Some(x.name.as_str()) {
-                return Err(format!(
-                    "{at}.rate_limit.replaces[{j}].name: {:?} is this rule's own name",
-                    x.name
-                ));
-            }
-        }
-        let unit = UNITS.iter().find(|u| u.0.eq_ignore_ascii_case(&rl.unit));
-        if rl.unlimited {
-            if unit.is_some() {
-                return Err(format!(
-                    "{at}.rate_limit.unit: an unlimited rule takes no unit ({:?})",
-                    rl.unit
-                ));
-            }
-            return Ok(Some(out));
-        }
-        if in_flight {
-            if unit.is_none() && !rl.unit.is_empty() {
-                return Err(format!(
-                    "{at}.rate_limit.unit: {:?} is not second, minute, hour, day, week, month or year (and is not read: requests in flight have no unit)",
-                    rl.unit
-                ));
-            }
-            let n = rl.requests_per_unit;
-            if n > crate::config::MAX_CONCURRENCY {
-                return Err(format!(
-                    "{at}.rate_limit.requests_per_unit: {n} is not between 0 and {} (requests in flight)",
-                    crate::config::MAX_CONCURRENCY
-                ));
-            }
-            out.requests_per_unit = n as u32;
-            out.limit = match n {
-                0 => RuleLimit::Blocked,
-                n => RuleLimit::InFlight(n),
-            };
-            return Ok(Some(out));
-        }
-        let unit = unit.ok_or_else(|| {
-            format!(
-                "{at}.rate_limit.unit: {:?} is not second, minute, hour, day, week, month or year",
-                rl.unit
-            )
-        })?;
-        let rpu = u32::try_from(rl.requests_per_unit).map_err(|_| {
-            format!(
-                "{at}.rate_limit.requests_per_unit: {} is not between 0 and {}",
-                rl.requests_per_unit,
-                u32::MAX
-            )
-        })?;
-        out.requests_per_unit = rpu;
-        out.unit = unit.2;
-        if rpu == 0 {
-            out.limit = RuleLimit::Blocked;
-            return Ok(Some(out));
-        }
-        out.limit = RuleLimit::Limited(
-            limit_for(f64::from(rpu), unit.1, algorithm)
-                .map_err(|e| format!("{at}.rate_limit: {e}"))?,
-        );
-        return Ok(Some(out));
+        return rate_limit_rule(out, rl, at, algorithm, in_flight);
     }
     if let Some(windows) = &r.limits {
-        let Some(kind) = algorithm
-            .window()
-            .map_err(|(_, why)| format!("{at}.limits: {why}"))?
-        else {
-            return Err(format!(
-                "{at}.limits: a \"gcra\" namespace takes gcra = {{ burst, count, period }}"
-            ));
-        };
-        let mut set = Vec::new();
-        for (j, w) in windows.iter().enumerate() {
-            let size = WindowSize::new(w.window_size)
-                .map_err(|e| format!("{at}.limits[{j}].window_size: {e}"))?;
-            set.push(
-                WindowLimit::new(size, w.limit, kind)
-                    .map_err(|e| format!("{at}.limits[{j}].limit: {e}"))?,
-            );
-        }
-        let Some(first) = set.first() else {
-            return Err(format!("{at}.limits: needs at least one limit"));
-        };
-        out.requests_per_unit = first.limit.min(f64::from(u32::MAX)) as u32;
-        out.unit = unit_of(u64::from(first.window.secs()));
-        out.limit = RuleLimit::Limited(KeyLimits::Windows(WindowSet::new(set)));
-        return Ok(Some(out));
+        return windows_rule(out, windows, at, algorithm);
     }
     if let Some(b) = &r.gcra {
-        let period =
-            humantime::parse_duration(&b.period).map_err(|e| format!("{at}.gcra.period: {e}"))?;
-        let g = Gcra::new(b.burst, b.count, period).map_err(|e| format!("{at}.gcra: {e}"))?;
-        out.requests_per_unit = u32::try_from(b.burst).unwrap_or(u32::MAX);
-        out.unit = unit_of(period.as_secs());
-        out.limit = RuleLimit::Limited(KeyLimits::Gcra(g));
-        return Ok(Some(out));
+        return gcra_rule(out, b, at);
     }
     // a rule with nothing to limit with is a level of the tree only
     Ok(None)
+}
+
+/// A rule of `rate_limit` (Envoy's `requests_per_unit` per `unit`, `unlimited`,
+/// `name`, `replaces`).
+fn rate_limit_rule(
+    mut out: Rule,
+    rl: &RawRateLimit,
+    at: &str,
+    algorithm: Algorithm,
+    in_flight: bool,
+) -> Result<Option<Rule>, RuleError> {
+    out.name = rl.name.clone();
+    out.replaces = rl.replaces.iter().map(|x| x.name.clone()).collect();
+    check_replaces(rl, at)?;
+    let unit = UNITS.iter().find(|u| u.0.eq_ignore_ascii_case(&rl.unit));
+    if rl.unlimited {
+        if unit.is_some() {
+            return Err(format!(
+                "{at}.rate_limit.unit: an unlimited rule takes no unit ({:?})",
+                rl.unit
+            ));
+        }
+        return Ok(Some(out));
+    }
+    if in_flight {
+        return in_flight_rule(out, rl, unit.is_some(), at);
+    }
+    let unit = unit.ok_or_else(|| {
+        format!(
+            "{at}.rate_limit.unit: {:?} is not second, minute, hour, day, week, month or year",
+            rl.unit
+        )
+    })?;
+    let rpu = u32::try_from(rl.requests_per_unit).map_err(|_| {
+        format!(
+            "{at}.rate_limit.requests_per_unit: {} is not between 0 and {}",
+            rl.requests_per_unit,
+            u32::MAX
+        )
+    })?;
+    out.requests_per_unit = rpu;
+    out.unit = unit.2;
+    if rpu == 0 {
+        out.limit = RuleLimit::Blocked;
+        return Ok(Some(out));
+    }
+    out.limit = RuleLimit::Limited(
+        limit_for(f64::from(rpu), unit.1, algorithm)
+            .map_err(|e| format!("{at}.rate_limit: {e}"))?,
+    );
+    Ok(Some(out))
+}
+
+/// What envoyproxy/ratelimit refuses to load in `replaces`, refused here too.
+fn check_replaces(rl: &RawRateLimit, at: &str) -> Result<(), RuleError> {
+    for (j, x) in rl.replaces.iter().enumerate() {
+        if x.name.is_empty() {
+            return Err(format!(
+                "{at}.rate_limit.replaces[{j}].name: must not be empty"
+            ));
+        }
+        if rl.name.as_deref() == Some(x.name.as_str()) {
+            return Err(format!(
+                "{at}.rate_limit.replaces[{j}].name: {:?} is this rule's own name",
+                x.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A concurrency namespace's rule: at most `requests_per_unit` slots in flight (its
+/// unit, if any, is checked and not read).
+fn in_flight_rule(
+    mut out: Rule,
+    rl: &RawRateLimit,
+    known_unit: bool,
+    at: &str,
+) -> Result<Option<Rule>, RuleError> {
+    if !known_unit && !rl.unit.is_empty() {
+        return Err(format!(
+            "{at}.rate_limit.unit: {:?} is not second, minute, hour, day, week, month or year (and is not read: requests in flight have no unit)",
+            rl.unit
+        ));
+    }
+    let n = rl.requests_per_unit;
+    if n > crate::config::MAX_CONCURRENCY {
+        return Err(format!(
+            "{at}.rate_limit.requests_per_unit: {n} is not between 0 and {} (requests in flight)",
+            crate::config::MAX_CONCURRENCY
+        ));
+    }
+    out.requests_per_unit = n as u32;
+    out.limit = match n {
+        0 => RuleLimit::Blocked,
+        n => RuleLimit::InFlight(n),
+    };
+    Ok(Some(out))
+}
+
+/// A rule of window limits (`limits`, as a namespace writes them).
+fn windows_rule(
+    mut out: Rule,
+    windows: &[RawWindow],
+    at: &str,
+    algorithm: Algorithm,
+) -> Result<Option<Rule>, RuleError> {
+    let Some(kind) = algorithm
+        .window()
+        .map_err(|(_, why)| format!("{at}.limits: {why}"))?
+    else {
+        return Err(format!(
+            "{at}.limits: a \"gcra\" namespace takes gcra = {{ burst, count, period }}"
+        ));
+    };
+    let mut set = Vec::new();
+    for (j, w) in windows.iter().enumerate() {
+        let size = WindowSize::new(w.window_size)
+            .map_err(|e| format!("{at}.limits[{j}].window_size: {e}"))?;
+        set.push(
+            WindowLimit::new(size, w.limit, kind)
+                .map_err(|e| format!("{at}.limits[{j}].limit: {e}"))?,
+        );
+    }
+    let Some(first) = set.first() else {
+        return Err(format!("{at}.limits: needs at least one limit"));
+    };
+    out.requests_per_unit = first.limit.min(f64::from(u32::MAX)) as u32;
+    out.unit = unit_of(u64::from(first.window.secs()));
+    out.limit = RuleLimit::Limited(KeyLimits::Windows(WindowSet::new(set)));
+    Ok(Some(out))
+}
+
+/// A rule of a GCRA bucket (`gcra`).
+fn gcra_rule(mut out: Rule, b: &RawBucket, at: &str) -> Result<Option<Rule>, RuleError> {
+    let period =
+        humantime::parse_duration(&b.period).map_err(|e| format!("{at}.gcra.period: {e}"))?;
+    let g = Gcra::new(b.burst, b.count, period).map_err(|e| format!("{at}.gcra: {e}"))?;
+    out.requests_per_unit = u32::try_from(b.burst).unwrap_or(u32::MAX);
+    out.unit = unit_of(period.as_secs());
+    out.limit = RuleLimit::Limited(KeyLimits::Gcra(g));
+    Ok(Some(out))
 }
 
 /// `n` per `secs` seconds as the namespace's algorithm counts it.
