@@ -23,29 +23,7 @@ impl Limiter {
         let reserve = (grace / 5).min(std::time::Duration::from_secs(2));
         let deadline = started + grace.saturating_sub(reserve);
         let hard_end = started + grace;
-        // background retries stop at once (they would hold the leftovers while a store
-        // call hangs); what they hold is tried below
-        self.retries.cancel();
-        let running = std::mem::take(&mut self.running);
-        self.serving.store(Arc::new(Namespaces::new()));
-        let mut retiring = tokio::task::JoinSet::new();
-        for (_, r) in running {
-            r.namespace.sync.stop_by(deadline);
-            retiring.spawn(retire(r, deadline, self.leftovers.clone()));
-        }
-        let mut unfinished = 0usize;
-        let all_retired = async { while retiring.join_next().await.is_some() {} };
-        if tokio::time::timeout_at(hard_end, all_retired)
-            .await
-            .is_err()
-        {
-            unfinished = retiring.len();
-            error!(
-                ?grace,
-                namespaces = unfinished,
-                "sync engines did not stop within the grace period"
-            );
-        }
+        let unfinished = self.retire_all(deadline, hard_end).await;
         self.shutdown.cancel();
         self.tracker.close();
         if tokio::time::timeout_at(hard_end, self.tracker.wait())
@@ -81,13 +59,47 @@ impl Limiter {
                 "{unfinished} namespaces did not stop within shutdown_grace ({grace:?}): their unconfirmed hits are lost (others spooled: {written:?})"
             );
         }
+        self.spool(&entries)
+    }
+
+    /// Stops every namespace's engine at once, each pushing until `deadline`; the
+    /// namespaces not stopped by `hard_end` (their counts neither pushed nor spooled).
+    async fn retire_all(
+        &mut self,
+        deadline: tokio::time::Instant,
+        hard_end: tokio::time::Instant,
+    ) -> usize {
+        // background retries stop at once (they would hold the leftovers while a store
+        // call hangs); what they hold is tried after
+        self.retries.cancel();
+        let running = std::mem::take(&mut self.running);
+        self.serving.store(Arc::new(Namespaces::new()));
+        let mut retiring = tokio::task::JoinSet::new();
+        for (_, r) in running {
+            r.namespace.sync.stop_by(deadline);
+            retiring.spawn(retire(r, deadline, self.leftovers.clone()));
+        }
+        let all_retired = async { while retiring.join_next().await.is_some() {} };
+        if tokio::time::timeout_at(hard_end, all_retired).await.is_ok() {
+            return 0;
+        }
+        error!(
+            grace = ?self.config.shutdown_grace,
+            namespaces = retiring.len(),
+            "sync engines did not stop within the grace period"
+        );
+        retiring.len()
+    }
+
+    /// Writes what the stores did not confirm to the spool, for the next start.
+    fn spool(&self, entries: &[SpoolEntry]) -> anyhow::Result<()> {
         if entries.is_empty() {
             info!("stopped");
             return Ok(());
         }
         let windows: usize = entries.iter().map(|e| e.unconfirmed.rows()).sum();
         let hits: f64 = entries.iter().map(|e| e.unconfirmed.hits()).sum();
-        match spool::write(&self.config.data_dir, &entries) {
+        match spool::write(&self.config.data_dir, entries) {
             Ok(path) => {
                 warn!(file = %path.display(), windows, hits, "the store did not confirm the last pushes; spooled for the next start");
                 info!("stopped");
