@@ -220,37 +220,13 @@ impl Grants {
                         continue;
                     }
                     let t = at();
-                    // `now` has whole milliseconds: the real clock may be one ahead
-                    if cost == 0 || s.unused(t + CLOCK_GRAIN_NS) >= cost {
-                        s.spent += cost;
-                        return Ok(s.view(true, t));
-                    }
-                    if !s.inflight {
-                        s.inflight = true;
-                        match s.pending {
-                            Some(p) if t <= p.now_ns + p.horizon_ns => break p,
-                            _ => {}
+                    match self.spend_held(&mut s, gcra, cost, t) {
+                        Local::Answered(v) => return Ok(v),
+                        Local::Ask(request) => break request,
+                        Local::Wait => {
+                            notified.as_mut().enable();
                         }
-                        if s.block == 0 {
-                            s.block = first_block(gcra.burst());
-                        } else if s.granted > s.spent && s.until_ns < t {
-                            // a grant lapsed unspent: smaller blocks
-                            s.block = (s.block / 2).max(1);
-                        }
-                        s.seq = 1 + self
-                            .numbers
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        break GrantRequest {
-                            seq: s.seq,
-                            now_ns: t,
-                            horizon_ns: horizon(gcra).as_nanos() as i64,
-                            emission_ns: gcra.emission_ns(),
-                            burst: gcra.burst(),
-                            need: cost,
-                            want: cost.saturating_add(s.block).min(gcra.burst()),
-                        };
                     }
-                    notified.as_mut().enable();
                 }
                 notified.await;
             };
@@ -265,8 +241,6 @@ impl Grants {
                     return Err(e);
                 }
             };
-            s.pending = None;
-            s.tat_ns = granted.tat_ns;
             if let Some(tat) = granted.tat_ns {
                 let tats = [Tat {
                     key: key.into(),
@@ -275,17 +249,9 @@ impl Grants {
                 // the bucket as the store showed it, for reads
                 sync.counters().buckets().apply(&tats, true);
             }
-            if granted.granted == 0 {
+            if !take_grant(&mut s, &request, &granted, gcra) {
                 return Ok(s.view(false, at()));
             }
-            s.granted = granted.granted;
-            s.spent = 0;
-            s.until_ns = request.now_ns + request.horizon_ns;
-            s.block = if granted.granted >= request.want {
-                s.block.saturating_mul(2).min(gcra.burst())
-            } else {
-                (s.block / 2).max(1)
-            };
             if at() + CLOCK_GRAIN_NS > s.until_ns {
                 lapsed += 1;
                 if lapsed == MAX_LAPSED {
@@ -298,6 +264,43 @@ impl Grants {
             }
             // the hit is admitted at the top, inside the horizon (or asks again)
         }
+    }
+
+    /// Spends `cost` from the units this node holds when it can; else the request for
+    /// more (this hit's, or a request that failed inside its horizon, asked again), or
+    /// wait for the one out.
+    fn spend_held(&self, s: &mut BucketState, gcra: &Gcra, cost: i64, t: i64) -> Local {
+        // `now` has whole milliseconds: the real clock may be one ahead
+        if cost == 0 || s.unused(t + CLOCK_GRAIN_NS) >= cost {
+            s.spent += cost;
+            return Local::Answered(s.view(true, t));
+        }
+        if s.inflight {
+            return Local::Wait;
+        }
+        s.inflight = true;
+        match s.pending {
+            Some(p) if t <= p.now_ns + p.horizon_ns => return Local::Ask(p),
+            _ => {}
+        }
+        if s.block == 0 {
+            s.block = first_block(gcra.burst());
+        } else if s.granted > s.spent && s.until_ns < t {
+            // a grant lapsed unspent: smaller blocks
+            s.block = (s.block / 2).max(1);
+        }
+        s.seq = 1 + self
+            .numbers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Local::Ask(GrantRequest {
+            seq: s.seq,
+            now_ns: t,
+            horizon_ns: horizon(gcra).as_nanos() as i64,
+            emission_ns: gcra.emission_ns(),
+            burst: gcra.burst(),
+            need: cost,
+            want: cost.saturating_add(s.block).min(gcra.burst()),
+        })
     }
 
     /// Gives back `cost` units spent on `key` (a refund): this node may spend them again
@@ -337,4 +340,32 @@ impl Grants {
         })
         .await
     }
+}
+
+/// What a bucket's units can do for a spend without the store.
+enum Local {
+    /// Decided from the units held.
+    Answered(BucketView),
+    /// Ask the store (this spend's request is the one out).
+    Ask(GrantRequest),
+    /// Another spend's request is out: wait for its answer.
+    Wait,
+}
+
+/// Takes a grant the store answered `request` with; false when it granted nothing.
+fn take_grant(s: &mut BucketState, request: &GrantRequest, granted: &Granted, gcra: &Gcra) -> bool {
+    s.pending = None;
+    s.tat_ns = granted.tat_ns;
+    if granted.granted == 0 {
+        return false;
+    }
+    s.granted = granted.granted;
+    s.spent = 0;
+    s.until_ns = request.now_ns + request.horizon_ns;
+    s.block = if granted.granted >= request.want {
+        s.block.saturating_mul(2).min(gcra.burst())
+    } else {
+        (s.block / 2).max(1)
+    };
+    true
 }

@@ -262,81 +262,20 @@ impl Holds {
                     refetch = true;
                     continue;
                 }
-                if s.start != start {
-                    if s.start != 0 && (s.held > 0.0 || s.unsure) {
-                        let ended = (s.start, s.used);
-                        s.ended.push(ended);
+                match from_slot(&mut s, l, start, weight, cost, now) {
+                    Local::Answered(v) => return Ok((v, slot.clone(), start)),
+                    Local::Ask(request) => break request,
+                    Local::Wait => {
+                        notified.as_mut().enable();
                     }
-                    let ended = std::mem::take(&mut s.ended);
-                    *s = SlotState {
-                        start,
-                        block: first_block(l.limit, cost),
-                        inflight: s.inflight,
-                        ended,
-                        ..SlotState::default()
-                    };
                 }
-                s.last_hit_ms = now.0;
-                if s.held - s.used >= cost {
-                    if !fits(&s, weight, l.limit, cost) {
-                        // held under a higher limit than the one in force (a runtime
-                        // limit lowered it): the window is already past it
-                        return Ok((view(&s, false), slot.clone(), start));
-                    }
-                    s.used += cost;
-                    return Ok((view(&s, true), slot.clone(), start));
-                }
-                if !s.inflight {
-                    s.inflight = true;
-                    let need = s.used + cost;
-                    break HoldRequest {
-                        limit: l.limit,
-                        weight,
-                        need,
-                        want: need + s.block,
-                    };
-                }
-                notified.as_mut().enable();
             }
             notified.await;
         };
         let answer = self
             .hold_batched(sync, key, size.secs(), start, request)
             .await;
-        let settled = {
-            let mut s = lock(&slot);
-            s.inflight = false;
-            slot.changed.notify_waiters();
-            let held = match answer {
-                Ok(h) => h,
-                Err(e) => {
-                    if s.start == start {
-                        s.unsure = true;
-                    }
-                    return Err(e);
-                }
-            };
-            if s.start == start {
-                s.unsure = false;
-                let whole = held.held >= request.want;
-                s.held = held.held;
-                s.current = held.current;
-                s.previous = held.previous;
-                s.block = if whole {
-                    s.block * 2.0
-                } else {
-                    (s.block / 2.0).max(1.0)
-                };
-                let allowed = s.held - s.used >= cost && fits(&s, weight, l.limit, cost);
-                if allowed {
-                    s.used += cost;
-                }
-                Some(view(&s, allowed))
-            } else {
-                None
-            }
-        };
-        match settled {
+        match settle(&slot, start, &request, answer, l, weight, cost)? {
             Some(v) => {
                 // the key's counts as the store just showed them, for reads of its rate
                 let totals = [
@@ -465,4 +404,104 @@ fn returned(key: &CompactString, size: u32, start: i64, used: f64) -> Hold {
             want: used,
         },
     }
+}
+
+/// What a slot can do for a hit without the store.
+enum Local {
+    /// Decided from what it holds.
+    Answered(StrictView),
+    /// Ask the store for more (this hit's request is the one out).
+    Ask(HoldRequest),
+    /// Another hit's request is out: wait for its answer.
+    Wait,
+}
+
+/// Decides a hit of `cost` from the slot's quota when it can (a new window starts
+/// the slot afresh, keeping what ended for the return).
+fn from_slot(
+    s: &mut SlotState,
+    l: &WindowLimit,
+    start: i64,
+    weight: f64,
+    cost: f64,
+    now: UnixMs,
+) -> Local {
+    if s.start != start {
+        if s.start != 0 && (s.held > 0.0 || s.unsure) {
+            let ended = (s.start, s.used);
+            s.ended.push(ended);
+        }
+        let ended = std::mem::take(&mut s.ended);
+        *s = SlotState {
+            start,
+            block: first_block(l.limit, cost),
+            inflight: s.inflight,
+            ended,
+            ..SlotState::default()
+        };
+    }
+    s.last_hit_ms = now.0;
+    if s.held - s.used >= cost {
+        if !fits(s, weight, l.limit, cost) {
+            // held under a higher limit than the one in force (a runtime limit
+            // lowered it): the window is already past it
+            return Local::Answered(view(s, false));
+        }
+        s.used += cost;
+        return Local::Answered(view(s, true));
+    }
+    if s.inflight {
+        return Local::Wait;
+    }
+    s.inflight = true;
+    let need = s.used + cost;
+    Local::Ask(HoldRequest {
+        limit: l.limit,
+        weight,
+        need,
+        want: need + s.block,
+    })
+}
+
+/// Takes the store's answer to `request` into the slot and decides the hit by it;
+/// `None` when the window ended while the request was out.
+fn settle(
+    slot: &Slot,
+    start: i64,
+    request: &HoldRequest,
+    answer: Result<HoldState, Arc<StoreError>>,
+    l: &WindowLimit,
+    weight: f64,
+    cost: f64,
+) -> Result<Option<StrictView>, Arc<StoreError>> {
+    let mut s = lock(slot);
+    s.inflight = false;
+    slot.changed.notify_waiters();
+    let held = match answer {
+        Ok(h) => h,
+        Err(e) => {
+            if s.start == start {
+                s.unsure = true;
+            }
+            return Err(e);
+        }
+    };
+    if s.start != start {
+        return Ok(None);
+    }
+    s.unsure = false;
+    let whole = held.held >= request.want;
+    s.held = held.held;
+    s.current = held.current;
+    s.previous = held.previous;
+    s.block = if whole {
+        s.block * 2.0
+    } else {
+        (s.block / 2.0).max(1.0)
+    };
+    let allowed = s.held - s.used >= cost && fits(&s, weight, l.limit, cost);
+    if allowed {
+        s.used += cost;
+    }
+    Ok(Some(view(&s, allowed)))
 }
