@@ -216,33 +216,8 @@ impl Servers {
         while !todo.is_empty() {
             sends += 1;
             let groups = self.group(&calls, todo).await?;
-            let mut tasks = tokio::task::JoinSet::new();
-            let wait = match self {
-                Servers::Cluster(c) => c.wait_replicas,
-                Servers::One(_) => 0,
-            };
-            for (g, (server, members)) in groups.iter().enumerate() {
-                let (server, members, calls, scripts) = (
-                    server.clone(),
-                    members.clone(),
-                    calls.clone(),
-                    scripts.clone(),
-                );
-                tasks.spawn(async move {
-                    let mut pipe = redis::pipe();
-                    for (i, target) in &members {
-                        if matches!(target, Target::Ask(_)) {
-                            pipe.cmd("ASKING");
-                        }
-                        pipe.add_command(calls[*i].cmd.clone());
-                    }
-                    let waits = wait > 0 && members.iter().any(|(i, _)| calls[*i].write);
-                    if waits {
-                        pipe.cmd("WAIT").arg(wait).arg(WAIT_TIMEOUT_MS);
-                    }
-                    (g, server.send(&scripts, &pipe).await, waits)
-                });
-            }
+            let wait = self.wait_replicas();
+            let mut tasks = send_all(&groups, &calls, scripts, wait);
             let mut again = Vec::new();
             let mut pause = false;
             let mut last_error: Option<redis::RedisError> = None;
@@ -271,29 +246,8 @@ impl Servers {
                         continue;
                     };
                     let e = redis::RedisError::from(e);
-                    let retry = match e.kind() {
-                        ErrorKind::Moved => self.redirected(&e).map(|s| (*i, Target::Moved(s))),
-                        ErrorKind::Ask => self.redirected(&e).map(|s| (*i, Target::Ask(s))),
-                        ErrorKind::NoScriptError => {
-                            server.scripts_loaded.store(false, Ordering::Release);
-                            Some((*i, target.clone()))
-                        }
-                        ErrorKind::BusyLoadingError => {
-                            pause = true;
-                            Some((*i, target.clone()))
-                        }
-                        ErrorKind::TryAgain
-                        | ErrorKind::ClusterDown
-                        | ErrorKind::MasterDown
-                        | ErrorKind::ReadOnly
-                            if self.is_cluster() =>
-                        {
-                            pause = true;
-                            self.mark_stale();
-                            Some((*i, Target::Slot))
-                        }
-                        _ => None,
-                    };
+                    let (retry, wait_first) = self.retry_of(&e, *i, target, server);
+                    pause |= wait_first;
                     match retry {
                         Some(r) => {
                             again.push(r);
@@ -303,17 +257,7 @@ impl Servers {
                     }
                 }
                 if waited {
-                    let acked: i64 = replies
-                        .next()
-                        .map(redis::from_owned_redis_value)
-                        .transpose()?
-                        .unwrap_or(0);
-                    if acked < i64::from(wait) {
-                        return Err(StoreError::Unreplicated {
-                            wanted: wait,
-                            acked: acked.max(0) as u32,
-                        });
-                    }
+                    replicated(replies.next(), wait)?;
                 }
             }
             if !again.is_empty() && sends > MAX_REDIRECTS {
@@ -329,6 +273,44 @@ impl Servers {
         out.into_iter()
             .map(|v| v.ok_or_else(|| StoreError::Protocol("a call got no reply".into())))
             .collect()
+    }
+
+    /// Replicas a write must reach before it counts (a Redis Cluster's `wait_replicas`).
+    fn wait_replicas(&self) -> u32 {
+        match self {
+            Servers::Cluster(c) => c.wait_replicas,
+            Servers::One(_) => 0,
+        }
+    }
+
+    /// Where call `i`, answered error `e` by `server`, goes again (none: the error is
+    /// the caller's), and whether to pause before (a server loading or failing over).
+    fn retry_of(
+        &self,
+        e: &redis::RedisError,
+        i: usize,
+        target: &Target,
+        server: &Server,
+    ) -> (Option<(usize, Target)>, bool) {
+        match e.kind() {
+            ErrorKind::Moved => (self.redirected(e).map(|s| (i, Target::Moved(s))), false),
+            ErrorKind::Ask => (self.redirected(e).map(|s| (i, Target::Ask(s))), false),
+            ErrorKind::NoScriptError => {
+                server.scripts_loaded.store(false, Ordering::Release);
+                (Some((i, target.clone())), false)
+            }
+            ErrorKind::BusyLoadingError => (Some((i, target.clone())), true),
+            ErrorKind::TryAgain
+            | ErrorKind::ClusterDown
+            | ErrorKind::MasterDown
+            | ErrorKind::ReadOnly
+                if self.is_cluster() =>
+            {
+                self.mark_stale();
+                (Some((i, Target::Slot)), true)
+            }
+            _ => (None, false),
+        }
     }
 
     /// The server a MOVED or ASK names, and the map marked out of date; `None` on one
@@ -355,7 +337,7 @@ impl Servers {
         &self,
         calls: &[Call],
         todo: Vec<(usize, Target)>,
-    ) -> Result<Vec<(Arc<Server>, Vec<(usize, Target)>)>, StoreError> {
+    ) -> Result<Vec<Group>, StoreError> {
         let topology = match self {
             Servers::One(s) => return Ok(vec![(s.clone(), todo)]),
             Servers::Cluster(c) => c.topology().await?,
@@ -382,4 +364,60 @@ impl Servers {
         }
         Ok(groups)
     }
+}
+
+/// The calls one server gets: the server, and each call's index and how it is sent.
+type Group = (Arc<Server>, Vec<(usize, Target)>);
+
+/// One server's replies: its group's index, the pipeline's replies, and whether it ends
+/// with a WAIT.
+type Sent = (usize, Result<Vec<Value>, StoreError>, bool);
+
+/// Sends each group's calls to its server in one pipeline, all servers at once
+/// (`ASKING` before a call sent where an ASK pointed; `WAIT` after writes when `wait`).
+fn send_all(
+    groups: &[Group],
+    calls: &Arc<Vec<Call>>,
+    scripts: &Arc<Scripts>,
+    wait: u32,
+) -> tokio::task::JoinSet<Sent> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (g, (server, members)) in groups.iter().enumerate() {
+        let (server, members, calls, scripts) = (
+            server.clone(),
+            members.clone(),
+            calls.clone(),
+            scripts.clone(),
+        );
+        tasks.spawn(async move {
+            let mut pipe = redis::pipe();
+            for (i, target) in &members {
+                if matches!(target, Target::Ask(_)) {
+                    pipe.cmd("ASKING");
+                }
+                pipe.add_command(calls[*i].cmd.clone());
+            }
+            let waits = wait > 0 && members.iter().any(|(i, _)| calls[*i].write);
+            if waits {
+                pipe.cmd("WAIT").arg(wait).arg(WAIT_TIMEOUT_MS);
+            }
+            (g, server.send(&scripts, &pipe).await, waits)
+        });
+    }
+    tasks
+}
+
+/// WAIT's reply: an error unless `wait` replicas acknowledged.
+fn replicated(reply: Option<Value>, wait: u32) -> Result<(), StoreError> {
+    let acked: i64 = reply
+        .map(redis::from_owned_redis_value)
+        .transpose()?
+        .unwrap_or(0);
+    if acked < i64::from(wait) {
+        return Err(StoreError::Unreplicated {
+            wanted: wait,
+            acked: acked.max(0) as u32,
+        });
+    }
+    Ok(())
 }
