@@ -187,42 +187,11 @@ impl NamespaceSync {
             // as diffs of 0, which add nothing and bring their counts back
             self.push_with_previous(store, &diffs, &prev_keys).await
         } else {
-            // SQL: a read beside the push (a 0 added to the previous windows would take
-            // their row locks on every hit)
-            let (pushed, previous) = tokio::join!(
-                self.call(store.push(
-                    self.name(),
-                    Push {
-                        node_id: &self.node_id,
-                        seq: None,
-                        diffs: &diffs
-                    }
-                )),
-                self.call(store.read(self.name(), &prev_keys)),
-            );
-            pushed.and_then(|p| previous.map(|r| (p, r)))
+            self.push_beside_read(store, &diffs, &prev_keys).await
         };
         let (pushed, previous) = match answer {
             Ok((p, r)) => (self.settle(&diffs, p), r),
-            Err(e) => {
-                warn!(namespace = self.name(), cause = %e, hits = batch.len(), "synchronous increments failed; counted locally");
-                self.record(Err(&e));
-                self.trip(&e);
-                for w in batch {
-                    if w.tx.send(None).is_err() {
-                        // its caller was answered without waiting (answer_within): the
-                        // hit is counted here, pushed by a later sync
-                        let counted = self
-                            .counters
-                            .table(w.size.secs())
-                            .and_then(|t| t.increment(&w.key, w.value, w.now));
-                        if let Err(e) = counted {
-                            warn!(namespace = self.name(), cause = %e, "a late synchronous hit could not be counted locally");
-                        }
-                    }
-                }
-                return;
-            }
+            Err(e) => return self.failed_synchronous(&e, batch),
         };
         let now = batch.iter().map(|w| w.now).max().unwrap_or(UnixMs(0));
         self.apply(&pushed, now, Create::Yes);
@@ -244,6 +213,45 @@ impl NamespaceSync {
                 .unwrap_or(0.0);
             let _ =
                 w.tx.send(Some(WindowRate::at(w.size, w.now, current, previous)));
+        }
+    }
+
+    /// SQL: the push and a read of the previous windows side by side (a 0 added to the
+    /// previous windows would take their row locks on every hit).
+    async fn push_beside_read(
+        &self,
+        store: &Store,
+        diffs: &[Diff],
+        prev_keys: &[WindowKey],
+    ) -> Result<(crate::store::Pushed, Vec<Total>), crate::StoreError> {
+        let push = Push {
+            node_id: &self.node_id,
+            seq: None,
+            diffs,
+        };
+        let (pushed, previous) = tokio::join!(
+            self.call(store.push(self.name(), push)),
+            self.call(store.read(self.name(), prev_keys)),
+        );
+        pushed.and_then(|p| previous.map(|r| (p, r)))
+    }
+
+    /// A batch the store did not take: its callers answer from local counts (a caller
+    /// already answered without waiting has its hit counted here, for a later sync).
+    fn failed_synchronous(&self, e: &crate::StoreError, batch: Vec<Waiting>) {
+        warn!(namespace = self.name(), cause = %e, hits = batch.len(), "synchronous increments failed; counted locally");
+        self.record(Err(e));
+        self.trip(e);
+        for w in batch {
+            if w.tx.send(None).is_err() {
+                let counted = self
+                    .counters
+                    .table(w.size.secs())
+                    .and_then(|t| t.increment(&w.key, w.value, w.now));
+                if let Err(e) = counted {
+                    warn!(namespace = self.name(), cause = %e, "a late synchronous hit could not be counted locally");
+                }
+            }
         }
     }
 }
