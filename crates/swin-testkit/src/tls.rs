@@ -204,18 +204,27 @@ impl TlsPostgres {
         as_server(&mut postgres);
         let server = ChildGuard(postgres.spawn().expect("start postgres"));
         wait_for_port(port, Duration::from_secs(20));
-        // the role and its database, over the socket (trust for postgres only)
+        Self::create_role(ca.dir.path(), port).await;
+        TlsPostgres {
+            ca,
+            port,
+            _server: server,
+        }
+    }
+
+    /// The role and its database, made over the server's socket (trust for postgres
+    /// only), once the server takes connections.
+    async fn create_role(socket_dir: &std::path::Path, port: u16) {
         let admin = format!(
             "postgres://postgres@localhost/postgres?host={}&port={port}",
-            ca.dir.path().display()
+            socket_dir.display()
         );
         let mut tries = 0;
         let pool = loop {
             match sqlx::PgPool::connect(&admin).await {
                 Ok(p) => break p,
-                Err(e) if tries < 100 => {
+                Err(_) if tries < 100 => {
                     tries += 1;
-                    let _ = e;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Err(e) => panic!("connect to the test's PostgreSQL: {e}"),
@@ -228,11 +237,6 @@ impl TlsPostgres {
             sqlx::query(&sql).execute(&pool).await.expect("set up");
         }
         pool.close().await;
-        TlsPostgres {
-            ca,
-            port,
-            _server: server,
-        }
     }
 
     /// The role's URL, without its password, over TLS with the server verified.
