@@ -337,6 +337,26 @@ async fn grpc_connection(
     Ok(tally)
 }
 
+/// Once a second: prints progress (with `progress`) and ends the run at its duration.
+async fn watch(spec: Arc<LoadSpec>, shared: Arc<Shared>, started: Instant) {
+    let mut last = 0;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let done = shared.done.load(Ordering::Relaxed);
+        if spec.progress {
+            eprintln!(
+                "  {:>6.1} s  {:>9} req/s  {done} done",
+                started.elapsed().as_secs_f64(),
+                done - last
+            );
+        }
+        last = done;
+        if spec.duration.is_some_and(|d| started.elapsed() >= d) {
+            shared.stop.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
     anyhow::ensure!(
         spec.connections > 0 && !spec.targets.is_empty(),
@@ -366,27 +386,7 @@ pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
             }
         }));
     }
-    let progress = {
-        let (spec, shared) = (spec.clone(), shared.clone());
-        tokio::spawn(async move {
-            let mut last = 0;
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let done = shared.done.load(Ordering::Relaxed);
-                if spec.progress {
-                    eprintln!(
-                        "  {:>6.1} s  {:>9} req/s  {done} done",
-                        started.elapsed().as_secs_f64(),
-                        done - last
-                    );
-                }
-                last = done;
-                if spec.duration.is_some_and(|d| started.elapsed() >= d) {
-                    shared.stop.store(true, Ordering::Relaxed);
-                }
-            }
-        })
-    };
+    let progress = tokio::spawn(watch(spec.clone(), shared.clone(), started));
     let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let mut statuses = BTreeMap::new();
     for t in tasks {

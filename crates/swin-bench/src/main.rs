@@ -94,88 +94,102 @@ enum Command {
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Baseline { listen } => baseline::serve(&listen).await,
-        Command::Accuracy {
-            target,
-            requests,
-            rate,
-            namespace,
-            key,
-            window_size,
-            json,
-        } => {
-            let r = accuracy::run(accuracy::AccuracySpec {
-                targets: target,
-                requests,
-                rate,
-                namespace,
-                key,
-                window_size,
-            })
-            .await?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                println!(
-                    "hits {} in {:.1} s ({:.0}/s)   divergence: max {:.0}  p99 {:.0}  p50 {:.0}  mean {:.1}   over-reports {}",
-                    r.requests, r.seconds, r.hits_per_sec, r.divergence_max, r.divergence_p99, r.divergence_p50, r.divergence_mean, r.over_reports
-                );
-            }
-            Ok(())
-        }
-        Command::Load {
-            target,
-            connections,
-            duration,
-            requests,
-            rate,
-            keys,
-            namespace,
-            window_size,
-            batch,
-            hit,
-            lease,
-            grpc,
-            json,
-            progress,
-        } => {
-            let grpc = grpc.map(|d| parse_entries(&d)).transpose()?;
-            let duration = match (duration, requests) {
-                (Some(d), _) => Some(Duration::from_secs_f64(d)),
-                (None, Some(_)) => None,
-                (None, None) => Some(Duration::from_secs(10)),
-            };
-            let spec = load::LoadSpec {
-                targets: target,
-                connections,
-                duration,
-                requests,
-                rate,
-                keys: keys::Keys::parse(&keys)?,
-                namespace,
-                window_size,
-                batch,
-                hit,
-                lease,
-                grpc,
-                progress,
-            };
-            let r = load::run(spec).await?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                println!(
-                    "requests {:>10}   {:>10.0} req/s   {:>12.0} increments/s   {:.1} s",
-                    r.requests, r.requests_per_sec, r.increments_per_sec, r.seconds
-                );
-                println!(
-                    "latency ms  p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}",
-                    r.latency_ms.p50, r.latency_ms.p90, r.latency_ms.p99, r.latency_ms.max
-                );
-                println!("statuses {:?}   connection errors {}", r.statuses, r.errors);
-            }
-            Ok(())
-        }
+        command @ Command::Accuracy { .. } => accuracy(command).await,
+        command @ Command::Load { .. } => load(command).await,
     }
+}
+
+/// `swin-bench accuracy`: runs it and prints what it measured.
+async fn accuracy(command: Command) -> anyhow::Result<()> {
+    let Command::Accuracy {
+        target,
+        requests,
+        rate,
+        namespace,
+        key,
+        window_size,
+        json,
+    } = command
+    else {
+        unreachable!("called for accuracy only")
+    };
+    let r = accuracy::run(accuracy::AccuracySpec {
+        targets: target,
+        requests,
+        rate,
+        namespace,
+        key,
+        window_size,
+    })
+    .await?;
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!(
+                "hits {} in {:.1} s ({:.0}/s)   divergence: max {:.0}  p99 {:.0}  p50 {:.0}  mean {:.1}   over-reports {}",
+                r.requests, r.seconds, r.hits_per_sec, r.divergence_max, r.divergence_p99, r.divergence_p50, r.divergence_mean, r.over_reports
+            );
+    }
+    Ok(())
+}
+
+/// `swin-bench load`: runs it and prints what it measured.
+async fn load(command: Command) -> anyhow::Result<()> {
+    let Command::Load {
+        target,
+        connections,
+        duration,
+        requests,
+        rate,
+        keys,
+        namespace,
+        window_size,
+        batch,
+        hit,
+        lease,
+        grpc,
+        json,
+        progress,
+    } = command
+    else {
+        unreachable!("called for load only")
+    };
+    let grpc = grpc.map(|d| parse_entries(&d)).transpose()?;
+    let duration = match (duration, requests) {
+        (Some(d), _) => Some(Duration::from_secs_f64(d)),
+        (None, Some(_)) => None,
+        (None, None) => Some(Duration::from_secs(10)),
+    };
+    let spec = load::LoadSpec {
+        targets: target,
+        connections,
+        duration,
+        requests,
+        rate,
+        keys: keys::Keys::parse(&keys)?,
+        namespace,
+        window_size,
+        batch,
+        hit,
+        lease,
+        grpc,
+        progress,
+    };
+    let r = load::run(spec).await?;
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!(
+            "requests {:>10}   {:>10.0} req/s   {:>12.0} increments/s   {:.1} s",
+            r.requests, r.requests_per_sec, r.increments_per_sec, r.seconds
+        );
+        println!(
+            "latency ms  p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}",
+            r.latency_ms.p50, r.latency_ms.p90, r.latency_ms.p99, r.latency_ms.max
+        );
+        println!("statuses {:?}   connection errors {}", r.statuses, r.errors);
+    }
+    Ok(())
 }
 
 /// `k=v,k2=v2` as descriptor entries.
