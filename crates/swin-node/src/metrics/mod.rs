@@ -17,6 +17,7 @@ use std::sync::Arc;
 use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
+mod namespaces;
 mod render;
 
 use swin_sync::{NamespaceSync, SyncStatus, SYNC_BUCKETS_SECS};

@@ -18,6 +18,8 @@
 //!
 //! `grants.rs` is the bucket side.
 
+mod slot;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +27,7 @@ use swin_core::{
     CompactString, HoldRequest, HoldState, Total, UnixMs, WindowAlgorithm, WindowLimit,
 };
 
+use self::slot::{from_slot, lock, settle, Local, Slot};
 use super::queue::{queue_for_store, Queue, StoreCalls};
 use crate::engine::QuotaKeeper;
 use crate::store::Hold;
@@ -42,33 +45,6 @@ pub struct StrictView {
     pub previous: f64,
     /// Quota this node holds in the window and has not used.
     pub unused: f64,
-}
-
-#[derive(Debug, Default)]
-struct SlotState {
-    start: i64,
-    held: f64,
-    used: f64,
-    current: f64,
-    previous: f64,
-    block: f64,
-    /// A request for this slot is at the store; hits wait for its answer.
-    inflight: bool,
-    /// A request failed: the store may hold more for this node than `held` says (its
-    /// reply was lost), so what is unused goes back even when `held` shows none.
-    unsure: bool,
-    last_hit_ms: i64,
-    /// Earlier windows and what was used in each: their quota goes back.
-    ended: Vec<(i64, f64)>,
-    /// Pruned from the map (its window over, nothing left to give back): a hit that
-    /// still holds it takes the key's new slot instead.
-    dead: bool,
-}
-
-#[derive(Debug, Default)]
-struct Slot {
-    state: Mutex<SlotState>,
-    changed: tokio::sync::Notify,
 }
 
 type SlotKey = (CompactString, u32);
@@ -121,30 +97,6 @@ impl Holds {
     fn all(&self) -> Vec<(SlotKey, Arc<Slot>)> {
         let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-    }
-}
-
-fn lock(slot: &Slot) -> std::sync::MutexGuard<'_, SlotState> {
-    slot.state.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Whether a hit of `cost` from the quota held fits under `limit` — the limit in force
-/// now, which a runtime limit may have lowered since the quota was held — as the store
-/// last showed the window: every other holder's quota counted as used, this node's as
-/// what it has used. Quota held under the limit in force always fits (the store granted
-/// it with the window under the limit, and a sliding window's previous weight only
-/// falls), so this refuses only quota held under a higher limit.
-fn fits(s: &SlotState, weight: f64, limit: f64, cost: f64) -> bool {
-    let unused = (s.held - s.used).max(0.0);
-    (s.current - unused) + s.previous * weight + cost <= limit
-}
-
-fn view(s: &SlotState, allowed: bool) -> StrictView {
-    StrictView {
-        allowed,
-        current: s.current,
-        previous: s.previous,
-        unused: (s.held - s.used).max(0.0),
     }
 }
 
@@ -384,14 +336,6 @@ impl Holds {
     }
 }
 
-/// The first block a key asks for beyond its first hit: a thousandth of the limit, between
-/// 1 and 1,024 — a key far from a large limit starts with a few round trips instead of ten,
-/// while under a small limit blocks stay single hits.
-fn first_block(limit: f64, cost: f64) -> f64 {
-    (limit / 1000.0).floor().clamp(1.0, 1024.0).max(cost)
-}
-
-/// A hold that lowers the holder's total in a window to what it used.
 fn returned(key: &CompactString, size: u32, start: i64, used: f64) -> Hold {
     Hold {
         key: key.clone(),
@@ -404,104 +348,4 @@ fn returned(key: &CompactString, size: u32, start: i64, used: f64) -> Hold {
             want: used,
         },
     }
-}
-
-/// What a slot can do for a hit without the store.
-enum Local {
-    /// Decided from what it holds.
-    Answered(StrictView),
-    /// Ask the store for more (this hit's request is the one out).
-    Ask(HoldRequest),
-    /// Another hit's request is out: wait for its answer.
-    Wait,
-}
-
-/// Decides a hit of `cost` from the slot's quota when it can (a new window starts
-/// the slot afresh, keeping what ended for the return).
-fn from_slot(
-    s: &mut SlotState,
-    l: &WindowLimit,
-    start: i64,
-    weight: f64,
-    cost: f64,
-    now: UnixMs,
-) -> Local {
-    if s.start != start {
-        if s.start != 0 && (s.held > 0.0 || s.unsure) {
-            let ended = (s.start, s.used);
-            s.ended.push(ended);
-        }
-        let ended = std::mem::take(&mut s.ended);
-        *s = SlotState {
-            start,
-            block: first_block(l.limit, cost),
-            inflight: s.inflight,
-            ended,
-            ..SlotState::default()
-        };
-    }
-    s.last_hit_ms = now.0;
-    if s.held - s.used >= cost {
-        if !fits(s, weight, l.limit, cost) {
-            // held under a higher limit than the one in force (a runtime limit
-            // lowered it): the window is already past it
-            return Local::Answered(view(s, false));
-        }
-        s.used += cost;
-        return Local::Answered(view(s, true));
-    }
-    if s.inflight {
-        return Local::Wait;
-    }
-    s.inflight = true;
-    let need = s.used + cost;
-    Local::Ask(HoldRequest {
-        limit: l.limit,
-        weight,
-        need,
-        want: need + s.block,
-    })
-}
-
-/// Takes the store's answer to `request` into the slot and decides the hit by it;
-/// `None` when the window ended while the request was out.
-fn settle(
-    slot: &Slot,
-    start: i64,
-    request: &HoldRequest,
-    answer: Result<HoldState, Arc<StoreError>>,
-    l: &WindowLimit,
-    weight: f64,
-    cost: f64,
-) -> Result<Option<StrictView>, Arc<StoreError>> {
-    let mut s = lock(slot);
-    s.inflight = false;
-    slot.changed.notify_waiters();
-    let held = match answer {
-        Ok(h) => h,
-        Err(e) => {
-            if s.start == start {
-                s.unsure = true;
-            }
-            return Err(e);
-        }
-    };
-    if s.start != start {
-        return Ok(None);
-    }
-    s.unsure = false;
-    let whole = held.held >= request.want;
-    s.held = held.held;
-    s.current = held.current;
-    s.previous = held.previous;
-    s.block = if whole {
-        s.block * 2.0
-    } else {
-        (s.block / 2.0).max(1.0)
-    };
-    let allowed = s.held - s.used >= cost && fits(&s, weight, l.limit, cost);
-    if allowed {
-        s.used += cost;
-    }
-    Ok(Some(view(&s, allowed)))
 }

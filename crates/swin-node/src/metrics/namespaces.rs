@@ -1,0 +1,162 @@
+//! Each namespace's families in `/metrics`: what its engine and tables show at the
+//! scrape, read once per namespace ([`NamespaceSample`]) and written as a table of
+//! gauges and counters, with its sync durations.
+
+use super::render::{counter_family, family, gauge_family, metric};
+use super::*;
+
+/// One namespace as a scrape sees it: its engine's status read once.
+#[derive(Debug)]
+pub(super) struct NamespaceSample {
+    name: String,
+    status: SyncStatus,
+    counters: usize,
+    buckets: usize,
+    evictions: u64,
+    reservations: u64,
+    /// First touches: keys read from the store, keys answered from local knowledge.
+    first_touches: (u64, u64),
+    strict: bool,
+}
+
+impl NamespaceSample {
+    pub(super) fn of(sync: &NamespaceSync) -> Self {
+        let c = sync.counters();
+        NamespaceSample {
+            name: sync.name().to_owned(),
+            status: sync.status(),
+            counters: c.len(),
+            buckets: c.buckets().len(),
+            evictions: c.evictions(),
+            reservations: sync.reservations(),
+            first_touches: sync.first_touches(),
+            strict: sync.is_strict(),
+        }
+    }
+}
+
+/// The engine's sync durations: its non-cumulative buckets made cumulative.
+fn sync_histogram(st: &SyncStatus) -> Histogram {
+    let mut h = Histogram::default();
+    h.set_sample_count(st.syncs);
+    h.set_sample_sum(st.duration_sum_secs);
+    let mut cumulative = 0;
+    h.set_bucket(
+        SYNC_BUCKETS_SECS
+            .iter()
+            .zip(st.duration_buckets.iter())
+            .map(|(le, n)| {
+                cumulative += n;
+                let mut b = Bucket::default();
+                b.set_upper_bound(*le);
+                b.set_cumulative_count(cumulative);
+                b
+            })
+            .collect(),
+    );
+    h
+}
+
+/// Per namespace: what its tables hold and how its syncs go.
+/// How a namespace's sample is read: a gauge's value or a counter's.
+enum Sample {
+    Gauge(fn(&NamespaceSample) -> f64),
+    Counter(fn(&NamespaceSample) -> u64),
+}
+
+/// Each namespace's gauges and counters: name, help, and how its value is read.
+const NAMESPACE_SAMPLES: &[(&str, &str, Sample)] = &[
+    (
+        "swin_buckets",
+        "GCRA buckets held in local memory.",
+        Sample::Gauge(|n| n.buckets as f64),
+    ),
+    (
+        "swin_counters",
+        "Counters held in local memory (key x window size).",
+        Sample::Gauge(|n| n.counters as f64),
+    ),
+    (
+        "swin_evictions_total",
+        "Counters evicted to stay under max_counters.",
+        Sample::Counter(|n| n.evictions),
+    ),
+    (
+        "swin_pending_diffs",
+        "Window diffs drained but not yet confirmed by the store.",
+        Sample::Gauge(|n| n.status.pending_diffs as f64),
+    ),
+    (
+        "swin_pending_advances",
+        "GCRA TAT advances drained but not yet confirmed by the store.",
+        Sample::Gauge(|n| n.status.pending_advances as f64),
+    ),
+    (
+        "swin_sync_failures_total",
+        "Syncs that failed.",
+        Sample::Counter(|n| n.status.failures),
+    ),
+    (
+        "swin_rejected_windows_total",
+        "Windows the store refused for good (logged with their key) and dropped.",
+        Sample::Counter(|n| n.status.rejected_windows),
+    ),
+    (
+        "swin_syncs_total",
+        "Syncs that reached the store.",
+        Sample::Counter(|n| n.status.syncs),
+    ),
+    (
+        "swin_first_touch_loads_total",
+        "Keys this node held nothing for, read from the store before an answer.",
+        Sample::Counter(|n| n.first_touches.0),
+    ),
+    (
+        "swin_first_touch_fallbacks_total",
+        "Keys this node held nothing for and answered from local knowledge: the store did not answer within store_timeout.",
+        Sample::Counter(|n| n.first_touches.1),
+    ),
+    (
+        "swin_reservations_total",
+        "Store calls of strict admission (holds of window quota, grants of bucket quota, taken or given back).",
+        Sample::Counter(|n| n.reservations),
+    ),
+    (
+        "swin_strict_admission",
+        "1 when the namespace admits strictly (admission = \"strict\"), else 0.",
+        Sample::Gauge(|n| f64::from(u8::from(n.strict))),
+    ),
+    (
+        "swin_degraded",
+        "1 while the namespace cannot reach its store.",
+        Sample::Gauge(|n| f64::from(u8::from(n.status.degraded.is_some()))),
+    ),
+];
+
+pub(super) fn namespace_families(namespaces: &[NamespaceSample]) -> Vec<MetricFamily> {
+    let ns = |n: &NamespaceSample| vec![("namespace", n.name.clone())];
+    let mut out: Vec<MetricFamily> = NAMESPACE_SAMPLES
+        .iter()
+        .map(|(name, help, sample)| match sample {
+            Sample::Gauge(v) => gauge_family(name, help, namespaces.iter().map(|n| (ns(n), v(n)))),
+            Sample::Counter(v) => {
+                counter_family(name, help, namespaces.iter().map(|n| (ns(n), v(n))))
+            }
+        })
+        .collect();
+    let histograms = namespaces
+        .iter()
+        .map(|n| {
+            let mut m = metric(ns(n));
+            m.set_histogram(sync_histogram(&n.status));
+            m
+        })
+        .collect();
+    out.push(family(
+        "swin_sync_duration_seconds",
+        "Duration of syncs.",
+        MetricType::HISTOGRAM,
+        histograms,
+    ));
+    out
+}
