@@ -53,7 +53,7 @@ impl NamespaceSync {
     /// store (see the module's documentation). Returns at once when every key is held,
     /// when the namespace has no store, or while the store is known to be failing.
     pub async fn first_touch(self: &Arc<Self>, keys: &[&str]) {
-        if self.store.is_none() || self.skipping_store() {
+        if self.session.store.is_none() || self.skipping_store() {
             return;
         }
         // the common case, every key held, takes no lock (this runs on every request)
@@ -86,7 +86,7 @@ impl NamespaceSync {
         }
         // no caller waits longer than answer_within in all, even behind a read in
         // flight: past it, it answers from what the node knows (the read still lands)
-        let until = tokio::time::Instant::now() + self.answer_within;
+        let until = tokio::time::Instant::now() + self.session.answer_within;
         let (mut late, mut timed_out) = (0, false);
         for rx in receivers {
             match tokio::time::timeout_at(until, rx).await {
@@ -101,7 +101,7 @@ impl NamespaceSync {
         if timed_out {
             // the store is slow: later requests do not wait for it again until a sync
             // reaches it
-            self.trip(&crate::StoreError::Timeout(self.answer_within));
+            self.trip(&crate::StoreError::Timeout(self.session.answer_within));
         }
         if late > 0 {
             self.first.fallbacks.fetch_add(late, Ordering::Relaxed);
@@ -125,7 +125,7 @@ impl NamespaceSync {
 
     /// Reads what waits, a batch at a time, until nothing does.
     async fn load_waiting(self: Arc<Self>) {
-        let Some(store) = self.store.clone() else {
+        let Some(store) = self.session.store.clone() else {
             return;
         };
         loop {

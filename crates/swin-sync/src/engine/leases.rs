@@ -17,7 +17,7 @@ impl NamespaceSync {
         &self,
         acquire: Acquire<'_>,
     ) -> Option<Result<Acquired, StoreError>> {
-        let store = self.store.as_ref()?;
+        let store = self.session.store.as_ref()?;
         Some(
             self.call_for_request(store.acquire(self.name(), acquire))
                 .await,
@@ -33,7 +33,7 @@ impl NamespaceSync {
         count: u32,
         now: UnixMs,
     ) -> Option<Result<u32, StoreError>> {
-        let store = self.store.as_ref()?;
+        let store = self.session.store.as_ref()?;
         Some(
             self.call_for_request(store.release_slots(
                 self.name(),
@@ -50,7 +50,7 @@ impl NamespaceSync {
     /// The slots of the namespace's live leases across the cluster, as the store counts
     /// them now. `None`: no store.
     pub async fn leases_in_flight(&self, now: UnixMs) -> Option<Result<u64, StoreError>> {
-        let store = self.store.as_ref()?;
+        let store = self.session.store.as_ref()?;
         Some(
             self.call_for_request(store.leases_in_flight(self.name(), now))
                 .await,
@@ -66,7 +66,7 @@ impl NamespaceSync {
         now: UnixMs,
         renew_to: Option<UnixMs>,
     ) -> Option<Result<bool, StoreError>> {
-        let store = self.store.as_ref()?;
+        let store = self.session.store.as_ref()?;
         Some(
             self.call_for_request(store.end_or_renew(
                 self.name(),

@@ -11,7 +11,7 @@ use crate::StoreError;
 impl NamespaceSync {
     /// Whether the namespace keeps runtime limits in a store (otherwise on this node).
     pub fn keeps_limits_in_store(&self) -> bool {
-        self.store.is_some()
+        self.session.store.is_some()
     }
 
     /// Whether the store is known to be failing (requests answer from what the node
@@ -32,9 +32,9 @@ impl NamespaceSync {
     /// it), and the store applies it only before `deadline_within` of that by its
     /// own clock: an error here means nothing changed, even when the store answers later.
     pub async fn put_limit(&self, limit: &StoredLimit) -> Result<(), StoreError> {
-        match &self.store {
+        match &self.session.store {
             Some(store) => {
-                let not_after = self.deadline_within(self.timeout);
+                let not_after = self.deadline_within(self.session.timeout);
                 self.call(store.put_limit(self.name(), limit, not_after))
                     .await
             }
@@ -45,9 +45,9 @@ impl NamespaceSync {
     /// Removes a key's limits from the store; false when it had none (or no store). As
     /// [`Self::put_limit`], an error means nothing was removed.
     pub async fn delete_limit(&self, key: &str) -> Result<bool, StoreError> {
-        match &self.store {
+        match &self.session.store {
             Some(store) => {
-                let not_after = self.deadline_within(self.timeout);
+                let not_after = self.deadline_within(self.session.timeout);
                 self.call(store.delete_limit(self.name(), key, not_after))
                     .await
             }
@@ -66,7 +66,7 @@ impl NamespaceSync {
 
     /// The stored limits of those of `keys` that have some.
     pub async fn read_limits(&self, keys: &[&str]) -> Result<Vec<StoredLimit>, StoreError> {
-        match &self.store {
+        match &self.session.store {
             Some(store) => {
                 self.call_for_request(store.read_limits(self.name(), keys))
                     .await
@@ -82,7 +82,7 @@ impl NamespaceSync {
         count: usize,
         now: UnixMs,
     ) -> Result<Vec<StoredLimit>, StoreError> {
-        match &self.store {
+        match &self.session.store {
             Some(store) => {
                 self.call(store.list_limits(self.name(), after, count, now))
                     .await
@@ -93,7 +93,7 @@ impl NamespaceSync {
 
     /// The keys whose limits changed after `since` (see [`crate::store::LimitStore`]).
     pub async fn limit_changes(&self, since: Option<&str>) -> Result<LimitChanges, StoreError> {
-        match &self.store {
+        match &self.session.store {
             Some(store) => self.call(store.limit_changes(self.name(), since)).await,
             None => Ok(LimitChanges {
                 keys: Vec::new(),

@@ -14,6 +14,7 @@ mod limits;
 mod periodic;
 mod quota;
 mod reach;
+mod session;
 mod status;
 mod stopping;
 mod synchronous;
@@ -90,13 +91,9 @@ pub struct SyncReport {
 pub struct NamespaceSync {
     counters: Arc<NamespaceCounters>,
     mode: SyncMode,
-    store: Option<Store>,
+    /// Its store, and the bounds and breaker on every call to it.
+    session: session::StoreSession,
     node_id: crate::PushId,
-    timeout: Duration,
-    /// The longest a request waits for the store (at most `timeout`): past it, the
-    /// request is answered as if the store had failed, and the store call goes on in the
-    /// background (see [`NamespaceSync::answering_within`]).
-    answer_within: Duration,
     /// The namespace keeps GCRA buckets (warm-up loads them too).
     buckets: bool,
     /// Synchronous increments waiting for the next round trip.
@@ -105,10 +102,6 @@ pub struct NamespaceSync {
     flushes: tokio_util::task::TaskTracker,
     state: tokio::sync::Mutex<PushState>,
     status: Mutex<SyncStatus>,
-    /// Synchronous mode: the store failed lately, so requests answer from local memory
-    /// at once instead of each waiting up to `timeout`; cleared by the next sync that
-    /// reaches the store (the run loop's, every second at most five apart).
-    skip_store: std::sync::atomic::AtomicBool,
     /// `requested.runs`, readable without waiting for the lock.
     requested_runs: std::sync::atomic::AtomicU64,
     /// Syncs asked for over the API: one runs, the requests that queued behind it take
@@ -117,9 +110,6 @@ pub struct NamespaceSync {
     /// Strict admission's quota (none unless the namespace admits strictly): the run
     /// loop has it return what is unused.
     quota: Option<Arc<dyn QuotaKeeper>>,
-    /// Set when the node stops: no store call outlasts it, and the last push tries
-    /// until then (see [`NamespaceSync::stop_by`]).
-    stop_by: std::sync::OnceLock<tokio::time::Instant>,
     /// Keys this node holds nothing for, read from the store before an answer.
     first: first_touch::FirstTouch,
     /// The namespace's totals are still loading from the store (see
@@ -134,9 +124,7 @@ struct RequestedSync {
     last: Option<Result<SyncReport, Arc<StoreError>>>,
 }
 
-/// How long a request waits for its store unless told otherwise: half a second, so a
-/// hung store costs no answer more than that.
-pub const DEFAULT_ANSWER_WITHIN: Duration = Duration::from_millis(500);
+pub use self::session::DEFAULT_ANSWER_WITHIN;
 
 pub(crate) fn nanos(now: UnixMs) -> i64 {
     now.0.saturating_mul(1_000_000)
@@ -167,20 +155,16 @@ impl NamespaceSync {
         NamespaceSync {
             counters,
             mode,
-            store,
-            timeout,
-            answer_within: timeout.min(DEFAULT_ANSWER_WITHIN),
+            session: session::StoreSession::new(store, timeout),
             buckets: false,
             sync_queue: Mutex::new(SyncQueue::default()),
             flushes: tokio_util::task::TaskTracker::new(),
             state: tokio::sync::Mutex::new(PushState::default()),
             status: Mutex::new(SyncStatus::default()),
-            skip_store: std::sync::atomic::AtomicBool::new(false),
             requested_runs: std::sync::atomic::AtomicU64::new(0),
             requested: tokio::sync::Mutex::new(RequestedSync::default()),
             quota: None,
             node_id,
-            stop_by: std::sync::OnceLock::new(),
             first: first_touch::FirstTouch::default(),
             warming: std::sync::atomic::AtomicBool::new(false),
         }
@@ -210,7 +194,7 @@ impl NamespaceSync {
     }
 
     pub fn store(&self) -> Option<&Store> {
-        self.store.as_ref()
+        self.session.store.as_ref()
     }
 
     /// The identity this engine pushes under: unique to the engine, so a namespace
@@ -223,14 +207,14 @@ impl NamespaceSync {
     /// store once, and not longer ago than `max(3 × sync period, store_timeout + 1 s)`
     /// (synchronous and local-only engines tick every second). `Err` says why not.
     pub fn readiness(&self, now: UnixMs) -> Result<(), String> {
-        if self.store.is_none() {
+        if self.session.store.is_none() {
             return Ok(());
         }
         let period = match self.mode {
             SyncMode::Periodic(p) => p,
             SyncMode::Synchronous | SyncMode::LocalOnly => Duration::from_secs(1),
         };
-        let limit = (3 * period).max(self.timeout + Duration::from_secs(1));
+        let limit = (3 * period).max(self.session.timeout + Duration::from_secs(1));
         let st = self.status();
         let Some(last) = st.last_success_ms else {
             return Err(match st.degraded {
@@ -265,20 +249,20 @@ impl NamespaceSync {
     /// Only a store call is cut short, never a drain: the diffs of a call cut short stay
     /// queued under their sequence numbers.
     pub fn stop_by(&self, deadline: tokio::time::Instant) {
-        let _ = self.stop_by.set(deadline);
+        let _ = self.session.stop_by.set(deadline);
     }
 
     /// A request waits for its store at most `d` (and never past the store timeout):
     /// then it is answered as the namespace says for a failed store, while the store
     /// call goes on in the background and lands as a late answer would.
     pub fn answering_within(mut self, d: Duration) -> Self {
-        self.answer_within = d.min(self.timeout);
+        self.session.answer_within = d.min(self.session.timeout);
         self
     }
 
     /// How long a request waits for the store (see [`Self::answering_within`]).
     pub fn answer_within(&self) -> Duration {
-        self.answer_within
+        self.session.answer_within
     }
 
     /// A store call a request waits for: [`Self::call`], bounded by
@@ -288,28 +272,18 @@ impl NamespaceSync {
         &self,
         f: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.answer_within, self.call(f)).await {
-            Ok(r) => r,
-            Err(_) => {
-                let e = StoreError::Timeout(self.answer_within);
-                self.trip(&e);
-                Err(e)
-            }
+        let r = self.session.call_for_request(f).await;
+        if let Err(e @ StoreError::Timeout(_)) = &r {
+            self.trip(e);
         }
+        r
     }
 
     pub(crate) async fn call<T>(
         &self,
         f: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let mut until = tokio::time::Instant::now() + self.timeout;
-        if let Some(d) = self.stop_by.get() {
-            until = until.min(*d);
-        }
-        match tokio::time::timeout_at(until, f).await {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout(self.timeout)),
-        }
+        self.session.call(f).await
     }
 
     /// A sync asked for over the API. Requests that arrive while one runs wait for it
@@ -333,26 +307,22 @@ impl NamespaceSync {
     }
 
     /// The store a request goes to: in synchronous mode, while the store has not failed
-    /// lately (see `skip_store`); `None` means "decide and count locally".
+    /// lately (the session's breaker); `None` means "decide and count locally".
     pub(super) fn store_for_requests(&self) -> Option<&Store> {
-        match (&self.mode, &self.store) {
+        match (&self.mode, &self.session.store) {
             (SyncMode::Synchronous, Some(store)) if !self.skipping_store() => Some(store),
             _ => None,
         }
     }
 
-    /// Whether synchronous calls skip the store for now (see `skip_store`).
+    /// Whether requests skip the store for now (the session's breaker is open).
     pub(crate) fn skipping_store(&self) -> bool {
-        self.skip_store.load(std::sync::atomic::Ordering::Relaxed)
+        self.session.is_open()
     }
 
     /// After a synchronous call failed: answer from local memory until a sync succeeds.
     pub(crate) fn trip(&self, e: &StoreError) {
-        if e.is_transient()
-            && !self
-                .skip_store
-                .swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
+        if self.session.trip(e) {
             // degraded until a sync reaches the store again (a slow answer trips before
             // the call itself fails and is recorded)
             self.status
@@ -371,7 +341,7 @@ impl NamespaceSync {
     /// everything as it was), then this node's counts and pending hits. Other nodes drop
     /// their totals at their next sync.
     pub async fn reset(&self, key: &str) -> Result<(), StoreError> {
-        if let Some(store) = &self.store {
+        if let Some(store) = &self.session.store {
             let sizes: Vec<u32> = self.counters.window_sizes().map(|s| s.secs()).collect();
             self.call(store.reset(self.name(), key, &sizes)).await?;
         }

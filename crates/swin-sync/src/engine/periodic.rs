@@ -39,7 +39,7 @@ pub(super) struct PushState {
 impl NamespaceSync {
     /// One sync now: push pending and fresh diffs, then refresh active keys.
     pub async fn sync_once(&self, now: UnixMs) -> Result<SyncReport, StoreError> {
-        let Some(store) = &self.store else {
+        let Some(store) = &self.session.store else {
             // local only: draining drops expired entries; there is nowhere to push
             for t in self.counters.tables() {
                 t.drain(now);
@@ -74,7 +74,7 @@ impl NamespaceSync {
     /// (a key this node may never have held): what a refund gives back is then the
     /// cluster's count, not only what this node saw. No store: nothing to read.
     pub async fn load_key(&self, key: &str, now: UnixMs) -> Result<(), StoreError> {
-        let Some(store) = &self.store else {
+        let Some(store) = &self.session.store else {
             return Ok(());
         };
         let wanted = self.windows_of(&[key.into()], now);

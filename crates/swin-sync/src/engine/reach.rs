@@ -20,7 +20,7 @@ impl NamespaceSync {
     /// Pings the store: the namespace has reached it (its readiness counts from now), and
     /// the node's clock is measured against the store's.
     pub async fn reach(&self) -> Result<(), StoreError> {
-        let Some(store) = &self.store else {
+        let Some(store) = &self.session.store else {
             return Ok(());
         };
         let sent = crate::clock::system_now();
@@ -38,7 +38,7 @@ impl NamespaceSync {
     /// second for the whole node: see [`crate::clock`]). A store that does not answer
     /// leaves the offset as it was.
     pub async fn measure_clock(&self) {
-        let Some(store) = &self.store else {
+        let Some(store) = &self.session.store else {
             return;
         };
         if !crate::clock::clock().due() {
@@ -54,7 +54,7 @@ impl NamespaceSync {
     /// Loads the namespace's current and previous windows from the store (a node that
     /// starts knows the cluster's totals before its first sync).
     pub async fn warm_up(&self, now: UnixMs) -> Result<usize, StoreError> {
-        let Some(store) = &self.store else {
+        let Some(store) = &self.session.store else {
             return Ok(0);
         };
         let windows: Vec<(u32, i64)> = self

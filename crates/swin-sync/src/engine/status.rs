@@ -42,10 +42,7 @@ impl NamespaceSync {
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
         match outcome {
             Ok(report) => {
-                if self
-                    .skip_store
-                    .swap(false, std::sync::atomic::Ordering::Relaxed)
-                {
+                if self.session.close() {
                     tracing::info!(
                         namespace = self.name(),
                         "store reached again: synchronous calls go to it again"

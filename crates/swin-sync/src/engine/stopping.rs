@@ -20,7 +20,7 @@ impl NamespaceSync {
     pub async fn take_unconfirmed(&self, now: UnixMs) -> Unconfirmed {
         let mut guard = self.state.lock().await;
         let st = &mut *guard;
-        if self.store.is_some() {
+        if self.session.store.is_some() {
             let drained: Vec<Diff> = self
                 .counters
                 .tables()
@@ -58,10 +58,10 @@ impl NamespaceSync {
     /// The push on shutdown: a few quick attempts, or as many as fit before the
     /// deadline [`NamespaceSync::stop_by`] set; what still fails is logged with its size.
     pub async fn final_push(&self) {
-        if self.store.is_none() {
+        if self.session.store.is_none() {
             return;
         }
-        let deadline = self.stop_by.get().copied();
+        let deadline = self.session.stop_by.get().copied();
         let mut attempt = 0;
         loop {
             attempt += 1;

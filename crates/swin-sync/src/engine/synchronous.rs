@@ -121,13 +121,13 @@ impl NamespaceSync {
                     this.flush_synchronous().await
                 }));
         }
-        match tokio::time::timeout(self.answer_within, &mut rx).await {
+        match tokio::time::timeout(self.session.answer_within, &mut rx).await {
             Ok(Ok(Some(rate))) => Sent::Answered(rate),
             Ok(_) => Sent::Failed,
             Err(_) => {
                 // the store is slow: later requests answer from memory at once until a
                 // background sync reaches it again (one wait, not one per request)
-                self.trip(&crate::StoreError::Timeout(self.answer_within));
+                self.trip(&crate::StoreError::Timeout(self.session.answer_within));
                 // no answer sent after this: the flush sees the caller gone
                 rx.close();
                 match rx.try_recv() {
@@ -141,7 +141,7 @@ impl NamespaceSync {
 
     /// Sends what waits, in batches of at most SYNC_BATCH, until nothing does.
     pub(super) async fn flush_synchronous(self: Arc<Self>) {
-        let Some(store) = self.store.clone() else {
+        let Some(store) = self.session.store.clone() else {
             return;
         };
         loop {

@@ -1,0 +1,88 @@
+//! A namespace's way to its store, apart from what it syncs: the store, the bounds on
+//! every call (the store timeout, a request's answer time, the stop deadline) and the
+//! breaker that has requests answer from memory after a failure. The sync loop and the
+//! request paths reach the store only through it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::store::Store;
+use crate::StoreError;
+
+/// How long a request waits for its store unless told otherwise: half a second, so a
+/// hung store costs no answer more than that.
+pub const DEFAULT_ANSWER_WITHIN: Duration = Duration::from_millis(500);
+
+/// One namespace's store session (see the module's note).
+#[derive(Debug)]
+pub(crate) struct StoreSession {
+    /// `None` exactly when the namespace is local only.
+    pub(super) store: Option<Store>,
+    /// Bounds every store call.
+    pub(super) timeout: Duration,
+    /// The longest a request waits for the store (at most `timeout`): past it, the
+    /// request is answered as if the store had failed, and the store call goes on in the
+    /// background.
+    pub(super) answer_within: Duration,
+    /// Set when the node stops: no store call outlasts it.
+    pub(super) stop_by: OnceLock<tokio::time::Instant>,
+    /// The breaker: the store failed lately, so requests answer from local memory at
+    /// once instead of each waiting; closed again by the next sync that reaches it.
+    open: AtomicBool,
+}
+
+impl StoreSession {
+    pub(super) fn new(store: Option<Store>, timeout: Duration) -> Self {
+        StoreSession {
+            store,
+            timeout,
+            answer_within: timeout.min(DEFAULT_ANSWER_WITHIN),
+            stop_by: OnceLock::new(),
+            open: AtomicBool::new(false),
+        }
+    }
+
+    /// `f`, bounded by the store timeout and the stop deadline.
+    pub(super) async fn call<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let mut until = tokio::time::Instant::now() + self.timeout;
+        if let Some(d) = self.stop_by.get() {
+            until = until.min(*d);
+        }
+        match tokio::time::timeout_at(until, f).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(self.timeout)),
+        }
+    }
+
+    /// `f` for a request: [`Self::call`], bounded by `answer_within` as well (a
+    /// timeout, as a store that answers late is to every caller).
+    pub(super) async fn call_for_request<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.answer_within, self.call(f)).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(self.answer_within)),
+        }
+    }
+
+    /// Whether requests skip the store for now (the breaker is open).
+    pub(super) fn is_open(&self) -> bool {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Opens the breaker after `e`, if it is a failure that may pass; true when it was
+    /// closed until now.
+    pub(super) fn trip(&self, e: &StoreError) -> bool {
+        e.is_transient() && !self.open.swap(true, Ordering::Relaxed)
+    }
+
+    /// Closes the breaker (a sync reached the store); true when it was open.
+    pub(super) fn close(&self) -> bool {
+        self.open.swap(false, Ordering::Relaxed)
+    }
+}
