@@ -274,8 +274,13 @@ async fn shadow_lets_hits_through_counted_and_says_so_on_every_door_and_through_
         Duration::from_secs(20),
         "every hit let through reaches the store",
         async || {
+            // every namespace's: each syncs on its own timer
             let totals = store.totals_in("shadowed", Some(3600)).await;
-            totals.get("o") == Some(&5.0) && totals.get("k") == Some(&5.0)
+            let sum = async |ns: &str| store.totals_in(ns, Some(3600)).await.values().sum::<f64>();
+            totals.get("o") == Some(&5.0)
+                && totals.get("k") == Some(&5.0)
+                && sum("envoy").await == 5.0
+                && sum("strict").await == 5.0
         },
     )
     .await;
