@@ -8,13 +8,13 @@
 //! runs it all: the limiter, the listeners, reloads, signals and the stop.
 
 pub mod http;
-pub mod listening;
-pub mod metrics;
+pub(crate) mod listening;
+pub(crate) mod metrics;
 pub mod node;
-pub mod rls;
+pub(crate) mod rls;
 pub mod state;
 pub mod telemetry;
-pub mod tls;
+pub(crate) mod tls;
 
 // what the doors use of the library, under the names they had in the daemon
 pub use swin::{

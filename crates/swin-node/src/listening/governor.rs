@@ -88,10 +88,6 @@ impl<C: Watch> Governor<C> {
         })
     }
 
-    pub fn limits(&self) -> &ConnectionLimits {
-        &self.limits
-    }
-
     pub fn epoch(&self) -> Instant {
         self.epoch
     }
@@ -106,10 +102,6 @@ impl<C: Watch> Governor<C> {
 
     pub fn len(&self) -> usize {
         self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Makes room for one more under `max_connections` by closing the connection that
