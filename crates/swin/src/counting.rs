@@ -157,8 +157,9 @@ pub async fn count_batch(
             }
         };
         let ns = &used[idx].0;
-        let value = crate::policy::input::check_value(a.value, ns.allow_decrements, ns.sync.name())
-            .map_err(at)?;
+        let value =
+            crate::policy::input::check_increment(a.value, ns.allow_decrements, ns.sync.name())
+                .map_err(at)?;
         if let Some(s) = a.window_size {
             ns.sync.counters().table(s)?;
         }

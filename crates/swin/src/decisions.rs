@@ -142,7 +142,7 @@ pub(crate) fn bounds(limits: &KeyLimits) -> Bounds<'_> {
 /// What `take` checks before the key's first touch: the key, a cost some limit could
 /// take, and that the namespace has limits. Whether the key's limits take the cost is
 /// known only after the touch, which reads its runtime limits ([`check_effective`]).
-pub fn validate(ns: &Namespace, namespace: &str, key: &str, cost: f64) -> Result<(), Error> {
+pub fn check_hit(ns: &Namespace, namespace: &str, key: &str, cost: f64) -> Result<(), Error> {
     check_key(key)?;
     limits_of(ns, namespace)?;
     Ok(swin_core::check_cost(cost)?)
@@ -178,7 +178,7 @@ pub async fn take(
 ) -> Result<Verdict, Error> {
     // what can be checked before the first touch; the key's runtime limits, which the
     // touch may read, are looked up once, after it (take_touched)
-    validate(ns, namespace, key, cost)?;
+    check_hit(ns, namespace, key, cost)?;
     ns.first_touch(&[key], !dry_run).await;
     take_touched(ns, namespace, key, cost, dry_run).await
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::decisions::{
-    check_effective, first_failure, take_touched, touch_all, validate, Verdict,
+    check_effective, check_hit, first_failure, take_touched, touch_all, Verdict,
 };
 use crate::error::Error;
 use crate::giving_back::undo;
@@ -59,7 +59,7 @@ pub struct BatchVerdict {
 /// failing hit's index.
 pub async fn decide_all(hits: &[Hit<'_>], dry_run: bool) -> Result<BatchVerdict, (usize, Error)> {
     for (i, h) in hits.iter().enumerate() {
-        validate(&h.ns, h.namespace, h.key, h.cost).map_err(|e| (i, e))?;
+        check_hit(&h.ns, h.namespace, h.key, h.cost).map_err(|e| (i, e))?;
     }
     // every key this node holds nothing for, read in one call per namespace
     let keys: Vec<(&Namespace, &str)> = hits.iter().map(|h| (&*h.ns, h.key)).collect();

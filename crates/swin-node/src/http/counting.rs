@@ -16,7 +16,7 @@ use super::extract::{parse_json, ApiPath, JsonBody, RawJson};
 use super::Route;
 use crate::counting::{count_batch as count_batch_in, increment_key, AskedIncrement};
 use crate::error::Error;
-use crate::policy::input::{check_key, check_value};
+use crate::policy::input::{check_increment, check_key};
 use crate::requests::to_the_end;
 use crate::state::AppState;
 use swin_sync::now;
@@ -99,7 +99,7 @@ async fn increment(
 ) -> Result<Response, ApiError> {
     check_key(&key)?;
     let ns = state.namespace(&namespace)?;
-    let value = check_value(body.value, ns.allow_decrements, ns.sync.name())?;
+    let value = check_increment(body.value, ns.allow_decrements, ns.sync.name())?;
     Ok(to_the_end(ns.counts_in_the_store(), async move {
         ns.first_touch(&[&key], true).await;
         let windows = increment_key(&ns, &key, value, body.window_size, now()).await?;

@@ -22,7 +22,7 @@ use swin_core::UnixMs;
 use super::{Answer, Ask, Counted, Decided, Shown, Strictest};
 use crate::config::{Concurrency, MAX_CONCURRENCY};
 use crate::error::Error;
-use crate::leases::{acquire_for_envoy, release_for_envoy, undo, AcquireAnswer};
+use crate::leases::{acquire_for_envoy, release_for_envoy, undo_acquire, AcquireAnswer};
 use crate::policy::keys;
 use crate::policy::rules::{Found, Rule, RuleLimit};
 use crate::state::Namespace;
@@ -221,7 +221,7 @@ async fn take_all(
     if failed.is_some() || d.over {
         // all or nothing: what was granted is ended again
         let back = fit.iter().zip(&taken).filter_map(|(s, t)| match t {
-            Ok(a) if a.acquired.granted => Some(undo(ns, &s.key, a)),
+            Ok(a) if a.acquired.granted => Some(undo_acquire(ns, &s.key, a)),
             _ => None,
         });
         futures_util::future::join_all(back).await;

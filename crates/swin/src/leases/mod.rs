@@ -187,7 +187,7 @@ pub async fn release_for_envoy(ns: &Namespace, key: &str, count: u32) -> Result<
 
 /// Ends a lease a door took for a request it then refused (all or nothing), at once,
 /// or by a task retrying until the store answers.
-pub async fn undo(ns: &Namespace, key: &str, a: &AcquireAnswer) {
+pub async fn undo_acquire(ns: &Namespace, key: &str, a: &AcquireAnswer) {
     let ended = ns
         .leases
         .end_or_renew(key, &a.lease, now(), None, "ending a lease")

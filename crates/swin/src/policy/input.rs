@@ -26,7 +26,11 @@ pub fn check_key(key: &str) -> Result<(), Error> {
 
 /// The value of an increment (1 when absent): finite, within ±2^53, and not negative
 /// unless the namespace allows decrements.
-pub fn check_value(v: Option<f64>, allow_decrements: bool, namespace: &str) -> Result<f64, Error> {
+pub fn check_increment(
+    v: Option<f64>,
+    allow_decrements: bool,
+    namespace: &str,
+) -> Result<f64, Error> {
     let v = v.unwrap_or(1.0);
     swin_core::check_value(v)?;
     if v < 0.0 && !allow_decrements {
