@@ -57,15 +57,15 @@ impl Watch for HttpConn {
     }
 
     /// A request head starts to arrive when bytes come while none is in flight.
-    fn heard(&self, now: u64) {
+    fn heard(&self, now: impl FnOnce() -> u64) {
         if self.busy.load(Ordering::Relaxed) == 0
             && self.head_since.load(Ordering::Relaxed) == UNSET
         {
-            self.head_since.store(now + 1, Ordering::Relaxed);
+            self.head_since.store(now() + 1, Ordering::Relaxed);
         }
     }
 
-    fn said(&self, _now: u64) {}
+    fn said(&self, _now: impl FnOnce() -> u64) {}
 
     fn expired(&self, now: u64, limits: &ConnectionLimits) -> bool {
         let busy = self.busy.load(Ordering::Relaxed);
@@ -128,13 +128,13 @@ impl Watch for GrpcConn {
         }
     }
 
-    fn heard(&self, now: u64) {
-        self.last.store(now, Ordering::Relaxed);
+    fn heard(&self, now: impl FnOnce() -> u64) {
+        self.last.store(now(), Ordering::Relaxed);
         self.spoke.store(true, Ordering::Relaxed);
     }
 
-    fn said(&self, now: u64) {
-        self.last.store(now, Ordering::Relaxed);
+    fn said(&self, now: impl FnOnce() -> u64) {
+        self.last.store(now(), Ordering::Relaxed);
     }
 
     fn expired(&self, now: u64, limits: &ConnectionLimits) -> bool {

@@ -23,10 +23,11 @@ use crate::config::ConnectionLimits;
 pub trait Watch: Send + Sync + 'static {
     /// The state of a connection accepted at `now`.
     fn accepted(now: u64) -> Self;
-    /// Bytes arrived from the client at `now`.
-    fn heard(&self, now: u64);
-    /// Bytes went out to the client at `now`.
-    fn said(&self, now: u64);
+    /// Bytes arrived from the client; `now` reads the time (only when it is needed: this
+    /// runs on every read).
+    fn heard(&self, now: impl FnOnce() -> u64);
+    /// Bytes went out to the client; `now` as for [`Watch::heard`].
+    fn said(&self, now: impl FnOnce() -> u64);
     /// Whether its time is up at `now`.
     fn expired(&self, now: u64, limits: &ConnectionLimits) -> bool;
     /// At the cap, whether it may be closed to make room, and its rank if so (the
@@ -226,7 +227,7 @@ impl<S: AsyncRead + Unpin, C: Watch> AsyncRead for Governed<S, C> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.conn.heard(self.governor.now_ms());
+            self.conn.heard(|| self.governor.now_ms());
         }
         r
     }
@@ -243,7 +244,7 @@ impl<S: AsyncWrite + Unpin, C: Watch> AsyncWrite for Governed<S, C> {
         }
         let r = Pin::new(&mut self.inner).poll_write(cx, data);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.conn.said(self.governor.now_ms());
+            self.conn.said(|| self.governor.now_ms());
         }
         r
     }
@@ -258,7 +259,7 @@ impl<S: AsyncWrite + Unpin, C: Watch> AsyncWrite for Governed<S, C> {
         }
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.conn.said(self.governor.now_ms());
+            self.conn.said(|| self.governor.now_ms());
         }
         r
     }
