@@ -3,8 +3,9 @@
 
 use swin_core::{UnixMs, WindowRate};
 
-use crate::decisions::{first_failure, together, touch_all};
+use crate::decisions::{first_failure, together};
 use crate::error::Error;
+use crate::pipeline::touch as touch_all;
 use crate::state::Namespace;
 
 /// Counts one hit of `key` in one window size, or in every size of the namespace. All

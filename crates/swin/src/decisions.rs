@@ -1,7 +1,8 @@
-//! Decisions: may a hit pass? The hit is decided against the key's limits and spent
-//! when allowed (or denied too where the namespace counts denied hits). Giving back
-//! (refunds, denied batches) is in `giving_back`; a request of several hits decided as
-//! one (batches, Envoy's descriptors) in `requests`.
+//! Decisions: may a hit pass? What a decision answers ([`Verdict`], [`HitAnswer`]) and
+//! one hit decided alone ([`take`]); every hit, alone or in a request of several, is
+//! decided by the request pipeline ([`crate::pipeline`]). Giving back (refunds) is in
+//! `giving_back`; a request of several hits decided as one in `requests` (HTTP batches)
+//! and `descriptors` (Envoy's).
 //!
 //! Window limits: the hit is counted first and the decision taken on the counts before
 //! it; a denied hit is then taken back out (unless the namespace sets `count_denied`).
@@ -15,11 +16,11 @@ use serde::Serialize;
 use swin_core::{Decision, Gcra};
 
 use crate::error::Error;
-use crate::policy::input::check_key;
+use crate::pipeline::Take;
 use crate::policy::limits::{ceil_secs, KeyLimits, Limits};
 use crate::state::Namespace;
 pub use swin_sync::admission::together;
-use swin_sync::admission::{Admitted, Bounds, Spend};
+use swin_sync::admission::{Admitted, Bounds};
 
 /// One key's decision (the strictest of its limits'), and what its headers say.
 #[derive(Debug, Clone)]
@@ -139,25 +140,6 @@ pub(crate) fn bounds(limits: &KeyLimits) -> Bounds<'_> {
     }
 }
 
-/// What `take` checks before the key's first touch: the key, a cost some limit could
-/// take, and that the namespace has limits. Whether the key's limits take the cost is
-/// known only after the touch, which reads its runtime limits ([`check_effective`]).
-pub fn check_hit(ns: &Namespace, namespace: &str, key: &str, cost: f64) -> Result<(), Error> {
-    check_key(key)?;
-    limits_of(ns, namespace)?;
-    Ok(swin_core::check_cost(cost)?)
-}
-
-/// Whether the key's effective limits (its runtime limits, read by its first touch,
-/// else the config's) take a hit of `cost`; in a namespace in shadow no window limit
-/// refuses a cost.
-pub fn check_effective(ns: &Namespace, namespace: &str, key: &str, cost: f64) -> Result<(), Error> {
-    let limits = limits_of(ns, namespace)?;
-    Ok(ns
-        .effective(key, limits.for_key(key))
-        .check_cost_in(cost, limits.shadow)?)
-}
-
 /// The namespace's limits; a namespace that only counts has none to decide against.
 pub fn limits_of<'a>(ns: &'a Namespace, namespace: &str) -> Result<&'a Limits, Error> {
     ns.limits.as_ref().ok_or_else(|| {
@@ -168,7 +150,8 @@ pub fn limits_of<'a>(ns: &'a Namespace, namespace: &str) -> Result<&'a Limits, E
 }
 
 /// Decides a hit of `cost` on `key` and, unless `dry_run`, spends it when allowed (and
-/// when denied too if the namespace counts denied hits).
+/// when denied too if the namespace counts denied hits): the request pipeline
+/// ([`crate::pipeline`]) with one take.
 pub async fn take(
     ns: &Namespace,
     namespace: &str,
@@ -176,97 +159,10 @@ pub async fn take(
     cost: f64,
     dry_run: bool,
 ) -> Result<Verdict, Error> {
-    // what can be checked before the first touch; the key's runtime limits, which the
-    // touch may read, are looked up once, after it (take_touched)
-    check_hit(ns, namespace, key, cost)?;
+    let mut t = Take::of_key(ns, namespace, key, cost)?;
     ns.first_touch(&[key], !dry_run).await;
-    take_touched(ns, namespace, key, cost, dry_run).await
-}
-
-/// [`take`] of a key already validated and touched.
-pub(crate) async fn take_touched(
-    ns: &Namespace,
-    namespace: &str,
-    key: &str,
-    cost: f64,
-    dry_run: bool,
-) -> Result<Verdict, Error> {
-    let limits = limits_of(ns, namespace)?;
-    // the key's runtime limits, read by its first touch, replace the config's
-    let effective = ns.effective(key, limits.for_key(key));
-    effective.check_cost_in(cost, limits.shadow)?;
-    take_under(
-        ns,
-        key,
-        &effective,
-        cost,
-        dry_run,
-        limits.count_denied,
-        limits.shadow,
-    )
-    .await
-}
-
-/// Decides a hit of `cost` on `key` under `limits` (the key's own, or a descriptor
-/// rule's) through the namespace's admission. The key and cost are valid, and the
-/// caller has touched the key (see [`Namespace::first_touch`]). In `shadow` (the
-/// namespace's, or a descriptor rule's) every hit spends and is allowed; one its limits
-/// would deny is marked.
-pub async fn take_under(
-    ns: &Namespace,
-    key: &str,
-    limits: &KeyLimits,
-    cost: f64,
-    dry_run: bool,
-    count_denied: bool,
-    shadow: bool,
-) -> Result<Verdict, Error> {
-    let spend = match (dry_run, count_denied || shadow) {
-        (true, _) => Spend::DryRun,
-        (false, false) => Spend::IfAllowed,
-        (false, true) => Spend::Always,
-    };
-    let mut a = ns.admission.take(key, bounds(limits), cost, spend).await?;
-    if shadow && !a.decision.allowed {
-        // allowed; its wait stays, as when the hit would have passed
-        a.decision.allowed = true;
-        a.shadow_denied = true;
-    }
-    crate::spans::decided(
-        ns.sync.name(),
-        match (a.decision.allowed, a.shadow_denied) {
-            (_, true) => "shadow_denied",
-            (true, _) => "allowed",
-            (false, _) => "denied",
-        },
-    );
-    if !dry_run {
-        let now = swin_sync::now().secs();
-        ns.heaviest.hits.add(key, cost, now);
-        // the top denied keys include those a limit in shadow would deny
-        if !a.decision.allowed || a.shadow_denied {
-            ns.heaviest.denied.add(key, cost, now);
-        }
-    }
-    Ok(verdict(limits, a))
-}
-
-/// First touch for the keys of a request of several hits: one read per namespace for all
-/// of its keys (see [`Namespace::first_touch`]).
-pub async fn touch_all<'a>(hits: &[(&'a Namespace, &'a str)], counting: bool) {
-    let mut touched: Vec<&Namespace> = Vec::new();
-    for &(ns, _) in hits {
-        if touched.iter().any(|n| std::ptr::eq(*n, ns)) {
-            continue;
-        }
-        let keys: Vec<&str> = hits
-            .iter()
-            .filter(|(o, _)| std::ptr::eq(*o, ns))
-            .map(|&(_, k)| k)
-            .collect();
-        ns.first_touch(&keys, counting).await;
-        touched.push(ns);
-    }
+    t.resolve()?;
+    t.take(dry_run).await
 }
 
 /// The results of a request's hits, each `Some` when it succeeded, and the first failure

@@ -25,6 +25,7 @@ pub mod giving_back;
 pub mod leases;
 pub mod limit_changes;
 pub mod limiter;
+pub mod pipeline;
 pub mod policy;
 pub mod requests;
 pub mod reservations;

@@ -5,11 +5,9 @@
 
 use std::sync::Arc;
 
-use crate::decisions::{
-    check_effective, check_hit, first_failure, take_touched, touch_all, Verdict,
-};
+use crate::decisions::{first_failure, Verdict};
 use crate::error::Error;
-use crate::giving_back::undo;
+use crate::pipeline::{take_all, touch_takes, undo_allowed, Take};
 use crate::state::Namespace;
 
 /// Runs a request's decision to its end in a task of its own when `whole` (its hits go
@@ -53,35 +51,32 @@ pub struct BatchVerdict {
     pub denied: bool,
 }
 
-/// Decides every hit of a batch (Boulder's BatchSpend). Every hit is checked before any
-/// is spent, so a bad one leaves the batch untouched; when one is denied, or fails while
-/// spending (a full table), what the others took is given back. Errors come with the
-/// failing hit's index.
+/// Decides every hit of a batch (Boulder's BatchSpend) through the request pipeline
+/// ([`crate::pipeline`]). Every hit is checked before any is spent, so a bad one leaves
+/// the batch untouched; when one is denied, or fails while spending (a full table),
+/// what the others took is given back. Errors come with the failing hit's index.
 pub async fn decide_all(hits: &[Hit<'_>], dry_run: bool) -> Result<BatchVerdict, (usize, Error)> {
+    let mut takes = Vec::with_capacity(hits.len());
     for (i, h) in hits.iter().enumerate() {
-        check_hit(&h.ns, h.namespace, h.key, h.cost).map_err(|e| (i, e))?;
+        takes.push(Take::of_key(&h.ns, h.namespace, h.key, h.cost).map_err(|e| (i, e))?);
     }
     // every key this node holds nothing for, read in one call per namespace
-    let keys: Vec<(&Namespace, &str)> = hits.iter().map(|h| (&*h.ns, h.key)).collect();
-    touch_all(&keys, !dry_run).await;
+    touch_takes(&takes, !dry_run).await;
     // every hit checked against its key's limits (runtime ones read by the touch)
     // before any is spent
-    for (i, h) in hits.iter().enumerate() {
-        check_effective(&h.ns, h.namespace, h.key, h.cost).map_err(|e| (i, e))?;
+    for (i, t) in takes.iter_mut().enumerate() {
+        t.resolve().map_err(|e| (i, e))?;
     }
-    // decided together: synchronous increments of the batch share round trips
-    let results = futures_util::future::join_all(
-        hits.iter()
-            .map(|h| take_touched(&h.ns, h.namespace, h.key, h.cost, dry_run)),
-    )
-    .await;
-    let (verdicts, failed) = first_failure(results);
+    let (verdicts, failed) = first_failure(take_all(&takes, dry_run).await);
     let denied = verdicts.iter().flatten().any(|v| !v.allowed());
     if failed.is_some() || denied {
         let at = failed.as_ref().map_or(0, |(i, _)| *i);
-        undo_all(hits, &verdicts, dry_run)
-            .await
-            .map_err(|e| (at, e))?;
+        undo_allowed(
+            takes.iter().zip(verdicts.iter().map(Option::as_ref)),
+            dry_run,
+        )
+        .await
+        .map_err(|e| (at, e))?;
     }
     if let Some(f) = failed {
         return Err(f);
@@ -97,26 +92,6 @@ pub async fn decide_all(hits: &[Hit<'_>], dry_run: bool) -> Result<BatchVerdict,
         })
         .collect();
     Ok(BatchVerdict { verdicts, denied })
-}
-
-/// Gives back every allowed hit of `verdicts` (`None`: the hit failed, nothing taken).
-async fn undo_all(
-    hits: &[Hit<'_>],
-    verdicts: &[Option<Verdict>],
-    dry_run: bool,
-) -> Result<(), Error> {
-    if dry_run {
-        return Ok(());
-    }
-    let back = hits
-        .iter()
-        .zip(verdicts)
-        .filter(|(_, v)| v.as_ref().is_some_and(Verdict::allowed))
-        .map(|(h, _)| undo(&h.ns, h.key, h.cost));
-    futures_util::future::join_all(back)
-        .await
-        .into_iter()
-        .collect()
 }
 
 /// One hit of a batch, as a door read it.

@@ -25,14 +25,15 @@ use std::time::Duration;
 
 use serde::Serialize;
 use swin_core::{check_cost, UnixMs};
-use swin_sync::admission::GiveBack;
 use swin_sync::store::Acquire;
 
 use crate::config::MIN_TTL_SECS;
-use crate::decisions::{bounds, limits_of, take, take_under, verdict, HitAnswer, Verdict};
+use crate::decisions::{limits_of, take, HitAnswer, Verdict};
 use crate::error::Error;
+use crate::pipeline::Take;
 use crate::policy::input::check_key;
 use crate::policy::limits::KeyLimits;
+use crate::runtime_limits::Effective;
 use crate::state::Namespace;
 
 /// A reservation's life when the client names none.
@@ -163,7 +164,16 @@ pub async fn reserve(
 async fn undo(ns: Arc<Namespace>, key: String, id: String, cost: f64, expires_at: UnixMs) {
     let deadline = tokio::time::Instant::now() + RETRY_FOR;
     loop {
-        if crate::giving_back::undo(&ns, &key, cost).await.is_ok() {
+        let undone = match &ns.limits {
+            Some(l) => {
+                let limits = ns.effective(&key, l.for_key(&key));
+                Take::under(&ns, key.as_str(), cost, limits, false)
+                    .undo()
+                    .await
+            }
+            None => Ok(()),
+        };
+        if undone.is_ok() {
             break;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -280,13 +290,12 @@ async fn settle(
     estimate: f64,
     cost: f64,
 ) -> Result<(f64, f64, Verdict), Error> {
+    // each step a take of the request pipeline under the limits the commit read
+    let under =
+        |cost: f64, shadow: bool| Take::under(ns, key, cost, Effective::Config(limits), shadow);
     if cost < estimate {
-        let back = ns
-            .admission
-            .give_back(key, bounds(limits), estimate - cost, GiveBack::Refund)
-            .await?;
-        let after = back.after.ok_or(Error::Internal)?;
-        return Ok((0.0, back.given, verdict(limits, after)));
+        let (given, after) = under(estimate - cost, false).refund().await?;
+        return Ok((0.0, given, after));
     }
     let mut left = cost - estimate;
     let mut charged = 0.0;
@@ -303,13 +312,13 @@ async fn settle(
                 break;
             }
             let piece = left.min(most);
-            last = Some(take_under(ns, key, limits, piece, false, false, true).await?);
+            last = Some(under(piece, true).take(false).await?);
             charged += piece;
             left -= piece;
         }
         let after = match last {
             Some(v) => v,
-            None => take_under(ns, key, limits, 0.0, true, false, true).await?,
+            None => under(0.0, true).take(true).await?,
         };
         return Ok((charged, 0.0, after));
     };
@@ -317,7 +326,9 @@ async fn settle(
     // charge and marks it), then that much at most; a hit racing in between can take
     // it first, so the room is read again (three tries, then the rest goes uncharged)
     for _ in 0..3 {
-        let room_left = take_under(ns, key, &enforced, 0.0, true, false, false).await?;
+        let room_left = Take::under(ns, key, 0.0, Effective::Config(&enforced), false)
+            .take(true)
+            .await?;
         if left <= 0.0 {
             break;
         }
@@ -328,7 +339,7 @@ async fn settle(
         if room <= 0.0 {
             break;
         }
-        let v = take_under(ns, key, limits, room, false, false, false).await?;
+        let v = under(room, false).take(false).await?;
         if v.allowed() {
             charged += room;
             left -= room;
@@ -337,6 +348,6 @@ async fn settle(
             }
         }
     }
-    let now = take_under(ns, key, limits, 0.0, true, false, false).await?;
+    let now = under(0.0, false).take(true).await?;
     Ok((charged, 0.0, now))
 }

@@ -9,28 +9,27 @@ use std::sync::Arc;
 use swin_core::Decision;
 
 use super::{blocked, Answer, Ask, Counted, Decided, Shown, Strictest};
-use crate::decisions::{take_under, Verdict};
+use crate::decisions::Verdict;
 use crate::error::Error;
-use crate::giving_back::{refund_under, undo_under};
+use crate::pipeline::{take_all, touch_takes, undo_allowed, Take};
 use crate::policy::algorithm::Algorithm;
 use crate::policy::keys;
 use crate::policy::rules::{self, Found, Rule, RuleLimit};
 use crate::runtime_limits::{Effective, RuntimeLimit};
 use crate::state::Namespace;
 
-/// A descriptor that counts: its index, counter key, cost, rule and (after the first
-/// touch) the key's effective limits.
-struct Take<'r> {
+/// A descriptor that counts: its index, its rule, and its take of the request
+/// pipeline (its counter key, cost and, after the first touch, the key's effective
+/// limits).
+struct Counter<'r> {
     at: usize,
-    key: String,
-    cost: f64,
     rule: &'r Arc<Rule>,
-    limits: Effective<'r>,
+    take: Take<'r>,
 }
 
-impl Take<'_> {
+impl Counter<'_> {
     fn runtime(&self) -> Option<Arc<RuntimeLimit>> {
-        match &self.limits {
+        match &self.take.limits {
             Effective::Runtime(r) => Some(r.clone()),
             Effective::Config(_) => None,
         }
@@ -52,16 +51,14 @@ pub(super) async fn decide(ns: &Namespace, asks: &[Ask<'_>]) -> Result<Decided, 
     let found = rules_of(ns, asks);
     let mut plan = Plan::new(ns, asks, &found);
     // one read for every key this node holds nothing for
-    let keys: Vec<&str> = plan
-        .takes
-        .iter()
-        .chain(&plan.refunds)
-        .map(|t| t.key.as_str())
-        .collect();
-    ns.first_touch(&keys, true).await;
-    plan.refund(ns).await?;
-    plan.check_costs(ns);
-    plan.take(ns).await
+    touch_takes(
+        plan.takes.iter().chain(&plan.refunds).map(|c| &c.take),
+        true,
+    )
+    .await;
+    plan.refund().await?;
+    plan.check_costs();
+    plan.take().await
 }
 
 /// Each descriptor's rule: its own override, else the tree's; found for every
@@ -135,8 +132,8 @@ struct Plan<'r> {
     answers: Vec<Answer>,
     /// `None`: decided by a take or refund below.
     shown: Vec<Option<Shown>>,
-    takes: Vec<Take<'r>>,
-    refunds: Vec<Take<'r>>,
+    takes: Vec<Counter<'r>>,
+    refunds: Vec<Counter<'r>>,
     over: bool,
     /// `count_denied`: the namespace's (its rules carry it; without rules, its limits).
     count_denied: bool,
@@ -144,7 +141,7 @@ struct Plan<'r> {
 
 impl<'r> Plan<'r> {
     /// What each descriptor answers without counting, or the hit it takes or gives back.
-    fn new(ns: &Namespace, asks: &[Ask<'_>], found: &'r [Option<Found>]) -> Plan<'r> {
+    fn new(ns: &'r Namespace, asks: &[Ask<'_>], found: &'r [Option<Found>]) -> Plan<'r> {
         let mut plan = Plan {
             answers: Vec::with_capacity(asks.len()),
             shown: Vec::with_capacity(asks.len()),
@@ -163,14 +160,20 @@ impl<'r> Plan<'r> {
             });
             let shown = match f {
                 None => Some(Shown::NoRule),
-                Some(f) => plan.plan_one(i, a, f),
+                Some(f) => plan.plan_one(ns, i, a, f),
             };
             plan.shown.push(shown);
         }
         plan
     }
 
-    fn plan_one(&mut self, at: usize, a: &Ask<'_>, f: &'r Found) -> Option<Shown> {
+    fn plan_one(
+        &mut self,
+        ns: &'r Namespace,
+        at: usize,
+        a: &Ask<'_>,
+        f: &'r Found,
+    ) -> Option<Shown> {
         let rule = &f.rule;
         let mut blocked_unless_shadow = || {
             let denied = !rule.shadow;
@@ -207,13 +210,9 @@ impl<'r> Plan<'r> {
         } else {
             keys::counter_key(&f.counted(&a.entries))
         };
-        let t = Take {
-            at,
-            key,
-            cost,
-            rule,
-            limits: Effective::Config(limits),
-        };
+        let mut take = Take::under(ns, key, cost, Effective::Config(limits), rule.shadow);
+        take.count_denied = self.count_denied;
+        let t = Counter { at, rule, take };
         if a.negative {
             self.refunds.push(t);
         } else {
@@ -224,34 +223,24 @@ impl<'r> Plan<'r> {
 
     /// Refunds first, each on its own (an end of one thing beside the start of
     /// another), under the key's effective limits.
-    async fn refund(&mut self, ns: &Namespace) -> Result<(), Error> {
+    async fn refund(&mut self) -> Result<(), Error> {
         for t in &mut self.refunds {
-            if let Effective::Config(rule_limits) = t.limits {
-                t.limits = ns.effective(&t.key, rule_limits);
-            }
+            t.take.effective_limits();
         }
-        let given = futures_util::future::join_all(
-            self.refunds
-                .iter()
-                .map(|t| refund_under(ns, &t.key, &t.limits, t.cost)),
-        )
-        .await;
+        let given =
+            futures_util::future::join_all(self.refunds.iter().map(|t| t.take.refund())).await;
         for (t, after) in self.refunds.iter().zip(given) {
-            self.shown[t.at] = Some(t.shown(after?, false));
+            self.shown[t.at] = Some(t.shown(after?.1.decision, false));
         }
         Ok(())
     }
 
     /// The runtime limits set on a descriptor's counter key replace its rule's; a cost
     /// over what they allow at once is over the limit, nothing counted.
-    fn check_costs(&mut self, ns: &Namespace) {
+    fn check_costs(&mut self) {
         let (shown, over) = (&mut self.shown, &mut self.over);
         self.takes.retain_mut(|t| {
-            let Effective::Config(rule_limits) = t.limits else {
-                return true;
-            };
-            t.limits = ns.effective(&t.key, rule_limits);
-            if t.limits.check_cost_in(t.cost, t.rule.shadow).is_ok() {
+            if t.take.resolve().is_ok() {
                 return true;
             }
             let denied = !t.rule.shadow;
@@ -263,20 +252,9 @@ impl<'r> Plan<'r> {
 
     /// Takes every hit together, and gives back what was taken when the request is
     /// over the limit (unless denied hits count) or a take failed.
-    async fn take(mut self, ns: &Namespace) -> Result<Decided, Error> {
+    async fn take(mut self) -> Result<Decided, Error> {
         let count_denied = self.count_denied;
-        let mut verdicts = futures_util::future::join_all(self.takes.iter().map(|t| {
-            take_under(
-                ns,
-                &t.key,
-                &t.limits,
-                t.cost,
-                false,
-                count_denied,
-                t.rule.shadow,
-            )
-        }))
-        .await;
+        let mut verdicts = take_all(self.takes.iter().map(|c| &c.take), false).await;
         let failed = verdicts.iter().position(|v| match v {
             Err(_) => true,
             Ok(v) => v.reason.is_some(),
@@ -287,17 +265,8 @@ impl<'r> Plan<'r> {
             self.show_given_back(&verdicts);
         }
         if failed.is_some() || undo {
-            let back = self
-                .takes
-                .iter()
-                .zip(&verdicts)
-                .filter(|(_, v)| matches!(v, Ok(v) if v.allowed()))
-                .map(|(t, _)| undo_under(ns, &t.key, &t.limits, t.cost));
-            let back: Result<(), Error> = futures_util::future::join_all(back)
-                .await
-                .into_iter()
-                .collect();
-            back?;
+            let taken = self.takes.iter().zip(&verdicts);
+            undo_allowed(taken.map(|(c, v)| (&c.take, v.as_ref().ok())), false).await?;
         }
         if let Some(i) = failed {
             return Err(match verdicts.swap_remove(i) {
@@ -368,7 +337,7 @@ impl<'r> Plan<'r> {
         for (t, v) in self.takes.iter().zip(verdicts) {
             if let Ok(v) = v {
                 if v.allowed() {
-                    let before = v.given_back(t.cost).decision;
+                    let before = v.given_back(t.take.cost).decision;
                     self.shown[t.at] = Some(t.shown(before, false));
                 }
             }
