@@ -9,6 +9,7 @@ mod cell;
 mod decision;
 mod entry;
 mod error;
+pub mod fair;
 mod gcra;
 mod grant;
 mod hold;

@@ -194,6 +194,27 @@ impl QuotaStore for FaultyStore {
     }
 }
 
+impl super::DemandStore for FaultyStore {
+    async fn post_demands(
+        &self,
+        namespace: &str,
+        entries: &[super::Demands],
+    ) -> Result<(), StoreError> {
+        self.faulted(self.inner.post_demands(namespace, entries))
+            .await
+    }
+
+    async fn read_demands(
+        &self,
+        namespace: &str,
+        buckets: &[&str],
+        now: UnixMs,
+    ) -> Result<Vec<super::Demands>, StoreError> {
+        self.faulted(self.inner.read_demands(namespace, buckets, now))
+            .await
+    }
+}
+
 impl super::LimitStore for FaultyStore {
     async fn put_limit(
         &self,

@@ -2,7 +2,8 @@
 //! back), read totals of given windows, load a namespace for warm-up, purge expired
 //! windows, the same for GCRA buckets, reset a key, ping. [`QuotaStore`]: strict admission's
 //! holds (windows) and grants (buckets). [`LimitStore`]: limits set per key at run time.
-//! [`LeaseStore`]: concurrency leases. Each
+//! [`LeaseStore`]: concurrency leases. [`DemandStore`]: what the proxies of Envoy's
+//! quota service ask for, shared among nodes. Each
 //! store says what it can do ([`Capabilities`]). Three stores implement all of them,
 //! dispatched by the [`Store`] enum; with the `faults` feature (tests only) `Faulty` wraps
 //! one to inject failures.
@@ -10,6 +11,7 @@
 //! The contracts and the one enum that dispatches all of their calls are kept together
 //! here, so a new call is added in one place; what the calls carry is in `types`.
 
+pub mod demands;
 #[cfg(feature = "faults")]
 mod faulty;
 pub mod leases;
@@ -24,6 +26,7 @@ mod types;
 use std::future::Future;
 use std::pin::Pin;
 
+pub use self::demands::{DemandStore, Demands};
 #[cfg(feature = "faults")]
 pub use self::faulty::{Fault, FaultyStore};
 pub use self::leases::{Acquire, Acquired, LeaseStore};
@@ -461,6 +464,35 @@ impl Store {
                 return Ok(Vec::new());
             }
             dispatch!(self, s => s.grant(namespace, holder, grants).await)
+        })
+    }
+
+    /// See [`DemandStore::post_demands`]; no call for no entries.
+    pub fn post_demands<'a>(
+        &'a self,
+        namespace: &'a str,
+        entries: &'a [Demands],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.traced("post_demands", namespace, async move {
+            if entries.is_empty() {
+                return Ok(());
+            }
+            dispatch!(self, s => s.post_demands(namespace, entries).await)
+        })
+    }
+
+    /// See [`DemandStore::read_demands`]; no call for no buckets.
+    pub fn read_demands<'a>(
+        &'a self,
+        namespace: &'a str,
+        buckets: &'a [&'a str],
+        now: UnixMs,
+    ) -> BoxFuture<'a, Result<Vec<Demands>, StoreError>> {
+        self.traced("read_demands", namespace, async move {
+            if buckets.is_empty() {
+                return Ok(Vec::new());
+            }
+            dispatch!(self, s => s.read_demands(namespace, buckets, now).await)
         })
     }
 }

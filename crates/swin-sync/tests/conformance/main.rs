@@ -7,6 +7,7 @@
 mod common;
 
 mod buckets;
+mod demands;
 mod engines;
 mod leases;
 mod limits;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use buckets::*;
+use demands::*;
 use engines::*;
 use leases::*;
 use limits::*;
@@ -163,5 +165,6 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
     a_lease_change_past_its_deadline_changes_nothing,
     leases_lapse_and_renew_only_while_live,
     slots_released_by_prefix_end_the_earliest_first,
-    leases_in_flight_count_the_live_slots_of_one_namespace
+    leases_in_flight_count_the_live_slots_of_one_namespace,
+    demands_are_shared_replaced_and_lapse
 ]);

@@ -14,6 +14,7 @@ use super::{
 };
 use crate::StoreError;
 
+mod demands;
 mod leases;
 mod limits;
 mod tx;
@@ -384,6 +385,12 @@ impl CounterStore for PostgresStore {
         .map_err(err)?;
         // leases lapsed a minute ago
         sqlx::query("DELETE FROM swin_leases WHERE expires_at < $1")
+            .bind(now.0 - 60_000)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        // demands of Envoy's quota service lapsed a minute ago
+        sqlx::query("DELETE FROM swin_demands WHERE expires_at < $1")
             .bind(now.0 - 60_000)
             .execute(&mut *tx)
             .await

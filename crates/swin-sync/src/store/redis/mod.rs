@@ -56,6 +56,7 @@ use swin_core::{CompactString, Tat, Total, UnixMs};
 mod buckets;
 mod calls;
 mod counters;
+mod demands;
 mod keys;
 mod leases;
 mod limits;

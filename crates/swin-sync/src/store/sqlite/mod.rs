@@ -18,6 +18,7 @@ use super::{
 };
 use crate::StoreError;
 
+mod demands;
 mod leases;
 mod limits;
 mod tx;
@@ -333,6 +334,12 @@ impl CounterStore for SqliteStore {
             .map_err(err)?;
         // leases lapsed a minute ago
         sqlx::query("DELETE FROM swin_leases WHERE expires_at < ?1")
+            .bind(now.0 - 60_000)
+            .execute(&self.pool)
+            .await
+            .map_err(err)?;
+        // demands of Envoy's quota service lapsed a minute ago
+        sqlx::query("DELETE FROM swin_demands WHERE expires_at < ?1")
             .bind(now.0 - 60_000)
             .execute(&self.pool)
             .await
