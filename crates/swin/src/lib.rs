@@ -30,6 +30,7 @@ pub mod policy;
 pub mod requests;
 pub mod reservations;
 pub mod runtime_limits;
+pub mod shares;
 pub mod spans;
 pub mod spool;
 pub mod state;

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
@@ -32,6 +33,7 @@ use swin::descriptors::{self, Ask};
 mod answers;
 mod leases;
 mod metadata;
+mod quota;
 
 /// Envoy's rate limit service and every file it imports, as a FileDescriptorSet, for
 /// server reflection (written by `scripts/rls-descriptors` from Envoy's published protos).
@@ -62,6 +64,12 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<RateLimitServiceServer<Rls>>().await;
+    health
+        .set_serving::<RateLimitQuotaServiceServer<quota::Rlqs>>()
+        .await;
+    // Envoy's quota service: its sharing rounds run while the listener does
+    let shares = swin::shares::Shares::new(state.namespaces.clone());
+    tokio::spawn(shares.clone().run(stop.clone()));
     // reflection in both versions clients ask for (grpcurl: v1; grpcio: v1alpha)
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -81,7 +89,11 @@ pub async fn serve(
         .add_service(v1)
         .add_service(v1alpha)
         .add_service(RateLimitServiceServer::with_interceptor(
-            Rls::new(state),
+            Rls::new(state.clone()),
+            guard.clone(),
+        ))
+        .add_service(RateLimitQuotaServiceServer::with_interceptor(
+            quota::Rlqs::new(shares, stop.clone()),
             guard,
         ));
     match tls {

@@ -21,6 +21,7 @@ use tonic::transport::Channel;
 
 mod compat;
 mod concurrency;
+mod quota;
 mod replay;
 
 /// envoyproxy/ratelimit's own example shape (its README), unchanged but for the domain.

@@ -7,6 +7,7 @@
 //! last push and what a stopped engine hands back); this file holds the handle, warm-up,
 //! reset and the run loop.
 
+mod demands;
 mod first_touch;
 mod gcra;
 mod leases;

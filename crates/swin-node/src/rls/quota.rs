@@ -1,0 +1,168 @@
+//! Envoy's rate limit quota service (`envoy.service.rate_limit_quota.v3`,
+//! `StreamRateLimitQuotas`) on the gRPC listener, beside the rate limit service: one
+//! stream per proxy, its usage reports turned into [`swin::shares::Reports`] and the
+//! library's [`BucketAction`]s rendered back — as an answer to each report, and
+//! whenever a sharing round changes what a proxy is to enforce. The stream ends when
+//! the proxy ends it, on a report the library refuses (INVALID_ARGUMENT), or when the
+//! node stops (the proxies keep their assignments until their ttl, then fall back to
+//! their `expired_assignment_behavior`).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
+    AbandonAction, BucketAction as Kind, QuotaAssignmentAction,
+};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction as PbAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::google::protobuf;
+use futures_util::Stream;
+use swin::shares::{Action, BucketAction, Proxy, Reports, Shares, Usage};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+/// The quota service over the node's shares.
+#[derive(Debug, Clone)]
+pub struct Rlqs {
+    shares: Arc<Shares>,
+    stop: CancellationToken,
+}
+
+impl Rlqs {
+    pub fn new(shares: Arc<Shares>, stop: CancellationToken) -> Self {
+        Rlqs { shares, stop }
+    }
+}
+
+type Answers = Pin<Box<dyn Stream<Item = Result<RateLimitQuotaResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl RateLimitQuotaService for Rlqs {
+    type StreamRateLimitQuotasStream = Answers;
+
+    async fn stream_rate_limit_quotas(
+        &self,
+        request: Request<Streaming<RateLimitQuotaUsageReports>>,
+    ) -> Result<Response<Answers>, Status> {
+        let reports = request.into_inner();
+        let (proxy, pushed) = self.shares.open();
+        let (tx, rx) = mpsc::channel(8);
+        tokio::spawn(serve_stream(proxy, reports, pushed, tx, self.stop.clone()));
+        let answers =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|a| (a, rx)) },
+            );
+        Ok(Response::new(Box::pin(answers)))
+    }
+}
+
+/// One proxy's stream, until it ends, the library refuses a report, or the node stops.
+async fn serve_stream(
+    proxy: Proxy,
+    mut reports: Streaming<RateLimitQuotaUsageReports>,
+    mut pushed: mpsc::Receiver<Vec<BucketAction>>,
+    tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
+    stop: CancellationToken,
+) {
+    loop {
+        let answer = tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tx.closed() => return,
+            Some(actions) = pushed.recv() => Ok(render(actions)),
+            report = reports.message() => match report {
+                Ok(Some(r)) => match proxy.report(translate(r)).await {
+                    Ok(actions) => Ok(render(actions)),
+                    Err(e) => Err(Status::invalid_argument(e.to_string())),
+                },
+                // the proxy ended the stream, or it broke
+                Ok(None) | Err(_) => return,
+            },
+        };
+        let last = answer.is_err();
+        let empty = matches!(&answer, Ok(r) if r.bucket_action.is_empty());
+        if !empty && tx.send(answer).await.is_err() || last {
+            return;
+        }
+    }
+}
+
+fn translate(r: RateLimitQuotaUsageReports) -> Reports {
+    Reports {
+        domain: r.domain,
+        usages: r
+            .bucket_quota_usages
+            .into_iter()
+            .map(|u| Usage {
+                bucket: u
+                    .bucket_id
+                    .map(|b| b.bucket.into_iter().collect())
+                    .unwrap_or_default(),
+                elapsed: u.time_elapsed.and_then(|d| {
+                    let nanos = u32::try_from(d.nanos).ok()?;
+                    Some(Duration::new(u64::try_from(d.seconds).ok()?, nanos))
+                }),
+                allowed: u.num_requests_allowed,
+                denied: u.num_requests_denied,
+            })
+            .collect(),
+    }
+}
+
+fn duration(d: Duration) -> protobuf::Duration {
+    protobuf::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+fn render(actions: Vec<BucketAction>) -> RateLimitQuotaResponse {
+    let assign = |strategy: Strategy, ttl: Duration| {
+        Kind::QuotaAssignmentAction(QuotaAssignmentAction {
+            assignment_time_to_live: Some(duration(ttl)),
+            rate_limit_strategy: Some(RateLimitStrategy {
+                strategy: Some(strategy),
+            }),
+        })
+    };
+    let bucket_action = actions
+        .into_iter()
+        .map(|a| PbAction {
+            bucket_id: Some(BucketId {
+                bucket: a.bucket.into_iter().collect(),
+            }),
+            bucket_action: Some(match a.action {
+                Action::Assign {
+                    tokens_per_fill,
+                    fill_interval,
+                    max_tokens,
+                    ttl,
+                } => assign(
+                    Strategy::TokenBucket(TokenBucket {
+                        max_tokens,
+                        tokens_per_fill: Some(protobuf::UInt32Value {
+                            value: tokens_per_fill,
+                        }),
+                        fill_interval: Some(duration(fill_interval)),
+                    }),
+                    ttl,
+                ),
+                Action::AllowAll { ttl } => {
+                    assign(Strategy::BlanketRule(BlanketRule::AllowAll as i32), ttl)
+                }
+                Action::DenyAll { ttl } => {
+                    assign(Strategy::BlanketRule(BlanketRule::DenyAll as i32), ttl)
+                }
+                Action::Abandon => Kind::AbandonAction(AbandonAction {}),
+            }),
+        })
+        .collect();
+    RateLimitQuotaResponse { bucket_action }
+}
