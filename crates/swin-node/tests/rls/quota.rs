@@ -80,7 +80,7 @@ async fn shares_converge_and_hold_the_limit(store: TestStore) {
     for s in settled.clone() {
         let total: f64 = each.iter().map(|p| p[s]).sum();
         assert!(
-            total <= LIMIT * 1.05 && total >= LIMIT * 0.9,
+            (LIMIT * 0.9..=LIMIT * 1.05).contains(&total),
             "second {s}: {total} admitted across the proxies, limit {LIMIT} ({each:?}; assignments {})",
             out["assignments"]
         );
