@@ -69,6 +69,8 @@ class Proxy:
         self.opened = False
         self.assignments = []
         self.stopped = False
+        self.reported_allowed = 0
+        self.receiving = None
 
     def requests(self):
         while True:
@@ -80,7 +82,8 @@ class Proxy:
     def open(self):
         self.opened = True
         self.responses = self.stub.StreamRateLimitQuotas(self.requests())
-        threading.Thread(target=self.receive, daemon=True).start()
+        self.receiving = threading.Thread(target=self.receive, daemon=True)
+        self.receiving.start()
 
     def receive(self):
         try:
@@ -123,6 +126,7 @@ class Proxy:
         )
         u.bucket_id.bucket.update(self.bucket)
         u.time_elapsed.seconds = elapsed
+        self.reported_allowed += self.allowed
         self.allowed = self.denied = 0
         return rlqs_pb2.RateLimitQuotaUsageReports(domain=self.domain, bucket_quota_usages=[u])
 
@@ -153,9 +157,15 @@ class Proxy:
                 self.outbox.put(self.usage(now))
 
     def stop(self):
+        """Reports what is left, ends the stream, and waits for the node to end its
+        side (so that the last report is taken) before closing the channel."""
         with self.lock:
             self.stopped = True
+            if self.opened:
+                self.outbox.put(self.usage(time.monotonic()))
         self.outbox.put(None)
+        if self.receiving is not None:
+            self.receiving.join(timeout=5)
         self.channel.close()
 
 
@@ -194,6 +204,7 @@ def main(spec):
         if not p.stopped:
             p.stop()
     json.dump({"allowed": allowed, "offered": offered,
+               "reported_allowed": [p.reported_allowed for p in proxies],
                "assignments": [p.assignments for p in proxies]}, sys.stdout)
 
 

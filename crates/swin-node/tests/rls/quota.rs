@@ -2,7 +2,8 @@
 //! PostgreSQL, with the Python stand-in for Envoy's filter (`quota.py`): proxies with
 //! demands of 10/s, 50/s and 200/s on a 120/s limit, each on its own node, converge to
 //! shares of 10, 50 and 60; every second admits at most 1.05 × the limit across all
-//! proxies and, while demand exceeds it, at least 0.9 × the limit.
+//! proxies and, while demand exceeds it, at least 0.9 × the limit; and every allowed
+//! request the proxies report is counted in the store, exactly.
 
 use serde_json::Value;
 use swin_testkit::cluster::TestStore;
@@ -45,21 +46,58 @@ fn run_proxies(nodes: &[Running], demands: &[f64]) -> Value {
     let proxies: Vec<Value> = nodes
         .iter()
         .zip(demands)
-        .map(|(n, d)| {
-            serde_json::json!({"target": format!("127.0.0.1:{}", n.grpc_port), "demand": d})
-        })
+        .map(|(n, d)| proxy(n, *d, 0, SECONDS))
         .collect();
+    stand_in(proxies, SECONDS).join().expect("the stand-in")
+}
+
+/// A proxy of the stand-in on `node`, offering `demand` per second from `start` to
+/// `stop` seconds into the run.
+fn proxy(node: &Running, demand: f64, start: usize, stop: usize) -> Value {
+    serde_json::json!({
+        "target": format!("127.0.0.1:{}", node.grpc_port),
+        "demand": demand,
+        "start": start,
+        "stop": stop,
+    })
+}
+
+/// Starts the stand-in for `seconds` with `proxies`; its JSON when joined.
+fn stand_in(proxies: Vec<Value>, seconds: usize) -> std::thread::JoinHandle<Value> {
     let spec = serde_json::json!({
         "domain": "edge",
         "bucket": {"name": "api"},
         "interval": 1.0,
-        "seconds": SECONDS,
+        "seconds": seconds,
         "proxies": proxies,
     });
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/rls/quota.py");
-    let ran = swin_testkit::python(script, [spec.to_string()]);
-    assert!(ran.ok, "the stand-in failed:\n{}", ran.said());
-    serde_json::from_str(&ran.stdout).expect("the stand-in's JSON")
+    std::thread::spawn(move || {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/rls/quota.py");
+        let ran = swin_testkit::python(script, [spec.to_string()]);
+        assert!(ran.ok, "the stand-in failed:\n{}", ran.said());
+        serde_json::from_str(&ran.stdout).expect("the stand-in's JSON")
+    })
+}
+
+/// Admitted per second across all proxies.
+fn totals(out: &Value, proxies: usize, seconds: usize) -> Vec<f64> {
+    let each: Vec<Vec<f64>> = (0..proxies).map(|p| per_second(out, p)).collect();
+    (0..seconds)
+        .map(|s| each.iter().map(|p| p[s]).sum())
+        .collect()
+}
+
+/// Every second of `range` admits no more than 1.05 × the limit across the proxies.
+fn bounded(out: &Value, proxies: usize, range: std::ops::Range<usize>) {
+    let t = totals(out, proxies, SECONDS.max(range.end));
+    for s in range {
+        assert!(
+            t[s] <= LIMIT * 1.05,
+            "second {s}: {} admitted, limit {LIMIT} (per second {t:?}; assignments {})",
+            t[s],
+            out["assignments"]
+        );
+    }
 }
 
 fn per_second(out: &Value, proxy: usize) -> Vec<f64> {
@@ -75,6 +113,8 @@ async fn shares_converge_and_hold_the_limit(store: TestStore) {
     let mut nodes = nodes(&store, 3).await;
     let out = run_proxies(&nodes, &[10.0, 50.0, 200.0]);
     let each: Vec<Vec<f64>> = (0..3).map(|p| per_second(&out, p)).collect();
+    // no second passes the bound, from the first on
+    bounded(&out, 3, 0..SECONDS);
     // the last second is cut short by the run's end
     let settled = SETTLE..SECONDS - 1;
     for s in settled.clone() {
@@ -101,6 +141,20 @@ async fn shares_converge_and_hold_the_limit(store: TestStore) {
     for n in &mut nodes {
         assert!(n.node.terminate());
     }
+    // every allowed request the proxies reported is counted on the bucket's key, pushed
+    // by the nodes as they stopped
+    let reported: f64 = out["reported_allowed"]
+        .as_array()
+        .expect("reported")
+        .iter()
+        .map(|v| v.as_f64().expect("a count"))
+        .sum();
+    let stored = store.totals_in("edge", Some(60)).await;
+    assert_eq!(
+        stored.get("name=api").copied(),
+        Some(reported),
+        "{stored:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,4 +165,94 @@ async fn shares_converge_and_hold_the_limit_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shares_converge_and_hold_the_limit_on_postgres() {
     shares_converge_and_hold_the_limit(TestStore::postgres().await).await;
+}
+
+/// A proxy joins at 4 s and one leaves at 8 s, both on a limit two hungry proxies
+/// already share: the newcomer's first assignment comes within its first second (it
+/// denies until then), the three settle at a third each, and the one that left frees
+/// its share within a ttl (2 s) and a reporting interval. No second admits more than
+/// 1.05 × the limit, the first ones included: a share grows only out of room no proxy
+/// holds.
+async fn proxies_join_and_leave(store: TestStore) {
+    const RUN: usize = 16;
+    let mut nodes = nodes(&store, 2).await;
+    let out = stand_in(
+        vec![
+            proxy(&nodes[0], 200.0, 0, RUN),
+            proxy(&nodes[1], 200.0, 0, 8),
+            proxy(&nodes[1], 200.0, 4, RUN),
+        ],
+        RUN,
+    )
+    .join()
+    .expect("the stand-in");
+    let each: Vec<Vec<f64>> = (0..3).map(|p| per_second(&out, p)).collect();
+    eprintln!("join and leave, admitted per second: {each:?}");
+    bounded(&out, 3, 0..RUN - 1);
+    // the newcomer is admitted from its first or second second
+    assert!(each[2][4] + each[2][5] > 0.0, "{each:?}");
+    // three share 120: 40 each, once the newcomer is known everywhere
+    for p in 0..3 {
+        assert!((each[p][6] - 40.0).abs() <= 6.0, "second 6: {each:?}");
+    }
+    // the one that left frees its share: the other two back to 60 each
+    let last = RUN - 2;
+    assert!((each[0][last] - 60.0).abs() <= 6.0, "{each:?}");
+    assert!((each[2][last] - 60.0).abs() <= 6.0, "{each:?}");
+    for n in &mut nodes {
+        assert!(n.node.terminate());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxies_join_and_leave_on_redis() {
+    proxies_join_and_leave(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxies_join_and_leave_on_postgres() {
+    proxies_join_and_leave(TestStore::postgres().await).await;
+}
+
+/// A node SIGKILLed mid-stream: its proxy keeps its last assignment until the ttl and
+/// then denies (its `expired_assignment_behavior`); the node's posted demand lapses, so
+/// the proxies left take the whole limit within a few seconds, and no second admits
+/// more than 1.05 × the limit.
+async fn a_node_killed_mid_stream(store: TestStore) {
+    const RUN: usize = 14;
+    let mut nodes = nodes(&store, 3).await;
+    let run = stand_in(
+        vec![
+            proxy(&nodes[0], 200.0, 0, RUN),
+            proxy(&nodes[1], 200.0, 0, RUN),
+            proxy(&nodes[2], 200.0, 0, RUN),
+        ],
+        RUN,
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    nodes[2].node.signal("KILL");
+    let out = run.join().expect("the stand-in");
+    let each: Vec<Vec<f64>> = (0..3).map(|p| per_second(&out, p)).collect();
+    eprintln!("node killed at 5 s, admitted per second: {each:?}");
+    bounded(&out, 3, 0..RUN - 1);
+    let last = RUN - 2;
+    assert_eq!(
+        each[2][last], 0.0,
+        "the killed node's proxy denies past its ttl: {each:?}"
+    );
+    assert!((each[0][last] - 60.0).abs() <= 6.0, "{each:?}");
+    assert!((each[1][last] - 60.0).abs() <= 6.0, "{each:?}");
+    for n in nodes.iter_mut().take(2) {
+        assert!(n.node.terminate());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_mid_stream_on_redis() {
+    a_node_killed_mid_stream(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_mid_stream_on_postgres() {
+    a_node_killed_mid_stream(TestStore::postgres().await).await;
 }

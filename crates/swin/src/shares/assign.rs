@@ -2,94 +2,127 @@
 //! cluster (this node's and the others', as the store has them), and a share turned
 //! into the token bucket a proxy enforces.
 //!
+//! **Never more out than the limit.** Each proxy's entry carries what it asks for and
+//! what it holds now (the share it was last told, until that lapses). A share that goes
+//! down is told at once; a share that goes up grows only out of what no proxy holds
+//! (the limit less every hold the store shows), split among the proxies that grow in
+//! proportion to what each still lacks — every node computes the same split from the same
+//! entries, so two nodes never hand out the same room. A proxy that joins thus starts at
+//! nothing and grows as the others' shares come down (a round or two, ½ s each).
+//!
 //! **The bound.** A proxy holding a token bucket of `tokens_per_fill` per unit and
 //! `max_tokens` admits at most `tokens_per_fill + max_tokens` in any window of one unit.
-//! The shares of live proxies add up to the limit less what proxies that went away may
-//! still admit ([`Entry::Held`]), and each is rounded down ([`swin_core::fair::whole`]),
-//! so across the cluster a window admits at most `limit + Σ max_tokens`, with
-//! `max_tokens = max(2, tokens_per_fill / 50)` (two, so that a request a hair early
-//! finds a token): `limit × 1.02 + 2 × proxies` — and one more
-//! `max_tokens` per proxy whose share went down in that window (a new bucket starts
-//! full). Nodes see each other's demands one sharing round late (at most a reporting
-//! interval), so for that long after a proxy joins or a demand moves, a division may
-//! still count the old demands.
+//! What all proxies hold adds up to at most the limit, so across the cluster a window
+//! admits at most `limit + Σ max_tokens`, with `max_tokens = max(2, tokens_per_fill / 50)`
+//! (two, so that a request a hair early finds a token): `limit × 1.02 + 2 × proxies` —
+//! and one more `max_tokens` per proxy whose share went down in that window (a new
+//! bucket starts full). A node reads the others' holds one round late: a hold that went
+//! up since is room it does not count as free, a hold that went down is room it finds a
+//! round later — never room counted twice.
 
 use std::time::Duration;
 
 use swin_core::fair;
 use swin_sync::store::Demands;
 
-/// One of this node's proxies in a bucket, as its division sees it.
+/// One proxy in a bucket's division.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Entry {
-    /// A live proxy asking for this many requests per unit.
-    Asks(f64),
-    /// A proxy that went away still holding an assignment of this many per unit until
-    /// it lapses: taken off the limit, not divided.
-    Held(f64),
+pub struct Entry {
+    /// Requests per unit it asks for; `None`: it went away, and only holds.
+    pub asks: Option<f64>,
+    /// The share it holds now (what it was last told, until that lapses).
+    pub holds: f64,
 }
 
 impl Entry {
-    /// As the store keeps it: a demand, or a share held as a negative number.
-    pub fn posted(self) -> f64 {
-        match self {
-            Entry::Asks(d) => d.max(0.0),
-            Entry::Held(s) => -s.max(0.0),
-        }
+    /// As the store keeps it: two numbers, what it asks for (-1: nothing, gone) and
+    /// what it holds.
+    pub fn posted(self) -> [f64; 2] {
+        [self.asks.map_or(-1.0, |d| d.max(0.0)), self.holds.max(0.0)]
     }
 
-    fn from_posted(d: f64) -> Entry {
-        if d < 0.0 {
-            Entry::Held(-d)
-        } else {
-            Entry::Asks(d)
-        }
+    /// Entries read back from a node's posted numbers (pairs; a stray last number is
+    /// left out).
+    fn read(posted: &[f64]) -> Vec<Entry> {
+        posted
+            .chunks_exact(2)
+            .map(|p| Entry {
+                asks: (p[0] >= 0.0).then_some(p[0]),
+                holds: p[1].max(0.0),
+            })
+            .collect()
     }
 }
 
-/// This node's proxies' whole shares of `limit` (per unit), in `own`'s order (a held
-/// entry's share is 0: it keeps what it holds), dividing among `own` and every other
-/// node's live entries in `others` (this node's own entry among them is skipped).
-/// Every node divides the same entries in the same order (nodes by id), so their
-/// divisions agree once each has read the others' latest.
+/// This node's proxies' new whole shares of `limit` (per unit), in `own`'s order (a
+/// proxy that went away keeps 0: it only holds), from `own` and every other node's
+/// entries in `others` (this node's own posted entry among them is skipped). Every node
+/// divides the same entries in the same order (nodes by id), so their divisions agree
+/// once each has read the others' latest.
 pub fn own_shares(node: &str, own: &[Entry], others: &[Demands], limit: f64) -> Vec<u64> {
     let mut nodes: Vec<(&str, Vec<Entry>)> = others
         .iter()
         .filter(|d| d.node != node)
-        .map(|d| {
-            let entries = d.demands.iter().map(|&x| Entry::from_posted(x)).collect();
-            (d.node.as_str(), entries)
-        })
+        .map(|d| (d.node.as_str(), Entry::read(&d.demands)))
         .collect();
     nodes.push((node, own.to_vec()));
     nodes.sort_by(|a, b| a.0.cmp(b.0));
-    let held: f64 = nodes
+    let all: Vec<(bool, Entry)> = nodes
         .iter()
-        .flat_map(|(_, e)| e)
-        .map(|e| match e {
-            Entry::Held(s) => s.max(0.0),
-            Entry::Asks(_) => 0.0,
-        })
+        .flat_map(|(n, e)| e.iter().map(move |e| (*n == node, *e)))
+        .collect();
+    let gone: f64 = all
+        .iter()
+        .filter(|(_, e)| e.asks.is_none())
+        .map(|(_, e)| e.holds)
         .sum();
-    // every live demand, in node order, and where this node's begin
-    let mut demands = Vec::new();
-    let mut mine = Vec::with_capacity(own.len());
-    for (n, entries) in &nodes {
-        for e in entries {
-            match (e, *n == node) {
-                (Entry::Asks(d), true) => {
-                    mine.push(Some(demands.len()));
-                    demands.push(*d);
+    let live: Vec<(bool, Entry)> = all.into_iter().filter(|(_, e)| e.asks.is_some()).collect();
+    let asks: Vec<f64> = live.iter().map(|(_, e)| e.asks.unwrap_or(0.0)).collect();
+    let targets = fair::whole(&fair::divide(&asks, (limit - gone).max(0.0).floor()));
+    // room no proxy holds: this node's shares that go down come down now; another
+    // node's hold counts as it is until that node posts it lower
+    let held: f64 = gone
+        + live
+            .iter()
+            .zip(&targets)
+            .map(|((mine, e), &t)| {
+                if *mine {
+                    e.holds.min(t as f64)
+                } else {
+                    e.holds
                 }
-                (Entry::Asks(d), false) => demands.push(*d),
-                (Entry::Held(_), true) => mine.push(None),
-                (Entry::Held(_), false) => {}
+            })
+            .sum::<f64>();
+    let room = (limit.floor() - held).max(0.0);
+    let lacking: Vec<f64> = live
+        .iter()
+        .zip(&targets)
+        .map(|((_, e), &t)| (t as f64 - e.holds).max(0.0))
+        .collect();
+    let lack: f64 = lacking.iter().sum();
+    let mut out = live
+        .iter()
+        .zip(&targets)
+        .zip(&lacking)
+        .filter(|(((mine, _), _), _)| *mine);
+    own.iter()
+        .map(|e| {
+            if e.asks.is_none() {
+                return 0;
             }
-        }
-    }
-    let shares = fair::whole(&fair::divide(&demands, (limit - held).max(0.0).floor()));
-    mine.into_iter()
-        .map(|at| at.map_or(0, |i| shares[i]))
+            let Some((((_, e), &t), &short)) = out.next() else {
+                return 0;
+            };
+            if short <= 0.0 {
+                return t;
+            }
+            let grow = if lack <= room {
+                short
+            } else {
+                (short * room / lack).floor()
+            };
+            (e.holds.min(t as f64) + grow).floor() as u64
+        })
         .collect()
 }
 
@@ -156,9 +189,9 @@ impl Action {
         }
     }
 
-    /// The same action with its ttl left out: two actions a proxy enforces alike.
-    pub fn enforced_alike(&self, other: &Action) -> bool {
-        let zero = |a: &Action| match *a {
+    /// The same action, holding for `ttl`.
+    pub fn with_ttl(self, ttl: Duration) -> Action {
+        match self {
             Action::Assign {
                 tokens_per_fill,
                 fill_interval,
@@ -168,17 +201,17 @@ impl Action {
                 tokens_per_fill,
                 fill_interval,
                 max_tokens,
-                ttl: Duration::ZERO,
+                ttl,
             },
-            Action::AllowAll { .. } => Action::AllowAll {
-                ttl: Duration::ZERO,
-            },
-            Action::DenyAll { .. } => Action::DenyAll {
-                ttl: Duration::ZERO,
-            },
+            Action::AllowAll { .. } => Action::AllowAll { ttl },
+            Action::DenyAll { .. } => Action::DenyAll { ttl },
             Action::Abandon => Action::Abandon,
-        };
-        zero(self) == zero(other)
+        }
+    }
+
+    /// The same action with its ttl left out: two actions a proxy enforces alike.
+    pub fn enforced_alike(&self, other: &Action) -> bool {
+        self.with_ttl(Duration::ZERO) == other.with_ttl(Duration::ZERO)
     }
 }
 
@@ -196,35 +229,85 @@ mod tests {
         }
     }
 
-    #[test]
-    fn proxies_on_three_nodes_divide_one_limit_max_min_fair() {
-        let others = [posted("a", &[10.0]), posted("c", &[200.0])];
-        assert_eq!(own_shares("b", &[Entry::Asks(50.0)], &others, 120.0), [50]);
-        // node a's view of the same demands gives it its 10, node c its 60
-        let from_a = [posted("b", &[50.0]), posted("c", &[200.0])];
-        assert_eq!(own_shares("a", &[Entry::Asks(10.0)], &from_a, 120.0), [10]);
-        let from_c = [posted("a", &[10.0]), posted("b", &[50.0])];
-        assert_eq!(own_shares("c", &[Entry::Asks(200.0)], &from_c, 120.0), [60]);
+    fn asks(d: f64, holds: f64) -> Entry {
+        Entry {
+            asks: Some(d),
+            holds,
+        }
+    }
+
+    fn pairs(entries: &[Entry]) -> Vec<f64> {
+        entries.iter().flat_map(|e| e.posted()).collect()
     }
 
     #[test]
-    fn a_held_share_is_taken_off_the_limit_until_it_lapses() {
-        let others = [posted("a", &[-30.0, 500.0])];
-        let own = [Entry::Asks(500.0), Entry::Held(20.0)];
+    fn proxies_on_three_nodes_divide_one_limit_max_min_fair() {
+        // nobody holds anything yet: each takes its max-min fair share
+        let a = [asks(10.0, 0.0)];
+        let b = [asks(50.0, 0.0)];
+        let c = [asks(200.0, 0.0)];
+        let view = |n: &str, e: &[Entry]| posted(n, &pairs(e));
+        let from_b = [view("a", &a), view("c", &c)];
+        assert_eq!(own_shares("b", &b, &from_b, 120.0), [50]);
+        let from_a = [view("b", &b), view("c", &c)];
+        assert_eq!(own_shares("a", &a, &from_a, 120.0), [10]);
+        let from_c = [view("a", &a), view("b", &b)];
+        assert_eq!(own_shares("c", &c, &from_c, 120.0), [60]);
+    }
+
+    #[test]
+    fn a_share_grows_only_out_of_room_nobody_holds() {
+        // a holds 60 and will come down to 40; b's newcomer lacks 40 but finds only
+        // the 20 nobody holds until a posts its lower hold
+        let a = [asks(200.0, 60.0)];
+        let b = [asks(200.0, 60.0), asks(200.0, 0.0)];
+        let from_b = [posted("a", &pairs(&a))];
+        assert_eq!(own_shares("b", &b, &from_b, 120.0), [40, 20]);
+        // a comes down to 40 at once
+        let from_a = [posted("b", &pairs(&[asks(200.0, 40.0), asks(200.0, 20.0)]))];
+        assert_eq!(own_shares("a", &a, &from_a, 120.0), [40]);
+        // once a posts 40, the newcomer grows to its 40
+        let from_b = [posted("a", &pairs(&[asks(200.0, 40.0)]))];
+        let b = [asks(200.0, 40.0), asks(200.0, 20.0)];
+        assert_eq!(own_shares("b", &b, &from_b, 120.0), [40, 40]);
+    }
+
+    #[test]
+    fn two_nodes_growing_at_once_split_the_room() {
+        // 60 free, two newcomers on two nodes each lacking 60: 30 each, never 60 each
+        let a = [asks(200.0, 30.0), asks(200.0, 0.0)];
+        let b = [asks(200.0, 30.0), asks(200.0, 0.0)];
+        let mine_a = own_shares("a", &a, &[posted("b", &pairs(&b))], 120.0);
+        let mine_b = own_shares("b", &b, &[posted("a", &pairs(&a))], 120.0);
+        let total: u64 = mine_a.iter().chain(&mine_b).sum();
+        assert!(total <= 120, "{mine_a:?} {mine_b:?}");
+        assert_eq!(mine_a, [30, 30]);
+    }
+
+    #[test]
+    fn a_proxy_gone_holds_its_share_until_it_lapses() {
+        let others = [posted("a", &[-1.0, 30.0, 500.0, 0.0])];
+        let own = [
+            asks(500.0, 0.0),
+            Entry {
+                asks: None,
+                holds: 20.0,
+            },
+        ];
         // 120 - 30 - 20 = 70 between two hungry proxies
         assert_eq!(own_shares("b", &own, &others, 120.0), [35, 0]);
     }
 
     #[test]
     fn this_nodes_own_posted_entry_is_not_counted_twice() {
-        let others = [posted("b", &[100.0]), posted("a", &[100.0])];
-        assert_eq!(own_shares("b", &[Entry::Asks(100.0)], &others, 100.0), [50]);
+        let others = [posted("b", &[100.0, 0.0]), posted("a", &[100.0, 0.0])];
+        assert_eq!(own_shares("b", &[asks(100.0, 0.0)], &others, 100.0), [50]);
     }
 
     #[test]
     fn whole_shares_add_up_to_no_more_than_the_limit() {
-        let others = [posted("a", &[1e9, 1e9]), posted("c", &[1e9])];
-        let own = [Entry::Asks(1e9), Entry::Asks(1e9)];
+        let others = [posted("a", &[1e9, 0.0, 1e9, 0.0]), posted("c", &[1e9, 0.0])];
+        let own = [asks(1e9, 0.0), asks(1e9, 0.0)];
         let mine: u64 = own_shares("b", &own, &others, 101.0).iter().sum();
         assert!(mine <= 41, "{mine}");
         assert_eq!(

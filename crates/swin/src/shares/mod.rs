@@ -15,7 +15,7 @@
 //! counted on the bucket's counter key like hits, so the store and `/rate` show them.
 //!
 //! A proxy that goes away keeps enforcing its last assignment until its ttl: its share
-//! stays taken off the limit until then ([`assign::Entry::Held`]). A store that cannot
+//! stays taken off the limit until then ([`assign::Entry`]). A store that cannot
 //! be asked leaves every assignment as it is, divided on what the store last said; in a
 //! strict namespace with `on_store_failure = "deny"`, proxies are told to deny once the
 //! store has been out for a ttl.
@@ -134,16 +134,22 @@ struct ProxyBucket {
 }
 
 impl ProxyBucket {
-    /// Its entry in the division: live (open, reporting), holding what it was last
-    /// told until that lapses, or gone (`None`).
+    /// Its entry in the division: asking (open, reporting) and holding what it was
+    /// last told until that lapses; only holding when it went away; `None` once it
+    /// neither asks nor holds.
     fn entry(&self, open: bool, stale_after: Duration, now: Instant) -> Option<Entry> {
         let live = open && now.duration_since(self.reported) <= stale_after;
-        if live {
-            return Some(Entry::Asks(self.demand));
-        }
-        match &self.sent {
-            Some((a, at)) if *at + a.ttl() > now => Some(Entry::Held(a.share()? as f64)),
-            _ => None,
+        let holds = match &self.sent {
+            Some((a, at)) if *at + a.ttl() > now => a.share().map_or(self.limit, |s| s as f64),
+            _ => 0.0,
+        };
+        match live {
+            true => Some(Entry {
+                asks: Some(self.demand),
+                holds,
+            }),
+            false if holds > 0.0 => Some(Entry { asks: None, holds }),
+            false => None,
         }
     }
 }
@@ -319,7 +325,9 @@ impl Proxy {
             };
             let (action, counted) = self.take_usage(ns, bucket.clone(), &usage);
             counts.extend(counted.map(|k| (k, usage.allowed)));
-            out.push(BucketAction { bucket, action });
+            if let Some(action) = action {
+                out.push(BucketAction { bucket, action });
+            }
         }
         if let Some(ns) = &ns {
             count_allowed(ns, counts).await;
@@ -355,17 +363,17 @@ impl Proxy {
         ns: &Namespace,
         bucket: BucketId,
         usage: &Usage,
-    ) -> (Action, Option<String>) {
+    ) -> (Option<Action>, Option<String>) {
         let (limit, unit, key) = match ruled(ns, &bucket) {
             Ruled::Shared { limit, unit, key } => (limit, unit, key),
-            Ruled::Allow(key) => return (Action::AllowAll { ttl: self.ttl() }, key),
-            Ruled::Deny => return (Action::DenyAll { ttl: self.ttl() }, None),
-            Ruled::Abandon => return (Action::Abandon, None),
+            Ruled::Allow(key) => return (Some(Action::AllowAll { ttl: self.ttl() }), key),
+            Ruled::Deny => return (Some(Action::DenyAll { ttl: self.ttl() }), None),
+            Ruled::Abandon => return (Some(Action::Abandon), None),
         };
         let now = Instant::now();
         let mut state = self.shares.state();
         let Some(p) = state.proxies.get_mut(&self.id) else {
-            return (Action::Abandon, None);
+            return (Some(Action::Abandon), None);
         };
         let elapsed = usage
             .elapsed
@@ -386,16 +394,29 @@ impl Proxy {
             sent: None,
         });
         (b.demand, b.limit, b.unit, b.reported) = (demand, limit, unit, now);
-        let action = rounds::division(&mut state, &self.shares.node, ns.sync.name(), &key, now)
+        let divided = rounds::division(&mut state, &self.shares.node, ns.sync.name(), &key, now)
             .into_iter()
             .find(|(id, _)| *id == self.id)
-            .map_or(Action::Abandon, |(_, a)| a);
-        if let Some(b) = state
+            .map(|(_, a)| a);
+        let Some(b) = state
             .proxies
             .get_mut(&self.id)
             .and_then(|p| p.buckets.get_mut(&key))
-        {
-            b.sent = Some((action, now));
+        else {
+            return (None, Some(key));
+        };
+        // a share grows only in a sharing round, after this node's holds are posted;
+        // here it stays or comes down (a proxy holding nothing waits for the round)
+        let held = b.sent.filter(|(a, at)| *at + a.ttl() > now).map(|(a, _)| a);
+        let more =
+            |d: &Action, h: &Action| d.share().unwrap_or(u64::MAX) > h.share().unwrap_or(u64::MAX);
+        let action = match (divided, held) {
+            (Some(d), Some(h)) if more(&d, &h) => Some(h.with_ttl(d.ttl())),
+            (Some(d), Some(_)) => Some(d),
+            _ => None,
+        };
+        if let Some(a) = action {
+            b.sent = Some((a, now));
         }
         (action, Some(key))
     }

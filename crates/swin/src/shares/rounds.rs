@@ -12,7 +12,7 @@ use swin_sync::store::Demands;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::assign::{own_shares, Action, Entry};
+use super::assign::{own_shares, Action};
 use super::{BucketAction, Shares, State, ROUND};
 use crate::config::AdmissionMode;
 
@@ -41,7 +41,7 @@ pub(super) fn division(
         let stale = p.interval.unwrap_or(Duration::from_secs(1)) * STALE_INTERVALS;
         if let Some(e) = b.entry(p.open, stale.max(ROUND * 2), now) {
             own.push(e);
-            who.push((id, p.ttl(), matches!(e, Entry::Asks(_))));
+            who.push((id, p.ttl(), e.asks.is_some()));
             shape = Some((b.limit, b.unit));
         }
     }
@@ -97,7 +97,7 @@ fn entries(state: &mut State, node: &str, now: Instant) -> Vec<(String, Vec<Dema
                     .or_default()
                     .entry(key.clone())
                     .or_default();
-                slot.0.push(e.posted());
+                slot.0.extend(e.posted());
                 slot.1 = slot.1.max(ttl);
             }
         }
@@ -137,52 +137,58 @@ impl Shares {
         }
     }
 
-    /// One round: share, divide, tell.
+    /// One round, per namespace: read every node's entries, divide, post this node's
+    /// entries with what its proxies now hold, then tell the proxies. Posting before
+    /// telling means no proxy uses room the other nodes cannot see taken.
     pub async fn round(&self) {
         let now = Instant::now();
-        let posts = entries(&mut self.state(), &self.node, now);
-        for (name, posted) in posts {
+        let serving = entries(&mut self.state(), &self.node, now);
+        for (name, posted) in serving {
             let Some(ns) = self.namespace(&name) else {
                 continue;
             };
             let keys: Vec<&str> = posted.iter().map(|d| d.bucket.as_str()).collect();
-            let shared = ns
-                .sync
-                .share_demands(&posted, &keys, swin_sync::now())
-                .await;
+            let read = ns.sync.read_demands(&keys, swin_sync::now()).await;
             let deny_on_failure = matches!(
                 ns.admission_mode,
                 AdmissionMode::Strict {
                     on_store_failure: OnStoreFailure::Deny
                 }
             );
-            let mut state = self.state();
-            match shared {
-                Ok(read) => {
-                    state.failing.remove(&name);
-                    let mut by_key: HashMap<(String, String), Vec<Demands>> = keys
-                        .iter()
-                        .map(|k| ((name.clone(), (*k).to_owned()), Vec::new()))
-                        .collect();
-                    for d in read {
-                        if let Some(v) = by_key.get_mut(&(name.clone(), d.bucket.clone())) {
-                            v.push(d);
-                        }
+            let (told, posted) = {
+                let mut state = self.state();
+                let divide = match read {
+                    Ok(read) => {
+                        state.failing.remove(&name);
+                        remember(&mut state, &name, &keys, read);
+                        true
                     }
-                    state.remote.extend(by_key);
-                }
+                    Err(e) => {
+                        tracing::warn!(namespace = name, cause = %e, "demands not read: assignments stay as they are");
+                        state.failing.entry(name.clone()).or_insert(now);
+                        deny_on_failure
+                    }
+                };
+                let failing = state.failing.get(&name).copied();
+                let told = match divide {
+                    true => self.divide_all(&mut state, &name, &keys, failing, now),
+                    false => Vec::new(),
+                };
+                let posted = entries(&mut state, &self.node, now)
+                    .into_iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, p)| p)
+                    .unwrap_or_default();
+                (told, posted)
+            };
+            match ns.sync.post_demands(&posted).await {
+                Ok(()) => send(told),
                 Err(e) => {
-                    tracing::warn!(namespace = name, cause = %e, "demands not shared: assignments stay as they are");
-                    state.failing.entry(name.clone()).or_insert(now);
-                    if !deny_on_failure {
-                        continue;
-                    }
+                    // the others cannot see what grew: only what came down is told
+                    tracing::warn!(namespace = name, cause = %e, "demands not posted: shares that would grow wait");
+                    send(shrinking(told));
                 }
             }
-            let failing = state.failing.get(&name).copied();
-            let told = self.divide_all(&mut state, &name, &keys, failing, now);
-            drop(state);
-            send(told);
         }
     }
 
@@ -195,11 +201,8 @@ impl Shares {
         keys: &[&str],
         failing: Option<Instant>,
         now: Instant,
-    ) -> Vec<(
-        tokio::sync::mpsc::Sender<Vec<BucketAction>>,
-        Vec<BucketAction>,
-    )> {
-        let mut told: BTreeMap<u64, Vec<BucketAction>> = BTreeMap::new();
+    ) -> Told {
+        let mut told: BTreeMap<u64, Vec<(BucketAction, bool)>> = BTreeMap::new();
         for key in keys {
             for (id, mut action) in division(state, &self.node, name, key, now) {
                 let Some(p) = state.proxies.get_mut(&id) else {
@@ -212,11 +215,14 @@ impl Shares {
                     continue;
                 };
                 if tell(b.sent.as_ref(), &action, now) {
+                    let held = b.sent.as_ref().and_then(|(a, _)| a.share()).unwrap_or(0);
+                    let grew = action.share().is_none_or(|s| s > held);
                     b.sent = Some((action, now));
-                    told.entry(id).or_default().push(BucketAction {
+                    let a = BucketAction {
                         bucket: b.id.clone(),
                         action,
-                    });
+                    };
+                    told.entry(id).or_default().push((a, grew));
                 }
             }
         }
@@ -226,15 +232,38 @@ impl Shares {
     }
 }
 
+/// Every node's entries as read, kept per bucket until the next read.
+fn remember(state: &mut State, name: &str, keys: &[&str], read: Vec<Demands>) {
+    let mut by_key: HashMap<(String, String), Vec<Demands>> = keys
+        .iter()
+        .map(|k| ((name.to_owned(), (*k).to_owned()), Vec::new()))
+        .collect();
+    for d in read {
+        if let Some(v) = by_key.get_mut(&(name.to_owned(), d.bucket.clone())) {
+            v.push(d);
+        }
+    }
+    state.remote.extend(by_key);
+}
+
+/// Of what proxies are to be told, the shares that do not grow.
+fn shrinking(told: Told) -> Told {
+    told.into_iter()
+        .map(|(tx, actions)| (tx, actions.into_iter().filter(|(_, grew)| !grew).collect()))
+        .collect()
+}
+
+/// What each proxy's queue is to be sent, each action with whether its share grew.
+type Told = Vec<(
+    tokio::sync::mpsc::Sender<Vec<BucketAction>>,
+    Vec<(BucketAction, bool)>,
+)>;
+
 /// Sends each proxy its actions; a proxy whose queue is full gets them at a later round
 /// (they were recorded as sent: the half-ttl refresh tells it again).
-fn send(
-    told: Vec<(
-        tokio::sync::mpsc::Sender<Vec<BucketAction>>,
-        Vec<BucketAction>,
-    )>,
-) {
-    for (tx, actions) in told {
+fn send(told: Told) {
+    for (tx, actions) in told.into_iter().filter(|(_, a)| !a.is_empty()) {
+        let actions: Vec<BucketAction> = actions.into_iter().map(|(a, _)| a).collect();
         if tx.try_send(actions).is_err() {
             tracing::debug!("a proxy's queue is full or closed: told at a later round");
         }
