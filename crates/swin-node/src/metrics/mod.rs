@@ -42,6 +42,11 @@ pub struct Metrics {
     auth: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
     /// Envoy rate limit service calls, by domain ("unknown" for no namespace) then code.
     rls: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
+    /// What Envoy's quota service told proxies through this node, by domain then action
+    /// (assign, allow_all, deny_all, abandon, refused).
+    quota: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
+    /// Streams of Envoy's quota service open on this node (one per proxy).
+    pub quota_streams: Arc<AtomicUsize>,
     /// Runtime limits set or removed through this node, by namespace then change.
     limit_changes: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
     /// Concurrency leases through this node, by namespace then outcome.
@@ -219,6 +224,16 @@ impl Metrics {
             None => domains.get_or_insert_with(domain.to_owned(), Default::default),
         };
         bump(codes, &code, || code, 1);
+    }
+
+    /// `n` bucket actions of `action` told to proxies of `domain` by the quota service.
+    pub fn quota_told(&self, domain: &str, action: &'static str, n: u64) {
+        let domains = self.quota.pin();
+        let actions = match domains.get(domain) {
+            Some(a) => a,
+            None => domains.get_or_insert_with(domain.to_owned(), Default::default),
+        };
+        bump(actions, &action, || action, n);
     }
 
     /// A key's runtime limits `set` or `deleted` through this node's API.

@@ -91,6 +91,13 @@ impl Metrics {
                     .into_iter()
                     .map(|(domain, code, v)| (vec![("domain", domain), ("code", code.to_owned())], v)),
             ),
+            counter_family(
+                "swin_quota_actions_total",
+                "Bucket actions Envoy's rate limit quota service told proxies through this node, by domain and action (assign, allow_all, deny_all, abandon; refused: a report that ended its stream).",
+                nested(&self.quota).into_iter().map(|(domain, action, v)| {
+                    (vec![("domain", domain), ("action", action.to_owned())], v)
+                }),
+            ),
         ]
     }
 
@@ -155,6 +162,14 @@ impl Metrics {
                     n.load(Ordering::Relaxed) as f64,
                 )
             }),
+        ));
+        out.push(gauge_family(
+            "swin_quota_streams",
+            "Streams of Envoy's rate limit quota service open on this node (one per proxy).",
+            [(
+                Vec::new(),
+                self.quota_streams.load(Ordering::Relaxed) as f64,
+            )],
         ));
         let clock = swin_sync::clock::clock();
         out.push(gauge_family(

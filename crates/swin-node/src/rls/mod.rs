@@ -93,7 +93,7 @@ pub async fn serve(
             guard.clone(),
         ))
         .add_service(RateLimitQuotaServiceServer::with_interceptor(
-            quota::Rlqs::new(shares, stop.clone()),
+            quota::Rlqs::new(shares, state.clone(), stop.clone()),
             guard,
         ));
     match tls {

@@ -8,6 +8,7 @@
 //! their `expired_assignment_behavior`).
 
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,16 +29,40 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::metrics::Metrics;
+use crate::state::AppState;
+
 /// The quota service over the node's shares.
 #[derive(Debug, Clone)]
 pub struct Rlqs {
     shares: Arc<Shares>,
+    state: Arc<AppState>,
     stop: CancellationToken,
 }
 
 impl Rlqs {
-    pub fn new(shares: Arc<Shares>, stop: CancellationToken) -> Self {
-        Rlqs { shares, stop }
+    pub fn new(shares: Arc<Shares>, state: Arc<AppState>, stop: CancellationToken) -> Self {
+        Rlqs {
+            shares,
+            state,
+            stop,
+        }
+    }
+}
+
+/// Counts a stream open while it lives.
+struct Open(Arc<AppState>);
+
+impl Open {
+    fn new(state: Arc<AppState>) -> Open {
+        state.metrics.quota_streams.fetch_add(1, Ordering::Relaxed);
+        Open(state)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.metrics.quota_streams.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -54,7 +79,15 @@ impl RateLimitQuotaService for Rlqs {
         let reports = request.into_inner();
         let (proxy, pushed) = self.shares.open();
         let (tx, rx) = mpsc::channel(8);
-        tokio::spawn(serve_stream(proxy, reports, pushed, tx, self.stop.clone()));
+        let open = Open::new(self.state.clone());
+        tokio::spawn(serve_stream(
+            open,
+            proxy,
+            reports,
+            pushed,
+            tx,
+            self.stop.clone(),
+        ));
         let answers =
             futures_util::stream::unfold(
                 rx,
@@ -66,22 +99,34 @@ impl RateLimitQuotaService for Rlqs {
 
 /// One proxy's stream, until it ends, the library refuses a report, or the node stops.
 async fn serve_stream(
+    open: Open,
     proxy: Proxy,
     mut reports: Streaming<RateLimitQuotaUsageReports>,
     mut pushed: mpsc::Receiver<Vec<BucketAction>>,
     tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     stop: CancellationToken,
 ) {
+    let metrics = &open.0.metrics;
+    // the stream's domain, for the metrics (its first report names it)
+    let mut domain = String::new();
     loop {
         let answer = tokio::select! {
             _ = stop.cancelled() => return,
             _ = tx.closed() => return,
-            Some(actions) = pushed.recv() => Ok(render(actions)),
+            Some(actions) = pushed.recv() => Ok(render(actions, &domain, metrics)),
             report = reports.message() => match report {
-                Ok(Some(r)) => match proxy.report(translate(r)).await {
-                    Ok(actions) => Ok(render(actions)),
-                    Err(e) => Err(Status::invalid_argument(e.to_string())),
-                },
+                Ok(Some(r)) => {
+                    if domain.is_empty() {
+                        domain.clone_from(&r.domain);
+                    }
+                    match proxy.report(translate(r)).await {
+                        Ok(actions) => Ok(render(actions, &domain, metrics)),
+                        Err(e) => {
+                            metrics.quota_told(&domain, "refused", 1);
+                            Err(Status::invalid_argument(e.to_string()))
+                        }
+                    }
+                }
                 // the proxy ended the stream, or it broke
                 Ok(None) | Err(_) => return,
             },
@@ -123,7 +168,8 @@ fn duration(d: Duration) -> protobuf::Duration {
     }
 }
 
-fn render(actions: Vec<BucketAction>) -> RateLimitQuotaResponse {
+/// The actions as Envoy's message; each counted for `domain`.
+fn render(actions: Vec<BucketAction>, domain: &str, metrics: &Metrics) -> RateLimitQuotaResponse {
     let assign = |strategy: Strategy, ttl: Duration| {
         Kind::QuotaAssignmentAction(QuotaAssignmentAction {
             assignment_time_to_live: Some(duration(ttl)),
@@ -132,6 +178,15 @@ fn render(actions: Vec<BucketAction>) -> RateLimitQuotaResponse {
             }),
         })
     };
+    for a in &actions {
+        let name = match a.action {
+            Action::Assign { .. } => "assign",
+            Action::AllowAll { .. } => "allow_all",
+            Action::DenyAll { .. } => "deny_all",
+            Action::Abandon => "abandon",
+        };
+        metrics.quota_told(domain, name, 1);
+    }
     let bucket_action = actions
         .into_iter()
         .map(|a| PbAction {

@@ -23,17 +23,17 @@ use tonic::transport::Channel;
 const OK: i32 = Code::Ok as i32;
 const OVER: i32 = Code::OverLimit as i32;
 
-fn sha256(token: &str) -> String {
+pub(super) fn sha256(token: &str) -> String {
     Sha256::digest(token.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
 }
 
-struct Running {
+pub(super) struct Running {
     _node: Node,
     grpc: RateLimitServiceClient<Channel>,
-    channel: Channel,
+    pub(super) channel: Channel,
     port: u16,
     _dir: tempfile::TempDir,
 }
@@ -49,7 +49,7 @@ async fn start(auth: &str, tls: bool) -> Running {
 
 /// A node of `config` (its namespace is `limited`) with a gRPC listener, over TLS (a
 /// self-signed certificate the client trusts) when `tls`.
-async fn start_with(config: &str, tls: bool) -> Running {
+pub(super) async fn start_with(config: &str, tls: bool) -> Running {
     let dir = tempfile::tempdir().expect("dir");
     let port = swin_testkit::free_port();
     let path = dir.path().join("swin.toml");
@@ -84,6 +84,13 @@ async fn start_with(config: &str, tls: bool) -> Running {
     }
 }
 
+impl Running {
+    /// The node's HTTP address.
+    pub(super) fn base(&self) -> String {
+        self._node.base.clone()
+    }
+}
+
 /// Each case as its own test twice: `name::plain` and `name::over_tls`.
 macro_rules! plain_and_over_tls {
     ($($name:ident),* $(,)?) => {$(
@@ -99,6 +106,7 @@ macro_rules! plain_and_over_tls {
         }
     )*};
 }
+pub(super) use plain_and_over_tls;
 
 plain_and_over_tls!(
     grpc_takes_the_same_tokens_and_scopes_as_http,

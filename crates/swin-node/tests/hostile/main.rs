@@ -35,6 +35,7 @@ mod integrity;
 mod keyspace;
 mod leases;
 mod limits;
+mod quota;
 mod refunds;
 mod reload;
 mod reservations;

@@ -16,8 +16,13 @@ const SECONDS: usize = 14;
 const SETTLE: usize = 4;
 
 fn config(store: &TestStore) -> String {
+    config_with(&store.section())
+}
+
+/// The namespace `edge` on the store `[stores.main]` of `section`.
+fn config_with(section: &str) -> String {
     format!(
-        "{}
+        "{section}
 [[namespaces]]
 name = \"edge\"
 sync_rate = 0.2
@@ -27,8 +32,7 @@ window_sizes = [1, 60]
 key = \"name\"
 value = \"api\"
 rate_limit = {{ unit = \"second\", requests_per_unit = {LIMIT} }}
-",
-        store.section()
+"
     )
 }
 
@@ -255,4 +259,54 @@ async fn a_node_killed_mid_stream_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_mid_stream_on_postgres() {
     a_node_killed_mid_stream(TestStore::postgres().await).await;
+}
+
+/// The store goes away for 5 s and comes back: no share grows while it is out, each
+/// proxy is told its share again so it does not lapse, so the proxies keep admitting
+/// their shares and never more than the limit; once it is back a proxy that joins gets
+/// its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_keeps_the_assignments() {
+    const RUN: usize = 16;
+    let dir = tempfile::tempdir().expect("dir");
+    let port = swin_testkit::free_port();
+    let mut redis = Some(swin_testkit::start_redis(port, dir.path()));
+    swin_testkit::wait_for_port(port, std::time::Duration::from_secs(10));
+    let section = format!(
+        "store_timeout = 0.5\n[stores.main]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{port}\"\n"
+    );
+    let config = config_with(&section);
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        let d = tempfile::tempdir().expect("dir");
+        nodes.push(start_with(d, &config).await);
+    }
+    let run = stand_in(
+        vec![
+            proxy(&nodes[0], 200.0, 0, RUN),
+            proxy(&nodes[1], 200.0, 0, RUN),
+            proxy(&nodes[1], 200.0, 12, RUN),
+        ],
+        RUN,
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    drop(redis.take());
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    redis = Some(swin_testkit::start_redis(port, dir.path()));
+    let out = run.join().expect("the stand-in");
+    let each: Vec<Vec<f64>> = (0..3).map(|p| per_second(&out, p)).collect();
+    eprintln!("store out from 4 s to 9 s, admitted per second: {each:?}");
+    bounded(&out, 3, 0..RUN - 1);
+    // through the outage the two keep their 60 each
+    for s in 3..10 {
+        for p in 0..2 {
+            assert!((each[p][s] - 60.0).abs() <= 6.0, "second {s}: {each:?}");
+        }
+    }
+    // back: the newcomer of 12 s gets a third of the limit
+    assert!((each[2][RUN - 2] - 40.0).abs() <= 6.0, "{each:?}");
+    for n in &mut nodes {
+        assert!(n.node.terminate());
+    }
+    drop(redis);
 }

@@ -15,10 +15,11 @@
 //! counted on the bucket's counter key like hits, so the store and `/rate` show them.
 //!
 //! A proxy that goes away keeps enforcing its last assignment until its ttl: its share
-//! stays taken off the limit until then ([`assign::Entry`]). A store that cannot
-//! be asked leaves every assignment as it is, divided on what the store last said; in a
-//! strict namespace with `on_store_failure = "deny"`, proxies are told to deny once the
-//! store has been out for a ttl.
+//! stays taken off the limit until then ([`assign::Entry`]). While the store cannot be
+//! asked no share grows: each proxy is told again what it holds (or less, should its
+//! division on what the store last said come down); in a strict namespace with
+//! `on_store_failure = "deny"`, proxies are told to deny once the store has been out for
+//! a ttl.
 
 pub mod assign;
 mod rounds;
@@ -134,6 +135,17 @@ struct ProxyBucket {
 }
 
 impl ProxyBucket {
+    /// `divided`, unless it grows the share the proxy holds: then what it holds, for
+    /// `divided`'s ttl; nothing when it holds nothing.
+    fn no_more_than_held(&self, divided: Action, now: Instant) -> Option<Action> {
+        let (held, _) = self.sent.filter(|(a, at)| *at + a.ttl() > now)?;
+        let share = |a: &Action| a.share().unwrap_or(u64::MAX);
+        match share(&divided) > share(&held) {
+            true => Some(held.with_ttl(divided.ttl())),
+            false => Some(divided),
+        }
+    }
+
     /// Its entry in the division: asking (open, reporting) and holding what it was
     /// last told until that lapses; only holding when it went away; `None` once it
     /// neither asks nor holds.
@@ -407,14 +419,7 @@ impl Proxy {
         };
         // a share grows only in a sharing round, after this node's holds are posted;
         // here it stays or comes down (a proxy holding nothing waits for the round)
-        let held = b.sent.filter(|(a, at)| *at + a.ttl() > now).map(|(a, _)| a);
-        let more =
-            |d: &Action, h: &Action| d.share().unwrap_or(u64::MAX) > h.share().unwrap_or(u64::MAX);
-        let action = match (divided, held) {
-            (Some(d), Some(h)) if more(&d, &h) => Some(h.with_ttl(d.ttl())),
-            (Some(d), Some(_)) => Some(d),
-            _ => None,
-        };
+        let action = divided.and_then(|d| b.no_more_than_held(d, now));
         if let Some(a) = action {
             b.sent = Some((a, now));
         }

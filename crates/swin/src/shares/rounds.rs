@@ -157,23 +157,25 @@ impl Shares {
             );
             let (told, posted) = {
                 let mut state = self.state();
-                let divide = match read {
+                let grow = match read {
                     Ok(read) => {
                         state.failing.remove(&name);
                         remember(&mut state, &name, &keys, read);
                         true
                     }
                     Err(e) => {
-                        tracing::warn!(namespace = name, cause = %e, "demands not read: assignments stay as they are");
+                        tracing::warn!(namespace = name, cause = %e, "demands not read: no share grows until the store answers");
                         state.failing.entry(name.clone()).or_insert(now);
-                        deny_on_failure
+                        false
                     }
                 };
-                let failing = state.failing.get(&name).copied();
-                let told = match divide {
-                    true => self.divide_all(&mut state, &name, &keys, failing, now),
-                    false => Vec::new(),
-                };
+                // with the store out for a ttl, a strict namespace that denies then denies
+                let failing = state
+                    .failing
+                    .get(&name)
+                    .copied()
+                    .filter(|_| deny_on_failure);
+                let told = self.divide_all(&mut state, &name, &keys, failing, grow, now);
                 let posted = entries(&mut state, &self.node, now)
                     .into_iter()
                     .find(|(n, _)| *n == name)
@@ -200,6 +202,7 @@ impl Shares {
         name: &str,
         keys: &[&str],
         failing: Option<Instant>,
+        grow: bool,
         now: Instant,
     ) -> Told {
         let mut told: BTreeMap<u64, Vec<(BucketAction, bool)>> = BTreeMap::new();
@@ -214,6 +217,13 @@ impl Shares {
                 let Some(b) = p.buckets.get_mut(*key) else {
                     continue;
                 };
+                if !grow {
+                    // the store is out: nothing grows, what is held is told again
+                    match b.no_more_than_held(action, now) {
+                        Some(a) => action = a,
+                        None => continue,
+                    }
+                }
                 if tell(b.sent.as_ref(), &action, now) {
                     let held = b.sent.as_ref().and_then(|(a, _)| a.share()).unwrap_or(0);
                     let grew = action.share().is_none_or(|s| s > held);

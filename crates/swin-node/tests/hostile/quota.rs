@@ -1,0 +1,240 @@
+//! Envoy's rate limit quota service as a hostile proxy sees it: a report with no
+//! domain, an unknown domain, buckets that are empty, unnamed, too wide or matched by no
+//! rule, a report of too many buckets, a token without the scope — each answered as the
+//! proto and gRPC conventions say, none ending another stream's or another bucket's
+//! assignment, and only the reports taken counted, exactly. Each case runs in plain gRPC
+//! and over TLS.
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Kind;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::google::protobuf;
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+
+use super::grpc::{start_with, Running};
+
+/// A local namespace `quota` sharing 100 per second on bucket `name=api`.
+const QUOTA: &str = "[[namespaces]]\nname = \"quota\"\nsync_rate = -1\nwindow_sizes = [60]\n\
+    [[namespaces.descriptors]]\nkey = \"name\"\nvalue = \"api\"\n\
+    rate_limit = { unit = \"second\", requests_per_unit = 100 }\n";
+
+fn bucket(pairs: &[(&str, &str)]) -> BucketId {
+    BucketId {
+        bucket: pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    }
+}
+
+fn usage(b: BucketId, allowed: u64) -> BucketQuotaUsage {
+    BucketQuotaUsage {
+        bucket_id: Some(b),
+        time_elapsed: Some(protobuf::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        num_requests_allowed: allowed,
+        num_requests_denied: 0,
+    }
+}
+
+fn report(domain: &str, usages: Vec<BucketQuotaUsage>) -> RateLimitQuotaUsageReports {
+    RateLimitQuotaUsageReports {
+        domain: domain.into(),
+        bucket_quota_usages: usages,
+    }
+}
+
+/// One proxy's stream: what it sends, and the answers (or the status that ended it).
+struct Stream {
+    tx: mpsc::Sender<RateLimitQuotaUsageReports>,
+    answers: tonic::Streaming<RateLimitQuotaResponse>,
+}
+
+async fn open(channel: &Channel, token: Option<&str>) -> Result<Stream, tonic::Status> {
+    let (tx, rx) = mpsc::channel(16);
+    let reports =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) });
+    let mut req = tonic::Request::new(reports);
+    if let Some(t) = token {
+        let value = format!("Bearer {t}").parse().expect("metadata");
+        req.metadata_mut().insert("authorization", value);
+    }
+    let answers = RateLimitQuotaServiceClient::new(channel.clone())
+        .stream_rate_limit_quotas(req)
+        .await?
+        .into_inner();
+    Ok(Stream { tx, answers })
+}
+
+impl Stream {
+    async fn send(&self, r: RateLimitQuotaUsageReports) {
+        self.tx.send(r).await.expect("the stream takes reports");
+    }
+
+    /// The next answer within 3 s (two rounds and a ttl refresh fit in it).
+    async fn next(&mut self) -> Result<Option<RateLimitQuotaResponse>, tonic::Status> {
+        tokio::time::timeout(Duration::from_secs(3), self.answers.message())
+            .await
+            .expect("an answer within 3 s")
+    }
+
+    /// Answers until one names `pairs`: its action.
+    async fn action_for(&mut self, pairs: &[(&str, &str)]) -> Kind {
+        let want = bucket(pairs);
+        loop {
+            let r = self.next().await.expect("answers").expect("an open stream");
+            if let Some(a) = r
+                .bucket_action
+                .into_iter()
+                .find(|a| a.bucket_id.as_ref() == Some(&want))
+            {
+                return a.bucket_action.expect("an action");
+            }
+        }
+    }
+}
+
+fn is_assignment(k: &Kind) -> bool {
+    matches!(k, Kind::QuotaAssignmentAction(q) if q.rate_limit_strategy.is_some())
+}
+
+/// The node's count of `name=api` in `quota` (its minute, and the one before), over
+/// HTTP with `token`.
+async fn counted(r: &Running, token: Option<&str>) -> f64 {
+    let mut get =
+        reqwest::Client::new().get(format!("{}/v1/namespaces/quota/keys/name%3Dapi", r.base()));
+    if let Some(t) = token {
+        get = get.bearer_auth(t);
+    }
+    let v: serde_json::Value = get.send().await.expect("read").json().await.expect("json");
+    let w = &v["windows"][0];
+    w["current"].as_f64().expect("current") + w["previous"].as_f64().expect("previous")
+}
+
+/// A report with no domain ends its own stream with INVALID_ARGUMENT, counting nothing;
+/// another proxy's stream goes on being told its assignment.
+async fn a_report_without_a_domain_ends_only_its_stream(tls: bool) {
+    let r = start_with(QUOTA, tls).await;
+    let mut good = open(&r.channel, None).await.expect("open");
+    good.send(report("quota", vec![usage(bucket(&[("name", "api")]), 7)]))
+        .await;
+    assert!(is_assignment(&good.action_for(&[("name", "api")]).await));
+    let mut bad = open(&r.channel, None).await.expect("open");
+    bad.send(report("", vec![usage(bucket(&[("name", "api")]), 1_000)]))
+        .await;
+    let ended = bad.next().await.expect_err("the stream ends");
+    assert_eq!(ended.code(), tonic::Code::InvalidArgument, "{ended:?}");
+    assert!(ended.message().contains("domain"), "{ended:?}");
+    // the good stream is told its assignment again before its ttl (2 s) lapses
+    assert!(is_assignment(&good.action_for(&[("name", "api")]).await));
+    assert_eq!(counted(&r, None).await, 7.0);
+}
+
+/// Buckets that are unnamed, too wide or of no rule are abandoned and an empty one is
+/// skipped, while the good bucket of the same report is assigned and counted; an
+/// unknown domain abandons every bucket and counts nothing.
+async fn bad_buckets_are_abandoned_and_the_others_answered(tls: bool) {
+    let r = start_with(QUOTA, tls).await;
+    let mut s = open(&r.channel, None).await.expect("open");
+    let wide: Vec<(String, String)> = (0..65).map(|i| (format!("k{i}"), "v".into())).collect();
+    let wide: Vec<(&str, &str)> = wide.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    s.send(report(
+        "quota",
+        vec![
+            usage(bucket(&[("name", "")]), 5),
+            usage(bucket(&[]), 5),
+            usage(bucket(&wide), 5),
+            usage(bucket(&[("other", "x")]), 5),
+            usage(bucket(&[("name", "api")]), 3),
+        ],
+    ))
+    .await;
+    let first = s.next().await.expect("answers").expect("open");
+    let abandoned = |pairs: &[(&str, &str)]| {
+        let want = bucket(pairs);
+        first.bucket_action.iter().any(|a| {
+            a.bucket_id.as_ref() == Some(&want)
+                && matches!(a.bucket_action, Some(Kind::AbandonAction(_)))
+        })
+    };
+    assert!(abandoned(&[("name", "")]), "{first:?}");
+    assert!(abandoned(&wide), "{first:?}");
+    assert!(abandoned(&[("other", "x")]), "{first:?}");
+    assert!(
+        !first
+            .bucket_action
+            .iter()
+            .any(|a| a.bucket_id == Some(bucket(&[]))),
+        "{first:?}"
+    );
+    assert!(is_assignment(&s.action_for(&[("name", "api")]).await));
+    let mut unknown = open(&r.channel, None).await.expect("open");
+    unknown
+        .send(report(
+            "nowhere",
+            vec![usage(bucket(&[("name", "api")]), 9)],
+        ))
+        .await;
+    let k = unknown.action_for(&[("name", "api")]).await;
+    assert!(matches!(k, Kind::AbandonAction(_)), "{k:?}");
+    assert_eq!(counted(&r, None).await, 3.0);
+}
+
+/// More buckets in one report than the service takes: INVALID_ARGUMENT, nothing counted.
+async fn a_report_of_too_many_buckets_is_refused(tls: bool) {
+    let r = start_with(QUOTA, tls).await;
+    let mut s = open(&r.channel, None).await.expect("open");
+    let usages = (0..10_001)
+        .map(|_| usage(bucket(&[("name", "api")]), 1))
+        .collect();
+    s.send(report("quota", usages)).await;
+    let ended = s.next().await.expect_err("the stream ends");
+    assert_eq!(ended.code(), tonic::Code::InvalidArgument, "{ended:?}");
+    assert_eq!(counted(&r, None).await, 0.0);
+}
+
+/// The quota service takes the HTTP API's tokens: none is UNAUTHENTICATED, a token
+/// without the `decide` scope PERMISSION_DENIED, and neither counts anything.
+async fn the_quota_service_takes_the_same_tokens(tls: bool) {
+    let auth = format!(
+        "[[auth.tokens]]\nname = \"reader\"\nsha256 = \"{}\"\nscopes = [\"read\"]\n\
+         [[auth.tokens]]\nname = \"proxy\"\nsha256 = \"{}\"\nscopes = [\"decide\", \"read\"]\n",
+        super::grpc::sha256("r-token"),
+        super::grpc::sha256("p-token"),
+    );
+    let r = start_with(&format!("{auth}\n{QUOTA}"), tls).await;
+    for (token, code) in [
+        (None, tonic::Code::Unauthenticated),
+        (Some("r-token"), tonic::Code::PermissionDenied),
+    ] {
+        let refused = match open(&r.channel, token).await {
+            Err(status) => status,
+            Ok(mut s) => {
+                s.send(report("quota", vec![usage(bucket(&[("name", "api")]), 4)]))
+                    .await;
+                s.next().await.expect_err("refused")
+            }
+        };
+        assert_eq!(refused.code(), code, "{token:?}: {refused:?}");
+    }
+    let mut s = open(&r.channel, Some("p-token")).await.expect("open");
+    s.send(report("quota", vec![usage(bucket(&[("name", "api")]), 2)]))
+        .await;
+    assert!(is_assignment(&s.action_for(&[("name", "api")]).await));
+    assert_eq!(counted(&r, Some("p-token")).await, 2.0);
+}
+
+super::grpc::plain_and_over_tls!(
+    a_report_without_a_domain_ends_only_its_stream,
+    bad_buckets_are_abandoned_and_the_others_answered,
+    a_report_of_too_many_buckets_is_refused,
+    the_quota_service_takes_the_same_tokens,
+);
