@@ -4,6 +4,7 @@ mod accuracy;
 mod baseline;
 mod keys;
 mod load;
+mod quota;
 
 use std::time::Duration;
 
@@ -68,6 +69,24 @@ enum Command {
         #[arg(long)]
         progress: bool,
     },
+    /// Envoy's rate limit quota service under many proxies: STREAMS streams, each
+    /// reporting BUCKETS buckets (`{"name": "b<i>"}`) every interval.
+    Quota {
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        target: String,
+        #[arg(long, default_value = "edge")]
+        namespace: String,
+        #[arg(long, default_value_t = 1000)]
+        streams: usize,
+        #[arg(long, default_value_t = 100)]
+        buckets: usize,
+        /// Seconds between a stream's reports.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 30.0)]
+        duration: f64,
+    },
     /// One hot key round robin over the nodes, one request at a time: how far each
     /// answer lags the true count.
     Accuracy {
@@ -96,6 +115,26 @@ async fn main() -> anyhow::Result<()> {
         Command::Baseline { listen } => baseline::serve(&listen).await,
         command @ Command::Accuracy { .. } => accuracy(command).await,
         command @ Command::Load { .. } => load(command).await,
+        Command::Quota {
+            target,
+            namespace,
+            streams,
+            buckets,
+            interval,
+            duration,
+        } => {
+            let r = quota::run(quota::QuotaSpec {
+                target,
+                namespace,
+                streams,
+                buckets,
+                interval: std::time::Duration::from_secs_f64(interval),
+                duration: std::time::Duration::from_secs_f64(duration),
+            })
+            .await?;
+            println!("{}", serde_json::to_string(&r)?);
+            Ok(())
+        }
     }
 }
 

@@ -16,10 +16,12 @@
 //!
 //! A proxy that goes away keeps enforcing its last assignment until its ttl: its share
 //! stays taken off the limit until then ([`assign::Entry`]). While the store cannot be
-//! asked no share grows: each proxy is told again what it holds (or less, should its
-//! division on what the store last said come down); in a strict namespace with
-//! `on_store_failure = "deny"`, proxies are told to deny once the store has been out for
-//! a ttl.
+//! asked nothing is told: the assignments lapse at their ttl — before this node's
+//! entries lapse in the store, so no other node takes their room while they hold — and
+//! the proxies follow their `expired_assignment_behavior`; in a strict namespace with
+//! `on_store_failure = "deny"` they are told to deny once the store has been out for a
+//! ttl. After a start or an outage a node grows no share until it has posted its
+//! entries once.
 
 pub mod assign;
 mod rounds;
@@ -102,6 +104,8 @@ struct State {
     remote: HashMap<(String, String), Vec<swin_sync::store::Demands>>,
     /// Per namespace, since when its store has failed to share.
     failing: HashMap<String, Instant>,
+    /// Namespaces whose entries the last round posted.
+    posted: std::collections::HashSet<String>,
 }
 
 #[derive(Debug)]
@@ -406,10 +410,13 @@ impl Proxy {
             sent: None,
         });
         (b.demand, b.limit, b.unit, b.reported) = (demand, limit, unit, now);
-        let divided = rounds::division(&mut state, &self.shares.node, ns.sync.name(), &key, now)
+        let divided = rounds::division(&state, &self.shares.node, ns.sync.name(), &key, now)
             .into_iter()
             .find(|(id, _)| *id == self.id)
             .map(|(_, a)| a);
+        // what this node's proxies hold is told again only while the store shows it
+        // (the last round posted it): in an outage assignments are left to lapse
+        let posting = state.posted.contains(ns.sync.name());
         let Some(b) = state
             .proxies
             .get_mut(&self.id)
@@ -419,7 +426,9 @@ impl Proxy {
         };
         // a share grows only in a sharing round, after this node's holds are posted;
         // here it stays or comes down (a proxy holding nothing waits for the round)
-        let action = divided.and_then(|d| b.no_more_than_held(d, now));
+        let action = divided
+            .filter(|_| posting)
+            .and_then(|d| b.no_more_than_held(d, now));
         if let Some(a) = action {
             b.sent = Some((a, now));
         }

@@ -22,7 +22,7 @@ const STALE_INTERVALS: u32 = 3;
 /// Each live local proxy's action for one bucket, by the latest division: (proxy,
 /// action), in proxy order.
 pub(super) fn division(
-    state: &mut State,
+    state: &State,
     node: &str,
     namespace: &str,
     key: &str,
@@ -138,8 +138,10 @@ impl Shares {
     }
 
     /// One round, per namespace: read every node's entries, divide, post this node's
-    /// entries with what its proxies now hold, then tell the proxies. Posting before
-    /// telling means no proxy uses room the other nodes cannot see taken.
+    /// entries with what its proxies will hold, then tell the proxies. Posting before
+    /// telling means no proxy uses room the other nodes cannot see taken; a share grows
+    /// only once this node's entries have been posted (a round after a start or an
+    /// outage), so two nodes coming back never both see the room as theirs.
     pub async fn round(&self) {
         let now = Instant::now();
         let serving = entries(&mut self.state(), &self.node, now);
@@ -155,90 +157,173 @@ impl Shares {
                     on_store_failure: OnStoreFailure::Deny
                 }
             );
-            let (told, posted) = {
+            let (plans, before, posted) = {
                 let mut state = self.state();
-                let grow = match read {
+                let mode = match read {
                     Ok(read) => {
                         state.failing.remove(&name);
                         remember(&mut state, &name, &keys, read);
-                        true
+                        match state.posted.contains(&name) {
+                            true => Mode::Grow,
+                            false => Mode::Hold,
+                        }
                     }
                     Err(e) => {
-                        tracing::warn!(namespace = name, cause = %e, "demands not read: no share grows until the store answers");
-                        state.failing.entry(name.clone()).or_insert(now);
-                        false
+                        tracing::warn!(namespace = name, cause = %e, "demands not read: assignments are left to lapse");
+                        let since = *state.failing.entry(name.clone()).or_insert(now);
+                        Mode::Quiet {
+                            deny_since: deny_on_failure.then_some(since),
+                        }
                     }
                 };
-                // with the store out for a ttl, a strict namespace that denies then denies
-                let failing = state
-                    .failing
-                    .get(&name)
-                    .copied()
-                    .filter(|_| deny_on_failure);
-                let told = self.divide_all(&mut state, &name, &keys, failing, grow, now);
+                let plans = self.divide_all(&state, &name, &keys, mode, now);
+                let before = apply(&mut state, &plans, now);
                 let posted = entries(&mut state, &self.node, now)
                     .into_iter()
                     .find(|(n, _)| *n == name)
                     .map(|(_, p)| p)
                     .unwrap_or_default();
-                (told, posted)
+                (plans, before, posted)
             };
-            match ns.sync.post_demands(&posted).await {
-                Ok(()) => send(told),
-                Err(e) => {
-                    // the others cannot see what grew: only what came down is told
-                    tracing::warn!(namespace = name, cause = %e, "demands not posted: shares that would grow wait");
-                    send(shrinking(told));
-                }
+            let ok = ns.sync.post_demands(&posted).await.is_ok();
+            let mut state = self.state();
+            if ok {
+                state.posted.insert(name);
+            } else {
+                // the others cannot see these holds: only what came down is told, the
+                // rest is as it was
+                tracing::warn!(
+                    namespace = name,
+                    "demands not posted: only shares that come down are told"
+                );
+                state.posted.remove(&name);
+                revert(&mut state, &plans, before);
             }
+            let told = plans
+                .into_iter()
+                .filter(|p| ok || p.change == Change::Fell)
+                .filter_map(|p| Some((state.proxies.get(&p.id)?.tx.clone(), p.told)))
+                .collect();
+            drop(state);
+            send(told);
         }
     }
 
-    /// Divides each of `keys` again and collects what each proxy is to be told; with
-    /// the store out for longer than a proxy's ttl (`failing`), deny.
+    /// What each of `keys`' proxies is to be told, by the division now and `mode`.
     fn divide_all(
         &self,
-        state: &mut State,
+        state: &State,
         name: &str,
         keys: &[&str],
-        failing: Option<Instant>,
-        grow: bool,
+        mode: Mode,
         now: Instant,
-    ) -> Told {
-        let mut told: BTreeMap<u64, Vec<(BucketAction, bool)>> = BTreeMap::new();
+    ) -> Vec<Plan> {
+        let mut plans = Vec::new();
         for key in keys {
-            for (id, mut action) in division(state, &self.node, name, key, now) {
-                let Some(p) = state.proxies.get_mut(&id) else {
+            for (id, divided) in division(state, &self.node, name, key, now) {
+                let Some(p) = state.proxies.get(&id) else {
                     continue;
                 };
-                if failing.is_some_and(|since| now.duration_since(since) >= p.ttl()) {
-                    action = Action::DenyAll { ttl: p.ttl() };
-                }
-                let Some(b) = p.buckets.get_mut(*key) else {
+                let Some(b) = p.buckets.get(*key) else {
                     continue;
                 };
-                if !grow {
-                    // the store is out: nothing grows, what is held is told again
-                    match b.no_more_than_held(action, now) {
-                        Some(a) => action = a,
+                let action = match mode {
+                    Mode::Grow => divided,
+                    // not posted yet: nothing grows, what is held is told again
+                    Mode::Hold => match b.no_more_than_held(divided, now) {
+                        Some(a) => a,
                         None => continue,
-                    }
+                    },
+                    // the store is out: assignments lapse at their ttl; a strict
+                    // namespace that denies tells its proxies to deny once it is a ttl out
+                    Mode::Quiet { deny_since } => match deny_since {
+                        Some(since) if now.duration_since(since) >= p.ttl() => {
+                            Action::DenyAll { ttl: p.ttl() }
+                        }
+                        _ => continue,
+                    },
+                };
+                if !tell(b.sent.as_ref(), &action, now) {
+                    continue;
                 }
-                if tell(b.sent.as_ref(), &action, now) {
-                    let held = b.sent.as_ref().and_then(|(a, _)| a.share()).unwrap_or(0);
-                    let grew = action.share().is_none_or(|s| s > held);
-                    b.sent = Some((action, now));
-                    let a = BucketAction {
-                        bucket: b.id.clone(),
-                        action,
-                    };
-                    told.entry(id).or_default().push((a, grew));
-                }
+                let held = b.sent.as_ref().and_then(|(a, _)| a.share()).unwrap_or(0);
+                let change = match action.share() {
+                    None => Change::Grew,
+                    Some(s) if s > held => Change::Grew,
+                    Some(s) if s < held => Change::Fell,
+                    Some(_) => Change::Same,
+                };
+                let told = BucketAction {
+                    bucket: b.id.clone(),
+                    action,
+                };
+                plans.push(Plan {
+                    id,
+                    key: (*key).to_owned(),
+                    told,
+                    change,
+                });
             }
         }
-        told.into_iter()
-            .filter_map(|(id, actions)| Some((state.proxies.get(&id)?.tx.clone(), actions)))
-            .collect()
+        plans
+    }
+}
+
+/// How a round may change shares.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Divide and grow: the store answered, and this node's entries were posted.
+    Grow,
+    /// The store answered but this node has not posted yet: nothing grows.
+    Hold,
+    /// The store is out: nothing is told (deny, past a ttl of it, where told to).
+    Quiet { deny_since: Option<Instant> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Grew,
+    Same,
+    Fell,
+}
+
+/// One proxy's bucket to be told something.
+struct Plan {
+    id: u64,
+    key: String,
+    told: BucketAction,
+    change: Change,
+}
+
+type Sent = Option<(Action, Instant)>;
+
+/// Records each plan as sent; answers what each bucket held before.
+fn apply(state: &mut State, plans: &[Plan], now: Instant) -> Vec<Sent> {
+    plans
+        .iter()
+        .map(|p| {
+            let b = state
+                .proxies
+                .get_mut(&p.id)
+                .and_then(|x| x.buckets.get_mut(&p.key))?;
+            b.sent.replace((p.told.action, now))
+        })
+        .collect()
+}
+
+/// Undoes [`apply`] for the plans that were not told (all but those that fell).
+fn revert(state: &mut State, plans: &[Plan], before: Vec<Sent>) {
+    for (p, was) in plans.iter().zip(before) {
+        if p.change == Change::Fell {
+            continue;
+        }
+        if let Some(b) = state
+            .proxies
+            .get_mut(&p.id)
+            .and_then(|x| x.buckets.get_mut(&p.key))
+        {
+            b.sent = was;
+        }
     }
 }
 
@@ -256,24 +341,23 @@ fn remember(state: &mut State, name: &str, keys: &[&str], read: Vec<Demands>) {
     state.remote.extend(by_key);
 }
 
-/// Of what proxies are to be told, the shares that do not grow.
-fn shrinking(told: Told) -> Told {
-    told.into_iter()
-        .map(|(tx, actions)| (tx, actions.into_iter().filter(|(_, grew)| !grew).collect()))
-        .collect()
-}
-
-/// What each proxy's queue is to be sent, each action with whether its share grew.
-type Told = Vec<(
-    tokio::sync::mpsc::Sender<Vec<BucketAction>>,
-    Vec<(BucketAction, bool)>,
-)>;
+/// What each proxy's queue is to be sent.
+type Told = Vec<(tokio::sync::mpsc::Sender<Vec<BucketAction>>, BucketAction)>;
 
 /// Sends each proxy its actions; a proxy whose queue is full gets them at a later round
 /// (they were recorded as sent: the half-ttl refresh tells it again).
 fn send(told: Told) {
-    for (tx, actions) in told.into_iter().filter(|(_, a)| !a.is_empty()) {
-        let actions: Vec<BucketAction> = actions.into_iter().map(|(a, _)| a).collect();
+    let mut by_proxy: Vec<(
+        tokio::sync::mpsc::Sender<Vec<BucketAction>>,
+        Vec<BucketAction>,
+    )> = Vec::new();
+    for (tx, a) in told {
+        match by_proxy.iter_mut().find(|(t, _)| t.same_channel(&tx)) {
+            Some((_, v)) => v.push(a),
+            None => by_proxy.push((tx, vec![a])),
+        }
+    }
+    for (tx, actions) in by_proxy {
         if tx.try_send(actions).is_err() {
             tracing::debug!("a proxy's queue is full or closed: told at a later round");
         }
