@@ -136,6 +136,9 @@ struct ProxyBucket {
     unit: Duration,
     reported: Instant,
     sent: Option<(Action, Instant)>,
+    /// What the last sharing round divided for it (a report is answered from it: a
+    /// report never divides, so a thousand proxies' reports cost no division each).
+    divided: Option<Action>,
 }
 
 impl ProxyBucket {
@@ -408,12 +411,9 @@ impl Proxy {
             unit,
             reported: now,
             sent: None,
+            divided: None,
         });
         (b.demand, b.limit, b.unit, b.reported) = (demand, limit, unit, now);
-        let divided = rounds::division(&state, &self.shares.node, ns.sync.name(), &key, now)
-            .into_iter()
-            .find(|(id, _)| *id == self.id)
-            .map(|(_, a)| a);
         // what this node's proxies hold is told again only while the store shows it
         // (the last round posted it): in an outage assignments are left to lapse
         let posting = state.posted.contains(ns.sync.name());
@@ -426,7 +426,8 @@ impl Proxy {
         };
         // a share grows only in a sharing round, after this node's holds are posted;
         // here it stays or comes down (a proxy holding nothing waits for the round)
-        let action = divided
+        let action = b
+            .divided
             .filter(|_| posting)
             .and_then(|d| b.no_more_than_held(d, now));
         if let Some(a) = action {

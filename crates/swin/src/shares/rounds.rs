@@ -176,7 +176,7 @@ impl Shares {
                         }
                     }
                 };
-                let plans = self.divide_all(&state, &name, &keys, mode, now);
+                let plans = self.divide_all(&mut state, &name, &keys, mode, now);
                 let before = apply(&mut state, &plans, now);
                 let posted = entries(&mut state, &self.node, now)
                     .into_iter()
@@ -212,7 +212,7 @@ impl Shares {
     /// What each of `keys`' proxies is to be told, by the division now and `mode`.
     fn divide_all(
         &self,
-        state: &State,
+        state: &mut State,
         name: &str,
         keys: &[&str],
         mode: Mode,
@@ -221,12 +221,16 @@ impl Shares {
         let mut plans = Vec::new();
         for key in keys {
             for (id, divided) in division(state, &self.node, name, key, now) {
-                let Some(p) = state.proxies.get(&id) else {
+                let Some(p) = state.proxies.get_mut(&id) else {
                     continue;
                 };
-                let Some(b) = p.buckets.get(*key) else {
+                let ttl = p.ttl();
+                let Some(b) = p.buckets.get_mut(*key) else {
                     continue;
                 };
+                if !matches!(mode, Mode::Quiet { .. }) {
+                    b.divided = Some(divided);
+                }
                 let action = match mode {
                     Mode::Grow => divided,
                     // not posted yet: nothing grows, what is held is told again
@@ -237,9 +241,7 @@ impl Shares {
                     // the store is out: assignments lapse at their ttl; a strict
                     // namespace that denies tells its proxies to deny once it is a ttl out
                     Mode::Quiet { deny_since } => match deny_since {
-                        Some(since) if now.duration_since(since) >= p.ttl() => {
-                            Action::DenyAll { ttl: p.ttl() }
-                        }
+                        Some(since) if now.duration_since(since) >= ttl => Action::DenyAll { ttl },
                         _ => continue,
                     },
                 };
