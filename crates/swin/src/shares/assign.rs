@@ -3,9 +3,10 @@
 //! into the token bucket a proxy enforces.
 //!
 //! **Never more out than the limit.** Each proxy's entry carries what it asks for and
-//! what it holds now (the share it was last told, until that lapses). A share that goes
-//! down is told at once; a share that goes up grows only out of what no proxy holds
-//! (the limit less every hold the store shows), split among the proxies that grow in
+//! what it is assigned now (the share it was last told, until that lapses). A share that
+//! goes down is told at once; a share that goes up grows only out of room no proxy is
+//! assigned (the limit less every assignment the store shows), split among the proxies
+//! that grow in
 //! proportion to what each still lacks — every node computes the same split from the same
 //! entries, so two nodes never hand out the same room. A proxy that joins thus starts at
 //! nothing and grows as the others' shares come down (a round or two, ½ s each).
@@ -16,8 +17,8 @@
 //! admits at most `limit + Σ max_tokens`, with `max_tokens = max(2, tokens_per_fill / 50)`
 //! (two, so that a request a hair early finds a token): `limit × 1.02 + 2 × proxies` —
 //! and one more `max_tokens` per proxy whose share went down in that window (a new
-//! bucket starts full). A node reads the others' holds one round late: a hold that went
-//! up since is room it does not count as free, a hold that went down is room it finds a
+//! bucket starts full). A node reads the others' assignments one round late: one that went
+//! up since is room it does not count as free, one that went down is room it finds a
 //! round later — never room counted twice.
 
 use std::time::Duration;
@@ -28,17 +29,20 @@ use swin_sync::store::Demands;
 /// One proxy in a bucket's division.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Entry {
-    /// Requests per unit it asks for; `None`: it went away, and only holds.
+    /// Requests per unit it asks for; `None`: it went away, and only assigned.
     pub asks: Option<f64>,
-    /// The share it holds now (what it was last told, until that lapses).
-    pub holds: f64,
+    /// The share it is assigned now (what it was last told, until that lapses).
+    pub assigned: f64,
 }
 
 impl Entry {
     /// As the store keeps it: two numbers, what it asks for (-1: nothing, gone) and
-    /// what it holds.
+    /// what it assigned.
     pub fn posted(self) -> [f64; 2] {
-        [self.asks.map_or(-1.0, |d| d.max(0.0)), self.holds.max(0.0)]
+        [
+            self.asks.map_or(-1.0, |d| d.max(0.0)),
+            self.assigned.max(0.0),
+        ]
     }
 
     /// Entries read back from a node's posted numbers (pairs; a stray last number is
@@ -48,14 +52,14 @@ impl Entry {
             .chunks_exact(2)
             .map(|p| Entry {
                 asks: (p[0] >= 0.0).then_some(p[0]),
-                holds: p[1].max(0.0),
+                assigned: p[1].max(0.0),
             })
             .collect()
     }
 }
 
 /// This node's proxies' new whole shares of `limit` (per unit), in `own`'s order (a
-/// proxy that went away keeps 0: it only holds), from `own` and every other node's
+/// proxy that went away keeps 0: it only assigned), from `own` and every other node's
 /// entries in `others` (this node's own posted entry among them is skipped). Every node
 /// divides the same entries in the same order (nodes by id), so their divisions agree
 /// once each has read the others' latest.
@@ -74,12 +78,12 @@ pub fn own_shares(node: &str, own: &[Entry], others: &[Demands], limit: f64) -> 
     let gone: f64 = all
         .iter()
         .filter(|(_, e)| e.asks.is_none())
-        .map(|(_, e)| e.holds)
+        .map(|(_, e)| e.assigned)
         .sum();
     let live: Vec<(bool, Entry)> = all.into_iter().filter(|(_, e)| e.asks.is_some()).collect();
     let asks: Vec<f64> = live.iter().map(|(_, e)| e.asks.unwrap_or(0.0)).collect();
     let targets = fair::whole(&fair::divide(&asks, (limit - gone).max(0.0).floor()));
-    // room no proxy holds: this node's shares that go down come down now; another
+    // room no proxy assigned: this node's shares that go down come down now; another
     // node's hold counts as it is until that node posts it lower
     let held: f64 = gone
         + live
@@ -87,9 +91,9 @@ pub fn own_shares(node: &str, own: &[Entry], others: &[Demands], limit: f64) -> 
             .zip(&targets)
             .map(|((mine, e), &t)| {
                 if *mine {
-                    e.holds.min(t as f64)
+                    e.assigned.min(t as f64)
                 } else {
-                    e.holds
+                    e.assigned
                 }
             })
             .sum::<f64>();
@@ -97,7 +101,7 @@ pub fn own_shares(node: &str, own: &[Entry], others: &[Demands], limit: f64) -> 
     let lacking: Vec<f64> = live
         .iter()
         .zip(&targets)
-        .map(|((_, e), &t)| (t as f64 - e.holds).max(0.0))
+        .map(|((_, e), &t)| (t as f64 - e.assigned).max(0.0))
         .collect();
     let lack: f64 = lacking.iter().sum();
     let mut out = live
@@ -121,7 +125,7 @@ pub fn own_shares(node: &str, own: &[Entry], others: &[Demands], limit: f64) -> 
             } else {
                 (short * room / lack).floor()
             };
-            (e.holds.min(t as f64) + grow).floor() as u64
+            (e.assigned.min(t as f64) + grow).floor() as u64
         })
         .collect()
 }
@@ -138,17 +142,17 @@ pub enum Action {
         fill_interval: Duration,
         /// The bucket's size (a new bucket starts full).
         max_tokens: u32,
-        /// How long the assignment holds.
+        /// How long the assignment assigned.
         ttl: Duration,
     },
     /// Every request passes (a rule with no limit, or in shadow), until `ttl`.
     AllowAll {
-        /// How long it holds.
+        /// How long it assigned.
         ttl: Duration,
     },
     /// No request passes (a rule that blocks, or a share of nothing), until `ttl`.
     DenyAll {
-        /// How long it holds.
+        /// How long it assigned.
         ttl: Duration,
     },
     /// No rule covers the bucket: the proxy drops it and falls back to its own config.
@@ -229,10 +233,10 @@ mod tests {
         }
     }
 
-    fn asks(d: f64, holds: f64) -> Entry {
+    fn asks(d: f64, assigned: f64) -> Entry {
         Entry {
             asks: Some(d),
-            holds,
+            assigned,
         }
     }
 
@@ -242,7 +246,7 @@ mod tests {
 
     #[test]
     fn proxies_on_three_nodes_divide_one_limit_max_min_fair() {
-        // nobody holds anything yet: each takes its max-min fair share
+        // nobody is assigned anything yet: each takes its max-min fair share
         let a = [asks(10.0, 0.0)];
         let b = [asks(50.0, 0.0)];
         let c = [asks(200.0, 0.0)];
@@ -256,9 +260,9 @@ mod tests {
     }
 
     #[test]
-    fn a_share_grows_only_out_of_room_nobody_holds() {
-        // a holds 60 and will come down to 40; b's newcomer lacks 40 but finds only
-        // the 20 nobody holds until a posts its lower hold
+    fn a_share_grows_only_out_of_room_nobody_is_assigned() {
+        // a is assigned 60 and will come down to 40; b's newcomer lacks 40 but finds
+        // only the 20 nobody is assigned until a posts its lower assignment
         let a = [asks(200.0, 60.0)];
         let b = [asks(200.0, 60.0), asks(200.0, 0.0)];
         let from_b = [posted("a", &pairs(&a))];
@@ -285,13 +289,13 @@ mod tests {
     }
 
     #[test]
-    fn a_proxy_gone_holds_its_share_until_it_lapses() {
+    fn a_proxy_gone_keeps_its_share_until_it_lapses() {
         let others = [posted("a", &[-1.0, 30.0, 500.0, 0.0])];
         let own = [
             asks(500.0, 0.0),
             Entry {
                 asks: None,
-                holds: 20.0,
+                assigned: 20.0,
             },
         ];
         // 120 - 30 - 20 = 70 between two hungry proxies

@@ -142,7 +142,7 @@ struct ProxyBucket {
 }
 
 impl ProxyBucket {
-    /// `divided`, unless it grows the share the proxy holds: then what it holds, for
+    /// `divided`, unless it grows the share the proxy assigned: then what it assigned, for
     /// `divided`'s ttl; nothing when it holds nothing.
     fn no_more_than_held(&self, divided: Action, now: Instant) -> Option<Action> {
         let (held, _) = self.sent.filter(|(a, at)| *at + a.ttl() > now)?;
@@ -155,19 +155,22 @@ impl ProxyBucket {
 
     /// Its entry in the division: asking (open, reporting) and holding what it was
     /// last told until that lapses; only holding when it went away; `None` once it
-    /// neither asks nor holds.
+    /// neither asks nor assigned.
     fn entry(&self, open: bool, stale_after: Duration, now: Instant) -> Option<Entry> {
         let live = open && now.duration_since(self.reported) <= stale_after;
-        let holds = match &self.sent {
+        let assigned = match &self.sent {
             Some((a, at)) if *at + a.ttl() > now => a.share().map_or(self.limit, |s| s as f64),
             _ => 0.0,
         };
         match live {
             true => Some(Entry {
                 asks: Some(self.demand),
-                holds,
+                assigned,
             }),
-            false if holds > 0.0 => Some(Entry { asks: None, holds }),
+            false if assigned > 0.0 => Some(Entry {
+                asks: None,
+                assigned,
+            }),
             false => None,
         }
     }
@@ -424,7 +427,7 @@ impl Proxy {
         else {
             return (None, Some(key));
         };
-        // a share grows only in a sharing round, after this node's holds are posted;
+        // a share grows only in a sharing round, after this node's assignments are posted;
         // here it stays or comes down (a proxy holding nothing waits for the round)
         let action = b
             .divided

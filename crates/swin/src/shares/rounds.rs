@@ -138,7 +138,7 @@ impl Shares {
     }
 
     /// One round, per namespace: read every node's entries, divide, post this node's
-    /// entries with what its proxies will hold, then tell the proxies. Posting before
+    /// entries with what its proxies will be assigned, then tell the proxies. Posting before
     /// telling means no proxy uses room the other nodes cannot see taken; a share grows
     /// only once this node's entries have been posted (a round after a start or an
     /// outage), so two nodes coming back never both see the room as theirs.
@@ -190,7 +190,7 @@ impl Shares {
             if ok {
                 state.posted.insert(name);
             } else {
-                // the others cannot see these holds: only what came down is told, the
+                // the others cannot see these assignments: only what came down is told, the
                 // rest is as it was
                 tracing::warn!(
                     namespace = name,
