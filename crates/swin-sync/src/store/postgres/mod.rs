@@ -383,18 +383,14 @@ impl CounterStore for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(err)?;
-        // leases lapsed a minute ago
-        sqlx::query("DELETE FROM swin_leases WHERE expires_at < $1")
-            .bind(now.0 - 60_000)
-            .execute(&mut *tx)
-            .await
-            .map_err(err)?;
-        // demands of Envoy's quota service lapsed a minute ago
-        sqlx::query("DELETE FROM swin_demands WHERE expires_at < $1")
-            .bind(now.0 - 60_000)
-            .execute(&mut *tx)
-            .await
-            .map_err(err)?;
+        // leases, and demands of Envoy's quota service, lapsed a minute ago
+        for table in ["swin_leases", "swin_demands"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE expires_at < $1"))
+                .bind(now.0 - 60_000)
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?;
+        }
         // runtime limits that lapsed, and changes older than a day (a node whose cursor
         // is older reads its keys' limits again)
         sqlx::query("DELETE FROM swin_key_limits WHERE expires_at < $1")
