@@ -229,9 +229,24 @@ pub(super) async fn a_hanging_store_costs_one_timeout_not_one_per_request(s: &Te
     );
     assert_eq!(e.status().degraded, Some("store_unreachable"));
     control.set_hanging(false);
-    e.sync_once(now)
-        .await
-        .expect("a sync reaches the store again");
+    // the first increment's round trip owns it until its own call times out (about
+    // when its caller stopped waiting) and counts it here then: syncs reach the store
+    // again and, once that has happened, push it too
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        e.sync_once(now)
+            .await
+            .expect("a sync reaches the store again");
+        let stored = totals(&s.store, "api", &[wk("k", CUR)]).await;
+        if stored == vec![("k".into(), CUR, 21.0)] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the 21 increments never all reached the store: {stored:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let r = e.increment("k", 60, 1.0, now).await.expect("inc");
     assert_eq!(r.current, 22.0, "answered with the store's total");
     assert_eq!(
