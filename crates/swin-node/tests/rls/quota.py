@@ -71,6 +71,7 @@ class Proxy:
         self.stopped = False
         self.reported_allowed = 0
         self.receiving = None
+        self.ended = False
 
     def requests(self):
         while True:
@@ -86,13 +87,18 @@ class Proxy:
         self.receiving.start()
 
     def receive(self):
+        """Takes each answer until the node ends the stream (or it breaks); what is
+        reported after that reaches no node and is not counted as reported."""
+        ended = "OK"
         try:
             for resp in self.responses:
                 for a in resp.bucket_action:
                     self.take(a)
         except grpc.RpcError as e:
-            with self.lock:
-                self.assignments.append({"at": time.time(), "stream_ended": e.code().name})
+            ended = e.code().name
+        with self.lock:
+            self.ended = True
+            self.assignments.append({"at": time.time(), "stream_ended": ended})
 
     def take(self, a):
         now = time.monotonic()
@@ -126,7 +132,8 @@ class Proxy:
         )
         u.bucket_id.bucket.update(self.bucket)
         u.time_elapsed.seconds = elapsed
-        self.reported_allowed += self.allowed
+        if not self.ended:
+            self.reported_allowed += self.allowed
         self.allowed = self.denied = 0
         return rlqs_pb2.RateLimitQuotaUsageReports(domain=self.domain, bucket_quota_usages=[u])
 
@@ -153,7 +160,7 @@ class Proxy:
 
     def report(self, now):
         with self.lock:
-            if self.opened and not self.stopped and now - self.last_report >= self.interval:
+            if self.opened and not self.stopped and not self.ended and now - self.last_report >= self.interval:
                 self.outbox.put(self.usage(now))
 
     def stop(self):
@@ -161,7 +168,7 @@ class Proxy:
         side (so that the last report is taken) before closing the channel."""
         with self.lock:
             self.stopped = True
-            if self.opened:
+            if self.opened and not self.ended:
                 self.outbox.put(self.usage(time.monotonic()))
         self.outbox.put(None)
         if self.receiving is not None:

@@ -66,12 +66,22 @@ fn proxy(node: &Running, demand: f64, start: usize, stop: usize) -> Value {
     })
 }
 
-/// Starts the stand-in for `seconds` with `proxies`; its JSON when joined.
+/// Starts the stand-in for `seconds` with `proxies` reporting every second; its JSON
+/// when joined.
 fn stand_in(proxies: Vec<Value>, seconds: usize) -> std::thread::JoinHandle<Value> {
+    stand_in_every(proxies, seconds, 1.0)
+}
+
+/// [`stand_in`] with reports every `interval` seconds.
+fn stand_in_every(
+    proxies: Vec<Value>,
+    seconds: usize,
+    interval: f64,
+) -> std::thread::JoinHandle<Value> {
     let spec = serde_json::json!({
         "domain": "edge",
         "bucket": {"name": "api"},
-        "interval": 1.0,
+        "interval": interval,
         "seconds": seconds,
         "proxies": proxies,
     });
@@ -314,4 +324,88 @@ async fn a_store_outage_keeps_the_assignments() {
         assert!(n.node.terminate());
     }
     drop(redis);
+}
+
+/// A node stopped (SIGTERM) mid-stream ends its streams: its proxy keeps its share until
+/// the ttl and then denies, the others take the whole limit once the stopped node's
+/// entries lapse, no second admits more than 1.05 × the limit, and every allowed request
+/// a node took a report of is in the store (the stopped node pushed its own as it
+/// stopped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stopped_mid_stream_hands_its_share_back_and_keeps_its_counts() {
+    const RUN: usize = 15;
+    let store = TestStore::redis();
+    let mut nodes = nodes(&store, 3).await;
+    let run = stand_in(
+        vec![
+            proxy(&nodes[0], 200.0, 0, RUN),
+            proxy(&nodes[1], 200.0, 0, RUN),
+            proxy(&nodes[2], 200.0, 0, RUN),
+        ],
+        RUN,
+    );
+    // between two reports (they go out on the second)
+    tokio::time::sleep(std::time::Duration::from_millis(5_500)).await;
+    assert!(nodes[2].node.terminate(), "the node stops cleanly");
+    let out = run.join().expect("the stand-in");
+    let each: Vec<Vec<f64>> = (0..3).map(|p| per_second(&out, p)).collect();
+    eprintln!("node stopped at 5.5 s, admitted per second: {each:?}");
+    bounded(&out, 3, 0..RUN - 1);
+    let last = RUN - 2;
+    assert_eq!(
+        each[2][last], 0.0,
+        "the stopped node's proxy denies past its ttl: {each:?}"
+    );
+    assert!((each[0][last] - 60.0).abs() <= 6.0, "{each:?}");
+    assert!((each[1][last] - 60.0).abs() <= 6.0, "{each:?}");
+    for n in nodes.iter_mut().take(2) {
+        assert!(n.node.terminate());
+    }
+    let reported: f64 = out["reported_allowed"]
+        .as_array()
+        .expect("reported")
+        .iter()
+        .map(|v| v.as_f64().expect("a count"))
+        .sum();
+    let stored = store.totals_in("edge", Some(60)).await;
+    assert_eq!(
+        stored.get("name=api").copied(),
+        Some(reported),
+        "{stored:?}"
+    );
+}
+
+/// Reports every 5 s (a ttl of 10 s): the same demands converge to the same shares, a
+/// few intervals later, and hold the same bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_converge_with_reports_every_5_s() {
+    const RUN: usize = 30;
+    const SETTLED: usize = 12;
+    let store = TestStore::redis();
+    let mut nodes = nodes(&store, 3).await;
+    let proxies = nodes
+        .iter()
+        .zip([10.0, 50.0, 200.0])
+        .map(|(n, d)| proxy(n, d, 0, RUN))
+        .collect();
+    let out = stand_in_every(proxies, RUN, 5.0)
+        .join()
+        .expect("the stand-in");
+    let each: Vec<Vec<f64>> = (0..3).map(|p| per_second(&out, p)).collect();
+    let t = totals(&out, 3, RUN);
+    eprintln!("reports every 5 s, admitted per second across the proxies: {t:?}");
+    bounded(&out, 3, 0..RUN - 1);
+    for (s, total) in t.iter().enumerate().take(RUN - 1).skip(SETTLED) {
+        assert!(*total >= LIMIT * 0.9, "second {s}: {total} ({each:?})");
+    }
+    for (p, want) in [10.0, 50.0, 60.0].into_iter().enumerate() {
+        let got = each[p][SETTLED..RUN - 1].iter().sum::<f64>() / (RUN - 1 - SETTLED) as f64;
+        assert!(
+            (got - want).abs() <= want * 0.1 + 1.0,
+            "proxy {p}: {got} ({each:?})"
+        );
+    }
+    for n in &mut nodes {
+        assert!(n.node.terminate());
+    }
 }

@@ -18,6 +18,16 @@ use crate::config::AdmissionMode;
 
 /// A proxy's bucket not reported for this many of its intervals no longer asks.
 const STALE_INTERVALS: u32 = 3;
+/// A proxy's reporting interval until its second report tells it (Envoy's filter does
+/// not say it): long, so that a proxy reporting every few seconds is not taken for gone
+/// before its second report; its stream ending says at once that it is.
+const UNKNOWN_INTERVAL: Duration = Duration::from_secs(20);
+
+/// How long a bucket of a proxy reporting every `interval` may go unreported and still
+/// ask.
+fn stale_after(interval: Option<Duration>) -> Duration {
+    (interval.unwrap_or(UNKNOWN_INTERVAL) * STALE_INTERVALS).max(ROUND * 2)
+}
 
 /// Each live local proxy's action for one bucket, by the latest division: (proxy,
 /// action), in proxy order.
@@ -38,8 +48,7 @@ pub(super) fn division(
         let Some(b) = p.buckets.get(key) else {
             continue;
         };
-        let stale = p.interval.unwrap_or(Duration::from_secs(1)) * STALE_INTERVALS;
-        if let Some(e) = b.entry(p.open, stale.max(ROUND * 2), now) {
+        if let Some(e) = b.entry(p.open, stale_after(p.interval), now) {
             own.push(e);
             who.push((id, p.ttl(), e.asks.is_some()));
             shape = Some((b.limit, b.unit));
@@ -82,7 +91,7 @@ fn entries(state: &mut State, node: &str, now: Instant) -> Vec<(String, Vec<Dema
     let store_now = swin_sync::now();
     let mut by_ns: BTreeMap<String, BTreeMap<String, (Vec<f64>, Duration)>> = BTreeMap::new();
     state.proxies.retain(|_, p| {
-        let stale = (p.interval.unwrap_or(Duration::from_secs(1)) * STALE_INTERVALS).max(ROUND * 2);
+        let stale = stale_after(p.interval);
         let ttl = p.ttl();
         let open = p.open;
         p.buckets
