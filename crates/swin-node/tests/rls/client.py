@@ -105,6 +105,8 @@ def main(target):
     ]), timeout=5))
     services = {s.name for s in answers[0].list_services_response.service}
     expect("reflection lists the service", "envoy.service.ratelimit.v3.RateLimitService" in services, True)
+    expect("reflection lists the quota service",
+           "envoy.service.rate_limit_quota.v3.RateLimitQuotaService" in services, True)
     expect("reflection has its file", len(answers[1].file_descriptor_response.file_descriptor_proto) > 0, True)
     # the descriptor as the node reads it: with Envoy's is_negative_hits (field 4)
     from google.protobuf import descriptor_pb2

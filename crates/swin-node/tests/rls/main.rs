@@ -435,6 +435,10 @@ async fn a_python_grpcio_client_gets_what_envoy_expects() {
     assert!(ran.ok, "the Python client failed:\n{said}");
     assert!(said.contains("ok: reflection has its file"), "{said}");
     assert!(
+        said.contains("ok: reflection lists the quota service"),
+        "{said}"
+    );
+    assert!(
         said.contains("ok: reflection shows is_negative_hits"),
         "{said}"
     );
