@@ -207,7 +207,8 @@ fn inline_hash(page: &str, open: &str, close: &str) -> String {
 const UI_TOP: usize = 5;
 
 /// `GET /ui/status`: what the status page shows — every namespace as `/v1/namespaces`
-/// lists it, its most denied keys of the last minute on this node, and the node's clock.
+/// lists it, its most denied keys of the last minute on this node, the node's clock, and
+/// the streams of Envoy's quota service open on it (one per proxy).
 async fn ui_status(State(state): State<Arc<AppState>>) -> Response {
     let now = now();
     let namespaces = state.namespaces.load();
@@ -233,6 +234,7 @@ async fn ui_status(State(state): State<Arc<AppState>>) -> Response {
             "now_ms": now.0,
             "namespaces": list,
             "top_denied": top,
+            "quota_streams": state.metrics.quota_streams.load(std::sync::atomic::Ordering::Relaxed),
         })),
     )
         .into_response()

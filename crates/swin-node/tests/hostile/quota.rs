@@ -146,6 +146,35 @@ async fn a_report_without_a_domain_ends_only_its_stream(tls: bool) {
     // the good stream is told its assignment again before its ttl (2 s) lapses
     assert!(is_assignment(&good.action_for(&[("name", "api")]).await));
     assert_eq!(counted(&r, tls, None).await, 7.0);
+    // the operator sees one proxy left, on /metrics and on the status page
+    let status = get(&r, tls, "/ui/status").await;
+    let status: serde_json::Value = serde_json::from_str(&status).expect("json");
+    assert_eq!(status["quota_streams"], 1, "{status}");
+    let metrics = get(&r, tls, "/metrics").await;
+    assert!(metrics.contains("\nswin_quota_streams 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("swin_quota_actions_total{domain=\"\",action=\"refused\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// A GET of `path` on the node's HTTP listener: its body.
+async fn get(r: &Running, tls: bool, path: &str) -> String {
+    let base = match tls {
+        true => r.base().replacen("http://", "https://", 1),
+        false => r.base(),
+    };
+    reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .expect("client")
+        .get(format!("{base}{path}"))
+        .send()
+        .await
+        .expect("get")
+        .text()
+        .await
+        .expect("body")
 }
 
 /// Buckets that are unnamed, too wide or of no rule are abandoned and an empty one is
