@@ -55,6 +55,24 @@ fn run_proxies(nodes: &[Running], demands: &[f64]) -> Value {
     stand_in(proxies, SECONDS).join().expect("the stand-in")
 }
 
+/// Every allowed request the stand-in's proxies reported (to a node that took the
+/// report) is counted on the bucket's key in the store, exactly: the nodes pushed it,
+/// the stopped ones as they stopped.
+async fn all_reported_are_stored(store: &TestStore, out: &Value) {
+    let reported: f64 = out["reported_allowed"]
+        .as_array()
+        .expect("reported")
+        .iter()
+        .map(|v| v.as_f64().expect("a count"))
+        .sum();
+    let stored = store.totals_in("edge", Some(60)).await;
+    assert_eq!(
+        stored.get("name=api").copied(),
+        Some(reported),
+        "{stored:?}"
+    );
+}
+
 /// A proxy of the stand-in on `node`, offering `demand` per second from `start` to
 /// `stop` seconds into the run.
 fn proxy(node: &Running, demand: f64, start: usize, stop: usize) -> Value {
@@ -157,18 +175,7 @@ async fn shares_converge_and_hold_the_limit(store: TestStore) {
     }
     // every allowed request the proxies reported is counted on the bucket's key, pushed
     // by the nodes as they stopped
-    let reported: f64 = out["reported_allowed"]
-        .as_array()
-        .expect("reported")
-        .iter()
-        .map(|v| v.as_f64().expect("a count"))
-        .sum();
-    let stored = store.totals_in("edge", Some(60)).await;
-    assert_eq!(
-        stored.get("name=api").copied(),
-        Some(reported),
-        "{stored:?}"
-    );
+    all_reported_are_stored(&store, &out).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -349,18 +356,7 @@ async fn a_node_stopped_mid_stream_hands_its_share_back_and_keeps_its_counts() {
     for n in nodes.iter_mut().take(2) {
         assert!(n.node.terminate());
     }
-    let reported: f64 = out["reported_allowed"]
-        .as_array()
-        .expect("reported")
-        .iter()
-        .map(|v| v.as_f64().expect("a count"))
-        .sum();
-    let stored = store.totals_in("edge", Some(60)).await;
-    assert_eq!(
-        stored.get("name=api").copied(),
-        Some(reported),
-        "{stored:?}"
-    );
+    all_reported_are_stored(&store, &out).await;
 }
 
 /// Reports every 5 s (a ttl of 10 s): the same demands converge to the same shares, a
