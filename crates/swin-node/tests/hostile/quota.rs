@@ -13,6 +13,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usag
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
 use envoy_types::pb::google::protobuf;
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
@@ -271,9 +272,46 @@ async fn the_quota_service_takes_the_same_tokens(tls: bool) {
     assert_eq!(counted(&r, tls, Some("p-token")).await, 2.0);
 }
 
+/// A runtime limit set on a bucket's counter key replaces its rule's for the proxies,
+/// as for every other door: a rule of 100 per second and a runtime limit of 30 per
+/// second on `name=api` assign 30 (or less), never 100.
+async fn a_runtime_limit_on_the_buckets_key_is_what_the_proxies_share(tls: bool) {
+    let r = start_with(QUOTA, tls).await;
+    let base = match tls {
+        true => r.base().replacen("http://", "https://", 1),
+        false => r.base(),
+    };
+    let set = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .expect("client")
+        .put(format!("{base}/v1/namespaces/quota/keys/name%3Dapi/limits"))
+        .json(&serde_json::json!({"limits": [{"window_size": 1, "limit": 30}]}))
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(set.status(), 200, "{:?}", set.text().await);
+    let mut s = open(&r.channel, None).await.expect("open");
+    s.send(report("quota", vec![usage(bucket(&[("name", "api")]), 1)]))
+        .await;
+    let tokens = |k: &Kind| match k {
+        Kind::QuotaAssignmentAction(q) => match q.rate_limit_strategy.and_then(|r| r.strategy) {
+            Some(Strategy::TokenBucket(tb)) => tb.tokens_per_fill.map(|t| t.value),
+            _ => None,
+        },
+        Kind::AbandonAction(_) => None,
+    };
+    let first = s.action_for(&[("name", "api")]).await;
+    assert!(tokens(&first).is_some_and(|t| t <= 30), "{first:?}");
+    // told again (the half-ttl refresh): still the runtime limit's
+    let again = s.action_for(&[("name", "api")]).await;
+    assert!(tokens(&again).is_some_and(|t| t <= 30), "{again:?}");
+}
+
 super::grpc::plain_and_over_tls!(
     a_report_without_a_domain_ends_only_its_stream,
     bad_buckets_are_abandoned_and_the_others_answered,
     a_report_of_too_many_buckets_is_refused,
     the_quota_service_takes_the_same_tokens,
+    a_runtime_limit_on_the_buckets_key_is_what_the_proxies_share,
 );

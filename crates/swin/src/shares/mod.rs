@@ -6,7 +6,8 @@
 //! allowed and denied since its last report ([`Proxy::report`]). A report's domain names
 //! a namespace; a bucket (a map of strings) is matched by the namespace's descriptor
 //! rules as one descriptor whose entries are the bucket's pairs, sorted by key, and its
-//! rule's `rate_limit` is the limit its proxies share. Each proxy's demand (allowed +
+//! rule's limit is the limit its proxies share (a runtime limit set on the bucket's
+//! counter key replaces it, as for every other ask). Each proxy's demand (allowed +
 //! denied per unit of the rule) is shared through the namespace's store every sharing
 //! round ([`Shares::run`]), so that every node divides a bucket's limit among every
 //! proxy of the cluster, max-min fair ([`assign`]); a proxy is told its share as a token
@@ -24,6 +25,7 @@
 //! entries once.
 
 pub mod assign;
+mod buckets;
 mod rounds;
 
 use std::collections::{BTreeMap, HashMap};
@@ -37,9 +39,8 @@ use tokio::time::Instant;
 
 pub use self::assign::Action;
 use self::assign::Entry;
+use self::buckets::{checked, ruled, touch, Ruled};
 use crate::error::Error;
-use crate::policy::keys::counter_key;
-use crate::policy::rules::{self, RuleLimit};
 use crate::state::{Namespace, Namespaces};
 
 /// Buckets one report may carry.
@@ -184,20 +185,6 @@ pub struct Proxy {
     id: u64,
 }
 
-/// What a bucket's rule makes of it.
-enum Ruled {
-    /// Divided: the limit per unit, and the counter key.
-    Shared {
-        limit: f64,
-        unit: Duration,
-        key: String,
-    },
-    /// Every request passes; counted on the key (in shadow) or nowhere.
-    Allow(Option<String>),
-    Deny,
-    Abandon,
-}
-
 impl Shares {
     /// The quota service over `namespaces` (the limiter's, as they are at each call).
     pub fn new(namespaces: Arc<ArcSwap<Namespaces>>) -> Arc<Shares> {
@@ -254,57 +241,6 @@ impl Drop for Proxy {
     }
 }
 
-/// What `ns`'s rules make of a bucket.
-fn ruled(ns: &Namespace, bucket: &BucketId) -> Ruled {
-    let Some(rules) = &ns.rules else {
-        return Ruled::Abandon;
-    };
-    let entries: Vec<(&str, &str)> = bucket
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    let Some(found) = rules.lookup(&entries) else {
-        return Ruled::Abandon;
-    };
-    let key = || counter_key(&found.counted(&entries));
-    let rule = &found.rule;
-    match &rule.limit {
-        RuleLimit::Limited(_) if rule.shadow => Ruled::Allow(Some(key())),
-        RuleLimit::Limited(_) => match rules::unit_secs(rule.unit) {
-            Some(secs) => Ruled::Shared {
-                limit: f64::from(rule.requests_per_unit),
-                unit: Duration::from_secs(secs),
-                key: key(),
-            },
-            None => Ruled::Abandon,
-        },
-        RuleLimit::Unlimited => Ruled::Allow(None),
-        RuleLimit::Blocked if rule.shadow => Ruled::Allow(None),
-        RuleLimit::Blocked => Ruled::Deny,
-        RuleLimit::InFlight(_) => Ruled::Abandon,
-    }
-}
-
-/// A bucket as a report names it, checked and sorted; `None` for one with no pairs
-/// (nothing can be told about it).
-fn checked(bucket: &BucketId) -> Result<Option<BucketId>, String> {
-    if bucket.is_empty() {
-        return Ok(None);
-    }
-    if bucket.len() > MAX_PAIRS_PER_BUCKET {
-        return Err(format!(
-            "a bucket has {} pairs; at most {MAX_PAIRS_PER_BUCKET}",
-            bucket.len()
-        ));
-    }
-    if let Some((k, _)) = bucket.iter().find(|(k, v)| k.is_empty() || v.is_empty()) {
-        return Err(format!("bucket pair {k:?} has an empty key or value"));
-    }
-    let mut sorted = bucket.clone();
-    sorted.sort();
-    Ok(Some(sorted))
-}
-
 impl Proxy {
     /// Takes a report: records each bucket's demand, counts what was allowed, and
     /// answers each bucket's assignment now. An error (no domain, too many buckets)
@@ -323,6 +259,9 @@ impl Proxy {
             )));
         }
         let ns = self.bind(&reports.domain);
+        if let Some(ns) = &ns {
+            touch(ns, &reports.usages).await;
+        }
         let mut out = Vec::with_capacity(reports.usages.len());
         let mut counts = Vec::new();
         for usage in reports.usages {
