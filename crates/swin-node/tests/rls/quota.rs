@@ -285,22 +285,15 @@ async fn a_node_killed_mid_stream_on_postgres() {
     a_node_killed_mid_stream(TestStore::postgres().await).await;
 }
 
-/// The store goes away for 5 s and comes back: while it is out nothing is told, so
+/// The store goes away for 5 s and comes back (Redis killed and started again on its
+/// data, PostgreSQL stopped at once and started): while it is out nothing is told, so
 /// the proxies keep their shares until their ttl (2 s) and then follow their
 /// `expired_assignment_behavior` (the stand-in's: deny); once it is back the shares are
 /// divided again — never two nodes granting the same room as they come back — and a
 /// proxy that joins gets its share. No second admits more than the limit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_store_outage_keeps_the_assignments() {
+async fn a_store_outage_keeps_the_assignments(mut store: Outage) {
     const RUN: usize = 16;
-    let dir = tempfile::tempdir().expect("dir");
-    let port = swin_testkit::free_port();
-    let mut redis = Some(swin_testkit::start_redis(port, dir.path()));
-    swin_testkit::wait_for_port(port, std::time::Duration::from_secs(10));
-    let section = format!(
-        "store_timeout = 0.5\n[stores.main]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{port}\"\n"
-    );
-    let config = config_with(&section);
+    let config = config_with(&format!("store_timeout = 0.5\n{}", store.section()));
     let mut nodes = Vec::new();
     for _ in 0..2 {
         let d = tempfile::tempdir().expect("dir");
@@ -315,9 +308,9 @@ async fn a_store_outage_keeps_the_assignments() {
         RUN,
     );
     tokio::time::sleep(std::time::Duration::from_secs(4)).await;
-    drop(redis.take());
+    store.down();
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-    redis = Some(swin_testkit::start_redis(port, dir.path()));
+    store.up();
     let out = run.join().expect("the stand-in");
     let each: Vec<Vec<f64>> = (0..3).map(|p| per_second(&out, p)).collect();
     eprintln!("store out from 4 s to 9 s, admitted per second: {each:?}");
@@ -337,7 +330,65 @@ async fn a_store_outage_keeps_the_assignments() {
     for n in &mut nodes {
         assert!(n.node.terminate());
     }
-    drop(redis);
+}
+
+/// A store of the test's own that it can take down and bring back, its data kept.
+enum Outage {
+    Redis {
+        port: u16,
+        dir: tempfile::TempDir,
+        server: Option<swin_testkit::ChildGuard>,
+    },
+    Postgres(swin_testkit::EphemeralPostgres),
+}
+
+impl Outage {
+    fn redis() -> Outage {
+        let dir = tempfile::tempdir().expect("dir");
+        let port = swin_testkit::free_port();
+        let server = Some(swin_testkit::start_redis(port, dir.path()));
+        Outage::Redis { port, dir, server }
+    }
+
+    fn postgres() -> Outage {
+        let pg = swin_testkit::EphemeralPostgres::init();
+        pg.start();
+        Outage::Postgres(pg)
+    }
+
+    fn section(&self) -> String {
+        let (kind, url) = match self {
+            Outage::Redis { port, .. } => ("redis", format!("redis://127.0.0.1:{port}")),
+            Outage::Postgres(pg) => ("postgres", pg.url()),
+        };
+        format!("[stores.main]\nkind = \"{kind}\"\nurl = \"{url}\"\n")
+    }
+
+    fn down(&mut self) {
+        match self {
+            Outage::Redis { server, .. } => drop(server.take()),
+            Outage::Postgres(pg) => pg.stop(),
+        }
+    }
+
+    fn up(&mut self) {
+        match self {
+            Outage::Redis { port, dir, server } => {
+                *server = Some(swin_testkit::start_redis(*port, dir.path()));
+            }
+            Outage::Postgres(pg) => pg.start(),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_keeps_the_assignments_on_redis() {
+    a_store_outage_keeps_the_assignments(Outage::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_keeps_the_assignments_on_postgres() {
+    a_store_outage_keeps_the_assignments(Outage::postgres()).await;
 }
 
 /// A node stopped (SIGTERM) mid-stream ends its streams: its proxy keeps its share until
