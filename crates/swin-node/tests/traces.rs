@@ -95,6 +95,7 @@ rate_limit = {{ unit = \"minute\", requests_per_unit = 5 }}
 /// A caller's trace context: the trace and the caller's span the node's spans join.
 const HTTP_PARENT: (&str, &str) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
 const GRPC_PARENT: (&str, &str) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+const QUOTA_PARENT: (&str, &str) = ("5b8aa5a2d2c872e8321cf37308d69df2", "051581bf3cb55c13");
 
 fn traceparent((trace, span): (&str, &str)) -> String {
     format!("00-{trace}-{span}-01")
@@ -154,7 +155,49 @@ async fn traffic(config: &Path, grpc_port: u16, key: &str, joined: bool) {
         call.metadata_mut().insert("traceparent", parent);
     }
     g.should_rate_limit(call).await.expect("ShouldRateLimit");
+    if joined {
+        quota_report(grpc_port).await;
+    }
     assert!(node.terminate(), "a clean stop");
+}
+
+/// One report on Envoy's quota service (bucket `user=bob` of `edge`, 3 allowed) in the
+/// caller's trace [`QUOTA_PARENT`]; waits for its assignment.
+async fn quota_report(grpc_port: u16) {
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+        BucketId, RateLimitQuotaUsageReports,
+    };
+    let report = RateLimitQuotaUsageReports {
+        domain: "edge".into(),
+        bucket_quota_usages: vec![BucketQuotaUsage {
+            bucket_id: Some(BucketId {
+                bucket: [("user".to_owned(), "bob".to_owned())]
+                    .into_iter()
+                    .collect(),
+            }),
+            time_elapsed: None,
+            num_requests_allowed: 3,
+            num_requests_denied: 0,
+        }],
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(report).await.expect("queued");
+    let reports =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) });
+    let mut call = tonic::Request::new(reports);
+    let parent = traceparent(QUOTA_PARENT).parse().expect("metadata");
+    call.metadata_mut().insert("traceparent", parent);
+    let mut answers = RateLimitQuotaServiceClient::connect(format!("http://127.0.0.1:{grpc_port}"))
+        .await
+        .expect("connect")
+        .stream_rate_limit_quotas(call)
+        .await
+        .expect("stream")
+        .into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(5), answers.message()).await;
+    assert!(matches!(first, Ok(Ok(Some(_)))), "an assignment: {first:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,5 +316,29 @@ async fn requests_and_their_store_calls_reach_an_otlp_receiver() {
             .iter()
             .any(|c| c.name == "push" && c.attr("db.namespace") == "edge"),
         "{rls:?}: {all:#?}"
+    );
+
+    // a report of Envoy's quota service: its span joins the stream's caller, and the
+    // allowed requests it counts went to the store under it (synchronous)
+    let quota: Vec<&Span> = all
+        .iter()
+        .filter(|s| {
+            s.name
+                == "envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
+        })
+        .collect();
+    assert_eq!(quota.len(), 1, "{all:#?}");
+    let quota = quota[0];
+    assert_eq!(quota.attr("namespace"), &serde_json::Value::from("edge"));
+    assert_eq!(
+        (quota.trace_id.as_str(), quota.parent_span_id.as_str()),
+        QUOTA_PARENT,
+        "the report joined its caller's trace"
+    );
+    assert!(
+        children(quota)
+            .iter()
+            .any(|c| c.name == "push" && c.attr("db.namespace") == "edge"),
+        "{quota:?}: {all:#?}"
     );
 }

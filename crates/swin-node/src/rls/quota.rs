@@ -24,6 +24,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::google::protobuf;
 use futures_util::Stream;
+use swin::error::Error;
 use swin::shares::{Action, BucketAction, Proxy, Reports, Shares, Usage};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -76,18 +77,17 @@ impl RateLimitQuotaService for Rlqs {
         &self,
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Answers>, Status> {
+        // the caller's trace context, which each report's span joins
+        let headers = request.metadata().clone().into_headers();
         let reports = request.into_inner();
         let (proxy, pushed) = self.shares.open();
         let (tx, rx) = mpsc::channel(8);
-        let open = Open::new(self.state.clone());
-        tokio::spawn(serve_stream(
-            open,
+        let stream = ProxyStream {
+            open: Open::new(self.state.clone()),
             proxy,
-            reports,
-            pushed,
-            tx,
-            self.stop.clone(),
-        ));
+            headers,
+        };
+        tokio::spawn(serve_stream(stream, reports, pushed, tx, self.stop.clone()));
         let answers =
             futures_util::stream::unfold(
                 rx,
@@ -97,16 +97,44 @@ impl RateLimitQuotaService for Rlqs {
     }
 }
 
-/// One proxy's stream, until it ends, the library refuses a report, or the node stops.
-async fn serve_stream(
+/// A proxy's stream as the door keeps it.
+struct ProxyStream {
     open: Open,
     proxy: Proxy,
+    /// The call's headers: its trace context.
+    headers: axum::http::HeaderMap,
+}
+
+impl ProxyStream {
+    /// Takes one report in a span of its own (when traces are on and it is sampled),
+    /// joined to the caller's trace: the store calls it makes are its children.
+    async fn report(&self, r: RateLimitQuotaUsageReports) -> Result<Vec<BucketAction>, Error> {
+        let span = crate::telemetry::request_span(crate::telemetry::sample(&self.headers), || {
+            tracing::trace_span!(
+                target: crate::telemetry::REQUEST,
+                "request",
+                otel.name = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas",
+                otel.kind = "server",
+                rpc.system = "grpc",
+                rpc.service = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
+                rpc.method = "StreamRateLimitQuotas",
+                namespace = r.domain.as_str(),
+                buckets = r.bucket_quota_usages.len(),
+            )
+        });
+        tracing::Instrument::instrument(self.proxy.report(translate(r)), span).await
+    }
+}
+
+/// One proxy's stream, until it ends, the library refuses a report, or the node stops.
+async fn serve_stream(
+    stream: ProxyStream,
     mut reports: Streaming<RateLimitQuotaUsageReports>,
     mut pushed: mpsc::Receiver<Vec<BucketAction>>,
     tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     stop: CancellationToken,
 ) {
-    let metrics = &open.0.metrics;
+    let metrics = &stream.open.0.metrics;
     // the stream's domain, for the metrics (its first report names it)
     let mut domain = String::new();
     loop {
@@ -119,7 +147,7 @@ async fn serve_stream(
                     if domain.is_empty() {
                         domain.clone_from(&r.domain);
                     }
-                    match proxy.report(translate(r)).await {
+                    match stream.report(r).await {
                         Ok(actions) => Ok(render(actions, &domain, metrics)),
                         Err(e) => {
                             metrics.quota_told(&domain, "refused", 1);

@@ -21,10 +21,16 @@ fn config(store: &TestStore) -> String {
 
 /// The namespace `edge` on the store `[stores.main]` of `section`.
 fn config_with(section: &str) -> String {
+    config_admitting(section, "")
+}
+
+/// [`config_with`], the namespace's entry with `admission` (TOML lines) too.
+fn config_admitting(section: &str, admission: &str) -> String {
     format!(
         "{section}
 [[namespaces]]
 name = \"edge\"
+{admission}
 sync_rate = 0.2
 store = \"main\"
 window_sizes = [1, 60]
@@ -96,7 +102,27 @@ fn stand_in_every(
     seconds: usize,
     interval: f64,
 ) -> std::thread::JoinHandle<Value> {
+    run_stand_in(proxies, seconds, interval, false)
+}
+
+/// [`stand_in`] whose proxies allow every request with no assignment, or a lapsed one
+/// (`allow`), instead of denying them.
+fn stand_in_falling_back_to(
+    proxies: Vec<Value>,
+    seconds: usize,
+    allow: bool,
+) -> std::thread::JoinHandle<Value> {
+    run_stand_in(proxies, seconds, 1.0, allow)
+}
+
+fn run_stand_in(
+    proxies: Vec<Value>,
+    seconds: usize,
+    interval: f64,
+    fallback_allow: bool,
+) -> std::thread::JoinHandle<Value> {
     let spec = serde_json::json!({
+        "fallback_allow": fallback_allow,
         "domain": "edge",
         "bucket": {"name": "api"},
         "interval": interval,
@@ -443,4 +469,39 @@ async fn shares_converge_with_reports_every_5_s() {
     for n in &mut nodes {
         assert!(n.node.terminate());
     }
+}
+
+/// A strict namespace with `on_store_failure = "deny"`: while its store is out its
+/// proxies are told to deny (`DENY_ALL`) as their last assignment nears its lapse, not
+/// left to their own `expired_assignment_behavior` (here: allow all), with no gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_namespace_that_denies_tells_its_proxies_to_deny_in_an_outage() {
+    const RUN: usize = 10;
+    let mut store = Outage::redis();
+    let strict = "admission = \"strict\"\non_store_failure = \"deny\"";
+    let section = format!("store_timeout = 0.5\n{}", store.section());
+    let d = tempfile::tempdir().expect("dir");
+    let mut node = start_with(d, &config_admitting(&section, strict)).await;
+    // the stand-in's own fallback is ALLOW_ALL here: only the node's DENY_ALL stops it
+    let spec_proxy = proxy(&node, 200.0, 0, RUN);
+    let run = stand_in_falling_back_to(vec![spec_proxy], RUN, true);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    store.down();
+    let out = run.join().expect("the stand-in");
+    let each = per_second(&out, 0);
+    eprintln!("strict, deny on failure, store out at 3 s: {each:?}");
+    let denied = out["assignments"][0]
+        .as_array()
+        .expect("assignments")
+        .iter()
+        .any(|a| a["blanket"] == "deny");
+    assert!(denied, "told to deny: {}", out["assignments"]);
+    // never a gap between the last share and the deny (the stand-in would allow all)
+    for (s, n) in each.iter().enumerate().take(RUN - 1).skip(1) {
+        assert!(*n <= LIMIT * 1.05, "second {s}: {each:?}");
+    }
+    for (s, n) in each.iter().enumerate().take(RUN - 1).skip(5) {
+        assert_eq!(*n, 0.0, "second {s}: {each:?}");
+    }
+    assert!(node.node.terminate());
 }

@@ -20,8 +20,8 @@
 //! asked nothing is told: the assignments lapse at their ttl — before this node's
 //! entries lapse in the store, so no other node takes their room while they hold — and
 //! the proxies follow their `expired_assignment_behavior`; in a strict namespace with
-//! `on_store_failure = "deny"` they are told to deny once the store has been out for a
-//! ttl. After a start or an outage a node grows no share until it has posted its
+//! `on_store_failure = "deny"` they are told to deny instead, when their last
+//! assignment is half-way to its lapse (no gap between the two). After a start or an outage a node grows no share until it has posted its
 //! entries once.
 
 pub mod assign;

@@ -166,7 +166,7 @@ impl Shares {
                     on_store_failure: OnStoreFailure::Deny
                 }
             );
-            let (plans, before, posted) = {
+            let (plans, before, posted, quiet) = {
                 let mut state = self.state();
                 let mode = match read {
                     Ok(read) => {
@@ -179,9 +179,9 @@ impl Shares {
                     }
                     Err(e) => {
                         tracing::warn!(namespace = name, cause = %e, "demands not read: assignments are left to lapse");
-                        let since = *state.failing.entry(name.clone()).or_insert(now);
+                        state.failing.entry(name.clone()).or_insert(now);
                         Mode::Quiet {
-                            deny_since: deny_on_failure.then_some(since),
+                            deny: deny_on_failure,
                         }
                     }
                 };
@@ -192,9 +192,12 @@ impl Shares {
                     .find(|(n, _)| *n == name)
                     .map(|(_, p)| p)
                     .unwrap_or_default();
-                (plans, before, posted)
+                let quiet = matches!(mode, Mode::Quiet { .. });
+                (plans, before, posted, quiet)
             };
-            let ok = ns.sync.post_demands(&posted).await.is_ok();
+            // a store that could not be read is not written to either: the round ends
+            // sooner, and a deny goes out while what it replaces still holds
+            let ok = !quiet && ns.sync.post_demands(&posted).await.is_ok();
             let mut state = self.state();
             if ok {
                 state.posted.insert(name);
@@ -210,7 +213,7 @@ impl Shares {
             }
             let told = plans
                 .into_iter()
-                .filter(|p| ok || p.change == Change::Fell)
+                .filter(|p| ok || p.told_anyway())
                 .filter_map(|p| Some((state.proxies.get(&p.id)?.tx.clone(), p.told)))
                 .collect();
             drop(state);
@@ -248,11 +251,13 @@ impl Shares {
                         None => continue,
                     },
                     // the store is out: assignments lapse at their ttl; a strict
-                    // namespace that denies tells its proxies to deny once it is a ttl out
-                    Mode::Quiet { deny_since } => match deny_since {
-                        Some(since) if now.duration_since(since) >= ttl => Action::DenyAll { ttl },
-                        _ => continue,
-                    },
+                    // namespace that denies tells its proxies to deny when what they
+                    // were last told is half-way to its lapse (when it would have been
+                    // told again), and from then on
+                    Mode::Quiet { deny: true } if lapses_within(b.sent.as_ref(), ttl / 2, now) => {
+                        Action::DenyAll { ttl }
+                    }
+                    Mode::Quiet { .. } => continue,
                 };
                 if !tell(b.sent.as_ref(), &action, now) {
                     continue;
@@ -288,7 +293,7 @@ enum Mode {
     /// The store answered but this node has not posted yet: nothing grows.
     Hold,
     /// The store is out: nothing is told (deny, past a ttl of it, where told to).
-    Quiet { deny_since: Option<Instant> },
+    Quiet { deny: bool },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -322,10 +327,24 @@ fn apply(state: &mut State, plans: &[Plan], now: Instant) -> Vec<Sent> {
         .collect()
 }
 
-/// Undoes [`apply`] for the plans that were not told (all but those that fell).
+impl Plan {
+    /// Told even when this node's entries could not be posted: a share that came down,
+    /// or a deny (nothing the others could count as taken).
+    fn told_anyway(&self) -> bool {
+        self.change == Change::Fell || self.told.action.share() == Some(0)
+    }
+}
+
+/// Whether what a proxy was last told lapses within `within` of `now` (or it was told
+/// nothing).
+fn lapses_within(sent: Option<&(Action, Instant)>, within: Duration, now: Instant) -> bool {
+    sent.is_none_or(|(a, at)| *at + a.ttl() <= now + within)
+}
+
+/// Undoes [`apply`] for the plans that were not told.
 fn revert(state: &mut State, plans: &[Plan], before: Vec<Sent>) {
     for (p, was) in plans.iter().zip(before) {
-        if p.change == Change::Fell {
+        if p.told_anyway() {
             continue;
         }
         if let Some(b) = state
