@@ -103,8 +103,6 @@ struct State {
     proxies: BTreeMap<u64, ProxyState>,
     /// (namespace, bucket key) → every node's entries as last read.
     remote: HashMap<(String, String), Vec<swin_sync::store::Demands>>,
-    /// Per namespace, since when its store has failed to share.
-    failing: HashMap<String, Instant>,
     /// Namespaces whose entries the last round posted.
     posted: std::collections::HashSet<String>,
 }

@@ -170,7 +170,6 @@ impl Shares {
                 let mut state = self.state();
                 let mode = match read {
                     Ok(read) => {
-                        state.failing.remove(&name);
                         remember(&mut state, &name, &keys, read);
                         match state.posted.contains(&name) {
                             true => Mode::Grow,
@@ -179,7 +178,6 @@ impl Shares {
                     }
                     Err(e) => {
                         tracing::warn!(namespace = name, cause = %e, "demands not read: assignments are left to lapse");
-                        state.failing.entry(name.clone()).or_insert(now);
                         Mode::Quiet {
                             deny: deny_on_failure,
                         }
