@@ -52,7 +52,7 @@ impl NamespaceSync {
     pub async fn leases_in_flight(&self, now: UnixMs) -> Option<Result<u64, StoreError>> {
         let store = self.session.store.as_ref()?;
         Some(
-            self.call_for_request(store.leases_in_flight(self.name(), now))
+            self.call_for_request(store.in_flight(self.name(), now))
                 .await,
         )
     }
@@ -67,16 +67,16 @@ impl NamespaceSync {
         renew_to: Option<UnixMs>,
     ) -> Option<Result<bool, StoreError>> {
         let store = self.session.store.as_ref()?;
-        Some(
-            self.call_for_request(store.end_or_renew(
-                self.name(),
-                key,
-                lease,
-                now,
-                renew_to,
-                self.deadline_within(self.answer_within()),
-            ))
-            .await,
-        )
+        let (name, not_after) = (self.name(), self.deadline_within(self.answer_within()));
+        Some(match renew_to {
+            None => {
+                self.call_for_request(store.release(name, key, lease, now, not_after))
+                    .await
+            }
+            Some(to) => {
+                self.call_for_request(store.renew(name, key, lease, to, now, not_after))
+                    .await
+            }
+        })
     }
 }

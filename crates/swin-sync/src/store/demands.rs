@@ -8,11 +8,7 @@
 //! demands, expires_at). Redis: per bucket a hash, node → `<expires_at>|<demands>`,
 //! `swin:{<len(namespace)>:<namespace>:<bucket>}:demands` (see `redis/demands.rs`).
 
-use std::future::Future;
-
 use swin_core::UnixMs;
-
-use crate::StoreError;
 
 /// One node's entry for one bucket: its proxies' demands (requests per the bucket's
 /// unit), live until `expires_at` (the store's time).
@@ -47,23 +43,17 @@ impl Demands {
     }
 }
 
-/// The demand-sharing side of a store. Every store implements it beside
-/// [`super::CounterStore`].
-pub trait DemandStore: Send + Sync {
-    /// Posts `node`'s entries (each replacing the node's last for its bucket).
-    fn post_demands(
-        &self,
-        namespace: &str,
-        entries: &[Demands],
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+store_calls! {
+    /// The demand-sharing side of a store. Every store implements it beside
+    /// [`super::CounterStore`].
+    pub trait DemandStore {
+        /// Posts `node`'s entries (each replacing the node's last for its bucket).
+        fn post_demands(&self, namespace: &str, entries: &[Demands]) -> () where entries is empty;
 
-    /// Every node's entries for `buckets` that are live at `now` (the store's time).
-    fn read_demands(
-        &self,
-        namespace: &str,
-        buckets: &[&str],
-        now: UnixMs,
-    ) -> impl Future<Output = Result<Vec<Demands>, StoreError>> + Send;
+        /// Every node's entries for `buckets` that are live at `now` (the store's time).
+        fn read_demands(&self, namespace: &str, buckets: &[&str], now: UnixMs) -> Vec<Demands>
+            where buckets is empty;
+    }
 }
 
 /// Entries from rows of (bucket, node, demands, expires_at); a row whose demands do not

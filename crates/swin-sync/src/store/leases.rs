@@ -10,11 +10,7 @@
 //! counts); Redis, one hash per key (`swin:{<len>:<ns>:<key>}:leases`, lease →
 //! `count:lapse`) changed by scripts.
 
-use std::future::Future;
-
 use swin_core::UnixMs;
-
-use crate::StoreError;
 
 /// An acquire: `count` slots under `lease` until `expires_at`, if the key's live leases
 /// leave room under `limit`.
@@ -39,59 +35,53 @@ pub struct Acquired {
     pub earliest_lapse: Option<UnixMs>,
 }
 
-/// The leases side of a store.
-pub trait LeaseStore: Send + Sync {
-    fn acquire(
-        &self,
-        namespace: &str,
-        acquire: Acquire<'_>,
-    ) -> impl Future<Output = Result<Acquired, StoreError>> + Send;
+store_calls! {
+    /// The leases side of a store.
+    pub trait LeaseStore {
+        fn acquire(&self, namespace: &str, acquire: Acquire<'_>) -> Acquired;
 
-    /// Ends a live lease; false when it is unknown, released or lapsed. Past
-    /// `not_after` by the store's clock nothing changes ([`StoreError::TooLate`]: its
-    /// caller stopped waiting and said nothing changed), as for every change below.
-    fn release(
-        &self,
-        namespace: &str,
-        key: &str,
-        lease: &str,
-        now: UnixMs,
-        not_after: UnixMs,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+        /// Ends a live lease; false when it is unknown, released or lapsed. Past
+        /// `not_after` by the store's clock nothing changes ([`StoreError::TooLate`](crate::StoreError::TooLate): its
+        /// caller stopped waiting and said nothing changed), as for every change below.
+        fn release(
+            &self,
+            namespace: &str,
+            key: &str,
+            lease: &str,
+            now: UnixMs,
+            not_after: UnixMs,
+        ) -> bool;
 
-    /// Ends up to `count` slots of the key's live leases whose ids begin with `prefix`,
-    /// the earliest to lapse first (a lease of more slots than are left to end gives up
-    /// that many and keeps the rest): leases a door ends by key, not by id (Envoy's
-    /// negative hits). Answers the slots ended.
-    fn release_slots(
-        &self,
-        namespace: &str,
-        key: &str,
-        prefix: &str,
-        count: u32,
-        now: UnixMs,
-        not_after: UnixMs,
-    ) -> impl Future<Output = Result<u32, StoreError>> + Send;
+        /// Ends up to `count` slots of the key's live leases whose ids begin with `prefix`,
+        /// the earliest to lapse first (a lease of more slots than are left to end gives up
+        /// that many and keeps the rest): leases a door ends by key, not by id (Envoy's
+        /// negative hits). Answers the slots ended.
+        fn release_slots(
+            &self,
+            namespace: &str,
+            key: &str,
+            prefix: &str,
+            count: u32,
+            now: UnixMs,
+            not_after: UnixMs,
+        ) -> u32;
 
-    /// The slots of every live lease of the namespace, all keys: what is in flight
-    /// across the cluster now (a gauge an operator reads; one aggregate on the SQL
-    /// stores, a SCAN of the namespace's lease hashes on Redis).
-    fn in_flight(
-        &self,
-        namespace: &str,
-        now: UnixMs,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+        /// The slots of every live lease of the namespace, all keys: what is in flight
+        /// across the cluster now (a gauge an operator reads; one aggregate on the SQL
+        /// stores, a SCAN of the namespace's lease hashes on Redis).
+        fn in_flight(&self, namespace: &str, now: UnixMs) -> u64;
 
-    /// Moves a live lease's lapse to `expires_at`; false as for [`LeaseStore::release`].
-    fn renew(
-        &self,
-        namespace: &str,
-        key: &str,
-        lease: &str,
-        expires_at: UnixMs,
-        now: UnixMs,
-        not_after: UnixMs,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+        /// Moves a live lease's lapse to `expires_at`; false as for [`LeaseStore::release`].
+        fn renew(
+            &self,
+            namespace: &str,
+            key: &str,
+            lease: &str,
+            expires_at: UnixMs,
+            now: UnixMs,
+            not_after: UnixMs,
+        ) -> bool;
+    }
 }
 
 /// Which of `live` (lease, slots, in lapse order) [`LeaseStore::release_slots`] ends to free

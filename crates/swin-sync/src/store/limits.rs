@@ -10,8 +10,6 @@
 //! the limits, a sorted set of its keys (to list them in key order), a sorted set of
 //! their expiry times and a stream of changes, under one hash tag (see `redis/limits.rs`).
 
-use std::future::Future;
-
 use swin_core::UnixMs;
 
 use crate::StoreError;
@@ -50,53 +48,37 @@ pub struct LimitChanges {
 /// Changes a node reads per call at most; it asks again from the cursor for the rest.
 pub const CHANGES_PER_CALL: usize = 10_000;
 
-/// The runtime-limits side of a store. Every store implements it beside
-/// [`super::CounterStore`].
-pub trait LimitStore: Send + Sync {
-    /// Sets a key's limits (replacing any) and logs the change — unless the store's
-    /// clock is past `not_after` when it would apply it ([`StoreError::TooLate`]: its
-    /// caller stopped waiting and said nothing changed).
-    fn put_limit(
-        &self,
-        namespace: &str,
-        limit: &StoredLimit,
-        not_after: UnixMs,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+store_calls! {
+    /// The runtime-limits side of a store. Every store implements it beside
+    /// [`super::CounterStore`].
+    pub trait LimitStore {
+        /// Sets a key's limits (replacing any) and logs the change — unless the store's
+        /// clock is past `not_after` when it would apply it ([`StoreError::TooLate`]: its
+        /// caller stopped waiting and said nothing changed).
+        fn put_limit(&self, namespace: &str, limit: &StoredLimit, not_after: UnixMs) -> ();
 
-    /// Removes a key's limits, logging the change; false when it had none. Past
-    /// `not_after` by the store's clock: [`StoreError::TooLate`], nothing removed.
-    fn delete_limit(
-        &self,
-        namespace: &str,
-        key: &str,
-        not_after: UnixMs,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+        /// Removes a key's limits, logging the change; false when it had none. Past
+        /// `not_after` by the store's clock: [`StoreError::TooLate`], nothing removed.
+        fn delete_limit(&self, namespace: &str, key: &str, not_after: UnixMs) -> bool;
 
-    /// The limits of those of `keys` that have some (lapsed ones included: the caller
-    /// knows the time).
-    fn read_limits(
-        &self,
-        namespace: &str,
-        keys: &[&str],
-    ) -> impl Future<Output = Result<Vec<StoredLimit>, StoreError>> + Send;
+        /// The limits of those of `keys` that have some (lapsed ones included: the caller
+        /// knows the time).
+        fn read_limits(&self, namespace: &str, keys: &[&str]) -> Vec<StoredLimit> where keys is empty;
 
-    /// At most `count` keys' limits in key order after `after` (`None`: from the first),
-    /// lapsed ones left out.
-    fn list_limits(
-        &self,
-        namespace: &str,
-        after: Option<&str>,
-        count: usize,
-        now: UnixMs,
-    ) -> impl Future<Output = Result<Vec<StoredLimit>, StoreError>> + Send;
+        /// At most `count` keys' limits in key order after `after` (`None`: from the first),
+        /// lapsed ones left out.
+        fn list_limits(
+            &self,
+            namespace: &str,
+            after: Option<&str>,
+            count: usize,
+            now: UnixMs,
+        ) -> Vec<StoredLimit>;
 
-    /// The keys changed after `since` (at most [`CHANGES_PER_CALL`]); `None`: no keys,
-    /// only the cursor of the latest change, to start from.
-    fn limit_changes(
-        &self,
-        namespace: &str,
-        since: Option<&str>,
-    ) -> impl Future<Output = Result<LimitChanges, StoreError>> + Send;
+        /// The keys changed after `since` (at most [`CHANGES_PER_CALL`]); `None`: no keys,
+        /// only the cursor of the latest change, to start from.
+        fn limit_changes(&self, namespace: &str, since: Option<&str>) -> LimitChanges;
+    }
 }
 
 /// How long a change stays in the log: a node whose cursor is older (stopped, or cut

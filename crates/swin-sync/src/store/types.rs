@@ -125,6 +125,13 @@ pub struct TatPush<'a> {
     pub advances: &'a [Advance],
 }
 
+impl TatPush<'_> {
+    /// No advances: nothing to push.
+    pub fn is_empty(&self) -> bool {
+        self.advances.is_empty()
+    }
+}
+
 /// Which store it is, for logs, metrics and the fingerprint of a spool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StoreKind {

@@ -69,15 +69,15 @@ pub async fn leases_never_pass_the_limit_under_racing_acquires(s: &TestStore) {
     // released once: a slot is free at once; twice: unknown
     let st = &s.store;
     assert!(st
-        .end_or_renew("ns", "k", &granted[0], UnixMs(now + 1), None, LATER)
+        .release("ns", "k", &granted[0], UnixMs(now + 1), LATER)
         .await
         .expect("release"));
     assert!(!st
-        .end_or_renew("ns", "k", &granted[0], UnixMs(now + 1), None, LATER)
+        .release("ns", "k", &granted[0], UnixMs(now + 1), LATER)
         .await
         .expect("again"));
     assert!(!st
-        .end_or_renew("ns", "k", "never", UnixMs(now + 1), None, LATER)
+        .release("ns", "k", "never", UnixMs(now + 1), LATER)
         .await
         .expect("unknown"));
     let next = st
@@ -112,14 +112,7 @@ pub async fn leases_lapse_and_renew_only_while_live(s: &TestStore) {
     );
     // renewed while live: holds past its first lapse
     assert!(st
-        .end_or_renew(
-            "ns",
-            "k",
-            "a",
-            UnixMs(t + 900),
-            Some(UnixMs(t + 5_000)),
-            LATER
-        )
+        .renew("ns", "k", "a", UnixMs(t + 5_000), UnixMs(t + 900), LATER)
         .await
         .expect("renew"));
     let c = st
@@ -134,18 +127,11 @@ pub async fn leases_lapse_and_renew_only_while_live(s: &TestStore) {
         .expect("d");
     assert!(d.granted && d.in_flight == 2, "{d:?}");
     assert!(!st
-        .end_or_renew("ns", "k", "a", UnixMs(t + 5_001), None, LATER)
+        .release("ns", "k", "a", UnixMs(t + 5_001), LATER)
         .await
         .expect("lapsed release"));
     assert!(!st
-        .end_or_renew(
-            "ns",
-            "k",
-            "a",
-            UnixMs(t + 5_001),
-            Some(UnixMs(t + 9_000)),
-            LATER
-        )
+        .renew("ns", "k", "a", UnixMs(t + 9_000), UnixMs(t + 5_001), LATER)
         .await
         .expect("lapsed renew"));
     let e = st
@@ -182,7 +168,7 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
         3
     );
     assert!(
-        !st.end_or_renew("ns", "k", "envoy.a", now, None, LATER)
+        !st.release("ns", "k", "envoy.a", now, LATER)
             .await
             .expect("a"),
         "envoy.a ended whole"
@@ -215,7 +201,7 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
         0
     );
     assert!(st
-        .end_or_renew("ns", "k", "mine", now, None, LATER)
+        .release("ns", "k", "mine", now, LATER)
         .await
         .expect("mine still live"));
     // another key and namespace are apart
@@ -260,20 +246,20 @@ pub async fn leases_in_flight_count_the_live_slots_of_one_namespace(s: &TestStor
         assert!(a.expect("acquire").granted, "{ns} {key} {lease}");
     }
     let now = UnixMs(t + 100);
-    let in_flight = async |ns| st.leases_in_flight(ns, now).await.expect("in flight");
+    let in_flight = async |ns| st.in_flight(ns, now).await.expect("in flight");
     assert_eq!(in_flight("a*").await, 5, "the lapsed 4 no longer count");
     assert_eq!(in_flight("ab").await, 5);
     assert_eq!(in_flight("a").await, 1);
     assert_eq!(in_flight("none").await, 0);
     assert!(st
-        .end_or_renew("a*", "k2", "l2", now, None, LATER)
+        .release("a*", "k2", "l2", now, LATER)
         .await
         .expect("release"));
     assert_eq!(in_flight("a*").await, 2);
     assert_eq!(in_flight("a*").await, 2);
     // every lease lapsed
     assert_eq!(
-        st.leases_in_flight("a*", UnixMs(t + 1_000))
+        st.in_flight("a*", UnixMs(t + 1_000))
             .await
             .expect("in flight"),
         0
@@ -297,12 +283,9 @@ pub async fn a_lease_change_past_its_deadline_changes_nothing(s: &TestStore) {
     let late = |r: Result<bool, swin_sync::StoreError>| {
         assert!(matches!(r, Err(swin_sync::StoreError::TooLate)), "{r:?}")
     };
+    late(st.release("ns", "k", "a", UnixMs(now), past).await);
     late(
-        st.end_or_renew("ns", "k", "a", UnixMs(now), None, past)
-            .await,
-    );
-    late(
-        st.end_or_renew("ns", "k", "a", UnixMs(now), Some(UnixMs(now + 1)), past)
+        st.renew("ns", "k", "a", UnixMs(now + 1), UnixMs(now), past)
             .await,
     );
     let r = st
@@ -310,19 +293,14 @@ pub async fn a_lease_change_past_its_deadline_changes_nothing(s: &TestStore) {
         .await;
     assert!(matches!(r, Err(swin_sync::StoreError::TooLate)), "{r:?}");
     // both leases still live, as acquired
-    assert_eq!(
-        st.leases_in_flight("ns", UnixMs(now + 1))
-            .await
-            .expect("count"),
-        2
-    );
+    assert_eq!(st.in_flight("ns", UnixMs(now + 1)).await.expect("count"), 2);
     let full = st
         .acquire("ns", acquire("k", "c", 2, now, 60_000))
         .await
         .expect("acquire");
     assert!(!full.granted, "two held of three: {full:?}");
     assert!(st
-        .end_or_renew("ns", "k", "a", UnixMs(now), None, LATER)
+        .release("ns", "k", "a", UnixMs(now), LATER)
         .await
         .expect("release"));
 }

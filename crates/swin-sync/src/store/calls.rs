@@ -1,0 +1,81 @@
+//! One declaration per store call. [`store_calls!`] takes a contract written once — a
+//! trait of calls, each with its doc, arguments and answer — and makes from it both
+//! the trait the backends implement (the compiler checks every backend against it) and
+//! the method of the same name by which [`super::Store`] runs the call: dispatched to
+//! the configured backend, in a span of its own under the request that made it, and
+//! (tests only) failed on demand. A call marked `where ARG is empty` is not made when
+//! that argument is empty (its answer is then the empty one). What an `also { }` block
+//! holds goes into the trait as it is (calls that ask no store).
+//!
+//! So a new store call is written in three places: its line in a contract here, its
+//! implementation in each backend, and the engine method that calls it through the
+//! namespace's store session (timeout, breaker, stop deadline).
+
+/// See the module's note.
+macro_rules! store_calls {
+    (
+        $(#[$trait_meta:meta])*
+        pub trait $trait:ident {
+            $(also { $($also:tt)* })?
+            $(
+                $(#[$meta:meta])*
+                fn $name:ident(&self $(, $arg:ident : $ty:ty)* $(,)?) -> $out:ty
+                    $(where $empty:ident is empty)?;
+            )*
+        }
+    ) => {
+        $(#[$trait_meta])*
+        pub trait $trait: Send + Sync {
+            $($($also)*)?
+            $(
+                $(#[$meta])*
+                fn $name(&self $(, $arg: $ty)*)
+                    -> impl std::future::Future<Output = Result<$out, crate::StoreError>> + Send;
+            )*
+        }
+
+        impl crate::store::Store {
+            $(
+                $(#[$meta])*
+                pub async fn $name(&self $(, $arg: $ty)*) -> Result<$out, crate::StoreError> {
+                    $(
+                        if $empty.is_empty() {
+                            return Ok(Default::default());
+                        }
+                    )?
+                    // boxed: callers hold one small future whatever the backend
+                    let call: crate::store::BoxFuture<'_, Result<$out, crate::StoreError>> =
+                        Box::pin(async move {
+                        match self {
+                            #[cfg(feature = "faults")]
+                            crate::store::Store::Faulty(f) => {
+                                let inner = f.inner();
+                                f.faulted(async {
+                                    store_calls!(@backend inner, $name($($arg),*))
+                                })
+                                .await
+                            }
+                            store => store_calls!(@backend store, $name($($arg),*)),
+                        }
+                    });
+                    self.traced(stringify!($name), store_calls!(@namespace $($arg)*), call).await
+                }
+            )*
+        }
+    };
+    // the call on the backend in `$store` (a store wrapped to fail holds a backend)
+    (@backend $store:ident, $name:ident($($arg:ident),*)) => {
+        match $store {
+            crate::store::Store::Postgres(s) => s.$name($($arg),*).await,
+            crate::store::Store::Redis(s) => s.$name($($arg),*).await,
+            crate::store::Store::Sqlite(s) => s.$name($($arg),*).await,
+            #[cfg(feature = "faults")]
+            crate::store::Store::Faulty(_) => unreachable!("a faulty store wraps a backend"),
+        }
+    };
+    // the namespace a call names, for its span: its first argument when so named
+    (@namespace $first:ident $($rest:ident)*) => { store_calls!(@named $first $first) };
+    (@namespace) => { None };
+    (@named namespace $ns:ident) => { Some($ns) };
+    (@named $other:ident $ns:ident) => { None };
+}
