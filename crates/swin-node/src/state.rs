@@ -18,7 +18,9 @@ pub struct AppState {
     /// The limiter's namespaces, swapped whole on reload; requests read them without a
     /// lock.
     pub namespaces: Arc<ArcSwap<Namespaces>>,
-    pub metrics: Metrics,
+    /// The node's metrics: its doors' own, and where the pipeline records what it
+    /// decides ([`swin::recorder::Recorder`]).
+    pub metrics: Arc<Metrics>,
     pub body_limit: usize,
     /// To receive a request's whole body (408 after it).
     pub body_timeout: Duration,
@@ -33,10 +35,16 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The state of a node serving `namespaces`, whose outcomes are recorded to its
+    /// metrics.
     pub fn new(namespaces: Namespaces, body_limit: usize) -> Self {
+        let metrics = Arc::new(Metrics::default());
+        for ns in namespaces.values() {
+            ns.record_to(metrics.clone());
+        }
         AppState {
             namespaces: Arc::new(ArcSwap::from_pointee(namespaces)),
-            metrics: Metrics::default(),
+            metrics,
             body_limit,
             body_timeout: Duration::from_secs_f64(crate::config::defaults::BODY_TIMEOUT_SECS),
             max_batch: crate::config::defaults::MAX_BATCH,
@@ -46,14 +54,20 @@ impl AppState {
         }
     }
 
-    /// The state of a node serving `namespaces` (its limiter's): the request limits and
-    /// access of `config`.
+    /// The state of a node serving `namespaces` (its limiter's, recording to `metrics`;
+    /// namespaces recording nowhere yet record there): the request limits and access of
+    /// `config`.
     pub fn for_config(
         config: &crate::config::Config,
         namespaces: Arc<ArcSwap<Namespaces>>,
+        metrics: Arc<Metrics>,
     ) -> Self {
+        for ns in namespaces.load().values() {
+            ns.record_to(metrics.clone());
+        }
         let state = AppState {
             namespaces,
+            metrics,
             body_timeout: config.connections.body_timeout,
             max_batch: config.max_batch,
             data_dir: Some(config.data_dir.clone()),

@@ -36,6 +36,7 @@ fn router(config: &Config, store: Store) -> (axum::Router, Arc<Namespace>) {
     let state = Arc::new(AppState::for_config(
         config,
         Arc::new(arc_swap::ArcSwap::from_pointee(all)),
+        Default::default(),
     ));
     (http::router(state), ns)
 }

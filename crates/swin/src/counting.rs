@@ -17,6 +17,20 @@ pub async fn increment_key(
     window_size: Option<u32>,
     now: UnixMs,
 ) -> Result<Vec<WindowRate>, Error> {
+    let rates = count_key(ns, key, value, window_size, now).await?;
+    ns.recorder().increments(ns.sync.name(), 1);
+    Ok(rates)
+}
+
+/// [`increment_key`], not recorded as an increment (counts a door reports, such as the
+/// quota service's).
+pub(crate) async fn count_key(
+    ns: &Namespace,
+    key: &str,
+    value: f64,
+    window_size: Option<u32>,
+    now: UnixMs,
+) -> Result<Vec<WindowRate>, Error> {
     if let Some(s) = window_size {
         // one window: nothing before it to give back (and no list of sizes to build)
         return Ok(vec![ns.sync.increment(key, s, value, now).await?]);
@@ -183,6 +197,9 @@ pub async fn count_batch(
         .map_err(|(i, e)| e.at(&format!("increments[{i}]")))?;
     for &idx in &which {
         used[idx].1 += 1;
+    }
+    for (ns, n) in &used {
+        ns.recorder().increments(ns.sync.name(), *n);
     }
     Ok(CountedBatch {
         windows,

@@ -16,7 +16,7 @@ use serde::Serialize;
 use swin_core::{Decision, Gcra};
 
 use crate::error::Error;
-use crate::pipeline::Take;
+use crate::pipeline::{Ask, Take};
 use crate::policy::limits::{ceil_secs, KeyLimits, Limits};
 use crate::state::Namespace;
 pub use swin_sync::admission::together;
@@ -151,7 +151,7 @@ pub fn limits_of<'a>(ns: &'a Namespace, namespace: &str) -> Result<&'a Limits, E
 
 /// Decides a hit of `cost` on `key` and, unless `dry_run`, spends it when allowed (and
 /// when denied too if the namespace counts denied hits): the request pipeline
-/// ([`crate::pipeline`]) with one take.
+/// ([`crate::pipeline`]) with one take, recorded.
 pub async fn take(
     ns: &Namespace,
     namespace: &str,
@@ -162,7 +162,10 @@ pub async fn take(
     let mut t = Take::of_key(ns, namespace, key, cost)?;
     ns.first_touch(&[key], !dry_run).await;
     t.resolve()?;
-    t.take(dry_run).await
+    let v = t.take(dry_run).await?;
+    ns.recorder()
+        .decision(namespace, &v.policy, v.allowed(), v.shadow_denied);
+    Ok(v)
 }
 
 /// The results of a request's hits, each `Some` when it succeeded, and the first failure

@@ -13,6 +13,7 @@
 //! ([`state`]) → [`runtime_limits`] (limits set per key at run time, as this node holds
 //! them) → [`config`] (a config, read into policy types) → [`policy`] (limits,
 //! descriptor rules, counter keys, what a request may carry), [`auth`] and [`spool`].
+//! What the pipeline decides is told to a [`recorder::Recorder`] (the daemon's metrics).
 
 #![warn(missing_docs)]
 pub mod auth;
@@ -27,6 +28,7 @@ pub mod limit_changes;
 pub mod limiter;
 pub mod pipeline;
 pub mod policy;
+pub mod recorder;
 pub mod requests;
 pub mod reservations;
 pub mod runtime_limits;

@@ -139,6 +139,7 @@ pub async fn set(
             stored: stored.clone(),
         }),
     );
+    ns.recorder().limit_change(namespace, "set");
     Ok(stored)
 }
 
@@ -154,6 +155,9 @@ pub async fn remove(ns: &Namespace, namespace: &str, key: &str) -> Result<bool, 
         ns.runtime.get(key, swin_sync::now()).is_some()
     };
     ns.runtime.remember(key, None);
+    if had {
+        ns.recorder().limit_change(namespace, "deleted");
+    }
     Ok(had)
 }
 

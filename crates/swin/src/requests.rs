@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::decisions::{first_failure, Verdict};
 use crate::error::Error;
-use crate::pipeline::{take_all, touch_takes, undo_allowed, Take};
+use crate::pipeline::{take_all, touch_takes, undo_admitted, Take};
 use crate::state::Namespace;
 
 /// Runs a request's decision to its end in a task of its own when `whole` (its hits go
@@ -71,7 +71,7 @@ pub async fn decide_all(hits: &[Hit<'_>], dry_run: bool) -> Result<BatchVerdict,
     let denied = verdicts.iter().flatten().any(|v| !v.allowed());
     if failed.is_some() || denied {
         let at = failed.as_ref().map_or(0, |(i, _)| *i);
-        undo_allowed(
+        undo_admitted(
             takes.iter().zip(verdicts.iter().map(Option::as_ref)),
             dry_run,
         )
@@ -157,6 +157,12 @@ pub async fn decide_batch(
     let decided = decide_all(&hits, dry_run)
         .await
         .map_err(|(i, e)| e.at(&format!("hits[{i}]")))?;
+    for (h, v) in hits.iter().zip(&decided.verdicts) {
+        // as a whole: allowed when the batch was
+        let (allowed, shadow_denied) = (!decided.denied, !decided.denied && v.shadow_denied);
+        h.ns.recorder()
+            .decision(h.namespace, &v.policy, allowed, shadow_denied);
+    }
     let verdicts: Vec<Verdict> = asked
         .iter()
         .zip(decided.verdicts)

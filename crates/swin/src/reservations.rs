@@ -30,7 +30,7 @@ use swin_sync::store::Acquire;
 use crate::config::MIN_TTL_SECS;
 use crate::decisions::{limits_of, take, HitAnswer, Verdict};
 use crate::error::Error;
-use crate::pipeline::Take;
+use crate::pipeline::{Ask, Take};
 use crate::policy::input::check_key;
 use crate::policy::limits::KeyLimits;
 use crate::runtime_limits::Effective;
@@ -117,8 +117,27 @@ fn lapse(now: UnixMs, ttl: Duration) -> UnixMs {
     UnixMs(now.0.saturating_add(ttl.as_millis() as i64))
 }
 
-/// Spends `cost` on `key` as a hit would and, when allowed, records the reservation.
+/// Spends `cost` on `key` as a hit would and, when allowed, records the reservation
+/// (the decision, the reserve and its cost recorded as well).
 pub async fn reserve(
+    ns: &Arc<Namespace>,
+    namespace: &str,
+    key: &str,
+    cost: f64,
+    ttl: Option<f64>,
+) -> Result<Reserved, Error> {
+    let r = reserve_now(ns, namespace, key, cost, ttl).await?;
+    let recorder = ns.recorder();
+    if r.verdict.allowed() {
+        recorder.reservation(namespace, "reserved");
+        recorder.reservation_cost(namespace, "reserved", cost);
+    } else {
+        recorder.reservation(namespace, "denied");
+    }
+    Ok(r)
+}
+
+async fn reserve_now(
     ns: &Arc<Namespace>,
     namespace: &str,
     key: &str,
@@ -188,6 +207,28 @@ async fn undo(ns: Arc<Namespace>, key: String, id: String, cost: f64, expires_at
 
 /// Ends the reservation `id` of `key` and settles it at `cost`.
 pub async fn commit(
+    ns: &Arc<Namespace>,
+    namespace: &str,
+    key: &str,
+    id: &str,
+    cost: f64,
+) -> Result<Settled, Error> {
+    let r = commit_now(ns, namespace, key, id, cost).await;
+    let recorder = ns.recorder();
+    match &r {
+        Ok(s) => {
+            recorder.reservation(namespace, "committed");
+            recorder.reservation_cost(namespace, "charged", s.charged);
+            recorder.reservation_cost(namespace, "given_back", s.given_back);
+            recorder.reservation_cost(namespace, "uncharged", s.uncharged);
+        }
+        Err(Error::UnknownReservation(_)) => recorder.reservation(namespace, "not_open"),
+        Err(_) => {}
+    }
+    r
+}
+
+async fn commit_now(
     ns: &Arc<Namespace>,
     namespace: &str,
     key: &str,

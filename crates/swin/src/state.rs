@@ -48,6 +48,8 @@ pub struct Namespace {
     /// Where the namespace's leases and reservations are kept (its store, or this node
     /// for a local-only namespace), shared by the namespace's versions.
     pub leases: crate::leases::LeaseBook,
+    /// Where the pipeline records its outcomes ([`Namespace::record_to`]); none: nowhere.
+    recorder: std::sync::OnceLock<Arc<dyn crate::recorder::Recorder>>,
 }
 
 /// A namespace's heaviest keys of the last minute on this node, in fixed memory (see
@@ -135,6 +137,21 @@ impl Namespace {
             heaviest: Arc::default(),
             concurrency: cfg.concurrency,
             leases,
+            recorder: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Has the pipeline record this namespace's outcomes to `recorder` (the first one
+    /// set stays: a namespace is counted in one place).
+    pub fn record_to(&self, recorder: Arc<dyn crate::recorder::Recorder>) {
+        let _ = self.recorder.set(recorder);
+    }
+
+    /// Where this namespace's outcomes are recorded.
+    pub fn recorder(&self) -> &dyn crate::recorder::Recorder {
+        match self.recorder.get() {
+            Some(r) => &**r,
+            None => &crate::recorder::NoRecorder,
         }
     }
 
@@ -198,6 +215,7 @@ impl Namespace {
             heaviest: self.heaviest.clone(),
             concurrency: cfg.concurrency,
             leases: self.leases.clone(),
+            recorder: self.recorder.clone(),
         }
     }
 }

@@ -103,7 +103,6 @@ async fn increment(
     Ok(to_the_end(ns.counts_in_the_store(), async move {
         ns.first_touch(&[&key], true).await;
         let windows = increment_key(&ns, &key, value, body.window_size, now()).await?;
-        state.metrics.increments(&namespace, 1);
         let rates = KeyRates {
             namespace: &namespace,
             key: &key,
@@ -261,9 +260,6 @@ async fn count_batch(state: Arc<AppState>, bytes: axum::body::Bytes) -> Result<R
         now(),
     )
     .await?;
-    for (ns, n) in &counted.per_namespace {
-        state.metrics.increments(ns.sync.name(), *n);
-    }
     let results: Vec<KeyRates> = body
         .increments
         .iter()

@@ -124,9 +124,6 @@ async fn hit(
     Ok(
         to_the_end(ns.counts_in_the_store() && !body.dry_run, async move {
             let v = take(&ns, &namespace, &key, body.cost, body.dry_run).await?;
-            state
-                .metrics
-                .decision(&namespace, &v.policy, v.allowed(), v.shadow_denied);
             Ok(respond(&v, &v.policies, status_of(&v), v.answer()))
         })
         .await?,
@@ -229,16 +226,6 @@ async fn decide_batch(state: Arc<AppState>, body: BatchBody) -> Result<Response,
         .collect();
     let namespaces = state.namespaces.load_full();
     let batch = decide_batch_in(&namespaces, &asked, body.dry_run, state.max_batch).await?;
-    for (h, v) in body.hits.iter().zip(&batch.verdicts) {
-        // the metrics name a policy without its namespace
-        let policy = v.policy.strip_prefix(&*h.namespace).unwrap_or(&v.policy);
-        state.metrics.decision(
-            &h.namespace,
-            policy.strip_prefix('.').unwrap_or(policy),
-            !batch.denied,
-            !batch.denied && v.shadow_denied,
-        );
-    }
     let answer = BatchAnswer {
         answer: batch.strictest.answer(),
         spent: !batch.denied && !body.dry_run,
@@ -348,9 +335,6 @@ async fn auth(
     };
     Ok(to_the_end(ns.counts_in_the_store(), async move {
         let v = take(&ns, &namespace, &key, q.cost, false).await?;
-        state
-            .metrics
-            .decision(&namespace, &v.policy, v.allowed(), v.shadow_denied);
         let status = if v.allowed() { StatusCode::OK } else { deny };
         Ok(respond(&v, &v.policies, status, v.answer()))
     })

@@ -103,9 +103,6 @@ async fn acquire(
     };
     let a = leases::acquire(&ns, &namespace, &key, req).await?;
     let granted = a.acquired.granted;
-    state
-        .metrics
-        .lease(&namespace, if granted { "acquired" } else { "denied" });
     let (status, body) = if granted {
         (
             StatusCode::OK,
@@ -168,9 +165,7 @@ async fn release(
         .into());
     }
     let lease = body.lease()?;
-    let r = leases::release(&ns, &namespace, &key, lease).await;
-    count_outcome(&state, &namespace, &r, "released");
-    r?;
+    leases::release(&ns, &namespace, &key, lease).await?;
     Ok(Json(serde_json::json!({"released": true, "lease": lease})).into_response())
 }
 
@@ -181,21 +176,11 @@ async fn renew(
 ) -> Result<Response, ApiError> {
     let ns = state.namespace(&namespace)?;
     let lease = body.lease()?;
-    let r = leases::renew(&ns, &namespace, &key, lease, body.ttl).await;
-    count_outcome(&state, &namespace, &r, "renewed");
-    let to = r?;
+    let to = leases::renew(&ns, &namespace, &key, lease, body.ttl).await?;
     Ok(Json(serde_json::json!({
         "renewed": true,
         "lease": lease,
         "expires_at": secs(to),
     }))
     .into_response())
-}
-
-fn count_outcome<T>(state: &AppState, namespace: &str, r: &Result<T, Error>, done: &'static str) {
-    match r {
-        Ok(_) => state.metrics.lease(namespace, done),
-        Err(Error::UnknownLease(_)) => state.metrics.lease(namespace, "not_live"),
-        Err(_) => {}
-    }
 }

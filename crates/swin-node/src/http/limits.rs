@@ -172,7 +172,6 @@ async fn set(
         expires_at = stored.expires_at.map(|t| t.0),
         "runtime limits set"
     );
-    state.metrics.limit_change(&namespace, "set");
     Ok(Json(answer(&ns, &namespace, &key, Some(&stored))).into_response())
 }
 
@@ -187,7 +186,6 @@ async fn remove(
     if had {
         let caller = Caller::of(&extensions);
         info!(namespace, key, by = &*caller, "runtime limits deleted");
-        state.metrics.limit_change(&namespace, "deleted");
     }
     let mut body =
         serde_json::to_value(answer(&ns, &namespace, &key, None)).map_err(|_| Error::Internal)?;

@@ -79,15 +79,6 @@ async fn reserve(
     Ok(to_the_end(true, async move {
         let r = reservations::reserve(&ns, &namespace, &key, cost, body.ttl).await?;
         let v = &r.verdict;
-        state
-            .metrics
-            .decision(&namespace, &v.policy, v.allowed(), v.shadow_denied);
-        state
-            .metrics
-            .reservation(&namespace, if v.allowed() { "reserved" } else { "denied" });
-        if v.allowed() {
-            state.metrics.reservation_cost(&namespace, "reserved", cost);
-        }
         let (reservation, expires_at) = match r.reservation {
             Some((id, at)) => (Some(id), Some(at.0 as f64 / 1e3)),
             None => (None, None),
@@ -116,24 +107,7 @@ async fn commit(
         .cost
         .ok_or_else(|| Error::BadRequest("cost: required (the actual cost)".into()))?;
     Ok(to_the_end(true, async move {
-        let r = reservations::commit(&ns, &namespace, &key, &id, cost).await;
-        match &r {
-            Ok(s) => {
-                state.metrics.reservation(&namespace, "committed");
-                state
-                    .metrics
-                    .reservation_cost(&namespace, "charged", s.charged);
-                state
-                    .metrics
-                    .reservation_cost(&namespace, "given_back", s.given_back);
-                state
-                    .metrics
-                    .reservation_cost(&namespace, "uncharged", s.uncharged);
-            }
-            Err(Error::UnknownReservation(_)) => state.metrics.reservation(&namespace, "not_open"),
-            Err(_) => {}
-        }
-        let s = r?;
+        let s = reservations::commit(&ns, &namespace, &key, &id, cost).await?;
         Ok(respond(&s.verdict, &s.verdict.policies, StatusCode::OK, &s))
     })
     .await?)

@@ -194,28 +194,6 @@ impl Metrics {
         bump(outcomes, &outcome, || outcome, 1);
     }
 
-    pub fn increments(&self, namespace: &str, n: u64) {
-        bump(&self.increments, namespace, || namespace.to_owned(), n);
-    }
-
-    /// A decision in `namespace` by `rule`: the name of the limit that decided (`60s`,
-    /// `gcra`) or of the descriptor rule. Both come from the config (or a window size of
-    /// it), so the labels do not grow with keys.
-    /// `shadow_denied`: allowed only because what would deny it is in shadow (counted
-    /// as allowed, and as a would-be denial).
-    pub fn decision(&self, namespace: &str, rule: &str, allowed: bool, shadow_denied: bool) {
-        let maps = std::iter::once(&self.decisions[usize::from(allowed)])
-            .chain(shadow_denied.then_some(&self.shadow_denials));
-        for map in maps {
-            let namespaces = map.pin();
-            let rules = match namespaces.get(namespace) {
-                Some(r) => r,
-                None => namespaces.get_or_insert_with(namespace.to_owned(), Default::default),
-            };
-            bump(rules, rule, || rule.to_owned(), 1);
-        }
-    }
-
     /// A `ShouldRateLimit` call answered with `code` (OK, OVER_LIMIT, or the gRPC error).
     pub fn rls_request(&self, domain: &str, code: &'static str) {
         let domains = self.rls.pin();
@@ -236,8 +214,38 @@ impl Metrics {
         bump(actions, &action, || action, n);
     }
 
+    /// Whether this node has taken a reserve call in `namespace`.
+    pub fn reserved_in(&self, namespace: &str) -> bool {
+        self.reservations.pin().contains_key(namespace)
+    }
+}
+
+/// The pipeline records its outcomes here (see [`swin::recorder`]).
+impl swin::recorder::Recorder for Metrics {
+    fn increments(&self, namespace: &str, n: u64) {
+        bump(&self.increments, namespace, || namespace.to_owned(), n);
+    }
+
+    /// A decision in `namespace` by `rule`: the name of the limit that decided (`60s`,
+    /// `gcra`) or of the descriptor rule. Both come from the config (or a window size of
+    /// it), so the labels do not grow with keys.
+    /// `shadow_denied`: allowed only because what would deny it is in shadow (counted
+    /// as allowed, and as a would-be denial).
+    fn decision(&self, namespace: &str, rule: &str, allowed: bool, shadow_denied: bool) {
+        let maps = std::iter::once(&self.decisions[usize::from(allowed)])
+            .chain(shadow_denied.then_some(&self.shadow_denials));
+        for map in maps {
+            let namespaces = map.pin();
+            let rules = match namespaces.get(namespace) {
+                Some(r) => r,
+                None => namespaces.get_or_insert_with(namespace.to_owned(), Default::default),
+            };
+            bump(rules, rule, || rule.to_owned(), 1);
+        }
+    }
+
     /// A key's runtime limits `set` or `deleted` through this node's API.
-    pub fn limit_change(&self, namespace: &str, change: &'static str) {
+    fn limit_change(&self, namespace: &str, change: &'static str) {
         let namespaces = self.limit_changes.pin();
         let changes = match namespaces.get(namespace) {
             Some(c) => c,
@@ -248,7 +256,7 @@ impl Metrics {
 
     /// A lease call through this node: `acquired`, `denied`, `released`, `renewed`, or
     /// `not_live` (a release or renewal of a lease released, lapsed or never granted).
-    pub fn lease(&self, namespace: &str, outcome: &'static str) {
+    fn lease(&self, namespace: &str, outcome: &'static str) {
         let namespaces = self.leases.pin();
         let outcomes = match namespaces.get(namespace) {
             Some(c) => c,
@@ -259,7 +267,7 @@ impl Metrics {
 
     /// A reserve or commit through this node: `reserved`, `denied`, `committed`, or
     /// `not_open` (a commit of a reservation committed already, lapsed or never made).
-    pub fn reservation(&self, namespace: &str, outcome: &'static str) {
+    fn reservation(&self, namespace: &str, outcome: &'static str) {
         let namespaces = self.reservations.pin();
         let outcomes = match namespaces.get(namespace) {
             Some(c) => c,
@@ -270,7 +278,7 @@ impl Metrics {
 
     /// Cost through reservations: `reserved` (estimates spent), `charged` (beyond the
     /// estimate), `given_back`, `uncharged` (beyond the estimate, past the limit).
-    pub fn reservation_cost(&self, namespace: &str, part: &'static str, cost: f64) {
+    fn reservation_cost(&self, namespace: &str, part: &'static str, cost: f64) {
         if cost <= 0.0 {
             return;
         }
@@ -284,11 +292,6 @@ impl Metrics {
         let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
             Some((f64::from_bits(bits) + cost).to_bits())
         });
-    }
-
-    /// Whether this node has taken a reserve call in `namespace`.
-    pub fn reserved_in(&self, namespace: &str) -> bool {
-        self.reservations.pin().contains_key(namespace)
     }
 }
 

@@ -55,9 +55,10 @@ impl Daemon {
         if config.auth.is_none() && !config.listen.ip().is_loopback() {
             warn!(listen = %config.listen, "no [auth] section: anyone who reaches this address can reset keys, sync and read metrics; add [auth] tokens or listen on loopback");
         }
-        let limiter = Limiter::start(config.clone()).await?;
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let limiter = Limiter::start_recording(config.clone(), metrics.clone()).await?;
         Ok(Daemon {
-            state: Arc::new(AppState::for_config(&config, limiter.serving())),
+            state: Arc::new(AppState::for_config(&config, limiter.serving(), metrics)),
             limiter,
             tls,
         })

@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::listening;
 use crate::policy::rules::{self};
 use crate::state::AppState;
-use swin::descriptors::{self, Ask};
+use swin::descriptors::{self, Descriptor};
 
 mod answers;
 mod leases;
@@ -204,7 +204,7 @@ fn invalid(why: String) -> Status {
 
 /// A request's descriptors, checked; at most `max` of them (`max_batch`, the cap on an
 /// HTTP batch too): more is RESOURCE_EXHAUSTED.
-fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Ask<'_>>, Status> {
+fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Descriptor<'_>>, Status> {
     if req.domain.is_empty() {
         return Err(invalid("domain must not be empty".into()));
     }
@@ -238,13 +238,13 @@ fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Ask<'_>>, Status> {
         .collect())
 }
 
-fn asked(d: &RateLimitDescriptor, default_hits: u64) -> Ask<'_> {
+fn asked(d: &RateLimitDescriptor, default_hits: u64) -> Descriptor<'_> {
     let entries: Vec<(&str, &str)> = d
         .entries
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()))
         .collect();
-    Ask {
+    Descriptor {
         entries,
         hits: d.hits_addend.map_or(default_hits, |h| h.value),
         negative: d.is_negative_hits,
@@ -366,14 +366,6 @@ impl Rls {
         let decided = descriptors::decide(ns, &asked)
             .await
             .map_err(|e| status_of(&e))?;
-        for c in &decided.counted {
-            self.state
-                .metrics
-                .decision(&req.domain, &c.policy, c.allowed, c.shadow_denied);
-        }
-        for what in &decided.leases {
-            self.state.metrics.lease(&req.domain, what);
-        }
         Ok(answers::response(req, ns, decided))
     }
 }

@@ -117,6 +117,7 @@ async fn router_with(more: &str) -> axum::Router {
     let state = Arc::new(AppState::for_config(
         &config,
         Arc::new(arc_swap::ArcSwap::from_pointee(ns)),
+        Default::default(),
     ));
     http::router(state)
 }

@@ -8,8 +8,9 @@
 //! dispatched by the [`Store`] enum; with the `faults` feature (tests only) `Faulty` wraps
 //! one to inject failures.
 //!
-//! The contracts and the one enum that dispatches all of their calls are kept together
-//! here, so a new call is added in one place; what the calls carry is in `types`.
+//! Each contract is declared once, with `store_calls!` (see `calls.rs`), which makes
+//! both its trait and the [`Store`] methods that run its calls; what the calls carry is
+//! in `types`.
 
 #[macro_use]
 mod calls;

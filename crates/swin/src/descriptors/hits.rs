@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use swin_core::Decision;
 
-use super::{blocked, Answer, Ask, Counted, Decided, Shown, Strictest};
+use super::{blocked, Answer, Counted, Decided, Descriptor, Shown, Strictest};
 use crate::decisions::Verdict;
 use crate::error::Error;
-use crate::pipeline::{take_all, touch_takes, undo_allowed, Take};
+use crate::pipeline::{take_all, touch_takes, undo_admitted, Take};
 use crate::policy::algorithm::Algorithm;
 use crate::policy::keys;
 use crate::policy::rules::{self, Found, Rule, RuleLimit};
@@ -47,7 +47,7 @@ impl Counter<'_> {
 /// Decides the descriptors `asks` on namespace `ns` (one that limits hits) as one
 /// request. An error is a store the request needed and could not use (then nothing of
 /// it is counted).
-pub(super) async fn decide(ns: &Namespace, asks: &[Ask<'_>]) -> Result<Decided, Error> {
+pub(super) async fn decide(ns: &Namespace, asks: &[Descriptor<'_>]) -> Result<Decided, Error> {
     let found = rules_of(ns, asks);
     let mut plan = Plan::new(ns, asks, &found);
     // one read for every key this node holds nothing for
@@ -63,7 +63,7 @@ pub(super) async fn decide(ns: &Namespace, asks: &[Ask<'_>]) -> Result<Decided, 
 
 /// Each descriptor's rule: its own override, else the tree's; found for every
 /// descriptor before any is counted.
-fn rules_of(ns: &Namespace, asks: &[Ask<'_>]) -> Vec<Option<Found>> {
+fn rules_of(ns: &Namespace, asks: &[Descriptor<'_>]) -> Vec<Option<Found>> {
     let algorithm = match (&ns.rules, &ns.limits) {
         (Some(r), _) => r.algorithm(),
         (None, Some(l)) => l.algorithm(),
@@ -100,7 +100,7 @@ fn rules_of(ns: &Namespace, asks: &[Ask<'_>]) -> Vec<Option<Found>> {
 /// under the namespace's algorithm). An override the algorithm cannot hold blocks that
 /// descriptor instead of failing the request: an error would let Envoy's default
 /// `failure_mode_deny: false` through, past the limits of the other descriptors.
-fn override_rule(a: &Ask<'_>, i: usize, algorithm: Algorithm) -> Option<Rule> {
+fn override_rule(a: &Descriptor<'_>, i: usize, algorithm: Algorithm) -> Option<Rule> {
     let (requests_per_unit, unit) = a.limit?;
     let limit = match rules::unit_secs(unit) {
         // 0 per unit blocks, as a rule's requests_per_unit: 0 does
@@ -141,7 +141,7 @@ struct Plan<'r> {
 
 impl<'r> Plan<'r> {
     /// What each descriptor answers without counting, or the hit it takes or gives back.
-    fn new(ns: &'r Namespace, asks: &[Ask<'_>], found: &'r [Option<Found>]) -> Plan<'r> {
+    fn new(ns: &'r Namespace, asks: &[Descriptor<'_>], found: &'r [Option<Found>]) -> Plan<'r> {
         let mut plan = Plan {
             answers: Vec::with_capacity(asks.len()),
             shown: Vec::with_capacity(asks.len()),
@@ -171,7 +171,7 @@ impl<'r> Plan<'r> {
         &mut self,
         ns: &'r Namespace,
         at: usize,
-        a: &Ask<'_>,
+        a: &Descriptor<'_>,
         f: &'r Found,
     ) -> Option<Shown> {
         let rule = &f.rule;
@@ -266,7 +266,7 @@ impl<'r> Plan<'r> {
         }
         if failed.is_some() || undo {
             let taken = self.takes.iter().zip(&verdicts);
-            undo_allowed(taken.map(|(c, v)| (&c.take, v.as_ref().ok())), false).await?;
+            undo_admitted(taken.map(|(c, v)| (&c.take, v.as_ref().ok())), false).await?;
         }
         if let Some(i) = failed {
             return Err(match verdicts.swap_remove(i) {

@@ -34,16 +34,24 @@ pub fn runs_to_the_end(ns: &Namespace) -> bool {
 
 /// Decides the descriptors `asks` on namespace `ns` as one request. An error is a store
 /// the request needed and could not use (then nothing of it is counted or taken).
-pub async fn decide(ns: &Namespace, asks: &[Ask<'_>]) -> Result<Decided, Error> {
-    match &ns.concurrency {
+pub async fn decide(ns: &Namespace, asks: &[Descriptor<'_>]) -> Result<Decided, Error> {
+    let decided = match &ns.concurrency {
         Some(c) => slots::decide(ns, c, asks).await,
         None => hits::decide(ns, asks).await,
+    }?;
+    let (recorder, name) = (ns.recorder(), ns.sync.name());
+    for c in &decided.counted {
+        recorder.decision(name, &c.policy, c.allowed, c.shadow_denied);
     }
+    for what in &decided.leases {
+        recorder.lease(name, what);
+    }
+    Ok(decided)
 }
 
 /// One descriptor of a request, as the door read it.
 #[derive(Debug, Clone)]
-pub struct Ask<'a> {
+pub struct Descriptor<'a> {
     /// Its entries, in order: (key, value).
     pub entries: Vec<(&'a str, &'a str)>,
     /// Its hits (the request's `hits_addend` unless its own says).

@@ -19,10 +19,11 @@ use std::time::Duration;
 
 use swin_core::UnixMs;
 
-use super::{Answer, Ask, Counted, Decided, Shown, Strictest};
-use crate::config::{Concurrency, MAX_CONCURRENCY};
+use super::{Answer, Counted, Decided, Descriptor, Shown, Strictest};
+use crate::config::Concurrency;
 use crate::error::Error;
-use crate::leases::{acquire_for_envoy, release_for_envoy, undo_acquire, AcquireAnswer};
+use crate::leases::{release_for_envoy, AcquireAnswer};
+use crate::pipeline::{take_all, undo_admitted, Acquiring};
 use crate::policy::keys;
 use crate::policy::rules::{Found, Rule, RuleLimit};
 use crate::state::Namespace;
@@ -58,7 +59,11 @@ enum Plan {
 /// Each descriptor's rule (for the answer) and plan: its own `limit` first, else the
 /// namespace's rules (the tree, `replaces`, `share_threshold`), else — a namespace
 /// without rules — the namespace's `limit` on the descriptor's key.
-fn plans(ns: &Namespace, c: &Concurrency, asks: &[Ask<'_>]) -> Vec<(Option<Arc<Rule>>, Plan)> {
+fn plans(
+    ns: &Namespace,
+    c: &Concurrency,
+    asks: &[Descriptor<'_>],
+) -> Vec<(Option<Arc<Rule>>, Plan)> {
     let slots = |at: usize, key: String, limit: u64, rule: Option<&Rule>| Slots {
         at,
         key,
@@ -135,7 +140,7 @@ fn until(a: &AcquireAnswer, at: UnixMs) -> Duration {
 pub(super) async fn decide(
     ns: &Namespace,
     c: &Concurrency,
-    asks: &[Ask<'_>],
+    asks: &[Descriptor<'_>],
 ) -> Result<Decided, Error> {
     let mut d = Decided {
         answers: Vec::with_capacity(asks.len()),
@@ -163,7 +168,7 @@ pub(super) async fn decide(
         d.answers.push(Answer { rule, shown });
     }
     end_all(ns, &ends, &mut d).await?;
-    take_all(ns, c, &takes, &mut d).await?;
+    take_all_slots(ns, c, &takes, &mut d).await?;
     Ok(d)
 }
 
@@ -180,8 +185,8 @@ async fn end_all(ns: &Namespace, ends: &[Slots], d: &mut Decided) -> Result<(), 
     Ok(())
 }
 
-/// Takes each descriptor's slots of `takes`, all or nothing.
-async fn take_all(
+/// Takes each descriptor's slots of `takes` through the pipeline, all or nothing.
+async fn take_all_slots(
     ns: &Namespace,
     c: &Concurrency,
     takes: &[Slots],
@@ -191,44 +196,39 @@ async fn take_all(
     for s in takes.iter().filter(|s| s.count == 0) {
         d.answers[s.at].shown = s.shown(true, 0, Duration::ZERO);
     }
-    // more slots than the limit holds in all: over it, nothing taken
-    let (fit, too_many): (Vec<&Slots>, Vec<&Slots>) = takes
+    let asks: Vec<(&Slots, Acquiring)> = takes
         .iter()
         .filter(|s| s.count > 0)
-        .partition(|s| s.shadow || u64::from(s.count) <= s.limit);
+        .map(|s| {
+            let a = Acquiring::for_envoy(ns, c, s.key.clone(), s.count, s.limit, s.shadow);
+            (s, a)
+        })
+        .collect();
+    // more slots than the limit holds in all: over it, nothing taken
+    let (fit, too_many): (Vec<_>, Vec<_>) = asks.into_iter().partition(|(_, a)| a.fits());
     d.over |= !too_many.is_empty();
-    for s in &too_many {
+    for (s, _) in &too_many {
         d.answers[s.at].shown = s.shown(false, 0, Duration::ZERO);
     }
-    // taken even when another descriptor is already over (and ended again below), so
-    // that each descriptor's answer says where its own key stands; a rule in shadow
-    // mode takes its slots past its limit too (the same negative hits end them) and
-    // answers what the limit would have said
-    let mut taken = futures_util::future::join_all(fit.iter().map(|s| {
-        let limit = if s.shadow { MAX_CONCURRENCY } else { s.limit };
-        acquire_for_envoy(ns, c, &s.key, s.count, limit)
-    }))
-    .await;
-    for (s, t) in fit.iter().zip(&mut taken) {
-        if let (true, Ok(a)) = (s.shadow, t) {
-            a.limit = s.limit;
-        }
-    }
+    // taken even when another descriptor is already over (and undone below), so that
+    // each descriptor's answer says where its own key stands
+    let mut taken = take_all(fit.iter().map(|(_, a)| a), false).await;
     let failed = taken.iter().position(Result::is_err);
     d.over |= taken
         .iter()
         .any(|t| matches!(t, Ok(a) if !a.acquired.granted));
     if failed.is_some() || d.over {
-        // all or nothing: what was granted is ended again
-        let back = fit.iter().zip(&taken).filter_map(|(s, t)| match t {
-            Ok(a) if a.acquired.granted => Some(undo_acquire(ns, &s.key, a)),
-            _ => None,
-        });
-        futures_util::future::join_all(back).await;
+        // all or nothing: what was granted is undone
+        let undone = fit
+            .iter()
+            .map(|(_, a)| a)
+            .zip(taken.iter().map(|t| t.as_ref().ok()));
+        undo_admitted(undone, false).await?;
     }
     if let Some(i) = failed {
         return Err(taken.swap_remove(i).err().unwrap_or(Error::Internal));
     }
+    let fit: Vec<&Slots> = fit.iter().map(|(s, _)| *s).collect();
     show_taken(&fit, &taken, d);
     Ok(())
 }
@@ -245,7 +245,7 @@ fn show_taken(fit: &[&Slots], taken: &[Result<AcquireAnswer, Error>], d: &mut De
         d.counted.push(Counted {
             policy: Arc::from("concurrency"),
             allowed: granted,
-            shadow_denied: s.shadow && granted && a.acquired.in_flight > s.limit,
+            shadow_denied: a.shadow_denied,
         });
         d.answers[s.at].shown = if granted && !over {
             s.shown(

@@ -1,13 +1,13 @@
 //! Where a namespace's leases (and reservations' records) are kept, picked once when the
 //! namespace is built: in its store (every call one atomic step there, bounded by
 //! `answer_timeout`), or, for a local-only namespace, in this node's memory
-//! ([`LocalLeases`]). Every lease call of every door goes through it; nothing else
-//! asks where leases live.
+//! ([`LocalLeases`], a memory backend of the same [`LeaseStore`] interface). Every
+//! lease call of every door goes through it; nothing else asks where leases live.
 
 use std::sync::Arc;
 
 use swin_core::UnixMs;
-use swin_sync::store::{Acquire, Acquired};
+use swin_sync::store::{Acquire, Acquired, LeaseStore};
 use swin_sync::NamespaceSync;
 
 use super::LocalLeases;
@@ -45,7 +45,7 @@ impl LeaseBook {
     pub async fn acquire(&self, a: Acquire<'_>, what: &str) -> Result<Acquired, Error> {
         match self {
             LeaseBook::Store(sync) => stored(sync.acquire_lease(a).await, what),
-            LeaseBook::Local(l) => l.acquire(&a),
+            LeaseBook::Local(l) => local(l.acquire("", a).await),
         }
     }
 
@@ -64,7 +64,10 @@ impl LeaseBook {
                 sync.end_or_renew_lease(key, lease, now, renew_to).await,
                 what,
             ),
-            LeaseBook::Local(l) => Ok(l.end_or_renew(key, lease, now, renew_to)),
+            LeaseBook::Local(l) => local(match renew_to {
+                None => l.release("", key, lease, now, now).await,
+                Some(to) => l.renew("", key, lease, to, now, now).await,
+            }),
         }
     }
 
@@ -83,7 +86,7 @@ impl LeaseBook {
                 sync.release_lease_slots(key, prefix, count, now).await,
                 what,
             ),
-            LeaseBook::Local(l) => Ok(l.release_slots(key, prefix, count, now)),
+            LeaseBook::Local(l) => local(l.release_slots("", key, prefix, count, now, now).await),
         }
     }
 
@@ -92,7 +95,7 @@ impl LeaseBook {
     pub async fn in_flight(&self, now: UnixMs) -> Result<u64, swin_sync::StoreError> {
         match self {
             LeaseBook::Store(sync) => sync.leases_in_flight(now).await.unwrap_or(Ok(0)),
-            LeaseBook::Local(l) => Ok(l.in_flight(now)),
+            LeaseBook::Local(l) => l.in_flight("", now).await,
         }
     }
 }
@@ -107,4 +110,13 @@ fn stored<T>(r: Option<Result<T, swin_sync::StoreError>>, what: &str) -> Result<
             Err(Error::Internal)
         }
     }
+}
+
+/// A call on this node's leases as a request's answer: the one failure it has is a full
+/// table (a 503, try again later).
+fn local<T>(r: Result<T, swin_sync::StoreError>) -> Result<T, Error> {
+    r.map_err(|e| match e {
+        swin_sync::StoreError::Unavailable(m) => Error::Unavailable(m),
+        e => Error::store(&e, "leases kept on this node"),
+    })
 }

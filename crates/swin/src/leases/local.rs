@@ -1,14 +1,15 @@
-//! A local-only namespace's leases, kept on this node: the same acquire, release and
-//! lapse rules as a store's (see [`swin_sync::store::LeaseStore`]), read against them.
+//! A local-only namespace's leases, kept on this node: a memory backend of the same
+//! store interface as the others ([`LeaseStore`]), so its acquire, release and lapse
+//! rules are the stores' and are called the same way. One table per namespace: the
+//! calls' `namespace` is not read, and neither is `not_after` (nothing here waits).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use swin_core::UnixMs;
-use swin_sync::store::{Acquire, Acquired};
-
-use crate::error::Error;
+use swin_sync::store::{Acquire, Acquired, LeaseStore};
+use swin_sync::StoreError;
 
 /// One lease held on this node (local-only namespaces).
 #[derive(Debug, Clone)]
@@ -65,7 +66,7 @@ impl LocalLeases {
     }
 
     /// Slots of the live leases of every key.
-    pub fn in_flight(&self, now: UnixMs) -> u64 {
+    fn slots_in_flight(&self, now: UnixMs) -> u64 {
         self.shards
             .iter()
             .map(|s| {
@@ -87,8 +88,8 @@ impl LocalLeases {
             .sum()
     }
 
-    /// See [`swin_sync::store::LeaseStore::acquire`]; refuses a new key past `max_keys`.
-    pub fn acquire(&self, a: &Acquire<'_>) -> Result<Acquired, Error> {
+    /// See [`LeaseStore::acquire`]; refuses a new key past `max_keys`.
+    fn take(&self, a: &Acquire<'_>) -> Result<Acquired, StoreError> {
         let max_keys = self.max_keys;
         self.maybe_sweep(a.now);
         let mut map = self.shard(a.key);
@@ -99,7 +100,7 @@ impl LocalLeases {
                 !leases.is_empty()
             });
             if map.len() >= max_keys.div_ceil(SHARDS) {
-                return Err(Error::Unavailable(format!(
+                return Err(StoreError::Unavailable(format!(
                     "the node holds leases of {max_keys} keys (max_counters); try again later"
                 )));
             }
@@ -128,13 +129,7 @@ impl LocalLeases {
     }
 
     /// Ends (`renew_to: None`) or renews a live lease; false when it is not live.
-    pub fn end_or_renew(
-        &self,
-        key: &str,
-        lease: &str,
-        now: UnixMs,
-        renew_to: Option<UnixMs>,
-    ) -> bool {
+    fn end_or_renew(&self, key: &str, lease: &str, now: UnixMs, renew_to: Option<UnixMs>) -> bool {
         self.maybe_sweep(now);
         let mut map = self.shard(key);
         let Some(leases) = map.get_mut(key) else {
@@ -157,8 +152,8 @@ impl LocalLeases {
 }
 
 impl LocalLeases {
-    /// See [`swin_sync::store::LeaseStore::release_slots`].
-    pub fn release_slots(&self, key: &str, prefix: &str, count: u32, now: UnixMs) -> u32 {
+    /// See [`LeaseStore::release_slots`].
+    fn end_slots(&self, key: &str, prefix: &str, count: u32, now: UnixMs) -> u32 {
         self.maybe_sweep(now);
         let mut map = self.shard(key);
         let Some(leases) = map.get_mut(key) else {
@@ -187,6 +182,51 @@ impl LocalLeases {
     }
 }
 
+impl LeaseStore for LocalLeases {
+    async fn acquire(&self, _namespace: &str, a: Acquire<'_>) -> Result<Acquired, StoreError> {
+        self.take(&a)
+    }
+
+    async fn release(
+        &self,
+        _namespace: &str,
+        key: &str,
+        lease: &str,
+        now: UnixMs,
+        _not_after: UnixMs,
+    ) -> Result<bool, StoreError> {
+        Ok(self.end_or_renew(key, lease, now, None))
+    }
+
+    async fn release_slots(
+        &self,
+        _namespace: &str,
+        key: &str,
+        prefix: &str,
+        count: u32,
+        now: UnixMs,
+        _not_after: UnixMs,
+    ) -> Result<u32, StoreError> {
+        Ok(self.end_slots(key, prefix, count, now))
+    }
+
+    async fn in_flight(&self, _namespace: &str, now: UnixMs) -> Result<u64, StoreError> {
+        Ok(self.slots_in_flight(now))
+    }
+
+    async fn renew(
+        &self,
+        _namespace: &str,
+        key: &str,
+        lease: &str,
+        expires_at: UnixMs,
+        now: UnixMs,
+        _not_after: UnixMs,
+    ) -> Result<bool, StoreError> {
+        Ok(self.end_or_renew(key, lease, now, Some(expires_at)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,24 +247,24 @@ mod tests {
             ("envoy.a", 2, 1_000),
             ("mine", 1, 500),
         ] {
-            assert!(l.acquire(&at(lease, count, lapse)).unwrap().granted);
+            assert!(l.take(&at(lease, count, lapse)).unwrap().granted);
         }
-        assert_eq!(l.release_slots("k", "envoy.", 3, UnixMs(10)), 3);
+        assert_eq!(l.end_slots("k", "envoy.", 3, UnixMs(10)), 3);
         assert!(
             !l.end_or_renew("k", "envoy.a", UnixMs(10), None),
             "ended whole"
         );
         let probe = l
-            .acquire(&Acquire {
+            .take(&Acquire {
                 now: UnixMs(10),
                 ..at("p", 8, 3_000)
             })
             .unwrap();
         assert_eq!((probe.granted, probe.in_flight), (false, 3));
-        assert_eq!(l.release_slots("k", "envoy.", 5, UnixMs(10)), 2);
-        assert_eq!(l.release_slots("k", "envoy.", 1, UnixMs(10)), 0);
+        assert_eq!(l.end_slots("k", "envoy.", 5, UnixMs(10)), 2);
+        assert_eq!(l.end_slots("k", "envoy.", 1, UnixMs(10)), 0);
         assert!(l.end_or_renew("k", "mine", UnixMs(10), None));
-        assert_eq!(l.release_slots("none", "envoy.", 1, UnixMs(10)), 0);
+        assert_eq!(l.end_slots("none", "envoy.", 1, UnixMs(10)), 0);
     }
 
     fn acquire<'a>(key: &'a str, lease: &'a str, count: u32, now: i64) -> Acquire<'a> {
@@ -241,22 +281,22 @@ mod tests {
     #[test]
     fn never_past_the_limit_and_freed_by_release_or_lapse() {
         let l = LocalLeases::new(100);
-        assert!(l.acquire(&acquire("k", "a", 2, 0)).unwrap().granted);
-        let b = l.acquire(&acquire("k", "b", 2, 10)).unwrap();
+        assert!(l.take(&acquire("k", "a", 2, 0)).unwrap().granted);
+        let b = l.take(&acquire("k", "b", 2, 10)).unwrap();
         assert_eq!((b.granted, b.in_flight), (false, 2));
         assert_eq!(b.earliest_lapse, Some(UnixMs(1_000)));
-        assert!(l.acquire(&acquire("other", "b", 3, 10)).unwrap().granted);
+        assert!(l.take(&acquire("other", "b", 3, 10)).unwrap().granted);
         // a retried acquire replaces itself
-        let again = l.acquire(&acquire("k", "a", 2, 20)).unwrap();
+        let again = l.take(&acquire("k", "a", 2, 20)).unwrap();
         assert_eq!((again.granted, again.in_flight), (true, 2));
         assert!(l.end_or_renew("k", "a", UnixMs(30), None));
         assert!(!l.end_or_renew("k", "a", UnixMs(30), None), "once");
-        assert!(l.acquire(&acquire("k", "c", 3, 40)).unwrap().granted);
+        assert!(l.take(&acquire("k", "c", 3, 40)).unwrap().granted);
         // lapsed at 1,040: the slots are free, the lease cannot be renewed
         assert!(!l.end_or_renew("k", "c", UnixMs(1_040), Some(UnixMs(5_000))));
-        assert!(l.acquire(&acquire("k", "d", 3, 1_040)).unwrap().granted);
+        assert!(l.take(&acquire("k", "d", 3, 1_040)).unwrap().granted);
         assert!(l.end_or_renew("k", "d", UnixMs(1_050), Some(UnixMs(9_000))));
-        assert!(!l.acquire(&acquire("k", "e", 1, 5_000)).unwrap().granted);
+        assert!(!l.take(&acquire("k", "e", 1, 5_000)).unwrap().granted);
     }
 
     #[test]
@@ -265,9 +305,9 @@ mod tests {
         let mut refused = 0;
         for i in 0..200 {
             let key = format!("k{i}");
-            match l.acquire(&acquire(&key, "a", 1, 0)) {
+            match l.take(&acquire(&key, "a", 1, 0)) {
                 Ok(a) => assert!(a.granted),
-                Err(Error::Unavailable(_)) => refused += 1,
+                Err(StoreError::Unavailable(_)) => refused += 1,
                 Err(e) => panic!("{e}"),
             }
         }
@@ -277,6 +317,6 @@ mod tests {
             l.keys()
         );
         // once they lapse, new keys fit again
-        assert!(l.acquire(&acquire("late", "a", 1, 5_000)).unwrap().granted);
+        assert!(l.take(&acquire("late", "a", 1, 5_000)).unwrap().granted);
     }
 }

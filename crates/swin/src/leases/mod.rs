@@ -19,10 +19,11 @@ mod local;
 use std::time::Duration;
 
 use swin_core::UnixMs;
-use swin_sync::store::{Acquire, Acquired};
+use swin_sync::store::Acquired;
 
 use crate::config::Concurrency;
 use crate::error::Error;
+use crate::pipeline::{Acquiring, Ask};
 use crate::state::Namespace;
 
 pub use self::book::LeaseBook;
@@ -44,6 +45,8 @@ pub struct AcquireAnswer {
     pub expires_at: UnixMs,
     /// The time the acquire was decided at (store time).
     pub now: UnixMs,
+    /// Granted only because its limit is in shadow (the limit would have refused it).
+    pub shadow_denied: bool,
 }
 
 impl AcquireAnswer {
@@ -114,9 +117,10 @@ fn now() -> UnixMs {
     swin_sync::now()
 }
 
-/// Takes `req.count` slots of `key` if the key's live leases leave room. An acquire in
-/// a store is carried out to its answer even when its caller goes away (and ended by
-/// the node if that answer was an error), never cut off half-way.
+/// Takes `req.count` slots of `key` if the key's live leases leave room: the pipeline's
+/// stages for one acquire ([`Acquiring`]). An acquire in a store is carried out to its
+/// answer even when its caller goes away (and ended by the node if that answer was an
+/// error), never cut off half-way.
 pub async fn acquire(
     ns: &std::sync::Arc<Namespace>,
     name: &str,
@@ -125,37 +129,19 @@ pub async fn acquire(
 ) -> Result<AcquireAnswer, Error> {
     let in_store = matches!(ns.leases, LeaseBook::Store(_));
     let (ns, name, key) = (ns.clone(), name.to_owned(), key.to_owned());
-    crate::requests::to_the_end(
-        in_store,
-        async move { acquire_now(&ns, &name, &key, req).await },
-    )
+    crate::requests::to_the_end(in_store, async move {
+        let a = Acquiring::of_request(&ns, &name, &key, req)?
+            .take(false)
+            .await?;
+        let outcome = if a.acquired.granted {
+            "acquired"
+        } else {
+            "denied"
+        };
+        ns.recorder().lease(&name, outcome);
+        Ok(a)
+    })
     .await
-}
-
-async fn acquire_now(
-    ns: &Namespace,
-    name: &str,
-    key: &str,
-    req: AcquireRequest,
-) -> Result<AcquireAnswer, Error> {
-    let c = concurrency_of(ns, name)?;
-    crate::policy::input::check_key(key)?;
-    if req.count == 0 || u64::from(req.count) > c.limit {
-        return Err(Error::BadRequest(format!(
-            "count: {} is not between 1 and the namespace's limit {}",
-            req.count, c.limit
-        )));
-    }
-    let ttl = lease_ttl(req.ttl, &c)?;
-    let own_id = req.lease.is_some();
-    let lease = match req.lease {
-        Some(id) => {
-            check_lease_id(&id)?;
-            id
-        }
-        None => new_lease_id(),
-    };
-    take(ns, key, lease, own_id, req.count, c.limit, ttl).await
 }
 
 /// The prefix of the leases Envoy's door takes. Envoy names no lease when a request
@@ -164,89 +150,12 @@ async fn acquire_now(
 /// (hex, or a client's own) are never ended that way unless a client picks this prefix.
 pub const ENVOY_LEASES: &str = "envoy.";
 
-/// Envoy's door: takes `count` slots of `key` under `limit` for the namespace's
-/// `lease_ttl`, under a new lease of [`ENVOY_LEASES`].
-pub async fn acquire_for_envoy(
-    ns: &Namespace,
-    c: &Concurrency,
-    key: &str,
-    count: u32,
-    limit: u64,
-) -> Result<AcquireAnswer, Error> {
-    let lease = format!("{ENVOY_LEASES}{}", new_lease_id());
-    take(ns, key, lease, false, count, limit, c.lease_ttl).await
-}
-
 /// Envoy's door: ends up to `count` slots of `key`'s leases taken by that door, the
 /// earliest to lapse first; answers the slots ended (none when they lapsed).
 pub async fn release_for_envoy(ns: &Namespace, key: &str, count: u32) -> Result<u32, Error> {
     ns.leases
         .release_slots(key, ENVOY_LEASES, count, now(), "releasing leases")
         .await
-}
-
-/// Ends a lease a door took for a request it then refused (all or nothing), at once,
-/// or by a task retrying until the store answers.
-pub async fn undo_acquire(ns: &Namespace, key: &str, a: &AcquireAnswer) {
-    let ended = ns
-        .leases
-        .end_or_renew(key, &a.lease, now(), None, "ending a lease")
-        .await;
-    if ended.is_err() {
-        tokio::spawn(undo_lease(
-            ns.leases.clone(),
-            key.to_owned(),
-            a.lease.clone(),
-            a.expires_at,
-        ));
-    }
-}
-
-/// Takes `count` slots of `key` under `lease` if its live leases leave room under
-/// `limit`. A lease the node made (`own_id` false) that the store may have granted
-/// though the call failed is ended by the node.
-async fn take(
-    ns: &Namespace,
-    key: &str,
-    lease: String,
-    own_id: bool,
-    count: u32,
-    limit: u64,
-    ttl: Duration,
-) -> Result<AcquireAnswer, Error> {
-    let now = now();
-    let expires_at = UnixMs(now.0.saturating_add(ttl.as_millis() as i64));
-    let a = Acquire {
-        key,
-        lease: &lease,
-        count,
-        limit,
-        expires_at,
-        now,
-    };
-    let acquired = match ns.leases.acquire(a, "acquiring a lease").await {
-        Ok(acquired) => acquired,
-        Err(e) => {
-            if !own_id && e.is_store() {
-                // the store may have granted it before the call failed (a timeout): no
-                // client knows the id, so the node ends it, not its lapse
-                tokio::spawn(undo_lease(
-                    ns.leases.clone(),
-                    key.to_owned(),
-                    lease.clone(),
-                    expires_at,
-                ));
-            }
-            return Err(e);
-        }
-    };
-    Ok(AcquireAnswer {
-        acquired,
-        lease,
-        limit,
-        expires_at,
-        now,
-    })
 }
 
 /// Ends a lease an acquire may have taken though it answered an error, retrying until
@@ -267,7 +176,9 @@ pub(crate) async fn undo_lease(book: LeaseBook, key: String, lease: String, expi
 /// Ends a live lease of `key`: its slots are free at once. 404 `unknown_lease` when it
 /// is unknown, released or lapsed (nothing changes).
 pub async fn release(ns: &Namespace, name: &str, key: &str, lease: &str) -> Result<(), Error> {
-    end_or_renew(ns, name, key, lease, None).await.map(|_| ())
+    let r = end_or_renew(ns, name, key, lease, None).await;
+    record(ns, name, &r, "released");
+    r.map(|_| ())
 }
 
 /// Moves a live lease's lapse to `ttl` from now; answers the new lapse time.
@@ -280,7 +191,18 @@ pub async fn renew(
 ) -> Result<UnixMs, Error> {
     let c = concurrency_of(ns, name)?;
     let ttl = lease_ttl(ttl, &c)?;
-    end_or_renew(ns, name, key, lease, Some(ttl)).await
+    let r = end_or_renew(ns, name, key, lease, Some(ttl)).await;
+    record(ns, name, &r, "renewed");
+    r
+}
+
+/// Records a release's or renewal's outcome: `done`, or `not_live`.
+fn record<T>(ns: &Namespace, name: &str, r: &Result<T, Error>, done: &'static str) {
+    match r {
+        Ok(_) => ns.recorder().lease(name, done),
+        Err(Error::UnknownLease(_)) => ns.recorder().lease(name, "not_live"),
+        Err(_) => {}
+    }
 }
 
 async fn end_or_renew(

@@ -84,6 +84,8 @@ pub struct Limiter {
     config: Config,
     leftovers: Leftovers,
     spool_files: SpoolFiles,
+    /// Where every namespace's outcomes are recorded.
+    recorder: Arc<dyn crate::recorder::Recorder>,
 }
 
 impl Limiter {
@@ -92,6 +94,15 @@ impl Limiter {
     /// namespaces. A store that does not answer yet does not hold up the start: its
     /// namespaces count in memory and sync once it answers.
     pub async fn start(config: Config) -> anyhow::Result<Limiter> {
+        Limiter::start_recording(config, Arc::new(crate::recorder::NoRecorder)).await
+    }
+
+    /// [`Limiter::start`], with every namespace's outcomes (decisions, leases,
+    /// reservations, increments, runtime limit changes) recorded to `recorder`.
+    pub async fn start_recording(
+        config: Config,
+        recorder: Arc<dyn crate::recorder::Recorder>,
+    ) -> anyhow::Result<Limiter> {
         if !config.stores.is_empty() {
             // found out now, not at the stop that needs to spool
             spool::prepare(&config.data_dir).with_context(|| {
@@ -115,6 +126,7 @@ impl Limiter {
             config: config.clone(),
             leftovers: Default::default(),
             spool_files: Default::default(),
+            recorder,
         };
         for (name, (cfg, store)) in connected {
             node.add_store(name, cfg, store);
@@ -162,6 +174,7 @@ impl Limiter {
                 answer: self.config.answer_timeout,
             },
         );
+        namespace.record_to(self.recorder.clone());
         Running {
             config: cfg.clone(),
             store_config: connected.map(|c| c.config.clone()),

@@ -389,7 +389,7 @@ impl Proxy {
 async fn count_allowed(ns: &Namespace, counts: Vec<(String, u64)>) {
     let now = swin_sync::now();
     for (key, allowed) in counts.into_iter().filter(|(_, n)| *n > 0) {
-        if let Err(e) = crate::counting::increment_key(ns, &key, allowed as f64, None, now).await {
+        if let Err(e) = crate::counting::count_key(ns, &key, allowed as f64, None, now).await {
             tracing::warn!(key, cause = %e, "a proxy's allowed requests were not counted");
         }
     }

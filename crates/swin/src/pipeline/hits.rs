@@ -1,0 +1,178 @@
+//! A hit as an ask of the pipeline (see [`super`]): checked, resolved against its
+//! key's effective limits, taken through its namespace's admission (shadow applied here
+//! and only here), undone when its request is refused as a whole.
+
+use std::borrow::Cow;
+
+use swin_sync::admission::{GiveBack, Spend};
+
+use super::Ask;
+use crate::decisions::{bounds, limits_of, verdict, Verdict};
+use crate::error::Error;
+use crate::policy::input::check_key;
+use crate::policy::limits::KeyLimits;
+use crate::runtime_limits::Effective;
+use crate::state::Namespace;
+
+/// One hit of a request on its way through the pipeline: its namespace, counter key,
+/// cost and the limits it is decided under (the config's or a descriptor rule's until
+/// [`Take::resolve`], then the key's effective ones).
+#[derive(Debug, Clone)]
+pub struct Take<'r> {
+    /// Its namespace.
+    pub ns: &'r Namespace,
+    /// The counter key.
+    pub key: Cow<'r, str>,
+    /// What it costs.
+    pub cost: f64,
+    /// The limits it is decided under.
+    pub limits: Effective<'r>,
+    /// In shadow (its namespace, or its descriptor rule): allowed whatever its counts say,
+    /// and marked when they would deny it.
+    pub shadow: bool,
+    /// Denied hits count too (the namespace's `count_denied`).
+    pub count_denied: bool,
+}
+
+impl<'r> Take<'r> {
+    /// A hit of `cost` on `key` under the namespace's limits for the key, after the
+    /// checks that need no store: the key, a cost some limit could take, and that the
+    /// namespace has limits (`namespace` names it in the error).
+    pub fn of_key(
+        ns: &'r Namespace,
+        namespace: &str,
+        key: &'r str,
+        cost: f64,
+    ) -> Result<Take<'r>, Error> {
+        check_key(key)?;
+        let limits = limits_of(ns, namespace)?;
+        swin_core::check_cost(cost)?;
+        Ok(Take {
+            ns,
+            key: Cow::Borrowed(key),
+            cost,
+            limits: Effective::Config(limits.for_key(key)),
+            shadow: limits.shadow,
+            count_denied: limits.count_denied,
+        })
+    }
+
+    /// A hit of `cost` on `key` under `limits` (a descriptor rule's, or limits a
+    /// reservation settles under), unchecked.
+    pub fn under(
+        ns: &'r Namespace,
+        key: impl Into<Cow<'r, str>>,
+        cost: f64,
+        limits: Effective<'r>,
+        shadow: bool,
+    ) -> Take<'r> {
+        Take {
+            ns,
+            key: key.into(),
+            cost,
+            limits,
+            shadow,
+            count_denied: false,
+        }
+    }
+
+    /// The key's effective limits (its runtime limits, read by its first touch, else
+    /// those it was made with), without checking the cost (a refund takes any).
+    pub fn effective_limits(&mut self) {
+        if let Effective::Config(config) = self.limits {
+            self.limits = self.ns.effective(&self.key, config);
+        }
+    }
+
+    /// Stage 3: the key's effective limits (its runtime limits, read by its first
+    /// touch, else those it was made with), and whether they take its cost (in shadow
+    /// no window limit refuses a cost).
+    pub fn resolve(&mut self) -> Result<(), Error> {
+        self.effective_limits();
+        Ok(self.limits.check_cost_in(self.cost, self.shadow)?)
+    }
+
+    /// Stage 4 for this hit alone: decides it through the namespace's admission and,
+    /// unless `dry_run`, spends it when allowed (and when denied too where denied hits
+    /// count, or in shadow). In shadow every hit is allowed; one its limits would deny
+    /// is marked.
+    async fn take_hit(&self, dry_run: bool) -> Result<Verdict, Error> {
+        let spend = match (dry_run, self.count_denied || self.shadow) {
+            (true, _) => Spend::DryRun,
+            (false, false) => Spend::IfAllowed,
+            (false, true) => Spend::Always,
+        };
+        let ns = self.ns;
+        let limits: &KeyLimits = &self.limits;
+        let mut a = ns
+            .admission
+            .take(&self.key, bounds(limits), self.cost, spend)
+            .await?;
+        if self.shadow && !a.decision.allowed {
+            // allowed; its wait stays, as when the hit would have passed
+            a.decision.allowed = true;
+            a.shadow_denied = true;
+        }
+        crate::spans::decided(
+            ns.sync.name(),
+            match (a.decision.allowed, a.shadow_denied) {
+                (_, true) => "shadow_denied",
+                (true, _) => "allowed",
+                (false, _) => "denied",
+            },
+        );
+        if !dry_run {
+            let now = swin_sync::now().secs();
+            ns.heaviest.hits.add(&self.key, self.cost, now);
+            // the top denied keys include those a limit in shadow would deny
+            if !a.decision.allowed || a.shadow_denied {
+                ns.heaviest.denied.add(&self.key, self.cost, now);
+            }
+        }
+        Ok(verdict(limits, a))
+    }
+
+    /// Takes back this hit, allowed and then not wanted (its request was refused as a
+    /// whole, or its answer failed): exactly what it took.
+    pub async fn undo(&self) -> Result<(), Error> {
+        self.ns
+            .admission
+            .give_back(&self.key, bounds(&self.limits), self.cost, GiveBack::Undo)
+            .await?;
+        Ok(())
+    }
+
+    /// Gives back up to its cost of hits admitted but not used (a refund: never below
+    /// zero, GCRA never past a full bucket); answers what was given and the key after
+    /// it, as a dry run would see it.
+    pub async fn refund(&self) -> Result<(f64, Verdict), Error> {
+        let back = self
+            .ns
+            .admission
+            .give_back(&self.key, bounds(&self.limits), self.cost, GiveBack::Refund)
+            .await?;
+        let after = back.after.ok_or(Error::Internal)?;
+        Ok((back.given, verdict(&self.limits, after)))
+    }
+}
+
+impl Ask for Take<'_> {
+    type Taken = Verdict;
+
+    /// Stage 4 for this hit alone: decides it through the namespace's admission and,
+    /// unless `dry_run`, spends it when allowed (and when denied too where denied hits
+    /// count, or in shadow). In shadow every hit is allowed; one its limits would deny
+    /// is marked.
+    async fn take(&self, dry_run: bool) -> Result<Verdict, Error> {
+        self.take_hit(dry_run).await
+    }
+
+    fn admitted(taken: &Verdict) -> bool {
+        taken.allowed()
+    }
+
+    /// See [`Take::undo`].
+    async fn undo(&self, _taken: &Verdict) -> Result<(), Error> {
+        Take::undo(self).await
+    }
+}
