@@ -118,7 +118,7 @@ store_calls! {
 }
 
 /// The configured store: one of the backends (or, in tests, one wrapped to fail on
-/// demand). Its calls are made by [`store_calls!`] from the contracts above: each runs
+/// demand). Its calls are made by `store_calls!` from the contracts above: each runs
 /// the backend's call in a span, and skips a call with nothing to do.
 #[derive(Debug, Clone)]
 pub enum Store {
