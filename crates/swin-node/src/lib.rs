@@ -18,6 +18,6 @@ pub(crate) mod tls;
 
 // what the doors use of the library, under the names they had in the daemon
 pub use swin::{
-    auth, config, counting, decisions, error, giving_back, leases, policy, requests, reservations,
-    runtime_limits, spool,
+    auth, config, counting, decisions, error, giving_back, leases, pipeline, policy, requests,
+    reservations, runtime_limits, spool,
 };

@@ -86,6 +86,6 @@ impl AppState {
     }
 
     pub(crate) fn namespace(&self, name: &str) -> Result<Arc<Namespace>, Error> {
-        swin::limiter::namespace_in(&self.namespaces.load(), name)
+        swin::state::namespace_in(&self.namespaces.load(), name)
     }
 }

@@ -167,7 +167,7 @@ pub async fn count_batch(
         let idx = match used.iter().position(|(n, _)| n.sync.name() == a.namespace) {
             Some(idx) => idx,
             None => {
-                used.push((crate::limiter::namespace_in(namespaces, a.namespace)?, 0));
+                used.push((crate::state::namespace_in(namespaces, a.namespace)?, 0));
                 used.len() - 1
             }
         };

@@ -1,6 +1,6 @@
-//! Decisions: may a hit pass? What a decision answers ([`Verdict`], [`HitAnswer`]) and
-//! one hit decided alone ([`take`]); every hit, alone or in a request of several, is
-//! decided by the request pipeline ([`crate::pipeline`]). Giving back (refunds) is in
+//! Decisions: may a hit pass? What a decision answers ([`Verdict`], [`HitAnswer`]);
+//! every hit, alone ([`crate::requests::take`]) or in a request of several, is decided
+//! by the request pipeline ([`crate::pipeline`]). Giving back (refunds) is in
 //! `giving_back`; a request of several hits decided as one in `requests` (HTTP batches)
 //! and `descriptors` (Envoy's).
 //!
@@ -16,7 +16,6 @@ use serde::Serialize;
 use swin_core::{Decision, Gcra};
 
 use crate::error::Error;
-use crate::pipeline::{Ask, Take};
 use crate::policy::limits::{ceil_secs, KeyLimits, Limits};
 use crate::state::Namespace;
 pub use swin_sync::admission::together;
@@ -147,25 +146,6 @@ pub fn limits_of<'a>(ns: &'a Namespace, namespace: &str) -> Result<&'a Limits, E
             "namespace {namespace:?} has no limits to decide against"
         ))
     })
-}
-
-/// Decides a hit of `cost` on `key` and, unless `dry_run`, spends it when allowed (and
-/// when denied too if the namespace counts denied hits): the request pipeline
-/// ([`crate::pipeline`]) with one take, recorded.
-pub async fn take(
-    ns: &Namespace,
-    namespace: &str,
-    key: &str,
-    cost: f64,
-    dry_run: bool,
-) -> Result<Verdict, Error> {
-    let mut t = Take::of_key(ns, namespace, key, cost)?;
-    ns.first_touch(&[key], !dry_run).await;
-    t.resolve()?;
-    let v = t.take(dry_run).await?;
-    ns.recorder()
-        .decision(namespace, &v.policy, v.allowed(), v.shadow_denied);
-    Ok(v)
 }
 
 /// The results of a request's hits, each `Some` when it succeeded, and the first failure

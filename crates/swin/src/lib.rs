@@ -6,13 +6,16 @@
 //! [`config::Config`] and decides hits, leases and reservations against the limits of
 //! its namespaces; the `swin-node` daemon is this crate behind HTTP and gRPC doors.
 //!
-//! Layers, each using only those below it: [`Limiter`] (stores, namespaces, their
-//! engines, reconfiguring and stopping) → what a request does: [`requests`] (a request
-//! of several hits), [`decisions`] (one hit), [`descriptors`] (Envoy's), [`counting`],
-//! [`giving_back`], [`leases`], [`reservations`] and [`limit_changes`] → the namespace
-//! ([`state`]) → [`runtime_limits`] (limits set per key at run time, as this node holds
-//! them) → [`config`] (a config, read into policy types) → [`policy`] (limits,
-//! descriptor rules, counter keys, what a request may carry), [`auth`] and [`spool`].
+//! Layers, each using only those below it (no module imports one that imports it):
+//! [`Limiter`] (stores, namespaces, their engines, reconfiguring and stopping) → what a
+//! request does: [`requests`] (one hit, and a request of several), [`descriptors`]
+//! (Envoy's), [`counting`], [`giving_back`], [`reservations`], [`limit_changes`] and
+//! [`shares`] → [`pipeline`] (the stages every request runs, for hits and acquires) →
+//! [`decisions`] (what a decision answers) → the namespace ([`state`]) → [`leases`]
+//! (where leases are kept) and [`runtime_limits`] (limits set per key at run time, as
+//! this node holds them) → [`config`] (a config, read into policy types) → [`policy`]
+//! (limits, descriptor rules, counter keys, what a request may carry), [`auth`] and
+//! [`spool`].
 //! What the pipeline decides is told to a [`recorder::Recorder`] (the daemon's metrics).
 
 #![warn(missing_docs)]

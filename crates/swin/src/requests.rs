@@ -1,31 +1,31 @@
-//! A request of several hits decided as one (HTTP batches, Envoy's descriptors): all
-//! checked before any is spent, decided together — their synchronous increments share
-//! round trips — and all or nothing; and a request whose hits go to the store while it
-//! waits runs to its end even when its caller goes away.
+//! Requests of hits: one hit decided alone ([`take`]), and several decided as one (HTTP
+//! batches): all checked before any is spent, decided together — their synchronous
+//! increments share round trips — and all or nothing.
 
 use std::sync::Arc;
 
 use crate::decisions::{first_failure, Verdict};
 use crate::error::Error;
-use crate::pipeline::{take_all, touch_takes, undo_admitted, Take};
+use crate::pipeline::{take_all, touch_takes, undo_admitted, Ask, Take};
 use crate::state::Namespace;
 
-/// Runs a request's decision to its end in a task of its own when `whole` (its hits go
-/// to the store while it waits: see [`Namespace::counts_in_the_store`]), so that a caller
-/// who goes away before the answer leaves all of its counts or none, never some.
-pub async fn to_the_end<T: Send + 'static>(
-    whole: bool,
-    decide: impl std::future::Future<Output = Result<T, Error>> + Send + 'static,
-) -> Result<T, Error> {
-    if !whole {
-        return decide.await;
-    }
-    // the task keeps the request's span (traces: its store calls stay its children)
-    let decide = tracing::Instrument::in_current_span(decide);
-    tokio::spawn(decide).await.map_err(|e| {
-        tracing::error!(cause = %e, "a decision's task failed");
-        Error::Internal
-    })?
+/// Decides a hit of `cost` on `key` and, unless `dry_run`, spends it when allowed (and
+/// when denied too if the namespace counts denied hits): the request pipeline
+/// ([`crate::pipeline`]) with one take, recorded.
+pub async fn take(
+    ns: &Namespace,
+    namespace: &str,
+    key: &str,
+    cost: f64,
+    dry_run: bool,
+) -> Result<Verdict, Error> {
+    let mut t = Take::of_key(ns, namespace, key, cost)?;
+    ns.first_touch(&[key], !dry_run).await;
+    t.resolve()?;
+    let v = t.take(dry_run).await?;
+    ns.recorder()
+        .decision(namespace, &v.policy, v.allowed(), v.shadow_denied);
+    Ok(v)
 }
 
 /// One hit of a batch.
@@ -148,7 +148,7 @@ pub async fn decide_batch(
     let mut hits = Vec::with_capacity(asked.len());
     for a in asked {
         hits.push(Hit {
-            ns: crate::limiter::namespace_in(namespaces, a.namespace)?,
+            ns: crate::state::namespace_in(namespaces, a.namespace)?,
             namespace: a.namespace,
             key: a.key,
             cost: a.cost,

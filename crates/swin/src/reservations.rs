@@ -28,11 +28,12 @@ use swin_core::{check_cost, UnixMs};
 use swin_sync::store::Acquire;
 
 use crate::config::MIN_TTL_SECS;
-use crate::decisions::{limits_of, take, HitAnswer, Verdict};
+use crate::decisions::{limits_of, HitAnswer, Verdict};
 use crate::error::Error;
 use crate::pipeline::{Ask, Take};
 use crate::policy::input::check_key;
 use crate::policy::limits::KeyLimits;
+use crate::requests::take;
 use crate::runtime_limits::Effective;
 use crate::state::Namespace;
 

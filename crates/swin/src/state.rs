@@ -222,3 +222,14 @@ impl Namespace {
 
 /// The running namespaces, by name.
 pub type Namespaces = BTreeMap<String, Arc<Namespace>>;
+
+/// The namespace `name` of `namespaces`, or the error that names it unknown.
+pub fn namespace_in(
+    namespaces: &Namespaces,
+    name: &str,
+) -> Result<Arc<Namespace>, crate::error::Error> {
+    namespaces
+        .get(name)
+        .cloned()
+        .ok_or_else(|| crate::error::Error::UnknownNamespace(name.to_owned()))
+}

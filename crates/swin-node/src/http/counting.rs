@@ -16,8 +16,8 @@ use super::extract::{parse_json, ApiPath, JsonBody, RawJson};
 use super::Route;
 use crate::counting::{count_batch as count_batch_in, increment_key, AskedIncrement};
 use crate::error::Error;
+use crate::pipeline::to_the_end;
 use crate::policy::input::{check_increment, check_key};
-use crate::requests::to_the_end;
 use crate::state::AppState;
 use swin_sync::now;
 

@@ -24,12 +24,13 @@ use super::client_address::client_address;
 use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody, RawJson};
 use super::Route;
-use crate::decisions::{limits_of, take, HitAnswer, Verdict};
+use crate::decisions::{limits_of, HitAnswer, Verdict};
 use crate::error::Error;
 use crate::giving_back::refund as give_refund;
+use crate::pipeline::to_the_end;
 use crate::policy::headers::{self, shadow_item, RateLimitHeaders};
 use crate::policy::limits::KeyFrom;
-use crate::requests::{decide_batch as decide_batch_in, to_the_end, AskedHit};
+use crate::requests::{decide_batch as decide_batch_in, take, AskedHit};
 use crate::state::AppState;
 
 pub(super) fn routes() -> Vec<Route> {

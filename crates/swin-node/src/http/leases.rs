@@ -25,7 +25,8 @@ use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody};
 use super::Route;
 use crate::error::Error;
-use crate::leases::{self, AcquireAnswer, AcquireRequest};
+use crate::leases::{AcquireAnswer, AcquireRequest};
+use crate::pipeline;
 use crate::state::AppState;
 
 pub(super) fn routes() -> Vec<Route> {
@@ -101,7 +102,7 @@ async fn acquire(
         ttl: body.ttl,
         lease: body.lease,
     };
-    let a = leases::acquire(&ns, &namespace, &key, req).await?;
+    let a = pipeline::acquire(&ns, &namespace, &key, req).await?;
     let granted = a.acquired.granted;
     let (status, body) = if granted {
         (
@@ -165,7 +166,7 @@ async fn release(
         .into());
     }
     let lease = body.lease()?;
-    leases::release(&ns, &namespace, &key, lease).await?;
+    pipeline::release(&ns, &namespace, &key, lease).await?;
     Ok(Json(serde_json::json!({"released": true, "lease": lease})).into_response())
 }
 
@@ -176,7 +177,7 @@ async fn renew(
 ) -> Result<Response, ApiError> {
     let ns = state.namespace(&namespace)?;
     let lease = body.lease()?;
-    let to = leases::renew(&ns, &namespace, &key, lease, body.ttl).await?;
+    let to = pipeline::renew(&ns, &namespace, &key, lease, body.ttl).await?;
     Ok(Json(serde_json::json!({
         "renewed": true,
         "lease": lease,

@@ -21,7 +21,7 @@ use super::extract::{ApiPath, JsonBody};
 use super::Route;
 use crate::decisions::HitAnswer;
 use crate::error::Error;
-use crate::requests::to_the_end;
+use crate::pipeline::to_the_end;
 use crate::reservations;
 use crate::state::AppState;
 

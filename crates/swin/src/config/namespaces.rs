@@ -89,8 +89,7 @@ pub struct Concurrency {
     pub lease_ttl: std::time::Duration,
 }
 
-/// The most slots one key may have in flight.
-pub const MAX_CONCURRENCY: u64 = 1_000_000_000;
+pub use crate::policy::algorithm::MAX_CONCURRENCY;
 /// The longest a lease may live without a renewal: a day.
 pub const MAX_LEASE_TTL_SECS: f64 = 86_400.0;
 /// The shortest lease or reservation: a millisecond (store times are kept in whole

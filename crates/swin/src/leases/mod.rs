@@ -23,8 +23,6 @@ use swin_sync::store::Acquired;
 
 use crate::config::Concurrency;
 use crate::error::Error;
-use crate::pipeline::{Acquiring, Ask};
-use crate::state::Namespace;
 
 pub use self::book::LeaseBook;
 pub use self::local::LocalLeases;
@@ -69,15 +67,6 @@ pub struct AcquireRequest {
     pub lease: Option<String>,
 }
 
-/// The namespace's concurrency settings, or a 400 naming the mismatch.
-pub fn concurrency_of(ns: &Namespace, name: &str) -> Result<Concurrency, Error> {
-    ns.concurrency.ok_or_else(|| {
-        Error::BadRequest(format!(
-            "namespace {name:?} limits hits, not leases in flight (leases need algorithm = \"concurrency\")"
-        ))
-    })
-}
-
 /// A lease's life: `ttl` seconds if given (a millisecond ≤ ttl ≤ a day: a shorter one would lapse before it is granted), else the namespace's.
 pub fn lease_ttl(ttl: Option<f64>, c: &Concurrency) -> Result<Duration, Error> {
     use crate::config::{MAX_LEASE_TTL_SECS, MIN_TTL_SECS};
@@ -117,46 +106,11 @@ fn now() -> UnixMs {
     swin_sync::now()
 }
 
-/// Takes `req.count` slots of `key` if the key's live leases leave room: the pipeline's
-/// stages for one acquire ([`Acquiring`]). An acquire in a store is carried out to its
-/// answer even when its caller goes away (and ended by the node if that answer was an
-/// error), never cut off half-way.
-pub async fn acquire(
-    ns: &std::sync::Arc<Namespace>,
-    name: &str,
-    key: &str,
-    req: AcquireRequest,
-) -> Result<AcquireAnswer, Error> {
-    let in_store = matches!(ns.leases, LeaseBook::Store(_));
-    let (ns, name, key) = (ns.clone(), name.to_owned(), key.to_owned());
-    crate::requests::to_the_end(in_store, async move {
-        let a = Acquiring::of_request(&ns, &name, &key, req)?
-            .take(false)
-            .await?;
-        let outcome = if a.acquired.granted {
-            "acquired"
-        } else {
-            "denied"
-        };
-        ns.recorder().lease(&name, outcome);
-        Ok(a)
-    })
-    .await
-}
-
 /// The prefix of the leases Envoy's door takes. Envoy names no lease when a request
 /// ends (it sends the same descriptors with `is_negative_hits`), so its releases end the
 /// key's leases under this prefix, the earliest to lapse first; the HTTP door's ids
 /// (hex, or a client's own) are never ended that way unless a client picks this prefix.
 pub const ENVOY_LEASES: &str = "envoy.";
-
-/// Envoy's door: ends up to `count` slots of `key`'s leases taken by that door, the
-/// earliest to lapse first; answers the slots ended (none when they lapsed).
-pub async fn release_for_envoy(ns: &Namespace, key: &str, count: u32) -> Result<u32, Error> {
-    ns.leases
-        .release_slots(key, ENVOY_LEASES, count, now(), "releasing leases")
-        .await
-}
 
 /// Ends a lease an acquire may have taken though it answered an error, retrying until
 /// the store answers or the lease would have lapsed anyway. (A client's own id is left
@@ -171,62 +125,4 @@ pub(crate) async fn undo_lease(book: LeaseBook, key: String, lease: String, expi
             Ok(_) => return,
         }
     }
-}
-
-/// Ends a live lease of `key`: its slots are free at once. 404 `unknown_lease` when it
-/// is unknown, released or lapsed (nothing changes).
-pub async fn release(ns: &Namespace, name: &str, key: &str, lease: &str) -> Result<(), Error> {
-    let r = end_or_renew(ns, name, key, lease, None).await;
-    record(ns, name, &r, "released");
-    r.map(|_| ())
-}
-
-/// Moves a live lease's lapse to `ttl` from now; answers the new lapse time.
-pub async fn renew(
-    ns: &Namespace,
-    name: &str,
-    key: &str,
-    lease: &str,
-    ttl: Option<f64>,
-) -> Result<UnixMs, Error> {
-    let c = concurrency_of(ns, name)?;
-    let ttl = lease_ttl(ttl, &c)?;
-    let r = end_or_renew(ns, name, key, lease, Some(ttl)).await;
-    record(ns, name, &r, "renewed");
-    r
-}
-
-/// Records a release's or renewal's outcome: `done`, or `not_live`.
-fn record<T>(ns: &Namespace, name: &str, r: &Result<T, Error>, done: &'static str) {
-    match r {
-        Ok(_) => ns.recorder().lease(name, done),
-        Err(Error::UnknownLease(_)) => ns.recorder().lease(name, "not_live"),
-        Err(_) => {}
-    }
-}
-
-async fn end_or_renew(
-    ns: &Namespace,
-    name: &str,
-    key: &str,
-    lease: &str,
-    ttl: Option<Duration>,
-) -> Result<UnixMs, Error> {
-    concurrency_of(ns, name)?;
-    crate::policy::input::check_key(key)?;
-    check_lease_id(lease)?;
-    let now = now();
-    let to = ttl.map(|t| UnixMs(now.0.saturating_add(t.as_millis() as i64)));
-    let what = if to.is_some() {
-        "renewing a lease"
-    } else {
-        "releasing a lease"
-    };
-    let done = ns.leases.end_or_renew(key, lease, now, to, what).await?;
-    if !done {
-        return Err(Error::UnknownLease(format!(
-            "lease {lease:?} of key {key:?} is not live (released, lapsed or never granted); nothing was changed"
-        )));
-    }
-    Ok(to.unwrap_or(now))
 }

@@ -21,10 +21,12 @@ use self::stopping::retire;
 pub use self::stores::{migrate_all, open_store, open_stores};
 use self::stores::{open_answering, Connected};
 use crate::config::{Config, NamespaceConfig, StoreConfig};
-use crate::decisions::{take, Verdict};
+use crate::decisions::Verdict;
 use crate::error::Error;
-use crate::requests::to_the_end;
+use crate::pipeline::to_the_end;
+use crate::requests::take;
 use crate::spool;
+use crate::state::namespace_in;
 use crate::state::{Namespace, Namespaces, Timeouts};
 
 /// A namespace, the store config it was built with, and the engine task that syncs it.
@@ -431,12 +433,4 @@ impl Limiter {
         })
         .await
     }
-}
-
-/// The namespace `name` of `namespaces`, or the error that names it unknown.
-pub fn namespace_in(namespaces: &Namespaces, name: &str) -> Result<Arc<Namespace>, Error> {
-    namespaces
-        .get(name)
-        .cloned()
-        .ok_or_else(|| Error::UnknownNamespace(name.to_owned()))
 }

@@ -19,7 +19,7 @@
 //! taken together with its request's others (shadow applied in its [`Ask::take`]),
 //! undone when its request is refused. It has no first touch (its store is asked on
 //! every acquire) and no runtime limits. A request that waits on the store runs to its
-//! end in a task of its own ([`crate::requests::to_the_end`]).
+//! end in a task of its own ([`to_the_end`]).
 
 mod hits;
 mod leases;
@@ -30,7 +30,25 @@ use crate::error::Error;
 use crate::state::Namespace;
 
 pub use self::hits::Take;
-pub use self::leases::Acquiring;
+pub use self::leases::{acquire, release, release_for_envoy, renew, Acquiring};
+
+/// Runs a request's decision to its end in a task of its own when `whole` (its hits go
+/// to the store while it waits: see [`Namespace::counts_in_the_store`]), so that a caller
+/// who goes away before the answer leaves all of its counts or none, never some.
+pub async fn to_the_end<T: Send + 'static>(
+    whole: bool,
+    decide: impl std::future::Future<Output = Result<T, Error>> + Send + 'static,
+) -> Result<T, Error> {
+    if !whole {
+        return decide.await;
+    }
+    // the task keeps the request's span (traces: its store calls stay its children)
+    let decide = tracing::Instrument::in_current_span(decide);
+    tokio::spawn(decide).await.map_err(|e| {
+        tracing::error!(cause = %e, "a decision's task failed");
+        Error::Internal
+    })?
+}
 
 /// What the stages ask of an ask — a hit ([`Take`]) or an acquire of slots
 /// ([`Acquiring`]) — once it is checked: to be taken, and undone when its request is

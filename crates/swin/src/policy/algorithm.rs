@@ -6,6 +6,9 @@ use swin_core::WindowAlgorithm;
 
 use super::FieldError;
 
+/// The most slots one key may have in flight (`algorithm = "concurrency"`).
+pub const MAX_CONCURRENCY: u64 = 1_000_000_000;
+
 /// A namespace's algorithm (config key `algorithm`), for its own limits and for the
 /// descriptor rules and request overrides it holds: read from the config in one place
 /// ([`Algorithm::parse`]), matched as this type everywhere else.

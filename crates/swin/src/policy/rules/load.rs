@@ -200,10 +200,10 @@ fn in_flight_rule(
         ));
     }
     let n = rl.requests_per_unit;
-    if n > crate::config::MAX_CONCURRENCY {
+    if n > crate::policy::algorithm::MAX_CONCURRENCY {
         return Err(format!(
             "{at}.rate_limit.requests_per_unit: {n} is not between 0 and {} (requests in flight)",
-            crate::config::MAX_CONCURRENCY
+            crate::policy::algorithm::MAX_CONCURRENCY
         ));
     }
     out.requests_per_unit = n as u32;
