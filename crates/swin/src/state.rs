@@ -165,6 +165,11 @@ impl Namespace {
             // carried inside every request's future)
             return;
         }
+        // the common case, every key held: no future to box (this runs on every request)
+        let counts_held = counting && self.counts_in_the_store() || self.sync.holds_all(keys);
+        if counts_held && self.runtime.holds_all(keys) {
+            return;
+        }
         Box::pin(self.touch_from_store(keys, counting)).await;
     }
 

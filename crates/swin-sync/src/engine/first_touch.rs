@@ -117,6 +117,12 @@ impl NamespaceSync {
         )
     }
 
+    /// Whether every one of `keys` is held (no first touch to wait for): a check with no
+    /// lock and no future, for a request's fast path.
+    pub fn holds_all(&self, keys: &[&str]) -> bool {
+        keys.iter().all(|k| self.holds(k))
+    }
+
     /// Whether any table or the buckets hold `key`.
     pub(super) fn holds(&self, key: &str) -> bool {
         self.counters.tables().iter().any(|t| t.contains(key))

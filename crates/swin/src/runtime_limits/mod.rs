@@ -181,6 +181,13 @@ impl RuntimeLimits {
         self.changes_seen.load(Ordering::Relaxed)
     }
 
+    /// Whether this node holds what the store says of every one of `keys` (limits, or
+    /// none): nothing for a first touch to read.
+    pub fn holds_all(&self, keys: &[&str]) -> bool {
+        let entries = self.entries.pin();
+        keys.iter().all(|k| entries.contains_key(*k))
+    }
+
     /// Before a request decides `keys`: reads the runtime limits of those this node
     /// holds nothing for, in one store call, bounded by the store timeout. When the
     /// store cannot answer (or is known to be failing) the keys go on under the config's
