@@ -35,11 +35,11 @@ fn version_names_the_version_and_the_commit() {
     assert!(commit.chars().all(|c| c.is_ascii_hexdigit()), "{text:?}");
 }
 
-#[test]
-fn the_packaged_config_checks() {
+/// `swin-node check-config` passes the file at `path`.
+fn assert_config_checks(path: &Path) {
     let out = node()
         .args(["check-config", "--config"])
-        .arg(repo("deploy/debian/swin.toml"))
+        .arg(path)
         .output()
         .expect("run");
     assert!(
@@ -47,6 +47,12 @@ fn the_packaged_config_checks() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn the_packaged_config_checks() {
+    assert_config_checks(&repo("deploy/debian/swin.toml"));
+    assert_config_checks(&repo("deploy/container/swin.toml"));
 }
 
 /// The unit as systemd reads it: `systemd-analyze verify` (with the node's path made
@@ -350,16 +356,7 @@ fn the_kubernetes_manifests_validate_and_agree() {
         .to_owned();
     let path = dir.path().join("swin.toml");
     std::fs::write(&path, &config).expect("write");
-    let out = node()
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_config_checks(&path);
     let toml: toml::Value = config.parse().expect("toml");
     let grace = toml["shutdown_grace"].as_integer().expect("shutdown_grace");
     let port = |key: &str| -> i64 {
