@@ -1,10 +1,15 @@
-//! `limitador-peer STORAGE LISTEN [FLUSH_MS]`: Limitador behind its own HTTP shape.
+//! `limitador-peer STORAGE LISTEN [FLUSH_MS] [REDIS_URL]`: Limitador behind its own HTTP
+//! shape and, with `LIMITADOR_PEER_GRPC=ADDR`, its Envoy rate limit service.
 //!
 //! STORAGE is `memory` (limitador-server's default, the blocking `RateLimiter` over
 //! `InMemoryStorage`), `redis` (`AsyncRedisStorage`: a script call per request) or
 //! `redis_cached` (`CachedRedisStorage`: counts in memory, flushed every FLUSH_MS).
 //! One limit, as swin's `/hit` is given in the same run: namespace `api`, 1,000,000,000
-//! hits per 60 s per value of `key` (never reached: both sides count and allow).
+//! hits per 60 s per value of `key` (never reached: both sides count and allow), or
+//! `LIMITADOR_PEER_LIMIT=MAX/SECONDS`.
+//! The RLS door answers `ShouldRateLimit` as limitador-server's `envoy_rls` does: the
+//! descriptors become the CEL list `descriptors`, and the same limit counts per value of
+//! `descriptors[0].k` (the entry swin-bench's `--grpc 'k={key}'` sends).
 //! The request body is limitador-server's: `{"namespace", "values", "delta"}`; the
 //! answer is 200 or 429, as its `/check_and_report` without response headers.
 
@@ -47,9 +52,87 @@ async fn check_and_report(
     }
 }
 
-fn limit() -> Limit {
-    let variables = vec!["key".try_into().expect("a CEL variable")];
-    Limit::new("api", 1_000_000_000, 60, Vec::new(), variables)
+/// `(max, seconds)` of the one limit.
+fn max_and_seconds() -> (u64, u64) {
+    match std::env::var("LIMITADOR_PEER_LIMIT") {
+        Ok(v) => {
+            let (m, s) = v.split_once('/').expect("LIMITADOR_PEER_LIMIT=MAX/SECONDS");
+            (m.parse().expect("MAX"), s.parse().expect("SECONDS"))
+        }
+        Err(_) => (1_000_000_000, 60),
+    }
+}
+
+/// The limit on HTTP's `key` and the same on RLS's first descriptor's `k`.
+fn limits() -> [Limit; 2] {
+    let (max, seconds) = max_and_seconds();
+    let by = |v: &str| vec![v.try_into().expect("a CEL variable")];
+    [
+        Limit::new("api", max, seconds, Vec::new(), by("key")),
+        Limit::new("api", max, seconds, Vec::new(), by("descriptors[0].k")),
+    ]
+}
+
+mod rls {
+    use super::Limiter;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+        RateLimitService, RateLimitServiceServer,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+    use limitador::limit::Context;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use tonic::{Request, Response, Status};
+
+    struct Rls(Arc<Limiter>);
+
+    #[tonic::async_trait]
+    impl RateLimitService for Rls {
+        async fn should_rate_limit(
+            &self,
+            request: Request<RateLimitRequest>,
+        ) -> Result<Response<RateLimitResponse>, Status> {
+            let req = request.into_inner();
+            if req.domain.is_empty() {
+                return Ok(Response::new(RateLimitResponse {
+                    overall_code: Code::Unknown.into(),
+                    ..Default::default()
+                }));
+            }
+            let namespace: limitador::limit::Namespace = req.domain.into();
+            let values: Vec<HashMap<String, String>> = req
+                .descriptors
+                .iter()
+                .map(|d| d.entries.iter().map(|e| (e.key.clone(), e.value.clone())).collect())
+                .collect();
+            let hits = if req.hits_addend == 0 { 1 } else { req.hits_addend } as u64;
+            let mut ctx = Context::default();
+            ctx.list_binding("descriptors".to_string(), values);
+            let result = match self.0.as_ref() {
+                Limiter::Blocking(l) => l.check_rate_limited_and_update(&namespace, &ctx, hits),
+                Limiter::Async(l) => l.check_rate_limited_and_update(&namespace, &ctx, hits).await,
+            };
+            let code = match result {
+                Ok(r) if r.limited => Code::OverLimit,
+                Ok(_) => Code::Ok,
+                Err(_) => return Err(Status::unavailable("Service unavailable")),
+            };
+            Ok(Response::new(RateLimitResponse {
+                overall_code: code.into(),
+                ..Default::default()
+            }))
+        }
+    }
+
+    /// Serves the RLS door on `listen` until the process ends.
+    pub async fn serve(limiter: Arc<Limiter>, listen: std::net::SocketAddr) {
+        tonic::transport::Server::builder()
+            .add_service(RateLimitServiceServer::new(Rls(limiter)))
+            .serve(listen)
+            .await
+            .expect("the RLS door")
+    }
 }
 
 #[actix_web::main]
@@ -65,13 +148,17 @@ async fn main() -> std::io::Result<()> {
     let limiter = match storage {
         "memory" => {
             let l = RateLimiter::new(10_000);
-            l.add_limit(limit());
+            for lim in limits() {
+                l.add_limit(lim);
+            }
             Limiter::Blocking(l)
         }
         "redis" => {
             let s = AsyncRedisStorage::new(&redis_url).await.expect("redis");
             let l = AsyncRateLimiter::new_with_storage(Box::new(s));
-            l.add_limit(limit());
+            for lim in limits() {
+                l.add_limit(lim);
+            }
             Limiter::Async(l)
         }
         "redis_cached" => {
@@ -81,12 +168,19 @@ async fn main() -> std::io::Result<()> {
                 .await
                 .expect("redis");
             let l = AsyncRateLimiter::new_with_storage(Box::new(s));
-            l.add_limit(limit());
+            for lim in limits() {
+                l.add_limit(lim);
+            }
             Limiter::Async(l)
         }
         _ => panic!("{usage}"),
     };
     let limiter = Arc::new(limiter);
+    if let Ok(addr) = std::env::var("LIMITADOR_PEER_GRPC") {
+        let addr = addr.parse().expect("LIMITADOR_PEER_GRPC=host:port");
+        // spawned on actix's system runtime (one thread), as limitador-server's main does
+        tokio::spawn(rls::serve(limiter.clone(), addr));
+    }
     eprintln!("limitador-peer ({storage}) listening on {listen}");
     HttpServer::new(move || {
         App::new()

@@ -4,7 +4,7 @@
 //! over several nodes.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 
 use crate::keys::Keys;
+use crate::schedule::{histogram, Shared, Tally};
 
 #[derive(Debug, Clone)]
 pub struct LoadSpec {
@@ -39,19 +40,30 @@ pub struct LoadSpec {
     /// one descriptor of these entries, `{key}` in a value replaced by the picked key.
     /// Statuses: 200 for OK, 429 for OVER_LIMIT, 1000 + the gRPC code for an error.
     pub grpc: Option<Vec<(String, String)>>,
+    /// Count the answers 200 per window of this many seconds of the wall clock.
+    pub windows: Option<u64>,
     pub progress: bool,
 }
 
 #[derive(Debug, Serialize)]
 pub struct Report {
+    /// Requests answered (`unanswered` not among them).
     pub requests: u64,
     pub increments: u64,
     pub seconds: f64,
+    /// Open loop: the rate the requests were due at.
+    pub offered_per_sec: Option<f64>,
     pub requests_per_sec: f64,
     pub increments_per_sec: f64,
     pub latency_ms: Latency,
     pub statuses: BTreeMap<u16, u64>,
+    /// Requests still waiting for their answer when the run ended at its duration (in
+    /// the latencies with their wait so far).
+    pub unanswered: u64,
     pub errors: u64,
+    /// With `--windows W`: answers 200 by the window of the wall clock they came in,
+    /// keyed by the window's first unix second.
+    pub admitted_per_window: BTreeMap<u64, u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -59,18 +71,8 @@ pub struct Latency {
     pub p50: f64,
     pub p90: f64,
     pub p99: f64,
+    pub p999: f64,
     pub max: f64,
-}
-
-struct Shared {
-    sent: AtomicU64,
-    done: AtomicU64,
-    errors: AtomicU64,
-    stop: AtomicBool,
-    /// The end of `--duration`: each connection checks it before each request, so the run
-    /// ends on time even when no other task gets a turn (a target whose every call fails
-    /// at once kept both cores busy and the run going).
-    until: Option<Instant>,
 }
 
 fn path_and_body(spec: &LoadSpec, rng: &mut impl rand::Rng) -> (String, Bytes) {
@@ -124,66 +126,19 @@ fn path_and_body(spec: &LoadSpec, rng: &mut impl rand::Rng) -> (String, Bytes) {
     }
 }
 
-/// Whether this connection sends another request: none once the run stops or its
-/// request budget is spent; in open loop, not before the next one is due.
-async fn next_request(
-    spec: &LoadSpec,
-    shared: &Shared,
-    interval: Option<Duration>,
-    due: &mut Instant,
-) -> bool {
-    if shared.stop.load(Ordering::Relaxed) || shared.until.is_some_and(|t| Instant::now() >= t) {
-        return false;
-    }
-    let sent = shared.sent.fetch_add(1, Ordering::Relaxed);
-    if spec.requests.is_some_and(|limit| sent >= limit) {
-        return false;
-    }
-    if let Some(iv) = interval {
-        *due += iv;
-        tokio::time::sleep_until((*due).into()).await;
-    }
-    true
-}
-
-/// What one connection saw; merged at the end (no lock shared between connections).
-struct Tally {
-    hist: hdrhistogram::Histogram<u64>,
-    statuses: BTreeMap<u16, u64>,
-}
-
-impl Tally {
-    fn new() -> anyhow::Result<Tally> {
-        Ok(Tally {
-            hist: hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3)?,
-            statuses: BTreeMap::new(),
-        })
-    }
-
-    /// One answer of `status`, `t0` the time it was due (or sent).
-    fn record(&mut self, t0: Instant, status: u16) {
-        self.hist
-            .saturating_record((t0.elapsed().as_micros() as u64).max(1));
-        *self.statuses.entry(status).or_default() += 1;
-    }
-}
-
 async fn connection(
     spec: Arc<LoadSpec>,
     shared: Arc<Shared>,
     target: String,
     id: usize,
-    interval: Option<Duration>,
 ) -> anyhow::Result<Tally> {
-    let mut tally = Tally::new()?;
+    let mut tally = Tally::new(spec.windows)?;
     let stream = tokio::net::TcpStream::connect(&target).await?;
     stream.set_nodelay(true)?;
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
     tokio::spawn(conn);
     let mut rng = rand::rngs::StdRng::seed_from_u64(id as u64 * 7919 + 1);
-    let started = Instant::now();
-    let mut due = started;
     // Batch bodies are costly to build and the load tool shares the machine with the
     // server: build 64 per connection up front and cycle through them.
     // (Not for sequential keys: those must each be sent.)
@@ -192,48 +147,24 @@ async fn connection(
         (Some(_), _) => (0..64).map(|_| path_and_body(&spec, &mut rng)).collect(),
     };
     let mut n = 0usize;
-    while next_request(&spec, &shared, interval, &mut due).await {
+    while let Some(t0) = shared.next_request(spec.requests).await {
         let (path, body) = if pool.is_empty() {
             path_and_body(&spec, &mut rng)
         } else {
             n += 1;
             pool[n % pool.len()].clone()
         };
-        let (body, release) = match spec.lease {
-            // the connection's own lease ids: the release needs nothing of the answer
-            true => {
-                n += 1;
-                let lease = Bytes::from(format!("{{\"lease\":\"c{id}n{n}\"}}"));
-                let release = path.replace("/acquire", "/release");
-                (lease.clone(), Some((release, lease)))
+        n += 1;
+        let asked = exchange(&mut sender, &spec, &target, path, body, format!("c{id}n{n}"));
+        let status = tokio::select! {
+            status = asked => status,
+            _ = shared.deadline() => {
+                tally.unanswered(t0);
+                return Ok(tally);
             }
-            false => (body, None),
         };
-        let req = Request::post(path)
-            .header("host", &target)
-            .header("content-type", "application/json")
-            .body(Full::new(body))?;
-        let t0 = if interval.is_some() {
-            due
-        } else {
-            Instant::now()
-        };
-        sender.ready().await?;
-        match sender.send_request(req).await {
-            Ok(resp) => {
-                let status = resp.status().as_u16();
-                resp.into_body().collect().await?;
-                if let (200, Some((path, lease))) = (status, release) {
-                    let req = Request::post(path)
-                        .header("host", &target)
-                        .header("content-type", "application/json")
-                        .body(Full::new(lease))?;
-                    sender.ready().await?;
-                    let resp = sender.send_request(req).await?;
-                    let released = resp.status().as_u16();
-                    resp.into_body().collect().await?;
-                    anyhow::ensure!(released == 200, "a release answered {released}");
-                }
+        match status {
+            Ok(status) => {
                 tally.record(t0, status);
                 shared.done.fetch_add(1, Ordering::Relaxed);
             }
@@ -244,6 +175,40 @@ async fn connection(
         }
     }
     Ok(tally)
+}
+
+/// One request and its answer's status; with `--lease`, the acquire then (granted) its
+/// release under the connection's own lease id.
+async fn exchange(
+    sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    spec: &LoadSpec,
+    target: &str,
+    path: String,
+    body: Bytes,
+    lease_id: String,
+) -> anyhow::Result<u16> {
+    let post = |path: &str, body: Bytes| {
+        Request::post(path)
+            .header("host", target)
+            .header("content-type", "application/json")
+            .body(Full::new(body))
+    };
+    let lease = Bytes::from(format!("{{\"lease\":\"{lease_id}\"}}"));
+    let body = if spec.lease { lease.clone() } else { body };
+    sender.ready().await?;
+    let resp = sender.send_request(post(&path, body)?).await?;
+    let status = resp.status().as_u16();
+    resp.into_body().collect().await?;
+    if spec.lease && status == 200 {
+        sender.ready().await?;
+        let resp = sender
+            .send_request(post(&path.replace("/acquire", "/release"), lease)?)
+            .await?;
+        let released = resp.status().as_u16();
+        resp.into_body().collect().await?;
+        anyhow::ensure!(released == 200, "a release answered {released}");
+    }
+    Ok(status)
 }
 
 /// Calls sent straight onto one HTTP/2 connection, as Envoy's client sends them: no
@@ -277,13 +242,12 @@ async fn grpc_connection(
     shared: Arc<Shared>,
     target: String,
     id: usize,
-    interval: Option<Duration>,
 ) -> anyhow::Result<Tally> {
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
     use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-    let mut tally = Tally::new()?;
+    let mut tally = Tally::new(spec.windows)?;
     let entries = spec.grpc.clone().unwrap_or_default();
     let stream = tokio::net::TcpStream::connect(&target).await?;
     stream.set_nodelay(true)?;
@@ -296,8 +260,7 @@ async fn grpc_connection(
     let origin: hyper::Uri = format!("http://{target}").parse()?;
     let mut client = RateLimitServiceClient::with_origin(H2Calls(sender), origin);
     let mut rng = rand::rngs::StdRng::seed_from_u64(id as u64 * 7919 + 1);
-    let mut due = Instant::now();
-    while next_request(&spec, &shared, interval, &mut due).await {
+    while let Some(t0) = shared.next_request(spec.requests).await {
         let key = spec.keys.pick(&mut rng);
         let req = RateLimitRequest {
             domain: spec.namespace.clone(),
@@ -313,12 +276,15 @@ async fn grpc_connection(
             }],
             hits_addend: 1,
         };
-        let t0 = if interval.is_some() {
-            due
-        } else {
-            Instant::now()
+        let asked = client.should_rate_limit(req);
+        let answer = tokio::select! {
+            answer = asked => answer,
+            _ = shared.deadline() => {
+                tally.unanswered(t0);
+                return Ok(tally);
+            }
         };
-        let status = match client.should_rate_limit(req).await {
+        let status = match answer {
             Ok(r) if r.get_ref().overall_code == 2 => 429,
             Ok(_) => 200,
             Err(e) => {
@@ -362,16 +328,11 @@ pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
         spec.connections > 0 && !spec.targets.is_empty(),
         "need connections and targets"
     );
-    let shared = Arc::new(Shared {
-        sent: AtomicU64::new(0),
-        done: AtomicU64::new(0),
-        errors: AtomicU64::new(0),
-        stop: AtomicBool::new(false),
-        until: spec.duration.map(|d| Instant::now() + d),
-    });
-    let interval = spec
-        .rate
-        .map(|r| Duration::from_secs_f64(spec.connections as f64 / r));
+    anyhow::ensure!(
+        spec.rate.is_none_or(|r| r > 0.0 && r.is_finite()),
+        "--rate must be a positive number of requests per second"
+    );
+    let shared = Shared::new(spec.rate, spec.duration, spec.requests);
     let spec = Arc::new(spec);
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -380,42 +341,52 @@ pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
         let (spec, shared) = (spec.clone(), shared.clone());
         tasks.push(tokio::spawn(async move {
             if spec.grpc.is_some() {
-                grpc_connection(spec, shared, target, id, interval).await
+                grpc_connection(spec, shared, target, id).await
             } else {
-                connection(spec, shared, target, id, interval).await
+                connection(spec, shared, target, id).await
             }
         }));
     }
     let progress = tokio::spawn(watch(spec.clone(), shared.clone(), started));
-    let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut hist = histogram()?;
     let mut statuses = BTreeMap::new();
+    let mut admitted = BTreeMap::new();
     for t in tasks {
         let tally = t.await??;
         hist.add(&tally.hist)?;
         for (s, n) in tally.statuses {
             *statuses.entry(s).or_default() += n;
         }
+        for (w, n) in tally.admitted {
+            *admitted.entry(w).or_default() += n;
+        }
     }
     progress.abort();
     let seconds = started.elapsed().as_secs_f64();
+    let unanswered = statuses.remove(&0).unwrap_or(0);
     let requests: u64 = statuses.values().sum();
     let ok = statuses.get(&200).copied().unwrap_or(0);
     let per = spec.batch.unwrap_or(1) as u64;
     let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    let window = spec.windows.unwrap_or(1);
     Ok(Report {
         requests,
         increments: ok * per,
         seconds,
+        offered_per_sec: spec.rate,
         requests_per_sec: requests as f64 / seconds,
         increments_per_sec: (ok * per) as f64 / seconds,
         latency_ms: Latency {
             p50: ms(0.5),
             p90: ms(0.9),
             p99: ms(0.99),
+            p999: ms(0.999),
             max: hist.max() as f64 / 1000.0,
         },
         statuses,
+        unanswered,
         errors: shared.errors.load(Ordering::Relaxed),
+        admitted_per_window: admitted.into_iter().map(|(w, n)| (w * window, n)).collect(),
     })
 }
 
@@ -450,6 +421,7 @@ mod tests {
             hit: false,
             lease: false,
             grpc: Some(vec![("k".into(), "{key}".into())]),
+            windows: None,
             progress: false,
         };
         let (tx, rx) = std::sync::mpsc::channel();
@@ -469,5 +441,91 @@ mod tests {
         if let Ok(r) = report {
             assert_eq!(r.statuses.get(&200), None, "{:?}", r.statuses);
         }
+    }
+
+    /// A spec for `target`: `connections` connections, open loop at `rate` for `seconds`.
+    fn open_loop(target: String, connections: usize, rate: f64, seconds: u64) -> LoadSpec {
+        LoadSpec {
+            targets: vec![target],
+            connections,
+            duration: Some(Duration::from_secs(seconds)),
+            requests: None,
+            rate: Some(rate),
+            keys: Keys::parse("uniform:10").expect("keys"),
+            namespace: "ns".into(),
+            window_size: None,
+            batch: None,
+            hit: true,
+            lease: false,
+            grpc: None,
+            windows: None,
+            progress: false,
+        }
+    }
+
+    /// A server that answers each request on a connection `delay` after reading it.
+    fn slow_server(delay: Option<Duration>) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let target = listener.local_addr().expect("addr").to_string();
+        std::thread::spawn(move || {
+            for s in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    use std::io::{Read, Write};
+                    let mut s = s;
+                    let mut buf = [0u8; 4096];
+                    while s.read(&mut buf).is_ok_and(|n| n > 0) {
+                        match delay {
+                            Some(d) => std::thread::sleep(d),
+                            None => std::thread::sleep(Duration::from_secs(3600)),
+                        }
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                        if s.write_all(ok).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        target
+    }
+
+    fn run_alone(spec: LoadSpec) -> anyhow::Result<Report> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let _ = tx.send(rt.block_on(run(spec)));
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("the run ended within 30 s of its duration")
+    }
+
+    /// Open loop counts each latency from when its request was due: one connection to a
+    /// server taking 300 ms, 20 requests due per second — every request after the first
+    /// waits behind the ones before it, which a closed loop (and a latency counted from
+    /// the send) would hide as a steady 300 ms.
+    #[test]
+    fn open_loop_latency_counts_the_wait_behind_a_slow_answer() {
+        let target = slow_server(Some(Duration::from_millis(300)));
+        let r = run_alone(open_loop(target, 1, 20.0, 2)).expect("a run");
+        // 2 s at 20/s is 40 due; at most 7 answered (one per 300 ms), the rest of the
+        // queue never sent; the last answered was due at 300 ms and answered past 2.1 s
+        assert!(r.requests <= 7, "{r:?}");
+        assert!(r.latency_ms.max >= 1_500.0, "{r:?}");
+        assert!(r.latency_ms.p50 >= 300.0, "{r:?}");
+        assert_eq!(r.offered_per_sec, Some(20.0));
+    }
+
+    /// A target that accepts and never answers: the run ends at its duration, the
+    /// requests waiting counted as unanswered, none as answered.
+    #[test]
+    fn an_open_loop_run_ends_at_its_duration_when_nothing_answers() {
+        let target = slow_server(None);
+        let r = run_alone(open_loop(target, 4, 100.0, 1)).expect("a run");
+        assert_eq!(r.requests, 0, "{r:?}");
+        assert_eq!(r.unanswered, 4, "{r:?}");
     }
 }

@@ -5,6 +5,7 @@ mod baseline;
 mod keys;
 mod load;
 mod quota;
+mod schedule;
 
 use std::time::Duration;
 
@@ -40,7 +41,8 @@ enum Command {
         /// Total requests to send, then stop.
         #[arg(long)]
         requests: Option<u64>,
-        /// Open loop at this many requests/s; without it, closed loop.
+        /// Open loop at this many requests/s over all connections (each latency from
+        /// the time its request was due, so queueing counts); without it, closed loop.
         #[arg(long)]
         rate: Option<f64>,
         /// hot | uniform:K | zipf:K[:S]
@@ -64,6 +66,10 @@ enum Command {
         /// (`{key}`: the picked key).
         #[arg(long, conflicts_with_all = ["batch", "hit"])]
         grpc: Option<String>,
+        /// Count the answers 200 per window of this many seconds of the wall clock
+        /// (`admitted_per_window` in the JSON).
+        #[arg(long)]
+        windows: Option<u64>,
         #[arg(long)]
         json: bool,
         #[arg(long)]
@@ -187,6 +193,7 @@ async fn load(command: Command) -> anyhow::Result<()> {
         hit,
         lease,
         grpc,
+        windows,
         json,
         progress,
     } = command
@@ -212,6 +219,7 @@ async fn load(command: Command) -> anyhow::Result<()> {
         hit,
         lease,
         grpc,
+        windows,
         progress,
     };
     let r = load::run(spec).await?;
@@ -223,10 +231,17 @@ async fn load(command: Command) -> anyhow::Result<()> {
             r.requests, r.requests_per_sec, r.increments_per_sec, r.seconds
         );
         println!(
-            "latency ms  p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}",
-            r.latency_ms.p50, r.latency_ms.p90, r.latency_ms.p99, r.latency_ms.max
+            "latency ms  p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}",
+            r.latency_ms.p50,
+            r.latency_ms.p90,
+            r.latency_ms.p99,
+            r.latency_ms.p999,
+            r.latency_ms.max
         );
-        println!("statuses {:?}   connection errors {}", r.statuses, r.errors);
+        println!(
+            "statuses {:?}   unanswered at the end {}   connection errors {}",
+            r.statuses, r.unanswered, r.errors
+        );
     }
     Ok(())
 }
