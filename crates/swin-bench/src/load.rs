@@ -42,6 +42,10 @@ pub struct LoadSpec {
     pub grpc: Option<Vec<(String, String)>>,
     /// Count the answers 200 per window of this many seconds of the wall clock.
     pub windows: Option<u64>,
+    /// Ask limitador-server's `POST /check_and_report` instead (the namespace as its
+    /// namespace, the picked key as the value of `key`, delta 1): a peer under the same
+    /// load from the same tool.
+    pub limitador: bool,
     pub progress: bool,
 }
 
@@ -77,6 +81,12 @@ pub struct Latency {
 
 fn path_and_body(spec: &LoadSpec, rng: &mut impl rand::Rng) -> (String, Bytes) {
     match spec.batch {
+        None if spec.limitador => {
+            let key = serde_json::to_string(&spec.keys.pick(rng)).unwrap_or_default();
+            let ns = serde_json::to_string(&spec.namespace).unwrap_or_default();
+            let body = format!("{{\"namespace\":{ns},\"values\":{{\"key\":{key}}},\"delta\":1}}");
+            ("/check_and_report".to_owned(), Bytes::from(body))
+        }
         None if spec.lease => {
             let key = spec.keys.pick(rng);
             (
@@ -155,7 +165,14 @@ async fn connection(
             pool[n % pool.len()].clone()
         };
         n += 1;
-        let asked = exchange(&mut sender, &spec, &target, path, body, format!("c{id}n{n}"));
+        let asked = exchange(
+            &mut sender,
+            &spec,
+            &target,
+            path,
+            body,
+            format!("c{id}n{n}"),
+        );
         let status = tokio::select! {
             status = asked => status,
             _ = shared.deadline() => {
@@ -422,6 +439,7 @@ mod tests {
             lease: false,
             grpc: Some(vec![("k".into(), "{key}".into())]),
             windows: None,
+            limitador: false,
             progress: false,
         };
         let (tx, rx) = std::sync::mpsc::channel();
@@ -459,6 +477,7 @@ mod tests {
             lease: false,
             grpc: None,
             windows: None,
+            limitador: false,
             progress: false,
         }
     }

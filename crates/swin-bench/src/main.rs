@@ -70,6 +70,10 @@ enum Command {
         /// (`admitted_per_window` in the JSON).
         #[arg(long)]
         windows: Option<u64>,
+        /// Ask Limitador's `POST /check_and_report` (namespace, `{"key": KEY}`, delta 1)
+        /// instead: a peer measured by the same tool.
+        #[arg(long, conflicts_with_all = ["batch", "hit", "lease", "grpc"])]
+        limitador: bool,
         #[arg(long)]
         json: bool,
         #[arg(long)]
@@ -194,6 +198,7 @@ async fn load(command: Command) -> anyhow::Result<()> {
         lease,
         grpc,
         windows,
+        limitador,
         json,
         progress,
     } = command
@@ -220,6 +225,7 @@ async fn load(command: Command) -> anyhow::Result<()> {
         lease,
         grpc,
         windows,
+        limitador,
         progress,
     };
     let r = load::run(spec).await?;

@@ -137,7 +137,9 @@ impl Tally {
             .saturating_record((t0.elapsed().as_micros() as u64).max(1));
         *self.statuses.entry(status).or_default() += 1;
         if let (200, Some(w)) = (status, self.window) {
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
             *self.admitted.entry(now.as_secs() / w.max(1)).or_default() += 1;
         }
     }

@@ -1,0 +1,230 @@
+"""How exact under each fault: three nodes behind nginx, one key limited to L hits per
+window of W seconds, 3 × L offered per window (open loop), for each mode and fault; the
+hits admitted in each window of the store's clock against L, and the admitted
+(acknowledged) hits that reached the store. Beside Limitador (redis_cached, redis) under
+the same faults. Every scenario has a Redis of its own (port 7590), reached by each node
+through a socat proxy of its own, so a fault touches nothing else on the machine."""
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+from common import (BIN, WORK, Process, limitador, load, median, node, say, wait_port)
+
+W = int(os.environ.get("SWIN_FAULT_WINDOW", "5"))          # seconds per window
+L = int(os.environ.get("SWIN_FAULT_LIMIT", "500"))         # hits per window
+RUN = float(os.environ.get("SWIN_FAULT_RUN", "30"))        # seconds of load
+FAULT_AT, FAULT_FOR = 7.5, 10.0                            # the fault's start and length
+STORE_PORT, LB_PORT = 7590, 7570
+NODE_PORTS = (7571, 7572, 7573)
+PROXY_PORTS = (7591, 7592, 7593)
+TOTAL = 3600                                              # the window that sums every hit
+
+MODES = {
+    "periodic 1 s": "sync_rate = 1",
+    "periodic 100 ms": "sync_rate = 0.1",
+    "synchronous": "sync_rate = 0",
+    "strict": 'sync_rate = 1\nadmission = "strict"\non_store_failure = "deny"',
+}
+LIMITADOR = {"Limitador redis_cached (1 s)": "redis_cached", "Limitador redis": "redis"}
+FAULTS = ("none", "SIGKILL one node", "one node cut from the store", "store down 10 s",
+          "store hung 10 s", "one node's clock 40 s ahead")
+# what each mode promises per window (offered 3 × L over 3 nodes)
+BOUND = {
+    "periodic 1 s": "L + the other nodes' hits of about 2 sync periods (here ≤ L + 2 × 2 × L/W × 2/3 s)",
+    "periodic 100 ms": "L + the other nodes' hits of about 2 sync periods (here ≤ L + 0.2 × 2 × L/W × 2/3)",
+    "synchronous": "L while the store answers; on a store fault each node decides from what it holds",
+    "strict": "L, always (on_store_failure = \"deny\": no admission the store has not granted)",
+}
+
+
+class Store:
+    """A Redis of the scenario's own, saved to disk so it can go down and come back."""
+
+    def __init__(self):
+        self.dir = os.path.join(WORK, f"redis-{time.monotonic_ns()}")
+        os.makedirs(self.dir)
+        self.start()
+
+    def start(self):
+        self.proc = Process(["redis-server", "--port", str(STORE_PORT), "--dir", self.dir, "--save", "",
+                             "--appendonly", "yes", "--appendfsync", "always"], port=STORE_PORT)
+
+    def cli(self, *args):
+        return subprocess.run(["redis-cli", "-p", str(STORE_PORT), *args], capture_output=True,
+                              text=True, timeout=10).stdout
+
+    def down(self):
+        self.proc.stop()
+
+    def close(self):
+        self.proc.signal(signal.SIGCONT)
+        self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Proxy:
+    """socat from PROXY_PORTS[i] to the store: cut it and the node is cut off."""
+
+    def __init__(self, port):
+        self.port = port
+        self.start()
+
+    def start(self):
+        self.proc = Process(["socat", f"TCP-LISTEN:{self.port},fork,reuseaddr",
+                             f"TCP:127.0.0.1:{STORE_PORT}"], port=self.port)
+
+    def cut(self):
+        os.killpg(self.proc.proc.pid, signal.SIGKILL)   # the listener and every connection
+        self.proc.proc.wait()
+
+
+def nginx():
+    conf = os.path.join(WORK, "nginx.conf")
+    servers = "\n".join(f"    server 127.0.0.1:{p} max_fails=1 fail_timeout=1s;" for p in NODE_PORTS)
+    with open(conf, "w") as f:
+        f.write(f"""worker_processes 1;
+daemon off;
+pid {WORK}/nginx.pid;
+error_log {WORK}/nginx.err warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {WORK}/nginx-body;
+  proxy_temp_path {WORK}/nginx-proxy;
+  upstream swin {{
+{servers}
+    keepalive 32;
+  }}
+  server {{
+    listen 127.0.0.1:{LB_PORT};
+    location / {{
+      proxy_pass http://swin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_next_upstream error timeout;
+      proxy_connect_timeout 200ms;
+      proxy_read_timeout 5s;
+    }}
+  }}
+}}
+""")
+    return Process(["nginx", "-p", WORK, "-c", conf], port=LB_PORT)
+
+
+def swin_config(mode, i):
+    return (f'store_timeout = 2\n[stores.main]\nkind = "redis"\nurl = "redis://127.0.0.1:{PROXY_PORTS[i]}"\n'
+            f'prefix = "f"\n[[namespaces]]\nname = "api"\nwindow_sizes = [{W}, {TOTAL}]\n'
+            f'limits = [{{ window_size = {W}, limit = {L} }}]\nstore = "main"\n{MODES[mode]}\n')
+
+
+def start_one(mode, i, skewed):
+    if mode in LIMITADOR:
+        return limitador(LIMITADOR[mode], NODE_PORTS[i], redis=f"redis://127.0.0.1:{PROXY_PORTS[i]}",
+                         limit=(L, W))
+    wrapper = ("faketime", "-f", "+40s") if skewed else ()
+    return node(swin_config(mode, i), NODE_PORTS[i], wrapper=wrapper)
+
+
+def stored_total(store, mode):
+    """The admitted hits the store holds: the hour window's count (swin) or the hour
+    limit's counter (Limitador)."""
+    if mode in LIMITADOR:
+        total = 0
+        for key in store.cli("--scan").split("\n"):
+            if key and int(store.cli("ttl", key) or -1) > 600 and store.cli("type", key).strip() == "string":
+                total += int(float(store.cli("get", key) or 0))
+        return total
+    fields = store.cli("hgetall", f"f:{{3:api:hot}}:{TOTAL}").split("\n")
+    pairs = dict(zip(fields[0::2], fields[1::2]))
+    return round(sum(float(v) for k, v in pairs.items() if k and k[0].isdigit()))
+
+
+def scenario(mode, fault):
+    store = Store()
+    proxies = [Proxy(p) for p in PROXY_PORTS]
+    nodes = [start_one(mode, i, fault == "one node's clock 40 s ahead" and i == 2) for i in range(3)]
+    lb = nginx()
+    try:
+        # the load starts on a window's edge, so every window but the last is whole
+        time.sleep(W - time.time() % W)
+        t0 = time.monotonic()
+        loader = subprocess.Popen([f"{BIN}/swin-bench", "load", "--json", "--target", f"127.0.0.1:{LB_PORT}",
+                                   "--connections", "32", "--rate", str(3 * L / W), "--duration", str(RUN),
+                                   "--keys", "hot", "--windows", str(W), "--namespace", "api",
+                                   *(("--limitador",) if mode in LIMITADOR else ("--hit",))],
+                                  stdout=subprocess.PIPE, text=True)
+        time.sleep(max(0.0, FAULT_AT - (time.monotonic() - t0)))
+        undo = inject(fault, store, proxies, nodes, mode)
+        time.sleep(FAULT_FOR)
+        if undo:
+            undo()
+        out, _ = loader.communicate(timeout=RUN + 60)
+        import json
+        rep = json.loads(out)
+        time.sleep(2)
+        for n in nodes:
+            n.stop()
+        windows = sorted(rep["admitted_per_window"].items())[:-1] if rep["admitted_per_window"] else []
+        admitted = rep["statuses"].get("200", 0)
+        return {"mode": mode, "fault": fault, "admitted": admitted, "stored": stored_total(store, mode),
+                "per_window": [n for _, n in windows], "statuses": rep["statuses"],
+                "unanswered": rep["unanswered"], "limit": L, "window_s": W}
+    finally:
+        lb.stop()
+        for n in nodes:
+            n.kill()
+        for p in proxies:
+            p.proc.kill()
+        store.close()
+
+
+def inject(fault, store, proxies, nodes, mode):
+    """Starts the fault; returns what ends it (None: it is not undone)."""
+    if fault == "SIGKILL one node":
+        nodes[2].kill()
+
+        def restart():
+            nodes[2] = start_one(mode, 2, False)
+        return restart
+    if fault == "one node cut from the store":
+        proxies[2].cut()
+        return proxies[2].start
+    if fault == "store down 10 s":
+        store.down()
+        return store.start
+    if fault == "store hung 10 s":
+        store.proc.signal(signal.SIGSTOP)
+        return lambda: store.proc.signal(signal.SIGCONT)
+    return None
+
+
+def measure(modes, faults):
+    results = []
+    for mode in modes:
+        for fault in faults:
+            r = scenario(mode, fault)
+            say(f"  {mode} / {fault}: per window {r['per_window']} (limit {L}); admitted {r['admitted']}, "
+                f"stored {r['stored']}")
+            results.append(r)
+    return {"results": results, "limit": L, "window_s": W, "run_s": RUN, "fault_at_s": FAULT_AT,
+            "fault_for_s": FAULT_FOR, "offered_per_window": 3 * L, "bounds": BOUND}
+
+
+def tables(data):
+    L = data["limit"]
+    lines = [f"### How exact under each fault: three nodes behind nginx, one key, limit {L} per "
+             f"{data['window_s']} s, {3 * L} offered per window (open loop), {data['run_s']:g} s, the fault "
+             f"from {data['fault_at_s']:g} s for {data['fault_for_s']:g} s", "",
+             "| mode | fault | most admitted in a window (× limit) | windows over the limit | admitted | "
+             "reached the store | lost |", "|---|---|---|---|---|---|---|"]
+    for r in data["results"]:
+        most = max(r["per_window"], default=0)
+        over = sum(1 for n in r["per_window"] if n > L)
+        lines.append(f"| {r['mode']} | {r['fault']} | {most} ({most / L:.2f}) | {over} of {len(r['per_window'])} | "
+                     f"{r['admitted']} | {r['stored']} | {r['admitted'] - r['stored']} |")
+    lines += ["", "What each mode promises per window:", ""]
+    lines += [f"- **{m}**: {b}" for m, b in data["bounds"].items()]
+    return "\n".join(lines) + "\n"
