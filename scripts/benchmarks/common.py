@@ -104,7 +104,7 @@ def node(config, port, wrapper=(), env=None):
     return p
 
 
-def limitador(storage, port, grpc_port=None, redis=REDIS, limit=None, flush_ms=1000):
+def limitador(storage, port, grpc_port=None, redis=REDIS, limit=None, flush_ms=1000, wrapper=()):
     """Limitador (bench/limitador-peer) on port, and its RLS door on grpc_port."""
     if not PEER:
         raise RuntimeError("SWIN_PEER_BIN is not set (scripts/bench report builds it)")
@@ -113,7 +113,7 @@ def limitador(storage, port, grpc_port=None, redis=REDIS, limit=None, flush_ms=1
         env["LIMITADOR_PEER_GRPC"] = f"127.0.0.1:{grpc_port}"
     if limit:
         env["LIMITADOR_PEER_LIMIT"] = f"{limit[0]}/{limit[1]}"
-    p = Process([PEER, storage, f"127.0.0.1:{port}", str(flush_ms), redis], env=env, port=port)
+    p = Process([*wrapper, PEER, storage, f"127.0.0.1:{port}", str(flush_ms), redis], env=env, port=port)
     if grpc_port:
         wait_port(grpc_port)
     return p

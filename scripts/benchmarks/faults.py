@@ -121,10 +121,10 @@ def swin_config(mode, i):
 
 
 def start_one(mode, i, skewed):
+    wrapper = ("faketime", "-f", "+40s") if skewed else ()
     if mode in LIMITADOR:
         return limitador(LIMITADOR[mode], NODE_PORTS[i], redis=f"redis://127.0.0.1:{PROXY_PORTS[i]}",
-                         limit=(L, W))
-    wrapper = ("faketime", "-f", "+40s") if skewed else ()
+                         limit=(L, W), wrapper=wrapper)
     return node(swin_config(mode, i), NODE_PORTS[i], wrapper=wrapper)
 
 

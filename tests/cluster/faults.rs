@@ -9,7 +9,7 @@ use super::*;
 /// debug build of three nodes, nginx, the store and this test, the assertion allows
 /// twenty for PostgreSQL and Redis — they measured 0.85–1.1 s there, at the edge of the
 /// ten allowed before — and thirty for SQLite, whose writers take turns on one file; the
-/// release-build figure is measured in BENCHMARKS.md.)
+/// release-build figure is measured in BENCHMARKS-HISTORY.md.)
 pub(super) async fn convergence(store: &Store) {
     // SQLite's one writer at a time takes longer to settle on this machine
     let periods = if store.store.kind() == swin_sync::store::StoreKind::Sqlite {

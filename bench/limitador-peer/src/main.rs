@@ -6,7 +6,7 @@
 //! `redis_cached` (`CachedRedisStorage`: counts in memory, flushed every FLUSH_MS).
 //! One limit, as swin's `/hit` is given in the same run: namespace `api`, 1,000,000,000
 //! hits per 60 s per value of `key` (never reached: both sides count and allow), or
-//! `LIMITADOR_PEER_LIMIT=MAX/SECONDS`.
+//! `LIMITADOR_PEER_LIMIT=MAX/SECONDS` (and then an hour's limit never reached beside it).
 //! The RLS door answers `ShouldRateLimit` as limitador-server's `envoy_rls` does: the
 //! descriptors become the CEL list `descriptors`, and the same limit counts per value of
 //! `descriptors[0].k` (the entry swin-bench's `--grpc 'k={key}'` sends).
@@ -63,14 +63,20 @@ fn max_and_seconds() -> (u64, u64) {
     }
 }
 
-/// The limit on HTTP's `key` and the same on RLS's first descriptor's `k`.
-fn limits() -> [Limit; 2] {
+/// The limit on HTTP's `key` and the same on RLS's first descriptor's `k`; with
+/// `LIMITADOR_PEER_LIMIT`, also an hour's limit on `key` never reached, whose counter in
+/// the store is every hit admitted (what the fault runs read back).
+fn limits() -> Vec<Limit> {
     let (max, seconds) = max_and_seconds();
     let by = |v: &str| vec![v.try_into().expect("a CEL variable")];
-    [
+    let mut limits = vec![
         Limit::new("api", max, seconds, Vec::new(), by("key")),
         Limit::new("api", max, seconds, Vec::new(), by("descriptors[0].k")),
-    ]
+    ];
+    if std::env::var("LIMITADOR_PEER_LIMIT").is_ok() {
+        limits.push(Limit::new("api", 1_000_000_000_000, 3600, Vec::new(), by("key")));
+    }
+    limits
 }
 
 mod rls {

@@ -10,7 +10,7 @@ use swin_node::node::{migrate_all, Daemon, Signals};
 /// mimalloc instead of the system allocator: a request allocates and frees a few dozen
 /// small blocks (hyper's buffers, axum's boxed futures, the JSON answer) across tokio's
 /// worker threads, and glibc's malloc took 37 % of the instructions of a `/hit`
-/// (callgrind; see BENCHMARKS.md, "Modes"). mimalloc's thread-local free lists make that
+/// (callgrind; see BENCHMARKS-HISTORY.md, "Modes"). mimalloc's thread-local free lists make that
 /// a few percent.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -9,7 +9,7 @@
 //!
 //! Sampling is decided before a request's span is made ([`sample`]): a span made and
 //! dropped by a sampler afterwards costs nearly what a kept one does (measured:
-//! BENCHMARKS.md), so a request not sampled makes no span, and its store calls none
+//! BENCHMARKS-HISTORY.md), so a request not sampled makes no span, and its store calls none
 //! either (they are made only under a request's span).
 
 use opentelemetry::trace::TracerProvider as _;
