@@ -43,7 +43,10 @@ async fn check_and_report(
     let ctx = Context::from(body.values);
     let result = match limiter.as_ref().as_ref() {
         Limiter::Blocking(l) => l.check_rate_limited_and_update(&namespace, &ctx, body.delta),
-        Limiter::Async(l) => l.check_rate_limited_and_update(&namespace, &ctx, body.delta).await,
+        Limiter::Async(l) => {
+            l.check_rate_limited_and_update(&namespace, &ctx, body.delta)
+                .await
+        }
     };
     match result {
         Ok(r) if r.limited => HttpResponse::TooManyRequests().finish(),
@@ -74,7 +77,13 @@ fn limits() -> Vec<Limit> {
         Limit::new("api", max, seconds, Vec::new(), by("descriptors[0].k")),
     ];
     if std::env::var("LIMITADOR_PEER_LIMIT").is_ok() {
-        limits.push(Limit::new("api", 1_000_000_000_000, 3600, Vec::new(), by("key")));
+        limits.push(Limit::new(
+            "api",
+            1_000_000_000_000,
+            3600,
+            Vec::new(),
+            by("key"),
+        ));
     }
     limits
 }
@@ -110,14 +119,26 @@ mod rls {
             let values: Vec<HashMap<String, String>> = req
                 .descriptors
                 .iter()
-                .map(|d| d.entries.iter().map(|e| (e.key.clone(), e.value.clone())).collect())
+                .map(|d| {
+                    d.entries
+                        .iter()
+                        .map(|e| (e.key.clone(), e.value.clone()))
+                        .collect()
+                })
                 .collect();
-            let hits = if req.hits_addend == 0 { 1 } else { req.hits_addend } as u64;
+            let hits = if req.hits_addend == 0 {
+                1
+            } else {
+                req.hits_addend
+            } as u64;
             let mut ctx = Context::default();
             ctx.list_binding("descriptors".to_string(), values);
             let result = match self.0.as_ref() {
                 Limiter::Blocking(l) => l.check_rate_limited_and_update(&namespace, &ctx, hits),
-                Limiter::Async(l) => l.check_rate_limited_and_update(&namespace, &ctx, hits).await,
+                Limiter::Async(l) => {
+                    l.check_rate_limited_and_update(&namespace, &ctx, hits)
+                        .await
+                }
             };
             let code = match result {
                 Ok(r) if r.limited => Code::OverLimit,
@@ -150,7 +171,10 @@ async fn main() -> std::io::Result<()> {
         _ => panic!("{usage}"),
     };
     let flush_ms: u64 = args.get(3).map_or(1000, |v| v.parse().expect("FLUSH_MS"));
-    let redis_url = args.get(4).cloned().unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    let redis_url = args
+        .get(4)
+        .cloned()
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let limiter = match storage {
         "memory" => {
             let l = RateLimiter::new(10_000);

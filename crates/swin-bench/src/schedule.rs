@@ -69,7 +69,7 @@ impl Shared {
             }
             None => {
                 let sent = self.sent.fetch_add(1, Ordering::Relaxed);
-                (!requests.is_some_and(|limit| sent >= limit)).then(Instant::now)
+                requests.is_none_or(|limit| sent < limit).then(Instant::now)
             }
         }
     }
