@@ -20,7 +20,7 @@ FAULT_AT, FAULT_FOR = 7.5, 10.0                            # the fault's start a
 STORE_PORT, LB_PORT = 7590, 7570
 NODE_PORTS = (7571, 7572, 7573)
 PROXY_PORTS = (7591, 7592, 7593)
-TOTAL = 3600                                              # the window that sums every hit
+TOTAL = 3600      # a window whose limit is never reached: its count is every admitted hit
 
 MODES = {
     "periodic 1 s": "sync_rate = 1",
@@ -117,7 +117,8 @@ http {{
 def swin_config(mode, i):
     return (f'store_timeout = 2\n[stores.main]\nkind = "redis"\nurl = "redis://127.0.0.1:{PROXY_PORTS[i]}"\n'
             f'prefix = "f"\n[[namespaces]]\nname = "api"\nwindow_sizes = [{W}, {TOTAL}]\n'
-            f'limits = [{{ window_size = {W}, limit = {L} }}]\nstore = "main"\n{MODES[mode]}\n')
+            f'limits = [{{ window_size = {W}, limit = {L} }}, {{ window_size = {TOTAL}, limit = 1000000000 }}]\n'
+            f'store = "main"\n{MODES[mode]}\n')
 
 
 def start_one(mode, i, skewed):

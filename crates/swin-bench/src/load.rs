@@ -68,6 +68,8 @@ pub struct Report {
     /// With `--windows W`: answers 200 by the window of the wall clock they came in,
     /// keyed by the window's first unix second.
     pub admitted_per_window: BTreeMap<u64, u64>,
+    /// Of those, the ones sent in the window before (decided on either side of its edge).
+    pub straddling_per_window: BTreeMap<u64, u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -165,6 +167,7 @@ async fn connection(
             pool[n % pool.len()].clone()
         };
         n += 1;
+        let sent = Instant::now();
         let asked = exchange(
             &mut sender,
             &spec,
@@ -182,7 +185,7 @@ async fn connection(
         };
         match status {
             Ok(status) => {
-                tally.record(t0, status);
+                tally.record(t0, sent, status);
                 shared.done.fetch_add(1, Ordering::Relaxed);
             }
             Err(_) => {
@@ -293,6 +296,7 @@ async fn grpc_connection(
             }],
             hits_addend: 1,
         };
+        let sent = Instant::now();
         let asked = client.should_rate_limit(req);
         let answer = tokio::select! {
             answer = asked => answer,
@@ -309,7 +313,7 @@ async fn grpc_connection(
                 1000 + e.code() as u16
             }
         };
-        tally.record(t0, status);
+        tally.record(t0, sent, status);
         shared.done.fetch_add(1, Ordering::Relaxed);
         if status >= 1000 {
             // a call that failed may have failed at once (a target that speaks no HTTP/2):
@@ -368,6 +372,7 @@ pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
     let mut hist = histogram()?;
     let mut statuses = BTreeMap::new();
     let mut admitted = BTreeMap::new();
+    let mut straddling = BTreeMap::new();
     for t in tasks {
         let tally = t.await??;
         hist.add(&tally.hist)?;
@@ -376,6 +381,9 @@ pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
         }
         for (w, n) in tally.admitted {
             *admitted.entry(w).or_default() += n;
+        }
+        for (w, n) in tally.straddling {
+            *straddling.entry(w).or_default() += n;
         }
     }
     progress.abort();
@@ -404,6 +412,10 @@ pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
         unanswered,
         errors: shared.errors.load(Ordering::Relaxed),
         admitted_per_window: admitted.into_iter().map(|(w, n)| (w * window, n)).collect(),
+        straddling_per_window: straddling
+            .into_iter()
+            .map(|(w, n)| (w * window, n))
+            .collect(),
     })
 }
 

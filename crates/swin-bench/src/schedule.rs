@@ -113,6 +113,9 @@ pub struct Tally {
     /// Requests answered 200, by the window of the wall clock they were answered in
     /// (`unix seconds / window`), when asked for.
     pub admitted: BTreeMap<u64, u64>,
+    /// Of those, the ones sent in the window before: decided on either side of the
+    /// edge, so a count above the limit by no more than these is not proof of excess.
+    pub straddling: BTreeMap<u64, u64>,
     window: Option<u64>,
 }
 
@@ -127,12 +130,13 @@ impl Tally {
             hist: histogram()?,
             statuses: BTreeMap::new(),
             admitted: BTreeMap::new(),
+            straddling: BTreeMap::new(),
             window,
         })
     }
 
-    /// One answer of `status`, `t0` the time it was due (or sent).
-    pub fn record(&mut self, t0: Instant, status: u16) {
+    /// One answer of `status`, `t0` the time it was due (or sent), `sent` when it was.
+    pub fn record(&mut self, t0: Instant, sent: Instant, status: u16) {
         self.hist
             .saturating_record((t0.elapsed().as_micros() as u64).max(1));
         *self.statuses.entry(status).or_default() += 1;
@@ -140,12 +144,17 @@ impl Tally {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default();
-            *self.admitted.entry(now.as_secs() / w.max(1)).or_default() += 1;
+            let window = now.as_secs() / w.max(1);
+            *self.admitted.entry(window).or_default() += 1;
+            let sent_at = now.saturating_sub(sent.elapsed());
+            if sent_at.as_secs() / w.max(1) < window {
+                *self.straddling.entry(window).or_default() += 1;
+            }
         }
     }
 
     /// A request the run ended before it was answered: its latency so far, status 0.
     pub fn unanswered(&mut self, t0: Instant) {
-        self.record(t0, 0);
+        self.record(t0, t0, 0);
     }
 }
