@@ -21,11 +21,16 @@ use super::{apply_to, nanos, off_runtime, Create, NamespaceSync, SyncReport};
 use crate::store::{normalize, normalize_advances, Push, Pushed, Store, TatPush, WindowKey};
 use crate::StoreError;
 
-/// Windows read per store call when refreshing held keys, and pushed per store call:
-/// small enough that decoding one reply holds a runtime worker for a few milliseconds.
-pub(super) const READ_CHUNK: usize = 5_000;
+/// Windows read per store call when refreshing held keys, and pushed per store call.
+/// A request's own store call (a synchronous increment, a reservation, a first touch)
+/// shares the store's connection with these and is answered after them, so a chunk is
+/// how long a sync can hold requests back: 500 windows are about half a millisecond of
+/// Redis's time, where 5,000 held every request of a node 5-20 ms once a second (p99
+/// at 25 % of the synchronous peak: 6 ms; BENCHMARKS.md). More calls cost little: each
+/// is one round trip, and a node holding 100,000 keys makes 400 a second.
+pub(super) const READ_CHUNK: usize = 500;
 
-pub(super) const PUSH_CHUNK: usize = 5_000;
+pub(super) const PUSH_CHUNK: usize = 500;
 
 #[derive(Debug, Default)]
 pub(super) struct PushState {
