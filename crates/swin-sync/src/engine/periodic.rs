@@ -45,11 +45,16 @@ impl NamespaceSync {
     /// One sync now: push pending and fresh diffs, then refresh active keys.
     pub async fn sync_once(&self, now: UnixMs) -> Result<SyncReport, StoreError> {
         let Some(store) = &self.session.store else {
-            // local only: draining drops expired entries; there is nowhere to push
-            for t in self.counters.tables() {
-                t.drain(now);
-            }
-            self.counters.buckets().drain(nanos(now));
+            // local only: draining drops expired entries; there is nowhere to push. Off
+            // the runtime as a sync's drain is: a walk of every key held
+            let counters = self.counters.clone();
+            off_runtime(move || {
+                for t in counters.tables() {
+                    t.drain(now);
+                }
+                counters.buckets().drain(nanos(now));
+            })
+            .await;
             return Ok(SyncReport::default());
         };
         let started = Instant::now();
