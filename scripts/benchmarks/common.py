@@ -60,6 +60,12 @@ class Process:
 
     def __init__(self, argv, env=None, port=None):
         self.argv = argv
+        if port:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    raise RuntimeError(f"port {port} is taken before {argv[0]} starts (a server left over?)")
+            except OSError:
+                pass
         self.proc = subprocess.Popen(argv, stdout=LOG, stderr=LOG, env={**os.environ, **(env or {})},
                                      start_new_session=True)
         if port:

@@ -16,7 +16,9 @@ from common import (BIN, WORK, Process, limitador, load, median, node, say, wait
 W = int(os.environ.get("SWIN_FAULT_WINDOW", "5"))          # seconds per window
 L = int(os.environ.get("SWIN_FAULT_LIMIT", "500"))         # hits per window
 RUN = float(os.environ.get("SWIN_FAULT_RUN", "30"))        # seconds of load
-FAULT_AT, FAULT_FOR = 7.5, 10.0                            # the fault's start and length
+# the fault starts 0.8 s into the second window, while the nodes still admit (3 × L per
+# window reaches L a third of the way in): what a killed node took is not yet pushed
+FAULT_AT, FAULT_FOR = W + 0.8, 10.0
 STORE_PORT, LB_PORT = 7590, 7570
 NODE_PORTS = (7571, 7572, 7573)
 PROXY_PORTS = (7591, 7592, 7593)
@@ -115,7 +117,7 @@ http {{
 
 
 def swin_config(mode, i):
-    return (f'store_timeout = 2\n[stores.main]\nkind = "redis"\nurl = "redis://127.0.0.1:{PROXY_PORTS[i]}"\n'
+    return (f'store_timeout = 2\ndata_dir = "{WORK}/data-{i}"\n[stores.main]\nkind = "redis"\nurl = "redis://127.0.0.1:{PROXY_PORTS[i]}"\n'
             f'prefix = "f"\n[[namespaces]]\nname = "api"\nwindow_sizes = [{W}, {TOTAL}]\n'
             f'limits = [{{ window_size = {W}, limit = {L} }}, {{ window_size = {TOTAL}, limit = 1000000000 }}]\n'
             f'store = "main"\n{MODES[mode]}\n')

@@ -2,7 +2,7 @@
 then open-loop latency at 25, 50 and 75 % of the swin mode's peak, Limitador and the
 bare axum floor at the same offered rates. Rounds alternate targets; medians."""
 
-from common import (NEVER, DURATION, ROUNDS, Process, BIN, drop_redis, limitador, load, median,
+from common import (NEVER, DURATION, ROUNDS, WORK, Process, BIN, drop_redis, limitador, load, median,
                     node, redis_store, say, wait_port)
 import os
 
@@ -13,7 +13,7 @@ KEYS = "uniform:10000"
 
 def swin_config(sync_rate, store=True, strict=False, grpc=False):
     prefix = f"swin-figures-{os.getpid()}"
-    text = ""
+    text = f'data_dir = "{WORK}/data"\n'
     if grpc:
         text += f'grpc_listen = "127.0.0.1:{GRPC_PORT}"\n'
     if store:
@@ -127,6 +127,15 @@ PAIRS = [("local", ["lim-memory", "axum"]), ("periodic", ["lim-redis_cached"]), 
          ("grpc-sync", ["lim-rls-redis"])]
 
 
+# the order of the tables and charts: each swin mode beside the Limitador it is measured with
+ORDER = ["axum", "local", "lim-memory", "periodic", "lim-redis_cached", "sync", "lim-redis", "strict", "grpc",
+         "lim-rls-memory", "grpc-periodic", "lim-rls-redis_cached", "grpc-sync", "lim-rls-redis"]
+
+
+def ordered(names):
+    return sorted(names, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER))
+
+
 def tables(data):
     peaks = {n: median(v) for n, v in data["peaks"].items()}
     lines = [f"### How fast: decisions per second at the peak (closed loop, 32 connections, "
@@ -135,7 +144,8 @@ def tables(data):
     peer = {"local": "lim-memory", "periodic": "lim-redis_cached", "sync": "lim-redis", "strict": "lim-redis",
             "grpc": "lim-rls-memory", "grpc-periodic": "lim-rls-redis_cached", "grpc-sync": "lim-rls-redis"}
     axum = peaks.get("axum")
-    for n, v in data["peaks"].items():
+    for n in ordered(data["peaks"]):
+        v = data["peaks"][n]
         x = f"{peaks[n] / axum:.2f}" if axum else ""
         y = f"{peaks[n] / peaks[peer[n]]:.2f}" if n in peer and peer[n] in peaks else ""
         lines.append(f"| {data['labels'][n]} | {peaks[n]:,.0f} | {x} | {y} | {' '.join(map(str, v))} |")

@@ -1,5 +1,5 @@
 //! One periodic sync: drain every diff (they move into `synced`, so the node's view does
-//! not dip), push them in chunks of at most 5,000 windows, each with the next sequence
+//! not dip), push them in chunks of at most 500 windows, each with the next sequence
 //! number, apply the totals each push returns, then read the current and previous totals
 //! of every other window this node holds and apply them, so hits other nodes pushed reach
 //! this node even for keys it has not seen lately. Its cost grows with the keys this node
