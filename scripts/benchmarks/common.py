@@ -76,22 +76,25 @@ class Process:
                 raise
 
     def stop(self, timeout=30):
+        """SIGTERM to the process's group (a wrapper such as faketime and what it runs)."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.kill()
+                pass
+        self.kill()
         return self.proc.returncode
 
     def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
+        self.signal(signal.SIGKILL)
         self.proc.wait()
 
     def signal(self, sig):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def node(config, port, wrapper=(), env=None):

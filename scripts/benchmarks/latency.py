@@ -3,7 +3,7 @@ then open-loop latency at 25, 50 and 75 % of the swin mode's peak, Limitador and
 bare axum floor at the same offered rates. Rounds alternate targets; medians."""
 
 from common import (NEVER, DURATION, ROUNDS, WORK, Process, BIN, drop_redis, limitador, load, median,
-                    node, redis_store, say, wait_port)
+                    node, redis_store, say)
 import os
 
 FRACTIONS = (0.25, 0.5, 0.75)
@@ -138,7 +138,7 @@ def ordered(names):
 
 def tables(data):
     peaks = {n: median(v) for n, v in data["peaks"].items()}
-    lines = [f"### How fast: decisions per second at the peak (closed loop, 32 connections, "
+    lines = [f"## How fast: decisions per second at the peak (closed loop, 32 connections, "
              f"{data['keys']} keys, {data['duration_s']:g} s runs, medians of {data['rounds']} alternating rounds)", "",
              "| target | decisions/s | × bare axum | × its Limitador | runs |", "|---|---|---|---|---|"]
     peer = {"local": "lim-memory", "periodic": "lim-redis_cached", "sync": "lim-redis", "strict": "lim-redis",
@@ -150,7 +150,7 @@ def tables(data):
         y = f"{peaks[n] / peaks[peer[n]]:.2f}" if n in peer and peer[n] in peaks else ""
         lines.append(f"| {data['labels'][n]} | {peaks[n]:,.0f} | {x} | {y} | {' '.join(map(str, v))} |")
     s = summary(data["points"])
-    lines += ["", f"### How fast under load: latency in ms at a fixed offered rate (open loop, from each request's "
+    lines += ["", f"## How fast under load: latency in ms at a fixed offered rate (open loop, from each request's "
               f"due time; 25/50/75 % of the swin mode's peak; medians of {data['rounds']} rounds)", "",
               "| mode | load | offered/s | swin p50 / p99 / p99.9 | beside it, at the same rate: p50 / p99 / p99.9 |",
               "|---|---|---|---|---|"]
