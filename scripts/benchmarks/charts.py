@@ -13,6 +13,7 @@ OUT = os.path.join(ROOT, "docs", "benchmarks")
 plt.rcParams.update({"svg.hashsalt": "swin", "font.size": 9, "axes.spines.top": False,
                      "axes.spines.right": False})
 SWIN, PEER, FLOOR = "#1f6fb2", "#d9822b", "#8a8a8a"
+MODE_COLOURS = ["#1f6fb2", "#7fb3e0", "#2a9d8f", "#264653"]
 
 
 def colour(name):
@@ -78,11 +79,13 @@ def faults(data):
             r = next((r for r in rows if r["mode"] == mode and r["fault"] == f), None)
             ys.append(max(r["per_window"], default=0) / L if r else 0)
         xs = [j + (i - (len(modes) - 1) / 2) * width for j in range(len(fault_names))]
-        ax.bar(xs, ys, width, label=mode, color=(PEER if mode.startswith("Limitador") else None))
+        ax.bar(xs, ys, width, label=mode, color=MODE_COLOURS[i % len(MODE_COLOURS)] if not mode.startswith("Limitador")
+               else ("#d9822b" if "cached" in mode else "#f2b880"), hatch="//" if mode.startswith("Limitador") else None,
+               edgecolor="white", linewidth=0.3)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.text(len(fault_names) - 0.5, 1.0, " the limit", va="bottom", ha="right", fontsize=8)
     ax.set_xticks(range(len(fault_names)), [f.replace(" ", "\n", 2) for f in fault_names], fontsize=8)
     ax.set_ylabel("most admitted in one window ÷ limit")
     ax.set_title(f"How exact under each fault: 3 nodes, limit {L} per {data['window_s']} s, 3× offered")
-    ax.legend(fontsize=7, frameon=False, ncol=3)
+    ax.legend(fontsize=7, frameon=False, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     return save(fig, "faults.svg")

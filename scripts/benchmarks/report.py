@@ -40,6 +40,15 @@ def main():
         modes = pick("SWIN_FIGURES_MODES", [*faults.MODES, *faults.LIMITADOR])
         data = faults.measure(modes, pick("SWIN_FIGURES_FAULTS", faults.FAULTS))
         data["machine"] = common.machine()
+        saved = load_saved("faults")
+        if saved and ("SWIN_FIGURES_MODES" in os.environ or "SWIN_FIGURES_FAULTS" in os.environ):
+            # a part run again replaces its scenarios in the saved set, the rest kept
+            new = {(r["mode"], r["fault"]) for r in data["results"]}
+            kept = [r for r in saved["results"] if (r["mode"], r["fault"]) not in new]
+            data["results"] = kept + data["results"]
+            order = [*faults.MODES, *faults.LIMITADOR]
+            data["results"].sort(key=lambda r: (order.index(r["mode"]) if r["mode"] in order else 99,
+                                                faults.FAULTS.index(r["fault"]) if r["fault"] in faults.FAULTS else 99))
         common.save("faults", data)
     if "charts" in what:
         import charts
