@@ -2,6 +2,7 @@
 
 mod accuracy;
 mod baseline;
+mod grpc;
 mod keys;
 mod load;
 mod quota;
