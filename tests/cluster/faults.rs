@@ -53,8 +53,22 @@ pub(super) async fn convergence(store: &Store) {
     )
     .await;
     eprintln!("converged: sample exact on every node {took:?} after the load");
-    // ...then every key on every node.
-    let wrong = wrong_counts(&c, &cluster, &keys, Some(10.0)).await;
+    // ...then every key on every node. The sample's exactness does not make the rest
+    // exact at once: a node pushes and reads in chunks of 500 windows, and a chunk held
+    // back by a busy store (SQLite's writer) goes on the next sync. A key still wrong
+    // after the full pass gets the same bound again, read again until exact.
+    let mut wrong = wrong_counts(&c, &cluster, &keys, Some(10.0)).await;
+    let again = Instant::now();
+    while !wrong.is_empty() && again.elapsed() < PERIOD * periods {
+        tokio::time::sleep(PERIOD).await;
+        let mut left: Vec<String> = wrong.iter().map(|(_, k, _)| k.clone()).collect();
+        left.sort();
+        left.dedup();
+        wrong = wrong_counts(&c, &cluster, &left, Some(10.0)).await;
+    }
+    if again.elapsed() >= PERIOD {
+        eprintln!("every key exact {:?} after the full pass", again.elapsed());
+    }
     assert!(
         wrong.is_empty(),
         "{} of 9,000 reads not exact, e.g. {:?}",
