@@ -49,9 +49,10 @@ impl CounterStore for RedisStore {
             return Ok(Pushed::default());
         }
         let names: Vec<&str> = hashes.iter().map(|(k, _)| k.as_str()).collect();
-        // a push with a seq is deduplicated per call (the record is on the call's first
-        // hash), so its calls must be the same on a retry, whatever the server: by slot
-        let calls = self.calls_for(&names, push.seq.is_some());
+        // a push with a seq is deduplicated per hash (push.lua), so a retry may group
+        // its hashes otherwise: on one server, 64 hashes of any slots go in one call
+        // (one script call per hash cost Redis 3x the time of a sync's pushes)
+        let calls = self.calls_for(&names, false);
         let node_field = format!("n:{}", push.node_id);
         let seq = push.seq.map_or(-1i64, |s| s as i64);
         let mut sends = Vec::with_capacity(calls.len());

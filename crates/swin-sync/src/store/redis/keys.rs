@@ -7,9 +7,10 @@ use super::HASHES_PER_CALL;
 /// not cross slots), at most HASHES_PER_CALL per call. A pure function of the batch, so a
 /// retried push makes the same calls and finds its seq records where it left them.
 ///
-/// `by_slot = false` packs hashes of any slots into the calls, in order: for a push with
-/// no seq record to find again (synchronous increments) on one server, where a script
-/// may touch any key. Several waiting keys then share one call instead of one call each.
+/// `by_slot = false` packs hashes of any slots into the calls, in order, on one server,
+/// where a script may touch any key: for calls with no seq record to find again on a
+/// retry, or with a record in every hash (counter pushes). Several keys then share one
+/// call instead of one call each.
 pub(super) fn slot_calls(hashes: &[&str], by_slot: bool) -> Vec<Vec<usize>> {
     if !by_slot {
         let all: Vec<usize> = (0..hashes.len()).collect();

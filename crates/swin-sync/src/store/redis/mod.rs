@@ -34,11 +34,13 @@
 //! integer is exact; Lua's numbers are doubles), expiring an hour after the bucket is
 //! full again.
 //!
-//! Exactly-once: each script call adds its diffs only when the batch's sequence number is
-//! above the node's last one recorded in the group's first hash (`n:<node_id>`), and
-//! records it in the same atomic step. The engine retries a failed batch unchanged, so the
-//! groups (a pure function of the sorted batch) come out the same: groups the first
-//! attempt reached skip it, the others apply it.
+//! Exactly-once: a counter push adds a hash's diffs only when the batch's sequence number
+//! is above the node's last one recorded in that hash (`n:<node_id>`), and records it in
+//! the same atomic step. The engine retries a failed batch unchanged: hashes the first
+//! attempt reached skip it, the others apply it, however the retry groups them into calls
+//! (on one server, 64 hashes of any slots a call). A TAT push records its seq in its
+//! group's first hash, and its groups (by slot, a pure function of the sorted batch) come
+//! out the same on a retry.
 //!
 //! Beside this file: `buckets.rs` (GCRA TATs), `quota.rs` (strict admission's holds and
 //! grants), `limits.rs` (runtime limits, with their own layout), `leases.rs`

@@ -1,5 +1,7 @@
--- KEYS: hashes of one cluster slot (on one server, a push without a seq may mix slots:
--- see slot_calls); KEYS[1] also holds the node's last applied seq.
+-- KEYS: hashes of one cluster slot (on one server, of any slots: see slot_calls). Each
+-- hash also holds, in the node's field, the seq of the node's last push that wrote to it:
+-- a push is deduplicated per hash, so a retry finds its records however its hashes are
+-- grouped into calls (on one server or a cluster, before or after a move).
 -- ARGV: node field, seq (-1: no dedupe), the bound a count must stay below (2^53, where
 -- a double stops counting every integer), then per key: ttl, stale window field, n, and
 -- n pairs (window_start, diff). Returns per pushed window, in order, its new count, or
@@ -8,8 +10,8 @@
 -- may not pass it together): such a window is skipped, the others are applied.
 -- Everything is read and checked before the first write, so a call that fails applies
 -- nothing (Redis does not roll a script back).
--- Server work per hash: one HMGET (its windows and the stale one), one HSET of what
--- changed (a diff of 0 only reads), and, when a window opens, EXPIRE and the stale
+-- Server work per hash: one HMGET (its windows, the stale one and the node's record),
+-- one HSET of what changed and the record (a diff of 0 only reads), and, when a window opens, EXPIRE and the stale
 -- window's removal if it is there: a synchronous hit on a fresh key costs three calls.
 local call, tonumber, format = redis.call, tonumber, string.format
 -- finite: x - x is 0 for every number but NaN and the infinities
@@ -27,11 +29,6 @@ for k = 1, #KEYS do
   a = a + 3 + 2 * n
 end
 if a - 1 ~= #ARGV then return redis.error_reply('swin push: argument count') end
-local apply = true
-if seq >= 0 then
-  local last = tonumber(call('HGET', KEYS[1], ARGV[1]) or '-1')
-  apply = seq > last
-end
 -- first pass: read and check. What each window does is kept in flat lists (a table per
 -- window costs more than the Redis calls): its kind ('r' read, 's' set, '!' refused),
 -- its answer (the count, or the reason) and where its field is in ARGV; per hash, whether
@@ -41,18 +38,21 @@ local p = 0
 a = 4
 for k = 1, #KEYS do
   local n = tonumber(ARGV[a + 2])
+  -- the hash's windows, its stale window, the node's record
   local got
   if n == 1 then
-    got = call('HMGET', KEYS[k], ARGV[a + 3], ARGV[a + 1])
+    got = call('HMGET', KEYS[k], ARGV[a + 3], ARGV[a + 1], ARGV[1])
   elseif n == 2 then
-    got = call('HMGET', KEYS[k], ARGV[a + 3], ARGV[a + 5], ARGV[a + 1])
+    got = call('HMGET', KEYS[k], ARGV[a + 3], ARGV[a + 5], ARGV[a + 1], ARGV[1])
   else
     local f = {}
     for i = 1, n do f[i] = ARGV[a + 1 + 2 * i] end
     f[n + 1] = ARGV[a + 1]
+    f[n + 2] = ARGV[1]
     got = call('HMGET', KEYS[k], unpack(f))
   end
   stale_there[k] = got[n + 1] ~= false
+  local apply = seq < 0 or seq > tonumber(got[n + 2] or '-1')
   local opened = false
   a = a + 3
   for i = 1, n do
@@ -85,8 +85,8 @@ for k = 1, #KEYS do
   end
   opens[k] = opened
 end
-if not apply then return vals end
--- second pass: write each hash's windows in one HSET
+-- second pass: write each hash's windows in one HSET, with the node's record when the
+-- push has a seq (a hash it only read or refused needs none: a retry changes nothing)
 a = 4
 p = 0
 for k = 1, #KEYS do
@@ -101,6 +101,10 @@ for k = 1, #KEYS do
     end
   end
   if #writes > 0 then
+    if seq >= 0 then
+      writes[#writes + 1] = ARGV[1]
+      writes[#writes + 1] = ARGV[2]
+    end
     call('HSET', KEYS[k], unpack(writes))
     if opens[k] then
       -- the window before the previous goes, with every holder's total in it (a
@@ -116,10 +120,5 @@ for k = 1, #KEYS do
       call('EXPIRE', KEYS[k], ttl)
     end
   end
-end
-if seq >= 0 then
-  call('HSET', KEYS[1], ARGV[1], ARGV[2])
-  -- the record may be the first field of its hash (its windows only read or refused)
-  if call('TTL', KEYS[1]) == -1 then call('EXPIRE', KEYS[1], ARGV[4]) end
 end
 return vals
