@@ -12,6 +12,7 @@ mod first_touch;
 mod gcra;
 mod leases;
 mod limits;
+mod pace;
 mod periodic;
 mod quota;
 mod reach;
@@ -376,7 +377,8 @@ impl NamespaceSync {
                 _ = cancel.cancelled() => break,
                 _ = tokio::time::sleep_until(next) => {}
             }
-            match self.sync_once(now()).await {
+            // a tick spaces its store calls over up to half its period (engine/pace.rs)
+            match self.sync_paced(now(), pace::Pace::within(period / 2)).await {
                 Ok(report) => {
                     self.measure_clock().await;
                     if backoff.failures() > 0 {

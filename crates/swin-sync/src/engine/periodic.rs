@@ -17,6 +17,7 @@ use std::time::Instant;
 use swin_core::{Advance, Diff, Tat, UnixMs};
 use tracing::error;
 
+use super::pace::Pace;
 use super::{apply_to, nanos, off_runtime, Create, NamespaceSync, SyncReport};
 use crate::store::{normalize, normalize_advances, Push, Pushed, Store, TatPush, WindowKey};
 use crate::StoreError;
@@ -44,6 +45,15 @@ pub(super) struct PushState {
 impl NamespaceSync {
     /// One sync now: push pending and fresh diffs, then refresh active keys.
     pub async fn sync_once(&self, now: UnixMs) -> Result<SyncReport, StoreError> {
+        self.sync_paced(now, Pace::none()).await
+    }
+
+    /// One sync, its store calls spaced by `pace` (a tick of the sync loop).
+    pub(super) async fn sync_paced(
+        &self,
+        now: UnixMs,
+        mut pace: Pace,
+    ) -> Result<SyncReport, StoreError> {
         let Some(store) = &self.session.store else {
             // local only: draining drops expired entries; there is nowhere to push. Off
             // the runtime as a sync's drain is: a walk of every key held
@@ -59,7 +69,7 @@ impl NamespaceSync {
         };
         let started = Instant::now();
         let mut st = self.state.lock().await;
-        let mut result = self.sync_locked(store, &mut st, now).await;
+        let mut result = self.sync_locked(store, &mut st, now, &mut pace).await;
         if result.is_ok() && self.skipping_store() {
             // a sync with nothing to push or read may not have asked the store at all:
             // it must answer before requests go to it again
@@ -101,13 +111,16 @@ impl NamespaceSync {
         store: &Store,
         st: &mut PushState,
         now: UnixMs,
+        pace: &mut Pace,
     ) -> Result<(usize, usize), StoreError> {
         // windows whose totals a push of this sync returned: no need to read them again
         let mut fresh: Vec<Diff> = Vec::new();
         let mut pushed = self
-            .push_rounds(store, st, now, |diffs: Vec<Diff>| fresh.extend(diffs))
+            .push_rounds(store, st, now, pace, |diffs: Vec<Diff>| fresh.extend(diffs))
             .await?;
-        pushed += self.push_rounds::<Advance>(store, st, now, drop).await?;
+        pushed += self
+            .push_rounds::<Advance>(store, st, now, pace, drop)
+            .await?;
         let counters = self.counters.clone();
         let wanted = off_runtime(move || {
             let fresh: std::collections::HashSet<(&str, u32, i64), foldhash::fast::RandomState> =
@@ -140,14 +153,20 @@ impl NamespaceSync {
         // reset (DELETE on some node) — its synced total drops to 0, local hits stay.
         let mut fetched = 0;
         for chunk in wanted.chunks(READ_CHUNK) {
-            let totals = self.call(store.read(self.name(), chunk)).await?;
-            fetched += totals.len();
-            let totals = with_absent_as_zero(chunk, totals);
-            self.apply_off_runtime(totals, now).await;
+            let read = async {
+                let totals = self.call(store.read(self.name(), chunk)).await?;
+                fetched += totals.len();
+                let totals = with_absent_as_zero(chunk, totals);
+                self.apply_off_runtime(totals, now).await;
+                Ok::<_, StoreError>(())
+            };
+            pace.call(read).await?;
         }
         let held = self.counters.buckets().keys();
         for chunk in held.chunks(READ_CHUNK) {
-            let tats = self.call(store.read_tats(self.name(), chunk)).await?;
+            let tats = pace
+                .call(self.call(store.read_tats(self.name(), chunk)))
+                .await?;
             fetched += tats.len();
             let counters = self.counters.clone();
             let chunk = chunk.to_vec();
@@ -177,6 +196,7 @@ impl NamespaceSync {
         store: &Store,
         st: &mut PushState,
         now: UnixMs,
+        pace: &mut Pace,
         mut done: impl FnMut(Vec<R>),
     ) -> Result<usize, StoreError> {
         let mut pushed = 0;
@@ -191,7 +211,7 @@ impl NamespaceSync {
                 st.seq = seq;
             }
             while let Some((seq, rows)) = R::queue(st).front() {
-                R::push(self, store, *seq, rows, now).await?;
+                pace.call(R::push(self, store, *seq, rows, now)).await?;
                 if let Some((_, rows)) = R::queue(st).pop_front() {
                     pushed += rows.len();
                     done(rows);
