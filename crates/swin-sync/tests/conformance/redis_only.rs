@@ -186,3 +186,64 @@ pub(super) async fn redis_a_retry_applies_each_hash_once_however_it_is_grouped()
         ]
     );
 }
+
+/// A node's push record that is not a number (written by hand) used to fail every push
+/// that touched its hash, holding back every diff behind it for good. It now counts as
+/// no record: the push applies, and its own record replaces the bad one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(super) async fn redis_a_push_record_that_is_not_a_number_does_not_stop_pushes() {
+    let s = TestStore::redis();
+    let Store::Redis(r) = &s.store else {
+        unreachable!("a redis store")
+    };
+    let client = ::redis::Client::open(s.url.as_str()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let hash = format!("{}:{{2:ns:k}}:60", r.prefix());
+    let _: () = ::redis::cmd("HSET")
+        .arg(&hash)
+        .arg("n:n")
+        .arg("not a number")
+        .query_async(&mut conn)
+        .await
+        .expect("corrupt");
+    let node = PushId::from("n");
+    let d = [diff("k", CUR, 2.0), diff("j", CUR, 1.0)];
+    for _ in 0..2 {
+        let reply = s.store.push("ns", push(&node, 3, &d)).await.expect("push");
+        assert!(reply.rejected.is_empty(), "{reply:?}");
+    }
+    let keys = [wk("j", CUR), wk("k", CUR)];
+    assert_eq!(
+        totals(&s.store, "ns", &keys).await,
+        vec![("j".into(), CUR, 1.0), ("k".into(), CUR, 2.0)],
+        "applied once, the retry recognised"
+    );
+    let record: String = ::redis::cmd("HGET")
+        .arg(&hash)
+        .arg("n:n")
+        .query_async(&mut conn)
+        .await
+        .expect("record");
+    assert_eq!(record, "3");
+
+    // the same for a GCRA bucket's record
+    let bucket = format!("{}:{{2:ns:b}}:gcra", r.prefix());
+    let _: () = ::redis::cmd("HSET")
+        .arg(&bucket)
+        .arg("n:n1")
+        .arg("not a number")
+        .query_async(&mut conn)
+        .await
+        .expect("corrupt");
+    let advances = [adv("b", 1)];
+    for _ in 0..2 {
+        s.store
+            .push_tats("ns", tat_push(Some(4), NOW_NS, &advances))
+            .await
+            .expect("tat push");
+    }
+    assert_eq!(tat_of(&s.store, "ns", "b").await, Some(NOW_NS + SEC));
+}

@@ -11,8 +11,9 @@
 -- Everything is read and checked before the first write, so a call that fails applies
 -- nothing (Redis does not roll a script back).
 -- Server work per hash: one HMGET (its windows, the stale one and the node's record),
--- one HSET of what changed and the record (a diff of 0 only reads), and, when a window opens, EXPIRE and the stale
--- window's removal if it is there: a synchronous hit on a fresh key costs three calls.
+-- one HSET of what changed and the record (a diff of 0 only reads), and, when a window
+-- opens, EXPIRE and the stale window's removal if it is there: a synchronous hit on a
+-- fresh key costs three calls.
 local call, tonumber, format = redis.call, tonumber, string.format
 -- finite: x - x is 0 for every number but NaN and the infinities
 local function finite(x) return x ~= nil and x - x == 0 end
@@ -52,7 +53,10 @@ for k = 1, #KEYS do
     got = call('HMGET', KEYS[k], unpack(f))
   end
   stale_there[k] = got[n + 1] ~= false
-  local apply = seq < 0 or seq > tonumber(got[n + 2] or '-1')
+  -- a record that is not a number (written by hand) counts as none: refusing it would
+  -- hold back every push to this hash for good
+  local last = tonumber(got[n + 2] or '-1')
+  local apply = seq < 0 or not finite(last) or seq > last
   local opened = false
   a = a + 3
   for i = 1, n do

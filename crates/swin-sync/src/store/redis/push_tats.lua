@@ -4,8 +4,9 @@
 local seq = tonumber(ARGV[2])
 local apply = true
 if seq >= 0 then
+  -- a record that is not a number (written by hand) counts as none
   local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
-  apply = seq > last
+  apply = last == nil or last ~= last or seq > last
 end
 local now = ARGV[3]
 local out = {}
