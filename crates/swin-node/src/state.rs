@@ -32,6 +32,8 @@ pub struct AppState {
     pub trusted_proxies: ArcSwap<Vec<ipnet::IpNet>>,
     /// Where the spool lives (`data_dir`), for the metrics; `None` for a bare router.
     pub data_dir: Option<std::path::PathBuf>,
+    /// Caps of Envoy's quota service (`[quota]`).
+    pub quota: swin::shares::QuotaLimits,
 }
 
 impl AppState {
@@ -51,6 +53,7 @@ impl AppState {
             auth: ArcSwapOption::empty(),
             trusted_proxies: ArcSwap::from_pointee(Vec::new()),
             data_dir: None,
+            quota: swin::shares::QuotaLimits::default(),
         }
     }
 
@@ -71,6 +74,7 @@ impl AppState {
             body_timeout: config.connections.body_timeout,
             max_batch: config.max_batch,
             data_dir: Some(config.data_dir.clone()),
+            quota: config.quota,
             ..AppState::new(Namespaces::new(), config.body_limit)
         };
         state.set_access(config);

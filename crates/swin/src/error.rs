@@ -58,6 +58,10 @@ pub enum Error {
     /// (`max_counters`); the client may try again later.
     #[error("{0}")]
     Unavailable(String),
+    /// A cap on what one client may hold is reached (the message names the cap); gRPC's
+    /// RESOURCE_EXHAUSTED, HTTP 429.
+    #[error("{0}")]
+    Exhausted(String),
     /// The store could not do what the request needed; `reason` is the short code a
     /// client gets (`store_unreachable`, `store_rejected`, `store_failed`), the store's
     /// own error goes to the log only.

@@ -25,6 +25,7 @@ fn status_and_code(e: &Error) -> (StatusCode, &'static str) {
             (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
         }
         Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        Error::Exhausted(_) => (StatusCode::TOO_MANY_REQUESTS, "exhausted"),
         Error::Store { reason, .. } => (StatusCode::SERVICE_UNAVAILABLE, reason),
         Error::UriTooLong(_) => (StatusCode::URI_TOO_LONG, "uri_too_long"),
         Error::HeadersTooLarge(_) => (

@@ -102,6 +102,16 @@ struct RawConfig {
     auth: Option<auth::RawAuth>,
     tls: Option<RawTls>,
     telemetry: Option<RawTelemetry>,
+    quota: Option<RawQuota>,
+}
+
+/// `[quota]`: caps on what Envoy's quota service takes from its clients.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuota {
+    streams_per_client: Option<usize>,
+    buckets_per_stream: Option<usize>,
+    buckets: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -195,6 +205,8 @@ pub struct Config {
     pub max_batch: usize,
     /// Traces over OTLP; `None` (no `otlp_endpoint`): none, at no cost.
     pub telemetry: Option<TelemetryConfig>,
+    /// Caps of Envoy's quota service (`[quota]`).
+    pub quota: crate::shares::QuotaLimits,
 }
 
 /// What one connection may take of the node.
@@ -312,6 +324,7 @@ impl Parser<'_> {
             max_batch,
             tls: self.tls(raw.tls)?,
             telemetry: self.telemetry(raw.telemetry)?,
+            quota: self.quota(raw.quota)?,
             data_dir: self.data_dir(raw.data_dir)?,
         })
     }

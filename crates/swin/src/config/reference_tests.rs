@@ -111,6 +111,7 @@ fn bases(section: &str) -> Vec<String> {
         "`[telemetry]`" => vec![format!(
             "{STORE}{NAMESPACE}window_sizes = [60]\n[telemetry]\notlp_endpoint = \"http://c:4317\"\n{{}}\n"
         )],
+        "`[quota]`" => vec![format!("{STORE}{NAMESPACE}window_sizes = [60]\n[quota]\n{{}}\n")],
         other => panic!("no bases for {other:?}"),
     }
 }
@@ -124,6 +125,7 @@ fn the_reference_lists_every_key_with_the_code_defaults() {
         "`[auth]`",
         "`[tls]`",
         "`[telemetry]`",
+        "`[quota]`",
     ];
     for name in sections {
         let rows = section(name);

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use super::{
     defaults, parse_bool, ConfigError, ConnectionLimits, LogFormat, Parser, RawConfig,
-    RawTelemetry, RawTls, TelemetryConfig, TlsConfig,
+    RawQuota, RawTelemetry, RawTls, TelemetryConfig, TlsConfig,
 };
 
 impl Parser<'_> {
@@ -117,6 +117,31 @@ impl Parser<'_> {
 
     /// `[telemetry]`: nothing without `otlp_endpoint`; an `http://` or `https://` URL
     /// with a host, a service name, a ratio from 0 to 1.
+    pub(super) fn quota(
+        &self,
+        raw: Option<RawQuota>,
+    ) -> Result<crate::shares::QuotaLimits, ConfigError> {
+        let d = crate::shares::QuotaLimits::default();
+        let Some(raw) = raw else { return Ok(d) };
+        let at_least_one = |field: &str, v: Option<usize>, default: usize| match v {
+            Some(0) => Err(self.err(field, "must be at least 1".into())),
+            v => Ok(v.unwrap_or(default)),
+        };
+        Ok(crate::shares::QuotaLimits {
+            streams_per_client: at_least_one(
+                "quota.streams_per_client",
+                raw.streams_per_client,
+                d.streams_per_client,
+            )?,
+            buckets_per_stream: at_least_one(
+                "quota.buckets_per_stream",
+                raw.buckets_per_stream,
+                d.buckets_per_stream,
+            )?,
+            buckets: at_least_one("quota.buckets", raw.buckets, d.buckets)?,
+        })
+    }
+
     pub(super) fn telemetry(
         &self,
         raw: Option<RawTelemetry>,

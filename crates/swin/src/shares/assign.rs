@@ -31,18 +31,25 @@ use swin_sync::store::Demands;
 pub struct Entry {
     /// Requests per unit it asks for; `None`: it went away, and only assigned.
     pub asks: Option<f64>,
+    /// Whether its ask is shown by its own reports (a stream's second report of the
+    /// bucket on): an ask only claimed (a first report's) takes only the room that shown
+    /// asks leave.
+    pub shown: bool,
     /// The share it is assigned now (what it was last told, until that lapses).
     pub assigned: f64,
 }
 
 impl Entry {
-    /// As the store keeps it: two numbers, what it asks for (-1: nothing, gone) and
-    /// what it assigned.
+    /// As the store keeps it: two numbers, what it asks for and what it assigned. The
+    /// ask is `d ≥ 0` when shown, `-2 - d` when only claimed, `-1` when it went away
+    /// (a node that reads no tiers takes a claimed ask for one gone: it never grows it).
     pub fn posted(self) -> [f64; 2] {
-        [
-            self.asks.map_or(-1.0, |d| d.max(0.0)),
-            self.assigned.max(0.0),
-        ]
+        let asks = match self.asks {
+            None => -1.0,
+            Some(d) if self.shown => d.max(0.0),
+            Some(d) => -2.0 - d.max(0.0),
+        };
+        [asks, self.assigned.max(0.0)]
     }
 
     /// Entries read back from a node's posted numbers (pairs; a stray last number is
@@ -50,12 +57,49 @@ impl Entry {
     fn read(posted: &[f64]) -> Vec<Entry> {
         posted
             .chunks_exact(2)
-            .map(|p| Entry {
-                asks: (p[0] >= 0.0).then_some(p[0]),
-                assigned: p[1].max(0.0),
+            .map(|p| {
+                let (asks, shown) = match p[0] {
+                    a if a >= 0.0 => (Some(a), true),
+                    a if a <= -2.0 => (Some(-2.0 - a), false),
+                    _ => (None, false),
+                };
+                Entry {
+                    asks,
+                    shown,
+                    assigned: p[1].max(0.0),
+                }
             })
             .collect()
     }
+}
+
+/// Whole targets for the live entries: the shown asks divided max-min fair first, then
+/// what they leave among the claimed ones (a first report's, or a silent stream's: a
+/// claim never takes room from demand that reports show). With no claimed ask, what
+/// the shown ones leave is spread among them (room to grow before the next division).
+fn targets(live: &[Entry], room: f64) -> Vec<u64> {
+    let (shown, claimed): (Vec<usize>, Vec<usize>) = (0..live.len()).partition(|&i| live[i].shown);
+    let ask = |i: &usize| live[*i].asks.unwrap_or(0.0);
+    let mut first = fair::divide(&shown.iter().map(ask).collect::<Vec<_>>(), room);
+    let mut out = vec![0.0; live.len()];
+    if !claimed.is_empty() {
+        // shown asks get what they ask (up to a fair split), no spread
+        for (s, i) in first.iter_mut().zip(&shown) {
+            *s = s.min(ask(i).max(0.0));
+        }
+        let given: f64 = first.iter().sum();
+        let rest = fair::divide(
+            &claimed.iter().map(ask).collect::<Vec<_>>(),
+            (room - given).max(0.0),
+        );
+        for (s, i) in rest.into_iter().zip(&claimed) {
+            out[*i] = s;
+        }
+    }
+    for (s, i) in first.into_iter().zip(&shown) {
+        out[*i] = s;
+    }
+    fair::whole(&out)
 }
 
 /// This node's proxies' new whole shares of `limit` (per unit), in `own`'s order (a
@@ -81,8 +125,8 @@ pub fn own_shares(node: &str, own: &[Entry], others: &[Demands], limit: f64) -> 
         .map(|(_, e)| e.assigned)
         .sum();
     let live: Vec<(bool, Entry)> = all.into_iter().filter(|(_, e)| e.asks.is_some()).collect();
-    let asks: Vec<f64> = live.iter().map(|(_, e)| e.asks.unwrap_or(0.0)).collect();
-    let targets = fair::whole(&fair::divide(&asks, (limit - gone).max(0.0).floor()));
+    let entries: Vec<Entry> = live.iter().map(|(_, e)| *e).collect();
+    let targets = targets(&entries, (limit - gone).max(0.0).floor());
     // room no proxy assigned: this node's shares that go down come down now; another
     // node's hold counts as it is until that node posts it lower
     let held: f64 = gone
@@ -236,6 +280,15 @@ mod tests {
     fn asks(d: f64, assigned: f64) -> Entry {
         Entry {
             asks: Some(d),
+            shown: true,
+            assigned,
+        }
+    }
+
+    fn claims(d: f64, assigned: f64) -> Entry {
+        Entry {
+            asks: Some(d),
+            shown: false,
             assigned,
         }
     }
@@ -295,6 +348,7 @@ mod tests {
             asks(500.0, 0.0),
             Entry {
                 asks: None,
+                shown: false,
                 assigned: 20.0,
             },
         ];
@@ -330,5 +384,43 @@ mod tests {
         );
         let later = Action::of_share(60, Duration::from_secs(1), Duration::from_secs(9));
         assert!(a.enforced_alike(&later));
+    }
+
+    #[test]
+    fn claims_take_only_the_room_shown_demand_leaves() {
+        // 300 streams on another node each claiming the limit once: the honest proxy,
+        // whose reports show 100, keeps its 100; the claims split the 20 left
+        let claimers: Vec<f64> = (0..300).flat_map(|_| claims(120.0, 0.0).posted()).collect();
+        let others = [posted("a", &claimers)];
+        assert_eq!(
+            own_shares("b", &[asks(100.0, 100.0)], &others, 120.0),
+            [100]
+        );
+        let mine: u64 = own_shares(
+            "a",
+            &Entry::read(&claimers),
+            &[posted("b", &[100.0, 100.0])],
+            120.0,
+        )
+        .iter()
+        .sum();
+        assert!(mine <= 20, "{mine}");
+        // a claim alone still gets the limit (a first report asks for it all)
+        assert_eq!(own_shares("a", &[claims(120.0, 0.0)], &[], 120.0), [120]);
+    }
+
+    #[test]
+    fn a_claimed_ask_reads_back_as_claimed_and_a_gone_one_as_gone() {
+        let e = [
+            claims(7.5, 3.0),
+            asks(2.0, 1.0),
+            Entry {
+                asks: None,
+                shown: false,
+                assigned: 4.0,
+            },
+        ];
+        let posted: Vec<f64> = e.iter().flat_map(|e| e.posted()).collect();
+        assert_eq!(Entry::read(&posted), e);
     }
 }

@@ -96,9 +96,14 @@ pub(super) fn checked(bucket: &BucketId) -> Result<Option<BucketId>, String> {
     Ok(Some(sorted))
 }
 
-/// The first touch of the report's buckets' keys (their counts and runtime limits, for
-/// those this node holds nothing of: one store read for all), before they are divided.
-pub(super) async fn touch(ns: &Namespace, usages: &[Usage]) {
+/// The first touch of the report's buckets' keys that `taken` keeps (their counts and
+/// runtime limits, for those this node holds nothing of: one store read for all),
+/// before they are divided.
+pub(super) async fn touch(
+    ns: &Namespace,
+    usages: &[Usage],
+    taken: impl FnOnce(Vec<String>) -> Vec<String>,
+) {
     let Some(rules) = &ns.rules else {
         return;
     };
@@ -114,6 +119,7 @@ pub(super) async fn touch(ns: &Namespace, usages: &[Usage]) {
             Some(counter_key(&found.counted(&entries)))
         })
         .collect();
+    let keys = taken(keys);
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     ns.first_touch(&keys, true).await;
 }

@@ -47,6 +47,28 @@ use crate::state::{Namespace, Namespaces};
 pub const MAX_BUCKETS_PER_REPORT: usize = 10_000;
 /// Pairs one bucket id may carry.
 pub const MAX_PAIRS_PER_BUCKET: usize = 64;
+/// Caps on what the quota service takes from its clients (`[quota]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaLimits {
+    /// Streams one client may hold open (per token with `[auth]`, else per peer address);
+    /// past it a stream is refused.
+    pub streams_per_client: usize,
+    /// Live buckets one stream may hold; past it a new bucket is abandoned.
+    pub buckets_per_stream: usize,
+    /// Live buckets across the node's streams; past it a new bucket is abandoned.
+    pub buckets: usize,
+}
+
+impl Default for QuotaLimits {
+    fn default() -> Self {
+        QuotaLimits {
+            streams_per_client: 64,
+            buckets_per_stream: MAX_BUCKETS_PER_REPORT,
+            buckets: 100_000,
+        }
+    }
+}
+
 /// How often demands are shared and divisions made again.
 pub const ROUND: Duration = Duration::from_millis(500);
 /// Assignments that a proxy's answers keep in its queue before newer ones wait for
@@ -94,6 +116,7 @@ pub struct Shares {
     /// This node's name in the store's entries.
     node: String,
     namespaces: Arc<ArcSwap<Namespaces>>,
+    limits: QuotaLimits,
     state: Mutex<State>,
     next: AtomicU64,
 }
@@ -105,10 +128,24 @@ struct State {
     remote: HashMap<(String, String), Vec<swin_sync::store::Demands>>,
     /// Namespaces whose entries the last round posted.
     posted: std::collections::HashSet<String>,
+    /// (namespace, bucket key) → until when this node's entry is surely in the store (its
+    /// last post, begun at that instant less the entry's life, less a margin): nothing
+    /// told for the bucket holds past it.
+    held: HashMap<(String, String), Instant>,
+    /// Namespace → the store's time until which nothing grows: the store lost this
+    /// node's entries (a restart without its data), and the other nodes' assignments
+    /// it lost may hold until then.
+    lost: HashMap<String, swin_core::UnixMs>,
+    /// Client → its open streams.
+    clients: HashMap<String, usize>,
+    /// Live buckets across the streams.
+    buckets: usize,
 }
 
 #[derive(Debug)]
 struct ProxyState {
+    /// Who opened it (a token's name, or a peer address).
+    client: String,
     namespace: Option<String>,
     tx: mpsc::Sender<Vec<BucketAction>>,
     open: bool,
@@ -134,6 +171,8 @@ struct ProxyBucket {
     limit: f64,
     unit: Duration,
     reported: Instant,
+    /// Reports of it on this stream: its ask is shown from the second on.
+    reports: u32,
     sent: Option<(Action, Instant)>,
     /// What the last sharing round divided for it (a report is answered from it: a
     /// report never divides, so a thousand proxies' reports cost no division each).
@@ -164,10 +203,12 @@ impl ProxyBucket {
         match live {
             true => Some(Entry {
                 asks: Some(self.demand),
+                shown: self.reports >= 2,
                 assigned,
             }),
             false if assigned > 0.0 => Some(Entry {
                 asks: None,
+                shown: false,
                 assigned,
             }),
             false => None,
@@ -185,10 +226,11 @@ pub struct Proxy {
 
 impl Shares {
     /// The quota service over `namespaces` (the limiter's, as they are at each call).
-    pub fn new(namespaces: Arc<ArcSwap<Namespaces>>) -> Arc<Shares> {
+    pub fn new(namespaces: Arc<ArcSwap<Namespaces>>, limits: QuotaLimits) -> Arc<Shares> {
         Arc::new(Shares {
             node: swin_sync::new_node_id(),
             namespaces,
+            limits,
             state: Mutex::new(State::default()),
             next: AtomicU64::new(1),
         })
@@ -198,14 +240,29 @@ impl Shares {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Opens a proxy's stream: the proxy, and where its assignments arrive between its
-    /// reports.
-    pub fn open(self: &Arc<Self>) -> (Proxy, mpsc::Receiver<Vec<BucketAction>>) {
+    /// Opens a proxy's stream for `client` (a token's name, or a peer address): the
+    /// proxy, and where its assignments arrive between its reports. A client holding
+    /// `streams_per_client` streams already is refused ([`Error::Exhausted`]).
+    pub fn open(
+        self: &Arc<Self>,
+        client: &str,
+    ) -> Result<(Proxy, mpsc::Receiver<Vec<BucketAction>>), Error> {
         let (tx, rx) = mpsc::channel(QUEUED);
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.state().proxies.insert(
+        let mut state = self.state();
+        let open = state.clients.entry(client.to_owned()).or_default();
+        if *open >= self.limits.streams_per_client {
+            return Err(Error::Exhausted(format!(
+                "{client} holds {open} quota streams open on this node; at most {} \
+                 (quota.streams_per_client)",
+                self.limits.streams_per_client
+            )));
+        }
+        *open += 1;
+        state.proxies.insert(
             id,
             ProxyState {
+                client: client.to_owned(),
                 namespace: None,
                 tx,
                 open: true,
@@ -214,11 +271,12 @@ impl Shares {
                 buckets: HashMap::new(),
             },
         );
+        drop(state);
         let proxy = Proxy {
             shares: self.clone(),
             id,
         };
-        (proxy, rx)
+        Ok((proxy, rx))
     }
 
     /// Proxies with an open stream on this node.
@@ -233,8 +291,17 @@ impl Shares {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        if let Some(p) = self.shares.state().proxies.get_mut(&self.id) {
-            p.open = false;
+        let mut state = self.shares.state();
+        let Some(p) = state.proxies.get_mut(&self.id) else {
+            return;
+        };
+        p.open = false;
+        let client = p.client.clone();
+        if let Some(n) = state.clients.get_mut(&client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                state.clients.remove(&client);
+            }
         }
     }
 }
@@ -242,8 +309,8 @@ impl Drop for Proxy {
 impl Proxy {
     /// Takes a report: records each bucket's demand, counts what was allowed, and
     /// answers each bucket's assignment now. An error (no domain, too many buckets)
-    /// ends the stream; a bad bucket or one no rule covers is abandoned, the others
-    /// answered as usual.
+    /// ends the stream; a bad bucket, one no rule covers, or a new one past the caps on
+    /// live buckets is abandoned, the others answered as usual.
     pub async fn report(&self, reports: Reports) -> Result<Vec<BucketAction>, Error> {
         if reports.domain.is_empty() {
             return Err(Error::BadRequest(
@@ -258,10 +325,12 @@ impl Proxy {
         }
         let ns = self.bind(&reports.domain);
         if let Some(ns) = &ns {
-            touch(ns, &reports.usages).await;
+            touch(ns, &reports.usages, |keys| self.taken(keys)).await;
         }
+        let ttl = self.ttl();
         let mut out = Vec::with_capacity(reports.usages.len());
         let mut counts = Vec::new();
+        let mut shared = Vec::new();
         for usage in reports.usages {
             let bucket = match checked(&usage.bucket) {
                 Ok(Some(b)) => b,
@@ -282,13 +351,28 @@ impl Proxy {
                 });
                 continue;
             };
-            let (action, counted) = self.take_usage(ns, bucket.clone(), &usage);
-            counts.extend(counted.map(|k| (k, usage.allowed)));
-            if let Some(action) = action {
-                out.push(BucketAction { bucket, action });
-            }
+            let action = match ruled(ns, &bucket) {
+                Ruled::Shared { limit, unit, key } => {
+                    shared.push(Shared {
+                        bucket,
+                        usage,
+                        limit,
+                        unit,
+                        key,
+                    });
+                    continue;
+                }
+                Ruled::Allow(key) => {
+                    counts.extend(key.map(|k| (k, usage.allowed)));
+                    Action::AllowAll { ttl }
+                }
+                Ruled::Deny => Action::DenyAll { ttl },
+                Ruled::Abandon => Action::Abandon,
+            };
+            out.push(BucketAction { bucket, action });
         }
         if let Some(ns) = &ns {
+            self.take_usages(ns, shared, &mut out, &mut counts);
             count_allowed(ns, counts).await;
         }
         Ok(out)
@@ -301,7 +385,13 @@ impl Proxy {
         let p = state.proxies.get_mut(&self.id)?;
         let now = Instant::now();
         if let Some(last) = p.last_report.replace(now) {
-            p.interval = Some(now.duration_since(last));
+            // a report sooner than the last interval shortens it only slowly: one early
+            // report must not make the stream's buckets look gone before its next
+            let measured = now.duration_since(last);
+            p.interval = Some(match p.interval {
+                Some(was) => measured.max(was.mul_f64(0.75)),
+                None => measured,
+            });
         }
         match &p.namespace {
             Some(n) if n != domain => {
@@ -315,65 +405,126 @@ impl Proxy {
         self.shares.namespace(domain)
     }
 
-    /// Records one bucket's usage; its action now, and the key its allowed requests are
-    /// counted on.
-    fn take_usage(
+    /// Records the usage of the report's divided buckets (under one lock), each with its
+    /// action now, and the keys their allowed requests are counted on.
+    fn take_usages(
         &self,
         ns: &Namespace,
-        bucket: BucketId,
-        usage: &Usage,
-    ) -> (Option<Action>, Option<String>) {
-        let (limit, unit, key) = match ruled(ns, &bucket) {
-            Ruled::Shared { limit, unit, key } => (limit, unit, key),
-            Ruled::Allow(key) => return (Some(Action::AllowAll { ttl: self.ttl() }), key),
-            Ruled::Deny => return (Some(Action::DenyAll { ttl: self.ttl() }), None),
-            Ruled::Abandon => return (Some(Action::Abandon), None),
-        };
+        shared: Vec<Shared>,
+        out: &mut Vec<BucketAction>,
+        counts: &mut Vec<(String, u64)>,
+    ) {
         let now = Instant::now();
+        let limits = self.shares.limits;
         let mut state = self.shares.state();
-        let Some(p) = state.proxies.get_mut(&self.id) else {
-            return (Some(Action::Abandon), None);
-        };
-        let elapsed = usage
-            .elapsed
-            .filter(|e| !e.is_zero())
-            .or(p.interval)
-            .filter(|e| !e.is_zero());
-        // a first report tells nothing of a rate: the proxy may ask for the whole limit
-        let demand = elapsed.map_or(limit, |e| {
-            (usage.allowed.saturating_add(usage.denied)) as f64 / e.as_secs_f64()
-                * unit.as_secs_f64()
-        });
-        let b = p.buckets.entry(key.clone()).or_insert_with(|| ProxyBucket {
-            id: bucket,
-            demand,
-            limit,
-            unit,
-            reported: now,
-            sent: None,
-            divided: None,
-        });
-        (b.demand, b.limit, b.unit, b.reported) = (demand, limit, unit, now);
+        let State {
+            proxies,
+            posted,
+            held,
+            buckets,
+            ..
+        } = &mut *state;
+        let name = ns.sync.name();
         // what this node's proxies hold is told again only while the store shows it
         // (the last round posted it): in an outage assignments are left to lapse
-        let posting = state.posted.contains(ns.sync.name());
-        let Some(b) = state
-            .proxies
-            .get_mut(&self.id)
-            .and_then(|p| p.buckets.get_mut(&key))
-        else {
-            return (None, Some(key));
+        let posting = posted.contains(name);
+        let Some(p) = proxies.get_mut(&self.id) else {
+            out.extend(shared.into_iter().map(|s| BucketAction {
+                bucket: s.bucket,
+                action: Action::Abandon,
+            }));
+            return;
         };
-        // a share grows only in a sharing round, after this node's assignments are posted;
-        // here it stays or comes down (a proxy holding nothing waits for the round)
-        let action = b
-            .divided
-            .filter(|_| posting)
-            .and_then(|d| b.no_more_than_held(d, now));
-        if let Some(a) = action {
-            b.sent = Some((a, now));
+        let mut capped = 0;
+        for s in shared {
+            let elapsed = s
+                .usage
+                .elapsed
+                .filter(|e| !e.is_zero())
+                .or(p.interval)
+                .filter(|e| !e.is_zero());
+            // a first report tells nothing of a rate: the proxy may ask for the whole
+            // limit (a claim: it takes only room that shown asks leave)
+            let demand = elapsed.map_or(s.limit, |e| {
+                (s.usage.allowed.saturating_add(s.usage.denied)) as f64 / e.as_secs_f64()
+                    * s.unit.as_secs_f64()
+            });
+            if !p.buckets.contains_key(&s.key) {
+                if p.buckets.len() >= limits.buckets_per_stream || *buckets >= limits.buckets {
+                    capped += 1;
+                    out.push(BucketAction {
+                        bucket: s.bucket,
+                        action: Action::Abandon,
+                    });
+                    continue;
+                }
+                *buckets += 1;
+            }
+            let b = p
+                .buckets
+                .entry(s.key.clone())
+                .or_insert_with(|| ProxyBucket {
+                    id: s.bucket.clone(),
+                    demand,
+                    limit: s.limit,
+                    unit: s.unit,
+                    reported: now,
+                    reports: 0,
+                    sent: None,
+                    divided: None,
+                });
+            (b.demand, b.limit, b.unit, b.reported) = (demand, s.limit, s.unit, now);
+            b.reports = b.reports.saturating_add(1);
+            counts.push((s.key.clone(), s.usage.allowed));
+            // a share grows only in a sharing round, after this node's assignments are
+            // posted; here it stays or comes down (a proxy holding nothing waits for the
+            // round), and holds no longer than this node's entry in the store
+            let until = held.get(&(name.to_owned(), s.key)).copied();
+            let action = b
+                .divided
+                .filter(|_| posting)
+                .and_then(|d| b.no_more_than_held(d, now))
+                .and_then(|a| within(a, until, now));
+            if let Some(action) = action {
+                b.sent = Some((action, now));
+                out.push(BucketAction {
+                    bucket: s.bucket,
+                    action,
+                });
+            }
         }
-        (action, Some(key))
+        if capped > 0 {
+            tracing::warn!(
+                namespace = name,
+                client = p.client,
+                capped,
+                per_stream = limits.buckets_per_stream,
+                per_node = limits.buckets,
+                "new quota buckets past quota.buckets_per_stream or quota.buckets: abandoned"
+            );
+        }
+    }
+
+    /// Of a report's keys, those its stream holds already and the new ones the caps on
+    /// live buckets leave room for, in order.
+    fn taken(&self, mut keys: Vec<String>) -> Vec<String> {
+        let limits = self.shares.limits;
+        let state = self.shares.state();
+        let Some(p) = state.proxies.get(&self.id) else {
+            return Vec::new();
+        };
+        let mut room = limits
+            .buckets_per_stream
+            .saturating_sub(p.buckets.len())
+            .min(limits.buckets.saturating_sub(state.buckets));
+        keys.retain(|k| {
+            p.buckets.contains_key(k) || {
+                let fits = room > 0;
+                room = room.saturating_sub(1);
+                fits
+            }
+        });
+        keys
     }
 
     fn ttl(&self) -> Duration {
@@ -385,12 +536,41 @@ impl Proxy {
     }
 }
 
-/// Counts each bucket's allowed requests on its key, as hits are counted.
-async fn count_allowed(ns: &Namespace, counts: Vec<(String, u64)>) {
-    let now = swin_sync::now();
-    for (key, allowed) in counts.into_iter().filter(|(_, n)| *n > 0) {
-        if let Err(e) = crate::counting::count_key(ns, &key, allowed as f64, None, now).await {
-            tracing::warn!(key, cause = %e, "a proxy's allowed requests were not counted");
-        }
+/// A report's bucket that its rule divides.
+struct Shared {
+    bucket: BucketId,
+    usage: Usage,
+    limit: f64,
+    unit: Duration,
+    key: String,
+}
+
+/// `action` holding no longer than this node's entry for its bucket surely lives in the
+/// store (`until`): its ttl cut to whole seconds (Envoy keeps no more) that end before
+/// `until`; `None` when not one is left. A deny takes no room: it holds as it is.
+pub(crate) fn within(action: Action, until: Option<Instant>, now: Instant) -> Option<Action> {
+    if matches!(action, Action::DenyAll { .. }) {
+        return Some(action);
     }
+    let left = until?.checked_duration_since(now)?;
+    let secs = action.ttl().min(left).as_secs();
+    (secs >= 1).then(|| action.with_ttl(Duration::from_secs(secs)))
+}
+
+/// Counts each bucket's allowed requests on its key, as hits are counted.
+/// Many at a time: a report of thousands of buckets on a synchronous namespace waits
+/// for a few round trips, not one per bucket.
+async fn count_allowed(ns: &Namespace, counts: Vec<(String, u64)>) {
+    use futures_util::StreamExt;
+    let now = swin_sync::now();
+    futures_util::stream::iter(counts.into_iter().filter(|(_, n)| *n > 0))
+        .map(|(key, allowed)| async move {
+            let counted = crate::counting::count_key(ns, &key, allowed as f64, None, now).await;
+            if let Err(e) = counted {
+                tracing::warn!(key, cause = %e, "a proxy's allowed requests were not counted");
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<()>()
+        .await;
 }

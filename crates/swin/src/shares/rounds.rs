@@ -3,7 +3,7 @@
 //! told what changed (a share that went down, grew by more than 2 %, or is half-way to
 //! its ttl) without waiting for its next report.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,20 +13,31 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::assign::{own_shares, Action};
-use super::{BucketAction, Shares, State, ROUND};
+use super::{within, BucketAction, Shares, State, ROUND};
+use crate::state::Namespace;
 use crate::config::AdmissionMode;
 
 /// A proxy's bucket not reported for this many of its intervals no longer asks.
-const STALE_INTERVALS: u32 = 3;
-/// A proxy's reporting interval until its second report tells it (Envoy's filter does
-/// not say it): long, so that a proxy reporting every few seconds is not taken for gone
-/// before its second report; its stream ending says at once that it is.
-const UNKNOWN_INTERVAL: Duration = Duration::from_secs(20);
+const STALE_INTERVALS: u32 = 2;
+/// A proxy's reporting interval until its second report tells it: Envoy's filter
+/// reports every 5 s whatever its config says. Until then its ask is only a claim,
+/// which takes no room from asks that reports show; its stream ending says at once that
+/// it is gone.
+const UNKNOWN_INTERVAL: Duration = Duration::from_secs(5);
+/// Buckets divided under one hold of the lock: a report waits for no more than a chunk.
+const CHUNK: usize = 1_000;
+/// Buckets posted or read in one store call.
+const STORE_CHUNK: usize = 2_000;
+/// What a told assignment leaves between its end and its entry's lapse in the store:
+/// the store's clock as this node knows it, and the answer's way to the proxy.
+const MARGIN: Duration = ROUND;
 
 /// How long a bucket of a proxy reporting every `interval` may go unreported and still
-/// ask.
+/// ask: it lapses within two intervals (a round's check included).
 fn stale_after(interval: Option<Duration>) -> Duration {
-    (interval.unwrap_or(UNKNOWN_INTERVAL) * STALE_INTERVALS).max(ROUND * 2)
+    (interval.unwrap_or(UNKNOWN_INTERVAL) * STALE_INTERVALS)
+        .saturating_sub(ROUND)
+        .max(ROUND * 2)
 }
 
 /// Each live local proxy's action for one bucket, by the latest division: (proxy,
@@ -36,15 +47,16 @@ pub(super) fn division(
     node: &str,
     namespace: &str,
     key: &str,
+    proxies: &[u64],
     now: Instant,
 ) -> Vec<(u64, Action)> {
     let mut own = Vec::new();
     let mut who = Vec::new();
     let mut shape = None;
-    for (&id, p) in &state.proxies {
-        if p.namespace.as_deref() != Some(namespace) {
+    for &id in proxies {
+        let Some(p) = state.proxies.get(&id) else {
             continue;
-        }
+        };
         let Some(b) = p.buckets.get(key) else {
             continue;
         };
@@ -85,10 +97,16 @@ fn tell(sent: Option<&(Action, Instant)>, new: &Action, now: Instant) -> bool {
     }
 }
 
-/// This node's entries per namespace: (namespace, entries to post); proxies gone for
-/// good are forgotten on the way.
-fn entries(state: &mut State, node: &str, now: Instant) -> Vec<(String, Vec<Demands>)> {
+/// This node's entries per namespace: (namespace, entries to post), and the store's
+/// time they were made at; proxies and buckets gone for good are forgotten on the way.
+fn entries(
+    state: &mut State,
+    node: &str,
+    now: Instant,
+) -> (Vec<(String, Vec<Demands>)>, swin_core::UnixMs) {
     let store_now = swin_sync::now();
+    state.held.retain(|_, until| *until > now);
+    let mut live = 0;
     let mut by_ns: BTreeMap<String, BTreeMap<String, (Vec<f64>, Duration)>> = BTreeMap::new();
     state.proxies.retain(|_, p| {
         let stale = stale_after(p.interval);
@@ -110,9 +128,15 @@ fn entries(state: &mut State, node: &str, now: Instant) -> Vec<(String, Vec<Dema
                 slot.1 = slot.1.max(ttl);
             }
         }
+        live += p.buckets.len();
         open || !p.buckets.is_empty()
     });
-    by_ns
+    state.buckets = live;
+    // what the other nodes ask is kept for the buckets this node still serves only
+    state.remote.retain(|(ns, key), _| {
+        by_ns.get(ns).is_some_and(|b| b.contains_key(key))
+    });
+    let by_ns = by_ns
         .into_iter()
         .map(|(ns, buckets)| {
             let posted = buckets
@@ -130,7 +154,8 @@ fn entries(state: &mut State, node: &str, now: Instant) -> Vec<(String, Vec<Dema
                 .collect();
             (ns, posted)
         })
-        .collect()
+        .collect();
+    (by_ns, store_now)
 }
 
 impl Shares {
@@ -146,77 +171,181 @@ impl Shares {
         }
     }
 
+    /// Runs `work` on the state off the runtime's workers (a division of many buckets
+    /// holds no worker that answers requests); inline when there is no runtime to
+    /// leave.
+    async fn off_workers<T: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&Shares) -> T + Send + 'static,
+    ) -> T {
+        let me = self.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job = move || {
+            let _ = tx.send(work(&me));
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread => {
+                drop(h.spawn_blocking(job));
+            }
+            _ => job(),
+        }
+        rx.await.expect("a division ends with an answer")
+    }
+
     /// One round, per namespace: read every node's entries, divide, post this node's
     /// entries with what its proxies will be assigned, then tell the proxies. Posting before
     /// telling means no proxy uses room the other nodes cannot see taken; a share grows
     /// only once this node's entries have been posted (a round after a start or an
-    /// outage), so two nodes coming back never both see the room as theirs.
-    pub async fn round(&self) {
+    /// outage), so two nodes coming back never both see the room as theirs. What is told
+    /// holds no longer than this node's entries surely live in the store.
+    pub async fn round(self: &Arc<Self>) {
         let now = Instant::now();
-        let serving = entries(&mut self.state(), &self.node, now);
+        let node = self.node.clone();
+        let (serving, _) = self
+            .off_workers(move |me| entries(&mut me.state(), &node, now))
+            .await;
         for (name, posted) in serving {
             let Some(ns) = self.namespace(&name) else {
                 continue;
             };
-            let keys: Vec<&str> = posted.iter().map(|d| d.bucket.as_str()).collect();
-            let read = ns.sync.read_demands(&keys, swin_sync::now()).await;
+            let keys: Vec<String> = posted.into_iter().map(|d| d.bucket).collect();
+            let read = self.read_all(&ns, &keys).await;
             let deny_on_failure = matches!(
                 ns.admission_mode,
                 AdmissionMode::Strict {
                     on_store_failure: OnStoreFailure::Deny
                 }
             );
-            let (plans, before, posted, quiet) = {
-                let mut state = self.state();
-                let mode = match read {
-                    Ok(read) => {
-                        remember(&mut state, &name, &keys, read);
-                        match state.posted.contains(&name) {
-                            true => Mode::Grow,
-                            false => Mode::Hold,
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(namespace = name, cause = %e, "demands not read: assignments are left to lapse");
-                        Mode::Quiet {
-                            deny: deny_on_failure,
-                        }
-                    }
-                };
-                let plans = self.divide_all(&mut state, &name, &keys, mode, now);
-                let before = apply(&mut state, &plans, now);
-                let posted = entries(&mut state, &self.node, now)
-                    .into_iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, p)| p)
-                    .unwrap_or_default();
-                let quiet = matches!(mode, Mode::Quiet { .. });
-                (plans, before, posted, quiet)
+            let (plans, before, posted, store_now) = {
+                let name = name.clone();
+                let keys = keys.clone();
+                self.off_workers(move |me| me.plan(&name, &keys, read, deny_on_failure, now))
+                    .await
             };
+            let quiet = posted.is_none();
             // a store that could not be read is not written to either: the round ends
             // sooner, and a deny goes out while what it replaces still holds
-            let ok = !quiet && ns.sync.post_demands(&posted).await.is_ok();
-            let mut state = self.state();
-            if ok {
-                state.posted.insert(name);
-            } else {
-                // the others cannot see these assignments: only what came down is told, the
-                // rest is as it was
-                tracing::warn!(
-                    namespace = name,
-                    "demands not posted: only shares that come down are told"
-                );
-                state.posted.remove(&name);
-                revert(&mut state, &plans, before);
-            }
-            let told = plans
-                .into_iter()
-                .filter(|p| ok || p.told_anyway())
-                .filter_map(|p| Some((state.proxies.get(&p.id)?.tx.clone(), p.told)))
-                .collect();
-            drop(state);
+            let posted = posted.unwrap_or_default();
+            let ok = !quiet && self.post_all(&ns, &posted).await;
+            let told = {
+                let mut state = self.state();
+                if ok {
+                    state.posted.insert(name.clone());
+                    for d in &posted {
+                        let life = Duration::from_millis((d.expires_at.0 - store_now.0).max(0) as u64);
+                        let until = (now + life).checked_sub(MARGIN).unwrap_or(now);
+                        state.held.insert((name.clone(), d.bucket.clone()), until);
+                    }
+                } else if !quiet {
+                    // the others cannot see these assignments: only what came down is
+                    // told, the rest is as it was
+                    tracing::warn!(
+                        namespace = name,
+                        "demands not posted: only shares that come down are told"
+                    );
+                    state.posted.remove(&name);
+                }
+                settle(&mut state, &name, plans, before, ok, Instant::now())
+            };
             send(told);
         }
+    }
+
+    /// Every node's entries for `keys`, read in chunks.
+    async fn read_all(&self, ns: &Namespace, keys: &[String]) -> Result<Vec<Demands>, ()> {
+        let mut out = Vec::new();
+        for chunk in keys.chunks(STORE_CHUNK) {
+            let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            match ns.sync.read_demands(&chunk, swin_sync::now()).await {
+                Ok(read) => out.extend(read),
+                Err(e) => {
+                    tracing::warn!(namespace = ns.sync.name(), cause = %e, "demands not read: assignments are left to lapse");
+                    return Err(());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Posts this node's entries in chunks; whether all were posted.
+    async fn post_all(&self, ns: &Namespace, posted: &[Demands]) -> bool {
+        for chunk in posted.chunks(STORE_CHUNK) {
+            if ns.sync.post_demands(chunk).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The round's division of `name` (off the workers, the lock taken a chunk of
+    /// buckets at a time): the plans, what their buckets held before, this node's
+    /// entries to post (`None`: the store is out, post nothing) and the store's time
+    /// they were made at.
+    fn plan(
+        &self,
+        name: &str,
+        keys: &[String],
+        read: Result<Vec<Demands>, ()>,
+        deny_on_failure: bool,
+        now: Instant,
+    ) -> (Vec<Plan>, Vec<Sent>, Option<Vec<Demands>>, swin_core::UnixMs) {
+        let mode = {
+            let mut state = self.state();
+            match read {
+                Ok(read) => {
+                    lost_entries(&mut state, &self.node, name, keys, &read, now);
+                    remember(&mut state, name, keys, read);
+                    let held_back = state
+                        .lost
+                        .get(name)
+                        .is_some_and(|until| swin_sync::now().0 < until.0);
+                    match state.posted.contains(name) && !held_back {
+                        true => Mode::Grow,
+                        false => Mode::Hold,
+                    }
+                }
+                Err(()) => Mode::Quiet {
+                    deny: deny_on_failure,
+                },
+            }
+        };
+        let by_key = {
+            let state = self.state();
+            let mut by_key: HashMap<&str, Vec<u64>> = HashMap::new();
+            let wanted: std::collections::HashSet<&str> = keys.iter().map(String::as_str).collect();
+            for (&id, p) in &state.proxies {
+                if p.namespace.as_deref() != Some(name) {
+                    continue;
+                }
+                for key in p.buckets.keys() {
+                    if let Some(k) = wanted.get(key.as_str()) {
+                        by_key.entry(k).or_default().push(id);
+                    }
+                }
+            }
+            by_key
+        };
+        let mut plans = Vec::new();
+        let mut before = Vec::new();
+        for chunk in keys.chunks(CHUNK) {
+            let mut state = self.state();
+            let chunk_plans = self.divide_all(&mut state, name, chunk, &by_key, mode, now);
+            before.extend(apply(&mut state, &chunk_plans, now));
+            plans.extend(chunk_plans);
+        }
+        let mut state = self.state();
+        let (serving, store_now) = entries(&mut state, &self.node, now);
+        let posted = match mode {
+            Mode::Quiet { .. } => None,
+            _ => Some(
+                serving
+                    .into_iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, p)| p)
+                    .unwrap_or_default(),
+            ),
+        };
+        (plans, before, posted, store_now)
     }
 
     /// What each of `keys`' proxies is to be told, by the division now and `mode`.
@@ -224,18 +353,22 @@ impl Shares {
         &self,
         state: &mut State,
         name: &str,
-        keys: &[&str],
+        keys: &[String],
+        by_key: &HashMap<&str, Vec<u64>>,
         mode: Mode,
         now: Instant,
     ) -> Vec<Plan> {
         let mut plans = Vec::new();
         for key in keys {
-            for (id, divided) in division(state, &self.node, name, key, now) {
+            let Some(proxies) = by_key.get(key.as_str()) else {
+                continue;
+            };
+            for (id, divided) in division(state, &self.node, name, key, proxies, now) {
                 let Some(p) = state.proxies.get_mut(&id) else {
                     continue;
                 };
                 let ttl = p.ttl();
-                let Some(b) = p.buckets.get_mut(*key) else {
+                let Some(b) = p.buckets.get_mut(key.as_str()) else {
                     continue;
                 };
                 if !matches!(mode, Mode::Quiet { .. }) {
@@ -273,7 +406,7 @@ impl Shares {
                 };
                 plans.push(Plan {
                     id,
-                    key: (*key).to_owned(),
+                    key: key.clone(),
                     told,
                     change,
                 });
@@ -339,27 +472,93 @@ fn lapses_within(sent: Option<&(Action, Instant)>, within: Duration, now: Instan
     sent.is_none_or(|(a, at)| *at + a.ttl() <= now + within)
 }
 
-/// Undoes [`apply`] for the plans that were not told.
-fn revert(state: &mut State, plans: &[Plan], before: Vec<Sent>) {
-    for (p, was) in plans.iter().zip(before) {
-        if p.told_anyway() {
+/// After the post: each plan told (posted: every one; not: those told anyway), its
+/// action holding no longer than its bucket's entry surely lives in the store; a plan
+/// not told leaves its bucket as it was. What each proxy's queue is to be sent.
+fn settle(
+    state: &mut State,
+    name: &str,
+    plans: Vec<Plan>,
+    before: Vec<Sent>,
+    posted: bool,
+    now: Instant,
+) -> Told {
+    let mut told = Vec::new();
+    for (p, was) in plans.into_iter().zip(before) {
+        let until = state.held.get(&(name.to_owned(), p.key.clone())).copied();
+        let action = match posted || p.told_anyway() {
+            true => within(p.told.action, until, now),
+            false => None,
+        };
+        let Some(proxy) = state.proxies.get_mut(&p.id) else {
             continue;
-        }
-        if let Some(b) = state
-            .proxies
-            .get_mut(&p.id)
-            .and_then(|x| x.buckets.get_mut(&p.key))
-        {
-            b.sent = was;
+        };
+        let Some(b) = proxy.buckets.get_mut(&p.key) else {
+            continue;
+        };
+        match action {
+            Some(action) => {
+                b.sent = Some((action, now));
+                told.push((
+                    proxy.tx.clone(),
+                    BucketAction {
+                        bucket: p.told.bucket,
+                        action,
+                    },
+                ));
+            }
+            None => b.sent = was,
         }
     }
+    told
+}
+
+/// Whether the store lost this node's entries of `name` (a restart without its data):
+/// one it surely holds (posted, not near its lapse) is missing from what was read. Then
+/// nothing grows until every assignment the lost entries stood for may have lapsed: the
+/// latest lapse of any node's entries as last read, and two rounds more (entries posted
+/// since).
+fn lost_entries(
+    state: &mut State,
+    node: &str,
+    name: &str,
+    keys: &[String],
+    read: &[Demands],
+    now: Instant,
+) {
+    let mine: HashSet<&str> = read
+        .iter()
+        .filter(|d| d.node == node)
+        .map(|d| d.bucket.as_str())
+        .collect();
+    let lost = keys.iter().any(|k| {
+        let held = state.held.get(&(name.to_owned(), k.clone()));
+        held.is_some_and(|until| *until > now) && !mine.contains(k.as_str())
+    });
+    if !lost {
+        return;
+    }
+    let latest = state
+        .remote
+        .iter()
+        .filter(|((n, _), _)| n == name)
+        .flat_map(|(_, v)| v.iter().map(|d| d.expires_at.0))
+        .max()
+        .unwrap_or(0)
+        .max(swin_sync::now().0);
+    let until = swin_core::UnixMs(latest.saturating_add((ROUND * 2).as_millis() as i64));
+    tracing::warn!(
+        namespace = name,
+        "the store lost this node's quota entries (a restart without its data): no share grows until what they stood for has lapsed"
+    );
+    state.lost.insert(name.to_owned(), until);
 }
 
 /// Every node's entries as read, kept per bucket until the next read.
-fn remember(state: &mut State, name: &str, keys: &[&str], read: Vec<Demands>) {
+fn remember(state: &mut State, name: &str, keys: &[String], read: Vec<Demands>) {
     let mut by_key: HashMap<(String, String), Vec<Demands>> = keys
         .iter()
-        .map(|k| ((name.to_owned(), (*k).to_owned()), Vec::new()))
+        .map(|k| ((name.to_owned(), k.clone()), Vec::new()))
         .collect();
     for d in read {
         if let Some(v) = by_key.get_mut(&(name.to_owned(), d.bucket.clone())) {
