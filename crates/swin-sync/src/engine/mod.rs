@@ -7,6 +7,7 @@
 //! last push and what a stopped engine hands back); this file holds the handle, warm-up,
 //! reset and the run loop.
 
+mod blocking;
 mod demands;
 mod first_touch;
 mod gcra;
@@ -21,6 +22,7 @@ mod status;
 mod stopping;
 mod synchronous;
 
+use self::blocking::off_runtime;
 use self::periodic::PushState;
 pub use self::quota::QuotaKeeper;
 pub use self::status::{SyncStatus, SYNC_BUCKETS_SECS};
@@ -439,15 +441,5 @@ fn apply_to(
         if !mine.is_empty() {
             t.apply(&mine, now, create == Create::Yes);
         }
-    }
-}
-
-/// Runs CPU-bound table work (draining, applying totals, listing active keys) on
-/// tokio's blocking pool, so the OS, not the cooperative scheduler, shares the core
-/// with requests. A panic in it is a bug: it is raised here again.
-async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(v) => v,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }

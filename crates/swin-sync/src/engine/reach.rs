@@ -66,12 +66,12 @@ impl NamespaceSync {
             .call(store.load_namespace(self.name(), &windows))
             .await?;
         let (counters, mut loaded) = (self.counters.clone(), totals.len());
-        off_runtime(move || apply_to(&counters, &totals, now, Create::Yes)).await;
+        off_runtime(move || apply_to(&counters, &totals, now, Create::Yes)).await?;
         if self.buckets {
             let tats = self.call(store.load_tats(self.name(), nanos(now))).await?;
             loaded += tats.len();
             let counters = self.counters.clone();
-            off_runtime(move || counters.buckets().apply(&tats, true)).await;
+            off_runtime(move || counters.buckets().apply(&tats, true)).await?;
         }
         self.status
             .lock()
