@@ -4,12 +4,12 @@
 use crate::config::{AdmissionMode, OnStoreFailure};
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Json;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
 use super::extract::ApiPath;
@@ -258,44 +258,73 @@ async fn sync_now(
     }
 }
 
-/// 200 when every store-backed namespace has reached its store, recently enough to
-/// answer with the cluster's counts (see `NamespaceSync::readiness`); 503 naming the
-/// namespaces that have not.
-async fn ready(State(state): State<Arc<AppState>>) -> Response {
+/// What `/readyz` asks of each store-backed namespace (`?store=`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum StoreReach {
+    /// Reached recently enough to answer with the cluster's counts (see
+    /// `NamespaceSync::readiness`): the default.
+    #[default]
+    Recent,
+    /// Reached once since the namespace was built. Through a store outage after that the
+    /// node answers every request as its namespaces' `on_store_failure` says, so an
+    /// orchestrator keeps it among the addresses it routes to (docs/operations.md).
+    Reached,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadyQuery {
+    #[serde(default)]
+    store: StoreReach,
+}
+
+/// 200 when every store-backed namespace has reached its store — recently enough to
+/// answer with the cluster's counts, or with `?store=reached` once (the namespaces in an
+/// outage are then named under `"degraded"`); 503 naming the namespaces that have not.
+async fn ready(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<ReadyQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| Error::BadRequest(format!("query: {}", e.body_text())))?;
     let now = now();
-    let degraded: Vec<serde_json::Value> = state
-        .namespaces
-        .load()
-        .values()
-        .filter_map(|n| {
-            n.sync
-                .readiness(now)
-                .err()
-                .map(|why| serde_json::json!({"namespace": n.sync.name(), "reason": why}))
-        })
-        .collect();
+    let namespaces = state.namespaces.load();
+    let (mut unready, mut answering) = (Vec::new(), Vec::new());
+    for n in namespaces.values() {
+        let Err(why) = n.sync.readiness(now) else {
+            continue;
+        };
+        let entry = serde_json::json!({"namespace": n.sync.name(), "reason": why});
+        let reached_once = n.sync.status().last_success_ms.is_some();
+        if q.store == StoreReach::Reached && reached_once {
+            answering.push(entry);
+        } else {
+            unready.push(entry);
+        }
+    }
     // namespaces whose totals are still loading: they serve (each key read at its
     // first touch), so they are named, not held against readiness
-    let warming: Vec<String> = state
-        .namespaces
-        .load()
+    let warming: Vec<String> = namespaces
         .values()
         .filter(|n| n.sync.warming())
         .map(|n| n.sync.name().to_owned())
         .collect();
-    let mut body = if degraded.is_empty() {
+    let mut body = if unready.is_empty() {
         serde_json::json!({"status": "ready"})
     } else {
-        serde_json::json!({"status": "degraded", "namespaces": degraded})
+        serde_json::json!({"status": "degraded", "namespaces": unready})
     };
+    if !answering.is_empty() {
+        body["degraded"] = answering.into();
+    }
     if !warming.is_empty() {
         body["warming"] = warming.into();
     }
-    if degraded.is_empty() {
+    Ok(if unready.is_empty() {
         Json(body).into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
-    }
+    })
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {

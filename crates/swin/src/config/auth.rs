@@ -1,5 +1,7 @@
 //! The `[auth]` section: bearer tokens, each with a name (for logs and metrics) and the
-//! scopes it grants. The config holds the SHA-256 of each token, never the token.
+//! scopes it grants. The config holds the SHA-256 of each token, never the token; or it
+//! names the environment variable that holds the token (`token_env`, as a container
+//! orchestrator passes a secret), which is hashed as the config is read.
 
 use serde::Deserialize;
 
@@ -17,9 +19,14 @@ pub(super) struct RawAuth {
 #[serde(deny_unknown_fields)]
 struct RawToken {
     name: String,
-    sha256: String,
+    sha256: Option<String>,
+    token_env: Option<String>,
     scopes: Vec<String>,
 }
+
+/// The fewest bytes a token read from the environment may have: a placeholder left in an
+/// example secret is refused rather than served (`openssl rand -hex 32` makes 64).
+const MIN_TOKEN_BYTES: usize = 16;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -97,12 +104,7 @@ impl Parser<'_> {
             if tokens.iter().any(|o| o.name == t.name) {
                 return Err(self.err(&f("name"), format!("{:?} is used twice", t.name)));
             }
-            let sha256 = parse_sha256(&t.sha256).ok_or_else(|| {
-                self.err(
-                    &f("sha256"),
-                    "must be 64 hex digits (swin-node hash-token prints them)".into(),
-                )
-            })?;
+            let sha256 = self.token_hash(&t, &f)?;
             if tokens.iter().any(|o| o.sha256 == sha256) {
                 return Err(self.err(&f("sha256"), "is the hash of another token".into()));
             }
@@ -131,6 +133,53 @@ impl Parser<'_> {
             });
         }
         Ok(Some(AuthConfig { tokens }))
+    }
+
+    /// The token's SHA-256: written in the config, or of the token in `token_env`.
+    fn token_hash(
+        &self,
+        t: &RawToken,
+        f: &dyn Fn(&str) -> String,
+    ) -> Result<[u8; 32], ConfigError> {
+        match (&t.sha256, &t.token_env) {
+            (Some(hex), None) => parse_sha256(hex).ok_or_else(|| {
+                self.err(
+                    &f("sha256"),
+                    "must be 64 hex digits (swin-node hash-token prints them)".into(),
+                )
+            }),
+            (None, Some(var)) => {
+                let value = (self.env)(var).ok_or_else(|| {
+                    self.err(
+                        &f("token_env"),
+                        format!("the environment variable {var:?} is not set (it holds the token)"),
+                    )
+                })?;
+                // one line: the newline a file made into a secret may end with is not
+                // part of the token (as `hash-token` reads it)
+                let token = value.strip_suffix('\n').unwrap_or(&value);
+                let token = token.strip_suffix('\r').unwrap_or(token);
+                if token.len() < MIN_TOKEN_BYTES {
+                    return Err(self.err(
+                        &f("token_env"),
+                        format!(
+                            "the token in {var:?} is {} bytes; a token needs at least {MIN_TOKEN_BYTES} (openssl rand -hex 32 makes one)",
+                            token.len()
+                        ),
+                    ));
+                }
+                use sha2::{Digest, Sha256};
+                Ok(Sha256::digest(token.as_bytes()).into())
+            }
+            (Some(_), Some(_)) => Err(self.err(
+                &f("token_env"),
+                "a token is given by sha256 or by token_env, not both".into(),
+            )),
+            (None, None) => Err(self.err(
+                &f("sha256"),
+                "is required, or token_env: the variable holding the token".into(),
+            )),
+        }
     }
 }
 

@@ -284,3 +284,81 @@ fn auth_tokens_are_checked() {
         "auth.tokens[1].sha256",
     );
 }
+
+#[test]
+fn a_token_comes_from_the_environment_hashed() {
+    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1\n";
+    let from_env = |var: &str| {
+        format!(
+            "{ns}[[auth.tokens]]\nname = \"app\"\ntoken_env = \"{var}\"\nscopes = [\"decide\"]\n"
+        )
+    };
+    let token = "0123456789abcdef0123456789abcdef";
+    let parse = |text: &str, value: &str| {
+        let value = value.to_owned();
+        Config::parse("f.toml", text, &move |k| {
+            (k == "APP_TOKEN").then(|| value.clone())
+        })
+    };
+    let hash_of = |text: &str, value: &str| {
+        parse(text, value)
+            .expect("valid")
+            .auth
+            .expect("auth")
+            .tokens[0]
+            .sha256
+    };
+    let want = crate::auth::hash_token(token.as_bytes());
+    let got: String = hash_of(&from_env("APP_TOKEN"), token)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(got, want, "the token's SHA-256, as a client's is checked");
+    // a secret made from a file may end with a newline: not part of the token
+    assert_eq!(
+        hash_of(&from_env("APP_TOKEN"), &format!("{token}\n")),
+        hash_of(&from_env("APP_TOKEN"), token)
+    );
+    let refused = |text: &str, value: &str, field: &str, says: &str| {
+        let e = parse(text, value).expect_err("refused");
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+        assert!(
+            !e.to_string().contains(value.trim()) || value.is_empty(),
+            "{e}"
+        );
+    };
+    // not set: the field and the variable named, so a container says why it stops
+    refused(
+        &from_env("OTHER_TOKEN"),
+        token,
+        "auth.tokens[0].token_env",
+        "\"OTHER_TOKEN\" is not set",
+    );
+    // a placeholder left in an example secret
+    refused(
+        &from_env("APP_TOKEN"),
+        "change-me",
+        "auth.tokens[0].token_env",
+        "at least 16",
+    );
+    refused(
+        &from_env("APP_TOKEN"),
+        "",
+        "auth.tokens[0].token_env",
+        "0 bytes",
+    );
+    let hash = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    refused(
+        &format!("{ns}[[auth.tokens]]\nname = \"app\"\nsha256 = \"{hash}\"\ntoken_env = \"APP_TOKEN\"\nscopes = [\"decide\"]\n"),
+        token,
+        "auth.tokens[0].token_env",
+        "not both",
+    );
+    refused(
+        &format!("{ns}[[auth.tokens]]\nname = \"app\"\nscopes = [\"decide\"]\n"),
+        token,
+        "auth.tokens[0].sha256",
+        "token_env",
+    );
+}
