@@ -9,6 +9,8 @@
 //! - `integrity`: reloads, outages and stops under load keep every acknowledged hit;
 //! - `shutdown`: a stop pushes every namespace at once and spools what is unconfirmed
 //!   before the grace ends, whatever the stores do;
+//! - `readiness`: the manifests' probe keeps a node that reached its store ready through
+//!   an outage, and a node that never reached it out;
 //! - `reload`: a reload to a store that does not answer is refused;
 //! - `spool`: private, checked at start, and checked like a request on replay;
 //! - `strict`: strict admission answers within `store_timeout` while its store hangs;
@@ -36,6 +38,7 @@ mod keyspace;
 mod leases;
 mod limits;
 mod quota;
+mod readiness;
 mod refunds;
 mod reload;
 mod reservations;

@@ -70,9 +70,12 @@ impl NamespaceSync {
         let started = Instant::now();
         let mut st = self.state.lock().await;
         let mut result = self.sync_locked(store, &mut st, now, &mut pace).await;
-        if result.is_ok() && self.skipping_store() {
+        let never_reached = self.status().last_success_ms.is_none();
+        if result.is_ok() && (self.skipping_store() || never_reached) {
             // a sync with nothing to push or read may not have asked the store at all:
-            // it must answer before requests go to it again
+            // it must answer before requests go to it again, and before the namespace
+            // counts as having reached it (readiness: an idle namespace whose store was
+            // down since the start was ready at its first empty sync)
             if let Err(e) = self.call(store.ping()).await {
                 result = Err(e);
             }
