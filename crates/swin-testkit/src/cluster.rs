@@ -408,6 +408,96 @@ async fn pipe(
     tokio::join!(reader, writer);
 }
 
+/// A TCP proxy to a store that can be held: while held, no byte passes either way and
+/// the sockets stay open (a node cut off from its store, its calls hanging until their
+/// timeout); released, what was held goes on in order.
+#[derive(Debug)]
+pub struct HoldProxy {
+    pub port: u16,
+    held: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HoldProxy {
+    pub async fn start(target: String) -> HoldProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (held, watch) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let watch = watch.clone();
+                tokio::spawn(async move {
+                    let Ok(outbound) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    let (ri, wi) = inbound.into_split();
+                    let (ro, wo) = outbound.into_split();
+                    tokio::join!(held_pipe(ri, wo, watch.clone()), held_pipe(ro, wi, watch));
+                });
+            }
+        });
+        HoldProxy { port, held, task }
+    }
+
+    /// Holds every byte from now on.
+    pub fn hold(&self) {
+        self.held.send_replace(true);
+    }
+
+    /// Lets bytes pass again, the held ones first.
+    pub fn release(&self) {
+        self.held.send_replace(false);
+    }
+
+    /// `url` (a store's, `scheme://[user@]host:port/…`) through this proxy.
+    pub fn url_for(&self, url: &str) -> String {
+        let start = url.find("://").map_or(0, |i| i + 3);
+        let start = url[start..].find('@').map_or(start, |i| start + i + 1);
+        let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+        format!("{}127.0.0.1:{}{}", &url[..start], self.port, &url[end..])
+    }
+
+    /// The host and port `url` points at (the proxy's target).
+    pub fn target_of(url: &str) -> String {
+        let start = url.find("://").map_or(0, |i| i + 3);
+        let start = url[start..].find('@').map_or(start, |i| start + i + 1);
+        let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+        url[start..end].to_owned()
+    }
+}
+
+impl Drop for HoldProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Forwards bytes from `from` to `to`, waiting while `held`.
+async fn held_pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut held: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if held.wait_for(|h| !*h).await.is_err() {
+            break;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
 pub use crate::{start_redis, TestStore};
 
 /// The cluster tests' namespace on a [`TestStore`]: `api`, one window of an hour.

@@ -68,7 +68,7 @@ pub async fn serve(
         .set_serving::<RateLimitQuotaServiceServer<quota::Rlqs>>()
         .await;
     // Envoy's quota service: its sharing rounds run while the listener does
-    let shares = swin::shares::Shares::new(state.namespaces.clone());
+    let shares = swin::shares::Shares::new(state.namespaces.clone(), state.quota);
     tokio::spawn(shares.clone().run(stop.clone()));
     // reflection in both versions clients ask for (grpcurl: v1; grpcio: v1alpha)
     let reflection = || {
@@ -158,6 +158,10 @@ fn exhausted_if_too_large(headers: &mut axum::http::HeaderMap) {
 /// The rate limit service takes the tokens and scopes of the HTTP API: the call's
 /// `authorization` metadata carries `Bearer <token>`, and the token needs the `decide`
 /// scope (it spends quota, as `/hit` does). Health and reflection stay open.
+/// Who made a call, by the token it carried (with `[auth]`).
+#[derive(Debug, Clone)]
+pub(crate) struct Caller(pub String);
+
 fn authorize(state: &AppState, req: Request<()>) -> Result<Request<()>, Status> {
     use crate::auth::{check_authorization, Denied};
     let auth = state.auth.load();
@@ -169,6 +173,8 @@ fn authorize(state: &AppState, req: Request<()>) -> Result<Request<()>, Status> 
     match check_authorization(auth, value, &[scope]) {
         Ok(token) => {
             state.metrics.auth(&token.name, "allowed");
+            let mut req = req;
+            req.extensions_mut().insert(Caller(token.name.clone()));
             Ok(req)
         }
         Err(Denied::Missing) => {
@@ -195,6 +201,18 @@ fn authorize(state: &AppState, req: Request<()>) -> Result<Request<()>, Status> 
                 scope.name()
             )))
         }
+    }
+}
+
+/// A call's `domain` in the metrics of both services: the domain when it is a namespace
+/// this node serves (`served`), else `unknown`. Clients pick domains, so every domain
+/// that is no namespace shares one series: a label per domain would grow `/metrics` by a
+/// series for each one a client makes up.
+fn domain_label(domain: &str, served: bool) -> &str {
+    if served {
+        domain
+    } else {
+        "unknown"
     }
 }
 
@@ -301,13 +319,9 @@ impl RateLimitService for Rls {
             answer.as_ref().map_or_else(|s| s.code() as i32, |_| 0),
         );
         span.record("envoy.overall_code", code);
-        let domain = if known {
-            req.domain.as_str()
-        } else {
-            // one series for every domain that is no namespace: clients pick domains
-            "unknown"
-        };
-        self.state.metrics.rls_request(domain, code);
+        self.state
+            .metrics
+            .rls_request(domain_label(&req.domain, known), code);
         self.state.metrics.request_took(
             crate::metrics::Door::Grpc,
             "ShouldRateLimit",

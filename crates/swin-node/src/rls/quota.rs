@@ -3,9 +3,10 @@
 //! stream per proxy, its usage reports turned into [`swin::shares::Reports`] and the
 //! library's [`BucketAction`]s rendered back — as an answer to each report, and
 //! whenever a sharing round changes what a proxy is to enforce. The stream ends when
-//! the proxy ends it, on a report the library refuses (INVALID_ARGUMENT), or when the
-//! node stops (the proxies keep their assignments until their ttl, then fall back to
-//! their `expired_assignment_behavior`).
+//! the proxy ends it, on a report the library refuses (INVALID_ARGUMENT), on one it
+//! cannot read (past the 4 MB message limit: RESOURCE_EXHAUSTED), or when the node
+//! stops (the proxies keep their assignments until their ttl, then fall back to their
+//! `expired_assignment_behavior`).
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -79,8 +80,22 @@ impl RateLimitQuotaService for Rlqs {
     ) -> Result<Response<Answers>, Status> {
         // the caller's trace context, which each report's span joins
         let headers = request.metadata().clone().into_headers();
+        // the client its streams are capped for: its token's name, else its address
+        let client = match request.extensions().get::<super::Caller>() {
+            Some(caller) => format!("token {:?}", caller.0),
+            None => request.remote_addr().map_or_else(
+                || "an unknown peer".to_owned(),
+                |a| format!("peer {}", a.ip()),
+            ),
+        };
         let reports = request.into_inner();
-        let (proxy, pushed) = self.shares.open();
+        let (proxy, pushed) = self.shares.open(&client).map_err(|e| match e {
+            Error::Exhausted(m) => {
+                self.state.metrics.quota_told("", "refused", 1);
+                Status::resource_exhausted(m)
+            }
+            other => Status::internal(other.to_string()),
+        })?;
         let (tx, rx) = mpsc::channel(8);
         let stream = ProxyStream {
             open: Open::new(self.state.clone()),
@@ -134,29 +149,36 @@ async fn serve_stream(
     tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     stop: CancellationToken,
 ) {
-    let metrics = &stream.open.0.metrics;
-    // the stream's domain, for the metrics (its first report names it)
+    let state = &stream.open.0;
+    let metrics = &state.metrics;
+    // the stream's domain, for the metrics (its first report names it), looked up at
+    // each answer: a reload may add or remove its namespace
     let mut domain = String::new();
     loop {
         let answer = tokio::select! {
             _ = stop.cancelled() => return,
             _ = tx.closed() => return,
-            Some(actions) = pushed.recv() => Ok(render(actions, &domain, metrics)),
+            Some(actions) = pushed.recv() => Ok(render(actions, label(state, &domain), metrics)),
             report = reports.message() => match report {
                 Ok(Some(r)) => {
                     if domain.is_empty() {
                         domain.clone_from(&r.domain);
                     }
                     match stream.report(r).await {
-                        Ok(actions) => Ok(render(actions, &domain, metrics)),
+                        Ok(actions) => Ok(render(actions, label(state, &domain), metrics)),
                         Err(e) => {
-                            metrics.quota_told(&domain, "refused", 1);
+                            metrics.quota_told(label(state, &domain), "refused", 1);
                             Err(Status::invalid_argument(e.to_string()))
                         }
                     }
                 }
-                // the proxy ended the stream, or it broke
-                Ok(None) | Err(_) => return,
+                // the proxy ended the stream
+                Ok(None) => return,
+                // a report that could not be read ends the stream with why, not with OK
+                // and no answer: past the message size limit, tonic's OUT_OF_RANGE naming
+                // the limit and the size, which the listener answers as
+                // RESOURCE_EXHAUSTED (`super::too_large_is_exhausted`)
+                Err(status) => Err(status),
             },
         };
         let last = answer.is_err();
@@ -165,6 +187,11 @@ async fn serve_stream(
             return;
         }
     }
+}
+
+/// The stream's `domain` in the metrics: as the rate limit service labels its calls'.
+fn label<'a>(state: &AppState, domain: &'a str) -> &'a str {
+    super::domain_label(domain, state.namespace(domain).is_ok())
 }
 
 fn translate(r: RateLimitQuotaUsageReports) -> Reports {

@@ -34,7 +34,7 @@ pub(super) struct Running {
     _node: Node,
     grpc: RateLimitServiceClient<Channel>,
     pub(super) channel: Channel,
-    port: u16,
+    pub(super) port: u16,
     _dir: tempfile::TempDir,
 }
 

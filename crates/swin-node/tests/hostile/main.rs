@@ -25,6 +25,9 @@
 //! - `refunds`: Envoy's negative hits on a namespace of hits through a store that goes
 //!   away give back nothing, then exactly;
 //! - `reservations`: reserve and commit through a store that goes away or hangs;
+//! - `quota_cluster`: Envoy's quota service across two nodes through a node cut off
+//!   from its store, a hung or emptied store, silent and cycling streams that claim the
+//!   limit, a client past its stream cap and a flood of new buckets;
 //! - `grpc`: Envoy's door takes the same tokens, and no value a client sends turns an
 //!   over-limit answer into an error.
 
@@ -38,6 +41,7 @@ mod keyspace;
 mod leases;
 mod limits;
 mod quota;
+mod quota_cluster;
 mod readiness;
 mod refunds;
 mod reload;

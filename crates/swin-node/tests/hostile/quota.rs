@@ -154,7 +154,7 @@ async fn a_report_without_a_domain_ends_only_its_stream(tls: bool) {
     let metrics = get(&r, tls, "/metrics").await;
     assert!(metrics.contains("\nswin_quota_streams 1\n"), "{metrics}");
     assert!(
-        metrics.contains("swin_quota_actions_total{domain=\"\",action=\"refused\"} 1"),
+        metrics.contains("swin_quota_actions_total{domain=\"unknown\",action=\"refused\"} 1"),
         "{metrics}"
     );
 }
@@ -308,10 +308,80 @@ async fn a_runtime_limit_on_the_buckets_key_is_what_the_proxies_share(tls: bool)
     assert!(tokens(&again).is_some_and(|t| t <= 30), "{again:?}");
 }
 
+/// Proxies that name a new domain on each stream grow no series: every domain that is
+/// no namespace of the node is one `unknown` label, beside the served namespace's own.
+async fn made_up_domains_share_one_metric_label(tls: bool) {
+    let r = start_with(QUOTA, tls).await;
+    let mut served = open(&r.channel, None).await.expect("open");
+    served
+        .send(report("quota", vec![usage(bucket(&[("name", "api")]), 1)]))
+        .await;
+    assert!(is_assignment(&served.action_for(&[("name", "api")]).await));
+    const STREAMS: usize = 50;
+    for i in 0..STREAMS {
+        let mut s = open(&r.channel, None).await.expect("open");
+        // a domain of 1 KB, new on each stream
+        let domain = format!("{i:04}{}", "d".repeat(1020));
+        s.send(report(&domain, vec![usage(bucket(&[("name", "api")]), 1)]))
+            .await;
+        let k = s.action_for(&[("name", "api")]).await;
+        assert!(matches!(k, Kind::AbandonAction(_)), "{k:?}");
+    }
+    let metrics = get(&r, tls, "/metrics").await;
+    let series: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("swin_quota_actions_total{"))
+        .collect();
+    let short: Vec<&str> = series.iter().map(|l| &l[..l.len().min(60)]).collect();
+    assert!(
+        series.len() <= 5 && !metrics.contains("dddd"),
+        "{} series: {short:?}",
+        series.len()
+    );
+    assert!(
+        series.contains(
+            &format!("swin_quota_actions_total{{domain=\"unknown\",action=\"abandon\"}} {STREAMS}")
+                .as_str()
+        ),
+        "{series:?}"
+    );
+    assert!(
+        series
+            .iter()
+            .any(|l| l.starts_with("swin_quota_actions_total{domain=\"quota\",action=\"assign\"}")),
+        "{series:?}"
+    );
+}
+
+/// A report past the gRPC message size limit (4 MB) ends its stream with
+/// RESOURCE_EXHAUSTED naming the limit, not with OK and no answer; another proxy's
+/// stream on the node goes on being told its assignment, and nothing is counted.
+async fn a_report_past_the_size_limit_is_resource_exhausted(tls: bool) {
+    let r = start_with(QUOTA, tls).await;
+    let mut good = open(&r.channel, None).await.expect("open");
+    good.send(report("quota", vec![usage(bucket(&[("name", "api")]), 7)]))
+        .await;
+    assert!(is_assignment(&good.action_for(&[("name", "api")]).await));
+    let mut huge = open(&r.channel, None).await.expect("open");
+    let value = "v".repeat(5 << 20);
+    huge.send(report(
+        "quota",
+        vec![usage(bucket(&[("name", &value)]), 1_000)],
+    ))
+    .await;
+    let ended = huge.next().await.expect_err("the stream ends");
+    assert_eq!(ended.code(), tonic::Code::ResourceExhausted, "{ended:?}");
+    assert!(ended.message().contains("4194304"), "{ended:?}");
+    assert!(is_assignment(&good.action_for(&[("name", "api")]).await));
+    assert_eq!(counted(&r, tls, None).await, 7.0);
+}
+
 super::grpc::plain_and_over_tls!(
     a_report_without_a_domain_ends_only_its_stream,
     bad_buckets_are_abandoned_and_the_others_answered,
     a_report_of_too_many_buckets_is_refused,
     the_quota_service_takes_the_same_tokens,
     a_runtime_limit_on_the_buckets_key_is_what_the_proxies_share,
+    made_up_domains_share_one_metric_label,
+    a_report_past_the_size_limit_is_resource_exhausted,
 );

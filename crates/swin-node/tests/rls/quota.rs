@@ -457,7 +457,11 @@ async fn shares_converge_with_reports_every_5_s() {
     eprintln!("reports every 5 s, admitted per second across the proxies: {t:?}");
     bounded(&out, 3, 0..RUN - 1);
     for (s, total) in t.iter().enumerate().take(RUN - 1).skip(SETTLED) {
-        assert!(*total >= LIMIT * 0.9, "second {s}: {total} ({each:?})");
+        assert!(
+            *total >= LIMIT * 0.9,
+            "second {s}: {total} ({each:?}; assignments {})",
+            out["assignments"]
+        );
     }
     for (p, want) in [10.0, 50.0, 60.0].into_iter().enumerate() {
         let got = each[p][SETTLED..RUN - 1].iter().sum::<f64>() / (RUN - 1 - SETTLED) as f64;

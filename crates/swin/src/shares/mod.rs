@@ -126,8 +126,6 @@ struct State {
     proxies: BTreeMap<u64, ProxyState>,
     /// (namespace, bucket key) → every node's entries as last read.
     remote: HashMap<(String, String), Vec<swin_sync::store::Demands>>,
-    /// Namespaces whose entries the last round posted.
-    posted: std::collections::HashSet<String>,
     /// (namespace, bucket key) → until when this node's entry is surely in the store (its
     /// last post, begun at that instant less the entry's life, less a margin): nothing
     /// told for the bucket holds past it.
@@ -419,15 +417,11 @@ impl Proxy {
         let mut state = self.shares.state();
         let State {
             proxies,
-            posted,
             held,
             buckets,
             ..
         } = &mut *state;
         let name = ns.sync.name();
-        // what this node's proxies hold is told again only while the store shows it
-        // (the last round posted it): in an outage assignments are left to lapse
-        let posting = posted.contains(name);
         let Some(p) = proxies.get_mut(&self.id) else {
             out.extend(shared.into_iter().map(|s| BucketAction {
                 bucket: s.bucket,
@@ -478,11 +472,12 @@ impl Proxy {
             counts.push((s.key.clone(), s.usage.allowed));
             // a share grows only in a sharing round, after this node's assignments are
             // posted; here it stays or comes down (a proxy holding nothing waits for the
-            // round), and holds no longer than this node's entry in the store
+            // round), and holds no longer than this node's entry surely lives in the
+            // store: told again only while the store shows it (in an outage assignments
+            // are left to lapse)
             let until = held.get(&(name.to_owned(), s.key)).copied();
             let action = b
                 .divided
-                .filter(|_| posting)
                 .and_then(|d| b.no_more_than_held(d, now))
                 .and_then(|a| within(a, until, now));
             if let Some(action) = action {

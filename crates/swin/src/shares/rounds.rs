@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::assign::{own_shares, Action};
 use super::{within, BucketAction, Shares, State, ROUND};
-use crate::state::Namespace;
 use crate::config::AdmissionMode;
+use crate::state::Namespace;
 
 /// A proxy's bucket not reported for this many of its intervals no longer asks.
 const STALE_INTERVALS: u32 = 2;
@@ -24,10 +24,10 @@ const STALE_INTERVALS: u32 = 2;
 /// which takes no room from asks that reports show; its stream ending says at once that
 /// it is gone.
 const UNKNOWN_INTERVAL: Duration = Duration::from_secs(5);
-/// Buckets divided under one hold of the lock: a report waits for no more than a chunk.
+/// Buckets read, divided (under one hold of the lock) and posted together: a report
+/// waits for no more than a chunk's division, and a round's store calls are one read and
+/// one post per chunk.
 const CHUNK: usize = 1_000;
-/// Buckets posted or read in one store call.
-const STORE_CHUNK: usize = 2_000;
 /// What a told assignment leaves between its end and its entry's lapse in the store:
 /// the store's clock as this node knows it, and the answer's way to the proxy.
 const MARGIN: Duration = ROUND;
@@ -97,6 +97,44 @@ fn tell(sent: Option<&(Action, Instant)>, new: &Action, now: Instant) -> bool {
     }
 }
 
+/// This node's entry for one bucket (its proxies `ids`), lapsing a ttl and two rounds
+/// after `store_now`; `None` when none of them asks or holds anything.
+fn bucket_entry(
+    state: &State,
+    node: &str,
+    key: &str,
+    ids: &[u64],
+    store_now: swin_core::UnixMs,
+    now: Instant,
+) -> Option<Demands> {
+    let mut demands = Vec::new();
+    let mut ttl = Duration::ZERO;
+    for id in ids {
+        let Some(p) = state.proxies.get(id) else {
+            continue;
+        };
+        let Some(e) = p
+            .buckets
+            .get(key)
+            .and_then(|b| b.entry(p.open, stale_after(p.interval), now))
+        else {
+            continue;
+        };
+        demands.extend(e.posted());
+        ttl = ttl.max(p.ttl());
+    }
+    (!demands.is_empty()).then(|| Demands {
+        bucket: key.to_owned(),
+        node: node.to_owned(),
+        demands,
+        expires_at: swin_core::UnixMs(
+            store_now
+                .0
+                .saturating_add((ttl + ROUND * 2).as_millis() as i64),
+        ),
+    })
+}
+
 /// This node's entries per namespace: (namespace, entries to post), and the store's
 /// time they were made at; proxies and buckets gone for good are forgotten on the way.
 fn entries(
@@ -107,50 +145,34 @@ fn entries(
     let store_now = swin_sync::now();
     state.held.retain(|_, until| *until > now);
     let mut live = 0;
-    let mut by_ns: BTreeMap<String, BTreeMap<String, (Vec<f64>, Duration)>> = BTreeMap::new();
-    state.proxies.retain(|_, p| {
+    let mut by_ns: BTreeMap<String, BTreeMap<String, Vec<u64>>> = BTreeMap::new();
+    state.proxies.retain(|&id, p| {
         let stale = stale_after(p.interval);
-        let ttl = p.ttl();
         let open = p.open;
         p.buckets
             .retain(|_, b| b.entry(open, stale, now).is_some() || b.sent.is_none() && open);
-        let Some(ns) = &p.namespace else {
-            return open;
-        };
-        for (key, b) in &p.buckets {
-            if let Some(e) = b.entry(open, stale, now) {
-                let slot = by_ns
-                    .entry(ns.clone())
-                    .or_default()
-                    .entry(key.clone())
-                    .or_default();
-                slot.0.extend(e.posted());
-                slot.1 = slot.1.max(ttl);
+        live += p.buckets.len();
+        if let Some(ns) = &p.namespace {
+            for (key, b) in &p.buckets {
+                if b.entry(open, stale, now).is_some() {
+                    let ids = by_ns.entry(ns.clone()).or_default();
+                    ids.entry(key.clone()).or_default().push(id);
+                }
             }
         }
-        live += p.buckets.len();
         open || !p.buckets.is_empty()
     });
     state.buckets = live;
     // what the other nodes ask is kept for the buckets this node still serves only
-    state.remote.retain(|(ns, key), _| {
-        by_ns.get(ns).is_some_and(|b| b.contains_key(key))
-    });
+    state
+        .remote
+        .retain(|(ns, key), _| by_ns.get(ns).is_some_and(|b| b.contains_key(key)));
     let by_ns = by_ns
         .into_iter()
         .map(|(ns, buckets)| {
             let posted = buckets
-                .into_iter()
-                .map(|(bucket, (demands, ttl))| Demands {
-                    bucket,
-                    node: node.to_owned(),
-                    demands,
-                    expires_at: swin_core::UnixMs(
-                        store_now
-                            .0
-                            .saturating_add((ttl + ROUND * 2).as_millis() as i64),
-                    ),
-                })
+                .iter()
+                .filter_map(|(key, ids)| bucket_entry(state, node, key, ids, store_now, now))
                 .collect();
             (ns, posted)
         })
@@ -192,12 +214,14 @@ impl Shares {
         rx.await.expect("a division ends with an answer")
     }
 
-    /// One round, per namespace: read every node's entries, divide, post this node's
-    /// entries with what its proxies will be assigned, then tell the proxies. Posting before
-    /// telling means no proxy uses room the other nodes cannot see taken; a share grows
-    /// only once this node's entries have been posted (a round after a start or an
-    /// outage), so two nodes coming back never both see the room as theirs. What is told
-    /// holds no longer than this node's entries surely live in the store.
+    /// One round, per namespace and chunk of its buckets (those whose asks reports show
+    /// first, so a flood of claims waits behind them): read every node's entries, divide,
+    /// post this node's entries with what its proxies will be assigned, then tell the
+    /// proxies. Posting before telling means no proxy uses room the other nodes cannot
+    /// see taken; a bucket's share grows only once this node's entry for it has been
+    /// posted (a round after a start or an outage), so two nodes coming back never both
+    /// see the room as theirs. What is told holds no longer than the bucket's entry surely
+    /// lives in the store.
     pub async fn round(self: &Arc<Self>) {
         let now = Instant::now();
         let node = self.node.clone();
@@ -208,147 +232,152 @@ impl Shares {
             let Some(ns) = self.namespace(&name) else {
                 continue;
             };
-            let keys: Vec<String> = posted.into_iter().map(|d| d.bucket).collect();
-            let read = self.read_all(&ns, &keys).await;
-            let deny_on_failure = matches!(
-                ns.admission_mode,
-                AdmissionMode::Strict {
-                    on_store_failure: OnStoreFailure::Deny
-                }
-            );
-            let (plans, before, posted, store_now) = {
-                let name = name.clone();
-                let keys = keys.clone();
-                self.off_workers(move |me| me.plan(&name, &keys, read, deny_on_failure, now))
-                    .await
-            };
-            let quiet = posted.is_none();
-            // a store that could not be read is not written to either: the round ends
-            // sooner, and a deny goes out while what it replaces still holds
-            let posted = posted.unwrap_or_default();
-            let ok = !quiet && self.post_all(&ns, &posted).await;
-            let told = {
-                let mut state = self.state();
-                if ok {
-                    state.posted.insert(name.clone());
-                    for d in &posted {
-                        let life = Duration::from_millis((d.expires_at.0 - store_now.0).max(0) as u64);
-                        let until = (now + life).checked_sub(MARGIN).unwrap_or(now);
-                        state.held.insert((name.clone(), d.bucket.clone()), until);
+            let mut keys: Vec<(bool, String)> = posted
+                .into_iter()
+                .map(|d| (!d.demands.chunks_exact(2).any(|e| e[0] >= 0.0), d.bucket))
+                .collect();
+            keys.sort();
+            let keys: Vec<String> = keys.into_iter().map(|(_, k)| k).collect();
+            for chunk in keys.chunks(CHUNK) {
+                self.round_of(&ns, &name, chunk.to_vec()).await;
+            }
+        }
+    }
+
+    /// The round of one chunk of `name`'s buckets.
+    async fn round_of(self: &Arc<Self>, ns: &Namespace, name: &str, keys: Vec<String>) {
+        let read = self.read(ns, &keys).await;
+        let shared = ns.sync.store().is_some();
+        let deny_on_failure = matches!(
+            ns.admission_mode,
+            AdmissionMode::Strict {
+                on_store_failure: OnStoreFailure::Deny
+            }
+        );
+        let (plans, before, posted, store_now, at) = {
+            let name = name.to_owned();
+            self.off_workers(move |me| {
+                let now = Instant::now();
+                let (plans, before, posted, store_now) =
+                    me.plan(&name, &keys, read, deny_on_failure, shared, now);
+                (plans, before, posted, store_now, now)
+            })
+            .await
+        };
+        // a store that could not be read is not written to either: the round ends
+        // sooner, and a deny goes out while what it replaces still holds
+        let ok = match &posted {
+            Some(posted) => self.post(ns, posted).await,
+            None => false,
+        };
+        let told = {
+            let mut state = self.state();
+            match (&posted, ok) {
+                (Some(posted), true) => {
+                    for d in posted {
+                        let life = (d.expires_at.0 - store_now.0).max(0) as u64;
+                        let until = (at + Duration::from_millis(life))
+                            .checked_sub(MARGIN)
+                            .unwrap_or(at);
+                        state
+                            .held
+                            .insert((name.to_owned(), d.bucket.clone()), until);
                     }
-                } else if !quiet {
-                    // the others cannot see these assignments: only what came down is
-                    // told, the rest is as it was
-                    tracing::warn!(
-                        namespace = name,
-                        "demands not posted: only shares that come down are told"
-                    );
-                    state.posted.remove(&name);
                 }
-                settle(&mut state, &name, plans, before, ok, Instant::now())
-            };
-            send(told);
-        }
-    }
-
-    /// Every node's entries for `keys`, read in chunks.
-    async fn read_all(&self, ns: &Namespace, keys: &[String]) -> Result<Vec<Demands>, ()> {
-        let mut out = Vec::new();
-        for chunk in keys.chunks(STORE_CHUNK) {
-            let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
-            match ns.sync.read_demands(&chunk, swin_sync::now()).await {
-                Ok(read) => out.extend(read),
-                Err(e) => {
-                    tracing::warn!(namespace = ns.sync.name(), cause = %e, "demands not read: assignments are left to lapse");
-                    return Err(());
-                }
+                // the others cannot see these assignments: only what came down is told,
+                // the rest is as it was
+                (Some(_), false) => tracing::warn!(
+                    namespace = name,
+                    "demands not posted: only shares that come down are told"
+                ),
+                (None, _) => {}
             }
-        }
-        Ok(out)
+            settle(&mut state, name, plans, before, ok, Instant::now())
+        };
+        send(told);
     }
 
-    /// Posts this node's entries in chunks; whether all were posted.
-    async fn post_all(&self, ns: &Namespace, posted: &[Demands]) -> bool {
-        for chunk in posted.chunks(STORE_CHUNK) {
-            if ns.sync.post_demands(chunk).await.is_err() {
-                return false;
-            }
-        }
-        true
+    /// Every node's entries for `keys`, in one store call.
+    async fn read(&self, ns: &Namespace, keys: &[String]) -> Result<Vec<Demands>, ()> {
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        ns.sync
+            .read_demands(&keys, swin_sync::now())
+            .await
+            .map_err(|e| {
+                tracing::warn!(namespace = ns.sync.name(), cause = %e, "demands not read: assignments are left to lapse");
+            })
     }
 
-    /// The round's division of `name` (off the workers, the lock taken a chunk of
-    /// buckets at a time): the plans, what their buckets held before, this node's
-    /// entries to post (`None`: the store is out, post nothing) and the store's time
-    /// they were made at.
+    /// Posts this node's entries in one store call; whether they were posted.
+    async fn post(&self, ns: &Namespace, posted: &[Demands]) -> bool {
+        ns.sync.post_demands(posted).await.is_ok()
+    }
+
+    /// The division of `keys` of `name` (off the workers, under one hold of the lock):
+    /// the plans, what their buckets held before, this node's entries to post (`None`:
+    /// the store is out, post nothing) and the store's time they were made at.
     fn plan(
         &self,
         name: &str,
         keys: &[String],
         read: Result<Vec<Demands>, ()>,
         deny_on_failure: bool,
+        shared: bool,
         now: Instant,
-    ) -> (Vec<Plan>, Vec<Sent>, Option<Vec<Demands>>, swin_core::UnixMs) {
-        let mode = {
-            let mut state = self.state();
-            match read {
-                Ok(read) => {
-                    lost_entries(&mut state, &self.node, name, keys, &read, now);
-                    remember(&mut state, name, keys, read);
-                    let held_back = state
-                        .lost
-                        .get(name)
-                        .is_some_and(|until| swin_sync::now().0 < until.0);
-                    match state.posted.contains(name) && !held_back {
-                        true => Mode::Grow,
-                        false => Mode::Hold,
-                    }
-                }
-                Err(()) => Mode::Quiet {
-                    deny: deny_on_failure,
-                },
-            }
-        };
-        let by_key = {
-            let state = self.state();
-            let mut by_key: HashMap<&str, Vec<u64>> = HashMap::new();
-            let wanted: std::collections::HashSet<&str> = keys.iter().map(String::as_str).collect();
-            for (&id, p) in &state.proxies {
-                if p.namespace.as_deref() != Some(name) {
-                    continue;
-                }
-                for key in p.buckets.keys() {
-                    if let Some(k) = wanted.get(key.as_str()) {
-                        by_key.entry(k).or_default().push(id);
-                    }
-                }
-            }
-            by_key
-        };
-        let mut plans = Vec::new();
-        let mut before = Vec::new();
-        for chunk in keys.chunks(CHUNK) {
-            let mut state = self.state();
-            let chunk_plans = self.divide_all(&mut state, name, chunk, &by_key, mode, now);
-            before.extend(apply(&mut state, &chunk_plans, now));
-            plans.extend(chunk_plans);
-        }
+    ) -> (
+        Vec<Plan>,
+        Vec<Sent>,
+        Option<Vec<Demands>>,
+        swin_core::UnixMs,
+    ) {
         let mut state = self.state();
-        let (serving, store_now) = entries(&mut state, &self.node, now);
+        let state = &mut *state;
+        let mode = match read {
+            Ok(read) => {
+                if shared {
+                    lost_entries(state, &self.node, name, keys, &read, now);
+                }
+                remember(state, name, keys, read);
+                match state.lost.get(name) {
+                    Some(until) if swin_sync::now().0 < until.0 => Mode::Hold,
+                    _ => Mode::Grow,
+                }
+            }
+            Err(()) => Mode::Quiet {
+                deny: deny_on_failure,
+            },
+        };
+        let wanted: HashSet<&str> = keys.iter().map(String::as_str).collect();
+        let mut by_key: HashMap<&str, Vec<u64>> = HashMap::new();
+        for (&id, p) in &state.proxies {
+            if p.namespace.as_deref() != Some(name) {
+                continue;
+            }
+            for key in p.buckets.keys() {
+                if let Some(k) = wanted.get(key.as_str()) {
+                    by_key.entry(k).or_default().push(id);
+                }
+            }
+        }
+        let plans = self.divide_all(state, name, keys, &by_key, mode, now);
+        let before = apply(state, &plans, now);
+        let store_now = swin_sync::now();
         let posted = match mode {
             Mode::Quiet { .. } => None,
             _ => Some(
-                serving
-                    .into_iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, p)| p)
-                    .unwrap_or_default(),
+                keys.iter()
+                    .filter_map(|k| {
+                        let ids = by_key.get(k.as_str())?;
+                        bucket_entry(state, &self.node, k, ids, store_now, now)
+                    })
+                    .collect(),
             ),
         };
         (plans, before, posted, store_now)
     }
 
-    /// What each of `keys`' proxies is to be told, by the division now and `mode`.
+    /// What each of `keys`' proxies is to be told, by the division now and `mode`: a
+    /// bucket whose entry this node has not posted yet grows nothing.
     fn divide_all(
         &self,
         state: &mut State,
@@ -362,6 +391,12 @@ impl Shares {
         for key in keys {
             let Some(proxies) = by_key.get(key.as_str()) else {
                 continue;
+            };
+            let mode = match mode {
+                Mode::Grow if !state.held.contains_key(&(name.to_owned(), key.clone())) => {
+                    Mode::Hold
+                }
+                m => m,
             };
             for (id, divided) in division(state, &self.node, name, key, proxies, now) {
                 let Some(p) = state.proxies.get_mut(&id) else {
