@@ -42,8 +42,8 @@ pub struct Metrics {
     auth: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
     /// Envoy rate limit service calls, by domain ("unknown" for no namespace) then code.
     rls: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
-    /// What Envoy's quota service told proxies through this node, by domain then action
-    /// (assign, allow_all, deny_all, abandon, refused).
+    /// What Envoy's quota service told proxies through this node, by domain ("unknown"
+    /// for no namespace) then action (assign, allow_all, deny_all, abandon, refused).
     quota: papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
     /// Streams of Envoy's quota service open on this node (one per proxy).
     pub quota_streams: Arc<AtomicUsize>,

@@ -86,14 +86,14 @@ impl Metrics {
             ),
             counter_family(
                 "swin_rls_requests_total",
-                "Envoy rate limit service calls (ShouldRateLimit), by domain and answer code.",
+                "Envoy rate limit service calls (ShouldRateLimit), by domain (unknown: no namespace of this node) and answer code.",
                 nested(&self.rls)
                     .into_iter()
                     .map(|(domain, code, v)| (vec![("domain", domain), ("code", code.to_owned())], v)),
             ),
             counter_family(
                 "swin_quota_actions_total",
-                "Bucket actions Envoy's rate limit quota service told proxies through this node, by domain and action (assign, allow_all, deny_all, abandon; refused: a report that ended its stream).",
+                "Bucket actions Envoy's rate limit quota service told proxies through this node, by domain (unknown: no namespace of this node) and action (assign, allow_all, deny_all, abandon; refused: a report that ended its stream).",
                 nested(&self.quota).into_iter().map(|(domain, action, v)| {
                     (vec![("domain", domain), ("action", action.to_owned())], v)
                 }),

@@ -91,7 +91,10 @@ impl RateLimitQuotaService for Rlqs {
         let reports = request.into_inner();
         let (proxy, pushed) = self.shares.open(&client).map_err(|e| match e {
             Error::Exhausted(m) => {
-                self.state.metrics.quota_told("", "refused", 1);
+                // no report named a domain yet: counted as no namespace
+                self.state
+                    .metrics
+                    .quota_told(label(&self.state, ""), "refused", 1);
                 Status::resource_exhausted(m)
             }
             other => Status::internal(other.to_string()),
