@@ -124,7 +124,8 @@ async fn two_nodes(store: &TestStore, extra: &str) -> (Vec<Running>, Vec<HoldPro
 /// Node A cut off from its store for 8 s (its calls hang until `store_timeout`, 5 s by
 /// default), or both (`whole`: the store hangs): proxies of 100/s on each node share
 /// 120/s. A tells nothing that outlives its entries in the store, so B's proxy grows into
-/// A's room only once A's proxy has stopped: no second past 1.05 × the limit.
+/// A's room only once A's proxy has stopped: no second past 1.05 × the limit; in a hang,
+/// every assignment lapses with the last post.
 async fn a_store_out_of_reach_grants_nothing_twice(store: TestStore, whole: bool) {
     const RUN: usize = 18;
     let (nodes, cuts) = two_nodes(&store, "").await;
@@ -147,6 +148,17 @@ async fn a_store_out_of_reach_grants_nothing_twice(store: TestStore, whole: bool
     let each: Vec<Vec<f64>> = (0..2).map(|p| per_second(&out, p)).collect();
     eprintln!("held from 4 s to 12 s (whole store: {whole}), admitted per second: {each:?}");
     bounded(&out, 2, "through the cut");
+    if whole {
+        // nothing is told while the store cannot be asked: the assignments lapse with
+        // the entries' last post (by 7 s), not renewed for `store_timeout` (to 9 s)
+        for (p, seconds) in each.iter().enumerate() {
+            assert_eq!(
+                seconds[8..12],
+                [0.0; 4],
+                "proxy {p} through the hang: {each:?}"
+            );
+        }
+    }
     // shares came back once the store was reachable again
     let end: f64 = totals(&out, 2)[RUN - 3..].iter().sum::<f64>() / 2.0;
     assert!(end >= LIMIT * 0.8, "after the cut, {end}/s: {each:?}");

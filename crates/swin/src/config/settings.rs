@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 
 use super::{
-    defaults, parse_bool, ConfigError, ConnectionLimits, LogFormat, Parser, RawConfig,
-    RawQuota, RawTelemetry, RawTls, TelemetryConfig, TlsConfig,
+    defaults, parse_bool, ConfigError, ConnectionLimits, LogFormat, Parser, RawConfig, RawQuota,
+    RawTelemetry, RawTls, TelemetryConfig, TlsConfig,
 };
 
 impl Parser<'_> {

@@ -16,13 +16,19 @@
 //! counted on the bucket's counter key like hits, so the store and `/rate` show them.
 //!
 //! A proxy that goes away keeps enforcing its last assignment until its ttl: its share
-//! stays taken off the limit until then ([`assign::Entry`]). While the store cannot be
-//! asked nothing is told: the assignments lapse at their ttl — before this node's
-//! entries lapse in the store, so no other node takes their room while they hold — and
-//! the proxies follow their `expired_assignment_behavior`; in a strict namespace with
-//! `on_store_failure = "deny"` they are told to deny instead, when their last
-//! assignment is half-way to its lapse (no gap between the two). After a start or an outage a node grows no share until it has posted its
-//! entries once.
+//! stays taken off the limit until then ([`assign::Entry`]). A bucket's first report on a
+//! stream only claims; its later reports show its demand, and claims divide only what
+//! shown demand leaves, so streams that report once and fall silent (or close) are no
+//! votes. Nothing told holds past this node's entry for the bucket in the store, as of the
+//! last post that succeeded: while the store cannot be asked, or answers late, the
+//! assignments shrink and lapse before the entries do, so no other node takes their room
+//! while they hold; the proxies then follow their `expired_assignment_behavior`; in a
+//! strict namespace with `on_store_failure = "deny"` they are told to deny instead, when
+//! their last assignment is half-way to its lapse (no gap between the two). A bucket grows
+//! no share until this node has posted its entry for it once, nor while the store has lost
+//! this node's entries (a restart without its data) and what they stood for may hold.
+//! Caps ([`QuotaLimits`]) bound the streams of one client and the live buckets of a
+//! stream and of the node.
 
 pub mod assign;
 mod buckets;

@@ -135,6 +135,13 @@ fn bucket_entry(
     })
 }
 
+/// Gives back what a map holds beyond twice what it uses.
+fn shrink<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 2 * map.len() + 64 {
+        map.shrink_to_fit();
+    }
+}
+
 /// This node's entries per namespace: (namespace, entries to post), and the store's
 /// time they were made at; proxies and buckets gone for good are forgotten on the way.
 fn entries(
@@ -167,6 +174,12 @@ fn entries(
     state
         .remote
         .retain(|(ns, key), _| by_ns.get(ns).is_some_and(|b| b.contains_key(key)));
+    // a flood's buckets gone, their room is given back
+    shrink(&mut state.remote);
+    shrink(&mut state.held);
+    for p in state.proxies.values_mut() {
+        shrink(&mut p.buckets);
+    }
     let by_ns = by_ns
         .into_iter()
         .map(|(ns, buckets)| {
