@@ -39,5 +39,7 @@ pub mod shares;
 pub mod spans;
 pub mod spool;
 pub mod state;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use limiter::Limiter;

@@ -28,7 +28,7 @@ use crate::decisions::{limits_of, HitAnswer, Verdict};
 use crate::error::Error;
 use crate::giving_back::refund as give_refund;
 use crate::pipeline::to_the_end;
-use crate::policy::headers::{self, shadow_item, RateLimitHeaders};
+use crate::policy::headers::{self, shadow_item};
 use crate::policy::limits::KeyFrom;
 use crate::requests::{decide_batch as decide_batch_in, take, AskedHit};
 use crate::state::AppState;
@@ -78,20 +78,13 @@ pub(super) fn respond(
     body: impl Serialize,
 ) -> Response {
     let mut resp = (status, Json(body)).into_response();
-    let h = resp.headers_mut();
-    let headers = RateLimitHeaders::of(policies, &v.policy, &v.decision);
-    if let Ok(p) = HeaderValue::from_str(&headers.policy) {
-        h.insert(RATELIMIT_POLICY, p);
-    }
-    if let Ok(s) = HeaderValue::from_str(&headers.state) {
-        h.insert(RATELIMIT, s);
-    }
-    if let Some(t) = headers.retry_after {
-        h.insert(RETRY_AFTER, HeaderValue::from(t));
-    }
-    if v.shadow_denied {
-        shadow_header(h, v);
-    }
+    headers::write_headers(
+        resp.headers_mut(),
+        policies,
+        &v.policy,
+        &v.decision,
+        v.shadow_denied,
+    );
     resp
 }
 
@@ -103,9 +96,6 @@ fn shadow_header(h: &mut axum::http::HeaderMap, v: &Verdict) {
     }
 }
 
-const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-const RETRY_AFTER: HeaderName = HeaderName::from_static("retry-after");
 const SHADOW_DENIED: HeaderName = HeaderName::from_static(headers::SHADOW_DENIED);
 
 pub(super) fn status_of(v: &Verdict) -> StatusCode {

@@ -158,24 +158,43 @@ fn exhausted_if_too_large(headers: &mut axum::http::HeaderMap) {
 /// The rate limit service takes the tokens and scopes of the HTTP API: the call's
 /// `authorization` metadata carries `Bearer <token>`, and the token needs the `decide`
 /// scope (it spends quota, as `/hit` does). Health and reflection stay open.
+fn authorize(state: &AppState, req: Request<()>) -> Result<Request<()>, Status> {
+    let value = req.metadata().get("authorization").map(|v| v.as_bytes());
+    match caller(state, value, true)? {
+        Some(token) => {
+            let mut req = req;
+            req.extensions_mut().insert(Caller(token));
+            Ok(req)
+        }
+        None => Ok(req),
+    }
+}
+
 /// Who made a call, by the token it carried (with `[auth]`).
 #[derive(Debug, Clone)]
 pub(crate) struct Caller(pub String);
 
-fn authorize(state: &AppState, req: Request<()>) -> Result<Request<()>, Status> {
+/// The name of the token an `authorization` value carries, when it may decide (`None`
+/// without `[auth]`); the status that refuses it otherwise. A quota stream asks again at
+/// each report: a token removed by a reload ends the streams it opened.
+/// `record`: counted in `swin_auth_total` (a call once, not each report of a stream).
+pub(crate) fn caller(
+    state: &AppState,
+    value: Option<&[u8]>,
+    record: bool,
+) -> Result<Option<String>, Status> {
     use crate::auth::{check_authorization, Denied};
     let auth = state.auth.load();
     let Some(auth) = auth.as_ref() else {
-        return Ok(req);
+        return Ok(None);
     };
     let scope = crate::config::Scope::Decide;
-    let value = req.metadata().get("authorization").map(|v| v.as_bytes());
     match check_authorization(auth, value, &[scope]) {
         Ok(token) => {
-            state.metrics.auth(&token.name, "allowed");
-            let mut req = req;
-            req.extensions_mut().insert(Caller(token.name.clone()));
-            Ok(req)
+            if record {
+                state.metrics.auth(&token.name, "allowed");
+            }
+            Ok(Some(token.name.clone()))
         }
         Err(Denied::Missing) => {
             state.metrics.auth("", "missing");

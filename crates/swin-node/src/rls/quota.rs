@@ -124,6 +124,13 @@ struct ProxyStream {
 }
 
 impl ProxyStream {
+    /// Why the stream's token no longer opens it (a reload removed it, or its scope),
+    /// if it does not.
+    fn revoked(&self, state: &AppState) -> Option<Status> {
+        let token = self.headers.get("authorization").map(|v| v.as_bytes());
+        super::caller(state, token, false).err()
+    }
+
     /// Takes one report in a span of its own (when traces are on and it is sampled),
     /// joined to the caller's trace: the store calls it makes are its children.
     async fn report(&self, r: RateLimitQuotaUsageReports) -> Result<Vec<BucketAction>, Error> {
@@ -163,7 +170,11 @@ async fn serve_stream(
             _ = tx.closed() => return,
             Some(actions) = pushed.recv() => Ok(render(actions, label(state, &domain), metrics)),
             report = reports.message() => match report {
-                Ok(Some(r)) => {
+                Ok(Some(r)) => 'report: {
+                    // a token a reload removed takes no report
+                    if let Some(refused) = stream.revoked(state) {
+                        break 'report Err(refused);
+                    }
                     if domain.is_empty() {
                         domain.clone_from(&r.domain);
                     }
@@ -183,6 +194,11 @@ async fn serve_stream(
                 // RESOURCE_EXHAUSTED (`super::too_large_is_exhausted`)
                 Err(status) => Err(status),
             },
+        };
+        // a token a reload removed (or took the scope from) ends the streams it opened
+        let answer = match stream.revoked(state) {
+            None => answer,
+            Some(refused) => Err(refused),
         };
         let last = answer.is_err();
         let empty = matches!(&answer, Ok(r) if r.bucket_action.is_empty());

@@ -35,6 +35,9 @@ pub(super) struct Running {
     grpc: RateLimitServiceClient<Channel>,
     pub(super) channel: Channel,
     pub(super) port: u16,
+    /// The config as the test gave it, and the file it is in.
+    given: String,
+    path: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -53,6 +56,7 @@ pub(super) async fn start_with(config: &str, tls: bool) -> Running {
     let dir = tempfile::tempdir().expect("dir");
     let port = swin_testkit::free_port();
     let path = dir.path().join("swin.toml");
+    let given = config.to_owned();
     let mut config = format!("grpc_listen = \"127.0.0.1:{port}\"\n{config}");
     let mut endpoint = Channel::from_shared(format!("http://127.0.0.1:{port}")).expect("uri");
     if tls {
@@ -76,6 +80,8 @@ pub(super) async fn start_with(config: &str, tls: bool) -> Running {
     swin_testkit::wait_for_port(port, Duration::from_secs(30));
     let channel = endpoint.connect().await.expect("connect");
     Running {
+        given,
+        path,
         _node: node,
         grpc: RateLimitServiceClient::new(channel.clone()),
         channel,
@@ -85,6 +91,13 @@ pub(super) async fn start_with(config: &str, tls: bool) -> Running {
 }
 
 impl Running {
+    /// Reloads the node (SIGHUP) with `config` in place of the one it started with.
+    pub(super) fn reload(&self, config: &str) {
+        let text = std::fs::read_to_string(&self.path).expect("config");
+        std::fs::write(&self.path, text.replacen(&self.given, config, 1)).expect("config");
+        self._node.signal("HUP");
+    }
+
     /// The node's HTTP address.
     pub(super) fn base(&self) -> String {
         self._node.base.clone()

@@ -272,6 +272,51 @@ async fn the_quota_service_takes_the_same_tokens(tls: bool) {
     assert_eq!(counted(&r, tls, Some("p-token")).await, 2.0);
 }
 
+/// A token a reload removes ends the quota streams it opened (with UNAUTHENTICATED) at
+/// their next answer, counting nothing more; another token's stream goes on.
+async fn a_token_removed_by_a_reload_ends_its_streams(tls: bool) {
+    let token = |name: &str, secret: &str| {
+        format!(
+            "[[auth.tokens]]\nname = \"{name}\"\nsha256 = \"{}\"\nscopes = [\"decide\", \"count\"]\n",
+            super::grpc::sha256(secret)
+        )
+    };
+    let both = format!(
+        "{}{}\n{QUOTA}",
+        token("old", "o-token"),
+        token("new", "n-token")
+    );
+    let r = start_with(&both, tls).await;
+    let mut old = open(&r.channel, Some("o-token")).await.expect("open");
+    let mut new = open(&r.channel, Some("n-token")).await.expect("open");
+    for s in [&mut old, &mut new] {
+        s.send(report("quota", vec![usage(bucket(&[("name", "api")]), 1)]))
+            .await;
+        assert!(is_assignment(&s.action_for(&[("name", "api")]).await));
+    }
+    r.reload(&format!("{}\n{QUOTA}", token("new", "n-token")));
+    // the reload applies within a second or two; reports after it are refused
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // its stream ends at its next answer (a report's, or a round's refresh)
+    let _ = old
+        .tx
+        .send(report("quota", vec![usage(bucket(&[("name", "api")]), 50)]))
+        .await;
+    let ended = loop {
+        match old.next().await {
+            Err(status) => break status,
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream ended with OK"),
+        }
+    };
+    assert_eq!(ended.code(), tonic::Code::Unauthenticated, "{ended:?}");
+    new.send(report("quota", vec![usage(bucket(&[("name", "api")]), 3)]))
+        .await;
+    assert!(is_assignment(&new.action_for(&[("name", "api")]).await));
+    // 1 + 1 + 3: the removed token's last report counted nothing
+    assert_eq!(counted(&r, tls, Some("n-token")).await, 5.0);
+}
+
 /// A runtime limit set on a bucket's counter key replaces its rule's for the proxies,
 /// as for every other door: a rule of 100 per second and a runtime limit of 30 per
 /// second on `name=api` assign 30 (or less), never 100.
@@ -384,4 +429,5 @@ super::grpc::plain_and_over_tls!(
     a_runtime_limit_on_the_buckets_key_is_what_the_proxies_share,
     made_up_domains_share_one_metric_label,
     a_report_past_the_size_limit_is_resource_exhausted,
+    a_token_removed_by_a_reload_ends_its_streams,
 );

@@ -273,7 +273,17 @@ impl Limiter {
                     // same counters and engine, new limits: nothing counted is lost
                     info!(namespace = cfg.name, "limits changed");
                     let namespace = Arc::new(r.namespace.with_limits(cfg));
-                    next.insert(cfg.name.clone(), Running { namespace, ..r });
+                    // the config it runs is the new one: a later reload back to the old
+                    // limits is a change too
+                    let config = cfg.clone();
+                    next.insert(
+                        cfg.name.clone(),
+                        Running {
+                            namespace,
+                            config,
+                            ..r
+                        },
+                    );
                 }
                 Some(old) => {
                     info!(namespace = cfg.name, "namespace changed; rebuilding");

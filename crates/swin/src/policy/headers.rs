@@ -41,6 +41,42 @@ impl<'a> RateLimitHeaders<'a> {
     }
 }
 
+impl RateLimitHeaders<'_> {
+    /// Sets `RateLimit-Policy`, `RateLimit` and (on a denial) `Retry-After` on `h`.
+    pub fn write_to(&self, h: &mut http::HeaderMap) {
+        use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
+        const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+        const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+        if let Ok(p) = HeaderValue::from_str(&self.policy) {
+            h.insert(RATELIMIT_POLICY, p);
+        }
+        if let Ok(s) = HeaderValue::from_str(&self.state) {
+            h.insert(RATELIMIT, s);
+        }
+        if let Some(t) = self.retry_after {
+            h.insert(RETRY_AFTER, HeaderValue::from(t));
+        }
+    }
+}
+
+/// Sets the headers of a hit's answer on `h`: the RateLimit headers of `decision` under
+/// `policy` among `policies`, and [`SHADOW_DENIED`] when it passed only because what would
+/// deny it is in shadow.
+pub fn write_headers(
+    h: &mut http::HeaderMap,
+    policies: &[Arc<str>],
+    policy: &str,
+    decision: &Decision,
+    shadow_denied: bool,
+) {
+    RateLimitHeaders::of(policies, policy, decision).write_to(h);
+    if shadow_denied {
+        if let Ok(s) = http::HeaderValue::from_str(&shadow_item(policy, decision)) {
+            h.insert(http::HeaderName::from_static(SHADOW_DENIED), s);
+        }
+    }
+}
+
 /// The header a hit allowed only because what would deny it is in shadow answers with:
 /// `"60s";t=12`, the limit (or rule) that would have denied it and in how many seconds
 /// the same hit would have passed.

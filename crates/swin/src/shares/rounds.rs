@@ -142,6 +142,17 @@ fn shrink<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
     }
 }
 
+/// This node's entry for a bucket it no longer serves: nothing asked, nothing assigned,
+/// lapsing two rounds on.
+fn emptied(node: &str, key: &str, store_now: swin_core::UnixMs) -> Demands {
+    Demands {
+        bucket: key.to_owned(),
+        node: node.to_owned(),
+        demands: Vec::new(),
+        expires_at: swin_core::UnixMs(store_now.0.saturating_add((ROUND * 2).as_millis() as i64)),
+    }
+}
+
 /// This node's entries per namespace: (namespace, entries to post), and the store's
 /// time they were made at; proxies and buckets gone for good are forgotten on the way.
 fn entries(
@@ -180,12 +191,25 @@ fn entries(
     for p in state.proxies.values_mut() {
         shrink(&mut p.buckets);
     }
+    // a bucket whose last proxy went (or whose last assignment lapsed) since this node
+    // posted it: posted empty, so the others find its room at their next round, not when
+    // the entry lapses
+    for (ns, key) in state.held.keys() {
+        by_ns
+            .entry(ns.clone())
+            .or_default()
+            .entry(key.clone())
+            .or_default();
+    }
     let by_ns = by_ns
         .into_iter()
         .map(|(ns, buckets)| {
             let posted = buckets
                 .iter()
-                .filter_map(|(key, ids)| bucket_entry(state, node, key, ids, store_now, now))
+                .map(|(key, ids)| {
+                    bucket_entry(state, node, key, ids, store_now, now)
+                        .unwrap_or_else(|| emptied(node, key, store_now))
+                })
                 .collect();
             (ns, posted)
         })
@@ -288,13 +312,17 @@ impl Shares {
             match (&posted, ok) {
                 (Some(posted), true) => {
                     for d in posted {
+                        let at_key = (name.to_owned(), d.bucket.clone());
+                        // an emptied entry replaced the last: nothing is held any more
+                        if d.demands.is_empty() {
+                            state.held.remove(&at_key);
+                            continue;
+                        }
                         let life = (d.expires_at.0 - store_now.0).max(0) as u64;
                         let until = (at + Duration::from_millis(life))
                             .checked_sub(MARGIN)
                             .unwrap_or(at);
-                        state
-                            .held
-                            .insert((name.to_owned(), d.bucket.clone()), until);
+                        state.held.insert(at_key, until);
                     }
                 }
                 // the others cannot see these assignments: only what came down is told,
@@ -379,9 +407,10 @@ impl Shares {
             Mode::Quiet { .. } => None,
             _ => Some(
                 keys.iter()
-                    .filter_map(|k| {
-                        let ids = by_key.get(k.as_str())?;
+                    .map(|k| {
+                        let ids = by_key.get(k.as_str()).map_or(&[][..], Vec::as_slice);
                         bucket_entry(state, &self.node, k, ids, store_now, now)
+                            .unwrap_or_else(|| emptied(&self.node, k, store_now))
                     })
                     .collect(),
             ),
