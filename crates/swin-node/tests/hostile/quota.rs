@@ -327,6 +327,54 @@ async fn a_token_removed_by_a_reload_ends_its_streams(tls: bool) {
     assert_eq!((total, counted(&r, tls, Some("n-token")).await), (5.0, 5.0));
 }
 
+/// One client cannot take the node's room for buckets from the others: a token holding
+/// `quota.buckets_per_client` (150) across three streams gets its next new buckets
+/// abandoned, and another token's new bucket is still assigned on a node that holds 200.
+async fn one_client_cannot_fill_the_node_with_buckets(tls: bool) {
+    let token = |name: &str, secret: &str| {
+        format!(
+            "[[auth.tokens]]\nname = \"{name}\"\nsha256 = \"{}\"\nscopes = [\"decide\", \"count\"]\n",
+            super::grpc::sha256(secret)
+        )
+    };
+    let config = format!(
+        "{}{}[quota]\nbuckets_per_stream = 100\nbuckets_per_client = 150\nbuckets = 200\n\
+         [[namespaces]]\nname = \"quota\"\nsync_rate = -1\nwindow_sizes = [60]\n\
+         [[namespaces.descriptors]]\nkey = \"name\"\n\
+         rate_limit = {{ unit = \"second\", requests_per_unit = 100 }}\n",
+        token("flood", "f-token"),
+        token("honest", "h-token"),
+    );
+    let r = start_with(&config, tls).await;
+    let mut abandoned = Vec::new();
+    let mut held = Vec::new();
+    for s in 0..3 {
+        let mut stream = open(&r.channel, Some("f-token")).await.expect("open");
+        let names: Vec<String> = (0..100).map(|i| format!("f{s}-{i}")).collect();
+        let usages = names
+            .iter()
+            .map(|n| usage(bucket(&[("name", n.as_str())]), 1))
+            .collect();
+        stream.send(report("quota", usages)).await;
+        let answer = stream.next().await.expect("answers").expect("open");
+        abandoned.push(
+            answer
+                .bucket_action
+                .iter()
+                .filter(|a| matches!(a.bucket_action, Some(Kind::AbandonAction(_))))
+                .count(),
+        );
+        held.push(stream);
+    }
+    // 100 + 50 taken: the client's cap; the rest abandoned
+    assert_eq!(abandoned, [0, 50, 100]);
+    let mut honest = open(&r.channel, Some("h-token")).await.expect("open");
+    honest
+        .send(report("quota", vec![usage(bucket(&[("name", "api")]), 1)]))
+        .await;
+    assert!(is_assignment(&honest.action_for(&[("name", "api")]).await));
+}
+
 /// A runtime limit set on a bucket's counter key replaces its rule's for the proxies,
 /// as for every other door: a rule of 100 per second and a runtime limit of 30 per
 /// second on `name=api` assign 30 (or less), never 100.
@@ -440,4 +488,5 @@ super::grpc::plain_and_over_tls!(
     made_up_domains_share_one_metric_label,
     a_report_past_the_size_limit_is_resource_exhausted,
     a_token_removed_by_a_reload_ends_its_streams,
+    one_client_cannot_fill_the_node_with_buckets,
 );

@@ -111,6 +111,7 @@ struct RawConfig {
 struct RawQuota {
     streams_per_client: Option<usize>,
     buckets_per_stream: Option<usize>,
+    buckets_per_client: Option<usize>,
     buckets: Option<usize>,
 }
 

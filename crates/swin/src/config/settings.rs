@@ -138,6 +138,11 @@ impl Parser<'_> {
                 raw.buckets_per_stream,
                 d.buckets_per_stream,
             )?,
+            buckets_per_client: at_least_one(
+                "quota.buckets_per_client",
+                raw.buckets_per_client,
+                d.buckets_per_client,
+            )?,
             buckets: at_least_one("quota.buckets", raw.buckets, d.buckets)?,
         })
     }

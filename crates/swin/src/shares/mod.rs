@@ -28,7 +28,7 @@
 //! no share until this node has posted its entry for it once, nor while the store has lost
 //! this node's entries (a restart without its data) and what they stood for may hold.
 //! Caps ([`QuotaLimits`]) bound the streams of one client and the live buckets of a
-//! stream and of the node.
+//! stream, of a client and of the node.
 
 pub mod assign;
 mod buckets;
@@ -61,6 +61,9 @@ pub struct QuotaLimits {
     pub streams_per_client: usize,
     /// Live buckets one stream may hold; past it a new bucket is abandoned.
     pub buckets_per_stream: usize,
+    /// Live buckets one client may hold across its streams; past it a new bucket is
+    /// abandoned (one client cannot take the node's room from the others).
+    pub buckets_per_client: usize,
     /// Live buckets across the node's streams; past it a new bucket is abandoned.
     pub buckets: usize,
 }
@@ -70,6 +73,7 @@ impl Default for QuotaLimits {
         QuotaLimits {
             streams_per_client: 64,
             buckets_per_stream: MAX_BUCKETS_PER_REPORT,
+            buckets_per_client: 50_000,
             buckets: 100_000,
         }
     }
@@ -142,6 +146,8 @@ struct State {
     lost: HashMap<String, swin_core::UnixMs>,
     /// Client → its open streams.
     clients: HashMap<String, usize>,
+    /// Client → its live buckets, across its streams.
+    client_buckets: HashMap<String, usize>,
     /// Live buckets across the streams.
     buckets: usize,
 }
@@ -160,10 +166,15 @@ struct ProxyState {
 }
 
 impl ProxyState {
-    /// How long its assignments hold: two reporting intervals, 2 s to a minute.
+    /// How long its assignments hold: two reporting intervals less a second, 2 s to a
+    /// minute.
     fn ttl(&self) -> Duration {
         let interval = self.interval.unwrap_or(Duration::from_secs(1));
-        (interval * 2).clamp(Duration::from_secs(2), Duration::from_secs(60))
+        // a second under two intervals: when the proxy goes away its share is free for
+        // the others within two of its intervals, a round included
+        (interval * 2)
+            .saturating_sub(Duration::from_secs(1))
+            .clamp(Duration::from_secs(2), Duration::from_secs(60))
     }
 }
 
@@ -425,6 +436,7 @@ impl Proxy {
             proxies,
             held,
             buckets,
+            client_buckets,
             ..
         } = &mut *state;
         let name = ns.sync.name();
@@ -436,6 +448,7 @@ impl Proxy {
             return;
         };
         let mut capped = 0;
+        let of_client = client_buckets.entry(p.client.clone()).or_default();
         for s in shared {
             let elapsed = s
                 .usage
@@ -450,7 +463,10 @@ impl Proxy {
                     * s.unit.as_secs_f64()
             });
             if !p.buckets.contains_key(&s.key) {
-                if p.buckets.len() >= limits.buckets_per_stream || *buckets >= limits.buckets {
+                if p.buckets.len() >= limits.buckets_per_stream
+                    || *of_client >= limits.buckets_per_client
+                    || *buckets >= limits.buckets
+                {
                     capped += 1;
                     out.push(BucketAction {
                         bucket: s.bucket,
@@ -459,6 +475,7 @@ impl Proxy {
                     continue;
                 }
                 *buckets += 1;
+                *of_client += 1;
             }
             let b = p
                 .buckets
@@ -500,8 +517,9 @@ impl Proxy {
                 client = p.client,
                 capped,
                 per_stream = limits.buckets_per_stream,
+                per_client = limits.buckets_per_client,
                 per_node = limits.buckets,
-                "new quota buckets past quota.buckets_per_stream or quota.buckets: abandoned"
+                "new quota buckets past quota.buckets_per_stream, quota.buckets_per_client or quota.buckets: abandoned"
             );
         }
     }
@@ -514,9 +532,11 @@ impl Proxy {
         let Some(p) = state.proxies.get(&self.id) else {
             return Vec::new();
         };
+        let of_client = state.client_buckets.get(&p.client).copied().unwrap_or(0);
         let mut room = limits
             .buckets_per_stream
             .saturating_sub(p.buckets.len())
+            .min(limits.buckets_per_client.saturating_sub(of_client))
             .min(limits.buckets.saturating_sub(state.buckets));
         keys.retain(|k| {
             p.buckets.contains_key(k) || {

@@ -163,6 +163,7 @@ fn entries(
     let store_now = swin_sync::now();
     state.held.retain(|_, until| *until > now);
     let mut live = 0;
+    let mut of_clients: HashMap<String, usize> = HashMap::new();
     let mut by_ns: BTreeMap<String, BTreeMap<String, Vec<u64>>> = BTreeMap::new();
     state.proxies.retain(|&id, p| {
         let stale = stale_after(p.interval);
@@ -170,6 +171,9 @@ fn entries(
         p.buckets
             .retain(|_, b| b.entry(open, stale, now).is_some() || b.sent.is_none() && open);
         live += p.buckets.len();
+        if !p.buckets.is_empty() {
+            *of_clients.entry(p.client.clone()).or_default() += p.buckets.len();
+        }
         if let Some(ns) = &p.namespace {
             for (key, b) in &p.buckets {
                 if b.entry(open, stale, now).is_some() {
@@ -181,6 +185,7 @@ fn entries(
         open || !p.buckets.is_empty()
     });
     state.buckets = live;
+    state.client_buckets = of_clients;
     // what the other nodes ask is kept for the buckets this node still serves only
     state
         .remote
