@@ -148,6 +148,9 @@ struct State {
     clients: HashMap<String, usize>,
     /// Client → its live buckets, across its streams.
     client_buckets: HashMap<String, usize>,
+    /// Buckets whose last read showed other nodes than the read before: none of their
+    /// shares grows until two reads agree.
+    moved: std::collections::HashSet<(String, String)>,
     /// Live buckets across the streams.
     buckets: usize,
 }

@@ -190,6 +190,8 @@ fn entries(
     state
         .remote
         .retain(|(ns, key), _| by_ns.get(ns).is_some_and(|b| b.contains_key(key)));
+    let remote = &state.remote;
+    state.moved.retain(|at| remote.contains_key(at));
     // a flood's buckets gone, their room is given back
     shrink(&mut state.remote);
     shrink(&mut state.held);
@@ -383,7 +385,7 @@ impl Shares {
                 if shared {
                     lost_entries(state, &self.node, name, keys, &read, now);
                 }
-                remember(state, name, keys, read);
+                remember(state, &self.node, name, keys, read);
                 match state.lost.get(name) {
                     Some(until) if swin_sync::now().0 < until.0 => Mode::Hold,
                     _ => Mode::Grow,
@@ -439,8 +441,9 @@ impl Shares {
             let Some(proxies) = by_key.get(key.as_str()) else {
                 continue;
             };
+            let at = (name.to_owned(), key.clone());
             let mode = match mode {
-                Mode::Grow if !state.held.contains_key(&(name.to_owned(), key.clone())) => {
+                Mode::Grow if !state.held.contains_key(&at) || state.moved.contains(&at) => {
                     Mode::Hold
                 }
                 m => m,
@@ -636,8 +639,10 @@ fn lost_entries(
     state.lost.insert(name.to_owned(), until);
 }
 
-/// Every node's entries as read, kept per bucket until the next read.
-fn remember(state: &mut State, name: &str, keys: &[String], read: Vec<Demands>) {
+/// Every node's entries as read, kept per bucket until the next read; a bucket whose
+/// other nodes (than `me`) are not those of its last read is marked moved (it grows
+/// nothing this round).
+fn remember(state: &mut State, me: &str, name: &str, keys: &[String], read: Vec<Demands>) {
     let mut by_key: HashMap<(String, String), Vec<Demands>> = keys
         .iter()
         .map(|k| ((name.to_owned(), k.clone()), Vec::new()))
@@ -647,7 +652,35 @@ fn remember(state: &mut State, name: &str, keys: &[String], read: Vec<Demands>) 
             v.push(d);
         }
     }
+    for (at, now) in &by_key {
+        match state
+            .remote
+            .get(at)
+            .is_some_and(|was| same_nodes(was, now, me))
+        {
+            true => state.moved.remove(at),
+            false => state.moved.insert(at.clone()),
+        };
+    }
     state.remote.extend(by_key);
+}
+
+/// Whether two reads of a bucket show the same other nodes than `me`. A node divides
+/// with the others it has read: one that appeared (back from an outage, or new) or went
+/// since its last read may have grown from a read that did not show this node, so this
+/// node grows nothing until two reads in a row agree — by then what the other grew is
+/// posted and read.
+fn same_nodes(was: &[Demands], now: &[Demands], me: &str) -> bool {
+    let nodes = |v: &[Demands]| -> Vec<String> {
+        let mut n: Vec<String> = v
+            .iter()
+            .filter(|d| d.node != me)
+            .map(|d| d.node.clone())
+            .collect();
+        n.sort_unstable();
+        n
+    };
+    nodes(was) == nodes(now)
 }
 
 /// What each proxy's queue is to be sent.
@@ -676,6 +709,37 @@ fn send(told: Told) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bucket_grows_only_from_two_reads_alike_in_their_nodes() {
+        let entry = |node: &str| Demands {
+            bucket: "b".into(),
+            node: node.into(),
+            demands: vec![10.0, 0.0],
+            expires_at: swin_core::UnixMs(0),
+        };
+        let d = [entry("d")];
+        let cd = [entry("c"), entry("d")];
+        let dc = [entry("d"), entry("c")];
+        assert!(same_nodes(&d, &d, "d"));
+        assert!(same_nodes(&cd, &dc, "d"));
+        // c came back: d reads it once and does not grow yet, nor after it went
+        assert!(!same_nodes(&d, &cd, "d"));
+        assert!(!same_nodes(&cd, &d, "d"));
+        // d's own entry appearing (its first post) is no other node
+        assert!(same_nodes(&[], &d, "d"));
+        let mut state = State::default();
+        let keys = ["b".to_owned()];
+        let moved = |s: &State| s.moved.contains(&("ns".to_owned(), "b".to_owned()));
+        remember(&mut state, "d", "ns", &keys, Vec::new());
+        assert!(moved(&state), "a first read: nothing to agree with");
+        remember(&mut state, "d", "ns", &keys, d.to_vec());
+        assert!(!moved(&state));
+        remember(&mut state, "d", "ns", &keys, cd.to_vec());
+        assert!(moved(&state));
+        remember(&mut state, "d", "ns", &keys, dc.to_vec());
+        assert!(!moved(&state));
+    }
 
     #[test]
     fn a_proxy_is_told_when_its_share_falls_or_grows_enough_or_half_its_ttl_passed() {
