@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction::AbandonAction as Abandon;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
@@ -449,22 +450,35 @@ async fn a_flood_of_buckets_holds_up_no_honest_proxy() {
         let names = (0..10_000).map(move |j| format!("flood-{i}-{j}"));
         let t = Instant::now();
         flood.tx.send(claim(names, 1)).await.expect("send");
-        let answer = tokio::time::timeout(Duration::from_secs(10), flood.answers.message())
-            .await
-            .expect("an answer within 10 s")
-            .expect("the stream stays open")
-            .expect("an answer");
+        // the first answer naming this report's buckets: the report's own (its abandons),
+        // or a round's (the assignments of buckets it took: a report whose buckets are all
+        // taken is answered by the round); a round's answer about earlier buckets is not it
+        let prefix = format!("flood-{i}-");
+        let abandons = loop {
+            let answer = tokio::time::timeout(Duration::from_secs(10), flood.answers.message())
+                .await
+                .expect("an answer within 10 s")
+                .expect("the stream stays open")
+                .expect("an answer");
+            let mine: Vec<_> = answer
+                .bucket_action
+                .iter()
+                .filter(|a| {
+                    a.bucket_id
+                        .as_ref()
+                        .and_then(|b| b.bucket.get("name"))
+                        .is_some_and(|n| n.starts_with(&prefix))
+                })
+                .collect();
+            if !mine.is_empty() {
+                break mine
+                    .iter()
+                    .filter(|a| matches!(a.bucket_action, Some(Abandon(_))))
+                    .count();
+            }
+        };
         took.push(t.elapsed());
-        abandoned.push(answer
-            .bucket_action
-            .iter()
-            .filter(|a| {
-                matches!(
-                    a.bucket_action,
-                    Some(envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction::AbandonAction(_))
-                )
-            })
-            .count());
+        abandoned.push(abandons);
     }
     let out = run.join().expect("the stand-in");
     let worst = health.await.expect("health");
