@@ -83,7 +83,8 @@ async fn allowed_requests_carry_the_headers_and_denied_ones_never_reach_the_rout
         .expect("text")
         .parse()
         .expect("secs");
-    assert!((1..=60).contains(&retry), "{retry}");
+    // a sliding window: the hit passes once the earlier window weighs less, within two
+    assert!((1..=120).contains(&retry), "{retry}");
     assert!(r.headers()["ratelimit"]
         .to_str()
         .expect("text")
