@@ -1,6 +1,6 @@
 //! Decisions: may a hit pass? What a decision answers ([`Verdict`], [`HitAnswer`]);
-//! every hit, alone ([`crate::requests::take`]) or in a request of several, is decided
-//! by the request pipeline ([`crate::pipeline`]). Giving back (refunds) is in
+//! every hit, alone or in a request of several, is decided by the request pipeline
+//! ([`crate::pipeline`]). Giving back (refunds) is in
 //! `giving_back`; a request of several hits decided as one in `requests` (HTTP batches)
 //! and `descriptors` (Envoy's).
 //!
@@ -146,21 +146,4 @@ pub fn limits_of<'a>(ns: &'a Namespace, namespace: &str) -> Result<&'a Limits, E
             "namespace {namespace:?} has no limits to decide against"
         ))
     })
-}
-
-/// The results of a request's hits, each `Some` when it succeeded, and the first failure
-/// with its index.
-pub fn first_failure<T, E>(results: Vec<Result<T, E>>) -> (Vec<Option<T>>, Option<(usize, E)>) {
-    let mut out = Vec::with_capacity(results.len());
-    let mut failed = None;
-    for (i, r) in results.into_iter().enumerate() {
-        match r {
-            Ok(v) => out.push(Some(v)),
-            Err(e) => {
-                out.push(None);
-                failed.get_or_insert((i, e));
-            }
-        }
-    }
-    (out, failed)
 }

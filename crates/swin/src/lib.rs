@@ -26,22 +26,17 @@
 #![warn(missing_docs)]
 pub mod auth;
 pub mod config;
-pub mod counting;
-pub mod decisions;
-pub mod descriptors;
+pub(crate) mod decisions;
 pub mod error;
-pub mod giving_back;
-pub mod leases;
-pub mod limit_changes;
+pub(crate) mod leases;
 pub mod limiter;
-pub mod pipeline;
+pub(crate) mod pipeline;
 pub mod policy;
 pub mod recorder;
 pub mod requests;
-pub mod reservations;
-pub mod runtime_limits;
+pub(crate) mod runtime_limits;
 pub mod shares;
-pub mod spans;
+pub(crate) mod spans;
 pub mod spool;
 pub mod state;
 #[cfg(feature = "tower")]

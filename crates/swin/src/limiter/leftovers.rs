@@ -8,7 +8,7 @@ use std::sync::Arc;
 use swin_sync::{Store, Unconfirmed};
 use tracing::{debug, error, info, warn};
 
-use super::Limiter;
+use super::Control;
 use crate::spool;
 
 /// Chunks a stopped engine (or an earlier run, through the spool) left unconfirmed, and
@@ -28,7 +28,7 @@ pub(super) type Leftovers = Arc<tokio::sync::Mutex<Vec<Leftover>>>;
 /// Spool files this run read and has not finished with.
 pub(super) type SpoolFiles = Arc<std::sync::Mutex<BTreeSet<PathBuf>>>;
 
-impl Limiter {
+impl Control {
     /// Reads the spool files of `data_dir` into the leftovers, each entry for the store
     /// of this config with the same fingerprint; a file with an entry for no such store
     /// stays on disk untouched.

@@ -4,6 +4,7 @@
 //! left unconfirmed, retried and spooled, in `leftovers`.
 
 mod leftovers;
+mod requests;
 mod stopping;
 mod stores;
 
@@ -21,10 +22,7 @@ use self::stopping::retire;
 pub use self::stores::{migrate_all, open_store, open_stores};
 use self::stores::{open_answering, Connected};
 use crate::config::{Config, NamespaceConfig, StoreConfig};
-use crate::decisions::Verdict;
 use crate::error::Error;
-use crate::pipeline::to_the_end;
-use crate::requests::take;
 use crate::spool;
 use crate::state::namespace_in;
 use crate::state::{Namespace, Namespaces, Timeouts};
@@ -39,39 +37,10 @@ struct Running {
     engine: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// Cluster-wide limits, in process: the namespaces a config describes, each counting
-/// in local memory and syncing with its store, and the stores themselves.
-///
-/// The daemon (`swin-node`) is this limiter behind its doors; a Rust program can use it
-/// the same way, with no daemon:
-///
-/// ```no_run
-/// # async fn run() -> anyhow::Result<()> {
-/// let config = swin::config::Config::from_toml(r#"
-/// data_dir = "/var/lib/my-program/swin"
-///
-/// [stores.main]
-/// kind = "sqlite"
-/// url = "sqlite:///var/lib/my-program/swin/counts.db"
-///
-/// [[namespaces]]
-/// name = "api"
-/// store = "main"
-/// window_sizes = [60]
-/// sync_rate = 0.1
-/// limits = [{ window_size = 60, limit = 100 }]
-/// "#)?;
-/// let limiter = swin::Limiter::start(config).await?;
-/// let verdict = limiter.hit("api", "user:42", 1.0).await?;
-/// if !verdict.allowed() {
-///     // 429: try again later
-/// }
-/// limiter.stop().await?; // a last push; what the store does not take is spooled
-/// # Ok(())
-/// # }
-/// ```
+/// What runs the namespaces: the stores, each namespace and its engine task, and what
+/// stopped engines left; changed only under the [`Limiter`]'s lock.
 #[derive(Debug)]
-pub struct Limiter {
+struct Control {
     /// The namespaces served, swapped whole when the config changes.
     serving: Arc<ArcSwap<Namespaces>>,
     stores: BTreeMap<String, Connected>,
@@ -90,21 +59,15 @@ pub struct Limiter {
     recorder: Arc<dyn crate::recorder::Recorder>,
 }
 
-impl Limiter {
+impl Control {
     /// Connects the stores of `config` (migrating them when `migrate` is set), reads
     /// what an earlier run spooled under `data_dir`, and builds and starts its
     /// namespaces. A store that does not answer yet does not hold up the start: its
     /// namespaces count in memory and sync once it answers.
-    pub async fn start(config: Config) -> anyhow::Result<Limiter> {
-        Limiter::start_recording(config, Arc::new(crate::recorder::NoRecorder)).await
-    }
-
-    /// [`Limiter::start`], with every namespace's outcomes (decisions, leases,
-    /// reservations, increments, runtime limit changes) recorded to `recorder`.
-    pub async fn start_recording(
+    async fn start(
         config: Config,
         recorder: Arc<dyn crate::recorder::Recorder>,
-    ) -> anyhow::Result<Limiter> {
+    ) -> anyhow::Result<Control> {
         if !config.stores.is_empty() {
             // found out now, not at the stop that needs to spool
             spool::prepare(&config.data_dir).with_context(|| {
@@ -116,7 +79,7 @@ impl Limiter {
         }
         swin_sync::clock::clock().set_max_offset(config.max_clock_offset);
         let connected = open_stores(&config).await?;
-        let mut node = Limiter {
+        let mut node = Control {
             serving: Arc::default(),
             stores: BTreeMap::new(),
             running: BTreeMap::new(),
@@ -346,7 +309,7 @@ impl Limiter {
     /// which), removed ones let go, and namespaces added, rebuilt, given new limits or
     /// retired as [`Limiter::start`] describes for each. Unchanged namespaces keep their
     /// counts.
-    pub async fn reconfigure(&mut self, config: Config) -> anyhow::Result<()> {
+    async fn reconfigure(&mut self, config: Config) -> anyhow::Result<()> {
         let mut fresh = Vec::new();
         for (name, cfg) in &config.stores {
             if self.stores.get(name).is_some_and(|c| c.config == *cfg) {
@@ -405,42 +368,120 @@ fn is_gcra(cfg: &NamespaceConfig) -> bool {
     cfg.algorithm == crate::policy::algorithm::Algorithm::Gcra
 }
 
+/// Cluster-wide limits, in process: the namespaces a config describes, each counting
+/// in local memory and syncing with its store, and the stores themselves.
+///
+/// The daemon (`swin-node`) is this limiter behind its doors; a Rust program can use it
+/// the same way, with no daemon:
+///
+/// ```no_run
+/// # async fn run() -> anyhow::Result<()> {
+/// let config = swin::config::Config::from_toml(r#"
+/// data_dir = "/var/lib/my-program/swin"
+///
+/// [stores.main]
+/// kind = "sqlite"
+/// url = "sqlite:///var/lib/my-program/swin/counts.db"
+///
+/// [[namespaces]]
+/// name = "api"
+/// store = "main"
+/// window_sizes = [60]
+/// sync_rate = 0.1
+/// limits = [{ window_size = 60, limit = 100 }]
+/// "#)?;
+/// let limiter = swin::Limiter::start(config).await?;
+/// let verdict = limiter.hit("api", "user:42", 1.0).await?;
+/// if !verdict.allowed() {
+///     // 429: try again later
+/// }
+/// limiter.stop().await?; // a last push; what the store does not take is spooled
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Limiter {
+    /// The namespaces served, swapped whole when the config changes.
+    serving: Arc<ArcSwap<Namespaces>>,
+    /// The config it runs.
+    config: ArcSwap<Config>,
+    /// Envoy's quota service: shares of each bucket's limit among the proxies.
+    shares: Arc<crate::shares::Shares>,
+    /// What runs the namespaces (`None` once stopped).
+    control: tokio::sync::Mutex<Option<Control>>,
+}
+
 impl Limiter {
-    /// The namespaces served now, shared: a daemon's doors read them without a lock,
-    /// and see every change [`Limiter::reconfigure`] makes.
-    pub fn serving(&self) -> Arc<ArcSwap<Namespaces>> {
-        self.serving.clone()
+    /// Connects the stores of `config` (migrating them when `migrate` is set), reads
+    /// what an earlier run spooled under `data_dir`, and builds and starts its
+    /// namespaces. A store that does not answer yet does not hold up the start: its
+    /// namespaces count in memory and sync once it answers.
+    pub async fn start(config: Config) -> anyhow::Result<Limiter> {
+        Limiter::start_recording(config, Arc::new(crate::recorder::NoRecorder)).await
+    }
+
+    /// [`Limiter::start`], with every namespace's outcomes (decisions, leases,
+    /// reservations, increments, runtime limit changes) recorded to `recorder`.
+    pub async fn start_recording(
+        config: Config,
+        recorder: Arc<dyn crate::recorder::Recorder>,
+    ) -> anyhow::Result<Limiter> {
+        let control = Control::start(config.clone(), recorder).await?;
+        let serving = control.serving.clone();
+        // Envoy's quota service divides each bucket's limit in rounds, until the stop
+        let shares = crate::shares::Shares::new(serving.clone(), config.quota);
+        control
+            .tracker
+            .spawn(shares.clone().run(control.shutdown.child_token()));
+        Ok(Limiter {
+            shares,
+            serving,
+            config: ArcSwap::from_pointee(config),
+            control: tokio::sync::Mutex::new(Some(control)),
+        })
+    }
+
+    /// Brings the limiter in line with `config`: stores added or changed are connected
+    /// (each must answer within `store_timeout`, else nothing changes and the error says
+    /// which), removed ones let go, and namespaces added, rebuilt, given new limits or
+    /// retired as [`Limiter::start`] describes for each. Unchanged namespaces keep their
+    /// counts.
+    pub async fn reconfigure(&self, config: Config) -> anyhow::Result<()> {
+        let mut control = self.control.lock().await;
+        let control = control
+            .as_mut()
+            .ok_or_else(|| anyhow::anyhow!("the limiter is stopped"))?;
+        control.reconfigure(config.clone()).await?;
+        self.config.store(Arc::new(config));
+        Ok(())
+    }
+
+    /// Stops every engine at once (each pushes until a common deadline), tries what is
+    /// left until then, and spools whatever the store still did not confirm — all within
+    /// `shutdown_grace`, the last part of it kept for the spool. An error when a count
+    /// could be neither confirmed nor spooled (the process then exits non-zero). A
+    /// second stop does nothing.
+    pub async fn stop(&self) -> anyhow::Result<()> {
+        let control = self.control.lock().await.take();
+        match control {
+            Some(c) => c.stop().await,
+            None => Ok(()),
+        }
+    }
+
+    /// The config it runs now.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+
+    /// The namespaces served now (for a daemon's status pages and metrics): read
+    /// without a lock, each change [`Limiter::reconfigure`] makes seen at once.
+    pub fn namespaces(&self) -> Arc<Namespaces> {
+        self.serving.load_full()
     }
 
     /// The namespace `name`, as served now.
-    pub fn namespace(&self, name: &str) -> Result<Arc<Namespace>, Error> {
+    pub(crate) fn namespace(&self, name: &str) -> Result<Arc<Namespace>, Error> {
         namespace_in(&self.serving.load(), name)
-    }
-
-    /// The config the limiter runs.
-    pub fn config(&self) -> &Config {
-        &self.config
-    }
-
-    /// Decides a hit of `cost` on `key` of `namespace` against the key's limits and
-    /// spends it when allowed — what `POST /v1/namespaces/{namespace}/keys/{key}/hit`
-    /// does. Being limited is a [`Verdict`], not an error; an error is a request the
-    /// limiter cannot decide (an unknown namespace, a bad key or cost, a store that
-    /// failed where the namespace waits on it).
-    ///
-    /// ```no_run
-    /// # async fn run(limiter: &swin::Limiter) -> Result<(), swin::error::Error> {
-    /// let v = limiter.hit("api", "user:42", 1.0).await?;
-    /// println!("allowed: {}, remaining: {}", v.allowed(), v.decision.remaining);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn hit(&self, namespace: &str, key: &str, cost: f64) -> Result<Verdict, Error> {
-        let ns = self.namespace(namespace)?;
-        let (namespace, key) = (namespace.to_owned(), key.to_owned());
-        to_the_end(ns.counts_in_the_store(), async move {
-            take(&ns, &namespace, &key, cost, false).await
-        })
-        .await
     }
 }

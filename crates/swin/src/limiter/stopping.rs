@@ -7,16 +7,16 @@ use std::sync::Arc;
 use tracing::{error, info, warn};
 
 use super::leftovers::{Leftover, Leftovers};
-use super::{Limiter, Running};
+use super::{Control, Running};
 use crate::spool::{self, SpoolEntry};
 use crate::state::Namespaces;
 
-impl Limiter {
+impl Control {
     /// Stops every engine at once (each pushes until a common deadline), tries what is
     /// left until then, and spools whatever the store still did not confirm — all within
     /// `shutdown_grace`, the last part of it kept for the spool. An error when a count
     /// could be neither confirmed nor spooled (the process then exits non-zero).
-    pub async fn stop(mut self) -> anyhow::Result<()> {
+    pub(super) async fn stop(mut self) -> anyhow::Result<()> {
         let grace = self.config.shutdown_grace;
         let started = tokio::time::Instant::now();
         // time kept for taking what is unconfirmed and writing the spool

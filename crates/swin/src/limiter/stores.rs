@@ -9,7 +9,7 @@ use swin_sync::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::Limiter;
+use super::Control;
 use crate::config::{Config, StoreConfig};
 
 /// Opens the store `cfg` describes (PostgreSQL and Redis connect on first use).
@@ -87,7 +87,7 @@ pub(super) struct Connected {
     pub(super) purge: CancellationToken,
 }
 
-impl Limiter {
+impl Control {
     pub(super) fn add_store(&mut self, name: String, config: StoreConfig, store: Store) {
         let purge = self.shutdown.child_token();
         self.spawn_purge(&name, &store, purge.clone());

@@ -6,7 +6,6 @@ use std::borrow::Cow;
 
 use swin_sync::admission::{GiveBack, Spend};
 
-use super::Ask;
 use crate::decisions::{bounds, limits_of, verdict, Verdict};
 use crate::error::Error;
 use crate::policy::input::check_key;
@@ -18,27 +17,32 @@ use crate::state::Namespace;
 /// cost and the limits it is decided under (the config's or a descriptor rule's until
 /// [`Take::resolve`], then the key's effective ones).
 #[derive(Debug, Clone)]
-pub struct Take<'r> {
+pub(crate) struct Take<'r> {
     /// Its namespace.
-    pub ns: &'r Namespace,
+    pub(crate) ns: &'r Namespace,
     /// The counter key.
-    pub key: Cow<'r, str>,
+    pub(crate) key: Cow<'r, str>,
     /// What it costs.
-    pub cost: f64,
+    pub(crate) cost: f64,
     /// The limits it is decided under.
-    pub limits: Effective<'r>,
+    pub(crate) limits: Effective<'r>,
     /// In shadow (its namespace, or its descriptor rule): allowed whatever its counts say,
     /// and marked when they would deny it.
-    pub shadow: bool,
+    pub(crate) shadow: bool,
     /// Denied hits count too (the namespace's `count_denied`).
-    pub count_denied: bool,
+    pub(crate) count_denied: bool,
+    /// The policy its decision is recorded under, when not its limit's (a descriptor
+    /// rule's name).
+    pub(crate) policy: Option<std::sync::Arc<str>>,
+    /// Its cost is more than its limits take at once: not taken, over the limit.
+    pub(crate) blocked: bool,
 }
 
 impl<'r> Take<'r> {
     /// A hit of `cost` on `key` under the namespace's limits for the key, after the
     /// checks that need no store: the key, a cost some limit could take, and that the
     /// namespace has limits (`namespace` names it in the error).
-    pub fn of_key(
+    pub(crate) fn of_key(
         ns: &'r Namespace,
         namespace: &str,
         key: &'r str,
@@ -54,12 +58,14 @@ impl<'r> Take<'r> {
             limits: Effective::Config(limits.for_key(key)),
             shadow: limits.shadow,
             count_denied: limits.count_denied,
+            policy: None,
+            blocked: false,
         })
     }
 
     /// A hit of `cost` on `key` under `limits` (a descriptor rule's, or limits a
     /// reservation settles under), unchecked.
-    pub fn under(
+    pub(crate) fn under(
         ns: &'r Namespace,
         key: impl Into<Cow<'r, str>>,
         cost: f64,
@@ -73,12 +79,14 @@ impl<'r> Take<'r> {
             limits,
             shadow,
             count_denied: false,
+            policy: None,
+            blocked: false,
         }
     }
 
     /// The key's effective limits (its runtime limits, read by its first touch, else
     /// those it was made with), without checking the cost (a refund takes any).
-    pub fn effective_limits(&mut self) {
+    pub(crate) fn effective_limits(&mut self) {
         if let Effective::Config(config) = self.limits {
             self.limits = self.ns.effective(&self.key, config);
         }
@@ -87,7 +95,7 @@ impl<'r> Take<'r> {
     /// Stage 3: the key's effective limits (its runtime limits, read by its first
     /// touch, else those it was made with), and whether they take its cost (in shadow
     /// no window limit refuses a cost).
-    pub fn resolve(&mut self) -> Result<(), Error> {
+    pub(crate) fn resolve(&mut self) -> Result<(), Error> {
         self.effective_limits();
         Ok(self.limits.check_cost_in(self.cost, self.shadow)?)
     }
@@ -96,7 +104,7 @@ impl<'r> Take<'r> {
     /// unless `dry_run`, spends it when allowed (and when denied too where denied hits
     /// count, or in shadow). In shadow every hit is allowed; one its limits would deny
     /// is marked.
-    async fn take_hit(&self, dry_run: bool) -> Result<Verdict, Error> {
+    pub(crate) async fn take(&self, dry_run: bool) -> Result<Verdict, Error> {
         let spend = match (dry_run, self.count_denied || self.shadow) {
             (true, _) => Spend::DryRun,
             (false, false) => Spend::IfAllowed,
@@ -134,7 +142,7 @@ impl<'r> Take<'r> {
 
     /// Takes back this hit, allowed and then not wanted (its request was refused as a
     /// whole, or its answer failed): exactly what it took.
-    pub async fn undo(&self) -> Result<(), Error> {
+    pub(crate) async fn undo(&self) -> Result<(), Error> {
         self.ns
             .admission
             .give_back(&self.key, bounds(&self.limits), self.cost, GiveBack::Undo)
@@ -145,7 +153,7 @@ impl<'r> Take<'r> {
     /// Gives back up to its cost of hits admitted but not used (a refund: never below
     /// zero, GCRA never past a full bucket); answers what was given and the key after
     /// it, as a dry run would see it.
-    pub async fn refund(&self) -> Result<(f64, Verdict), Error> {
+    pub(crate) async fn refund(&self) -> Result<(f64, Verdict), Error> {
         let back = self
             .ns
             .admission
@@ -153,26 +161,5 @@ impl<'r> Take<'r> {
             .await?;
         let after = back.after.ok_or(Error::Internal)?;
         Ok((back.given, verdict(&self.limits, after)))
-    }
-}
-
-impl Ask for Take<'_> {
-    type Taken = Verdict;
-
-    /// Stage 4 for this hit alone: decides it through the namespace's admission and,
-    /// unless `dry_run`, spends it when allowed (and when denied too where denied hits
-    /// count, or in shadow). In shadow every hit is allowed; one its limits would deny
-    /// is marked.
-    async fn take(&self, dry_run: bool) -> Result<Verdict, Error> {
-        self.take_hit(dry_run).await
-    }
-
-    fn admitted(taken: &Verdict) -> bool {
-        taken.allowed()
-    }
-
-    /// See [`Take::undo`].
-    async fn undo(&self, _taken: &Verdict) -> Result<(), Error> {
-        Take::undo(self).await
     }
 }

@@ -1,26 +1,32 @@
-//! The one pipeline every request of hits runs through: a `/hit`, an HTTP batch,
-//! Envoy's descriptors and a reservation's charge each build [`Take`]s and run these
-//! stages, in this order, and nothing else decides a hit:
+//! The request pipeline: [`run`] alone orders the stages of every request, whatever
+//! its kind (a hit, a batch, Envoy's descriptors, an increment, an acquire, a
+//! reservation, a refund, a limit change, a quota report). A kind ([`Request`]) only
+//! builds what it asks ([`Plan`]) and renders what it got ([`Ran`]):
 //!
-//! 1. **check** what can be checked before the store is read: the key, a cost some
-//!    limit could take, that the namespace has limits ([`Take::of_key`]);
-//! 2. **first touch**, once per namespace for all of the request's keys ([`touch`]):
-//!    counts and runtime limits this node does not hold yet are read;
-//! 3. **effective limits**: the key's runtime limits replace the config's, and the cost
-//!    is checked against them ([`Take::resolve`]);
-//! 4. **take together** ([`take_all`]): synchronous increments and strict holds of one
-//!    request share round trips; shadow is applied here, in each ask's [`Ask::take`],
-//!    and only here;
-//! 5. **undo** what was taken when any take was refused or failed ([`undo_admitted`]):
-//!    all or nothing.
+//! 1. **check**: the kind's [`Request::plan`] checks what can be checked before the
+//!    store is read (the key, a cost some limit could take, a known namespace) and
+//!    builds its asks;
+//! 2. **first touch**, once per namespace for all of the request's keys: counts and
+//!    runtime limits this node does not hold yet are read;
+//! 3. **give back** what the request returns (Envoy's negative hits, a refund), each
+//!    under its key's effective limits;
+//! 4. **effective limits**: a key's runtime limits replace the config's, and each cost
+//!    is checked against them (an error, or for Envoy a descriptor over the limit);
+//! 5. **take together** ([`Ask::take`]): synchronous increments, strict holds and
+//!    acquires of one request share round trips; shadow is applied in each ask's take,
+//!    and only there;
+//! 6. **all or nothing**: when an ask is refused or fails, what the others took is
+//!    taken back (for Envoy's descriptors on a namespace that counts denied hits, only
+//!    on a failure); when all were admitted the kind does its own part
+//!    ([`Request::act`]: records a reservation, settles a commit, sets a limit), and
+//!    what was taken is taken back if that fails;
+//! 7. **record** each decision (the daemon's metrics).
 //!
-//! An acquire of slots (a concurrency namespace's ask: [`Acquiring`], from HTTP's
-//! `/acquire` or Envoy's descriptors) runs the same stages: checked when it is made,
-//! taken together with its request's others (shadow applied in its [`Ask::take`]),
-//! undone when its request is refused. It has no first touch (its store is asked on
-//! every acquire) and no runtime limits. A request that waits on the store runs to its
-//! end in a task of its own ([`to_the_end`]).
+//! A request whose asks go to the store while its caller waits
+//! ([`Request::waits_on_store`]) runs to its end in a task of its own, so that a caller
+//! who goes away leaves all of it or nothing, never some.
 
+mod asks;
 mod hits;
 mod leases;
 
@@ -29,102 +35,299 @@ use std::future::Future;
 use crate::error::Error;
 use crate::state::Namespace;
 
-pub use self::hits::Take;
-pub use self::leases::{acquire, release, release_for_envoy, renew, Acquiring};
+pub(crate) use self::asks::{Asked, Back, Count, Given, Taken};
+pub(crate) use self::hits::Take;
+pub(crate) use self::leases::{concurrency_of, Acquiring};
 
-/// Runs a request's decision to its end in a task of its own when `whole` (its hits go
-/// to the store while it waits: see [`Namespace::counts_in_the_store`]), so that a caller
-/// who goes away before the answer leaves all of its counts or none, never some.
-pub async fn to_the_end<T: Send + 'static>(
-    whole: bool,
-    decide: impl std::future::Future<Output = Result<T, Error>> + Send + 'static,
-) -> Result<T, Error> {
+/// A kind of request: what it asks of the pipeline, what it does itself once its asks
+/// were admitted, and what it answers.
+pub(crate) trait Request: Send + Sync + 'static {
+    /// What the caller gets.
+    type Answer: Send + 'static;
+    /// What the kind's own part made (see [`Request::act`]).
+    type Acted: Send;
+
+    /// Whether it goes to the store while its caller waits: then it runs to its end in
+    /// a task of its own.
+    fn waits_on_store(&self) -> bool;
+
+    /// Stage 1: checks the request and builds what it asks.
+    fn plan(&self) -> Result<Plan<'_>, Error>;
+
+    /// Stage 6, once every ask was admitted: the kind's own part. An error takes back
+    /// what the asks took.
+    fn act<'a>(
+        &'a self,
+        plan: &'a Plan<'a>,
+        taken: &'a [Taken],
+    ) -> impl Future<Output = Result<Self::Acted, Error>> + Send + 'a;
+
+    /// Renders what the request got.
+    fn answer(&self, plan: Plan<'_>, ran: Ran<Self::Acted>) -> Result<Self::Answer, Error>;
+}
+
+/// How one refused ask weighs on its request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// All or nothing: what the others took is taken back.
+    Whole,
+    /// Each stands as counted (Envoy's descriptors on a namespace that counts denied
+    /// hits); a failure still takes everything back.
+    Each,
+}
+
+/// What a request asks: built by its kind, run by [`run`].
+#[derive(Debug)]
+pub(crate) struct Plan<'r> {
+    /// Taken together.
+    pub(crate) asks: Vec<Asked<'r>>,
+    /// Given back before anything is taken (Envoy's negative hits, a refund).
+    pub(crate) refunds: Vec<Back<'r>>,
+    /// Keys read at the first touch besides the asks' and refunds' own.
+    pub(crate) touch: Vec<(&'r Namespace, &'r str)>,
+    /// Decide, spend nothing.
+    pub(crate) dry_run: bool,
+    /// How a refused ask weighs on the request.
+    pub(crate) refusal: Refusal,
+    /// Refused before anything is taken (a descriptor blocked by its rule): what the
+    /// asks take is taken back as for a refusal.
+    pub(crate) refused: bool,
+    /// A hit whose cost its effective limits cannot take blocks itself (Envoy's
+    /// descriptors) instead of failing the request.
+    pub(crate) block_bad_costs: bool,
+    /// A hit admitted only by its namespace's `on_store_failure` fails the request
+    /// (Envoy's descriptors: Envoy's own failure mode decides).
+    pub(crate) fail_degraded: bool,
+    /// Errors name the ask as `<label>[i]` (a batch's `hits`, `increments`).
+    pub(crate) label: Option<&'static str>,
+    /// Each hit is recorded as its request went (a batch), not as it went itself.
+    pub(crate) record_as_whole: bool,
+}
+
+impl<'r> Plan<'r> {
+    /// A plan of `asks`, all or nothing, counting.
+    pub(crate) fn of(asks: Vec<Asked<'r>>) -> Plan<'r> {
+        Plan {
+            asks,
+            refunds: Vec::new(),
+            touch: Vec::new(),
+            dry_run: false,
+            refusal: Refusal::Whole,
+            refused: false,
+            block_bad_costs: false,
+            fail_degraded: false,
+            label: None,
+            record_as_whole: false,
+        }
+    }
+
+    /// A plan that asks nothing of the pipeline but to read `touch` first.
+    pub(crate) fn touching(touch: Vec<(&'r Namespace, &'r str)>) -> Plan<'r> {
+        Plan {
+            touch,
+            ..Plan::of(Vec::new())
+        }
+    }
+
+    /// A plan that asks nothing of the pipeline (the kind's own part does it all).
+    pub(crate) fn nothing() -> Plan<'r> {
+        Plan::of(Vec::new())
+    }
+
+    fn at(&self, i: usize, e: Error) -> Error {
+        match self.label {
+            Some(l) => e.at(&format!("{l}[{i}]")),
+            None => e,
+        }
+    }
+}
+
+/// What a request got from the pipeline.
+#[derive(Debug)]
+pub(crate) struct Ran<T> {
+    /// Each ask's result, in order: `None` for one blocked by its cost.
+    pub(crate) taken: Vec<Option<Taken>>,
+    /// Each refund's result, in order: what was given and the key after it.
+    pub(crate) refunded: Vec<Given>,
+    /// Whether the request was refused (then, all or nothing, nothing of it stays).
+    pub(crate) refused: bool,
+    /// The kind's own part, when the request was admitted.
+    pub(crate) acted: Option<T>,
+}
+
+/// Runs `request` through every stage (see the module's docs), to its end in a task of
+/// its own when it waits on the store.
+pub(crate) async fn run<R: Request>(request: R) -> Result<R::Answer, Error> {
+    let whole = request.waits_on_store();
+    let decide = async move {
+        let mut plan = request.plan()?;
+        let ran = stages(&request, &mut plan).await?;
+        request.answer(plan, ran)
+    };
     if !whole {
         return decide.await;
     }
     // the task keeps the request's span (traces: its store calls stay its children)
     let decide = tracing::Instrument::in_current_span(decide);
     tokio::spawn(decide).await.map_err(|e| {
-        tracing::error!(cause = %e, "a decision's task failed");
+        tracing::error!(cause = %e, "a request's task failed");
         Error::Internal
     })?
 }
 
-/// What the stages ask of an ask — a hit ([`Take`]) or an acquire of slots
-/// ([`Acquiring`]) — once it is checked: to be taken, and undone when its request is
-/// refused as a whole.
-pub trait Ask: Sync {
-    /// What taking it answers.
-    type Taken: Send + Sync;
-
-    /// Stage 4 for this ask alone (`dry_run`: decide, spend nothing; acquires are never
-    /// asked so).
-    fn take(&self, dry_run: bool) -> impl Future<Output = Result<Self::Taken, Error>> + Send;
-
-    /// Whether what it took was admitted (so undone if its request is refused).
-    fn admitted(taken: &Self::Taken) -> bool;
-
-    /// Stage 5 for this ask: puts back exactly what it took.
-    fn undo(&self, taken: &Self::Taken) -> impl Future<Output = Result<(), Error>> + Send;
+/// Stages 2 to 7 of a planned request.
+async fn stages<R: Request>(request: &R, plan: &mut Plan<'_>) -> Result<Ran<R::Acted>, Error> {
+    touch(plan).await;
+    let refunded = give_back(plan).await?;
+    let blocked = resolve(plan)?;
+    let mut taken = take_all(plan).await;
+    let failed = taken.iter().position(|t| match t {
+        Some(Err(_)) => true,
+        Some(Ok(t)) => plan.fail_degraded && t.degraded().is_some(),
+        None => false,
+    });
+    let refused = plan.refused || blocked || taken.iter().flatten().flatten().any(|t| !t.admitted());
+    if failed.is_some() || (refused && plan.refusal == Refusal::Whole) {
+        undo_admitted(plan, &taken).await.map_err(|e| plan.at(failed.unwrap_or(0), e))?;
+    }
+    if let Some(i) = failed {
+        return Err(plan.at(i, failure(taken.swap_remove(i))));
+    }
+    let taken: Vec<Option<Taken>> = taken.into_iter().map(|t| t.map(|t| t.ok()).flatten()).collect();
+    let mut acted = None;
+    if !refused {
+        let all: Vec<Taken> = taken.iter().flatten().cloned().collect();
+        match request.act(plan, &all).await {
+            Ok(a) => acted = Some(a),
+            Err(e) => {
+                let back: Vec<Option<Result<Taken, Error>>> =
+                    taken.iter().map(|t| t.clone().map(Ok)).collect();
+                if let Err(u) = undo_admitted(plan, &back).await {
+                    tracing::warn!(cause = %u, "what a failed request took could not all be taken back");
+                }
+                return Err(e);
+            }
+        }
+    }
+    record(plan, &taken, refused);
+    Ok(Ran {
+        taken,
+        refunded,
+        refused,
+        acted,
+    })
 }
 
 /// Stage 2: the first touch of every key of a request, one read per namespace for all
-/// of its keys (see [`Namespace::first_touch`]); `counting` when the request counts
-/// (not a dry run).
-pub async fn touch<'a>(hits: &[(&'a Namespace, &'a str)], counting: bool) {
-    let mut touched: Vec<&Namespace> = Vec::new();
-    for &(ns, _) in hits {
-        if touched.iter().any(|n| std::ptr::eq(*n, ns)) {
-            continue;
-        }
-        let keys: Vec<&str> = hits
-            .iter()
-            .filter(|(o, _)| std::ptr::eq(*o, ns))
-            .map(|&(_, k)| k)
-            .collect();
-        ns.first_touch(&keys, counting).await;
-        touched.push(ns);
-    }
-}
-
-/// Stage 2 for the takes of a request (see [`touch`]).
-pub async fn touch_takes<'a, 'r: 'a>(
-    takes: impl IntoIterator<Item = &'a Take<'r>>,
-    counting: bool,
-) {
-    let keys: Vec<(&Namespace, &str)> = takes.into_iter().map(|t| (t.ns, &*t.key)).collect();
+/// of its keys (see [`Namespace::first_touch`]).
+async fn touch(plan: &Plan<'_>) {
+    let counting = !plan.dry_run;
+    let keys: Vec<(&Namespace, &str)> = plan
+        .asks
+        .iter()
+        .filter_map(Asked::touched)
+        .chain(plan.refunds.iter().filter_map(|b| match b {
+            Back::Hits(t) => Some((t.ns, &*t.key)),
+            Back::Slots { .. } => None,
+        }))
+        .chain(plan.touch.iter().copied())
+        .collect();
     match keys.as_slice() {
+        [] => {}
         // one key: no list of namespaces to walk
         [(ns, key)] => ns.first_touch(&[key], counting).await,
-        keys => touch(keys, counting).await,
+        keys => {
+            let mut touched: Vec<&Namespace> = Vec::new();
+            for &(ns, _) in keys {
+                if touched.iter().any(|n| std::ptr::eq(*n, ns)) {
+                    continue;
+                }
+                let of_ns: Vec<&str> = keys
+                    .iter()
+                    .filter(|(o, _)| std::ptr::eq(*o, ns))
+                    .map(|&(_, k)| k)
+                    .collect();
+                ns.first_touch(&of_ns, counting).await;
+                touched.push(ns);
+            }
+        }
     }
 }
 
-/// Stage 4: takes every ask of a request together (see [`Ask::take`]), so that
-/// synchronous increments, strict holds and acquires share round trips; each result in
-/// order.
-pub async fn take_all<'a, A: Ask + 'a>(
-    asks: impl IntoIterator<Item = &'a A>,
-    dry_run: bool,
-) -> Vec<Result<A::Taken, Error>> {
-    futures_util::future::join_all(asks.into_iter().map(|a| a.take(dry_run))).await
+/// Stage 3: the refunds, each on its own, under its key's effective limits.
+async fn give_back(plan: &mut Plan<'_>) -> Result<Vec<Given>, Error> {
+    for b in &mut plan.refunds {
+        if let Back::Hits(t) = b {
+            t.effective_limits();
+        }
+    }
+    futures_util::future::join_all(plan.refunds.iter().map(Back::give))
+        .await
+        .into_iter()
+        .collect()
 }
 
-/// Stage 5: undoes every ask that was admitted (`None`: it failed, nothing taken), as
-/// one request refused as a whole; nothing in a dry run.
-pub async fn undo_admitted<'a, A: Ask + 'a>(
-    taken: impl IntoIterator<Item = (&'a A, Option<&'a A::Taken>)>,
-    dry_run: bool,
-) -> Result<(), Error> {
-    if dry_run {
+/// Stage 4: every ask's effective limits, and whether they take its cost; answers
+/// whether an ask was blocked by its cost (see [`Plan::block_bad_costs`]).
+fn resolve(plan: &mut Plan<'_>) -> Result<bool, Error> {
+    let mut blocked = false;
+    for i in 0..plan.asks.len() {
+        if let Err(e) = plan.asks[i].resolve() {
+            if !plan.block_bad_costs {
+                return Err(plan.at(i, e));
+            }
+            blocked |= plan.asks[i].block();
+        }
+    }
+    Ok(blocked)
+}
+
+/// Stage 5: every ask not blocked, taken together.
+async fn take_all(plan: &Plan<'_>) -> Vec<Option<Result<Taken, Error>>> {
+    let dry_run = plan.dry_run;
+    futures_util::future::join_all(plan.asks.iter().map(|a| async move {
+        match a.blocked() {
+            true => None,
+            false => Some(a.take(dry_run).await),
+        }
+    }))
+    .await
+}
+
+/// Stage 6: takes back every ask that was admitted, as one request refused as a whole;
+/// nothing in a dry run.
+async fn undo_admitted(plan: &Plan<'_>, taken: &[Option<Result<Taken, Error>>]) -> Result<(), Error> {
+    if plan.dry_run {
         return Ok(());
     }
-    let back = taken.into_iter().filter_map(|(a, t)| match t {
-        Some(t) if A::admitted(t) => Some(a.undo(t)),
+    let back = plan.asks.iter().zip(taken).filter_map(|(a, t)| match t {
+        Some(Ok(t)) if t.admitted() => Some(a.undo(t)),
         _ => None,
     });
     futures_util::future::join_all(back)
         .await
         .into_iter()
         .collect()
+}
+
+/// The error a failed ask makes its request fail with.
+fn failure(taken: Option<Result<Taken, Error>>) -> Error {
+    match taken {
+        Some(Err(e)) => e,
+        Some(Ok(t)) => Error::Store {
+            reason: t.degraded().unwrap_or("store_unreachable"),
+            message: "the store could not be used; nothing was counted".into(),
+        },
+        None => Error::Internal,
+    }
+}
+
+/// Stage 7: each ask's outcome, recorded (a request refused as a whole: none allowed).
+fn record(plan: &Plan<'_>, taken: &[Option<Taken>], refused: bool) {
+    let whole = refused && plan.record_as_whole;
+    for (a, t) in plan.asks.iter().zip(taken) {
+        if let Some(t) = t {
+            a.record(t, whole);
+        }
+    }
 }

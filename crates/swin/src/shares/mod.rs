@@ -589,7 +589,14 @@ async fn count_allowed(ns: &Namespace, counts: Vec<(String, u64)>) {
     let now = swin_sync::now();
     futures_util::stream::iter(counts.into_iter().filter(|(_, n)| *n > 0))
         .map(|(key, allowed)| async move {
-            let counted = crate::counting::count_key(ns, &key, allowed as f64, None, now).await;
+            let count = crate::pipeline::Count {
+                ns,
+                key: &key,
+                value: allowed as f64,
+                window_size: None,
+                now,
+            };
+            let counted = count.take().await;
             if let Err(e) = counted {
                 tracing::warn!(key, cause = %e, "a proxy's allowed requests were not counted");
             }

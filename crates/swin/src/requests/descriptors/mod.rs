@@ -14,53 +14,117 @@ use std::time::Duration;
 
 use swin_core::Decision;
 
+use crate::config::Concurrency;
 use crate::decisions::Verdict;
 use crate::error::Error;
 use crate::leases::AcquireAnswer;
+use crate::pipeline::{Plan, Ran, Request, Taken};
 use crate::policy::rules::Rule;
 use crate::runtime_limits::RuntimeLimit;
 use crate::state::Namespace;
 
-/// Whether a request of descriptors on `ns` waits on the store for what it counts or
-/// takes (hits that go to the store, leases kept there): the door then runs it to its
-/// end in a task of its own, so that a caller who goes away (Envoy's timeout is 20 ms
-/// by default) leaves all of it or nothing.
-pub fn runs_to_the_end(ns: &Namespace) -> bool {
-    match &ns.concurrency {
-        Some(_) => matches!(ns.leases, crate::leases::LeaseBook::Store(_)),
-        None => ns.counts_in_the_store(),
+/// Envoy's descriptors on a namespace as one request (a `ShouldRateLimit` call). An
+/// error is a store the request needed and could not use (then nothing of it is counted
+/// or taken).
+#[derive(Debug)]
+pub(crate) struct Descriptors {
+    ns: Arc<Namespace>,
+    parts: Parts,
+}
+
+/// What each descriptor does, found before the request runs.
+enum Parts {
+    Hits(Vec<(Option<Arc<Rule>>, hits::Part)>),
+    Slots(Concurrency, Vec<(Option<Arc<Rule>>, slots::Part)>),
+}
+
+impl std::fmt::Debug for Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Parts::Hits(p) => write!(f, "Hits({})", p.len()),
+            Parts::Slots(_, p) => write!(f, "Slots({})", p.len()),
+        }
     }
 }
 
-/// Decides the descriptors `asks` on namespace `ns` as one request. An error is a store
-/// the request needed and could not use (then nothing of it is counted or taken).
-pub async fn decide(ns: &Namespace, asks: &[Descriptor<'_>]) -> Result<Decided, Error> {
-    let decided = match &ns.concurrency {
-        Some(c) => slots::decide(ns, c, asks).await,
-        None => hits::decide(ns, asks).await,
-    }?;
-    let (recorder, name) = (ns.recorder(), ns.sync.name());
-    for c in &decided.counted {
-        recorder.decision(name, &c.policy, c.allowed, c.shadow_denied);
+impl Descriptors {
+    /// The request of `asks` on `ns`: each descriptor's rule found.
+    pub(crate) fn new(ns: Arc<Namespace>, asks: &[Descriptor]) -> Descriptors {
+        let parts = match ns.concurrency {
+            Some(c) => Parts::Slots(c, slots::parts(&ns, &c, asks)),
+            None => Parts::Hits(hits::parts(&ns, asks)),
+        };
+        Descriptors { ns, parts }
     }
-    for what in &decided.leases {
-        recorder.lease(name, what);
-    }
-    Ok(decided)
 }
 
-/// One descriptor of a request, as the door read it.
+impl Request for Descriptors {
+    type Answer = Decided;
+    type Acted = ();
+
+    /// Whether it waits on the store for what it counts or takes (hits that go to the
+    /// store, leases kept there): then it runs to its end, so that a caller who goes away
+    /// (Envoy's timeout is 20 ms by default) leaves all of it or nothing.
+    fn waits_on_store(&self) -> bool {
+        match &self.ns.concurrency {
+            Some(_) => matches!(self.ns.leases, crate::leases::LeaseBook::Store(_)),
+            None => self.ns.counts_in_the_store(),
+        }
+    }
+
+    fn plan(&self) -> Result<Plan<'_>, Error> {
+        Ok(match &self.parts {
+            Parts::Hits(p) => hits::plan(&self.ns, p),
+            Parts::Slots(c, p) => slots::plan(&self.ns, c, p),
+        })
+    }
+
+    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn answer(&self, plan: Plan<'_>, ran: Ran<()>) -> Result<Decided, Error> {
+        match &self.parts {
+            Parts::Hits(p) => hits::answer(p, plan, ran),
+            Parts::Slots(_, p) => slots::answer(p, plan, ran),
+        }
+    }
+}
+
+/// One descriptor of a request.
 #[derive(Debug, Clone)]
-pub struct Descriptor<'a> {
-    /// Its entries, in order: (key, value).
-    pub entries: Vec<(&'a str, &'a str)>,
-    /// Its hits (the request's `hits_addend` unless its own says).
-    pub hits: u64,
-    /// Envoy's `is_negative_hits`: the hits go back.
-    pub negative: bool,
-    /// Its own limit for this request: requests per unit, in Envoy's unit (checked by
-    /// the door: a unit of time).
-    pub limit: Option<(u32, i32)>,
+pub struct Descriptor {
+    entries: Vec<(String, String)>,
+    hits: u64,
+    negative: bool,
+    limit: Option<(u32, i32)>,
+}
+
+impl Descriptor {
+    /// A descriptor of `entries` (key, value), in order, asking for `hits` (Envoy's
+    /// `hits_addend`; `negative`: `is_negative_hits`, the hits go back), under its own
+    /// `limit` for this request if it carries one (requests per unit, in Envoy's unit,
+    /// a unit of time).
+    pub fn new(
+        entries: Vec<(String, String)>,
+        hits: u64,
+        negative: bool,
+        limit: Option<(u32, i32)>,
+    ) -> Descriptor {
+        Descriptor {
+            entries,
+            hits,
+            negative,
+            limit,
+        }
+    }
+
+    fn pairs(&self) -> Vec<(&str, &str)> {
+        self.entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
 }
 
 /// What one descriptor answers.
@@ -139,7 +203,7 @@ pub enum Strictest {
 }
 
 /// Over the limit whatever happens: nothing to count, nothing to wait for.
-pub fn blocked() -> Decision {
+pub(crate) fn blocked() -> Decision {
     Decision {
         allowed: false,
         limit: 0.0,

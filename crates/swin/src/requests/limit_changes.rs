@@ -8,7 +8,10 @@
 use swin_core::UnixMs;
 use swin_sync::store::StoredLimit;
 
+use std::sync::Arc;
+
 use crate::error::Error;
+use crate::pipeline::{Plan, Ran, Request, Taken};
 use crate::policy::input::check_key;
 use crate::policy::limits::RawKeyLimits;
 use crate::policy::rules::{RuleLimit, Rules};
@@ -33,7 +36,7 @@ pub struct Change {
 /// Whether `key` of `namespace` can take runtime limits: the key is valid, the namespace
 /// limits hits (not leases) and has limits or descriptor rules, and — a namespace of
 /// rules only — a rule counts the key.
-pub fn check_target(ns: &Namespace, namespace: &str, key: &str) -> Result<(), Error> {
+pub(crate) fn check_target(ns: &Namespace, namespace: &str, key: &str) -> Result<(), Error> {
     check_key(key)?;
     if ns.concurrency.is_some() {
         return Err(Error::BadRequest(format!(
@@ -83,7 +86,7 @@ fn counted_by_a_rule(rules: &Rules, namespace: &str, key: &str) -> Result<(), Er
 }
 
 /// Sets `key`'s limits from now on; answers what was stored.
-pub async fn set(
+async fn set(
     ns: &Namespace,
     namespace: &str,
     key: &str,
@@ -144,7 +147,7 @@ pub async fn set(
 }
 
 /// Removes `key`'s runtime limits (the config's decide again); whether it had some.
-pub async fn remove(ns: &Namespace, namespace: &str, key: &str) -> Result<bool, Error> {
+async fn remove(ns: &Namespace, namespace: &str, key: &str) -> Result<bool, Error> {
     check_target(ns, namespace, key)?;
     let had = if ns.sync.keeps_limits_in_store() {
         ns.sync
@@ -163,7 +166,7 @@ pub async fn remove(ns: &Namespace, namespace: &str, key: &str) -> Result<bool, 
 
 /// `key`'s runtime limits live now, as the store holds them (this node may not serve
 /// the key); without a store, as this node does.
-pub async fn read(
+async fn read(
     ns: &Namespace,
     namespace: &str,
     key: &str,
@@ -183,7 +186,7 @@ pub async fn read(
 }
 
 /// Up to `count` keys' live runtime limits after `after`, in key order.
-pub async fn list(
+async fn list(
     ns: &Namespace,
     after: Option<&str>,
     count: usize,
@@ -196,4 +199,69 @@ pub async fn list(
         .list_limits(after, count, now)
         .await
         .map_err(|e| Error::store(&e, "runtime limits not listed"))
+}
+
+/// What a request does to runtime limits.
+#[derive(Debug)]
+pub(crate) enum Op {
+    /// Sets a key's limits.
+    Set(Change),
+    /// Removes a key's limits.
+    Remove,
+    /// Reads a key's limits.
+    Read,
+    /// Lists up to `count` keys' limits after `after`.
+    List(Option<String>, usize),
+}
+
+/// What it answers.
+#[derive(Debug)]
+pub(crate) enum Changed {
+    /// What was stored.
+    Set(StoredLimit),
+    /// Whether the key had limits.
+    Removed(bool),
+    /// The key's limits.
+    Read(Option<StoredLimit>),
+    /// A page of keys' limits.
+    Listed(Vec<StoredLimit>),
+}
+
+/// A change (or a read) of runtime limits: its key checked, then done; a change in the
+/// store runs to its end once started.
+#[derive(Debug)]
+pub(crate) struct LimitChange {
+    pub(crate) ns: Arc<Namespace>,
+    pub(crate) key: String,
+    pub(crate) op: Op,
+}
+
+impl Request for LimitChange {
+    type Answer = Changed;
+    type Acted = Changed;
+
+    fn waits_on_store(&self) -> bool {
+        matches!(self.op, Op::Set(_) | Op::Remove) && self.ns.sync.keeps_limits_in_store()
+    }
+
+    fn plan(&self) -> Result<Plan<'_>, Error> {
+        if !matches!(self.op, Op::List(..)) {
+            check_target(&self.ns, self.ns.sync.name(), &self.key)?;
+        }
+        Ok(Plan::nothing())
+    }
+
+    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<Changed, Error> {
+        let (ns, name, key) = (&*self.ns, self.ns.sync.name(), self.key.as_str());
+        Ok(match &self.op {
+            Op::Set(change) => Changed::Set(set(ns, name, key, change.clone()).await?),
+            Op::Remove => Changed::Removed(remove(ns, name, key).await?),
+            Op::Read => Changed::Read(read(ns, name, key).await?),
+            Op::List(after, count) => Changed::Listed(list(ns, after.as_deref(), *count).await?),
+        })
+    }
+
+    fn answer(&self, _: Plan<'_>, ran: Ran<Changed>) -> Result<Changed, Error> {
+        ran.acted.ok_or(Error::Internal)
+    }
 }

@@ -30,10 +30,9 @@ use swin_sync::store::Acquire;
 use crate::config::MIN_TTL_SECS;
 use crate::decisions::{limits_of, HitAnswer, Verdict};
 use crate::error::Error;
-use crate::pipeline::{Ask, Take};
+use crate::pipeline::{Asked, Plan, Ran, Request, Take, Taken};
 use crate::policy::input::check_key;
 use crate::policy::limits::KeyLimits;
-use crate::requests::take;
 use crate::runtime_limits::Effective;
 use crate::state::Namespace;
 
@@ -119,63 +118,80 @@ fn lapse(now: UnixMs, ttl: Duration) -> UnixMs {
 }
 
 /// Spends `cost` on `key` as a hit would and, when allowed, records the reservation
-/// (the decision, the reserve and its cost recorded as well).
-pub async fn reserve(
-    ns: &Arc<Namespace>,
-    namespace: &str,
-    key: &str,
-    cost: f64,
-    ttl: Option<f64>,
-) -> Result<Reserved, Error> {
-    let r = reserve_now(ns, namespace, key, cost, ttl).await?;
-    let recorder = ns.recorder();
-    if r.verdict.allowed() {
-        recorder.reservation(namespace, "reserved");
-        recorder.reservation_cost(namespace, "reserved", cost);
-    } else {
-        recorder.reservation(namespace, "denied");
-    }
-    Ok(r)
+/// (the decision, the reserve and its cost recorded as well). Spent, then recorded: it
+/// runs to its end once started, so that a client going away cannot leave the estimate
+/// spent and no reservation.
+#[derive(Debug)]
+pub(crate) struct Reserve {
+    pub(crate) ns: Arc<Namespace>,
+    pub(crate) key: String,
+    pub(crate) cost: f64,
+    pub(crate) ttl: Option<f64>,
 }
 
-async fn reserve_now(
-    ns: &Arc<Namespace>,
-    namespace: &str,
-    key: &str,
-    cost: f64,
-    ttl: Option<f64>,
-) -> Result<Reserved, Error> {
-    let ttl = reservation_ttl(ttl)?;
-    let v = take(ns, namespace, key, cost, false).await?;
-    if !v.allowed() {
-        return Ok(Reserved {
-            verdict: v,
-            reservation: None,
-        });
+impl Request for Reserve {
+    type Answer = Reserved;
+    /// The reservation's id and lapse, or why it could not be recorded (then this node
+    /// takes the estimate back itself, retrying until the store answers).
+    type Acted = Result<(String, UnixMs), Error>;
+
+    fn waits_on_store(&self) -> bool {
+        true
     }
-    let id = format!("{:032x}.{cost}", rand::random::<u128>());
-    let now = swin_sync::now();
-    let expires_at = lapse(now, ttl);
-    let a = Acquire {
-        key,
-        lease: &id,
-        count: 1,
-        limit: NO_LIMIT,
-        expires_at,
-        now,
-    };
-    let recorded = ns.leases.acquire(a, "recording a reservation").await;
-    match recorded {
-        Ok(a) if a.granted => Ok(Reserved {
-            verdict: v,
-            reservation: Some((id, expires_at)),
-        }),
-        failed => {
-            // nobody knows the id: the node takes the estimate back and ends the
-            // record in case the store wrote it before failing
-            tokio::spawn(undo(ns.clone(), key.to_owned(), id, cost, expires_at));
-            Err(failed.err().unwrap_or(Error::Internal))
+
+    fn plan(&self) -> Result<Plan<'_>, Error> {
+        let ns = &*self.ns;
+        reservation_ttl(self.ttl)?;
+        let t = Take::of_key(ns, ns.sync.name(), &self.key, self.cost)?;
+        Ok(Plan::of(vec![Asked::Hit(t)]))
+    }
+
+    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<Self::Acted, Error> {
+        let (ns, key, cost) = (&self.ns, self.key.as_str(), self.cost);
+        let id = format!("{:032x}.{cost}", rand::random::<u128>());
+        let now = swin_sync::now();
+        let expires_at = lapse(now, reservation_ttl(self.ttl)?);
+        let a = Acquire {
+            key,
+            lease: &id,
+            count: 1,
+            limit: NO_LIMIT,
+            expires_at,
+            now,
+        };
+        Ok(match ns.leases.acquire(a, "recording a reservation").await {
+            Ok(a) if a.granted => Ok((id, expires_at)),
+            failed => {
+                // nobody knows the id: the node takes the estimate back and ends the
+                // record in case the store wrote it before failing
+                tokio::spawn(undo(ns.clone(), key.to_owned(), id, cost, expires_at));
+                Err(failed.err().unwrap_or(Error::Internal))
+            }
+        })
+    }
+
+    fn answer(&self, _: Plan<'_>, ran: Ran<Self::Acted>) -> Result<Reserved, Error> {
+        let recorder = self.ns.recorder();
+        let name = self.ns.sync.name();
+        let verdict = match ran.taken.into_iter().next() {
+            Some(Some(Taken::Hit(v))) => v,
+            _ => return Err(Error::Internal),
+        };
+        let reservation = match ran.acted {
+            Some(acted) => Some(acted?),
+            None => None,
+        };
+        match reservation {
+            Some(_) => {
+                recorder.reservation(name, "reserved");
+                recorder.reservation_cost(name, "reserved", self.cost);
+            }
+            None => recorder.reservation(name, "denied"),
         }
+        Ok(Reserved {
+            verdict,
+            reservation,
+        })
     }
 }
 
@@ -206,61 +222,81 @@ async fn undo(ns: Arc<Namespace>, key: String, id: String, cost: f64, expires_at
     crate::leases::undo_lease(ns.leases.clone(), key, id, expires_at).await;
 }
 
-/// Ends the reservation `id` of `key` and settles it at `cost`.
-pub async fn commit(
-    ns: &Arc<Namespace>,
-    namespace: &str,
-    key: &str,
-    id: &str,
-    cost: f64,
-) -> Result<Settled, Error> {
-    let r = commit_now(ns, namespace, key, id, cost).await;
-    let recorder = ns.recorder();
-    match &r {
-        Ok(s) => {
-            recorder.reservation(namespace, "committed");
-            recorder.reservation_cost(namespace, "charged", s.charged);
-            recorder.reservation_cost(namespace, "given_back", s.given_back);
-            recorder.reservation_cost(namespace, "uncharged", s.uncharged);
-        }
-        Err(Error::UnknownReservation(_)) => recorder.reservation(namespace, "not_open"),
-        Err(_) => {}
-    }
-    r
+/// Ends the reservation `id` of `key` and settles it at `cost`. It runs to its end once
+/// started: a client that goes away does not cut it between its two steps.
+#[derive(Debug)]
+pub(crate) struct Commit {
+    pub(crate) ns: Arc<Namespace>,
+    pub(crate) key: String,
+    pub(crate) id: String,
+    pub(crate) cost: f64,
 }
 
-async fn commit_now(
-    ns: &Arc<Namespace>,
-    namespace: &str,
-    key: &str,
-    id: &str,
-    cost: f64,
-) -> Result<Settled, Error> {
-    check_key(key)?;
-    let limits = limits_of(ns, namespace)?;
-    let estimate = estimate_of(id)?;
-    check_cost(cost).map_err(|_| {
-        Error::BadRequest(format!(
-            "cost: {cost} is not a number of at least 0 and below 2^53"
-        ))
-    })?;
-    ns.first_touch(&[key], true).await;
-    let effective: KeyLimits = (*ns.effective(key, limits.for_key(key))).clone();
-    if matches!(&effective, KeyLimits::Gcra(_)) && cost.fract() != 0.0 {
-        return Err(Error::BadRequest(format!(
-            "cost: {cost} is not a whole number (the namespace's limit is a GCRA bucket)"
-        )));
+impl Request for Commit {
+    type Answer = Settled;
+    type Acted = Settled;
+
+    fn waits_on_store(&self) -> bool {
+        true
     }
-    let now = swin_sync::now();
-    let ended = ns
-        .leases
-        .end_or_renew(key, id, now, None, "committing a reservation")
-        .await?;
-    if !ended {
-        return Err(Error::UnknownReservation(format!(
-            "reservation {id:?} of key {key:?} is not open (committed already, lapsed at its estimate, or never made); nothing was settled"
-        )));
+
+    fn plan(&self) -> Result<Plan<'_>, Error> {
+        let (ns, key, cost) = (&*self.ns, self.key.as_str(), self.cost);
+        check_key(key)?;
+        limits_of(ns, ns.sync.name())?;
+        estimate_of(&self.id)?;
+        check_cost(cost).map_err(|_| {
+            Error::BadRequest(format!(
+                "cost: {cost} is not a number of at least 0 and below 2^53"
+            ))
+        })?;
+        Ok(Plan::touching(vec![(ns, key)]))
     }
+
+    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<Settled, Error> {
+        let r = self.settle().await;
+        let (recorder, name) = (self.ns.recorder(), self.ns.sync.name());
+        match &r {
+            Ok(s) => {
+                recorder.reservation(name, "committed");
+                recorder.reservation_cost(name, "charged", s.charged);
+                recorder.reservation_cost(name, "given_back", s.given_back);
+                recorder.reservation_cost(name, "uncharged", s.uncharged);
+            }
+            Err(Error::UnknownReservation(_)) => recorder.reservation(name, "not_open"),
+            Err(_) => {}
+        }
+        r
+    }
+
+    fn answer(&self, _: Plan<'_>, ran: Ran<Settled>) -> Result<Settled, Error> {
+        ran.acted.ok_or(Error::Internal)
+    }
+}
+
+impl Commit {
+    /// Ends the reservation, then settles the difference under the key's effective
+    /// limits (read by the first touch).
+    async fn settle(&self) -> Result<Settled, Error> {
+        let (ns, key, id, cost) = (&self.ns, self.key.as_str(), self.id.as_str(), self.cost);
+        let limits = limits_of(ns, ns.sync.name())?;
+        let estimate = estimate_of(id)?;
+        let effective: KeyLimits = (*ns.effective(key, limits.for_key(key))).clone();
+        if matches!(&effective, KeyLimits::Gcra(_)) && cost.fract() != 0.0 {
+            return Err(Error::BadRequest(format!(
+                "cost: {cost} is not a whole number (the namespace's limit is a GCRA bucket)"
+            )));
+        }
+        let now = swin_sync::now();
+        let ended = ns
+            .leases
+            .end_or_renew(key, id, now, None, "committing a reservation")
+            .await?;
+        if !ended {
+            return Err(Error::UnknownReservation(format!(
+                "reservation {id:?} of key {key:?} is not open (committed already, lapsed at its estimate, or never made); nothing was settled"
+            )));
+        }
     // the reservation is ended: from here the node owns its settlement
     match settle(ns, key, &effective, estimate, cost).await {
         Ok((charged, given_back, after)) => Ok(Settled {
@@ -295,6 +331,7 @@ async fn commit_now(
                 other => other,
             })
         }
+    }
     }
 }
 

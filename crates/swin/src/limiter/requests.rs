@@ -1,0 +1,288 @@
+//! What a caller asks of a [`Limiter`]: one method per kind of request, each run through
+//! the request pipeline ([`crate::pipeline::run`]). Being limited is an answer, not an
+//! error; an error is a request the limiter cannot decide (an unknown namespace, a bad
+//! key or cost, a store that failed where the namespace waits on it).
+
+use swin_core::UnixMs;
+
+use super::Limiter;
+use crate::error::Error;
+use crate::pipeline::run;
+use crate::requests::counting::{Increment, IncrementBatch, ReadKey};
+use crate::requests::descriptors::Descriptors;
+use crate::requests::hits::{HitBatch, OneHit};
+use crate::requests::leases::{Acquire, EndOrRenew};
+use crate::requests::limit_changes::{Changed, LimitChange, Op};
+use crate::requests::refunds::Refund;
+use crate::requests::reservations::{Commit, Reserve};
+use crate::requests::{
+    AcquireAnswer, AcquireRequest, Batch, Change, Decided, Descriptor, Refunded, Reserved,
+    Settled, StoredLimit, Verdict, WindowRate,
+};
+use crate::shares::{BucketAction, Proxy};
+
+impl Limiter {
+    /// Decides a hit of `cost` on `key` of `namespace` against the key's limits and
+    /// spends it when allowed — what `POST /v1/namespaces/{namespace}/keys/{key}/hit`
+    /// does.
+    ///
+    /// ```no_run
+    /// # async fn run(limiter: &swin::Limiter) -> Result<(), swin::error::Error> {
+    /// let v = limiter.hit("api", "user:42", 1.0).await?;
+    /// println!("allowed: {}, remaining: {}", v.allowed(), v.decision().remaining);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn hit(&self, namespace: &str, key: &str, cost: f64) -> Result<Verdict, Error> {
+        self.decide_hit(namespace, key, cost, false).await
+    }
+
+    /// What [`Limiter::hit`] would decide, spending nothing (a dry run).
+    pub async fn check(&self, namespace: &str, key: &str, cost: f64) -> Result<Verdict, Error> {
+        self.decide_hit(namespace, key, cost, true).await
+    }
+
+    async fn decide_hit(
+        &self,
+        namespace: &str,
+        key: &str,
+        cost: f64,
+        dry_run: bool,
+    ) -> Result<Verdict, Error> {
+        let ns = self.namespace(namespace)?;
+        let key = key.to_owned();
+        run(OneHit {
+            ns,
+            key,
+            cost,
+            dry_run,
+        })
+        .await
+    }
+
+    /// Decides 1 to `max` hits, each `(namespace, key, cost)`, as one request: all
+    /// checked before any is spent, all or nothing (a denied batch spends nothing); an
+    /// error names the hit (`hits[i]: …`).
+    pub async fn hits(
+        &self,
+        hits: &[(&str, &str, f64)],
+        dry_run: bool,
+        max: usize,
+    ) -> Result<Batch, Error> {
+        run(HitBatch::new(&self.serving.load(), hits, dry_run, max)?).await
+    }
+
+    /// Decides Envoy's descriptors on `namespace` as one request (a `ShouldRateLimit`
+    /// call): all or nothing.
+    pub async fn descriptors(
+        &self,
+        namespace: &str,
+        descriptors: &[Descriptor],
+    ) -> Result<Decided, Error> {
+        let ns = self.namespace(namespace)?;
+        run(Descriptors::new(ns, descriptors)).await
+    }
+
+    /// Counts `value` (1 when `None`) on `key`, in `window_size` or every window size of
+    /// the namespace, no limit asked: the key's windows after it.
+    pub async fn increment(
+        &self,
+        namespace: &str,
+        key: &str,
+        value: Option<f64>,
+        window_size: Option<u32>,
+    ) -> Result<Vec<WindowRate>, Error> {
+        crate::policy::input::check_key(key)?;
+        let ns = self.namespace(namespace)?;
+        run(Increment {
+            ns,
+            key: key.to_owned(),
+            value,
+            window_size,
+        })
+        .await
+    }
+
+    /// Counts at most `max` increments, each `(namespace, key, value, window_size)`, as
+    /// one request: all or nothing; an error names the item (`increments[i]: …`).
+    pub async fn increments(
+        &self,
+        items: &[(&str, &str, Option<f64>, Option<u32>)],
+        max: usize,
+    ) -> Result<Vec<Vec<WindowRate>>, Error> {
+        run(IncrementBatch::new(&self.serving.load(), items, max)?).await
+    }
+
+    /// `key`'s rates in `window_size` or every window size, as this node knows them.
+    pub async fn rates(
+        &self,
+        namespace: &str,
+        key: &str,
+        window_size: Option<u32>,
+    ) -> Result<Vec<WindowRate>, Error> {
+        crate::policy::input::check_key(key)?;
+        let ns = self.namespace(namespace)?;
+        run(ReadKey {
+            ns,
+            key: key.to_owned(),
+            window_size,
+        })
+        .await
+    }
+
+    /// Gives back `cost` of hits admitted on `key` but not used (never below zero).
+    pub async fn refund(&self, namespace: &str, key: &str, cost: f64) -> Result<Refunded, Error> {
+        let ns = self.namespace(namespace)?;
+        let key = key.to_owned();
+        run(Refund { ns, key, cost }).await
+    }
+
+    /// Takes slots of `key` on a concurrency namespace under a lease, if its live leases
+    /// leave room.
+    pub async fn acquire(
+        &self,
+        namespace: &str,
+        key: &str,
+        req: AcquireRequest,
+    ) -> Result<AcquireAnswer, Error> {
+        let ns = self.namespace(namespace)?;
+        let key = key.to_owned();
+        run(Acquire { ns, key, req }).await
+    }
+
+    /// Ends a live lease: its slots are free at once (404 `unknown_lease` when it is not
+    /// live).
+    pub async fn release(&self, namespace: &str, key: &str, lease: &str) -> Result<(), Error> {
+        self.end_or_renew(namespace, key, lease, None).await?;
+        Ok(())
+    }
+
+    /// Moves a live lease's lapse to `ttl` seconds from now (the namespace's `lease_ttl`
+    /// when `None`): the new lapse time, in the store's time.
+    pub async fn renew(
+        &self,
+        namespace: &str,
+        key: &str,
+        lease: &str,
+        ttl: Option<f64>,
+    ) -> Result<UnixMs, Error> {
+        self.end_or_renew(namespace, key, lease, Some(ttl)).await
+    }
+
+    async fn end_or_renew(
+        &self,
+        namespace: &str,
+        key: &str,
+        lease: &str,
+        renew: Option<Option<f64>>,
+    ) -> Result<UnixMs, Error> {
+        let ns = self.namespace(namespace)?;
+        run(EndOrRenew {
+            ns,
+            key: key.to_owned(),
+            lease: lease.to_owned(),
+            renew,
+        })
+        .await
+    }
+
+    /// Spends `cost` (an estimate) on `key` as a hit would and, when allowed, opens a
+    /// reservation for `ttl` seconds (30 when `None`) that [`Limiter::commit`] settles.
+    pub async fn reserve(
+        &self,
+        namespace: &str,
+        key: &str,
+        cost: f64,
+        ttl: Option<f64>,
+    ) -> Result<Reserved, Error> {
+        let ns = self.namespace(namespace)?;
+        let key = key.to_owned();
+        run(Reserve { ns, key, cost, ttl }).await
+    }
+
+    /// Ends the reservation `id` of `key` and settles it at the actual `cost`, on any
+    /// node, once.
+    pub async fn commit(
+        &self,
+        namespace: &str,
+        key: &str,
+        id: &str,
+        cost: f64,
+    ) -> Result<Settled, Error> {
+        let ns = self.namespace(namespace)?;
+        run(Commit {
+            ns,
+            key: key.to_owned(),
+            id: id.to_owned(),
+            cost,
+        })
+        .await
+    }
+
+    /// Sets `key`'s limits from now on (kept in the namespace's store: every node holds
+    /// them within two sync periods); answers what was stored.
+    pub async fn set_limits(
+        &self,
+        namespace: &str,
+        key: &str,
+        change: Change,
+    ) -> Result<StoredLimit, Error> {
+        match self.limits_op(namespace, key, Op::Set(change)).await? {
+            Changed::Set(s) => Ok(s),
+            _ => Err(Error::Internal),
+        }
+    }
+
+    /// Removes `key`'s runtime limits (the config's decide again); whether it had some.
+    pub async fn remove_limits(&self, namespace: &str, key: &str) -> Result<bool, Error> {
+        match self.limits_op(namespace, key, Op::Remove).await? {
+            Changed::Removed(had) => Ok(had),
+            _ => Err(Error::Internal),
+        }
+    }
+
+    /// `key`'s runtime limits live now, as the store holds them.
+    pub async fn limits(&self, namespace: &str, key: &str) -> Result<Option<StoredLimit>, Error> {
+        match self.limits_op(namespace, key, Op::Read).await? {
+            Changed::Read(l) => Ok(l),
+            _ => Err(Error::Internal),
+        }
+    }
+
+    /// Up to `count` keys' live runtime limits after `after`, in key order.
+    pub async fn list_limits(
+        &self,
+        namespace: &str,
+        after: Option<&str>,
+        count: usize,
+    ) -> Result<Vec<StoredLimit>, Error> {
+        let op = Op::List(after.map(str::to_owned), count);
+        match self.limits_op(namespace, "", op).await? {
+            Changed::Listed(l) => Ok(l),
+            _ => Err(Error::Internal),
+        }
+    }
+
+    async fn limits_op(&self, namespace: &str, key: &str, op: Op) -> Result<Changed, Error> {
+        let ns = self.namespace(namespace)?;
+        let key = key.to_owned();
+        run(LimitChange { ns, key, op }).await
+    }
+
+    /// Opens a stream of Envoy's quota service for `client` (a token's name, or a peer
+    /// address): the proxy, whose [`Proxy::report`] takes its reports, and where its
+    /// assignments arrive between them. A client holding `quota.streams_per_client`
+    /// streams already is refused ([`Error::Exhausted`]).
+    pub fn quota_stream(
+        &self,
+        client: &str,
+    ) -> Result<(Proxy, tokio::sync::mpsc::Receiver<Vec<BucketAction>>), Error> {
+        self.shares.open(client)
+    }
+
+    /// Proxies with a quota stream open on this node.
+    pub fn quota_proxies(&self) -> usize {
+        self.shares.proxies()
+    }
+}
+

@@ -1,0 +1,26 @@
+//! The kinds of request, each in a file of its own that builds what its request asks of
+//! the pipeline ([`crate::pipeline::run`]) and renders what it got: hits alone and in
+//! batches (`hits`), Envoy's descriptors (`descriptors`), increments and reads
+//! (`counting`), leases (`leases`), reservations (`reservations`), refunds (`refunds`)
+//! and runtime limit changes (`limit_changes`). What a caller of [`crate::Limiter`] gets
+//! back is here too.
+
+pub(crate) mod counting;
+pub(crate) mod descriptors;
+pub(crate) mod hits;
+pub(crate) mod leases;
+pub(crate) mod limit_changes;
+pub(crate) mod refunds;
+pub(crate) mod reservations;
+
+pub use self::descriptors::{Answer, Counted, Decided, Descriptor, Shown, Strictest};
+pub use self::hits::Batch;
+pub use self::limit_changes::{Change, MAX_EXPIRES_IN_SECS};
+pub use self::refunds::Refunded;
+pub use self::reservations::{
+    Reserved, Settled, DEFAULT_RESERVATION_TTL_SECS, MAX_RESERVATION_TTL_SECS,
+};
+pub use crate::decisions::{HitAnswer, Verdict};
+pub use crate::leases::{AcquireAnswer, AcquireRequest};
+pub use swin_core::WindowRate;
+pub use swin_sync::store::StoredLimit;
