@@ -25,18 +25,48 @@ use swin_sync::admission::{Admitted, Bounds};
 #[derive(Debug, Clone)]
 pub struct Verdict {
     /// The decision: allowed, limit, remaining, reset and retry after.
-    pub decision: Decision,
+    pub(crate) decision: Decision,
     /// `RateLimit-Policy` items of the key's limits.
-    pub policies: Arc<[Arc<str>]>,
+    pub(crate) policies: Arc<[Arc<str>]>,
     /// The policy the decision comes from.
-    pub policy: Arc<str>,
+    pub(crate) policy: Arc<str>,
     /// Why a hit was refused other than by its counts: `store_unreachable` (a strict
     /// namespace with `on_store_failure = "deny"` whose store cannot be asked).
-    pub reason: Option<&'static str>,
+    pub(crate) reason: Option<&'static str>,
     /// Allowed only because what would deny it is in shadow (the namespace, or the limit
     /// that decided): `decision` holds what it would have said (`retry_after`: when the
     /// hit would have passed), but allowed.
-    pub shadow_denied: bool,
+    pub(crate) shadow_denied: bool,
+}
+
+impl Verdict {
+    /// The decision: allowed, limit, remaining, reset and retry after.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// `RateLimit-Policy` items of the key's limits.
+    pub fn policies(&self) -> &Arc<[Arc<str>]> {
+        &self.policies
+    }
+
+    /// The policy the decision comes from.
+    pub fn policy(&self) -> &Arc<str> {
+        &self.policy
+    }
+
+    /// Why a hit was refused other than by its counts: `store_unreachable` (a strict
+    /// namespace with `on_store_failure = "deny"` whose store cannot be asked).
+    pub fn reason(&self) -> Option<&'static str> {
+        self.reason
+    }
+
+    /// Allowed only because what would deny it is in shadow (the namespace, or the limit
+    /// that decided): `decision` holds what it would have said (`retry_after`: when the
+    /// hit would have passed), but allowed.
+    pub fn shadow_denied(&self) -> bool {
+        self.shadow_denied
+    }
 }
 
 impl Verdict {
@@ -72,24 +102,66 @@ impl Verdict {
 #[derive(Debug, Serialize)]
 pub struct HitAnswer {
     /// Whether the hit was admitted.
-    pub allowed: bool,
+    pub(crate) allowed: bool,
     /// The limit that decided.
-    pub limit: f64,
+    pub(crate) limit: f64,
     /// What is left of it after this hit.
-    pub remaining: f64,
+    pub(crate) remaining: f64,
     /// Seconds until the counts this answer saw weigh nothing (GCRA: the bucket is full).
-    pub reset_after: f64,
+    pub(crate) reset_after: f64,
     /// Seconds until the same hit would pass; 0 when it passed.
-    pub retry_after: f64,
+    pub(crate) retry_after: f64,
     /// Set when the hit was refused for another reason than its counts.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<&'static str>,
+    pub(crate) reason: Option<&'static str>,
     /// A refund's answer: how much it gave back (at most the cost asked for).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub refunded: Option<f64>,
+    pub(crate) refunded: Option<f64>,
     /// Allowed only because the limits that would deny it are in shadow.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub shadow_denied: bool,
+    pub(crate) shadow_denied: bool,
+}
+
+impl HitAnswer {
+    /// Whether the hit was admitted.
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// The limit that decided.
+    pub fn limit(&self) -> f64 {
+        self.limit
+    }
+
+    /// What is left of it after this hit.
+    pub fn remaining(&self) -> f64 {
+        self.remaining
+    }
+
+    /// Seconds until the counts this answer saw weigh nothing (GCRA: the bucket is full).
+    pub fn reset_after(&self) -> f64 {
+        self.reset_after
+    }
+
+    /// Seconds until the same hit would pass; 0 when it passed.
+    pub fn retry_after(&self) -> f64 {
+        self.retry_after
+    }
+
+    /// Set when the hit was refused for another reason than its counts.
+    pub fn reason(&self) -> Option<&'static str> {
+        self.reason
+    }
+
+    /// A refund's answer: how much it gave back (at most the cost asked for).
+    pub fn refunded(&self) -> Option<f64> {
+        self.refunded
+    }
+
+    /// Allowed only because the limits that would deny it are in shadow.
+    pub fn shadow_denied(&self) -> bool {
+        self.shadow_denied
+    }
 }
 
 impl From<&Decision> for HitAnswer {

@@ -23,11 +23,28 @@ const PREFIX: &str = "spool-";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpoolEntry {
     /// The store's name in the config.
-    pub store: String,
+    pub(crate) store: String,
     /// [`crate::config::StoreConfig::fingerprint`] of that store.
-    pub store_fingerprint: String,
+    pub(crate) store_fingerprint: String,
     /// The diffs, advances and changes the store did not confirm.
-    pub unconfirmed: Unconfirmed,
+    pub(crate) unconfirmed: Unconfirmed,
+}
+
+impl SpoolEntry {
+    /// The store's name in the config.
+    pub fn store(&self) -> &String {
+        &self.store
+    }
+
+    /// [`crate::config::StoreConfig::fingerprint`] of that store.
+    pub fn store_fingerprint(&self) -> &String {
+        &self.store_fingerprint
+    }
+
+    /// The diffs, advances and changes the store did not confirm.
+    pub fn unconfirmed(&self) -> &Unconfirmed {
+        &self.unconfirmed
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]

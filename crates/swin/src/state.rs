@@ -17,39 +17,115 @@ use crate::runtime_limits::{Effective, RuntimeLimits};
 #[derive(Debug)]
 pub struct Namespace {
     /// Its counters and its engine (sync with the store).
-    pub sync: Arc<NamespaceSync>,
+    pub(crate) sync: Arc<NamespaceSync>,
     /// The `[stores]` entry it syncs with (none: local only).
-    pub store_name: Option<String>,
+    pub(crate) store_name: Option<String>,
     /// The limits `/hit` decides against; none when it only counts (or has descriptor rules only).
-    pub limits: Option<crate::policy::limits::Limits>,
+    pub(crate) limits: Option<crate::policy::limits::Limits>,
     /// Whether `/increment` takes negative values (`allow_decrements`); without it a
     /// client could lift its own limit.
-    pub allow_decrements: bool,
+    pub(crate) allow_decrements: bool,
     /// How `/hit` admits (`admission`, `on_store_failure`), as configured.
-    pub admission_mode: crate::config::AdmissionMode,
+    pub(crate) admission_mode: crate::config::AdmissionMode,
     /// Decides every hit, on every door: picked once, here, from the namespace's
     /// algorithm and admission.
-    pub admission: Arc<dyn Admission>,
+    pub(crate) admission: Arc<dyn Admission>,
     /// Envoy's descriptor rules (the gRPC rate limit service), when the namespace has some.
-    pub rules: Option<Arc<crate::policy::rules::Rules>>,
+    pub(crate) rules: Option<Arc<crate::policy::rules::Rules>>,
     /// Envoy's answers carry the RateLimit headers.
-    pub envoy_response_headers: bool,
+    pub(crate) envoy_response_headers: bool,
     /// Envoy's answers carry dynamic metadata.
-    pub envoy_dynamic_metadata: bool,
+    pub(crate) envoy_dynamic_metadata: bool,
     /// The namespace's algorithm, which its runtime limits take the shape of.
-    pub algorithm: crate::policy::algorithm::Algorithm,
+    pub(crate) algorithm: crate::policy::algorithm::Algorithm,
     /// Limits set per key at run time, for the keys this node serves; shared by the
     /// namespace's versions while its counters are.
-    pub runtime: Arc<RuntimeLimits>,
+    pub(crate) runtime: Arc<RuntimeLimits>,
     /// The heaviest keys of the last minute on this node, shared the same way.
-    pub heaviest: Arc<Heaviest>,
+    pub(crate) heaviest: Arc<Heaviest>,
     /// `algorithm = "concurrency"`: leases in flight per key, not hits.
-    pub concurrency: Option<crate::config::Concurrency>,
+    pub(crate) concurrency: Option<crate::config::Concurrency>,
     /// Where the namespace's leases and reservations are kept (its store, or this node
     /// for a local-only namespace), shared by the namespace's versions.
-    pub leases: crate::leases::LeaseBook,
+    pub(crate) leases: crate::leases::LeaseBook,
     /// Where the pipeline records its outcomes ([`Namespace::record_to`]); none: nowhere.
     recorder: std::sync::OnceLock<Arc<dyn crate::recorder::Recorder>>,
+}
+
+impl Namespace {
+    /// Its counters and its engine (sync with the store).
+    pub fn sync(&self) -> &Arc<NamespaceSync> {
+        &self.sync
+    }
+
+    /// The `[stores]` entry it syncs with (none: local only).
+    pub fn store_name(&self) -> &Option<String> {
+        &self.store_name
+    }
+
+    /// The limits `/hit` decides against; none when it only counts (or has descriptor rules only).
+    pub fn limits(&self) -> &Option<crate::policy::limits::Limits> {
+        &self.limits
+    }
+
+    /// Whether `/increment` takes negative values (`allow_decrements`); without it a
+    /// client could lift its own limit.
+    pub fn allow_decrements(&self) -> bool {
+        self.allow_decrements
+    }
+
+    /// How `/hit` admits (`admission`, `on_store_failure`), as configured.
+    pub fn admission_mode(&self) -> &crate::config::AdmissionMode {
+        &self.admission_mode
+    }
+
+    /// Decides every hit, on every door: picked once, here, from the namespace's
+    /// algorithm and admission.
+    pub fn admission(&self) -> &Arc<dyn Admission> {
+        &self.admission
+    }
+
+    /// Envoy's descriptor rules (the gRPC rate limit service), when the namespace has some.
+    pub fn rules(&self) -> &Option<Arc<crate::policy::rules::Rules>> {
+        &self.rules
+    }
+
+    /// Envoy's answers carry the RateLimit headers.
+    pub fn envoy_response_headers(&self) -> bool {
+        self.envoy_response_headers
+    }
+
+    /// Envoy's answers carry dynamic metadata.
+    pub fn envoy_dynamic_metadata(&self) -> bool {
+        self.envoy_dynamic_metadata
+    }
+
+    /// The namespace's algorithm, which its runtime limits take the shape of.
+    pub fn algorithm(&self) -> &crate::policy::algorithm::Algorithm {
+        &self.algorithm
+    }
+
+    /// Limits set per key at run time, for the keys this node serves; shared by the
+    /// namespace's versions while its counters are.
+    pub fn runtime(&self) -> &Arc<RuntimeLimits> {
+        &self.runtime
+    }
+
+    /// The heaviest keys of the last minute on this node, shared the same way.
+    pub fn heaviest(&self) -> &Arc<Heaviest> {
+        &self.heaviest
+    }
+
+    /// `algorithm = "concurrency"`: leases in flight per key, not hits.
+    pub fn concurrency(&self) -> &Option<crate::config::Concurrency> {
+        &self.concurrency
+    }
+
+    /// Where the namespace's leases and reservations are kept (its store, or this node
+    /// for a local-only namespace), shared by the namespace's versions.
+    pub fn leases(&self) -> &crate::leases::LeaseBook {
+        &self.leases
+    }
 }
 
 /// A namespace's heaviest keys of the last minute on this node, in fixed memory (see
@@ -57,19 +133,44 @@ pub struct Namespace {
 #[derive(Debug, Default)]
 pub struct Heaviest {
     /// Keys by hits decided.
-    pub hits: swin_core::top::TopKeys,
+    pub(crate) hits: swin_core::top::TopKeys,
     /// Keys by hits denied.
-    pub denied: swin_core::top::TopKeys,
+    pub(crate) denied: swin_core::top::TopKeys,
+}
+
+impl Heaviest {
+    /// Keys by hits decided.
+    pub fn hits(&self) -> &swin_core::top::TopKeys {
+        &self.hits
+    }
+
+    /// Keys by hits denied.
+    pub fn denied(&self) -> &swin_core::top::TopKeys {
+        &self.denied
+    }
 }
 
 /// How long a namespace's store calls may take, and how long a request waits for one.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
     /// `store_timeout`: one store call.
-    pub store: Duration,
+    pub(crate) store: Duration,
     /// `answer_timeout`: a request's wait for the store; past it the request is answered
     /// as the namespace says for a failed store, and the call goes on.
-    pub answer: Duration,
+    pub(crate) answer: Duration,
+}
+
+impl Timeouts {
+    /// `store_timeout`: one store call.
+    pub fn store(&self) -> Duration {
+        self.store
+    }
+
+    /// `answer_timeout`: a request's wait for the store; past it the request is answered
+    /// as the namespace says for a failed store, and the call goes on.
+    pub fn answer(&self) -> Duration {
+        self.answer
+    }
 }
 
 impl From<Duration> for Timeouts {

@@ -34,17 +34,49 @@ pub const MAX_LEASE_ID_BYTES: usize = 128;
 #[derive(Debug, Clone)]
 pub struct AcquireAnswer {
     /// What the store or this node's table granted or refused, with the slots in flight.
-    pub acquired: Acquired,
+    pub(crate) acquired: Acquired,
     /// The lease's id (the client's, or one made here).
-    pub lease: String,
+    pub(crate) lease: String,
     /// Slots in flight allowed for the key.
-    pub limit: u64,
+    pub(crate) limit: u64,
     /// When the lease lapses (store time).
-    pub expires_at: UnixMs,
+    pub(crate) expires_at: UnixMs,
     /// The time the acquire was decided at (store time).
-    pub now: UnixMs,
+    pub(crate) now: UnixMs,
     /// Granted only because its limit is in shadow (the limit would have refused it).
-    pub shadow_denied: bool,
+    pub(crate) shadow_denied: bool,
+}
+
+impl AcquireAnswer {
+    /// What the store or this node's table granted or refused, with the slots in flight.
+    pub fn acquired(&self) -> Acquired {
+        self.acquired
+    }
+
+    /// The lease's id (the client's, or one made here).
+    pub fn lease(&self) -> &String {
+        &self.lease
+    }
+
+    /// Slots in flight allowed for the key.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// When the lease lapses (store time).
+    pub fn expires_at(&self) -> UnixMs {
+        self.expires_at
+    }
+
+    /// The time the acquire was decided at (store time).
+    pub fn now(&self) -> UnixMs {
+        self.now
+    }
+
+    /// Granted only because its limit is in shadow (the limit would have refused it).
+    pub fn shadow_denied(&self) -> bool {
+        self.shadow_denied
+    }
 }
 
 impl AcquireAnswer {
@@ -60,11 +92,28 @@ impl AcquireAnswer {
 #[derive(Debug, Clone)]
 pub struct AcquireRequest {
     /// Slots to take (1 for one request).
-    pub count: u32,
+    pub(crate) count: u32,
     /// The lease's life (the namespace's `lease_ttl` unless the client says).
-    pub ttl: Option<f64>,
+    pub(crate) ttl: Option<f64>,
     /// A client's own id, so that a retried acquire (a lost answer) replaces itself.
-    pub lease: Option<String>,
+    pub(crate) lease: Option<String>,
+}
+
+impl AcquireRequest {
+    /// Slots to take (1 for one request).
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The lease's life (the namespace's `lease_ttl` unless the client says).
+    pub fn ttl(&self) -> Option<f64> {
+        self.ttl
+    }
+
+    /// A client's own id, so that a retried acquire (a lost answer) replaces itself.
+    pub fn lease(&self) -> &Option<String> {
+        &self.lease
+    }
 }
 
 /// A lease's life: `ttl` seconds if given (a millisecond ≤ ttl ≤ a day: a shorter one would lapse before it is granted), else the namespace's.

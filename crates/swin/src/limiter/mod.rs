@@ -469,6 +469,19 @@ impl Limiter {
         }
     }
 
+    /// A limiter serving `namespaces` built elsewhere ([`Namespace::build`]), with no
+    /// stores, engines or config of its own: a daemon's router tested without a socket.
+    #[doc(hidden)]
+    pub fn over(namespaces: Namespaces) -> Limiter {
+        let serving = Arc::new(ArcSwap::from_pointee(namespaces));
+        Limiter {
+            shares: crate::shares::Shares::new(serving.clone(), Default::default()),
+            serving,
+            config: ArcSwap::from_pointee(Config::embedded_default().expect("the embedded config")),
+            control: tokio::sync::Mutex::new(None),
+        }
+    }
+
     /// The config it runs now.
     pub fn config(&self) -> Arc<Config> {
         self.config.load_full()

@@ -13,12 +13,30 @@ use super::limits::ceil_secs;
 #[derive(Debug)]
 pub struct RateLimitHeaders<'a> {
     /// `RateLimit-Policy`: one item per limit of the key.
-    pub policy: Cow<'a, str>,
+    pub(crate) policy: Cow<'a, str>,
     /// `RateLimit`: the state of the strictest limit; `t` on a denial is when this hit
     /// would pass.
-    pub state: String,
+    pub(crate) state: String,
     /// `Retry-After` on a denial, never earlier than `t` and at least 1.
-    pub retry_after: Option<u64>,
+    pub(crate) retry_after: Option<u64>,
+}
+
+impl<'a> RateLimitHeaders<'a> {
+    /// `RateLimit-Policy`: one item per limit of the key.
+    pub fn policy(&self) -> &Cow<'a, str> {
+        &self.policy
+    }
+
+    /// `RateLimit`: the state of the strictest limit; `t` on a denial is when this hit
+    /// would pass.
+    pub fn state(&self) -> &String {
+        &self.state
+    }
+
+    /// `Retry-After` on a denial, never earlier than `t` and at least 1.
+    pub fn retry_after(&self) -> &Option<u64> {
+        &self.retry_after
+    }
 }
 
 impl<'a> RateLimitHeaders<'a> {

@@ -132,22 +132,65 @@ pub enum RuleLimit {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
     /// Its path: `generic_key_login.remote_address`.
-    pub path: String,
+    pub(crate) path: String,
     /// What it limits with.
-    pub limit: RuleLimit,
+    pub(crate) limit: RuleLimit,
     /// Decided and counted, never denied.
-    pub shadow: bool,
+    pub(crate) shadow: bool,
     /// `rate_limit.name`, for `replaces` and the answer's `current_limit.name`.
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Names of the rules it replaces when both apply.
-    pub replaces: Vec<String>,
+    pub(crate) replaces: Vec<String>,
     /// What the answer's `current_limit` says: requests per unit and the unit (0 when
     /// the window is no Envoy unit).
-    pub requests_per_unit: u32,
+    pub(crate) requests_per_unit: u32,
     /// The unit, as Envoy's `RateLimit.Unit` numbers it.
-    pub unit: i32,
+    pub(crate) unit: i32,
     /// The rule's `metadata`, for the answer's dynamic metadata.
-    pub metadata: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
+    pub(crate) metadata: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
+}
+
+impl Rule {
+    /// Its path: `generic_key_login.remote_address`.
+    pub fn path(&self) -> &String {
+        &self.path
+    }
+
+    /// What it limits with.
+    pub fn limit(&self) -> &RuleLimit {
+        &self.limit
+    }
+
+    /// Decided and counted, never denied.
+    pub fn shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// `rate_limit.name`, for `replaces` and the answer's `current_limit.name`.
+    pub fn name(&self) -> &Option<String> {
+        &self.name
+    }
+
+    /// Names of the rules it replaces when both apply.
+    pub fn replaces(&self) -> &Vec<String> {
+        &self.replaces
+    }
+
+    /// What the answer's `current_limit` says: requests per unit and the unit (0 when
+    /// the window is no Envoy unit).
+    pub fn requests_per_unit(&self) -> u32 {
+        self.requests_per_unit
+    }
+
+    /// The unit, as Envoy's `RateLimit.Unit` numbers it.
+    pub fn unit(&self) -> i32 {
+        self.unit
+    }
+
+    /// The rule's `metadata`, for the answer's dynamic metadata.
+    pub fn metadata(&self) -> &Option<Arc<serde_json::Map<String, serde_json::Value>>> {
+        &self.metadata
+    }
 }
 
 /// A rule a descriptor found, and the entries whose values count as the rule writes
@@ -155,9 +198,21 @@ pub struct Rule {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Found {
     /// The rule.
-    pub rule: Arc<Rule>,
+    pub(crate) rule: Arc<Rule>,
     /// (entry index, the value as the rule writes it, `*` included)
-    pub shared: Vec<(usize, Arc<str>)>,
+    pub(crate) shared: Vec<(usize, Arc<str>)>,
+}
+
+impl Found {
+    /// The rule.
+    pub fn rule(&self) -> &Arc<Rule> {
+        &self.rule
+    }
+
+    /// (entry index, the value as the rule writes it, `*` included)
+    pub fn shared(&self) -> &Vec<(usize, Arc<str>)> {
+        &self.shared
+    }
 }
 
 impl Found {

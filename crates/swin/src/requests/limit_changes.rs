@@ -26,11 +26,29 @@ pub const MAX_EXPIRES_IN_SECS: f64 = 10.0 * 365.0 * 86_400.0;
 pub struct Change {
     /// The limits, in the shape the namespace's algorithm takes (window limits, or a
     /// GCRA bucket).
-    pub limits: RawKeyLimits,
+    pub(crate) limits: RawKeyLimits,
     /// Seconds until the limits lapse (`None`: never).
-    pub expires_in: Option<f64>,
+    pub(crate) expires_in: Option<f64>,
     /// Who made the change (a token's name), kept beside it.
-    pub set_by: String,
+    pub(crate) set_by: String,
+}
+
+impl Change {
+    /// The limits, in the shape the namespace's algorithm takes (window limits, or a
+    /// GCRA bucket).
+    pub fn limits(&self) -> &RawKeyLimits {
+        &self.limits
+    }
+
+    /// Seconds until the limits lapse (`None`: never).
+    pub fn expires_in(&self) -> Option<f64> {
+        self.expires_in
+    }
+
+    /// Who made the change (a token's name), kept beside it.
+    pub fn set_by(&self) -> &String {
+        &self.set_by
+    }
 }
 
 /// Whether `key` of `namespace` can take runtime limits: the key is valid, the namespace

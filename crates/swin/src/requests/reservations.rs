@@ -51,34 +51,93 @@ const RETRY_EVERY: Duration = Duration::from_millis(500);
 #[derive(Debug)]
 pub struct Reserved {
     /// The hit's verdict.
-    pub verdict: Verdict,
+    pub(crate) verdict: Verdict,
     /// The reservation's id and lapse time (allowed only).
-    pub reservation: Option<(String, UnixMs)>,
+    pub(crate) reservation: Option<(String, UnixMs)>,
+}
+
+impl Reserved {
+    /// The hit's verdict.
+    pub fn verdict(&self) -> &Verdict {
+        &self.verdict
+    }
+
+    /// The reservation's id and lapse time (allowed only).
+    pub fn reservation(&self) -> &Option<(String, UnixMs)> {
+        &self.reservation
+    }
 }
 
 /// How a commit settled.
 #[derive(Debug, Serialize)]
 pub struct Settled {
     /// True once settled (a second commit of it answers that it is unknown).
-    pub committed: bool,
+    pub(crate) committed: bool,
     /// Its id.
-    pub reservation: String,
+    pub(crate) reservation: String,
     /// What the reserve spent.
-    pub estimate: f64,
+    pub(crate) estimate: f64,
     /// The actual cost it was settled at.
-    pub cost: f64,
+    pub(crate) cost: f64,
     /// Spent beyond the estimate.
-    pub charged: f64,
+    pub(crate) charged: f64,
     /// Of the estimate, given back.
-    pub given_back: f64,
+    pub(crate) given_back: f64,
     /// Beyond the estimate but not charged: the limits had no room left for it.
-    pub uncharged: f64,
+    pub(crate) uncharged: f64,
     /// The key after the settlement, as a dry run sees it.
     #[serde(flatten)]
-    pub after: HitAnswer,
+    pub(crate) after: HitAnswer,
     /// The key after the settlement, as its verdict.
     #[serde(skip)]
-    pub verdict: Verdict,
+    pub(crate) verdict: Verdict,
+}
+
+impl Settled {
+    /// True once settled (a second commit of it answers that it is unknown).
+    pub fn committed(&self) -> bool {
+        self.committed
+    }
+
+    /// Its id.
+    pub fn reservation(&self) -> &String {
+        &self.reservation
+    }
+
+    /// What the reserve spent.
+    pub fn estimate(&self) -> f64 {
+        self.estimate
+    }
+
+    /// The actual cost it was settled at.
+    pub fn cost(&self) -> f64 {
+        self.cost
+    }
+
+    /// Spent beyond the estimate.
+    pub fn charged(&self) -> f64 {
+        self.charged
+    }
+
+    /// Of the estimate, given back.
+    pub fn given_back(&self) -> f64 {
+        self.given_back
+    }
+
+    /// Beyond the estimate but not charged: the limits had no room left for it.
+    pub fn uncharged(&self) -> f64 {
+        self.uncharged
+    }
+
+    /// The key after the settlement, as a dry run sees it.
+    pub fn after(&self) -> &HitAnswer {
+        &self.after
+    }
+
+    /// The key after the settlement, as its verdict.
+    pub fn verdict(&self) -> &Verdict {
+        &self.verdict
+    }
 }
 
 /// A reservation's life: `ttl` seconds if given (a millisecond ≤ ttl ≤ a day: a shorter one would lapse before it is granted), else 30.

@@ -43,9 +43,21 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct RuntimeLimit {
     /// The limits, in the namespace's algorithm.
-    pub limits: KeyLimits,
+    pub(crate) limits: KeyLimits,
     /// As the store keeps them (who set them, when, until when).
-    pub stored: StoredLimit,
+    pub(crate) stored: StoredLimit,
+}
+
+impl RuntimeLimit {
+    /// The limits, in the namespace's algorithm.
+    pub fn limits(&self) -> &KeyLimits {
+        &self.limits
+    }
+
+    /// As the store keeps them (who set them, when, until when).
+    pub fn stored(&self) -> &StoredLimit {
+        &self.stored
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -30,13 +30,32 @@ use swin_sync::store::Demands;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Entry {
     /// Requests per unit it asks for; `None`: it went away, and only assigned.
-    pub asks: Option<f64>,
+    pub(crate) asks: Option<f64>,
     /// Whether its ask is shown by its own reports (a stream's second report of the
     /// bucket on): an ask only claimed (a first report's) takes only the room that shown
     /// asks leave.
-    pub shown: bool,
+    pub(crate) shown: bool,
     /// The share it is assigned now (what it was last told, until that lapses).
-    pub assigned: f64,
+    pub(crate) assigned: f64,
+}
+
+impl Entry {
+    /// Requests per unit it asks for; `None`: it went away, and only assigned.
+    pub fn asks(&self) -> Option<f64> {
+        self.asks
+    }
+
+    /// Whether its ask is shown by its own reports (a stream's second report of the
+    /// bucket on): an ask only claimed (a first report's) takes only the room that shown
+    /// asks leave.
+    pub fn shown(&self) -> bool {
+        self.shown
+    }
+
+    /// The share it is assigned now (what it was last told, until that lapses).
+    pub fn assigned(&self) -> f64 {
+        self.assigned
+    }
 }
 
 impl Entry {

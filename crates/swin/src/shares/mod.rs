@@ -58,14 +58,38 @@ pub const MAX_PAIRS_PER_BUCKET: usize = 64;
 pub struct QuotaLimits {
     /// Streams one client may hold open (per token with `[auth]`, else per peer address);
     /// past it a stream is refused.
-    pub streams_per_client: usize,
+    pub(crate) streams_per_client: usize,
     /// Live buckets one stream may hold; past it a new bucket is abandoned.
-    pub buckets_per_stream: usize,
+    pub(crate) buckets_per_stream: usize,
     /// Live buckets one client may hold across its streams; past it a new bucket is
     /// abandoned (one client cannot take the node's room from the others).
-    pub buckets_per_client: usize,
+    pub(crate) buckets_per_client: usize,
     /// Live buckets across the node's streams; past it a new bucket is abandoned.
-    pub buckets: usize,
+    pub(crate) buckets: usize,
+}
+
+impl QuotaLimits {
+    /// Streams one client may hold open (per token with `[auth]`, else per peer address);
+    /// past it a stream is refused.
+    pub fn streams_per_client(&self) -> usize {
+        self.streams_per_client
+    }
+
+    /// Live buckets one stream may hold; past it a new bucket is abandoned.
+    pub fn buckets_per_stream(&self) -> usize {
+        self.buckets_per_stream
+    }
+
+    /// Live buckets one client may hold across its streams; past it a new bucket is
+    /// abandoned (one client cannot take the node's room from the others).
+    pub fn buckets_per_client(&self) -> usize {
+        self.buckets_per_client
+    }
+
+    /// Live buckets across the node's streams; past it a new bucket is abandoned.
+    pub fn buckets(&self) -> usize {
+        self.buckets
+    }
 }
 
 impl Default for QuotaLimits {
@@ -92,31 +116,77 @@ pub type BucketId = Vec<(String, String)>;
 #[derive(Debug, Clone, Default)]
 pub struct Reports {
     /// The namespace.
-    pub domain: String,
+    pub(crate) domain: String,
     /// Each bucket's usage since the last report.
-    pub usages: Vec<Usage>,
+    pub(crate) usages: Vec<Usage>,
+}
+
+impl Reports {
+    /// The namespace.
+    pub fn domain(&self) -> &String {
+        &self.domain
+    }
+
+    /// Each bucket's usage since the last report.
+    pub fn usages(&self) -> &Vec<Usage> {
+        &self.usages
+    }
 }
 
 /// One bucket's usage since the proxy's last report of it.
 #[derive(Debug, Clone, Default)]
 pub struct Usage {
     /// The bucket (any order; sorted here).
-    pub bucket: BucketId,
+    pub(crate) bucket: BucketId,
     /// The time the usage covers, as the proxy measured it (`None` or zero: unknown).
-    pub elapsed: Option<Duration>,
+    pub(crate) elapsed: Option<Duration>,
     /// Requests the proxy let through.
-    pub allowed: u64,
+    pub(crate) allowed: u64,
     /// Requests the proxy refused.
-    pub denied: u64,
+    pub(crate) denied: u64,
+}
+
+impl Usage {
+    /// The bucket (any order; sorted here).
+    pub fn bucket(&self) -> &BucketId {
+        &self.bucket
+    }
+
+    /// The time the usage covers, as the proxy measured it (`None` or zero: unknown).
+    pub fn elapsed(&self) -> Option<Duration> {
+        self.elapsed
+    }
+
+    /// Requests the proxy let through.
+    pub fn allowed(&self) -> u64 {
+        self.allowed
+    }
+
+    /// Requests the proxy refused.
+    pub fn denied(&self) -> u64 {
+        self.denied
+    }
 }
 
 /// What a proxy is told for one bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BucketAction {
     /// The bucket.
-    pub bucket: BucketId,
+    pub(crate) bucket: BucketId,
     /// What it enforces.
-    pub action: Action,
+    pub(crate) action: Action,
+}
+
+impl BucketAction {
+    /// The bucket.
+    pub fn bucket(&self) -> &BucketId {
+        &self.bucket
+    }
+
+    /// What it enforces.
+    pub fn action(&self) -> Action {
+        self.action
+    }
 }
 
 /// The quota service of one node: its proxies, and what the other nodes' proxies ask

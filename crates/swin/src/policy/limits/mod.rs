@@ -41,10 +41,10 @@ pub struct RawGcra {
 pub struct RawKeyLimits {
     /// Window limits (a window algorithm).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub limits: Vec<RawLimit>,
+    pub(crate) limits: Vec<RawLimit>,
     /// A bucket (GCRA).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gcra: Option<RawGcra>,
+    pub(crate) gcra: Option<RawGcra>,
 }
 
 impl RawKeyLimits {
@@ -109,19 +109,19 @@ pub struct RawOverride {
 #[derive(Debug)]
 pub struct RawLimits {
     /// `algorithm` (none: sliding windows).
-    pub algorithm: Option<String>,
+    pub(crate) algorithm: Option<String>,
     /// `limits`.
-    pub limits: Vec<RawLimit>,
+    pub(crate) limits: Vec<RawLimit>,
     /// `gcra`.
-    pub gcra: Option<RawGcra>,
+    pub(crate) gcra: Option<RawGcra>,
     /// `count_denied`.
-    pub count_denied: Option<bool>,
+    pub(crate) count_denied: Option<bool>,
     /// `key_from`.
-    pub key_from: Option<String>,
+    pub(crate) key_from: Option<String>,
     /// `overrides`.
-    pub overrides: Vec<RawOverride>,
+    pub(crate) overrides: Vec<RawOverride>,
     /// `shadow`.
-    pub shadow: Option<bool>,
+    pub(crate) shadow: Option<bool>,
 }
 
 /// The limits one key is decided against.
@@ -260,16 +260,44 @@ pub enum KeyFrom {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// What a key without an override is decided against.
-    pub default: KeyLimits,
+    pub(crate) default: KeyLimits,
     /// Keys decided against limits of their own instead.
-    pub overrides: BTreeMap<String, KeyLimits>,
+    pub(crate) overrides: BTreeMap<String, KeyLimits>,
     /// Denied hits count too (Kong's penalty); by default they do not.
-    pub count_denied: bool,
+    pub(crate) count_denied: bool,
     /// Where `/v1/auth` (nginx) reads the key from.
-    pub key_from: KeyFrom,
+    pub(crate) key_from: KeyFrom,
     /// Every limit decides and counts but none denies (`shadow = true`): hits they
     /// would deny pass, counted, and are marked as would-be denials.
-    pub shadow: bool,
+    pub(crate) shadow: bool,
+}
+
+impl Limits {
+    /// What a key without an override is decided against.
+    pub fn default(&self) -> &KeyLimits {
+        &self.default
+    }
+
+    /// Keys decided against limits of their own instead.
+    pub fn overrides(&self) -> &BTreeMap<String, KeyLimits> {
+        &self.overrides
+    }
+
+    /// Denied hits count too (Kong's penalty); by default they do not.
+    pub fn count_denied(&self) -> bool {
+        self.count_denied
+    }
+
+    /// Where `/v1/auth` (nginx) reads the key from.
+    pub fn key_from(&self) -> &KeyFrom {
+        &self.key_from
+    }
+
+    /// Every limit decides and counts but none denies (`shadow = true`): hits they
+    /// would deny pass, counted, and are marked as would-be denials.
+    pub fn shadow(&self) -> bool {
+        self.shadow
+    }
 }
 
 impl Limits {

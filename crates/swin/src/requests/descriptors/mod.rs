@@ -162,35 +162,91 @@ pub enum Shown {
 #[derive(Debug, Clone)]
 pub struct Answer {
     /// The rule that applied (none: no rule matched).
-    pub rule: Option<Arc<Rule>>,
+    pub(crate) rule: Option<Arc<Rule>>,
     /// What it shows.
-    pub shown: Shown,
+    pub(crate) shown: Shown,
+}
+
+impl Answer {
+    /// The rule that applied (none: no rule matched).
+    pub fn rule(&self) -> &Option<Arc<Rule>> {
+        &self.rule
+    }
+
+    /// What it shows.
+    pub fn shown(&self) -> &Shown {
+        &self.shown
+    }
 }
 
 /// A hit a descriptor took, as the metrics count it.
 #[derive(Debug, Clone)]
 pub struct Counted {
     /// The rule's name, or (unnamed) the limit that decided.
-    pub policy: Arc<str>,
+    pub(crate) policy: Arc<str>,
     /// Whether the hit was admitted.
-    pub allowed: bool,
+    pub(crate) allowed: bool,
     /// Admitted only because its limit is in shadow.
-    pub shadow_denied: bool,
+    pub(crate) shadow_denied: bool,
+}
+
+impl Counted {
+    /// The rule's name, or (unnamed) the limit that decided.
+    pub fn policy(&self) -> &Arc<str> {
+        &self.policy
+    }
+
+    /// Whether the hit was admitted.
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// Admitted only because its limit is in shadow.
+    pub fn shadow_denied(&self) -> bool {
+        self.shadow_denied
+    }
 }
 
 /// What a request of descriptors decided.
 #[derive(Debug, Clone)]
 pub struct Decided {
     /// One answer per descriptor, in order.
-    pub answers: Vec<Answer>,
+    pub(crate) answers: Vec<Answer>,
     /// Whether any descriptor (not in shadow) is over its limit.
-    pub over: bool,
+    pub(crate) over: bool,
     /// The strictest descriptor, for the RateLimit headers.
-    pub strictest: Option<Strictest>,
+    pub(crate) strictest: Option<Strictest>,
     /// Each hit or acquire decided, for the metrics.
-    pub counted: Vec<Counted>,
+    pub(crate) counted: Vec<Counted>,
     /// What each lease call did (`released`, `acquired`, `denied`), for the metrics.
-    pub leases: Vec<&'static str>,
+    pub(crate) leases: Vec<&'static str>,
+}
+
+impl Decided {
+    /// One answer per descriptor, in order.
+    pub fn answers(&self) -> &Vec<Answer> {
+        &self.answers
+    }
+
+    /// Whether any descriptor (not in shadow) is over its limit.
+    pub fn over(&self) -> bool {
+        self.over
+    }
+
+    /// The strictest descriptor, for the RateLimit headers.
+    pub fn strictest(&self) -> &Option<Strictest> {
+        &self.strictest
+    }
+
+    /// Each hit or acquire decided, for the metrics.
+    pub fn counted(&self) -> &Vec<Counted> {
+        &self.counted
+    }
+
+    /// What each lease call did (`released`, `acquired`, `denied`), for the metrics.
+    pub fn leases(&self) -> &Vec<&'static str> {
+        &self.leases
+    }
 }
 
 /// The strictest descriptor of a request.
