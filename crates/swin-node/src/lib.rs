@@ -15,9 +15,3 @@ pub(crate) mod rls;
 pub mod state;
 pub mod telemetry;
 pub(crate) mod tls;
-
-// what the doors use of the library, under the names they had in the daemon
-pub use swin::{
-    auth, config, counting, decisions, error, giving_back, leases, pipeline, policy, requests,
-    reservations, runtime_limits, spool,
-};

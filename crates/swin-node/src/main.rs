@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use swin_node::config::Config;
+use swin::config::Config;
 use swin_node::node::{migrate_all, Daemon, Signals};
 
 /// mimalloc instead of the system allocator: a request allocates and frees a few dozen

@@ -1,6 +1,5 @@
-//! What every request of the daemon shares: the namespaces the limiter serves (swapped
-//! whole on a reload, read without a lock), the metrics, and each door's limits and
-//! access.
+//! What every request of the daemon shares: the limiter (its namespaces swapped whole
+//! on a reload, read without a lock), the metrics, and each door's limits and access.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,16 +7,15 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, ArcSwapOption};
 
 use swin::config::AuthConfig;
-use swin::error::Error;
-pub use swin::state::{Namespace, Namespaces};
+use swin::state::Namespaces;
+use swin::Limiter;
 
 use crate::metrics::Metrics;
 
 #[derive(Debug)]
 pub struct AppState {
-    /// The limiter's namespaces, swapped whole on reload; requests read them without a
-    /// lock.
-    pub namespaces: Arc<ArcSwap<Namespaces>>,
+    /// The limiter every door asks.
+    pub limiter: Arc<Limiter>,
     /// The node's metrics: its doors' own, and where the pipeline records what it
     /// decides ([`swin::recorder::Recorder`]).
     pub metrics: Arc<Metrics>,
@@ -32,8 +30,6 @@ pub struct AppState {
     pub trusted_proxies: ArcSwap<Vec<ipnet::IpNet>>,
     /// Where the spool lives (`data_dir`), for the metrics; `None` for a bare router.
     pub data_dir: Option<std::path::PathBuf>,
-    /// Caps of Envoy's quota service (`[quota]`).
-    pub quota: swin::shares::QuotaLimits,
 }
 
 impl AppState {
@@ -45,36 +41,33 @@ impl AppState {
             ns.record_to(metrics.clone());
         }
         AppState {
-            namespaces: Arc::new(ArcSwap::from_pointee(namespaces)),
+            limiter: Arc::new(Limiter::over(namespaces)),
             metrics,
             body_limit,
-            body_timeout: Duration::from_secs_f64(crate::config::defaults::BODY_TIMEOUT_SECS),
-            max_batch: crate::config::defaults::MAX_BATCH,
+            body_timeout: Duration::from_secs_f64(swin::config::defaults::BODY_TIMEOUT_SECS),
+            max_batch: swin::config::defaults::MAX_BATCH,
             auth: ArcSwapOption::empty(),
             trusted_proxies: ArcSwap::from_pointee(Vec::new()),
             data_dir: None,
-            quota: swin::shares::QuotaLimits::default(),
         }
     }
 
-    /// The state of a node serving `namespaces` (its limiter's, recording to `metrics`;
-    /// namespaces recording nowhere yet record there): the request limits and access of
-    /// `config`.
+    /// The state of a node asking `limiter` (namespaces recording nowhere yet record to
+    /// `metrics`): the request limits and access of `config`.
     pub fn for_config(
-        config: &crate::config::Config,
-        namespaces: Arc<ArcSwap<Namespaces>>,
+        config: &swin::config::Config,
+        limiter: Arc<Limiter>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        for ns in namespaces.load().values() {
+        for ns in limiter.namespaces().values() {
             ns.record_to(metrics.clone());
         }
         let state = AppState {
-            namespaces,
+            limiter,
             metrics,
             body_timeout: config.connections.body_timeout,
             max_batch: config.max_batch,
             data_dir: Some(config.data_dir.clone()),
-            quota: config.quota,
             ..AppState::new(Namespaces::new(), config.body_limit)
         };
         state.set_access(config);
@@ -83,13 +76,19 @@ impl AppState {
 
     /// Who may call what, from `config`: its tokens and its trusted proxies (at start
     /// and on every reload).
-    pub fn set_access(&self, config: &crate::config::Config) {
+    pub fn set_access(&self, config: &swin::config::Config) {
         self.auth.store(config.auth.clone().map(Arc::new));
         self.trusted_proxies
             .store(Arc::new(config.trusted_proxies.clone()));
     }
 
-    pub(crate) fn namespace(&self, name: &str) -> Result<Arc<Namespace>, Error> {
-        swin::state::namespace_in(&self.namespaces.load(), name)
+    /// The namespace `name`, as served now (status reads).
+    pub(crate) fn namespace(&self, name: &str) -> Result<Arc<swin::state::Namespace>, swin::error::Error> {
+        self.limiter.namespace(name)
+    }
+
+    /// The namespaces served now (status pages and metrics).
+    pub fn namespaces(&self) -> Arc<Namespaces> {
+        self.limiter.namespaces()
     }
 }

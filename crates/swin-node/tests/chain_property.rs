@@ -15,7 +15,7 @@ use http_body_util::BodyExt;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Cases, TestCaseError, TestRunner};
 use swin_core::{UnixMs, WindowSize};
-use swin_node::config::Config;
+use swin::config::Config;
 use swin_node::http;
 use swin_node::node::{open_store, Daemon};
 use swin_sync::{Store, WindowKey};

@@ -16,9 +16,9 @@ use axum::http::Request;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use swin_core::{UnixMs, WindowAlgorithm, WindowLimit, WindowSize};
-use swin_node::config::{AdmissionMode, NamespaceConfig};
+use swin::config::{AdmissionMode, NamespaceConfig};
 use swin_node::http;
-use swin_node::policy::limits::{KeyFrom, KeyLimits, Limits, WindowSet};
+use swin::policy::limits::{KeyFrom, KeyLimits, Limits, WindowSet};
 use swin_node::state::{AppState, Namespace, Namespaces};
 use swin_sync::store::{PostgresStore, RedisStore};
 use swin_sync::{Store, SyncMode};
@@ -57,9 +57,9 @@ fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> ax
         allow_decrements: false,
         admission: AdmissionMode::Eventual,
         algorithm: if gcra {
-            swin_node::policy::algorithm::Algorithm::Gcra
+            swin::policy::algorithm::Algorithm::Gcra
         } else {
-            swin_node::policy::algorithm::Algorithm::SlidingWindow
+            swin::policy::algorithm::Algorithm::SlidingWindow
         },
         rules: None,
         envoy_response_headers: true,

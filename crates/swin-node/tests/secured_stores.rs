@@ -6,14 +6,14 @@
 //! password shows in no error and no `Debug` output.
 
 use swin_core::Diff;
-use swin_node::config::Config;
+use swin::config::Config;
 use swin_node::node::open_store;
 use swin_sync::{Push, Store, WindowKey};
 use swin_testkit::tls::{TlsPostgres, TlsRedis, PASSWORD};
 
 const START: i64 = 1_763_784_000;
 
-fn store_config(section: &str, password: &str) -> swin_node::config::StoreConfig {
+fn store_config(section: &str, password: &str) -> swin::config::StoreConfig {
     let text = format!(
         "[stores.main]\n{section}\n[[namespaces]]\nname = \"ns\"\nwindow_sizes = [60]\nsync_rate = 1\nstore = \"main\"\n"
     );

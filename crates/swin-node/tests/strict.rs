@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use swin_node::config::Config;
+use swin::config::Config;
 use swin_node::http;
 use swin_node::state::{AppState, Namespace, Namespaces};
 use swin_sync::store::{RedisStore, SqliteStore};

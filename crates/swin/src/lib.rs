@@ -26,17 +26,17 @@
 #![warn(missing_docs)]
 pub mod auth;
 pub mod config;
-pub(crate) mod decisions;
+pub mod decisions;
 pub mod error;
-pub(crate) mod leases;
+pub mod leases;
 pub mod limiter;
 pub(crate) mod pipeline;
 pub mod policy;
 pub mod recorder;
 pub mod requests;
-pub(crate) mod runtime_limits;
+pub mod runtime_limits;
 pub mod shares;
-pub(crate) mod spans;
+pub mod spans;
 pub mod spool;
 pub mod state;
 #[cfg(feature = "tower")]

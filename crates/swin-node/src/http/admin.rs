@@ -1,7 +1,7 @@
 //! Operating a node over HTTP: reset a key, list namespaces, sync now, health,
 //! readiness and metrics.
 
-use crate::config::{AdmissionMode, OnStoreFailure};
+use swin::config::{AdmissionMode, OnStoreFailure};
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
@@ -14,9 +14,10 @@ use serde::{Deserialize, Serialize};
 use super::error::ApiError;
 use super::extract::ApiPath;
 use super::Route;
-use crate::error::Error;
-use crate::policy::input::check_key;
-use crate::state::{AppState, Namespace};
+use swin::error::Error;
+use swin::policy::input::check_key;
+use crate::state::AppState;
+use swin::state::Namespace;
 use swin_sync::now;
 
 /// What the `admin` scope allows: reset a key, list namespaces, sync now, the status
@@ -83,7 +84,7 @@ async fn reset(
 ) -> Result<Response, ApiError> {
     check_key(&key)?;
     let ns = state.namespace(&namespace)?;
-    ns.sync
+    ns.sync()
         .reset(&key)
         .await
         .map_err(|e| Error::store(&e, "reset"))?;
@@ -128,12 +129,12 @@ struct NamespaceInfo {
 }
 
 fn info(ns: &Namespace) -> NamespaceInfo {
-    let st = ns.sync.status();
-    let mode = ns.sync.mode();
+    let st = ns.sync().status();
+    let mode = ns.sync().mode();
     NamespaceInfo {
-        name: ns.sync.name().to_owned(),
+        name: ns.sync().name().to_owned(),
         window_sizes: ns
-            .sync
+            .sync()
             .counters()
             .window_sizes()
             .map(|s| s.secs())
@@ -144,31 +145,31 @@ fn info(ns: &Namespace) -> NamespaceInfo {
             swin_sync::SyncMode::Synchronous => 0.0,
             swin_sync::SyncMode::LocalOnly => -1.0,
         },
-        store: ns.store_name.clone(),
-        algorithm: match ns.algorithm {
+        store: ns.store_name().clone(),
+        algorithm: match ns.algorithm() {
             swin::policy::algorithm::Algorithm::Concurrency => Some("concurrency"),
-            _ => ns.limits.as_ref().map(|l| l.algorithm().name()),
+            _ => ns.limits().as_ref().map(|l| l.algorithm().name()),
         },
-        limit: ns.concurrency.map(|c| c.limit),
-        lease_ttl: ns.concurrency.map(|c| c.lease_ttl.as_secs_f64()),
-        counters: ns.sync.counters().len(),
-        buckets: ns.sync.counters().buckets().len(),
-        evictions: ns.sync.counters().evictions(),
+        limit: ns.concurrency().map(|c| c.limit),
+        lease_ttl: ns.concurrency().map(|c| c.lease_ttl.as_secs_f64()),
+        counters: ns.sync().counters().len(),
+        buckets: ns.sync().counters().buckets().len(),
+        evictions: ns.sync().counters().evictions(),
         last_sync_ms: st.last_success_ms,
         pending_diffs: st.pending_diffs,
         pending_advances: st.pending_advances,
         degraded: st.degraded.is_some(),
         degraded_reason: st.degraded,
-        admission: ns.limits.as_ref().map(|_| ns.admission_mode.name()),
-        on_store_failure: match ns.admission_mode {
+        admission: ns.limits().as_ref().map(|_| ns.admission_mode().name()),
+        on_store_failure: match ns.admission_mode() {
             AdmissionMode::Strict { on_store_failure } => Some(match on_store_failure {
                 OnStoreFailure::Local => "local",
                 OnStoreFailure::Deny => "deny",
             }),
             AdmissionMode::Eventual => None,
         },
-        reservations: ns.sync.reservations(),
-        shadow: ns.limits.as_ref().is_some_and(|l| l.shadow),
+        reservations: ns.sync().reservations(),
+        shadow: ns.limits().as_ref().is_some_and(|l| l.shadow()),
     }
 }
 
@@ -211,15 +212,15 @@ const UI_TOP: usize = 5;
 /// the streams of Envoy's quota service open on it (one per proxy).
 async fn ui_status(State(state): State<Arc<AppState>>) -> Response {
     let now = now();
-    let namespaces = state.namespaces.load();
+    let namespaces = state.namespaces();
     let mut list: Vec<NamespaceInfo> = namespaces.values().map(|n| info(n)).collect();
     list.sort_by(|a, b| a.name.cmp(&b.name));
     let top: serde_json::Map<String, serde_json::Value> = namespaces
         .iter()
         .map(|(name, ns)| {
             let keys: Vec<serde_json::Value> = ns
-                .heaviest
-                .denied
+                .heaviest()
+                .denied()
                 .top(UI_TOP, now.secs())
                 .keys
                 .iter()
@@ -241,7 +242,7 @@ async fn ui_status(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn list_namespaces(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    let list: Vec<NamespaceInfo> = state.namespaces.load().values().map(|n| info(n)).collect();
+    let list: Vec<NamespaceInfo> = state.namespaces().values().map(|n| info(n)).collect();
     Json(serde_json::json!({ "namespaces": list }))
 }
 
@@ -250,7 +251,7 @@ async fn sync_now(
     ApiPath(namespace): ApiPath<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let ns = state.namespace(&namespace)?;
-    match ns.sync.sync_requested(now()).await {
+    match ns.sync().sync_requested(now()).await {
         Ok(r) => Ok(Json(serde_json::json!({
             "namespace": namespace, "pushed": r.pushed, "fetched": r.fetched, "duration_ms": r.duration_ms
         }))),
@@ -288,14 +289,14 @@ async fn ready(
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| Error::BadRequest(format!("query: {}", e.body_text())))?;
     let now = now();
-    let namespaces = state.namespaces.load();
+    let namespaces = state.namespaces();
     let (mut unready, mut answering) = (Vec::new(), Vec::new());
     for n in namespaces.values() {
-        let Err(why) = n.sync.readiness(now) else {
+        let Err(why) = n.sync().readiness(now) else {
             continue;
         };
-        let entry = serde_json::json!({"namespace": n.sync.name(), "reason": why});
-        let reached_once = n.sync.status().last_success_ms.is_some();
+        let entry = serde_json::json!({"namespace": n.sync().name(), "reason": why});
+        let reached_once = n.sync().status().last_success_ms.is_some();
         if q.store == StoreReach::Reached && reached_once {
             answering.push(entry);
         } else {
@@ -306,8 +307,8 @@ async fn ready(
     // first touch), so they are named, not held against readiness
     let warming: Vec<String> = namespaces
         .values()
-        .filter(|n| n.sync.warming())
-        .map(|n| n.sync.name().to_owned())
+        .filter(|n| n.sync().warming())
+        .map(|n| n.sync().name().to_owned())
         .collect();
     let mut body = if unready.is_empty() {
         serde_json::json!({"status": "ready"})
@@ -328,25 +329,25 @@ async fn ready(
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let namespaces = state.namespaces.load();
+    let namespaces = state.namespaces();
     let engines: Vec<&swin_sync::NamespaceSync> =
-        namespaces.values().map(|n| n.sync.as_ref()).collect();
+        namespaces.values().map(|n| n.sync().as_ref()).collect();
     // each concurrency namespace's slots in flight, and the reservations open in each
     // namespace this node has reserved in, asked of their stores together
     let now = swin_sync::now();
     let live = futures_util::future::join_all(
         namespaces
             .iter()
-            .filter(|(name, n)| n.concurrency.is_some() || state.metrics.reserved_in(name))
+            .filter(|(name, n)| n.concurrency().is_some() || state.metrics.reserved_in(name))
             .map(|(name, n)| async move {
-                let live = match n.leases.in_flight(now).await {
+                let live = match n.leases().in_flight(now).await {
                     Ok(live) => Some(live),
                     Err(e) => {
                         tracing::debug!(namespace = %name, cause = %e, "leases in flight: no answer");
                         None
                     }
                 };
-                live.map(|l| (n.concurrency.is_some(), name.to_string(), l))
+                live.map(|l| (n.concurrency().is_some(), name.to_string(), l))
             }),
     )
     .await;
@@ -358,7 +359,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         .metrics
         .render(&engines, &strip(in_flight), &strip(open));
     if let Some(dir) = &state.data_dir {
-        body.push_str(&crate::metrics::spool_gauge(crate::spool::files(dir).len()));
+        body.push_str(&crate::metrics::spool_gauge(swin::spool::files(dir).len()));
     }
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
 }

@@ -1,6 +1,6 @@
 //! Bearer tokens over HTTP: each area's routes require a scope ([`guard`]); without
 //! `[auth]` in the config every route is open. The check is the doors' shared one
-//! ([`crate::auth`]).
+//! ([`swin::auth`]).
 
 use std::sync::Arc;
 
@@ -12,9 +12,9 @@ use axum::Router;
 use tracing::{info, warn};
 
 use super::error::ApiError;
-use crate::auth::{check_authorization, Denied};
-use crate::config::{AuthConfig, Scope, Token};
-use crate::error::Error;
+use swin::auth::{check_authorization, Denied};
+use swin::config::{AuthConfig, Scope, Token};
+use swin::error::Error;
 use crate::state::AppState;
 
 /// Who made a request: the name of the token it carried, `anonymous` without `[auth]`

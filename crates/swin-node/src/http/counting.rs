@@ -14,12 +14,8 @@ use swin_core::WindowRate;
 use super::error::ApiError;
 use super::extract::{parse_json, ApiPath, JsonBody, RawJson};
 use super::Route;
-use crate::counting::{count_batch as count_batch_in, increment_key, AskedIncrement};
-use crate::error::Error;
-use crate::pipeline::to_the_end;
-use crate::policy::input::{check_increment, check_key};
 use crate::state::AppState;
-use swin_sync::now;
+use swin::error::Error;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -97,20 +93,16 @@ async fn increment(
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<IncrementBody>,
 ) -> Result<Response, ApiError> {
-    check_key(&key)?;
-    let ns = state.namespace(&namespace)?;
-    let value = check_increment(body.value, ns.allow_decrements, ns.sync.name())?;
-    Ok(to_the_end(ns.counts_in_the_store(), async move {
-        ns.first_touch(&[&key], true).await;
-        let windows = increment_key(&ns, &key, value, body.window_size, now()).await?;
-        let rates = KeyRates {
-            namespace: &namespace,
-            key: &key,
-            windows: windows.into_iter().map(WindowJson::from).collect(),
-        };
-        Ok(rates.into_json())
-    })
-    .await?)
+    let windows = state
+        .limiter
+        .increment(&namespace, &key, body.value, body.window_size)
+        .await?;
+    let rates = KeyRates {
+        namespace: &namespace,
+        key: &key,
+        windows: windows.into_iter().map(WindowJson::from).collect(),
+    };
+    Ok(rates.into_json())
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,19 +117,13 @@ async fn read_key(
     query: Result<Query<ReadQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
-    check_key(&key)?;
-    let ns = state.namespace(&namespace)?;
-    ns.first_touch(&[&key], false).await;
-    let now = now();
-    let counters = ns.sync.counters();
-    let windows = match q.window_size {
-        Some(s) => vec![counters.table(s)?.rate_tracked(&key, now).into()],
-        None => counters
-            .tables()
-            .iter()
-            .map(|t| t.rate_tracked(&key, now).into())
-            .collect(),
-    };
+    let windows = state
+        .limiter
+        .rates(&namespace, &key, q.window_size)
+        .await?
+        .into_iter()
+        .map(WindowJson::from)
+        .collect();
     let body = KeyRates {
         namespace: &namespace,
         key: &key,
@@ -231,39 +217,17 @@ async fn increments_batch(
         )
         .into());
     };
-    // whole when a namespace of this node counts in the store (the batch is parsed in
-    // the task: its items borrow the body)
-    let whole = state
-        .namespaces
-        .load()
-        .values()
-        .any(|n| n.counts_in_the_store());
-    Ok(to_the_end(whole, count_batch(state, bytes)).await?)
-}
-
-async fn count_batch(state: Arc<AppState>, bytes: axum::body::Bytes) -> Result<Response, Error> {
     let body: BatchBody = parse_json(Some(&bytes))?;
-    let asked: Vec<AskedIncrement> = body
+    let asked: Vec<(&str, &str, Option<f64>, Option<u32>)> = body
         .increments
         .iter()
-        .map(|item| AskedIncrement {
-            namespace: &item.namespace,
-            key: &item.key,
-            value: item.value,
-            window_size: item.window_size,
-        })
+        .map(|i| (&*i.namespace, &*i.key, i.value, i.window_size))
         .collect();
-    let counted = count_batch_in(
-        &state.namespaces.load_full(),
-        &asked,
-        state.max_batch,
-        now(),
-    )
-    .await?;
+    let counted = state.limiter.increments(&asked, state.max_batch).await?;
     let results: Vec<KeyRates> = body
         .increments
         .iter()
-        .zip(counted.windows)
+        .zip(counted)
         .map(|(item, windows)| KeyRates {
             namespace: &item.namespace,
             key: &item.key,

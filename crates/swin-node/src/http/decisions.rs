@@ -24,14 +24,11 @@ use super::client_address::client_address;
 use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody, RawJson};
 use super::Route;
-use crate::decisions::{limits_of, HitAnswer, Verdict};
-use crate::error::Error;
-use crate::giving_back::refund as give_refund;
-use crate::pipeline::to_the_end;
-use crate::policy::headers::{self, shadow_item};
-use crate::policy::limits::KeyFrom;
-use crate::requests::{decide_batch as decide_batch_in, take, AskedHit};
 use crate::state::AppState;
+use swin::error::Error;
+use swin::policy::headers::{self, shadow_item};
+use swin::policy::limits::KeyFrom;
+use swin::requests::{HitAnswer, Verdict};
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -81,9 +78,9 @@ pub(super) fn respond(
     headers::write_headers(
         resp.headers_mut(),
         policies,
-        &v.policy,
-        &v.decision,
-        v.shadow_denied,
+        v.policy(),
+        &v.decision(),
+        v.shadow_denied(),
     );
     resp
 }
@@ -91,7 +88,7 @@ pub(super) fn respond(
 /// `swin-shadow-denied: "60s";t=12` on a hit allowed only because what would deny it is
 /// in shadow.
 fn shadow_header(h: &mut axum::http::HeaderMap, v: &Verdict) {
-    if let Ok(s) = HeaderValue::from_str(&shadow_item(&v.policy, &v.decision)) {
+    if let Ok(s) = HeaderValue::from_str(&shadow_item(v.policy(), &v.decision())) {
         h.insert(SHADOW_DENIED, s);
     }
 }
@@ -111,14 +108,11 @@ async fn hit(
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<HitBody>,
 ) -> Result<Response, ApiError> {
-    let ns = state.namespace(&namespace)?;
-    Ok(
-        to_the_end(ns.counts_in_the_store() && !body.dry_run, async move {
-            let v = take(&ns, &namespace, &key, body.cost, body.dry_run).await?;
-            Ok(respond(&v, &v.policies, status_of(&v), v.answer()))
-        })
-        .await?,
-    )
+    let v = match body.dry_run {
+        true => state.limiter.check(&namespace, &key, body.cost).await?,
+        false => state.limiter.hit(&namespace, &key, body.cost).await?,
+    };
+    Ok(respond(&v, v.policies(), status_of(&v), v.answer()))
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,9 +133,8 @@ async fn refund(
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<RefundBody>,
 ) -> Result<Response, ApiError> {
-    let ns = state.namespace(&namespace)?;
-    let answer = give_refund(&ns, &namespace, &key, body.cost).await?;
-    Ok(Json(answer).into_response())
+    let r = state.limiter.refund(&namespace, &key, body.cost).await?;
+    Ok(Json(r.answer()).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -198,32 +191,22 @@ async fn hits_batch(
         .into());
     };
     let body: BatchBody = super::extract::parse_json(Some(&bytes))?;
-    let mut whole = false;
-    for h in &body.hits {
-        whole |= state.namespace(&h.namespace)?.counts_in_the_store() && !body.dry_run;
-    }
-    Ok(to_the_end(whole, decide_batch(state, body)).await?)
-}
-
-async fn decide_batch(state: Arc<AppState>, body: BatchBody) -> Result<Response, Error> {
-    let asked: Vec<AskedHit> = body
+    let asked: Vec<(&str, &str, f64)> = body
         .hits
         .iter()
-        .map(|h| AskedHit {
-            namespace: &h.namespace,
-            key: &h.key,
-            cost: h.cost,
-        })
+        .map(|h| (h.namespace.as_str(), h.key.as_str(), h.cost))
         .collect();
-    let namespaces = state.namespaces.load_full();
-    let batch = decide_batch_in(&namespaces, &asked, body.dry_run, state.max_batch).await?;
+    let batch = state
+        .limiter
+        .hits(&asked, body.dry_run, state.max_batch)
+        .await?;
     let answer = BatchAnswer {
-        answer: batch.strictest.answer(),
-        spent: !batch.denied && !body.dry_run,
+        answer: batch.strictest().answer(),
+        spent: !batch.denied() && !body.dry_run,
         results: body
             .hits
             .iter()
-            .zip(&batch.verdicts)
+            .zip(batch.verdicts())
             .map(|(h, v)| BatchResult {
                 namespace: &h.namespace,
                 key: &h.key,
@@ -231,8 +214,8 @@ async fn decide_batch(state: Arc<AppState>, body: BatchBody) -> Result<Response,
             })
             .collect(),
     };
-    let w = &batch.strictest;
-    let mut resp = respond(w, &batch.policies, status_of(w), answer);
+    let w = batch.strictest();
+    let mut resp = respond(w, batch.policies(), status_of(w), answer);
     if let Some(v) = batch.shadowed() {
         shadow_header(resp.headers_mut(), v);
     }
@@ -293,9 +276,7 @@ async fn auth(
             .into())
         }
     };
-    let ns = state.namespace(&namespace)?;
-    let limits = limits_of(&ns, &namespace)?;
-    let key = match &limits.key_from {
+    let key = match state.limiter.key_from(&namespace)? {
         KeyFrom::ClientAddress => {
             let peer = parts
                 .extensions
@@ -324,10 +305,7 @@ async fn auth(
                 .into_response())
         }
     };
-    Ok(to_the_end(ns.counts_in_the_store(), async move {
-        let v = take(&ns, &namespace, &key, q.cost, false).await?;
-        let status = if v.allowed() { StatusCode::OK } else { deny };
-        Ok(respond(&v, &v.policies, status, v.answer()))
-    })
-    .await?)
+    let v = state.limiter.hit(&namespace, &key, q.cost).await?;
+    let status = if v.allowed() { StatusCode::OK } else { deny };
+    Ok(respond(&v, v.policies(), status, v.answer()))
 }

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use crate::error::Error;
+use swin::error::Error;
 
 /// The status and the machine-readable code of an error.
 fn status_and_code(e: &Error) -> (StatusCode, &'static str) {

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::error::ApiError;
-use crate::error::Error;
+use swin::error::Error;
 use crate::state::AppState;
 
 /// `Path`, with a JSON 400 (not axum's plain text) for a segment that does not decode,

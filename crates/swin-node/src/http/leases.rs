@@ -1,5 +1,5 @@
 //! Concurrency leases over HTTP (scope `decide`), on `algorithm = "concurrency"`
-//! namespaces (see [`crate::leases`]):
+//! namespaces (see [`swin::leases`]):
 //! - `POST /v1/namespaces/{namespace}/keys/{key}/acquire`, body optional `{"count": 1,
 //!   "ttl": S, "lease": "<own id>"}` → 200 `{"allowed": true, "lease", "in_flight",
 //!   "limit", "expires_at"}` or 429 `{"allowed": false, "in_flight", "limit",
@@ -24,9 +24,8 @@ use swin_core::UnixMs;
 use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody};
 use super::Route;
-use crate::error::Error;
-use crate::leases::{AcquireAnswer, AcquireRequest};
-use crate::pipeline;
+use swin::error::Error;
+use swin::requests::{AcquireAnswer, AcquireRequest};
 use crate::state::AppState;
 
 pub(super) fn routes() -> Vec<Route> {
@@ -96,23 +95,18 @@ async fn acquire(
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<AcquireBody>,
 ) -> Result<Response, ApiError> {
-    let ns = state.namespace(&namespace)?;
-    let req = AcquireRequest {
-        count: body.count,
-        ttl: body.ttl,
-        lease: body.lease,
-    };
-    let a = pipeline::acquire(&ns, &namespace, &key, req).await?;
-    let granted = a.acquired.granted;
+    let req = AcquireRequest::new(body.count, body.ttl, body.lease);
+    let a = state.limiter.acquire(&namespace, &key, req).await?;
+    let granted = a.acquired().granted;
     let (status, body) = if granted {
         (
             StatusCode::OK,
             serde_json::json!({
                 "allowed": true,
-                "lease": a.lease,
-                "in_flight": a.acquired.in_flight,
-                "limit": a.limit,
-                "expires_at": secs(a.expires_at),
+                "lease": a.lease(),
+                "in_flight": a.acquired().in_flight,
+                "limit": a.limit(),
+                "expires_at": secs(a.expires_at()),
             }),
         )
     } else {
@@ -120,8 +114,8 @@ async fn acquire(
             StatusCode::TOO_MANY_REQUESTS,
             serde_json::json!({
                 "allowed": false,
-                "in_flight": a.acquired.in_flight,
-                "limit": a.limit,
+                "in_flight": a.acquired().in_flight,
+                "limit": a.limit(),
                 "retry_after": a.retry_after_secs(),
             }),
         )
@@ -133,13 +127,13 @@ async fn acquire(
 
 /// The RateLimit headers of an acquire (and Retry-After when it was refused).
 fn concurrency_headers(h: &mut axum::http::HeaderMap, a: &AcquireAnswer) -> Result<(), Error> {
-    let remaining = a.limit.saturating_sub(a.acquired.in_flight);
+    let remaining = a.limit().saturating_sub(a.acquired().in_flight);
     h.insert(
         RATELIMIT_POLICY,
-        HeaderValue::from_str(&format!("\"concurrency\";q={}", a.limit))
+        HeaderValue::from_str(&format!("\"concurrency\";q={}", a.limit()))
             .map_err(|_| Error::Internal)?,
     );
-    let state_value = if a.acquired.granted {
+    let state_value = if a.acquired().granted {
         format!("\"concurrency\";r={remaining}")
     } else {
         let t = a.retry_after_secs().ceil().max(1.0) as u64;
@@ -158,7 +152,6 @@ async fn release(
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<LeaseBody>,
 ) -> Result<Response, ApiError> {
-    let ns = state.namespace(&namespace)?;
     if body.ttl.is_some() {
         return Err(Error::BadRequest(
             "ttl: a release takes only the lease (renew moves its lapse)".into(),
@@ -166,7 +159,7 @@ async fn release(
         .into());
     }
     let lease = body.lease()?;
-    pipeline::release(&ns, &namespace, &key, lease).await?;
+    state.limiter.release(&namespace, &key, lease).await?;
     Ok(Json(serde_json::json!({"released": true, "lease": lease})).into_response())
 }
 
@@ -175,9 +168,8 @@ async fn renew(
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<LeaseBody>,
 ) -> Result<Response, ApiError> {
-    let ns = state.namespace(&namespace)?;
     let lease = body.lease()?;
-    let to = pipeline::renew(&ns, &namespace, &key, lease, body.ttl).await?;
+    let to = state.limiter.renew(&namespace, &key, lease, body.ttl).await?;
     Ok(Json(serde_json::json!({
         "renewed": true,
         "lease": lease,

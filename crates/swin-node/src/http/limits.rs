@@ -4,7 +4,7 @@
 //! - `PUT /v1/namespaces/{namespace}/keys/{key}/limits` — `{"limits": [{"window_size":
 //!   60, "limit": 3}]}` (or `{"gcra": {"burst", "count", "period"}}` on a GCRA
 //!   namespace), optionally `"expires_in"` seconds: the key's limits from now on, on
-//!   every node (see [`crate::runtime_limits`]); answers the key's limits.
+//!   every node (see [`swin::runtime_limits`]); answers the key's limits.
 //! - `GET` the same path: the key's limits and where they come from (`override`, or
 //!   `config` for the namespace's limits and the file's overrides).
 //! - `DELETE` it: the config's limits again.
@@ -32,11 +32,12 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody};
 use super::Route;
-use crate::error::Error;
-use crate::policy::input::check_key;
-use crate::policy::limits::{RawGcra, RawKeyLimits, RawLimit};
-use crate::state::{AppState, Namespace};
-use swin::limit_changes::{self, Change};
+use swin::error::Error;
+use swin::policy::input::check_key;
+use swin::policy::limits::{RawGcra, RawKeyLimits, RawLimit};
+use crate::state::AppState;
+use swin::state::Namespace;
+use swin::requests::Change;
 
 const KEY_LIMITS: &str = "/v1/namespaces/{namespace}/keys/{key}/limits";
 
@@ -98,7 +99,7 @@ fn secs(t: UnixMs) -> f64 {
 }
 
 fn kept(ns: &Namespace) -> &'static str {
-    if ns.sync.keeps_limits_in_store() {
+    if ns.sync().keeps_limits_in_store() {
         "store"
     } else {
         "node"
@@ -110,20 +111,22 @@ fn kept(ns: &Namespace) -> &'static str {
 /// sizes or algorithm changed) do not decide: the answer is the config's, with
 /// `ignored` saying what was stored.
 fn answer(ns: &Namespace, namespace: &str, key: &str, runtime: Option<&StoredLimit>) -> KeyAnswer {
-    let base = |source, raw: RawKeyLimits| KeyAnswer {
+    let base = |source, raw: RawKeyLimits| {
+        let (limits, gcra) = raw.into_parts();
+        KeyAnswer {
         namespace: namespace.to_owned(),
         key: key.to_owned(),
         source,
-        limits: raw.limits,
-        gcra: raw.gcra,
+        limits,
+        gcra,
         expires_at: None,
         set_by: None,
         set_at: None,
         kept: kept(ns),
         ignored: None,
-    };
-    let sizes: Vec<_> = ns.sync.counters().window_sizes().collect();
-    let held = runtime.map(|s| (s, crate::runtime_limits::parse(s, ns.algorithm, &sizes)));
+    }};
+    let sizes: Vec<_> = ns.sync().counters().window_sizes().collect();
+    let held = runtime.map(|s| (s, swin::runtime_limits::parse(s, *ns.algorithm(), &sizes)));
     match held {
         Some((stored, Some(limits))) => KeyAnswer {
             expires_at: stored.expires_at.map(secs),
@@ -133,7 +136,7 @@ fn answer(ns: &Namespace, namespace: &str, key: &str, runtime: Option<&StoredLim
         },
         _ => {
             let config = ns
-                .limits
+                .limits()
                 .as_ref()
                 .map(|l| RawKeyLimits::of(l.for_key(key)))
                 // a namespace of descriptor rules: the descriptor's rule decides
@@ -155,15 +158,12 @@ async fn set(
     check_key(&key)?;
     let ns = state.namespace(&namespace)?;
     let caller = Caller::of(&extensions);
-    let change = Change {
-        limits: RawKeyLimits {
-            limits: body.limits,
-            gcra: body.gcra,
-        },
-        expires_in: body.expires_in,
-        set_by: caller.to_string(),
-    };
-    let stored = limit_changes::set(&ns, &namespace, &key, change).await?;
+    let change = Change::new(
+        RawKeyLimits::new(body.limits, body.gcra),
+        body.expires_in,
+        caller.to_string(),
+    );
+    let stored = state.limiter.set_limits(&namespace, &key, change).await?;
     info!(
         namespace,
         key,
@@ -182,7 +182,7 @@ async fn remove(
 ) -> Result<Response, ApiError> {
     check_key(&key)?;
     let ns = state.namespace(&namespace)?;
-    let had = limit_changes::remove(&ns, &namespace, &key).await?;
+    let had = state.limiter.remove_limits(&namespace, &key).await?;
     if had {
         let caller = Caller::of(&extensions);
         info!(namespace, key, by = &*caller, "runtime limits deleted");
@@ -199,7 +199,7 @@ async fn show(
 ) -> Result<Response, ApiError> {
     check_key(&key)?;
     let ns = state.namespace(&namespace)?;
-    let stored = limit_changes::read(&ns, &namespace, &key).await?;
+    let stored = state.limiter.limits(&namespace, &key).await?;
     Ok(Json(answer(&ns, &namespace, &key, stored.as_ref())).into_response())
 }
 
@@ -229,7 +229,7 @@ async fn list(
             }
         },
     };
-    let page = limit_changes::list(&ns, query.after.as_deref(), count).await?;
+    let page = state.limiter.list_limits(&namespace, query.after.as_deref(), count).await?;
     let next = (page.len() == count).then(|| page.last().map(|l| l.key.clone()));
     let items: Vec<KeyAnswer> = page
         .iter()
@@ -266,8 +266,8 @@ async fn top(
     let Query(query) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
     let ns = state.namespace(&namespace)?;
     let (by, sketch) = match query.by.as_deref() {
-        None | Some("denied") => ("denied", &ns.heaviest.denied),
-        Some("hits") => ("hits", &ns.heaviest.hits),
+        None | Some("denied") => ("denied", ns.heaviest().denied()),
+        Some("hits") => ("hits", ns.heaviest().hits()),
         Some(other) => {
             return Err(
                 Error::BadRequest(format!("by: {other:?} is not \"denied\" or \"hits\"")).into(),

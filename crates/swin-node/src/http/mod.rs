@@ -23,9 +23,9 @@ use axum::Router;
 
 use self::error::ApiError;
 pub use self::extract::ApiPath;
-pub use crate::auth::hash_token;
-use crate::config::Scope;
-use crate::error::Error;
+pub use swin::auth::hash_token;
+use swin::config::Scope;
+use swin::error::Error;
 use crate::state::AppState;
 
 /// The API's description (OpenAPI 3.1), served at `/v1/openapi.json`; a test checks it
@@ -154,7 +154,7 @@ fn bounded_head(req: &Request) -> Option<Response> {
     let uri = u.path_and_query().map_or(0, |p| p.as_str().len())
         + u.authority().map_or(0, |a| a.as_str().len())
         + u.scheme_str().map_or(0, str::len);
-    if uri > crate::error::MAX_URI_BYTES {
+    if uri > swin::error::MAX_URI_BYTES {
         return Some(ApiError(Error::UriTooLong(uri)).into_response());
     }
     let headers: usize = req
@@ -162,7 +162,7 @@ fn bounded_head(req: &Request) -> Option<Response> {
         .iter()
         .map(|(k, v)| k.as_str().len() + v.len())
         .sum();
-    if headers > crate::error::MAX_HEADER_BYTES {
+    if headers > swin::error::MAX_HEADER_BYTES {
         return Some(ApiError(Error::HeadersTooLarge(headers)).into_response());
     }
     None

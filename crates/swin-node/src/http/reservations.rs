@@ -1,5 +1,5 @@
 //! Reserve, then commit, over HTTP (scope `decide`), on window and GCRA namespaces (see
-//! [`crate::reservations`]):
+//! `swin::Limiter::reserve`):
 //! - `POST /v1/namespaces/{namespace}/keys/{key}/reserve` `{"cost": estimate, "ttl": S}`
 //!   → 200 `{"allowed": true, "reservation": "<id>", "cost", "expires_at", …}` or 429 as
 //!   a hit would be, with the RateLimit headers;
@@ -19,11 +19,9 @@ use super::decisions::{respond, status_of};
 use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody};
 use super::Route;
-use crate::decisions::HitAnswer;
-use crate::error::Error;
-use crate::pipeline::to_the_end;
-use crate::reservations;
 use crate::state::AppState;
+use swin::error::Error;
+use swin::requests::HitAnswer;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -70,28 +68,25 @@ async fn reserve(
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<ReserveBody>,
 ) -> Result<Response, ApiError> {
-    let ns = state.namespace(&namespace)?;
     let cost = body
         .cost
         .ok_or_else(|| Error::BadRequest("cost: required (the estimate to spend now)".into()))?;
-    // spent, then recorded: run to the end once started, so that a client going away
-    // cannot leave the estimate spent and no reservation
-    Ok(to_the_end(true, async move {
-        let r = reservations::reserve(&ns, &namespace, &key, cost, body.ttl).await?;
-        let v = &r.verdict;
-        let (reservation, expires_at) = match r.reservation {
-            Some((id, at)) => (Some(id), Some(at.0 as f64 / 1e3)),
-            None => (None, None),
-        };
-        let answer = ReserveAnswer {
-            reservation,
-            cost,
-            expires_at,
-            answer: v.answer(),
-        };
-        Ok(respond(v, &v.policies, status_of(v), answer))
-    })
-    .await?)
+    let r = state
+        .limiter
+        .reserve(&namespace, &key, cost, body.ttl)
+        .await?;
+    let v = r.verdict();
+    let (reservation, expires_at) = match r.reservation() {
+        Some((id, at)) => (Some(id.clone()), Some(at.0 as f64 / 1e3)),
+        None => (None, None),
+    };
+    let answer = ReserveAnswer {
+        reservation,
+        cost,
+        expires_at,
+        answer: v.answer(),
+    };
+    Ok(respond(v, v.policies(), status_of(v), answer))
 }
 
 async fn commit(
@@ -99,16 +94,12 @@ async fn commit(
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<CommitBody>,
 ) -> Result<Response, ApiError> {
-    let ns = state.namespace(&namespace)?;
     let id = body.reservation.ok_or_else(|| {
         Error::BadRequest("reservation: required (the id a reserve answered)".into())
     })?;
     let cost = body
         .cost
         .ok_or_else(|| Error::BadRequest("cost: required (the actual cost)".into()))?;
-    Ok(to_the_end(true, async move {
-        let s = reservations::commit(&ns, &namespace, &key, &id, cost).await?;
-        Ok(respond(&s.verdict, &s.verdict.policies, StatusCode::OK, &s))
-    })
-    .await?)
+    let s = state.limiter.commit(&namespace, &key, &id, cost).await?;
+    Ok(respond(s.verdict(), s.verdict().policies(), StatusCode::OK, &s))
 }

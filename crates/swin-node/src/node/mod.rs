@@ -41,7 +41,7 @@ impl Signals {
 #[derive(Debug)]
 pub struct Daemon {
     pub state: Arc<AppState>,
-    limiter: Limiter,
+    limiter: Arc<Limiter>,
     /// HTTPS, when the config has `[tls]`; its files are read again on SIGHUP.
     tls: Option<crate::tls::Acceptor>,
 }
@@ -56,15 +56,15 @@ impl Daemon {
             warn!(listen = %config.listen, "no [auth] section: anyone who reaches this address can reset keys, sync and read metrics; add [auth] tokens or listen on loopback");
         }
         let metrics = Arc::new(crate::metrics::Metrics::default());
-        let limiter = Limiter::start_recording(config.clone(), metrics.clone()).await?;
+        let limiter = Arc::new(Limiter::start_recording(config.clone(), metrics.clone()).await?);
         Ok(Daemon {
-            state: Arc::new(AppState::for_config(&config, limiter.serving(), metrics)),
+            state: Arc::new(AppState::for_config(&config, limiter.clone(), metrics)),
             limiter,
             tls,
         })
     }
 
-    fn config(&self) -> &Config {
+    fn config(&self) -> Arc<Config> {
         self.limiter.config()
     }
 
@@ -111,7 +111,7 @@ impl Daemon {
         }
         self.state.set_access(&config);
         info!(
-            namespaces = self.state.namespaces.load().len(),
+            namespaces = self.state.namespaces().len(),
             "config reloaded"
         );
     }
@@ -158,7 +158,7 @@ impl Daemon {
             }
             None => None,
         };
-        info!(listen = %addr, namespaces = self.state.namespaces.load().len(), "swin-node ready");
+        info!(listen = %addr, namespaces = self.state.namespaces().len(), "swin-node ready");
         loop {
             tokio::select! {
                 _ = signals.hup.recv() => match &config_path {

@@ -6,15 +6,15 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use swin::descriptors::{Answer, Decided, Shown, Strictest};
+use swin::requests::{Answer, Decided, Shown, Strictest};
 use swin_core::Decision;
 
 use super::{leases, metadata};
-use crate::decisions::Verdict;
-use crate::policy::headers::{shadow_item, RateLimitHeaders, SHADOW_DENIED};
-use crate::policy::limits::KeyLimits;
-use crate::policy::rules::{self, Rule};
-use crate::state::Namespace;
+use swin::requests::Verdict;
+use swin::policy::headers::{shadow_item, RateLimitHeaders, SHADOW_DENIED};
+use swin::policy::limits::KeyLimits;
+use swin::policy::rules::{self, Rule};
+use swin::state::Namespace;
 
 /// The answer to `req` on `ns`, from what its descriptors decided.
 pub(super) fn response(
@@ -22,24 +22,24 @@ pub(super) fn response(
     ns: &Namespace,
     decided: Decided,
 ) -> RateLimitResponse {
-    let statuses: Vec<DescriptorStatus> = decided.answers.iter().map(status_of_answer).collect();
-    let dynamic_metadata = ns.envoy_dynamic_metadata.then(|| {
+    let statuses: Vec<DescriptorStatus> = decided.answers().iter().map(status_of_answer).collect();
+    let dynamic_metadata = ns.envoy_dynamic_metadata().then(|| {
         let applied: Vec<Option<&Rule>> =
-            decided.answers.iter().map(|a| a.rule.as_deref()).collect();
+            decided.answers().iter().map(|a| a.rule().as_deref()).collect();
         metadata::of(req, &statuses, &applied)
     });
     RateLimitResponse {
         dynamic_metadata,
-        overall_code: if decided.over {
+        overall_code: if decided.over() {
             Code::OverLimit
         } else {
             Code::Ok
         } as i32,
         statuses,
-        response_headers_to_add: match decided.strictest {
-            Some(s) if ns.envoy_response_headers => match s {
-                Strictest::Hits(v, denied) => headers(&v, denied),
-                Strictest::Slots(a, over) => leases::headers(&a, over),
+        response_headers_to_add: match decided.strictest() {
+            Some(s) if ns.envoy_response_headers() => match s {
+                Strictest::Hits(v, denied) => headers(v, *denied),
+                Strictest::Slots(a, over) => leases::headers(a, *over),
             },
             _ => Vec::new(),
         },
@@ -51,7 +51,7 @@ pub(super) fn response(
 /// limit in `current_limit` when one replaced the rule's (its first window, in Envoy's
 /// unit of that length; UNKNOWN for another length).
 fn status_of_answer(a: &Answer) -> DescriptorStatus {
-    let (rule, decision, denied, runtime) = match (&a.rule, &a.shown) {
+    let (rule, decision, denied, runtime) = match (&a.rule(), &a.shown()) {
         (
             rule,
             Shown::Slots {
@@ -79,7 +79,7 @@ fn status_of_answer(a: &Answer) -> DescriptorStatus {
     };
     let mut status = descriptor_status(rule, decision, denied);
     if let (Some(r), Some(current)) = (runtime, &mut status.current_limit) {
-        match &r.limits {
+        match &r.limits() {
             KeyLimits::Windows(w) => {
                 if let Some(first) = w.first() {
                     current.requests_per_unit = first.limit.min(f64::from(u32::MAX)) as u32;
@@ -116,9 +116,9 @@ fn descriptor_status(rule: &Rule, d: &Decision, denied: bool) -> DescriptorStatu
         current_limit: Some(RateLimit {
             // envoyproxy/ratelimit's: the rule's name, empty without one (Envoy adds a
             // non-empty name to X-RateLimit-Limit for clients to see)
-            name: rule.name.clone().unwrap_or_default(),
-            requests_per_unit: rule.requests_per_unit,
-            unit: rule.unit,
+            name: rule.name().clone().unwrap_or_default(),
+            requests_per_unit: rule.requests_per_unit(),
+            unit: rule.unit(),
         }),
         limit_remaining: d.remaining.clamp(0.0, f64::from(u32::MAX)) as u32,
         duration_until_reset: Some(envoy_types::pb::google::protobuf::Duration {
@@ -131,18 +131,18 @@ fn descriptor_status(rule: &Rule, d: &Decision, denied: bool) -> DescriptorStatu
 
 /// The IETF headers of the strictest descriptor, and Retry-After when over the limit.
 fn headers(v: &Verdict, denied: bool) -> Vec<HeaderValue> {
-    let h = RateLimitHeaders::of(&v.policies, &v.policy, &v.decision);
+    let h = RateLimitHeaders::of(v.policies(), v.policy(), &v.decision());
     let mut out = vec![
-        header("RateLimit-Policy", h.policy.into_owned()),
-        header("RateLimit", h.state),
+        header("RateLimit-Policy", h.policy().to_string()),
+        header("RateLimit", h.state().clone()),
     ];
     // a descriptor in shadow mode is over its limit but not denied: no Retry-After, and
     // the shadow header says which would have denied it
-    if let (true, Some(t)) = (denied, h.retry_after) {
+    if let (true, Some(t)) = (denied, h.retry_after()) {
         out.push(header("Retry-After", t.to_string()));
     }
-    if !denied && (v.shadow_denied || !v.decision.allowed) {
-        out.push(header(SHADOW_DENIED, shadow_item(&v.policy, &v.decision)));
+    if !denied && (v.shadow_denied() || !v.decision().allowed) {
+        out.push(header(SHADOW_DENIED, shadow_item(&v.policy(), &v.decision())));
     }
     out
 }

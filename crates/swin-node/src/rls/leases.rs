@@ -10,8 +10,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 
 use super::answers::header;
-use crate::leases::AcquireAnswer;
-use crate::policy::rules::Rule;
+use swin::leases::AcquireAnswer;
+use swin::policy::rules::Rule;
 
 /// A descriptor's slots: OK or over, its limit in flight (under its rule's name), the
 /// slots left, and until a slot is sure to be free.
@@ -25,7 +25,7 @@ pub(super) fn status(
     DescriptorStatus {
         code: if ok { Code::Ok } else { Code::OverLimit } as i32,
         current_limit: Some(RateLimit {
-            name: rule.and_then(|r| r.name.clone()).unwrap_or_default(),
+            name: rule.and_then(|r| r.name().clone()).unwrap_or_default(),
             requests_per_unit: u32::try_from(limit).unwrap_or(u32::MAX),
             // in flight, not per a unit of time
             unit: 0,
@@ -41,10 +41,10 @@ pub(super) fn status(
 
 /// The headers the HTTP door's acquire answers with.
 pub(super) fn headers(a: &AcquireAnswer, over: bool) -> Vec<HeaderValue> {
-    let remaining = a.limit.saturating_sub(a.acquired.in_flight);
+    let remaining = a.limit().saturating_sub(a.acquired().in_flight);
     let mut out = vec![header(
         "RateLimit-Policy",
-        format!("\"concurrency\";q={}", a.limit),
+        format!("\"concurrency\";q={}", a.limit()),
     )];
     if over {
         let t = a.retry_after_secs().ceil().max(1.0) as u64;

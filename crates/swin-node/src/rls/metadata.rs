@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value};
 
-use crate::policy::rules::{self, Rule, RuleLimit};
+use swin::policy::rules::{self, Rule, RuleLimit};
 
 /// The dynamic metadata of an answer: `applied[i]` is the rule descriptor `i` was
 /// decided by (none: no rule, or a replaced one), `statuses[i]` its answer.
@@ -31,8 +31,8 @@ pub fn of(
     for (rule, status) in applied.iter().zip(statuses) {
         let Some(rule) = rule else { continue };
         // envoyproxy/ratelimit: an unlimited rule's descriptor does not count as passed
-        let passed = status.code != Code::OverLimit as i32 && rule.limit != RuleLimit::Unlimited;
-        if let (true, Some(m)) = (passed, &rule.metadata) {
+        let passed = status.code != Code::OverLimit as i32 && *rule.limit() != RuleLimit::Unlimited;
+        if let (true, Some(m)) = (passed, &rule.metadata()) {
             merge(&mut merged, &from_json_map(m));
         }
     }

@@ -24,11 +24,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::error::Error;
+use swin::error::Error;
 use crate::listening;
-use crate::policy::rules::{self};
+use swin::policy::rules::{self};
 use crate::state::AppState;
-use swin::descriptors::{self, Descriptor};
+use swin::requests::Descriptor;
 
 mod answers;
 mod leases;
@@ -59,7 +59,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     tls: Option<crate::tls::Acceptor>,
-    limits: crate::config::ConnectionLimits,
+    limits: swin::config::ConnectionLimits,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -67,9 +67,6 @@ pub async fn serve(
     health
         .set_serving::<RateLimitQuotaServiceServer<quota::Rlqs>>()
         .await;
-    // Envoy's quota service: its sharing rounds run while the listener does
-    let shares = swin::shares::Shares::new(state.namespaces.clone(), state.quota);
-    tokio::spawn(shares.clone().run(stop.clone()));
     // reflection in both versions clients ask for (grpcurl: v1; grpcio: v1alpha)
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -93,7 +90,7 @@ pub async fn serve(
             guard.clone(),
         ))
         .add_service(RateLimitQuotaServiceServer::with_interceptor(
-            quota::Rlqs::new(shares, state.clone(), stop.clone()),
+            quota::Rlqs::new(state.clone(), stop.clone()),
             guard,
         ));
     match tls {
@@ -183,12 +180,12 @@ pub(crate) fn caller(
     value: Option<&[u8]>,
     record: bool,
 ) -> Result<Option<String>, Status> {
-    use crate::auth::{check_authorization, Denied};
+    use swin::auth::{check_authorization, Denied};
     let auth = state.auth.load();
     let Some(auth) = auth.as_ref() else {
         return Ok(None);
     };
-    let scope = crate::config::Scope::Decide;
+    let scope = swin::config::Scope::Decide;
     match check_authorization(auth, value, &[scope]) {
         Ok(token) => {
             if record {
@@ -241,7 +238,7 @@ fn invalid(why: String) -> Status {
 
 /// A request's descriptors, checked; at most `max` of them (`max_batch`, the cap on an
 /// HTTP batch too): more is RESOURCE_EXHAUSTED.
-fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Descriptor<'_>>, Status> {
+fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Descriptor>, Status> {
     if req.domain.is_empty() {
         return Err(invalid("domain must not be empty".into()));
     }
@@ -275,18 +272,18 @@ fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Descriptor<'_>>, Stat
         .collect())
 }
 
-fn asked(d: &RateLimitDescriptor, default_hits: u64) -> Descriptor<'_> {
-    let entries: Vec<(&str, &str)> = d
+fn asked(d: &RateLimitDescriptor, default_hits: u64) -> Descriptor {
+    let entries: Vec<(String, String)> = d
         .entries
         .iter()
-        .map(|e| (e.key.as_str(), e.value.as_str()))
+        .map(|e| (e.key.clone(), e.value.clone()))
         .collect();
-    Descriptor {
+    Descriptor::new(
         entries,
-        hits: d.hits_addend.map_or(default_hits, |h| h.value),
-        negative: d.is_negative_hits,
-        limit: d.limit.as_ref().map(|o| (o.requests_per_unit, o.unit)),
-    }
+        d.hits_addend.map_or(default_hits, |h| h.value),
+        d.is_negative_hits,
+        d.limit.as_ref().map(|o| (o.requests_per_unit, o.unit)),
+    )
 }
 
 fn status_of(e: &Error) -> Status {
@@ -359,44 +356,24 @@ impl Rls {
     ) -> (Result<RateLimitResponse, Status>, RateLimitRequest, bool) {
         let ns = self.state.namespace(&req.domain).ok();
         let known = ns.is_some();
-        match &ns {
-            // run to its end in a task of its own: Envoy giving up (its timeout is 20 ms
-            // by default) must not leave some descriptors counted and the rest not
-            Some(n) if descriptors::runs_to_the_end(n) => {
-                use tracing::Instrument;
-                let (this, ns) = (self.clone(), n.clone());
-                let domain = req.domain.clone();
-                let task = tokio::spawn(
-                    async move { (this.decide(&req, Some(&ns)).await, req) }.in_current_span(),
-                );
-                match task.await {
-                    Ok((answer, req)) => (answer, req, known),
-                    Err(_) => (
-                        Err(Status::internal("internal error")),
-                        RateLimitRequest {
-                            domain,
-                            ..Default::default()
-                        },
-                        known,
-                    ),
-                }
-            }
-            _ => (self.decide(&req, ns.as_deref()).await, req, known),
-        }
+        (self.decide(&req, ns.as_deref()).await, req, known)
     }
-}
 
-impl Rls {
     async fn decide(
         &self,
         req: &RateLimitRequest,
-        ns: Option<&crate::state::Namespace>,
+        ns: Option<&swin::state::Namespace>,
     ) -> Result<RateLimitResponse, Status> {
         let asked = check(req, self.state.max_batch)?;
         let Some(ns) = ns else {
             return Ok(answers::all_ok(asked.len()));
         };
-        let decided = descriptors::decide(ns, &asked)
+        // the limiter runs it to its end where it waits on the store: Envoy giving up
+        // (its timeout is 20 ms by default) leaves all of it counted or none
+        let decided = self
+            .state
+            .limiter
+            .descriptors(&req.domain, &asked)
             .await
             .map_err(|e| status_of(&e))?;
         Ok(answers::response(req, ns, decided))

@@ -26,7 +26,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 use envoy_types::pb::google::protobuf;
 use futures_util::Stream;
 use swin::error::Error;
-use swin::shares::{Action, BucketAction, Proxy, Reports, Shares, Usage};
+use swin::shares::{Action, BucketAction, Proxy, Reports, Usage};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
@@ -37,18 +37,13 @@ use crate::state::AppState;
 /// The quota service over the node's shares.
 #[derive(Debug, Clone)]
 pub struct Rlqs {
-    shares: Arc<Shares>,
     state: Arc<AppState>,
     stop: CancellationToken,
 }
 
 impl Rlqs {
-    pub fn new(shares: Arc<Shares>, state: Arc<AppState>, stop: CancellationToken) -> Self {
-        Rlqs {
-            shares,
-            state,
-            stop,
-        }
+    pub fn new(state: Arc<AppState>, stop: CancellationToken) -> Self {
+        Rlqs { state, stop }
     }
 }
 
@@ -89,7 +84,7 @@ impl RateLimitQuotaService for Rlqs {
             ),
         };
         let reports = request.into_inner();
-        let (proxy, pushed) = self.shares.open(&client).map_err(|e| match e {
+        let (proxy, pushed) = self.state.limiter.quota_stream(&client).map_err(|e| match e {
             Error::Exhausted(m) => {
                 // no report named a domain yet: counted as no namespace
                 self.state
@@ -214,25 +209,24 @@ fn label<'a>(state: &AppState, domain: &'a str) -> &'a str {
 }
 
 fn translate(r: RateLimitQuotaUsageReports) -> Reports {
-    Reports {
-        domain: r.domain,
-        usages: r
-            .bucket_quota_usages
-            .into_iter()
-            .map(|u| Usage {
-                bucket: u
-                    .bucket_id
+    let usages = r
+        .bucket_quota_usages
+        .into_iter()
+        .map(|u| {
+            Usage::new(
+                u.bucket_id
                     .map(|b| b.bucket.into_iter().collect())
                     .unwrap_or_default(),
-                elapsed: u.time_elapsed.and_then(|d| {
+                u.time_elapsed.and_then(|d| {
                     let nanos = u32::try_from(d.nanos).ok()?;
                     Some(Duration::new(u64::try_from(d.seconds).ok()?, nanos))
                 }),
-                allowed: u.num_requests_allowed,
-                denied: u.num_requests_denied,
-            })
-            .collect(),
-    }
+                u.num_requests_allowed,
+                u.num_requests_denied,
+            )
+        })
+        .collect();
+    Reports::new(r.domain, usages)
 }
 
 fn duration(d: Duration) -> protobuf::Duration {
@@ -253,7 +247,7 @@ fn render(actions: Vec<BucketAction>, domain: &str, metrics: &Metrics) -> RateLi
         })
     };
     for a in &actions {
-        let name = match a.action {
+        let name = match a.action() {
             Action::Assign { .. } => "assign",
             Action::AllowAll { .. } => "allow_all",
             Action::DenyAll { .. } => "deny_all",
@@ -265,9 +259,9 @@ fn render(actions: Vec<BucketAction>, domain: &str, metrics: &Metrics) -> RateLi
         .into_iter()
         .map(|a| PbAction {
             bucket_id: Some(BucketId {
-                bucket: a.bucket.into_iter().collect(),
+                bucket: a.bucket().clone().into_iter().collect(),
             }),
-            bucket_action: Some(match a.action {
+            bucket_action: Some(match a.action() {
                 Action::Assign {
                     tokens_per_fill,
                     fill_interval,

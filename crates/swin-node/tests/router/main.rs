@@ -17,7 +17,7 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use std::time::Duration;
 
-use swin_node::config::Config;
+use swin::config::Config;
 use swin_node::http;
 use swin_node::state::{AppState, Namespace, Namespaces};
 use swin_sync::store::SqliteStore;

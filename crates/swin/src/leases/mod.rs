@@ -100,6 +100,13 @@ pub struct AcquireRequest {
 }
 
 impl AcquireRequest {
+    /// An acquire of `count` slots for `ttl` seconds (the namespace's `lease_ttl` when
+    /// `None`), under the client's own `lease` id if it chose one (then a retry with it
+    /// replaces the lease).
+    pub fn new(count: u32, ttl: Option<f64>, lease: Option<String>) -> AcquireRequest {
+        AcquireRequest { count, ttl, lease }
+    }
+
     /// Slots to take (1 for one request).
     pub fn count(&self) -> u32 {
         self.count

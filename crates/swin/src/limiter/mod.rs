@@ -493,8 +493,8 @@ impl Limiter {
         self.serving.load_full()
     }
 
-    /// The namespace `name`, as served now.
-    pub(crate) fn namespace(&self, name: &str) -> Result<Arc<Namespace>, Error> {
+    /// The namespace `name`, as served now (for a daemon's status reads).
+    pub fn namespace(&self, name: &str) -> Result<Arc<Namespace>, Error> {
         namespace_in(&self.serving.load(), name)
     }
 }

@@ -280,6 +280,13 @@ impl Limiter {
         self.shares.open(client)
     }
 
+    /// Where a proxy's hits on `namespace` take their key from (`key_from`: a header,
+    /// or the client's address), for a door that reads it from a request.
+    pub fn key_from(&self, namespace: &str) -> Result<crate::policy::limits::KeyFrom, Error> {
+        let ns = self.namespace(namespace)?;
+        Ok(crate::decisions::limits_of(&ns, namespace)?.key_from().clone())
+    }
+
     /// Proxies with a quota stream open on this node.
     pub fn quota_proxies(&self) -> usize {
         self.shares.proxies()

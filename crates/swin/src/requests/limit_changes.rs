@@ -34,6 +34,16 @@ pub struct Change {
 }
 
 impl Change {
+    /// A change to `limits` (in the shape the namespace's algorithm takes), lapsing in
+    /// `expires_in` seconds (never when `None`), made by `set_by`.
+    pub fn new(limits: RawKeyLimits, expires_in: Option<f64>, set_by: String) -> Change {
+        Change {
+            limits,
+            expires_in,
+            set_by,
+        }
+    }
+
     /// The limits, in the shape the namespace's algorithm takes (window limits, or a
     /// GCRA bucket).
     pub fn limits(&self) -> &RawKeyLimits {

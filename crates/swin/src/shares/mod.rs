@@ -122,6 +122,11 @@ pub struct Reports {
 }
 
 impl Reports {
+    /// A report on the namespace `domain` of each bucket's usage.
+    pub fn new(domain: String, usages: Vec<Usage>) -> Reports {
+        Reports { domain, usages }
+    }
+
     /// The namespace.
     pub fn domain(&self) -> &String {
         &self.domain
@@ -147,6 +152,22 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// A bucket's usage: `allowed` and `denied` requests over `elapsed` (its report's
+    /// own measure, if it sent one).
+    pub fn new(
+        bucket: BucketId,
+        elapsed: Option<Duration>,
+        allowed: u64,
+        denied: u64,
+    ) -> Usage {
+        Usage {
+            bucket,
+            elapsed,
+            allowed,
+            denied,
+        }
+    }
+
     /// The bucket (any order; sorted here).
     pub fn bucket(&self) -> &BucketId {
         &self.bucket

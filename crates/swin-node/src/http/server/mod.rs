@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
-use crate::config::ConnectionLimits;
+use swin::config::ConnectionLimits;
 use crate::listening::conns::{HttpConn, UNSET};
 use crate::listening::governor::{ms_since, Governed, Governor, Watch};
 

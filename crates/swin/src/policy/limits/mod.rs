@@ -48,6 +48,18 @@ pub struct RawKeyLimits {
 }
 
 impl RawKeyLimits {
+    /// Window `limits`, or a `gcra` bucket, as a client writes them.
+    pub fn new(limits: Vec<RawLimit>, gcra: Option<RawGcra>) -> RawKeyLimits {
+        RawKeyLimits { limits, gcra }
+    }
+
+    /// Its window limits and its bucket.
+    pub fn into_parts(self) -> (Vec<RawLimit>, Option<RawGcra>) {
+        (self.limits, self.gcra)
+    }
+}
+
+impl RawKeyLimits {
     /// The raw form of validated limits (what an answer shows of the config's).
     pub fn of(limits: &KeyLimits) -> RawKeyLimits {
         match limits {
