@@ -83,7 +83,10 @@ impl AppState {
     }
 
     /// The namespace `name`, as served now (status reads).
-    pub(crate) fn namespace(&self, name: &str) -> Result<Arc<swin::state::Namespace>, swin::error::Error> {
+    pub(crate) fn namespace(
+        &self,
+        name: &str,
+    ) -> Result<Arc<swin::state::Namespace>, swin::error::Error> {
         self.limiter.namespace(name)
     }
 

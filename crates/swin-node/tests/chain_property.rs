@@ -14,8 +14,8 @@ use axum::http::Request;
 use http_body_util::BodyExt;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Cases, TestCaseError, TestRunner};
-use swin_core::{UnixMs, WindowSize};
 use swin::config::Config;
+use swin_core::{UnixMs, WindowSize};
 use swin_node::http;
 use swin_node::node::{open_store, Daemon};
 use swin_sync::{Store, WindowKey};
@@ -131,9 +131,9 @@ impl Cluster {
         let mut seen = BTreeMap::new();
         let mut new = 0;
         for (i, node) in self.nodes.iter().enumerate() {
-            for ns in node.state.namespaces.load().values() {
-                let id = (i, std::sync::Arc::as_ptr(&ns.sync) as usize);
-                let now = ns.sync.status().rejected_windows;
+            for ns in node.state.namespaces().values() {
+                let id = (i, std::sync::Arc::as_ptr(ns.sync()) as usize);
+                let now = ns.sync().status().rejected_windows;
                 new += now.saturating_sub(self.refused.get(&id).copied().unwrap_or(0));
                 seen.insert(id, now);
             }
@@ -258,8 +258,8 @@ async fn case(c: &mut Cluster, case_no: u64, ops: Vec<Op>) -> Result<(), TestCas
         c.sync_all().await?;
     }
     for i in 0..3 {
-        for ns in c.nodes[i].state.namespaces.load().values() {
-            let st = ns.sync.status();
+        for ns in c.nodes[i].state.namespaces().values() {
+            let st = ns.sync().status();
             prop_assert!(st.degraded.is_none(), "node {i}: {st:?}");
         }
     }

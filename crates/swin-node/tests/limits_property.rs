@@ -15,11 +15,12 @@ use axum::body::Body;
 use axum::http::Request;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use swin_core::{UnixMs, WindowAlgorithm, WindowLimit, WindowSize};
 use swin::config::{AdmissionMode, NamespaceConfig};
+use swin::policy::limits::{KeyLimits, Limits, WindowSet};
+use swin::state::{Namespace, Namespaces};
+use swin_core::{UnixMs, WindowAlgorithm, WindowLimit, WindowSize};
 use swin_node::http;
-use swin::policy::limits::{KeyFrom, KeyLimits, Limits, WindowSet};
-use swin_node::state::{AppState, Namespace, Namespaces};
+use swin_node::state::AppState;
 use swin_sync::store::{PostgresStore, RedisStore};
 use swin_sync::{Store, SyncMode};
 use tower::ServiceExt;
@@ -47,13 +48,7 @@ fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> ax
         mode,
         store: Some("main".into()),
         max_counters: swin_core::DEFAULT_MAX_COUNTERS,
-        limits: Some(Limits {
-            default,
-            overrides: Default::default(),
-            count_denied: false,
-            key_from: KeyFrom::ClientAddress,
-            shadow: false,
-        }),
+        limits: Some(Limits::of(default)),
         allow_decrements: false,
         admission: AdmissionMode::Eventual,
         algorithm: if gcra {

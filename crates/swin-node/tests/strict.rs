@@ -10,8 +10,9 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use swin::config::Config;
+use swin::state::{Namespace, Namespaces};
 use swin_node::http;
-use swin_node::state::{AppState, Namespace, Namespaces};
+use swin_node::state::AppState;
 use swin_sync::store::{RedisStore, SqliteStore};
 use swin_sync::Store;
 use tower::ServiceExt;
@@ -35,7 +36,7 @@ fn router(config: &Config, store: Store) -> (axum::Router, Arc<Namespace>) {
     all.insert(cfg.name.clone(), ns.clone());
     let state = Arc::new(AppState::for_config(
         config,
-        Arc::new(arc_swap::ArcSwap::from_pointee(all)),
+        Arc::new(swin::Limiter::over(all)),
         Default::default(),
     ));
     (http::router(state), ns)
@@ -157,7 +158,7 @@ async fn a_store_away_denies_or_decides_locally_as_configured() {
     );
     // and the hits it admitted wait, counted, for the store
     let rate = ns
-        .sync
+        .sync()
         .counters()
         .table(3600)
         .expect("table")

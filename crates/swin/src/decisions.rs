@@ -1,6 +1,6 @@
 //! Decisions: may a hit pass? What a decision answers ([`Verdict`], [`HitAnswer`]);
 //! every hit, alone or in a request of several, is decided by the request pipeline
-//! ([`crate::pipeline`]). Giving back (refunds) is in
+//! (`pipeline`). Giving back (refunds) is in
 //! `giving_back`; a request of several hits decided as one in `requests` (HTTP batches)
 //! and `descriptors` (Envoy's).
 //!

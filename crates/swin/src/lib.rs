@@ -7,15 +7,16 @@
 //! its namespaces; the `swin-node` daemon is this crate behind HTTP and gRPC doors.
 //!
 //! Layers, each using only those below it (no module imports one that imports it):
-//! [`Limiter`] (stores, namespaces, their engines, reconfiguring and stopping) → what a
-//! request does: [`requests`] (one hit, and a request of several), [`descriptors`]
-//! (Envoy's), [`counting`], [`giving_back`], [`reservations`], [`limit_changes`] and
-//! [`shares`] → [`pipeline`] (the stages every request runs, for hits and acquires) →
-//! [`decisions`] (what a decision answers) → the namespace ([`state`]) → [`leases`]
-//! (where leases are kept) and [`runtime_limits`] (limits set per key at run time, as
-//! this node holds them) → [`config`] (a config, read into policy types) → [`policy`]
-//! (limits, descriptor rules, counter keys, what a request may carry), [`auth`] and
-//! [`spool`].
+//! [`Limiter`] (stores, namespaces, their engines, reconfiguring and stopping, and one
+//! method per kind of request) → the kinds of request, one file each under `requests`
+//! (what each asks and answers; its public types in [`requests`]) and the quota
+//! service ([`shares`]) → `pipeline` (the one runner every request goes through: check,
+//! first touch, effective limits, take together, all or nothing, run to the end,
+//! record) → [`decisions`] (what a decision answers) → the namespace ([`state`]) →
+//! [`leases`] (where leases are kept) and [`runtime_limits`] (limits set per key at run
+//! time, as this node holds them) → [`config`] (a config, read into policy types) →
+//! [`policy`] (limits, descriptor rules, counter keys, what a request may carry),
+//! [`auth`] and [`spool`].
 //! What the pipeline decides is told to a [`recorder::Recorder`] (the daemon's metrics).
 //!
 //! With the feature `tower`, `swin::tower::RateLimitLayer` puts a [`Limiter`] in front of an

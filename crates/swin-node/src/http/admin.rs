@@ -1,8 +1,8 @@
 //! Operating a node over HTTP: reset a key, list namespaces, sync now, health,
 //! readiness and metrics.
 
-use swin::config::{AdmissionMode, OnStoreFailure};
 use std::sync::Arc;
+use swin::config::{AdmissionMode, OnStoreFailure};
 
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 use super::error::ApiError;
 use super::extract::ApiPath;
 use super::Route;
+use crate::state::AppState;
 use swin::error::Error;
 use swin::policy::input::check_key;
-use crate::state::AppState;
 use swin::state::Namespace;
 use swin_sync::now;
 

@@ -12,10 +12,10 @@ use axum::Router;
 use tracing::{info, warn};
 
 use super::error::ApiError;
+use crate::state::AppState;
 use swin::auth::{check_authorization, Denied};
 use swin::config::{AuthConfig, Scope, Token};
 use swin::error::Error;
-use crate::state::AppState;
 
 /// Who made a request: the name of the token it carried, `anonymous` without `[auth]`
 /// (for the log of runtime limit changes).

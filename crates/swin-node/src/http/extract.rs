@@ -12,8 +12,8 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::error::ApiError;
-use swin::error::Error;
 use crate::state::AppState;
+use swin::error::Error;
 
 /// `Path`, with a JSON 400 (not axum's plain text) for a segment that does not decode,
 /// such as percent-encoded bytes that are not UTF-8.

@@ -24,9 +24,9 @@ use swin_core::UnixMs;
 use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody};
 use super::Route;
+use crate::state::AppState;
 use swin::error::Error;
 use swin::requests::{AcquireAnswer, AcquireRequest};
-use crate::state::AppState;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -169,7 +169,10 @@ async fn renew(
     JsonBody(body): JsonBody<LeaseBody>,
 ) -> Result<Response, ApiError> {
     let lease = body.lease()?;
-    let to = state.limiter.renew(&namespace, &key, lease, body.ttl).await?;
+    let to = state
+        .limiter
+        .renew(&namespace, &key, lease, body.ttl)
+        .await?;
     Ok(Json(serde_json::json!({
         "renewed": true,
         "lease": lease,

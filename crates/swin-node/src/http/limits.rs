@@ -32,12 +32,12 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody};
 use super::Route;
+use crate::state::AppState;
 use swin::error::Error;
 use swin::policy::input::check_key;
 use swin::policy::limits::{RawGcra, RawKeyLimits, RawLimit};
-use crate::state::AppState;
-use swin::state::Namespace;
 use swin::requests::Change;
+use swin::state::Namespace;
 
 const KEY_LIMITS: &str = "/v1/namespaces/{namespace}/keys/{key}/limits";
 
@@ -114,17 +114,18 @@ fn answer(ns: &Namespace, namespace: &str, key: &str, runtime: Option<&StoredLim
     let base = |source, raw: RawKeyLimits| {
         let (limits, gcra) = raw.into_parts();
         KeyAnswer {
-        namespace: namespace.to_owned(),
-        key: key.to_owned(),
-        source,
-        limits,
-        gcra,
-        expires_at: None,
-        set_by: None,
-        set_at: None,
-        kept: kept(ns),
-        ignored: None,
-    }};
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+            source,
+            limits,
+            gcra,
+            expires_at: None,
+            set_by: None,
+            set_at: None,
+            kept: kept(ns),
+            ignored: None,
+        }
+    };
     let sizes: Vec<_> = ns.sync().counters().window_sizes().collect();
     let held = runtime.map(|s| (s, swin::runtime_limits::parse(s, *ns.algorithm(), &sizes)));
     match held {
@@ -229,7 +230,10 @@ async fn list(
             }
         },
     };
-    let page = state.limiter.list_limits(&namespace, query.after.as_deref(), count).await?;
+    let page = state
+        .limiter
+        .list_limits(&namespace, query.after.as_deref(), count)
+        .await?;
     let next = (page.len() == count).then(|| page.last().map(|l| l.key.clone()));
     let items: Vec<KeyAnswer> = page
         .iter()

@@ -23,10 +23,10 @@ use axum::Router;
 
 use self::error::ApiError;
 pub use self::extract::ApiPath;
+use crate::state::AppState;
 pub use swin::auth::hash_token;
 use swin::config::Scope;
 use swin::error::Error;
-use crate::state::AppState;
 
 /// The API's description (OpenAPI 3.1), served at `/v1/openapi.json`; a test checks it
 /// against [`routes`].

@@ -101,5 +101,10 @@ async fn commit(
         .cost
         .ok_or_else(|| Error::BadRequest("cost: required (the actual cost)".into()))?;
     let s = state.limiter.commit(&namespace, &key, &id, cost).await?;
-    Ok(respond(s.verdict(), s.verdict().policies(), StatusCode::OK, &s))
+    Ok(respond(
+        s.verdict(),
+        s.verdict().policies(),
+        StatusCode::OK,
+        &s,
+    ))
 }

@@ -10,10 +10,10 @@ use swin::requests::{Answer, Decided, Shown, Strictest};
 use swin_core::Decision;
 
 use super::{leases, metadata};
-use swin::requests::Verdict;
 use swin::policy::headers::{shadow_item, RateLimitHeaders, SHADOW_DENIED};
 use swin::policy::limits::KeyLimits;
 use swin::policy::rules::{self, Rule};
+use swin::requests::Verdict;
 use swin::state::Namespace;
 
 /// The answer to `req` on `ns`, from what its descriptors decided.
@@ -24,8 +24,11 @@ pub(super) fn response(
 ) -> RateLimitResponse {
     let statuses: Vec<DescriptorStatus> = decided.answers().iter().map(status_of_answer).collect();
     let dynamic_metadata = ns.envoy_dynamic_metadata().then(|| {
-        let applied: Vec<Option<&Rule>> =
-            decided.answers().iter().map(|a| a.rule().as_deref()).collect();
+        let applied: Vec<Option<&Rule>> = decided
+            .answers()
+            .iter()
+            .map(|a| a.rule().as_deref())
+            .collect();
         metadata::of(req, &statuses, &applied)
     });
     RateLimitResponse {
@@ -142,7 +145,10 @@ fn headers(v: &Verdict, denied: bool) -> Vec<HeaderValue> {
         out.push(header("Retry-After", t.to_string()));
     }
     if !denied && (v.shadow_denied() || !v.decision().allowed) {
-        out.push(header(SHADOW_DENIED, shadow_item(&v.policy(), &v.decision())));
+        out.push(header(
+            SHADOW_DENIED,
+            shadow_item(v.policy(), &v.decision()),
+        ));
     }
     out
 }

@@ -24,10 +24,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use swin::error::Error;
 use crate::listening;
-use swin::policy::rules::{self};
 use crate::state::AppState;
+use swin::error::Error;
+use swin::policy::rules::{self};
 use swin::requests::Descriptor;
 
 mod answers;

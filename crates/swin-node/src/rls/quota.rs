@@ -84,16 +84,20 @@ impl RateLimitQuotaService for Rlqs {
             ),
         };
         let reports = request.into_inner();
-        let (proxy, pushed) = self.state.limiter.quota_stream(&client).map_err(|e| match e {
-            Error::Exhausted(m) => {
-                // no report named a domain yet: counted as no namespace
-                self.state
-                    .metrics
-                    .quota_told(label(&self.state, ""), "refused", 1);
-                Status::resource_exhausted(m)
-            }
-            other => Status::internal(other.to_string()),
-        })?;
+        let (proxy, pushed) = self
+            .state
+            .limiter
+            .quota_stream(&client)
+            .map_err(|e| match e {
+                Error::Exhausted(m) => {
+                    // no report named a domain yet: counted as no namespace
+                    self.state
+                        .metrics
+                        .quota_told(label(&self.state, ""), "refused", 1);
+                    Status::resource_exhausted(m)
+                }
+                other => Status::internal(other.to_string()),
+            })?;
         let (tx, rx) = mpsc::channel(8);
         let stream = ProxyStream {
             open: Open::new(self.state.clone()),

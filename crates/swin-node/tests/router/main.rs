@@ -18,8 +18,9 @@ use http_body_util::BodyExt;
 use std::time::Duration;
 
 use swin::config::Config;
+use swin::state::{Namespace, Namespaces};
 use swin_node::http;
-use swin_node::state::{AppState, Namespace, Namespaces};
+use swin_node::state::AppState;
 use swin_sync::store::SqliteStore;
 use swin_sync::Store;
 use tower::ServiceExt;
@@ -107,7 +108,7 @@ async fn router_with(more: &str) -> axum::Router {
         let store = cfg.store.as_ref().map(|_| store.clone());
         let n = Namespace::build(cfg, store, "test".into(), Duration::from_secs(1));
         if cfg.store.is_some() {
-            n.sync
+            n.sync()
                 .sync_once(swin_sync::now())
                 .await
                 .expect("first sync");
@@ -116,7 +117,7 @@ async fn router_with(more: &str) -> axum::Router {
     }
     let state = Arc::new(AppState::for_config(
         &config,
-        Arc::new(arc_swap::ArcSwap::from_pointee(ns)),
+        Arc::new(swin::Limiter::over(ns)),
         Default::default(),
     ));
     http::router(state)

@@ -16,8 +16,8 @@ use crate::requests::limit_changes::{Changed, LimitChange, Op};
 use crate::requests::refunds::Refund;
 use crate::requests::reservations::{Commit, Reserve};
 use crate::requests::{
-    AcquireAnswer, AcquireRequest, Batch, Change, Decided, Descriptor, Refunded, Reserved,
-    Settled, StoredLimit, Verdict, WindowRate,
+    AcquireAnswer, AcquireRequest, Batch, Change, Decided, Descriptor, Refunded, Reserved, Settled,
+    StoredLimit, Verdict, WindowRate,
 };
 use crate::shares::{BucketAction, Proxy};
 
@@ -284,7 +284,9 @@ impl Limiter {
     /// or the client's address), for a door that reads it from a request.
     pub fn key_from(&self, namespace: &str) -> Result<crate::policy::limits::KeyFrom, Error> {
         let ns = self.namespace(namespace)?;
-        Ok(crate::decisions::limits_of(&ns, namespace)?.key_from().clone())
+        Ok(crate::decisions::limits_of(&ns, namespace)?
+            .key_from()
+            .clone())
     }
 
     /// Proxies with a quota stream open on this node.
@@ -292,4 +294,3 @@ impl Limiter {
         self.shares.proxies()
     }
 }
-

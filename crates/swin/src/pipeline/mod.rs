@@ -186,14 +186,17 @@ async fn stages<R: Request>(request: &R, plan: &mut Plan<'_>) -> Result<Ran<R::A
         Some(Ok(t)) => plan.fail_degraded && t.degraded().is_some(),
         None => false,
     });
-    let refused = plan.refused || blocked || taken.iter().flatten().flatten().any(|t| !t.admitted());
+    let refused =
+        plan.refused || blocked || taken.iter().flatten().flatten().any(|t| !t.admitted());
     if failed.is_some() || (refused && plan.refusal == Refusal::Whole) {
-        undo_admitted(plan, &taken).await.map_err(|e| plan.at(failed.unwrap_or(0), e))?;
+        undo_admitted(plan, &taken)
+            .await
+            .map_err(|e| plan.at(failed.unwrap_or(0), e))?;
     }
     if let Some(i) = failed {
         return Err(plan.at(i, failure(taken.swap_remove(i))));
     }
-    let taken: Vec<Option<Taken>> = taken.into_iter().map(|t| t.map(|t| t.ok()).flatten()).collect();
+    let taken: Vec<Option<Taken>> = taken.into_iter().map(|t| t.and_then(Result::ok)).collect();
     let mut acted = None;
     if !refused {
         let all: Vec<Taken> = taken.iter().flatten().cloned().collect();
@@ -296,7 +299,10 @@ async fn take_all(plan: &Plan<'_>) -> Vec<Option<Result<Taken, Error>>> {
 
 /// Stage 6: takes back every ask that was admitted, as one request refused as a whole;
 /// nothing in a dry run.
-async fn undo_admitted(plan: &Plan<'_>, taken: &[Option<Result<Taken, Error>>]) -> Result<(), Error> {
+async fn undo_admitted(
+    plan: &Plan<'_>,
+    taken: &[Option<Result<Taken, Error>>],
+) -> Result<(), Error> {
     if plan.dry_run {
         return Ok(());
     }

@@ -81,7 +81,10 @@ impl Request for EndOrRenew {
 
     async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<UnixMs, Error> {
         let ttl: Option<Duration> = match self.renew {
-            Some(ttl) => Some(lease_ttl(ttl, &concurrency_of(&self.ns, self.ns.sync.name())?)?),
+            Some(ttl) => Some(lease_ttl(
+                ttl,
+                &concurrency_of(&self.ns, self.ns.sync.name())?,
+            )?),
             None => None,
         };
         let r = self.end_or_renew(ttl).await;
@@ -109,7 +112,11 @@ impl EndOrRenew {
             Some(_) => "renewing a lease",
             None => "releasing a lease",
         };
-        let done = self.ns.leases.end_or_renew(key, lease, now, to, what).await?;
+        let done = self
+            .ns
+            .leases
+            .end_or_renew(key, lease, now, to, what)
+            .await?;
         if !done {
             return Err(Error::UnknownLease(format!(
                 "lease {lease:?} of key {key:?} is not live (released, lapsed or never granted); nothing was changed"

@@ -194,11 +194,7 @@ async fn remove(ns: &Namespace, namespace: &str, key: &str) -> Result<bool, Erro
 
 /// `key`'s runtime limits live now, as the store holds them (this node may not serve
 /// the key); without a store, as this node does.
-async fn read(
-    ns: &Namespace,
-    namespace: &str,
-    key: &str,
-) -> Result<Option<StoredLimit>, Error> {
+async fn read(ns: &Namespace, namespace: &str, key: &str) -> Result<Option<StoredLimit>, Error> {
     check_target(ns, namespace, key)?;
     let now = swin_sync::now();
     if !ns.sync.keeps_limits_in_store() {

@@ -1,5 +1,5 @@
 //! The kinds of request, each in a file of its own that builds what its request asks of
-//! the pipeline ([`crate::pipeline::run`]) and renders what it got: hits alone and in
+//! the pipeline (`pipeline::run`) and renders what it got: hits alone and in
 //! batches (`hits`), Envoy's descriptors (`descriptors`), increments and reads
 //! (`counting`), leases (`leases`), reservations (`reservations`), refunds (`refunds`)
 //! and runtime limit changes (`limit_changes`). What a caller of [`crate::Limiter`] gets

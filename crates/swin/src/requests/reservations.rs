@@ -218,15 +218,17 @@ impl Request for Reserve {
             expires_at,
             now,
         };
-        Ok(match ns.leases.acquire(a, "recording a reservation").await {
-            Ok(a) if a.granted => Ok((id, expires_at)),
-            failed => {
-                // nobody knows the id: the node takes the estimate back and ends the
-                // record in case the store wrote it before failing
-                tokio::spawn(undo(ns.clone(), key.to_owned(), id, cost, expires_at));
-                Err(failed.err().unwrap_or(Error::Internal))
-            }
-        })
+        Ok(
+            match ns.leases.acquire(a, "recording a reservation").await {
+                Ok(a) if a.granted => Ok((id, expires_at)),
+                failed => {
+                    // nobody knows the id: the node takes the estimate back and ends the
+                    // record in case the store wrote it before failing
+                    tokio::spawn(undo(ns.clone(), key.to_owned(), id, cost, expires_at));
+                    Err(failed.err().unwrap_or(Error::Internal))
+                }
+            },
+        )
     }
 
     fn answer(&self, _: Plan<'_>, ran: Ran<Self::Acted>) -> Result<Reserved, Error> {
@@ -356,31 +358,31 @@ impl Commit {
                 "reservation {id:?} of key {key:?} is not open (committed already, lapsed at its estimate, or never made); nothing was settled"
             )));
         }
-    // the reservation is ended: from here the node owns its settlement
-    match settle(ns, key, &effective, estimate, cost).await {
-        Ok((charged, given_back, after)) => Ok(Settled {
-            committed: true,
-            reservation: id.to_owned(),
-            estimate,
-            cost,
-            charged,
-            given_back,
-            uncharged: (cost - estimate - charged).max(0.0),
-            after: HitAnswer {
-                allowed: true,
-                ..after.answer()
-            },
-            verdict: after,
-        }),
-        Err(e) => {
-            tokio::spawn(settle_later(
-                ns.clone(),
-                key.to_owned(),
-                effective,
+        // the reservation is ended: from here the node owns its settlement
+        match settle(ns, key, &effective, estimate, cost).await {
+            Ok((charged, given_back, after)) => Ok(Settled {
+                committed: true,
+                reservation: id.to_owned(),
                 estimate,
                 cost,
-            ));
-            Err(match e {
+                charged,
+                given_back,
+                uncharged: (cost - estimate - charged).max(0.0),
+                after: HitAnswer {
+                    allowed: true,
+                    ..after.answer()
+                },
+                verdict: after,
+            }),
+            Err(e) => {
+                tokio::spawn(settle_later(
+                    ns.clone(),
+                    key.to_owned(),
+                    effective,
+                    estimate,
+                    cost,
+                ));
+                Err(match e {
                 Error::Store { reason, .. } => Error::Store {
                     reason,
                     message: format!(
@@ -389,8 +391,8 @@ impl Commit {
                 },
                 other => other,
             })
+            }
         }
-    }
     }
 }
 

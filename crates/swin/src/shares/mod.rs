@@ -154,12 +154,7 @@ pub struct Usage {
 impl Usage {
     /// A bucket's usage: `allowed` and `denied` requests over `elapsed` (its report's
     /// own measure, if it sent one).
-    pub fn new(
-        bucket: BucketId,
-        elapsed: Option<Duration>,
-        allowed: u64,
-        denied: u64,
-    ) -> Usage {
+    pub fn new(bucket: BucketId, elapsed: Option<Duration>, allowed: u64, denied: u64) -> Usage {
         Usage {
             bucket,
             elapsed,

@@ -285,6 +285,17 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// Every key decided against `default`: no overrides, denied hits not counted, the
+    /// forward-auth key from the client's address, not in shadow.
+    pub fn of(default: KeyLimits) -> Limits {
+        Limits {
+            default,
+            overrides: Default::default(),
+            count_denied: false,
+            key_from: KeyFrom::ClientAddress,
+            shadow: false,
+        }
+    }
     /// What a key without an override is decided against.
     pub fn default(&self) -> &KeyLimits {
         &self.default

@@ -62,7 +62,9 @@ fn part(a: &Descriptor, f: Option<&Found>) -> Part {
         RuleLimit::Limited(_) => {}
         // envoyproxy/ratelimit: OK, the largest remaining, no limit (slots in flight are
         // a concurrency namespace's, which leases decide)
-        RuleLimit::Unlimited | RuleLimit::InFlight(_) => return Part::Shown(Shown::Unlimited, false),
+        RuleLimit::Unlimited | RuleLimit::InFlight(_) => {
+            return Part::Shown(Shown::Unlimited, false)
+        }
         // a refund on a value that is blocked gives nothing back and is OK
         RuleLimit::Blocked if a.negative => {
             return Part::Shown(
@@ -128,8 +130,13 @@ pub(super) fn plan<'r>(ns: &'r Namespace, parts: &'r [(Option<Arc<Rule>>, Part)]
                 let RuleLimit::Limited(limits) = &rule.limit else {
                     continue;
                 };
-                let mut take =
-                    Take::under(ns, key.as_str(), *cost, Effective::Config(limits), rule.shadow);
+                let mut take = Take::under(
+                    ns,
+                    key.as_str(),
+                    *cost,
+                    Effective::Config(limits),
+                    rule.shadow,
+                );
                 take.count_denied = plan.refusal == Refusal::Each;
                 take.policy = rule.name.as_deref().map(Arc::from);
                 match negative {
@@ -151,7 +158,10 @@ pub(super) fn answer(
     let count_denied = plan.refusal == Refusal::Each;
     let over = ran.refused;
     let undone = over && !count_denied;
-    let (mut takes, mut refunds) = (plan.asks.iter().zip(ran.taken), plan.refunds.iter().zip(ran.refunded));
+    let (mut takes, mut refunds) = (
+        plan.asks.iter().zip(ran.taken),
+        plan.refunds.iter().zip(ran.refunded),
+    );
     let mut answers = Vec::with_capacity(parts.len());
     let mut worst: Option<(Verdict, bool)> = None;
     let mut counted = Vec::new();
@@ -168,7 +178,10 @@ pub(super) fn answer(
                 Some((Asked::Hit(t), Some(Taken::Hit(v)))) => {
                     let denied = !v.decision.allowed && !r.shadow;
                     counted.push(Counted {
-                        policy: r.name.as_deref().map_or_else(|| v.policy.clone(), Arc::from),
+                        policy: r
+                            .name
+                            .as_deref()
+                            .map_or_else(|| v.policy.clone(), Arc::from),
                         allowed: !denied,
                         shadow_denied: v.shadow_denied || (!v.decision.allowed && r.shadow),
                     });
@@ -287,4 +300,3 @@ fn override_rule(a: &Descriptor, i: usize, algorithm: Algorithm) -> Option<Rule>
         metadata: None,
     })
 }
-

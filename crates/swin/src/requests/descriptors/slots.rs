@@ -100,7 +100,10 @@ pub(super) fn parts(
                 let key = f
                     .as_ref()
                     .map_or_else(|| keys::counter_key(&a.pairs()), key);
-                return (None, Part::Slots(slots(at, key, u64::from(n), None), a.negative));
+                return (
+                    None,
+                    Part::Slots(slots(at, key, u64::from(n), None), a.negative),
+                );
             }
             let f = f.as_ref().filter(|f| {
                 f.rule
@@ -136,7 +139,11 @@ fn until(a: &AcquireAnswer, at: UnixMs) -> Duration {
 
 /// The plan of a request of descriptors on a concurrency namespace: each descriptor's
 /// slots ended (its negative hits) or taken, all or nothing.
-pub(super) fn plan<'r>(ns: &'r Namespace, c: &Concurrency, parts: &'r [(Option<Arc<Rule>>, Part)]) -> Plan<'r> {
+pub(super) fn plan<'r>(
+    ns: &'r Namespace,
+    c: &Concurrency,
+    parts: &'r [(Option<Arc<Rule>>, Part)],
+) -> Plan<'r> {
     let mut plan = Plan {
         block_bad_costs: true,
         ..Plan::nothing()
