@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use rand::SeedableRng;
 
-use crate::load::LoadSpec;
 use crate::schedule::{Shared, Tally};
+use crate::spec::LoadSpec;
 
 /// Calls sent straight onto one HTTP/2 connection, as Envoy's client sends them: no
 /// channel (tonic's puts a buffer task between a call and its connection, a second

@@ -7,6 +7,7 @@ mod keys;
 mod load;
 mod quota;
 mod schedule;
+mod spec;
 
 use std::time::Duration;
 
@@ -212,7 +213,7 @@ async fn load(command: Command) -> anyhow::Result<()> {
         (None, Some(_)) => None,
         (None, None) => Some(Duration::from_secs(10)),
     };
-    let spec = load::LoadSpec {
+    let spec = spec::LoadSpec {
         targets: target,
         connections,
         duration,

@@ -25,7 +25,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::cell::{AtomicF64, Stripes};
-use crate::Retention;
 
 const EMPTY: i64 = i64::MIN;
 
@@ -46,6 +45,15 @@ impl Slot {
             diff: AtomicF64::default(),
         }
     }
+}
+
+/// What happens to hits once their window has passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retention {
+    /// Diffs are kept until drained by a sync, even when their window rolls over.
+    Synced,
+    /// Nothing ever drains: an expired window's hits are simply forgotten.
+    LocalOnly,
 }
 
 /// What happened to an add.

@@ -12,17 +12,8 @@ use std::sync::Mutex;
 
 use compact_str::CompactString;
 
-use crate::entry::{Added, Entry, View};
+use crate::entry::{Added, Entry, Retention, View};
 use crate::{CoreError, Diff, Total, UnixMs, WindowRate, WindowSize, MAX_COUNT};
-
-/// What happens to hits once their window has passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retention {
-    /// Diffs are kept until drained by a sync, even when their window rolls over.
-    Synced,
-    /// Nothing ever drains: an expired window's hits are simply forgotten.
-    LocalOnly,
-}
 
 /// Sizing and retention of a counter table.
 #[derive(Debug, Clone, Copy)]

@@ -14,13 +14,10 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use prometheus::proto::{
-    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
-};
+use prometheus::proto::{Bucket, Histogram};
+mod families;
 mod namespaces;
 mod render;
-
-use swin_sync::{NamespaceSync, SyncStatus, SYNC_BUCKETS_SECS};
 
 pub use self::render::spool_gauge;
 

@@ -2,8 +2,10 @@
 //! scrape, read once per namespace ([`NamespaceSample`]) and written as a table of
 //! gauges and counters, with its sync durations.
 
-use super::render::{counter_family, family, gauge_family, metric};
-use super::*;
+use prometheus::proto::{Bucket, Histogram, MetricFamily, MetricType};
+use swin_sync::{NamespaceSync, SyncStatus, SYNC_BUCKETS_SECS};
+
+use super::families::{counter_family, family, gauge_family, metric};
 
 /// One namespace as a scrape sees it: its engine's status read once.
 #[derive(Debug)]

@@ -1,8 +1,14 @@
 //! The `/metrics` exposition, built at each scrape from the node's counters and from
 //! what each namespace's engine and tables hold: every metric's name, help and labels.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus::proto::{Histogram, MetricFamily, MetricType};
+use swin_sync::NamespaceSync;
+
+use super::families::{counter_family, family, float_counter_family, gauge_family, metric};
 use super::namespaces::{namespace_families, NamespaceSample};
-use super::*;
+use super::Metrics;
 
 impl Metrics {
     /// The exposition of these counters, of each namespace's engine, of the slots in
@@ -284,86 +290,6 @@ fn sorted(map: &papaya::HashMap<String, AtomicU64>) -> Vec<(String, u64)> {
         .collect();
     v.sort();
     v
-}
-
-type Labels = Vec<(&'static str, String)>;
-
-pub(super) fn metric(labels: Labels) -> Metric {
-    let mut m = Metric::default();
-    m.set_label(
-        labels
-            .into_iter()
-            .map(|(name, value)| {
-                let mut l = LabelPair::default();
-                l.set_name(name.to_owned());
-                l.set_value(value);
-                l
-            })
-            .collect(),
-    );
-    m
-}
-
-pub(super) fn family(
-    name: &str,
-    help: &str,
-    kind: MetricType,
-    metrics: Vec<Metric>,
-) -> MetricFamily {
-    let mut f = MetricFamily::default();
-    f.set_name(name.to_owned());
-    f.set_help(help.to_owned());
-    f.set_field_type(kind);
-    f.set_metric(metrics);
-    f
-}
-
-pub(super) fn counter_family(
-    name: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (Labels, u64)>,
-) -> MetricFamily {
-    float_counter_family(
-        name,
-        help,
-        samples.into_iter().map(|(labels, v)| (labels, v as f64)),
-    )
-}
-
-fn float_counter_family(
-    name: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (Labels, f64)>,
-) -> MetricFamily {
-    let metrics = samples
-        .into_iter()
-        .map(|(labels, v)| {
-            let mut m = metric(labels);
-            let mut c = Counter::default();
-            c.set_value(v);
-            m.set_counter(c);
-            m
-        })
-        .collect();
-    family(name, help, MetricType::COUNTER, metrics)
-}
-
-pub(super) fn gauge_family(
-    name: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (Labels, f64)>,
-) -> MetricFamily {
-    let metrics = samples
-        .into_iter()
-        .map(|(labels, v)| {
-            let mut m = metric(labels);
-            let mut g = Gauge::default();
-            g.set_value(v);
-            m.set_gauge(g);
-            m
-        })
-        .collect();
-    family(name, help, MetricType::GAUGE, metrics)
 }
 
 /// `swin_spool_files`: spool files waiting in `data_dir` (what a stop could not push and

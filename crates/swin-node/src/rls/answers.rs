@@ -43,7 +43,10 @@ pub(super) fn response(
             Some(s) if ns.envoy_response_headers() => match s {
                 Strictest::Hits(v, denied) => headers(v, *denied),
                 Strictest::Slots(a, over) => leases::headers(a, *over),
-            },
+            }
+            .into_iter()
+            .map(|(key, value)| header(key, value))
+            .collect(),
             _ => Vec::new(),
         },
         ..Default::default()
@@ -132,28 +135,27 @@ fn descriptor_status(rule: &Rule, d: &Decision, denied: bool) -> DescriptorStatu
     }
 }
 
-/// The IETF headers of the strictest descriptor, and Retry-After when over the limit.
-fn headers(v: &Verdict, denied: bool) -> Vec<HeaderValue> {
+/// The IETF headers of the strictest descriptor, and Retry-After when over the limit, by
+/// name.
+fn headers(v: &Verdict, denied: bool) -> Vec<(&'static str, String)> {
     let h = RateLimitHeaders::of(v.policies(), v.policy(), &v.decision());
     let mut out = vec![
-        header("RateLimit-Policy", h.policy().to_string()),
-        header("RateLimit", h.state().clone()),
+        ("RateLimit-Policy", h.policy().to_string()),
+        ("RateLimit", h.state().clone()),
     ];
     // a descriptor in shadow mode is over its limit but not denied: no Retry-After, and
     // the shadow header says which would have denied it
     if let (true, Some(t)) = (denied, h.retry_after()) {
-        out.push(header("Retry-After", t.to_string()));
+        out.push(("Retry-After", t.to_string()));
     }
     if !denied && (v.shadow_denied() || !v.decision().allowed) {
-        out.push(header(
-            SHADOW_DENIED,
-            shadow_item(v.policy(), &v.decision()),
-        ));
+        out.push((SHADOW_DENIED, shadow_item(v.policy(), &v.decision())));
     }
     out
 }
 
-pub(super) fn header(key: &str, value: String) -> HeaderValue {
+/// An Envoy response header: the one place an answer's headers become Envoy's type.
+fn header(key: &str, value: String) -> HeaderValue {
     HeaderValue {
         key: key.into(),
         value,

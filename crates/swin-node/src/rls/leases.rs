@@ -4,12 +4,10 @@
 
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
 
-use super::answers::header;
 use swin::leases::AcquireAnswer;
 use swin::policy::rules::Rule;
 
@@ -39,25 +37,16 @@ pub(super) fn status(
     }
 }
 
-/// The headers the HTTP door's acquire answers with.
-pub(super) fn headers(a: &AcquireAnswer, over: bool) -> Vec<HeaderValue> {
+/// The headers the HTTP door's acquire answers with, by name.
+pub(super) fn headers(a: &AcquireAnswer, over: bool) -> Vec<(&'static str, String)> {
     let remaining = a.limit().saturating_sub(a.acquired().in_flight);
-    let mut out = vec![header(
-        "RateLimit-Policy",
-        format!("\"concurrency\";q={}", a.limit()),
-    )];
+    let mut out = vec![("RateLimit-Policy", format!("\"concurrency\";q={}", a.limit()))];
     if over {
         let t = a.retry_after_secs().ceil().max(1.0) as u64;
-        out.push(header(
-            "RateLimit",
-            format!("\"concurrency\";r={remaining};t={t}"),
-        ));
-        out.push(header("Retry-After", t.to_string()));
+        out.push(("RateLimit", format!("\"concurrency\";r={remaining};t={t}")));
+        out.push(("Retry-After", t.to_string()));
     } else {
-        out.push(header(
-            "RateLimit",
-            format!("\"concurrency\";r={remaining}"),
-        ));
+        out.push(("RateLimit", format!("\"concurrency\";r={remaining}")));
     }
     out
 }

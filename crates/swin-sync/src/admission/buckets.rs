@@ -10,10 +10,8 @@ use std::time::Duration;
 use swin_core::{Decision, Gcra, UnixMs};
 
 use super::grants::{horizon, BucketView, Grants};
-use super::{
-    now, Admission, AdmitError, Admitted, Bounds, BoxFuture, GiveBack, GivenBack, OnStoreFailure,
-    Spend, Strict,
-};
+use super::strict::Quota;
+use super::{now, Admission, AdmitError, Admitted, Bounds, BoxFuture, GiveBack, GivenBack, Spend};
 use crate::NamespaceSync;
 
 fn bucket(bounds: Bounds<'_>) -> Result<&Gcra, AdmitError> {
@@ -128,75 +126,65 @@ fn granted_decision(
     Ok(d)
 }
 
-impl Admission for Strict<Eventual, Grants> {
-    fn take<'a>(
+/// Bucket grants: a hit is spent from units the store granted this node.
+impl Quota for Grants {
+    fn admit<'a>(
         &'a self,
+        sync: &'a Arc<NamespaceSync>,
         key: &'a str,
         bounds: Bounds<'a>,
         cost: f64,
         spend: Spend,
-    ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
+        now: UnixMs,
+    ) -> BoxFuture<'a, Result<Option<Admitted>, AdmitError>> {
         Box::pin(async move {
             let g = bucket(bounds)?;
             let cost = g.units(cost)?;
-            let now = now();
-            let sync = &self.local.sync;
-            if spend != Spend::DryRun {
-                match self.quota.admit(sync, g, key, cost, now).await {
-                    Ok(v) => {
-                        if !v.allowed && spend == Spend::Always {
-                            sync.spend(g, key, cost, now, true).await?;
-                        }
-                        return Ok(admitted(granted_decision(g, &v, now, cost)?));
-                    }
-                    Err(_) if self.on_store_failure == OnStoreFailure::Deny => {
-                        return Ok(Admitted {
-                            decision: Decision {
-                                allowed: false,
-                                limit: g.burst() as f64,
-                                remaining: 0.0,
-                                reset_after: Duration::ZERO,
-                                retry_after: Duration::from_secs(1),
-                            },
-                            strictest: 0,
-                            reason: Some("store_unreachable"),
-                            shadow_denied: false,
-                        });
-                    }
-                    // "local": decided on the local bucket, pushed later
-                    Err(_) => {}
-                }
+            let Ok(v) = Grants::admit(self, sync, g, key, cost, now).await else {
+                return Ok(None);
+            };
+            if !v.allowed && spend == Spend::Always {
+                sync.spend(g, key, cost, now, true).await?;
             }
-            self.local.decide(g, key, cost, spend, now).await
+            Ok(Some(admitted(granted_decision(g, &v, now, cost)?)))
         })
     }
 
     /// The units go back to this node, to spend again while its grant lasts.
     fn give_back<'a>(
         &'a self,
+        _sync: &'a Arc<NamespaceSync>,
         key: &'a str,
         bounds: Bounds<'a>,
         cost: f64,
         why: GiveBack,
+        now: UnixMs,
     ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
         Box::pin(async move {
             let g = bucket(bounds)?;
-            let now = now();
-            let given = self.quota.give_back(key, g.units(cost)?, now) as f64;
+            let given = Grants::give_back(self, key, g.units(cost)?, now) as f64;
             let after = match why {
                 GiveBack::Undo => None,
-                GiveBack::Refund => Some(admitted(granted_decision(
-                    g,
-                    &self.quota.view(key, now),
-                    now,
-                    0,
-                )?)),
+                GiveBack::Refund => {
+                    Some(admitted(granted_decision(g, &self.view(key, now), now, 0)?))
+                }
             };
             Ok(GivenBack { given, after })
         })
     }
 
-    fn waits_on_store(&self) -> bool {
-        true
+    fn unreachable(&self, bounds: Bounds<'_>, _now: UnixMs) -> Result<Admitted, AdmitError> {
+        Ok(Admitted {
+            decision: Decision {
+                allowed: false,
+                limit: bucket(bounds)?.burst() as f64,
+                remaining: 0.0,
+                reset_after: Duration::ZERO,
+                retry_after: Duration::from_secs(1),
+            },
+            strictest: 0,
+            reason: Some("store_unreachable"),
+            shadow_denied: false,
+        })
     }
 }

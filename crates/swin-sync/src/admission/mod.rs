@@ -8,16 +8,19 @@
 //! The engine ([`NamespaceSync`]) keeps the counters and the sync loop; an eventual
 //! implementation decides with them. A strict one also owns the quota this node holds
 //! from the store (`holds.rs` for windows, `grants.rs` for buckets, their store calls in
-//! `queue.rs`), which the engine's loop has it give back ([`crate::QuotaKeeper`]).
+//! `queue.rs`), which the engine's loop has it give back ([`crate::QuotaKeeper`]); one
+//! type, `strict.rs`, admits from either.
 
 mod buckets;
 mod grants;
 mod holds;
 mod queue;
+mod strict;
 mod windows;
 
 pub use self::grants::{horizon, BucketView, Grants, MAX_HORIZON, MIN_HORIZON};
 pub use self::holds::{Holds, StrictView, IDLE_MS};
+use self::strict::Strict;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -132,16 +135,6 @@ pub trait Admission: Send + Sync + std::fmt::Debug {
     fn waits_on_store(&self) -> bool;
 }
 
-/// Strict admission over an eventual implementation `L` (windows or buckets): admitted
-/// from the quota `Q` holds (window holds or bucket grants); `L` decides dry runs, and
-/// every hit while the store cannot be asked with `on_store_failure = "local"`.
-#[derive(Debug)]
-struct Strict<L, Q> {
-    local: L,
-    quota: Arc<Q>,
-    on_store_failure: OnStoreFailure,
-}
-
 /// A namespace's engine, made ready for its algorithm (`buckets`: GCRA) and admission
 /// (`strict`: what it does when the store cannot be asked; `None`: eventual), and the
 /// implementation it decides through. The only place the modes are told apart.
@@ -164,22 +157,14 @@ pub fn for_namespace(
         (false, Some(f)) => {
             let quota = Arc::new(Holds::new(&push));
             let sync = Arc::new(sync.with_quota(quota.clone()));
-            let strict = Strict {
-                local: windows::Eventual::new(sync.clone()),
-                quota,
-                on_store_failure: f,
-            };
-            (sync, Arc::new(strict))
+            let local = Box::new(windows::Eventual::new(sync.clone()));
+            (sync.clone(), Arc::new(Strict::new(sync, quota, local, f)))
         }
         (true, Some(f)) => {
             let quota = Arc::new(Grants::new(&push));
             let sync = Arc::new(sync.with_quota(quota.clone()));
-            let strict = Strict {
-                local: buckets::Eventual::new(sync.clone()),
-                quota,
-                on_store_failure: f,
-            };
-            (sync, Arc::new(strict))
+            let local = Box::new(buckets::Eventual::new(sync.clone()));
+            (sync.clone(), Arc::new(Strict::new(sync, quota, local, f)))
         }
     }
 }

@@ -11,9 +11,10 @@ use std::time::Duration;
 use swin_core::{Decision, UnixMs, WindowLimit, WindowRate};
 
 use super::holds::{Holds, StrictView};
+use super::strict::Quota;
 use super::{
     now, store_error, strictest, strictest_of, together, Admission, AdmitError, Admitted, Bounds,
-    BoxFuture, GiveBack, GivenBack, OnStoreFailure, Spend, Strict,
+    BoxFuture, GiveBack, GivenBack, Spend,
 };
 use crate::{NamespaceSync, SyncMode};
 
@@ -171,56 +172,101 @@ impl Admission for Eventual {
     }
 }
 
-impl Strict<Eventual, Holds> {
-    /// A strict admission's answer: admitted or not as the quota said; the figures from
-    /// the window as the store last showed it. The counts before this hit are the
-    /// window's count less what this node holds unused (and less this hit, when
-    /// admitted). Denied hits still count, as plain increments, when every hit spends.
-    async fn verdict(
-        &self,
-        set: &[WindowLimit],
-        views: &[StrictView],
-        key: &str,
+/// A strict admission's answer: admitted or not as the quota said; the figures from the
+/// window as the store last showed it. The counts before this hit are the window's count
+/// less what this node holds unused (and less this hit, when admitted). Denied hits
+/// still count, as plain increments, when every hit spends.
+async fn verdict(
+    sync: &Arc<NamespaceSync>,
+    set: &[WindowLimit],
+    views: &[StrictView],
+    key: &str,
+    cost: f64,
+    now: UnixMs,
+    spend: Spend,
+) -> Result<Admitted, AdmitError> {
+    let mut decisions = Vec::with_capacity(set.len());
+    for (l, v) in set.iter().zip(views) {
+        let spent = if v.allowed { cost } else { 0.0 };
+        let before = (v.current - v.unused - spent).max(0.0);
+        let mut d = l.decide(before, v.previous, now, cost)?;
+        if v.allowed {
+            d.allowed = true;
+            d.retry_after = Duration::ZERO;
+            d.remaining = d.remaining.max(v.unused.floor());
+        } else if d.allowed {
+            // the counts leave room, but other nodes hold it: it comes back to the
+            // store when they do not use it
+            d.allowed = false;
+            d.remaining = 0.0;
+            d.retry_after = Duration::from_millis(super::IDLE_MS as u64);
+        }
+        decisions.push(d);
+    }
+    let admitted = strictest(decisions)?;
+    if !admitted.decision.allowed && spend == Spend::Always {
+        for l in set {
+            sync.increment(key, l.window.secs(), cost, now).await?;
+        }
+    }
+    Ok(admitted)
+}
+
+/// Window holds: a hit is admitted when every limit of the key holds its cost.
+impl Quota for Holds {
+    fn admit<'a>(
+        &'a self,
+        sync: &'a Arc<NamespaceSync>,
+        key: &'a str,
+        bounds: Bounds<'a>,
         cost: f64,
-        now: UnixMs,
         spend: Spend,
-    ) -> Result<Admitted, AdmitError> {
-        let mut decisions = Vec::with_capacity(set.len());
-        for (l, v) in set.iter().zip(views) {
-            let spent = if v.allowed { cost } else { 0.0 };
-            let before = (v.current - v.unused - spent).max(0.0);
-            let mut d = l.decide(before, v.previous, now, cost)?;
-            if v.allowed {
-                d.allowed = true;
-                d.retry_after = Duration::ZERO;
-                d.remaining = d.remaining.max(v.unused.floor());
-            } else if d.allowed {
-                // the counts leave room, but other nodes hold it: it comes back to the
-                // store when they do not use it
-                d.allowed = false;
-                d.remaining = 0.0;
-                d.retry_after = Duration::from_millis(super::IDLE_MS as u64);
+        now: UnixMs,
+    ) -> BoxFuture<'a, Result<Option<Admitted>, AdmitError>> {
+        Box::pin(async move {
+            let set = limits(bounds)?;
+            match Holds::admit(self, sync, key, set, cost, now).await {
+                Ok(views) => Ok(Some(
+                    verdict(sync, set, &views, key, cost, now, spend).await?,
+                )),
+                Err(_) => Ok(None),
             }
-            decisions.push(d);
-        }
-        let admitted = strictest(decisions)?;
-        if !admitted.decision.allowed && spend == Spend::Always {
-            for l in set {
-                self.local
-                    .sync
-                    .increment(key, l.window.secs(), cost, now)
-                    .await?;
-            }
-        }
-        Ok(admitted)
+        })
     }
 
-    /// Refused because the store cannot be asked (`on_store_failure = "deny"`).
-    fn unreachable(set: &[WindowLimit], now: UnixMs) -> Admitted {
-        let l = &set[0];
+    fn give_back<'a>(
+        &'a self,
+        sync: &'a Arc<NamespaceSync>,
+        key: &'a str,
+        bounds: Bounds<'a>,
+        cost: f64,
+        why: GiveBack,
+        now: UnixMs,
+    ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
+        Box::pin(async move {
+            let set = limits(bounds)?;
+            let given = Holds::give_back(self, key, set, cost, now);
+            if why == GiveBack::Undo {
+                return Ok(GivenBack { given, after: None });
+            }
+            // the key after it: a hit of 0 is answered from what this node holds
+            let after = match Holds::admit(self, sync, key, set, 0.0, now).await {
+                Ok(views) => verdict(sync, set, &views, key, 0.0, now, Spend::IfAllowed).await?,
+                Err(_) => self.unreachable(bounds, now)?,
+            };
+            Ok(GivenBack {
+                given,
+                after: Some(after),
+            })
+        })
+    }
+
+    /// Refused, with the figures of the key's first window.
+    fn unreachable(&self, bounds: Bounds<'_>, now: UnixMs) -> Result<Admitted, AdmitError> {
+        let l = &limits(bounds)?[0];
         let start_ms = l.window.start_of(now) * 1000;
         let to_end = (start_ms + i64::from(l.window.secs()) * 1000 - now.0).max(0);
-        Admitted {
+        Ok(Admitted {
             decision: Decision {
                 allowed: false,
                 limit: l.limit,
@@ -231,71 +277,6 @@ impl Strict<Eventual, Holds> {
             strictest: 0,
             reason: Some("store_unreachable"),
             shadow_denied: false,
-        }
-    }
-}
-
-impl Admission for Strict<Eventual, Holds> {
-    fn take<'a>(
-        &'a self,
-        key: &'a str,
-        bounds: Bounds<'a>,
-        cost: f64,
-        spend: Spend,
-    ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
-        Box::pin(async move {
-            let set = limits(bounds)?;
-            let now = now();
-            if spend != Spend::DryRun {
-                match self
-                    .quota
-                    .admit(&self.local.sync, key, set, cost, now)
-                    .await
-                {
-                    Ok(views) => return self.verdict(set, &views, key, cost, now, spend).await,
-                    Err(_) if self.on_store_failure == OnStoreFailure::Deny => {
-                        return Ok(Self::unreachable(set, now))
-                    }
-                    // "local": decided on this node's counts, counted locally and pushed
-                    // later, as eventual admission does
-                    Err(_) => {}
-                }
-            }
-            self.local.decide(key, set, cost, spend, now).await
         })
-    }
-
-    fn give_back<'a>(
-        &'a self,
-        key: &'a str,
-        bounds: Bounds<'a>,
-        cost: f64,
-        why: GiveBack,
-    ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
-        Box::pin(async move {
-            let set = limits(bounds)?;
-            let now = now();
-            // the quota goes back to this node, to admit again
-            let given = self.quota.give_back(key, set, cost, now);
-            if why == GiveBack::Undo {
-                return Ok(GivenBack { given, after: None });
-            }
-            // the key after it: a hit of 0 is answered from what this node holds
-            let after = match self.quota.admit(&self.local.sync, key, set, 0.0, now).await {
-                Ok(views) => {
-                    self.verdict(set, &views, key, 0.0, now, Spend::IfAllowed)
-                        .await?
-                }
-                Err(_) => Self::unreachable(set, now),
-            };
-            Ok(GivenBack {
-                given,
-                after: Some(after),
-            })
-        })
-    }
-
-    fn waits_on_store(&self) -> bool {
-        true
     }
 }

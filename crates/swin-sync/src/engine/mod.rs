@@ -1,11 +1,13 @@
 //! The sync engine of one namespace: the three sync modes, the periodic timer, retries
-//! with backoff, exactly-once pushes and the final push on shutdown. By concern:
+//! with backoff, exactly-once pushes and the final push on shutdown. [`NamespaceSync`]
+//! composes three parts, each one type: its store session (`session`: the store, the
+//! bounds on every call, the breaker, the warm-up flag), its loop (`sync_loop`: the timer
+//! that pushes and fetches, the syncs asked for, what rounds queue) and strict admission's
+//! quota (`quota`: the loop has it return what is unused). By concern besides:
 //! `periodic` (one sync round), `synchronous` (increments through the store), `gcra`
-//! (buckets), `quota` (strict admission's quota: the admission owns it, the loop tells it
-//! when to return held quota), `status` (health and the duration histogram), `first_touch` (a key
-//! this node holds nothing for is read from the store before an answer), `stopping` (the
-//! last push and what a stopped engine hands back); this file holds the handle, warm-up,
-//! reset and the run loop.
+//! (buckets), `status` (health and the duration histogram), `first_touch` (a key this
+//! node holds nothing for is read from the store before an answer), `stopping` (the last
+//! push and what a stopped engine hands back); this file holds the handle and reset.
 
 mod blocking;
 mod demands;
@@ -20,12 +22,15 @@ mod reach;
 mod session;
 mod status;
 mod stopping;
+mod sync_loop;
 mod synchronous;
 
 use self::blocking::off_runtime;
-use self::periodic::PushState;
 pub use self::quota::QuotaKeeper;
+use self::quota::StrictQuota;
+use self::session::Session;
 pub use self::status::{SyncStatus, SYNC_BUCKETS_SECS};
+use self::sync_loop::SyncLoop;
 use self::synchronous::SyncQueue;
 
 use std::sync::{Arc, Mutex};
@@ -34,9 +39,8 @@ use std::time::Duration;
 use serde::Serialize;
 use swin_core::{NamespaceCounters, UnixMs};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::warn;
 
-use crate::backoff::Backoff;
 use crate::store::Store;
 use crate::StoreError;
 
@@ -96,7 +100,7 @@ pub struct NamespaceSync {
     counters: Arc<NamespaceCounters>,
     mode: SyncMode,
     /// Its store, and the bounds and breaker on every call to it.
-    session: session::StoreSession,
+    session: Session,
     node_id: crate::PushId,
     /// The namespace keeps GCRA buckets (warm-up loads them too).
     buckets: bool,
@@ -104,28 +108,14 @@ pub struct NamespaceSync {
     sync_queue: Mutex<SyncQueue>,
     /// The tasks that send them: the engine's last push waits for them.
     flushes: tokio_util::task::TaskTracker,
-    state: tokio::sync::Mutex<PushState>,
+    /// The timer that pushes and fetches, and what its rounds queue.
+    rounds: SyncLoop,
     status: Mutex<SyncStatus>,
-    /// `requested.runs`, readable without waiting for the lock.
-    requested_runs: std::sync::atomic::AtomicU64,
-    /// Syncs asked for over the API: one runs, the requests that queued behind it take
-    /// its outcome instead of each scanning the store again.
-    requested: tokio::sync::Mutex<RequestedSync>,
-    /// Strict admission's quota (none unless the namespace admits strictly): the run
-    /// loop has it return what is unused.
-    quota: Option<Arc<dyn QuotaKeeper>>,
+    /// Strict admission's quota (none unless the namespace admits strictly): the loop
+    /// has it return what is unused.
+    strict: StrictQuota,
     /// Keys this node holds nothing for, read from the store before an answer.
     first: first_touch::FirstTouch,
-    /// The namespace's totals are still loading from the store (see
-    /// [`NamespaceSync::warm_up`]): it serves meanwhile, each key read at its first touch.
-    warming: std::sync::atomic::AtomicBool,
-}
-
-/// The last sync run for a request, and how many have run.
-#[derive(Debug, Default)]
-struct RequestedSync {
-    runs: u64,
-    last: Option<Result<SyncReport, Arc<StoreError>>>,
 }
 
 pub use self::session::DEFAULT_ANSWER_WITHIN;
@@ -159,18 +149,15 @@ impl NamespaceSync {
         NamespaceSync {
             counters,
             mode,
-            session: session::StoreSession::new(store, timeout),
+            session: Session::new(store, timeout),
             buckets: false,
             sync_queue: Mutex::new(SyncQueue::default()),
             flushes: tokio_util::task::TaskTracker::new(),
-            state: tokio::sync::Mutex::new(PushState::default()),
+            rounds: SyncLoop::default(),
             status: Mutex::new(SyncStatus::default()),
-            requested_runs: std::sync::atomic::AtomicU64::new(0),
-            requested: tokio::sync::Mutex::new(RequestedSync::default()),
-            quota: None,
+            strict: StrictQuota::default(),
             node_id,
             first: first_touch::FirstTouch::default(),
-            warming: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -293,21 +280,7 @@ impl NamespaceSync {
     /// A sync asked for over the API. Requests that arrive while one runs wait for it
     /// and share its outcome: a burst of them costs the store one scan, not one each.
     pub async fn sync_requested(&self, now: UnixMs) -> Result<SyncReport, Arc<StoreError>> {
-        let seen = self
-            .requested_runs
-            .load(std::sync::atomic::Ordering::Acquire);
-        let mut r = self.requested.lock().await;
-        if r.runs > seen {
-            if let Some(last) = &r.last {
-                return last.clone();
-            }
-        }
-        let outcome = self.sync_once(now).await.map_err(Arc::new);
-        r.runs += 1;
-        r.last = Some(outcome.clone());
-        self.requested_runs
-            .store(r.runs, std::sync::atomic::Ordering::Release);
-        outcome
+        self.rounds.requested(self, now).await
     }
 
     /// The store a request goes to: in synchronous mode, while the store has not failed
@@ -358,69 +331,9 @@ impl NamespaceSync {
 
     /// Runs until `cancel`: periodic syncs (synchronous and local-only namespaces tick
     /// every second to push fallback hits and drop expired entries), retries with capped
-    /// exponential backoff, and one last push before returning.
+    /// exponential backoff, and one last push before returning (see [`SyncLoop`]).
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
-        let period = match self.mode {
-            SyncMode::Periodic(p) => p,
-            SyncMode::Synchronous | SyncMode::LocalOnly => Duration::from_secs(1),
-        };
-        // in synchronous mode the loop is also what finds a failing store again: it
-        // tries at least every five seconds
-        let cap = match self.mode {
-            SyncMode::Synchronous => Duration::from_secs(5),
-            _ => Duration::from_secs(30),
-        };
-        let mut backoff = Backoff::new(period.max(Duration::from_millis(100)), cap);
-        let mut next = tokio::time::Instant::now() + period;
-        let returner = self.return_unused_task(&cancel);
-        loop {
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep_until(next) => {}
-            }
-            // a tick spaces its store calls over up to half its period (engine/pace.rs)
-            match self.sync_paced(now(), pace::Pace::within(period / 2)).await {
-                Ok(report) => {
-                    self.measure_clock().await;
-                    if backoff.failures() > 0 {
-                        info!(
-                            namespace = self.name(),
-                            pushed = report.pushed,
-                            "store reachable again"
-                        );
-                    }
-                    backoff.reset();
-                    debug!(
-                        namespace = self.name(),
-                        pushed = report.pushed,
-                        fetched = report.fetched,
-                        "synced"
-                    );
-                    // missed ticks are skipped, never burst
-                    next += period;
-                    let t = tokio::time::Instant::now();
-                    if next < t {
-                        next = t + period;
-                    }
-                }
-                Err(e) => {
-                    let delay = backoff.next_delay();
-                    warn!(namespace = self.name(), cause = %e, transient = e.is_transient(), retry_in_ms = delay.as_millis() as u64, "sync failed");
-                    next = tokio::time::Instant::now() + delay;
-                }
-            }
-        }
-        // synchronous increments and holds still on their way to the store land (or
-        // fall back to the tables) before the last push drains them
-        self.flushes.close();
-        self.flushes.wait().await;
-        if let Some(returner) = returner {
-            let _ = returner.await;
-            // then all unused quota goes back
-            self.return_all().await;
-        }
-        self.final_push().await;
+        self.rounds.run(&self, cancel).await
     }
 }
 

@@ -68,7 +68,7 @@ impl NamespaceSync {
             return Ok(SyncReport::default());
         };
         let started = Instant::now();
-        let mut st = self.state.lock().await;
+        let mut st = self.rounds.state.lock().await;
         let mut result = self.sync_locked(store, &mut st, now, &mut pace).await;
         let never_reached = self.status().last_success_ms.is_none();
         if result.is_ok() && (self.skipping_store() || never_reached) {
@@ -102,7 +102,7 @@ impl NamespaceSync {
         };
         let wanted = self.windows_of(&[key.into()], now);
         // under the push lock, as a sync reads: a push in flight is in what is read
-        let _st = self.state.lock().await;
+        let _st = self.rounds.state.lock().await;
         let totals = self.call(store.read(self.name(), &wanted)).await?;
         let totals = with_absent_as_zero(&wanted, totals);
         self.apply(&totals, now, Create::Yes);

@@ -33,43 +33,50 @@ pub trait QuotaKeeper: Send + Sync + std::fmt::Debug {
     fn round_trips(&self) -> u64;
 }
 
-impl NamespaceSync {
-    /// A namespace that admits strictly, from quota `keeper` holds: the run loop has it
-    /// return unused quota as windows end and keys go idle, and at shutdown.
-    pub fn with_quota(mut self, keeper: Arc<dyn QuotaKeeper>) -> Self {
-        self.quota = Some(keeper);
-        self
+/// Strict admission as the engine holds it: the quota its admission admits from (none
+/// for an eventual namespace), which the engine's loop has return what is unused.
+#[derive(Debug, Default)]
+pub(super) struct StrictQuota {
+    keeper: Option<Arc<dyn QuotaKeeper>>,
+}
+
+impl StrictQuota {
+    pub(super) fn new(keeper: Arc<dyn QuotaKeeper>) -> Self {
+        StrictQuota {
+            keeper: Some(keeper),
+        }
     }
 
-    pub fn is_strict(&self) -> bool {
-        self.quota.is_some()
+    pub(super) fn is_strict(&self) -> bool {
+        self.keeper.is_some()
     }
 
     /// Keys (per window size) and buckets this node keeps strict-admission state for.
-    pub fn tracked_keys(&self) -> usize {
-        self.quota.as_ref().map_or(0, |q| q.tracked())
+    pub(super) fn tracked(&self) -> usize {
+        self.keeper.as_ref().map_or(0, |q| q.tracked())
     }
 
     /// Store calls made for strict admission so far.
-    pub fn reservations(&self) -> u64 {
-        self.quota.as_ref().map_or(0, |q| q.round_trips())
+    pub(super) fn round_trips(&self) -> u64 {
+        self.keeper.as_ref().map_or(0, |q| q.round_trips())
     }
 
     /// The task that returns unused quota every `RETURN_EVERY` (250 ms) until `cancel`
     /// (none for a namespace without quota).
     pub(super) fn return_unused_task(
-        self: &Arc<Self>,
+        &self,
+        sync: &Arc<NamespaceSync>,
         cancel: &CancellationToken,
     ) -> Option<tokio::task::JoinHandle<()>> {
-        let quota = self.quota.clone()?;
-        let (this, cancel) = (self.clone(), cancel.clone());
+        let quota = self.keeper.clone()?;
+        let (sync, cancel) = (sync.clone(), cancel.clone());
         Some(tokio::spawn(async move {
             loop {
                 tokio::select! {
                     biased;
                     _ = cancel.cancelled() => break,
                     _ = tokio::time::sleep(RETURN_EVERY) => {
-                        quota.return_unused(&this, now(), false).await;
+                        quota.return_unused(&sync, now(), false).await;
                     }
                 }
             }
@@ -78,19 +85,42 @@ impl NamespaceSync {
 
     /// At shutdown: every unused quota back, in a few quick attempts (what still fails
     /// stays counted until its window ends, as for a node that is killed).
-    pub(super) async fn return_all(self: &Arc<Self>) {
-        let Some(quota) = &self.quota else {
+    pub(super) async fn return_all(&self, sync: &Arc<NamespaceSync>) {
+        let Some(quota) = &self.keeper else {
             return;
         };
         for attempt in 1..=3 {
-            if quota.return_unused(self, now(), true).await {
+            if quota.return_unused(sync, now(), true).await {
                 return;
             }
             warn!(
-                namespace = self.name(),
+                namespace = sync.name(),
                 attempt, "giving back unused quota failed"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+}
+
+impl NamespaceSync {
+    /// A namespace that admits strictly, from quota `keeper` holds: the run loop has it
+    /// return unused quota as windows end and keys go idle, and at shutdown.
+    pub fn with_quota(mut self, keeper: Arc<dyn QuotaKeeper>) -> Self {
+        self.strict = StrictQuota::new(keeper);
+        self
+    }
+
+    pub fn is_strict(&self) -> bool {
+        self.strict.is_strict()
+    }
+
+    /// Keys (per window size) and buckets this node keeps strict-admission state for.
+    pub fn tracked_keys(&self) -> usize {
+        self.strict.tracked()
+    }
+
+    /// Store calls made for strict admission so far.
+    pub fn reservations(&self) -> u64 {
+        self.strict.round_trips()
     }
 }

@@ -10,11 +10,11 @@ use crate::StoreError;
 impl NamespaceSync {
     /// Whether the namespace's totals are still loading from the store.
     pub fn warming(&self) -> bool {
-        self.warming.load(std::sync::atomic::Ordering::Relaxed)
+        self.session.warming()
     }
 
     pub fn set_warming(&self, on: bool) {
-        self.warming.store(on, std::sync::atomic::Ordering::Relaxed);
+        self.session.set_warming(on);
     }
 
     /// Pings the store: the namespace has reached it (its readiness counts from now), and

@@ -1,7 +1,8 @@
 //! A namespace's way to its store, apart from what it syncs: the store, the bounds on
-//! every call (the store timeout, a request's answer time, the stop deadline) and the
-//! breaker that has requests answer from memory after a failure. The sync loop and the
-//! request paths reach the store only through it.
+//! every call (the store timeout, a request's answer time, the stop deadline), the
+//! breaker that has requests answer from memory after a failure, and whether the
+//! namespace's totals are still loading from it (warm-up). The sync loop and the request
+//! paths reach the store only through it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -16,7 +17,7 @@ pub const DEFAULT_ANSWER_WITHIN: Duration = Duration::from_millis(500);
 
 /// One namespace's store session (see the module's note).
 #[derive(Debug)]
-pub(crate) struct StoreSession {
+pub(crate) struct Session {
     /// `None` exactly when the namespace is local only.
     pub(super) store: Option<Store>,
     /// Bounds every store call.
@@ -30,17 +31,31 @@ pub(crate) struct StoreSession {
     /// The breaker: the store failed lately, so requests answer from local memory at
     /// once instead of each waiting; closed again by the next sync that reaches it.
     open: AtomicBool,
+    /// The namespace's totals are still loading from the store (see
+    /// [`super::NamespaceSync::warm_up`]): it serves meanwhile, each key read at its first
+    /// touch.
+    warming: AtomicBool,
 }
 
-impl StoreSession {
+impl Session {
     pub(super) fn new(store: Option<Store>, timeout: Duration) -> Self {
-        StoreSession {
+        Session {
             store,
             timeout,
             answer_within: timeout.min(DEFAULT_ANSWER_WITHIN),
             stop_by: OnceLock::new(),
             open: AtomicBool::new(false),
+            warming: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the namespace's totals are still loading from the store.
+    pub(super) fn warming(&self) -> bool {
+        self.warming.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn set_warming(&self, on: bool) {
+        self.warming.store(on, Ordering::Relaxed);
     }
 
     /// `f`, bounded by the store timeout and the stop deadline.

@@ -18,7 +18,7 @@ impl NamespaceSync {
     /// engine has stopped and no request reaches its tables any more; whoever takes the
     /// chunks sends them (see [`Unconfirmed::push`]).
     pub async fn take_unconfirmed(&self, now: UnixMs) -> Unconfirmed {
-        let mut guard = self.state.lock().await;
+        let mut guard = self.rounds.state.lock().await;
         let st = &mut *guard;
         if self.session.store.is_some() {
             let drained: Vec<Diff> = self

@@ -32,19 +32,7 @@ impl CounterStore for RedisStore {
 
     async fn push(&self, namespace: &str, push: Push<'_>) -> Result<Pushed, StoreError> {
         let diffs = normalize(push.diffs);
-        // One run of diffs per hash (normalize sorts by key, size, start).
-        let mut hashes: Vec<(String, std::ops::Range<usize>)> = Vec::new();
-        let mut i = 0;
-        while i < diffs.len() {
-            let d = &diffs[i];
-            let mut j = i + 1;
-            while j < diffs.len() && diffs[j].key == d.key && diffs[j].window_size == d.window_size
-            {
-                j += 1;
-            }
-            hashes.push((self.hash_key(namespace, &d.key, d.window_size), i..j));
-            i = j;
-        }
+        let hashes = self.runs_by_hash(namespace, &diffs);
         if hashes.is_empty() {
             return Ok(Pushed::default());
         }
@@ -77,39 +65,7 @@ impl CounterStore for RedisStore {
             sends.push(inv.call(&self.scripts.push, true));
         }
         let replies: Vec<Vec<String>> = self.replies(sends).await?;
-        let mut out = Pushed {
-            totals: Vec::with_capacity(diffs.len()),
-            rejected: Vec::new(),
-        };
-        for (call, counts) in calls.iter().zip(replies) {
-            let windows: Vec<&swin_core::Diff> = call
-                .iter()
-                .flat_map(|&h| &diffs[hashes[h].1.clone()])
-                .collect();
-            if counts.len() != windows.len() {
-                return Err(StoreError::Protocol(format!(
-                    "push script returned {} counts for {} windows",
-                    counts.len(),
-                    windows.len()
-                )));
-            }
-            for (d, c) in windows.into_iter().zip(counts) {
-                if let Some(reason) = c.strip_prefix('!') {
-                    out.rejected.push(Rejected {
-                        diff: d.clone(),
-                        reason: format!("redis: {reason}"),
-                    });
-                    continue;
-                }
-                out.totals.push(Total {
-                    key: d.key.clone(),
-                    window_size: d.window_size,
-                    window_start: d.window_start,
-                    count: parse(&c)?,
-                });
-            }
-        }
-        Ok(out)
+        pushed_of(&calls, &hashes, &diffs, replies)
     }
 
     async fn push_tats(&self, namespace: &str, push: TatPush<'_>) -> Result<Vec<Tat>, StoreError> {
@@ -219,4 +175,71 @@ impl CounterStore for RedisStore {
         }
         Ok(first)
     }
+}
+
+impl RedisStore {
+    /// One run of `diffs` per hash, with the hash's key (`normalize` sorts by key, size,
+    /// start, so a hash's windows are next to each other).
+    fn runs_by_hash(
+        &self,
+        namespace: &str,
+        diffs: &[swin_core::Diff],
+    ) -> Vec<(String, std::ops::Range<usize>)> {
+        let mut hashes = Vec::new();
+        let mut i = 0;
+        while i < diffs.len() {
+            let d = &diffs[i];
+            let mut j = i + 1;
+            while j < diffs.len() && diffs[j].key == d.key && diffs[j].window_size == d.window_size
+            {
+                j += 1;
+            }
+            hashes.push((self.hash_key(namespace, &d.key, d.window_size), i..j));
+            i = j;
+        }
+        hashes
+    }
+}
+
+/// What the push script answered, call by call: each window's total, or why the store
+/// rejected it (`!reason`).
+fn pushed_of(
+    calls: &[Vec<usize>],
+    hashes: &[(String, std::ops::Range<usize>)],
+    diffs: &[swin_core::Diff],
+    replies: Vec<Vec<String>>,
+) -> Result<Pushed, StoreError> {
+    let mut out = Pushed {
+        totals: Vec::with_capacity(diffs.len()),
+        rejected: Vec::new(),
+    };
+    for (call, counts) in calls.iter().zip(replies) {
+        let windows: Vec<&swin_core::Diff> = call
+            .iter()
+            .flat_map(|&h| &diffs[hashes[h].1.clone()])
+            .collect();
+        if counts.len() != windows.len() {
+            return Err(StoreError::Protocol(format!(
+                "push script returned {} counts for {} windows",
+                counts.len(),
+                windows.len()
+            )));
+        }
+        for (d, c) in windows.into_iter().zip(counts) {
+            if let Some(reason) = c.strip_prefix('!') {
+                out.rejected.push(Rejected {
+                    diff: d.clone(),
+                    reason: format!("redis: {reason}"),
+                });
+                continue;
+            }
+            out.totals.push(Total {
+                key: d.key.clone(),
+                window_size: d.window_size,
+                window_start: d.window_start,
+                count: parse(&c)?,
+            });
+        }
+    }
+    Ok(out)
 }

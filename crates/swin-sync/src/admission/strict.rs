@@ -1,0 +1,120 @@
+//! Strict admission, for windows and buckets alike: a hit is admitted only from quota
+//! this node holds from the store (window holds, bucket grants: a [`Quota`]), asking the
+//! store for more when it must. While the store cannot be asked, the namespace refuses
+//! (`on_store_failure = "deny"`) or decides as eventual admission does (`"local"`); dry
+//! runs are always decided by the eventual implementation.
+
+use std::sync::Arc;
+
+use swin_core::UnixMs;
+
+use super::{
+    now, Admission, AdmitError, Admitted, Bounds, BoxFuture, GiveBack, GivenBack, OnStoreFailure,
+    Spend,
+};
+use crate::{NamespaceSync, QuotaKeeper};
+
+/// The quota a strict namespace admits from, and how its limits answer from it: window
+/// holds (`windows.rs`) or bucket grants (`buckets.rs`). The engine's loop returns what
+/// it holds unused ([`QuotaKeeper`]).
+pub(super) trait Quota: QuotaKeeper {
+    /// Admits a hit of `cost` on `key` from the quota this node holds, asking the store
+    /// for more when it must, with the figures as the store last showed them. `Ok(None)`:
+    /// the store cannot be asked.
+    fn admit<'a>(
+        &'a self,
+        sync: &'a Arc<NamespaceSync>,
+        key: &'a str,
+        bounds: Bounds<'a>,
+        cost: f64,
+        spend: Spend,
+        now: UnixMs,
+    ) -> BoxFuture<'a, Result<Option<Admitted>, AdmitError>>;
+
+    /// Gives `cost` back to this node's quota, to admit again; for a refund, with the key
+    /// after it as a hit of nothing would see it.
+    fn give_back<'a>(
+        &'a self,
+        sync: &'a Arc<NamespaceSync>,
+        key: &'a str,
+        bounds: Bounds<'a>,
+        cost: f64,
+        why: GiveBack,
+        now: UnixMs,
+    ) -> BoxFuture<'a, Result<GivenBack, AdmitError>>;
+
+    /// A hit refused because the store cannot be asked (`store_unreachable`).
+    fn unreachable(&self, bounds: Bounds<'_>, now: UnixMs) -> Result<Admitted, AdmitError>;
+}
+
+/// Strict admission of a namespace: its quota, and the eventual implementation of its
+/// algorithm that decides dry runs and, with `on_store_failure = "local"`, every hit
+/// while the store cannot be asked.
+#[derive(Debug)]
+pub(super) struct Strict {
+    sync: Arc<NamespaceSync>,
+    quota: Arc<dyn Quota>,
+    local: Box<dyn Admission>,
+    on_store_failure: OnStoreFailure,
+}
+
+impl Strict {
+    pub(super) fn new(
+        sync: Arc<NamespaceSync>,
+        quota: Arc<dyn Quota>,
+        local: Box<dyn Admission>,
+        on_store_failure: OnStoreFailure,
+    ) -> Self {
+        Strict {
+            sync,
+            quota,
+            local,
+            on_store_failure,
+        }
+    }
+}
+
+impl Admission for Strict {
+    fn take<'a>(
+        &'a self,
+        key: &'a str,
+        bounds: Bounds<'a>,
+        cost: f64,
+        spend: Spend,
+    ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
+        Box::pin(async move {
+            if spend != Spend::DryRun {
+                let now = now();
+                match self
+                    .quota
+                    .admit(&self.sync, key, bounds, cost, spend, now)
+                    .await?
+                {
+                    Some(admitted) => return Ok(admitted),
+                    None if self.on_store_failure == OnStoreFailure::Deny => {
+                        return self.quota.unreachable(bounds, now)
+                    }
+                    // "local": decided on this node's counts, counted locally and pushed
+                    // later, as eventual admission does
+                    None => {}
+                }
+            }
+            self.local.take(key, bounds, cost, spend).await
+        })
+    }
+
+    fn give_back<'a>(
+        &'a self,
+        key: &'a str,
+        bounds: Bounds<'a>,
+        cost: f64,
+        why: GiveBack,
+    ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
+        self.quota
+            .give_back(&self.sync, key, bounds, cost, why, now())
+    }
+
+    fn waits_on_store(&self) -> bool {
+        true
+    }
+}
