@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 
-use swin::config::AuthConfig;
 use swin::error::Error;
 pub use swin::state::{Namespace, Namespaces};
 
+use crate::config::AuthConfig;
 use crate::metrics::Metrics;
 
 #[derive(Debug)]
@@ -73,8 +73,8 @@ impl AppState {
             metrics,
             body_timeout: config.connections.body_timeout,
             max_batch: config.max_batch,
-            data_dir: Some(config.data_dir.clone()),
-            quota: config.quota,
+            data_dir: Some(config.limiter().data_dir().to_owned()),
+            quota: config.limiter().quota(),
             ..AppState::new(Namespaces::new(), config.body_limit)
         };
         state.set_access(config);

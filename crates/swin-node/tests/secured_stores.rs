@@ -13,13 +13,13 @@ use swin_testkit::tls::{TlsPostgres, TlsRedis, PASSWORD};
 
 const START: i64 = 1_763_784_000;
 
-fn store_config(section: &str, password: &str) -> swin_node::config::StoreConfig {
+fn store_config(section: &str, password: &str) -> swin::config::StoreConfig {
     let text = format!(
         "[stores.main]\n{section}\n[[namespaces]]\nname = \"ns\"\nwindow_sizes = [60]\nsync_rate = 1\nstore = \"main\"\n"
     );
     let env = |k: &str| (k == "SWIN_TEST_STORE_PASSWORD").then(|| password.to_string());
     let config = Config::parse("secured.toml", &text, &env).expect("config");
-    let store = config.stores["main"].clone();
+    let store = config.limiter().stores()["main"].clone();
     let debug = format!("{config:?}");
     assert!(!debug.contains(password), "{debug}");
     store

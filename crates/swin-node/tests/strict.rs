@@ -24,7 +24,7 @@ fn config(store: &str, extra: &str) -> Config {
 }
 
 fn router(config: &Config, store: Store) -> (axum::Router, Arc<Namespace>) {
-    let cfg = &config.namespaces[0];
+    let cfg = &config.limiter().namespaces()[0];
     let ns = Arc::new(Namespace::build(
         cfg,
         Some(store),
@@ -32,7 +32,7 @@ fn router(config: &Config, store: Store) -> (axum::Router, Arc<Namespace>) {
         Duration::from_millis(500),
     ));
     let mut all = Namespaces::new();
-    all.insert(cfg.name.clone(), ns.clone());
+    all.insert(cfg.name().to_owned(), ns.clone());
     let state = Arc::new(AppState::for_config(
         config,
         Arc::new(arc_swap::ArcSwap::from_pointee(all)),

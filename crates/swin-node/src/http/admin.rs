@@ -1,8 +1,8 @@
 //! Operating a node over HTTP: reset a key, list namespaces, sync now, health,
 //! readiness and metrics.
 
-use crate::config::{AdmissionMode, OnStoreFailure};
 use std::sync::Arc;
+use swin::config::{AdmissionMode, OnStoreFailure};
 
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
@@ -149,8 +149,8 @@ fn info(ns: &Namespace) -> NamespaceInfo {
             swin::policy::algorithm::Algorithm::Concurrency => Some("concurrency"),
             _ => ns.limits.as_ref().map(|l| l.algorithm().name()),
         },
-        limit: ns.concurrency.map(|c| c.limit),
-        lease_ttl: ns.concurrency.map(|c| c.lease_ttl.as_secs_f64()),
+        limit: ns.concurrency.map(|c| c.limit()),
+        lease_ttl: ns.concurrency.map(|c| c.lease_ttl().as_secs_f64()),
         counters: ns.sync.counters().len(),
         buckets: ns.sync.counters().buckets().len(),
         evictions: ns.sync.counters().evictions(),
