@@ -14,7 +14,6 @@ use tracing::{info, warn};
 use super::error::ApiError;
 use crate::auth::{check_authorization, Denied};
 use crate::config::{AuthConfig, Scope, Token};
-use crate::error::Error;
 use crate::state::AppState;
 
 /// Who made a request: the name of the token it carried, `anonymous` without `[auth]`
@@ -70,7 +69,7 @@ async fn authorize(
             state.metrics.auth("", "missing");
             challenge(
                 browser,
-                Error::Unauthorized(
+                ApiError::Unauthorized(
                     "this route needs a bearer token (Authorization: Bearer …)".into(),
                 ),
             )
@@ -78,7 +77,7 @@ async fn authorize(
         Err(Denied::Unknown) => {
             state.metrics.auth("", "unknown");
             info!(route, "request with an unknown token");
-            challenge(browser, Error::Unauthorized("unknown token".into()))
+            challenge(browser, ApiError::Unauthorized("unknown token".into()))
         }
         Err(Denied::Scope(token)) => {
             state.metrics.auth(&token.name, "forbidden");
@@ -93,10 +92,10 @@ async fn authorize(
                 route,
                 "token lacks the scope"
             );
-            ApiError(Error::Forbidden(format!(
+            ApiError::Forbidden(format!(
                 "token {:?} does not have the {wanted} scope",
                 token.name,
-            )))
+            ))
             .into_response()
         }
     }
@@ -104,8 +103,8 @@ async fn authorize(
 
 /// A 401, asking a browser for credentials (any user name, the token as the password)
 /// on the status page's routes.
-fn challenge(browser: bool, e: Error) -> Response {
-    let mut resp = ApiError(e).into_response();
+fn challenge(browser: bool, e: ApiError) -> Response {
+    let mut resp = e.into_response();
     if browser {
         resp.headers_mut().append(
             axum::http::header::WWW_AUTHENTICATE,
