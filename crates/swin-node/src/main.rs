@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use swin::config::Config;
+use swin_node::config::Config;
 use swin_node::node::{migrate_all, Daemon, Signals};
 
 /// mimalloc instead of the system allocator: a request allocates and frees a few dozen
@@ -113,15 +113,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!(
                 "{}: ok ({} stores, {} namespaces)",
                 path.display(),
-                c.stores.len(),
-                c.namespaces.len()
+                c.limiter().stores().len(),
+                c.limiter().namespaces().len()
             );
             Ok(())
         }
         Some(Command::Migrate) => {
             let config = load(cli.config.as_ref())?;
             let _logs = swin_node::telemetry::init(config.log_format, None)?;
-            migrate_all(&config).await?;
+            migrate_all(config.limiter()).await?;
             tracing::info!("migrations applied");
             Ok(())
         }

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 
-use swin::config::AuthConfig;
+use crate::config::AuthConfig;
 use swin::state::Namespaces;
 use swin::Limiter;
 
+use crate::config::AuthConfig;
 use crate::metrics::Metrics;
 
 #[derive(Debug)]
@@ -44,8 +45,8 @@ impl AppState {
             limiter: Arc::new(Limiter::over(namespaces)),
             metrics,
             body_limit,
-            body_timeout: Duration::from_secs_f64(swin::config::defaults::BODY_TIMEOUT_SECS),
-            max_batch: swin::config::defaults::MAX_BATCH,
+            body_timeout: Duration::from_secs_f64(crate::config::defaults::BODY_TIMEOUT_SECS),
+            max_batch: crate::config::defaults::MAX_BATCH,
             auth: ArcSwapOption::empty(),
             trusted_proxies: ArcSwap::from_pointee(Vec::new()),
             data_dir: None,
@@ -55,7 +56,7 @@ impl AppState {
     /// The state of a node asking `limiter` (namespaces recording nowhere yet record to
     /// `metrics`): the request limits and access of `config`.
     pub fn for_config(
-        config: &swin::config::Config,
+        config: &crate::config::Config,
         limiter: Arc<Limiter>,
         metrics: Arc<Metrics>,
     ) -> Self {
@@ -65,10 +66,12 @@ impl AppState {
         let state = AppState {
             limiter,
             metrics,
+            body_limit: config.body_limit,
             body_timeout: config.connections.body_timeout,
             max_batch: config.max_batch,
-            data_dir: Some(config.data_dir.clone()),
-            ..AppState::new(Namespaces::new(), config.body_limit)
+            auth: ArcSwapOption::empty(),
+            trusted_proxies: ArcSwap::from_pointee(Vec::new()),
+            data_dir: Some(config.limiter().data_dir().to_owned()),
         };
         state.set_access(config);
         state
@@ -76,7 +79,7 @@ impl AppState {
 
     /// Who may call what, from `config`: its tokens and its trusted proxies (at start
     /// and on every reload).
-    pub fn set_access(&self, config: &swin::config::Config) {
+    pub fn set_access(&self, config: &crate::config::Config) {
         self.auth.store(config.auth.clone().map(Arc::new));
         self.trusted_proxies
             .store(Arc::new(config.trusted_proxies.clone()));

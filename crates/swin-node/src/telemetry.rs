@@ -19,7 +19,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
-use swin::config::{LogFormat, TelemetryConfig};
+use crate::config::{LogFormat, TelemetryConfig};
 
 pub use swin::spans::REQUEST;
 

@@ -14,7 +14,7 @@ use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
-use swin::config::TlsConfig;
+use crate::config::TlsConfig;
 
 /// The acceptor in use, swapped when the files are read again.
 #[derive(Clone)]

@@ -14,7 +14,7 @@ use axum::http::Request;
 use http_body_util::BodyExt;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Cases, TestCaseError, TestRunner};
-use swin::config::Config;
+use swin_node::config::Config;
 use swin_core::{UnixMs, WindowSize};
 use swin_node::http;
 use swin_node::node::{open_store, Daemon};
@@ -327,7 +327,9 @@ fn run(section: String) {
     std::fs::write(&path, config_text(&section, data_dir.path(), false)).expect("write");
     let mut cluster = rt.block_on(async {
         let config = Config::load(&path).expect("config");
-        let store = open_store(&config.stores["main"]).await.expect("store");
+        let store = open_store(&config.limiter().stores()["main"])
+            .await
+            .expect("store");
         let mut nodes = Vec::new();
         for _ in 0..3 {
             nodes.push(Daemon::start(config.clone()).await.expect("node"));

@@ -15,10 +15,10 @@ use axum::body::Body;
 use axum::http::Request;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use swin::config::{AdmissionMode, NamespaceConfig};
-use swin::policy::limits::{KeyLimits, Limits, WindowSet};
+use swin::config::{NamespaceConfig, StoreConfig};
+use swin::policy::algorithm::Algorithm;
 use swin::state::{Namespace, Namespaces};
-use swin_core::{UnixMs, WindowAlgorithm, WindowLimit, WindowSize};
+use swin_core::{UnixMs, WindowSize};
 use swin_node::http;
 use swin_node::state::AppState;
 use swin_sync::store::{PostgresStore, RedisStore};
@@ -32,37 +32,34 @@ fn node(store: Store, ns: &str, limit: f64, gcra: bool) -> axum::Router {
 }
 
 fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> axum::Router {
-    let size = WindowSize::new(HOUR).expect("size");
-    let default = if gcra {
+    let sync_rate = match mode {
+        SyncMode::Periodic(p) => p.as_secs_f64(),
+        SyncMode::Synchronous => 0.0,
+        SyncMode::LocalOnly => -1.0,
+    };
+    let namespace = NamespaceConfig::builder(ns)
+        .store("main")
+        .window_sizes([HOUR])
+        .sync_rate(sync_rate)
+        .key_from("client_address");
+    let namespace = if gcra {
         // burst `limit`, refilled over an hour: no refill to speak of during a case
-        let g = swin_core::Gcra::new(limit as i64, limit as i64, Duration::from_secs(HOUR))
-            .expect("gcra");
-        KeyLimits::Gcra(g)
+        namespace.algorithm(Algorithm::Gcra).gcra(
+            limit as i64,
+            limit as i64,
+            Duration::from_secs(HOUR),
+        )
     } else {
-        let w = WindowLimit::new(size, limit, WindowAlgorithm::Sliding).expect("limit");
-        KeyLimits::Windows(WindowSet::new(vec![w]))
+        namespace.limit(HOUR, limit)
     };
-    let cfg = NamespaceConfig {
-        name: ns.to_owned(),
-        window_sizes: vec![size],
-        mode,
-        store: Some("main".into()),
-        max_counters: swin_core::DEFAULT_MAX_COUNTERS,
-        limits: Some(Limits::of(default)),
-        allow_decrements: false,
-        admission: AdmissionMode::Eventual,
-        algorithm: if gcra {
-            swin::policy::algorithm::Algorithm::Gcra
-        } else {
-            swin::policy::algorithm::Algorithm::SlidingWindow
-        },
-        rules: None,
-        envoy_response_headers: true,
-        envoy_dynamic_metadata: false,
-        concurrency: None,
-    };
+    let config = swin::config::Config::builder()
+        .store("main", StoreConfig::sqlite("sqlite::memory:"))
+        .namespace(namespace)
+        .build()
+        .expect("config");
+    let cfg = &config.namespaces()[0];
     let namespace = Namespace::build(
-        &cfg,
+        cfg,
         Some(store),
         swin_sync::new_node_id().into(),
         Duration::from_secs(5),

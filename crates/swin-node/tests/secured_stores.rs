@@ -5,7 +5,7 @@
 //! and reads are exact, a wrong password or a connection without TLS is refused, and the
 //! password shows in no error and no `Debug` output.
 
-use swin::config::Config;
+use swin_node::config::Config;
 use swin_core::Diff;
 use swin_node::node::open_store;
 use swin_sync::{Push, Store, WindowKey};
@@ -19,7 +19,7 @@ fn store_config(section: &str, password: &str) -> swin::config::StoreConfig {
     );
     let env = |k: &str| (k == "SWIN_TEST_STORE_PASSWORD").then(|| password.to_string());
     let config = Config::parse("secured.toml", &text, &env).expect("config");
-    let store = config.stores["main"].clone();
+    let store = config.limiter().stores()["main"].clone();
     let debug = format!("{config:?}");
     assert!(!debug.contains(password), "{debug}");
     store

@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use swin::config::Config;
+use swin_node::config::Config;
 use swin::state::{Namespace, Namespaces};
 use swin_node::http;
 use swin_node::state::AppState;
@@ -25,7 +25,7 @@ fn config(store: &str, extra: &str) -> Config {
 }
 
 fn router(config: &Config, store: Store) -> (axum::Router, Arc<Namespace>) {
-    let cfg = &config.namespaces[0];
+    let cfg = &config.limiter().namespaces()[0];
     let ns = Arc::new(Namespace::build(
         cfg,
         Some(store),
@@ -33,7 +33,7 @@ fn router(config: &Config, store: Store) -> (axum::Router, Arc<Namespace>) {
         Duration::from_millis(500),
     ));
     let mut all = Namespaces::new();
-    all.insert(cfg.name.clone(), ns.clone());
+    all.insert(cfg.name().to_owned(), ns.clone());
     let state = Arc::new(AppState::for_config(
         config,
         Arc::new(swin::Limiter::over(all)),

@@ -1,12 +1,8 @@
-//! What can go wrong with a request, in the node's own terms. `http::error` gives each
-//! case its status and JSON body.
+//! What can go wrong with a request, in the library's own terms: what a caller sent
+//! wrong, or what the limiter could not do. A door gives each case its status (the
+//! daemon's `http::error`, its gRPC service).
 
 use swin_core::CoreError;
-
-/// The longest request URI served (414 past it, with a JSON error).
-pub const MAX_URI_BYTES: usize = 8 * 1024;
-/// The most header bytes (names and values) of one request (431 past it, JSON error).
-pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// Why a request was not decided. Being limited is no error: a denial is a
 /// [`crate::decisions::Verdict`]. Each case names what a client sent wrong, or what the
@@ -33,27 +29,6 @@ pub enum Error {
         /// The size asked for, in seconds.
         window_size: u32,
     },
-    /// Nothing is served at that path.
-    #[error("no route for {0}")]
-    NotFound(String),
-    /// The path is served, not with that method.
-    #[error("method not allowed")]
-    MethodNotAllowed,
-    /// A body past `body_limit` (bytes).
-    #[error("body is larger than {0} bytes")]
-    PayloadTooLarge(usize),
-    /// A body that is not declared JSON.
-    #[error("body must be JSON (Content-Type: application/json)")]
-    UnsupportedMediaType,
-    /// A request URI past [`MAX_URI_BYTES`] (its length).
-    #[error("the request URI is {0} bytes; the limit is {MAX_URI_BYTES}")]
-    UriTooLong(usize),
-    /// Request headers past [`MAX_HEADER_BYTES`] (their length).
-    #[error("the request headers are {0} bytes; the limit is {MAX_HEADER_BYTES}")]
-    HeadersTooLarge(usize),
-    /// A body that did not arrive within `body_timeout`.
-    #[error("the body did not arrive within {0:?}")]
-    BodyTimeout(std::time::Duration),
     /// The node cannot take the request now: its memory for the namespace is full
     /// (`max_counters`); the client may try again later.
     #[error("{0}")]
@@ -72,12 +47,6 @@ pub enum Error {
         /// What the client is told.
         message: String,
     },
-    /// No token, or one the node does not know: 401 with `WWW-Authenticate: Bearer`.
-    #[error("{0}")]
-    Unauthorized(String),
-    /// A known token without the route's scope.
-    #[error("{0}")]
-    Forbidden(String),
     /// A lease to release or renew that is not live (released, lapsed, never granted).
     #[error("{0}")]
     UnknownLease(String),

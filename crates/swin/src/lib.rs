@@ -15,8 +15,8 @@
 //! record) → [`decisions`] (what a decision answers) → the namespace ([`state`]) →
 //! [`leases`] (where leases are kept) and [`runtime_limits`] (limits set per key at run
 //! time, as this node holds them) → [`config`] (a config, read into policy types) →
-//! [`policy`] (limits, descriptor rules, counter keys, what a request may carry),
-//! [`auth`] and [`spool`].
+//! [`policy`] (limits, descriptor rules, counter keys, what a request may carry) and
+//! [`spool`].
 //! What the pipeline decides is told to a [`recorder::Recorder`] (the daemon's metrics).
 //!
 //! With the feature `tower`, `swin::tower::RateLimitLayer` puts a [`Limiter`] in front of an
@@ -25,7 +25,6 @@
 //! every answer (`examples/axum.rs`: two services on one store sharing one limit).
 
 #![warn(missing_docs)]
-pub mod auth;
 pub mod config;
 pub mod decisions;
 pub mod error;

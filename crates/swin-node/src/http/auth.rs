@@ -1,6 +1,6 @@
 //! Bearer tokens over HTTP: each area's routes require a scope ([`guard`]); without
 //! `[auth]` in the config every route is open. The check is the doors' shared one
-//! ([`swin::auth`]).
+//! ([`crate::auth`]).
 
 use std::sync::Arc;
 
@@ -12,9 +12,9 @@ use axum::Router;
 use tracing::{info, warn};
 
 use super::error::ApiError;
+use crate::auth::{check_authorization, Denied};
+use crate::config::{AuthConfig, Scope, Token};
 use crate::state::AppState;
-use swin::auth::{check_authorization, Denied};
-use swin::config::{AuthConfig, Scope, Token};
 use swin::error::Error;
 
 /// Who made a request: the name of the token it carried, `anonymous` without `[auth]`
@@ -70,7 +70,7 @@ async fn authorize(
             state.metrics.auth("", "missing");
             challenge(
                 browser,
-                Error::Unauthorized(
+                ApiError::Unauthorized(
                     "this route needs a bearer token (Authorization: Bearer …)".into(),
                 ),
             )
@@ -78,7 +78,7 @@ async fn authorize(
         Err(Denied::Unknown) => {
             state.metrics.auth("", "unknown");
             info!(route, "request with an unknown token");
-            challenge(browser, Error::Unauthorized("unknown token".into()))
+            challenge(browser, ApiError::Unauthorized("unknown token".into()))
         }
         Err(Denied::Scope(token)) => {
             state.metrics.auth(&token.name, "forbidden");
@@ -93,10 +93,10 @@ async fn authorize(
                 route,
                 "token lacks the scope"
             );
-            ApiError(Error::Forbidden(format!(
+            ApiError::Forbidden(format!(
                 "token {:?} does not have the {wanted} scope",
                 token.name,
-            )))
+            ))
             .into_response()
         }
     }
@@ -104,8 +104,8 @@ async fn authorize(
 
 /// A 401, asking a browser for credentials (any user name, the token as the password)
 /// on the status page's routes.
-fn challenge(browser: bool, e: Error) -> Response {
-    let mut resp = ApiError(e).into_response();
+fn challenge(browser: bool, e: ApiError) -> Response {
+    let mut resp = e.into_response();
     if browser {
         resp.headers_mut().append(
             axum::http::header::WWW_AUTHENTICATE,

@@ -1,4 +1,4 @@
-//! Extractors that turn what axum rejects into [`Error`]s with a JSON body: path
+//! Extractors that turn what axum rejects into [`ApiError`]s with a JSON body: path
 //! segments, and JSON bodies (an empty body is the type's default; a body must be a
 //! JSON object and declared JSON).
 
@@ -80,12 +80,12 @@ impl FromRequest<Arc<AppState>> for RawJson {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        Ok(Self::read(req, state).await?)
+        Self::read(req, state).await
     }
 }
 
 impl RawJson {
-    async fn read(req: Request, state: &Arc<AppState>) -> Result<Self, Error> {
+    async fn read(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
         let headers = req.headers();
         // a declared length over the limit is refused before a byte is read
         let declared = headers
@@ -93,7 +93,7 @@ impl RawJson {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
         if declared.is_some_and(|n| n > state.body_limit as u64) {
-            return Err(Error::PayloadTooLarge(state.body_limit));
+            return Err(ApiError::PayloadTooLarge(state.body_limit));
         }
         // a request that says it has no body (no length, or 0) has nothing to read
         if axum::body::HttpBody::is_end_stream(req.body()) {
@@ -102,7 +102,7 @@ impl RawJson {
         let is_json = declared_json(headers);
         let body = tokio::time::timeout(state.body_timeout, Bytes::from_request(req, state))
             .await
-            .map_err(|_| Error::BodyTimeout(state.body_timeout))?;
+            .map_err(|_| ApiError::BodyTimeout(state.body_timeout))?;
         Ok(RawJson(json_bytes(is_json, body, state.body_limit)?))
     }
 }
@@ -124,16 +124,16 @@ fn json_bytes(
     is_json: bool,
     body: Result<Bytes, BytesRejection>,
     limit: usize,
-) -> Result<Option<Bytes>, Error> {
+) -> Result<Option<Bytes>, ApiError> {
     let body = body.map_err(|r| match r.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => Error::PayloadTooLarge(limit),
-        _ => Error::BadRequest(r.body_text()),
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(limit),
+        _ => Error::BadRequest(r.body_text()).into(),
     })?;
     if body.is_empty() {
         return Ok(None);
     }
     if !is_json {
-        return Err(Error::UnsupportedMediaType);
+        return Err(ApiError::UnsupportedMediaType);
     }
     Ok(Some(body))
 }

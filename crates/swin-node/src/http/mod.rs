@@ -23,9 +23,9 @@ use axum::Router;
 
 use self::error::ApiError;
 pub use self::extract::ApiPath;
+pub use crate::auth::hash_token;
+use crate::config::Scope;
 use crate::state::AppState;
-pub use swin::auth::hash_token;
-use swin::config::Scope;
 use swin::error::Error;
 
 /// The API's description (OpenAPI 3.1), served at `/v1/openapi.json`; a test checks it
@@ -90,13 +90,9 @@ pub fn router(state: Arc<AppState>) -> Router {
     }
     router
         .fallback(|req: Request| async move {
-            ApiError(Error::NotFound(format!(
-                "{} {}",
-                req.method(),
-                req.uri().path()
-            )))
+            ApiError::NotFound(format!("{} {}", req.method(), req.uri().path()))
         })
-        .method_not_allowed_fallback(|| async { ApiError(Error::MethodNotAllowed) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), front))
         // the extractors enforce the limit themselves (JSON 413), so no default cap
         .layer(axum::extract::DefaultBodyLimit::max(state.body_limit))
@@ -154,16 +150,16 @@ fn bounded_head(req: &Request) -> Option<Response> {
     let uri = u.path_and_query().map_or(0, |p| p.as_str().len())
         + u.authority().map_or(0, |a| a.as_str().len())
         + u.scheme_str().map_or(0, str::len);
-    if uri > swin::error::MAX_URI_BYTES {
-        return Some(ApiError(Error::UriTooLong(uri)).into_response());
+    if uri > error::MAX_URI_BYTES {
+        return Some(ApiError::UriTooLong(uri).into_response());
     }
     let headers: usize = req
         .headers()
         .iter()
         .map(|(k, v)| k.as_str().len() + v.len())
         .sum();
-    if headers > swin::error::MAX_HEADER_BYTES {
-        return Some(ApiError(Error::HeadersTooLarge(headers)).into_response());
+    if headers > error::MAX_HEADER_BYTES {
+        return Some(ApiError::HeadersTooLarge(headers).into_response());
     }
     None
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::governor::{Closer, Watch};
-use swin::config::ConnectionLimits;
+use crate::config::ConnectionLimits;
 
 /// `0` in the `*_since` fields below: not set (times are stored plus one).
 pub const UNSET: u64 = 0;

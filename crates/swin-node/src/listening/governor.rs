@@ -16,7 +16,7 @@ use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
-use swin::config::ConnectionLimits;
+use crate::config::ConnectionLimits;
 
 /// How a connection's state answers the governor. Times are milliseconds after the
 /// governor's epoch.

@@ -17,7 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use swin::config::ConnectionLimits;
+use crate::config::ConnectionLimits;
 
 pub mod conns;
 pub mod governor;

@@ -5,13 +5,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use swin::config::Config;
 use swin::Limiter;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 pub use swin::limiter::{migrate_all, open_store, open_stores};
 
+use crate::config::Config;
 use crate::http::router;
 use crate::state::AppState;
 
@@ -37,10 +37,12 @@ impl Signals {
     }
 }
 
-/// A running daemon: its limiter, what every request shares, and its TLS.
+/// A running daemon: its config, its limiter, what every request shares, and its TLS.
 #[derive(Debug)]
 pub struct Daemon {
     pub state: Arc<AppState>,
+    /// The config it runs (the one last reloaded).
+    config: Config,
     limiter: Arc<Limiter>,
     /// HTTPS, when the config has `[tls]`; its files are read again on SIGHUP.
     tls: Option<crate::tls::Acceptor>,
@@ -56,16 +58,18 @@ impl Daemon {
             warn!(listen = %config.listen, "no [auth] section: anyone who reaches this address can reset keys, sync and read metrics; add [auth] tokens or listen on loopback");
         }
         let metrics = Arc::new(crate::metrics::Metrics::default());
-        let limiter = Arc::new(Limiter::start_recording(config.clone(), metrics.clone()).await?);
+        let limiter =
+            Arc::new(Limiter::start_recording(config.limiter().clone(), metrics.clone()).await?);
         Ok(Daemon {
             state: Arc::new(AppState::for_config(&config, limiter.clone(), metrics)),
+            config,
             limiter,
             tls,
         })
     }
 
-    fn config(&self) -> Arc<Config> {
-        self.limiter.config()
+    fn config(&self) -> &Config {
+        &self.config
     }
 
     /// Reloads from `path`. A file that fails to load, or a store that cannot be set up,
@@ -99,7 +103,7 @@ impl Daemon {
             warn!("connection limits, timeouts, body_limit and max_batch changes need a restart");
         }
         let tokens_changed = config.auth != running.auth;
-        if let Err(e) = self.limiter.reconfigure(config.clone()).await {
+        if let Err(e) = self.limiter.reconfigure(config.limiter().clone()).await {
             error!(cause = %format!("{e:#}"), "reload rejected; keeping the running config");
             return;
         }
@@ -110,6 +114,7 @@ impl Daemon {
             );
         }
         self.state.set_access(&config);
+        self.config = config;
         info!(
             namespaces = self.state.namespaces().len(),
             "config reloaded"
@@ -133,7 +138,7 @@ impl Daemon {
         let router = router(self.state.clone());
         let stop = CancellationToken::new();
         let addr = listener.local_addr().context("listener address")?;
-        let grace = self.config().shutdown_grace;
+        let grace = self.config().limiter().shutdown_grace();
         let server = tokio::spawn(crate::http::server::serve(
             listener,
             router,

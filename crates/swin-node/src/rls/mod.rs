@@ -59,7 +59,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     tls: Option<crate::tls::Acceptor>,
-    limits: swin::config::ConnectionLimits,
+    limits: crate::config::ConnectionLimits,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -180,12 +180,12 @@ pub(crate) fn caller(
     value: Option<&[u8]>,
     record: bool,
 ) -> Result<Option<String>, Status> {
-    use swin::auth::{check_authorization, Denied};
+    use crate::auth::{check_authorization, Denied};
     let auth = state.auth.load();
     let Some(auth) = auth.as_ref() else {
         return Ok(None);
     };
-    let scope = swin::config::Scope::Decide;
+    let scope = crate::config::Scope::Decide;
     match check_authorization(auth, value, &[scope]) {
         Ok(token) => {
             if record {

@@ -17,7 +17,7 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use std::time::Duration;
 
-use swin::config::Config;
+use swin_node::config::Config;
 use swin::state::{Namespace, Namespaces};
 use swin_node::http;
 use swin_node::state::AppState;
@@ -104,16 +104,16 @@ async fn router_with(more: &str) -> axum::Router {
     );
     store.migrate().await.expect("migrate");
     let mut ns = Namespaces::new();
-    for cfg in &config.namespaces {
-        let store = cfg.store.as_ref().map(|_| store.clone());
+    for cfg in config.limiter().namespaces() {
+        let store = cfg.store().map(|_| store.clone());
         let n = Namespace::build(cfg, store, "test".into(), Duration::from_secs(1));
-        if cfg.store.is_some() {
+        if cfg.store().is_some() {
             n.sync()
                 .sync_once(swin_sync::now())
                 .await
                 .expect("first sync");
         }
-        ns.insert(cfg.name.clone(), Arc::new(n));
+        ns.insert(cfg.name().to_owned(), Arc::new(n));
     }
     let state = Arc::new(AppState::for_config(
         &config,

@@ -7,96 +7,145 @@ use serde::Deserialize;
 use swin_core::WindowSize;
 use swin_sync::SyncMode;
 
-use super::{AdmissionMode, Parser, StoreConfig};
+use super::{AdmissionMode, Concurrency, Parser, StoreConfig};
 use crate::config::ConfigError;
 use crate::policy::limits::{RawGcra, RawLimit, RawLimits, RawOverride};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawNamespace {
-    name: String,
+    pub(super) name: String,
     #[serde(default)]
-    window_sizes: Vec<i64>,
-    sync_rate: f64,
-    store: Option<String>,
-    max_counters: Option<usize>,
-    algorithm: Option<String>,
+    pub(super) window_sizes: Vec<i64>,
+    pub(super) sync_rate: f64,
+    pub(super) store: Option<String>,
+    pub(super) max_counters: Option<usize>,
+    pub(super) algorithm: Option<String>,
     #[serde(default)]
-    limits: Vec<RawLimit>,
-    gcra: Option<RawGcra>,
-    count_denied: Option<bool>,
-    key_from: Option<String>,
+    pub(super) limits: Vec<RawLimit>,
+    pub(super) gcra: Option<RawGcra>,
+    pub(super) count_denied: Option<bool>,
+    pub(super) key_from: Option<String>,
     #[serde(default)]
-    overrides: Vec<RawOverride>,
-    allow_decrements: Option<bool>,
-    admission: Option<String>,
-    on_store_failure: Option<String>,
+    pub(super) overrides: Vec<RawOverride>,
+    pub(super) allow_decrements: Option<bool>,
+    pub(super) admission: Option<String>,
+    pub(super) on_store_failure: Option<String>,
     /// Envoy's rate limit service: envoyproxy/ratelimit descriptor rules, inline…
     #[serde(default)]
-    descriptors: Vec<crate::policy::rules::RawRule>,
+    pub(super) descriptors: Vec<crate::policy::rules::RawRule>,
     /// …or in its YAML file (whose `domain` is this namespace).
-    descriptors_file: Option<String>,
+    pub(super) descriptors_file: Option<String>,
     /// RateLimit headers in Envoy's `response_headers_to_add` (default true).
-    envoy_response_headers: Option<bool>,
+    pub(super) envoy_response_headers: Option<bool>,
     /// envoyproxy/ratelimit's dynamic metadata in Envoy's answers (default false).
-    envoy_dynamic_metadata: Option<bool>,
+    pub(super) envoy_dynamic_metadata: Option<bool>,
     /// `algorithm = "concurrency"`: leases in flight per key…
-    limit: Option<i64>,
+    pub(super) limit: Option<i64>,
     /// …and how long a lease lives unless renewed (seconds, default 30).
-    lease_ttl: Option<f64>,
+    pub(super) lease_ttl: Option<f64>,
     /// Every limit (and descriptor rule) decides and counts but never denies.
-    shadow: Option<bool>,
+    pub(super) shadow: Option<bool>,
 }
 
 /// One `[[namespaces]]` entry, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NamespaceConfig {
     /// Its name, in routes and store keys.
-    pub name: String,
+    pub(crate) name: String,
     /// The window sizes it counts in (`window_sizes`, with its rules' sizes).
-    pub window_sizes: Vec<WindowSize>,
+    pub(crate) window_sizes: Vec<WindowSize>,
     /// How it syncs (`sync_rate`): periodic, synchronous or local only.
-    pub mode: SyncMode,
+    pub(crate) mode: SyncMode,
     /// `None` exactly when the namespace is local only.
-    pub store: Option<String>,
+    pub(crate) store: Option<String>,
     /// The most counters (key × window size) it keeps in memory (`max_counters`).
-    pub max_counters: usize,
+    pub(crate) max_counters: usize,
     /// Limits that `/hit` decides against; `None` when the namespace only counts.
-    pub limits: Option<crate::policy::limits::Limits>,
+    pub(crate) limits: Option<crate::policy::limits::Limits>,
     /// `/increment` takes negative values (default false).
-    pub allow_decrements: bool,
+    pub(crate) allow_decrements: bool,
     /// `admission` (and `on_store_failure`).
-    pub admission: AdmissionMode,
+    pub(crate) admission: AdmissionMode,
     /// What the namespace's limits and rules count with: windows or GCRA buckets.
-    pub algorithm: crate::policy::algorithm::Algorithm,
+    pub(crate) algorithm: crate::policy::algorithm::Algorithm,
     /// Descriptor rules for Envoy's rate limit service (`descriptors`,
     /// `descriptors_file`); none when the namespace has neither.
-    pub rules: Option<std::sync::Arc<crate::policy::rules::Rules>>,
+    pub(crate) rules: Option<std::sync::Arc<crate::policy::rules::Rules>>,
     /// Envoy's answers carry the RateLimit headers (`envoy_response_headers`).
-    pub envoy_response_headers: bool,
+    pub(crate) envoy_response_headers: bool,
     /// Envoy's answers carry dynamic metadata (`envoy_dynamic_metadata`).
-    pub envoy_dynamic_metadata: bool,
+    pub(crate) envoy_dynamic_metadata: bool,
     /// `algorithm = "concurrency"`: the namespace limits leases in flight, not hits.
-    pub concurrency: Option<Concurrency>,
+    pub(crate) concurrency: Option<Concurrency>,
 }
 
-/// A concurrency namespace's settings (`limit`, `lease_ttl`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Concurrency {
-    /// Slots in flight per key, across the cluster.
-    pub limit: u64,
-    /// A lease's life unless its acquire or a renewal says otherwise.
-    pub lease_ttl: std::time::Duration,
-}
+impl NamespaceConfig {
+    /// Its name, in routes and store keys.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
 
-pub use crate::policy::algorithm::MAX_CONCURRENCY;
-/// The longest a lease may live without a renewal: a day.
-pub const MAX_LEASE_TTL_SECS: f64 = 86_400.0;
-/// The shortest lease or reservation: a millisecond (store times are kept in whole
-/// milliseconds, so anything shorter lapses before it is granted).
-pub const MIN_TTL_SECS: f64 = 0.001;
-/// A lease's life when neither the config nor the acquire says.
-pub const DEFAULT_LEASE_TTL_SECS: f64 = 30.0;
+    /// The window sizes it counts in (`window_sizes`, with its rules' sizes).
+    pub fn window_sizes(&self) -> &[WindowSize] {
+        &self.window_sizes
+    }
+
+    /// How it syncs (`sync_rate`).
+    pub fn mode(&self) -> SyncMode {
+        self.mode
+    }
+
+    /// Its store's name; `None` exactly when the namespace is local only.
+    pub fn store(&self) -> Option<&str> {
+        self.store.as_deref()
+    }
+
+    /// The most counters it keeps in memory (`max_counters`).
+    pub fn max_counters(&self) -> usize {
+        self.max_counters
+    }
+
+    /// The limits hits are decided against; `None` when the namespace only counts.
+    pub fn limits(&self) -> Option<&crate::policy::limits::Limits> {
+        self.limits.as_ref()
+    }
+
+    /// Whether increments may be negative (`allow_decrements`).
+    pub fn allow_decrements(&self) -> bool {
+        self.allow_decrements
+    }
+
+    /// How it admits (`admission`, `on_store_failure`).
+    pub fn admission(&self) -> AdmissionMode {
+        self.admission
+    }
+
+    /// What its limits and rules count with.
+    pub fn algorithm(&self) -> crate::policy::algorithm::Algorithm {
+        self.algorithm
+    }
+
+    /// Its descriptor rules for Envoy's rate limit service, if any.
+    pub fn rules(&self) -> Option<&std::sync::Arc<crate::policy::rules::Rules>> {
+        self.rules.as_ref()
+    }
+
+    /// Whether Envoy's answers carry the RateLimit headers (`envoy_response_headers`).
+    pub fn envoy_response_headers(&self) -> bool {
+        self.envoy_response_headers
+    }
+
+    /// Whether Envoy's answers carry dynamic metadata (`envoy_dynamic_metadata`).
+    pub fn envoy_dynamic_metadata(&self) -> bool {
+        self.envoy_dynamic_metadata
+    }
+
+    /// `algorithm = "concurrency"`: its `limit` and `lease_ttl`.
+    pub fn concurrency(&self) -> Option<Concurrency> {
+        self.concurrency
+    }
+}
 
 impl Parser<'_> {
     /// Validates every namespace; `max_counters` is the top-level default.
@@ -289,10 +338,35 @@ impl Parser<'_> {
             .map_err(|(field, why)| self.err(&f(&field), why))
     }
 
+    fn window_sizes(&self, raw: &[i64], field: &str) -> Result<Vec<WindowSize>, ConfigError> {
+        let mut sizes = Vec::new();
+        for s in raw {
+            let size = u64::try_from(*s)
+                .ok()
+                .and_then(|s| WindowSize::new(s).ok())
+                .ok_or_else(|| {
+                    self.err(
+                        field,
+                        format!(
+                            "{s} is not between 1 and {} seconds",
+                            swin_core::MAX_WINDOW_SIZE_SECS
+                        ),
+                    )
+                })?;
+            if sizes.contains(&size) {
+                return Err(self.err(field, format!("{s} is listed twice")));
+            }
+            sizes.push(size);
+        }
+        Ok(sizes)
+    }
+}
+
+impl Parser<'_> {
     /// `algorithm = "concurrency"` with its `limit` and `lease_ttl` (its raw
     /// `algorithm` taken out of `n`: no limits of hits are read in its shape); `limit`
     /// and `lease_ttl` belong to such a namespace only, and limits of hits do not.
-    fn concurrency(
+    pub(super) fn concurrency(
         &self,
         n: &mut RawNamespace,
         algorithm: crate::policy::algorithm::Algorithm,
@@ -354,28 +428,5 @@ impl Parser<'_> {
             limit,
             lease_ttl: std::time::Duration::from_secs_f64(ttl),
         }))
-    }
-
-    fn window_sizes(&self, raw: &[i64], field: &str) -> Result<Vec<WindowSize>, ConfigError> {
-        let mut sizes = Vec::new();
-        for s in raw {
-            let size = u64::try_from(*s)
-                .ok()
-                .and_then(|s| WindowSize::new(s).ok())
-                .ok_or_else(|| {
-                    self.err(
-                        field,
-                        format!(
-                            "{s} is not between 1 and {} seconds",
-                            swin_core::MAX_WINDOW_SIZE_SECS
-                        ),
-                    )
-                })?;
-            if sizes.contains(&size) {
-                return Err(self.err(field, format!("{s} is listed twice")));
-            }
-            sizes.push(size);
-        }
-        Ok(sizes)
     }
 }

@@ -1,42 +1,14 @@
-//! The config's tests: every shipped file parses, defaults, environment overrides,
-//! passwords and tokens; each key's checks, and the field every error names, in
-//! `checks`.
+//! The config's tests: defaults, environment overrides and passwords; each key's
+//! checks, and the field every error names, in `checks`; a config built in code against
+//! the same in TOML, in `builder`.
 
 use super::*;
 
+mod builder;
 mod checks;
 
 fn no_env(_: &str) -> Option<String> {
     None
-}
-
-#[test]
-fn every_shipped_config_parses() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
-    let mut n = 0;
-    for entry in std::fs::read_dir(&dir).expect("config dir") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "toml") {
-            let text = std::fs::read_to_string(&path).expect("read");
-            Config::parse(&path.display().to_string(), &text, &no_env)
-                .unwrap_or_else(|e| panic!("{e}"));
-            n += 1;
-        }
-    }
-    assert!(n >= 4, "expected the shipped configs, found {n}");
-}
-
-#[test]
-fn the_embedded_default_is_sqlite_on_7070() {
-    let c = Config::parse("x", DEFAULT_CONFIG, &no_env).expect("valid");
-    assert_eq!(c.listen.to_string(), "127.0.0.1:7070");
-    assert_eq!(c.stores["main"].kind(), swin_sync::store::StoreKind::Sqlite);
-    let ns = &c.namespaces[0];
-    assert_eq!(ns.name, "default");
-    assert_eq!(
-        ns.window_sizes.iter().map(|s| s.secs()).collect::<Vec<_>>(),
-        vec![1, 60, 3600]
-    );
 }
 
 #[test]
@@ -49,17 +21,13 @@ fn defaults_fill_what_a_config_leaves_out() {
         &no_env,
     )
     .expect("valid");
-    assert_eq!(c.listen.to_string(), defaults::LISTEN);
-    assert_eq!(c.body_limit, defaults::BODY_LIMIT);
-    assert!(
-        c.trusted_proxies.is_empty(),
-        "no proxy is trusted unless listed"
-    );
-    assert_eq!(c.connections.max_connections, 10_000);
-    assert_eq!(c.connections.header_timeout, Duration::from_secs(10));
-    assert_eq!(c.connections.idle_timeout, Duration::from_secs(60));
-    assert_eq!(c.connections.body_timeout, Duration::from_secs(30));
-    assert_eq!(c.max_batch, 1_000);
+    assert!(c.migrate);
+    assert_eq!(c.shutdown_grace, Duration::from_secs(10));
+    assert_eq!(c.store_timeout, Duration::from_secs(5));
+    assert_eq!(c.answer_timeout, Duration::from_millis(500));
+    assert_eq!(c.max_clock_offset, Duration::from_secs(1));
+    assert_eq!(c.data_dir, Path::new(defaults::DATA_DIR));
+    assert_eq!(c.quota, crate::config::QuotaLimits::default());
     assert_eq!(c.namespaces[0].max_counters, defaults::MAX_COUNTERS);
     assert_eq!(
         swin_core::CounterOptions::default().max_counters,
@@ -154,35 +122,70 @@ fn passwords_come_from_the_environment_and_never_show() {
 }
 
 #[test]
-fn environment_overrides_listen_and_store_urls() {
+fn environment_overrides_store_urls_data_dir_and_migrate() {
+    let text = "[stores.main]\nkind = \"sqlite\"\nurl = \"sqlite://data/swin.db\"\n\
+                [[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = 1\nstore = \"main\"\n";
     let env = |k: &str| match k {
-        "SWIN_LISTEN" => Some("0.0.0.0:9000".to_string()),
         "SWIN_STORE_MAIN_URL" => Some("sqlite::memory:".to_string()),
+        "SWIN_DATA_DIR" => Some("/elsewhere".to_string()),
+        "SWIN_MIGRATE" => Some("off".to_string()),
         _ => None,
     };
-    let c = Config::parse("x", DEFAULT_CONFIG, &env).expect("valid");
-    assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
+    let c = Config::parse("x", text, &env).expect("valid");
     assert_eq!(c.stores["main"].url(), "sqlite::memory:");
+    assert_eq!(c.data_dir, Path::new("/elsewhere"));
+    assert!(!c.migrate);
     // an override at fault is named
     let bad = |var: &'static str, value: &'static str| {
         move |k: &str| (k == var).then(|| value.to_string())
     };
     for (var, value, field) in [
-        ("SWIN_LISTEN", "nowhere", "listen (from SWIN_LISTEN)"),
         (
             "SWIN_STORE_MAIN_URL",
             "mysql://x",
             "stores.main.url (from SWIN_STORE_MAIN_URL)",
         ),
-        (
-            "SWIN_LOG_FORMAT",
-            "xml",
-            "log_format (from SWIN_LOG_FORMAT)",
-        ),
+        ("SWIN_DATA_DIR", "", "data_dir (from SWIN_DATA_DIR)"),
+        ("SWIN_MIGRATE", "maybe", "migrate"),
     ] {
-        let e = Config::parse("x", DEFAULT_CONFIG, &bad(var, value)).expect_err("invalid");
+        let e = Config::parse("x", text, &bad(var, value)).expect_err("invalid");
         assert_eq!(e.field, field, "{e}");
     }
+}
+
+#[test]
+fn keys_of_the_program_embedding_the_library_are_left_to_it() {
+    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1\n";
+    let text = format!("listen = \"127.0.0.1:1\"\n{ns}");
+    // alone, the library takes none of them, and names every key it takes
+    let e = Config::parse("f.toml", &text, &no_env).expect_err("not the library's");
+    assert_eq!(e.field, "(toml, line 1, column 1)", "{e}");
+    assert!(
+        e.message
+            .starts_with("unknown field `listen`, expected one of `migrate`, "),
+        "{e}"
+    );
+    // within a program's file, its keys are its own; any other key is still refused,
+    // both lists named
+    let c = Config::parse_within("f.toml", &text, &no_env, &["listen"]).expect("valid");
+    assert_eq!(c, Config::parse("f.toml", ns, &no_env).expect("valid"));
+    let e = Config::parse_within(
+        "f.toml",
+        &format!("{ns}[bogus]\nx = 1\n"),
+        &no_env,
+        &["listen"],
+    )
+    .expect_err("no one's key");
+    assert_eq!(e.field, "(toml, line 5, column 2)", "{e}");
+    assert!(
+        e.message
+            .starts_with("unknown field `bogus`, expected one of `listen`, `migrate`, "),
+        "{e}"
+    );
+    // a table given in code is checked alike
+    let table: toml::Table = toml::from_str(&text).expect("toml");
+    let e = Config::from_table("t", table).expect_err("not the library's");
+    assert_eq!(e.field, "(toml)", "{e}");
 }
 
 fn fails(text: &str, field: &str) {
@@ -223,142 +226,4 @@ fn passwords_never_reach_an_error() {
     let printed = format!("{c:?}");
     assert!(!printed.contains("hunter2"), "{printed}");
     assert!(printed.contains("redis://u:***@h"), "{printed}");
-}
-
-#[test]
-fn auth_tokens_are_checked() {
-    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1\n";
-    let hash = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
-    let token = |name: &str, sha: &str, scopes: &str| {
-        format!("[[auth.tokens]]\nname = \"{name}\"\nsha256 = \"{sha}\"\nscopes = {scopes}\n")
-    };
-    let ok = format!("{ns}{}", token("app", hash, r#"["count", "metrics"]"#));
-    let c = Config::parse("f.toml", &ok, &no_env).expect("valid");
-    let auth = c.auth.expect("auth");
-    assert_eq!(auth.tokens[0].name, "app");
-    assert_eq!(auth.tokens[0].scopes, vec![Scope::Count, Scope::Metrics]);
-    assert_eq!(auth.tokens[0].sha256[0], 0xba);
-    assert!(Config::parse("f.toml", ns, &no_env)
-        .expect("valid")
-        .auth
-        .is_none());
-    fails(&format!("{ns}[auth]\ntokens = []\n"), "auth.tokens");
-    fails(
-        &format!("{ns}{}", token("app", "abc", r#"["count"]"#)),
-        "auth.tokens[0].sha256",
-    );
-    fails(
-        &format!(
-            "{ns}{}",
-            token("app", &hash.replace('a', "g"), r#"["count"]"#)
-        ),
-        "auth.tokens[0].sha256",
-    );
-    fails(
-        &format!("{ns}{}", token("app", hash, r#"["write"]"#)),
-        "auth.tokens[0].scopes",
-    );
-    fails(
-        &format!("{ns}{}", token("app", hash, "[]")),
-        "auth.tokens[0].scopes",
-    );
-    fails(
-        &format!("{ns}{}", token("", hash, r#"["count"]"#)),
-        "auth.tokens[0].name",
-    );
-    let other = hash.replace('b', "c");
-    fails(
-        &format!(
-            "{ns}{}{}",
-            token("app", hash, r#"["count"]"#),
-            token("app", &other, r#"["count"]"#)
-        ),
-        "auth.tokens[1].name",
-    );
-    fails(
-        &format!(
-            "{ns}{}{}",
-            token("app", hash, r#"["count"]"#),
-            token("ops", hash, r#"["admin"]"#)
-        ),
-        "auth.tokens[1].sha256",
-    );
-}
-
-#[test]
-fn a_token_comes_from_the_environment_hashed() {
-    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [1]\nsync_rate = -1\n";
-    let from_env = |var: &str| {
-        format!(
-            "{ns}[[auth.tokens]]\nname = \"app\"\ntoken_env = \"{var}\"\nscopes = [\"decide\"]\n"
-        )
-    };
-    let token = "0123456789abcdef0123456789abcdef";
-    let parse = |text: &str, value: &str| {
-        let value = value.to_owned();
-        Config::parse("f.toml", text, &move |k| {
-            (k == "APP_TOKEN").then(|| value.clone())
-        })
-    };
-    let hash_of = |text: &str, value: &str| {
-        parse(text, value)
-            .expect("valid")
-            .auth
-            .expect("auth")
-            .tokens[0]
-            .sha256
-    };
-    let want = crate::auth::hash_token(token.as_bytes());
-    let got: String = hash_of(&from_env("APP_TOKEN"), token)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    assert_eq!(got, want, "the token's SHA-256, as a client's is checked");
-    // a secret made from a file may end with a newline: not part of the token
-    assert_eq!(
-        hash_of(&from_env("APP_TOKEN"), &format!("{token}\n")),
-        hash_of(&from_env("APP_TOKEN"), token)
-    );
-    let refused = |text: &str, value: &str, field: &str, says: &str| {
-        let e = parse(text, value).expect_err("refused");
-        assert_eq!(e.field, field, "{e}");
-        assert!(e.to_string().contains(says), "{e}");
-        assert!(
-            !e.to_string().contains(value.trim()) || value.is_empty(),
-            "{e}"
-        );
-    };
-    // not set: the field and the variable named, so a container says why it stops
-    refused(
-        &from_env("OTHER_TOKEN"),
-        token,
-        "auth.tokens[0].token_env",
-        "\"OTHER_TOKEN\" is not set",
-    );
-    // a placeholder left in an example secret
-    refused(
-        &from_env("APP_TOKEN"),
-        "change-me",
-        "auth.tokens[0].token_env",
-        "at least 16",
-    );
-    refused(
-        &from_env("APP_TOKEN"),
-        "",
-        "auth.tokens[0].token_env",
-        "0 bytes",
-    );
-    let hash = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
-    refused(
-        &format!("{ns}[[auth.tokens]]\nname = \"app\"\nsha256 = \"{hash}\"\ntoken_env = \"APP_TOKEN\"\nscopes = [\"decide\"]\n"),
-        token,
-        "auth.tokens[0].token_env",
-        "not both",
-    );
-    refused(
-        &format!("{ns}[[auth.tokens]]\nname = \"app\"\nscopes = [\"decide\"]\n"),
-        token,
-        "auth.tokens[0].sha256",
-        "token_env",
-    );
 }

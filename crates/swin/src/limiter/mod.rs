@@ -470,14 +470,15 @@ impl Limiter {
     }
 
     /// A limiter serving `namespaces` built elsewhere ([`Namespace::build`]), with no
-    /// stores, engines or config of its own: a daemon's router tested without a socket.
+    /// stores or engines of its own (its config: every default, no namespace): a
+    /// daemon's router tested without a socket.
     #[doc(hidden)]
     pub fn over(namespaces: Namespaces) -> Limiter {
         let serving = Arc::new(ArcSwap::from_pointee(namespaces));
         Limiter {
             shares: crate::shares::Shares::new(serving.clone(), Default::default()),
             serving,
-            config: ArcSwap::from_pointee(Config::embedded_default().expect("the embedded config")),
+            config: ArcSwap::from_pointee(Config::from_toml("").expect("a config of defaults")),
             control: tokio::sync::Mutex::new(None),
         }
     }

@@ -53,55 +53,7 @@ use crate::state::{Namespace, Namespaces};
 pub const MAX_BUCKETS_PER_REPORT: usize = 10_000;
 /// Pairs one bucket id may carry.
 pub const MAX_PAIRS_PER_BUCKET: usize = 64;
-/// Caps on what the quota service takes from its clients (`[quota]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QuotaLimits {
-    /// Streams one client may hold open (per token with `[auth]`, else per peer address);
-    /// past it a stream is refused.
-    pub(crate) streams_per_client: usize,
-    /// Live buckets one stream may hold; past it a new bucket is abandoned.
-    pub(crate) buckets_per_stream: usize,
-    /// Live buckets one client may hold across its streams; past it a new bucket is
-    /// abandoned (one client cannot take the node's room from the others).
-    pub(crate) buckets_per_client: usize,
-    /// Live buckets across the node's streams; past it a new bucket is abandoned.
-    pub(crate) buckets: usize,
-}
-
-impl QuotaLimits {
-    /// Streams one client may hold open (per token with `[auth]`, else per peer address);
-    /// past it a stream is refused.
-    pub fn streams_per_client(&self) -> usize {
-        self.streams_per_client
-    }
-
-    /// Live buckets one stream may hold; past it a new bucket is abandoned.
-    pub fn buckets_per_stream(&self) -> usize {
-        self.buckets_per_stream
-    }
-
-    /// Live buckets one client may hold across its streams; past it a new bucket is
-    /// abandoned (one client cannot take the node's room from the others).
-    pub fn buckets_per_client(&self) -> usize {
-        self.buckets_per_client
-    }
-
-    /// Live buckets across the node's streams; past it a new bucket is abandoned.
-    pub fn buckets(&self) -> usize {
-        self.buckets
-    }
-}
-
-impl Default for QuotaLimits {
-    fn default() -> Self {
-        QuotaLimits {
-            streams_per_client: 64,
-            buckets_per_stream: MAX_BUCKETS_PER_REPORT,
-            buckets_per_client: 50_000,
-            buckets: 100_000,
-        }
-    }
-}
+pub use crate::config::QuotaLimits;
 
 /// How often demands are shared and divisions made again.
 pub const ROUND: Duration = Duration::from_millis(500);
@@ -530,37 +482,20 @@ impl Proxy {
         } = &mut *state;
         let name = ns.sync.name();
         let Some(p) = proxies.get_mut(&self.id) else {
-            out.extend(shared.into_iter().map(|s| BucketAction {
-                bucket: s.bucket,
-                action: Action::Abandon,
-            }));
+            out.extend(shared.into_iter().map(|s| BucketAction::abandon(s.bucket)));
             return;
         };
         let mut capped = 0;
         let of_client = client_buckets.entry(p.client.clone()).or_default();
         for s in shared {
-            let elapsed = s
-                .usage
-                .elapsed
-                .filter(|e| !e.is_zero())
-                .or(p.interval)
-                .filter(|e| !e.is_zero());
-            // a first report tells nothing of a rate: the proxy may ask for the whole
-            // limit (a claim: it takes only room that shown asks leave)
-            let demand = elapsed.map_or(s.limit, |e| {
-                (s.usage.allowed.saturating_add(s.usage.denied)) as f64 / e.as_secs_f64()
-                    * s.unit.as_secs_f64()
-            });
+            let demand = s.demand(p.interval);
             if !p.buckets.contains_key(&s.key) {
                 if p.buckets.len() >= limits.buckets_per_stream
                     || *of_client >= limits.buckets_per_client
                     || *buckets >= limits.buckets
                 {
                     capped += 1;
-                    out.push(BucketAction {
-                        bucket: s.bucket,
-                        action: Action::Abandon,
-                    });
+                    out.push(BucketAction::abandon(s.bucket));
                     continue;
                 }
                 *buckets += 1;
@@ -601,15 +536,7 @@ impl Proxy {
             }
         }
         if capped > 0 {
-            tracing::warn!(
-                namespace = name,
-                client = p.client,
-                capped,
-                per_stream = limits.buckets_per_stream,
-                per_client = limits.buckets_per_client,
-                per_node = limits.buckets,
-                "new quota buckets past quota.buckets_per_stream, quota.buckets_per_client or quota.buckets: abandoned"
-            );
+            warn_capped(name, &p.client, capped, &limits);
         }
     }
 
@@ -690,4 +617,46 @@ async fn count_allowed(ns: &Namespace, counts: Vec<(String, u64)>) {
         .buffer_unordered(64)
         .collect::<()>()
         .await;
+}
+
+/// New buckets past the caps on live buckets were abandoned: said once per report.
+fn warn_capped(namespace: &str, client: &str, capped: usize, limits: &QuotaLimits) {
+    tracing::warn!(
+        namespace,
+        client,
+        capped,
+        per_stream = limits.buckets_per_stream,
+        per_client = limits.buckets_per_client,
+        per_node = limits.buckets,
+        "new quota buckets past quota.buckets_per_stream, quota.buckets_per_client or quota.buckets: abandoned"
+    );
+}
+
+impl BucketAction {
+    /// `bucket` abandoned: its proxy falls back on its own default.
+    fn abandon(bucket: BucketId) -> BucketAction {
+        BucketAction {
+            bucket,
+            action: Action::Abandon,
+        }
+    }
+}
+
+impl Shared {
+    /// The rate the proxy asks for, per the rule's unit, from its report (or, without a
+    /// measure of its own, over the stream's `interval`). A first report tells nothing
+    /// of a rate: the proxy may ask for the whole limit (a claim: it takes only room that
+    /// shown asks leave).
+    fn demand(&self, interval: Option<Duration>) -> f64 {
+        let elapsed = self
+            .usage
+            .elapsed
+            .filter(|e| !e.is_zero())
+            .or(interval)
+            .filter(|e| !e.is_zero());
+        elapsed.map_or(self.limit, |e| {
+            (self.usage.allowed.saturating_add(self.usage.denied)) as f64 / e.as_secs_f64()
+                * self.unit.as_secs_f64()
+        })
+    }
 }

@@ -30,7 +30,7 @@ use tracing::{debug, warn};
 
 use crate::listening::conns::{HttpConn, UNSET};
 use crate::listening::governor::{ms_since, Governed, Governor, Watch};
-use swin::config::ConnectionLimits;
+use crate::config::ConnectionLimits;
 
 /// Marks a connection busy while a request is in flight.
 struct InFlight {

@@ -5,8 +5,9 @@
 
 use serde::Deserialize;
 
+use swin::config::ConfigError;
+
 use super::Parser;
-use crate::config::ConfigError;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
