@@ -9,6 +9,7 @@ use super::{start, stored};
 
 swin_testkit::for_stores!([sqlite, redis] [
     descriptors_over_the_limit_deny_the_request_and_count_nothing,
+    negative_hits_give_back_and_never_below_zero,
 ]);
 
 /// Logins: 2 a minute per address; searches: 10 a minute in all.
@@ -114,4 +115,57 @@ async fn descriptors_over_the_limit_deny_the_request_and_count_nothing(store: &T
         2.0
     );
     assert_eq!(stored(store, "edge", SEARCH).await, 4.0);
+}
+
+/// Envoy's `is_negative_hits`: the hits go back, as a refund's do, never below zero, and
+/// the request is OK.
+async fn negative_hits_give_back_and_never_below_zero(store: &TestStore) {
+    let limiter = start(store, EDGE).await;
+    let login = |hits: u64, negative: bool| {
+        vec![Descriptor::new(
+            vec![
+                ("generic_key".to_owned(), "login".to_owned()),
+                ("remote_address".to_owned(), "10.0.0.1".to_owned()),
+            ],
+            hits,
+            negative,
+            None,
+        )]
+    };
+    let d = limiter
+        .descriptors("edge", &login(2, false))
+        .await
+        .expect("decided");
+    assert!(!d.over(), "{d:?}");
+    assert!(limiter
+        .descriptors("edge", &login(1, false))
+        .await
+        .expect("decided")
+        .over());
+    assert_eq!(stored(store, "edge", LOGIN).await, 2.0);
+    let d = limiter
+        .descriptors("edge", &login(1, true))
+        .await
+        .expect("decided");
+    assert!(!d.over(), "{d:?}");
+    assert_eq!(stored(store, "edge", LOGIN).await, 1.0);
+    let d = limiter
+        .descriptors("edge", &login(5, true))
+        .await
+        .expect("decided");
+    assert!(!d.over(), "{d:?}");
+    assert_eq!(stored(store, "edge", LOGIN).await, 0.0);
+    // the whole limit again, and no more
+    assert!(!limiter
+        .descriptors("edge", &login(2, false))
+        .await
+        .expect("decided")
+        .over());
+    assert!(limiter
+        .descriptors("edge", &login(1, false))
+        .await
+        .expect("decided")
+        .over());
+    limiter.stop().await.expect("stop");
+    assert_eq!(stored(store, "edge", LOGIN).await, 2.0);
 }
