@@ -10,7 +10,6 @@ use crate::config::AuthConfig;
 use swin::state::Namespaces;
 use swin::Limiter;
 
-use crate::config::AuthConfig;
 use crate::metrics::Metrics;
 
 #[derive(Debug)]

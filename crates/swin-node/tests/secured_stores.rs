@@ -5,8 +5,8 @@
 //! and reads are exact, a wrong password or a connection without TLS is refused, and the
 //! password shows in no error and no `Debug` output.
 
-use swin_node::config::Config;
 use swin_core::Diff;
+use swin_node::config::Config;
 use swin_node::node::open_store;
 use swin_sync::{Push, Store, WindowKey};
 use swin_testkit::tls::{TlsPostgres, TlsRedis, PASSWORD};

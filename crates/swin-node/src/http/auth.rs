@@ -15,7 +15,6 @@ use super::error::ApiError;
 use crate::auth::{check_authorization, Denied};
 use crate::config::{AuthConfig, Scope, Token};
 use crate::state::AppState;
-use swin::error::Error;
 
 /// Who made a request: the name of the token it carried, `anonymous` without `[auth]`
 /// (for the log of runtime limit changes).

@@ -26,7 +26,6 @@ pub use self::extract::ApiPath;
 pub use crate::auth::hash_token;
 use crate::config::Scope;
 use crate::state::AppState;
-use swin::error::Error;
 
 /// The API's description (OpenAPI 3.1), served at `/v1/openapi.json`; a test checks it
 /// against [`routes`].

@@ -40,7 +40,10 @@ pub(super) fn status(
 /// The headers the HTTP door's acquire answers with, by name.
 pub(super) fn headers(a: &AcquireAnswer, over: bool) -> Vec<(&'static str, String)> {
     let remaining = a.limit().saturating_sub(a.acquired().in_flight);
-    let mut out = vec![("RateLimit-Policy", format!("\"concurrency\";q={}", a.limit()))];
+    let mut out = vec![(
+        "RateLimit-Policy",
+        format!("\"concurrency\";q={}", a.limit()),
+    )];
     if over {
         let t = a.retry_after_secs().ceil().max(1.0) as u64;
         out.push(("RateLimit", format!("\"concurrency\";r={remaining};t={t}")));

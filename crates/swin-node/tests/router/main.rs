@@ -17,8 +17,8 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use std::time::Duration;
 
-use swin_node::config::Config;
 use swin::state::{Namespace, Namespaces};
+use swin_node::config::Config;
 use swin_node::http;
 use swin_node::state::AppState;
 use swin_sync::store::SqliteStore;

@@ -26,8 +26,8 @@ pub use self::admission::{AdmissionMode, OnStoreFailure, STRICT_SHADOW};
 pub use self::builder::{ConfigBuilder, NamespaceBuilder, StoreBuilder};
 pub use self::concurrency::{Concurrency, MAX_CONCURRENCY, MAX_LEASE_TTL_SECS, MIN_TTL_SECS};
 pub use self::namespaces::NamespaceConfig;
-pub use self::stores::{redact, StoreConfig};
 pub use self::quota::QuotaLimits;
+pub use self::stores::{redact, StoreConfig};
 
 /// What a setting is when the config leaves it out (docs/configuration.md lists them).
 pub mod defaults {

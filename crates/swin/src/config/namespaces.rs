@@ -7,6 +7,9 @@ use serde::Deserialize;
 use swin_core::WindowSize;
 use swin_sync::SyncMode;
 
+use super::concurrency::{
+    DEFAULT_LEASE_TTL_SECS, MAX_CONCURRENCY, MAX_LEASE_TTL_SECS, MIN_TTL_SECS,
+};
 use super::{AdmissionMode, Concurrency, Parser, StoreConfig};
 use crate::config::ConfigError;
 use crate::policy::limits::{RawGcra, RawLimit, RawLimits, RawOverride};

@@ -28,9 +28,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
+use crate::config::ConnectionLimits;
 use crate::listening::conns::{HttpConn, UNSET};
 use crate::listening::governor::{ms_since, Governed, Governor, Watch};
-use crate::config::ConnectionLimits;
 
 /// Marks a connection busy while a request is in flight.
 struct InFlight {

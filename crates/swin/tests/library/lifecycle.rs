@@ -1,0 +1,109 @@
+//! A limiter's life: a reconfigure that changes limits keeps the counts and decides the
+//! next hit under the new ones, adds and retires namespaces; a stop pushes what a
+//! periodic namespace counted, so a fresh limiter reads it back.
+
+use swin::error::Error;
+use swin_testkit::TestStore;
+
+use super::{hourly, known, start, stored};
+
+swin_testkit::for_stores!([sqlite, redis] [
+    a_reconfigure_applies_new_limits_and_keeps_the_counts,
+    a_stop_pushes_what_a_periodic_namespace_counted,
+]);
+
+/// `sync` decided on the store's count, `periodic` synced every hour, each of `limit`.
+fn both(limit: u32) -> String {
+    format!(
+        "{}\n{}",
+        hourly("sync", 0.0, limit),
+        hourly("periodic", 3600.0, limit)
+    )
+}
+
+async fn a_reconfigure_applies_new_limits_and_keeps_the_counts(store: &TestStore) {
+    let limiter = start(store, &both(5)).await;
+    for ns in ["sync", "periodic"] {
+        for _ in 0..3 {
+            assert!(limiter.hit(ns, "k", 1.0).await.expect("hit").allowed());
+        }
+    }
+    limiter
+        .reconfigure(limiter.config_with(&both(3)))
+        .await
+        .expect("reconfigure");
+    assert_eq!(limiter.config().namespaces().len(), 2);
+    for ns in ["sync", "periodic"] {
+        let v = limiter.hit(ns, "k", 1.0).await.expect("hit");
+        assert!(!v.allowed(), "{ns}: 3 counted, a new limit of 3: {v:?}");
+        assert_eq!(v.decision().limit, 3.0);
+    }
+    limiter
+        .reconfigure(limiter.config_with(&both(10)))
+        .await
+        .expect("reconfigure");
+    for ns in ["sync", "periodic"] {
+        let v = limiter.hit(ns, "k", 1.0).await.expect("hit");
+        assert!(v.allowed(), "{ns}: {v:?}");
+        assert_eq!(v.decision().limit, 10.0);
+        assert_eq!(v.decision().remaining, 6.0, "{ns}: the counts were lost");
+    }
+    // a namespace added is served, one removed is not
+    let next = format!("{}\n{}", hourly("sync", 0.0, 10), hourly("new", 0.0, 1));
+    limiter
+        .reconfigure(limiter.config_with(&next))
+        .await
+        .expect("reconfigure");
+    let mut served: Vec<String> = limiter.namespaces().keys().cloned().collect();
+    served.sort();
+    assert_eq!(served, ["new", "sync"]);
+    assert!(limiter.hit("new", "k", 1.0).await.expect("hit").allowed());
+    assert!(!limiter.hit("new", "k", 1.0).await.expect("hit").allowed());
+    let e = limiter
+        .hit("periodic", "k", 1.0)
+        .await
+        .expect_err("retired");
+    assert!(matches!(e, Error::UnknownNamespace(_)), "{e:?}");
+    // the retired namespace pushed what it counted
+    assert_eq!(stored(store, "periodic", "k").await, 4.0);
+    limiter.stop().await.expect("stop");
+    assert_eq!(stored(store, "sync", "k").await, 4.0);
+    assert_eq!(stored(store, "new", "k").await, 1.0);
+}
+
+async fn a_stop_pushes_what_a_periodic_namespace_counted(store: &TestStore) {
+    let namespaces = format!(
+        "{}\n[[namespaces]]\nname = \"count\"\nstore = \"main\"\nwindow_sizes = [3600]\n\
+         sync_rate = 3600\n",
+        hourly("api", 3600.0, 5)
+    );
+    let limiter = start(store, &namespaces).await;
+    for _ in 0..4 {
+        assert!(limiter.hit("api", "k", 1.0).await.expect("hit").allowed());
+    }
+    limiter
+        .increment("count", "k", Some(2.5), None)
+        .await
+        .expect("increment");
+    limiter
+        .increments(
+            &[("count", "k", None, None), ("count", "j", None, None)],
+            10,
+        )
+        .await
+        .expect("increments");
+    limiter.stop().await.expect("stop");
+    limiter.stop().await.expect("a second stop does nothing");
+    assert_eq!(stored(store, "api", "k").await, 4.0);
+    assert_eq!(stored(store, "count", "k").await, 3.5);
+    assert_eq!(stored(store, "count", "j").await, 1.0);
+    let fresh = start(store, &namespaces).await;
+    assert_eq!(known(&fresh, "api", "k").await, 4.0);
+    assert_eq!(known(&fresh, "count", "k").await, 3.5);
+    let v = fresh.hit("api", "k", 1.0).await.expect("hit");
+    assert!(v.allowed());
+    assert_eq!(v.decision().remaining, 0.0);
+    assert!(!fresh.hit("api", "k", 1.0).await.expect("hit").allowed());
+    fresh.stop().await.expect("stop");
+    assert_eq!(stored(store, "api", "k").await, 5.0);
+}

@@ -1,0 +1,124 @@
+//! Limits set per key at run time, kept in the store: the next hit is decided under
+//! them (on this limiter and on a fresh one at its first touch), they are read and
+//! listed, and once removed the config's limits decide again.
+
+use swin::error::Error;
+use swin::policy::limits::RawKeyLimits;
+use swin::requests::Change;
+use swin_testkit::TestStore;
+
+use super::{hourly, start, stored};
+
+swin_testkit::for_stores!([sqlite, redis] [
+    a_runtime_limit_decides_the_next_hit,
+    removing_a_runtime_limit_restores_the_config,
+]);
+
+/// `limit` hits an hour, as a client writes it.
+fn hourly_limit(limit: u32) -> RawKeyLimits {
+    toml::from_str(&format!(
+        "limits = [{{ window_size = 3600, limit = {limit} }}]"
+    ))
+    .expect("limits")
+}
+
+fn change(limit: u32) -> Change {
+    Change::new(hourly_limit(limit), None, "ops".into())
+}
+
+async fn a_runtime_limit_decides_the_next_hit(store: &TestStore) {
+    let limiter = start(store, &hourly("api", 0.0, 5)).await;
+    for _ in 0..2 {
+        assert!(limiter.hit("api", "k", 1.0).await.expect("hit").allowed());
+    }
+    let set = limiter
+        .set_limits("api", "k", change(2))
+        .await
+        .expect("set");
+    assert_eq!(set.key, "k");
+    assert_eq!(set.set_by, "ops");
+    assert_eq!(set.expires_at, None);
+    let v = limiter.hit("api", "k", 1.0).await.expect("hit");
+    assert!(!v.allowed(), "the runtime limit of 2 did not decide: {v:?}");
+    assert_eq!(v.decision().limit, 2.0);
+    // other keys keep the config's
+    let v = limiter.hit("api", "other", 1.0).await.expect("hit");
+    assert!(v.allowed());
+    assert_eq!(v.decision().limit, 5.0);
+    // a fresh limiter decides under it at its first touch
+    let fresh = start(store, &hourly("api", 3600.0, 5)).await;
+    let v = fresh.hit("api", "k", 1.0).await.expect("hit");
+    assert!(
+        !v.allowed(),
+        "a fresh limiter did not see the runtime limit: {v:?}"
+    );
+    assert_eq!(v.decision().limit, 2.0);
+    // read and listed, on either
+    let read = fresh.limits("api", "k").await.expect("read");
+    assert_eq!(read.map(|l| l.set_by), Some("ops".to_owned()));
+    assert_eq!(limiter.limits("api", "other").await.expect("read"), None);
+    let listed = limiter.list_limits("api", None, 10).await.expect("list");
+    assert_eq!(
+        listed.iter().map(|l| l.key.as_str()).collect::<Vec<_>>(),
+        ["k"]
+    );
+    assert!(listed[0].limits.contains("3600"), "{:?}", listed[0].limits);
+    assert!(limiter
+        .list_limits("api", Some("k"), 10)
+        .await
+        .expect("list")
+        .is_empty());
+    // a raise lets the key past the old limit
+    limiter
+        .set_limits("api", "k", change(3))
+        .await
+        .expect("set");
+    let v = limiter.hit("api", "k", 1.0).await.expect("hit");
+    assert!(v.allowed(), "{v:?}");
+    assert_eq!(v.decision().limit, 3.0);
+    // a limit of a shape the namespace does not take is refused
+    let gcra: RawKeyLimits =
+        toml::from_str("gcra = { burst = 5, count = 5, period = \"1m\" }").expect("limits");
+    let e = limiter
+        .set_limits("api", "k", Change::new(gcra, None, "ops".into()))
+        .await
+        .expect_err("a bucket on a window namespace");
+    assert!(matches!(e, Error::BadRequest(_)), "{e:?}");
+    limiter.stop().await.expect("stop");
+    fresh.stop().await.expect("stop");
+    assert_eq!(stored(store, "api", "k").await, 3.0);
+    assert_eq!(stored(store, "api", "other").await, 1.0);
+}
+
+async fn removing_a_runtime_limit_restores_the_config(store: &TestStore) {
+    let limiter = start(store, &hourly("api", 0.0, 5)).await;
+    limiter
+        .set_limits("api", "k", change(1))
+        .await
+        .expect("set");
+    assert!(limiter.hit("api", "k", 1.0).await.expect("hit").allowed());
+    assert!(!limiter.hit("api", "k", 1.0).await.expect("hit").allowed());
+    assert!(limiter.remove_limits("api", "k").await.expect("remove"));
+    assert!(!limiter.remove_limits("api", "k").await.expect("remove"));
+    assert_eq!(limiter.limits("api", "k").await.expect("read"), None);
+    assert!(limiter
+        .list_limits("api", None, 10)
+        .await
+        .expect("list")
+        .is_empty());
+    for left in [3.0, 2.0, 1.0, 0.0] {
+        let v = limiter.hit("api", "k", 1.0).await.expect("hit");
+        assert!(v.allowed(), "{v:?}");
+        assert_eq!(v.decision().limit, 5.0);
+        assert_eq!(v.decision().remaining, left);
+    }
+    assert!(!limiter.hit("api", "k", 1.0).await.expect("hit").allowed());
+    // a fresh limiter decides under the config's too
+    let fresh = start(store, &hourly("api", 3600.0, 5)).await;
+    let v = fresh.check("api", "k", 1.0).await.expect("check");
+    assert!(!v.allowed());
+    assert_eq!(v.decision().limit, 5.0);
+    limiter.stop().await.expect("stop");
+    fresh.stop().await.expect("stop");
+    assert_eq!(stored(store, "api", "k").await, 5.0);
+}
