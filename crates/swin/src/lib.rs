@@ -13,7 +13,7 @@
 //! service ([`shares`]) → `pipeline` (the one runner every request goes through: check,
 //! first touch, effective limits, take together, all or nothing, run to the end,
 //! record) → [`decisions`] (what a decision answers) → the namespace ([`state`]) →
-//! [`leases`] (where leases are kept) and [`runtime_limits`] (limits set per key at run
+//! [`leases`] (where leases are kept) and `runtime_limits` (limits set per key at run
 //! time, as this node holds them) → [`config`] (a config, read into policy types) →
 //! [`policy`] (limits, descriptor rules, counter keys, what a request may carry) and
 //! [`spool`].
@@ -34,7 +34,7 @@ pub(crate) mod pipeline;
 pub mod policy;
 pub mod recorder;
 pub mod requests;
-pub mod runtime_limits;
+pub(crate) mod runtime_limits;
 pub mod shares;
 pub mod spans;
 pub mod spool;

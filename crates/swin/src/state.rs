@@ -53,6 +53,23 @@ pub struct Namespace {
 }
 
 impl Namespace {
+    /// Whether its runtime limits are kept in its store (else on this node).
+    pub fn keeps_limits_in_store(&self) -> bool {
+        self.sync.keeps_limits_in_store()
+    }
+
+    /// Stored runtime limits read back as this namespace's limits; `None` when it cannot
+    /// hold them (its window sizes or algorithm changed since they were set).
+    pub fn runtime_limits_of(
+        &self,
+        stored: &swin_sync::store::StoredLimit,
+    ) -> Option<KeyLimits> {
+        let sizes: Vec<_> = self.sync.counters().window_sizes().collect();
+        crate::runtime_limits::parse(stored, self.algorithm, &sizes)
+    }
+}
+
+impl Namespace {
     /// Its counters and its engine (sync with the store).
     pub fn sync(&self) -> &Arc<NamespaceSync> {
         &self.sync

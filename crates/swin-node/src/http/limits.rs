@@ -99,7 +99,7 @@ fn secs(t: UnixMs) -> f64 {
 }
 
 fn kept(ns: &Namespace) -> &'static str {
-    if ns.sync().keeps_limits_in_store() {
+    if ns.keeps_limits_in_store() {
         "store"
     } else {
         "node"
@@ -126,8 +126,7 @@ fn answer(ns: &Namespace, namespace: &str, key: &str, runtime: Option<&StoredLim
             ignored: None,
         }
     };
-    let sizes: Vec<_> = ns.sync().counters().window_sizes().collect();
-    let held = runtime.map(|s| (s, swin::runtime_limits::parse(s, *ns.algorithm(), &sizes)));
+    let held = runtime.map(|s| (s, ns.runtime_limits_of(s)));
     match held {
         Some((stored, Some(limits))) => KeyAnswer {
             expires_at: stored.expires_at.map(secs),

@@ -331,7 +331,7 @@ impl NamespaceSync {
 
     /// Runs until `cancel`: periodic syncs (synchronous and local-only namespaces tick
     /// every second to push fallback hits and drop expired entries), retries with capped
-    /// exponential backoff, and one last push before returning (see [`SyncLoop`]).
+    /// exponential backoff, and one last push before returning (see `SyncLoop`).
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         self.rounds.run(&self, cancel).await
     }

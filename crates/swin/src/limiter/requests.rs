@@ -19,7 +19,8 @@ use crate::requests::{
     AcquireAnswer, AcquireRequest, Batch, Change, Decided, Descriptor, Refunded, Reserved, Settled,
     StoredLimit, Verdict, WindowRate,
 };
-use crate::shares::{BucketAction, Proxy};
+use crate::requests::quota::QuotaReport;
+use crate::shares::{BucketAction, Proxy, Reports};
 
 impl Limiter {
     /// Decides a hit of `cost` on `key` of `namespace` against the key's limits and
@@ -270,7 +271,7 @@ impl Limiter {
     }
 
     /// Opens a stream of Envoy's quota service for `client` (a token's name, or a peer
-    /// address): the proxy, whose [`Proxy::report`] takes its reports, and where its
+    /// address): the proxy, whose reports [`Limiter::quota_report`] takes, and where its
     /// assignments arrive between them. A client holding `quota.streams_per_client`
     /// streams already is refused ([`Error::Exhausted`]).
     pub fn quota_stream(
@@ -287,6 +288,18 @@ impl Limiter {
         Ok(crate::decisions::limits_of(&ns, namespace)?
             .key_from()
             .clone())
+    }
+
+    /// Takes a report of `proxy`'s stream: records each bucket's demand, counts what the
+    /// proxy allowed, and answers each bucket's assignment now. An error (no domain, too
+    /// many buckets) ends the stream; a bad bucket, one no rule covers, or a new one past
+    /// the caps on live buckets is abandoned, the others answered as usual.
+    pub async fn quota_report(
+        &self,
+        proxy: &Proxy,
+        reports: Reports,
+    ) -> Result<Vec<BucketAction>, Error> {
+        run(QuotaReport::new(proxy.stream(), reports)?).await
     }
 
     /// Proxies with a quota stream open on this node.

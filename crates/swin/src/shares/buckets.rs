@@ -96,16 +96,16 @@ pub(super) fn checked(bucket: &BucketId) -> Result<Option<BucketId>, String> {
     Ok(Some(sorted))
 }
 
-/// The first touch of the report's buckets' keys that `taken` keeps (their counts and
-/// runtime limits, for those this node holds nothing of: one store read for all),
-/// before they are divided.
-pub(super) async fn touch(
+/// The keys of the report's buckets that `taken` keeps: first touched (their counts and
+/// runtime limits, for those this node holds nothing of: one store read for all) before
+/// they are divided.
+pub(super) fn keys(
     ns: &Namespace,
     usages: &[Usage],
     taken: impl FnOnce(Vec<String>) -> Vec<String>,
-) {
+) -> Vec<String> {
     let Some(rules) = &ns.rules else {
-        return;
+        return Vec::new();
     };
     let keys: Vec<String> = usages
         .iter()
@@ -119,7 +119,5 @@ pub(super) async fn touch(
             Some(counter_key(&found.counted(&entries)))
         })
         .collect();
-    let keys = taken(keys);
-    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    ns.first_touch(&keys, true).await;
+    taken(keys)
 }

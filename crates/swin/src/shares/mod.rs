@@ -3,7 +3,7 @@
 //! across every node of the cluster.
 //!
 //! A proxy opens one stream ([`Shares::open`]) and reports, per bucket, the requests it
-//! allowed and denied since its last report ([`Proxy::report`]). A report's domain names
+//! allowed and denied since its last report (`Limiter::quota_report`). A report's domain names
 //! a namespace; a bucket (a map of strings) is matched by the namespace's descriptor
 //! rules as one descriptor whose entries are the bucket's pairs, sorted by key, and its
 //! rule's limit is the limit its proxies share (a runtime limit set on the bucket's
@@ -45,7 +45,7 @@ use tokio::time::Instant;
 
 pub use self::assign::Action;
 use self::assign::Entry;
-use self::buckets::{checked, ruled, touch, Ruled};
+use self::buckets::{checked, keys, ruled, Ruled};
 use crate::error::Error;
 use crate::state::{Namespace, Namespaces};
 
@@ -363,11 +363,26 @@ impl Drop for Proxy {
 }
 
 impl Proxy {
-    /// Takes a report: records each bucket's demand, counts what was allowed, and
-    /// answers each bucket's assignment now. An error (no domain, too many buckets)
-    /// ends the stream; a bad bucket, one no rule covers, or a new one past the caps on
-    /// live buckets is abandoned, the others answered as usual.
-    pub async fn report(&self, reports: Reports) -> Result<Vec<BucketAction>, Error> {
+    /// Its stream, as a report of it runs.
+    pub(crate) fn stream(&self) -> Stream {
+        Stream {
+            shares: self.shares.clone(),
+            id: self.id,
+        }
+    }
+}
+
+/// A proxy's stream as one of its reports runs (the [`Proxy`] ends it when dropped).
+#[derive(Debug, Clone)]
+pub(crate) struct Stream {
+    shares: Arc<Shares>,
+    id: u64,
+}
+
+impl Stream {
+    /// What a report must be to be taken at all: an error (no domain, too many buckets)
+    /// ends the stream.
+    pub(crate) fn check(reports: &Reports) -> Result<(), Error> {
         if reports.domain.is_empty() {
             return Err(Error::BadRequest(
                 "domain: a report names its namespace; got none".into(),
@@ -379,10 +394,29 @@ impl Proxy {
                 reports.usages.len()
             )));
         }
+        Ok(())
+    }
+
+    /// The namespace of a report (see [`Stream::bind`]) and the keys of its buckets to
+    /// touch first.
+    pub(crate) fn bound(&self, reports: &Reports) -> (Option<Arc<Namespace>>, Vec<String>) {
         let ns = self.bind(&reports.domain);
-        if let Some(ns) = &ns {
-            touch(ns, &reports.usages, |keys| self.taken(keys)).await;
-        }
+        let keys = match &ns {
+            Some(ns) => keys(ns, &reports.usages, |keys| self.taken(keys)),
+            None => Vec::new(),
+        };
+        (ns, keys)
+    }
+
+    /// Takes a report, its keys touched: records each bucket's demand, counts what was
+    /// allowed, and answers each bucket's assignment now. A bad bucket, one no rule
+    /// covers, or a new one past the caps on live buckets is abandoned, the others
+    /// answered as usual.
+    pub(crate) async fn answer(
+        &self,
+        ns: Option<&Arc<Namespace>>,
+        reports: Reports,
+    ) -> Vec<BucketAction> {
         let ttl = self.ttl();
         let mut out = Vec::with_capacity(reports.usages.len());
         let mut counts = Vec::new();
@@ -400,7 +434,7 @@ impl Proxy {
                     continue;
                 }
             };
-            let Some(ns) = &ns else {
+            let Some(ns) = ns else {
                 out.push(BucketAction {
                     bucket,
                     action: Action::Abandon,
@@ -427,11 +461,11 @@ impl Proxy {
             };
             out.push(BucketAction { bucket, action });
         }
-        if let Some(ns) = &ns {
+        if let Some(ns) = ns {
             self.take_usages(ns, shared, &mut out, &mut counts);
             count_allowed(ns, counts).await;
         }
-        Ok(out)
+        out
     }
 
     /// The namespace this stream reports on: the first report's domain; another
