@@ -60,10 +60,7 @@ impl Namespace {
 
     /// Stored runtime limits read back as this namespace's limits; `None` when it cannot
     /// hold them (its window sizes or algorithm changed since they were set).
-    pub fn runtime_limits_of(
-        &self,
-        stored: &swin_sync::store::StoredLimit,
-    ) -> Option<KeyLimits> {
+    pub fn runtime_limits_of(&self, stored: &swin_sync::store::StoredLimit) -> Option<KeyLimits> {
         let sizes: Vec<_> = self.sync.counters().window_sizes().collect();
         crate::runtime_limits::parse(stored, self.algorithm, &sizes)
     }

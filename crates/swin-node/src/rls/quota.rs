@@ -146,7 +146,11 @@ impl ProxyStream {
                 buckets = r.bucket_quota_usages.len(),
             )
         });
-        tracing::Instrument::instrument(self.open.0.limiter.quota_report(&self.proxy, translate(r)), span).await
+        tracing::Instrument::instrument(
+            self.open.0.limiter.quota_report(&self.proxy, translate(r)),
+            span,
+        )
+        .await
     }
 }
 

@@ -195,7 +195,7 @@ impl StoreConfig {
     }
 }
 
-/// One namespace for [`ConfigBuilder::namespace`] ([`NamespaceConfig::builder`]). Like a
+/// One namespace for [`ConfigBuilder::namespace`] ([`NamespaceConfig::builder`](super::NamespaceConfig::builder)). Like a
 /// file's entry, it needs a `sync_rate`, and window sizes unless its algorithm counts in
 /// none.
 #[derive(Debug, Clone)]

@@ -13,13 +13,13 @@ use crate::requests::descriptors::Descriptors;
 use crate::requests::hits::{HitBatch, OneHit};
 use crate::requests::leases::{Acquire, EndOrRenew};
 use crate::requests::limit_changes::{Changed, LimitChange, Op};
+use crate::requests::quota::QuotaReport;
 use crate::requests::refunds::Refund;
 use crate::requests::reservations::{Commit, Reserve};
 use crate::requests::{
     AcquireAnswer, AcquireRequest, Batch, Change, Decided, Descriptor, Refunded, Reserved, Settled,
     StoredLimit, Verdict, WindowRate,
 };
-use crate::requests::quota::QuotaReport;
 use crate::shares::{BucketAction, Proxy, Reports};
 
 impl Limiter {
