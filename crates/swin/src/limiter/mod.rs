@@ -469,6 +469,10 @@ impl Limiter {
         }
     }
 
+    /// What [`Limiter::over`] reports as its config.
+    const OVER_CONFIG: &'static str =
+        "[[namespaces]]\nname = \"unserved\"\nsync_rate = -1\nwindow_sizes = [60]\n";
+
     /// A limiter serving `namespaces` built elsewhere ([`Namespace::build`]), with no
     /// stores or engines of its own (its config: every default, no namespace): a
     /// daemon's router tested without a socket.
@@ -478,7 +482,10 @@ impl Limiter {
         Limiter {
             shares: crate::shares::Shares::new(serving.clone(), Default::default()),
             serving,
-            config: ArcSwap::from_pointee(Config::from_toml("").expect("a config of defaults")),
+            // every default, and (a config needs one) a local namespace it does not serve
+            config: ArcSwap::from_pointee(
+                Config::from_toml(Self::OVER_CONFIG).expect("a config of defaults"),
+            ),
             control: tokio::sync::Mutex::new(None),
         }
     }
