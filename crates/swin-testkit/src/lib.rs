@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod redis_cluster;
+pub mod servers;
 mod store;
 pub mod tls;
 
@@ -12,10 +13,11 @@ use std::collections::BTreeSet;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+pub use servers::RedisServer;
 pub use store::TestStore;
 
 /// One scenario on several stores: for each store named (`postgres`, `redis`,
-/// `redis_cluster`, `sqlite`) a module of `#[tokio::test]`s, one per scenario, each
+/// `redis_cluster`, `sqlite`, `valkey`, `redis8`) a module of `#[tokio::test]`s, one per scenario, each
 /// calling `super::<scenario>(&store)` with a fresh isolated [`TestStore`]. With
 /// `before = f;`, `f().await` runs first and what it returns is held until the test ends
 /// (a lock that runs the scenarios one at a time, a binary to use).
@@ -57,7 +59,7 @@ pub fn postgres_admin_url() -> String {
 
 /// The Redis the tests may write prefixed keys to.
 pub fn redis_url() -> String {
-    std::env::var("SWIN_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+    RedisServer::Redis.url()
 }
 
 /// A name no other test (or test process) uses.
@@ -360,21 +362,5 @@ fn is_root() -> bool {
 /// A redis-server of the test's own on `port`, with an append-only file in `dir` so it
 /// keeps its data over a restart.
 pub fn start_redis(port: u16, dir: &std::path::Path) -> ChildGuard {
-    let child = std::process::Command::new("redis-server")
-        .args([
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
-        .arg(dir)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server on PATH (scripts/test installs it)");
-    let guard = ChildGuard(child);
-    wait_for_port(port, Duration::from_secs(10));
-    guard
+    RedisServer::Redis.start(port, dir)
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use swin_sync::store::{PostgresStore, RedisStore, SqliteStore};
 use swin_sync::Store;
 
-use crate::TestDatabase;
+use crate::{RedisServer, TestDatabase};
 
 /// A store for one test and whatever removes it afterwards.
 #[derive(Debug)]
@@ -39,14 +39,17 @@ enum Place {
 }
 
 impl TestStore {
-    /// The store `name`s (`postgres`, `redis`, `redis_cluster`, `sqlite`), isolated as
-    /// each of those says: what [`crate::for_stores!`] makes per test.
+    /// The store `name`s (`postgres`, `redis`, `redis_cluster`, `sqlite`, and the Redis
+    /// store on `valkey` and `redis8`), isolated as each of those says: what
+    /// [`crate::for_stores!`] makes per test.
     pub async fn named(name: &str) -> TestStore {
         match name {
             "postgres" => TestStore::postgres().await,
             "redis" => TestStore::redis(),
             "redis_cluster" => TestStore::redis_cluster(),
             "sqlite" => TestStore::sqlite().await,
+            "valkey" => TestStore::redis_on(RedisServer::Valkey).await,
+            "redis8" => TestStore::redis_on(RedisServer::Redis8).await,
             other => panic!("no test store {other:?}"),
         }
     }
@@ -72,6 +75,16 @@ impl TestStore {
     /// A fresh key prefix on the test Redis.
     pub fn redis() -> TestStore {
         TestStore::redis_at(&crate::redis_url(), &crate::unique("swin-test"))
+    }
+
+    /// A fresh key prefix on the shared `server` (Valkey 9, Redis 8), checked to be that
+    /// server.
+    pub async fn redis_on(server: RedisServer) -> TestStore {
+        let url = server.url();
+        if server != RedisServer::Redis {
+            server.check(&url).await;
+        }
+        TestStore::redis_at(&url, &crate::unique("swin-test"))
     }
 
     /// `prefix` on a Redis the test chooses (perhaps one of its own, not yet started);
