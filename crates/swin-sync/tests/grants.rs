@@ -179,7 +179,7 @@ async fn one_call_grants_many_buckets(s: &TestStore) {
     assert_eq!(again[0].granted, 2, "after a reset, a number is new again");
 }
 
-swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
+swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis8] [
     reservations_settle_as_the_core_does,
     concurrent_holders_never_pass_the_burst,
     one_call_grants_many_buckets

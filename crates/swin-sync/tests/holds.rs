@@ -164,7 +164,7 @@ async fn one_call_holds_many_windows(s: &TestStore) {
     assert_eq!(other[0].state.current, 10.0);
 }
 
-swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
+swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis8] [
     holds_settle_as_the_core_does,
     concurrent_holders_never_pass_the_limit,
     one_call_holds_many_windows

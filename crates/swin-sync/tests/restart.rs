@@ -1,5 +1,6 @@
-//! Stops and restarts a real ephemeral redis-server and PostgreSQL under a running
-//! engine: diffs made while the store is down land exactly once when it is back.
+//! Stops and restarts a real ephemeral server under a running engine — Debian's Redis,
+//! Valkey 9, Redis 8 and PostgreSQL: diffs made while the store is down land exactly
+//! once when it is back (on the Redis-protocol servers, with the scripts they lost).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use swin_core::{CounterOptions, NamespaceCounters, UnixMs, WindowSize};
 use swin_sync::store::{PostgresStore, RedisStore};
 use swin_sync::{NamespaceSync, Store, SyncMode, WindowKey};
-use swin_testkit::{wait_until, EphemeralPostgres};
+use swin_testkit::{wait_until, EphemeralPostgres, RedisServer};
 
 /// Runs an engine against `store`, stops the server under it with `stop`, keeps
 /// counting, restarts it with `start` and checks that the store holds every hit once.
@@ -64,19 +65,36 @@ async fn restart_mid_run(store: Store, stop: impl FnOnce(), start: impl FnOnce()
     assert_eq!(got.iter().map(|t| t.count).sum::<f64>(), 150.0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_restart_mid_run_loses_and_doubles_nothing() {
+/// A server of the test's own from `server`'s binary, killed and started again (on the
+/// same port, from its append-only file) under a running engine.
+async fn redis_restart(server: RedisServer) {
     let dir = tempfile::tempdir().expect("temp dir");
     let port = swin_testkit::free_port();
-    let server = std::cell::RefCell::new(Some(swin_testkit::start_redis(port, dir.path())));
+    let running = std::cell::RefCell::new(Some(server.start(port, dir.path())));
     let url = format!("redis://127.0.0.1:{port}");
+    server.check(&url).await;
     let store = Store::Redis(RedisStore::new(&url, "swin").expect("connect"));
     restart_mid_run(
         store,
-        || server.borrow_mut().take().expect("running").kill(),
-        || *server.borrow_mut() = Some(swin_testkit::start_redis(port, dir.path())),
+        || running.borrow_mut().take().expect("running").kill(),
+        || *running.borrow_mut() = Some(server.start(port, dir.path())),
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_mid_run_loses_and_doubles_nothing() {
+    redis_restart(RedisServer::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_restart_mid_run_loses_and_doubles_nothing() {
+    redis_restart(RedisServer::Valkey).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis8_restart_mid_run_loses_and_doubles_nothing() {
+    redis_restart(RedisServer::Redis8).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -522,7 +522,7 @@ fn wall_ns() -> i64 {
         .as_nanos() as i64
 }
 
-swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
+swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis8] [
     finished_keys_are_forgotten_and_come_back_exact,
     ended_windows_are_forgotten,
     grants_that_lapse_are_never_spent,

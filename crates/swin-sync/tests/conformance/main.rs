@@ -1,7 +1,9 @@
 //! One conformance suite, run against the real PostgreSQL, Redis and SQLite.
 //!
 //! Every scenario runs against every store (`swin_testkit::for_stores!` below), so a store
-//! conforms exactly when this suite passes; the scenarios are in modules by area.
+//! conforms exactly when this suite passes; the scenarios are in modules by area. The
+//! Redis store runs on Debian's Redis, on a Redis Cluster, on Valkey 9 (`valkey`) and on
+//! Redis 8 (`redis8`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -127,7 +129,7 @@ async fn tat_of(store: &Store, ns: &str, key: &str) -> Option<i64> {
         .map(|t| t.tat_ns)
 }
 
-swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite] [
+swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis8] [
     every_call_honours_its_faults,
     a_hanging_store_costs_one_timeout_not_one_per_request,
     requested_syncs_share_one_run,

@@ -1,4 +1,5 @@
-//! What only Redis has: its push script's checks, and its script cache.
+//! What only the Redis store has: its push script's checks, and its script cache, on
+//! each server it runs on (Debian's Redis, Valkey 9, Redis 8).
 
 use super::*;
 
@@ -7,9 +8,7 @@ use super::*;
 /// fail the script after the windows before it were added, with the sequence number not
 /// recorded, so every retry added them again. Now that window is refused alone, the
 /// others are applied, and a retry applies nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-pub(super) async fn redis_push_checks_before_writing_and_a_retry_applies_once() {
-    let s = TestStore::redis();
+pub(super) async fn redis_push_checks_before_writing_and_a_retry_applies_once(s: &TestStore) {
     let Store::Redis(r) = &s.store else {
         unreachable!("a redis store")
     };
@@ -48,9 +47,7 @@ pub(super) async fn redis_push_checks_before_writing_and_a_retry_applies_once() 
 /// The push scripts are loaded once, not before every push; a server that lost them (a
 /// restart, SCRIPT FLUSH) answers NOSCRIPT, and the push loads them again and applies
 /// once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-pub(super) async fn redis_pushes_survive_a_flushed_script_cache() {
-    let s = TestStore::redis();
+pub(super) async fn redis_pushes_survive_a_flushed_script_cache(s: &TestStore) {
     let st = &s.store;
     st.push("ns", push(&PushId::from("n"), 1, &[diff("k", CUR, 1.0)]))
         .await
@@ -82,9 +79,7 @@ pub(super) async fn redis_pushes_survive_a_flushed_script_cache() {
 /// a window that opens sets the hash's TTL, a diff of 0 (a synchronous read of the
 /// previous window) writes no field, and a push whose windows only read writes nothing,
 /// not even its exactly-once record (a retry of it changes nothing either).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-pub(super) async fn redis_pushes_write_what_changed_and_every_hash_expires() {
-    let s = TestStore::redis();
+pub(super) async fn redis_pushes_write_what_changed_and_every_hash_expires(s: &TestStore) {
     let Store::Redis(r) = &s.store else {
         unreachable!("a redis store")
     };
@@ -135,9 +130,7 @@ pub(super) async fn redis_pushes_write_what_changed_and_every_hash_expires() {
 /// of any slots, and a retry finds each hash's record whatever the hashes that share its
 /// call. A batch retried with more hashes than reached the store (an earlier attempt that
 /// stopped after its first call, say) applies the new ones and only those.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-pub(super) async fn redis_a_retry_applies_each_hash_once_however_it_is_grouped() {
-    let s = TestStore::redis();
+pub(super) async fn redis_a_retry_applies_each_hash_once_however_it_is_grouped(s: &TestStore) {
     let node = PushId::from("n");
     let first = [diff("a", CUR, 1.0), diff("b", CUR, 2.0)];
     s.store
@@ -190,9 +183,7 @@ pub(super) async fn redis_a_retry_applies_each_hash_once_however_it_is_grouped()
 /// A node's push record that is not a number (written by hand) used to fail every push
 /// that touched its hash, holding back every diff behind it for good. It now counts as
 /// no record: the push applies, and its own record replaces the bad one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-pub(super) async fn redis_a_push_record_that_is_not_a_number_does_not_stop_pushes() {
-    let s = TestStore::redis();
+pub(super) async fn redis_a_push_record_that_is_not_a_number_does_not_stop_pushes(s: &TestStore) {
     let Store::Redis(r) = &s.store else {
         unreachable!("a redis store")
     };
@@ -247,3 +238,11 @@ pub(super) async fn redis_a_push_record_that_is_not_a_number_does_not_stop_pushe
     }
     assert_eq!(tat_of(&s.store, "ns", "b").await, Some(NOW_NS + SEC));
 }
+
+swin_testkit::for_stores!([redis, valkey, redis8] [
+    redis_push_checks_before_writing_and_a_retry_applies_once,
+    redis_pushes_survive_a_flushed_script_cache,
+    redis_pushes_write_what_changed_and_every_hash_expires,
+    redis_a_retry_applies_each_hash_once_however_it_is_grouped,
+    redis_a_push_record_that_is_not_a_number_does_not_stop_pushes
+]);
