@@ -238,7 +238,7 @@ fn invalid(why: String) -> Status {
 
 /// A request's descriptors, checked; at most `max` of them (`max_batch`, the cap on an
 /// HTTP batch too): more is RESOURCE_EXHAUSTED.
-fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Descriptor>, Status> {
+fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Descriptor<'_>>, Status> {
     if req.domain.is_empty() {
         return Err(invalid("domain must not be empty".into()));
     }
@@ -272,11 +272,11 @@ fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Descriptor>, Status> 
         .collect())
 }
 
-fn asked(d: &RateLimitDescriptor, default_hits: u64) -> Descriptor {
-    let entries: Vec<(String, String)> = d
+fn asked(d: &RateLimitDescriptor, default_hits: u64) -> Descriptor<'_> {
+    let entries: Vec<(&str, &str)> = d
         .entries
         .iter()
-        .map(|e| (e.key.clone(), e.value.clone()))
+        .map(|e| (e.key.as_str(), e.value.as_str()))
         .collect();
     Descriptor::new(
         entries,

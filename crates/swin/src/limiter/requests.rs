@@ -78,7 +78,7 @@ impl Limiter {
     pub async fn descriptors(
         &self,
         namespace: &str,
-        descriptors: &[Descriptor],
+        descriptors: &[Descriptor<'_>],
     ) -> Result<Decided, Error> {
         let ns = self.namespace(namespace)?;
         run(Descriptors::new(ns, descriptors)).await

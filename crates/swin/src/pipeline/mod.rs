@@ -59,7 +59,6 @@ pub(crate) trait Request: Send + Sync + 'static {
     fn act<'a>(
         &'a self,
         plan: &'a Plan<'a>,
-        taken: &'a [Taken],
     ) -> impl Future<Output = Result<Self::Acted, Error>> + Send + 'a;
 
     /// Renders what the request got.
@@ -196,22 +195,20 @@ async fn stages<R: Request>(request: &R, plan: &mut Plan<'_>) -> Result<Ran<R::A
     if let Some(i) = failed {
         return Err(plan.at(i, failure(taken.swap_remove(i))));
     }
-    let taken: Vec<Option<Taken>> = taken.into_iter().map(|t| t.and_then(Result::ok)).collect();
     let mut acted = None;
     if !refused {
-        let all: Vec<Taken> = taken.iter().flatten().cloned().collect();
-        match request.act(plan, &all).await {
+        match request.act(plan).await {
             Ok(a) => acted = Some(a),
             Err(e) => {
-                let back: Vec<Option<Result<Taken, Error>>> =
-                    taken.iter().map(|t| t.clone().map(Ok)).collect();
-                if let Err(u) = undo_admitted(plan, &back).await {
+                if let Err(u) = undo_admitted(plan, &taken).await {
                     tracing::warn!(cause = %u, "what a failed request took could not all be taken back");
                 }
                 return Err(e);
             }
         }
     }
+    // no ask failed (a failure returned above)
+    let taken: Vec<Option<Taken>> = taken.into_iter().map(|t| t.and_then(Result::ok)).collect();
     record(plan, &taken, refused);
     Ok(Ran {
         taken,
@@ -225,6 +222,13 @@ async fn stages<R: Request>(request: &R, plan: &mut Plan<'_>) -> Result<Ran<R::A
 /// of its keys (see [`Namespace::first_touch`]).
 async fn touch(plan: &Plan<'_>) {
     let counting = !plan.dry_run;
+    if let ([ask], [], []) = (plan.asks.as_slice(), plan.refunds.as_slice(), &*plan.touch) {
+        // one ask (a hit, an increment): no list of keys to build
+        if let Some((ns, key)) = ask.touched() {
+            ns.first_touch(&[key], counting).await;
+        }
+        return;
+    }
     let keys: Vec<(&Namespace, &str)> = plan
         .asks
         .iter()
@@ -288,6 +292,13 @@ fn resolve(plan: &mut Plan<'_>) -> Result<bool, Error> {
 /// Stage 5: every ask not blocked, taken together.
 async fn take_all(plan: &Plan<'_>) -> Vec<Option<Result<Taken, Error>>> {
     let dry_run = plan.dry_run;
+    if let [a] = plan.asks.as_slice() {
+        // one ask: taken as it is, not moved into a set of futures to poll together
+        return vec![match a.blocked() {
+            true => None,
+            false => Some(a.take(dry_run).await),
+        }];
+    }
     futures_util::future::join_all(plan.asks.iter().map(|a| async move {
         match a.blocked() {
             true => None,

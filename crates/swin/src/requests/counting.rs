@@ -50,7 +50,7 @@ impl Request for Increment {
         Ok(Plan::of(vec![Asked::Count(self.count(swin_sync::now())?)]))
     }
 
-    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<(), Error> {
+    async fn act(&self, _: &Plan<'_>) -> Result<(), Error> {
         Ok(())
     }
 
@@ -129,7 +129,7 @@ impl Request for IncrementBatch {
         })
     }
 
-    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<(), Error> {
+    async fn act(&self, _: &Plan<'_>) -> Result<(), Error> {
         Ok(())
     }
 
@@ -169,7 +169,7 @@ impl Request for ReadKey {
         })
     }
 
-    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<Vec<WindowRate>, Error> {
+    async fn act(&self, _: &Plan<'_>) -> Result<Vec<WindowRate>, Error> {
         let now = swin_sync::now();
         let counters = self.ns.sync.counters();
         Ok(match self.window_size {

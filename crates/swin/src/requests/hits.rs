@@ -35,7 +35,7 @@ impl Request for OneHit {
         })
     }
 
-    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<(), Error> {
+    async fn act(&self, _: &Plan<'_>) -> Result<(), Error> {
         Ok(())
     }
 
@@ -147,7 +147,7 @@ impl Request for HitBatch {
         })
     }
 
-    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<(), Error> {
+    async fn act(&self, _: &Plan<'_>) -> Result<(), Error> {
         Ok(())
     }
 

@@ -37,7 +37,7 @@ impl Request for Acquire {
         Ok(Plan::of(vec![Asked::Slots(a)]))
     }
 
-    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<(), Error> {
+    async fn act(&self, _: &Plan<'_>) -> Result<(), Error> {
         Ok(())
     }
 
@@ -79,7 +79,7 @@ impl Request for EndOrRenew {
         Ok(Plan::nothing())
     }
 
-    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<UnixMs, Error> {
+    async fn act(&self, _: &Plan<'_>) -> Result<UnixMs, Error> {
         let ttl: Option<Duration> = match self.renew {
             Some(ttl) => Some(lease_ttl(
                 ttl,

@@ -11,7 +11,7 @@ use swin_sync::store::StoredLimit;
 use std::sync::Arc;
 
 use crate::error::Error;
-use crate::pipeline::{Plan, Ran, Request, Taken};
+use crate::pipeline::{Plan, Ran, Request};
 use crate::policy::input::check_key;
 use crate::policy::limits::RawKeyLimits;
 use crate::policy::rules::{RuleLimit, Rules};
@@ -275,7 +275,7 @@ impl Request for LimitChange {
         Ok(Plan::nothing())
     }
 
-    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<Changed, Error> {
+    async fn act(&self, _: &Plan<'_>) -> Result<Changed, Error> {
         let (ns, name, key) = (&*self.ns, self.ns.sync.name(), self.key.as_str());
         Ok(match &self.op {
             Op::Set(change) => Changed::Set(set(ns, name, key, change.clone()).await?),

@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::error::Error;
-use crate::pipeline::{Plan, Ran, Request, Taken};
+use crate::pipeline::{Plan, Ran, Request};
 use crate::shares::{BucketAction, Reports, Stream};
 use crate::state::Namespace;
 
@@ -50,7 +50,7 @@ impl Request for QuotaReport {
         })
     }
 
-    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<Vec<BucketAction>, Error> {
+    async fn act(&self, _: &Plan<'_>) -> Result<Vec<BucketAction>, Error> {
         let reports = self
             .reports
             .lock()

@@ -9,7 +9,7 @@ use swin_core::check_cost;
 
 use crate::decisions::{limits_of, HitAnswer, Verdict};
 use crate::error::Error;
-use crate::pipeline::{Back, Given, Plan, Ran, Request, Take, Taken};
+use crate::pipeline::{Back, Given, Plan, Ran, Request, Take};
 use crate::policy::input::check_key;
 use crate::runtime_limits::Effective;
 use crate::state::Namespace;
@@ -72,7 +72,7 @@ impl Request for Refund {
         })
     }
 
-    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<(), Error> {
+    async fn act(&self, _: &Plan<'_>) -> Result<(), Error> {
         Ok(())
     }
 

@@ -205,7 +205,7 @@ impl Request for Reserve {
         Ok(Plan::of(vec![Asked::Hit(t)]))
     }
 
-    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<Self::Acted, Error> {
+    async fn act(&self, _: &Plan<'_>) -> Result<Self::Acted, Error> {
         let (ns, key, cost) = (&self.ns, self.key.as_str(), self.cost);
         let id = format!("{:032x}.{cost}", rand::random::<u128>());
         let now = swin_sync::now();
@@ -314,7 +314,7 @@ impl Request for Commit {
         Ok(Plan::touching(vec![(ns, key)]))
     }
 
-    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<Settled, Error> {
+    async fn act(&self, _: &Plan<'_>) -> Result<Settled, Error> {
         let r = self.settle().await;
         let (recorder, name) = (self.ns.recorder(), self.ns.sync.name());
         match &r {

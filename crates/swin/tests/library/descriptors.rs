@@ -36,23 +36,17 @@ const LOGIN: &str = "generic_key=login|remote_address=10.0.0.1";
 const SEARCH: &str = "generic_key=search";
 
 /// A login from `address` and a search, one hit each.
-fn request(address: &str) -> Vec<Descriptor> {
-    let entries = |pairs: &[(&str, &str)]| {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    };
+fn request(address: &str) -> Vec<Descriptor<'_>> {
     vec![
         Descriptor::new(
-            entries(&[("generic_key", "login"), ("remote_address", address)]),
+            vec![("generic_key", "login"), ("remote_address", address)],
             1,
             false,
             None,
         ),
-        Descriptor::new(entries(&[("generic_key", "search")]), 1, false, None),
+        Descriptor::new(vec![("generic_key", "search")], 1, false, None),
         // no rule: OK, no limit, nothing counted
-        Descriptor::new(entries(&[("generic_key", "browse")]), 1, false, None),
+        Descriptor::new(vec![("generic_key", "browse")], 1, false, None),
     ]
 }
 
@@ -123,10 +117,7 @@ async fn negative_hits_give_back_and_never_below_zero(store: &TestStore) {
     let limiter = start(store, EDGE).await;
     let login = |hits: u64, negative: bool| {
         vec![Descriptor::new(
-            vec![
-                ("generic_key".to_owned(), "login".to_owned()),
-                ("remote_address".to_owned(), "10.0.0.1".to_owned()),
-            ],
+            vec![("generic_key", "login"), ("remote_address", "10.0.0.1")],
             hits,
             negative,
             None,

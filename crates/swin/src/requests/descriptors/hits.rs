@@ -34,7 +34,7 @@ pub(super) enum Part {
 
 /// Each descriptor's rule (for the answer) and what it does: found for every
 /// descriptor before any is counted.
-pub(super) fn parts(ns: &Namespace, asks: &[Descriptor]) -> Vec<(Option<Arc<Rule>>, Part)> {
+pub(super) fn parts(ns: &Namespace, asks: &[Descriptor<'_>]) -> Vec<(Option<Arc<Rule>>, Part)> {
     rules_of(ns, asks)
         .into_iter()
         .zip(asks)
@@ -238,7 +238,7 @@ fn shown_of(t: &Take<'_>, decision: Decision, denied: bool) -> Shown {
 
 /// Each descriptor's rule: its own override, else the tree's; found for every
 /// descriptor before any is counted.
-fn rules_of(ns: &Namespace, asks: &[Descriptor]) -> Vec<Option<Found>> {
+fn rules_of(ns: &Namespace, asks: &[Descriptor<'_>]) -> Vec<Option<Found>> {
     let algorithm = match (&ns.rules, &ns.limits) {
         (Some(r), _) => r.algorithm(),
         (None, Some(l)) => l.algorithm(),

@@ -18,7 +18,7 @@ use crate::config::Concurrency;
 use crate::decisions::Verdict;
 use crate::error::Error;
 use crate::leases::AcquireAnswer;
-use crate::pipeline::{Plan, Ran, Request, Taken};
+use crate::pipeline::{Plan, Ran, Request};
 use crate::policy::rules::Rule;
 use crate::runtime_limits::RuntimeLimit;
 use crate::state::Namespace;
@@ -49,7 +49,7 @@ impl std::fmt::Debug for Parts {
 
 impl Descriptors {
     /// The request of `asks` on `ns`: each descriptor's rule found.
-    pub(crate) fn new(ns: Arc<Namespace>, asks: &[Descriptor]) -> Descriptors {
+    pub(crate) fn new(ns: Arc<Namespace>, asks: &[Descriptor<'_>]) -> Descriptors {
         let parts = match ns.concurrency {
             Some(c) => Parts::Slots(c, slots::parts(&ns, &c, asks)),
             None => Parts::Hits(hits::parts(&ns, asks)),
@@ -79,7 +79,7 @@ impl Request for Descriptors {
         })
     }
 
-    async fn act(&self, _: &Plan<'_>, _: &[Taken]) -> Result<(), Error> {
+    async fn act(&self, _: &Plan<'_>) -> Result<(), Error> {
         Ok(())
     }
 
@@ -91,26 +91,27 @@ impl Request for Descriptors {
     }
 }
 
-/// One descriptor of a request.
+/// One descriptor of a request, borrowing its entries from the caller's request (a
+/// request of descriptors keeps only what it found for each: its rule and counter key).
 #[derive(Debug, Clone)]
-pub struct Descriptor {
-    entries: Vec<(String, String)>,
+pub struct Descriptor<'a> {
+    entries: Vec<(&'a str, &'a str)>,
     hits: u64,
     negative: bool,
     limit: Option<(u32, i32)>,
 }
 
-impl Descriptor {
+impl<'a> Descriptor<'a> {
     /// A descriptor of `entries` (key, value), in order, asking for `hits` (Envoy's
     /// `hits_addend`; `negative`: `is_negative_hits`, the hits go back), under its own
     /// `limit` for this request if it carries one (requests per unit, in Envoy's unit,
     /// a unit of time).
     pub fn new(
-        entries: Vec<(String, String)>,
+        entries: Vec<(&'a str, &'a str)>,
         hits: u64,
         negative: bool,
         limit: Option<(u32, i32)>,
-    ) -> Descriptor {
+    ) -> Descriptor<'a> {
         Descriptor {
             entries,
             hits,
@@ -119,11 +120,8 @@ impl Descriptor {
         }
     }
 
-    fn pairs(&self) -> Vec<(&str, &str)> {
-        self.entries
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect()
+    fn pairs(&self) -> &[(&'a str, &'a str)] {
+        &self.entries
     }
 }
 

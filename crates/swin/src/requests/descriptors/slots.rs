@@ -62,7 +62,7 @@ pub(super) enum Part {
 pub(super) fn parts(
     ns: &Namespace,
     c: &Concurrency,
-    asks: &[Descriptor],
+    asks: &[Descriptor<'_>],
 ) -> Vec<(Option<Arc<Rule>>, Part)> {
     let slots = |at: usize, key: String, limit: u64, rule: Option<&Rule>| Slots {
         key,
