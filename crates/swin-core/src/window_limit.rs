@@ -35,9 +35,11 @@ impl WindowLimit {
         limit: f64,
         algorithm: WindowAlgorithm,
     ) -> Result<Self, CoreError> {
-        if !(limit.is_finite() && limit > 0.0) {
+        // past 2^53 no count could tell the limit from its neighbours, nor reach it
+        if !(limit.is_finite() && limit > 0.0 && limit < crate::MAX_COUNT) {
             return Err(CoreError::InvalidLimit(format!(
-                "a window limit must be above 0, got {limit}"
+                "a window limit must be above 0 and below 2^53 ({}), got {limit}",
+                crate::MAX_COUNT
             )));
         }
         Ok(WindowLimit {

@@ -18,16 +18,18 @@ pub enum Error {
     /// A value or cost that is not a finite number in range.
     #[error("{0}")]
     InvalidValue(String),
-    /// No namespace of that name.
-    #[error("namespace {0:?} is not configured")]
+    /// No namespace of that name: the message names it (see [`Error::unknown_namespace`]).
+    #[error("{0}")]
     UnknownNamespace(String),
     /// A window size the namespace does not count in.
-    #[error("namespace {namespace:?} has no window size {window_size}")]
+    #[error("{at}namespace {namespace:?} has no window size {window_size}")]
     UnknownWindowSize {
         /// The namespace asked for.
         namespace: String,
         /// The size asked for, in seconds.
         window_size: u32,
+        /// The item of a batch it is about (`increments[2]: `), or empty.
+        at: String,
     },
     /// The node cannot take the request now: its memory for the namespace is full
     /// (`max_counters`); the client may try again later.
@@ -59,13 +61,34 @@ pub enum Error {
 }
 
 impl Error {
-    /// The same error about one item of a batch: its message starts with `at`.
+    /// No namespace `name`.
+    pub fn unknown_namespace(name: &str) -> Error {
+        Error::UnknownNamespace(format!("namespace {name:?} is not configured"))
+    }
+
+    /// The same error about one item of a batch: the message of every error a client
+    /// caused starts with `at` (its kind, hence its status and code, unchanged); the
+    /// node's own failures are about the request, not the item.
     pub fn at(self, at: &str) -> Error {
+        let p = |m: String| format!("{at}: {m}");
         match self {
-            Error::BadRequest(m) => Error::BadRequest(format!("{at}: {m}")),
-            Error::InvalidKey(m) => Error::InvalidKey(format!("{at}: {m}")),
-            Error::InvalidValue(m) => Error::InvalidValue(format!("{at}: {m}")),
-            other => other,
+            Error::BadRequest(m) => Error::BadRequest(p(m)),
+            Error::InvalidKey(m) => Error::InvalidKey(p(m)),
+            Error::InvalidValue(m) => Error::InvalidValue(p(m)),
+            Error::UnknownNamespace(m) => Error::UnknownNamespace(p(m)),
+            Error::UnknownLease(m) => Error::UnknownLease(p(m)),
+            Error::UnknownReservation(m) => Error::UnknownReservation(p(m)),
+            Error::Exhausted(m) => Error::Exhausted(p(m)),
+            Error::UnknownWindowSize {
+                namespace,
+                window_size,
+                at: before,
+            } => Error::UnknownWindowSize {
+                namespace,
+                window_size,
+                at: format!("{at}: {before}"),
+            },
+            other @ (Error::Unavailable(_) | Error::Store { .. } | Error::Internal) => other,
         }
     }
 }
@@ -112,6 +135,7 @@ impl From<CoreError> for Error {
             } => Error::UnknownWindowSize {
                 namespace,
                 window_size,
+                at: String::new(),
             },
             CoreError::CapacityExceeded { .. } | CoreError::BucketsFull { .. } => {
                 Error::Unavailable(e.to_string())

@@ -351,5 +351,5 @@ pub fn namespace_in(
     namespaces
         .get(name)
         .cloned()
-        .ok_or_else(|| crate::error::Error::UnknownNamespace(name.to_owned()))
+        .ok_or_else(|| crate::error::Error::unknown_namespace(name))
 }

@@ -15,10 +15,14 @@
 //! - `spool`: private, checked at start, and checked like a request on replay;
 //! - `strict`: strict admission answers within `store_timeout` while its store hangs;
 //! - `connections`: silent, slow and half-sent sockets never keep a client out;
+//! - `inputs`: what must be refused whole, naming the item and the problem (counts past
+//!   2^53 in synchronous namespaces, batch items, calls that could change nothing);
 //! - `http`: forwarding headers, keys and refunds as a hostile client sends them, and
 //!   counts as an operator reads them;
 //! - `limits`: runtime limits through a store outage, written by hand, changed by two
 //!   nodes at once;
+//! - `late`: synchronous namespaces whose store answers past `answer_timeout` count
+//!   what each request answered, once;
 //! - `keyspace`: 300,000 counters in the store hold up no start, scrape or reload;
 //! - `leases`: concurrency leases (HTTP and Envoy's negative hits) through a store that
 //!   goes away or hangs, and lease ids that belong to another key;
@@ -36,8 +40,10 @@ mod clock;
 mod connections;
 mod grpc;
 mod http;
+mod inputs;
 mod integrity;
 mod keyspace;
+mod late;
 mod leases;
 mod limits;
 mod quota;

@@ -413,10 +413,56 @@ async fn a_client_past_its_stream_cap_is_refused() {
         .expect("an answer");
 }
 
+/// The stand-in's proxy `proxy` was never starved: from its first assignment to the end
+/// of its stream it always held a live token bucket (each assignment came before the one
+/// before it lapsed, and none was an abandon or a blanket rule), and over `seconds` it
+/// admitted at least 80 % of what it offered. Both read the proxy's own view, not one
+/// second of the wall clock: a stand-in the machine holds back for a moment offers less
+/// in that second and more in the next, which is no starvation; a node that leaves the
+/// proxy without an assignment for longer than its ttl (2 s) fails the first check, and
+/// the proxy's denials then fail the second.
+fn not_starved(out: &Value, proxy: usize, seconds: std::ops::Range<usize>) {
+    let said = &out["assignments"][proxy];
+    let told: Vec<&Value> = said.as_array().expect("assignments").iter().collect();
+    let first = told
+        .iter()
+        .position(|a| a.get("tokens_per_fill").is_some())
+        .expect("the proxy was assigned a token bucket");
+    for pair in told[first..].windows(2) {
+        let (held, next) = (pair[0], pair[1]);
+        assert!(
+            held.get("tokens_per_fill").is_some(),
+            "the proxy was told to stop enforcing its share: {held} ({said})"
+        );
+        let at = |a: &Value| a["at"].as_f64().expect("at");
+        let ttl = held["ttl"].as_f64().expect("ttl");
+        assert!(
+            at(next) - at(held) <= ttl,
+            "the proxy's assignment lapsed {:.2} s before the next came ({said})",
+            at(next) - at(held) - ttl
+        );
+    }
+    let offered: Vec<f64> = out["offered"][proxy]
+        .as_array()
+        .expect("offered")
+        .iter()
+        .map(|v| v.as_f64().expect("a count"))
+        .collect();
+    let admitted = per_second(out, proxy);
+    let sum = |v: &[f64]| v[seconds.clone()].iter().sum::<f64>();
+    let (a, o) = (sum(&admitted), sum(&offered));
+    assert!(o > 0.0, "the proxy offered nothing");
+    assert!(
+        a >= 0.8 * o,
+        "the proxy admitted {a} of {o} offered: per second {admitted:?} of {offered:?}"
+    );
+}
+
 /// One stream sends 20 reports of 10,000 new buckets: past `quota.buckets_per_stream`
 /// they are abandoned, each such report answered within 2 s and every one within 10 s;
-/// the honest proxy on the same node admits at least 60 of its 100 every second;
-/// `/healthz` answers throughout.
+/// the honest proxy on the same node is never starved (see [`not_starved`]: its
+/// assignment never lapses, and it admits at least 80 % of what it offers); `/healthz`
+/// answers throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_buckets_holds_up_no_honest_proxy() {
     const RUN: usize = 16;
@@ -507,11 +553,6 @@ async fn a_flood_of_buckets_holds_up_no_honest_proxy() {
         refused <= Duration::from_secs(2),
         "a report the caps refused took {refused:?}"
     );
-    for (s, admitted) in honest.iter().enumerate().take(RUN - 1).skip(3) {
-        assert!(
-            *admitted >= 60.0,
-            "second {s}: the honest proxy admitted {admitted}: {honest:?}"
-        );
-    }
+    not_starved(&out, 0, 3..RUN - 1);
     drop(flood);
 }

@@ -201,3 +201,61 @@ async fn a_hung_store_costs_no_answer_more_than_a_second() {
         .await;
     }
 }
+
+/// Under strict admission a dry run answers what a hit would: the quota this node holds
+/// unused is its own to spend, not counted as used (a dry run answered 429 where the
+/// same hit then passed). The store ends at the limit exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_answers_what_a_hit_would_under_strict_admission() {
+    use swin_testkit::cluster::{key_call, TestStore};
+    let store = TestStore::redis();
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("swin.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "{}\n[[namespaces]]\nname = \"api\"\nwindow_sizes = [3600]\nsync_rate = 0.2\nstore = \"main\"\n\
+             limits = [{{ window_size = 3600, limit = 100 }}]\nadmission = \"strict\"\n",
+            store.section()
+        ),
+    )
+    .expect("write");
+    let n = super::support::node(&path);
+    let c = reqwest::Client::new();
+    let hit = async |cost: u32, dry_run: bool| {
+        let body = serde_json::json!({"cost": cost, "dry_run": dry_run});
+        key_call(&c, &n.base, "api", "k", "hit", body).await
+    };
+    // hits of 1 until this node holds quota it has not used (the store counts what it
+    // holds)
+    let mut used = 0;
+    loop {
+        let (s, v) = hit(1, false).await;
+        assert_eq!(s, 200, "{v}");
+        used += 1;
+        let held = store.totals("api").await.get("k").copied().unwrap_or(0.0);
+        if held > f64::from(used) {
+            break;
+        }
+        assert!(used < 50, "no quota held ahead after {used} hits");
+    }
+    // the node's view of the window is synced (the held quota in it)
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let rest = 100 - used;
+    for (cost, want) in [(rest, 200), (1, 429)] {
+        let (dry, v) = hit(cost, true).await;
+        let (real, w) = hit(cost, false).await;
+        assert_eq!(
+            (dry, real),
+            (want, want),
+            "cost {cost}: dry run {v}, hit {w}"
+        );
+    }
+    let (s, _) = hit(rest, true).await;
+    assert_eq!(s, 429, "at the limit");
+    assert_eq!(
+        store.totals("api").await.get("k").copied(),
+        Some(100.0),
+        "the limit, exactly"
+    );
+}

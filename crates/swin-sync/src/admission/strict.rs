@@ -2,7 +2,8 @@
 //! this node holds from the store (window holds, bucket grants: a [`Quota`]), asking the
 //! store for more when it must. While the store cannot be asked, the namespace refuses
 //! (`on_store_failure = "deny"`) or decides as eventual admission does (`"local"`); dry
-//! runs are always decided by the eventual implementation.
+//! runs are decided as a hit would be, on the quota held (window holds: the quota this
+//! node holds unused is not counted as used), or by the eventual implementation.
 
 use std::sync::Arc;
 
@@ -45,6 +46,19 @@ pub(super) trait Quota: QuotaKeeper {
 
     /// A hit refused because the store cannot be asked (`store_unreachable`).
     fn unreachable(&self, bounds: Bounds<'_>, now: UnixMs) -> Result<Admitted, AdmitError>;
+
+    /// A dry run: what a hit of `cost` would be answered, from what this node holds,
+    /// spending and asking nothing; `None`: the eventual implementation decides it.
+    fn dry_run(
+        &self,
+        _sync: &NamespaceSync,
+        _key: &str,
+        _bounds: Bounds<'_>,
+        _cost: f64,
+        _now: UnixMs,
+    ) -> Option<Result<Admitted, AdmitError>> {
+        None
+    }
 }
 
 /// Strict admission of a namespace: its quota, and the eventual implementation of its
@@ -83,7 +97,11 @@ impl Admission for Strict {
         spend: Spend,
     ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
         Box::pin(async move {
-            if spend != Spend::DryRun {
+            if spend == Spend::DryRun {
+                if let Some(a) = self.quota.dry_run(&self.sync, key, bounds, cost, now()) {
+                    return a;
+                }
+            } else {
                 let now = now();
                 match self
                     .quota

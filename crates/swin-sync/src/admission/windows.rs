@@ -62,7 +62,7 @@ impl Eventual {
                 .iter()
                 .zip(&counted)
                 .filter(|(_, r)| r.is_ok())
-                .map(|(l, _)| sync.increment(key, l.window.secs(), -cost, now));
+                .map(|(l, _)| sync.undo_increment(key, l.window.secs(), cost, now));
             futures_util::future::join_all(back).await;
         }
         let counted: Vec<WindowRate> = counted.into_iter().collect::<Result<_, _>>()?;
@@ -81,7 +81,7 @@ impl Eventual {
         if !admitted.decision.allowed && spend == Spend::IfAllowed {
             let back = set
                 .iter()
-                .map(|l| sync.increment(key, l.window.secs(), -cost, now));
+                .map(|l| sync.undo_increment(key, l.window.secs(), cost, now));
             for r in futures_util::future::join_all(back).await {
                 r?;
             }
@@ -157,7 +157,7 @@ impl Admission for Eventual {
             }
             for l in set {
                 self.sync
-                    .increment(key, l.window.secs(), -cost, now)
+                    .undo_increment(key, l.window.secs(), cost, now)
                     .await?;
             }
             Ok(GivenBack {
@@ -259,6 +259,47 @@ impl Quota for Holds {
                 after: Some(after),
             })
         })
+    }
+
+    /// Decided as [`verdict`] decides a hit, on the window as the store last showed
+    /// it to this node (its holds' view, else its counts), this node's unused quota not
+    /// counted as used: a dry run answers what a hit would.
+    fn dry_run(
+        &self,
+        sync: &NamespaceSync,
+        key: &str,
+        bounds: Bounds<'_>,
+        cost: f64,
+        now: UnixMs,
+    ) -> Option<Result<Admitted, AdmitError>> {
+        let decide = || {
+            let set = limits(bounds)?;
+            let mut decisions = Vec::with_capacity(set.len());
+            for l in set {
+                let (size, start) = (l.window.secs(), l.window.start_of(now));
+                let v = match self.seen(key, size, start) {
+                    Some(v) => v,
+                    None => {
+                        let r = sync.counters().table(size)?.rate(key, now, None);
+                        StrictView {
+                            allowed: false,
+                            current: r.current,
+                            previous: r.previous,
+                            unused: 0.0,
+                        }
+                    }
+                };
+                let mut d = l.decide((v.current - v.unused).max(0.0), v.previous, now, cost)?;
+                if v.unused >= cost {
+                    d.allowed = true;
+                    d.retry_after = Duration::ZERO;
+                    d.remaining = d.remaining.max(v.unused.floor());
+                }
+                decisions.push(d);
+            }
+            strictest(decisions)
+        };
+        Some(decide())
     }
 
     /// Refused, with the figures of the key's first window.

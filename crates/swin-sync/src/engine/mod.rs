@@ -106,6 +106,8 @@ pub struct NamespaceSync {
     buckets: bool,
     /// Synchronous increments waiting for the next round trip.
     sync_queue: Mutex<SyncQueue>,
+    /// Synchronous increments answered before their round trip ended.
+    late: synchronous::LateTrips,
     /// The tasks that send them: the engine's last push waits for them.
     flushes: tokio_util::task::TaskTracker,
     /// The timer that pushes and fetches, and what its rounds queue.
@@ -152,6 +154,7 @@ impl NamespaceSync {
             session: Session::new(store, timeout),
             buckets: false,
             sync_queue: Mutex::new(SyncQueue::default()),
+            late: synchronous::LateTrips::default(),
             flushes: tokio_util::task::TaskTracker::new(),
             rounds: SyncLoop::default(),
             status: Mutex::new(SyncStatus::default()),

@@ -101,12 +101,25 @@ impl NamespaceSync {
             return Ok(());
         };
         let wanted = self.windows_of(&[key.into()], now);
-        // under the push lock, as a sync reads: a push in flight is in what is read
-        let _st = self.rounds.state.lock().await;
-        let totals = self.call(store.read(self.name(), &wanted)).await?;
-        let totals = with_absent_as_zero(&wanted, totals);
-        self.apply(&totals, now, Create::Yes);
-        Ok(())
+        let read = async {
+            // under the push lock, as a sync reads: a push in flight is in what is read
+            let _st = self.rounds.state.lock().await;
+            let totals = self.call(store.read(self.name(), &wanted)).await?;
+            let totals = with_absent_as_zero(&wanted, totals);
+            self.apply(&totals, now, Create::Yes);
+            Ok(())
+        };
+        // a request waits for it (the lock too, held by a sync on a hung store) at most
+        // its answer time
+        let within = self.session.answer_within;
+        match tokio::time::timeout(within, read).await {
+            Ok(r) => r,
+            Err(_) => {
+                let e = StoreError::Timeout(within);
+                self.trip(&e);
+                Err(e)
+            }
+        }
     }
 
     pub(super) async fn sync_locked(

@@ -20,6 +20,19 @@ pub(super) enum Sent {
     Failed,
     /// No answer within `answer_within`: the round trip goes on and owns the increment.
     Late,
+    /// The store refused the window for good (it would pass its range): not counted.
+    Refused,
+}
+
+/// What a round trip tells a synchronous increment's caller.
+#[derive(Debug)]
+pub(super) enum Told {
+    /// The store's total, with the increment in it.
+    Counted(WindowRate),
+    /// The store failed.
+    Failed,
+    /// The store refused the window for good.
+    Refused,
 }
 
 /// A synchronous increment waiting for its round trip.
@@ -29,8 +42,8 @@ pub(super) struct Waiting {
     pub(super) size: WindowSize,
     pub(super) value: f64,
     pub(super) now: UnixMs,
-    /// The rate after it, or `None` when the store failed.
-    pub(super) tx: tokio::sync::oneshot::Sender<Option<WindowRate>>,
+    /// What became of it.
+    pub(super) tx: tokio::sync::oneshot::Sender<Told>,
 }
 
 #[derive(Debug, Default)]
@@ -38,6 +51,69 @@ pub(super) struct SyncQueue {
     pub(super) waiting: Vec<Waiting>,
     /// A task is sending batches; new arrivals only queue.
     pub(super) flushing: bool,
+}
+
+/// A window: key, size, start.
+type LateWindow = (CompactString, u32, i64);
+
+/// Synchronous increments answered before their round trip ended ([`Sent::Late`]), per
+/// window, until the round trip settles them (in the store, or counted here when it
+/// failed): an undo of one of them waits for that, so that it lands where the increment
+/// did (see [`NamespaceSync::undo_increment`]).
+#[derive(Debug, Default)]
+pub(super) struct LateTrips {
+    windows: std::sync::Mutex<std::collections::HashMap<LateWindow, usize>>,
+    settled: tokio::sync::Notify,
+}
+
+impl LateTrips {
+    fn add(&self, w: LateWindow) {
+        *self.lock().entry(w).or_insert(0) += 1;
+    }
+
+    /// One of the window's late increments settled.
+    fn settle(&self, w: &LateWindow) {
+        {
+            let mut m = self.lock();
+            if let Some(n) = m.get_mut(w) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(w);
+                }
+            }
+        }
+        self.settled.notify_waiters();
+    }
+
+    fn in_flight(&self, w: &LateWindow) -> bool {
+        self.lock().contains_key(w)
+    }
+
+    /// Until no late increment of `w` is in flight.
+    async fn settled(&self, w: &LateWindow) {
+        loop {
+            let mut notified = std::pin::pin!(self.settled.notified());
+            notified.as_mut().enable();
+            if !self.in_flight(w) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<LateWindow, usize>> {
+        self.windows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Waiting {
+    fn window(&self) -> LateWindow {
+        (
+            self.key.clone(),
+            self.size.secs(),
+            self.size.start_of(self.now),
+        )
+    }
 }
 
 /// Synchronous increments per round trip at most.
@@ -84,7 +160,58 @@ impl NamespaceSync {
                 before.current + value,
                 before.previous,
             )),
+            // the store's count would pass its range with it (the count seen here was
+            // lower: other nodes' hits): nothing was counted
+            Sent::Refused => Err(CoreError::CountOutOfRange {
+                value,
+                max: swin_core::MAX_COUNT,
+            }),
         }
+    }
+
+    /// Takes back `value` just counted by [`Self::increment`] in the key's window (an
+    /// undo: its request was refused or failed as a whole). In synchronous mode an
+    /// increment whose caller was answered before its round trip ended ([`Sent::Late`])
+    /// is owned by that round trip: it lands in the store, or is counted here when it
+    /// fails. Its undo must land in the same place, after it: it waits (in the
+    /// background, the caller does not) for the window's late round trips to settle, then
+    /// takes the value out of this node's count (which holds the store's total with the
+    /// increment, or the increment as counted here), pushed by the next sync.
+    pub async fn undo_increment(
+        self: &Arc<Self>,
+        key: &str,
+        window_size: u32,
+        value: f64,
+        now: UnixMs,
+    ) -> Result<(), CoreError> {
+        let table = self.counters.table(window_size)?;
+        let window: LateWindow = (key.into(), window_size, table.size().start_of(now));
+        if !self.late.in_flight(&window) {
+            return self
+                .increment(key, window_size, -value, now)
+                .await
+                .map(drop);
+        }
+        let this = self.clone();
+        // bounded: a round trip lasts at most the store timeout, and one may queue
+        // behind another
+        let most = self.session.timeout * 3 + self.session.answer_within;
+        self.flushes.spawn(async move {
+            if tokio::time::timeout(most, this.late.settled(&window))
+                .await
+                .is_err()
+            {
+                warn!(namespace = this.name(), key = %window.0, "a late synchronous hit did not settle; taken back here");
+            }
+            let undone = this
+                .counters
+                .table(window.1)
+                .and_then(|t| t.increment(&window.0, -value, now));
+            if let Err(e) = undone {
+                warn!(namespace = this.name(), cause = %e, "a late synchronous hit could not be taken back");
+            }
+        });
+        Ok(())
     }
 
     /// Queues a synchronous increment for the store and waits for its answer, at most
@@ -122,19 +249,24 @@ impl NamespaceSync {
                 }));
         }
         match tokio::time::timeout(self.session.answer_within, &mut rx).await {
-            Ok(Ok(Some(rate))) => Sent::Answered(rate),
-            Ok(_) => Sent::Failed,
+            Ok(Ok(told)) => told.into(),
+            Ok(Err(_)) => Sent::Failed,
             Err(_) => {
                 // the store is slow: later requests answer from memory at once until a
                 // background sync reaches it again (one wait, not one per request)
                 self.trip(&crate::StoreError::Timeout(self.session.answer_within));
+                // late until the flush settles it (counted before the close: the flush
+                // settles only what it could not answer, which is after the close)
+                let window = (key.into(), size.secs(), size.start_of(now));
+                self.late.add(window.clone());
                 // no answer sent after this: the flush sees the caller gone
                 rx.close();
-                match rx.try_recv() {
-                    Ok(Some(rate)) => Sent::Answered(rate),
-                    Ok(None) => Sent::Failed,
-                    Err(_) => Sent::Late,
-                }
+                let sent = match rx.try_recv() {
+                    Ok(told) => told.into(),
+                    Err(_) => return Sent::Late,
+                };
+                self.late.settle(&window);
+                sent
             }
         }
     }
@@ -189,8 +321,12 @@ impl NamespaceSync {
         } else {
             self.push_beside_read(store, &diffs, &prev_keys).await
         };
-        let (pushed, previous) = match answer {
-            Ok((p, r)) => (self.settle(&diffs, p), r),
+        let (pushed, previous, refused) = match answer {
+            Ok((p, r)) => {
+                let refused: std::collections::HashSet<WindowKey> =
+                    p.rejected.iter().map(|r| WindowKey::of(&r.diff)).collect();
+                (self.settle(&diffs, p), r, refused)
+            }
             Err(e) => return self.failed_synchronous(&e, batch),
         };
         let now = batch.iter().map(|w| w.now).max().unwrap_or(UnixMs(0));
@@ -211,8 +347,15 @@ impl NamespaceSync {
                 ))
                 .copied()
                 .unwrap_or(0.0);
-            let _ =
-                w.tx.send(Some(WindowRate::at(w.size, w.now, current, previous)));
+            let window = w.window();
+            let told = match refused.contains(&WindowKey::of(d)) {
+                true => Told::Refused,
+                false => Told::Counted(WindowRate::at(w.size, w.now, current, previous)),
+            };
+            if w.tx.send(told).is_err() {
+                // answered late: it is in the store (and in the tables' totals) now
+                self.late.settle(&window);
+            }
         }
     }
 
@@ -243,7 +386,8 @@ impl NamespaceSync {
         self.record(Err(e));
         self.trip(e);
         for w in batch {
-            if w.tx.send(None).is_err() {
+            let window = w.window();
+            if w.tx.send(Told::Failed).is_err() {
                 let counted = self
                     .counters
                     .table(w.size.secs())
@@ -251,7 +395,18 @@ impl NamespaceSync {
                 if let Err(e) = counted {
                     warn!(namespace = self.name(), cause = %e, "a late synchronous hit could not be counted locally");
                 }
+                self.late.settle(&window);
             }
+        }
+    }
+}
+
+impl From<Told> for Sent {
+    fn from(told: Told) -> Sent {
+        match told {
+            Told::Counted(rate) => Sent::Answered(rate),
+            Told::Failed => Sent::Failed,
+            Told::Refused => Sent::Refused,
         }
     }
 }

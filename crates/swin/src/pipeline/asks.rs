@@ -248,7 +248,7 @@ impl Count<'_> {
     async fn undo(&self, sizes: &[u32]) {
         let (ns, key) = (self.ns, self.key);
         for &s in sizes {
-            if let Err(e) = ns.sync.increment(key, s, -self.value, self.now).await {
+            if let Err(e) = ns.sync.undo_increment(key, s, self.value, self.now).await {
                 // the key holds the value just counted, so its entry cannot be refused
                 tracing::error!(namespace = ns.sync.name(), key, cause = %e, "could not give back an increment");
             }

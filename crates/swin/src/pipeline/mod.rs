@@ -101,6 +101,9 @@ pub(crate) struct Plan<'r> {
     pub(crate) label: Option<&'static str>,
     /// Each hit is recorded as its request went (a batch), not as it went itself.
     pub(crate) record_as_whole: bool,
+    /// When the request was planned: its kind's own part waits for the store only
+    /// within what is left of its answer time ([`Plan::left_of`]).
+    pub(crate) started: tokio::time::Instant,
 }
 
 impl<'r> Plan<'r> {
@@ -117,7 +120,13 @@ impl<'r> Plan<'r> {
             fail_degraded: false,
             label: None,
             record_as_whole: false,
+            started: tokio::time::Instant::now(),
         }
+    }
+
+    /// What is left of an answer time `within` since the request was planned.
+    pub(crate) fn left_of(&self, within: std::time::Duration) -> std::time::Duration {
+        within.saturating_sub(self.started.elapsed())
     }
 
     /// A plan that asks nothing of the pipeline but to read `touch` first.

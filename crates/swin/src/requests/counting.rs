@@ -25,6 +25,16 @@ impl Increment {
         check_key(&self.key)?;
         let ns = &*self.ns;
         let value = check_increment(self.value, ns.allow_decrements, ns.sync.name())?;
+        if ns.sync.counters().window_sizes().next().is_none() {
+            let kind = match ns.concurrency {
+                Some(_) => "requests in flight (algorithm concurrency)",
+                None => "GCRA buckets (algorithm gcra)",
+            };
+            return Err(Error::BadRequest(format!(
+                "namespace {:?} limits {kind} and has no windows: an increment counts in windows",
+                ns.sync.name()
+            )));
+        }
         if let Some(s) = self.window_size {
             ns.sync.counters().table(s)?;
         }
@@ -86,11 +96,12 @@ impl IncrementBatch {
         // namespaces resolved once per distinct name, not once per item
         let mut used: Vec<Arc<Namespace>> = Vec::new();
         let mut items = Vec::with_capacity(asked.len());
-        for &(namespace, key, value, window_size) in asked {
+        for (i, &(namespace, key, value, window_size)) in asked.iter().enumerate() {
             let ns = match used.iter().find(|n| n.sync.name() == namespace) {
                 Some(ns) => ns.clone(),
                 None => {
-                    let ns = crate::state::namespace_in(served, namespace)?;
+                    let ns = crate::state::namespace_in(served, namespace)
+                        .map_err(|e| e.at(&format!("increments[{i}]")))?;
                     used.push(ns.clone());
                     ns
                 }

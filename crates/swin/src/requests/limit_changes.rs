@@ -66,6 +66,12 @@ impl Change {
 /// rules only — a rule counts the key.
 pub(crate) fn check_target(ns: &Namespace, namespace: &str, key: &str) -> Result<(), Error> {
     check_key(key)?;
+    takes_limits(ns, namespace)
+}
+
+/// Whether the namespace can take runtime limits (see [`check_target`]): every limits
+/// call on one that cannot, a list too, is a 400 saying why.
+fn takes_limits(ns: &Namespace, namespace: &str) -> Result<(), Error> {
     if ns.concurrency.is_some() {
         return Err(Error::BadRequest(format!(
             "namespace {namespace:?} limits requests in flight: runtime limits are limits of hits"
@@ -269,8 +275,16 @@ impl Request for LimitChange {
     }
 
     fn plan(&self) -> Result<Plan<'_>, Error> {
-        if !matches!(self.op, Op::List(..)) {
-            check_target(&self.ns, self.ns.sync.name(), &self.key)?;
+        let name = self.ns.sync.name();
+        match &self.op {
+            Op::List(after, _) => {
+                takes_limits(&self.ns, name)?;
+                // a cursor is a key (or empty: the first page)
+                if let Some(after) = after.as_deref().filter(|a| !a.is_empty()) {
+                    check_key(after).map_err(|e| e.at("after"))?;
+                }
+            }
+            _ => check_target(&self.ns, name, &self.key)?,
         }
         Ok(Plan::nothing())
     }

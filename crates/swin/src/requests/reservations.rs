@@ -205,7 +205,7 @@ impl Request for Reserve {
         Ok(Plan::of(vec![Asked::Hit(t)]))
     }
 
-    async fn act(&self, _: &Plan<'_>) -> Result<Self::Acted, Error> {
+    async fn act(&self, plan: &Plan<'_>) -> Result<Self::Acted, Error> {
         let (ns, key, cost) = (&self.ns, self.key.as_str(), self.cost);
         let id = format!("{:032x}.{cost}", rand::random::<u128>());
         let now = swin_sync::now();
@@ -218,17 +218,25 @@ impl Request for Reserve {
             expires_at,
             now,
         };
-        Ok(
-            match ns.leases.acquire(a, "recording a reservation").await {
-                Ok(a) if a.granted => Ok((id, expires_at)),
-                failed => {
-                    // nobody knows the id: the node takes the estimate back and ends the
-                    // record in case the store wrote it before failing
-                    tokio::spawn(undo(ns.clone(), key.to_owned(), id, cost, expires_at));
-                    Err(failed.err().unwrap_or(Error::Internal))
-                }
-            },
-        )
+        // within what the take left of the answer time
+        let left = plan.left_of(ns.sync.answer_within());
+        let recorded = tokio::time::timeout(left, ns.leases.acquire(a, "recording a reservation"))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Store {
+                    reason: "store_unreachable",
+                    message: "recording a reservation: the store did not answer in time; nothing was spent".into(),
+                })
+            });
+        Ok(match recorded {
+            Ok(a) if a.granted => Ok((id, expires_at)),
+            failed => {
+                // nobody knows the id: the node takes the estimate back and ends the
+                // record in case the store wrote it before failing
+                tokio::spawn(undo(ns.clone(), key.to_owned(), id, cost, expires_at));
+                Err(failed.err().unwrap_or(Error::Internal))
+            }
+        })
     }
 
     fn answer(&self, _: Plan<'_>, ran: Ran<Self::Acted>) -> Result<Reserved, Error> {

@@ -27,7 +27,7 @@ use swin_core::{
     CompactString, HoldRequest, HoldState, Total, UnixMs, WindowAlgorithm, WindowLimit,
 };
 
-use self::slot::{from_slot, lock, settle, Local, Slot};
+use self::slot::{from_slot, lock, settle, view, Local, Slot};
 use super::queue::{queue_for_store, Queue, StoreCalls};
 use crate::engine::QuotaKeeper;
 use crate::store::Hold;
@@ -87,6 +87,16 @@ impl Holds {
             s.dead = done;
             !done
         });
+    }
+
+    /// The window of `key` and `size` starting at `start` as this node last saw it from
+    /// the store (count with every holder's quota, previous count, quota this node holds
+    /// unused); `None` when it holds nothing for that window.
+    pub fn seen(&self, key: &str, size: u32, start: i64) -> Option<StrictView> {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = slots.get(&(CompactString::from(key), size))?;
+        let s = lock(slot);
+        (s.start == start).then(|| view(&s, false))
     }
 
     /// Keys (per window size) with strict-admission state on this node.
