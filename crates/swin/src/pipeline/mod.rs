@@ -177,7 +177,8 @@ pub(crate) async fn run<R: Request>(request: R) -> Result<R::Answer, Error> {
     }
     // the task keeps the request's span (traces: its store calls stay its children)
     let decide = tracing::Instrument::in_current_span(decide);
-    tokio::spawn(decide).await.map_err(|e| {
+    // boxed: the task holds a pointer, not the whole request moved through tokio's frames
+    tokio::spawn(Box::pin(decide)).await.map_err(|e| {
         tracing::error!(cause = %e, "a request's task failed");
         Error::Internal
     })?
