@@ -171,7 +171,7 @@ impl NamespaceSync {
 
     /// Takes back `value` just counted by [`Self::increment`] in the key's window (an
     /// undo: its request was refused or failed as a whole). In synchronous mode an
-    /// increment whose caller was answered before its round trip ended ([`Sent::Late`])
+    /// increment whose caller was answered before its round trip ended (late)
     /// is owned by that round trip: it lands in the store, or is counted here when it
     /// fails. Its undo must land in the same place, after it: it waits (in the
     /// background, the caller does not) for the window's late round trips to settle, then
