@@ -98,6 +98,7 @@ async fn cluster_servers(seed: &str) -> anyhow::Result<Vec<String>> {
         .lines()
         .filter_map(|l| l.split_whitespace().nth(1))
         .filter_map(|addr| addr.split('@').next())
+        .filter(|addr| !addr.starts_with(':'))
         .map(|addr| format!("redis://{addr}"))
         .collect())
 }
