@@ -86,9 +86,9 @@ fn part(a: &Descriptor, f: Option<&Found>) -> Part {
     }
     let entries = a.pairs();
     let key = if f.shared.is_empty() {
-        keys::counter_key(&entries)
+        keys::counter_key(entries)
     } else {
-        keys::counter_key(&f.counted(&entries))
+        keys::counter_key(&f.counted(entries))
     };
     Part::Counts {
         rule: rule.clone(),
@@ -252,7 +252,7 @@ fn rules_of(ns: &Namespace, asks: &[Descriptor<'_>]) -> Vec<Option<Found>> {
                 rule: Arc::new(r),
                 shared: Vec::new(),
             }),
-            None => ns.rules.as_ref().and_then(|r| r.lookup(&a.pairs())),
+            None => ns.rules.as_ref().and_then(|r| r.lookup(a.pairs())),
         })
         .collect();
     // a rule named in another matched rule's `replaces` does not apply

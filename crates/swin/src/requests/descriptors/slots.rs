@@ -76,12 +76,12 @@ pub(super) fn parts(
             .enumerate()
             .map(|(at, a)| {
                 let limit = a.limit.map_or(c.limit, |(n, _)| u64::from(n));
-                let key = keys::counter_key(&a.pairs());
+                let key = keys::counter_key(a.pairs());
                 (None, Part::Slots(slots(at, key, limit, None), a.negative))
             })
             .collect();
     };
-    let found: Vec<Option<Found>> = asks.iter().map(|a| rules.lookup(&a.pairs())).collect();
+    let found: Vec<Option<Found>> = asks.iter().map(|a| rules.lookup(a.pairs())).collect();
     // a rule named in another matched rule's `replaces` does not apply
     let replaced: Vec<&str> = found
         .iter()
@@ -93,13 +93,13 @@ pub(super) fn parts(
         .enumerate()
         .map(|(at, (a, f))| {
             let key = |f: &Found| match f.shared.is_empty() {
-                true => keys::counter_key(&a.pairs()),
-                false => keys::counter_key(&f.counted(&a.pairs())),
+                true => keys::counter_key(a.pairs()),
+                false => keys::counter_key(&f.counted(a.pairs())),
             };
             if let Some((n, _)) = a.limit {
                 let key = f
                     .as_ref()
-                    .map_or_else(|| keys::counter_key(&a.pairs()), key);
+                    .map_or_else(|| keys::counter_key(a.pairs()), key);
                 return (
                     None,
                     Part::Slots(slots(at, key, u64::from(n), None), a.negative),
