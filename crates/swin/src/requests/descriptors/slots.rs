@@ -97,9 +97,7 @@ pub(super) fn parts(
                 false => keys::counter_key(&f.counted(a.pairs())),
             };
             if let Some((n, _)) = a.limit {
-                let key = f
-                    .as_ref()
-                    .map_or_else(|| keys::counter_key(a.pairs()), key);
+                let key = f.as_ref().map_or_else(|| keys::counter_key(a.pairs()), key);
                 return (
                     None,
                     Part::Slots(slots(at, key, u64::from(n), None), a.negative),
