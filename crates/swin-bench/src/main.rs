@@ -8,6 +8,7 @@ mod load;
 mod quota;
 mod schedule;
 mod spec;
+mod store_cost;
 
 use std::time::Duration;
 
@@ -118,6 +119,30 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What N nodes' syncs cost a store: N engines in this process, each with K active
+    /// keys, syncing every period; their durations and the store's CPU per synced key.
+    StoreCost {
+        #[arg(long, value_enum)]
+        store: store_cost::StoreKind,
+        /// The store's URL; a Redis Cluster's seeds, comma separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        url: Vec<String>,
+        #[arg(long, default_value_t = 10)]
+        nodes: usize,
+        #[arg(long, default_value_t = 1000)]
+        keys: usize,
+        /// Seconds between a node's syncs.
+        #[arg(long, default_value_t = 1.0)]
+        sync_rate: f64,
+        /// Seconds measured, after the warm-up.
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+        /// Seconds run before measuring (a node's first sync creates its windows).
+        #[arg(long, default_value_t = 3.0)]
+        warmup: f64,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[tokio::main]
@@ -127,6 +152,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Baseline { listen } => baseline::serve(&listen).await,
         command @ Command::Accuracy { .. } => accuracy(command).await,
         command @ Command::Load { .. } => load(command).await,
+        command @ Command::StoreCost { .. } => store_cost(command).await,
         Command::Quota {
             target,
             namespace,
@@ -249,6 +275,48 @@ async fn load(command: Command) -> anyhow::Result<()> {
         println!(
             "statuses {:?}   unanswered at the end {}   connection errors {}",
             r.statuses, r.unanswered, r.errors
+        );
+    }
+    Ok(())
+}
+
+/// `swin-bench store-cost`: runs it and prints what it measured.
+async fn store_cost(command: Command) -> anyhow::Result<()> {
+    let Command::StoreCost {
+        store,
+        url,
+        nodes,
+        keys,
+        sync_rate,
+        duration,
+        warmup,
+        json,
+    } = command
+    else {
+        unreachable!("called for store-cost only")
+    };
+    anyhow::ensure!(sync_rate > 0.0, "--sync-rate must be above 0");
+    anyhow::ensure!(nodes > 0 && keys > 0, "--nodes and --keys must be above 0");
+    let r = store_cost::run(store_cost::Spec {
+        store,
+        urls: url,
+        nodes,
+        keys,
+        period: Duration::from_secs_f64(sync_rate),
+        duration: Duration::from_secs_f64(duration),
+        warmup: Duration::from_secs_f64(warmup),
+    })
+    .await?;
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!(
+            "{:?} nodes {} keys {}: syncs {}/{} failed {} overran {}   sync ms p50 {:.1} p99 {:.1} max {:.1}",
+            r.store, r.nodes, r.keys, r.syncs, r.ticks, r.failed, r.overran, r.sync_p50_ms, r.sync_p99_ms, r.sync_max_ms
+        );
+        println!(
+            "synced keys/s {:.0}   store CPU {:.3} s/s over {} ({})   {:.2} us per synced key   nodes' CPU {:.3} s/s",
+            r.synced_keys_per_sec, r.store_cpu_per_sec, r.store_servers, r.cpu_source, r.store_us_per_synced_key, r.nodes_cpu_per_sec
         );
     }
     Ok(())
