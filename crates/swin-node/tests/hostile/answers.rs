@@ -8,37 +8,9 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use swin_testkit::cluster::{within, Node, TestStore};
+use swin_testkit::cluster::{within, TestStore};
 
-fn node(dir: &std::path::Path, config: &str) -> Node {
-    let path = dir.join("swin.toml");
-    std::fs::write(&path, config).expect("write config");
-    super::support::node(&path)
-}
-
-async fn call(
-    c: &reqwest::Client,
-    method: reqwest::Method,
-    url: String,
-    body: Value,
-) -> (u16, Value) {
-    let r = c
-        .request(method, url)
-        .json(&body)
-        .send()
-        .await
-        .expect("send");
-    let status = r.status().as_u16();
-    let text = r.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
-async fn post(c: &reqwest::Client, url: String, body: Value) -> (u16, Value) {
-    call(c, reqwest::Method::POST, url, body).await
-}
+use super::support::{call, node_in as node, post};
 
 /// What the store holds for `key` in `namespace` once the node has pushed it: waits
 /// until the total is `want` (failing on more) and answers it.

@@ -14,35 +14,7 @@ use swin_testkit::cluster::{Node, TestStore};
 /// 2^53, the count no window may reach.
 const MAX: f64 = 9_007_199_254_740_992.0;
 
-fn node(dir: &std::path::Path, config: &str) -> Node {
-    let path = dir.join("swin.toml");
-    std::fs::write(&path, config).expect("write config");
-    super::support::node(&path)
-}
-
-async fn call(
-    c: &reqwest::Client,
-    method: reqwest::Method,
-    url: String,
-    body: Value,
-) -> (u16, Value) {
-    let r = c
-        .request(method, url)
-        .json(&body)
-        .send()
-        .await
-        .expect("send");
-    let status = r.status().as_u16();
-    let text = r.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
-async fn post(c: &reqwest::Client, url: String, body: Value) -> (u16, Value) {
-    call(c, reqwest::Method::POST, url, body).await
-}
+use super::support::{call, node_in as node, post};
 
 /// The keys of `namespace` the store counts something for.
 async fn counted(store: &TestStore, namespace: &str) -> BTreeMap<String, f64> {

@@ -166,3 +166,39 @@ pub async fn applied(c: &reqwest::Client, base: &str, field: &str, value: serde_
     )
     .await;
 }
+
+/// A node of `config`, written as `swin.toml` in `dir`.
+pub fn node_in(dir: &Path, config: &str) -> Node {
+    let path = dir.join("swin.toml");
+    std::fs::write(&path, config).expect("write config");
+    node(&path)
+}
+
+/// `method` on `url` with the JSON `body`: the status and the answer (JSON, else its
+/// text as a string).
+pub async fn call(
+    c: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let r = c
+        .request(method, url)
+        .json(&body)
+        .send()
+        .await
+        .expect("send");
+    let status = r.status().as_u16();
+    let text = r.text().await.expect("body");
+    let answer = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    (status, answer)
+}
+
+/// POST of `body` to `url`.
+pub async fn post(
+    c: &reqwest::Client,
+    url: String,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    call(c, reqwest::Method::POST, url, body).await
+}
