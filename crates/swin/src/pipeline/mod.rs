@@ -61,6 +61,13 @@ pub(crate) trait Request: Send + Sync + 'static {
         plan: &'a Plan<'a>,
     ) -> impl Future<Output = Result<Self::Acted, Error>> + Send + 'a;
 
+    /// Whether it has a part of its own ([`Request::act`]) once its asks were
+    /// admitted: a kind that has none and asks one thing takes the short way through
+    /// the stages (see [`run`]).
+    fn acts(&self) -> bool {
+        true
+    }
+
     /// Renders what the request got.
     fn answer(&self, plan: Plan<'_>, ran: Ran<Self::Acted>) -> Result<Self::Answer, Error>;
 }
@@ -142,6 +149,16 @@ impl<'r> Plan<'r> {
         Plan::of(Vec::new())
     }
 
+    /// One ask, nothing given back or read besides it, nothing refused before it is
+    /// taken and no degraded answer failing it: nothing can be taken back.
+    fn is_one_take(&self) -> bool {
+        self.asks.len() == 1
+            && self.refunds.is_empty()
+            && self.touch.is_empty()
+            && !self.refused
+            && !self.fail_degraded
+    }
+
     fn at(&self, i: usize, e: Error) -> Error {
         match self.label {
             Some(l) => e.at(&format!("{l}[{i}]")),
@@ -169,7 +186,11 @@ pub(crate) async fn run<R: Request>(request: R) -> Result<R::Answer, Error> {
     let whole = request.waits_on_store();
     let decide = async move {
         let mut plan = request.plan()?;
-        let ran = stages(&request, &mut plan).await?;
+        let ran = match plan.is_one_take() && !request.acts() {
+            true => one(&mut plan).await?,
+            // boxed: the short way's future (every hit's) does not carry this one's size
+            false => Box::pin(stages(&request, &mut plan)).await?,
+        };
         request.answer(plan, ran)
     };
     if !whole {
@@ -182,6 +203,28 @@ pub(crate) async fn run<R: Request>(request: R) -> Result<R::Answer, Error> {
         tracing::error!(cause = %e, "a request's task failed");
         Error::Internal
     })?
+}
+
+/// Stages 2 to 7 of a request of one ask and nothing else (see [`Plan::is_one_take`])
+/// whose kind has no part of its own: what [`stages`] does, without its sets of
+/// futures, as one refused or failed ask took nothing to take back.
+async fn one<T>(plan: &mut Plan<'_>) -> Result<Ran<T>, Error> {
+    touch(plan).await;
+    let blocked = resolve(plan)?;
+    let ask = &plan.asks[0];
+    let taken = match ask.blocked() {
+        true => None,
+        false => Some(ask.take(plan.dry_run).await.map_err(|e| plan.at(0, e))?),
+    };
+    let refused = blocked || taken.as_ref().is_some_and(|t| !t.admitted());
+    let taken = [taken];
+    record(plan, &taken, refused);
+    Ok(Ran {
+        taken: Vec::from(taken),
+        refunded: Vec::new(),
+        refused,
+        acted: None,
+    })
 }
 
 /// Stages 2 to 7 of a planned request.

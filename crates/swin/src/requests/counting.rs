@@ -60,6 +60,10 @@ impl Request for Increment {
         Ok(Plan::of(vec![Asked::Count(self.count(swin_sync::now())?)]))
     }
 
+    fn acts(&self) -> bool {
+        false
+    }
+
     async fn act(&self, _: &Plan<'_>) -> Result<(), Error> {
         Ok(())
     }

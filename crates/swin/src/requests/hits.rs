@@ -35,6 +35,10 @@ impl Request for OneHit {
         })
     }
 
+    fn acts(&self) -> bool {
+        false
+    }
+
     async fn act(&self, _: &Plan<'_>) -> Result<(), Error> {
         Ok(())
     }
