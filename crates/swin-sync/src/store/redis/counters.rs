@@ -105,26 +105,38 @@ impl CounterStore for RedisStore {
     }
 
     async fn read(&self, namespace: &str, keys: &[WindowKey]) -> Result<Vec<Total>, StoreError> {
-        let replies = self
-            .hget_each(keys.iter().map(|w| {
-                (
-                    self.hash_key(namespace, &w.key, w.window_size),
-                    w.window_start.to_string(),
-                )
-            }))
-            .await?;
-        keys.iter()
-            .zip(replies)
-            .filter_map(|(w, r)| r.map(|c| (w, c)))
-            .map(|(w, c)| {
-                Ok(Total {
-                    key: w.key.clone(),
-                    window_size: w.window_size,
-                    window_start: w.window_start,
-                    count: parse(&c)?,
-                })
+        // one HMGET per hash: a key's windows of one size (its current and previous,
+        // side by side in what the engine asks) in one command, not one each
+        let runs = runs_of_hashes(keys);
+        let calls = runs
+            .iter()
+            .map(|run| {
+                let w = &keys[run.start];
+                let h = self.hash_key(namespace, &w.key, w.window_size);
+                let mut cmd = redis::cmd("HMGET");
+                cmd.arg(&h);
+                for w in &keys[run.clone()] {
+                    cmd.arg(w.window_start);
+                }
+                Call::on(&h, cmd, false)
             })
-            .collect()
+            .collect();
+        let replies = self.run(calls).await?;
+        let mut totals = Vec::with_capacity(keys.len());
+        for (run, reply) in runs.into_iter().zip(replies) {
+            let counts: Vec<Option<String>> = redis::from_owned_redis_value(reply)?;
+            for (w, c) in keys[run].iter().zip(counts) {
+                if let Some(c) = c {
+                    totals.push(Total {
+                        key: w.key.clone(),
+                        window_size: w.window_size,
+                        window_start: w.window_start,
+                        count: parse(&c)?,
+                    });
+                }
+            }
+        }
+        Ok(totals)
     }
 
     /// Warm-up scans for the namespace's hashes: Redis keeps no per-namespace index
@@ -242,4 +254,18 @@ fn pushed_of(
         }
     }
     Ok(out)
+}
+
+/// The runs of `keys` side by side in one hash (one key, one window size).
+fn runs_of_hashes(keys: &[WindowKey]) -> Vec<std::ops::Range<usize>> {
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, w) in keys.iter().enumerate() {
+        match runs.last_mut() {
+            Some(r) if keys[r.start].window_size == w.window_size && keys[r.start].key == w.key => {
+                r.end = i + 1
+            }
+            _ => runs.push(i..i + 1),
+        }
+    }
+    runs
 }
