@@ -110,7 +110,9 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let state = self.state.clone();
-        Either::Right(Box::pin(async move { Ok(idempotent(state, inner, req).await) }))
+        Either::Right(Box::pin(
+            async move { Ok(idempotent(state, inner, req).await) },
+        ))
     }
 }
 

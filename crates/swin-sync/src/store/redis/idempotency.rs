@@ -29,6 +29,7 @@ impl RedisStore {
         key: &str,
         token: i64,
         answer: Option<&[u8]>,
+        now: UnixMs,
     ) -> Result<bool, StoreError> {
         let mut inv = Eval::default();
         inv.key(&self.idempotency_record(namespace, key))
@@ -36,7 +37,8 @@ impl RedisStore {
             .arg(key)
             .arg(token.to_string())
             .arg(if answer.is_some() { "keep" } else { "release" })
-            .arg(answer.unwrap_or_default());
+            .arg(answer.unwrap_or_default())
+            .arg(now.0);
         let r: Vec<i64> = self
             .replies(vec![inv.call(&self.scripts.idempotency_end, true)])
             .await?;
@@ -74,9 +76,10 @@ impl IdempotencyStore for RedisStore {
         key: &str,
         token: i64,
         answer: &[u8],
-        _now: UnixMs,
+        now: UnixMs,
     ) -> Result<bool, StoreError> {
-        self.end_claim(namespace, key, token, Some(answer)).await
+        self.end_claim(namespace, key, token, Some(answer), now)
+            .await
     }
 
     async fn release_claim(
@@ -85,7 +88,7 @@ impl IdempotencyStore for RedisStore {
         key: &str,
         token: i64,
     ) -> Result<bool, StoreError> {
-        self.end_claim(namespace, key, token, None).await
+        self.end_claim(namespace, key, token, None, UnixMs(0)).await
     }
 
     async fn idempotency_records(&self, namespace: &str, now: UnixMs) -> Result<u64, StoreError> {
