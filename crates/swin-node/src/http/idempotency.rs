@@ -152,8 +152,9 @@ async fn asked(
     let body_bytes = bytes.clone().unwrap_or_default();
     let route = route_key(&mut parts).await;
     let namespace = match &route {
-        Some((ns, _)) => ns.clone(),
-        None => first_namespace(&body_bytes),
+        Some((Some(ns), _)) => Some(ns.clone()),
+        Some((None, _)) => first_namespace(&body_bytes),
+        None => None,
     };
     let req = Request::from_parts(parts, bytes.map_or_else(Body::empty, Body::from));
     let (Some(namespace), Some((_, route))) = (namespace, route) else {
@@ -185,10 +186,11 @@ fn header_value(headers: &axum::http::HeaderMap) -> Result<&[u8], Error> {
 /// `None` when the path's parameters do not decode (the handler answers 400).
 async fn route_key(parts: &mut Parts) -> Option<(Option<String>, String)> {
     let template = parts.extensions.get::<MatchedPath>()?.as_str().to_owned();
-    let params = RawPathParams::from_request_parts(parts, &()).await.ok()?;
     let Some(rest) = template.strip_prefix(NAMESPACED) else {
+        // a route with no parameters (a batch): RawPathParams has none to give
         return Some((None, template));
     };
+    let params = RawPathParams::from_request_parts(parts, &()).await.ok()?;
     let mut route = rest.to_owned();
     let mut namespace = None;
     for (name, value) in &params {
