@@ -24,7 +24,7 @@ use swin_sync::store::Fingerprint;
 use crate::error::Error;
 
 pub use self::book::RecordBook;
-pub use self::local::LocalRecords;
+pub use self::local::{LocalRecords, RECORD_OVERHEAD_BYTES};
 
 /// The longest idempotency key.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;

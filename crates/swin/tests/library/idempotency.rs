@@ -23,16 +23,14 @@ fn asked(key: &str, body: &str) -> Idempotent {
 }
 
 /// A hit of `k`, answered as its status and remaining.
-fn hit(limiter: Arc<super::Running>) -> impl std::future::Future<Output = Answer> + Send {
-    async move {
-        let v = limiter.hit("api", "k", 1.0).await.expect("hit");
-        let status = if v.allowed() { 200 } else { 429 };
-        Answer::new(
-            status,
-            vec![("x".into(), b"y".to_vec())],
-            v.decision().remaining.to_string().into_bytes(),
-        )
-    }
+async fn hit(limiter: Arc<super::Running>) -> Answer {
+    let v = limiter.hit("api", "k", 1.0).await.expect("hit");
+    let status = if v.allowed() { 200 } else { 429 };
+    Answer::new(
+        status,
+        vec![("x".into(), b"y".to_vec())],
+        v.decision().remaining.to_string().into_bytes(),
+    )
 }
 
 async fn a_retry_on_another_limiter_answers_the_first_answer_and_counts_nothing(store: &TestStore) {
