@@ -55,6 +55,16 @@ pub enum Error {
     /// A reservation to commit that is not open (committed, lapsed, never made).
     #[error("{0}")]
     UnknownReservation(String),
+    /// An idempotency key sent again with another request (another method, route or
+    /// body) than the first one under it.
+    #[error("{0}")]
+    IdempotencyKeyReused(String),
+    /// An idempotency key whose first request is still running past the answer time.
+    #[error("{0}")]
+    IdempotencyInProgress(String),
+    /// A new idempotency key past the namespace's `idempotency_max_keys` live records.
+    #[error("{0}")]
+    IdempotencyFull(String),
     /// A bug: logged where it happened, answered without detail.
     #[error("internal error")]
     Internal,
@@ -88,7 +98,12 @@ impl Error {
                 window_size,
                 at: format!("{at}: {before}"),
             },
-            other @ (Error::Unavailable(_) | Error::Store { .. } | Error::Internal) => other,
+            other @ (Error::Unavailable(_)
+            | Error::Store { .. }
+            | Error::Internal
+            | Error::IdempotencyKeyReused(_)
+            | Error::IdempotencyInProgress(_)
+            | Error::IdempotencyFull(_)) => other,
         }
     }
 }

@@ -13,7 +13,8 @@
 //! service ([`shares`]) → `pipeline` (the one runner every request goes through: check,
 //! first touch, effective limits, take together, all or nothing, run to the end,
 //! record) → [`decisions`] (what a decision answers) → the namespace ([`state`]) →
-//! [`leases`] (where leases are kept) and `runtime_limits` (limits set per key at run
+//! [`leases`] (where leases are kept), [`idempotency`] (where idempotency records are
+//! kept) and `runtime_limits` (limits set per key at run
 //! time, as this node holds them) → [`config`] (a config, read into policy types) →
 //! [`policy`] (limits, descriptor rules, counter keys, what a request may carry) and
 //! [`spool`].
@@ -28,6 +29,7 @@
 pub mod config;
 pub mod decisions;
 pub mod error;
+pub mod idempotency;
 pub mod leases;
 pub mod limiter;
 pub(crate) mod pipeline;

@@ -1,5 +1,5 @@
 //! A namespace as requests use it: its counters and engine, its policy (limits, rules,
-//! admission), its runtime limits and leases.
+//! admission), its runtime limits, leases and idempotency records.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -48,6 +48,11 @@ pub struct Namespace {
     /// Where the namespace's leases and reservations are kept (its store, or this node
     /// for a local-only namespace), shared by the namespace's versions.
     pub(crate) leases: crate::leases::LeaseBook,
+    /// Where the namespace's idempotency records are kept (as its leases are), shared by
+    /// the namespace's versions.
+    pub(crate) records: crate::idempotency::RecordBook,
+    /// How long its idempotency records answer, and how many it keeps at most.
+    pub(crate) idempotency: crate::config::Idempotency,
     /// Where the pipeline records its outcomes ([`Namespace::record_to`]); none: nowhere.
     recorder: std::sync::OnceLock<Arc<dyn crate::recorder::Recorder>>,
 }
@@ -139,6 +144,16 @@ impl Namespace {
     /// for a local-only namespace), shared by the namespace's versions.
     pub fn leases(&self) -> &crate::leases::LeaseBook {
         &self.leases
+    }
+
+    /// Where the namespace's idempotency records are kept.
+    pub fn records(&self) -> &crate::idempotency::RecordBook {
+        &self.records
+    }
+
+    /// How long its idempotency records answer, and how many it keeps at most.
+    pub fn idempotency(&self) -> crate::config::Idempotency {
+        self.idempotency
     }
 }
 
@@ -237,6 +252,7 @@ impl Namespace {
         };
         let (sync, admission) = admission::for_namespace(sync, gcra, strict);
         let leases = crate::leases::LeaseBook::for_namespace(&sync, cfg.max_counters);
+        let records = crate::idempotency::RecordBook::for_namespace(&sync);
         Namespace {
             admission,
             sync,
@@ -252,6 +268,8 @@ impl Namespace {
             heaviest: Arc::default(),
             concurrency: cfg.concurrency,
             leases,
+            records,
+            idempotency: cfg.idempotency,
             recorder: std::sync::OnceLock::new(),
         }
     }
@@ -335,6 +353,8 @@ impl Namespace {
             heaviest: self.heaviest.clone(),
             concurrency: cfg.concurrency,
             leases: self.leases.clone(),
+            records: self.records.clone(),
+            idempotency: cfg.idempotency,
             recorder: self.recorder.clone(),
         }
     }

@@ -91,6 +91,11 @@ fn limiter_status_and_code(e: &Error) -> (StatusCode, &'static str) {
         Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         Error::Exhausted(_) => (StatusCode::TOO_MANY_REQUESTS, "exhausted"),
         Error::Store { reason, .. } => (StatusCode::SERVICE_UNAVAILABLE, reason),
+        Error::IdempotencyKeyReused(_) => {
+            (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
+        }
+        Error::IdempotencyInProgress(_) => (StatusCode::CONFLICT, "idempotency_in_progress"),
+        Error::IdempotencyFull(_) => (StatusCode::SERVICE_UNAVAILABLE, "idempotency_full"),
         Error::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     }
 }

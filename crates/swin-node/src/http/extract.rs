@@ -85,7 +85,8 @@ impl FromRequest<Arc<AppState>> for RawJson {
 }
 
 impl RawJson {
-    async fn read(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+    /// Reads `req`'s body within the node's limits (size, time) and checks it is JSON.
+    pub(super) async fn read(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
         let headers = req.headers();
         // a declared length over the limit is refused before a byte is read
         let declared = headers

@@ -8,6 +8,7 @@ mod counting;
 mod decisions;
 pub mod error;
 mod extract;
+mod idempotency;
 mod leases;
 mod limits;
 mod reservations;
@@ -79,9 +80,12 @@ pub fn routes() -> Vec<(&'static str, &'static str)> {
 pub fn router(state: Arc<AppState>) -> Router {
     let mut router = Router::new();
     for (routes, scope) in areas() {
-        let area = routes
-            .into_iter()
-            .fold(Router::new(), |r, route| r.route(route.path, route.handler));
+        let area = routes.into_iter().fold(Router::new(), |r, route| {
+            r.route(
+                route.path,
+                idempotency::wrap(route.path, route.handler, &state),
+            )
+        });
         router = router.merge(match scope {
             Some(scopes) => auth::guard(area, &state, scopes),
             None => area,

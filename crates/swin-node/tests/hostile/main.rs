@@ -32,6 +32,9 @@
 //! - `quota_cluster`: Envoy's quota service across two nodes through a node cut off
 //!   from its store, a hung or emptied store, silent and cycling streams that claim the
 //!   limit, a client past its stream cap and a flood of new buckets;
+//! - `idempotency`: retries under an `Idempotency-Key` on another node answer the first
+//!   answer and count nothing more; keys reused across namespaces or with another body,
+//!   racing duplicates, bad headers, and a million distinct keys against the cap;
 //! - `grpc`: Envoy's door takes the same tokens, and no value a client sends turns an
 //!   over-limit answer into an error.
 
@@ -40,6 +43,7 @@ mod clock;
 mod connections;
 mod grpc;
 mod http;
+mod idempotency;
 mod inputs;
 mod integrity;
 mod keyspace;

@@ -13,6 +13,7 @@ mod blocking;
 mod demands;
 mod first_touch;
 mod gcra;
+mod idempotency;
 mod leases;
 mod limits;
 mod pace;

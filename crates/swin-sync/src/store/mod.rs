@@ -3,7 +3,8 @@
 //! windows, the same for GCRA buckets, reset a key, ping. [`QuotaStore`]: strict admission's
 //! holds (windows) and grants (buckets). [`LimitStore`]: limits set per key at run time.
 //! [`LeaseStore`]: concurrency leases. [`DemandStore`]: what the proxies of Envoy's
-//! quota service ask for, shared among nodes. Each
+//! quota service ask for, shared among nodes. [`IdempotencyStore`]: records that answer a
+//! retried request with its first answer. Each
 //! store says what it can do ([`Capabilities`]). Three stores implement all of them,
 //! dispatched by the [`Store`] enum; with the `faults` feature (tests only) `Faulty` wraps
 //! one to inject failures.
@@ -17,6 +18,7 @@ mod calls;
 pub mod demands;
 #[cfg(feature = "faults")]
 mod faulty;
+pub mod idempotency;
 pub mod leases;
 pub mod limits;
 mod normalize;
@@ -32,6 +34,7 @@ use std::pin::Pin;
 pub use self::demands::{DemandStore, Demands};
 #[cfg(feature = "faults")]
 pub use self::faulty::{Fault, FaultyStore};
+pub use self::idempotency::{Claim, Claimed, Fingerprint, IdempotencyStore, Record};
 pub use self::leases::{Acquire, Acquired, LeaseStore};
 pub use self::limits::{LimitChanges, LimitStore, StoredLimit};
 pub(crate) use self::normalize::{normalize, normalize_advances};

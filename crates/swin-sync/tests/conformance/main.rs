@@ -11,6 +11,7 @@ mod common;
 mod buckets;
 mod demands;
 mod engines;
+mod idempotency;
 mod leases;
 mod limits;
 mod pushes;
@@ -22,6 +23,7 @@ use std::time::Duration;
 use buckets::*;
 use demands::*;
 use engines::*;
+use idempotency::*;
 use leases::*;
 use limits::*;
 use pushes::*;
@@ -168,5 +170,8 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     leases_lapse_and_renew_only_while_live,
     slots_released_by_prefix_end_the_earliest_first,
     leases_in_flight_count_the_live_slots_of_one_namespace,
-    demands_are_shared_replaced_and_lapse
+    demands_are_shared_replaced_and_lapse,
+    idempotency_claims_race_to_one_winner_and_answer_again,
+    idempotency_claims_released_or_held_no_longer_run_again,
+    idempotency_records_are_capped_and_purged_when_lapsed
 ]);

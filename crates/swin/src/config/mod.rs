@@ -10,6 +10,7 @@
 mod admission;
 mod builder;
 mod concurrency;
+mod idempotency;
 mod keys;
 mod namespaces;
 mod quota;
@@ -25,6 +26,10 @@ use serde::Deserialize;
 pub use self::admission::{AdmissionMode, OnStoreFailure, STRICT_SHADOW};
 pub use self::builder::{ConfigBuilder, NamespaceBuilder, StoreBuilder};
 pub use self::concurrency::{Concurrency, MAX_CONCURRENCY, MAX_LEASE_TTL_SECS, MIN_TTL_SECS};
+pub use self::idempotency::{
+    Idempotency, DEFAULT_IDEMPOTENCY_MAX_KEYS, DEFAULT_IDEMPOTENCY_TTL_SECS,
+    MAX_IDEMPOTENCY_MAX_KEYS, MAX_IDEMPOTENCY_TTL_SECS, MIN_IDEMPOTENCY_TTL_SECS,
+};
 pub use self::namespaces::NamespaceConfig;
 pub use self::quota::QuotaLimits;
 pub use self::stores::{redact, StoreConfig};

@@ -49,6 +49,10 @@ pub(super) struct RawNamespace {
     pub(super) lease_ttl: Option<f64>,
     /// Every limit (and descriptor rule) decides and counts but never denies.
     pub(super) shadow: Option<bool>,
+    /// How long a retried request is answered with its first answer (seconds)…
+    pub(super) idempotency_ttl: Option<f64>,
+    /// …and how many such records the namespace keeps at most.
+    pub(super) idempotency_max_keys: Option<i64>,
 }
 
 /// One `[[namespaces]]` entry, checked.
@@ -81,6 +85,9 @@ pub struct NamespaceConfig {
     pub(crate) envoy_dynamic_metadata: bool,
     /// `algorithm = "concurrency"`: the namespace limits leases in flight, not hits.
     pub(crate) concurrency: Option<Concurrency>,
+    /// Idempotency records: how long, how many (`idempotency_ttl`,
+    /// `idempotency_max_keys`).
+    pub(crate) idempotency: super::Idempotency,
 }
 
 impl NamespaceConfig {
@@ -148,6 +155,11 @@ impl NamespaceConfig {
     pub fn concurrency(&self) -> Option<Concurrency> {
         self.concurrency
     }
+
+    /// Its idempotency records: how long, how many.
+    pub fn idempotency(&self) -> super::Idempotency {
+        self.idempotency
+    }
 }
 
 impl Parser<'_> {
@@ -197,6 +209,7 @@ impl Parser<'_> {
             return Err(self.err(&f("max_counters"), "must be above 0".into()));
         }
         let admission = self.admission(&n.admission, &n.on_store_failure, f)?;
+        let idempotency = self.idempotency(n.idempotency_ttl, n.idempotency_max_keys, f)?;
         let shadow = n.shadow;
         let limits = self.limits(&mut n, rules.is_some(), &sizes, f)?;
         self.strict(
@@ -221,6 +234,7 @@ impl Parser<'_> {
             envoy_response_headers: n.envoy_response_headers.unwrap_or(true),
             envoy_dynamic_metadata: n.envoy_dynamic_metadata.unwrap_or(false),
             concurrency,
+            idempotency,
         })
     }
 

@@ -3,6 +3,7 @@
 //! `stores`; stopping namespaces and the limiter, in `stopping`; what stopped engines
 //! left unconfirmed, retried and spooled, in `leftovers`.
 
+mod idempotent;
 mod leftovers;
 mod requests;
 mod stopping;
@@ -251,12 +252,13 @@ impl Control {
                 Some(old) => {
                     info!(namespace = cfg.name, "namespace changed; rebuilding");
                     let mut r = self.build(cfg);
-                    // leases and reservations a node keeps itself (no store) are live
-                    // across the rebuild: a new table would let a limit's worth more in
-                    Arc::get_mut(&mut r.namespace)
-                        .expect("built just now, shared with nobody")
-                        .leases
-                        .carry_from(&old.namespace.leases);
+                    // leases, reservations and idempotency records a node keeps itself (no
+                    // store) are live across the rebuild: a new table would let a limit's
+                    // worth more in, and count retries again
+                    let built =
+                        Arc::get_mut(&mut r.namespace).expect("built just now, shared with nobody");
+                    built.leases.carry_from(&old.namespace.leases);
+                    built.records.carry_from(&old.namespace.records);
                     retired.push(old);
                     rebuilt.push(cfg.name.clone());
                     next.insert(cfg.name.clone(), r);
@@ -361,6 +363,7 @@ fn only_limits_changed(old: &NamespaceConfig, new: &NamespaceConfig) -> bool {
     same.limits = old.limits.clone();
     same.rules = old.rules.clone();
     same.allow_decrements = old.allow_decrements;
+    same.idempotency = old.idempotency;
     same == *old && is_gcra(old) == is_gcra(new)
 }
 

@@ -130,7 +130,7 @@ impl Control {
         done_rx
     }
 
-    /// Every minute, expired windows and push records go; one task per store, stopped
+    /// Every minute, expired windows, push records and lapsed idempotency records go; one task per store, stopped
     /// with `cancel` when the store is replaced or removed.
     pub(super) fn spawn_purge(&self, name: &str, store: &Store, cancel: CancellationToken) {
         let (store, name) = (store.clone(), name.to_owned());
@@ -143,6 +143,13 @@ impl Control {
                     Ok(n) if n > 0 => info!(store = name, rows = n, "purged expired windows"),
                     Ok(_) => {}
                     Err(e) => warn!(store = name, cause = %e, "purge failed"),
+                }
+                match store.purge_idempotency(swin_sync::now()).await {
+                    Ok(n) if n > 0 => {
+                        info!(store = name, rows = n, "purged lapsed idempotency records")
+                    }
+                    Ok(_) => {}
+                    Err(e) => warn!(store = name, cause = %e, "purging idempotency records failed"),
                 }
             }
         });

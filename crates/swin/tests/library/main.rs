@@ -5,7 +5,7 @@
 //!
 //! By area: `hits` (one hit, dry runs, first touch, shadow), `batches` (all or nothing
 //! across keys), `callers` (a caller that goes away after its ask reached the store),
-//! `counting` (increments, reads, refunds), `leases`, `reservations`, `runtime_limits`,
+//! `counting` (increments, reads, refunds), `leases`, `reservations`, `idempotency`, `runtime_limits`,
 //! `descriptors` (Envoy's) and `lifecycle` (reconfiguring and stopping).
 
 mod batches;
@@ -13,6 +13,7 @@ mod callers;
 mod counting;
 mod descriptors;
 mod hits;
+mod idempotency;
 mod leases;
 mod lifecycle;
 mod reservations;

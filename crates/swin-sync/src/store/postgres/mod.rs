@@ -15,6 +15,7 @@ use super::{
 use crate::StoreError;
 
 mod demands;
+mod idempotency;
 mod leases;
 mod limits;
 mod tx;

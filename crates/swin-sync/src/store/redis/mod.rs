@@ -59,6 +59,7 @@ mod buckets;
 mod calls;
 mod counters;
 mod demands;
+mod idempotency;
 mod keys;
 mod leases;
 mod limits;
@@ -178,6 +179,8 @@ impl RedisStore {
                 include_str!("lease_acquire.lua"),
                 include_str!("lease_change.lua"),
                 include_str!("lease_release_slots.lua"),
+                include_str!("idempotency_claim.lua"),
+                include_str!("idempotency_end.lua"),
             ])),
         }
     }

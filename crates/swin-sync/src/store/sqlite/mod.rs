@@ -19,6 +19,7 @@ use super::{
 use crate::StoreError;
 
 mod demands;
+mod idempotency;
 mod leases;
 mod limits;
 mod tx;

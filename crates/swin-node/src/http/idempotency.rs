@@ -1,0 +1,270 @@
+//! Idempotent retries over HTTP: a request of a route listed in [`ROUTES`] that carries
+//! an `Idempotency-Key` header is run through `swin::Limiter::once` — the first one runs,
+//! a retry with the same key, route and body gets the first answer again (status, body
+//! and headers, with `Idempotent-Replayed: true`), on any node, counting nothing more.
+//! A request without the header goes straight to its handler (this layer then costs a
+//! header lookup).
+//!
+//! The record is kept in the route's namespace (`/v1/hits` and `/v1/increments`: the
+//! namespace of their first item), under the route's key (the path after the namespace,
+//! its parameters decoded: `keys/user:42/hit`; a batch route's own path) and the
+//! idempotency key; the fingerprint is the method, that route key and the body's bytes.
+//! The header's value must be 1 to 255 visible ASCII characters, sent once (else 400).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+use futures_util::future::Either;
+use tower::ServiceExt;
+
+use super::error::ApiError;
+use super::extract::RawJson;
+use crate::state::AppState;
+use swin::error::Error;
+use swin::idempotency::{Answer, Idempotent, Once};
+
+/// The routes an `Idempotency-Key` makes idempotent (their path templates).
+pub(super) const ROUTES: &[&str] = &[
+    "/v1/namespaces/{namespace}/keys/{key}/hit",
+    "/v1/namespaces/{namespace}/keys/{key}/increment",
+    "/v1/namespaces/{namespace}/keys/{key}/reserve",
+    "/v1/namespaces/{namespace}/keys/{key}/commit",
+    "/v1/hits",
+    "/v1/increments",
+];
+
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// The prefix of the routes of one namespace.
+const NAMESPACED: &str = "/v1/namespaces/{namespace}/";
+
+/// `handler`, made idempotent when `path` is one of [`ROUTES`].
+pub(super) fn wrap(
+    path: &str,
+    handler: MethodRouter<Arc<AppState>>,
+    state: &Arc<AppState>,
+) -> MethodRouter<Arc<AppState>> {
+    if ROUTES.contains(&path) {
+        handler.layer(Layer {
+            state: state.clone(),
+        })
+    } else {
+        handler
+    }
+}
+
+/// Makes a route's handler idempotent (see the module's note).
+#[derive(Debug, Clone)]
+struct Layer {
+    state: Arc<AppState>,
+}
+
+impl<S> tower::Layer<S> for Layer {
+    type Service = Idempotency<S>;
+
+    fn layer(&self, inner: S) -> Idempotency<S> {
+        Idempotency {
+            inner,
+            state: self.state.clone(),
+        }
+    }
+}
+
+/// A route's handler behind [`Layer`].
+#[derive(Debug, Clone)]
+struct Idempotency<S> {
+    inner: S,
+    state: Arc<AppState>,
+}
+
+type Boxed = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl<S> tower::Service<Request> for Idempotency<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<S::Future, Boxed>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        if !req.headers().contains_key(IDEMPOTENCY_KEY) {
+            return Either::Left(self.inner.call(req));
+        }
+        // the service made ready goes with the request; a clone stays for the next
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let state = self.state.clone();
+        Either::Right(Box::pin(
+            async move { Ok(idempotent(state, inner, req).await) },
+        ))
+    }
+}
+
+/// Runs `req` once for its idempotency key.
+async fn idempotent<S>(state: Arc<AppState>, inner: S, req: Request) -> Response
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let (asked, req) = match asked(&state, req).await {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
+    };
+    let Some(asked) = asked else {
+        // no namespace to keep a record in: the handler answers (404, 400)
+        return inner.oneshot(req).await.unwrap_or_else(|e| match e {});
+    };
+    let run = async move {
+        let resp = inner.oneshot(req).await.unwrap_or_else(|e| match e {});
+        answer_of(resp).await
+    };
+    match state.limiter.once(asked, run).await {
+        Ok(once) => response_of(once),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// What `req` asks under its idempotency key (`None`: it names no namespace to keep a
+/// record in), and the request to run, its body read.
+async fn asked(
+    state: &Arc<AppState>,
+    req: Request,
+) -> Result<(Option<Idempotent>, Request), ApiError> {
+    let key = header_value(req.headers())?.to_vec();
+    let (mut parts, body) = req.into_parts();
+    let RawJson(bytes) = RawJson::read(Request::from_parts(parts.clone(), body), state).await?;
+    let body_bytes = bytes.clone().unwrap_or_default();
+    let route = route_key(&mut parts).await;
+    let namespace = match &route {
+        Some((Some(ns), _)) => Some(ns.clone()),
+        Some((None, _)) => first_namespace(&body_bytes),
+        None => None,
+    };
+    let req = Request::from_parts(parts, bytes.map_or_else(Body::empty, Body::from));
+    let (Some(namespace), Some((_, route))) = (namespace, route) else {
+        return Ok((None, req));
+    };
+    if state.limiter.namespace(&namespace).is_err() {
+        return Ok((None, req));
+    }
+    let method = req.method().as_str().to_owned();
+    let asked = Idempotent::new(&namespace, &route, &key, &method, &body_bytes)?;
+    Ok((Some(asked), req))
+}
+
+/// The `Idempotency-Key` header, sent once, checked.
+fn header_value(headers: &axum::http::HeaderMap) -> Result<&[u8], Error> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let first = values.next().map_or(&b""[..], HeaderValue::as_bytes);
+    if values.next().is_some() {
+        return Err(Error::BadRequest(
+            "Idempotency-Key: sent more than once; send one key".into(),
+        ));
+    }
+    swin::idempotency::check_idempotency_key(first)?;
+    Ok(first)
+}
+
+/// The route's namespace (a route of one namespace; `None` for a batch route) and key:
+/// the path after the namespace with its parameters decoded, or a batch route's path.
+/// `None` when the path's parameters do not decode (the handler answers 400).
+async fn route_key(parts: &mut Parts) -> Option<(Option<String>, String)> {
+    let template = parts.extensions.get::<MatchedPath>()?.as_str().to_owned();
+    let Some(rest) = template.strip_prefix(NAMESPACED) else {
+        // a route with no parameters (a batch): RawPathParams has none to give
+        return Some((None, template));
+    };
+    let params = RawPathParams::from_request_parts(parts, &()).await.ok()?;
+    let mut route = rest.to_owned();
+    let mut namespace = None;
+    for (name, value) in &params {
+        if name == "namespace" {
+            namespace = Some(value.to_owned());
+        } else {
+            route = route.replace(&format!("{{{name}}}"), value);
+        }
+    }
+    Some((Some(namespace?), route))
+}
+
+/// The namespace of a batch's first item (`{"hits": [{"namespace": …}, …]}`, or
+/// `increments`).
+fn first_namespace(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let items = v.get("hits").or_else(|| v.get("increments"))?;
+    Some(items.get(0)?.get("namespace")?.as_str()?.to_owned())
+}
+
+/// Headers a kept answer leaves out: the transport's, made again for each answer.
+const NOT_KEPT: &[&str] = &["content-length", "date", "connection", "transfer-encoding"];
+
+/// A handler's response as a record keeps it.
+async fn answer_of(resp: Response) -> Answer {
+    let (parts, body) = resp.into_parts();
+    let body: Bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::error!(cause = %e, "an idempotent answer's body could not be read");
+            return Answer::new(500, Vec::new(), Vec::new());
+        }
+    };
+    let headers = parts
+        .headers
+        .iter()
+        .filter(|(n, _)| !NOT_KEPT.contains(&n.as_str()))
+        .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+        .collect();
+    Answer::new(parts.status.as_u16(), headers, body.to_vec())
+}
+
+/// A kept (or first) answer as a response.
+fn response_of(once: Once) -> Response {
+    let replayed = once.replayed();
+    let answer = once.answer();
+    let mut resp = Response::new(Body::from(answer.body().to_vec()));
+    *resp.status_mut() = axum::http::StatusCode::from_u16(answer.status())
+        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = resp.headers_mut();
+    for (name, value) in answer.headers() {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(value),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    if replayed {
+        headers.insert(REPLAYED, HeaderValue::from_static("true"));
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_idempotent_route_is_a_route_of_the_api() {
+        let routes = super::super::routes();
+        for path in super::ROUTES {
+            assert!(
+                routes.iter().any(|(m, p)| *m == "POST" && p == path),
+                "{path} is not a POST route"
+            );
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Idempotency records: a request retried under the same idempotency key is answered
+//! with its first answer, on any node, and counts nothing more. A record is claimed
+//! atomically in the store (put-if-absent) before its request runs, holds the request's
+//! fingerprint, and then its first answer (opaque bytes: the caller encodes them) until it
+//! lapses. Its times are the store's (the caller's clock, corrected to the store's).
+//!
+//! - A claim finds the record absent or lapsed and makes it the caller's (in flight
+//!   until `held_until`: a holder that went away without an answer no longer holds it
+//!   after that), or finds it in flight or answered and says so, or finds the namespace
+//!   holding `max_records` live records and writes nothing.
+//! - The holder then keeps its answer (the record is answered until `expires_at`), or
+//!   releases the claim (the record goes: the next retry runs the request again). Both
+//!   act only while the claim is still the holder's (its `token`).
+//!
+//! Layout: PostgreSQL and SQLite, the table `swin_idempotency` (namespace, key →
+//! fingerprint, token, held_until, expires_at, answer) and `swin_idempotency_counts`
+//! (namespace → records, the cap's count, changed in the transaction that adds or deletes
+//! a record). Redis: per record a string, `swin:{<len(ns)>:<ns>}:idem:<key>`, that
+//! expires by itself, and per namespace a sorted set, `swin:{<len(ns)>:<ns>}:idem`
+//! (key → expires_at), the cap's count; both share the namespace's hash tag so one script
+//! claims atomically (see `redis/idempotency.lua`).
+
+use swin_core::UnixMs;
+
+/// A request's fingerprint: a hash (SHA-256) of what it asked. A retry must ask the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint(pub [u8; 32]);
+
+impl Fingerprint {
+    /// From stored bytes; `None` when they are not 32.
+    pub fn from_slice(bytes: &[u8]) -> Option<Fingerprint> {
+        bytes.try_into().ok().map(Fingerprint)
+    }
+}
+
+/// A claim of the record `key`.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    /// The record's key in its namespace (the caller composes it).
+    pub key: &'a str,
+    pub fingerprint: &'a Fingerprint,
+    /// The holder's token: only it keeps an answer or releases the claim.
+    pub token: i64,
+    /// Past this, a claim not answered is no longer held (at most `expires_at`).
+    pub held_until: UnixMs,
+    /// When the record lapses, answered or not.
+    pub expires_at: UnixMs,
+    pub now: UnixMs,
+    /// Live records the namespace may hold: a new record past them is refused.
+    pub max_records: u64,
+}
+
+/// A record another request made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// Its request has not answered yet.
+    InFlight { fingerprint: Fingerprint },
+    /// Its request's first answer.
+    Answered {
+        fingerprint: Fingerprint,
+        answer: Vec<u8>,
+    },
+}
+
+impl Record {
+    /// What the record's request asked.
+    pub fn fingerprint(&self) -> &Fingerprint {
+        match self {
+            Record::InFlight { fingerprint } | Record::Answered { fingerprint, .. } => fingerprint,
+        }
+    }
+}
+
+/// What a claim found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// The record is the caller's now: run the request, then keep or release.
+    Mine,
+    /// A live record (nothing was written).
+    Found(Record),
+    /// The namespace holds `max_records` live records: nothing was written.
+    Full,
+}
+
+store_calls! {
+    /// The idempotency side of a store. Every store implements it beside
+    /// [`super::CounterStore`].
+    pub trait IdempotencyStore {
+        /// Claims a record for a request, atomically across the cluster (see the module's
+        /// note).
+        fn claim_idempotency(&self, namespace: &str, claim: Claim<'_>) -> Claimed;
+
+        /// Keeps `answer` as the first answer of the record `key`, if the claim `token`
+        /// still holds it (false: it lapsed, and another request may have taken it over).
+        fn keep_answer(
+            &self,
+            namespace: &str,
+            key: &str,
+            token: i64,
+            answer: &[u8],
+            now: UnixMs,
+        ) -> bool;
+
+        /// Ends the claim `token` on the record `key` without an answer: the record goes,
+        /// so that a retry runs the request again. False when the claim is not held.
+        fn release_claim(&self, namespace: &str, key: &str, token: i64) -> bool;
+
+        /// Records of the namespace live at `now` (what the cap counts).
+        fn idempotency_records(&self, namespace: &str, now: UnixMs) -> u64;
+
+        /// Deletes the records lapsed at `now`, of every namespace; answers how many
+        /// (0 where the store expires them by itself).
+        fn purge_idempotency(&self, now: UnixMs) -> u64;
+    }
+}
+
+/// A record as the SQL stores read it: (fingerprint, held_until, expires_at, answer).
+pub(crate) type Row = (Vec<u8>, i64, i64, Option<Vec<u8>>);
+
+/// What a claim found in a row the SQL stores read (under their lock): `None` when the
+/// row is absent, lapsed or held no longer, so the claim takes it.
+pub(crate) fn live(row: Option<Row>, now: UnixMs) -> Result<Option<Record>, crate::StoreError> {
+    let Some((fingerprint, held_until, expires_at, answer)) = row else {
+        return Ok(None);
+    };
+    if expires_at <= now.0 {
+        return Ok(None);
+    }
+    let fingerprint = Fingerprint::from_slice(&fingerprint).ok_or_else(|| {
+        crate::StoreError::Protocol("an idempotency record's fingerprint is not 32 bytes".into())
+    })?;
+    Ok(match answer {
+        Some(answer) => Some(Record::Answered {
+            fingerprint,
+            answer,
+        }),
+        None if held_until > now.0 => Some(Record::InFlight { fingerprint }),
+        None => None,
+    })
+}

@@ -1,0 +1,26 @@
+-- Ends a claim of an idempotency record (see `store::idempotency` and the claim's
+-- script for the record's layout): keeps its answer, or releases it (the record goes),
+-- only while the claim is the caller's and the record has not lapsed.
+-- KEYS: the record, the namespace's index.
+-- ARGV: the record's key in the index, token, "keep" or "release", the answer (keep),
+-- now (keep).
+-- Answers 1 when done, 0 when the claim is not held by the token.
+local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 1, 1) ~= 'H' then
+    return 0
+end
+local bar = string.find(v, '|', 34, true)
+local token = string.match(string.sub(v, bar + 1), ':(%-?%d+)$')
+if token ~= ARGV[2] then
+    return 0
+end
+if ARGV[3] == 'keep' then
+    if tonumber(string.sub(v, 34, bar - 1)) <= tonumber(ARGV[5]) then
+        return 0
+    end
+    redis.call('SET', KEYS[1], 'A' .. string.sub(v, 2, bar) .. ARGV[4], 'KEEPTTL')
+else
+    redis.call('DEL', KEYS[1])
+    redis.call('ZREM', KEYS[2], ARGV[1])
+end
+return 1

@@ -1,0 +1,252 @@
+//! Idempotency records: one claim wins whatever races, a record answers its first
+//! answer until it lapses, only its claim keeps or releases it, namespaces are apart,
+//! and the cap holds (a full namespace writes nothing, its records still answer).
+
+use swin_core::UnixMs;
+use swin_sync::store::{Claim, Claimed, Fingerprint, Record};
+use swin_testkit::TestStore;
+
+const T: i64 = 1_800_000_000_000;
+
+fn claim<'a>(key: &'a str, f: &'a Fingerprint, token: i64, now: i64, max: u64) -> Claim<'a> {
+    Claim {
+        key,
+        fingerprint: f,
+        token,
+        held_until: UnixMs(now + 5_000),
+        expires_at: UnixMs(now + 60_000),
+        now: UnixMs(now),
+        max_records: max,
+    }
+}
+
+pub async fn idempotency_claims_race_to_one_winner_and_answer_again(s: &TestStore) {
+    let f = Fingerprint([1; 32]);
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let store = s.store.clone();
+            tokio::spawn(async move {
+                let c = claim("7:keys/k:retry-1", &f, i, T, 100);
+                (i, store.claim_idempotency("ns", c).await.expect("claim"))
+            })
+        })
+        .collect();
+    let mut mine = Vec::new();
+    for t in tasks {
+        let (token, c) = t.await.expect("task");
+        match c {
+            Claimed::Mine => mine.push(token),
+            Claimed::Found(r) => assert_eq!(r, Record::InFlight { fingerprint: f }),
+            Claimed::Full => panic!("not full"),
+        }
+    }
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    let st = &s.store;
+    let key = "7:keys/k:retry-1";
+    // only the holder keeps its answer, once
+    assert!(!st
+        .keep_answer("ns", key, mine[0] + 100, b"no", UnixMs(T))
+        .await
+        .expect("keep"));
+    let answer = b"\x00\xc8 the first answer, bytes \xff".to_vec();
+    assert!(st
+        .keep_answer("ns", key, mine[0], &answer, UnixMs(T + 1))
+        .await
+        .expect("keep"));
+    assert!(!st
+        .keep_answer("ns", key, mine[0], b"again", UnixMs(T + 2))
+        .await
+        .expect("keep"));
+    assert!(
+        !st.release_claim("ns", key, mine[0]).await.expect("release"),
+        "answered"
+    );
+    let again = st
+        .claim_idempotency("ns", claim(key, &Fingerprint([2; 32]), 99, T + 3, 100))
+        .await
+        .expect("again");
+    assert_eq!(
+        again,
+        Claimed::Found(Record::Answered {
+            fingerprint: f,
+            answer: answer.clone()
+        }),
+        "the first fingerprint and answer, whatever the retry sent"
+    );
+    // the same key in another namespace is another record
+    let other = st
+        .claim_idempotency("ns2", claim(key, &f, 5, T + 3, 100))
+        .await
+        .expect("other");
+    assert_eq!(other, Claimed::Mine);
+    assert_eq!(
+        st.idempotency_records("ns", UnixMs(T + 3))
+            .await
+            .expect("n"),
+        1
+    );
+    assert_eq!(
+        st.idempotency_records("ns2", UnixMs(T + 3))
+            .await
+            .expect("n"),
+        1
+    );
+    // lapsed at T + 60 s: claimed anew
+    let late = st
+        .claim_idempotency("ns", claim(key, &f, 7, T + 60_000, 100))
+        .await
+        .expect("late");
+    assert_eq!(late, Claimed::Mine);
+}
+
+pub async fn idempotency_claims_released_or_held_no_longer_run_again(s: &TestStore) {
+    let st = &s.store;
+    let f = Fingerprint([3; 32]);
+    assert_eq!(
+        st.claim_idempotency("ns", claim("r", &f, 1, T, 10))
+            .await
+            .expect("c"),
+        Claimed::Mine
+    );
+    // a release by another token changes nothing; by the holder, the record goes
+    assert!(!st.release_claim("ns", "r", 2).await.expect("release"));
+    assert!(st.release_claim("ns", "r", 1).await.expect("release"));
+    assert!(
+        !st.release_claim("ns", "r", 1).await.expect("release"),
+        "once"
+    );
+    assert_eq!(st.idempotency_records("ns", UnixMs(T)).await.expect("n"), 0);
+    assert_eq!(
+        st.claim_idempotency("ns", claim("r", &f, 3, T + 1, 10))
+            .await
+            .expect("c"),
+        Claimed::Mine
+    );
+    // held until T + 1 + 5 s: in flight before, taken over after (the old holder's
+    // answer is then refused)
+    let during = st
+        .claim_idempotency("ns", claim("r", &f, 4, T + 5_000, 10))
+        .await
+        .expect("c");
+    assert_eq!(during, Claimed::Found(Record::InFlight { fingerprint: f }));
+    let after = st
+        .claim_idempotency("ns", claim("r", &f, 5, T + 5_002, 10))
+        .await
+        .expect("c");
+    assert_eq!(after, Claimed::Mine);
+    assert!(!st
+        .keep_answer("ns", "r", 3, b"late", UnixMs(T + 5_003))
+        .await
+        .expect("keep"));
+    assert!(st
+        .keep_answer("ns", "r", 5, b"new", UnixMs(T + 5_003))
+        .await
+        .expect("keep"));
+    assert_eq!(
+        st.idempotency_records("ns", UnixMs(T + 5_003))
+            .await
+            .expect("n"),
+        1
+    );
+}
+
+pub async fn idempotency_records_are_capped_and_purged_when_lapsed(s: &TestStore) {
+    let st = &s.store;
+    let f = Fingerprint([4; 32]);
+    for i in 0..3 {
+        let key = format!("k{i}");
+        let c = st
+            .claim_idempotency("ns", claim(&key, &f, i, T, 3))
+            .await
+            .expect("c");
+        assert_eq!(c, Claimed::Mine, "{key}");
+    }
+    assert!(st
+        .keep_answer("ns", "k0", 0, b"a0", UnixMs(T))
+        .await
+        .expect("keep"));
+    // full: a new key writes nothing; a kept one still answers; another namespace has room
+    let full = st
+        .claim_idempotency("ns", claim("k3", &f, 3, T + 1, 3))
+        .await
+        .expect("c");
+    assert_eq!(full, Claimed::Full);
+    let kept = st
+        .claim_idempotency("ns", claim("k0", &f, 9, T + 1, 3))
+        .await
+        .expect("c");
+    assert!(
+        matches!(kept, Claimed::Found(Record::Answered { .. })),
+        "{kept:?}"
+    );
+    assert_eq!(
+        st.claim_idempotency("ns2", claim("k3", &f, 3, T + 1, 3))
+            .await
+            .expect("c"),
+        Claimed::Mine
+    );
+    assert_eq!(
+        st.idempotency_records("ns", UnixMs(T + 1))
+            .await
+            .expect("n"),
+        3
+    );
+    // a released claim makes room
+    assert!(st.release_claim("ns", "k2", 2).await.expect("release"));
+    assert_eq!(
+        st.claim_idempotency("ns", claim("k3", &f, 3, T + 2, 3))
+            .await
+            .expect("c"),
+        Claimed::Mine
+    );
+    assert_eq!(
+        st.claim_idempotency("ns", claim("k4", &f, 4, T + 2, 3))
+            .await
+            .expect("c"),
+        Claimed::Full
+    );
+    // once they lapse (T + 60 s), new keys fit again, without waiting for a purge
+    let later = T + 60_002;
+    assert_eq!(
+        st.claim_idempotency("ns", claim("k5", &f, 5, later, 3))
+            .await
+            .expect("c"),
+        Claimed::Mine
+    );
+    assert_eq!(
+        st.idempotency_records("ns", UnixMs(later))
+            .await
+            .expect("n"),
+        1
+    );
+    // the purge deletes what lapsed (a store that expires records itself says 0)
+    let purged = st
+        .purge_idempotency(UnixMs(T + 200_000))
+        .await
+        .expect("purge");
+    assert!(purged <= 4, "{purged}");
+    assert_eq!(
+        st.idempotency_records("ns", UnixMs(T + 200_000))
+            .await
+            .expect("n"),
+        0
+    );
+    assert_eq!(
+        st.idempotency_records("ns2", UnixMs(T + 200_000))
+            .await
+            .expect("n"),
+        0
+    );
+    for i in 0..3 {
+        let key = format!("n{i}");
+        let c = st
+            .claim_idempotency("ns", claim(&key, &f, i, T + 200_000, 3))
+            .await
+            .expect("c");
+        assert_eq!(
+            c,
+            Claimed::Mine,
+            "{key}: the purged records no longer count"
+        );
+    }
+}

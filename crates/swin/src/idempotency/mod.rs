@@ -1,0 +1,276 @@
+//! Idempotent retries: a request sent again under the same idempotency key (a client
+//! that lost the answer) is answered with its first answer, on any node, and counts
+//! nothing more. What is kept, and where:
+//!
+//! - a record per (namespace, route key, idempotency key): the request's fingerprint
+//!   ([`Fingerprint`]: SHA-256 of its method, route and body bytes) and, once it
+//!   answered, its first [`Answer`] (status, the headers that matter, body), until the
+//!   namespace's `idempotency_ttl` lapses;
+//! - where the namespace keeps leases: its store (a claim is one atomic put-if-absent
+//!   there, see [`swin_sync::store::IdempotencyStore`]), or this node's memory for a
+//!   local-only namespace ([`LocalRecords`], a memory backend of the same interface);
+//! - at most `idempotency_max_keys` live records per namespace: a new key past them is
+//!   refused (503 `idempotency_full`), keys already recorded still answer.
+//!
+//! The flow (`Limiter::once`) is one for every kind of request; this module holds what
+//! it works with.
+
+mod book;
+mod local;
+
+use sha2::{Digest, Sha256};
+use swin_sync::store::Fingerprint;
+
+use crate::error::Error;
+
+pub use self::book::RecordBook;
+pub use self::local::{LocalRecords, RECORD_OVERHEAD_BYTES};
+
+/// The longest idempotency key.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
+
+/// The header that carries an idempotency key over HTTP.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+
+/// An idempotency key as a client sent it: 1 to 255 visible ASCII characters
+/// (`!` to `~`), or the error that says why not.
+pub fn check_idempotency_key(key: &[u8]) -> Result<&str, Error> {
+    let bad = |why: &str| {
+        Error::BadRequest(format!(
+            "{IDEMPOTENCY_KEY_HEADER}: {why} (1 to {MAX_IDEMPOTENCY_KEY_BYTES} visible ASCII characters)"
+        ))
+    };
+    if key.is_empty() {
+        return Err(bad("empty"));
+    }
+    if key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
+        return Err(bad(&format!("{} bytes long", key.len())));
+    }
+    if let Some(at) = key.iter().position(|b| !b.is_ascii_graphic()) {
+        return Err(bad(&format!("byte {at} is not a visible ASCII character")));
+    }
+    std::str::from_utf8(key).map_err(|_| bad("not ASCII"))
+}
+
+/// What a request retried under an idempotency key must ask again, and where its record
+/// is kept.
+#[derive(Debug, Clone)]
+pub struct Idempotent {
+    /// The namespace whose store (and settings) keep the record.
+    pub(crate) namespace: String,
+    /// The record's key in the namespace: the route key and the idempotency key.
+    pub(crate) record: String,
+    /// What the request asked.
+    pub(crate) fingerprint: Fingerprint,
+}
+
+impl Idempotent {
+    /// The request `method` `route` with `body`, sent under the idempotency key `key`;
+    /// its record is kept in `namespace`. `route` names what the request acts on (a door's
+    /// route with its key: `keys/user:42/hit`): the same idempotency key on another route
+    /// is another record.
+    pub fn new(
+        namespace: &str,
+        route: &str,
+        key: &[u8],
+        method: &str,
+        body: &[u8],
+    ) -> Result<Idempotent, Error> {
+        let key = check_idempotency_key(key)?;
+        let mut h = Sha256::new();
+        for part in [method.as_bytes(), route.as_bytes()] {
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part);
+        }
+        h.update(body);
+        Ok(Idempotent {
+            namespace: namespace.to_owned(),
+            record: format!("{}:{route}:{key}", route.len()),
+            fingerprint: Fingerprint(h.finalize().into()),
+        })
+    }
+
+    /// The namespace that keeps its record.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// What the request asked.
+    pub fn fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
+    }
+}
+
+/// A request's answer as a record keeps it: its status, the headers that matter (the
+/// caller picks them) and its body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, Vec<u8>)>,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Answer {
+    /// An answer of `status` with `headers` (name, value) and `body`.
+    pub fn new(status: u16, headers: Vec<(String, Vec<u8>)>, body: Vec<u8>) -> Answer {
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// Its status.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The headers kept, as (name, value).
+    pub fn headers(&self) -> &[(String, Vec<u8>)] {
+        &self.headers
+    }
+
+    /// Its body.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// Whether a retry gets it again: every answer but the node's or store's failures
+    /// (5xx), after which a retry runs the request again.
+    pub fn is_kept(&self) -> bool {
+        self.status < 500
+    }
+
+    /// The answer as a record holds it: status (2 bytes), header count (2), then each
+    /// header as name length (2), name, value length (4), value, then the body.
+    pub fn encode(&self) -> Vec<u8> {
+        let size: usize = self
+            .headers
+            .iter()
+            .map(|(n, v)| 6 + n.len() + v.len())
+            .sum();
+        let mut out = Vec::with_capacity(4 + size + self.body.len());
+        out.extend_from_slice(&self.status.to_be_bytes());
+        out.extend_from_slice(
+            &(self.headers.len().min(usize::from(u16::MAX)) as u16).to_be_bytes(),
+        );
+        for (name, value) in self.headers.iter().take(usize::from(u16::MAX)) {
+            out.extend_from_slice(&(name.len() as u16).to_be_bytes());
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(&(value.len() as u32).to_be_bytes());
+            out.extend_from_slice(value);
+        }
+        out.extend_from_slice(&self.body);
+        out
+    }
+
+    /// An answer read back from [`Answer::encode`]'s bytes; `None` when they are not one.
+    pub fn decode(bytes: &[u8]) -> Option<Answer> {
+        let mut r = Reader(bytes);
+        let status = u16::from_be_bytes(r.take(2)?.try_into().ok()?);
+        let count = u16::from_be_bytes(r.take(2)?.try_into().ok()?);
+        let mut headers = Vec::with_capacity(usize::from(count));
+        for _ in 0..count {
+            let n = u16::from_be_bytes(r.take(2)?.try_into().ok()?);
+            let name = std::str::from_utf8(r.take(usize::from(n))?)
+                .ok()?
+                .to_owned();
+            let v = u32::from_be_bytes(r.take(4)?.try_into().ok()?);
+            headers.push((name, r.take(usize::try_from(v).ok()?)?.to_vec()));
+        }
+        Some(Answer {
+            status,
+            headers,
+            body: r.0.to_vec(),
+        })
+    }
+}
+
+/// What is left of an encoded answer.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+}
+
+/// How an idempotent request was answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Once {
+    /// It ran now: its answer (kept for retries unless [`Answer::is_kept`] says no).
+    First(Answer),
+    /// It ran before: the first answer, again; nothing ran or counted now.
+    Again(Answer),
+}
+
+impl Once {
+    /// The answer, first or again.
+    pub fn answer(&self) -> &Answer {
+        match self {
+            Once::First(a) | Once::Again(a) => a,
+        }
+    }
+
+    /// Whether it is the first answer again.
+    pub fn replayed(&self) -> bool {
+        matches!(self, Once::Again(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_one_to_255_visible_ascii_characters() {
+        assert!(check_idempotency_key(b"a").is_ok());
+        assert!(check_idempotency_key(&[b'~'; 255]).is_ok());
+        for bad in [
+            &b""[..],
+            &[b'a'; 256],
+            b"a b",
+            b"a\tb",
+            b"caf\xc3\xa9",
+            b"\x7f",
+        ] {
+            let e = check_idempotency_key(bad).expect_err("refused");
+            assert!(e.to_string().starts_with("Idempotency-Key: "), "{e}");
+        }
+    }
+
+    #[test]
+    fn answers_round_trip_and_refuse_what_is_cut() {
+        let a = Answer::new(
+            429,
+            vec![("retry-after".into(), b"3".to_vec()), ("x".into(), vec![])],
+            b"{\"allowed\":false}".to_vec(),
+        );
+        let bytes = a.encode();
+        assert_eq!(Answer::decode(&bytes), Some(a.clone()));
+        assert_eq!(Answer::decode(&bytes[..7]), None);
+        let empty = Answer::new(200, vec![], vec![]);
+        assert_eq!(Answer::decode(&empty.encode()), Some(empty));
+    }
+
+    #[test]
+    fn fingerprints_tell_method_route_and_body_apart() {
+        let f = |m: &str, r: &str, b: &[u8]| {
+            *Idempotent::new("ns", r, b"k", m, b)
+                .expect("key")
+                .fingerprint()
+        };
+        let base = f("POST", "keys/a/hit", b"{}");
+        assert_eq!(base, f("POST", "keys/a/hit", b"{}"));
+        assert_ne!(base, f("PUT", "keys/a/hit", b"{}"));
+        assert_ne!(base, f("POST", "keys/b/hit", b"{}"));
+        assert_ne!(base, f("POST", "keys/a/hit", b"{ }"));
+        // the lengths keep a route's end and a body's start apart
+        assert_ne!(f("POST", "ab", b"c"), f("POST", "a", b"bc"));
+    }
+}

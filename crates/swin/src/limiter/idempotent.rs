@@ -1,0 +1,170 @@
+//! Idempotent retries (see [`crate::idempotency`]): [`Limiter::once`] runs any request
+//! at most once per idempotency key, whatever its kind, on any node:
+//!
+//! 1. the record is claimed in the namespace's store (one atomic put-if-absent): the
+//!    first claim runs the request; a claim that finds the first answer answers it again
+//!    (another fingerprint: [`Error::IdempotencyKeyReused`]); a claim that finds the
+//!    first request still running asks again until the answer time
+//!    (`answer_timeout`) is up, then answers [`Error::IdempotencyInProgress`];
+//! 2. the request runs to its end in a task of its own (a caller going away does not
+//!    leave a record claimed and a count made but no answer kept);
+//! 3. its answer is kept, unless it is a failure of the node or the store (5xx): then
+//!    the claim is released and a retry runs the request again.
+//!
+//! A claim whose holder never answers (its node stopped) holds the record for
+//! [`CLAIM_HOLD`]; a retry after that runs the request again.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use swin_core::UnixMs;
+use swin_sync::store::{Claim, Claimed, Record};
+
+use super::Limiter;
+use crate::error::Error;
+use crate::idempotency::{Answer, Idempotent, Once};
+use crate::state::Namespace;
+
+/// How long a claim holds its record without an answer.
+pub const CLAIM_HOLD: Duration = Duration::from_secs(30);
+
+/// A retry waiting for the first answer asks the store again this often.
+const ASK_EVERY: Duration = Duration::from_millis(20);
+
+/// How often a kept answer the store refused is tried again (until the claim's hold).
+const KEEP_EVERY: Duration = Duration::from_millis(500);
+
+impl Limiter {
+    /// Runs `request` once for `asked`'s idempotency key in its namespace, within the
+    /// namespace's `idempotency_ttl`: the first call runs it and answers
+    /// [`Once::First`]; a retry with the same fingerprint answers [`Once::Again`] with the
+    /// first answer, running and counting nothing. See the module's note for requests in
+    /// flight, failures and the cap (`idempotency_max_keys`: [`Error::IdempotencyFull`]).
+    pub async fn once<F>(&self, asked: Idempotent, request: F) -> Result<Once, Error>
+    where
+        F: Future<Output = Answer> + Send + 'static,
+    {
+        let ns = self.namespace(&asked.namespace)?;
+        // the claim, the request and the kept answer run to their end together
+        tokio::spawn(once_in(ns, asked, request))
+            .await
+            .map_err(|e| {
+                tracing::error!(cause = %e, "an idempotent request's task failed");
+                Error::Internal
+            })?
+    }
+}
+
+async fn once_in<F>(ns: Arc<Namespace>, asked: Idempotent, request: F) -> Result<Once, Error>
+where
+    F: Future<Output = Answer> + Send + 'static,
+{
+    let token: i64 = rand::random();
+    let wait_until = tokio::time::Instant::now() + ns.sync.answer_within();
+    loop {
+        let now = swin_sync::now();
+        let expires_at = after(now, ns.idempotency.ttl());
+        let claim = Claim {
+            key: &asked.record,
+            fingerprint: &asked.fingerprint,
+            token,
+            held_until: after(now, CLAIM_HOLD).min(expires_at),
+            expires_at,
+            now,
+            max_records: ns.idempotency.max_keys(),
+        };
+        match ns.records.claim(claim).await? {
+            Claimed::Mine => {
+                let answer = request.await;
+                keep(&ns, &asked.record, token, &answer).await;
+                return Ok(Once::First(answer));
+            }
+            Claimed::Found(r) if *r.fingerprint() != asked.fingerprint => {
+                return Err(Error::IdempotencyKeyReused(format!(
+                    "Idempotency-Key: {} was sent with another request (method, route or body) than the first one; a new request needs a new key",
+                    key_of(&asked.record)
+                )))
+            }
+            Claimed::Found(Record::Answered { answer, .. }) => {
+                return match Answer::decode(&answer) {
+                    Some(a) => Ok(Once::Again(a)),
+                    None => {
+                        tracing::error!(record = asked.record, "a kept answer does not read back");
+                        Err(Error::Internal)
+                    }
+                };
+            }
+            Claimed::Found(Record::InFlight { .. }) => {
+                if tokio::time::Instant::now() + ASK_EVERY > wait_until {
+                    return Err(Error::IdempotencyInProgress(format!(
+                        "Idempotency-Key: {}: the first request with it is still running; try again shortly",
+                        key_of(&asked.record)
+                    )));
+                }
+                tokio::time::sleep(ASK_EVERY).await;
+            }
+            Claimed::Full => {
+                return Err(Error::IdempotencyFull(format!(
+                    "namespace {:?} holds {} idempotency records (idempotency_max_keys); a new key is refused until some lapse",
+                    asked.namespace,
+                    ns.idempotency.max_keys()
+                )))
+            }
+        }
+    }
+}
+
+/// Keeps `answer` for retries (or releases the claim, for a failure of the node or the
+/// store); a store that refuses is asked again in the background while the claim holds.
+async fn keep(ns: &Arc<Namespace>, record: &str, token: i64, answer: &Answer) {
+    let bytes = answer.is_kept().then(|| answer.encode());
+    let done = ns
+        .records
+        .end(record, token, bytes.as_deref(), swin_sync::now())
+        .await;
+    match done {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(
+            record,
+            "an idempotent request outlived its claim: its answer is not kept"
+        ),
+        Err(_) => {
+            let until = tokio::time::Instant::now() + CLAIM_HOLD;
+            let (ns, record) = (ns.clone(), record.to_owned());
+            tokio::spawn(async move {
+                while tokio::time::Instant::now() < until {
+                    tokio::time::sleep(KEEP_EVERY).await;
+                    let now = swin_sync::now();
+                    if ns
+                        .records
+                        .end(&record, token, bytes.as_deref(), now)
+                        .await
+                        .is_ok()
+                    {
+                        return;
+                    }
+                }
+                tracing::warn!(
+                    record,
+                    "an idempotent answer could not be kept: a retry after its claim runs again"
+                );
+            });
+        }
+    }
+}
+
+fn after(now: UnixMs, d: Duration) -> UnixMs {
+    UnixMs(
+        now.0
+            .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+    )
+}
+
+/// The idempotency key of a record's key (`<len>:<route>:<key>`).
+fn key_of(record: &str) -> &str {
+    record
+        .split_once(':')
+        .and_then(|(len, rest)| rest.get(len.parse::<usize>().ok()? + 1..))
+        .unwrap_or(record)
+}
