@@ -48,6 +48,9 @@ pub struct Namespace {
     /// Where the namespace's leases and reservations are kept (its store, or this node
     /// for a local-only namespace), shared by the namespace's versions.
     pub(crate) leases: crate::leases::LeaseBook,
+    /// Where the namespace's reservations of a cost are recorded (its store, or this
+    /// node), shared the same way.
+    pub(crate) reservations: crate::leases::ReservationBook,
     /// Where the pipeline records its outcomes ([`Namespace::record_to`]); none: nowhere.
     recorder: std::sync::OnceLock<Arc<dyn crate::recorder::Recorder>>,
 }
@@ -139,6 +142,12 @@ impl Namespace {
     /// for a local-only namespace), shared by the namespace's versions.
     pub fn leases(&self) -> &crate::leases::LeaseBook {
         &self.leases
+    }
+
+    /// Where the namespace's reservations of a cost are recorded (its store, or this
+    /// node), shared the same way.
+    pub fn reservations(&self) -> &crate::leases::ReservationBook {
+        &self.reservations
     }
 }
 
@@ -237,6 +246,7 @@ impl Namespace {
         };
         let (sync, admission) = admission::for_namespace(sync, gcra, strict);
         let leases = crate::leases::LeaseBook::for_namespace(&sync, cfg.max_counters);
+        let reservations = crate::leases::ReservationBook::for_namespace(&sync, cfg.max_counters);
         Namespace {
             admission,
             sync,
@@ -252,6 +262,7 @@ impl Namespace {
             heaviest: Arc::default(),
             concurrency: cfg.concurrency,
             leases,
+            reservations,
             recorder: std::sync::OnceLock::new(),
         }
     }
@@ -335,6 +346,7 @@ impl Namespace {
             heaviest: self.heaviest.clone(),
             concurrency: cfg.concurrency,
             leases: self.leases.clone(),
+            reservations: self.reservations.clone(),
             recorder: self.recorder.clone(),
         }
     }

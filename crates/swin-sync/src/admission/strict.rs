@@ -101,6 +101,10 @@ impl Admission for Strict {
                 if let Some(a) = self.quota.dry_run(&self.sync, key, bounds, cost, now()) {
                     return a;
                 }
+            } else if spend == Spend::Always && past_any_quota(bounds, cost) {
+                // more than any quota could hold (a commit's overrun forced in as debt):
+                // counted as eventual admission counts, pushed by the next sync
+                return self.local.take(key, bounds, cost, spend).await;
             } else {
                 let now = now();
                 match self
@@ -134,5 +138,13 @@ impl Admission for Strict {
 
     fn waits_on_store(&self) -> bool {
         true
+    }
+}
+
+/// Whether `cost` is more than a hold or grant of `bounds` could ever take.
+fn past_any_quota(bounds: Bounds<'_>, cost: f64) -> bool {
+    match bounds {
+        Bounds::Windows(set) => set.iter().any(|l| cost > l.limit),
+        Bounds::Bucket(g) => cost > g.burst() as f64,
     }
 }

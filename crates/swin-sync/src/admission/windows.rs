@@ -314,6 +314,7 @@ impl Quota for Holds {
                 remaining: 0.0,
                 reset_after: Duration::from_millis(to_end as u64),
                 retry_after: Duration::from_secs(1),
+                debt: 0.0,
             },
             strictest: 0,
             reason: Some("store_unreachable"),

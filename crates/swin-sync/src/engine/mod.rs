@@ -19,6 +19,7 @@ mod pace;
 mod periodic;
 mod quota;
 mod reach;
+mod reservations;
 mod session;
 mod status;
 mod stopping;

@@ -49,6 +49,8 @@ pub(super) struct RawNamespace {
     pub(super) lease_ttl: Option<f64>,
     /// Every limit (and descriptor rule) decides and counts but never denies.
     pub(super) shadow: Option<bool>,
+    /// A commit above its estimate: `"debt"` (charged in full) or `"cap"`.
+    pub(super) overrun: Option<String>,
 }
 
 /// One `[[namespaces]]` entry, checked.
@@ -336,6 +338,7 @@ impl Parser<'_> {
             key_from: n.key_from.take(),
             overrides: std::mem::take(&mut n.overrides),
             shadow: if rules_only { None } else { n.shadow },
+            overrun: n.overrun.take(),
         };
         crate::policy::limits::validate(raw, sizes)
             .map_err(|(field, why)| self.err(&f(&field), why))
@@ -396,6 +399,7 @@ impl Parser<'_> {
             (n.count_denied.is_some(), "count_denied"),
             (n.key_from.is_some(), "key_from"),
             (n.shadow.is_some(), "shadow"),
+            (n.overrun.is_some(), "overrun"),
         ];
         if let Some((_, key)) = hits_only.iter().find(|(set, _)| *set) {
             return Err(self.err(

@@ -5,6 +5,7 @@
 
 mod leftovers;
 mod requests;
+mod reservations;
 mod stopping;
 mod stores;
 
@@ -253,10 +254,10 @@ impl Control {
                     let mut r = self.build(cfg);
                     // leases and reservations a node keeps itself (no store) are live
                     // across the rebuild: a new table would let a limit's worth more in
-                    Arc::get_mut(&mut r.namespace)
-                        .expect("built just now, shared with nobody")
-                        .leases
-                        .carry_from(&old.namespace.leases);
+                    let built =
+                        Arc::get_mut(&mut r.namespace).expect("built just now, shared with nobody");
+                    built.leases.carry_from(&old.namespace.leases);
+                    built.reservations.carry_from(&old.namespace.reservations);
                     retired.push(old);
                     rebuilt.push(cfg.name.clone());
                     next.insert(cfg.name.clone(), r);

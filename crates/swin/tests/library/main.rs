@@ -16,6 +16,7 @@ mod hits;
 mod leases;
 mod lifecycle;
 mod reservations;
+mod reservations_multi;
 mod runtime_limits;
 
 use std::ops::Deref;

@@ -17,14 +17,15 @@ pub(super) struct Scripts {
     pub(super) lease_acquire: Script,
     pub(super) lease_change: Script,
     pub(super) lease_release_slots: Script,
+    pub(super) reservation: Script,
     /// Their sources, in that order, to load them.
-    pub(super) sources: [&'static str; 11],
+    pub(super) sources: [&'static str; 12],
 }
 
 impl Scripts {
     /// The scripts, from their sources in the order of [`Scripts::sources`].
-    pub(super) fn new(sources: [&'static str; 11]) -> Scripts {
-        let [push, push_tats, reset, hold, grant, limit_put, limit_delete, limit_changes, lease_acquire, lease_change, lease_release_slots] =
+    pub(super) fn new(sources: [&'static str; 12]) -> Scripts {
+        let [push, push_tats, reset, hold, grant, limit_put, limit_delete, limit_changes, lease_acquire, lease_change, lease_release_slots, reservation] =
             sources.map(Script::new);
         Scripts {
             push,
@@ -38,6 +39,7 @@ impl Scripts {
             lease_acquire,
             lease_change,
             lease_release_slots,
+            reservation,
             sources,
         }
     }

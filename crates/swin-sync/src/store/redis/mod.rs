@@ -63,6 +63,7 @@ mod keys;
 mod leases;
 mod limits;
 mod quota;
+mod reservations;
 mod servers;
 
 use self::calls::{Call, Eval, Scripts};
@@ -178,6 +179,7 @@ impl RedisStore {
                 include_str!("lease_acquire.lua"),
                 include_str!("lease_change.lua"),
                 include_str!("lease_release_slots.lua"),
+                include_str!("reservation.lua"),
             ])),
         }
     }

@@ -21,6 +21,7 @@ use crate::StoreError;
 mod demands;
 mod leases;
 mod limits;
+mod reservations;
 mod tx;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
