@@ -86,9 +86,9 @@ impl Request for Reserve {
         Ok(match recorded {
             Ok(true) => Ok((id, expires_at)),
             failed => {
-                // nobody knows the id (a record the store wrote before failing lapses
-                // unused): the node takes the estimate back
-                tokio::spawn(undo(ns.clone(), self.keys.clone(), cost));
+                // nobody knows the id: the node takes the estimate back, and ends the
+                // record in case the store wrote it before failing
+                tokio::spawn(undo(ns.clone(), self.keys.clone(), cost, id, expires_at));
                 Err(failed.err().unwrap_or(Error::Internal))
             }
         })
@@ -128,9 +128,9 @@ impl Request for Reserve {
     }
 }
 
-/// Undoes a reserve that answered an error: the estimate goes back on every key, each
-/// retried until the store answers.
-async fn undo(ns: Arc<Namespace>, keys: Vec<String>, cost: f64) {
+/// Undoes a reserve that answered an error: the estimate goes back on every key, and
+/// the record (if the store wrote it) ends; each retried until the store answers.
+async fn undo(ns: Arc<Namespace>, keys: Vec<String>, cost: f64, id: String, lapse: UnixMs) {
     for key in keys {
         let deadline = tokio::time::Instant::now() + RETRY_FOR;
         loop {
@@ -151,6 +151,13 @@ async fn undo(ns: Arc<Namespace>, keys: Vec<String>, cost: f64) {
                 break;
             }
             tokio::time::sleep(RETRY_EVERY).await;
+        }
+    }
+    // the record, until it would have lapsed anyway
+    while swin_sync::now() < lapse {
+        match ns.reservations.take(&id, swin_sync::now()).await {
+            Ok(_) => return,
+            Err(_) => tokio::time::sleep(RETRY_EVERY).await,
         }
     }
 }
