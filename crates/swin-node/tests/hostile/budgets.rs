@@ -92,7 +92,11 @@ async fn a_commit_raced_on_two_nodes_settles_once(store: TestStore) {
     // read from the store itself (a node's view of keys the other node changed lags)
     let totals = store.totals("big").await;
     for key in ["tenant", "user"] {
-        assert_eq!(totals.get(key).copied(), Some(expected), "{key}: {totals:?}");
+        assert_eq!(
+            totals.get(key).copied(),
+            Some(expected),
+            "{key}: {totals:?}"
+        );
     }
 }
 

@@ -15,6 +15,7 @@ mod leases;
 mod limits;
 mod pushes;
 mod redis_only;
+mod reservations;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +26,7 @@ use engines::*;
 use leases::*;
 use limits::*;
 use pushes::*;
+use reservations::*;
 use swin_core::{
     Advance, CompactString, CounterOptions, Diff, Gcra, NamespaceCounters, Total, UnixMs,
     WindowSize,
@@ -168,5 +170,9 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     leases_lapse_and_renew_only_while_live,
     slots_released_by_prefix_end_the_earliest_first,
     leases_in_flight_count_the_live_slots_of_one_namespace,
-    demands_are_shared_replaced_and_lapse
+    demands_are_shared_replaced_and_lapse,
+    a_reservation_is_taken_exactly_once_under_racing_commits,
+    an_extend_raises_an_open_reservation_only,
+    a_reservation_change_past_its_deadline_changes_nothing,
+    open_reservations_are_counted_per_namespace,
 ]);
