@@ -86,3 +86,48 @@ pub fn keys_from(text: &str) -> Result<Vec<String>, crate::StoreError> {
 
 /// How many lapsed records one opening deletes at most.
 pub const PURGE_AT_ONCE: i64 = 64;
+
+/// The statements both SQL stores run, written in PostgreSQL's placeholders (`$n`;
+/// SQLite's `?n` are these with `$` replaced: [`sqlite_text`]). The purge of lapsed
+/// rows is each store's own.
+pub(crate) mod sql {
+    pub const COUNT: &str =
+        "SELECT count(*) FROM swin_cost_reservations WHERE namespace = $1 AND expires_at > $2";
+    /// Written unless a live record holds the id.
+    pub const OPEN: &str =
+        "INSERT INTO swin_cost_reservations (namespace, id, keys, total, expires_at)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (namespace, id) DO UPDATE
+         SET keys = excluded.keys, total = excluded.total, expires_at = excluded.expires_at
+         WHERE swin_cost_reservations.expires_at <= $6";
+    pub const EXTEND: &str = "UPDATE swin_cost_reservations SET total = total + $3
+         WHERE namespace = $1 AND id = $2 AND expires_at > $4
+         RETURNING keys, total, expires_at";
+    pub const TAKE: &str = "DELETE FROM swin_cost_reservations
+         WHERE namespace = $1 AND id = $2 AND expires_at > $3
+         RETURNING keys, total, expires_at";
+    pub const READ: &str = "SELECT keys, total, expires_at FROM swin_cost_reservations
+         WHERE namespace = $1 AND id = $2 AND expires_at > $3";
+
+    /// A statement above in SQLite's placeholders.
+    pub fn sqlite_text(postgres: &str) -> String {
+        postgres.replace('$', "?")
+    }
+}
+
+/// A record as the SQL stores return it: keys (text), total, lapse.
+pub(crate) type RecordRow = (String, f64, i64);
+
+/// A SQL store's row as a record.
+pub(crate) fn record(
+    row: Option<RecordRow>,
+) -> Result<Option<ReservationRecord>, crate::StoreError> {
+    row.map(|(keys, total, expires_at)| {
+        Ok(ReservationRecord {
+            keys: keys_from(&keys)?,
+            total,
+            expires_at: UnixMs(expires_at),
+        })
+    })
+    .transpose()
+}

@@ -6,33 +6,19 @@ use swin_core::UnixMs;
 
 use super::{commit_by, err, PostgresStore};
 use crate::store::reservations::{
-    keys_from, keys_text, OpenReservation, ReservationRecord, ReservationStore, PURGE_AT_ONCE,
+    keys_text, record, sql, OpenReservation, RecordRow, ReservationRecord, ReservationStore,
+    PURGE_AT_ONCE,
 };
 use crate::StoreError;
 
-type Row = (String, f64, i64);
-
-fn record(row: Option<Row>) -> Result<Option<ReservationRecord>, StoreError> {
-    row.map(|(keys, total, expires_at)| {
-        Ok(ReservationRecord {
-            keys: keys_from(&keys)?,
-            total,
-            expires_at: UnixMs(expires_at),
-        })
-    })
-    .transpose()
-}
-
 impl ReservationStore for PostgresStore {
     async fn open_reservations(&self, namespace: &str, now: UnixMs) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM swin_cost_reservations WHERE namespace = $1 AND expires_at > $2",
-        )
-        .bind(namespace)
-        .bind(now.0)
-        .fetch_one(self.pool())
-        .await
-        .map_err(err)?;
+        let n: i64 = sqlx::query_scalar(sql::COUNT)
+            .bind(namespace)
+            .bind(now.0)
+            .fetch_one(self.pool())
+            .await
+            .map_err(err)?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
@@ -54,23 +40,17 @@ impl ReservationStore for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(err)?;
-        let written = sqlx::query(
-            "INSERT INTO swin_cost_reservations (namespace, id, keys, total, expires_at)
-             VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (namespace, id) DO UPDATE
-             SET keys = EXCLUDED.keys, total = EXCLUDED.total, expires_at = EXCLUDED.expires_at
-             WHERE swin_cost_reservations.expires_at <= $6",
-        )
-        .bind(namespace)
-        .bind(o.id)
-        .bind(keys_text(o.keys))
-        .bind(o.total)
-        .bind(o.expires_at.0)
-        .bind(o.now.0)
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?
-        .rows_affected();
+        let written = sqlx::query(sql::OPEN)
+            .bind(namespace)
+            .bind(o.id)
+            .bind(keys_text(o.keys))
+            .bind(o.total)
+            .bind(o.expires_at.0)
+            .bind(o.now.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?
+            .rows_affected();
         tx.commit().await.map_err(err)?;
         Ok(written > 0)
     }
@@ -84,18 +64,14 @@ impl ReservationStore for PostgresStore {
         not_after: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
         let mut tx = self.pool().begin().await.map_err(err)?;
-        let row: Option<Row> = sqlx::query_as(
-            "UPDATE swin_cost_reservations SET total = total + $3
-             WHERE namespace = $1 AND id = $2 AND expires_at > $4
-             RETURNING keys, total, expires_at",
-        )
-        .bind(namespace)
-        .bind(id)
-        .bind(more)
-        .bind(now.0)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(err)?;
+        let row: Option<RecordRow> = sqlx::query_as(sql::EXTEND)
+            .bind(namespace)
+            .bind(id)
+            .bind(more)
+            .bind(now.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(err)?;
         commit_by(tx, not_after).await?;
         record(row)
     }
@@ -108,17 +84,13 @@ impl ReservationStore for PostgresStore {
         not_after: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
         let mut tx = self.pool().begin().await.map_err(err)?;
-        let row: Option<Row> = sqlx::query_as(
-            "DELETE FROM swin_cost_reservations
-             WHERE namespace = $1 AND id = $2 AND expires_at > $3
-             RETURNING keys, total, expires_at",
-        )
-        .bind(namespace)
-        .bind(id)
-        .bind(now.0)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(err)?;
+        let row: Option<RecordRow> = sqlx::query_as(sql::TAKE)
+            .bind(namespace)
+            .bind(id)
+            .bind(now.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(err)?;
         commit_by(tx, not_after).await?;
         record(row)
     }
@@ -129,16 +101,13 @@ impl ReservationStore for PostgresStore {
         id: &str,
         now: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
-        let row: Option<Row> = sqlx::query_as(
-            "SELECT keys, total, expires_at FROM swin_cost_reservations
-             WHERE namespace = $1 AND id = $2 AND expires_at > $3",
-        )
-        .bind(namespace)
-        .bind(id)
-        .bind(now.0)
-        .fetch_optional(self.pool())
-        .await
-        .map_err(err)?;
+        let row: Option<RecordRow> = sqlx::query_as(sql::READ)
+            .bind(namespace)
+            .bind(id)
+            .bind(now.0)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(err)?;
         record(row)
     }
 }

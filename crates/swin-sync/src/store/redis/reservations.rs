@@ -63,21 +63,26 @@ impl RedisStore {
     }
 }
 
+/// A record from its three fields as the hash holds them.
+fn parsed(keys: &str, total: &str, lapse: &str) -> Result<ReservationRecord, StoreError> {
+    let bad = |what: &str| StoreError::Protocol(format!("a reservation's {what} is not a number"));
+    Ok(ReservationRecord {
+        keys: keys_from(keys)?,
+        total: total.parse().map_err(|_| bad("total"))?,
+        expires_at: UnixMs(lapse.parse().map_err(|_| bad("lapse"))?),
+    })
+}
+
 /// A record the script answered (`{}`: none; -1: past the deadline).
 fn record(v: Value) -> Result<Option<ReservationRecord>, StoreError> {
     if let Value::Int(-1) = v {
         return Err(StoreError::TooLate);
     }
     let fields: Vec<String> = redis::from_owned_redis_value(v)?;
-    let [keys, total, lapse] = &fields[..] else {
-        return Ok(None);
-    };
-    let bad = |what: &str| StoreError::Protocol(format!("a reservation's {what} is not a number"));
-    Ok(Some(ReservationRecord {
-        keys: keys_from(keys)?,
-        total: total.parse().map_err(|_| bad("total"))?,
-        expires_at: UnixMs(lapse.parse().map_err(|_| bad("lapse"))?),
-    }))
+    match &fields[..] {
+        [keys, total, lapse] => Ok(Some(parsed(keys, total, lapse)?)),
+        _ => Ok(None),
+    }
 }
 
 impl ReservationStore for RedisStore {
@@ -155,18 +160,7 @@ impl ReservationStore for RedisStore {
         let [Some(keys), Some(total), Some(lapse)] = &v[..] else {
             return Ok(None);
         };
-        let lapse: i64 = lapse
-            .parse()
-            .map_err(|_| StoreError::Protocol("a reservation's lapse is not a number".into()))?;
-        if lapse <= now.0 {
-            return Ok(None);
-        }
-        Ok(Some(ReservationRecord {
-            keys: keys_from(keys)?,
-            total: total.parse().map_err(|_| {
-                StoreError::Protocol("a reservation's total is not a number".into())
-            })?,
-            expires_at: UnixMs(lapse),
-        }))
+        let r = parsed(keys, total, lapse)?;
+        Ok((r.expires_at > now).then_some(r))
     }
 }

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use swin_core::UnixMs;
 
-use super::{not_open, strictest, Reserved};
+use super::{hits, not_open, strictest, verdicts, Reserved};
 use crate::error::Error;
-use crate::pipeline::{Asked, Plan, Ran, Request, Take, Taken};
+use crate::pipeline::{Plan, Ran, Request};
 use crate::state::Namespace;
 
 /// Spends `more` on each of the reservation's `keys` as a hit would and, when every one
@@ -36,18 +36,7 @@ impl Request for Extend {
 
     fn plan(&self) -> Result<Plan<'_>, Error> {
         let ns = &*self.ns;
-        let asks = self
-            .keys
-            .iter()
-            .map(|key| {
-                Ok(Asked::Hit(Take::of_key(
-                    ns,
-                    ns.sync.name(),
-                    key,
-                    self.more,
-                )?))
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
+        let asks = hits(ns, &self.keys, self.more)?;
         let mut plan = Plan::of(asks);
         if self.keys.len() > 1 {
             plan.label = Some("keys");
@@ -80,13 +69,7 @@ impl Request for Extend {
     fn answer(&self, _: Plan<'_>, ran: Ran<Self::Acted>) -> Result<Reserved, Error> {
         let recorder = self.ns.recorder();
         let name = self.ns.sync.name();
-        let mut verdicts = Vec::with_capacity(self.keys.len());
-        for (key, taken) in self.keys.iter().zip(ran.taken) {
-            match taken {
-                Some(Taken::Hit(v)) => verdicts.push((key.clone(), v)),
-                _ => return Err(Error::Internal),
-            }
-        }
+        let verdicts = verdicts(&self.keys, ran.taken)?;
         let (reservation, total) = match ran.acted {
             Some((total, at)) => {
                 recorder.reservation(name, "extended");

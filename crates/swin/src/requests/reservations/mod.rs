@@ -259,6 +259,35 @@ fn lapse(now: UnixMs, ttl: Duration) -> UnixMs {
     UnixMs(now.0.saturating_add(ttl.as_millis() as i64))
 }
 
+/// A hit of `cost` on each of `keys`, as the asks of a reserve or an extend (the keys
+/// checked before: what is left to fail is the namespace or the cost).
+fn hits<'r>(
+    ns: &'r crate::state::Namespace,
+    keys: &'r [String],
+    cost: f64,
+) -> Result<Vec<crate::pipeline::Asked<'r>>, Error> {
+    keys.iter()
+        .map(|key| {
+            let t = crate::pipeline::Take::of_key(ns, ns.sync.name(), key, cost)?;
+            Ok(crate::pipeline::Asked::Hit(t))
+        })
+        .collect()
+}
+
+/// Each key's verdict, from what the asks [`hits`] made took.
+fn verdicts(
+    keys: &[String],
+    taken: Vec<Option<crate::pipeline::Taken>>,
+) -> Result<Vec<(String, Verdict)>, Error> {
+    keys.iter()
+        .zip(taken)
+        .map(|(key, taken)| match taken {
+            Some(crate::pipeline::Taken::Hit(v)) => Ok((key.clone(), v)),
+            _ => Err(Error::Internal),
+        })
+        .collect()
+}
+
 /// The strictest of `verdicts` (a denied one first), or an internal error for none.
 fn strictest(verdicts: &[(String, Verdict)]) -> Result<Verdict, Error> {
     swin_core::Decision::strictest(verdicts, |(_, v)| &v.decision)

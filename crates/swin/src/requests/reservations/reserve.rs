@@ -6,9 +6,11 @@ use std::sync::Arc;
 use swin_core::UnixMs;
 use swin_sync::store::OpenReservation;
 
-use super::{lapse, new_id, reservation_ttl, strictest, Reserved, RETRY_EVERY, RETRY_FOR};
+use super::{
+    hits, lapse, new_id, reservation_ttl, strictest, verdicts, Reserved, RETRY_EVERY, RETRY_FOR,
+};
 use crate::error::Error;
-use crate::pipeline::{Asked, Plan, Ran, Request, Take, Taken};
+use crate::pipeline::{Plan, Ran, Request, Take};
 use crate::state::Namespace;
 
 /// Spends `cost` on each of `keys` as a hit would and, when every one is allowed,
@@ -41,19 +43,7 @@ impl Request for Reserve {
         if self.several {
             super::check_keys(&self.keys)?;
         }
-        // (the keys checked above: what is left to fail is the namespace or the cost)
-        let asks = self
-            .keys
-            .iter()
-            .map(|key| {
-                Ok(Asked::Hit(Take::of_key(
-                    ns,
-                    ns.sync.name(),
-                    key,
-                    self.cost,
-                )?))
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
+        let asks = hits(ns, &self.keys, self.cost)?;
         let mut plan = Plan::of(asks);
         if self.several {
             plan.label = Some("keys");
@@ -97,13 +87,7 @@ impl Request for Reserve {
     fn answer(&self, _: Plan<'_>, ran: Ran<Self::Acted>) -> Result<Reserved, Error> {
         let recorder = self.ns.recorder();
         let name = self.ns.sync.name();
-        let mut verdicts = Vec::with_capacity(self.keys.len());
-        for (key, taken) in self.keys.iter().zip(ran.taken) {
-            match taken {
-                Some(Taken::Hit(v)) => verdicts.push((key.clone(), v)),
-                _ => return Err(Error::Internal),
-            }
-        }
+        let verdicts = verdicts(&self.keys, ran.taken)?;
         let reservation = match ran.acted {
             Some(acted) => Some(acted?),
             None => None,
