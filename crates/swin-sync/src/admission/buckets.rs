@@ -178,6 +178,12 @@ impl Quota for Grants {
         })
     }
 
+    fn use_up(&self, key: &str, bounds: Bounds<'_>, cost: f64, now: UnixMs) -> Option<Vec<f64>> {
+        let g = bucket(bounds).ok()?;
+        let units = g.forced_units(cost).ok()?;
+        Some(vec![Grants::use_up(self, key, units, now) as f64])
+    }
+
     fn unreachable(&self, bounds: Bounds<'_>, _now: UnixMs) -> Result<Admitted, AdmitError> {
         Ok(Admitted {
             decision: Decision {

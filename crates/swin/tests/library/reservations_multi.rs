@@ -16,6 +16,7 @@ swin_testkit::for_stores!([postgres, sqlite, redis] [
     an_extend_of_a_reservation_not_open_counts_nothing,
     another_limiter_extends_and_commits_a_reservation_of_several_keys,
     bad_reservations_of_several_keys_are_refused_naming_the_field,
+    strict_admission_charges_a_debt_past_any_hold,
 ]);
 
 /// A namespace of 10 hits an hour on its keys, with `key` allowed 100.
@@ -311,4 +312,46 @@ async fn bad_reservations_of_several_keys_are_refused_naming_the_field(store: &T
     assert_eq!(stored(store, "api", "a").await, 0.0);
     assert_eq!(stored(store, "api", "b").await, 0.0);
     limiter.stop().await.expect("stop");
+}
+
+/// Strict admission (windows, then a GCRA bucket): a debt larger than any hold or grant
+/// is counted as eventual admission counts and pushed; the key is denied after it and
+/// the store holds every unit once the limiter stops.
+async fn strict_admission_charges_a_debt_past_any_hold(store: &TestStore) {
+    let windows = "[[namespaces]]\nname = \"w\"\nstore = \"main\"\nsync_rate = 1\n\
+                   window_sizes = [3600]\nlimits = [{ window_size = 3600, limit = 10 }]\n\
+                   admission = \"strict\"\n";
+    let limiter = start(store, windows).await;
+    let r = limiter.reserve("w", "k", 4.0, None).await.expect("reserve");
+    assert!(r.verdict().allowed(), "{r:?}");
+    let s = limiter
+        .commit("w", "k", &id(&r), 40.0)
+        .await
+        .expect("commit");
+    assert_eq!((s.charged(), s.uncharged()), (36.0, 0.0), "{s:?}");
+    assert!(!limiter.hit("w", "k", 1.0).await.expect("hit").allowed());
+    limiter.stop().await.expect("stop");
+    assert_eq!(stored(store, "w", "k").await, 40.0);
+
+    let bucket = "[[namespaces]]\nname = \"g\"\nstore = \"main\"\nsync_rate = 1\n\
+                  algorithm = \"gcra\"\ngcra = { burst = 10, count = 10, period = \"1h\" }\n\
+                  admission = \"strict\"\n";
+    let limiter = start(store, bucket).await;
+    let r = limiter.reserve("g", "k", 2.0, None).await.expect("reserve");
+    assert!(r.verdict().allowed(), "{r:?}");
+    let s = limiter
+        .commit("g", "k", &id(&r), 30.0)
+        .await
+        .expect("commit");
+    assert_eq!((s.charged(), s.uncharged()), (28.0, 0.0), "{s:?}");
+    let v = limiter.hit("g", "k", 1.0).await.expect("hit");
+    assert!(
+        !v.allowed(),
+        "units granted before the debt pass no more: {v:?}"
+    );
+    limiter.stop().await.expect("stop");
+    let other = start(store, bucket).await;
+    let v = other.hit("g", "k", 1.0).await.expect("hit");
+    assert!(!v.allowed(), "the store holds the debt: {v:?}");
+    other.stop().await.expect("stop");
 }
