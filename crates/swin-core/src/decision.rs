@@ -38,6 +38,10 @@ pub struct Decision {
     pub reset_after: Duration,
     /// Until the same hit would be allowed; zero when it was.
     pub retry_after: Duration,
+    /// How far the key's counts are past the limit (after this hit when it was
+    /// allowed or forced in), 0 within it: a commit charged beyond the limit (overrun
+    /// as debt) leaves the key here until its windows or bucket bring it back under.
+    pub debt: f64,
 }
 
 impl Decision {
@@ -72,6 +76,7 @@ mod tests {
             remaining,
             reset_after: Duration::from_secs(60),
             retry_after: Duration::from_secs(retry_secs),
+            debt: 0.0,
         }
     }
 

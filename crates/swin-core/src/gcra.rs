@@ -91,6 +91,29 @@ impl Gcra {
         }
     }
 
+    /// A cost in whole units a spend decides: 0 up to 2^53. One past the burst never
+    /// passes (denied, as a window's cost past its limit is) but can be forced in: a
+    /// commit's overrun charged as debt.
+    fn check_spend(&self, cost: i64) -> Result<(), CoreError> {
+        if !(0..crate::MAX_COUNT as i64).contains(&cost) {
+            return Err(self.invalid_cost(cost as f64));
+        }
+        Ok(())
+    }
+
+    /// A cost as whole units to force into the bucket (overrun as debt): any whole
+    /// number from 0 up to 2^53, the burst no bound.
+    pub fn forced_units(&self, cost: f64) -> Result<i64, CoreError> {
+        if !(cost.is_finite() && cost.fract() == 0.0 && (0.0..crate::MAX_COUNT).contains(&cost)) {
+            return Err(CoreError::InvalidCost {
+                cost,
+                max: crate::MAX_COUNT,
+                what: "a whole number",
+            });
+        }
+        Ok(cost as i64)
+    }
+
     /// A request's cost as whole units this bucket can spend: 0 to the burst.
     pub fn units(&self, cost: f64) -> Result<i64, CoreError> {
         if !(cost.is_finite() && cost.fract() == 0.0 && cost >= 0.0 && cost <= self.burst as f64) {
@@ -100,7 +123,10 @@ impl Gcra {
     }
 
     fn decision(&self, allowed: bool, remaining: i64, retry_ns: i64, reset_ns: i64) -> Decision {
+        // the TAT past now + the burst offset: units spent beyond the burst
+        let past = reset_ns.saturating_sub(self.emission_ns.saturating_mul(self.burst));
         Decision {
+            debt: past.max(0) as f64 / self.emission_ns as f64,
             allowed,
             limit: self.burst as f64,
             remaining: remaining.max(0) as f64,
@@ -114,13 +140,17 @@ impl Gcra {
     }
 
     /// Spends `cost` at `now_ns` from a bucket whose TAT is `tat_ns` (`None`: never used).
+    /// Any cost from 0 up to 2^53 is decided; one past the burst is always denied (the
+    /// caller checks a hit's cost against the burst first: [`Self::units`]). A bucket
+    /// whose TAT is past `now` + the burst offset (a debt) denies every spend until the
+    /// time has caught up.
     pub fn spend(
         &self,
         tat_ns: Option<i64>,
         now_ns: i64,
         cost: i64,
     ) -> Result<GcraOutcome, CoreError> {
-        self.check_cost(cost)?;
+        self.check_spend(cost)?;
         let tat = tat_ns.unwrap_or(now_ns).max(now_ns);
         let ei = self.emission_ns;
         let burst_offset = ei.saturating_mul(self.burst);
@@ -337,16 +367,55 @@ mod tests {
     fn costs_and_limits_are_validated() {
         let l = limit();
         assert!(matches!(
-            l.spend(None, 0, 11),
+            l.units(11.0),
             Err(CoreError::InvalidCost {
                 cost: 11.0,
                 max: 10.0,
                 ..
             })
         ));
+        // a spend decides a cost past the burst (a forced overrun needs it): denied
+        let d = l.spend(None, 0, 11).expect("decided");
+        assert!(!d.decision.allowed);
+        assert_eq!(d.new_tat, 0);
         assert!(l.spend(None, 0, -1).is_err());
+        assert!(l.spend(None, 0, 1 << 53).is_err());
+        assert!(l.forced_units(11.0).is_ok());
+        assert!(l.forced_units(1.5).is_err());
         assert!(Gcra::new(0, 1, Duration::from_secs(1)).is_err());
         assert!(Gcra::new(1, 0, Duration::from_secs(1)).is_err());
         assert!(Gcra::new(1, 10, Duration::from_nanos(5)).is_err());
+    }
+
+    /// A TAT forced past now + the burst offset (a commit's overrun as debt): every
+    /// spend is denied until the time has caught up, its wait exact, and the debt is the
+    /// units past the burst.
+    #[test]
+    fn a_bucket_in_debt_denies_until_the_time_has_caught_up() {
+        let l = limit(); // 10 at once, 1 a second
+        let now = 1_700_000_000 * S;
+        // 25 forced in at once: 15 past the burst
+        let forced = now + 25 * S;
+        let d = l.spend(Some(forced), now, 0).expect("decided");
+        assert!(
+            !d.decision.allowed,
+            "a bucket in debt admits nothing, not even 0"
+        );
+        assert_eq!(d.decision.debt, 15.0);
+        assert_eq!(d.decision.remaining, 0.0);
+        let d = l.spend(Some(forced), now, 1).expect("decided");
+        assert!(!d.decision.allowed);
+        // the TAT must come back to now + 10 - 1: 16 s
+        assert_eq!(d.decision.retry_after, secs(16));
+        assert_eq!(d.new_tat, forced, "a denied spend leaves the TAT");
+        let later = now + 16 * S;
+        let d = l.spend(Some(forced), later - 1, 1).expect("decided");
+        assert!(!d.decision.allowed, "one nanosecond early");
+        let d = l.spend(Some(forced), later, 1).expect("decided");
+        assert!(d.decision.allowed);
+        assert_eq!(d.decision.debt, 0.0);
+        // within the burst: no debt
+        let d = l.spend(None, now, 10).expect("decided");
+        assert_eq!(d.decision.debt, 0.0);
     }
 }

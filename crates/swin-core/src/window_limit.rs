@@ -108,6 +108,7 @@ impl WindowLimit {
                 remaining: (self.limit - rate).max(0.0).floor(),
                 reset_after: ms(until),
                 retry_after: ms(until),
+                debt: (rate - self.limit).max(0.0),
             });
         }
         match self.algorithm {
@@ -124,6 +125,7 @@ impl WindowLimit {
                         Duration::ZERO
                     },
                     retry_after: if allowed { Duration::ZERO } else { ms(to_end) },
+                    debt: (used - self.limit).max(0.0),
                 })
             }
             WindowAlgorithm::Sliding => {
@@ -150,6 +152,7 @@ impl WindowLimit {
                     remaining: (self.limit - used).max(0.0).floor(),
                     reset_after,
                     retry_after,
+                    debt: (used - self.limit).max(0.0),
                 })
             }
         }
@@ -285,5 +288,65 @@ mod tests {
         let d = half.decide(0.0, 0.0, UnixMs(T0), 1.0).expect("decided");
         assert!(!d.allowed);
         assert_eq!(d.remaining, 0.0);
+    }
+
+    /// A count past the limit (a commit's overrun charged as debt): every hit is denied,
+    /// with the exact wait until the windows bring the key back under, and the debt is
+    /// how far past the limit the count is.
+    #[test]
+    fn a_count_past_the_limit_denies_until_the_windows_bring_it_back_under() {
+        // sliding: 10 a minute, 25 counted 50 s in
+        let l = lim(60, 10.0, WindowAlgorithm::Sliding);
+        let now = UnixMs(T0 + 50_000);
+        let d = l.decide(25.0, 0.0, now, 0.0).expect("decided");
+        assert!(!d.allowed, "past the limit: not even a hit of 0 passes");
+        assert_eq!((d.debt, d.remaining), (15.0, 0.0));
+        let d = l.decide(25.0, 0.0, now, 1.0).expect("decided");
+        assert!(!d.allowed);
+        // next window: 25·(60−t)/60 + 1 ≤ 10 ⇔ t ≥ 38.4 s; 10 s to its start + 38.4 s
+        assert_eq!(d.retry_after, Duration::from_millis(48_400));
+        let at = T0 + 60_000 + 38_400;
+        assert!(
+            !l.decide(0.0, 25.0, UnixMs(at - 1), 1.0)
+                .expect("decided")
+                .allowed
+        );
+        let d = l.decide(0.0, 25.0, UnixMs(at), 1.0).expect("decided");
+        assert!(d.allowed);
+        assert_eq!(d.debt, 0.0);
+        // the previous window past the limit alone: the weight falls within this one
+        let d = l.decide(0.0, 40.0, UnixMs(T0), 1.0).expect("decided");
+        assert!(!d.allowed);
+        assert_eq!(d.debt, 30.0);
+        // 40·(60−t)/60 + 1 ≤ 10 ⇔ t ≥ 46.5 s
+        assert_eq!(d.retry_after, Duration::from_millis(46_500));
+        assert!(
+            l.decide(0.0, 40.0, UnixMs(T0 + 46_500), 1.0)
+                .expect("decided")
+                .allowed
+        );
+        // a cost of the whole limit waits until nothing counted now weighs
+        let d = l.decide(25.0, 0.0, now, 10.0).expect("decided");
+        assert_eq!(d.retry_after, Duration::from_secs(70));
+        assert!(
+            l.decide(0.0, 0.0, UnixMs(T0 + 120_000), 10.0)
+                .expect("decided")
+                .allowed
+        );
+
+        // fixed: denied until the window ends, whatever the debt
+        let l = lim(60, 10.0, WindowAlgorithm::Fixed);
+        let d = l.decide(25.0, 0.0, now, 1.0).expect("decided");
+        assert!(!d.allowed);
+        assert_eq!((d.debt, d.retry_after), (15.0, Duration::from_secs(10)));
+        assert!(
+            l.decide(0.0, 25.0, UnixMs(T0 + 60_000), 1.0)
+                .expect("decided")
+                .allowed
+        );
+        // an allowed hit leaves no debt; one that fills the limit exactly neither
+        let d = l.decide(9.0, 0.0, now, 1.0).expect("decided");
+        assert!(d.allowed);
+        assert_eq!(d.debt, 0.0);
     }
 }

@@ -3,8 +3,9 @@
 //! often lost (the client gives up after a moment and commits again, on a third node);
 //! each reservation is settled exactly once, so the key's count is exactly the sum of
 //! the actual costs. A reservation left to lapse stays at its estimate; a commit past
-//! what the limit leaves charges only the room. A periodic (200 ms) and a synchronous
-//! namespace.
+//! what the limit leaves charges only the room under `overrun = "cap"`, all of it as
+//! debt by default; a reservation over several keys is extended on one node and
+//! committed on another. A periodic (200 ms) and a synchronous namespace.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -34,8 +35,9 @@ limits = [{{ window_size = 86400, limit = {limit} }}]
         store.section(),
         ns("tokens", "0.2", 1_000_000),
         ns("now", "0", 1_000_000),
-        ns("small", "0", 10),
-    ) + "
+        ns("small", "0", 10) + "overrun = \"cap\"\n",
+    ) + &ns("owed", "0", 10)
+        + "
 [[namespaces]]
 name = \"trial\"
 window_sizes = [86400]
@@ -330,7 +332,95 @@ async fn reservations_across_nodes(store: TestStore) {
     )
     .await;
     assert_eq!((s, &v["shadow_denied"]), (200, &true.into()), "{kind}: {v}");
+    debt_and_several_keys(&bases, kind).await;
     drop(nodes);
+}
+
+/// Overrun as debt across nodes, and a reservation over several keys reserved on one
+/// node, extended on another, committed on the third: exact counts in the store.
+async fn debt_and_several_keys(bases: &[String], kind: impl std::fmt::Display) {
+    let (a, b, cc) = (&bases[0], &bases[1], &bases[2]);
+    let c = reqwest::Client::new();
+    let ns_post = |base: &str, op: &str, body: serde_json::Value| {
+        let url = format!("{base}/v1/namespaces/owed/{op}");
+        let c = c.clone();
+        async move {
+            let r = c.post(&url).json(&body).send().await.expect("send");
+            let status = r.status().as_u16();
+            let retry = r
+                .headers()
+                .get("retry-after")
+                .map(|h| h.to_str().unwrap_or("").to_owned());
+            let v: serde_json::Value = r.json().await.expect("json");
+            (status, v, retry)
+        }
+    };
+    let (s, v, _) = ns_post(
+        a,
+        "reserve",
+        serde_json::json!({"keys": ["tenant", "user"], "cost": 4}),
+    )
+    .await;
+    assert_eq!(s, 200, "{kind}: {v}");
+    assert_eq!(v["keys"].as_array().map(Vec::len), Some(2), "{v}");
+    let id = v["reservation"].as_str().expect("reservation").to_owned();
+    let (s, v, _) = ns_post(
+        b,
+        "extend",
+        serde_json::json!({"reservation": id, "cost": 3}),
+    )
+    .await;
+    assert_eq!((s, &v["total"]), (200, &7.0.into()), "{kind}: {v}");
+    // 7 held; an extend of 4 more would pass the limit of 10: denied, nothing spent
+    let (s, v, retry) = ns_post(
+        a,
+        "extend",
+        serde_json::json!({"reservation": id, "cost": 4}),
+    )
+    .await;
+    assert_eq!((s, &v["total"]), (429, &7.0.into()), "{kind}: {v}");
+    assert!(retry.is_some(), "{kind}: Retry-After on a denied extend");
+    // used 15: 8 over the 7 held, all charged: each key 5 past its limit
+    let (s, v, _) = ns_post(
+        cc,
+        "commit",
+        serde_json::json!({"reservation": id, "cost": 15}),
+    )
+    .await;
+    assert_eq!(s, 200, "{kind}: {v}");
+    for k in v["keys"].as_array().expect("keys") {
+        assert_eq!(
+            (&k["charged"], &k["uncharged"], &k["debt"]),
+            (&8.0.into(), &0.0.into(), &5.0.into()),
+            "{kind}: {v}"
+        );
+    }
+    let (s, v, _) = ns_post(
+        a,
+        "commit",
+        serde_json::json!({"reservation": id, "cost": 15}),
+    )
+    .await;
+    assert_eq!(
+        (s, &v["error"]["code"]),
+        (404, &"unknown_reservation".into()),
+        "{kind}: settled once: {v}"
+    );
+    for key in ["tenant", "user"] {
+        assert_eq!(total(cc, "owed", key).await, 15.0, "{kind}: {key}");
+    }
+    // in debt: a hit on either key is denied, Retry-After says when
+    let (s, v) = post(&c, b, "owed", "user", "hit", serde_json::json!({"cost": 1})).await;
+    assert_eq!((s, &v["allowed"]), (429, &false.into()), "{kind}: {v}");
+    assert!(
+        v["retry_after"].as_f64().unwrap_or(0.0) > 0.0,
+        "{kind}: {v}"
+    );
+    assert_eq!(
+        total(cc, "owed", "user").await,
+        15.0,
+        "{kind}: denied, not counted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,14 +40,16 @@ pub trait Recorder: Send + Sync + std::fmt::Debug {
         let _ = (namespace, outcome);
     }
 
-    /// A reserve or commit: `reserved`, `denied`, `committed`, or `not_open` (a commit
-    /// of a reservation committed already, lapsed or never made).
+    /// A reserve, extend or commit: `reserved`, `denied`, `extended`, `extend_denied`,
+    /// `committed`, or `not_open` (a commit of a reservation committed already, lapsed
+    /// or never made).
     fn reservation(&self, namespace: &str, outcome: &'static str) {
         let _ = (namespace, outcome);
     }
 
-    /// Cost through reservations: `reserved` (estimates spent), `charged` (beyond the
-    /// estimate), `given_back`, `uncharged` (beyond the estimate, past the limit).
+    /// Cost through reservations: `reserved` (estimates spent, on each key),
+    /// `extended` (added by extends, on each key), `charged` (beyond the total),
+    /// `given_back`, `uncharged` (beyond the total, past the limit: `overrun = "cap"`).
     fn reservation_cost(&self, namespace: &str, part: &'static str, cost: f64) {
         let _ = (namespace, part, cost);
     }

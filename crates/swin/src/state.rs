@@ -53,6 +53,9 @@ pub struct Namespace {
     pub(crate) records: crate::idempotency::RecordBook,
     /// How long its idempotency records answer, and how many it keeps at most.
     pub(crate) idempotency: crate::config::Idempotency,
+    /// Where the namespace's reservations of a cost are recorded (its store, or this
+    /// node), shared the same way.
+    pub(crate) reservations: crate::leases::ReservationBook,
     /// Where the pipeline records its outcomes ([`Namespace::record_to`]); none: nowhere.
     recorder: std::sync::OnceLock<Arc<dyn crate::recorder::Recorder>>,
 }
@@ -155,6 +158,12 @@ impl Namespace {
     pub fn idempotency(&self) -> crate::config::Idempotency {
         self.idempotency
     }
+
+    /// Where the namespace's reservations of a cost are recorded (its store, or this
+    /// node), shared the same way.
+    pub fn reservations(&self) -> &crate::leases::ReservationBook {
+        &self.reservations
+    }
 }
 
 /// A namespace's heaviest keys of the last minute on this node, in fixed memory (see
@@ -253,6 +262,7 @@ impl Namespace {
         let (sync, admission) = admission::for_namespace(sync, gcra, strict);
         let leases = crate::leases::LeaseBook::for_namespace(&sync, cfg.max_counters);
         let records = crate::idempotency::RecordBook::for_namespace(&sync);
+        let reservations = crate::leases::ReservationBook::for_namespace(&sync, cfg.max_counters);
         Namespace {
             admission,
             sync,
@@ -270,6 +280,7 @@ impl Namespace {
             leases,
             records,
             idempotency: cfg.idempotency,
+            reservations,
             recorder: std::sync::OnceLock::new(),
         }
     }
@@ -355,6 +366,7 @@ impl Namespace {
             leases: self.leases.clone(),
             records: self.records.clone(),
             idempotency: cfg.idempotency,
+            reservations: self.reservations.clone(),
             recorder: self.recorder.clone(),
         }
     }

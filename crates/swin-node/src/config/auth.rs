@@ -34,7 +34,8 @@ const MIN_TOKEN_BYTES: usize = 16;
 pub enum Scope {
     /// Increment and read keys: `…/increment`, `GET …/keys/{key}`, `/v1/increments`.
     Count,
-    /// Decide: `…/hit`, `…/refund`, `/v1/hits`, `/v1/auth/{ns}`.
+    /// Decide: `…/hit`, `…/refund`, `/v1/hits`, `/v1/auth/{ns}`, leases, and reserve,
+    /// extend and commit (over one key or several).
     Decide,
     /// Operate: `DELETE …/keys/{key}`, `…/sync`, `GET /v1/namespaces`, the status page.
     Admin,

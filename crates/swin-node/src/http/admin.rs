@@ -340,7 +340,11 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
             .iter()
             .filter(|(name, n)| n.concurrency().is_some() || state.metrics.reserved_in(name))
             .map(|(name, n)| async move {
-                let live = match n.leases().in_flight(now).await {
+                let live = match n.concurrency() {
+                    Some(_) => n.leases().in_flight(now).await,
+                    None => n.reservations().open_count(now).await,
+                };
+                let live = match live {
                     Ok(live) => Some(live),
                     Err(e) => {
                         tracing::debug!(namespace = %name, cause = %e, "leases in flight: no answer");

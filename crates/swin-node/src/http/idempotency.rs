@@ -38,6 +38,10 @@ pub(super) const ROUTES: &[&str] = &[
     "/v1/namespaces/{namespace}/keys/{key}/increment",
     "/v1/namespaces/{namespace}/keys/{key}/reserve",
     "/v1/namespaces/{namespace}/keys/{key}/commit",
+    "/v1/namespaces/{namespace}/keys/{key}/extend",
+    "/v1/namespaces/{namespace}/reserve",
+    "/v1/namespaces/{namespace}/commit",
+    "/v1/namespaces/{namespace}/extend",
     "/v1/hits",
     "/v1/increments",
 ];

@@ -1,11 +1,18 @@
-//! Reserve, then commit, over HTTP (scope `decide`), on window and GCRA namespaces (see
-//! `swin::Limiter::reserve`):
+//! Reserve, extend, then commit, over HTTP (scope `decide`), on window and GCRA
+//! namespaces (see `swin::Limiter::reserve`):
 //! - `POST /v1/namespaces/{namespace}/keys/{key}/reserve` `{"cost": estimate, "ttl": S}`
 //!   → 200 `{"allowed": true, "reservation": "<id>", "cost", "expires_at", …}` or 429 as
 //!   a hit would be, with the RateLimit headers;
-//! - `POST …/commit` `{"reservation": "<id>", "cost": actual}` → 200 `{"committed": true,
-//!   "reservation", "estimate", "cost", "charged", "given_back", "uncharged", …}`; a
-//!   reservation committed already, lapsed or never made is 404 `unknown_reservation`.
+//! - `POST …/keys/{key}/extend` `{"reservation": "<id>", "cost": more}` → 200
+//!   `{"allowed": true, "reservation", "total", "expires_at", …}` or 429 (the
+//!   reservation stays open at what it had);
+//! - `POST …/keys/{key}/commit` `{"reservation": "<id>", "cost": actual}` → 200
+//!   `{"committed": true, "reservation", "estimate", "cost", "charged", "given_back",
+//!   "uncharged", "debt", …}`; a reservation committed already, lapsed or never made is
+//!   404 `unknown_reservation`;
+//! - over several keys at once: `POST /v1/namespaces/{namespace}/reserve`
+//!   `{"keys": […], "cost", "ttl"}`, `POST …/extend` and `POST …/commit`
+//!   `{"reservation", "cost"}`, whose answers carry each key's part in `"keys"`.
 
 use std::sync::Arc;
 
@@ -21,7 +28,7 @@ use super::extract::{ApiPath, JsonBody};
 use super::Route;
 use crate::state::AppState;
 use swin::error::Error;
-use swin::requests::HitAnswer;
+use swin::requests::{HitAnswer, Reserved, Settled};
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -32,8 +39,28 @@ pub(super) fn routes() -> Vec<Route> {
         ),
         Route::new(
             "POST",
+            "/v1/namespaces/{namespace}/keys/{key}/extend",
+            post(extend),
+        ),
+        Route::new(
+            "POST",
             "/v1/namespaces/{namespace}/keys/{key}/commit",
             post(commit),
+        ),
+        Route::new(
+            "POST",
+            "/v1/namespaces/{namespace}/reserve",
+            post(reserve_keys),
+        ),
+        Route::new(
+            "POST",
+            "/v1/namespaces/{namespace}/extend",
+            post(extend_reservation),
+        ),
+        Route::new(
+            "POST",
+            "/v1/namespaces/{namespace}/commit",
+            post(commit_reservation),
         ),
     ]
 }
@@ -45,22 +72,84 @@ struct ReserveBody {
     ttl: Option<f64>,
 }
 
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ReserveKeysBody {
+    keys: Option<Vec<String>>,
+    cost: Option<f64>,
+    ttl: Option<f64>,
+}
+
+/// A commit's or an extend's body.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ReservationBody {
+    reservation: Option<String>,
+    cost: Option<f64>,
+}
+
+impl ReservationBody {
+    /// The id and the cost, both required (`cost` says what it is for).
+    fn parts(self, cost_is: &str) -> Result<(String, f64), Error> {
+        let id = self.reservation.ok_or_else(|| {
+            Error::BadRequest("reservation: required (the id a reserve answered)".into())
+        })?;
+        let cost = self
+            .cost
+            .ok_or_else(|| Error::BadRequest(format!("cost: required ({cost_is})")))?;
+        Ok((id, cost))
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct ReserveAnswer {
     #[serde(skip_serializing_if = "Option::is_none")]
     reservation: Option<String>,
     cost: f64,
+    /// The reservation's total (an extend's answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     expires_at: Option<f64>,
     #[serde(flatten)]
     answer: HitAnswer,
+    /// Each key's verdict (a reservation over several keys).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    keys: Option<Vec<KeyAnswer>>,
 }
 
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct CommitBody {
-    reservation: Option<String>,
-    cost: Option<f64>,
+#[derive(Debug, Serialize)]
+struct KeyAnswer {
+    key: String,
+    #[serde(flatten)]
+    answer: HitAnswer,
+}
+
+/// A reserve's or an extend's answer: the strictest key's verdict (and its headers),
+/// each key's when `several`, the total when `extend`.
+fn reserved(r: &Reserved, cost: f64, several: bool, extend: bool) -> Response {
+    let v = r.verdict();
+    let (reservation, expires_at) = match r.reservation() {
+        Some((id, at)) => (Some(id.clone()), Some(at.0 as f64 / 1e3)),
+        None => (None, None),
+    };
+    let answer = ReserveAnswer {
+        reservation,
+        cost,
+        total: extend.then(|| r.total()),
+        expires_at,
+        answer: v.answer(),
+        keys: several.then(|| {
+            r.verdicts()
+                .iter()
+                .map(|(key, v)| KeyAnswer {
+                    key: key.clone(),
+                    answer: v.answer(),
+                })
+                .collect()
+        }),
+    };
+    respond(v, v.policies(), status_of(v), answer)
 }
 
 async fn reserve(
@@ -75,31 +164,56 @@ async fn reserve(
         .limiter
         .reserve(&namespace, &key, cost, body.ttl)
         .await?;
-    let v = r.verdict();
-    let (reservation, expires_at) = match r.reservation() {
-        Some((id, at)) => (Some(id.clone()), Some(at.0 as f64 / 1e3)),
-        None => (None, None),
-    };
-    let answer = ReserveAnswer {
-        reservation,
-        cost,
-        expires_at,
-        answer: v.answer(),
-    };
-    Ok(respond(v, v.policies(), status_of(v), answer))
+    Ok(reserved(&r, cost, false, false))
+}
+
+async fn reserve_keys(
+    State(state): State<Arc<AppState>>,
+    ApiPath(namespace): ApiPath<String>,
+    JsonBody(body): JsonBody<ReserveKeysBody>,
+) -> Result<Response, ApiError> {
+    let keys = body.keys.ok_or_else(|| {
+        Error::BadRequest("keys: required (the keys to reserve on, 1 or more)".into())
+    })?;
+    let cost = body
+        .cost
+        .ok_or_else(|| Error::BadRequest("cost: required (the estimate to spend now)".into()))?;
+    let r = state
+        .limiter
+        .reserve_keys(&namespace, &keys, cost, body.ttl)
+        .await?;
+    Ok(reserved(&r, cost, true, false))
+}
+
+async fn extend(
+    State(state): State<Arc<AppState>>,
+    ApiPath((namespace, key)): ApiPath<(String, String)>,
+    JsonBody(body): JsonBody<ReservationBody>,
+) -> Result<Response, ApiError> {
+    let (id, more) = body.parts("the cost to add to the reservation")?;
+    let r = state.limiter.extend(&namespace, &key, &id, more).await?;
+    Ok(reserved(&r, more, false, true))
+}
+
+async fn extend_reservation(
+    State(state): State<Arc<AppState>>,
+    ApiPath(namespace): ApiPath<String>,
+    JsonBody(body): JsonBody<ReservationBody>,
+) -> Result<Response, ApiError> {
+    let (id, more) = body.parts("the cost to add to the reservation")?;
+    let r = state
+        .limiter
+        .extend_reservation(&namespace, &id, more)
+        .await?;
+    Ok(reserved(&r, more, true, true))
 }
 
 async fn commit(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
-    JsonBody(body): JsonBody<CommitBody>,
+    JsonBody(body): JsonBody<ReservationBody>,
 ) -> Result<Response, ApiError> {
-    let id = body.reservation.ok_or_else(|| {
-        Error::BadRequest("reservation: required (the id a reserve answered)".into())
-    })?;
-    let cost = body
-        .cost
-        .ok_or_else(|| Error::BadRequest("cost: required (the actual cost)".into()))?;
+    let (id, cost) = body.parts("the actual cost")?;
     let s = state.limiter.commit(&namespace, &key, &id, cost).await?;
     Ok(respond(
         s.verdict(),
@@ -107,4 +221,42 @@ async fn commit(
         StatusCode::OK,
         &s,
     ))
+}
+
+#[derive(Debug, Serialize)]
+struct CommitAnswer<'a> {
+    committed: bool,
+    reservation: &'a str,
+    estimate: f64,
+    cost: f64,
+    keys: &'a [Settled],
+}
+
+async fn commit_reservation(
+    State(state): State<Arc<AppState>>,
+    ApiPath(namespace): ApiPath<String>,
+    JsonBody(body): JsonBody<ReservationBody>,
+) -> Result<Response, ApiError> {
+    let (id, cost) = body.parts("the actual cost")?;
+    let all = state
+        .limiter
+        .commit_reservation(&namespace, &id, cost)
+        .await?;
+    // the headers of the key left with the least room
+    let strictest = all
+        .iter()
+        .max_by(|a, b| {
+            let (a, b) = (a.verdict().decision(), b.verdict().decision());
+            a.cmp_strictness(&b)
+        })
+        .ok_or(Error::Internal)?;
+    let answer = CommitAnswer {
+        committed: true,
+        reservation: &id,
+        estimate: strictest.estimate(),
+        cost,
+        keys: &all,
+    };
+    let v = strictest.verdict();
+    Ok(respond(v, v.policies(), StatusCode::OK, answer))
 }

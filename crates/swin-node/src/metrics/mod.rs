@@ -262,8 +262,9 @@ impl swin::recorder::Recorder for Metrics {
         bump(outcomes, &outcome, || outcome, 1);
     }
 
-    /// A reserve or commit through this node: `reserved`, `denied`, `committed`, or
-    /// `not_open` (a commit of a reservation committed already, lapsed or never made).
+    /// A reserve, extend or commit through this node: `reserved`, `denied`,
+    /// `extended`, `extend_denied`, `committed`, or `not_open` (a commit of a
+    /// reservation committed already, lapsed or never made).
     fn reservation(&self, namespace: &str, outcome: &'static str) {
         let namespaces = self.reservations.pin();
         let outcomes = match namespaces.get(namespace) {

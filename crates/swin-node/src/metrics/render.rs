@@ -127,14 +127,14 @@ impl Metrics {
             ),
             counter_family(
                 "swin_reservation_operations_total",
-                "Reserve and commit calls through this node, by namespace and outcome (reserved, denied, committed, not_open: a commit of a reservation committed already, lapsed or never made). reserved less committed is what lapsed (settled at its estimate) or is open.",
+                "Reserve, extend and commit calls through this node, by namespace and outcome (reserved, denied, extended, extend_denied, committed, not_open: a commit of a reservation committed already, lapsed or never made). reserved less committed is what lapsed (settled at its total) or is open.",
                 nested(&self.reservations).into_iter().map(|(namespace, outcome, v)| {
                     (vec![("namespace", namespace), ("outcome", outcome.to_owned())], v)
                 }),
             ),
             float_counter_family(
                 "swin_reservation_cost_total",
-                "Cost through reservations on this node, by namespace and part: reserved (estimates spent), charged (beyond the estimate, at commit), given_back (of the estimate, at commit), uncharged (beyond the estimate but past the limit).",
+                "Cost through reservations on this node, by namespace and part: reserved (estimates spent, on each key), extended (added by extends, on each key), charged (beyond the total, at commit), given_back (of the estimate, at commit), uncharged (beyond the estimate but past the limit).",
                 nested(&self.reservation_costs)
                     .into_iter()
                     .map(|(namespace, part, bits)| {

@@ -29,6 +29,9 @@
 //! - `refunds`: Envoy's negative hits on a namespace of hits through a store that goes
 //!   away give back nothing, then exactly;
 //! - `reservations`: reserve and commit through a store that goes away or hangs;
+//! - `budgets`: token budgets — a commit raced on two nodes, an extend after the ttl,
+//!   a reservation over several keys through a store outage, debt and its Retry-After,
+//!   a reserve denied by one key, bad input;
 //! - `quota_cluster`: Envoy's quota service across two nodes through a node cut off
 //!   from its store, a hung or emptied store, silent and cycling streams that claim the
 //!   limit, a client past its stream cap and a flood of new buckets;
@@ -39,6 +42,7 @@
 //!   over-limit answer into an error.
 
 mod answers;
+mod budgets;
 mod clock;
 mod connections;
 mod grpc;

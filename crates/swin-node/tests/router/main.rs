@@ -51,6 +51,7 @@ window_sizes = [60]
 sync_rate = -1
 max_counters = 1000
 limits = [{ window_size = 60, limit = 5 }]
+overrun = "cap"     # reservations.rs: a commit never passes the limit
 
 [[namespaces.overrides]]
 keys = ["vip"]
@@ -62,6 +63,7 @@ sync_rate = -1
 max_counters = 1000
 algorithm = "gcra"
 gcra = { burst = 3, count = 3, period = "1m" }   # a token every 20 s
+overrun = "cap"
 key_from = "header:X-Api-Key"
 
 [[namespaces]]

@@ -70,7 +70,12 @@ impl Admission for Eventual {
     ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
         Box::pin(async move {
             let g = bucket(bounds)?;
-            self.decide(g, key, g.units(cost)?, spend, now()).await
+            // a forced spend (overrun as debt) may pass the burst
+            let units = match spend {
+                Spend::Always => g.forced_units(cost)?,
+                _ => g.units(cost)?,
+            };
+            self.decide(g, key, units, spend, now()).await
         })
     }
 
@@ -173,6 +178,12 @@ impl Quota for Grants {
         })
     }
 
+    fn use_up(&self, key: &str, bounds: Bounds<'_>, cost: f64, now: UnixMs) -> Option<Vec<f64>> {
+        let g = bucket(bounds).ok()?;
+        let units = g.forced_units(cost).ok()?;
+        Some(vec![Grants::use_up(self, key, units, now) as f64])
+    }
+
     fn unreachable(&self, bounds: Bounds<'_>, _now: UnixMs) -> Result<Admitted, AdmitError> {
         Ok(Admitted {
             decision: Decision {
@@ -181,6 +192,7 @@ impl Quota for Grants {
                 remaining: 0.0,
                 reset_after: Duration::ZERO,
                 retry_after: Duration::from_secs(1),
+                debt: 0.0,
             },
             strictest: 0,
             reason: Some("store_unreachable"),

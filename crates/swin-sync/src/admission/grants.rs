@@ -316,6 +316,20 @@ impl Grants {
         back
     }
 
+    /// Spends up to `cost` units of `key` from what this node was granted and has not
+    /// spent (a commit's overrun forced in as debt): answers how many; the rest is the
+    /// caller's to count. Nothing unused is left, so the key's next hit asks the store.
+    pub fn use_up(&self, key: &str, cost: i64, now: UnixMs) -> i64 {
+        let slot = self.slot(key);
+        let mut s = lock(&slot);
+        if s.inflight {
+            return 0;
+        }
+        let from_granted = cost.min(s.unused(nanos(now))).max(0);
+        s.spent += from_granted;
+        from_granted
+    }
+
     /// The key's bucket as this node last saw it in strict admission.
     pub fn view(&self, key: &str, now: UnixMs) -> BucketView {
         let slot = self.slot(key);

@@ -209,6 +209,13 @@ fn decide_strictest(
         .iter()
         .enumerate()
         .any(|(i, d)| !shadow(i) && !d.allowed);
+    // the key's debt: the most any enforced limit is past
+    let debt = decisions
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !shadow(*i))
+        .map(|(_, d)| d.debt)
+        .fold(0.0, f64::max);
     let all: Vec<(usize, Decision)> = decisions
         .into_iter()
         .enumerate()
@@ -220,6 +227,7 @@ fn decide_strictest(
     let shadow_denied = !decision.allowed && !enforced_denies;
     // allowed; its wait stays, as when the hit would have passed
     decision.allowed |= shadow_denied;
+    decision.debt = debt;
     Ok(Admitted {
         decision,
         strictest,
@@ -267,6 +275,7 @@ mod tests {
             remaining,
             reset_after: Duration::from_secs(60),
             retry_after: Duration::from_secs(retry_secs),
+            debt: 0.0,
         }
     }
 

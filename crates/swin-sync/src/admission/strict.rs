@@ -44,6 +44,20 @@ pub(super) trait Quota: QuotaKeeper {
         now: UnixMs,
     ) -> BoxFuture<'a, Result<GivenBack, AdmitError>>;
 
+    /// Counts `cost` on `key` whatever the limits say, past what any hold or grant
+    /// could take (a commit's overrun as debt): from the quota this node holds unused
+    /// first, the rest counted as eventual admission counts; answers the rest per limit
+    /// (`None`: all of it is the rest, in every limit).
+    fn use_up(
+        &self,
+        _key: &str,
+        _bounds: Bounds<'_>,
+        _cost: f64,
+        _now: UnixMs,
+    ) -> Option<Vec<f64>> {
+        None
+    }
+
     /// A hit refused because the store cannot be asked (`store_unreachable`).
     fn unreachable(&self, bounds: Bounds<'_>, now: UnixMs) -> Result<Admitted, AdmitError>;
 
@@ -101,6 +115,8 @@ impl Admission for Strict {
                 if let Some(a) = self.quota.dry_run(&self.sync, key, bounds, cost, now()) {
                     return a;
                 }
+            } else if spend == Spend::Always && past_any_quota(bounds, cost) {
+                return self.force(key, bounds, cost).await;
             } else {
                 let now = now();
                 match self
@@ -134,5 +150,49 @@ impl Admission for Strict {
 
     fn waits_on_store(&self) -> bool {
         true
+    }
+}
+
+impl Strict {
+    /// More than any quota could hold, counted whatever the limits say (a commit's
+    /// overrun forced in as debt): what this node holds unused first, the rest counted
+    /// as eventual admission counts, and pushed at once, so that the key's next ask of
+    /// the store finds it counted.
+    async fn force(
+        &self,
+        key: &str,
+        bounds: Bounds<'_>,
+        cost: f64,
+    ) -> Result<Admitted, AdmitError> {
+        let now = now();
+        let admitted = match (self.quota.use_up(key, bounds, cost, now), bounds) {
+            (Some(from_held), Bounds::Windows(set)) => {
+                for (l, held) in set.iter().zip(from_held) {
+                    if cost > held {
+                        self.sync
+                            .increment(key, l.window.secs(), cost - held, now)
+                            .await?;
+                    }
+                }
+                self.local.take(key, bounds, 0.0, Spend::DryRun).await?
+            }
+            (Some(from_granted), Bounds::Bucket(_)) => {
+                let rest = cost - from_granted.first().copied().unwrap_or(0.0);
+                self.local.take(key, bounds, rest, Spend::Always).await?
+            }
+            _ => self.local.take(key, bounds, cost, Spend::Always).await?,
+        };
+        if let Err(e) = self.sync.sync_requested(now).await {
+            tracing::debug!(namespace = self.sync.name(), cause = %e, "a debt is pushed by the next sync");
+        }
+        Ok(admitted)
+    }
+}
+
+/// Whether `cost` is more than a hold or grant of `bounds` could ever take.
+fn past_any_quota(bounds: Bounds<'_>, cost: f64) -> bool {
+    match bounds {
+        Bounds::Windows(set) => set.iter().any(|l| cost > l.limit),
+        Bounds::Bucket(g) => cost > g.burst() as f64,
     }
 }

@@ -302,6 +302,11 @@ impl Quota for Holds {
         Some(decide())
     }
 
+    fn use_up(&self, key: &str, bounds: Bounds<'_>, cost: f64, now: UnixMs) -> Option<Vec<f64>> {
+        let set = limits(bounds).ok()?;
+        Some(Holds::use_up(self, key, set, cost, now))
+    }
+
     /// Refused, with the figures of the key's first window.
     fn unreachable(&self, bounds: Bounds<'_>, now: UnixMs) -> Result<Admitted, AdmitError> {
         let l = &limits(bounds)?[0];
@@ -314,6 +319,7 @@ impl Quota for Holds {
                 remaining: 0.0,
                 reset_after: Duration::from_millis(to_end as u64),
                 retry_after: Duration::from_secs(1),
+                debt: 0.0,
             },
             strictest: 0,
             reason: Some("store_unreachable"),

@@ -28,8 +28,11 @@ impl NamespaceSync {
         let Some(store) = self.store_for_requests() else {
             return buckets.spend(gcra, key, now_ns, cost, force);
         };
-        // validates the cost before anything reaches the store
-        gcra.check_cost(cost)?;
+        // validates the cost before anything reaches the store (a forced spend, an
+        // overrun charged as debt, may pass the burst)
+        if !force {
+            gcra.check_cost(cost)?;
+        }
         match self
             .spend_in_store(store, gcra, key, cost, now_ns, force)
             .await

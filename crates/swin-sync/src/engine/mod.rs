@@ -20,6 +20,7 @@ mod pace;
 mod periodic;
 mod quota;
 mod reach;
+mod reservations;
 mod session;
 mod status;
 mod stopping;

@@ -16,6 +16,7 @@ mod leases;
 mod limits;
 mod pushes;
 mod redis_only;
+mod reservations;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +28,7 @@ use idempotency::*;
 use leases::*;
 use limits::*;
 use pushes::*;
+use reservations::*;
 use swin_core::{
     Advance, CompactString, CounterOptions, Diff, Gcra, NamespaceCounters, Total, UnixMs,
     WindowSize,
@@ -173,5 +175,9 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     demands_are_shared_replaced_and_lapse,
     idempotency_claims_race_to_one_winner_and_answer_again,
     idempotency_claims_released_or_held_no_longer_run_again,
-    idempotency_records_are_capped_and_purged_when_lapsed
+    idempotency_records_are_capped_and_purged_when_lapsed,
+    a_reservation_is_taken_exactly_once_under_racing_commits,
+    an_extend_raises_an_open_reservation_only,
+    a_reservation_change_past_its_deadline_changes_nothing,
+    open_reservations_are_counted_per_namespace,
 ]);

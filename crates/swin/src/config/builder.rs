@@ -304,6 +304,12 @@ impl NamespaceBuilder {
         self.set("count_denied", Value::Boolean(count_denied))
     }
 
+    /// What a reservation's commit above its estimate does with the excess (`overrun`:
+    /// `"debt"`, the default, or `"cap"`).
+    pub fn overrun(self, overrun: crate::policy::limits::Overrun) -> Self {
+        self.set("overrun", Value::String(overrun.name().into()))
+    }
+
     /// Where a request's key comes from when it names none (`key_from`).
     pub fn key_from(self, key_from: &str) -> Self {
         self.set("key_from", Value::String(key_from.into()))

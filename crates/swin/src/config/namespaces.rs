@@ -53,6 +53,8 @@ pub(super) struct RawNamespace {
     pub(super) idempotency_ttl: Option<f64>,
     /// …and how many such records the namespace keeps at most.
     pub(super) idempotency_max_keys: Option<i64>,
+    /// A commit above its estimate: `"debt"` (charged in full) or `"cap"`.
+    pub(super) overrun: Option<String>,
 }
 
 /// One `[[namespaces]]` entry, checked.
@@ -350,6 +352,7 @@ impl Parser<'_> {
             key_from: n.key_from.take(),
             overrides: std::mem::take(&mut n.overrides),
             shadow: if rules_only { None } else { n.shadow },
+            overrun: n.overrun.take(),
         };
         crate::policy::limits::validate(raw, sizes)
             .map_err(|(field, why)| self.err(&f(&field), why))
@@ -410,6 +413,7 @@ impl Parser<'_> {
             (n.count_denied.is_some(), "count_denied"),
             (n.key_from.is_some(), "key_from"),
             (n.shadow.is_some(), "shadow"),
+            (n.overrun.is_some(), "overrun"),
         ];
         if let Some((_, key)) = hits_only.iter().find(|(set, _)| *set) {
             return Err(self.err(

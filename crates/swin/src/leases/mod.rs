@@ -15,6 +15,7 @@
 
 mod book;
 mod local;
+mod records;
 
 use std::time::Duration;
 
@@ -26,6 +27,7 @@ use crate::error::Error;
 
 pub use self::book::LeaseBook;
 pub use self::local::LocalLeases;
+pub use self::records::{LocalReservations, ReservationBook};
 
 /// The longest lease id a client may choose.
 pub const MAX_LEASE_ID_BYTES: usize = 128;

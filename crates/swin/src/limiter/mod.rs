@@ -6,6 +6,7 @@
 mod idempotent;
 mod leftovers;
 mod requests;
+mod reservations;
 mod stopping;
 mod stores;
 
@@ -259,6 +260,7 @@ impl Control {
                         Arc::get_mut(&mut r.namespace).expect("built just now, shared with nobody");
                     built.leases.carry_from(&old.namespace.leases);
                     built.records.carry_from(&old.namespace.records);
+                    built.reservations.carry_from(&old.namespace.reservations);
                     retired.push(old);
                     rebuilt.push(cfg.name.clone());
                     next.insert(cfg.name.clone(), r);

@@ -15,10 +15,9 @@ use crate::requests::leases::{Acquire, EndOrRenew};
 use crate::requests::limit_changes::{Changed, LimitChange, Op};
 use crate::requests::quota::QuotaReport;
 use crate::requests::refunds::Refund;
-use crate::requests::reservations::{Commit, Reserve};
 use crate::requests::{
-    AcquireAnswer, AcquireRequest, Batch, Change, Decided, Descriptor, Refunded, Reserved, Settled,
-    StoredLimit, Verdict, WindowRate,
+    AcquireAnswer, AcquireRequest, Batch, Change, Decided, Descriptor, Refunded, StoredLimit,
+    Verdict, WindowRate,
 };
 use crate::shares::{BucketAction, Proxy, Reports};
 
@@ -183,39 +182,6 @@ impl Limiter {
             key: key.to_owned(),
             lease: lease.to_owned(),
             renew,
-        })
-        .await
-    }
-
-    /// Spends `cost` (an estimate) on `key` as a hit would and, when allowed, opens a
-    /// reservation for `ttl` seconds (30 when `None`) that [`Limiter::commit`] settles.
-    pub async fn reserve(
-        &self,
-        namespace: &str,
-        key: &str,
-        cost: f64,
-        ttl: Option<f64>,
-    ) -> Result<Reserved, Error> {
-        let ns = self.namespace(namespace)?;
-        let key = key.to_owned();
-        run(Reserve { ns, key, cost, ttl }).await
-    }
-
-    /// Ends the reservation `id` of `key` and settles it at the actual `cost`, on any
-    /// node, once.
-    pub async fn commit(
-        &self,
-        namespace: &str,
-        key: &str,
-        id: &str,
-        cost: f64,
-    ) -> Result<Settled, Error> {
-        let ns = self.namespace(namespace)?;
-        run(Commit {
-            ns,
-            key: key.to_owned(),
-            id: id.to_owned(),
-            cost,
         })
         .await
     }

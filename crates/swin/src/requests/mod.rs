@@ -20,7 +20,7 @@ pub use self::hits::Batch;
 pub use self::limit_changes::{Change, MAX_EXPIRES_IN_SECS};
 pub use self::refunds::Refunded;
 pub use self::reservations::{
-    Reserved, Settled, DEFAULT_RESERVATION_TTL_SECS, MAX_RESERVATION_TTL_SECS,
+    Reserved, Settled, DEFAULT_RESERVATION_TTL_SECS, MAX_RESERVATION_KEYS, MAX_RESERVATION_TTL_SECS,
 };
 pub use crate::decisions::{HitAnswer, Verdict};
 pub use crate::leases::{AcquireAnswer, AcquireRequest};

@@ -17,6 +17,7 @@ mod idempotency;
 mod leases;
 mod lifecycle;
 mod reservations;
+mod reservations_multi;
 mod runtime_limits;
 
 use std::ops::Deref;

@@ -1,6 +1,8 @@
 //! Reserve, then commit: an estimate spent as a hit, settled at the actual cost. Below
-//! the estimate gives back, above charges what the limit leaves (the rest reported
-//! uncharged), a reservation settles once, on any limiter over the store.
+//! the estimate gives back; above charges all of it as debt (by default), or what the
+//! limit leaves under `overrun = "cap"` (the rest reported uncharged); a reservation
+//! settles once, on any limiter over the store. Reservations over several keys and
+//! extends are in `reservations_multi`.
 
 use swin::error::Error;
 use swin_testkit::TestStore;
@@ -14,8 +16,13 @@ swin_testkit::for_stores!([sqlite, redis] [
     another_limiter_over_the_store_settles_a_reservation,
 ]);
 
+/// `namespace` (one `[[namespaces]]` entry) with `overrun = "cap"`.
+pub fn capped(namespace: &str) -> String {
+    format!("{namespace}overrun = \"cap\"\n")
+}
+
 /// The reservation's id, of an allowed reserve.
-fn id(r: &swin::requests::Reserved) -> String {
+pub fn id(r: &swin::requests::Reserved) -> String {
     let (id, _) = r.reservation().as_ref().expect("allowed: a reservation");
     id.clone()
 }
@@ -56,11 +63,11 @@ async fn a_commit_below_the_estimate_gives_back(store: &TestStore) {
     assert_eq!(stored(store, "api", "k").await, 1.0);
 }
 
-/// 5 of 10 spent, a reservation of 2 committed at 3 (room for it: charged in full),
-/// then one of 1 committed at 4: the limit leaves 1 of the 3 over the estimate, 2 are
-/// uncharged, and the key is at its limit, not past it.
+/// Under `overrun = "cap"`: 5 of 10 spent, a reservation of 2 committed at 3 (room for
+/// it: charged in full), then one of 1 committed at 4: the limit leaves 1 of the 3 over
+/// the estimate, 2 are uncharged, and the key is at its limit, not past it.
 async fn a_commit_above_the_estimate_charges_what_the_limit_leaves(store: &TestStore) {
-    let limiter = start(store, &hourly("api", 0.0, 10)).await;
+    let limiter = start(store, &capped(&hourly("api", 0.0, 10))).await;
     assert!(limiter.hit("api", "k", 5.0).await.expect("hit").allowed());
     let r = limiter
         .reserve("api", "k", 2.0, None)
@@ -123,11 +130,17 @@ async fn a_reservation_settles_once(store: &TestStore) {
             .expect_err("a second commit");
         assert!(matches!(e, Error::UnknownReservation(_)), "{e:?}");
     }
-    let e = limiter
-        .commit("api", "k", "0123456789abcdef0123456789abcdef.3", 1.0)
-        .await
-        .expect_err("never made");
-    assert!(matches!(e, Error::UnknownReservation(_)), "{e:?}");
+    for never in [
+        "0123456789abcdef0123456789abcdef",
+        // the form of ids made before reservations were recorded with their total
+        "0123456789abcdef0123456789abcdef.3",
+    ] {
+        let e = limiter
+            .commit("api", "k", never, 1.0)
+            .await
+            .expect_err("never made");
+        assert!(matches!(e, Error::UnknownReservation(_)), "{e:?}");
+    }
     // another key does not know it
     let r = limiter
         .reserve("api", "k", 2.0, None)

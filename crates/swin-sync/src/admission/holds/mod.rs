@@ -196,6 +196,28 @@ impl Holds {
         back
     }
 
+    /// Spends up to `cost` of `key` from the quota this node holds unused in each
+    /// limit's current window (a commit's overrun forced in as debt, past what any hold
+    /// could take): answers, per limit, how much came from it; the rest is the caller's
+    /// to count. The slot is left with nothing unused, so the key's next hit asks the
+    /// store, which by then counts the rest.
+    pub fn use_up(&self, key: &str, limits: &[WindowLimit], cost: f64, now: UnixMs) -> Vec<f64> {
+        limits
+            .iter()
+            .map(|l| {
+                let slot = self.slot(key, l.window.secs());
+                let mut s = lock(&slot);
+                if s.start != l.window.start_of(now) || s.inflight {
+                    return 0.0;
+                }
+                let from_held = cost.min((s.held - s.used).max(0.0));
+                s.used += from_held;
+                s.last_hit_ms = now.0;
+                from_held
+            })
+            .collect()
+    }
+
     async fn admit_one(
         &self,
         sync: &Arc<NamespaceSync>,

@@ -18,6 +18,7 @@ mod demands;
 mod idempotency;
 mod leases;
 mod limits;
+mod reservations;
 mod tx;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");

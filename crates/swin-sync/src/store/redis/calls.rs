@@ -19,14 +19,15 @@ pub(super) struct Scripts {
     pub(super) lease_release_slots: Script,
     pub(super) idempotency_claim: Script,
     pub(super) idempotency_end: Script,
+    pub(super) reservation: Script,
     /// Their sources, in that order, to load them.
-    pub(super) sources: [&'static str; 13],
+    pub(super) sources: [&'static str; 14],
 }
 
 impl Scripts {
     /// The scripts, from their sources in the order of [`Scripts::sources`].
-    pub(super) fn new(sources: [&'static str; 13]) -> Scripts {
-        let [push, push_tats, reset, hold, grant, limit_put, limit_delete, limit_changes, lease_acquire, lease_change, lease_release_slots, idempotency_claim, idempotency_end] =
+    pub(super) fn new(sources: [&'static str; 14]) -> Scripts {
+        let [push, push_tats, reset, hold, grant, limit_put, limit_delete, limit_changes, lease_acquire, lease_change, lease_release_slots, idempotency_claim, idempotency_end, reservation] =
             sources.map(Script::new);
         Scripts {
             push,
@@ -42,6 +43,7 @@ impl Scripts {
             lease_release_slots,
             idempotency_claim,
             idempotency_end,
+            reservation,
             sources,
         }
     }

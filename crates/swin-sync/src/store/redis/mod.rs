@@ -64,6 +64,7 @@ mod keys;
 mod leases;
 mod limits;
 mod quota;
+mod reservations;
 mod servers;
 
 use self::calls::{Call, Eval, Scripts};
@@ -181,6 +182,7 @@ impl RedisStore {
                 include_str!("lease_release_slots.lua"),
                 include_str!("idempotency_claim.lua"),
                 include_str!("idempotency_end.lua"),
+                include_str!("reservation.lua"),
             ])),
         }
     }

@@ -335,3 +335,49 @@ fn shadow_is_checked() {
     let rules = c.namespaces[0].rules.as_ref().expect("rules");
     assert!(rules.find(&[("user", "u")]).expect("rule").shadow);
 }
+
+/// `overrun`: "debt" by default, "cap" when said; anything else, a namespace without
+/// limits or a concurrency namespace is an error naming it; the builder writes the
+/// file's value.
+#[test]
+fn overrun_is_debt_or_cap_on_namespaces_of_limits() {
+    let ns = "[[namespaces]]\nname = \"a\"\nwindow_sizes = [60]\nsync_rate = -1\n";
+    let limited = format!("{ns}limits = [{{ window_size = 60, limit = 5 }}]\n");
+    let overrun = |text: &str| {
+        let c = Config::from_toml(text).expect("valid");
+        c.namespaces()[0]
+            .limits()
+            .map(crate::policy::limits::Limits::overrun)
+    };
+    use crate::policy::limits::Overrun;
+    assert_eq!(overrun(&limited), Some(Overrun::Debt));
+    assert_eq!(
+        overrun(&format!("{limited}overrun = \"cap\"\n")),
+        Some(Overrun::Cap)
+    );
+    assert_eq!(
+        overrun(&format!("{limited}overrun = \"debt\"\n")),
+        Some(Overrun::Debt)
+    );
+    fails(
+        &format!("{limited}overrun = \"forgive\"\n"),
+        "namespaces[0].overrun",
+    );
+    fails(&format!("{ns}overrun = \"cap\"\n"), "namespaces[0].limits");
+    fails(
+        "[[namespaces]]\nname = \"a\"\nsync_rate = -1\nalgorithm = \"concurrency\"\nlimit = 2\noverrun = \"cap\"\n",
+        "namespaces[0].overrun",
+    );
+    let built = Config::builder()
+        .namespace(
+            crate::config::NamespaceConfig::builder("a")
+                .window_sizes([60])
+                .sync_rate(-1.0)
+                .limit(60, 5.0)
+                .overrun(Overrun::Cap),
+        )
+        .build()
+        .expect("valid");
+    let file = Config::from_toml(&format!("{limited}overrun = \"cap\"\n")).expect("valid");
+    assert_eq!(built, file);
+}

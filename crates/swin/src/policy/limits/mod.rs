@@ -134,6 +134,8 @@ pub struct RawLimits {
     pub(crate) overrides: Vec<RawOverride>,
     /// `shadow`.
     pub(crate) shadow: Option<bool>,
+    /// `overrun`.
+    pub(crate) overrun: Option<String>,
 }
 
 /// The limits one key is decided against.
@@ -282,6 +284,42 @@ pub struct Limits {
     /// Every limit decides and counts but none denies (`shadow = true`): hits they
     /// would deny pass, counted, and are marked as would-be denials.
     pub(crate) shadow: bool,
+    /// What a reservation's commit above its estimate does with the excess.
+    pub(crate) overrun: Overrun,
+}
+
+/// What a reservation's commit above its estimate does with the excess (`overrun`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overrun {
+    /// All of it is charged, even past the limit (`"debt"`, the default): the key's
+    /// hits and reserves are then denied until its windows or bucket bring it back
+    /// under the limit.
+    #[default]
+    Debt,
+    /// Charged up to what the limits leave; the rest is reported `uncharged` and never
+    /// counted (`"cap"`).
+    Cap,
+}
+
+impl Overrun {
+    /// Its name in a config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Overrun::Debt => "debt",
+            Overrun::Cap => "cap",
+        }
+    }
+
+    fn parse(raw: Option<&str>) -> Result<Overrun, FieldError> {
+        match raw {
+            None | Some("debt") => Ok(Overrun::Debt),
+            Some("cap") => Ok(Overrun::Cap),
+            Some(o) => Err((
+                "overrun".into(),
+                format!("{o:?} is not \"debt\" or \"cap\""),
+            )),
+        }
+    }
 }
 
 impl Limits {
@@ -294,6 +332,7 @@ impl Limits {
             count_denied: false,
             key_from: KeyFrom::ClientAddress,
             shadow: false,
+            overrun: Overrun::Debt,
         }
     }
     /// What a key without an override is decided against.
@@ -320,6 +359,11 @@ impl Limits {
     /// would deny pass, counted, and are marked as would-be denials.
     pub fn shadow(&self) -> bool {
         self.shadow
+    }
+
+    /// What a reservation's commit above its estimate does with the excess.
+    pub fn overrun(&self) -> Overrun {
+        self.overrun
     }
 }
 
@@ -410,6 +454,7 @@ fn key_from(raw: Option<&str>) -> Result<KeyFrom, FieldError> {
 pub fn validate(raw: RawLimits, sizes: &[WindowSize]) -> Result<Option<Limits>, FieldError> {
     let algorithm = algorithm(raw.algorithm.as_deref())?;
     let key_from = key_from(raw.key_from.as_deref())?;
+    let overrun = Overrun::parse(raw.overrun.as_deref())?;
     let default = key_limits(algorithm, sizes, "", &raw.limits, raw.gcra.as_ref())?;
     let overrides = overrides(algorithm, sizes, &raw.overrides)?;
     let Some(default) = default else {
@@ -430,10 +475,11 @@ pub fn validate(raw: RawLimits, sizes: &[WindowSize]) -> Result<Option<Limits>, 
             || raw.algorithm.is_some()
             || raw.key_from.is_some()
             || raw.shadow.is_some()
+            || raw.overrun.is_some()
         {
             return Err((
                 "limits".into(),
-                "algorithm, count_denied, key_from and shadow need limits".into(),
+                "algorithm, count_denied, key_from, overrun and shadow need limits".into(),
             ));
         }
         return Ok(None);
@@ -444,6 +490,7 @@ pub fn validate(raw: RawLimits, sizes: &[WindowSize]) -> Result<Option<Limits>, 
         count_denied: raw.count_denied.unwrap_or(false),
         key_from,
         shadow: raw.shadow.unwrap_or(false),
+        overrun,
     }))
 }
 

@@ -25,6 +25,7 @@ fn raw(algorithm: Option<&str>, limits: Vec<(i64, f64)>) -> RawLimits {
         key_from: None,
         overrides: Vec::new(),
         shadow: None,
+        overrun: None,
     }
 }
 

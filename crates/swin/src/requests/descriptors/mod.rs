@@ -264,5 +264,6 @@ pub(crate) fn blocked() -> Decision {
         remaining: 0.0,
         reset_after: std::time::Duration::ZERO,
         retry_after: std::time::Duration::ZERO,
+        debt: 0.0,
     }
 }

@@ -1,0 +1,166 @@
+//! Reservations of a cost on Redis (see `store::reservations`): one hash per
+//! reservation, `swin:cost-reservation:{<len(namespace)>:<namespace>}:<id>` (`keys`,
+//! `total`, `lapse`), and per namespace an index of the open ones
+//! (`swin:cost-reservations:{<len(namespace)>:<namespace>}`, id → lapse, in the same
+//! slot), changed only by `reservation.lua`, so that a commit ends a reservation in one
+//! atomic step (exactly once) and an extend raises it only while it is live; a hash
+//! expires a minute after its lapse, and an opening drops lapsed ids from the index.
+
+use redis::Value;
+use swin_core::UnixMs;
+
+use super::calls::{Call, Eval};
+use super::RedisStore;
+use crate::store::reservations::{
+    keys_from, keys_text, OpenReservation, ReservationRecord, ReservationStore,
+};
+use crate::StoreError;
+
+impl RedisStore {
+    fn reservation_key(&self, namespace: &str, id: &str) -> String {
+        format!(
+            "{}:cost-reservation:{{{}:{}}}:{}",
+            self.prefix,
+            namespace.len(),
+            namespace,
+            id
+        )
+    }
+
+    fn reservation_index(&self, namespace: &str) -> String {
+        format!(
+            "{}:cost-reservations:{{{}:{}}}",
+            self.prefix,
+            namespace.len(),
+            namespace
+        )
+    }
+
+    /// Runs one operation of `reservation.lua` on the reservation's hash.
+    async fn reservation_op(
+        &self,
+        namespace: &str,
+        id: &str,
+        args: &[String],
+        write: bool,
+    ) -> Result<Value, StoreError> {
+        let mut inv = Eval::default();
+        inv.key(&self.reservation_key(namespace, id))
+            .key(&self.reservation_index(namespace));
+        let mut args = args.iter();
+        if let Some(op) = args.next() {
+            inv.arg(op.as_str()).arg(id);
+        }
+        for a in args {
+            inv.arg(a.as_str());
+        }
+        let calls: Vec<Call> = vec![inv.call(&self.scripts.reservation, write)];
+        self.run(calls)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| StoreError::Protocol("a reservation call answered nothing".into()))
+    }
+}
+
+/// A record from its three fields as the hash holds them.
+fn parsed(keys: &str, total: &str, lapse: &str) -> Result<ReservationRecord, StoreError> {
+    let bad = |what: &str| StoreError::Protocol(format!("a reservation's {what} is not a number"));
+    Ok(ReservationRecord {
+        keys: keys_from(keys)?,
+        total: total.parse().map_err(|_| bad("total"))?,
+        expires_at: UnixMs(lapse.parse().map_err(|_| bad("lapse"))?),
+    })
+}
+
+/// A record the script answered (`{}`: none; -1: past the deadline).
+fn record(v: Value) -> Result<Option<ReservationRecord>, StoreError> {
+    if let Value::Int(-1) = v {
+        return Err(StoreError::TooLate);
+    }
+    let fields: Vec<String> = redis::from_owned_redis_value(v)?;
+    match &fields[..] {
+        [keys, total, lapse] => Ok(Some(parsed(keys, total, lapse)?)),
+        _ => Ok(None),
+    }
+}
+
+impl ReservationStore for RedisStore {
+    async fn open_reservations(&self, namespace: &str, now: UnixMs) -> Result<u64, StoreError> {
+        let index = self.reservation_index(namespace);
+        let mut cmd = redis::cmd("ZCOUNT");
+        cmd.arg(&index).arg(format!("({}", now.0)).arg("+inf");
+        let n: Vec<u64> = self.replies(vec![Call::on(&index, cmd, false)]).await?;
+        Ok(n.first().copied().unwrap_or(0))
+    }
+
+    async fn open_reservation(
+        &self,
+        namespace: &str,
+        o: OpenReservation<'_>,
+    ) -> Result<bool, StoreError> {
+        let args = [
+            "open".to_owned(),
+            keys_text(o.keys),
+            o.total.to_string(),
+            o.expires_at.0.to_string(),
+            o.now.0.to_string(),
+        ];
+        let v = self.reservation_op(namespace, o.id, &args, true).await?;
+        Ok(redis::from_owned_redis_value::<i64>(v)? == 1)
+    }
+
+    async fn extend_reservation(
+        &self,
+        namespace: &str,
+        id: &str,
+        more: f64,
+        now: UnixMs,
+        not_after: UnixMs,
+    ) -> Result<Option<ReservationRecord>, StoreError> {
+        let args = [
+            "extend".to_owned(),
+            more.to_string(),
+            now.0.to_string(),
+            not_after.0.to_string(),
+        ];
+        record(self.reservation_op(namespace, id, &args, true).await?)
+    }
+
+    async fn take_reservation(
+        &self,
+        namespace: &str,
+        id: &str,
+        now: UnixMs,
+        not_after: UnixMs,
+    ) -> Result<Option<ReservationRecord>, StoreError> {
+        let args = [
+            "take".to_owned(),
+            now.0.to_string(),
+            not_after.0.to_string(),
+        ];
+        record(self.reservation_op(namespace, id, &args, true).await?)
+    }
+
+    async fn read_reservation(
+        &self,
+        namespace: &str,
+        id: &str,
+        now: UnixMs,
+    ) -> Result<Option<ReservationRecord>, StoreError> {
+        let key = self.reservation_key(namespace, id);
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(&key).arg("keys").arg("total").arg("lapse");
+        let v: Vec<Option<String>> = self
+            .replies::<Vec<Option<String>>>(vec![Call::on(&key, cmd, false)])
+            .await?
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        let [Some(keys), Some(total), Some(lapse)] = &v[..] else {
+            return Ok(None);
+        };
+        let r = parsed(keys, total, lapse)?;
+        Ok((r.expires_at > now).then_some(r))
+    }
+}

@@ -1,0 +1,133 @@
+//! Reservations of a cost (reserve, extend, commit): one record per open reservation —
+//! its keys, its total (the estimate and every extend since) and its lapse — so that
+//! any node can extend or settle it. A record is taken exactly once: by the one commit
+//! that ends it, across every node; an extend raises its total only while it is open.
+//! Past its lapse (the caller's `now`, store time) a record is as good as gone: it
+//! answers nothing, and the next record opened in its namespace deletes it (Redis:
+//! the key expires a minute after its lapse).
+//!
+//! Layout: PostgreSQL and SQLite, `swin_cost_reservations` (one row per reservation);
+//! Redis, one hash per reservation (`swin:cost-reservation:{<len>:<ns>}:<id>`: `keys`,
+//! `total`, `lapse`) and an index of a namespace's open ones, changed only by
+//! `reservation.lua`.
+
+use swin_core::UnixMs;
+
+/// An open reservation as the store holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReservationRecord {
+    /// Its keys, in the order the reserve named them.
+    pub keys: Vec<String>,
+    /// What it holds spent: the estimate and every extend since.
+    pub total: f64,
+    /// When it lapses (store time).
+    pub expires_at: UnixMs,
+}
+
+/// A reservation to record.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenReservation<'a> {
+    pub id: &'a str,
+    pub keys: &'a [String],
+    pub total: f64,
+    pub expires_at: UnixMs,
+    pub now: UnixMs,
+}
+
+store_calls! {
+    /// The reservations side of a store.
+    pub trait ReservationStore {
+        /// How many reservations of the namespace are open at `now` (a gauge an operator
+        /// reads).
+        fn open_reservations(&self, namespace: &str, now: UnixMs) -> u64;
+
+        /// Records an open reservation (an id already recorded and live is left as it
+        /// is and answers false), deleting some of the namespace's lapsed ones.
+        fn open_reservation(&self, namespace: &str, open: OpenReservation<'_>) -> bool;
+
+        /// Raises an open reservation's total by `more`: its record after it, or `None`
+        /// when it is not open (committed, lapsed, never made). Past `not_after` by the
+        /// store's clock nothing changes ([`StoreError::TooLate`](crate::StoreError::TooLate)).
+        fn extend_reservation(
+            &self,
+            namespace: &str,
+            id: &str,
+            more: f64,
+            now: UnixMs,
+            not_after: UnixMs,
+        ) -> Option<ReservationRecord>;
+
+        /// Ends an open reservation and answers its record: exactly one caller ever
+        /// gets it. `None` when it is not open. Past `not_after` nothing changes.
+        fn take_reservation(
+            &self,
+            namespace: &str,
+            id: &str,
+            now: UnixMs,
+            not_after: UnixMs,
+        ) -> Option<ReservationRecord>;
+
+        /// An open reservation's record, changing nothing; `None` when it is not open.
+        fn read_reservation(&self, namespace: &str, id: &str, now: UnixMs)
+            -> Option<ReservationRecord>;
+    }
+}
+
+/// A record's keys as the stores keep them: a JSON array of strings.
+pub fn keys_text(keys: &[String]) -> String {
+    serde_json::to_string(keys).unwrap_or_else(|_| "[]".into())
+}
+
+/// A record's keys from their stored text.
+pub fn keys_from(text: &str) -> Result<Vec<String>, crate::StoreError> {
+    serde_json::from_str(text)
+        .map_err(|e| crate::StoreError::Protocol(format!("a reservation's keys: {e}")))
+}
+
+/// How many lapsed records one opening deletes at most.
+pub const PURGE_AT_ONCE: i64 = 64;
+
+/// The statements both SQL stores run, written in PostgreSQL's placeholders (`$n`;
+/// SQLite's `?n` are these with `$` replaced: [`sqlite_text`]). The purge of lapsed
+/// rows is each store's own.
+pub(crate) mod sql {
+    pub const COUNT: &str =
+        "SELECT count(*) FROM swin_cost_reservations WHERE namespace = $1 AND expires_at > $2";
+    /// Written unless a live record holds the id.
+    pub const OPEN: &str =
+        "INSERT INTO swin_cost_reservations (namespace, id, keys, total, expires_at)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (namespace, id) DO UPDATE
+         SET keys = excluded.keys, total = excluded.total, expires_at = excluded.expires_at
+         WHERE swin_cost_reservations.expires_at <= $6";
+    pub const EXTEND: &str = "UPDATE swin_cost_reservations SET total = total + $3
+         WHERE namespace = $1 AND id = $2 AND expires_at > $4
+         RETURNING keys, total, expires_at";
+    pub const TAKE: &str = "DELETE FROM swin_cost_reservations
+         WHERE namespace = $1 AND id = $2 AND expires_at > $3
+         RETURNING keys, total, expires_at";
+    pub const READ: &str = "SELECT keys, total, expires_at FROM swin_cost_reservations
+         WHERE namespace = $1 AND id = $2 AND expires_at > $3";
+
+    /// A statement above in SQLite's placeholders.
+    pub fn sqlite_text(postgres: &str) -> String {
+        postgres.replace('$', "?")
+    }
+}
+
+/// A record as the SQL stores return it: keys (text), total, lapse.
+pub(crate) type RecordRow = (String, f64, i64);
+
+/// A SQL store's row as a record.
+pub(crate) fn record(
+    row: Option<RecordRow>,
+) -> Result<Option<ReservationRecord>, crate::StoreError> {
+    row.map(|(keys, total, expires_at)| {
+        Ok(ReservationRecord {
+            keys: keys_from(&keys)?,
+            total,
+            expires_at: UnixMs(expires_at),
+        })
+    })
+    .transpose()
+}

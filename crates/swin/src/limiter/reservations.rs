@@ -1,0 +1,164 @@
+//! Reservations of a cost, as a caller asks them of a [`Limiter`]: reserve, extend and
+//! commit, over one key or several (see `requests::reservations`). Each is one request
+//! of the pipeline; an extend and a commit first read the reservation's record (its
+//! keys, so that their first touch reads them).
+
+use super::Limiter;
+use crate::error::Error;
+use crate::pipeline::run;
+use crate::requests::reservations::{open_record, Commit, Extend, Reserve};
+use crate::requests::{Reserved, Settled};
+
+impl Limiter {
+    /// Spends `cost` (an estimate) on `key` as a hit would and, when allowed, opens a
+    /// reservation for `ttl` seconds (30 when `None`) that [`Limiter::commit`] settles.
+    pub async fn reserve(
+        &self,
+        namespace: &str,
+        key: &str,
+        cost: f64,
+        ttl: Option<f64>,
+    ) -> Result<Reserved, Error> {
+        let ns = self.namespace(namespace)?;
+        let keys = vec![key.to_owned()];
+        run(Reserve {
+            ns,
+            keys,
+            cost,
+            ttl,
+            several: false,
+        })
+        .await
+    }
+
+    /// Spends `cost` on each of `keys` (1 to
+    /// [`MAX_RESERVATION_KEYS`](crate::requests::MAX_RESERVATION_KEYS), none twice) as
+    /// one request, all or nothing (a reserve denied by one key spends nothing on any),
+    /// and when allowed opens one reservation over all of them, which
+    /// [`Limiter::commit_reservation`] settles.
+    pub async fn reserve_keys(
+        &self,
+        namespace: &str,
+        keys: &[String],
+        cost: f64,
+        ttl: Option<f64>,
+    ) -> Result<Reserved, Error> {
+        let ns = self.namespace(namespace)?;
+        run(Reserve {
+            ns,
+            keys: keys.to_vec(),
+            cost,
+            ttl,
+            several: true,
+        })
+        .await
+    }
+
+    /// Adds `more` to the open reservation `id` of `key` alone, decided as a hit of
+    /// `more` on it: allowed, the reservation's total grows; denied, it stays open at
+    /// what it had.
+    pub async fn extend(
+        &self,
+        namespace: &str,
+        key: &str,
+        id: &str,
+        more: f64,
+    ) -> Result<Reserved, Error> {
+        self.extend_of(namespace, Some(key), id, more).await
+    }
+
+    /// Adds `more` to the open reservation `id` (over any number of keys), decided as a
+    /// hit of `more` on each of its keys, all or nothing.
+    pub async fn extend_reservation(
+        &self,
+        namespace: &str,
+        id: &str,
+        more: f64,
+    ) -> Result<Reserved, Error> {
+        self.extend_of(namespace, None, id, more).await
+    }
+
+    async fn extend_of(
+        &self,
+        namespace: &str,
+        key: Option<&str>,
+        id: &str,
+        more: f64,
+    ) -> Result<Reserved, Error> {
+        let ns = self.namespace(namespace)?;
+        swin_core::check_cost(more).map_err(|_| {
+            Error::BadRequest(format!(
+                "cost: {more} is not a number of at least 0 and below 2^53"
+            ))
+        })?;
+        let record = open_record(&ns, id, key).await?;
+        run(Extend {
+            ns,
+            keys: record.keys,
+            id: id.to_owned(),
+            more,
+            total: record.total,
+            expires_at: record.expires_at,
+        })
+        .await
+    }
+
+    /// Ends the reservation `id` of `key` alone and settles it at the actual `cost`
+    /// against its total, on any node, once.
+    pub async fn commit(
+        &self,
+        namespace: &str,
+        key: &str,
+        id: &str,
+        cost: f64,
+    ) -> Result<Settled, Error> {
+        self.commit_of(namespace, Some(key), id, cost)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or(Error::Internal)
+    }
+
+    /// Ends the reservation `id` (over any number of keys) and settles each of its keys
+    /// at the actual `cost` against its total, on any node, once: one [`Settled`] per
+    /// key, in the reserve's order.
+    pub async fn commit_reservation(
+        &self,
+        namespace: &str,
+        id: &str,
+        cost: f64,
+    ) -> Result<Vec<Settled>, Error> {
+        self.commit_of(namespace, None, id, cost).await
+    }
+
+    async fn commit_of(
+        &self,
+        namespace: &str,
+        key: Option<&str>,
+        id: &str,
+        cost: f64,
+    ) -> Result<Vec<Settled>, Error> {
+        let ns = self.namespace(namespace)?;
+        swin_core::check_cost(cost).map_err(|_| {
+            Error::BadRequest(format!(
+                "cost: {cost} is not a number of at least 0 and below 2^53"
+            ))
+        })?;
+        let record = match open_record(&ns, id, key).await {
+            Ok(r) => r,
+            Err(e) => {
+                if matches!(e, Error::UnknownReservation(_)) {
+                    ns.recorder().reservation(ns.sync.name(), "not_open");
+                }
+                return Err(e);
+            }
+        };
+        run(Commit {
+            ns,
+            keys: record.keys,
+            id: id.to_owned(),
+            cost,
+        })
+        .await
+    }
+}

@@ -1,0 +1,278 @@
+//! A commit: the reservation ended (exactly once, on any node), then each of its keys
+//! settled at the actual cost against the reservation's total.
+
+use std::sync::Arc;
+
+use swin_core::check_cost;
+
+use super::{not_open, Settled, RETRY_EVERY, RETRY_FOR};
+use crate::decisions::{limits_of, HitAnswer, Verdict};
+use crate::error::Error;
+use crate::pipeline::{Plan, Ran, Request, Take};
+use crate::policy::limits::{KeyLimits, Overrun};
+use crate::runtime_limits::Effective;
+use crate::state::Namespace;
+
+/// Ends the reservation `id` (of `keys`, as its record read them) and settles each key
+/// at `cost`. It runs to its end once started: a client that goes away does not cut it
+/// between its steps.
+#[derive(Debug)]
+pub(crate) struct Commit {
+    pub(crate) ns: Arc<Namespace>,
+    pub(crate) keys: Vec<String>,
+    pub(crate) id: String,
+    pub(crate) cost: f64,
+}
+
+impl Request for Commit {
+    type Answer = Vec<Settled>;
+    type Acted = Vec<Settled>;
+
+    fn waits_on_store(&self) -> bool {
+        true
+    }
+
+    fn plan(&self) -> Result<Plan<'_>, Error> {
+        let (ns, cost) = (&*self.ns, self.cost);
+        limits_of(ns, ns.sync.name())?;
+        super::check_id(&self.id)?;
+        check_cost(cost).map_err(|_| {
+            Error::BadRequest(format!(
+                "cost: {cost} is not a number of at least 0 and below 2^53"
+            ))
+        })?;
+        Ok(Plan::touching(
+            self.keys.iter().map(|k| (ns, k.as_str())).collect(),
+        ))
+    }
+
+    async fn act(&self, _: &Plan<'_>) -> Result<Vec<Settled>, Error> {
+        let r = self.settle().await;
+        let (recorder, name) = (self.ns.recorder(), self.ns.sync.name());
+        match &r {
+            Ok(all) => {
+                recorder.reservation(name, "committed");
+                let sum = |f: fn(&Settled) -> f64| all.iter().map(f).sum::<f64>();
+                recorder.reservation_cost(name, "charged", sum(|s| s.charged));
+                recorder.reservation_cost(name, "given_back", sum(|s| s.given_back));
+                recorder.reservation_cost(name, "uncharged", sum(|s| s.uncharged));
+            }
+            Err(Error::UnknownReservation(_)) => recorder.reservation(name, "not_open"),
+            Err(_) => {}
+        }
+        r
+    }
+
+    fn answer(&self, _: Plan<'_>, ran: Ran<Vec<Settled>>) -> Result<Vec<Settled>, Error> {
+        ran.acted.ok_or(Error::Internal)
+    }
+}
+
+impl Commit {
+    /// Each key's effective limits (read by the first touch), checked against the cost.
+    fn effective(&self) -> Result<Vec<KeyLimits>, Error> {
+        let (ns, cost) = (&self.ns, self.cost);
+        let limits = limits_of(ns, ns.sync.name())?;
+        let mut all = Vec::with_capacity(self.keys.len());
+        for key in &self.keys {
+            let effective: KeyLimits = (*ns.effective(key, limits.for_key(key))).clone();
+            if matches!(&effective, KeyLimits::Gcra(_)) && cost.fract() != 0.0 {
+                return Err(Error::BadRequest(format!(
+                    "cost: {cost} is not a whole number (the namespace's limit is a GCRA bucket)"
+                )));
+            }
+            all.push(effective);
+        }
+        Ok(all)
+    }
+
+    /// Ends the reservation, then settles each key under its effective limits.
+    async fn settle(&self) -> Result<Vec<Settled>, Error> {
+        let (ns, id, cost) = (&self.ns, self.id.as_str(), self.cost);
+        let effective = self.effective()?;
+        let overrun = limits_of(ns, ns.sync.name())?.overrun;
+        let record = ns
+            .reservations
+            .take(id, swin_sync::now())
+            .await?
+            .ok_or_else(|| not_open(id, ns.sync.name()))?;
+        if record.keys != self.keys {
+            // ids are never reused: a record's keys never change
+            tracing::error!(
+                id,
+                "a reservation's keys changed between its read and its commit"
+            );
+            return Err(Error::Internal);
+        }
+        // the reservation is ended: from here the node owns its settlement
+        let total = record.total;
+        let mut all = Vec::with_capacity(self.keys.len());
+        let mut failed = None;
+        for (key, limits) in self.keys.iter().zip(effective) {
+            match settle(ns, key, &limits, overrun, total, cost).await {
+                Ok((charged, given_back, after)) => all.push(Settled {
+                    committed: true,
+                    reservation: id.to_owned(),
+                    key: key.clone(),
+                    estimate: total,
+                    cost,
+                    charged,
+                    given_back,
+                    uncharged: (cost - total - charged).max(0.0),
+                    debt: after.decision.debt,
+                    after: HitAnswer {
+                        allowed: true,
+                        ..after.answer()
+                    },
+                    verdict: after,
+                }),
+                Err(e) => {
+                    tokio::spawn(settle_later(
+                        ns.clone(),
+                        key.clone(),
+                        limits,
+                        overrun,
+                        total,
+                        cost,
+                    ));
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            None => Ok(all),
+            Some(Error::Store { reason, .. }) => Err(Error::Store {
+                reason,
+                message: format!(
+                    "settling reservation {id:?}: the store could not be used; the reservation is ended and this node settles it when the store answers"
+                ),
+            }),
+            Some(other) => Err(other),
+        }
+    }
+}
+
+async fn settle_later(
+    ns: Arc<Namespace>,
+    key: String,
+    limits: KeyLimits,
+    overrun: Overrun,
+    estimate: f64,
+    cost: f64,
+) {
+    let deadline = tokio::time::Instant::now() + RETRY_FOR;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(RETRY_EVERY).await;
+        if settle(&ns, &key, &limits, overrun, estimate, cost)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+    }
+    tracing::warn!(
+        key,
+        estimate,
+        cost,
+        "a reservation stays settled at its estimate"
+    );
+}
+
+/// Pieces a commit's overrun is charged in, in a namespace in shadow.
+const SHADOW_PIECES: usize = 16;
+
+/// Charges or gives back the difference between `cost` and `estimate`: (charged, given
+/// back, the key after it).
+async fn settle(
+    ns: &Namespace,
+    key: &str,
+    limits: &KeyLimits,
+    overrun: Overrun,
+    estimate: f64,
+    cost: f64,
+) -> Result<(f64, f64, Verdict), Error> {
+    // each step a take of the request pipeline under the limits the commit read
+    let under =
+        |cost: f64, shadow: bool| Take::under(ns, key, cost, Effective::Config(limits), shadow);
+    if cost < estimate {
+        let (given, after) = under(estimate - cost, false).refund().await?;
+        return Ok((0.0, given, after));
+    }
+    let in_shadow = ns.limits.as_ref().is_some_and(|l| l.shadow);
+    if overrun == Overrun::Debt && cost > estimate {
+        // all of it, even past the limit: counted whatever the decision
+        let over = cost - estimate;
+        let forced = Take {
+            count_denied: true,
+            ..under(over, in_shadow)
+        };
+        forced.take(false).await?;
+        let after = under(0.0, in_shadow).take(true).await?;
+        return Ok((over, 0.0, after));
+    }
+    capped(ns, key, limits, in_shadow, cost - estimate).await
+}
+
+/// `overrun = "cap"`: charges `left` up to what the limits leave: (charged, 0, the key
+/// after it).
+async fn capped(
+    ns: &Namespace,
+    key: &str,
+    limits: &KeyLimits,
+    in_shadow: bool,
+    mut left: f64,
+) -> Result<(f64, f64, Verdict), Error> {
+    let under =
+        |cost: f64, shadow: bool| Take::under(ns, key, cost, Effective::Config(limits), shadow);
+    let mut charged = 0.0;
+    let enforced = limits.enforced();
+    let Some(enforced) = enforced.filter(|_| !in_shadow) else {
+        // a namespace in shadow (or limits all in shadow) refuses nothing: the whole
+        // overrun counts, in pieces
+        // every limit can take at once (at most SHADOW_PIECES; past that, uncharged)
+        let most = limits.most_at_once();
+        let mut last = None;
+        for _ in 0..SHADOW_PIECES {
+            if left <= 0.0 {
+                break;
+            }
+            let piece = left.min(most);
+            last = Some(under(piece, true).take(false).await?);
+            charged += piece;
+            left -= piece;
+        }
+        let after = match last {
+            Some(v) => v,
+            None => under(0.0, true).take(true).await?,
+        };
+        return Ok((charged, 0.0, after));
+    };
+    // what the enforced limits leave (a limit in shadow caps nothing: it counts the
+    // charge and marks it), then that much at most; a hit racing in between can take
+    // it first, so the room is read again (three tries, then the rest goes uncharged)
+    for _ in 0..3 {
+        let room_left = Take::under(ns, key, 0.0, Effective::Config(&enforced), false)
+            .take(true)
+            .await?;
+        if left <= 0.0 {
+            break;
+        }
+        let mut room = room_left.decision.remaining.min(left);
+        if matches!(limits, KeyLimits::Gcra(_)) {
+            room = room.floor();
+        }
+        if room <= 0.0 {
+            break;
+        }
+        let v = under(room, false).take(false).await?;
+        if v.allowed() {
+            charged += room;
+            left -= room;
+            if left <= 0.0 {
+                return Ok((charged, 0.0, v));
+            }
+        }
+    }
+    let now = under(0.0, false).take(true).await?;
+    Ok((charged, 0.0, now))
+}

@@ -1,0 +1,147 @@
+//! A reserve: the estimate spent on each key as a hit would be (all or nothing), and
+//! when allowed the reservation recorded.
+
+use std::sync::Arc;
+
+use swin_core::UnixMs;
+use swin_sync::store::OpenReservation;
+
+use super::{
+    hits, lapse, new_id, reservation_ttl, strictest, verdicts, Reserved, RETRY_EVERY, RETRY_FOR,
+};
+use crate::error::Error;
+use crate::pipeline::{Plan, Ran, Request, Take};
+use crate::state::Namespace;
+
+/// Spends `cost` on each of `keys` as a hit would and, when every one is allowed,
+/// records the reservation (the decisions, the reserve and its cost recorded as well).
+/// Spent, then recorded: it runs to its end once started, so that a client going away
+/// cannot leave the estimate spent and no reservation.
+#[derive(Debug)]
+pub(crate) struct Reserve {
+    pub(crate) ns: Arc<Namespace>,
+    pub(crate) keys: Vec<String>,
+    pub(crate) cost: f64,
+    pub(crate) ttl: Option<f64>,
+    /// Errors name each key as `keys[i]` (a reservation of several keys).
+    pub(crate) several: bool,
+}
+
+impl Request for Reserve {
+    type Answer = Reserved;
+    /// The reservation's id and lapse, or why it could not be recorded (then this node
+    /// takes the estimate back itself, retrying until the store answers).
+    type Acted = Result<(String, UnixMs), Error>;
+
+    fn waits_on_store(&self) -> bool {
+        true
+    }
+
+    fn plan(&self) -> Result<Plan<'_>, Error> {
+        let ns = &*self.ns;
+        reservation_ttl(self.ttl)?;
+        if self.several {
+            super::check_keys(&self.keys)?;
+        }
+        let asks = hits(ns, &self.keys, self.cost)?;
+        let mut plan = Plan::of(asks);
+        if self.several {
+            plan.label = Some("keys");
+        }
+        Ok(plan)
+    }
+
+    async fn act(&self, plan: &Plan<'_>) -> Result<Self::Acted, Error> {
+        let (ns, cost) = (&self.ns, self.cost);
+        let id = new_id();
+        let now = swin_sync::now();
+        let expires_at = lapse(now, reservation_ttl(self.ttl)?);
+        let open = OpenReservation {
+            id: &id,
+            keys: &self.keys,
+            total: cost,
+            expires_at,
+            now,
+        };
+        // within what the take left of the answer time
+        let left = plan.left_of(ns.sync.answer_within());
+        let recorded = tokio::time::timeout(left, ns.reservations.open(open))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Store {
+                    reason: "store_unreachable",
+                    message: "recording a reservation: the store did not answer in time; nothing was spent".into(),
+                })
+            });
+        Ok(match recorded {
+            Ok(true) => Ok((id, expires_at)),
+            failed => {
+                // nobody knows the id: the node takes the estimate back, and ends the
+                // record in case the store wrote it before failing
+                tokio::spawn(undo(ns.clone(), self.keys.clone(), cost, id, expires_at));
+                Err(failed.err().unwrap_or(Error::Internal))
+            }
+        })
+    }
+
+    fn answer(&self, _: Plan<'_>, ran: Ran<Self::Acted>) -> Result<Reserved, Error> {
+        let recorder = self.ns.recorder();
+        let name = self.ns.sync.name();
+        let verdicts = verdicts(&self.keys, ran.taken)?;
+        let reservation = match ran.acted {
+            Some(acted) => Some(acted?),
+            None => None,
+        };
+        match reservation {
+            Some(_) => {
+                recorder.reservation(name, "reserved");
+                recorder.reservation_cost(name, "reserved", self.cost * self.keys.len() as f64);
+            }
+            None => recorder.reservation(name, "denied"),
+        }
+        Ok(Reserved {
+            verdict: strictest(&verdicts)?,
+            verdicts,
+            total: if reservation.is_some() {
+                self.cost
+            } else {
+                0.0
+            },
+            reservation,
+        })
+    }
+}
+
+/// Undoes a reserve that answered an error: the estimate goes back on every key, and
+/// the record (if the store wrote it) ends; each retried until the store answers.
+async fn undo(ns: Arc<Namespace>, keys: Vec<String>, cost: f64, id: String, lapse: UnixMs) {
+    for key in keys {
+        let deadline = tokio::time::Instant::now() + RETRY_FOR;
+        loop {
+            let undone = match &ns.limits {
+                Some(l) => {
+                    let limits = ns.effective(&key, l.for_key(&key));
+                    Take::under(&ns, key.as_str(), cost, limits, false)
+                        .undo()
+                        .await
+                }
+                None => Ok(()),
+            };
+            if undone.is_ok() {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(key, cost, "a failed reserve's estimate stays spent");
+                break;
+            }
+            tokio::time::sleep(RETRY_EVERY).await;
+        }
+    }
+    // the record, until it would have lapsed anyway
+    while swin_sync::now() < lapse {
+        match ns.reservations.take(&id, swin_sync::now()).await {
+            Ok(_) => return,
+            Err(_) => tokio::time::sleep(RETRY_EVERY).await,
+        }
+    }
+}
