@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""An LLM gateway's token budget on swin: reserve, extend while streaming, commit.
+
+For each request the gateway reserves the prompt's tokens plus `max_tokens` (the
+estimate most gateways reserve) over two keys at once, `tenant:<t>` and `user:<u>`,
+calls a stand-in model that streams tokens, extends the reservation by a chunk
+whenever the stream passes what is reserved (and stops the stream when an extend is
+denied), then commits the tokens actually used. Under `overrun = "debt"` (the default)
+tokens charged are tokens used.
+
+Every call carries an `Idempotency-Key` (one per logical call, the same on each retry)
+and is retried after a connection error or a timeout. `--drop F` loses a fraction F of
+the answers on purpose: the call is sent, its answer thrown away, and the call sent
+again with the same key (to the next `--url`, when several are given): the node answers
+the first answer again and counts nothing more.
+
+Standard library only. Run against a node with a namespace such as
+
+    [[namespaces]]
+    name = "llm"
+    window_sizes = [60]
+    limits = [{ window_size = 60, limit = 100000 }]
+
+    python3 docs/examples/llm_gateway.py --url http://127.0.0.1:7070 --namespace llm \
+        --requests 20 --drop 0.2 --seed 1
+
+It prints one JSON object: requests served and denied, retries, and the tokens the
+stand-in model used by its own count, in all and per key.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import random
+import socket
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+CHUNK = 64  # tokens added by each extend
+TTL = 120  # seconds a reservation stays open
+
+
+class Stats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.served = 0
+        self.denied = 0
+        self.cut_short = 0
+        self.extends = 0
+        self.retries = 0
+        self.dropped = 0
+        self.tokens_used = 0
+        self.by_key = {}
+
+    def add(self, **counts):
+        with self.lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)
+
+    def used(self, keys, tokens):
+        with self.lock:
+            self.tokens_used += tokens
+            for k in keys:
+                self.by_key[k] = self.by_key.get(k, 0) + tokens
+
+
+class Client:
+    """POSTs to the namespace's routes, retried with one `Idempotency-Key` per call."""
+
+    def __init__(self, urls, namespace, drop, stats, timeout=10.0):
+        self.urls = urls
+        self.namespace = namespace
+        self.drop = drop
+        self.stats = stats
+        self.timeout = timeout
+
+    def call(self, op, body, rng):
+        """(status, answer) of `op` with `body`, once, whatever was lost on the way."""
+        key = str(uuid.uuid4())
+        # the same bytes on every attempt: a retry must send what it sent
+        data = json.dumps(body, sort_keys=True).encode()
+        attempt = 0
+        while True:
+            url = "%s/v1/namespaces/%s/%s" % (
+                self.urls[attempt % len(self.urls)],
+                self.namespace,
+                op,
+            )
+            attempt += 1
+            request = urllib.request.Request(
+                url,
+                data=data,
+                method="POST",
+                headers={"content-type": "application/json", "idempotency-key": key},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as r:
+                    status, raw = r.status, r.read()
+            except urllib.error.HTTPError as e:
+                status, raw = e.code, e.read()
+            except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError):
+                # no answer: it may or may not have run; the same key makes it once
+                self.stats.add(retries=1)
+                time.sleep(0.05 * min(attempt, 20))
+                continue
+            if status in (409, 503):
+                # 409: the first attempt is still running; 503: nothing was kept
+                self.stats.add(retries=1)
+                time.sleep(0.05 * min(attempt, 20))
+                continue
+            if rng.random() < self.drop:
+                # sent and answered, but the answer is lost on the way back
+                self.stats.add(retries=1, dropped=1)
+                continue
+            return status, json.loads(raw)
+
+
+class StandInModel:
+    """Streams tokens; keeps its own count of the tokens it read and produced."""
+
+    def __init__(self, rng):
+        self.rng = rng
+        self.used = 0
+
+    def stream(self, prompt_tokens, max_tokens):
+        self.used += prompt_tokens
+        # most answers stop short of max_tokens; some run past it
+        n = self.rng.randint(max_tokens // 4, max_tokens * 3 // 2)
+        for i in range(n):
+            self.used += 1
+            yield "tok%d" % i
+
+
+def serve(client, prompt_tokens, max_tokens, tenant, user, rng):
+    """One request through the gateway: True when served, False when denied."""
+    keys = ["tenant:%s" % tenant, "user:%s" % user]
+    reserved = prompt_tokens + max_tokens
+    status, answer = client.call(
+        "reserve", {"keys": keys, "cost": reserved, "ttl": TTL}, rng
+    )
+    if status == 429:
+        client.stats.add(denied=1)
+        return False
+    if status != 200:
+        raise RuntimeError("reserve answered %d: %s" % (status, answer))
+    reservation = answer["reservation"]
+
+    model = StandInModel(rng)
+    stream = model.stream(prompt_tokens, max_tokens)
+    used = prompt_tokens
+    cut_short = False
+    for _token in stream:
+        used += 1  # the token is sent on to the user
+        if used > reserved:
+            status, answer = client.call(
+                "extend", {"reservation": reservation, "cost": CHUNK}, rng
+            )
+            if status == 429:
+                # no more room: stop the model; what it made is still charged
+                stream.close()
+                cut_short = True
+                break
+            if status != 200:
+                raise RuntimeError("extend answered %d: %s" % (status, answer))
+            reserved += CHUNK
+            client.stats.add(extends=1)
+
+    status, answer = client.call("commit", {"reservation": reservation, "cost": used}, rng)
+    if status != 200:
+        raise RuntimeError("commit answered %d: %s" % (status, answer))
+    assert used == model.used, (used, model.used)
+    client.stats.used(keys, model.used)
+    client.stats.add(served=1, cut_short=int(cut_short))
+    return True
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--url",
+        action="append",
+        required=True,
+        help="a node's base URL; several: retries go to the next",
+    )
+    p.add_argument("--namespace", default="llm")
+    p.add_argument("--requests", type=int, default=20)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--drop", type=float, default=0.0, help="fraction of answers lost")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--tenants", type=int, default=2)
+    p.add_argument("--users", type=int, default=5)
+    args = p.parse_args(argv)
+
+    stats = Stats()
+    client = Client([u.rstrip("/") for u in args.url], args.namespace, args.drop, stats)
+
+    def one(i):
+        # each request its own seeded RNG: the same run whatever the threads' order
+        rng = random.Random(args.seed * 1_000_003 + i)
+        prompt_tokens = rng.randint(20, 400)
+        max_tokens = rng.choice([64, 128, 256, 512])
+        tenant = "t%d" % rng.randrange(args.tenants)
+        user = "u%d" % rng.randrange(args.users)
+        return serve(client, prompt_tokens, max_tokens, tenant, user, rng)
+
+    with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
+        list(pool.map(one, range(args.requests)))
+
+    json.dump(
+        {
+            "requests": args.requests,
+            "served": stats.served,
+            "denied": stats.denied,
+            "extends": stats.extends,
+            "cut_short": stats.cut_short,
+            "retries": stats.retries,
+            "dropped_answers": stats.dropped,
+            "tokens_used": stats.tokens_used,
+            "tokens_used_by_key": dict(sorted(stats.by_key.items())),
+        },
+        sys.stdout,
+    )
+    print()
+
+
+if __name__ == "__main__":
+    main()
