@@ -438,3 +438,33 @@ async fn bad_reservations_are_refused_naming_the_field() {
     assert_eq!(s, 200, "{v}");
     assert_eq!(count(&c, base, "big", "a").await, 1.0);
 }
+
+/// A commit whose settlement the count cannot take (past 2^53) comes after its
+/// reservation ended: its 400 says the reservation ended at its estimate (not that
+/// nothing changed), a second commit of it is 404, and the count holds exactly the
+/// first commit's cost and the second's estimate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_refused_past_2_53_says_the_reservation_ended_at_its_estimate() {
+    let store = TestStore::redis();
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(dir.path(), &config(&store.section()));
+    let c = reqwest::Client::new();
+    let base = &node.base;
+    let reserve = serde_json::json!({"cost": 100});
+    let (s, r1) = key_call(&c, base, "big", "k", "reserve", reserve.clone()).await;
+    assert_eq!(s, 200, "{r1}");
+    let (s, r2) = key_call(&c, base, "big", "k", "reserve", reserve).await;
+    assert_eq!(s, 200, "{r2}");
+    let huge = 9_007_199_254_739_992_u64;
+    let commit = serde_json::json!({"reservation": id(&r1), "cost": huge});
+    let (s, v) = key_call(&c, base, "big", "k", "commit", commit).await;
+    assert_eq!(s, 200, "{v}");
+    let commit = serde_json::json!({"reservation": id(&r2), "cost": 5000});
+    let (s, v) = key_call(&c, base, "big", "k", "commit", commit.clone()).await;
+    assert_eq!(s, 400, "{v}");
+    let message = v["error"]["message"].as_str().expect("message");
+    assert!(message.contains("ended at its estimate"), "{v}");
+    let (s, v) = key_call(&c, base, "big", "k", "commit", commit).await;
+    assert_eq!(s, 404, "{v}");
+    assert_eq!(count(&c, base, "big", "k").await, (huge + 100) as f64);
+}

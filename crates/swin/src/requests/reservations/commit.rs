@@ -126,7 +126,8 @@ impl Commit {
                     },
                     verdict: after,
                 }),
-                Err(e) => {
+                // the store could not be used: this node settles it when it answers
+                Err(e @ Error::Store { .. }) => {
                     tokio::spawn(settle_later(
                         ns.clone(),
                         key.clone(),
@@ -136,6 +137,13 @@ impl Commit {
                         cost,
                     ));
                     failed.get_or_insert(e);
+                }
+                // refused (a count past 2^53): trying again would be refused again; the
+                // reservation stays settled at its estimate on this key
+                Err(e) => {
+                    failed.get_or_insert(e.at(&format!(
+                        "reservation {id:?} is ended at its estimate on key {key:?}, its settlement refused"
+                    )));
                 }
             }
         }
