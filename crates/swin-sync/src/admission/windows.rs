@@ -118,7 +118,7 @@ impl Eventual {
             let current = table.rate(key, now, None).current;
             let back = cost.min(current.max(0.0));
             if back > 0.0 {
-                sync.increment(key, l.window.secs(), -back, now).await?;
+                sync.refund_hits(key, l.window.secs(), back, now).await?;
                 given = given.max(back);
             }
             let r = table.rate(key, now, None);

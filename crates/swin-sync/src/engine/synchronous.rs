@@ -5,10 +5,12 @@
 
 use std::sync::Arc;
 
-use swin_core::{CompactString, CoreError, Diff, Total, UnixMs, WindowRate, WindowSize};
+use swin_core::{
+    CompactString, CoreError, Diff, Total, UnixMs, WindowRate, WindowSize, WindowTable,
+};
 use tracing::warn;
 
-use super::{Create, NamespaceSync};
+use super::{Create, NamespaceSync, SyncMode};
 use crate::store::{Push, Store, WindowKey};
 
 /// What became of a synchronous increment a request sent.
@@ -134,6 +136,51 @@ impl NamespaceSync {
         if self.store_for_requests().is_none() {
             return table.increment(key, value, now);
         }
+        self.increment_through_store(table, key, value, now).await
+    }
+
+    /// Gives back a refund's `value` of hits in the key's window, right after
+    /// [`Self::load_key`] read the window (`value` is at most the count it showed, with
+    /// this node's hits not pushed yet). In synchronous mode the give-back goes to the
+    /// store even while requests skip it (the breaker is open): the refund's read has just
+    /// reached the store, and a refund answered in a synchronous namespace is in the store
+    /// when answered, as a hit is; counted here instead, it would wait for the sync that
+    /// closes the breaker (seconds, in backoff) while the refund told the client it was
+    /// done. It goes there only as far as the store's count goes: the rest comes out of
+    /// this node's hits not pushed yet (the store stops a count at zero, and those hits,
+    /// pushed later, would add back what the refund took there).
+    pub async fn refund_hits(
+        self: &Arc<Self>,
+        key: &str,
+        window_size: u32,
+        value: f64,
+        now: UnixMs,
+    ) -> Result<(), CoreError> {
+        let table = self.counters.table(window_size)?;
+        if self.mode != SyncMode::Synchronous || self.session.store.is_none() {
+            return table.increment(key, -value, now).map(drop);
+        }
+        // the store's count as just read, without this node's hits not pushed yet
+        let stored = table.rate(key, now, Some(0.0)).current.max(0.0);
+        let in_store = value.min(stored);
+        if value > in_store {
+            table.increment(key, -(value - in_store), now)?;
+        }
+        if in_store > 0.0 {
+            self.increment_through_store(table, key, -in_store, now)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// A synchronous increment through the store (see [`Self::increment`]).
+    async fn increment_through_store(
+        self: &Arc<Self>,
+        table: &WindowTable,
+        key: &str,
+        value: f64,
+        now: UnixMs,
+    ) -> Result<WindowRate, CoreError> {
         // the store's total is only known after the round trip: refuse on the local view
         // a value that would take the window out of range
         swin_core::check_value(value)?;

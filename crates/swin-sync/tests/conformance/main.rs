@@ -16,6 +16,7 @@ mod leases;
 mod limits;
 mod pushes;
 mod redis_only;
+mod refunds;
 mod reservations;
 
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use idempotency::*;
 use leases::*;
 use limits::*;
 use pushes::*;
+use refunds::*;
 use reservations::*;
 use swin_core::{
     Advance, CompactString, CounterOptions, Diff, Gcra, NamespaceCounters, Total, UnixMs,
@@ -161,6 +163,7 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     idle_keys_are_still_refreshed,
     synchronous_mode_reads_store_totals,
     synchronous_mode_falls_back_when_down,
+    a_refund_after_an_outage_is_in_the_store_at_once,
     shutdown_pushes_last_diffs,
     runtime_limits_round_trip_and_log_every_change,
     a_change_past_its_deadline_is_not_applied,
