@@ -7,11 +7,11 @@ use swin_sync::admission::{Admission, Bounds, GiveBack};
 use super::*;
 
 /// A window of an hour: a refund reads the clock itself (`swin_sync::now`).
-const HOUR: u64 = 3600;
+const HOUR: u32 = 3600;
 
 /// A refund of `cost` on `key` under a limit of 5 an hour.
 async fn refund(admission: &dyn Admission, key: &str, cost: f64) -> f64 {
-    let size = WindowSize::new(HOUR).expect("size");
+    let size = WindowSize::new(HOUR.into()).expect("size");
     let limit = WindowLimit::new(size, 5.0, WindowAlgorithm::Fixed).expect("limit");
     admission
         .give_back(key, Bounds::Windows(&[limit]), cost, GiveBack::Refund)
@@ -22,7 +22,7 @@ async fn refund(admission: &dyn Admission, key: &str, cost: f64) -> f64 {
 
 /// The store's count of `key` in the current hour.
 async fn stored(store: &Store, key: &str) -> f64 {
-    let size = WindowSize::new(HOUR).expect("size");
+    let size = WindowSize::new(HOUR.into()).expect("size");
     let window = WindowKey {
         key: key.into(),
         window_size: size.secs(),
@@ -42,7 +42,7 @@ pub(super) async fn a_refund_after_an_outage_is_in_the_store_at_once(s: &TestSto
     let (faulty, control) = common::faulty(&s.store);
     let counters = Arc::new(NamespaceCounters::new(
         "api",
-        &[WindowSize::new(HOUR).expect("size")],
+        &[WindowSize::new(HOUR.into()).expect("size")],
         CounterOptions::default(),
     ));
     let sync = NamespaceSync::new(
@@ -55,19 +55,23 @@ pub(super) async fn a_refund_after_an_outage_is_in_the_store_at_once(s: &TestSto
     let (e, admission) = swin_sync::admission::for_namespace(sync, false, None);
     let now = swin_sync::now();
     for _ in 0..5 {
-        e.increment("k", 3600, 1.0, now).await.expect("inc");
+        e.increment("k", HOUR, 1.0, now).await.expect("inc");
     }
     assert_eq!(stored(&s.store, "k").await, 5.0);
     control.set_down(true);
     // while the store is gone: a hit of "j" counted here only, and the breaker opens
-    e.increment("j", 3600, 2.0, now)
+    e.increment("j", HOUR, 2.0, now)
         .await
         .expect("answered from local memory");
     assert!(e.status().degraded.is_some(), "{:?}", e.status());
     control.set_down(false);
 
     assert_eq!(refund(admission.as_ref(), "k", 2.0).await, 2.0);
-    assert_eq!(stored(&s.store, "k").await, 3.0, "the refund is in the store");
+    assert_eq!(
+        stored(&s.store, "k").await,
+        3.0,
+        "the refund is in the store"
+    );
     // "j": the store holds nothing of it yet, this node 2 not pushed
     assert_eq!(refund(admission.as_ref(), "j", 2.0).await, 2.0);
     e.sync_once(now).await.expect("a sync reaches the store");
