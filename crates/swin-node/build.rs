@@ -25,8 +25,12 @@ fn git_commit() -> Option<String> {
     let dir = git(&["rev-parse", "--absolute-git-dir"])?;
     println!("cargo:rerun-if-changed={dir}/HEAD");
     if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        println!("cargo:rerun-if-changed={dir}/{branch}");
-        println!("cargo:rerun-if-changed={dir}/packed-refs");
+        // a worktree's HEAD is its own; its branches are in the common directory (a
+        // path watched that never exists reruns this script on every build)
+        let common = git(&["rev-parse", "--path-format=absolute", "--git-common-dir"])
+            .unwrap_or_else(|| dir.clone());
+        println!("cargo:rerun-if-changed={common}/{branch}");
+        println!("cargo:rerun-if-changed={common}/packed-refs");
     }
     git(&["rev-parse", "--short=12", "HEAD"])
 }

@@ -46,7 +46,7 @@ pub(crate) async fn grpc_connection(
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
     use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-    let mut tally = Tally::new(spec.windows)?;
+    let mut tally = Tally::new(spec.windows, spec.latency_log.is_some())?;
     let entries = spec.grpc.clone().unwrap_or_default();
     let stream = tokio::net::TcpStream::connect(&target).await?;
     stream.set_nodelay(true)?;

@@ -113,7 +113,7 @@ async fn connection(
     target: String,
     id: usize,
 ) -> anyhow::Result<Tally> {
-    let mut tally = Tally::new(spec.windows)?;
+    let mut tally = Tally::new(spec.windows, spec.latency_log.is_some())?;
     let stream = tokio::net::TcpStream::connect(&target).await?;
     stream.set_nodelay(true)?;
     let (mut sender, conn) =
@@ -249,8 +249,10 @@ pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
     let mut statuses = BTreeMap::new();
     let mut admitted = BTreeMap::new();
     let mut straddling = BTreeMap::new();
+    let mut log = Vec::new();
     for t in tasks {
-        let tally = t.await??;
+        let mut tally = t.await??;
+        log.extend(tally.log.take().unwrap_or_default());
         hist.add(&tally.hist)?;
         for (s, n) in tally.statuses {
             *statuses.entry(s).or_default() += n;
@@ -264,6 +266,9 @@ pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
     }
     progress.abort();
     let seconds = started.elapsed().as_secs_f64();
+    if let Some(path) = &spec.latency_log {
+        write_log(path, log)?;
+    }
     let unanswered = statuses.remove(&0).unwrap_or(0);
     let requests: u64 = statuses.values().sum();
     let ok = statuses.get(&200).copied().unwrap_or(0);
@@ -293,6 +298,18 @@ pub async fn run(spec: LoadSpec) -> anyhow::Result<Report> {
             .map(|(w, n)| (w * window, n))
             .collect(),
     })
+}
+
+/// `--latency-log`: `due_unix_us latency_us`, a line per answer, in due order.
+fn write_log(path: &std::path::Path, mut log: Vec<(u64, u64)>) -> anyhow::Result<()> {
+    use std::io::Write;
+    log.sort_unstable();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (due, took) in log {
+        writeln!(out, "{due} {took}")?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -328,6 +345,7 @@ mod tests {
             grpc: Some(vec![("k".into(), "{key}".into())]),
             windows: None,
             limitador: false,
+            latency_log: None,
             progress: false,
         };
         let report = run_alone(spec);
@@ -355,6 +373,7 @@ mod tests {
             grpc: None,
             windows: None,
             limitador: false,
+            latency_log: None,
             progress: false,
         }
     }

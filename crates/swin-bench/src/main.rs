@@ -77,6 +77,10 @@ enum Command {
         /// instead: a peer measured by the same tool.
         #[arg(long, conflicts_with_all = ["batch", "hit", "lease", "grpc"])]
         limitador: bool,
+        /// Write each answer's due time (unix µs) and latency (µs) to FILE, a line
+        /// each, to lay slow answers beside what the server did at the time.
+        #[arg(long, value_name = "FILE")]
+        latency_log: Option<std::path::PathBuf>,
         #[arg(long)]
         json: bool,
         #[arg(long)]
@@ -227,6 +231,7 @@ async fn load(command: Command) -> anyhow::Result<()> {
         grpc,
         windows,
         limitador,
+        latency_log,
         json,
         progress,
     } = command
@@ -254,6 +259,7 @@ async fn load(command: Command) -> anyhow::Result<()> {
         grpc,
         windows,
         limitador,
+        latency_log,
         progress,
     };
     let r = load::run(spec).await?;

@@ -116,6 +116,8 @@ pub struct Tally {
     /// Of those, the ones sent in the window before: decided on either side of the
     /// edge, so a count above the limit by no more than these is not proof of excess.
     pub straddling: BTreeMap<u64, u64>,
+    /// With `--latency-log`: each answer's due time (unix µs) and latency (µs).
+    pub log: Option<Vec<(u64, u64)>>,
     window: Option<u64>,
 }
 
@@ -125,20 +127,28 @@ pub fn histogram() -> anyhow::Result<hdrhistogram::Histogram<u64>> {
 }
 
 impl Tally {
-    pub fn new(window: Option<u64>) -> anyhow::Result<Tally> {
+    pub fn new(window: Option<u64>, log: bool) -> anyhow::Result<Tally> {
         Ok(Tally {
             hist: histogram()?,
             statuses: BTreeMap::new(),
             admitted: BTreeMap::new(),
             straddling: BTreeMap::new(),
+            log: log.then(Vec::new),
             window,
         })
     }
 
     /// One answer of `status`, `t0` the time it was due (or sent), `sent` when it was.
     pub fn record(&mut self, t0: Instant, sent: Instant, status: u16) {
-        self.hist
-            .saturating_record((t0.elapsed().as_micros() as u64).max(1));
+        let took = t0.elapsed();
+        self.hist.saturating_record((took.as_micros() as u64).max(1));
+        if let Some(log) = &mut self.log {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            let due = now.saturating_sub(took).as_micros() as u64;
+            log.push((due, took.as_micros() as u64));
+        }
         *self.statuses.entry(status).or_default() += 1;
         if let (200, Some(w)) = (status, self.window) {
             let now = SystemTime::now()

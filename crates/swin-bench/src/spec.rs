@@ -33,5 +33,8 @@ pub struct LoadSpec {
     /// namespace, the picked key as the value of `key`, delta 1): a peer under the same
     /// load from the same tool.
     pub limitador: bool,
+    /// Write each answer's due time (unix µs) and latency (µs) to this file, a line
+    /// each: to lay slow answers beside what the server did at the time.
+    pub latency_log: Option<std::path::PathBuf>,
     pub progress: bool,
 }
