@@ -95,8 +95,9 @@ def main():
             ]
             largest, total = max(flying, default=0), sum(flying)
             row = (limit + largest - n, k, w, n, largest, total)
-            worst = min(worst or row, row)
-            worst_sum = min(worst_sum or row, (limit + total - n,) + row[1:])
+            by_sum = (limit + total - n,) + row[1:]
+            worst = row if worst is None else min(worst, row)
+            worst_sum = by_sum if worst_sum is None else min(worst_sum, by_sum)
             if n > limit:
                 over_limit.append(row)
     claim_b = worst[0] >= 0
