@@ -62,7 +62,8 @@ def main():
     run_path, log_path, proxy_path, limit, prefix, redis, secs = sys.argv[1:8]
     metric_paths = sys.argv[8:]
     run = json.load(open(run_path))
-    calls = [json.loads(l) for l in open(log_path)]
+    logged = [json.loads(l) for l in open(log_path)]
+    calls = [c for c in logged if not c.get("denied")]  # served: reserved, then committed
     limit, secs = float(limit), float(secs)
     proxy = json.load(open(proxy_path)) if proxy_path != "-" else None
     ok = True

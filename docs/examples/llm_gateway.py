@@ -19,8 +19,9 @@ completion tokens together; never less than the prompt, which the model reads
 whatever): the answer is the model's, so the stream is never cut short. Past the
 reservation the gateway extends while the keys allow it; once an extend is denied it
 stops asking, and the commit charges the rest as debt (`overrun = "debt"`).
-`--log FILE` writes one JSON line per request served: its keys, what it reserved in
-all, what it used, and when (Unix seconds) its reserve was sent and its commit answered.
+`--log FILE` writes one JSON line per request: its keys, what it reserved in all, what
+it used, and when (Unix seconds) its reserve was sent and its commit answered (a denied
+request: `"denied": true` and when its reserve was sent and answered).
 
 Standard library only. Run against a node with a namespace such as
 
@@ -161,6 +162,16 @@ def serve(client, prompt_tokens, max_tokens, tenant, user, rng, usage=None, log=
     )
     if status == 429:
         client.stats.add(denied=1)
+        if log is not None:
+            log(
+                {
+                    "keys": keys,
+                    "estimate": reserved,
+                    "denied": True,
+                    "reserve_sent": sent,
+                    "reserve_answered": time.time(),
+                }
+            )
         return False
     if status != 200:
         raise RuntimeError("reserve answered %d: %s" % (status, answer))
@@ -232,7 +243,7 @@ def main(argv=None):
         metavar="LO,HI",
         help="each call uses LO to HI times its estimate, never cut short",
     )
-    p.add_argument("--log", metavar="FILE", help="one JSON line per request served")
+    p.add_argument("--log", metavar="FILE", help="one JSON line per request")
     args = p.parse_args(argv)
     usage = tuple(float(x) for x in args.usage.split(",")) if args.usage else None
 
