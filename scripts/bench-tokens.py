@@ -131,6 +131,18 @@ def main():
         dropped = sum(r.get("dropped", 0) for r in proxy.values())
         print("| answers lost by the proxy | %d |" % dropped)
     print("| seconds | %.1f |" % secs)
+    first = min(c["reserve_sent"] for c in logged)
+    last = max(c.get("commit_answered", c.get("reserve_answered", 0)) for c in logged)
+    print(
+        "| window ends during the run (seconds in) | %s |"
+        % (
+            " ".join(
+                "%.1f" % (b - first)
+                for b in range(int(first // WINDOW + 1) * 60, int(last) + 1, 60)
+            )
+            or "none"
+        )
+    )
     ratios = [c["used"] / c["estimate"] for c in calls]
     print("| use / estimate, min – max | %.2f – %.2f |" % (min(ratios), max(ratios)))
     print("| largest overrun (debt) of a request | %d |" % max(map(overrun, calls)))
@@ -179,8 +191,20 @@ def main():
                 "| %s | %d | %d | %d | %s |"
                 % (route, r.get("forwarded", 0), r.get("dropped", 0), r.get("replayed", 0), st)
             )
-    for k, u, c in wrong:
-        print("(a) %s used %s charged %s (%+g) by window %s" % (k, u, c, c - u, counts[k]))
+    for k, used, charged in wrong:
+        # what the commits over k asked back (reserved - used) and did not get
+        short = [
+            (c["reserved"] - c["used"]) - c["given_back"][k]
+            for c in calls
+            if k in c["keys"] and c["used"] < c["reserved"]
+        ]
+        short = [s for s in short if s > 0]
+        by_window = {int(w): n for w, n in counts[k].items()}
+        print(
+            "(a) %s used %d, charged %d (%+d), by window %s; "
+            "%d commits got back %d less than they asked"
+            % (k, used, charged, charged - used, by_window, len(short), sum(short))
+        )
     for row in sorted(over_limit)[:20]:
         print("(b) %s window %d: count %d, limit + largest overrun in flight %d (margin %d), sum of overruns in flight %d" % (row[1], row[2], row[3], limit + row[4], row[0], row[5]))
     return 0 if ok else 1

@@ -20,7 +20,7 @@ whatever): the answer is the model's, so the stream is never cut short. Past the
 reservation the gateway extends while the keys allow it; once an extend is denied it
 stops asking, and the commit charges the rest as debt (`overrun = "debt"`).
 `--log FILE` writes one JSON line per request: its keys, what it reserved in all, what
-it used, and when (Unix seconds) its reserve was sent and its commit answered (a denied
+it used, what each key got back at the commit, and when (Unix seconds) its reserve was sent and its commit answered (a denied
 request: `"denied": true` and when its reserve was sent and answered).
 
 Standard library only. Run against a node with a namespace such as
@@ -216,6 +216,8 @@ def serve(client, prompt_tokens, max_tokens, tenant, user, rng, usage=None, log=
                 "estimate": prompt_tokens + max_tokens,
                 "reserved": reserved,  # the estimate and every extend
                 "used": used,
+                # what each key got back of the reservation's total (the store's word)
+                "given_back": {k["key"]: k["given_back"] for k in answer["keys"]},
                 "reserve_sent": sent,
                 "commit_answered": time.time(),
             }
