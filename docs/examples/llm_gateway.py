@@ -20,8 +20,9 @@ whatever): the answer is the model's, so the stream is never cut short. Past the
 reservation the gateway extends while the keys allow it; once an extend is denied it
 stops asking, and the commit charges the rest as debt (`overrun = "debt"`).
 `--log FILE` writes one JSON line per request: its keys, what it reserved in all, what
-it used, what each key got back at the commit, and when (Unix seconds) its reserve was sent and its commit answered (a denied
-request: `"denied": true` and when its reserve was sent and answered).
+it used, what each key got back at the commit, and when (Unix seconds) its reserve was
+sent and its commit answered (a denied request: `"denied": true`, and when its reserve
+was sent and answered).
 
 Standard library only. Run against a node with a namespace such as
 
