@@ -14,6 +14,16 @@ the answers on purpose: the call is sent, its answer thrown away, and the call s
 again with the same key (to the next `--url`, when several are given): the node answers
 the first answer again and counts nothing more.
 
+`--usage 0.5,3` makes each call use 0.5 to 3 times its estimate instead (prompt and
+completion tokens together; never less than the prompt, which the model reads
+whatever): the answer is the model's, so the stream is never cut short. Past the
+reservation the gateway extends while the keys allow it; once an extend is denied it
+stops asking, and the commit charges the rest as debt (`overrun = "debt"`).
+`--log FILE` writes one JSON line per request: its keys, what it reserved in all, what
+it used, what each key got back at the commit, and when (Unix seconds) its reserve was
+sent and its commit answered (a denied request: `"denied": true`, and when its reserve
+was sent and answered).
+
 Standard library only. Run against a node with a namespace such as
 
     [[namespaces]]
@@ -51,6 +61,8 @@ class Stats:
         self.denied = 0
         self.cut_short = 0
         self.extends = 0
+        self.extends_denied = 0
+        self.debts = 0  # commits above their reservation's total
         self.retries = 0
         self.dropped = 0
         self.tokens_used = 0
@@ -122,44 +134,67 @@ class Client:
 class StandInModel:
     """Streams tokens; keeps its own count of the tokens it read and produced."""
 
-    def __init__(self, rng):
+    def __init__(self, rng, usage=None):
         self.rng = rng
+        self.usage = usage  # (lo, hi): each call uses lo to hi times its estimate
         self.used = 0
 
     def stream(self, prompt_tokens, max_tokens):
         self.used += prompt_tokens
-        # most answers stop short of max_tokens; some run past it
-        n = self.rng.randint(max_tokens // 4, max_tokens * 3 // 2)
+        if self.usage is None:
+            # most answers stop short of max_tokens; some run past it
+            n = self.rng.randint(max_tokens // 4, max_tokens * 3 // 2)
+        else:
+            lo, hi = self.usage
+            total = round(self.rng.uniform(lo, hi) * (prompt_tokens + max_tokens))
+            n = max(0, total - prompt_tokens)
         for i in range(n):
             self.used += 1
             yield "tok%d" % i
 
 
-def serve(client, prompt_tokens, max_tokens, tenant, user, rng):
+def serve(client, prompt_tokens, max_tokens, tenant, user, rng, usage=None, log=None):
     """One request through the gateway: True when served, False when denied."""
     keys = ["tenant:%s" % tenant, "user:%s" % user]
     reserved = prompt_tokens + max_tokens
+    sent = time.time()
     status, answer = client.call(
         "reserve", {"keys": keys, "cost": reserved, "ttl": TTL}, rng
     )
     if status == 429:
         client.stats.add(denied=1)
+        if log is not None:
+            log(
+                {
+                    "keys": keys,
+                    "estimate": reserved,
+                    "denied": True,
+                    "reserve_sent": sent,
+                    "reserve_answered": time.time(),
+                }
+            )
         return False
     if status != 200:
         raise RuntimeError("reserve answered %d: %s" % (status, answer))
     reservation = answer["reservation"]
 
-    model = StandInModel(rng)
+    model = StandInModel(rng, usage)
     stream = model.stream(prompt_tokens, max_tokens)
     used = prompt_tokens
     cut_short = False
+    extending = True
     for _token in stream:
         used += 1  # the token is sent on to the user
-        if used > reserved:
+        if used > reserved and extending:
             status, answer = client.call(
                 "extend", {"reservation": reservation, "cost": CHUNK}, rng
             )
             if status == 429:
+                client.stats.add(extends_denied=1)
+                if usage is not None:
+                    # the model's answer runs to its end: the rest is charged as debt
+                    extending = False
+                    continue
                 # no more room: stop the model; what it made is still charged
                 stream.close()
                 cut_short = True
@@ -174,7 +209,20 @@ def serve(client, prompt_tokens, max_tokens, tenant, user, rng):
         raise RuntimeError("commit answered %d: %s" % (status, answer))
     assert used == model.used, (used, model.used)
     client.stats.used(keys, model.used)
-    client.stats.add(served=1, cut_short=int(cut_short))
+    client.stats.add(served=1, cut_short=int(cut_short), debts=int(used > reserved))
+    if log is not None:
+        log(
+            {
+                "keys": keys,
+                "estimate": prompt_tokens + max_tokens,
+                "reserved": reserved,  # the estimate and every extend
+                "used": used,
+                # what each key got back of the reservation's total (the store's word)
+                "given_back": {k["key"]: k["given_back"] for k in answer["keys"]},
+                "reserve_sent": sent,
+                "commit_answered": time.time(),
+            }
+        )
     return True
 
 
@@ -193,10 +241,24 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--tenants", type=int, default=2)
     p.add_argument("--users", type=int, default=5)
+    p.add_argument(
+        "--usage",
+        metavar="LO,HI",
+        help="each call uses LO to HI times its estimate, never cut short",
+    )
+    p.add_argument("--log", metavar="FILE", help="one JSON line per request")
     args = p.parse_args(argv)
+    usage = tuple(float(x) for x in args.usage.split(",")) if args.usage else None
 
     stats = Stats()
     client = Client([u.rstrip("/") for u in args.url], args.namespace, args.drop, stats)
+    log = None
+    if args.log:
+        log_file, log_lock = open(args.log, "w"), threading.Lock()
+
+        def log(record):
+            with log_lock:
+                log_file.write(json.dumps(record) + "\n")
 
     def one(i):
         # each request its own seeded RNG: the same run whatever the threads' order
@@ -205,10 +267,12 @@ def main(argv=None):
         max_tokens = rng.choice([64, 128, 256, 512])
         tenant = "t%d" % rng.randrange(args.tenants)
         user = "u%d" % rng.randrange(args.users)
-        return serve(client, prompt_tokens, max_tokens, tenant, user, rng)
+        return serve(client, prompt_tokens, max_tokens, tenant, user, rng, usage, log)
 
     with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
         list(pool.map(one, range(args.requests)))
+    if args.log:
+        log_file.close()
 
     json.dump(
         {
@@ -216,7 +280,9 @@ def main(argv=None):
             "served": stats.served,
             "denied": stats.denied,
             "extends": stats.extends,
+            "extends_denied": stats.extends_denied,
             "cut_short": stats.cut_short,
+            "debts": stats.debts,
             "retries": stats.retries,
             "dropped_answers": stats.dropped,
             "tokens_used": stats.tokens_used,
