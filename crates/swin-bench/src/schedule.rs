@@ -141,7 +141,8 @@ impl Tally {
     /// One answer of `status`, `t0` the time it was due (or sent), `sent` when it was.
     pub fn record(&mut self, t0: Instant, sent: Instant, status: u16) {
         let took = t0.elapsed();
-        self.hist.saturating_record((took.as_micros() as u64).max(1));
+        self.hist
+            .saturating_record((took.as_micros() as u64).max(1));
         if let Some(log) = &mut self.log {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
