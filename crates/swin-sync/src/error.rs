@@ -74,6 +74,24 @@ impl StoreError {
 }
 
 impl StoreError {
+    /// Whether the failed call may have run in the store all the same (cut short, its
+    /// reply lost, an answer that did not read): false only where it surely did not (no
+    /// connection was made or lent, the engine did not ask, the store refused it).
+    pub fn may_have_run(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) | StoreError::Migrate(_) | StoreError::TooLate => false,
+            StoreError::Postgres(e) | StoreError::Sqlite(e) => !matches!(
+                e,
+                sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Database(_)
+            ),
+            StoreError::Redis(e) => !e.is_connection_refusal(),
+            StoreError::Timeout(_)
+            | StoreError::Protocol(_)
+            | StoreError::Injected
+            | StoreError::Unreplicated { .. } => true,
+        }
+    }
+
     /// The store refused the data itself (a value its column cannot hold, a key its
     /// encoding cannot hold): the same rows will fail every time, so they are isolated
     /// and dropped rather than retried. Errors about anything else (a missing table, a

@@ -125,9 +125,9 @@ struct KeyAnswer {
     answer: HitAnswer,
 }
 
-/// A reserve's or an extend's answer: the strictest key's verdict (and its headers),
-/// each key's when `several`, the total when `extend`.
-fn reserved(r: &Reserved, cost: f64, several: bool, extend: bool) -> Response {
+/// A reserve's or an extend's answer: the cost it took, the strictest key's verdict (and
+/// its headers), each key's when `several`, the total when `extend`.
+fn reserved(r: &Reserved, several: bool, extend: bool) -> Response {
     let v = r.verdict();
     let (reservation, expires_at) = match r.reservation() {
         Some((id, at)) => (Some(id.clone()), Some(at.0 as f64 / 1e3)),
@@ -135,7 +135,7 @@ fn reserved(r: &Reserved, cost: f64, several: bool, extend: bool) -> Response {
     };
     let answer = ReserveAnswer {
         reservation,
-        cost,
+        cost: r.cost(),
         total: extend.then(|| r.total()),
         expires_at,
         answer: v.answer(),
@@ -164,7 +164,7 @@ async fn reserve(
         .limiter
         .reserve(&namespace, &key, cost, body.ttl)
         .await?;
-    Ok(reserved(&r, cost, false, false))
+    Ok(reserved(&r, false, false))
 }
 
 async fn reserve_keys(
@@ -182,7 +182,7 @@ async fn reserve_keys(
         .limiter
         .reserve_keys(&namespace, &keys, cost, body.ttl)
         .await?;
-    Ok(reserved(&r, cost, true, false))
+    Ok(reserved(&r, true, false))
 }
 
 async fn extend(
@@ -192,7 +192,7 @@ async fn extend(
 ) -> Result<Response, ApiError> {
     let (id, more) = body.parts("the cost to add to the reservation")?;
     let r = state.limiter.extend(&namespace, &key, &id, more).await?;
-    Ok(reserved(&r, more, false, true))
+    Ok(reserved(&r, false, true))
 }
 
 async fn extend_reservation(
@@ -205,7 +205,7 @@ async fn extend_reservation(
         .limiter
         .extend_reservation(&namespace, &id, more)
         .await?;
-    Ok(reserved(&r, more, true, true))
+    Ok(reserved(&r, true, true))
 }
 
 async fn commit(
@@ -254,7 +254,7 @@ async fn commit_reservation(
         committed: true,
         reservation: &id,
         estimate: strictest.estimate(),
-        cost,
+        cost: strictest.cost(),
         keys: &all,
     };
     let v = strictest.verdict();

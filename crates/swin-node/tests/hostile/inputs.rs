@@ -2,7 +2,8 @@
 //! the item and the problem: an increment that takes a synchronous namespace's count
 //! past 2^53 (the store refuses it: nothing may be acknowledged), batch items on unknown
 //! namespaces or window sizes, increments on namespaces that count in no window, limits
-//! calls on namespaces without limits, cursors that are no key, limits past 2^53. The
+//! calls on namespaces without limits, cursors that are no key, limits past 2^53, an
+//! empty increments batch (as an empty hits batch), and a cost of `-0.0` echoed as 0. The
 //! store's counts afterwards are exact.
 
 use std::collections::BTreeMap;
@@ -238,4 +239,93 @@ async fn calls_that_can_change_nothing_are_refused() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(counted(&store, "bucket").await, BTreeMap::new());
     assert_eq!(counted(&store, "slots").await, BTreeMap::new());
+}
+
+/// A POST of `body` to `path` on `n`, under an `Idempotency-Key` if `key`: the status
+/// and the body's text, as sent (a JSON value would hide a `-0.0`).
+async fn post_text(
+    c: &reqwest::Client,
+    n: &Node,
+    path: &str,
+    key: Option<&str>,
+    body: Value,
+) -> (u16, String) {
+    let mut r = c.post(format!("{}{path}", n.base)).json(&body);
+    if let Some(key) = key {
+        r = r.header("idempotency-key", key);
+    }
+    let r = r.send().await.expect("send");
+    let status = r.status().as_u16();
+    (status, r.text().await.expect("body"))
+}
+
+fn parsed(text: &str) -> Value {
+    serde_json::from_str(text).expect("JSON")
+}
+
+/// An empty `/v1/increments` batch was answered 200 with no results where an empty
+/// `/v1/hits` batch is 400, so an `Idempotency-Key` on it kept nothing: now the same 400
+/// as hits' (the key still records nothing: the same key then runs a batch). The store
+/// counts exactly the one batch that ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_increments_batch_is_refused_as_an_empty_hits_batch_is() {
+    let store = TestStore::redis();
+    let dir = tempfile::tempdir().expect("dir");
+    let n = node(dir.path(), &config(&store));
+    let c = reqwest::Client::new();
+    let (s, hits) = post_text(&c, &n, "/v1/hits", None, json!({"hits": []})).await;
+    assert_eq!(s, 400, "{hits}");
+    let hits = parsed(&hits);
+    for key in [None, Some("empty-1")] {
+        let (s, incs) = post_text(&c, &n, "/v1/increments", key, json!({"increments": []})).await;
+        assert_eq!(s, 400, "{key:?}: {incs}");
+        let incs = parsed(&incs);
+        assert_eq!(incs["error"]["code"], hits["error"]["code"], "{incs}");
+        let want = hits["error"]["message"]
+            .as_str()
+            .expect("message")
+            .replacen("hits", "increments", 1);
+        assert_eq!(incs["error"]["message"], json!(want), "{incs}");
+    }
+    let batch = json!({"increments": [{"namespace": "counting", "key": "e", "value": 2}]});
+    let (s, v) = post_text(&c, &n, "/v1/increments", Some("empty-1"), batch).await;
+    assert_eq!(s, 200, "the empty batch kept nothing under its key: {v}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let want: BTreeMap<String, f64> = [("e".to_owned(), 2.0)].into();
+    assert_eq!(counted(&store, "counting").await, want);
+}
+
+/// A cost of `-0.0` was echoed as `-0.0` by reserve, extend and commit (one key and
+/// several): now `0.0`, in every field that shows it. Nothing is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_of_minus_zero_is_echoed_as_zero() {
+    let store = TestStore::redis();
+    let dir = tempfile::tempdir().expect("dir");
+    let n = node(dir.path(), &config(&store));
+    let c = reqwest::Client::new();
+    let zero = json!({"cost": -0.0});
+    let (s, reserved) = post_text(&c, &n, "/v1/namespaces/api/keys/z/reserve", None, zero).await;
+    assert_eq!(s, 200, "{reserved}");
+    let id = parsed(&reserved)["reservation"].clone();
+    let several = json!({"keys": ["x", "y"], "cost": -0.0});
+    let (s, multi) = post_text(&c, &n, "/v1/namespaces/api/reserve", None, several).await;
+    assert_eq!(s, 200, "{multi}");
+    let multi_id = parsed(&multi)["reservation"].clone();
+    let mut answers = vec![reserved, multi];
+    for (path, id) in [
+        ("/v1/namespaces/api/keys/z/extend", &id),
+        ("/v1/namespaces/api/keys/z/commit", &id),
+        ("/v1/namespaces/api/extend", &multi_id),
+        ("/v1/namespaces/api/commit", &multi_id),
+    ] {
+        let body = json!({"reservation": id, "cost": -0.0});
+        let (s, v) = post_text(&c, &n, path, None, body).await;
+        assert_eq!(s, 200, "{path}: {v}");
+        answers.push(v);
+    }
+    for a in &answers {
+        assert!(a.contains("\"cost\":0.0") && !a.contains("-0"), "{a}");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(counted(&store, "api").await, BTreeMap::new());
 }

@@ -38,6 +38,10 @@
 //! - `idempotency`: retries under an `Idempotency-Key` on another node answer the first
 //!   answer and count nothing more; keys reused across namespaces or with another body,
 //!   racing duplicates, bad headers, and a million distinct keys against the cap;
+//! - `idempotency_bytes`: every byte in an `Idempotency-Key` value, sent raw: a key, a
+//!   JSON 400 naming the header, or the HTTP parser's bare 400, nothing refused counted;
+//! - `idempotency_stalls`: a claim the store takes after its request was answered 503
+//!   (the store stalled) is released once the store answers: a retry runs at once, once;
 //! - `grpc`: Envoy's door takes the same tokens, and no value a client sends turns an
 //!   over-limit answer into an error.
 
@@ -48,6 +52,8 @@ mod connections;
 mod grpc;
 mod http;
 mod idempotency;
+mod idempotency_bytes;
+mod idempotency_stalls;
 mod inputs;
 mod integrity;
 mod keyspace;

@@ -250,3 +250,118 @@ pub async fn idempotency_records_are_capped_and_purged_when_lapsed(s: &TestStore
         );
     }
 }
+
+/// A claim through an engine that fails to its caller — answered past `answer_within`
+/// (its call still running), or failed after the store took it (its reply lost) — is
+/// released in the background once the store has answered: the caller ran nothing under
+/// it, and a retry then claims the record at once instead of finding it in flight until
+/// its hold lapses. A claim that found another's record writes nothing and releases
+/// nothing.
+pub async fn an_idempotency_claim_that_failed_to_its_caller_is_released(s: &TestStore) {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    use swin_core::{CounterOptions, NamespaceCounters};
+    use swin_sync::store::Fault;
+    use swin_sync::{NamespaceSync, StoreError, SyncMode};
+
+    let engine = || {
+        let (faulty, faults) = super::common::faulty(&s.store);
+        let counters = Arc::new(NamespaceCounters::new("ns", &[], CounterOptions::default()));
+        let e = NamespaceSync::new(
+            counters,
+            SyncMode::Synchronous,
+            Some(faulty),
+            swin_sync::new_node_id().into(),
+            Duration::from_secs(5),
+        )
+        .answering_within(Duration::from_millis(100));
+        (Arc::new(e), faults)
+    };
+    let f = Fingerprint([3; 32]);
+    // the record's times in the cluster's clock (held 5 s): the release gives up past
+    // the hold
+    let now = swin_sync::now().0;
+    let retry_runs = async |key: &str| {
+        let t = Instant::now();
+        loop {
+            let c = s
+                .store
+                .claim_idempotency("ns", claim(key, &f, 99, now, 100))
+                .await
+                .expect("claim");
+            match c {
+                Claimed::Mine => return,
+                Claimed::Found(r) => assert_eq!(r, Record::InFlight { fingerprint: f }),
+                Claimed::Full => panic!("not full"),
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{key}: still in flight, not released"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+
+    // answered late: the caller is told it timed out; the record is in flight meanwhile
+    let (e, faults) = engine();
+    faults.plan([Fault::Slow(Duration::from_millis(400))]);
+    let t = Instant::now();
+    let r = e
+        .claim_idempotency(claim("late", &f, 1, now, 100))
+        .await
+        .expect("a store");
+    assert!(matches!(r, Err(StoreError::Timeout(_))), "{r:?}");
+    assert!(
+        t.elapsed() < Duration::from_millis(350),
+        "{:?}",
+        t.elapsed()
+    );
+    let meanwhile = s
+        .store
+        .claim_idempotency("ns", claim("late", &f, 2, now, 100))
+        .await
+        .expect("claim");
+    assert_eq!(
+        meanwhile,
+        Claimed::Found(Record::InFlight { fingerprint: f })
+    );
+    retry_runs("late").await;
+
+    // taken, then its reply lost
+    let (e, faults) = engine();
+    faults.plan([Fault::FailAfter]);
+    let r = e
+        .claim_idempotency(claim("lost", &f, 1, now, 100))
+        .await
+        .expect("a store");
+    assert!(matches!(r, Err(StoreError::Injected)), "{r:?}");
+    retry_runs("lost").await;
+
+    // a claim that finds a live record and answers late releases nothing: the record
+    // stays its holder's (token 99 above), its answer kept
+    let (e, faults) = engine();
+    faults.plan([Fault::Slow(Duration::from_millis(200))]);
+    let r = e
+        .claim_idempotency(claim("lost", &f, 5, now, 100))
+        .await
+        .expect("a store");
+    assert!(matches!(r, Err(StoreError::Timeout(_))), "{r:?}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(s
+        .store
+        .keep_answer("ns", "lost", 99, b"kept", UnixMs(now + 1))
+        .await
+        .expect("keep"));
+    let found = s
+        .store
+        .claim_idempotency("ns", claim("lost", &f, 6, now, 100))
+        .await
+        .expect("claim");
+    assert_eq!(
+        found,
+        Claimed::Found(Record::Answered {
+            fingerprint: f,
+            answer: b"kept".to_vec()
+        })
+    );
+}

@@ -11,6 +11,13 @@
 //! 3. its answer is kept, unless it is a failure of the node or the store (5xx): then
 //!    the claim is released and a retry runs the request again.
 //!
+//! A claim that fails (the store down, or not answering within `answer_timeout`) is
+//! answered as the store's failure, and nothing runs: the request runs only once its
+//! claim is the caller's. What such a claim wrote all the same (a stalled store that
+//! takes it once it wakes) is released by the engine in the background once the store
+//! answers, so a retry then runs at once instead of finding it in flight; nothing ran
+//! under it, and a release ends only its own claim.
+//!
 //! A claim whose holder never answers (its node stopped) holds the record for
 //! [`CLAIM_HOLD`]; a retry after that runs the request again.
 

@@ -103,7 +103,7 @@ impl Limiter {
         .await
     }
 
-    /// Counts at most `max` increments, each `(namespace, key, value, window_size)`, as
+    /// Counts 1 to `max` increments, each `(namespace, key, value, window_size)`, as
     /// one request: all or nothing; an error names the item (`increments[i]: …`).
     pub async fn increments(
         &self,

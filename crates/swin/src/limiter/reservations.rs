@@ -6,6 +6,7 @@
 use super::Limiter;
 use crate::error::Error;
 use crate::pipeline::run;
+use crate::policy::input::unsigned_zero;
 use crate::requests::reservations::{open_record, Commit, Extend, Reserve};
 use crate::requests::{Reserved, Settled};
 
@@ -24,7 +25,7 @@ impl Limiter {
         run(Reserve {
             ns,
             keys,
-            cost,
+            cost: unsigned_zero(cost),
             ttl,
             several: false,
         })
@@ -47,7 +48,7 @@ impl Limiter {
         run(Reserve {
             ns,
             keys: keys.to_vec(),
-            cost,
+            cost: unsigned_zero(cost),
             ttl,
             several: true,
         })
@@ -96,7 +97,7 @@ impl Limiter {
             ns,
             keys: record.keys,
             id: id.to_owned(),
-            more,
+            more: unsigned_zero(more),
             total: record.total,
             expires_at: record.expires_at,
         })
@@ -157,7 +158,7 @@ impl Limiter {
             ns,
             keys: record.keys,
             id: id.to_owned(),
-            cost,
+            cost: unsigned_zero(cost),
         })
         .await
     }

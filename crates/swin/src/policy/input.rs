@@ -24,6 +24,28 @@ pub fn check_key(key: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// A batch's size: 1 to `max` items (`max_batch`); `list` names the batch's list in its
+/// body. An empty batch is refused like an oversized one: it would answer nothing, and
+/// an idempotency key on it would record nothing.
+pub fn check_batch_size(list: &str, len: usize, max: usize) -> Result<(), Error> {
+    if len == 0 || len > max {
+        return Err(Error::BadRequest(format!(
+            "{list} must hold 1 to {max} items (max_batch), got {len}"
+        )));
+    }
+    Ok(())
+}
+
+/// `v` with a negative zero made 0: a cost a client sent as `-0.0` is 0 wherever it is
+/// kept or shown again (JSON would echo `-0.0`).
+pub fn unsigned_zero(v: f64) -> f64 {
+    if v == 0.0 {
+        0.0
+    } else {
+        v
+    }
+}
+
 /// The value of an increment (1 when absent): finite, within ±2^53, and not negative
 /// unless the namespace allows decrements.
 pub fn check_increment(

@@ -8,7 +8,7 @@ use swin_core::{UnixMs, WindowRate};
 
 use crate::error::Error;
 use crate::pipeline::{Asked, Count, Plan, Ran, Request, Taken};
-use crate::policy::input::{check_increment, check_key};
+use crate::policy::input::{check_batch_size, check_increment, check_key};
 use crate::state::Namespace;
 
 /// Counts `value` (1 when none) on `key`, in one window size or every size.
@@ -74,7 +74,7 @@ impl Request for Increment {
     }
 }
 
-/// At most `max` increments over several namespaces, all or nothing: every item is
+/// 1 to `max` increments over several namespaces, all or nothing: every item is
 /// checked before anything is counted (an error names the item: `increments[i]: …`),
 /// and when one fails, what the others counted is given back (a client that retries
 /// the batch counts it once).
@@ -85,18 +85,13 @@ pub(crate) struct IncrementBatch {
 
 impl IncrementBatch {
     /// The batch of `asked` (namespace, key, value, window size) over the namespaces
-    /// `served`, of at most `max` items.
+    /// `served`, of 1 to `max` items.
     pub(crate) fn new(
         served: &crate::state::Namespaces,
         asked: &[(&str, &str, Option<f64>, Option<u32>)],
         max: usize,
     ) -> Result<IncrementBatch, Error> {
-        if asked.len() > max {
-            return Err(Error::BadRequest(format!(
-                "increments must hold at most {max} items (max_batch), got {}",
-                asked.len()
-            )));
-        }
+        check_batch_size("increments", asked.len(), max)?;
         // namespaces resolved once per distinct name, not once per item
         let mut used: Vec<Arc<Namespace>> = Vec::new();
         let mut items = Vec::with_capacity(asked.len());

@@ -112,12 +112,7 @@ impl HitBatch {
         dry_run: bool,
         max: usize,
     ) -> Result<HitBatch, Error> {
-        if asked.is_empty() || asked.len() > max {
-            return Err(Error::BadRequest(format!(
-                "hits must hold 1 to {max} hits (max_batch), got {}",
-                asked.len()
-            )));
-        }
+        crate::policy::input::check_batch_size("hits", asked.len(), max)?;
         let mut hits = Vec::with_capacity(asked.len());
         for (i, &(namespace, key, cost)) in asked.iter().enumerate() {
             let ns = crate::state::namespace_in(served, namespace)

@@ -76,6 +76,7 @@ impl Request for Extend {
             verdicts,
             reservation,
             total,
+            cost: self.more,
         })
     }
 }

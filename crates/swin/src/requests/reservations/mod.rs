@@ -67,6 +67,8 @@ pub struct Reserved {
     /// The reservation's total after it (allowed; denied: what it had, or 0 for a
     /// reserve).
     pub(crate) total: f64,
+    /// The cost asked: a reserve's estimate on each key, or what an extend adds.
+    pub(crate) cost: f64,
 }
 
 impl Reserved {
@@ -89,6 +91,11 @@ impl Reserved {
     /// reserve).
     pub fn total(&self) -> f64 {
         self.total
+    }
+
+    /// The cost asked: a reserve's estimate on each key, or what an extend adds.
+    pub fn cost(&self) -> f64 {
+        self.cost
     }
 }
 

@@ -108,6 +108,7 @@ impl Request for Reserve {
                 0.0
             },
             reservation,
+            cost: self.cost,
         })
     }
 }
