@@ -138,8 +138,9 @@ impl Admission for Eventual {
         bounds: Bounds<'a>,
         cost: f64,
         spend: Spend,
+        now: UnixMs,
     ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
-        Box::pin(async move { self.decide(key, limits(bounds)?, cost, spend, now()).await })
+        Box::pin(async move { self.decide(key, limits(bounds)?, cost, spend, now).await })
     }
 
     fn give_back<'a>(
@@ -151,13 +152,14 @@ impl Admission for Eventual {
     ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
         Box::pin(async move {
             let set = limits(bounds)?;
-            let now = now();
-            if why == GiveBack::Refund {
-                return self.refund(key, set, cost, now).await;
-            }
+            let at = match why {
+                GiveBack::Refund => return self.refund(key, set, cost, now()).await,
+                // in the windows the take counted in, not those of the undo's time
+                GiveBack::Undo { at } => at,
+            };
             for l in set {
                 self.sync
-                    .undo_increment(key, l.window.secs(), cost, now)
+                    .undo_increment(key, l.window.secs(), cost, at)
                     .await?;
             }
             Ok(GivenBack {
@@ -245,10 +247,14 @@ impl Quota for Holds {
     ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
         Box::pin(async move {
             let set = limits(bounds)?;
-            let given = Holds::give_back(self, key, set, cost, now);
-            if why == GiveBack::Undo {
-                return Ok(GivenBack { given, after: None });
-            }
+            let given = match why {
+                // in the window the take held it in, not that of the undo's time
+                GiveBack::Undo { at } => {
+                    let given = Holds::give_back(self, key, set, cost, at);
+                    return Ok(GivenBack { given, after: None });
+                }
+                GiveBack::Refund => Holds::give_back(self, key, set, cost, now),
+            };
             // the key after it: a hit of 0 is answered from what this node holds
             let after = match Holds::admit(self, sync, key, set, 0.0, now).await {
                 Ok(views) => verdict(sync, set, &views, key, 0.0, now, Spend::IfAllowed).await?,
