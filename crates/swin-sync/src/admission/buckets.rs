@@ -80,9 +80,9 @@ impl Admission for Eventual {
         })
     }
 
-    /// Boulder's refund, never past a full bucket; an undo is the same (a bucket has no
-    /// windows: its TAT moves back, and a TAT before now is a full bucket whenever the
-    /// undo comes).
+    /// Boulder's refund, never past a full bucket; an undo and a settlement are the same
+    /// (a bucket has no windows: its TAT moves back, and a TAT before now is a full
+    /// bucket whenever the undo comes).
     fn give_back<'a>(
         &'a self,
         key: &'a str,
@@ -173,7 +173,7 @@ impl Quota for Grants {
             let given = Grants::give_back(self, key, g.units(cost)?, now) as f64;
             let after = match why {
                 GiveBack::Undo { .. } => None,
-                GiveBack::Refund => {
+                GiveBack::Refund | GiveBack::Settle => {
                     Some(admitted(granted_decision(g, &self.view(key, now), now, 0)?))
                 }
             };

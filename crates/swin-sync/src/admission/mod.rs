@@ -60,6 +60,11 @@ pub enum GiveBack {
     /// cluster's count (read first where the node keeps more than its own), in the
     /// current window only.
     Refund,
+    /// The unused part of a reservation settled by its commit: given back as a refund
+    /// is, from the current window first and then, for what is left, from the previous
+    /// one (a reservation's takes count in the window it was made in, which a stream
+    /// that crosses a window's end has left by its commit), never below zero in either.
+    Settle,
 }
 
 /// A decision, and the limit it comes from (an index into [`Bounds::Windows`]; 0 for a

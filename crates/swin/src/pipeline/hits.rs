@@ -167,10 +167,21 @@ impl<'r> Take<'r> {
     /// zero, GCRA never past a full bucket); answers what was given and the key after
     /// it, as a dry run would see it.
     pub(crate) async fn refund(&self) -> Result<(f64, Verdict), Error> {
+        self.give_back(GiveBack::Refund).await
+    }
+
+    /// Gives back up to its cost of a reservation's estimate not used ([`Take::refund`]
+    /// but from the previous window too for what the current one cannot take back: the
+    /// reserve counted there when its stream crossed a window's end).
+    pub(crate) async fn settle(&self) -> Result<(f64, Verdict), Error> {
+        self.give_back(GiveBack::Settle).await
+    }
+
+    async fn give_back(&self, why: GiveBack) -> Result<(f64, Verdict), Error> {
         let back = self
             .ns
             .admission
-            .give_back(&self.key, bounds(&self.limits), self.cost, GiveBack::Refund)
+            .give_back(&self.key, bounds(&self.limits), self.cost, why)
             .await?;
         let after = back.after.ok_or(Error::Internal)?;
         Ok((back.given, verdict(&self.limits, after)))

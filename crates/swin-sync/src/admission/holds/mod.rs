@@ -181,15 +181,28 @@ impl Holds {
 
     /// Gives back `cost` of admitted hits on `key` counted in the window of `at` (a
     /// refund, an undo): the quota is this node's to admit again, or, for a window that
-    /// has ended, goes back to the store with the ended window's. Returns how much went
-    /// back (at most what this node admitted in the window, in the limit that gave back
-    /// most).
-    pub fn give_back(&self, key: &str, limits: &[WindowLimit], cost: f64, at: UnixMs) -> f64 {
+    /// has ended, goes back to the store with the ended window's. `previous_too` (a
+    /// reservation's settlement): what that window cannot take back comes out of the one
+    /// before it. Returns how much went back (at most what this node admitted in the
+    /// windows, in the limit that gave back most).
+    pub fn give_back(
+        &self,
+        key: &str,
+        limits: &[WindowLimit],
+        cost: f64,
+        at: UnixMs,
+        previous_too: bool,
+    ) -> f64 {
         let mut back = 0.0f64;
         for l in limits {
             let slot = self.slot(key, l.window.secs());
             let mut s = lock(&slot);
-            back = back.max(give_back_in(&mut s, l.window.start_of(at), cost));
+            let start = l.window.start_of(at);
+            let mut b = give_back_in(&mut s, start, cost);
+            if previous_too {
+                b += give_back_in(&mut s, start - i64::from(l.window.secs()), cost - b);
+            }
+            back = back.max(b);
         }
         back
     }
