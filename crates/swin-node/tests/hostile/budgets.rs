@@ -2,7 +2,8 @@
 //! nodes settles once; an extend after the ttl counts nothing; a reservation over
 //! several keys survives a store outage between its reserve and its commit; a key in
 //! debt is denied with a Retry-After; a reserve denied by one key spends nothing on
-//! any; and bad input is a 4xx naming the field. Each with exact counts.
+//! any; a commit in the window after its reserve's gives back where the reserve
+//! counted; and bad input is a 4xx naming the field. Each with exact counts.
 
 use std::time::Duration;
 
@@ -315,6 +316,85 @@ async fn a_reserve_denied_by_one_key_spends_nothing_on_any() {
     assert_eq!((s, &v["total"]), (429, &5.0.into()), "{v}");
     assert_eq!(count(&c, base, "budget", "tenant").await, 5.0);
     assert_eq!(count(&c, base, "budget", "other").await, 9.0);
+}
+
+/// `tick`: 1,000 per 4 s window, synchronous.
+fn ticking(section: &str) -> String {
+    format!(
+        "store_timeout = 1\n{section}
+[[namespaces]]
+name = \"tick\"
+window_sizes = [4]
+sync_rate = 0
+store = \"main\"
+limits = [{{ window_size = 4, limit = 1000 }}]
+"
+    )
+}
+
+/// Sleeps until `at_ms` into the next 4 s window.
+async fn into_the_next_window(at_ms: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    tokio::time::sleep(Duration::from_millis(4000 - now % 4000 + at_ms)).await;
+}
+
+/// A stream that crosses a window's end: a reservation of 900 over two keys made in one
+/// window and committed at 100 in the next gives back 800 on each (from the window the
+/// reserve counted in), and one of 600 extended by 300 after the window's end and
+/// committed at 100 gives back 800 too (the extend's 300 from the new window, 500 from
+/// the old): in the store and on the node, each key holds exactly what was used.
+async fn a_commit_in_the_next_window_gives_back_where_the_reserve_counted(store: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(dir.path(), &ticking(&store.section()));
+    let c = reqwest::Client::new();
+    let base = &node.base;
+    into_the_next_window(300).await;
+    let body = serde_json::json!({"keys": ["tenant", "user"], "cost": 900});
+    let (s, v) = ns_call(&c, base, "tick", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    let two = id(&v);
+    let body = serde_json::json!({"keys": ["stream"], "cost": 600});
+    let (s, v) = ns_call(&c, base, "tick", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    let one = id(&v);
+    // the next window, well before its end
+    into_the_next_window(500).await;
+    let more = serde_json::json!({"reservation": one, "cost": 300});
+    let (s, v) = ns_call(&c, base, "tick", "extend", more).await;
+    assert_eq!((s, &v["total"]), (200, &900.0.into()), "{v}");
+    for rid in [two, one] {
+        let commit = serde_json::json!({"reservation": rid, "cost": 100});
+        let (s, v) = ns_call(&c, base, "tick", "commit", commit).await;
+        assert_eq!(s, 200, "{v}");
+        for k in v["keys"].as_array().expect("keys") {
+            assert_eq!(k["given_back"], 800.0, "{v}");
+        }
+    }
+    let totals = store.totals("tick").await;
+    for key in ["tenant", "user", "stream"] {
+        assert_eq!(totals.get(key).copied(), Some(100.0), "{key}: {totals:?}");
+        assert_eq!(count(&c, base, "tick", key).await, 100.0, "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_in_the_next_window_gives_back_where_the_reserve_counted_on_redis() {
+    a_commit_in_the_next_window_gives_back_where_the_reserve_counted(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_in_the_next_window_gives_back_where_the_reserve_counted_on_sqlite() {
+    a_commit_in_the_next_window_gives_back_where_the_reserve_counted(TestStore::sqlite().await)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_in_the_next_window_gives_back_where_the_reserve_counted_on_postgres() {
+    a_commit_in_the_next_window_gives_back_where_the_reserve_counted(TestStore::postgres().await)
+        .await;
 }
 
 /// Bad input, each a 4xx naming its field, and nothing counted.

@@ -67,6 +67,7 @@ impl Admission for Eventual {
         bounds: Bounds<'a>,
         cost: f64,
         spend: Spend,
+        now: UnixMs,
     ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
         Box::pin(async move {
             let g = bucket(bounds)?;
@@ -75,11 +76,13 @@ impl Admission for Eventual {
                 Spend::Always => g.forced_units(cost)?,
                 _ => g.units(cost)?,
             };
-            self.decide(g, key, units, spend, now()).await
+            self.decide(g, key, units, spend, now).await
         })
     }
 
-    /// Boulder's refund, never past a full bucket; an undo is the same.
+    /// Boulder's refund, never past a full bucket; an undo and a settlement are the same
+    /// (a bucket has no windows: its TAT moves back, and a TAT before now is a full
+    /// bucket whenever the undo comes).
     fn give_back<'a>(
         &'a self,
         key: &'a str,
@@ -169,8 +172,8 @@ impl Quota for Grants {
             let g = bucket(bounds)?;
             let given = Grants::give_back(self, key, g.units(cost)?, now) as f64;
             let after = match why {
-                GiveBack::Undo => None,
-                GiveBack::Refund => {
+                GiveBack::Undo { .. } => None,
+                GiveBack::Refund | GiveBack::Settle => {
                     Some(admitted(granted_decision(g, &self.view(key, now), now, 0)?))
                 }
             };

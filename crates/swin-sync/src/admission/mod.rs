@@ -52,11 +52,19 @@ pub enum Spend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GiveBack {
     /// A hit this node has just admitted and that is not wanted after all (a request
-    /// decided all or nothing whose other hits were denied): taken back exactly.
-    Undo,
+    /// decided all or nothing whose other hits were denied): taken back exactly, in the
+    /// windows it was counted in (`at`: the time its take was given, which may lie in a
+    /// window that has ended since).
+    Undo { at: UnixMs },
     /// Hits admitted but not used (a refund): given back never below zero, on the
-    /// cluster's count (read first where the node keeps more than its own).
+    /// cluster's count (read first where the node keeps more than its own), in the
+    /// current window only.
     Refund,
+    /// The unused part of a reservation settled by its commit: given back as a refund
+    /// is, from the current window first and then, for what is left, from the previous
+    /// one (a reservation's takes count in the window it was made in, which a stream
+    /// that crosses a window's end has left by its commit), never below zero in either.
+    Settle,
 }
 
 /// A decision, and the limit it comes from (an index into [`Bounds::Windows`]; 0 for a
@@ -109,15 +117,17 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The one interface every door decides through.
 pub trait Admission: Send + Sync + std::fmt::Debug {
-    /// Decides a hit of `cost` on `key` under `quota` and spends it as `spend` says.
-    /// The key and cost are valid, and the key was touched (see
-    /// [`NamespaceSync::first_touch`]).
+    /// Decides a hit of `cost` on `key` under `quota` at `now` (the engine's clock) and
+    /// spends it as `spend` says. The key and cost are valid, and the key was touched
+    /// (see [`NamespaceSync::first_touch`]). An undo of it gives the same `now`
+    /// ([`GiveBack::Undo`]).
     fn take<'a>(
         &'a self,
         key: &'a str,
         bounds: Bounds<'a>,
         cost: f64,
         spend: Spend,
+        now: UnixMs,
     ) -> BoxFuture<'a, Result<Admitted, AdmitError>>;
 
     /// Gives back `cost` of hits on `key` admitted under `quota`.

@@ -33,7 +33,8 @@ pub(super) trait Quota: QuotaKeeper {
     ) -> BoxFuture<'a, Result<Option<Admitted>, AdmitError>>;
 
     /// Gives `cost` back to this node's quota, to admit again; for a refund, with the key
-    /// after it as a hit of nothing would see it.
+    /// after it as a hit of nothing would see it (at `now`; an undo, in the window of its
+    /// take).
     fn give_back<'a>(
         &'a self,
         sync: &'a Arc<NamespaceSync>,
@@ -109,16 +110,16 @@ impl Admission for Strict {
         bounds: Bounds<'a>,
         cost: f64,
         spend: Spend,
+        now: UnixMs,
     ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
         Box::pin(async move {
             if spend == Spend::DryRun {
-                if let Some(a) = self.quota.dry_run(&self.sync, key, bounds, cost, now()) {
+                if let Some(a) = self.quota.dry_run(&self.sync, key, bounds, cost, now) {
                     return a;
                 }
             } else if spend == Spend::Always && past_any_quota(bounds, cost) {
-                return self.force(key, bounds, cost).await;
+                return self.force(key, bounds, cost, now).await;
             } else {
-                let now = now();
                 match self
                     .quota
                     .admit(&self.sync, key, bounds, cost, spend, now)
@@ -133,7 +134,7 @@ impl Admission for Strict {
                     None => {}
                 }
             }
-            self.local.take(key, bounds, cost, spend).await
+            self.local.take(key, bounds, cost, spend, now).await
         })
     }
 
@@ -163,8 +164,8 @@ impl Strict {
         key: &str,
         bounds: Bounds<'_>,
         cost: f64,
+        now: UnixMs,
     ) -> Result<Admitted, AdmitError> {
-        let now = now();
         let admitted = match (self.quota.use_up(key, bounds, cost, now), bounds) {
             (Some(from_held), Bounds::Windows(set)) => {
                 for (l, held) in set.iter().zip(from_held) {
@@ -174,13 +175,21 @@ impl Strict {
                             .await?;
                     }
                 }
-                self.local.take(key, bounds, 0.0, Spend::DryRun).await?
+                self.local
+                    .take(key, bounds, 0.0, Spend::DryRun, now)
+                    .await?
             }
             (Some(from_granted), Bounds::Bucket(_)) => {
                 let rest = cost - from_granted.first().copied().unwrap_or(0.0);
-                self.local.take(key, bounds, rest, Spend::Always).await?
+                self.local
+                    .take(key, bounds, rest, Spend::Always, now)
+                    .await?
             }
-            _ => self.local.take(key, bounds, cost, Spend::Always).await?,
+            _ => {
+                self.local
+                    .take(key, bounds, cost, Spend::Always, now)
+                    .await?
+            }
         };
         if let Err(e) = self.sync.sync_requested(now).await {
             tracing::debug!(namespace = self.sync.name(), cause = %e, "a debt is pushed by the next sync");

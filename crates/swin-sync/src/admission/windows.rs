@@ -96,13 +96,15 @@ impl Eventual {
     /// A refund: never below zero, on the cluster's count of the key, not only this
     /// node's (a refund may come to a node that did not admit the hits, or never held
     /// the key); a store that cannot be read is an error, never a refund of nothing
-    /// that says it succeeded.
+    /// that says it succeeded. `previous_too` (a reservation's settlement): what the
+    /// current window cannot take back comes out of the previous one.
     async fn refund(
         &self,
         key: &str,
         set: &[WindowLimit],
         cost: f64,
         now: UnixMs,
+        previous_too: bool,
     ) -> Result<GivenBack, AdmitError> {
         let sync = &self.sync;
         if sync.mode() != SyncMode::LocalOnly {
@@ -114,13 +116,23 @@ impl Eventual {
         let mut given = 0.0f64;
         let mut decisions = Vec::with_capacity(set.len());
         for l in set {
-            let table = counters.table(l.window.secs())?;
-            let current = table.rate(key, now, None).current;
-            let back = cost.min(current.max(0.0));
+            let size = l.window.secs();
+            let table = counters.table(size)?;
+            let r = table.rate(key, now, None);
+            let back = cost.min(r.current.max(0.0));
             if back > 0.0 {
-                sync.refund_hits(key, l.window.secs(), back, now).await?;
-                given = given.max(back);
+                sync.refund_hits(key, size, back, now).await?;
             }
+            let earlier = match previous_too {
+                true => (cost - back).min(r.previous.max(0.0)),
+                false => 0.0,
+            };
+            if earlier > 0.0 {
+                // a time in the previous window: its count is lowered, never below zero
+                let then = UnixMs(now.0 - i64::from(size) * 1000);
+                sync.refund_hits(key, size, earlier, then).await?;
+            }
+            given = given.max(back + earlier);
             let r = table.rate(key, now, None);
             decisions.push(l.decide(r.current, r.previous, now, 0.0)?);
         }
@@ -138,8 +150,9 @@ impl Admission for Eventual {
         bounds: Bounds<'a>,
         cost: f64,
         spend: Spend,
+        now: UnixMs,
     ) -> BoxFuture<'a, Result<Admitted, AdmitError>> {
-        Box::pin(async move { self.decide(key, limits(bounds)?, cost, spend, now()).await })
+        Box::pin(async move { self.decide(key, limits(bounds)?, cost, spend, now).await })
     }
 
     fn give_back<'a>(
@@ -151,13 +164,15 @@ impl Admission for Eventual {
     ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
         Box::pin(async move {
             let set = limits(bounds)?;
-            let now = now();
-            if why == GiveBack::Refund {
-                return self.refund(key, set, cost, now).await;
-            }
+            let at = match why {
+                GiveBack::Refund => return self.refund(key, set, cost, now(), false).await,
+                GiveBack::Settle => return self.refund(key, set, cost, now(), true).await,
+                // in the windows the take counted in, not those of the undo's time
+                GiveBack::Undo { at } => at,
+            };
             for l in set {
                 self.sync
-                    .undo_increment(key, l.window.secs(), cost, now)
+                    .undo_increment(key, l.window.secs(), cost, at)
                     .await?;
             }
             Ok(GivenBack {
@@ -245,10 +260,15 @@ impl Quota for Holds {
     ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
         Box::pin(async move {
             let set = limits(bounds)?;
-            let given = Holds::give_back(self, key, set, cost, now);
-            if why == GiveBack::Undo {
-                return Ok(GivenBack { given, after: None });
-            }
+            let given = match why {
+                // in the window the take held it in, not that of the undo's time
+                GiveBack::Undo { at } => {
+                    let given = Holds::give_back(self, key, set, cost, at, false);
+                    return Ok(GivenBack { given, after: None });
+                }
+                GiveBack::Refund => Holds::give_back(self, key, set, cost, now, false),
+                GiveBack::Settle => Holds::give_back(self, key, set, cost, now, true),
+            };
             // the key after it: a hit of 0 is answered from what this node holds
             let after = match Holds::admit(self, sync, key, set, 0.0, now).await {
                 Ok(views) => verdict(sync, set, &views, key, 0.0, now, Spend::IfAllowed).await?,

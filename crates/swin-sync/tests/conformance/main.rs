@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod admission;
 mod buckets;
 mod demands;
 mod engines;
@@ -22,6 +23,7 @@ mod reservations;
 use std::sync::Arc;
 use std::time::Duration;
 
+use admission::*;
 use buckets::*;
 use demands::*;
 use engines::*;
@@ -184,4 +186,5 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     an_extend_raises_an_open_reservation_only,
     a_reservation_change_past_its_deadline_changes_nothing,
     open_reservations_are_counted_per_namespace,
+    an_undo_after_a_window_ends_takes_back_in_its_take_s_window,
 ]);

@@ -148,19 +148,21 @@ impl<'r> Asked<'r> {
         }
     }
 
-    /// Stage 5 for this ask alone.
-    pub(crate) async fn take(&self, dry_run: bool) -> Result<Taken, Error> {
+    /// Stage 5 for this ask alone, at `at` (a hit's time; see [`Plan::taken_at`]).
+    ///
+    /// [`Plan::taken_at`]: super::Plan::taken_at
+    pub(crate) async fn take(&self, dry_run: bool, at: UnixMs) -> Result<Taken, Error> {
         Ok(match self {
-            Asked::Hit(t) => Taken::Hit(t.take(dry_run).await?),
+            Asked::Hit(t) => Taken::Hit(t.take_at(dry_run, at).await?),
             Asked::Slots(a) => Taken::Slots(a.take().await?),
             Asked::Count(c) => Taken::Count(c.take().await?),
         })
     }
 
-    /// Puts back exactly what it took.
-    pub(crate) async fn undo(&self, taken: &Taken) -> Result<(), Error> {
+    /// Puts back exactly what it took, taken at `at`.
+    pub(crate) async fn undo(&self, taken: &Taken, at: UnixMs) -> Result<(), Error> {
         match (self, taken) {
-            (Asked::Hit(t), _) => t.undo().await,
+            (Asked::Hit(t), _) => t.undo(at).await,
             (Asked::Slots(a), Taken::Slots(taken)) => {
                 a.undo(taken).await;
                 Ok(())

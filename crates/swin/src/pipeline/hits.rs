@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 
+use swin_core::UnixMs;
 use swin_sync::admission::{GiveBack, Spend};
 
 use crate::decisions::{bounds, limits_of, verdict, Verdict};
@@ -105,6 +106,12 @@ impl<'r> Take<'r> {
     /// count, or in shadow). In shadow every hit is allowed; one its limits would deny
     /// is marked.
     pub(crate) async fn take(&self, dry_run: bool) -> Result<Verdict, Error> {
+        self.take_at(dry_run, swin_sync::now()).await
+    }
+
+    /// [`Take::take`] at `at` (the engine's clock): the time its request's asks are
+    /// taken at, which an undo of it gives again ([`Take::undo`]).
+    pub(crate) async fn take_at(&self, dry_run: bool, at: UnixMs) -> Result<Verdict, Error> {
         let spend = match (dry_run, self.count_denied || self.shadow) {
             (true, _) => Spend::DryRun,
             (false, false) => Spend::IfAllowed,
@@ -114,7 +121,7 @@ impl<'r> Take<'r> {
         let limits: &KeyLimits = &self.limits;
         let mut a = ns
             .admission
-            .take(&self.key, bounds(limits), self.cost, spend)
+            .take(&self.key, bounds(limits), self.cost, spend, at)
             .await?;
         if self.shadow && !a.decision.allowed {
             // allowed; its wait stays, as when the hit would have passed
@@ -130,7 +137,7 @@ impl<'r> Take<'r> {
             },
         );
         if !dry_run {
-            let now = swin_sync::now().secs();
+            let now = at.secs();
             ns.heaviest.hits.add(&self.key, self.cost, now);
             // the top denied keys include those a limit in shadow would deny
             if !a.decision.allowed || a.shadow_denied {
@@ -140,12 +147,18 @@ impl<'r> Take<'r> {
         Ok(verdict(limits, a))
     }
 
-    /// Takes back this hit, allowed and then not wanted (its request was refused as a
-    /// whole, or its answer failed): exactly what it took.
-    pub(crate) async fn undo(&self) -> Result<(), Error> {
+    /// Takes back this hit, taken at `at` and then not wanted (its request was refused
+    /// as a whole, or its answer failed): exactly what it took, in the windows it
+    /// counted in.
+    pub(crate) async fn undo(&self, at: UnixMs) -> Result<(), Error> {
         self.ns
             .admission
-            .give_back(&self.key, bounds(&self.limits), self.cost, GiveBack::Undo)
+            .give_back(
+                &self.key,
+                bounds(&self.limits),
+                self.cost,
+                GiveBack::Undo { at },
+            )
             .await?;
         Ok(())
     }
@@ -154,10 +167,21 @@ impl<'r> Take<'r> {
     /// zero, GCRA never past a full bucket); answers what was given and the key after
     /// it, as a dry run would see it.
     pub(crate) async fn refund(&self) -> Result<(f64, Verdict), Error> {
+        self.give_back(GiveBack::Refund).await
+    }
+
+    /// Gives back up to its cost of a reservation's estimate not used ([`Take::refund`]
+    /// but from the previous window too for what the current one cannot take back: the
+    /// reserve counted there when its stream crossed a window's end).
+    pub(crate) async fn settle(&self) -> Result<(f64, Verdict), Error> {
+        self.give_back(GiveBack::Settle).await
+    }
+
+    async fn give_back(&self, why: GiveBack) -> Result<(f64, Verdict), Error> {
         let back = self
             .ns
             .admission
-            .give_back(&self.key, bounds(&self.limits), self.cost, GiveBack::Refund)
+            .give_back(&self.key, bounds(&self.limits), self.cost, why)
             .await?;
         let after = back.after.ok_or(Error::Internal)?;
         Ok((back.given, verdict(&self.limits, after)))

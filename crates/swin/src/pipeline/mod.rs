@@ -32,6 +32,8 @@ mod leases;
 
 use std::future::Future;
 
+use swin_core::UnixMs;
+
 use crate::error::Error;
 use crate::state::Namespace;
 
@@ -111,6 +113,10 @@ pub(crate) struct Plan<'r> {
     /// When the request was planned: its kind's own part waits for the store only
     /// within what is left of its answer time ([`Plan::left_of`]).
     pub(crate) started: tokio::time::Instant,
+    /// When its hits are taken (the engine's clock, set as they are): each counts in the
+    /// windows of this time, and an undo takes back in the same windows, however late it
+    /// comes (a take just before a window's end and its undo just after).
+    pub(crate) taken_at: UnixMs,
 }
 
 impl<'r> Plan<'r> {
@@ -128,6 +134,7 @@ impl<'r> Plan<'r> {
             label: None,
             record_as_whole: false,
             started: tokio::time::Instant::now(),
+            taken_at: swin_sync::now(),
         }
     }
 
@@ -211,10 +218,15 @@ pub(crate) async fn run<R: Request>(request: R) -> Result<R::Answer, Error> {
 async fn one<T>(plan: &mut Plan<'_>) -> Result<Ran<T>, Error> {
     touch(plan).await;
     let blocked = resolve(plan)?;
+    plan.taken_at = swin_sync::now();
     let ask = &plan.asks[0];
     let taken = match ask.blocked() {
         true => None,
-        false => Some(ask.take(plan.dry_run).await.map_err(|e| plan.at(0, e))?),
+        false => Some(
+            ask.take(plan.dry_run, plan.taken_at)
+                .await
+                .map_err(|e| plan.at(0, e))?,
+        ),
     };
     let refused = blocked || taken.as_ref().is_some_and(|t| !t.admitted());
     let taken = [taken];
@@ -232,6 +244,7 @@ async fn stages<R: Request>(request: &R, plan: &mut Plan<'_>) -> Result<Ran<R::A
     touch(plan).await;
     let refunded = give_back(plan).await?;
     let blocked = resolve(plan)?;
+    plan.taken_at = swin_sync::now();
     let mut taken = take_all(plan).await;
     let failed = taken.iter().position(|t| match t {
         Some(Err(_)) => true,
@@ -344,18 +357,18 @@ fn resolve(plan: &mut Plan<'_>) -> Result<bool, Error> {
 
 /// Stage 5: every ask not blocked, taken together.
 async fn take_all(plan: &Plan<'_>) -> Vec<Option<Result<Taken, Error>>> {
-    let dry_run = plan.dry_run;
+    let (dry_run, at) = (plan.dry_run, plan.taken_at);
     if let [a] = plan.asks.as_slice() {
         // one ask: taken as it is, not moved into a set of futures to poll together
         return vec![match a.blocked() {
             true => None,
-            false => Some(a.take(dry_run).await),
+            false => Some(a.take(dry_run, at).await),
         }];
     }
     futures_util::future::join_all(plan.asks.iter().map(|a| async move {
         match a.blocked() {
             true => None,
-            false => Some(a.take(dry_run).await),
+            false => Some(a.take(dry_run, at).await),
         }
     }))
     .await
@@ -371,7 +384,7 @@ async fn undo_admitted(
         return Ok(());
     }
     let back = plan.asks.iter().zip(taken).filter_map(|(a, t)| match t {
-        Some(Ok(t)) if t.admitted() => Some(a.undo(t)),
+        Some(Ok(t)) if t.admitted() => Some(a.undo(t, plan.taken_at)),
         _ => None,
     });
     futures_util::future::join_all(back)

@@ -179,19 +179,30 @@ impl Holds {
         Ok(views)
     }
 
-    /// Gives back `cost` of admitted hits on `key` (a refund): the quota is this node's
-    /// to admit again. Returns how much went back (at most what this node admitted in
-    /// the window, in the limit that gave back most).
-    pub fn give_back(&self, key: &str, limits: &[WindowLimit], cost: f64, now: UnixMs) -> f64 {
+    /// Gives back `cost` of admitted hits on `key` counted in the window of `at` (a
+    /// refund, an undo): the quota is this node's to admit again, or, for a window that
+    /// has ended, goes back to the store with the ended window's. `previous_too` (a
+    /// reservation's settlement): what that window cannot take back comes out of the one
+    /// before it. Returns how much went back (at most what this node admitted in the
+    /// windows, in the limit that gave back most).
+    pub fn give_back(
+        &self,
+        key: &str,
+        limits: &[WindowLimit],
+        cost: f64,
+        at: UnixMs,
+        previous_too: bool,
+    ) -> f64 {
         let mut back = 0.0f64;
         for l in limits {
             let slot = self.slot(key, l.window.secs());
             let mut s = lock(&slot);
-            if s.start == l.window.start_of(now) {
-                let b = cost.min(s.used.max(0.0));
-                s.used -= b;
-                back = back.max(b);
+            let start = l.window.start_of(at);
+            let mut b = give_back_in(&mut s, start, cost);
+            if previous_too {
+                b += give_back_in(&mut s, start - i64::from(l.window.secs()), cost - b);
             }
+            back = back.max(b);
         }
         back
     }
@@ -366,6 +377,21 @@ impl Holds {
         }
         ok
     }
+}
+
+/// Gives back up to `cost` of what the slot used in the window starting at `start`
+/// (its current window, or one that ended and has not gone back to the store yet).
+fn give_back_in(s: &mut slot::SlotState, start: i64, cost: f64) -> f64 {
+    let used = match s.start == start {
+        true => &mut s.used,
+        false => match s.ended.iter_mut().find(|(e, _)| *e == start) {
+            Some((_, used)) => used,
+            None => return 0.0,
+        },
+    };
+    let b = cost.min(used.max(0.0));
+    *used -= b;
+    b
 }
 
 fn returned(key: &CompactString, size: u32, start: i64, used: f64) -> Hold {

@@ -203,7 +203,8 @@ async fn settle(
     let under =
         |cost: f64, shadow: bool| Take::under(ns, key, cost, Effective::Config(limits), shadow);
     if cost < estimate {
-        let (given, after) = under(estimate - cost, false).refund().await?;
+        // from the window the reserve counted in too, when the commit comes in the next
+        let (given, after) = under(estimate - cost, false).settle().await?;
         return Ok((0.0, given, after));
     }
     let in_shadow = ns.limits.as_ref().is_some_and(|l| l.shadow);

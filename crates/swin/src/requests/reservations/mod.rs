@@ -15,7 +15,9 @@
 //!   repeated after a lost answer, or made after the ttl, is 404 `unknown_reservation`
 //!   and settles nothing), then settles each key at the actual cost against the
 //!   reservation's total: less is given back as a refund is (never below zero, only in
-//!   windows still counted); more is charged as the namespace's `overrun` says —
+//!   windows still counted), from the current window and then from the previous one for
+//!   what is left (a reservation made before a window's end and committed after it);
+//!   more is charged as the namespace's `overrun` says —
 //!   `"debt"` (the default) charges all of it, even past the limit, and the key's hits
 //!   and reserves are then denied until its windows or bucket bring it back under;
 //!   `"cap"` charges what the limits leave and reports the rest `uncharged`.

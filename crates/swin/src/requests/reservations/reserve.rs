@@ -78,7 +78,12 @@ impl Request for Reserve {
             failed => {
                 // nobody knows the id: the node takes the estimate back, and ends the
                 // record in case the store wrote it before failing
-                tokio::spawn(undo(ns.clone(), self.keys.clone(), cost, id, expires_at));
+                let taken = Estimate {
+                    keys: self.keys.clone(),
+                    cost,
+                    at: plan.taken_at,
+                };
+                tokio::spawn(undo(ns.clone(), taken, id, expires_at));
                 Err(failed.err().unwrap_or(Error::Internal))
             }
         })
@@ -113,9 +118,18 @@ impl Request for Reserve {
     }
 }
 
-/// Undoes a reserve that answered an error: the estimate goes back on every key, and
-/// the record (if the store wrote it) ends; each retried until the store answers.
-async fn undo(ns: Arc<Namespace>, keys: Vec<String>, cost: f64, id: String, lapse: UnixMs) {
+/// What a reserve took: `cost` on each of `keys`, at `at`.
+struct Estimate {
+    keys: Vec<String>,
+    cost: f64,
+    at: UnixMs,
+}
+
+/// Undoes a reserve that answered an error: the estimate goes back on every key (in the
+/// windows it was taken in), and the record (if the store wrote it) ends; each retried
+/// until the store answers.
+async fn undo(ns: Arc<Namespace>, taken: Estimate, id: String, lapse: UnixMs) {
+    let Estimate { keys, cost, at } = taken;
     for key in keys {
         let deadline = tokio::time::Instant::now() + RETRY_FOR;
         loop {
@@ -123,7 +137,7 @@ async fn undo(ns: Arc<Namespace>, keys: Vec<String>, cost: f64, id: String, laps
                 Some(l) => {
                     let limits = ns.effective(&key, l.for_key(&key));
                     Take::under(&ns, key.as_str(), cost, limits, false)
-                        .undo()
+                        .undo(at)
                         .await
                 }
                 None => Ok(()),
