@@ -298,3 +298,45 @@ fn a_decrement_past_zero_stops_at_zero() {
     let pushed: f64 = t.drain(now).iter().map(|d| d.value).sum();
     assert_eq!(pushed, 3.0, "7 − 7 + 3: the store ends where the node is");
 }
+
+/// A read racing a drain must see each hit once: never in neither half (the diff
+/// already taken, `synced` not yet raised), which would admit that many hits past a
+/// limit, and never in both (the diff read before the drain, `synced` after it).
+#[test]
+fn a_read_racing_a_drain_sees_each_hit_once() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let t = Arc::new(table(60, 100, Retention::Synced));
+    let counted = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (t, counted, done) = (t.clone(), counted.clone(), done.clone());
+        std::thread::spawn(move || {
+            for _ in 0..300_000 {
+                t.increment("k", 1.0, at(1)).expect("finite");
+                counted.fetch_add(1, Ordering::SeqCst);
+                t.drain(at(1));
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    let mut wrong = Vec::new();
+    while !done.load(Ordering::SeqCst) {
+        let before = counted.load(Ordering::SeqCst) as f64;
+        let read = t.rate("k", at(1), None).current;
+        // at most one increment was on its way while the read ran
+        let after = counted.load(Ordering::SeqCst) as f64 + 1.0;
+        if read < before || read > after {
+            wrong.push((before, read, after));
+        }
+    }
+    writer.join().expect("writer");
+    assert_eq!(t.rate("k", at(1), None).current, 300_000.0);
+    assert!(
+        wrong.is_empty(),
+        "{} reads off, first (before, read, after) {:?}",
+        wrong.len(),
+        wrong.first()
+    );
+}

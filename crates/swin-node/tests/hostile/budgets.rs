@@ -318,19 +318,22 @@ async fn a_reserve_denied_by_one_key_spends_nothing_on_any() {
     assert_eq!(count(&c, base, "budget", "other").await, 9.0);
 }
 
-/// `tick`: 1,000 per 4 s window, synchronous.
-fn ticking(section: &str) -> String {
+/// `tick`: 1,000 per 4 s window, synchronous (`mode` adds to or overrides it).
+fn ticking(section: &str, mode: &str) -> String {
     format!(
         "store_timeout = 1\n{section}
 [[namespaces]]
 name = \"tick\"
 window_sizes = [4]
-sync_rate = 0
 store = \"main\"
 limits = [{{ window_size = 4, limit = 1000 }}]
+{mode}
 "
     )
 }
+
+const SYNCHRONOUS: &str = "sync_rate = 0";
+const LOCAL_ONLY: &str = "sync_rate = -1";
 
 /// Sleeps until `at_ms` into the next 4 s window.
 async fn into_the_next_window(at_ms: u64) {
@@ -342,13 +345,17 @@ async fn into_the_next_window(at_ms: u64) {
 }
 
 /// A stream that crosses a window's end: a reservation of 900 over two keys made in one
-/// window and committed at 100 in the next gives back 800 on each (from the window the
-/// reserve counted in), and one of 600 extended by 300 after the window's end and
-/// committed at 100 gives back 800 too (the extend's 300 from the new window, 500 from
-/// the old): in the store and on the node, each key holds exactly what was used.
-async fn a_commit_in_the_next_window_gives_back_where_the_reserve_counted(store: TestStore) {
+/// window and committed at 100 in the next gives back 800 on each from the window the
+/// reserve counted in, not from the new window's other hits (100 on one key), and one of
+/// 600 extended by 300 after the window's end and committed at 100 gives back 800 too
+/// (the extend's 300 from the new window, 500 from the old): in the store and on the
+/// node, each key holds exactly what was used, in the window it was used in.
+async fn a_commit_in_the_next_window_gives_back_where_the_reserve_counted(
+    store: TestStore,
+    mode: &str,
+) {
     let dir = tempfile::tempdir().expect("dir");
-    let node = node_in(dir.path(), &ticking(&store.section()));
+    let node = node_in(dir.path(), &ticking(&store.section(), mode));
     let c = reqwest::Client::new();
     let base = &node.base;
     into_the_next_window(300).await;
@@ -362,6 +369,13 @@ async fn a_commit_in_the_next_window_gives_back_where_the_reserve_counted(store:
     let one = id(&v);
     // the next window, well before its end
     into_the_next_window(500).await;
+    let r = c
+        .post(format!("{base}/v1/namespaces/tick/keys/tenant/hit"))
+        .json(&serde_json::json!({"cost": 100}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 200);
     let more = serde_json::json!({"reservation": one, "cost": 300});
     let (s, v) = ns_call(&c, base, "tick", "extend", more).await;
     assert_eq!((s, &v["total"]), (200, &900.0.into()), "{v}");
@@ -373,28 +387,48 @@ async fn a_commit_in_the_next_window_gives_back_where_the_reserve_counted(store:
             assert_eq!(k["given_back"], 800.0, "{v}");
         }
     }
+    let in_store = mode == SYNCHRONOUS;
     let totals = store.totals("tick").await;
-    for key in ["tenant", "user", "stream"] {
-        assert_eq!(totals.get(key).copied(), Some(100.0), "{key}: {totals:?}");
-        assert_eq!(count(&c, base, "tick", key).await, 100.0, "{key}");
+    // (key, the ended window, the new one)
+    for (key, previous, current) in [("tenant", 100.0, 100.0), ("user", 100.0, 0.0)] {
+        let total = previous + current;
+        if in_store {
+            assert_eq!(totals.get(key).copied(), Some(total), "{key}: {totals:?}");
+        }
+        let v = read(&c, base, "tick", key).await;
+        assert_eq!((v.previous, v.current), (previous, current), "{key}");
     }
+    if in_store {
+        assert_eq!(totals.get("stream").copied(), Some(100.0), "{totals:?}");
+    }
+    assert_eq!(count(&c, base, "tick", "stream").await, 100.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_in_the_next_window_gives_back_where_the_reserve_counted_on_redis() {
-    a_commit_in_the_next_window_gives_back_where_the_reserve_counted(TestStore::redis()).await;
+    a_commit_in_the_next_window_gives_back_where_the_reserve_counted(
+        TestStore::redis(),
+        SYNCHRONOUS,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_in_the_next_window_gives_back_where_the_reserve_counted_local_only() {
+    let store = TestStore::redis();
+    a_commit_in_the_next_window_gives_back_where_the_reserve_counted(store, LOCAL_ONLY).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_in_the_next_window_gives_back_where_the_reserve_counted_on_sqlite() {
-    a_commit_in_the_next_window_gives_back_where_the_reserve_counted(TestStore::sqlite().await)
-        .await;
+    let store = TestStore::sqlite().await;
+    a_commit_in_the_next_window_gives_back_where_the_reserve_counted(store, SYNCHRONOUS).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_in_the_next_window_gives_back_where_the_reserve_counted_on_postgres() {
-    a_commit_in_the_next_window_gives_back_where_the_reserve_counted(TestStore::postgres().await)
-        .await;
+    let store = TestStore::postgres().await;
+    a_commit_in_the_next_window_gives_back_where_the_reserve_counted(store, SYNCHRONOUS).await;
 }
 
 /// Bad input, each a 4xx naming its field, and nothing counted.

@@ -31,20 +31,19 @@ impl NamespaceSync {
         )
     }
 
-    /// Raises an open reservation's total by `more`: its record after it, `None`
-    /// inside when it is not open.
+    /// Raises an open reservation's total by `more`, counted at `at`: its record after
+    /// it, `None` inside when it is not open.
     pub async fn extend_reservation(
         &self,
         id: &str,
         more: f64,
+        at: UnixMs,
         now: UnixMs,
     ) -> Option<Result<Option<ReservationRecord>, StoreError>> {
         let store = self.session.store.as_ref()?;
         let not_after = self.deadline_within(self.answer_within());
-        Some(
-            self.call_for_request(store.extend_reservation(self.name(), id, more, now, not_after))
-                .await,
-        )
+        let extend = store.extend_reservation(self.name(), id, more, at, now, not_after);
+        Some(self.call_for_request(extend).await)
     }
 
     /// Ends an open reservation, answering its record (exactly one caller gets it).

@@ -41,7 +41,9 @@ pub use self::limits::{LimitChanges, LimitStore, StoredLimit};
 pub(crate) use self::normalize::{normalize, normalize_advances};
 pub use self::postgres::PostgresStore;
 pub use self::redis::RedisStore;
-pub use self::reservations::{OpenReservation, ReservationRecord, ReservationStore};
+pub use self::reservations::{
+    OpenReservation, ReservationRecord, ReservationStore, MAX_COUNTED_TEXT,
+};
 pub use self::sqlite::SqliteStore;
 pub use self::types::*;
 use swin_core::{CompactString, Tat, Total, UnixMs};

@@ -6,9 +6,14 @@
 //! answers nothing, and the next record opened in its namespace deletes it (Redis:
 //! the key expires a minute after its lapse).
 //!
+//! A record also says where its total was counted: the time each take (the reserve's,
+//! each extend's) was counted at, with its amount, so that a commit gives back the
+//! unused part from the windows it was counted in, not from whatever window the commit
+//! lands in.
+//!
 //! Layout: PostgreSQL and SQLite, `swin_cost_reservations` (one row per reservation);
 //! Redis, one hash per reservation (`swin:cost-reservation:{<len>:<ns>}:<id>`: `keys`,
-//! `total`, `lapse`) and an index of a namespace's open ones, changed only by
+//! `total`, `lapse`, `counted`) and an index of a namespace's open ones, changed only by
 //! `reservation.lua`.
 
 use swin_core::UnixMs;
@@ -22,6 +27,10 @@ pub struct ReservationRecord {
     pub total: f64,
     /// When it lapses (store time).
     pub expires_at: UnixMs,
+    /// Where its total was counted: each take's time and amount, oldest first. It sums
+    /// to less than `total` for a record written before it was kept, or one extended
+    /// past [`MAX_COUNTED_TEXT`] (the rest counted at times unknown).
+    pub counted: Vec<(UnixMs, f64)>,
 }
 
 /// A reservation to record.
@@ -32,6 +41,8 @@ pub struct OpenReservation<'a> {
     pub total: f64,
     pub expires_at: UnixMs,
     pub now: UnixMs,
+    /// When its estimate was counted (the take's time).
+    pub at: UnixMs,
 }
 
 store_calls! {
@@ -45,14 +56,16 @@ store_calls! {
         /// is and answers false), deleting some of the namespace's lapsed ones.
         fn open_reservation(&self, namespace: &str, open: OpenReservation<'_>) -> bool;
 
-        /// Raises an open reservation's total by `more`: its record after it, or `None`
-        /// when it is not open (committed, lapsed, never made). Past `not_after` by the
-        /// store's clock nothing changes ([`StoreError::TooLate`](crate::StoreError::TooLate)).
+        /// Raises an open reservation's total by `more`, counted at `at`: its record
+        /// after it, or `None` when it is not open (committed, lapsed, never made). Past
+        /// `not_after` by the store's clock nothing changes
+        /// ([`StoreError::TooLate`](crate::StoreError::TooLate)).
         fn extend_reservation(
             &self,
             namespace: &str,
             id: &str,
             more: f64,
+            at: UnixMs,
             now: UnixMs,
             not_after: UnixMs,
         ) -> Option<ReservationRecord>;
@@ -84,6 +97,27 @@ pub fn keys_from(text: &str) -> Result<Vec<String>, crate::StoreError> {
         .map_err(|e| crate::StoreError::Protocol(format!("a reservation's keys: {e}")))
 }
 
+/// The longest `counted` text a record keeps: an extend past it raises the total
+/// without saying where (about 90 extends, each `<ms>:<amount>;`).
+pub const MAX_COUNTED_TEXT: usize = 2048;
+
+/// One take as a record's `counted` text keeps it.
+pub fn counted_text(at: UnixMs, amount: f64) -> String {
+    format!("{}:{amount};", at.0)
+}
+
+/// A record's `counted` from its stored text; an unreadable piece is left out (its
+/// amount then settles as one counted at a time unknown).
+pub fn counted_from(text: &str) -> Vec<(UnixMs, f64)> {
+    text.split(';')
+        .filter_map(|piece| {
+            let (at, amount) = piece.split_once(':')?;
+            let amount: f64 = amount.parse().ok()?;
+            Some((UnixMs(at.parse().ok()?), amount)).filter(|_| amount.is_finite())
+        })
+        .collect()
+}
+
 /// How many lapsed records one opening deletes at most.
 pub const PURGE_AT_ONCE: i64 = 64;
 
@@ -95,18 +129,22 @@ pub(crate) mod sql {
         "SELECT count(*) FROM swin_cost_reservations WHERE namespace = $1 AND expires_at > $2";
     /// Written unless a live record holds the id.
     pub const OPEN: &str =
-        "INSERT INTO swin_cost_reservations (namespace, id, keys, total, expires_at)
-         VALUES ($1, $2, $3, $4, $5)
+        "INSERT INTO swin_cost_reservations (namespace, id, keys, total, expires_at, counted)
+         VALUES ($1, $2, $3, $4, $5, $7)
          ON CONFLICT (namespace, id) DO UPDATE
-         SET keys = excluded.keys, total = excluded.total, expires_at = excluded.expires_at
+         SET keys = excluded.keys, total = excluded.total, expires_at = excluded.expires_at,
+             counted = excluded.counted
          WHERE swin_cost_reservations.expires_at <= $6";
-    pub const EXTEND: &str = "UPDATE swin_cost_reservations SET total = total + $3
+    /// `$5`: the extend's `counted` piece, `$6`: [`MAX_COUNTED_TEXT`](super::MAX_COUNTED_TEXT).
+    pub const EXTEND: &str = "UPDATE swin_cost_reservations SET total = total + $3,
+             counted = CASE WHEN length(counted || $5) <= $6
+                            THEN counted || $5 ELSE counted END
          WHERE namespace = $1 AND id = $2 AND expires_at > $4
-         RETURNING keys, total, expires_at";
+         RETURNING keys, total, expires_at, counted";
     pub const TAKE: &str = "DELETE FROM swin_cost_reservations
          WHERE namespace = $1 AND id = $2 AND expires_at > $3
-         RETURNING keys, total, expires_at";
-    pub const READ: &str = "SELECT keys, total, expires_at FROM swin_cost_reservations
+         RETURNING keys, total, expires_at, counted";
+    pub const READ: &str = "SELECT keys, total, expires_at, counted FROM swin_cost_reservations
          WHERE namespace = $1 AND id = $2 AND expires_at > $3";
 
     /// A statement above in SQLite's placeholders.
@@ -115,18 +153,19 @@ pub(crate) mod sql {
     }
 }
 
-/// A record as the SQL stores return it: keys (text), total, lapse.
-pub(crate) type RecordRow = (String, f64, i64);
+/// A record as the SQL stores return it: keys (text), total, lapse, counted (text).
+pub(crate) type RecordRow = (String, f64, i64, String);
 
 /// A SQL store's row as a record.
 pub(crate) fn record(
     row: Option<RecordRow>,
 ) -> Result<Option<ReservationRecord>, crate::StoreError> {
-    row.map(|(keys, total, expires_at)| {
+    row.map(|(keys, total, expires_at, counted)| {
         Ok(ReservationRecord {
             keys: keys_from(&keys)?,
             total,
             expires_at: UnixMs(expires_at),
+            counted: counted_from(&counted),
         })
     })
     .transpose()

@@ -23,6 +23,7 @@ async fn open(s: &TestStore, ns: &str, id: &str, total: f64, ttl: i64) -> bool {
         total,
         expires_at: UnixMs(NOW + ttl),
         now: UnixMs(NOW),
+        at: UnixMs(NOW - 5),
     };
     s.store.open_reservation(ns, o).await.expect("open")
 }
@@ -42,6 +43,7 @@ pub async fn a_reservation_is_taken_exactly_once_under_racing_commits(s: &TestSt
         keys: keys(),
         total: 4.0,
         expires_at: UnixMs(NOW + 30_000),
+        counted: vec![(UnixMs(NOW - 5), 4.0)],
     };
     assert_eq!(read.as_ref(), Some(&want));
     let tasks: Vec<_> = (0..16)
@@ -75,22 +77,32 @@ pub async fn an_extend_raises_an_open_reservation_only(s: &TestStore) {
     assert!(open(s, "ns", "x", 2.0, 1_000).await);
     let after = s
         .store
-        .extend_reservation("ns", "x", 3.5, UnixMs(NOW + 10), LATER)
+        .extend_reservation("ns", "x", 3.5, UnixMs(NOW + 10), UnixMs(NOW + 10), LATER)
         .await
         .expect("extend")
         .expect("open");
     assert_eq!(after.total, 5.5);
     let after = s
         .store
-        .extend_reservation("ns", "x", 0.25, UnixMs(NOW + 20), LATER)
+        .extend_reservation("ns", "x", 0.25, UnixMs(NOW + 20), UnixMs(NOW + 20), LATER)
         .await
         .expect("extend")
         .expect("open");
     assert_eq!((after.total, after.keys), (5.75, keys()));
+    let counted = [(NOW - 5, 2.0), (NOW + 10, 3.5), (NOW + 20, 0.25)];
+    let counted: Vec<_> = counted.iter().map(|&(t, v)| (UnixMs(t), v)).collect();
+    assert_eq!(after.counted, counted, "where each take was counted");
     // past its lapse: nothing, and nothing changes
     let lapsed = s
         .store
-        .extend_reservation("ns", "x", 1.0, UnixMs(NOW + 1_000), LATER)
+        .extend_reservation(
+            "ns",
+            "x",
+            1.0,
+            UnixMs(NOW + 1_000),
+            UnixMs(NOW + 1_000),
+            LATER,
+        )
         .await
         .expect("extend");
     assert_eq!(lapsed, None);
@@ -109,7 +121,7 @@ pub async fn an_extend_raises_an_open_reservation_only(s: &TestStore) {
         .expect("open");
     let gone = s
         .store
-        .extend_reservation("ns", "y", 1.0, UnixMs(NOW), LATER)
+        .extend_reservation("ns", "y", 1.0, UnixMs(NOW), UnixMs(NOW), LATER)
         .await
         .expect("extend");
     assert_eq!(gone, None);
@@ -120,7 +132,7 @@ pub async fn a_reservation_change_past_its_deadline_changes_nothing(s: &TestStor
     let past = UnixMs(swin_sync::clock::system_now().0 - 60_000);
     let e = s
         .store
-        .extend_reservation("ns", "d", 1.0, UnixMs(NOW), past)
+        .extend_reservation("ns", "d", 1.0, UnixMs(NOW), UnixMs(NOW), past)
         .await
         .expect_err("too late");
     assert!(matches!(e, StoreError::TooLate), "{e:?}");
@@ -152,4 +164,46 @@ pub async fn open_reservations_are_counted_per_namespace(s: &TestStore) {
         .await
         .expect("take");
     assert_eq!(n(NOW + 1_000).await.expect("count"), 1);
+}
+
+/// A record says where each take of its total was counted, up to `MAX_COUNTED_TEXT`:
+/// past it the total still rises, and the takes left unsaid are the difference.
+pub async fn a_record_says_where_its_total_was_counted_up_to_its_most(s: &TestStore) {
+    assert!(open(s, "ns", "c", 1_000_000.5, 3_600_000).await);
+    let mut last = None;
+    for i in 0..200 {
+        let at = UnixMs(NOW + 1_000 * i);
+        let after = s
+            .store
+            .extend_reservation("ns", "c", 0.125 + i as f64, at, UnixMs(NOW), LATER)
+            .await
+            .expect("extend")
+            .expect("open");
+        last = Some(after);
+    }
+    let record = last.expect("extended");
+    let all: f64 = (0..200).map(|i| 0.125 + i as f64).sum();
+    assert_eq!(record.total, 1_000_000.5 + all);
+    let kept = record.counted.len();
+    assert!((20..200).contains(&kept), "{kept} takes kept");
+    assert_eq!(record.counted[0], (UnixMs(NOW - 5), 1_000_000.5));
+    for (i, &(at, v)) in record.counted[1..].iter().enumerate() {
+        assert_eq!((at, v), (UnixMs(NOW + 1_000 * i as i64), 0.125 + i as f64));
+    }
+    let text: usize = record
+        .counted
+        .iter()
+        .map(|(at, v)| format!("{}:{v};", at.0).len())
+        .sum();
+    assert!(text <= swin_sync::store::MAX_COUNTED_TEXT, "{text} bytes");
+    let taken = s
+        .store
+        .take_reservation("ns", "c", UnixMs(NOW), LATER)
+        .await
+        .expect("take");
+    assert_eq!(
+        taken,
+        Some(record),
+        "a take answers the record as it stands"
+    );
 }

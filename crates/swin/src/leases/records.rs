@@ -13,6 +13,11 @@ use swin_sync::{NamespaceSync, StoreError};
 
 use crate::error::Error;
 
+/// How many takes a local record keeps, about what [`MAX_COUNTED_TEXT`] holds.
+///
+/// [`MAX_COUNTED_TEXT`]: swin_sync::store::MAX_COUNTED_TEXT
+const MAX_COUNTED: usize = 90;
+
 /// A local-only namespace's open reservations, kept on this node: at most `max` of
 /// them (the namespace's `max_counters`); lapsed ones are dropped when the table is
 /// full. The calls' `namespace` and `not_after` are not read (nothing here waits).
@@ -61,6 +66,7 @@ impl ReservationStore for LocalReservations {
                 keys: o.keys.to_vec(),
                 total: o.total,
                 expires_at: o.expires_at,
+                counted: vec![(o.at, o.total)],
             },
         );
         Ok(true)
@@ -71,12 +77,17 @@ impl ReservationStore for LocalReservations {
         _: &str,
         id: &str,
         more: f64,
+        at: UnixMs,
         now: UnixMs,
         _: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
         let mut t = self.table();
         Ok(t.get_mut(id).filter(|r| r.expires_at > now).map(|r| {
             r.total += more;
+            // as the stores keep it: at most MAX_COUNTED_TEXT's worth of takes
+            if r.counted.len() < MAX_COUNTED {
+                r.counted.push((at, more));
+            }
             r.clone()
         }))
     }
@@ -146,20 +157,23 @@ impl ReservationBook {
         }
     }
 
-    /// Raises an open reservation's total by `more`: its record after it, `None` when
-    /// it is not open.
+    /// Raises an open reservation's total by `more`, counted at `at`: its record after
+    /// it, `None` when it is not open.
     pub async fn extend(
         &self,
         id: &str,
         more: f64,
+        at: UnixMs,
         now: UnixMs,
     ) -> Result<Option<ReservationRecord>, Error> {
         const WHAT: &str = "extending a reservation";
         match self {
             ReservationBook::Store(sync) => {
-                stored(sync.extend_reservation(id, more, now).await, WHAT)
+                stored(sync.extend_reservation(id, more, at, now).await, WHAT)
             }
-            ReservationBook::Local(l) => local(l.extend_reservation("", id, more, now, now).await),
+            ReservationBook::Local(l) => {
+                local(l.extend_reservation("", id, more, at, now, now).await)
+            }
         }
     }
 

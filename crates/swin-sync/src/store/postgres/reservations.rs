@@ -6,8 +6,8 @@ use swin_core::UnixMs;
 
 use super::{commit_by, err, PostgresStore};
 use crate::store::reservations::{
-    keys_text, record, sql, OpenReservation, RecordRow, ReservationRecord, ReservationStore,
-    PURGE_AT_ONCE,
+    counted_text, keys_text, record, sql, OpenReservation, RecordRow, ReservationRecord,
+    ReservationStore, MAX_COUNTED_TEXT, PURGE_AT_ONCE,
 };
 use crate::StoreError;
 
@@ -47,6 +47,7 @@ impl ReservationStore for PostgresStore {
             .bind(o.total)
             .bind(o.expires_at.0)
             .bind(o.now.0)
+            .bind(counted_text(o.at, o.total))
             .execute(&mut *tx)
             .await
             .map_err(err)?
@@ -60,6 +61,7 @@ impl ReservationStore for PostgresStore {
         namespace: &str,
         id: &str,
         more: f64,
+        at: UnixMs,
         now: UnixMs,
         not_after: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
@@ -69,6 +71,8 @@ impl ReservationStore for PostgresStore {
             .bind(id)
             .bind(more)
             .bind(now.0)
+            .bind(counted_text(at, more))
+            .bind(MAX_COUNTED_TEXT as i64)
             .fetch_optional(&mut *tx)
             .await
             .map_err(err)?;

@@ -12,7 +12,8 @@ use swin_core::UnixMs;
 use super::calls::{Call, Eval};
 use super::RedisStore;
 use crate::store::reservations::{
-    keys_from, keys_text, OpenReservation, ReservationRecord, ReservationStore,
+    counted_from, counted_text, keys_from, keys_text, OpenReservation, ReservationRecord,
+    ReservationStore, MAX_COUNTED_TEXT,
 };
 use crate::StoreError;
 
@@ -63,13 +64,19 @@ impl RedisStore {
     }
 }
 
-/// A record from its three fields as the hash holds them.
-fn parsed(keys: &str, total: &str, lapse: &str) -> Result<ReservationRecord, StoreError> {
+/// A record from its fields as the hash holds them.
+fn parsed(
+    keys: &str,
+    total: &str,
+    lapse: &str,
+    counted: &str,
+) -> Result<ReservationRecord, StoreError> {
     let bad = |what: &str| StoreError::Protocol(format!("a reservation's {what} is not a number"));
     Ok(ReservationRecord {
         keys: keys_from(keys)?,
         total: total.parse().map_err(|_| bad("total"))?,
         expires_at: UnixMs(lapse.parse().map_err(|_| bad("lapse"))?),
+        counted: counted_from(counted),
     })
 }
 
@@ -80,7 +87,7 @@ fn record(v: Value) -> Result<Option<ReservationRecord>, StoreError> {
     }
     let fields: Vec<String> = redis::from_owned_redis_value(v)?;
     match &fields[..] {
-        [keys, total, lapse] => Ok(Some(parsed(keys, total, lapse)?)),
+        [keys, total, lapse, counted] => Ok(Some(parsed(keys, total, lapse, counted)?)),
         _ => Ok(None),
     }
 }
@@ -105,6 +112,7 @@ impl ReservationStore for RedisStore {
             o.total.to_string(),
             o.expires_at.0.to_string(),
             o.now.0.to_string(),
+            counted_text(o.at, o.total),
         ];
         let v = self.reservation_op(namespace, o.id, &args, true).await?;
         Ok(redis::from_owned_redis_value::<i64>(v)? == 1)
@@ -115,6 +123,7 @@ impl ReservationStore for RedisStore {
         namespace: &str,
         id: &str,
         more: f64,
+        at: UnixMs,
         now: UnixMs,
         not_after: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
@@ -123,6 +132,8 @@ impl ReservationStore for RedisStore {
             more.to_string(),
             now.0.to_string(),
             not_after.0.to_string(),
+            counted_text(at, more),
+            MAX_COUNTED_TEXT.to_string(),
         ];
         record(self.reservation_op(namespace, id, &args, true).await?)
     }
@@ -150,17 +161,21 @@ impl ReservationStore for RedisStore {
     ) -> Result<Option<ReservationRecord>, StoreError> {
         let key = self.reservation_key(namespace, id);
         let mut cmd = redis::cmd("HMGET");
-        cmd.arg(&key).arg("keys").arg("total").arg("lapse");
+        cmd.arg(&key)
+            .arg("keys")
+            .arg("total")
+            .arg("lapse")
+            .arg("counted");
         let v: Vec<Option<String>> = self
             .replies::<Vec<Option<String>>>(vec![Call::on(&key, cmd, false)])
             .await?
             .into_iter()
             .next()
             .unwrap_or_default();
-        let [Some(keys), Some(total), Some(lapse)] = &v[..] else {
+        let [Some(keys), Some(total), Some(lapse), counted] = &v[..] else {
             return Ok(None);
         };
-        let r = parsed(keys, total, lapse)?;
+        let r = parsed(keys, total, lapse, counted.as_deref().unwrap_or(""))?;
         Ok((r.expires_at > now).then_some(r))
     }
 }

@@ -8,8 +8,8 @@ use swin_core::UnixMs;
 
 use super::{commit_by, err, SqliteStore};
 use crate::store::reservations::{
-    keys_text, record, sql, OpenReservation, RecordRow, ReservationRecord, ReservationStore,
-    PURGE_AT_ONCE,
+    counted_text, keys_text, record, sql, OpenReservation, RecordRow, ReservationRecord,
+    ReservationStore, MAX_COUNTED_TEXT, PURGE_AT_ONCE,
 };
 use crate::StoreError;
 
@@ -53,6 +53,7 @@ impl ReservationStore for SqliteStore {
             .bind(o.total)
             .bind(o.expires_at.0)
             .bind(o.now.0)
+            .bind(counted_text(o.at, o.total))
             .execute(&mut *tx)
             .await
             .map_err(err)?
@@ -66,6 +67,7 @@ impl ReservationStore for SqliteStore {
         namespace: &str,
         id: &str,
         more: f64,
+        at: UnixMs,
         now: UnixMs,
         not_after: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
@@ -75,6 +77,8 @@ impl ReservationStore for SqliteStore {
             .bind(id)
             .bind(more)
             .bind(now.0)
+            .bind(counted_text(at, more))
+            .bind(MAX_COUNTED_TEXT as i64)
             .fetch_optional(&mut *tx)
             .await
             .map_err(err)?;

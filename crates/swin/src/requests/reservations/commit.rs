@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use swin_core::check_cost;
+use swin_core::{check_cost, UnixMs};
 
 use super::{not_open, Settled, RETRY_EVERY, RETRY_FOR};
 use crate::decisions::{limits_of, HitAnswer, Verdict};
@@ -105,11 +105,11 @@ impl Commit {
             return Err(Error::Internal);
         }
         // the reservation is ended: from here the node owns its settlement
-        let total = record.total;
+        let (total, counted) = (record.total, &record.counted);
         let mut all = Vec::with_capacity(self.keys.len());
         let mut failed = None;
         for (key, limits) in self.keys.iter().zip(effective) {
-            match settle(ns, key, &limits, overrun, total, cost).await {
+            match settle(ns, key, &limits, overrun, (total, counted), cost).await {
                 Ok((charged, given_back, after)) => all.push(Settled {
                     committed: true,
                     reservation: id.to_owned(),
@@ -133,7 +133,7 @@ impl Commit {
                         key.clone(),
                         limits,
                         overrun,
-                        total,
+                        (total, counted.clone()),
                         cost,
                     ));
                     failed.get_or_insert(e);
@@ -165,13 +165,14 @@ async fn settle_later(
     key: String,
     limits: KeyLimits,
     overrun: Overrun,
-    estimate: f64,
+    (estimate, counted): (f64, Vec<(UnixMs, f64)>),
     cost: f64,
 ) {
     let deadline = tokio::time::Instant::now() + RETRY_FOR;
     while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(RETRY_EVERY).await;
-        if settle(&ns, &key, &limits, overrun, estimate, cost)
+        let reserved = (estimate, counted.as_slice());
+        if settle(&ns, &key, &limits, overrun, reserved, cost)
             .await
             .is_ok()
         {
@@ -189,22 +190,23 @@ async fn settle_later(
 /// Pieces a commit's overrun is charged in, in a namespace in shadow.
 const SHADOW_PIECES: usize = 16;
 
-/// Charges or gives back the difference between `cost` and `estimate`: (charged, given
-/// back, the key after it).
+/// Charges or gives back the difference between `cost` and `estimate` (the
+/// reservation's total, `counted` where its record says): (charged, given back, the key
+/// after it).
 async fn settle(
     ns: &Namespace,
     key: &str,
     limits: &KeyLimits,
     overrun: Overrun,
-    estimate: f64,
+    (estimate, counted): (f64, &[(UnixMs, f64)]),
     cost: f64,
 ) -> Result<(f64, f64, Verdict), Error> {
     // each step a take of the request pipeline under the limits the commit read
     let under =
         |cost: f64, shadow: bool| Take::under(ns, key, cost, Effective::Config(limits), shadow);
     if cost < estimate {
-        // from the window the reserve counted in too, when the commit comes in the next
-        let (given, after) = under(estimate - cost, false).settle().await?;
+        let (given, after) =
+            give_back(ns, key, limits, (estimate, counted), estimate - cost).await?;
         return Ok((0.0, given, after));
     }
     let in_shadow = ns.limits.as_ref().is_some_and(|l| l.shadow);
@@ -220,6 +222,65 @@ async fn settle(
         return Ok((over, 0.0, after));
     }
     capped(ns, key, limits, in_shadow, cost - estimate).await
+}
+
+/// Gives back `back` of a reservation's total where it was counted, the latest takes
+/// first: each take's part undone at its time, in the windows it counted in (one undo
+/// per run of takes that share their windows). What the record cannot place — takes it
+/// did not keep, takes in windows older than the previous one, a GCRA bucket's — is
+/// settled as a refund is, from the current window and then the previous one.
+async fn give_back(
+    ns: &Namespace,
+    key: &str,
+    limits: &KeyLimits,
+    (total, counted): (f64, &[(UnixMs, f64)]),
+    back: f64,
+) -> Result<(f64, Verdict), Error> {
+    let under = |cost: f64| Take::under(ns, key, cost, Effective::Config(limits), false);
+    let KeyLimits::Windows(set) = limits else {
+        return under(back).settle().await;
+    };
+    let now = swin_sync::now();
+    let windows_of =
+        |at: UnixMs| -> Vec<i64> { set.iter().map(|l| l.window.start_of(at)).collect() };
+    let live = |at: UnixMs| {
+        set.iter()
+            .all(|l| l.window.start_of(at) >= l.window.previous_start_of(now))
+    };
+    let placed: f64 = counted.iter().map(|&(_, v)| v).sum();
+    // the takes the record did not keep came last
+    let mut unplaced = (total - placed).max(0.0).min(back);
+    let mut left = back - unplaced;
+    let mut runs: Vec<(UnixMs, f64)> = Vec::new();
+    for &(at, amount) in counted.iter().rev() {
+        if left <= 0.0 {
+            break;
+        }
+        let part = amount.min(left).max(0.0);
+        left -= part;
+        if !live(at) {
+            unplaced += part;
+            continue;
+        }
+        match runs.last_mut() {
+            Some((last, sum)) if windows_of(*last) == windows_of(at) => *sum += part,
+            _ => runs.push((at, part)),
+        }
+    }
+    unplaced += left.max(0.0);
+    let mut given = 0.0;
+    for (at, part) in runs {
+        if part > 0.0 {
+            under(part).undo(at).await?;
+            given += part;
+        }
+    }
+    if unplaced > 0.0 {
+        let (settled, after) = under(unplaced).settle().await?;
+        return Ok((given + settled, after));
+    }
+    let after = under(0.0).take(true).await?;
+    Ok((given, after))
 }
 
 /// `overrun = "cap"`: charges `left` up to what the limits leave: (charged, 0, the key

@@ -44,13 +44,13 @@ impl Request for Extend {
         Ok(plan)
     }
 
-    async fn act(&self, _: &Plan<'_>) -> Result<Self::Acted, Error> {
+    async fn act(&self, plan: &Plan<'_>) -> Result<Self::Acted, Error> {
         let ns = &self.ns;
         // bounded as a lease's renewal is: past the request's answer time the store
         // changes nothing (an error takes back what the hits took)
         let raised = ns
             .reservations
-            .extend(&self.id, self.more, swin_sync::now())
+            .extend(&self.id, self.more, plan.taken_at, swin_sync::now())
             .await?;
         let record = raised.ok_or_else(|| not_open(&self.id, ns.sync.name()))?;
         Ok((record.total, record.expires_at))

@@ -62,6 +62,7 @@ impl Request for Reserve {
             total: cost,
             expires_at,
             now,
+            at: plan.taken_at,
         };
         // within what the take left of the answer time
         let left = plan.left_of(ns.sync.answer_within());
