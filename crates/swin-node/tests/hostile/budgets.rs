@@ -35,7 +35,7 @@ limits = [{{ window_size = 86400, limit = {limit} }}]
 }
 
 /// A namespace-wide call (`reserve`, `extend`, `commit`) on `ns`.
-async fn ns_call(
+pub(crate) async fn ns_call(
     c: &reqwest::Client,
     base: &str,
     ns: &str,
@@ -50,7 +50,7 @@ async fn count(c: &reqwest::Client, base: &str, ns: &str, key: &str) -> f64 {
     v.current + v.previous
 }
 
-fn id(v: &serde_json::Value) -> String {
+pub(crate) fn id(v: &serde_json::Value) -> String {
     v["reservation"].as_str().expect("reservation").to_owned()
 }
 
@@ -336,7 +336,7 @@ const SYNCHRONOUS: &str = "sync_rate = 0";
 const LOCAL_ONLY: &str = "sync_rate = -1";
 
 /// Sleeps until `at_ms` into the next 4 s window.
-async fn into_the_next_window(at_ms: u64) {
+pub(crate) async fn into_the_next_window(at_ms: u64) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")

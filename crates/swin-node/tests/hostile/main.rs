@@ -66,6 +66,7 @@ mod readiness;
 mod refunds;
 mod reload;
 mod reservations;
+mod settle;
 mod shadow;
 mod shutdown;
 mod spool;

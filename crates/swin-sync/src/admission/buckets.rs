@@ -173,7 +173,7 @@ impl Quota for Grants {
             let given = Grants::give_back(self, key, g.units(cost)?, now) as f64;
             let after = match why {
                 GiveBack::Undo { .. } => None,
-                GiveBack::Refund | GiveBack::Settle => {
+                GiveBack::Refund | GiveBack::Settle | GiveBack::SettleAt { .. } => {
                     Some(admitted(granted_decision(g, &self.view(key, now), now, 0)?))
                 }
             };

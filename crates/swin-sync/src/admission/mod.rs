@@ -65,6 +65,11 @@ pub enum GiveBack {
     /// one (a reservation's takes count in the window it was made in, which a stream
     /// that crosses a window's end has left by its commit), never below zero in either.
     Settle,
+    /// The unused part of a reservation settled by its commit where its record says the
+    /// reservation counted it: given back as a refund is (never below zero, on the
+    /// cluster's count), in the windows of `at` (a take's time, in the current or the
+    /// previous window).
+    SettleAt { at: UnixMs },
 }
 
 /// A decision, and the limit it comes from (an index into [`Bounds::Windows`]; 0 for a

@@ -96,16 +96,22 @@ impl Eventual {
     /// A refund: never below zero, on the cluster's count of the key, not only this
     /// node's (a refund may come to a node that did not admit the hits, or never held
     /// the key); a store that cannot be read is an error, never a refund of nothing
-    /// that says it succeeded. `previous_too` (a reservation's settlement): what the
-    /// current window cannot take back comes out of the previous one.
+    /// that says it succeeded. A reservation's settlement: from the windows of its
+    /// take's time (`SettleAt`), or from the current window and then, for what it cannot
+    /// take back, the previous one (`Settle`).
     async fn refund(
         &self,
         key: &str,
         set: &[WindowLimit],
         cost: f64,
         now: UnixMs,
-        previous_too: bool,
+        why: GiveBack,
     ) -> Result<GivenBack, AdmitError> {
+        let (first, previous_too) = match why {
+            GiveBack::SettleAt { at } => (at, false),
+            GiveBack::Settle => (now, true),
+            _ => (now, false),
+        };
         let sync = &self.sync;
         if sync.mode() != SyncMode::LocalOnly {
             sync.load_key(key, now)
@@ -118,10 +124,10 @@ impl Eventual {
         for l in set {
             let size = l.window.secs();
             let table = counters.table(size)?;
-            let r = table.rate(key, now, None);
+            let r = table.rate(key, first, None);
             let back = cost.min(r.current.max(0.0));
             if back > 0.0 {
-                sync.refund_hits(key, size, back, now).await?;
+                sync.refund_hits(key, size, back, first).await?;
             }
             let earlier = match previous_too {
                 true => (cost - back).min(r.previous.max(0.0)),
@@ -165,8 +171,9 @@ impl Admission for Eventual {
         Box::pin(async move {
             let set = limits(bounds)?;
             let at = match why {
-                GiveBack::Refund => return self.refund(key, set, cost, now(), false).await,
-                GiveBack::Settle => return self.refund(key, set, cost, now(), true).await,
+                GiveBack::Refund | GiveBack::Settle | GiveBack::SettleAt { .. } => {
+                    return self.refund(key, set, cost, now(), why).await
+                }
                 // in the windows the take counted in, not those of the undo's time
                 GiveBack::Undo { at } => at,
             };
@@ -268,6 +275,7 @@ impl Quota for Holds {
                 }
                 GiveBack::Refund => Holds::give_back(self, key, set, cost, now, false),
                 GiveBack::Settle => Holds::give_back(self, key, set, cost, now, true),
+                GiveBack::SettleAt { at } => Holds::give_back(self, key, set, cost, at, false),
             };
             // the key after it: a hit of 0 is answered from what this node holds
             let after = match Holds::admit(self, sync, key, set, 0.0, now).await {

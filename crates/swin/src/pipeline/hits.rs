@@ -177,6 +177,12 @@ impl<'r> Take<'r> {
         self.give_back(GiveBack::Settle).await
     }
 
+    /// Gives back up to its cost of a reservation's total not used, in the windows of
+    /// `at`, the time one of its takes counted at ([`Take::refund`] in those windows).
+    pub(crate) async fn settle_at(&self, at: UnixMs) -> Result<(f64, Verdict), Error> {
+        self.give_back(GiveBack::SettleAt { at }).await
+    }
+
     async fn give_back(&self, why: GiveBack) -> Result<(f64, Verdict), Error> {
         let back = self
             .ns

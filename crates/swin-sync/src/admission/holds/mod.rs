@@ -82,8 +82,19 @@ impl Holds {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots.retain(|(_, size), slot| {
             let mut s = lock(slot);
-            let over = s.start == 0 || now.0 >= (s.start + i64::from(*size)) * 1000;
-            let done = over && !s.inflight && !s.unsure && s.ended.is_empty() && s.held <= s.used;
+            // kept while its window is the previous one: a commit may still give back
+            // into it (see `returned`)
+            let size = i64::from(*size);
+            let previous = size.saturating_mul(1000).saturating_mul(2);
+            s.returned
+                .retain(|(start, _)| now.0 < start.saturating_mul(1000).saturating_add(previous));
+            let over = s.start == 0 || now.0 >= s.start * 1000 + previous;
+            let done = over
+                && !s.inflight
+                && !s.unsure
+                && s.ended.is_empty()
+                && s.returned.is_empty()
+                && s.held <= s.used;
             s.dead = done;
             !done
         });
@@ -332,7 +343,8 @@ impl Holds {
             return true;
         };
         let mut holds = Vec::new();
-        let mut current: Vec<(Arc<Slot>, i64)> = Vec::new();
+        // (the slot, its window, what it asks the store to hold for it there)
+        let mut current: Vec<(Arc<Slot>, i64, f64)> = Vec::new();
         for ((key, size), slot) in self.all() {
             let mut s = lock(&slot);
             if !s.inflight {
@@ -346,7 +358,7 @@ impl Holds {
                 // no hit uses the quota while it goes back
                 s.inflight = true;
                 holds.push(returned(&key, size, s.start, s.used));
-                current.push((slot.clone(), s.start));
+                current.push((slot.clone(), s.start, s.used));
             }
         }
         if holds.is_empty() {
@@ -354,34 +366,56 @@ impl Holds {
         }
         let answer = self.calls.holds(sync, &store, &holds).await;
         let ok = answer.is_ok();
-        for (slot, start) in current {
+        for (slot, start, want) in current {
             let mut s = lock(&slot);
             s.inflight = false;
             if ok && s.start == start {
-                s.held = s.used;
+                // what the store holds now; a give-back while it was out (hits wait)
+                // leaves `used` below it, to go back at the next return
+                s.held = want;
                 s.unsure = false;
                 s.block = 1.0;
             }
             slot.changed.notify_waiters();
         }
         if ok {
-            let given: std::collections::HashSet<(CompactString, u32, i64)> = holds
+            let given: std::collections::HashMap<(CompactString, u32, i64), f64> = holds
                 .iter()
-                .map(|h| (h.key.clone(), h.window_size, h.window_start))
+                .map(|h| {
+                    (
+                        (h.key.clone(), h.window_size, h.window_start),
+                        h.request.want,
+                    )
+                })
                 .collect();
             for ((key, size), slot) in self.all() {
                 let mut s = lock(&slot);
-                s.ended
-                    .retain(|(start, _)| !given.contains(&(key.clone(), size, *start)));
+                // an ended window given back into while its return was out goes again
+                let (back, kept) =
+                    std::mem::take(&mut s.ended)
+                        .into_iter()
+                        .partition(|(start, used)| {
+                            given.get(&(key.clone(), size, *start)) == Some(used)
+                        });
+                s.ended = kept;
+                s.returned.extend::<Vec<_>>(back);
             }
         }
         ok
     }
 }
 
-/// Gives back up to `cost` of what the slot used in the window starting at `start`
-/// (its current window, or one that ended and has not gone back to the store yet).
+/// Gives back up to `cost` of what the slot used in the window starting at `start`:
+/// its current window, one that ended and has not gone back to the store yet, or one
+/// whose quota went back already (then it goes back again, at what is left used: the
+/// store lowers this node's hold in it, and the window's count with it).
 fn give_back_in(s: &mut slot::SlotState, start: i64, cost: f64) -> f64 {
+    if let Some(i) = s.returned.iter().position(|(e, _)| *e == start) {
+        let (_, used) = s.returned.remove(i);
+        let b = cost.min(used.max(0.0));
+        s.ended.push((start, used - b));
+        return b;
+    }
     let used = match s.start == start {
         true => &mut s.used,
         false => match s.ended.iter_mut().find(|(e, _)| *e == start) {

@@ -24,6 +24,9 @@ pub(super) struct SlotState {
     pub(super) last_hit_ms: i64,
     /// Earlier windows and what was used in each: their quota goes back.
     pub(super) ended: Vec<(i64, f64)>,
+    /// Ended windows whose quota went back, and what was used in each, while they are
+    /// still the previous window: a give-back into one goes back to the store again.
+    pub(super) returned: Vec<(i64, f64)>,
     /// Pruned from the map (its window over, nothing left to give back): a hit that
     /// still holds it takes the key's new slot instead.
     pub(super) dead: bool,
@@ -93,11 +96,13 @@ pub(super) fn from_slot(
             s.ended.push(ended);
         }
         let ended = std::mem::take(&mut s.ended);
+        let returned = std::mem::take(&mut s.returned);
         *s = SlotState {
             start,
             block: first_block(l.limit, cost),
             inflight: s.inflight,
             ended,
+            returned,
             ..SlotState::default()
         };
     }

@@ -225,8 +225,8 @@ async fn settle(
 }
 
 /// Gives back `back` of a reservation's total where it was counted, the latest takes
-/// first: each take's part undone at its time, in the windows it counted in (one undo
-/// per run of takes that share their windows). What the record cannot place — takes it
+/// first: each take's part at its time, in the windows it counted in (one give-back per
+/// run of takes that share their windows), never below zero on the cluster's count. What the record cannot place — takes it
 /// did not keep, takes in windows older than the previous one, a GCRA bucket's — is
 /// settled as a refund is, from the current window and then the previous one.
 async fn give_back(
@@ -269,18 +269,20 @@ async fn give_back(
     }
     unplaced += left.max(0.0);
     let mut given = 0.0;
+    let mut after = None;
     for (at, part) in runs {
         if part > 0.0 {
-            under(part).undo(at).await?;
-            given += part;
+            let (back, then) = under(part).settle_at(at).await?;
+            given += back;
+            after = Some(then);
         }
     }
-    if unplaced > 0.0 {
-        let (settled, after) = under(unplaced).settle().await?;
-        return Ok((given + settled, after));
+    if unplaced > 0.0 || after.is_none() {
+        let (settled, then) = under(unplaced).settle().await?;
+        given += settled;
+        after = Some(then);
     }
-    let after = under(0.0).take(true).await?;
-    Ok((given, after))
+    Ok((given, after.ok_or(Error::Internal)?))
 }
 
 /// `overrun = "cap"`: charges `left` up to what the limits leave: (charged, 0, the key
