@@ -122,8 +122,9 @@ pub fn counted_from(text: &str) -> Vec<(UnixMs, f64)> {
 pub const PURGE_AT_ONCE: i64 = 64;
 
 /// The statements both SQL stores run, written in PostgreSQL's placeholders (`$n`;
-/// SQLite's `?n` are these with `$` replaced: [`sqlite_text`]). The purge of lapsed
-/// rows is each store's own.
+/// SQLite's `?n` are these with `$` replaced:
+/// [`sqlite_text`](crate::store::sql::sqlite_text)). The purge of lapsed rows is each
+/// store's own.
 pub(crate) mod sql {
     pub const COUNT: &str =
         "SELECT count(*) FROM swin_cost_reservations WHERE namespace = $1 AND expires_at > $2";
@@ -146,11 +147,6 @@ pub(crate) mod sql {
          RETURNING keys, total, expires_at, counted";
     pub const READ: &str = "SELECT keys, total, expires_at, counted FROM swin_cost_reservations
          WHERE namespace = $1 AND id = $2 AND expires_at > $3";
-
-    /// A statement above in SQLite's placeholders.
-    pub fn sqlite_text(postgres: &str) -> String {
-        postgres.replace('$', "?")
-    }
 }
 
 /// Implements [`ReservationStore`] for a SQL store (PostgreSQL, SQLite) from its own

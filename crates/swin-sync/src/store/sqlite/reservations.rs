@@ -6,11 +6,11 @@ use std::sync::LazyLock;
 
 use super::{commit_by, err, SqliteStore};
 use crate::store::reservations::{sql, sql_reservation_store};
+use crate::store::sql::sqlite_text;
 
 /// The statements of [`sql`], made once: count, open, extend, take, read.
-static TEXT: LazyLock<[String; 5]> = LazyLock::new(|| {
-    [sql::COUNT, sql::OPEN, sql::EXTEND, sql::TAKE, sql::READ].map(sql::sqlite_text)
-});
+static TEXT: LazyLock<[String; 5]> =
+    LazyLock::new(|| [sql::COUNT, sql::OPEN, sql::EXTEND, sql::TAKE, sql::READ].map(sqlite_text));
 
 sql_reservation_store! {
     SqliteStore,
