@@ -138,3 +138,175 @@ pub(crate) fn live(row: Option<Row>, now: UnixMs) -> Result<Option<Record>, crat
         None => None,
     })
 }
+
+/// The statements both SQL stores run, written in PostgreSQL's placeholders (SQLite's:
+/// [`sqlite_text`](crate::store::sql::sqlite_text)). Counting a new record, reading a
+/// record to claim, releasing and purging are each store's own.
+pub(crate) mod sql {
+    /// A claim's first statement: its record, unless one is there.
+    pub const CLAIM: &str = "INSERT INTO swin_idempotency
+             (namespace, key, fingerprint, token, held_until, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING";
+    /// A record found lapsed or held no longer, made the claim's.
+    pub const TAKE_OVER: &str =
+        "UPDATE swin_idempotency SET fingerprint = $3, token = $4, held_until = $5,
+             expires_at = $6, answer = NULL
+         WHERE namespace = $1 AND key = $2";
+    pub const KEEP: &str = "UPDATE swin_idempotency SET answer = $4
+         WHERE namespace = $1 AND key = $2 AND token = $3 AND answer IS NULL
+           AND expires_at > $5";
+}
+
+/// Implements [`IdempotencyStore`] for a SQL store (PostgreSQL, SQLite) whose module
+/// holds what differs: `claim` (the store's claim and its tries), `release`
+/// (`release_claim`) and `purge_lapsed` (of one namespace or all), with the statements
+/// `count` (counts a record just inserted if its namespace has room, bound to the
+/// namespace and the cap: a row back when it does) and `records` (the live records of a
+/// namespace), and those of [`sql`] in its placeholders. It also gives the store the
+/// steps of a claim both stores take alike: `insert_claim`, `count_claim`, `take_over`.
+macro_rules! sql_idempotency_store {
+    (
+        $store:ty,
+        db: $db:ty,
+        err: $err:path,
+        claim: $claim:expr,
+        count: $count:expr,
+        take_over: $take_over:expr,
+        keep: $keep:expr,
+        records: $records:expr $(,)?
+    ) => {
+        // a block of its own, so that its imports stay out of the caller's module
+        const _: () = {
+            use swin_core::UnixMs;
+            use $crate::store::idempotency::{Claim, Claimed, IdempotencyStore};
+            use $crate::StoreError;
+
+            /// A claim's transaction.
+            type Tx = sqlx::Transaction<'static, $db>;
+
+            impl $store {
+                /// A claim's first statement: inserts its record, true, or finds one
+                /// there, false (the transaction then goes on).
+                async fn insert_claim(
+                    tx: &mut Tx,
+                    namespace: &str,
+                    c: &Claim<'_>,
+                ) -> Result<bool, StoreError> {
+                    let inserted = sqlx::query($claim)
+                        .bind(namespace)
+                        .bind(c.key)
+                        .bind(&c.fingerprint.0[..])
+                        .bind(c.token)
+                        .bind(c.held_until.0)
+                        .bind(c.expires_at.0)
+                        .execute(&mut **tx)
+                        .await
+                        .map_err($err)?
+                        .rows_affected();
+                    Ok(inserted == 1)
+                }
+
+                /// Counts the record a claim inserted, if its namespace has room, and
+                /// ends the claim: `Mine`, or `Full` (rolled back).
+                async fn count_claim(
+                    mut tx: Tx,
+                    namespace: &str,
+                    c: &Claim<'_>,
+                ) -> Result<Claimed, StoreError> {
+                    let room: Option<i64> = sqlx::query_scalar($count)
+                        .bind(namespace)
+                        .bind(i64::try_from(c.max_records).unwrap_or(i64::MAX))
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err($err)?;
+                    if room.is_none() || c.max_records == 0 {
+                        tx.rollback().await.map_err($err)?;
+                        return Ok(Claimed::Full);
+                    }
+                    tx.commit().await.map_err($err)?;
+                    Ok(Claimed::Mine)
+                }
+
+                /// Makes a record found lapsed, or held no longer, the claim's (it is
+                /// counted already) and ends the claim: `Mine`.
+                async fn take_over(
+                    mut tx: Tx,
+                    namespace: &str,
+                    c: &Claim<'_>,
+                ) -> Result<Claimed, StoreError> {
+                    sqlx::query($take_over)
+                        .bind(namespace)
+                        .bind(c.key)
+                        .bind(&c.fingerprint.0[..])
+                        .bind(c.token)
+                        .bind(c.held_until.0)
+                        .bind(c.expires_at.0)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err($err)?;
+                    tx.commit().await.map_err($err)?;
+                    Ok(Claimed::Mine)
+                }
+            }
+
+            impl IdempotencyStore for $store {
+                async fn claim_idempotency(
+                    &self,
+                    namespace: &str,
+                    c: Claim<'_>,
+                ) -> Result<Claimed, StoreError> {
+                    self.claim(namespace, c).await
+                }
+
+                async fn keep_answer(
+                    &self,
+                    namespace: &str,
+                    key: &str,
+                    token: i64,
+                    answer: &[u8],
+                    now: UnixMs,
+                ) -> Result<bool, StoreError> {
+                    let kept = sqlx::query($keep)
+                        .bind(namespace)
+                        .bind(key)
+                        .bind(token)
+                        .bind(answer)
+                        .bind(now.0)
+                        .execute(self.pool())
+                        .await
+                        .map_err($err)?
+                        .rows_affected();
+                    Ok(kept > 0)
+                }
+
+                async fn release_claim(
+                    &self,
+                    namespace: &str,
+                    key: &str,
+                    token: i64,
+                ) -> Result<bool, StoreError> {
+                    self.release(namespace, key, token).await
+                }
+
+                async fn idempotency_records(
+                    &self,
+                    namespace: &str,
+                    now: UnixMs,
+                ) -> Result<u64, StoreError> {
+                    let n: i64 = sqlx::query_scalar($records)
+                        .bind(namespace)
+                        .bind(now.0)
+                        .fetch_one(self.pool())
+                        .await
+                        .map_err($err)?;
+                    Ok(u64::try_from(n).unwrap_or(0))
+                }
+
+                async fn purge_idempotency(&self, now: UnixMs) -> Result<u64, StoreError> {
+                    self.purge_lapsed(None, now).await
+                }
+            }
+        };
+    };
+}
+pub(crate) use sql_idempotency_store;

@@ -122,8 +122,9 @@ pub fn counted_from(text: &str) -> Vec<(UnixMs, f64)> {
 pub const PURGE_AT_ONCE: i64 = 64;
 
 /// The statements both SQL stores run, written in PostgreSQL's placeholders (`$n`;
-/// SQLite's `?n` are these with `$` replaced: [`sqlite_text`]). The purge of lapsed
-/// rows is each store's own.
+/// SQLite's `?n` are these with `$` replaced:
+/// [`sqlite_text`](crate::store::sql::sqlite_text)). The purge of lapsed rows is each
+/// store's own.
 pub(crate) mod sql {
     pub const COUNT: &str =
         "SELECT count(*) FROM swin_cost_reservations WHERE namespace = $1 AND expires_at > $2";
@@ -146,12 +147,143 @@ pub(crate) mod sql {
          RETURNING keys, total, expires_at, counted";
     pub const READ: &str = "SELECT keys, total, expires_at, counted FROM swin_cost_reservations
          WHERE namespace = $1 AND id = $2 AND expires_at > $3";
-
-    /// A statement above in SQLite's placeholders.
-    pub fn sqlite_text(postgres: &str) -> String {
-        postgres.replace('$', "?")
-    }
 }
+
+/// Implements [`ReservationStore`] for a SQL store (PostgreSQL, SQLite) from its own
+/// pieces: `err` (its errors as [`StoreError`](crate::StoreError)s), `commit_by` (its
+/// commit unless past `not_after`), `purge` (its statement deleting up to
+/// [`PURGE_AT_ONCE`] of a namespace's lapsed rows, bound to the namespace, now and how
+/// many) and the statements of [`sql`] in its placeholders. Each change is one
+/// transaction: an open purges then writes, an extend or a take writes then commits by
+/// `not_after`.
+macro_rules! sql_reservation_store {
+    (
+        $store:ty,
+        err: $err:path,
+        commit_by: $commit_by:path,
+        purge: $purge:expr,
+        count: $count:expr,
+        open: $open:expr,
+        extend: $extend:expr,
+        take: $take:expr,
+        read: $read:expr $(,)?
+    ) => {
+        // a block of its own, so that its imports stay out of the caller's module
+        const _: () = {
+            use swin_core::UnixMs;
+            use $crate::store::reservations::{
+                counted_text, keys_text, record, OpenReservation, RecordRow, ReservationRecord,
+                ReservationStore, MAX_COUNTED_TEXT, PURGE_AT_ONCE,
+            };
+            use $crate::StoreError;
+
+            impl ReservationStore for $store {
+                async fn open_reservations(
+                    &self,
+                    namespace: &str,
+                    now: UnixMs,
+                ) -> Result<u64, StoreError> {
+                    let n: i64 = sqlx::query_scalar($count)
+                        .bind(namespace)
+                        .bind(now.0)
+                        .fetch_one(self.pool())
+                        .await
+                        .map_err($err)?;
+                    Ok(u64::try_from(n).unwrap_or(0))
+                }
+
+                async fn open_reservation(
+                    &self,
+                    namespace: &str,
+                    o: OpenReservation<'_>,
+                ) -> Result<bool, StoreError> {
+                    let mut tx = self.pool().begin().await.map_err($err)?;
+                    sqlx::query($purge)
+                        .bind(namespace)
+                        .bind(o.now.0)
+                        .bind(PURGE_AT_ONCE)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err($err)?;
+                    let written = sqlx::query($open)
+                        .bind(namespace)
+                        .bind(o.id)
+                        .bind(keys_text(o.keys))
+                        .bind(o.total)
+                        .bind(o.expires_at.0)
+                        .bind(o.now.0)
+                        .bind(counted_text(o.at, o.total))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err($err)?
+                        .rows_affected();
+                    tx.commit().await.map_err($err)?;
+                    Ok(written > 0)
+                }
+
+                async fn extend_reservation(
+                    &self,
+                    namespace: &str,
+                    id: &str,
+                    more: f64,
+                    at: UnixMs,
+                    now: UnixMs,
+                    not_after: UnixMs,
+                ) -> Result<Option<ReservationRecord>, StoreError> {
+                    let mut tx = self.pool().begin().await.map_err($err)?;
+                    let row: Option<RecordRow> = sqlx::query_as($extend)
+                        .bind(namespace)
+                        .bind(id)
+                        .bind(more)
+                        .bind(now.0)
+                        .bind(counted_text(at, more))
+                        .bind(MAX_COUNTED_TEXT as i64)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err($err)?;
+                    $commit_by(tx, not_after).await?;
+                    record(row)
+                }
+
+                async fn take_reservation(
+                    &self,
+                    namespace: &str,
+                    id: &str,
+                    now: UnixMs,
+                    not_after: UnixMs,
+                ) -> Result<Option<ReservationRecord>, StoreError> {
+                    let mut tx = self.pool().begin().await.map_err($err)?;
+                    let row: Option<RecordRow> = sqlx::query_as($take)
+                        .bind(namespace)
+                        .bind(id)
+                        .bind(now.0)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err($err)?;
+                    $commit_by(tx, not_after).await?;
+                    record(row)
+                }
+
+                async fn read_reservation(
+                    &self,
+                    namespace: &str,
+                    id: &str,
+                    now: UnixMs,
+                ) -> Result<Option<ReservationRecord>, StoreError> {
+                    let row: Option<RecordRow> = sqlx::query_as($read)
+                        .bind(namespace)
+                        .bind(id)
+                        .bind(now.0)
+                        .fetch_optional(self.pool())
+                        .await
+                        .map_err($err)?;
+                    record(row)
+                }
+            }
+        };
+    };
+}
+pub(crate) use sql_reservation_store;
 
 /// A record as the SQL stores return it: keys (text), total, lapse, counted (text).
 pub(crate) type RecordRow = (String, f64, i64, String);

@@ -1,12 +1,18 @@
 //! What the two SQL stores (PostgreSQL, SQLite) share: the skeleton of their write
 //! transactions ([`SqlTx`]: a push isolating the rows the store refuses, strict
-//! admission's holds and grants), the settling of holds and grants on the rows read, and
-//! result rows turned into totals and TATs. Each store supplies only its statements.
+//! admission's holds and grants), the settling of holds and grants on the rows read,
+//! result rows turned into totals and TATs, and statements written once in PostgreSQL's
+//! placeholders turned into SQLite's. Each store supplies only its statements.
 
 use swin_core::{Diff, Tat, Total};
 
 use super::{BoxFuture, Grant, Granted, Held, Hold, Push, Pushed, Rejected};
 use crate::StoreError;
+
+/// A statement written in PostgreSQL's placeholders (`$n`) in SQLite's (`?n`).
+pub(crate) fn sqlite_text(postgres: &str) -> String {
+    postgres.replace('$', "?")
+}
 
 /// One write transaction of a SQL store: each store (its dialect) supplies the
 /// statements of each step; the order of the steps, the settling of holds and grants and

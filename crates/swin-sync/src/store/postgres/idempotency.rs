@@ -7,120 +7,29 @@
 use swin_core::UnixMs;
 
 use super::{err, PostgresStore};
-use crate::store::idempotency::{live, Claim, Claimed, IdempotencyStore, Row};
+use crate::store::idempotency::{live, sql, sql_idempotency_store, Claim, Claimed, Row};
 use crate::StoreError;
 
 /// A claim that lost a race to a claim deleted meanwhile tries again, this often.
 const TRIES: usize = 3;
 
-impl PostgresStore {
-    /// One try of a claim: `None` when a racing claim's row went between two statements.
-    async fn try_claim(
-        &self,
-        namespace: &str,
-        c: &Claim<'_>,
-    ) -> Result<Option<Claimed>, StoreError> {
-        let mut tx = self.pool().begin().await.map_err(err)?;
-        let inserted = sqlx::query(
-            "INSERT INTO swin_idempotency
-                 (namespace, key, fingerprint, token, held_until, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-        )
-        .bind(namespace)
-        .bind(c.key)
-        .bind(&c.fingerprint.0[..])
-        .bind(c.token)
-        .bind(c.held_until.0)
-        .bind(c.expires_at.0)
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?
-        .rows_affected();
-        if inserted == 1 {
-            // counted, if the namespace has room (its count row is locked until commit)
-            let room: Option<i64> = sqlx::query_scalar(
-                "INSERT INTO swin_idempotency_counts AS c (namespace, records) VALUES ($1, 1)
+sql_idempotency_store! {
+    PostgresStore,
+    db: sqlx::Postgres,
+    err: err,
+    claim: sql::CLAIM,
+    // counted, if the namespace has room (its count row is locked until commit)
+    count: "INSERT INTO swin_idempotency_counts AS c (namespace, records) VALUES ($1, 1)
                  ON CONFLICT (namespace) DO UPDATE SET records = c.records + 1
                  WHERE c.records < $2 RETURNING records",
-            )
-            .bind(namespace)
-            .bind(i64::try_from(c.max_records).unwrap_or(i64::MAX))
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(err)?;
-            if room.is_none() || c.max_records == 0 {
-                tx.rollback().await.map_err(err)?;
-                return Ok(Some(Claimed::Full));
-            }
-            tx.commit().await.map_err(err)?;
-            return Ok(Some(Claimed::Mine));
-        }
-        let row: Option<Row> = sqlx::query_as(
-            "SELECT fingerprint, held_until, expires_at, answer FROM swin_idempotency
-             WHERE namespace = $1 AND key = $2 FOR UPDATE",
-        )
-        .bind(namespace)
-        .bind(c.key)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(err)?;
-        if row.is_none() {
-            // released or purged since the insert saw it
-            return Ok(None);
-        }
-        if let Some(found) = live(row, c.now)? {
-            tx.commit().await.map_err(err)?;
-            return Ok(Some(Claimed::Found(found)));
-        }
-        // lapsed, or held no longer: taken over (counted already)
-        sqlx::query(
-            "UPDATE swin_idempotency SET fingerprint = $3, token = $4, held_until = $5,
-                 expires_at = $6, answer = NULL
-             WHERE namespace = $1 AND key = $2",
-        )
-        .bind(namespace)
-        .bind(c.key)
-        .bind(&c.fingerprint.0[..])
-        .bind(c.token)
-        .bind(c.held_until.0)
-        .bind(c.expires_at.0)
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?;
-        tx.commit().await.map_err(err)?;
-        Ok(Some(Claimed::Mine))
-    }
-
-    /// Deletes the lapsed records of `namespace` (all namespaces: `None`) and takes them
-    /// off their namespaces' counts, in one statement.
-    async fn purge_lapsed(&self, namespace: Option<&str>, now: UnixMs) -> Result<u64, StoreError> {
-        let gone: Option<i64> = sqlx::query_scalar(
-            "WITH gone AS (
-                 DELETE FROM swin_idempotency
-                 WHERE expires_at <= $1 AND ($2::text IS NULL OR namespace = $2)
-                 RETURNING namespace
-             ), n AS (SELECT namespace, count(*) AS n FROM gone GROUP BY namespace),
-             counted AS (
-                 UPDATE swin_idempotency_counts c SET records = greatest(c.records - n.n, 0)
-                 FROM n WHERE c.namespace = n.namespace RETURNING 1
-             )
-             SELECT sum(n)::int8 FROM n",
-        )
-        .bind(now.0)
-        .bind(namespace)
-        .fetch_one(self.pool())
-        .await
-        .map_err(err)?;
-        Ok(gone.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
-    }
+    take_over: sql::TAKE_OVER,
+    keep: sql::KEEP,
+    records: "SELECT count(*)::int8 FROM swin_idempotency WHERE namespace = $1 AND expires_at > $2",
 }
 
-impl IdempotencyStore for PostgresStore {
-    async fn claim_idempotency(
-        &self,
-        namespace: &str,
-        c: Claim<'_>,
-    ) -> Result<Claimed, StoreError> {
+impl PostgresStore {
+    /// A claim, tried again when it lost a race to a claim deleted meanwhile.
+    async fn claim(&self, namespace: &str, c: Claim<'_>) -> Result<Claimed, StoreError> {
         if c.key.contains('\0') || namespace.contains('\0') {
             return Err(StoreError::Protocol(
                 "PostgreSQL cannot store a key holding U+0000".into(),
@@ -149,37 +58,40 @@ impl IdempotencyStore for PostgresStore {
         )))
     }
 
-    async fn keep_answer(
+    /// One try of a claim: `None` when a racing claim's row went between two statements.
+    async fn try_claim(
         &self,
         namespace: &str,
-        key: &str,
-        token: i64,
-        answer: &[u8],
-        now: UnixMs,
-    ) -> Result<bool, StoreError> {
-        let kept = sqlx::query(
-            "UPDATE swin_idempotency SET answer = $4
-             WHERE namespace = $1 AND key = $2 AND token = $3 AND answer IS NULL
-               AND expires_at > $5",
+        c: &Claim<'_>,
+    ) -> Result<Option<Claimed>, StoreError> {
+        let mut tx = self.pool().begin().await.map_err(err)?;
+        if Self::insert_claim(&mut tx, namespace, c).await? {
+            return Self::count_claim(tx, namespace, c).await.map(Some);
+        }
+        let row: Option<Row> = sqlx::query_as(
+            "SELECT fingerprint, held_until, expires_at, answer FROM swin_idempotency
+             WHERE namespace = $1 AND key = $2 FOR UPDATE",
         )
         .bind(namespace)
-        .bind(key)
-        .bind(token)
-        .bind(answer)
-        .bind(now.0)
-        .execute(self.pool())
+        .bind(c.key)
+        .fetch_optional(&mut *tx)
         .await
-        .map_err(err)?
-        .rows_affected();
-        Ok(kept > 0)
+        .map_err(err)?;
+        if row.is_none() {
+            // released or purged since the insert saw it
+            return Ok(None);
+        }
+        if let Some(found) = live(row, c.now)? {
+            tx.commit().await.map_err(err)?;
+            return Ok(Some(Claimed::Found(found)));
+        }
+        // lapsed, or held no longer: taken over under its row lock
+        Self::take_over(tx, namespace, c).await.map(Some)
     }
 
-    async fn release_claim(
-        &self,
-        namespace: &str,
-        key: &str,
-        token: i64,
-    ) -> Result<bool, StoreError> {
+    /// Deletes the claim `token`'s record, if it has no answer, and takes it off its
+    /// namespace's count, in one statement.
+    async fn release(&self, namespace: &str, key: &str, token: i64) -> Result<bool, StoreError> {
         let released: Option<i64> = sqlx::query_scalar(
             "WITH gone AS (
                  DELETE FROM swin_idempotency
@@ -200,19 +112,26 @@ impl IdempotencyStore for PostgresStore {
         Ok(released.unwrap_or(0) > 0)
     }
 
-    async fn idempotency_records(&self, namespace: &str, now: UnixMs) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*)::int8 FROM swin_idempotency WHERE namespace = $1 AND expires_at > $2",
+    /// Deletes the lapsed records of `namespace` (all namespaces: `None`) and takes them
+    /// off their namespaces' counts, in one statement.
+    async fn purge_lapsed(&self, namespace: Option<&str>, now: UnixMs) -> Result<u64, StoreError> {
+        let gone: Option<i64> = sqlx::query_scalar(
+            "WITH gone AS (
+                 DELETE FROM swin_idempotency
+                 WHERE expires_at <= $1 AND ($2::text IS NULL OR namespace = $2)
+                 RETURNING namespace
+             ), n AS (SELECT namespace, count(*) AS n FROM gone GROUP BY namespace),
+             counted AS (
+                 UPDATE swin_idempotency_counts c SET records = greatest(c.records - n.n, 0)
+                 FROM n WHERE c.namespace = n.namespace RETURNING 1
+             )
+             SELECT sum(n)::int8 FROM n",
         )
-        .bind(namespace)
         .bind(now.0)
+        .bind(namespace)
         .fetch_one(self.pool())
         .await
         .map_err(err)?;
-        Ok(u64::try_from(n).unwrap_or(0))
-    }
-
-    async fn purge_idempotency(&self, now: UnixMs) -> Result<u64, StoreError> {
-        self.purge_lapsed(None, now).await
+        Ok(gone.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
     }
 }

@@ -4,120 +4,24 @@
 
 use std::sync::LazyLock;
 
-use swin_core::UnixMs;
-
 use super::{commit_by, err, SqliteStore};
-use crate::store::reservations::{
-    counted_text, keys_text, record, sql, OpenReservation, RecordRow, ReservationRecord,
-    ReservationStore, MAX_COUNTED_TEXT, PURGE_AT_ONCE,
-};
-use crate::StoreError;
+use crate::store::reservations::{sql, sql_reservation_store};
+use crate::store::sql::sqlite_text;
 
 /// The statements of [`sql`], made once: count, open, extend, take, read.
-static TEXT: LazyLock<[String; 5]> = LazyLock::new(|| {
-    [sql::COUNT, sql::OPEN, sql::EXTEND, sql::TAKE, sql::READ].map(sql::sqlite_text)
-});
+static TEXT: LazyLock<[String; 5]> =
+    LazyLock::new(|| [sql::COUNT, sql::OPEN, sql::EXTEND, sql::TAKE, sql::READ].map(sqlite_text));
 
-impl ReservationStore for SqliteStore {
-    async fn open_reservations(&self, namespace: &str, now: UnixMs) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar(&TEXT[0])
-            .bind(namespace)
-            .bind(now.0)
-            .fetch_one(self.pool())
-            .await
-            .map_err(err)?;
-        Ok(u64::try_from(n).unwrap_or(0))
-    }
-
-    async fn open_reservation(
-        &self,
-        namespace: &str,
-        o: OpenReservation<'_>,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.pool().begin().await.map_err(err)?;
-        sqlx::query(
-            "DELETE FROM swin_cost_reservations WHERE rowid IN (
+sql_reservation_store! {
+    SqliteStore,
+    err: err,
+    commit_by: commit_by,
+    purge: "DELETE FROM swin_cost_reservations WHERE rowid IN (
                  SELECT rowid FROM swin_cost_reservations
                  WHERE namespace = ?1 AND expires_at <= ?2 LIMIT ?3)",
-        )
-        .bind(namespace)
-        .bind(o.now.0)
-        .bind(PURGE_AT_ONCE)
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?;
-        let written = sqlx::query(&TEXT[1])
-            .bind(namespace)
-            .bind(o.id)
-            .bind(keys_text(o.keys))
-            .bind(o.total)
-            .bind(o.expires_at.0)
-            .bind(o.now.0)
-            .bind(counted_text(o.at, o.total))
-            .execute(&mut *tx)
-            .await
-            .map_err(err)?
-            .rows_affected();
-        tx.commit().await.map_err(err)?;
-        Ok(written > 0)
-    }
-
-    async fn extend_reservation(
-        &self,
-        namespace: &str,
-        id: &str,
-        more: f64,
-        at: UnixMs,
-        now: UnixMs,
-        not_after: UnixMs,
-    ) -> Result<Option<ReservationRecord>, StoreError> {
-        let mut tx = self.pool().begin().await.map_err(err)?;
-        let row: Option<RecordRow> = sqlx::query_as(&TEXT[2])
-            .bind(namespace)
-            .bind(id)
-            .bind(more)
-            .bind(now.0)
-            .bind(counted_text(at, more))
-            .bind(MAX_COUNTED_TEXT as i64)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(err)?;
-        commit_by(tx, not_after).await?;
-        record(row)
-    }
-
-    async fn take_reservation(
-        &self,
-        namespace: &str,
-        id: &str,
-        now: UnixMs,
-        not_after: UnixMs,
-    ) -> Result<Option<ReservationRecord>, StoreError> {
-        let mut tx = self.pool().begin().await.map_err(err)?;
-        let row: Option<RecordRow> = sqlx::query_as(&TEXT[3])
-            .bind(namespace)
-            .bind(id)
-            .bind(now.0)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(err)?;
-        commit_by(tx, not_after).await?;
-        record(row)
-    }
-
-    async fn read_reservation(
-        &self,
-        namespace: &str,
-        id: &str,
-        now: UnixMs,
-    ) -> Result<Option<ReservationRecord>, StoreError> {
-        let row: Option<RecordRow> = sqlx::query_as(&TEXT[4])
-            .bind(namespace)
-            .bind(id)
-            .bind(now.0)
-            .fetch_optional(self.pool())
-            .await
-            .map_err(err)?;
-        record(row)
-    }
+    count: &TEXT[0],
+    open: &TEXT[1],
+    extend: &TEXT[2],
+    take: &TEXT[3],
+    read: &TEXT[4],
 }
