@@ -49,6 +49,31 @@ impl AtomicF64 {
     pub(crate) fn take(&self) -> f64 {
         f64::from_bits(self.0.swap(0f64.to_bits(), Ordering::SeqCst))
     }
+
+    /// Moves the value into `into` (written only by the caller meanwhile), `into` first:
+    /// a reader that loads this cell and then `into` sees the value once or twice for a
+    /// moment, never in neither. Exact: the cell is zeroed only if it still holds what
+    /// was added; a racing add makes it try again.
+    pub(crate) fn move_into(&self, into: &AtomicF64) -> f64 {
+        loop {
+            let bits = self.0.load(Ordering::SeqCst);
+            let d = f64::from_bits(bits);
+            if d == 0.0 {
+                return 0.0;
+            }
+            let before = into.load();
+            into.store(before + d);
+            let zero = 0f64.to_bits();
+            if self
+                .0
+                .compare_exchange(bits, zero, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return d;
+            }
+            into.store(before);
+        }
+    }
 }
 
 /// How many stripes a hot key gets. Threads beyond this share stripes, which stays
@@ -121,6 +146,17 @@ impl Stripes {
     }
 
     /// Takes the slot's diffs, leaving zero, and invalidates every snapshot.
+    /// Moves every cell's diff of `slot` into `into` ([`AtomicF64::move_into`]).
+    pub(crate) fn move_into(&self, slot: usize, into: &AtomicF64) -> f64 {
+        let v = self
+            .cells
+            .iter()
+            .map(|c| c.diff[slot].move_into(into))
+            .sum();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        v
+    }
+
     pub(crate) fn take(&self, slot: usize) -> f64 {
         let v = self.cells.iter().map(|c| c.diff[slot].take()).sum();
         self.generation.fetch_add(1, Ordering::AcqRel);

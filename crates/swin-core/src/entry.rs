@@ -77,9 +77,6 @@ pub(crate) struct Entry {
     stripes: OnceLock<Box<Stripes>>,
     lock: Mutex<()>,
     retired: AtomicBool,
-    /// Odd while a drain or a restore moves diffs between `diff` and `synced`: a read
-    /// that overlaps one reads again under the lock (a seqlock on the rare path).
-    moving: AtomicU32,
     /// Unix seconds of the last increment or read, for LRU eviction and active keys.
     last_used: AtomicU32,
 }
@@ -99,7 +96,6 @@ impl Entry {
             stripes: OnceLock::new(),
             lock: Mutex::new(()),
             retired: AtomicBool::new(false),
-            moving: AtomicU32::new(0),
             last_used: AtomicU32::new(secs_u32(now_secs)),
         }
     }
@@ -206,22 +202,10 @@ impl Entry {
 
     /// `(synced, diff)` of the window starting at `start`, zeros when the entry does not
     /// hold it. `View::Exact` sums every stripe; `View::Hot` is an increment's cheap view.
-    /// Each drained hit is seen once: a read that overlaps a drain (which takes the diff,
-    /// then raises `synced`) would see it in neither half or in both, so it reads again
-    /// under the entry's lock, which a drain holds throughout.
+    /// The diff is read first: a drain raises `synced` before it zeroes a diff, so a read
+    /// that overlaps one sees a drained hit once (or, for a moment, twice), never in
+    /// neither half.
     pub(crate) fn parts_of(&self, start: i64, size: u32, view: View) -> (f64, f64) {
-        let before = self.moving.load(Ordering::SeqCst);
-        if before & 1 == 0 {
-            let parts = self.read_parts(start, size, view);
-            if self.moving.load(Ordering::SeqCst) == before {
-                return parts;
-            }
-        }
-        let _guard = self.locked();
-        self.read_parts(start, size, view)
-    }
-
-    fn read_parts(&self, start: i64, size: u32, view: View) -> (f64, f64) {
         let idx = slot_index(start, size);
         let slot = &self.slots[idx];
         if slot.start.load(Ordering::Acquire) != start {
@@ -238,16 +222,18 @@ impl Entry {
     /// the push is in flight) and reports it as `(window_start, diff)`.
     pub(crate) fn drain(&self, out: &mut dyn FnMut(i64, f64)) {
         let _guard = self.locked();
-        let _moving = Moving::start(&self.moving);
         for idx in 0..2 {
             let slot = &self.slots[idx];
             let start = slot.start.load(Ordering::Acquire);
             if start == EMPTY {
                 continue;
             }
-            let d = self.take_diff(idx);
+            // `synced` is written only under the lock
+            let mut d = slot.diff.move_into(&slot.synced);
+            if let Some(st) = self.stripes.get() {
+                d += st.move_into(idx, &slot.synced);
+            }
             if d != 0.0 {
-                slot.synced.store(slot.synced.load() + d);
                 out(start, d);
             }
         }
@@ -262,7 +248,6 @@ impl Entry {
         if self.retired.load(Ordering::SeqCst) || slot.start.load(Ordering::Acquire) != start {
             return false;
         }
-        let _moving = Moving::start(&self.moving);
         slot.diff.add(value);
         slot.synced.store(slot.synced.load() - value);
         true
@@ -314,22 +299,5 @@ impl Entry {
                 spill(start, d);
             }
         }
-    }
-}
-
-/// Marks diffs as moving between `diff` and `synced` for as long as it lives (taken
-/// under the entry's lock, so two never overlap).
-struct Moving<'a>(&'a AtomicU32);
-
-impl<'a> Moving<'a> {
-    fn start(counter: &'a AtomicU32) -> Self {
-        counter.fetch_add(1, Ordering::SeqCst);
-        Moving(counter)
-    }
-}
-
-impl Drop for Moving<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, Ordering::SeqCst);
     }
 }
