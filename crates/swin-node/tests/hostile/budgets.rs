@@ -318,15 +318,16 @@ async fn a_reserve_denied_by_one_key_spends_nothing_on_any() {
     assert_eq!(count(&c, base, "budget", "other").await, 9.0);
 }
 
-/// `tick`: 1,000 per 4 s window, synchronous (`mode` adds to or overrides it).
-fn ticking(section: &str, mode: &str) -> String {
+/// One namespace `name` of `limit` per 4 s window, as `mode` says (synchronous when it
+/// says nothing); a store slowed by the tests beside it has 5 s to answer.
+pub(crate) fn four_seconds(section: &str, name: &str, limit: u32, mode: &str) -> String {
     format!(
-        "store_timeout = 1\n{section}
+        "store_timeout = 5\n{section}
 [[namespaces]]
-name = \"tick\"
+name = \"{name}\"
 window_sizes = [4]
 store = \"main\"
-limits = [{{ window_size = 4, limit = 1000 }}]
+limits = [{{ window_size = 4, limit = {limit} }}]
 {mode}
 "
     )
@@ -355,7 +356,10 @@ async fn a_commit_in_the_next_window_gives_back_where_the_reserve_counted(
     mode: &str,
 ) {
     let dir = tempfile::tempdir().expect("dir");
-    let node = node_in(dir.path(), &ticking(&store.section(), mode));
+    let node = node_in(
+        dir.path(),
+        &four_seconds(&store.section(), "tick", 1000, mode),
+    );
     let c = reqwest::Client::new();
     let base = &node.base;
     into_the_next_window(300).await;

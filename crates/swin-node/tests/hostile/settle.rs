@@ -1,37 +1,45 @@
 //! A commit's give-back where its reservation's quota or count has moved on by the time
 //! it lands: strict admission's ended window whose quota already went back to the
 //! store, and a periodic namespace whose reserve another node has not pushed yet. In
-//! both, `given_back` says what the store gives back, exactly.
+//! both, `given_back` says what the store gives back, exactly. And what a strict
+//! commit answers of the key after it: its debt past the limit, and the window that
+//! ended before it.
 
 use std::time::Duration;
 
 use swin_testkit::cluster::TestStore;
 
-use super::budgets::{id, into_the_next_window, ns_call};
+use super::budgets::{four_seconds, id, into_the_next_window, ns_call};
 use super::support::node_in;
 
 /// One namespace `ns` of 100,000 per 4 s window, as `mode` says.
 fn config(section: &str, mode: &str) -> String {
-    format!(
-        "store_timeout = 1\n{section}
-[[namespaces]]
-name = \"ns\"
-window_sizes = [4]
-store = \"main\"
-limits = [{{ window_size = 4, limit = 100000 }}]
-{mode}
-"
-    )
+    four_seconds(section, "ns", 100_000, mode)
 }
 
-async fn hit(c: &reqwest::Client, base: &str, key: &str, cost: f64) {
+const STRICT: &str = "sync_rate = 0.2\nadmission = \"strict\"";
+
+/// A hit (or a dry run) of `cost` on `key`: its status and answer.
+async fn try_hit(
+    c: &reqwest::Client,
+    base: &str,
+    key: &str,
+    cost: f64,
+    dry_run: bool,
+) -> (u16, serde_json::Value) {
     let r = c
         .post(format!("{base}/v1/namespaces/ns/keys/{key}/hit"))
-        .json(&serde_json::json!({ "cost": cost }))
+        .json(&serde_json::json!({ "cost": cost, "dry_run": dry_run }))
         .send()
         .await
         .expect("send");
-    assert_eq!(r.status(), 200);
+    let status = r.status().as_u16();
+    (status, r.json().await.expect("json"))
+}
+
+async fn hit(c: &reqwest::Client, base: &str, key: &str, cost: f64) {
+    let (s, v) = try_hit(c, base, key, cost, false).await;
+    assert_eq!(s, 200, "{v}");
 }
 
 /// Strict admission: 7 hit and 100 reserved late in a window; in the next, a hit rolls
@@ -41,8 +49,7 @@ async fn hit(c: &reqwest::Client, base: &str, key: &str, cost: f64) {
 /// answer says 60.
 async fn a_strict_commit_gives_back_in_a_window_whose_quota_went_back(store: TestStore) {
     let dir = tempfile::tempdir().expect("dir");
-    let mode = "sync_rate = 0.2\nadmission = \"strict\"";
-    let node = node_in(dir.path(), &config(&store.section(), mode));
+    let node = node_in(dir.path(), &config(&store.section(), STRICT));
     let (c, base) = (reqwest::Client::new(), &node.base);
     into_the_next_window(2500).await;
     hit(&c, base, "k", 7.0).await;
@@ -125,4 +132,91 @@ async fn a_commit_on_another_node_says_what_it_gave_back_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_on_another_node_says_what_it_gave_back_on_sqlite() {
     a_commit_on_another_node_says_what_it_gave_back(TestStore::sqlite().await).await;
+}
+
+/// Strict admission, a limit of 100: 50 reserved, committed at 300. The commit charges
+/// all of it (the default `overrun = "debt"`) and says the key is 200 past its limit,
+/// with nothing remaining; a dry run and a hit on the node are then denied, saying the
+/// same debt; the store holds 300.
+async fn a_strict_commit_past_the_limit_answers_its_debt(store: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(
+        dir.path(),
+        &four_seconds(&store.section(), "ns", 100, STRICT),
+    );
+    let (c, base) = (reqwest::Client::new(), &node.base);
+    into_the_next_window(200).await;
+    let body = serde_json::json!({"keys": ["k"], "cost": 50});
+    let (s, v) = ns_call(&c, base, "ns", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    let commit = serde_json::json!({"reservation": id(&v), "cost": 300});
+    let (s, v) = ns_call(&c, base, "ns", "commit", commit).await;
+    assert_eq!(s, 200, "{v}");
+    let k = &v["keys"][0];
+    assert_eq!(
+        (k["charged"].as_f64(), k["uncharged"].as_f64()),
+        (Some(250.0), Some(0.0)),
+        "{v}"
+    );
+    assert_eq!(k["debt"].as_f64(), Some(200.0), "{v}");
+    assert_eq!(k["remaining"].as_f64(), Some(0.0), "{v}");
+    for dry_run in [true, false] {
+        let (s, v) = try_hit(&c, base, "k", 1.0, dry_run).await;
+        assert_eq!(s, 429, "dry run {dry_run}: {v}");
+        assert_eq!(v["remaining"].as_f64(), Some(0.0), "{v}");
+    }
+    // the node's unused quota (none) and its debt are in the store at once
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let totals = store.totals("ns").await;
+    assert_eq!(totals.get("k").copied(), Some(300.0), "{totals:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_commit_past_the_limit_answers_its_debt_on_redis() {
+    a_strict_commit_past_the_limit_answers_its_debt(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_commit_past_the_limit_answers_its_debt_on_postgres() {
+    a_strict_commit_past_the_limit_answers_its_debt(TestStore::postgres().await).await;
+}
+
+/// Strict admission, a sliding limit of 100: 60 reserved late in a window, committed at
+/// 30 early in the next. The 30 used weigh on the new window (at least 75 % of them in
+/// its first second): the commit's answer and a dry run after it leave at most 77, not
+/// the 100 of a key with no previous window.
+async fn a_strict_commit_after_a_window_ends_answers_with_the_ended_window(store: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(
+        dir.path(),
+        &four_seconds(&store.section(), "ns", 100, STRICT),
+    );
+    let (c, base) = (reqwest::Client::new(), &node.base);
+    into_the_next_window(2800).await;
+    let body = serde_json::json!({"keys": ["k"], "cost": 60});
+    let (s, v) = ns_call(&c, base, "ns", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    let rid = id(&v);
+    into_the_next_window(100).await;
+    let commit = serde_json::json!({"reservation": rid, "cost": 30});
+    let (s, v) = ns_call(&c, base, "ns", "commit", commit).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["keys"][0]["given_back"].as_f64(), Some(30.0), "{v}");
+    let remaining = v["keys"][0]["remaining"].as_f64().expect("remaining");
+    assert!((70.0..=77.0).contains(&remaining), "{v}");
+    let (s, v) = try_hit(&c, base, "k", 1.0, true).await;
+    assert_eq!(s, 200, "{v}");
+    let remaining = v["remaining"].as_f64().expect("remaining");
+    assert!((69.0..=77.0).contains(&remaining), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_commit_after_a_window_ends_answers_with_the_ended_window_on_redis() {
+    a_strict_commit_after_a_window_ends_answers_with_the_ended_window(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_commit_after_a_window_ends_answers_with_the_ended_window_on_sqlite() {
+    let store = TestStore::sqlite().await;
+    a_strict_commit_after_a_window_ends_answers_with_the_ended_window(store).await;
 }

@@ -318,8 +318,9 @@ impl Quota for Holds {
                     }
                 };
                 let mut d = l.decide((v.current - v.unused).max(0.0), v.previous, now, cost)?;
-                if v.unused >= cost {
-                    d.allowed = true;
+                // admitted from what this node holds unused, as a hit would be, unless
+                // the window is past the limit (a debt, or a lowered limit)
+                if v.unused >= cost && d.allowed {
                     d.retry_after = Duration::ZERO;
                     d.remaining = d.remaining.max(v.unused.floor());
                 }

@@ -209,9 +209,10 @@ impl Holds {
             let slot = self.slot(key, l.window.secs());
             let mut s = lock(&slot);
             let start = l.window.start_of(at);
-            let mut b = give_back_in(&mut s, start, cost);
+            let size = i64::from(l.window.secs());
+            let mut b = give_back_in(&mut s, start, size, cost);
             if previous_too {
-                b += give_back_in(&mut s, start - i64::from(l.window.secs()), cost - b);
+                b += give_back_in(&mut s, start - size, size, cost - b);
             }
             back = back.max(b);
         }
@@ -222,18 +223,24 @@ impl Holds {
     /// limit's current window (a commit's overrun forced in as debt, past what any hold
     /// could take): answers, per limit, how much came from it; the rest is the caller's
     /// to count. The slot is left with nothing unused, so the key's next hit asks the
-    /// store, which by then counts the rest.
+    /// store, which by then counts the rest; its view of the window counts the rest
+    /// already, so that what it answers meanwhile (a dry run, the commit's own answer)
+    /// shows the debt.
     pub fn use_up(&self, key: &str, limits: &[WindowLimit], cost: f64, now: UnixMs) -> Vec<f64> {
         limits
             .iter()
             .map(|l| {
                 let slot = self.slot(key, l.window.secs());
                 let mut s = lock(&slot);
-                if s.start != l.window.start_of(now) || s.inflight {
+                if s.start != l.window.start_of(now) {
                     return 0.0;
                 }
-                let from_held = cost.min((s.held - s.used).max(0.0));
+                let from_held = match s.inflight {
+                    true => 0.0,
+                    false => cost.min((s.held - s.used).max(0.0)),
+                };
                 s.used += from_held;
+                s.current += cost - from_held;
                 s.last_hit_ms = now.0;
                 from_held
             })
@@ -409,22 +416,29 @@ impl Holds {
 /// its current window, one that ended and has not gone back to the store yet, or one
 /// whose quota went back already (then it goes back again, at what is left used: the
 /// store lowers this node's hold in it, and the window's count with it).
-fn give_back_in(s: &mut slot::SlotState, start: i64, cost: f64) -> f64 {
-    if let Some(i) = s.returned.iter().position(|(e, _)| *e == start) {
+/// A window that is the slot's previous one (`size` seconds before its current one)
+/// counts what went back in the slot's view of it too, for the key's answers meanwhile.
+fn give_back_in(s: &mut slot::SlotState, start: i64, size: i64, cost: f64) -> f64 {
+    let b = if let Some(i) = s.returned.iter().position(|(e, _)| *e == start) {
         let (_, used) = s.returned.remove(i);
         let b = cost.min(used.max(0.0));
         s.ended.push((start, used - b));
-        return b;
-    }
-    let used = match s.start == start {
-        true => &mut s.used,
-        false => match s.ended.iter_mut().find(|(e, _)| *e == start) {
-            Some((_, used)) => used,
-            None => return 0.0,
-        },
+        b
+    } else {
+        let used = match s.start == start {
+            true => &mut s.used,
+            false => match s.ended.iter_mut().find(|(e, _)| *e == start) {
+                Some((_, used)) => used,
+                None => return 0.0,
+            },
+        };
+        let b = cost.min(used.max(0.0));
+        *used -= b;
+        b
     };
-    let b = cost.min(used.max(0.0));
-    *used -= b;
+    if s.start == start + size {
+        s.previous = (s.previous - b).max(0.0);
+    }
     b
 }
 

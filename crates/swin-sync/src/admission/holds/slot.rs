@@ -95,10 +95,17 @@ pub(super) fn from_slot(
             let ended = (s.start, s.used);
             s.ended.push(ended);
         }
+        // the window that ended, as this node last saw it, its own unused quota gone
+        // back: the previous window of the key's answers until the store shows it
+        let previous = match s.start == start - i64::from(l.window.secs()) {
+            true => (s.current - (s.held - s.used).max(0.0)).max(0.0),
+            false => 0.0,
+        };
         let ended = std::mem::take(&mut s.ended);
         let returned = std::mem::take(&mut s.returned);
         *s = SlotState {
             start,
+            previous,
             block: first_block(l.limit, cost),
             inflight: s.inflight,
             ended,
