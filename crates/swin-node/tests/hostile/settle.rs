@@ -77,6 +77,42 @@ async fn a_strict_commit_gives_back_in_a_window_whose_quota_went_back(store: Tes
     assert_eq!(totals.get("k").copied(), Some(48.0), "{totals:?}");
 }
 
+/// Strict admission: 7 hit and 100 reserved late in a window, committed at 40 early in
+/// the next, and the node SIGKILLed as soon as it answers. The 60 given back are in the
+/// store when the commit answers, not at the node's next return of quota: the ended
+/// window holds 47.
+async fn a_strict_give_back_in_an_ended_window_is_in_the_store_when_it_answers(store: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(dir.path(), &config(&store.section(), STRICT));
+    let (c, base) = (reqwest::Client::new(), &node.base);
+    into_the_next_window(2500).await;
+    hit(&c, base, "k", 7.0).await;
+    let body = serde_json::json!({"keys": ["k"], "cost": 100});
+    let (s, v) = ns_call(&c, base, "ns", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    let rid = id(&v);
+    into_the_next_window(300).await;
+    let commit = serde_json::json!({"reservation": rid, "cost": 40});
+    let (s, v) = ns_call(&c, base, "ns", "commit", commit).await;
+    node.signal("KILL");
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["keys"][0]["given_back"], 60.0, "{v}");
+    let totals = store.totals("ns").await;
+    assert_eq!(totals.get("k").copied(), Some(47.0), "{totals:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_give_back_in_an_ended_window_is_in_the_store_when_it_answers_on_redis() {
+    let store = TestStore::redis();
+    a_strict_give_back_in_an_ended_window_is_in_the_store_when_it_answers(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_give_back_in_an_ended_window_is_in_the_store_when_it_answers_on_postgres() {
+    let store = TestStore::postgres().await;
+    a_strict_give_back_in_an_ended_window_is_in_the_store_when_it_answers(store).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_strict_commit_gives_back_in_a_window_whose_quota_went_back_on_redis() {
     a_strict_commit_gives_back_in_a_window_whose_quota_went_back(TestStore::redis()).await;

@@ -282,6 +282,17 @@ impl Quota for Holds {
                 Ok(views) => verdict(sync, set, &views, key, 0.0, now, Spend::IfAllowed).await?,
                 Err(_) => self.unreachable(bounds, now)?,
             };
+            // a commit's give-back in a window that has ended goes to the store now
+            let ended = match why {
+                GiveBack::Settle => true,
+                GiveBack::SettleAt { at } => set
+                    .iter()
+                    .any(|l| l.window.start_of(at) != l.window.start_of(now)),
+                _ => false,
+            };
+            if ended && given > 0.0 {
+                self.return_ended(sync, key, set).await;
+            }
             Ok(GivenBack {
                 given,
                 after: Some(after),

@@ -386,29 +386,63 @@ impl Holds {
             slot.changed.notify_waiters();
         }
         if ok {
-            let given: std::collections::HashMap<(CompactString, u32, i64), f64> = holds
-                .iter()
-                .map(|h| {
-                    (
-                        (h.key.clone(), h.window_size, h.window_start),
-                        h.request.want,
-                    )
-                })
-                .collect();
-            for ((key, size), slot) in self.all() {
-                let mut s = lock(&slot);
-                // an ended window given back into while its return was out goes again
-                let (back, kept) =
-                    std::mem::take(&mut s.ended)
-                        .into_iter()
-                        .partition(|(start, used)| {
-                            given.get(&(key.clone(), size, *start)) == Some(used)
-                        });
-                s.ended = kept;
-                s.returned.extend::<Vec<_>>(back);
-            }
+            returned_all(&holds, self.all());
         }
         ok
+    }
+
+    /// Returns now what the ended windows of `key` hold (a commit gave back into one):
+    /// the give-back is in the store when the commit answers, not at the engine's next
+    /// tick. A return that fails is left for the tick to try again.
+    pub async fn return_ended(&self, sync: &Arc<NamespaceSync>, key: &str, limits: &[WindowLimit]) {
+        let Some(store) = sync.store().cloned() else {
+            return;
+        };
+        let key = CompactString::from(key);
+        let mut holds = Vec::new();
+        let mut slots = Vec::new();
+        for l in limits {
+            let size = l.window.secs();
+            let slot = self.slot(&key, size);
+            let s = lock(&slot);
+            if s.inflight || s.ended.is_empty() {
+                continue;
+            }
+            for &(start, used) in &s.ended {
+                holds.push(returned(&key, size, start, used));
+            }
+            drop(s);
+            slots.push(((key.clone(), size), slot));
+        }
+        if holds.is_empty() {
+            return;
+        }
+        if self.calls.holds(sync, &store, &holds).await.is_ok() {
+            returned_all(&holds, slots);
+        }
+    }
+}
+
+/// After `holds` went back to the store: each slot's ended windows that went back at
+/// what they still use are kept as returned; one given back into while its return was
+/// out goes again.
+fn returned_all(holds: &[Hold], slots: impl IntoIterator<Item = (SlotKey, Arc<Slot>)>) {
+    let given: std::collections::HashMap<(&str, u32, i64), f64> = holds
+        .iter()
+        .map(|h| {
+            (
+                (h.key.as_str(), h.window_size, h.window_start),
+                h.request.want,
+            )
+        })
+        .collect();
+    for ((key, size), slot) in slots {
+        let mut s = lock(&slot);
+        let (back, kept) = std::mem::take(&mut s.ended)
+            .into_iter()
+            .partition(|(start, used)| given.get(&(key.as_str(), size, *start)) == Some(used));
+        s.ended = kept;
+        s.returned.extend::<Vec<_>>(back);
     }
 }
 
