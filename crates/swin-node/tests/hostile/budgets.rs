@@ -319,10 +319,12 @@ async fn a_reserve_denied_by_one_key_spends_nothing_on_any() {
 }
 
 /// One namespace `name` of `limit` per 4 s window, as `mode` says (synchronous when it
-/// says nothing); a store slowed by the tests beside it has 5 s to answer.
+/// says nothing); a store slowed by the tests beside it has 5 s to answer, and requests
+/// wait for it (a strict hit answered locally past `answer_timeout` is counted as
+/// eventual admission counts, where no commit's give-back finds it).
 pub(crate) fn four_seconds(section: &str, name: &str, limit: u32, mode: &str) -> String {
     format!(
-        "store_timeout = 5\n{section}
+        "store_timeout = 5\nanswer_timeout = 5\n{section}
 [[namespaces]]
 name = \"{name}\"
 window_sizes = [4]

@@ -256,3 +256,82 @@ async fn a_strict_commit_after_a_window_ends_answers_with_the_ended_window_on_sq
     let store = TestStore::sqlite().await;
     a_strict_commit_after_a_window_ends_answers_with_the_ended_window(store).await;
 }
+
+/// Strict admission, a limit of 100: 10 hit, 30 reserved, committed at 110. The overrun
+/// (80) fits no hold, so it counts past the quota — from what this node holds unused
+/// first: the answer says the key is 20 past its limit, nothing remains, the node admits
+/// nothing more from the quota it held, and the store ends at exactly 120.
+async fn a_strict_overrun_counts_past_the_quota_held(store: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(
+        dir.path(),
+        &four_seconds(&store.section(), "ns", 100, STRICT),
+    );
+    let (c, base) = (reqwest::Client::new(), &node.base);
+    into_the_next_window(200).await;
+    hit(&c, base, "k", 10.0).await;
+    let body = serde_json::json!({"keys": ["k"], "cost": 30});
+    let (s, v) = ns_call(&c, base, "ns", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    let commit = serde_json::json!({"reservation": id(&v), "cost": 110});
+    let (s, v) = ns_call(&c, base, "ns", "commit", commit).await;
+    assert_eq!(s, 200, "{v}");
+    let k = &v["keys"][0];
+    assert_eq!(k["charged"].as_f64(), Some(80.0), "{v}");
+    assert_eq!(k["debt"].as_f64(), Some(20.0), "{v}");
+    assert_eq!(k["remaining"].as_f64(), Some(0.0), "{v}");
+    for _ in 0..20 {
+        let (s, v) = try_hit(&c, base, "k", 1.0, false).await;
+        assert_eq!(s, 429, "{v}");
+    }
+    // the key idle, what the node held unused (nothing) goes back
+    tokio::time::sleep(Duration::from_millis(6000)).await;
+    let totals = store.totals("ns").await;
+    assert_eq!(totals.get("k").copied(), Some(120.0), "{totals:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_overrun_counts_past_the_quota_held_on_redis() {
+    a_strict_overrun_counts_past_the_quota_held(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_overrun_counts_past_the_quota_held_on_postgres() {
+    a_strict_overrun_counts_past_the_quota_held(TestStore::postgres().await).await;
+}
+
+/// A synchronous namespace, a limit of 100: node B hits 20, node A reserves 30 and
+/// commits 120 (a debt of 40). A dry run on B then answers what a hit on B is answered:
+/// denied, reading the key's count in the store, not B's own view of it.
+async fn a_synchronous_dry_run_answers_what_a_hit_would(store: TestStore) {
+    let (da, db) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let cfg = four_seconds(&store.section(), "ns", 100, "sync_rate = 0");
+    let (a, b) = (node_in(da.path(), &cfg), node_in(db.path(), &cfg));
+    let c = reqwest::Client::new();
+    into_the_next_window(200).await;
+    hit(&c, &b.base, "k", 20.0).await;
+    let body = serde_json::json!({"keys": ["k"], "cost": 30});
+    let (s, v) = ns_call(&c, &a.base, "ns", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    let commit = serde_json::json!({"reservation": id(&v), "cost": 120});
+    let (s, v) = ns_call(&c, &a.base, "ns", "commit", commit).await;
+    assert_eq!((s, v["keys"][0]["debt"].as_f64()), (200, Some(40.0)), "{v}");
+    for dry_run in [true, false] {
+        let (s, v) = try_hit(&c, &b.base, "k", 1.0, dry_run).await;
+        assert_eq!(s, 429, "dry run {dry_run}: {v}");
+        assert_eq!(v["remaining"].as_f64(), Some(0.0), "{v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synchronous_dry_run_answers_what_a_hit_would_on_redis() {
+    a_synchronous_dry_run_answers_what_a_hit_would(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synchronous_dry_run_answers_what_a_hit_would_on_sqlite() {
+    a_synchronous_dry_run_answers_what_a_hit_would(TestStore::sqlite().await).await;
+}

@@ -119,6 +119,27 @@ impl Admission for Strict {
                 }
             } else if spend == Spend::Always && past_any_quota(bounds, cost) {
                 return self.force(key, bounds, cost, now).await;
+            } else if let (Spend::Always, Bounds::Windows(_)) = (spend, bounds) {
+                // counted whatever the limits say: admitted from quota held when it can
+                // be, else counted past it (this node's unused quota first)
+                let admitted = self
+                    .quota
+                    .admit(&self.sync, key, bounds, cost, Spend::IfAllowed, now)
+                    .await?;
+                return match admitted {
+                    Some(a) if a.decision.allowed => Ok(a),
+                    Some(a) => {
+                        self.count_past(key, bounds, cost, now).await?;
+                        Ok(a)
+                    }
+                    None => {
+                        let local = self.local.take(key, bounds, cost, spend, now).await?;
+                        match self.on_store_failure {
+                            OnStoreFailure::Deny => self.quota.unreachable(bounds, now),
+                            OnStoreFailure::Local => Ok(local),
+                        }
+                    }
+                };
             } else {
                 match self
                     .quota
@@ -166,35 +187,62 @@ impl Strict {
         cost: f64,
         now: UnixMs,
     ) -> Result<Admitted, AdmitError> {
-        let admitted = match (self.quota.use_up(key, bounds, cost, now), bounds) {
-            (Some(from_held), Bounds::Windows(set)) => {
-                for (l, held) in set.iter().zip(from_held) {
-                    if cost > held {
-                        self.sync
-                            .increment(key, l.window.secs(), cost - held, now)
-                            .await?;
-                    }
-                }
-                self.local
-                    .take(key, bounds, 0.0, Spend::DryRun, now)
-                    .await?
-            }
-            (Some(from_granted), Bounds::Bucket(_)) => {
+        if let Bounds::Windows(_) = bounds {
+            self.count_past(key, bounds, cost, now).await?;
+            return self.local.take(key, bounds, 0.0, Spend::DryRun, now).await;
+        }
+        let admitted = match self.quota.use_up(key, bounds, cost, now) {
+            Some(from_granted) => {
                 let rest = cost - from_granted.first().copied().unwrap_or(0.0);
                 self.local
                     .take(key, bounds, rest, Spend::Always, now)
                     .await?
             }
-            _ => {
+            None => {
                 self.local
                     .take(key, bounds, cost, Spend::Always, now)
                     .await?
             }
         };
+        self.push_now(now).await;
+        Ok(admitted)
+    }
+
+    /// Counts `cost` on a key of window limits past what this node's quota admits:
+    /// what it holds unused first (its answers then count the rest, see
+    /// [`Quota::use_up`]), the rest as eventual admission counts, pushed at once.
+    async fn count_past(
+        &self,
+        key: &str,
+        bounds: Bounds<'_>,
+        cost: f64,
+        now: UnixMs,
+    ) -> Result<(), AdmitError> {
+        let set = match bounds {
+            Bounds::Windows(set) => set,
+            Bounds::Bucket(_) => return Err(AdmitError::NoLimits),
+        };
+        let from_held = self
+            .quota
+            .use_up(key, bounds, cost, now)
+            .unwrap_or_else(|| vec![0.0; set.len()]);
+        for (l, held) in set.iter().zip(from_held) {
+            if cost > held {
+                self.sync
+                    .increment(key, l.window.secs(), cost - held, now)
+                    .await?;
+            }
+        }
+        self.push_now(now).await;
+        Ok(())
+    }
+
+    /// Pushes what this node counted past its quota, so that the key's next ask of the
+    /// store finds it counted.
+    async fn push_now(&self, now: UnixMs) {
         if let Err(e) = self.sync.sync_requested(now).await {
             tracing::debug!(namespace = self.sync.name(), cause = %e, "a debt is pushed by the next sync");
         }
-        Ok(admitted)
     }
 }
 

@@ -46,8 +46,14 @@ impl Eventual {
         let sync = &self.sync;
         let counters = sync.counters();
         // counted now, every window at once (synchronous increments of the key share a
-        // round trip); the decision is on the counts before this hit
+        // round trip); the decision is on the counts before this hit. A dry run where
+        // hits wait on the store reads the key's count there, as a hit would see it.
         let counted = if spend == Spend::DryRun {
+            if self.waits_on_store() {
+                sync.load_key(key, now)
+                    .await
+                    .map_err(|e| store_error("dry run: read the key's count")(Arc::new(e)))?;
+            }
             Vec::new()
         } else {
             together(
@@ -196,16 +202,13 @@ impl Admission for Eventual {
 
 /// A strict admission's answer: admitted or not as the quota said; the figures from the
 /// window as the store last showed it. The counts before this hit are the window's count
-/// less what this node holds unused (and less this hit, when admitted). Denied hits
-/// still count, as plain increments, when every hit spends.
-async fn verdict(
-    sync: &Arc<NamespaceSync>,
+/// less what this node holds unused (and less this hit, when admitted). (A hit that
+/// spends whatever it is answered is counted past the quota by the strict admission.)
+fn verdict(
     set: &[WindowLimit],
     views: &[StrictView],
-    key: &str,
     cost: f64,
     now: UnixMs,
-    spend: Spend,
 ) -> Result<Admitted, AdmitError> {
     let mut decisions = Vec::with_capacity(set.len());
     for (l, v) in set.iter().zip(views) {
@@ -225,13 +228,7 @@ async fn verdict(
         }
         decisions.push(d);
     }
-    let admitted = strictest(decisions)?;
-    if !admitted.decision.allowed && spend == Spend::Always {
-        for l in set {
-            sync.increment(key, l.window.secs(), cost, now).await?;
-        }
-    }
-    Ok(admitted)
+    strictest(decisions)
 }
 
 /// Window holds: a hit is admitted when every limit of the key holds its cost.
@@ -242,15 +239,15 @@ impl Quota for Holds {
         key: &'a str,
         bounds: Bounds<'a>,
         cost: f64,
-        spend: Spend,
+        // a hit that spends whatever it is answered is counted past the quota by the
+        // strict admission (`Strict::count_past`)
+        _spend: Spend,
         now: UnixMs,
     ) -> BoxFuture<'a, Result<Option<Admitted>, AdmitError>> {
         Box::pin(async move {
             let set = limits(bounds)?;
             match Holds::admit(self, sync, key, set, cost, now).await {
-                Ok(views) => Ok(Some(
-                    verdict(sync, set, &views, key, cost, now, spend).await?,
-                )),
+                Ok(views) => Ok(Some(verdict(set, &views, cost, now)?)),
                 Err(_) => Ok(None),
             }
         })
@@ -279,7 +276,7 @@ impl Quota for Holds {
             };
             // the key after it: a hit of 0 is answered from what this node holds
             let after = match Holds::admit(self, sync, key, set, 0.0, now).await {
-                Ok(views) => verdict(sync, set, &views, key, 0.0, now, Spend::IfAllowed).await?,
+                Ok(views) => verdict(set, &views, 0.0, now)?,
                 Err(_) => self.unreachable(bounds, now)?,
             };
             // a commit's give-back in a window that has ended goes to the store now

@@ -232,8 +232,12 @@ impl Holds {
             .map(|l| {
                 let slot = self.slot(key, l.window.secs());
                 let mut s = lock(&slot);
-                if s.start != l.window.start_of(now) {
-                    return 0.0;
+                let start = l.window.start_of(now);
+                if s.start != start {
+                    if s.inflight {
+                        return 0.0;
+                    }
+                    slot::roll(&mut s, l, start, cost);
                 }
                 let from_held = match s.inflight {
                     true => 0.0,

@@ -80,6 +80,32 @@ pub(super) enum Local {
     Wait,
 }
 
+/// Starts the slot afresh in the window starting at `start` (for a hit of `cost`),
+/// keeping what ended for the return.
+pub(super) fn roll(s: &mut SlotState, l: &WindowLimit, start: i64, cost: f64) {
+    if s.start != 0 && (s.held > 0.0 || s.unsure) {
+        let ended = (s.start, s.used);
+        s.ended.push(ended);
+    }
+    // the window that ended, as this node last saw it, its own unused quota gone
+    // back: the previous window of the key's answers until the store shows it
+    let previous = match s.start == start - i64::from(l.window.secs()) {
+        true => (s.current - (s.held - s.used).max(0.0)).max(0.0),
+        false => 0.0,
+    };
+    let ended = std::mem::take(&mut s.ended);
+    let returned = std::mem::take(&mut s.returned);
+    *s = SlotState {
+        start,
+        previous,
+        block: first_block(l.limit, cost),
+        inflight: s.inflight,
+        ended,
+        returned,
+        ..SlotState::default()
+    };
+}
+
 /// Decides a hit of `cost` from the slot's quota when it can (a new window starts
 /// the slot afresh, keeping what ended for the return).
 pub(super) fn from_slot(
@@ -91,27 +117,7 @@ pub(super) fn from_slot(
     now: UnixMs,
 ) -> Local {
     if s.start != start {
-        if s.start != 0 && (s.held > 0.0 || s.unsure) {
-            let ended = (s.start, s.used);
-            s.ended.push(ended);
-        }
-        // the window that ended, as this node last saw it, its own unused quota gone
-        // back: the previous window of the key's answers until the store shows it
-        let previous = match s.start == start - i64::from(l.window.secs()) {
-            true => (s.current - (s.held - s.used).max(0.0)).max(0.0),
-            false => 0.0,
-        };
-        let ended = std::mem::take(&mut s.ended);
-        let returned = std::mem::take(&mut s.returned);
-        *s = SlotState {
-            start,
-            previous,
-            block: first_block(l.limit, cost),
-            inflight: s.inflight,
-            ended,
-            returned,
-            ..SlotState::default()
-        };
+        roll(s, l, start, cost);
     }
     s.last_hit_ms = now.0;
     if s.held - s.used >= cost {
