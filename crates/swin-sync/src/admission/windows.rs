@@ -47,12 +47,23 @@ impl Eventual {
         let counters = sync.counters();
         // counted now, every window at once (synchronous increments of the key share a
         // round trip); the decision is on the counts before this hit. A dry run where
-        // hits wait on the store reads the key's count there, as a hit would see it.
+        // hits wait on the store reads the key's count there, as a hit would see it (a
+        // store that does not answer in time leaves the node's view, as for a hit).
         let counted = if spend == Spend::DryRun {
             if self.waits_on_store() {
-                sync.load_key(key, now)
-                    .await
-                    .map_err(|e| store_error("dry run: read the key's count")(Arc::new(e)))?;
+                let read = tokio::time::timeout(sync.answer_within(), sync.load_key(key, now));
+                let failed = match read.await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(_) => Some("no answer in time".to_owned()),
+                };
+                if let Some(cause) = failed {
+                    tracing::debug!(
+                        namespace = sync.name(),
+                        cause,
+                        "a dry run is decided on this node's view"
+                    );
+                }
             }
             Vec::new()
         } else {
