@@ -37,6 +37,22 @@ async fn try_hit(
     (status, r.json().await.expect("json"))
 }
 
+/// Reserves `cost` on key `k` of `ns`: the reservation's id.
+async fn reserve(c: &reqwest::Client, base: &str, cost: f64) -> String {
+    let body = serde_json::json!({"keys": ["k"], "cost": cost});
+    let (s, v) = ns_call(c, base, "ns", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    id(&v)
+}
+
+/// Commits reservation `rid` at `cost`: the answer.
+async fn commit(c: &reqwest::Client, base: &str, rid: &str, cost: f64) -> serde_json::Value {
+    let body = serde_json::json!({"reservation": rid, "cost": cost});
+    let (s, v) = ns_call(c, base, "ns", "commit", body).await;
+    assert_eq!(s, 200, "{v}");
+    v
+}
+
 async fn hit(c: &reqwest::Client, base: &str, key: &str, cost: f64) {
     let (s, v) = try_hit(c, base, key, cost, false).await;
     assert_eq!(s, 200, "{v}");
@@ -53,23 +69,12 @@ async fn a_strict_commit_gives_back_in_a_window_whose_quota_went_back(store: Tes
     let (c, base) = (reqwest::Client::new(), &node.base);
     into_the_next_window(2500).await;
     hit(&c, base, "k", 7.0).await;
-    let (s, v) = ns_call(
-        &c,
-        base,
-        "ns",
-        "reserve",
-        serde_json::json!({"keys": ["k"], "cost": 100}),
-    )
-    .await;
-    assert_eq!(s, 200, "{v}");
-    let rid = id(&v);
+    let rid = reserve(&c, base, 100.0).await;
     into_the_next_window(200).await;
     hit(&c, base, "k", 1.0).await;
     // the ended window's quota goes back at the engine's next ticks
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let commit = serde_json::json!({"reservation": rid, "cost": 40});
-    let (s, v) = ns_call(&c, base, "ns", "commit", commit).await;
-    assert_eq!(s, 200, "{v}");
+    let v = commit(&c, base, &rid, 40.0).await;
     assert_eq!(v["keys"][0]["given_back"], 60.0, "{v}");
     // the new window's unused quota goes back once the key is idle (5 s)
     tokio::time::sleep(Duration::from_millis(6000)).await;
@@ -87,15 +92,10 @@ async fn a_strict_give_back_in_an_ended_window_is_in_the_store_when_it_answers(s
     let (c, base) = (reqwest::Client::new(), &node.base);
     into_the_next_window(2500).await;
     hit(&c, base, "k", 7.0).await;
-    let body = serde_json::json!({"keys": ["k"], "cost": 100});
-    let (s, v) = ns_call(&c, base, "ns", "reserve", body).await;
-    assert_eq!(s, 200, "{v}");
-    let rid = id(&v);
+    let rid = reserve(&c, base, 100.0).await;
     into_the_next_window(300).await;
-    let commit = serde_json::json!({"reservation": rid, "cost": 40});
-    let (s, v) = ns_call(&c, base, "ns", "commit", commit).await;
+    let v = commit(&c, base, &rid, 40.0).await;
     node.signal("KILL");
-    assert_eq!(s, 200, "{v}");
     assert_eq!(v["keys"][0]["given_back"], 60.0, "{v}");
     let totals = store.totals("ns").await;
     assert_eq!(totals.get("k").copied(), Some(47.0), "{totals:?}");
@@ -137,12 +137,8 @@ async fn a_commit_on_another_node_says_what_it_gave_back(store: TestStore) {
     let c = reqwest::Client::new();
     // well inside one window
     into_the_next_window(300).await;
-    let body = serde_json::json!({"keys": ["k"], "cost": 100});
-    let (s, v) = ns_call(&c, &a.base, "ns", "reserve", body).await;
-    assert_eq!(s, 200, "{v}");
-    let commit = serde_json::json!({"reservation": id(&v), "cost": 70});
-    let (s, v) = ns_call(&c, &b.base, "ns", "commit", commit).await;
-    assert_eq!(s, 200, "{v}");
+    let rid = reserve(&c, &a.base, 100.0).await;
+    let v = commit(&c, &b.base, &rid, 70.0).await;
     let given = v["keys"][0]["given_back"].as_f64().expect("given_back");
     for node in [&a, &b] {
         let r = c
@@ -182,12 +178,8 @@ async fn a_strict_commit_past_the_limit_answers_its_debt(store: TestStore) {
     );
     let (c, base) = (reqwest::Client::new(), &node.base);
     into_the_next_window(200).await;
-    let body = serde_json::json!({"keys": ["k"], "cost": 50});
-    let (s, v) = ns_call(&c, base, "ns", "reserve", body).await;
-    assert_eq!(s, 200, "{v}");
-    let commit = serde_json::json!({"reservation": id(&v), "cost": 300});
-    let (s, v) = ns_call(&c, base, "ns", "commit", commit).await;
-    assert_eq!(s, 200, "{v}");
+    let rid = reserve(&c, base, 50.0).await;
+    let v = commit(&c, base, &rid, 300.0).await;
     let k = &v["keys"][0];
     assert_eq!(
         (k["charged"].as_f64(), k["uncharged"].as_f64()),
@@ -229,14 +221,9 @@ async fn a_strict_commit_after_a_window_ends_answers_with_the_ended_window(store
     );
     let (c, base) = (reqwest::Client::new(), &node.base);
     into_the_next_window(2800).await;
-    let body = serde_json::json!({"keys": ["k"], "cost": 60});
-    let (s, v) = ns_call(&c, base, "ns", "reserve", body).await;
-    assert_eq!(s, 200, "{v}");
-    let rid = id(&v);
+    let rid = reserve(&c, base, 60.0).await;
     into_the_next_window(100).await;
-    let commit = serde_json::json!({"reservation": rid, "cost": 30});
-    let (s, v) = ns_call(&c, base, "ns", "commit", commit).await;
-    assert_eq!(s, 200, "{v}");
+    let v = commit(&c, base, &rid, 30.0).await;
     assert_eq!(v["keys"][0]["given_back"].as_f64(), Some(30.0), "{v}");
     let remaining = v["keys"][0]["remaining"].as_f64().expect("remaining");
     assert!((70.0..=77.0).contains(&remaining), "{v}");
@@ -270,12 +257,8 @@ async fn a_strict_overrun_counts_past_the_quota_held(store: TestStore) {
     let (c, base) = (reqwest::Client::new(), &node.base);
     into_the_next_window(200).await;
     hit(&c, base, "k", 10.0).await;
-    let body = serde_json::json!({"keys": ["k"], "cost": 30});
-    let (s, v) = ns_call(&c, base, "ns", "reserve", body).await;
-    assert_eq!(s, 200, "{v}");
-    let commit = serde_json::json!({"reservation": id(&v), "cost": 110});
-    let (s, v) = ns_call(&c, base, "ns", "commit", commit).await;
-    assert_eq!(s, 200, "{v}");
+    let rid = reserve(&c, base, 30.0).await;
+    let v = commit(&c, base, &rid, 110.0).await;
     let k = &v["keys"][0];
     assert_eq!(k["charged"].as_f64(), Some(80.0), "{v}");
     assert_eq!(k["debt"].as_f64(), Some(20.0), "{v}");
@@ -313,12 +296,9 @@ async fn a_synchronous_dry_run_answers_what_a_hit_would(store: TestStore) {
     let c = reqwest::Client::new();
     into_the_next_window(200).await;
     hit(&c, &b.base, "k", 20.0).await;
-    let body = serde_json::json!({"keys": ["k"], "cost": 30});
-    let (s, v) = ns_call(&c, &a.base, "ns", "reserve", body).await;
-    assert_eq!(s, 200, "{v}");
-    let commit = serde_json::json!({"reservation": id(&v), "cost": 120});
-    let (s, v) = ns_call(&c, &a.base, "ns", "commit", commit).await;
-    assert_eq!((s, v["keys"][0]["debt"].as_f64()), (200, Some(40.0)), "{v}");
+    let rid = reserve(&c, &a.base, 30.0).await;
+    let v = commit(&c, &a.base, &rid, 120.0).await;
+    assert_eq!(v["keys"][0]["debt"].as_f64(), Some(40.0), "{v}");
     for dry_run in [true, false] {
         let (s, v) = try_hit(&c, &b.base, "k", 1.0, dry_run).await;
         assert_eq!(s, 429, "dry run {dry_run}: {v}");
