@@ -101,6 +101,34 @@ async fn a_strict_give_back_in_an_ended_window_is_in_the_store_when_it_answers(s
     assert_eq!(totals.get("k").copied(), Some(47.0), "{totals:?}");
 }
 
+/// Strict admission: 1 hit late in a window holds a block of 100 more. Once the window
+/// has ended, the engine's next return gives its unused quota back, though no hit has
+/// come since and the key is not yet idle: a node SIGKILLed 1 s into the next window
+/// leaves the store holding 1, not 101.
+async fn an_ended_window_gives_its_unused_quota_back_without_a_hit(store: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(dir.path(), &config(&store.section(), STRICT));
+    let (c, base) = (reqwest::Client::new(), &node.base);
+    into_the_next_window(2500).await;
+    let (s, v) = try_hit(&c, base, "k", 1.0, false).await;
+    assert_eq!(s, 200, "{v}");
+    assert!(v["remaining"].as_f64() > Some(90_000.0), "{v}");
+    into_the_next_window(1000).await;
+    node.signal("KILL");
+    let totals = store.totals("ns").await;
+    assert_eq!(totals.get("k").copied(), Some(1.0), "{totals:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_window_gives_its_unused_quota_back_without_a_hit_on_redis() {
+    an_ended_window_gives_its_unused_quota_back_without_a_hit(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_window_gives_its_unused_quota_back_without_a_hit_on_sqlite() {
+    an_ended_window_gives_its_unused_quota_back_without_a_hit(TestStore::sqlite().await).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_strict_give_back_in_an_ended_window_is_in_the_store_when_it_answers_on_redis() {
     let store = TestStore::redis();
@@ -314,4 +342,58 @@ async fn a_synchronous_dry_run_answers_what_a_hit_would_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_synchronous_dry_run_answers_what_a_hit_would_on_sqlite() {
     a_synchronous_dry_run_answers_what_a_hit_would(TestStore::sqlite().await).await;
+}
+
+/// Strict admission of a GCRA bucket of 100 (refilling 100 a minute): 50 reserved, then
+/// committed at 150. The overrun (100) is more than the store grants: it is spent from
+/// the units this node was granted and has not spent first, the rest forced in. The
+/// answer says the bucket is past its burst, and a dry run and 100 hits on the node
+/// are then all denied: none is spent from units granted before the debt; a second
+/// node's hits are denied too.
+async fn a_strict_bucket_in_debt_admits_nothing(store: TestStore) {
+    let (da, db) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let cfg = format!(
+        "store_timeout = 5\nanswer_timeout = 5\n{}
+[[namespaces]]
+name = \"ns\"
+store = \"main\"
+algorithm = \"gcra\"
+gcra = {{ burst = 100, count = 100, period = \"1m\" }}
+{STRICT}
+",
+        store.section()
+    );
+    let (a, b) = (node_in(da.path(), &cfg), node_in(db.path(), &cfg));
+    let c = reqwest::Client::new();
+    let rid = reserve(&c, &a.base, 50.0).await;
+    let v = commit(&c, &a.base, &rid, 150.0).await;
+    let k = &v["keys"][0];
+    assert_eq!(k["charged"].as_f64(), Some(100.0), "{v}");
+    let debt = k["debt"].as_f64().expect("debt");
+    assert!((49.0..=56.0).contains(&debt), "{v}");
+    assert_eq!(k["remaining"].as_f64(), Some(0.0), "{v}");
+    let (s, v) = try_hit(&c, &a.base, "k", 1.0, true).await;
+    assert_eq!(s, 429, "dry run: {v}");
+    for node in [&a, &b] {
+        let mut admitted = 0;
+        for _ in 0..100 {
+            let (s, v) = try_hit(&c, &node.base, "k", 1.0, false).await;
+            assert!(s == 200 || s == 429, "{s}: {v}");
+            admitted += u32::from(s == 200);
+        }
+        assert_eq!(admitted, 0, "hits admitted in debt on {}", node.base);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_bucket_in_debt_admits_nothing_on_redis() {
+    a_strict_bucket_in_debt_admits_nothing(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_bucket_in_debt_admits_nothing_on_postgres() {
+    a_strict_bucket_in_debt_admits_nothing(TestStore::postgres().await).await;
 }

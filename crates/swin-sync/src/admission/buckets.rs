@@ -142,7 +142,6 @@ impl Quota for Grants {
         key: &'a str,
         bounds: Bounds<'a>,
         cost: f64,
-        spend: Spend,
         now: UnixMs,
     ) -> BoxFuture<'a, Result<Option<Admitted>, AdmitError>> {
         Box::pin(async move {
@@ -151,9 +150,6 @@ impl Quota for Grants {
             let Ok(v) = Grants::admit(self, sync, g, key, cost, now).await else {
                 return Ok(None);
             };
-            if !v.allowed && spend == Spend::Always {
-                sync.spend(g, key, cost, now, true).await?;
-            }
             Ok(Some(admitted(granted_decision(g, &v, now, cost)?)))
         })
     }

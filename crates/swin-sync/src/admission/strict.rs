@@ -20,15 +20,15 @@ use crate::{NamespaceSync, QuotaKeeper};
 /// it holds unused ([`QuotaKeeper`]).
 pub(super) trait Quota: QuotaKeeper {
     /// Admits a hit of `cost` on `key` from the quota this node holds, asking the store
-    /// for more when it must, with the figures as the store last showed them. `Ok(None)`:
-    /// the store cannot be asked.
+    /// for more when it must, with the figures as the store last showed them; a hit
+    /// denied spends nothing (one that spends whatever it is answered is counted past
+    /// the quota by [`Strict`]). `Ok(None)`: the store cannot be asked.
     fn admit<'a>(
         &'a self,
         sync: &'a Arc<NamespaceSync>,
         key: &'a str,
         bounds: Bounds<'a>,
         cost: f64,
-        spend: Spend,
         now: UnixMs,
     ) -> BoxFuture<'a, Result<Option<Admitted>, AdmitError>>;
 
@@ -119,19 +119,19 @@ impl Admission for Strict {
                 }
             } else if spend == Spend::Always && past_any_quota(bounds, cost) {
                 return self.force(key, bounds, cost, now).await;
-            } else if let (Spend::Always, Bounds::Windows(_)) = (spend, bounds) {
+            } else if spend == Spend::Always {
                 // counted whatever the limits say: admitted from quota held when it can
                 // be, else counted past it (this node's unused quota first)
-                let admitted = self
-                    .quota
-                    .admit(&self.sync, key, bounds, cost, Spend::IfAllowed, now)
-                    .await?;
+                let admitted = self.quota.admit(&self.sync, key, bounds, cost, now).await?;
                 return match admitted {
                     Some(a) if a.decision.allowed => Ok(a),
-                    Some(a) => {
-                        self.count_past(key, bounds, cost, now).await?;
-                        Ok(a)
-                    }
+                    Some(a) => match bounds {
+                        Bounds::Windows(_) => {
+                            self.count_past(key, bounds, cost, now).await?;
+                            Ok(a)
+                        }
+                        Bounds::Bucket(_) => self.force(key, bounds, cost, now).await,
+                    },
                     None => {
                         let local = self.local.take(key, bounds, cost, spend, now).await?;
                         match self.on_store_failure {
@@ -141,11 +141,7 @@ impl Admission for Strict {
                     }
                 };
             } else {
-                match self
-                    .quota
-                    .admit(&self.sync, key, bounds, cost, spend, now)
-                    .await?
-                {
+                match self.quota.admit(&self.sync, key, bounds, cost, now).await? {
                     Some(admitted) => return Ok(admitted),
                     None if self.on_store_failure == OnStoreFailure::Deny => {
                         return self.quota.unreachable(bounds, now)

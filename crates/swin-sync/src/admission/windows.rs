@@ -250,9 +250,6 @@ impl Quota for Holds {
         key: &'a str,
         bounds: Bounds<'a>,
         cost: f64,
-        // a hit that spends whatever it is answered is counted past the quota by the
-        // strict admission (`Strict::count_past`)
-        _spend: Spend,
         now: UnixMs,
     ) -> BoxFuture<'a, Result<Option<Admitted>, AdmitError>> {
         Box::pin(async move {

@@ -344,8 +344,9 @@ impl Holds {
         .await
     }
 
-    /// Returns quota to the store: what ended windows did not use, what idle keys hold unused, or
-    /// (`all`, at shutdown) everything unused. Run by the engine's loop every tick; a
+    /// Returns quota to the store: what ended windows did not use (whether or not a hit
+    /// has rolled the key to a new window since), what idle keys hold unused, or (`all`,
+    /// at shutdown) everything unused. Run by the engine's loop every tick; a
     /// return that fails is tried again at the next.
     /// True when nothing is left to return.
     async fn return_held(&self, sync: &Arc<NamespaceSync>, now: UnixMs, all: bool) -> bool {
@@ -365,7 +366,10 @@ impl Holds {
                 }
             }
             let idle = now.0 - s.last_hit_ms >= IDLE_MS;
-            if (all || idle) && !s.inflight && (s.held > s.used || s.unsure) && s.start != 0 {
+            // a window that ended with no hit since to roll the slot
+            let over = now.0 >= (s.start + i64::from(size)).saturating_mul(1000);
+            if (all || idle || over) && !s.inflight && (s.held > s.used || s.unsure) && s.start != 0
+            {
                 // no hit uses the quota while it goes back
                 s.inflight = true;
                 holds.push(returned(&key, size, s.start, s.used));
@@ -381,8 +385,10 @@ impl Holds {
             let mut s = lock(&slot);
             s.inflight = false;
             if ok && s.start == start {
-                // what the store holds now; a give-back while it was out (hits wait)
-                // leaves `used` below it, to go back at the next return
+                // what the store holds now, and counts in the window; a give-back while
+                // it was out (hits wait) leaves `used` below it, to go back at the next
+                // return
+                s.current = (s.current - (s.held - want).max(0.0)).max(0.0);
                 s.held = want;
                 s.unsure = false;
                 s.block = 1.0;
