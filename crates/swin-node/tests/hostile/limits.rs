@@ -228,8 +228,9 @@ async fn two_nodes_changing_one_key_at_once_agree_with_the_store() {
     std::fs::write(
         &path,
         // the changes queue on the key's row: a second each left too little on a loaded
-        // machine (the suite runs two tests at once, some with several nodes)
-        format!("store_timeout = 3\n{}{NAMESPACE}", store.section()),
+        // machine (the suite runs two tests at once, some with several nodes), and 3 s
+        // once with a release build beside it
+        format!("store_timeout = 10\n{}{NAMESPACE}", store.section()),
     )
     .expect("config");
     let (a, b) = (node(&path), node(&path));

@@ -344,7 +344,21 @@ async fn a_synchronous_dry_run_answers_what_a_hit_would_on_sqlite() {
     a_synchronous_dry_run_answers_what_a_hit_would(TestStore::sqlite().await).await;
 }
 
-/// Strict admission of a GCRA bucket of 100 (refilling 100 a minute): 50 reserved, then
+/// One strict namespace `ns` of a GCRA bucket of 100, refilling 100 an hour.
+fn bucket(section: &str) -> String {
+    format!(
+        "store_timeout = 5\nanswer_timeout = 5\n{section}
+[[namespaces]]
+name = \"ns\"
+store = \"main\"
+algorithm = \"gcra\"
+gcra = {{ burst = 100, count = 100, period = \"1h\" }}
+{STRICT}
+"
+    )
+}
+
+/// Strict admission of a GCRA bucket of 100 (refilling 100 an hour): 50 reserved, then
 /// committed at 150. The overrun (100) is more than the store grants: it is spent from
 /// the units this node was granted and has not spent first, the rest forced in. The
 /// answer says the bucket is past its burst, and a dry run and 100 hits on the node
@@ -355,17 +369,7 @@ async fn a_strict_bucket_in_debt_admits_nothing(store: TestStore) {
         tempfile::tempdir().expect("dir"),
         tempfile::tempdir().expect("dir"),
     );
-    let cfg = format!(
-        "store_timeout = 5\nanswer_timeout = 5\n{}
-[[namespaces]]
-name = \"ns\"
-store = \"main\"
-algorithm = \"gcra\"
-gcra = {{ burst = 100, count = 100, period = \"1m\" }}
-{STRICT}
-",
-        store.section()
-    );
+    let cfg = bucket(&store.section());
     let (a, b) = (node_in(da.path(), &cfg), node_in(db.path(), &cfg));
     let c = reqwest::Client::new();
     let rid = reserve(&c, &a.base, 50.0).await;
@@ -396,4 +400,94 @@ async fn a_strict_bucket_in_debt_admits_nothing_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_strict_bucket_in_debt_admits_nothing_on_postgres() {
     a_strict_bucket_in_debt_admits_nothing(TestStore::postgres().await).await;
+}
+
+/// Strict admission, a limit of 100: 30 reserved, committed at 110 (10 past the limit),
+/// then 20 refunded: the window counts 90, so the refund's answer says 10 remain, though
+/// the node now holds 20 unused, and exactly 10 more hits of 1 are admitted.
+async fn a_refund_in_debt_answers_what_the_window_leaves(store: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(
+        dir.path(),
+        &four_seconds(&store.section(), "ns", 100, STRICT),
+    );
+    let (c, base) = (reqwest::Client::new(), &node.base);
+    into_the_next_window(200).await;
+    let rid = reserve(&c, base, 30.0).await;
+    let v = commit(&c, base, &rid, 110.0).await;
+    assert_eq!(v["keys"][0]["debt"].as_f64(), Some(10.0), "{v}");
+    let r = c
+        .post(format!("{base}/v1/namespaces/ns/keys/k/refund"))
+        .json(&serde_json::json!({ "cost": 20 }))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status().as_u16(), 200);
+    let v: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(v["refunded"].as_f64(), Some(20.0), "{v}");
+    assert_eq!(v["remaining"].as_f64(), Some(10.0), "{v}");
+    let mut admitted = 0;
+    for _ in 0..20 {
+        let (s, v) = try_hit(&c, base, "k", 1.0, false).await;
+        assert!(s == 200 || s == 429, "{s}: {v}");
+        admitted += u32::from(s == 200);
+    }
+    assert_eq!(admitted, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_in_debt_answers_what_the_window_leaves_on_redis() {
+    a_refund_in_debt_answers_what_the_window_leaves(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_in_debt_answers_what_the_window_leaves_on_postgres() {
+    a_refund_in_debt_answers_what_the_window_leaves(TestStore::postgres().await).await;
+}
+
+/// Strict admission of a GCRA bucket of 100: 50 reserved, committed at 150 (a debt of
+/// about 50), then 60 refunded. The units the node was granted went into the debt: the
+/// refund gives back no more than takes the bucket back under its burst, and of 60 hits
+/// after it the node admits no more than that, each denied when a dry run just before it
+/// says so.
+async fn a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back(store: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(dir.path(), &bucket(&store.section()));
+    let (c, base) = (reqwest::Client::new(), &node.base);
+    let rid = reserve(&c, base, 50.0).await;
+    let v = commit(&c, base, &rid, 150.0).await;
+    let debt = v["keys"][0]["debt"].as_f64().expect("debt");
+    assert!(debt >= 49.0, "{v}");
+    let r = c
+        .post(format!("{base}/v1/namespaces/ns/keys/k/refund"))
+        .json(&serde_json::json!({ "cost": 60 }))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status().as_u16(), 200);
+    let v: serde_json::Value = r.json().await.expect("json");
+    let refunded = v["refunded"].as_f64().expect("refunded");
+    let mut admitted = 0.0;
+    for _ in 0..60 {
+        let (dry, d) = try_hit(&c, base, "k", 1.0, true).await;
+        let (s, h) = try_hit(&c, base, "k", 1.0, false).await;
+        assert!(s == 200 || s == 429, "{s}: {h}");
+        assert!(dry == 200 || s == 429, "a dry run said {d}, the hit {h}");
+        admitted += f64::from(u8::from(s == 200));
+    }
+    assert!(
+        admitted <= (refunded - debt).max(0.0),
+        "{admitted} admitted after a refund of {refunded} in a debt of {debt}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back_on_redis() {
+    a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back_on_sqlite() {
+    let store = TestStore::sqlite().await;
+    a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back(store).await;
 }

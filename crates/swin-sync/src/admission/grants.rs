@@ -76,6 +76,9 @@ struct BucketState {
     pending: Option<GrantRequest>,
     /// Pruned from the map: a hit that still holds it takes the key's new slot.
     dead: bool,
+    /// A debt was forced past the grant since the store last answered: the bucket is
+    /// past its burst, so nothing given back is spent again from this grant.
+    forced: bool,
 }
 
 impl BucketState {
@@ -304,11 +307,12 @@ impl Grants {
     }
 
     /// Gives back `cost` units spent on `key` (a refund): this node may spend them again
-    /// while its grant lasts. Returns how many went back.
+    /// while its grant lasts, unless a debt was forced past it since (the bucket is past
+    /// its burst: nothing goes back). Returns how many went back.
     pub fn give_back(&self, key: &str, cost: i64, now: UnixMs) -> i64 {
         let slot = self.slot(key);
         let mut s = lock(&slot);
-        if nanos(now) > s.until_ns {
+        if nanos(now) > s.until_ns || s.forced {
             return 0;
         }
         let back = cost.min(s.spent).max(0);
@@ -327,6 +331,7 @@ impl Grants {
         }
         let from_granted = cost.min(s.unused(nanos(now))).max(0);
         s.spent += from_granted;
+        s.forced |= cost > from_granted;
         from_granted
     }
 
@@ -370,6 +375,7 @@ enum Local {
 fn take_grant(s: &mut BucketState, request: &GrantRequest, granted: &Granted, gcra: &Gcra) -> bool {
     s.pending = None;
     s.tat_ns = granted.tat_ns;
+    s.forced = false;
     if granted.granted == 0 {
         return false;
     }

@@ -227,9 +227,10 @@ fn verdict(
         let before = (v.current - v.unused - spent).max(0.0);
         let mut d = l.decide(before, v.previous, now, cost)?;
         if v.allowed {
+            // what the window leaves, never the quota held past it (a refund in debt
+            // leaves this node holding more than the window has room for)
             d.allowed = true;
             d.retry_after = Duration::ZERO;
-            d.remaining = d.remaining.max(v.unused.floor());
         } else if d.allowed {
             // the counts leave room, but other nodes hold it: it comes back to the
             // store when they do not use it
