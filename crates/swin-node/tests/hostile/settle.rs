@@ -361,8 +361,9 @@ gcra = {{ burst = 100, count = 100, period = \"1h\" }}
 /// Strict admission of a GCRA bucket of 100 (refilling 100 an hour): 50 reserved, then
 /// committed at 150. The overrun (100) is more than the store grants: it is spent from
 /// the units this node was granted and has not spent first, the rest forced in. The
-/// answer says the bucket is past its burst, and a dry run and 100 hits on the node
-/// are then all denied: none is spent from units granted before the debt; a second
+/// answer says the bucket is past its burst, and when a hit can pass again (no earlier
+/// than the hit after it is told), and a dry run and 100 hits on the node are then all
+/// denied: none is spent from units granted before the debt; a second
 /// node's hits are denied too.
 async fn a_strict_bucket_in_debt_admits_nothing(store: TestStore) {
     let (da, db) = (
@@ -379,8 +380,15 @@ async fn a_strict_bucket_in_debt_admits_nothing(store: TestStore) {
     let debt = k["debt"].as_f64().expect("debt");
     assert!((49.0..=56.0).contains(&debt), "{v}");
     assert_eq!(k["remaining"].as_f64(), Some(0.0), "{v}");
+    // when the next hit can pass (a unit past the debt: 36 s), not when the debt is paid
+    let retry = k["retry_after"].as_f64().expect("retry_after");
     let (s, v) = try_hit(&c, &a.base, "k", 1.0, true).await;
     assert_eq!(s, 429, "dry run: {v}");
+    let hit_retry = v["retry_after"].as_f64().expect("retry_after");
+    assert!(
+        retry + 1.0 >= hit_retry,
+        "the commit said {retry}, a hit {hit_retry}"
+    );
     for node in [&a, &b] {
         let mut admitted = 0;
         for _ in 0..100 {

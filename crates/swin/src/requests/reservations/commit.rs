@@ -218,7 +218,13 @@ async fn settle(
             ..under(over, in_shadow)
         };
         forced.take(false).await?;
-        let after = under(0.0, in_shadow).take(true).await?;
+        let mut after = under(0.0, in_shadow).take(true).await?;
+        if !after.allowed() {
+            // when the key's next hit (of 1) can pass, not when the debt is paid: a
+            // bucket needs a unit more, a sliding window the hit's weight more
+            let next = under(1.0, in_shadow).take(true).await?;
+            after.decision.retry_after = after.decision.retry_after.max(next.decision.retry_after);
+        }
         return Ok((over, 0.0, after));
     }
     capped(ns, key, limits, in_shadow, cost - estimate).await
