@@ -453,19 +453,23 @@ async fn a_refund_in_debt_answers_what_the_window_leaves_on_postgres() {
     a_refund_in_debt_answers_what_the_window_leaves(TestStore::postgres().await).await;
 }
 
-/// Strict admission of a GCRA bucket of 100: 50 reserved, committed at 150 (a debt of
-/// about 50), then 60 refunded. The units the node was granted went into the debt: the
-/// refund gives back no more than takes the bucket back under its burst, and of 60 hits
-/// after it the node admits no more than that, each denied when a dry run just before it
-/// says so.
+/// Strict admission of a GCRA bucket of 100: 20 and 50 reserved, the 50 committed at
+/// 150 (a debt of about 70), a hit denied (the node asks the store again), then 60
+/// refunded and the 20 committed at 0. The units the node was granted went into the
+/// debt: the refund's and the commit's answers say nothing remains, what they give back
+/// does not take the bucket under its burst, and of 60 hits after them the node admits
+/// none, each denied when a dry run just before it says so.
 async fn a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back(store: TestStore) {
     let dir = tempfile::tempdir().expect("dir");
     let node = node_in(dir.path(), &bucket(&store.section()));
     let (c, base) = (reqwest::Client::new(), &node.base);
+    let small = reserve(&c, base, 20.0).await;
     let rid = reserve(&c, base, 50.0).await;
     let v = commit(&c, base, &rid, 150.0).await;
     let debt = v["keys"][0]["debt"].as_f64().expect("debt");
-    assert!(debt >= 49.0, "{v}");
+    assert!(debt >= 69.0, "{v}");
+    let (s, v) = try_hit(&c, base, "k", 1.0, false).await;
+    assert_eq!(s, 429, "{v}");
     let r = c
         .post(format!("{base}/v1/namespaces/ns/keys/k/refund"))
         .json(&serde_json::json!({ "cost": 60 }))
@@ -474,7 +478,11 @@ async fn a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back(store: T
         .expect("send");
     assert_eq!(r.status().as_u16(), 200);
     let v: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(v["remaining"].as_f64(), Some(0.0), "{v}");
     let refunded = v["refunded"].as_f64().expect("refunded");
+    let v = commit(&c, base, &small, 0.0).await;
+    assert_eq!(v["keys"][0]["remaining"].as_f64(), Some(0.0), "{v}");
+    let given_back = v["keys"][0]["given_back"].as_f64().expect("given_back");
     let mut admitted = 0.0;
     for _ in 0..60 {
         let (dry, d) = try_hit(&c, base, "k", 1.0, true).await;
@@ -484,8 +492,8 @@ async fn a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back(store: T
         admitted += f64::from(u8::from(s == 200));
     }
     assert!(
-        admitted <= (refunded - debt).max(0.0),
-        "{admitted} admitted after a refund of {refunded} in a debt of {debt}"
+        admitted <= (refunded + given_back - debt).max(0.0),
+        "{admitted} admitted after {refunded} refunded and {given_back} given back in a debt of {debt}"
     );
 }
 
@@ -498,4 +506,49 @@ async fn a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back_on_redis
 async fn a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back_on_sqlite() {
     let store = TestStore::sqlite().await;
     a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back(store).await;
+}
+
+/// Strict admission, a limit of 100: node A reserves 50 and commits 110 (10 past the
+/// limit). Node B, which holds nothing of the key, refunds 1: it gives nothing back, and
+/// answers the key as it is (nothing remains), and B's dry run after it says 429 as a
+/// hit there does.
+async fn a_refund_on_a_node_holding_nothing_answers_the_key_as_it_is(store: TestStore) {
+    let (da, db) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let cfg = four_seconds(&store.section(), "ns", 100, STRICT);
+    let (a, b) = (node_in(da.path(), &cfg), node_in(db.path(), &cfg));
+    let c = reqwest::Client::new();
+    into_the_next_window(200).await;
+    let rid = reserve(&c, &a.base, 50.0).await;
+    let v = commit(&c, &a.base, &rid, 110.0).await;
+    assert_eq!(v["keys"][0]["debt"].as_f64(), Some(10.0), "{v}");
+    // B's view of the key: the store's count, read at its next sync
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let r = c
+        .post(format!("{}/v1/namespaces/ns/keys/k/refund", b.base))
+        .json(&serde_json::json!({ "cost": 1 }))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status().as_u16(), 200);
+    let v: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(v["refunded"].as_f64(), Some(0.0), "{v}");
+    assert_eq!(v["remaining"].as_f64(), Some(0.0), "{v}");
+    for dry_run in [true, false] {
+        let (s, v) = try_hit(&c, &b.base, "k", 1.0, dry_run).await;
+        assert_eq!(s, 429, "dry run {dry_run}: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_on_a_node_holding_nothing_answers_the_key_as_it_is_on_redis() {
+    a_refund_on_a_node_holding_nothing_answers_the_key_as_it_is(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_on_a_node_holding_nothing_answers_the_key_as_it_is_on_postgres() {
+    let store = TestStore::postgres().await;
+    a_refund_on_a_node_holding_nothing_answers_the_key_as_it_is(store).await;
 }

@@ -167,11 +167,11 @@ impl Quota for Grants {
         Box::pin(async move {
             let g = bucket(bounds)?;
             let given = Grants::give_back(self, key, g.units(cost)?, now) as f64;
-            let after = match why {
-                GiveBack::Undo { .. } => None,
-                GiveBack::Refund | GiveBack::Settle | GiveBack::SettleAt { .. } => {
-                    Some(admitted(granted_decision(g, &self.view(key, now), now, 0)?))
-                }
+            // the key after it, as this node last saw it from the store (none: as a dry
+            // run sees it, `Strict::give_back`)
+            let after = match (why, self.seen(key, now)) {
+                (GiveBack::Undo { .. }, _) | (_, None) => None,
+                (_, Some(v)) => Some(admitted(granted_decision(g, &v, now, 0)?)),
             };
             Ok(GivenBack { given, after })
         })
@@ -180,7 +180,36 @@ impl Quota for Grants {
     fn use_up(&self, key: &str, bounds: Bounds<'_>, cost: f64, now: UnixMs) -> Option<Vec<f64>> {
         let g = bucket(bounds).ok()?;
         let units = g.forced_units(cost).ok()?;
-        Some(vec![Grants::use_up(self, key, units, now) as f64])
+        let from_granted = Grants::use_up(self, key, units, now, g.emission_ns());
+        Some(vec![from_granted as f64])
+    }
+
+    /// From the bucket as this node last saw it from the store, its unspent units its
+    /// own to spend (none while a debt it forced in is not yet in the store's answer);
+    /// a key it never asked the store for is decided by the eventual implementation.
+    fn dry_run(
+        &self,
+        _sync: &NamespaceSync,
+        key: &str,
+        bounds: Bounds<'_>,
+        cost: f64,
+        now: UnixMs,
+    ) -> Option<Result<Admitted, AdmitError>> {
+        let g = bucket(bounds).ok()?;
+        let v = self.seen(key, now)?;
+        let decide = || {
+            let units = g.units(cost)?;
+            let now_ns = now.0.saturating_mul(1_000_000);
+            let mut d = g.dry_run(v.tat_ns, now_ns, units)?.decision;
+            if v.allowed && v.unused >= units {
+                let room = g.dry_run(v.tat_ns, now_ns, 0)?.decision.remaining;
+                d.allowed = true;
+                d.retry_after = Duration::ZERO;
+                d.remaining = room + (v.unused - units) as f64;
+            }
+            Ok(admitted(d))
+        };
+        Some(decide())
     }
 
     fn unreachable(&self, bounds: Bounds<'_>, _now: UnixMs) -> Result<Admitted, AdmitError> {

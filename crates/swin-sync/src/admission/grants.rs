@@ -76,8 +76,8 @@ struct BucketState {
     pending: Option<GrantRequest>,
     /// Pruned from the map: a hit that still holds it takes the key's new slot.
     dead: bool,
-    /// A debt was forced past the grant since the store last answered: the bucket is
-    /// past its burst, so nothing given back is spent again from this grant.
+    /// A debt was forced past the grant since the store last granted units: the bucket
+    /// is past its burst, so nothing given back is spent again from this grant.
     forced: bool,
 }
 
@@ -92,7 +92,7 @@ impl BucketState {
 
     fn view(&self, allowed: bool, now_ns: i64) -> BucketView {
         BucketView {
-            allowed,
+            allowed: allowed && !self.forced,
             tat_ns: self.tat_ns,
             unused: self.unused(now_ns),
         }
@@ -310,8 +310,11 @@ impl Grants {
     /// while its grant lasts, unless a debt was forced past it since (the bucket is past
     /// its burst: nothing goes back). Returns how many went back.
     pub fn give_back(&self, key: &str, cost: i64, now: UnixMs) -> i64 {
-        let slot = self.slot(key);
-        let mut s = lock(&slot);
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(slot) = slots.get(key) else {
+            return 0;
+        };
+        let mut s = lock(slot);
         if nanos(now) > s.until_ns || s.forced {
             return 0;
         }
@@ -323,15 +326,23 @@ impl Grants {
     /// Spends up to `cost` units of `key` from what this node was granted and has not
     /// spent (a commit's overrun forced in as debt): answers how many; the rest is the
     /// caller's to count. Nothing unused is left, so the key's next hit asks the store.
-    pub fn use_up(&self, key: &str, cost: i64, now: UnixMs) -> i64 {
+    /// The rest moves this node's view of the bucket (its TAT, at `emission_ns` a unit),
+    /// so that its answers count the debt until the store next shows it.
+    pub fn use_up(&self, key: &str, cost: i64, now: UnixMs, emission_ns: i64) -> i64 {
         let slot = self.slot(key);
         let mut s = lock(&slot);
-        if s.inflight {
-            return 0;
-        }
-        let from_granted = cost.min(s.unused(nanos(now))).max(0);
+        let now_ns = nanos(now);
+        let from_granted = match s.inflight {
+            true => 0,
+            false => cost.min(s.unused(now_ns)).max(0),
+        };
         s.spent += from_granted;
-        s.forced |= cost > from_granted;
+        let forced = cost - from_granted;
+        if forced > 0 {
+            s.forced = true;
+            let tat = s.tat_ns.unwrap_or(now_ns).max(now_ns);
+            s.tat_ns = Some(tat.saturating_add(forced.saturating_mul(emission_ns)));
+        }
         from_granted
     }
 
@@ -340,6 +351,14 @@ impl Grants {
         let slot = self.slot(key);
         let s = lock(&slot);
         s.view(true, nanos(now))
+    }
+
+    /// The key's bucket as this node last saw it from the store; `None` when it has not
+    /// asked the store for the key.
+    pub fn seen(&self, key: &str, now: UnixMs) -> Option<BucketView> {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let s = lock(slots.get(key)?);
+        s.tat_ns.map(|_| s.view(true, nanos(now)))
     }
 
     async fn grant_batched(
@@ -375,10 +394,10 @@ enum Local {
 fn take_grant(s: &mut BucketState, request: &GrantRequest, granted: &Granted, gcra: &Gcra) -> bool {
     s.pending = None;
     s.tat_ns = granted.tat_ns;
-    s.forced = false;
     if granted.granted == 0 {
         return false;
     }
+    s.forced = false;
     s.granted = granted.granted;
     s.spent = 0;
     s.until_ns = request.now_ns + request.horizon_ns;

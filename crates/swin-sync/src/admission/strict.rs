@@ -162,8 +162,34 @@ impl Admission for Strict {
         cost: f64,
         why: GiveBack,
     ) -> BoxFuture<'a, Result<GivenBack, AdmitError>> {
-        self.quota
-            .give_back(&self.sync, key, bounds, cost, why, now())
+        Box::pin(async move {
+            let now = now();
+            let mut back = self
+                .quota
+                .give_back(&self.sync, key, bounds, cost, why, now)
+                .await?;
+            if back.after.is_none() && !matches!(why, GiveBack::Undo { .. }) {
+                // the quota has no view of the key after it: as a dry run sees it, the
+                // key's windows read from the store first (within `answer_timeout`), as
+                // a refund on an eventual node does
+                if let Bounds::Windows(_) = bounds {
+                    if let Err(e) = self.sync.load_key(key, now).await {
+                        tracing::debug!(namespace = self.sync.name(), cause = %e, "a give-back answers on this node's view");
+                    }
+                }
+                back.after = Some(
+                    match self.quota.dry_run(&self.sync, key, bounds, 0.0, now) {
+                        Some(a) => a?,
+                        None => {
+                            self.local
+                                .take(key, bounds, 0.0, Spend::DryRun, now)
+                                .await?
+                        }
+                    },
+                );
+            }
+            Ok(back)
+        })
     }
 
     fn waits_on_store(&self) -> bool {

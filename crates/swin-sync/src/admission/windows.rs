@@ -283,6 +283,11 @@ impl Quota for Holds {
                 GiveBack::Settle => Holds::give_back(self, key, set, cost, now, true),
                 GiveBack::SettleAt { at } => Holds::give_back(self, key, set, cost, at, false),
             };
+            if given == 0.0 {
+                // nothing went back (this node may hold nothing of the key): the key as
+                // a dry run sees it (`Strict::give_back`)
+                return Ok(GivenBack { given, after: None });
+            }
             // the key after it: a hit of 0 is answered from what this node holds
             let after = match Holds::admit(self, sync, key, set, 0.0, now).await {
                 Ok(views) => verdict(set, &views, 0.0, now)?,

@@ -206,7 +206,14 @@ impl Holds {
     ) -> f64 {
         let mut back = 0.0f64;
         for l in limits {
-            let slot = self.slot(key, l.window.secs());
+            // a key this node holds nothing of gives nothing back (and gets no slot)
+            let slot = {
+                let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+                match slots.get(&(CompactString::from(key), l.window.secs())) {
+                    Some(slot) => slot.clone(),
+                    None => continue,
+                }
+            };
             let mut s = lock(&slot);
             let start = l.window.start_of(at);
             let size = i64::from(l.window.secs());
