@@ -58,6 +58,37 @@ async fn hit(c: &reqwest::Client, base: &str, key: &str, cost: f64) {
     assert_eq!(s, 200, "{v}");
 }
 
+/// Refunds `cost` on key `k` of `ns`: the answer.
+async fn refund(c: &reqwest::Client, base: &str, cost: f64) -> serde_json::Value {
+    let r = c
+        .post(format!("{base}/v1/namespaces/ns/keys/k/refund"))
+        .json(&serde_json::json!({ "cost": cost }))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status().as_u16(), 200);
+    r.json().await.expect("json")
+}
+
+/// `n` hits of 1 on key `k`, each after a dry run when `dry_runs` (a dry run that says
+/// 429 must be followed by a 429): how many were admitted.
+async fn admitted_of(c: &reqwest::Client, base: &str, n: usize, dry_runs: bool) -> f64 {
+    let mut admitted = 0.0;
+    for _ in 0..n {
+        let dry = match dry_runs {
+            true => Some(try_hit(c, base, "k", 1.0, true).await),
+            false => None,
+        };
+        let (s, h) = try_hit(c, base, "k", 1.0, false).await;
+        assert!(s == 200 || s == 429, "{s}: {h}");
+        if let Some((dry, d)) = dry {
+            assert!(dry == 200 || s == 429, "a dry run said {d}, the hit {h}");
+        }
+        admitted += f64::from(u8::from(s == 200));
+    }
+    admitted
+}
+
 /// Strict admission: 7 hit and 100 reserved late in a window; in the next, a hit rolls
 /// the key's quota to the new window (the ended one's goes back to the store), then the
 /// reservation is committed at 40. The 60 not used go back in the ended window, after
@@ -390,13 +421,8 @@ async fn a_strict_bucket_in_debt_admits_nothing(store: TestStore) {
         "the commit said {retry}, a hit {hit_retry}"
     );
     for node in [&a, &b] {
-        let mut admitted = 0;
-        for _ in 0..100 {
-            let (s, v) = try_hit(&c, &node.base, "k", 1.0, false).await;
-            assert!(s == 200 || s == 429, "{s}: {v}");
-            admitted += u32::from(s == 200);
-        }
-        assert_eq!(admitted, 0, "hits admitted in debt on {}", node.base);
+        let admitted = admitted_of(&c, &node.base, 100, false).await;
+        assert_eq!(admitted, 0.0, "hits admitted in debt on {}", node.base);
     }
 }
 
@@ -424,23 +450,10 @@ async fn a_refund_in_debt_answers_what_the_window_leaves(store: TestStore) {
     let rid = reserve(&c, base, 30.0).await;
     let v = commit(&c, base, &rid, 110.0).await;
     assert_eq!(v["keys"][0]["debt"].as_f64(), Some(10.0), "{v}");
-    let r = c
-        .post(format!("{base}/v1/namespaces/ns/keys/k/refund"))
-        .json(&serde_json::json!({ "cost": 20 }))
-        .send()
-        .await
-        .expect("send");
-    assert_eq!(r.status().as_u16(), 200);
-    let v: serde_json::Value = r.json().await.expect("json");
+    let v = refund(&c, base, 20.0).await;
     assert_eq!(v["refunded"].as_f64(), Some(20.0), "{v}");
     assert_eq!(v["remaining"].as_f64(), Some(10.0), "{v}");
-    let mut admitted = 0;
-    for _ in 0..20 {
-        let (s, v) = try_hit(&c, base, "k", 1.0, false).await;
-        assert!(s == 200 || s == 429, "{s}: {v}");
-        admitted += u32::from(s == 200);
-    }
-    assert_eq!(admitted, 10);
+    assert_eq!(admitted_of(&c, base, 20, true).await, 10.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -470,27 +483,13 @@ async fn a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back(store: T
     assert!(debt >= 69.0, "{v}");
     let (s, v) = try_hit(&c, base, "k", 1.0, false).await;
     assert_eq!(s, 429, "{v}");
-    let r = c
-        .post(format!("{base}/v1/namespaces/ns/keys/k/refund"))
-        .json(&serde_json::json!({ "cost": 60 }))
-        .send()
-        .await
-        .expect("send");
-    assert_eq!(r.status().as_u16(), 200);
-    let v: serde_json::Value = r.json().await.expect("json");
+    let v = refund(&c, base, 60.0).await;
     assert_eq!(v["remaining"].as_f64(), Some(0.0), "{v}");
     let refunded = v["refunded"].as_f64().expect("refunded");
     let v = commit(&c, base, &small, 0.0).await;
     assert_eq!(v["keys"][0]["remaining"].as_f64(), Some(0.0), "{v}");
     let given_back = v["keys"][0]["given_back"].as_f64().expect("given_back");
-    let mut admitted = 0.0;
-    for _ in 0..60 {
-        let (dry, d) = try_hit(&c, base, "k", 1.0, true).await;
-        let (s, h) = try_hit(&c, base, "k", 1.0, false).await;
-        assert!(s == 200 || s == 429, "{s}: {h}");
-        assert!(dry == 200 || s == 429, "a dry run said {d}, the hit {h}");
-        admitted += f64::from(u8::from(s == 200));
-    }
+    let admitted = admitted_of(&c, base, 60, true).await;
     assert!(
         admitted <= (refunded + given_back - debt).max(0.0),
         "{admitted} admitted after {refunded} refunded and {given_back} given back in a debt of {debt}"
@@ -526,14 +525,7 @@ async fn a_refund_on_a_node_holding_nothing_answers_the_key_as_it_is(store: Test
     assert_eq!(v["keys"][0]["debt"].as_f64(), Some(10.0), "{v}");
     // B's view of the key: the store's count, read at its next sync
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let r = c
-        .post(format!("{}/v1/namespaces/ns/keys/k/refund", b.base))
-        .json(&serde_json::json!({ "cost": 1 }))
-        .send()
-        .await
-        .expect("send");
-    assert_eq!(r.status().as_u16(), 200);
-    let v: serde_json::Value = r.json().await.expect("json");
+    let v = refund(&c, &b.base, 1.0).await;
     assert_eq!(v["refunded"].as_f64(), Some(0.0), "{v}");
     assert_eq!(v["remaining"].as_f64(), Some(0.0), "{v}");
     for dry_run in [true, false] {
