@@ -544,3 +544,43 @@ async fn a_refund_on_a_node_holding_nothing_answers_the_key_as_it_is_on_postgres
     let store = TestStore::postgres().await;
     a_refund_on_a_node_holding_nothing_answers_the_key_as_it_is(store).await;
 }
+
+/// `overrun = "cap"`, a limit of 100 a fixed 4 s window: 50 reserved, committed at 150.
+/// 50 are charged, 50 uncharged, and the key is at its limit: the answer says when the
+/// next hit can pass (the window's end), not 0, and no earlier than a hit after it is
+/// told.
+async fn a_capped_commit_at_the_limit_says_when_the_next_hit_passes(store: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let mode = "sync_rate = 0\noverrun = \"cap\"\nalgorithm = \"fixed_window\"";
+    let node = node_in(dir.path(), &four_seconds(&store.section(), "ns", 100, mode));
+    let (c, base) = (reqwest::Client::new(), &node.base);
+    into_the_next_window(200).await;
+    let rid = reserve(&c, base, 50.0).await;
+    let v = commit(&c, base, &rid, 150.0).await;
+    let k = &v["keys"][0];
+    assert_eq!(
+        (k["charged"].as_f64(), k["uncharged"].as_f64()),
+        (Some(50.0), Some(50.0)),
+        "{v}"
+    );
+    assert_eq!(k["remaining"].as_f64(), Some(0.0), "{v}");
+    let retry = k["retry_after"].as_f64().expect("retry_after");
+    let (s, h) = try_hit(&c, base, "k", 1.0, false).await;
+    assert_eq!(s, 429, "{h}");
+    let hit_retry = h["retry_after"].as_f64().expect("retry_after");
+    assert!(
+        retry > 0.0 && retry + 0.5 >= hit_retry,
+        "the commit said {retry}, a hit {hit_retry}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capped_commit_at_the_limit_says_when_the_next_hit_passes_on_redis() {
+    a_capped_commit_at_the_limit_says_when_the_next_hit_passes(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capped_commit_at_the_limit_says_when_the_next_hit_passes_on_sqlite() {
+    let store = TestStore::sqlite().await;
+    a_capped_commit_at_the_limit_says_when_the_next_hit_passes(store).await;
+}

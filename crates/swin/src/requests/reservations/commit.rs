@@ -218,16 +218,26 @@ async fn settle(
             ..under(over, in_shadow)
         };
         forced.take(false).await?;
-        let mut after = under(0.0, in_shadow).take(true).await?;
-        if !after.allowed() {
-            // when the key's next hit (of 1) can pass, not when the debt is paid: a
-            // bucket needs a unit more, a sliding window the hit's weight more
-            let next = under(1.0, in_shadow).take(true).await?;
-            after.decision.retry_after = after.decision.retry_after.max(next.decision.retry_after);
-        }
-        return Ok((over, 0.0, after));
+        let after = under(0.0, in_shadow).take(true).await?;
+        return Ok((over, 0.0, next_hit(after, under(1.0, in_shadow)).await?));
     }
-    capped(ns, key, limits, in_shadow, cost - estimate).await
+    let (charged, given, after) = capped(ns, key, limits, in_shadow, cost - estimate).await?;
+    Ok((
+        charged,
+        given,
+        next_hit(after, under(1.0, in_shadow)).await?,
+    ))
+}
+
+/// The key after a charge, saying when its next hit (of 1, `one`'s dry run) can pass
+/// when none can now: not when a debt is paid (a bucket needs a unit more, a sliding
+/// window the hit's weight more), nor 0 for a key left at its limit.
+async fn next_hit(mut after: Verdict, one: Take<'_>) -> Result<Verdict, Error> {
+    if !after.allowed() || after.decision.remaining < 1.0 {
+        let next = one.take(true).await?;
+        after.decision.retry_after = after.decision.retry_after.max(next.decision.retry_after);
+    }
+    Ok(after)
 }
 
 /// Gives back `back` of a reservation's total where it was counted, the latest takes
