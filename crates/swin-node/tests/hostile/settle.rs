@@ -375,16 +375,18 @@ async fn a_synchronous_dry_run_answers_what_a_hit_would_on_sqlite() {
     a_synchronous_dry_run_answers_what_a_hit_would(TestStore::sqlite().await).await;
 }
 
-/// One strict namespace `ns` of a GCRA bucket of 100, refilling 100 an hour.
-fn bucket(section: &str) -> String {
+/// One strict namespace `ns` of a GCRA bucket of `burst`, refilling `burst` an hour,
+/// with the settings `more`.
+fn bucket(section: &str, burst: u32, more: &str) -> String {
     format!(
         "store_timeout = 5\nanswer_timeout = 5\n{section}
 [[namespaces]]
 name = \"ns\"
 store = \"main\"
 algorithm = \"gcra\"
-gcra = {{ burst = 100, count = 100, period = \"1h\" }}
+gcra = {{ burst = {burst}, count = {burst}, period = \"1h\" }}
 {STRICT}
+{more}
 "
     )
 }
@@ -401,7 +403,7 @@ async fn a_strict_bucket_in_debt_admits_nothing(store: TestStore) {
         tempfile::tempdir().expect("dir"),
         tempfile::tempdir().expect("dir"),
     );
-    let cfg = bucket(&store.section());
+    let cfg = bucket(&store.section(), 100, "");
     let (a, b) = (node_in(da.path(), &cfg), node_in(db.path(), &cfg));
     let c = reqwest::Client::new();
     let rid = reserve(&c, &a.base, 50.0).await;
@@ -474,7 +476,7 @@ async fn a_refund_in_debt_answers_what_the_window_leaves_on_postgres() {
 /// none, each denied when a dry run just before it says so.
 async fn a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back(store: TestStore) {
     let dir = tempfile::tempdir().expect("dir");
-    let node = node_in(dir.path(), &bucket(&store.section()));
+    let node = node_in(dir.path(), &bucket(&store.section(), 100, ""));
     let (c, base) = (reqwest::Client::new(), &node.base);
     let small = reserve(&c, base, 20.0).await;
     let rid = reserve(&c, base, 50.0).await;
@@ -583,4 +585,38 @@ async fn a_capped_commit_at_the_limit_says_when_the_next_hit_passes_on_redis() {
 async fn a_capped_commit_at_the_limit_says_when_the_next_hit_passes_on_sqlite() {
     let store = TestStore::sqlite().await;
     a_capped_commit_at_the_limit_says_when_the_next_hit_passes(store).await;
+}
+
+/// Strict admission of a GCRA bucket of 20, `overrun = "cap"`: 1 reserved (the node
+/// holds a unit more), committed at 19. The bucket leaves 18 units: this node's unused
+/// one and 17 in the store, which one take cannot have at once. The commit charges the
+/// store's 17 at least (it used to charge nothing: `uncharged` 18), and the node admits
+/// no more than the bucket then leaves.
+async fn a_capped_bucket_commit_charges_what_the_bucket_leaves(store: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(
+        dir.path(),
+        &bucket(&store.section(), 20, "overrun = \"cap\""),
+    );
+    let (c, base) = (reqwest::Client::new(), &node.base);
+    let rid = reserve(&c, base, 1.0).await;
+    let v = commit(&c, base, &rid, 19.0).await;
+    let charged = v["keys"][0]["charged"].as_f64().expect("charged");
+    assert!(charged >= 17.0, "{v}");
+    let admitted = admitted_of(&c, base, 25, true).await;
+    assert!(
+        1.0 + charged + admitted <= 20.0,
+        "{v}: then {admitted} admitted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capped_bucket_commit_charges_what_the_bucket_leaves_on_redis() {
+    a_capped_bucket_commit_charges_what_the_bucket_leaves(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capped_bucket_commit_charges_what_the_bucket_leaves_on_postgres() {
+    let store = TestStore::postgres().await;
+    a_capped_bucket_commit_charges_what_the_bucket_leaves(store).await;
 }

@@ -337,15 +337,18 @@ async fn capped(
     };
     // what the enforced limits leave (a limit in shadow caps nothing: it counts the
     // charge and marks it), then that much at most; a hit racing in between can take
-    // it first, so the room is read again (three tries, then the rest goes uncharged)
-    for _ in 0..3 {
+    // it first, so the room is read again (four tries, then the rest goes uncharged).
+    // A strict bucket's room is the units this node holds and the store's room after
+    // them, which one take cannot have at once: a denied take says what one could.
+    let mut most = f64::INFINITY;
+    for _ in 0..4 {
         let room_left = Take::under(ns, key, 0.0, Effective::Config(&enforced), false)
             .take(true)
             .await?;
         if left <= 0.0 {
             break;
         }
-        let mut room = room_left.decision.remaining.min(left);
+        let mut room = room_left.decision.remaining.min(left).min(most);
         if matches!(limits, KeyLimits::Gcra(_)) {
             room = room.floor();
         }
@@ -356,9 +359,12 @@ async fn capped(
         if v.allowed() {
             charged += room;
             left -= room;
+            most = f64::INFINITY;
             if left <= 0.0 {
                 return Ok((charged, 0.0, v));
             }
+        } else {
+            most = v.decision.remaining;
         }
     }
     let now = under(0.0, false).take(true).await?;
