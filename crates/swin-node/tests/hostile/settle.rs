@@ -620,3 +620,42 @@ async fn a_capped_bucket_commit_charges_what_the_bucket_leaves_on_postgres() {
     let store = TestStore::postgres().await;
     a_capped_bucket_commit_charges_what_the_bucket_leaves(store).await;
 }
+
+/// Strict admission, a sliding limit of 100: late in a window node B reserves 20 and
+/// node A reserves 50, then commits it at 110 (a debt). Just after the window ends, B
+/// commits at 4: its 16 go back into the ended window, and B's answer counts that window
+/// as the store then has it (about 114, every node's hits in it), not as B last saw it:
+/// nothing remains, and a dry run on B says 429 as a hit there does.
+async fn a_give_back_into_an_ended_window_answers_it_as_the_store_has_it(store: TestStore) {
+    let (da, db) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let cfg = four_seconds(&store.section(), "ns", 100, STRICT);
+    let (a, b) = (node_in(da.path(), &cfg), node_in(db.path(), &cfg));
+    let c = reqwest::Client::new();
+    into_the_next_window(2800).await;
+    let small = reserve(&c, &b.base, 20.0).await;
+    let rid = reserve(&c, &a.base, 50.0).await;
+    let v = commit(&c, &a.base, &rid, 110.0).await;
+    assert!(v["keys"][0]["debt"].as_f64() > Some(0.0), "{v}");
+    into_the_next_window(50).await;
+    let v = commit(&c, &b.base, &small, 4.0).await;
+    assert_eq!(v["keys"][0]["given_back"].as_f64(), Some(16.0), "{v}");
+    assert_eq!(v["keys"][0]["remaining"].as_f64(), Some(0.0), "{v}");
+    for dry_run in [true, false] {
+        let (s, v) = try_hit(&c, &b.base, "k", 1.0, dry_run).await;
+        assert_eq!(s, 429, "dry run {dry_run}: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_into_an_ended_window_answers_it_as_the_store_has_it_on_redis() {
+    a_give_back_into_an_ended_window_answers_it_as_the_store_has_it(TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_into_an_ended_window_answers_it_as_the_store_has_it_on_postgres() {
+    let store = TestStore::postgres().await;
+    a_give_back_into_an_ended_window_answers_it_as_the_store_has_it(store).await;
+}

@@ -288,12 +288,17 @@ impl Quota for Holds {
                 // a dry run sees it (`Strict::give_back`)
                 return Ok(GivenBack { given, after: None });
             }
-            // the key after it: a hit of 0 is answered from what this node holds
-            let after = match Holds::admit(self, sync, key, set, 0.0, now).await {
-                Ok(views) => verdict(set, &views, 0.0, now)?,
-                Err(_) => self.unreachable(bounds, now)?,
+            // the key after it: a hit of 0 is answered from what this node holds (and
+            // rolls the key's slot to the current window)
+            let key_after = || async {
+                match Holds::admit(self, sync, key, set, 0.0, now).await {
+                    Ok(views) => verdict(set, &views, 0.0, now),
+                    Err(_) => self.unreachable(bounds, now),
+                }
             };
-            // a commit's give-back in a window that has ended goes to the store now
+            let mut after = key_after().await?;
+            // a commit's give-back in a window that has ended goes to the store now, and
+            // the answer counts that window as the store then has it
             let ended = match why {
                 GiveBack::Settle => true,
                 GiveBack::SettleAt { at } => set
@@ -303,6 +308,7 @@ impl Quota for Holds {
             };
             if ended && given > 0.0 {
                 self.return_ended(sync, key, set).await;
+                after = key_after().await?;
             }
             Ok(GivenBack {
                 given,

@@ -434,9 +434,20 @@ impl Holds {
         if holds.is_empty() {
             return;
         }
-        if self.calls.holds(sync, &store, &holds).await.is_ok() {
-            returned_all(&holds, slots);
+        let Ok(states) = self.calls.holds(sync, &store, &holds).await else {
+            return;
+        };
+        // the store's count of an ended window that is the slot's previous one, every
+        // node's hits and give-backs in it: the key's answers count it from now
+        for (h, st) in holds.iter().zip(&states) {
+            if let Some((_, slot)) = slots.iter().find(|((_, size), _)| *size == h.window_size) {
+                let mut s = lock(slot);
+                if s.start == h.window_start + i64::from(h.window_size) {
+                    s.previous = st.current;
+                }
+            }
         }
+        returned_all(&holds, slots);
     }
 }
 
