@@ -659,3 +659,47 @@ async fn a_give_back_into_an_ended_window_answers_it_as_the_store_has_it_on_post
     let store = TestStore::postgres().await;
     a_give_back_into_an_ended_window_answers_it_as_the_store_has_it(store).await;
 }
+
+/// Strict admission of a GCRA bucket of 100 on two nodes: A reserves 30 and hits 40.
+/// B, which holds nothing of the key, commits the reservation at 10 (it gives nothing
+/// back) and answers the bucket as the store has it (at most 30 left), not a full one;
+/// then commits A's reserve of 5 at 65, a debt: the debt counts A's spends, and the
+/// answer says when a hit on B passes no earlier than that hit is told.
+async fn a_bucket_commit_on_a_node_holding_nothing_answers_the_store_s_bucket(store: TestStore) {
+    let (da, db) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let cfg = bucket(&store.section(), 100, "");
+    let (a, b) = (node_in(da.path(), &cfg), node_in(db.path(), &cfg));
+    let c = reqwest::Client::new();
+    let first = reserve(&c, &a.base, 30.0).await;
+    hit(&c, &a.base, "k", 40.0).await;
+    let v = commit(&c, &b.base, &first, 10.0).await;
+    let remaining = v["keys"][0]["remaining"].as_f64().expect("remaining");
+    assert!(remaining <= 30.0, "{v}");
+    let second = reserve(&c, &a.base, 5.0).await;
+    let v = commit(&c, &b.base, &second, 65.0).await;
+    let debt = v["keys"][0]["debt"].as_f64().expect("debt");
+    assert!(debt >= 34.0, "{v}");
+    let retry = v["keys"][0]["retry_after"].as_f64().expect("retry_after");
+    let (s, h) = try_hit(&c, &b.base, "k", 1.0, false).await;
+    assert_eq!(s, 429, "{h}");
+    let hit_retry = h["retry_after"].as_f64().expect("retry_after");
+    assert!(
+        retry + 1.0 >= hit_retry,
+        "the commit said {retry}, a hit {hit_retry}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_commit_on_a_node_holding_nothing_answers_the_store_s_bucket_on_redis() {
+    let store = TestStore::redis();
+    a_bucket_commit_on_a_node_holding_nothing_answers_the_store_s_bucket(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_commit_on_a_node_holding_nothing_answers_the_store_s_bucket_on_postgres() {
+    let store = TestStore::postgres().await;
+    a_bucket_commit_on_a_node_holding_nothing_answers_the_store_s_bucket(store).await;
+}

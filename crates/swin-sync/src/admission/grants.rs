@@ -354,11 +354,15 @@ impl Grants {
     }
 
     /// The key's bucket as this node last saw it from the store; `None` when it has not
-    /// asked the store for the key.
+    /// asked the store for the key, or forced a debt in since (the node's counts of the
+    /// bucket have it, read from the store first).
     pub fn seen(&self, key: &str, now: UnixMs) -> Option<BucketView> {
         let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         let s = lock(slots.get(key)?);
-        s.tat_ns.map(|_| s.view(true, nanos(now)))
+        match s.forced {
+            true => None,
+            false => s.tat_ns.map(|_| s.view(true, nanos(now))),
+        }
     }
 
     async fn grant_batched(

@@ -172,11 +172,7 @@ impl Admission for Strict {
                 // the quota has no view of the key after it: as a dry run sees it, the
                 // key's windows read from the store first (within `answer_timeout`), as
                 // a refund on an eventual node does
-                if let Bounds::Windows(_) = bounds {
-                    if let Err(e) = self.sync.load_key(key, now).await {
-                        tracing::debug!(namespace = self.sync.name(), cause = %e, "a give-back answers on this node's view");
-                    }
-                }
+                self.load(key, bounds, now).await;
                 back.after = Some(
                     match self.quota.dry_run(&self.sync, key, bounds, 0.0, now) {
                         Some(a) => a?,
@@ -213,6 +209,9 @@ impl Strict {
             self.count_past(key, bounds, cost, now).await?;
             return self.local.take(key, bounds, 0.0, Spend::DryRun, now).await;
         }
+        // the bucket as the store has it (other nodes' grants in it), for the debt's
+        // answer: this node may never have spent on the key
+        self.load(key, bounds, now).await;
         let admitted = match self.quota.use_up(key, bounds, cost, now) {
             Some(from_granted) => {
                 let rest = cost - from_granted.first().copied().unwrap_or(0.0);
@@ -257,6 +256,19 @@ impl Strict {
         }
         self.push_now(now).await;
         Ok(())
+    }
+
+    /// Reads the key from the store into this node's counts (its windows, or its
+    /// bucket), within `answer_timeout`; a store that does not answer leaves the node's
+    /// view.
+    async fn load(&self, key: &str, bounds: Bounds<'_>, now: UnixMs) {
+        let read = match bounds {
+            Bounds::Windows(_) => self.sync.load_key(key, now).await,
+            Bounds::Bucket(_) => self.sync.load_bucket(key).await,
+        };
+        if let Err(e) = read {
+            tracing::debug!(namespace = self.sync.name(), cause = %e, "answered on this node's view of the key");
+        }
     }
 
     /// Pushes what this node counted past its quota, so that the key's next ask of the

@@ -68,6 +68,26 @@ impl NamespaceSync {
         self.call(store.push_tats(self.name(), push)).await
     }
 
+    /// Reads the key's bucket from the store into this node's view of it (a key this
+    /// node may never have spent on), within `answer_timeout`. No store: nothing to read.
+    pub async fn load_bucket(&self, key: &str) -> Result<(), StoreError> {
+        let Some(store) = self.store() else {
+            return Ok(());
+        };
+        let within = self.answer_within();
+        let tat = tokio::time::timeout(within, self.store_tat(store, key))
+            .await
+            .map_err(|_| StoreError::Timeout(within))??;
+        if let Some(tat_ns) = tat {
+            let tats = [Tat {
+                key: key.into(),
+                tat_ns,
+            }];
+            self.counters.buckets().apply(&tats, true);
+        }
+        Ok(())
+    }
+
     /// The key's TAT in the store (`None`: the store holds no bucket, it is full).
     pub(super) async fn store_tat(
         &self,
