@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use swin_testkit::cluster::TestStore;
+use swin_testkit::cluster::{Node, TestStore};
 
 use super::budgets::{four_seconds, id, into_the_next_window, ns_call};
 use super::support::node_in;
@@ -35,6 +35,13 @@ async fn try_hit(
         .expect("send");
     let status = r.status().as_u16();
     (status, r.json().await.expect("json"))
+}
+
+/// Two nodes of the config `cfg` (with their directories, kept while they run).
+fn two_nodes(cfg: &str) -> ([tempfile::TempDir; 2], Node, Node) {
+    let dirs = [0, 1].map(|_| tempfile::tempdir().expect("dir"));
+    let (a, b) = (node_in(dirs[0].path(), cfg), node_in(dirs[1].path(), cfg));
+    (dirs, a, b)
 }
 
 /// Reserves `cost` on key `k` of `ns`: the reservation's id.
@@ -187,12 +194,7 @@ async fn a_strict_commit_gives_back_in_a_window_whose_quota_went_back_on_postgre
 /// pushed it. B gives back only what the store holds of the key, and says so: once both
 /// have synced, the store holds 100 − `given_back`.
 async fn a_commit_on_another_node_says_what_it_gave_back(store: TestStore) {
-    let (da, db) = (
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    );
-    let cfg = config(&store.section(), "sync_rate = 30");
-    let (a, b) = (node_in(da.path(), &cfg), node_in(db.path(), &cfg));
+    let (_dirs, a, b) = two_nodes(&config(&store.section(), "sync_rate = 30"));
     let c = reqwest::Client::new();
     // well inside one window
     into_the_next_window(300).await;
@@ -346,12 +348,7 @@ async fn a_strict_overrun_counts_past_the_quota_held_on_postgres() {
 /// commits 120 (a debt of 40). A dry run on B then answers what a hit on B is answered:
 /// denied, reading the key's count in the store, not B's own view of it.
 async fn a_synchronous_dry_run_answers_what_a_hit_would(store: TestStore) {
-    let (da, db) = (
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    );
-    let cfg = four_seconds(&store.section(), "ns", 100, "sync_rate = 0");
-    let (a, b) = (node_in(da.path(), &cfg), node_in(db.path(), &cfg));
+    let (_dirs, a, b) = two_nodes(&four_seconds(&store.section(), "ns", 100, "sync_rate = 0"));
     let c = reqwest::Client::new();
     into_the_next_window(200).await;
     hit(&c, &b.base, "k", 20.0).await;
@@ -399,12 +396,7 @@ gcra = {{ burst = {burst}, count = {burst}, period = \"1h\" }}
 /// denied: none is spent from units granted before the debt; a second
 /// node's hits are denied too.
 async fn a_strict_bucket_in_debt_admits_nothing(store: TestStore) {
-    let (da, db) = (
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    );
-    let cfg = bucket(&store.section(), 100, "");
-    let (a, b) = (node_in(da.path(), &cfg), node_in(db.path(), &cfg));
+    let (_dirs, a, b) = two_nodes(&bucket(&store.section(), 100, ""));
     let c = reqwest::Client::new();
     let rid = reserve(&c, &a.base, 50.0).await;
     let v = commit(&c, &a.base, &rid, 150.0).await;
@@ -514,12 +506,7 @@ async fn a_refund_in_a_bucket_in_debt_admits_no_more_than_it_gives_back_on_sqlit
 /// answers the key as it is (nothing remains), and B's dry run after it says 429 as a
 /// hit there does.
 async fn a_refund_on_a_node_holding_nothing_answers_the_key_as_it_is(store: TestStore) {
-    let (da, db) = (
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    );
-    let cfg = four_seconds(&store.section(), "ns", 100, STRICT);
-    let (a, b) = (node_in(da.path(), &cfg), node_in(db.path(), &cfg));
+    let (_dirs, a, b) = two_nodes(&four_seconds(&store.section(), "ns", 100, STRICT));
     let c = reqwest::Client::new();
     into_the_next_window(200).await;
     let rid = reserve(&c, &a.base, 50.0).await;
@@ -627,12 +614,7 @@ async fn a_capped_bucket_commit_charges_what_the_bucket_leaves_on_postgres() {
 /// as the store then has it (about 114, every node's hits in it), not as B last saw it:
 /// nothing remains, and a dry run on B says 429 as a hit there does.
 async fn a_give_back_into_an_ended_window_answers_it_as_the_store_has_it(store: TestStore) {
-    let (da, db) = (
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    );
-    let cfg = four_seconds(&store.section(), "ns", 100, STRICT);
-    let (a, b) = (node_in(da.path(), &cfg), node_in(db.path(), &cfg));
+    let (_dirs, a, b) = two_nodes(&four_seconds(&store.section(), "ns", 100, STRICT));
     let c = reqwest::Client::new();
     into_the_next_window(2800).await;
     let small = reserve(&c, &b.base, 20.0).await;
@@ -666,12 +648,7 @@ async fn a_give_back_into_an_ended_window_answers_it_as_the_store_has_it_on_post
 /// then commits A's reserve of 5 at 65, a debt: the debt counts A's spends, and the
 /// answer says when a hit on B passes no earlier than that hit is told.
 async fn a_bucket_commit_on_a_node_holding_nothing_answers_the_store_s_bucket(store: TestStore) {
-    let (da, db) = (
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    );
-    let cfg = bucket(&store.section(), 100, "");
-    let (a, b) = (node_in(da.path(), &cfg), node_in(db.path(), &cfg));
+    let (_dirs, a, b) = two_nodes(&bucket(&store.section(), 100, ""));
     let c = reqwest::Client::new();
     let first = reserve(&c, &a.base, 30.0).await;
     hit(&c, &a.base, "k", 40.0).await;

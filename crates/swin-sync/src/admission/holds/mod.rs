@@ -11,13 +11,15 @@
 //! by `queue.rs`). A slot has at most one request in flight, and every request states
 //! the holder's total, so a retry or a lost reply can neither make nor lose quota.
 //!
-//! Quota goes back (the holder's total lowered to what it used): for the previous window
-//! once a new one starts, for a key idle for [`IDLE_MS`], and at shutdown. A node that
+//! Quota goes back (the holder's total lowered to what it used; `returns.rs`): for a
+//! window at the engine's first tick after it ends, for a key idle for [`IDLE_MS`], and
+//! at shutdown. A node that
 //! dies holding quota leaves it counted until its window ends: the cluster then admits
 //! less, never more.
 //!
 //! `grants.rs` is the bucket side.
 
+mod returns;
 mod slot;
 
 use std::collections::HashMap;
@@ -29,7 +31,6 @@ use swin_core::{
 
 use self::slot::{from_slot, lock, settle, view, Local, Slot};
 use super::queue::{queue_for_store, Queue, StoreCalls};
-use crate::engine::QuotaKeeper;
 use crate::store::Hold;
 use crate::{NamespaceSync, StoreError};
 
@@ -118,25 +119,6 @@ impl Holds {
     fn all(&self) -> Vec<(SlotKey, Arc<Slot>)> {
         let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-    }
-}
-
-impl QuotaKeeper for Holds {
-    fn return_unused<'a>(
-        &'a self,
-        sync: &'a Arc<NamespaceSync>,
-        now: UnixMs,
-        all: bool,
-    ) -> futures_util::future::BoxFuture<'a, bool> {
-        Box::pin(self.return_held(sync, now, all))
-    }
-
-    fn tracked(&self) -> usize {
-        self.tracked()
-    }
-
-    fn round_trips(&self) -> u64 {
-        self.calls.round_trips()
     }
 }
 
@@ -350,128 +332,6 @@ impl Holds {
         })
         .await
     }
-
-    /// Returns quota to the store: what ended windows did not use (whether or not a hit
-    /// has rolled the key to a new window since), what idle keys hold unused, or (`all`,
-    /// at shutdown) everything unused. Run by the engine's loop every tick; a
-    /// return that fails is tried again at the next.
-    /// True when nothing is left to return.
-    async fn return_held(&self, sync: &Arc<NamespaceSync>, now: UnixMs, all: bool) -> bool {
-        self.prune(now);
-        let Some(store) = sync.store().cloned() else {
-            return true;
-        };
-        let mut holds = Vec::new();
-        // (the slot, its window, what it asks the store to hold for it there)
-        let mut current: Vec<(Arc<Slot>, i64, f64)> = Vec::new();
-        for ((key, size), slot) in self.all() {
-            let mut s = lock(&slot);
-            if !s.inflight {
-                // (a request still out for an ended window could land after its give-back)
-                for &(start, used) in &s.ended {
-                    holds.push(returned(&key, size, start, used));
-                }
-            }
-            let idle = now.0 - s.last_hit_ms >= IDLE_MS;
-            // a window that ended with no hit since to roll the slot
-            let over = now.0 >= (s.start + i64::from(size)).saturating_mul(1000);
-            if (all || idle || over) && !s.inflight && (s.held > s.used || s.unsure) && s.start != 0
-            {
-                // no hit uses the quota while it goes back
-                s.inflight = true;
-                holds.push(returned(&key, size, s.start, s.used));
-                current.push((slot.clone(), s.start, s.used));
-            }
-        }
-        if holds.is_empty() {
-            return true;
-        }
-        let answer = self.calls.holds(sync, &store, &holds).await;
-        let ok = answer.is_ok();
-        for (slot, start, want) in current {
-            let mut s = lock(&slot);
-            s.inflight = false;
-            if ok && s.start == start {
-                // what the store holds now, and counts in the window; a give-back while
-                // it was out (hits wait) leaves `used` below it, to go back at the next
-                // return
-                s.current = (s.current - (s.held - want).max(0.0)).max(0.0);
-                s.held = want;
-                s.unsure = false;
-                s.block = 1.0;
-            }
-            slot.changed.notify_waiters();
-        }
-        if ok {
-            returned_all(&holds, self.all());
-        }
-        ok
-    }
-
-    /// Returns now what the ended windows of `key` hold (a commit gave back into one):
-    /// the give-back is in the store when the commit answers, not at the engine's next
-    /// tick. A return that fails is left for the tick to try again.
-    pub async fn return_ended(&self, sync: &Arc<NamespaceSync>, key: &str, limits: &[WindowLimit]) {
-        let Some(store) = sync.store().cloned() else {
-            return;
-        };
-        let key = CompactString::from(key);
-        let mut holds = Vec::new();
-        let mut slots = Vec::new();
-        for l in limits {
-            let size = l.window.secs();
-            let slot = self.slot(&key, size);
-            let s = lock(&slot);
-            if s.inflight || s.ended.is_empty() {
-                continue;
-            }
-            for &(start, used) in &s.ended {
-                holds.push(returned(&key, size, start, used));
-            }
-            drop(s);
-            slots.push(((key.clone(), size), slot));
-        }
-        if holds.is_empty() {
-            return;
-        }
-        let Ok(states) = self.calls.holds(sync, &store, &holds).await else {
-            return;
-        };
-        // the store's count of an ended window that is the slot's previous one, every
-        // node's hits and give-backs in it: the key's answers count it from now
-        for (h, st) in holds.iter().zip(&states) {
-            if let Some((_, slot)) = slots.iter().find(|((_, size), _)| *size == h.window_size) {
-                let mut s = lock(slot);
-                if s.start == h.window_start + i64::from(h.window_size) {
-                    s.previous = st.current;
-                }
-            }
-        }
-        returned_all(&holds, slots);
-    }
-}
-
-/// After `holds` went back to the store: each slot's ended windows that went back at
-/// what they still use are kept as returned; one given back into while its return was
-/// out goes again.
-fn returned_all(holds: &[Hold], slots: impl IntoIterator<Item = (SlotKey, Arc<Slot>)>) {
-    let given: std::collections::HashMap<(&str, u32, i64), f64> = holds
-        .iter()
-        .map(|h| {
-            (
-                (h.key.as_str(), h.window_size, h.window_start),
-                h.request.want,
-            )
-        })
-        .collect();
-    for ((key, size), slot) in slots {
-        let mut s = lock(&slot);
-        let (back, kept) = std::mem::take(&mut s.ended)
-            .into_iter()
-            .partition(|(start, used)| given.get(&(key.as_str(), size, *start)) == Some(used));
-        s.ended = kept;
-        s.returned.extend::<Vec<_>>(back);
-    }
 }
 
 /// Gives back up to `cost` of what the slot used in the window starting at `start`:
@@ -502,18 +362,4 @@ fn give_back_in(s: &mut slot::SlotState, start: i64, size: i64, cost: f64) -> f6
         s.previous = (s.previous - b).max(0.0);
     }
     b
-}
-
-fn returned(key: &CompactString, size: u32, start: i64, used: f64) -> Hold {
-    Hold {
-        key: key.clone(),
-        window_size: size,
-        window_start: start,
-        request: HoldRequest {
-            limit: 0.0,
-            weight: 0.0,
-            need: 0.0,
-            want: used,
-        },
-    }
 }
