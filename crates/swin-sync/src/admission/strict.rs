@@ -170,8 +170,8 @@ impl Admission for Strict {
                 .await?;
             if back.after.is_none() && !matches!(why, GiveBack::Undo { .. }) {
                 // the quota has no view of the key after it: as a dry run sees it, the
-                // key's windows read from the store first (within `answer_timeout`), as
-                // a refund on an eventual node does
+                // key (its windows, its bucket) read from the store first (within
+                // `answer_timeout`), as a refund on an eventual node does
                 self.load(key, bounds, now).await;
                 back.after = Some(
                     match self.quota.dry_run(&self.sync, key, bounds, 0.0, now) {
