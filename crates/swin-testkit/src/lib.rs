@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod redis_cluster;
+pub mod relay;
 pub mod servers;
 mod store;
 pub mod tls;
@@ -13,6 +14,7 @@ use std::collections::BTreeSet;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+pub use relay::Relay;
 pub use servers::RedisServer;
 pub use store::TestStore;
 

@@ -156,6 +156,16 @@ impl TestStore {
         }
     }
 
+    /// The `[stores.main]` section of a node config reaching this store through
+    /// `relay` (a network store: PostgreSQL, Redis).
+    pub fn section_via(&self, relay: &crate::Relay) -> String {
+        assert!(
+            !matches!(self.place, Place::Sqlite(_) | Place::RedisCluster { .. }),
+            "a relay stands between a node and one server over the network"
+        );
+        self.section().replacen(&self.url, &relay.url_for(&self.url), 1)
+    }
+
     /// Every key's count in `namespace`, summed over all windows.
     pub async fn totals(&self, namespace: &str) -> BTreeMap<String, f64> {
         self.totals_in(namespace, None).await

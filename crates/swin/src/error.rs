@@ -55,6 +55,17 @@ pub enum Error {
     /// A reservation to commit that is not open (committed, lapsed, never made).
     #[error("{0}")]
     UnknownReservation(String),
+    /// A reservation already committed at another cost than this commit's: the first
+    /// commit stands (HTTP 409 `already_committed`).
+    #[error("{0}")]
+    AlreadyCommitted(String),
+    /// The store took a change but its answer was lost, and asking again within the
+    /// answer time did not tell whether it applied: the node resolves it (exactly once)
+    /// when the store answers, and the client learns the outcome by retrying the same
+    /// request (the same `Idempotency-Key`, or the same reservation id). HTTP 503
+    /// `outcome_unknown`.
+    #[error("{0}")]
+    OutcomeUnknown(String),
     /// An idempotency key sent again with another request (another method, route or
     /// body) than the first one under it.
     #[error("{0}")]
@@ -88,6 +99,7 @@ impl Error {
             Error::UnknownNamespace(m) => Error::UnknownNamespace(p(m)),
             Error::UnknownLease(m) => Error::UnknownLease(p(m)),
             Error::UnknownReservation(m) => Error::UnknownReservation(p(m)),
+            Error::AlreadyCommitted(m) => Error::AlreadyCommitted(p(m)),
             Error::Exhausted(m) => Error::Exhausted(p(m)),
             Error::UnknownWindowSize {
                 namespace,
@@ -100,6 +112,7 @@ impl Error {
             },
             other @ (Error::Unavailable(_)
             | Error::Store { .. }
+            | Error::OutcomeUnknown(_)
             | Error::Internal
             | Error::IdempotencyKeyReused(_)
             | Error::IdempotencyInProgress(_)
@@ -120,7 +133,15 @@ impl Error {
 
     /// Whether the store failed (it may have applied the call before failing).
     pub fn is_store(&self) -> bool {
-        matches!(self, Error::Store { .. })
+        matches!(self, Error::Store { .. } | Error::OutcomeUnknown(_))
+    }
+
+    /// A change whose outcome the store did not tell in time (see
+    /// [`Error::OutcomeUnknown`]): `what` it was and how the client learns the outcome.
+    pub fn outcome_unknown(what: &str, retry: &str) -> Error {
+        Error::OutcomeUnknown(format!(
+            "{what}: the store took the change but its answer was lost; this node applies it exactly once (or takes it back) when the store answers: {retry}"
+        ))
     }
 }
 

@@ -88,6 +88,8 @@ fn limiter_status_and_code(e: &Error) -> (StatusCode, &'static str) {
         Error::UnknownWindowSize { .. } => (StatusCode::BAD_REQUEST, "unknown_window_size"),
         Error::UnknownLease(_) => (StatusCode::NOT_FOUND, "unknown_lease"),
         Error::UnknownReservation(_) => (StatusCode::NOT_FOUND, "unknown_reservation"),
+        Error::AlreadyCommitted(_) => (StatusCode::CONFLICT, "already_committed"),
+        Error::OutcomeUnknown(_) => (StatusCode::SERVICE_UNAVAILABLE, "outcome_unknown"),
         Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         Error::Exhausted(_) => (StatusCode::TOO_MANY_REQUESTS, "exhausted"),
         Error::Store { reason, .. } => (StatusCode::SERVICE_UNAVAILABLE, reason),

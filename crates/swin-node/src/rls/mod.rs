@@ -289,6 +289,7 @@ fn asked(d: &RateLimitDescriptor, default_hits: u64) -> Descriptor<'_> {
 fn status_of(e: &Error) -> Status {
     match e {
         Error::Store { reason, .. } => Status::unavailable(*reason),
+        Error::OutcomeUnknown(m) => Status::unavailable(m.clone()),
         Error::Unavailable(m) => Status::unavailable(m.clone()),
         Error::Internal => Status::internal("internal error"),
         other => Status::invalid_argument(other.to_string()),

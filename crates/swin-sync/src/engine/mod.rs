@@ -261,6 +261,11 @@ impl NamespaceSync {
         self.session.answer_within
     }
 
+    /// The longest one store call waits (`store_timeout`).
+    pub fn store_timeout(&self) -> Duration {
+        self.session.timeout
+    }
+
     /// A store call a request waits for: [`Self::call`], bounded by
     /// [`Self::answer_within`]. Dropped past it (a timeout, as a store that answers
     /// late is to every caller).
@@ -273,6 +278,18 @@ impl NamespaceSync {
             self.trip(e);
         }
         r
+    }
+
+    /// A store call its caller waits for at most `within` (and the store timeout).
+    pub(crate) async fn call_within<T>(
+        &self,
+        within: Duration,
+        f: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(within, self.call(f)).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(within)),
+        }
     }
 
     pub(crate) async fn call<T>(

@@ -1,7 +1,7 @@
 //! Reservations of a cost through a namespace's engine: its store, under its name, each
-//! call bounded by its store timeout (a change also by the request's answer time: past
-//! it the store changes nothing). `None`: the namespace has no store (the node keeps
-//! its reservations itself).
+//! call bounded by its store timeout (a change also by how long its caller waits,
+//! `within`: past it the store changes nothing). `None`: the namespace has no store (the
+//! node keeps its reservations itself).
 
 use swin_core::UnixMs;
 
@@ -19,45 +19,51 @@ impl NamespaceSync {
         )
     }
 
-    /// Records an open reservation; false when a live one holds its id.
+    /// Records an open reservation: true when it is open after the call (also when an
+    /// earlier attempt wrote it), false when another live one holds its id. The caller
+    /// waits at most `within`.
     pub async fn open_reservation(
         &self,
         open: OpenReservation<'_>,
+        within: std::time::Duration,
     ) -> Option<Result<bool, StoreError>> {
         let store = self.session.store.as_ref()?;
-        Some(
-            self.call_for_request(store.open_reservation(self.name(), open))
-                .await,
-        )
+        let opening = store.open_reservation(self.name(), open);
+        Some(self.call_within(within, opening).await)
     }
 
-    /// Raises an open reservation's total by `more`, counted at `at`: its record after
-    /// it, `None` inside when it is not open.
+    /// Raises an open reservation's total by `more`, counted at `at`, as the operation
+    /// `op`: its record after it (also when an earlier attempt of `op` raised it),
+    /// `None` inside when it is not open. The caller waits at most `within`.
     pub async fn extend_reservation(
         &self,
         id: &str,
+        op: &str,
         more: f64,
         at: UnixMs,
-        now: UnixMs,
+        within: std::time::Duration,
     ) -> Option<Result<Option<ReservationRecord>, StoreError>> {
         let store = self.session.store.as_ref()?;
-        let not_after = self.deadline_within(self.answer_within());
-        let extend = store.extend_reservation(self.name(), id, more, at, now, not_after);
-        Some(self.call_for_request(extend).await)
+        let not_after = self.deadline_within(within);
+        let now = crate::now();
+        let extend = store.extend_reservation(self.name(), id, op, more, at, now, not_after);
+        Some(self.call_within(within, extend).await)
     }
 
-    /// Ends an open reservation, answering its record (exactly one caller gets it).
+    /// Ends an open reservation as the commit `op` at `cost`, answering its record with
+    /// the commit that ended it (`op` for exactly one operation). The caller waits at
+    /// most `within`.
     pub async fn take_reservation(
         &self,
         id: &str,
-        now: UnixMs,
+        op: &str,
+        cost: f64,
+        within: std::time::Duration,
     ) -> Option<Result<Option<ReservationRecord>, StoreError>> {
         let store = self.session.store.as_ref()?;
-        let not_after = self.deadline_within(self.answer_within());
-        Some(
-            self.call_for_request(store.take_reservation(self.name(), id, now, not_after))
-                .await,
-        )
+        let not_after = self.deadline_within(within);
+        let take = store.take_reservation(self.name(), id, op, cost, crate::now(), not_after);
+        Some(self.call_within(within, take).await)
     }
 
     /// An open reservation's record, changing nothing.

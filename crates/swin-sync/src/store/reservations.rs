@@ -1,7 +1,19 @@
-//! Reservations of a cost (reserve, extend, commit): one record per open reservation —
-//! its keys, its total (the estimate and every extend since) and its lapse — so that
-//! any node can extend or settle it. A record is taken exactly once: by the one commit
-//! that ends it, across every node; an extend raises its total only while it is open.
+//! Reservations of a cost (reserve, extend, commit): one record per reservation — its
+//! keys, its total (the estimate and every extend since) and its lapse — so that any
+//! node can extend or settle it. Every change is one atomic store operation that can be
+//! applied again without changing anything more, so that a node that lost the store's
+//! reply retries it and learns what the store did:
+//!
+//! - an opening names its id (128 random bits): an opening retried finds its own record
+//!   open and answers true;
+//! - an extend carries an operation id: the record keeps the last [`OPS_KEPT`] of them,
+//!   and an extend whose id it holds answers the record without raising it again;
+//! - a commit ends the record once, with its operation id and cost (`ended`): the record
+//!   stays, ended, for [`ENDED_KEPT_MS`] (or until its lapse, if later), so that a
+//!   commit retried with the same operation id gets the record again (it is the one
+//!   that ended it: its settlement is its own), and any other commit learns that it was
+//!   committed, and at what cost, instead of "never made".
+//!
 //! Past its lapse (the caller's `now`, store time) a record is as good as gone: it
 //! answers nothing, and the next record opened in its namespace deletes it (Redis:
 //! the key expires a minute after its lapse).
@@ -13,8 +25,8 @@
 //!
 //! Layout: PostgreSQL and SQLite, `swin_cost_reservations` (one row per reservation);
 //! Redis, one hash per reservation (`swin:cost-reservation:{<len>:<ns>}:<id>`: `keys`,
-//! `total`, `lapse`, `counted`) and an index of a namespace's open ones, changed only by
-//! `reservation.lua`.
+//! `total`, `lapse`, `counted`, `ops`, `ended`) and an index of a namespace's open ones,
+//! changed only by `reservation.lua`.
 
 use swin_core::UnixMs;
 
@@ -31,6 +43,56 @@ pub struct ReservationRecord {
     /// to less than `total` for a record written before it was kept, or one extended
     /// past [`MAX_COUNTED_TEXT`] (the rest counted at times unknown).
     pub counted: Vec<(UnixMs, f64)>,
+    /// Set once a commit ended it: that commit's operation id and cost.
+    pub ended: Option<Ended>,
+}
+
+/// The commit that ended a reservation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ended {
+    /// Its operation id.
+    pub op: String,
+    /// The actual cost it settled the reservation at.
+    pub cost: f64,
+}
+
+impl Ended {
+    /// As the stores keep it: `<op>:<cost>`.
+    pub fn text(op: &str, cost: f64) -> String {
+        format!("{op}:{cost}")
+    }
+
+    /// From its stored text; `None` for an empty or unreadable one.
+    pub fn from_text(text: &str) -> Option<Ended> {
+        let (op, cost) = text.split_once(':')?;
+        let cost: f64 = cost.parse().ok()?;
+        (!op.is_empty() && cost.is_finite()).then(|| Ended {
+            op: op.to_owned(),
+            cost,
+        })
+    }
+}
+
+/// How long an ended record is kept (at least), so that a commit retried after a lost
+/// answer learns what the first one did: two minutes.
+pub const ENDED_KEPT_MS: i64 = 120_000;
+
+/// How many extends' operation ids a record keeps (the latest): an extend retried after
+/// as many others of the same reservation would be applied again.
+pub const OPS_KEPT: usize = 64;
+
+/// The length of an operation id: 16 hex digits.
+pub const OP_LEN: usize = 16;
+
+/// A new operation id: 64 random bits in hex.
+pub fn new_op() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// Whether `op` is an operation id as [`new_op`] makes them (the stores keep them in a
+/// text they search: nothing else may go there).
+pub fn is_op(op: &str) -> bool {
+    op.len() == OP_LEN && op.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// A reservation to record.
@@ -52,35 +114,46 @@ store_calls! {
         /// reads).
         fn open_reservations(&self, namespace: &str, now: UnixMs) -> u64;
 
-        /// Records an open reservation (an id already recorded and live is left as it
-        /// is and answers false), deleting some of the namespace's lapsed ones.
+        /// Records an open reservation, deleting some of the namespace's lapsed ones:
+        /// true when it is open with these keys after the call (written now, or by an
+        /// earlier attempt of the same opening whose reply was lost), false when
+        /// another live record holds the id.
         fn open_reservation(&self, namespace: &str, open: OpenReservation<'_>) -> bool;
 
-        /// Raises an open reservation's total by `more`, counted at `at`: its record
-        /// after it, or `None` when it is not open (committed, lapsed, never made). Past
-        /// `not_after` by the store's clock nothing changes
+        /// Raises an open reservation's total by `more`, counted at `at`, as the
+        /// operation `op` ([`is_op`]): its record after it, also when the record already
+        /// holds `op` (an earlier attempt was applied: nothing changes again), or `None`
+        /// when it is not open (committed, lapsed, never made) and does not hold `op`.
+        /// Past `not_after` by the store's clock nothing changes
         /// ([`StoreError::TooLate`](crate::StoreError::TooLate)).
         fn extend_reservation(
             &self,
             namespace: &str,
             id: &str,
+            op: &str,
             more: f64,
             at: UnixMs,
             now: UnixMs,
             not_after: UnixMs,
         ) -> Option<ReservationRecord>;
 
-        /// Ends an open reservation and answers its record: exactly one caller ever
-        /// gets it. `None` when it is not open. Past `not_after` nothing changes.
+        /// Ends an open reservation as the commit `op` ([`is_op`]) at `cost`, and
+        /// answers its record, `ended` set: to `op` for exactly one operation ever (the
+        /// one that ended it, however often it asks), to that one for any other. `None`
+        /// when there is no record (lapsed, never made). Past `not_after` nothing
+        /// changes.
         fn take_reservation(
             &self,
             namespace: &str,
             id: &str,
+            op: &str,
+            cost: f64,
             now: UnixMs,
             not_after: UnixMs,
         ) -> Option<ReservationRecord>;
 
-        /// An open reservation's record, changing nothing; `None` when it is not open.
+        /// A reservation's record, open or ended, changing nothing; `None` when there
+        /// is none (lapsed, never made).
         fn read_reservation(&self, namespace: &str, id: &str, now: UnixMs)
             -> Option<ReservationRecord>;
     }
@@ -124,56 +197,94 @@ pub const PURGE_AT_ONCE: i64 = 64;
 /// The statements both SQL stores run, written in PostgreSQL's placeholders (`$n`;
 /// SQLite's `?n` are these with `$` replaced:
 /// [`sqlite_text`](crate::store::sql::sqlite_text)). The purge of lapsed rows is each
-/// store's own.
+/// store's own. Every statement's functions are in both dialects (`substr`, `length`,
+/// `LIKE`, `CASE`).
 pub(crate) mod sql {
-    pub const COUNT: &str =
-        "SELECT count(*) FROM swin_cost_reservations WHERE namespace = $1 AND expires_at > $2";
+    pub const COUNT: &str = "SELECT count(*) FROM swin_cost_reservations
+         WHERE namespace = $1 AND expires_at > $2 AND ended IS NULL";
     /// Written unless a live record holds the id.
     pub const OPEN: &str =
-        "INSERT INTO swin_cost_reservations (namespace, id, keys, total, expires_at, counted)
-         VALUES ($1, $2, $3, $4, $5, $7)
+        "INSERT INTO swin_cost_reservations (namespace, id, keys, total, expires_at, counted, ops, ended)
+         VALUES ($1, $2, $3, $4, $5, $7, '', NULL)
          ON CONFLICT (namespace, id) DO UPDATE
          SET keys = excluded.keys, total = excluded.total, expires_at = excluded.expires_at,
-             counted = excluded.counted
+             counted = excluded.counted, ops = '', ended = NULL
          WHERE swin_cost_reservations.expires_at <= $6";
-    /// `$5`: the extend's `counted` piece, `$6`: [`MAX_COUNTED_TEXT`](super::MAX_COUNTED_TEXT).
+    /// Whether the live record holding the id is this opening's (`$3`: its keys).
+    pub const OPEN_ALREADY: &str = "SELECT count(*) FROM swin_cost_reservations
+         WHERE namespace = $1 AND id = $2 AND keys = $3 AND expires_at > $4 AND ended IS NULL";
+    /// `$5`: the extend's `counted` piece, `$6`: [`MAX_COUNTED_TEXT`](super::MAX_COUNTED_TEXT),
+    /// `$7`: `<op>;`, `$8`: the longest `ops` kept, `$9`: where `ops` goes on without its
+    /// oldest id, `$10`: `%<op>%`.
     pub const EXTEND: &str = "UPDATE swin_cost_reservations SET total = total + $3,
              counted = CASE WHEN length(counted || $5) <= $6
-                            THEN counted || $5 ELSE counted END
-         WHERE namespace = $1 AND id = $2 AND expires_at > $4
-         RETURNING keys, total, expires_at, counted";
-    pub const TAKE: &str = "DELETE FROM swin_cost_reservations
-         WHERE namespace = $1 AND id = $2 AND expires_at > $3
-         RETURNING keys, total, expires_at, counted";
-    pub const READ: &str = "SELECT keys, total, expires_at, counted FROM swin_cost_reservations
+                            THEN counted || $5 ELSE counted END,
+             ops = CASE WHEN length(ops) >= $8 THEN substr(ops, $9) ELSE ops END || $7
+         WHERE namespace = $1 AND id = $2 AND expires_at > $4 AND ended IS NULL
+               AND ops NOT LIKE $10
+         RETURNING keys, total, expires_at, counted, ended";
+    /// The record when it holds the extend (`$4`: `%<op>%`).
+    pub const EXTENDED_ALREADY: &str =
+        "SELECT keys, total, expires_at, counted, ended FROM swin_cost_reservations
+         WHERE namespace = $1 AND id = $2 AND expires_at > $3 AND ops LIKE $4";
+    /// `$4`: the `ended` text, `$5`: the least lapse of an ended record.
+    pub const TAKE: &str = "UPDATE swin_cost_reservations SET ended = $4,
+             expires_at = CASE WHEN expires_at > $5 THEN expires_at ELSE $5 END
+         WHERE namespace = $1 AND id = $2 AND expires_at > $3 AND ended IS NULL
+         RETURNING keys, total, expires_at, counted, ended";
+    pub const READ: &str =
+        "SELECT keys, total, expires_at, counted, ended FROM swin_cost_reservations
          WHERE namespace = $1 AND id = $2 AND expires_at > $3";
 }
+
+/// The statements of [`sql`] in one store's placeholders, in the order
+/// [`sql_reservation_store!`] takes them.
+pub(crate) type Statements = [String; 7];
+
+/// [`sql`]'s statements, each through `dialect` (PostgreSQL's: as they are).
+pub(crate) fn statements(dialect: fn(&str) -> String) -> Statements {
+    [
+        sql::COUNT,
+        sql::OPEN,
+        sql::OPEN_ALREADY,
+        sql::EXTEND,
+        sql::EXTENDED_ALREADY,
+        sql::TAKE,
+        sql::READ,
+    ]
+    .map(dialect)
+}
+
+/// `%<op>%`: what `ops` holds when it holds `op` (hex digits only: no wildcard in it).
+pub(crate) fn op_pattern(op: &str) -> Result<String, crate::StoreError> {
+    if !is_op(op) {
+        return Err(crate::StoreError::Protocol(format!(
+            "{op:?} is not an operation id"
+        )));
+    }
+    Ok(format!("%{op}%"))
+}
+
+/// The longest `ops` text a record keeps: [`OPS_KEPT`] ids, each `<op>;`.
+pub(crate) const OPS_TEXT: i32 = (OPS_KEPT * (OP_LEN + 1)) as i32;
 
 /// Implements [`ReservationStore`] for a SQL store (PostgreSQL, SQLite) from its own
 /// pieces: `err` (its errors as [`StoreError`](crate::StoreError)s), `commit_by` (its
 /// commit unless past `not_after`), `purge` (its statement deleting up to
 /// [`PURGE_AT_ONCE`] of a namespace's lapsed rows, bound to the namespace, now and how
-/// many) and the statements of [`sql`] in its placeholders. Each change is one
-/// transaction: an open purges then writes, an extend or a take writes then commits by
-/// `not_after`.
+/// many) and the statements of [`sql`] in its placeholders ([`statements`]). Each
+/// change is one transaction: an open purges then writes, an extend or a take writes
+/// then commits by `not_after`; one that finds its operation already applied reads it
+/// back in the same transaction.
 macro_rules! sql_reservation_store {
-    (
-        $store:ty,
-        err: $err:path,
-        commit_by: $commit_by:path,
-        purge: $purge:expr,
-        count: $count:expr,
-        open: $open:expr,
-        extend: $extend:expr,
-        take: $take:expr,
-        read: $read:expr $(,)?
-    ) => {
+    ($store:ty, err: $err:path, commit_by: $commit_by:path, purge: $purge:expr, sql: $sql:expr $(,)?) => {
         // a block of its own, so that its imports stay out of the caller's module
         const _: () = {
             use swin_core::UnixMs;
             use $crate::store::reservations::{
-                counted_text, keys_text, record, OpenReservation, RecordRow, ReservationRecord,
-                ReservationStore, MAX_COUNTED_TEXT, PURGE_AT_ONCE,
+                counted_text, keys_text, record, Ended, OpenReservation, RecordRow,
+                ReservationRecord, ReservationStore, ENDED_KEPT_MS, MAX_COUNTED_TEXT,
+                PURGE_AT_ONCE,
             };
             use $crate::StoreError;
 
@@ -183,7 +294,7 @@ macro_rules! sql_reservation_store {
                     namespace: &str,
                     now: UnixMs,
                 ) -> Result<u64, StoreError> {
-                    let n: i64 = sqlx::query_scalar($count)
+                    let n: i64 = sqlx::query_scalar(&$sql[0])
                         .bind(namespace)
                         .bind(now.0)
                         .fetch_one(self.pool())
@@ -197,6 +308,7 @@ macro_rules! sql_reservation_store {
                     namespace: &str,
                     o: OpenReservation<'_>,
                 ) -> Result<bool, StoreError> {
+                    let keys = keys_text(o.keys);
                     let mut tx = self.pool().begin().await.map_err($err)?;
                     sqlx::query($purge)
                         .bind(namespace)
@@ -205,10 +317,10 @@ macro_rules! sql_reservation_store {
                         .execute(&mut *tx)
                         .await
                         .map_err($err)?;
-                    let written = sqlx::query($open)
+                    let written = sqlx::query(&$sql[1])
                         .bind(namespace)
                         .bind(o.id)
-                        .bind(keys_text(o.keys))
+                        .bind(&keys)
                         .bind(o.total)
                         .bind(o.expires_at.0)
                         .bind(o.now.0)
@@ -217,51 +329,96 @@ macro_rules! sql_reservation_store {
                         .await
                         .map_err($err)?
                         .rows_affected();
+                    let open = written > 0 || {
+                        let mine: i64 = sqlx::query_scalar(&$sql[2])
+                            .bind(namespace)
+                            .bind(o.id)
+                            .bind(&keys)
+                            .bind(o.now.0)
+                            .fetch_one(&mut *tx)
+                            .await
+                            .map_err($err)?;
+                        mine > 0
+                    };
                     tx.commit().await.map_err($err)?;
-                    Ok(written > 0)
+                    Ok(open)
                 }
 
                 async fn extend_reservation(
                     &self,
                     namespace: &str,
                     id: &str,
+                    op: &str,
                     more: f64,
                     at: UnixMs,
                     now: UnixMs,
                     not_after: UnixMs,
                 ) -> Result<Option<ReservationRecord>, StoreError> {
+                    let pattern = $crate::store::reservations::op_pattern(op)?;
                     let mut tx = self.pool().begin().await.map_err($err)?;
-                    let row: Option<RecordRow> = sqlx::query_as($extend)
+                    let row: Option<RecordRow> = sqlx::query_as(&$sql[3])
                         .bind(namespace)
                         .bind(id)
                         .bind(more)
                         .bind(now.0)
                         .bind(counted_text(at, more))
                         .bind(MAX_COUNTED_TEXT as i64)
+                        .bind(format!("{op};"))
+                        .bind($crate::store::reservations::OPS_TEXT)
+                        .bind(($crate::store::reservations::OP_LEN + 2) as i32)
+                        .bind(&pattern)
                         .fetch_optional(&mut *tx)
                         .await
                         .map_err($err)?;
-                    $commit_by(tx, not_after).await?;
-                    record(row)
+                    if row.is_some() {
+                        $commit_by(tx, not_after).await?;
+                        return record(row);
+                    }
+                    let again: Option<RecordRow> = sqlx::query_as(&$sql[4])
+                        .bind(namespace)
+                        .bind(id)
+                        .bind(now.0)
+                        .bind(&pattern)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err($err)?;
+                    tx.commit().await.map_err($err)?;
+                    record(again)
                 }
 
                 async fn take_reservation(
                     &self,
                     namespace: &str,
                     id: &str,
+                    op: &str,
+                    cost: f64,
                     now: UnixMs,
                     not_after: UnixMs,
                 ) -> Result<Option<ReservationRecord>, StoreError> {
+                    $crate::store::reservations::op_pattern(op)?;
                     let mut tx = self.pool().begin().await.map_err($err)?;
-                    let row: Option<RecordRow> = sqlx::query_as($take)
+                    let row: Option<RecordRow> = sqlx::query_as(&$sql[5])
+                        .bind(namespace)
+                        .bind(id)
+                        .bind(now.0)
+                        .bind(Ended::text(op, cost))
+                        .bind(now.0.saturating_add(ENDED_KEPT_MS))
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err($err)?;
+                    if row.is_some() {
+                        $commit_by(tx, not_after).await?;
+                        return record(row);
+                    }
+                    let ended: Option<RecordRow> = sqlx::query_as(&$sql[6])
                         .bind(namespace)
                         .bind(id)
                         .bind(now.0)
                         .fetch_optional(&mut *tx)
                         .await
                         .map_err($err)?;
-                    $commit_by(tx, not_after).await?;
-                    record(row)
+                    tx.commit().await.map_err($err)?;
+                    record(ended)
                 }
 
                 async fn read_reservation(
@@ -270,7 +427,7 @@ macro_rules! sql_reservation_store {
                     id: &str,
                     now: UnixMs,
                 ) -> Result<Option<ReservationRecord>, StoreError> {
-                    let row: Option<RecordRow> = sqlx::query_as($read)
+                    let row: Option<RecordRow> = sqlx::query_as(&$sql[6])
                         .bind(namespace)
                         .bind(id)
                         .bind(now.0)
@@ -285,19 +442,21 @@ macro_rules! sql_reservation_store {
 }
 pub(crate) use sql_reservation_store;
 
-/// A record as the SQL stores return it: keys (text), total, lapse, counted (text).
-pub(crate) type RecordRow = (String, f64, i64, String);
+/// A record as the SQL stores return it: keys (text), total, lapse, counted (text),
+/// ended (text, none while open).
+pub(crate) type RecordRow = (String, f64, i64, String, Option<String>);
 
 /// A SQL store's row as a record.
 pub(crate) fn record(
     row: Option<RecordRow>,
 ) -> Result<Option<ReservationRecord>, crate::StoreError> {
-    row.map(|(keys, total, expires_at, counted)| {
+    row.map(|(keys, total, expires_at, counted, ended)| {
         Ok(ReservationRecord {
             keys: keys_from(&keys)?,
             total,
             expires_at: UnixMs(expires_at),
             counted: counted_from(&counted),
+            ended: ended.as_deref().and_then(Ended::from_text),
         })
     })
     .transpose()

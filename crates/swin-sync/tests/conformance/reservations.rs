@@ -1,9 +1,10 @@
 //! Reservations of a cost: a record is taken exactly once whatever races, an extend
 //! raises it only while it is open, a lapsed record answers nothing, a change past its
-//! deadline changes nothing, and the open ones of a namespace are counted.
+//! deadline changes nothing, the open ones of a namespace are counted, and every change
+//! applied again with its operation id (its reply lost) changes nothing more.
 
 use swin_core::UnixMs;
-use swin_sync::store::{OpenReservation, ReservationRecord};
+use swin_sync::store::{new_op, Ended, Fault, OpenReservation, ReservationRecord};
 use swin_sync::StoreError;
 use swin_testkit::TestStore;
 
@@ -28,10 +29,50 @@ async fn open(s: &TestStore, ns: &str, id: &str, total: f64, ttl: i64) -> bool {
     s.store.open_reservation(ns, o).await.expect("open")
 }
 
+/// Opens `id` over other keys than [`keys`].
+async fn open_other(s: &TestStore, ns: &str, id: &str) -> bool {
+    let keys = vec!["someone else".to_owned()];
+    let o = OpenReservation {
+        id,
+        keys: &keys,
+        total: 9.0,
+        expires_at: UnixMs(NOW + 30_000),
+        now: UnixMs(NOW),
+        at: UnixMs(NOW),
+    };
+    s.store.open_reservation(ns, o).await.expect("open")
+}
+
+/// Extends `id` by `more` as `op`, counted and asked at `at`.
+async fn extend(
+    s: &TestStore,
+    id: &str,
+    op: &str,
+    more: f64,
+    at: i64,
+) -> Option<ReservationRecord> {
+    s.store
+        .extend_reservation("ns", id, op, more, UnixMs(at), UnixMs(at), LATER)
+        .await
+        .expect("extend")
+}
+
+/// Ends `id` as `op` at `cost`, at `at`.
+async fn take(s: &TestStore, id: &str, op: &str, cost: f64, at: i64) -> Option<ReservationRecord> {
+    s.store
+        .take_reservation("ns", id, op, cost, UnixMs(at), LATER)
+        .await
+        .expect("take")
+}
+
 pub async fn a_reservation_is_taken_exactly_once_under_racing_commits(s: &TestStore) {
     assert!(open(s, "ns", "r1", 4.0, 30_000).await);
     assert!(
-        !open(s, "ns", "r1", 9.0, 30_000).await,
+        open(s, "ns", "r1", 4.0, 30_000).await,
+        "an opening retried finds its own record"
+    );
+    assert!(
+        !open_other(s, "ns", "r1").await,
         "a live id is not written over"
     );
     let read = s
@@ -44,87 +85,109 @@ pub async fn a_reservation_is_taken_exactly_once_under_racing_commits(s: &TestSt
         total: 4.0,
         expires_at: UnixMs(NOW + 30_000),
         counted: vec![(UnixMs(NOW - 5), 4.0)],
+        ended: None,
     };
     assert_eq!(read.as_ref(), Some(&want));
-    let tasks: Vec<_> = (0..16)
-        .map(|_| {
-            let store = s.store.clone();
+    let ops: Vec<String> = (0..16).map(|_| new_op()).collect();
+    let tasks: Vec<_> = ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| {
+            let (store, op) = (s.store.clone(), op.clone());
             tokio::spawn(async move {
                 store
-                    .take_reservation("ns", "r1", UnixMs(NOW + 1), LATER)
+                    .take_reservation("ns", "r1", &op, i as f64, UnixMs(NOW + 1), LATER)
                     .await
                     .expect("take")
+                    .expect("a record")
             })
         })
         .collect();
-    let mut taken = Vec::new();
+    let mut ended = Vec::new();
     for t in tasks {
-        taken.extend(t.await.expect("task"));
+        ended.push(t.await.expect("task").ended.expect("ended"));
     }
-    assert_eq!(taken, [want], "exactly one commit gets it");
-    let none = s.store.read_reservation("ns", "r1", UnixMs(NOW)).await;
-    assert_eq!(none.expect("read"), None);
+    let first = ended[0].clone();
+    assert!(ended.iter().all(|e| *e == first), "one commit ended it: {ended:?}");
+    let winner = ops.iter().position(|o| *o == first.op).expect("one of them");
+    assert_eq!(first.cost, winner as f64, "at the winner's cost");
+    // the winner asking again gets it again, ended by itself; the record stays, ended
+    let again = take(s, "r1", &first.op, 99.0, NOW + 2).await.expect("record");
+    assert_eq!((again.total, again.keys.clone()), (4.0, keys()));
+    assert_eq!(again.ended, Some(first.clone()));
+    let read = s.store.read_reservation("ns", "r1", UnixMs(NOW + 3)).await;
+    assert_eq!(read.expect("read").and_then(|r| r.ended), Some(first));
+    assert!(
+        !open(s, "ns", "r1", 4.0, 30_000).await,
+        "an ended record is not opened again"
+    );
     // another namespace never held it
     assert!(open(s, "other", "r2", 1.0, 30_000).await);
-    let none = s
-        .store
-        .take_reservation("ns", "r2", UnixMs(NOW), LATER)
-        .await;
-    assert_eq!(none.expect("take"), None);
+    assert_eq!(take(s, "r2", &new_op(), 1.0, NOW).await, None);
 }
 
 pub async fn an_extend_raises_an_open_reservation_only(s: &TestStore) {
     assert!(open(s, "ns", "x", 2.0, 1_000).await);
-    let after = s
-        .store
-        .extend_reservation("ns", "x", 3.5, UnixMs(NOW + 10), UnixMs(NOW + 10), LATER)
-        .await
-        .expect("extend")
-        .expect("open");
+    let first = new_op();
+    let after = extend(s, "x", &first, 3.5, NOW + 10).await.expect("open");
     assert_eq!(after.total, 5.5);
-    let after = s
-        .store
-        .extend_reservation("ns", "x", 0.25, UnixMs(NOW + 20), UnixMs(NOW + 20), LATER)
-        .await
-        .expect("extend")
-        .expect("open");
-    assert_eq!((after.total, after.keys), (5.75, keys()));
+    let again = extend(s, "x", &first, 3.5, NOW + 15).await.expect("open");
+    assert_eq!(again, after, "the same extend again changes nothing");
+    let after = extend(s, "x", &new_op(), 0.25, NOW + 20).await.expect("open");
+    assert_eq!((after.total, after.keys.clone()), (5.75, keys()));
     let counted = [(NOW - 5, 2.0), (NOW + 10, 3.5), (NOW + 20, 0.25)];
     let counted: Vec<_> = counted.iter().map(|&(t, v)| (UnixMs(t), v)).collect();
     assert_eq!(after.counted, counted, "where each take was counted");
     // past its lapse: nothing, and nothing changes
-    let lapsed = s
-        .store
-        .extend_reservation(
-            "ns",
-            "x",
-            1.0,
-            UnixMs(NOW + 1_000),
-            UnixMs(NOW + 1_000),
-            LATER,
-        )
-        .await
-        .expect("extend");
-    assert_eq!(lapsed, None);
-    let lapsed = s
-        .store
-        .take_reservation("ns", "x", UnixMs(NOW + 1_000), LATER)
-        .await
-        .expect("take");
-    assert_eq!(lapsed, None);
-    // taken: an extend finds nothing
+    assert_eq!(extend(s, "x", &new_op(), 1.0, NOW + 1_000).await, None);
+    assert_eq!(take(s, "x", &new_op(), 1.0, NOW + 1_000).await, None);
+    // ended: a new extend finds nothing; one it held before still answers
     assert!(open(s, "ns", "y", 1.0, 30_000).await);
-    s.store
-        .take_reservation("ns", "y", UnixMs(NOW), LATER)
-        .await
-        .expect("take")
-        .expect("open");
-    let gone = s
-        .store
-        .extend_reservation("ns", "y", 1.0, UnixMs(NOW), UnixMs(NOW), LATER)
-        .await
-        .expect("extend");
-    assert_eq!(gone, None);
+    let before = new_op();
+    extend(s, "y", &before, 2.0, NOW).await.expect("open");
+    let ended = take(s, "y", &new_op(), 1.0, NOW).await.expect("record");
+    assert!(ended.ended.is_some());
+    assert_eq!(extend(s, "y", &new_op(), 1.0, NOW).await, None);
+    let held = extend(s, "y", &before, 2.0, NOW).await.expect("it holds the op");
+    assert_eq!(held.total, 3.0, "nothing raised again");
+}
+
+/// Every change whose reply is lost (the store applied it) and which is sent again
+/// under the same id answers what the first did, changing nothing more: an opening, an
+/// extend, a commit.
+pub async fn a_reservation_change_retried_after_a_lost_reply_applies_once(s: &TestStore) {
+    let (store, faults) = crate::common::faulty(&s.store);
+    let keys = keys();
+    let o = OpenReservation {
+        id: "lost",
+        keys: &keys,
+        total: 10.0,
+        expires_at: UnixMs(NOW + 60_000),
+        now: UnixMs(NOW),
+        at: UnixMs(NOW),
+    };
+    faults.plan([Fault::FailAfter]);
+    store.open_reservation("ns", o).await.expect_err("the reply lost");
+    assert!(store.open_reservation("ns", o).await.expect("again"));
+    let op = new_op();
+    let extend = || store.extend_reservation("ns", "lost", &op, 5.0, UnixMs(NOW), UnixMs(NOW), LATER);
+    faults.plan([Fault::FailAfter]);
+    extend().await.expect_err("the reply lost");
+    let r = extend().await.expect("again").expect("open");
+    assert_eq!(r.total, 15.0, "raised once");
+    let commit = new_op();
+    let take = || store.take_reservation("ns", "lost", &commit, 12.0, UnixMs(NOW + 1), LATER);
+    faults.plan([Fault::FailAfter]);
+    take().await.expect_err("the reply lost");
+    let r = take().await.expect("again").expect("the record");
+    let mine = Ended {
+        op: commit.clone(),
+        cost: 12.0,
+    };
+    assert_eq!((r.total, r.ended), (15.0, Some(mine)), "ended by this commit");
+    assert_eq!(r.counted, vec![(UnixMs(NOW), 10.0), (UnixMs(NOW), 5.0)]);
+    let n = s.store.open_reservations("ns", UnixMs(NOW + 2)).await;
+    assert_eq!(n.expect("count"), 0, "an ended record is not open");
 }
 
 pub async fn a_reservation_change_past_its_deadline_changes_nothing(s: &TestStore) {
@@ -132,13 +195,13 @@ pub async fn a_reservation_change_past_its_deadline_changes_nothing(s: &TestStor
     let past = UnixMs(swin_sync::clock::system_now().0 - 60_000);
     let e = s
         .store
-        .extend_reservation("ns", "d", 1.0, UnixMs(NOW), UnixMs(NOW), past)
+        .extend_reservation("ns", "d", &new_op(), 1.0, UnixMs(NOW), UnixMs(NOW), past)
         .await
         .expect_err("too late");
     assert!(matches!(e, StoreError::TooLate), "{e:?}");
     let e = s
         .store
-        .take_reservation("ns", "d", UnixMs(NOW), past)
+        .take_reservation("ns", "d", &new_op(), 1.0, UnixMs(NOW), past)
         .await
         .expect_err("too late");
     assert!(matches!(e, StoreError::TooLate), "{e:?}");
@@ -159,10 +222,7 @@ pub async fn open_reservations_are_counted_per_namespace(s: &TestStore) {
     let n = |at: i64| s.store.open_reservations("ns", UnixMs(at));
     assert_eq!(n(NOW).await.expect("count"), 3);
     assert_eq!(n(NOW + 1_000).await.expect("count"), 2, "a lapsed");
-    s.store
-        .take_reservation("ns", "b", UnixMs(NOW), LATER)
-        .await
-        .expect("take");
+    take(s, "b", &new_op(), 1.0, NOW).await.expect("record");
     assert_eq!(n(NOW + 1_000).await.expect("count"), 1);
 }
 
@@ -175,7 +235,7 @@ pub async fn a_record_says_where_its_total_was_counted_up_to_its_most(s: &TestSt
         let at = UnixMs(NOW + 1_000 * i);
         let after = s
             .store
-            .extend_reservation("ns", "c", 0.125 + i as f64, at, UnixMs(NOW), LATER)
+            .extend_reservation("ns", "c", &new_op(), 0.125 + i as f64, at, UnixMs(NOW), LATER)
             .await
             .expect("extend")
             .expect("open");
@@ -196,14 +256,14 @@ pub async fn a_record_says_where_its_total_was_counted_up_to_its_most(s: &TestSt
         .map(|(at, v)| format!("{}:{v};", at.0).len())
         .sum();
     assert!(text <= swin_sync::store::MAX_COUNTED_TEXT, "{text} bytes");
-    let taken = s
-        .store
-        .take_reservation("ns", "c", UnixMs(NOW), LATER)
-        .await
-        .expect("take");
-    assert_eq!(
-        taken,
-        Some(record),
-        "a take answers the record as it stands"
-    );
+    let taken = take(s, "c", &"0".repeat(16), 7.0, NOW).await.expect("record");
+    let ended = ReservationRecord {
+        ended: Some(Ended {
+            op: "0".repeat(16),
+            cost: 7.0,
+        }),
+        expires_at: taken.expires_at,
+        ..record
+    };
+    assert_eq!(taken, ended, "a take answers the record as it stands");
 }

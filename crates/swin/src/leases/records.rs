@@ -4,11 +4,14 @@
 //! node's memory ([`LocalReservations`], a memory backend of the same
 //! [`ReservationStore`] interface).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use swin_core::UnixMs;
-use swin_sync::store::{OpenReservation, ReservationRecord, ReservationStore};
+use swin_sync::store::{
+    Ended, OpenReservation, ReservationRecord, ReservationStore, ENDED_KEPT_MS, OPS_KEPT,
+};
 use swin_sync::{NamespaceSync, StoreError};
 
 use crate::error::Error;
@@ -18,13 +21,21 @@ use crate::error::Error;
 /// [`MAX_COUNTED_TEXT`]: swin_sync::store::MAX_COUNTED_TEXT
 const MAX_COUNTED: usize = 90;
 
-/// A local-only namespace's open reservations, kept on this node: at most `max` of
-/// them (the namespace's `max_counters`); lapsed ones are dropped when the table is
-/// full. The calls' `namespace` and `not_after` are not read (nothing here waits).
+/// A local-only namespace's reservations, kept on this node as a store keeps them (an
+/// ended one stays for [`ENDED_KEPT_MS`], each extend's operation id is kept): at most
+/// `max` of them (the namespace's `max_counters`); lapsed ones are dropped when the table
+/// is full. The calls' `namespace` and `not_after` are not read (nothing here waits).
 #[derive(Debug)]
 pub struct LocalReservations {
-    open: Mutex<HashMap<String, ReservationRecord>>,
+    open: Mutex<HashMap<String, Local>>,
     max: usize,
+}
+
+/// One record and the operation ids of its latest extends.
+#[derive(Debug)]
+struct Local {
+    record: ReservationRecord,
+    ops: VecDeque<String>,
 }
 
 impl LocalReservations {
@@ -36,23 +47,25 @@ impl LocalReservations {
         }
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, ReservationRecord>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Local>> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl ReservationStore for LocalReservations {
     async fn open_reservations(&self, _: &str, now: UnixMs) -> Result<u64, StoreError> {
-        Ok(self.table().values().filter(|r| r.expires_at > now).count() as u64)
+        let t = self.table();
+        let open = t.values().map(|l| &l.record);
+        Ok(open.filter(|r| r.expires_at > now && r.ended.is_none()).count() as u64)
     }
 
     async fn open_reservation(&self, _: &str, o: OpenReservation<'_>) -> Result<bool, StoreError> {
         let mut t = self.table();
-        if t.get(o.id).is_some_and(|r| r.expires_at > o.now) {
-            return Ok(false);
+        if let Some(l) = t.get(o.id).filter(|l| l.record.expires_at > o.now) {
+            return Ok(l.record.ended.is_none() && l.record.keys == o.keys);
         }
         if t.len() >= self.max {
-            t.retain(|_, r| r.expires_at > o.now);
+            t.retain(|_, l| l.record.expires_at > o.now);
             if t.len() >= self.max {
                 return Err(StoreError::Unavailable(format!(
                     "this node holds {} open reservations, its most (max_counters); try again once some are committed or lapse",
@@ -60,13 +73,18 @@ impl ReservationStore for LocalReservations {
                 )));
             }
         }
+        let record = ReservationRecord {
+            keys: o.keys.to_vec(),
+            total: o.total,
+            expires_at: o.expires_at,
+            counted: vec![(o.at, o.total)],
+            ended: None,
+        };
         t.insert(
             o.id.to_owned(),
-            ReservationRecord {
-                keys: o.keys.to_vec(),
-                total: o.total,
-                expires_at: o.expires_at,
-                counted: vec![(o.at, o.total)],
+            Local {
+                record,
+                ops: VecDeque::new(),
             },
         );
         Ok(true)
@@ -76,30 +94,56 @@ impl ReservationStore for LocalReservations {
         &self,
         _: &str,
         id: &str,
+        op: &str,
         more: f64,
         at: UnixMs,
         now: UnixMs,
         _: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
         let mut t = self.table();
-        Ok(t.get_mut(id).filter(|r| r.expires_at > now).map(|r| {
-            r.total += more;
-            // as the stores keep it: at most MAX_COUNTED_TEXT's worth of takes
-            if r.counted.len() < MAX_COUNTED {
-                r.counted.push((at, more));
-            }
-            r.clone()
-        }))
+        let Some(l) = t.get_mut(id).filter(|l| l.record.expires_at > now) else {
+            return Ok(None);
+        };
+        if l.ops.iter().any(|o| o == op) {
+            return Ok(Some(l.record.clone()));
+        }
+        if l.record.ended.is_some() {
+            return Ok(None);
+        }
+        l.record.total += more;
+        // as the stores keep it: at most MAX_COUNTED_TEXT's worth of takes
+        if l.record.counted.len() < MAX_COUNTED {
+            l.record.counted.push((at, more));
+        }
+        if l.ops.len() >= OPS_KEPT {
+            l.ops.pop_front();
+        }
+        l.ops.push_back(op.to_owned());
+        Ok(Some(l.record.clone()))
     }
 
     async fn take_reservation(
         &self,
         _: &str,
         id: &str,
+        op: &str,
+        cost: f64,
         now: UnixMs,
         _: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
-        Ok(self.table().remove(id).filter(|r| r.expires_at > now))
+        let mut t = self.table();
+        let Some(l) = t.get_mut(id).filter(|l| l.record.expires_at > now) else {
+            return Ok(None);
+        };
+        if l.record.ended.is_none() {
+            l.record.ended = Some(Ended {
+                op: op.to_owned(),
+                cost,
+            });
+            let kept = UnixMs(now.0.saturating_add(ENDED_KEPT_MS));
+            l.record.expires_at = l.record.expires_at.max(kept);
+        }
+        Ok(Some(l.record.clone()))
     }
 
     async fn read_reservation(
@@ -108,7 +152,9 @@ impl ReservationStore for LocalReservations {
         id: &str,
         now: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
-        Ok(self.table().get(id).filter(|r| r.expires_at > now).cloned())
+        let t = self.table();
+        let l = t.get(id).filter(|l| l.record.expires_at > now);
+        Ok(l.map(|l| l.record.clone()))
     }
 }
 
@@ -148,45 +194,62 @@ impl ReservationBook {
         }
     }
 
-    /// Records an open reservation; false when a live one holds its id.
-    pub async fn open(&self, o: OpenReservation<'_>) -> Result<bool, Error> {
-        const WHAT: &str = "recording a reservation";
+    /// Records an open reservation: true when it is open after the call (also when an
+    /// earlier attempt of this opening wrote it), false when another live one holds its
+    /// id. The store is waited for at most `within`; its error as it is.
+    pub async fn open(&self, o: OpenReservation<'_>, within: Duration) -> Result<bool, StoreError> {
         match self {
-            ReservationBook::Store(sync) => stored(sync.open_reservation(o).await, WHAT),
-            ReservationBook::Local(l) => local(l.open_reservation("", o).await),
+            ReservationBook::Store(sync) => no_store(sync.open_reservation(o, within).await),
+            ReservationBook::Local(l) => l.open_reservation("", o).await,
         }
     }
 
-    /// Raises an open reservation's total by `more`, counted at `at`: its record after
-    /// it, `None` when it is not open.
+    /// Raises an open reservation's total by `more`, counted at `at`, as the operation
+    /// `op`: its record after it (also when an earlier attempt of `op` was applied),
+    /// `None` when it is not open. The store is waited for at most `within`; its error
+    /// as it is (whether the change may have been applied is the caller's to resolve).
     pub async fn extend(
         &self,
         id: &str,
+        op: &str,
         more: f64,
         at: UnixMs,
-        now: UnixMs,
-    ) -> Result<Option<ReservationRecord>, Error> {
-        const WHAT: &str = "extending a reservation";
+        within: Duration,
+    ) -> Result<Option<ReservationRecord>, StoreError> {
         match self {
             ReservationBook::Store(sync) => {
-                stored(sync.extend_reservation(id, more, at, now).await, WHAT)
+                no_store(sync.extend_reservation(id, op, more, at, within).await)
             }
             ReservationBook::Local(l) => {
-                local(l.extend_reservation("", id, more, at, now, now).await)
+                let now = swin_sync::now();
+                l.extend_reservation("", id, op, more, at, now, now).await
             }
         }
     }
 
-    /// Ends an open reservation and answers its record: exactly one caller gets it.
-    pub async fn take(&self, id: &str, now: UnixMs) -> Result<Option<ReservationRecord>, Error> {
-        const WHAT: &str = "committing a reservation";
+    /// Ends an open reservation as the commit `op` at `cost`: its record, with the
+    /// commit that ended it (`op` for exactly one operation, however often it asks);
+    /// `None` when there is none. The store is waited for at most `within`; its error
+    /// as it is.
+    pub async fn take(
+        &self,
+        id: &str,
+        op: &str,
+        cost: f64,
+        within: Duration,
+    ) -> Result<Option<ReservationRecord>, StoreError> {
         match self {
-            ReservationBook::Store(sync) => stored(sync.take_reservation(id, now).await, WHAT),
-            ReservationBook::Local(l) => local(l.take_reservation("", id, now, now).await),
+            ReservationBook::Store(sync) => {
+                no_store(sync.take_reservation(id, op, cost, within).await)
+            }
+            ReservationBook::Local(l) => {
+                let now = swin_sync::now();
+                l.take_reservation("", id, op, cost, now, now).await
+            }
         }
     }
 
-    /// An open reservation's record; `None` when it is not open.
+    /// A reservation's record, open or ended; `None` when there is none.
     pub async fn read(&self, id: &str, now: UnixMs) -> Result<Option<ReservationRecord>, Error> {
         const WHAT: &str = "reading a reservation";
         match self {
@@ -194,6 +257,11 @@ impl ReservationBook {
             ReservationBook::Local(l) => local(l.read_reservation("", id, now).await),
         }
     }
+}
+
+/// A store call made through a book built with a store (`None`, no store, never comes).
+fn no_store<T>(r: Option<Result<T, StoreError>>) -> Result<T, StoreError> {
+    r.unwrap_or_else(|| Err(StoreError::Unavailable("no store".into())))
 }
 
 /// A store call's answer as a request's: `None` (no store) never comes from a book

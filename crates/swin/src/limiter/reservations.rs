@@ -7,7 +7,7 @@ use super::Limiter;
 use crate::error::Error;
 use crate::pipeline::run;
 use crate::policy::input::unsigned_zero;
-use crate::requests::reservations::{open_record, Commit, Extend, Reserve};
+use crate::requests::reservations::{not_open, open_record, Commit, Extend, Reserve};
 use crate::requests::{Reserved, Settled};
 
 impl Limiter {
@@ -93,6 +93,9 @@ impl Limiter {
             ))
         })?;
         let record = open_record(&ns, id, key).await?;
+        if record.ended.is_some() {
+            return Err(not_open(id, ns.sync.name()));
+        }
         run(Extend {
             ns,
             keys: record.keys,

@@ -19,7 +19,8 @@
 //!    taken back (for Envoy's descriptors on a namespace that counts denied hits, only
 //!    on a failure); when all were admitted the kind does its own part
 //!    ([`Request::act`]: records a reservation, settles a commit, sets a limit), and
-//!    what was taken is taken back if that fails;
+//!    what was taken is taken back if that fails (but for an outcome the store did not
+//!    tell, which the kind resolves itself once the store answers);
 //! 7. **record** each decision (the daemon's metrics).
 //!
 //! A request whose asks go to the store while its caller waits
@@ -265,6 +266,8 @@ async fn stages<R: Request>(request: &R, plan: &mut Plan<'_>) -> Result<Ran<R::A
     if !refused {
         match request.act(plan).await {
             Ok(a) => acted = Some(a),
+            // the kind resolves it (applied: what was taken stays; not: taken back)
+            Err(e @ Error::OutcomeUnknown(_)) => return Err(e),
             Err(e) => {
                 if let Err(u) = undo_admitted(plan, &taken).await {
                     tracing::warn!(cause = %u, "what a failed request took could not all be taken back");

@@ -1,10 +1,15 @@
 //! Reservations of a cost on PostgreSQL (see `store::reservations`): one row each in
-//! `swin_cost_reservations`; a commit's `DELETE … RETURNING` ends it exactly once, an
-//! extend's `UPDATE … RETURNING` raises it only while it is live. A record opened
+//! `swin_cost_reservations`; a commit's `UPDATE … RETURNING` ends it exactly once, an
+//! extend's raises it only while it is live. A record opened
 //! deletes lapsed rows that no other transaction holds (`FOR UPDATE SKIP LOCKED`).
 
+use std::sync::LazyLock;
+
 use super::{commit_by, err, PostgresStore};
-use crate::store::reservations::{sql, sql_reservation_store};
+use crate::store::reservations::{sql_reservation_store, statements, Statements};
+
+/// The statements, as they are written.
+static SQL: LazyLock<Statements> = LazyLock::new(|| statements(str::to_owned));
 
 sql_reservation_store! {
     PostgresStore,
@@ -14,9 +19,5 @@ sql_reservation_store! {
                  SELECT namespace, id FROM swin_cost_reservations
                  WHERE namespace = $1 AND expires_at <= $2 LIMIT $3
                  FOR UPDATE SKIP LOCKED)",
-    count: sql::COUNT,
-    open: sql::OPEN,
-    extend: sql::EXTEND,
-    take: sql::TAKE,
-    read: sql::READ,
+    sql: SQL,
 }

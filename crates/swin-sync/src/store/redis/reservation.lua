@@ -1,13 +1,18 @@
 -- Reservations of a cost (see store::reservations): one hash per reservation, fields
--- `keys` (a JSON array), `total`, `lapse` (Unix ms, store time) and `counted` (where the
--- total was counted: `<ms>:<amount>;` per take), and the namespace's index of open ones
--- (a sorted set: id → lapse), in one slot.
+-- `keys` (a JSON array), `total`, `lapse` (Unix ms, store time), `counted` (where the
+-- total was counted: `<ms>:<amount>;` per take), `ops` (the latest extends' operation
+-- ids, `<op>;` each) and `ended` (`<op>:<cost>` of the commit that ended it), and the
+-- namespace's index of open ones (a sorted set: id → lapse), in one slot. Every
+-- operation can be applied again without changing anything more.
 -- KEYS: the reservation's hash, the namespace's index.
 -- ARGV[1]: the operation, ARGV[2]: the reservation's id, then:
---   open   keys, total, lapse, now, counted → 1 recorded, 0 a live one holds the id
---   extend more, now, deadline, piece, most → {keys, total, lapse, counted} after it
---          (`piece` appended to `counted` while it stays within `most` bytes), {} not open
---   take   now, deadline                    → {keys, total, lapse, counted} ended, {} not open
+--   open   keys, total, lapse, now, counted → 1 open with these keys (now, or already),
+--          0 another live record holds the id
+--   extend op, more, now, deadline, piece, most, ops_most
+--          → {keys, total, lapse, counted, ended} after it, also when `ops` holds `op`
+--          already (nothing changes again); {} not open and `op` not in it
+--   take   op, cost, now, deadline, kept    → {keys, total, lapse, counted, ended}:
+--          ended now by `op`, or earlier by whichever `ended` names; {} no record
 -- extend and take answer -1 (nothing changed) when this server's clock is past the
 -- deadline (Unix ms): their caller stopped waiting.
 local op, id = ARGV[1], ARGV[2]
@@ -15,18 +20,29 @@ local function past(deadline)
     local t = redis.call('TIME')
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(deadline)
 end
+-- the record unless lapsed: keys, total, lapse, counted, ended, ops
 local function live(now)
-    local v = redis.call('HMGET', KEYS[1], 'keys', 'total', 'lapse', 'counted')
+    local v = redis.call('HMGET', KEYS[1], 'keys', 'total', 'lapse', 'counted', 'ended', 'ops')
     if not v[1] or not v[2] or not v[3] or tonumber(v[3]) <= tonumber(now) then
         return nil
     end
     -- a record written before `counted` was kept: counted at times unknown
     v[4] = v[4] or ''
+    v[5] = v[5] or ''
+    v[6] = v[6] or ''
     return v
+end
+local function answer(v)
+    return {v[1], v[2], v[3], v[4], v[5]}
 end
 if op == 'open' then
     local keys, total, lapse, now, counted = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-    if live(now) then
+    local v = live(now)
+    if v then
+        -- an opening retried after its reply was lost finds its own record
+        if v[5] == '' and v[1] == keys then
+            return 1
+        end
         return 0
     end
     redis.call('DEL', KEYS[1])
@@ -41,32 +57,52 @@ if op == 'open' then
     end
     return 1
 elseif op == 'extend' then
-    local more, now, deadline, piece, most = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+    local xop, more, now, deadline = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+    local piece, most, ops_most = ARGV[7], ARGV[8], tonumber(ARGV[9])
+    local v = live(now)
+    local mark = xop .. ';'
+    if v and string.find(v[6], mark, 1, true) then
+        return answer(v)
+    end
     if past(deadline) then
         return -1
     end
-    local v = live(now)
-    if not v then
+    if not v or v[5] ~= '' then
         return {}
     end
     local total = redis.call('HINCRBYFLOAT', KEYS[1], 'total', more)
     local counted = v[4]
     if #counted + #piece <= tonumber(most) then
         counted = counted .. piece
-        redis.call('HSET', KEYS[1], 'counted', counted)
     end
-    return {v[1], total, v[3], counted}
+    local ops = v[6]
+    if #ops >= ops_most then
+        ops = string.sub(ops, #mark + 1)
+    end
+    redis.call('HSET', KEYS[1], 'counted', counted, 'ops', ops .. mark)
+    v[2], v[4] = total, counted
+    return answer(v)
 elseif op == 'take' then
-    local now, deadline = ARGV[3], ARGV[4]
+    local cop, cost, now, deadline, kept = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+    local v = live(now)
+    if v and v[5] ~= '' then
+        return answer(v)
+    end
     if past(deadline) then
         return -1
     end
-    local v = live(now)
-    redis.call('DEL', KEYS[1])
-    redis.call('ZREM', KEYS[2], id)
     if not v then
+        redis.call('DEL', KEYS[1])
+        redis.call('ZREM', KEYS[2], id)
         return {}
     end
-    return v
+    -- ended, and kept a while: a commit retried learns what this one did
+    v[5] = cop .. ':' .. cost
+    local lapse = math.max(tonumber(v[3]), tonumber(kept))
+    v[3] = string.format('%.0f', lapse)
+    redis.call('HSET', KEYS[1], 'ended', v[5], 'lapse', v[3])
+    redis.call('PEXPIRE', KEYS[1], lapse - tonumber(now) + 60000)
+    redis.call('ZREM', KEYS[2], id)
+    return answer(v)
 end
 return redis.error_reply('reservation.lua: unknown operation ' .. tostring(op))

@@ -3,8 +3,10 @@
 //! `total`, `lapse`), and per namespace an index of the open ones
 //! (`swin:cost-reservations:{<len(namespace)>:<namespace>}`, id → lapse, in the same
 //! slot), changed only by `reservation.lua`, so that a commit ends a reservation in one
-//! atomic step (exactly once) and an extend raises it only while it is live; a hash
-//! expires a minute after its lapse, and an opening drops lapsed ids from the index.
+//! atomic step (exactly once, by one operation id) and an extend raises it only while
+//! it is live, once per operation id; a hash expires a minute after its lapse (an ended
+//! one's is moved to at least [`ENDED_KEPT_MS`] on), and an opening drops lapsed ids
+//! from the index.
 
 use redis::Value;
 use swin_core::UnixMs;
@@ -12,8 +14,8 @@ use swin_core::UnixMs;
 use super::calls::{Call, Eval};
 use super::RedisStore;
 use crate::store::reservations::{
-    counted_from, counted_text, keys_from, keys_text, OpenReservation, ReservationRecord,
-    ReservationStore, MAX_COUNTED_TEXT,
+    counted_from, counted_text, is_op, keys_from, keys_text, Ended, OpenReservation,
+    ReservationRecord, ReservationStore, ENDED_KEPT_MS, MAX_COUNTED_TEXT, OPS_TEXT,
 };
 use crate::StoreError;
 
@@ -70,6 +72,7 @@ fn parsed(
     total: &str,
     lapse: &str,
     counted: &str,
+    ended: &str,
 ) -> Result<ReservationRecord, StoreError> {
     let bad = |what: &str| StoreError::Protocol(format!("a reservation's {what} is not a number"));
     Ok(ReservationRecord {
@@ -77,6 +80,7 @@ fn parsed(
         total: total.parse().map_err(|_| bad("total"))?,
         expires_at: UnixMs(lapse.parse().map_err(|_| bad("lapse"))?),
         counted: counted_from(counted),
+        ended: Ended::from_text(ended),
     })
 }
 
@@ -87,8 +91,18 @@ fn record(v: Value) -> Result<Option<ReservationRecord>, StoreError> {
     }
     let fields: Vec<String> = redis::from_owned_redis_value(v)?;
     match &fields[..] {
-        [keys, total, lapse, counted] => Ok(Some(parsed(keys, total, lapse, counted)?)),
+        [keys, total, lapse, counted, ended] => {
+            Ok(Some(parsed(keys, total, lapse, counted, ended)?))
+        }
         _ => Ok(None),
+    }
+}
+
+/// An operation id, checked before it goes into a record's text.
+fn checked(op: &str) -> Result<&str, StoreError> {
+    match is_op(op) {
+        true => Ok(op),
+        false => Err(StoreError::Protocol(format!("{op:?} is not an operation id"))),
     }
 }
 
@@ -122,6 +136,7 @@ impl ReservationStore for RedisStore {
         &self,
         namespace: &str,
         id: &str,
+        op: &str,
         more: f64,
         at: UnixMs,
         now: UnixMs,
@@ -129,11 +144,13 @@ impl ReservationStore for RedisStore {
     ) -> Result<Option<ReservationRecord>, StoreError> {
         let args = [
             "extend".to_owned(),
+            checked(op)?.to_owned(),
             more.to_string(),
             now.0.to_string(),
             not_after.0.to_string(),
             counted_text(at, more),
             MAX_COUNTED_TEXT.to_string(),
+            OPS_TEXT.to_string(),
         ];
         record(self.reservation_op(namespace, id, &args, true).await?)
     }
@@ -142,13 +159,18 @@ impl ReservationStore for RedisStore {
         &self,
         namespace: &str,
         id: &str,
+        op: &str,
+        cost: f64,
         now: UnixMs,
         not_after: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
         let args = [
             "take".to_owned(),
+            checked(op)?.to_owned(),
+            cost.to_string(),
             now.0.to_string(),
             not_after.0.to_string(),
+            now.0.saturating_add(ENDED_KEPT_MS).to_string(),
         ];
         record(self.reservation_op(namespace, id, &args, true).await?)
     }
@@ -165,17 +187,19 @@ impl ReservationStore for RedisStore {
             .arg("keys")
             .arg("total")
             .arg("lapse")
-            .arg("counted");
+            .arg("counted")
+            .arg("ended");
         let v: Vec<Option<String>> = self
             .replies::<Vec<Option<String>>>(vec![Call::on(&key, cmd, false)])
             .await?
             .into_iter()
             .next()
             .unwrap_or_default();
-        let [Some(keys), Some(total), Some(lapse), counted] = &v[..] else {
+        let [Some(keys), Some(total), Some(lapse), counted, ended] = &v[..] else {
             return Ok(None);
         };
-        let r = parsed(keys, total, lapse, counted.as_deref().unwrap_or(""))?;
+        let (counted, ended) = (counted.as_deref(), ended.as_deref());
+        let r = parsed(keys, total, lapse, counted.unwrap_or(""), ended.unwrap_or(""))?;
         Ok((r.expires_at > now).then_some(r))
     }
 }

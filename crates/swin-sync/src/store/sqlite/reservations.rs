@@ -5,12 +5,11 @@
 use std::sync::LazyLock;
 
 use super::{commit_by, err, SqliteStore};
-use crate::store::reservations::{sql, sql_reservation_store};
+use crate::store::reservations::{sql_reservation_store, statements, Statements};
 use crate::store::sql::sqlite_text;
 
-/// The statements of [`sql`], made once: count, open, extend, take, read.
-static TEXT: LazyLock<[String; 5]> =
-    LazyLock::new(|| [sql::COUNT, sql::OPEN, sql::EXTEND, sql::TAKE, sql::READ].map(sqlite_text));
+/// The statements, in SQLite's placeholders, made once.
+static SQL: LazyLock<Statements> = LazyLock::new(|| statements(sqlite_text));
 
 sql_reservation_store! {
     SqliteStore,
@@ -19,9 +18,5 @@ sql_reservation_store! {
     purge: "DELETE FROM swin_cost_reservations WHERE rowid IN (
                  SELECT rowid FROM swin_cost_reservations
                  WHERE namespace = ?1 AND expires_at <= ?2 LIMIT ?3)",
-    count: &TEXT[0],
-    open: &TEXT[1],
-    extend: &TEXT[2],
-    take: &TEXT[3],
-    read: &TEXT[4],
+    sql: SQL,
 }

@@ -5,6 +5,9 @@ use std::sync::Arc;
 
 use swin_core::{check_cost, UnixMs};
 
+use swin_sync::store::{new_op, ReservationRecord};
+
+use super::known::{resolve, until_known, Outcome};
 use super::{not_open, Settled, RETRY_EVERY, RETRY_FOR};
 use crate::decisions::{limits_of, HitAnswer, Verdict};
 use crate::error::Error;
@@ -46,10 +49,11 @@ impl Request for Commit {
         ))
     }
 
-    async fn act(&self, _: &Plan<'_>) -> Result<Vec<Settled>, Error> {
-        let r = self.settle().await;
+    async fn act(&self, plan: &Plan<'_>) -> Result<Vec<Settled>, Error> {
+        let r = self.settle(plan).await;
         let (recorder, name) = (self.ns.recorder(), self.ns.sync.name());
         match &r {
+            Ok(all) if all.iter().any(|s| s.replayed) => {}
             Ok(all) => {
                 recorder.reservation(name, "committed");
                 let sum = |f: fn(&Settled) -> f64| all.iter().map(f).sum::<f64>();
@@ -86,16 +90,37 @@ impl Commit {
         Ok(all)
     }
 
-    /// Ends the reservation, then settles each key under its effective limits.
-    async fn settle(&self) -> Result<Vec<Settled>, Error> {
+    /// Ends the reservation (as an operation of its own, sent again while its reply is
+    /// lost), then settles each key under its effective limits. Ended by another commit
+    /// before (a commit sent again after its answer was lost), it answers how that one
+    /// settled it, settling nothing.
+    async fn settle(&self, plan: &Plan<'_>) -> Result<Vec<Settled>, Error> {
         let (ns, id, cost) = (&self.ns, self.id.as_str(), self.cost);
         let effective = self.effective()?;
         let overrun = limits_of(ns, ns.sync.name())?.overrun;
-        let record = ns
-            .reservations
-            .take(id, swin_sync::now())
-            .await?
-            .ok_or_else(|| not_open(id, ns.sync.name()))?;
+        let op = new_op();
+        let left = plan.left_of(ns.sync.answer_within());
+        let record = match until_known(left, |w| ns.reservations.take(id, &op, cost, w)).await {
+            Outcome::Known(Some(r)) => r,
+            Outcome::Known(None) => return Err(not_open(id, ns.sync.name())),
+            Outcome::NotApplied(e) => return Err(Error::store(&e, "committing a reservation")),
+            Outcome::Unknown(e) => {
+                tracing::warn!(cause = %e, id, "a commit's outcome is unknown; resolved in the background");
+                let ending = Ending {
+                    ns: ns.clone(),
+                    id: id.to_owned(),
+                    keys: self.keys.clone(),
+                    effective,
+                    overrun,
+                    cost,
+                };
+                tokio::spawn(ending.resolve(op));
+                return Err(Error::outcome_unknown(
+                    &format!("committing reservation {id:?}"),
+                    "retry the commit: it answers how the reservation was settled",
+                ));
+            }
+        };
         if record.keys != self.keys {
             // ids are never reused: a record's keys never change
             tracing::error!(
@@ -104,14 +129,118 @@ impl Commit {
             );
             return Err(Error::Internal);
         }
+        match &record.ended {
+            Some(e) if e.op == op => {}
+            Some(e) => return self.replay(&record, e.cost, &effective).await,
+            None => return Err(Error::Internal),
+        }
         // the reservation is ended: from here the node owns its settlement
-        let (total, counted) = (record.total, &record.counted);
+        let ending = Ending {
+            ns: ns.clone(),
+            id: id.to_owned(),
+            keys: self.keys.clone(),
+            effective,
+            overrun,
+            cost,
+        };
+        ending.settle(&record).await
+    }
+
+    /// The answer to a commit of a reservation another commit ended: at the same cost,
+    /// what that one settled (`replayed`); at another, [`Error::AlreadyCommitted`].
+    async fn replay(
+        &self,
+        record: &ReservationRecord,
+        first: f64,
+        effective: &[KeyLimits],
+    ) -> Result<Vec<Settled>, Error> {
+        let (ns, id, cost, total) = (&*self.ns, self.id.as_str(), self.cost, record.total);
+        if first != cost {
+            return Err(Error::AlreadyCommitted(format!(
+                "reservation {id:?} was committed already, at cost {first}; this commit (cost {cost}) changed nothing"
+            )));
+        }
+        let in_shadow = ns.limits.as_ref().is_some_and(|l| l.shadow);
         let mut all = Vec::with_capacity(self.keys.len());
-        let mut failed = None;
         for (key, limits) in self.keys.iter().zip(effective) {
-            match settle(ns, key, &limits, overrun, (total, counted), cost).await {
+            let under = |c: f64| Take::under(ns, key, c, Effective::Config(limits), in_shadow);
+            let after = next_hit(under(0.0).take(true).await?, under(1.0)).await?;
+            all.push(Settled {
+                committed: true,
+                replayed: true,
+                reservation: id.to_owned(),
+                key: key.clone(),
+                estimate: total,
+                cost,
+                charged: (cost - total).max(0.0),
+                given_back: (total - cost).max(0.0),
+                uncharged: 0.0,
+                debt: after.decision.debt,
+                after: HitAnswer {
+                    allowed: true,
+                    ..after.answer()
+                },
+                verdict: after,
+            });
+        }
+        Ok(all)
+    }
+}
+
+/// A reservation this node ended (or may have: its answer was lost) and settles: its
+/// keys, each key's effective limits as the commit read them, the overrun rule and the
+/// actual cost.
+struct Ending {
+    ns: Arc<Namespace>,
+    id: String,
+    keys: Vec<String>,
+    effective: Vec<KeyLimits>,
+    overrun: Overrun,
+    cost: f64,
+}
+
+impl Ending {
+    /// A commit whose answer was lost: asked again under its operation id until the
+    /// store answers, then settled when it was this commit that ended the reservation.
+    async fn resolve(self, op: String) {
+        let each = self.ns.sync.store_timeout();
+        let book = &self.ns.reservations;
+        let taken = resolve(each, |w| book.take(&self.id, &op, self.cost, w)).await;
+        match taken {
+            Some(Some(record)) if record.ended.as_ref().is_some_and(|e| e.op == op) => {
+                let id = self.id.clone();
+                if let Err(e) = self.settle(&record).await {
+                    tracing::warn!(cause = %e, id, "a commit resolved after a lost answer: its settlement failed");
+                }
+            }
+            // another commit ended it, or it lapsed at its total: nothing of this one's
+            Some(_) => {}
+            None => tracing::error!(
+                id = self.id,
+                "a commit's outcome stays unknown: the store did not answer"
+            ),
+        }
+    }
+
+    /// Settles each key of the ended `record` at the actual cost.
+    async fn settle(self, record: &ReservationRecord) -> Result<Vec<Settled>, Error> {
+        let Ending {
+            ns,
+            id,
+            keys,
+            effective,
+            overrun,
+            cost,
+        } = self;
+        let id = id.as_str();
+        let (total, counted) = (record.total, &record.counted);
+        let mut all = Vec::with_capacity(keys.len());
+        let mut failed = None;
+        for (key, limits) in keys.iter().zip(effective) {
+            match settle(&ns, key, &limits, overrun, (total, counted), cost).await {
                 Ok((charged, given_back, after)) => all.push(Settled {
                     committed: true,
+                    replayed: false,
                     reservation: id.to_owned(),
                     key: key.clone(),
                     estimate: total,

@@ -5,6 +5,9 @@ use std::sync::Arc;
 
 use swin_core::UnixMs;
 
+use swin_sync::store::new_op;
+
+use super::known::{resolve, until_known, Outcome};
 use super::{hits, not_open, strictest, verdicts, Reserved};
 use crate::error::Error;
 use crate::pipeline::{Plan, Ran, Request};
@@ -45,18 +48,31 @@ impl Request for Extend {
     }
 
     async fn act(&self, plan: &Plan<'_>) -> Result<Self::Acted, Error> {
-        let ns = &self.ns;
+        let (ns, id, more, at) = (&self.ns, self.id.as_str(), self.more, plan.taken_at);
         // bounded as a lease's renewal is: past the request's answer time the store
-        // changes nothing (an error takes back what the hits took)
-        let raised = ns
-            .reservations
-            .extend(&self.id, self.more, plan.taken_at, swin_sync::now())
-            .await?;
-        let record = raised.ok_or_else(|| not_open(&self.id, ns.sync.name()))?;
+        // changes nothing (an error takes back what the hits took); sent again, under
+        // its operation id, while its reply is lost
+        let op = new_op();
+        let left = plan.left_of(ns.sync.answer_within());
+        let raised = until_known(left, |w| ns.reservations.extend(id, &op, more, at, w)).await;
+        let record = match raised {
+            Outcome::Known(r) => r.ok_or_else(|| not_open(id, ns.sync.name()))?,
+            Outcome::NotApplied(e) => return Err(Error::store(&e, "extending a reservation")),
+            Outcome::Unknown(e) => {
+                tracing::warn!(cause = %e, id, "an extend's outcome is unknown; resolved in the background");
+                let keys = self.keys.clone();
+                tokio::spawn(resolve_extend(ns.clone(), keys, self.id.clone(), op, more, at));
+                return Err(Error::outcome_unknown(
+                    &format!("extending reservation {id:?}"),
+                    "the extend is then in the reservation's total, or its hits are given back; read the reservation to see its total, or retry with the same Idempotency-Key",
+                ));
+            }
+        };
         Ok((record.total, record.expires_at))
     }
 
     fn answer(&self, _: Plan<'_>, ran: Ran<Self::Acted>) -> Result<Reserved, Error> {
+        // (an extend whose outcome is unknown returned its error before this)
         let recorder = self.ns.recorder();
         let name = self.ns.sync.name();
         let verdicts = verdicts(&self.keys, ran.taken)?;
@@ -79,4 +95,48 @@ impl Request for Extend {
             cost: self.more,
         })
     }
+}
+
+/// An extend whose answer was lost: asked again under its operation id until the store
+/// answers. Applied (now or before), its hits stay, counted in the reservation's total;
+/// not open (committed or lapsed without it), its hits go back, in the windows they
+/// were taken in.
+async fn resolve_extend(
+    ns: Arc<Namespace>,
+    keys: Vec<String>,
+    id: String,
+    op: String,
+    more: f64,
+    at: UnixMs,
+) {
+    let each = ns.sync.store_timeout();
+    let asked = resolve(each, |w| ns.reservations.extend(&id, &op, more, at, w)).await;
+    match asked {
+        Some(Some(_)) => {}
+        Some(None) => {
+            for key in &keys {
+                if let Err(e) = undo_hit(&ns, key, more, at).await {
+                    tracing::warn!(cause = %e, key, more, "an extend not applied: its hit stays spent");
+                }
+            }
+        }
+        None => tracing::error!(id, more, "an extend's outcome stays unknown: the store did not answer"),
+    }
+}
+
+/// Takes back a hit of `cost` on `key` taken at `at`, retried until the store answers.
+pub(super) async fn undo_hit(ns: &Namespace, key: &str, cost: f64, at: UnixMs) -> Result<(), Error> {
+    let Some(l) = &ns.limits else {
+        return Ok(());
+    };
+    let each = ns.sync.store_timeout();
+    let undone = resolve(each, |_| async {
+        let limits = ns.effective(key, l.for_key(key));
+        crate::pipeline::Take::under(ns, key, cost, limits, false)
+            .undo(at)
+            .await
+            .map_err(|e| swin_sync::StoreError::Unavailable(e.to_string()))
+    })
+    .await;
+    undone.ok_or_else(|| Error::Unavailable("the store did not answer".into()))
 }

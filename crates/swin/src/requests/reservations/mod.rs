@@ -29,6 +29,7 @@
 
 mod commit;
 mod extend;
+mod known;
 mod reserve;
 
 use std::time::Duration;
@@ -106,6 +107,11 @@ impl Reserved {
 pub struct Settled {
     /// True once settled (a second commit of it answers that it is unknown).
     pub(crate) committed: bool,
+    /// True when another commit of the reservation (an earlier one, whose answer was
+    /// lost) settled it: this answer repeats that settlement, at the cost asked (a
+    /// capped overrun may have charged less), and changed nothing.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) replayed: bool,
     /// Its id.
     pub(crate) reservation: String,
     /// The key.
@@ -137,8 +143,13 @@ impl Settled {
         self.committed
     }
 
+    /// True when an earlier commit of the reservation settled it (see the field).
+    pub fn replayed(&self) -> bool {
+        self.replayed
+    }
+
     /// Its id.
-    pub fn reservation(&self) -> &String {
+    pub fn reservation(&self) -> &str {
         &self.reservation
     }
 
@@ -251,7 +262,7 @@ pub(crate) fn check_keys(keys: &[String]) -> Result<(), Error> {
 }
 
 /// Not open: committed already, lapsed, never made, or made in another namespace.
-fn not_open(id: &str, namespace: &str) -> Error {
+pub(crate) fn not_open(id: &str, namespace: &str) -> Error {
     Error::UnknownReservation(format!(
         "reservation: {id:?} is not open in namespace {namespace:?} (committed already, lapsed at its total, never made, or made in another namespace); nothing was changed"
     ))
@@ -304,8 +315,9 @@ fn strictest(verdicts: &[(String, Verdict)]) -> Result<Verdict, Error> {
         .ok_or(Error::Internal)
 }
 
-/// Reads the open reservation `id` of the namespace: its keys and total, checked
-/// against `key` when the caller named one (a reservation of that key alone).
+/// Reads the reservation `id` of the namespace, open or ended (a commit of an ended one
+/// answers how it was settled): its keys and total, checked against `key` when the
+/// caller named one (a reservation of that key alone).
 pub(crate) async fn open_record(
     ns: &crate::state::Namespace,
     id: &str,

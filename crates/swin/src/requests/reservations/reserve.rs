@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use swin_core::UnixMs;
-use swin_sync::store::OpenReservation;
+use swin_sync::store::{new_op, OpenReservation};
 
+use super::known::{until_known, Outcome};
 use super::{
     hits, lapse, new_id, reservation_ttl, strictest, verdicts, Reserved, RETRY_EVERY, RETRY_FOR,
 };
@@ -64,30 +65,34 @@ impl Request for Reserve {
             now,
             at: plan.taken_at,
         };
-        // within what the take left of the answer time
+        // within what the take left of the answer time, sent again while its reply is
+        // lost (the id is the opening's own: an opening sent again finds its record)
         let left = plan.left_of(ns.sync.answer_within());
-        let recorded = tokio::time::timeout(left, ns.reservations.open(open))
-            .await
-            .unwrap_or_else(|_| {
-                Err(Error::Store {
-                    reason: "store_unreachable",
-                    message: "recording a reservation: the store did not answer in time; nothing was spent".into(),
-                })
-            });
-        Ok(match recorded {
-            Ok(true) => Ok((id, expires_at)),
-            failed => {
-                // nobody knows the id: the node takes the estimate back, and ends the
-                // record in case the store wrote it before failing
-                let taken = Estimate {
-                    keys: self.keys.clone(),
-                    cost,
-                    at: plan.taken_at,
-                };
-                tokio::spawn(undo(ns.clone(), taken, id, expires_at));
-                Err(failed.err().unwrap_or(Error::Internal))
+        let recorded = until_known(left, |within| ns.reservations.open(open, within)).await;
+        let failed = match recorded {
+            Outcome::Known(true) => return Ok(Ok((id, expires_at))),
+            Outcome::Known(false) => {
+                // 128 random bits: another live record with this id is a bug
+                tracing::error!(id, "a new reservation id was already recorded");
+                Error::Internal
             }
-        })
+            Outcome::NotApplied(e) | Outcome::Unknown(e) => {
+                tracing::warn!(cause = %e, "recording a reservation");
+                Error::Store {
+                    reason: e.reason(),
+                    message: "recording a reservation: the store did not confirm it in time; the reservation is not made (this node ends its record if the store wrote it) and what it spent is given back".into(),
+                }
+            }
+        };
+        // nobody knows the id: the node takes the estimate back, and ends the record in
+        // case the store wrote it
+        let taken = Estimate {
+            keys: self.keys.clone(),
+            cost,
+            at: plan.taken_at,
+        };
+        tokio::spawn(undo(ns.clone(), taken, id, expires_at));
+        Ok(Err(failed))
     }
 
     fn answer(&self, _: Plan<'_>, ran: Ran<Self::Acted>) -> Result<Reserved, Error> {
@@ -153,9 +158,12 @@ async fn undo(ns: Arc<Namespace>, taken: Estimate, id: String, lapse: UnixMs) {
             tokio::time::sleep(RETRY_EVERY).await;
         }
     }
-    // the record, until it would have lapsed anyway
+    // the record, until it would have lapsed anyway: ended (at cost 0, by an operation
+    // of its own), so that no opening of it sent late can make it open again
+    let op = new_op();
+    let each = ns.sync.store_timeout();
     while swin_sync::now() < lapse {
-        match ns.reservations.take(&id, swin_sync::now()).await {
+        match ns.reservations.take(&id, &op, 0.0, each).await {
             Ok(_) => return,
             Err(_) => tokio::time::sleep(RETRY_EVERY).await,
         }

@@ -1,0 +1,220 @@
+//! A relay between a node and its store that loses replies on demand: each connection
+//! is forwarded byte for byte, and once armed, the next request whose bytes hold every
+//! one of a set of patterns (a script's argument, a statement's text) reaches the store
+//! — the store applies it — while its reply never reaches the node: the relay drops what
+//! the store answers and cuts the connection, as a network that fails at the wrong
+//! moment does. It speaks no protocol, so it serves Redis and PostgreSQL alike; it can
+//! also refuse every connection for a while (`cut`).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A relay listening on a port of its own (see the module's note). Dropping it stops
+/// the relay and cuts its connections.
+#[derive(Debug)]
+pub struct Relay {
+    addr: SocketAddr,
+    upstream: SocketAddr,
+    state: Arc<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Requests still to lose the reply of, each by the patterns its bytes hold.
+    armed: Mutex<Vec<Vec<Vec<u8>>>>,
+    /// Replies lost so far.
+    lost: AtomicUsize,
+    /// While set, new connections are refused and open ones cut.
+    cut: AtomicBool,
+    /// Bumped by every cut: a connection opened before it ends.
+    epoch: AtomicUsize,
+}
+
+impl State {
+    /// Whether `request` is one to lose the reply of (it then is no longer armed).
+    fn takes(&self, request: &[u8]) -> bool {
+        let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
+        let at = armed.iter().position(|patterns| {
+            patterns
+                .iter()
+                .all(|p| request.windows(p.len()).any(|w| w == p.as_slice()))
+        });
+        match at {
+            Some(i) => {
+                armed.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Relay {
+    /// A relay to `upstream` (a store's `host:port`) on a free local port.
+    pub async fn start(upstream: SocketAddr) -> Relay {
+        let listener = TcpListener::bind(("127.0.0.1", crate::free_port()))
+            .await
+            .expect("bind the relay");
+        let addr = listener.local_addr().expect("the relay's address");
+        let state = Arc::new(State::default());
+        let s = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                if s.cut.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                tokio::spawn(relay(client, upstream, s.clone()));
+            }
+        });
+        Relay {
+            addr,
+            upstream,
+            state,
+            task,
+        }
+    }
+
+    /// A relay to the store at `url` (`redis://host:port…`, `postgres://…@host:port/…`).
+    pub async fn to_url(url: &str) -> Relay {
+        Relay::start(host_port(url)).await
+    }
+
+    /// Where the node connects: the relay's own address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `url` with its `host:port` replaced by the relay's.
+    pub fn url_for(&self, url: &str) -> String {
+        let upstream = self.upstream.to_string();
+        let host = upstream.replace("127.0.0.1", "localhost");
+        url.replacen(&upstream, &self.addr.to_string(), 1)
+            .replacen(&host, &self.addr.to_string(), 1)
+    }
+
+    /// The next request holding every one of `patterns` is applied by the store and its
+    /// reply lost (armed once per call; several calls arm several requests).
+    pub fn lose_reply_to(&self, patterns: &[&[u8]]) {
+        self.state
+            .armed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(patterns.iter().map(|p| p.to_vec()).collect());
+    }
+
+    /// Disarms what [`Relay::lose_reply_to`] armed and no request matched yet.
+    pub fn disarm(&self) {
+        self.state
+            .armed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// How many replies were lost so far.
+    pub fn lost(&self) -> usize {
+        self.state.lost.load(Ordering::SeqCst)
+    }
+
+    /// Whether requests armed are still waiting for a match.
+    pub fn armed(&self) -> usize {
+        self.state
+            .armed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    /// Cuts every open connection and refuses new ones until [`Relay::heal`].
+    pub fn cut(&self) {
+        self.state.cut.store(true, Ordering::SeqCst);
+        self.state.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Accepts connections again.
+    pub fn heal(&self) {
+        self.state.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.cut();
+        self.task.abort();
+    }
+}
+
+/// `host:port` of a store URL (`localhost` taken as 127.0.0.1).
+fn host_port(url: &str) -> SocketAddr {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let hp = rest.split(['/', '?']).next().unwrap_or(rest);
+    let hp = hp.replace("localhost", "127.0.0.1");
+    hp.parse()
+        .unwrap_or_else(|e| panic!("{url:?}: no host:port to relay to ({e})"))
+}
+
+/// One connection: the client's bytes to the store; the store's back, unless the last
+/// request was one to lose the reply of.
+async fn relay(client: TcpStream, upstream: SocketAddr, state: Arc<State>) {
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let epoch = state.epoch.load(Ordering::SeqCst);
+    let (mut cr, mut cw) = client.into_split();
+    let (mut sr, mut sw) = server.into_split();
+    let doomed = Arc::new(AtomicBool::new(false));
+    let d = doomed.clone();
+    let st = state.clone();
+    let up = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match cr.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if st.takes(&buf[..n]) {
+                d.store(true, Ordering::SeqCst);
+            }
+            if sw.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    let st = state.clone();
+    let down = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match sr.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if doomed.load(Ordering::SeqCst) {
+                // the store applied the request; the node never hears of it
+                st.lost.fetch_add(1, Ordering::SeqCst);
+                return;
+            }
+            if cw.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    let cut = async {
+        while state.epoch.load(Ordering::SeqCst) == epoch {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        _ = up => {}
+        _ = down => {}
+        _ = cut => {}
+    }
+}
