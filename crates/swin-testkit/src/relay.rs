@@ -3,7 +3,10 @@
 //! one of a set of patterns (a script's argument, a statement's text) reaches the store
 //! — the store applies it — while its reply never reaches the node: the relay drops what
 //! the store answers and cuts the connection, as a network that fails at the wrong
-//! moment does. It speaks no protocol, so it serves Redis and PostgreSQL alike; it can
+//! moment does. A transaction's change is applied by its `COMMIT`, so the reply lost
+//! can also be the one to the next request holding other patterns on the same
+//! connection ([`Relay::lose_reply_after`]: a statement, then its transaction's
+//! `COMMIT`). It speaks no protocol, so it serves Redis and PostgreSQL alike; it can
 //! also refuse every connection for a while (`cut`).
 
 use std::net::SocketAddr;
@@ -23,10 +26,27 @@ pub struct Relay {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// Patterns every one of which a request's bytes hold.
+type Patterns = Vec<Vec<u8>>;
+
+/// One request to lose the reply of: the patterns of the request, or of a request
+/// before it on its connection and then its own.
+#[derive(Debug)]
+struct Armed {
+    first: Patterns,
+    then: Option<Patterns>,
+}
+
+fn holds(request: &[u8], patterns: &Patterns) -> bool {
+    patterns
+        .iter()
+        .all(|p| request.windows(p.len()).any(|w| w == p.as_slice()))
+}
+
 #[derive(Debug, Default)]
 struct State {
-    /// Requests still to lose the reply of, each by the patterns its bytes hold.
-    armed: Mutex<Vec<Vec<Vec<u8>>>>,
+    /// Requests still to lose the reply of.
+    armed: Mutex<Vec<Armed>>,
     /// Replies lost so far.
     lost: AtomicUsize,
     /// While set, new connections are refused and open ones cut.
@@ -36,21 +56,13 @@ struct State {
 }
 
 impl State {
-    /// Whether `request` is one to lose the reply of (it then is no longer armed).
-    fn takes(&self, request: &[u8]) -> bool {
+    /// What `request` arms (it then is no longer armed for other connections): `None`,
+    /// nothing; `Some(None)`, its own reply is lost; `Some(Some(then))`, the reply to the
+    /// next request on its connection that holds `then`.
+    fn takes(&self, request: &[u8]) -> Option<Option<Patterns>> {
         let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
-        let at = armed.iter().position(|patterns| {
-            patterns
-                .iter()
-                .all(|p| request.windows(p.len()).any(|w| w == p.as_slice()))
-        });
-        match at {
-            Some(i) => {
-                armed.remove(i);
-                true
-            }
-            None => false,
-        }
+        let i = armed.iter().position(|a| holds(request, &a.first))?;
+        Some(armed.remove(i).then)
     }
 }
 
@@ -101,11 +113,26 @@ impl Relay {
     /// The next request holding every one of `patterns` is applied by the store and its
     /// reply lost (armed once per call; several calls arm several requests).
     pub fn lose_reply_to(&self, patterns: &[&[u8]]) {
+        self.arm(patterns, None);
+    }
+
+    /// The first request holding every one of `first` goes through; the reply to the
+    /// next request on its connection holding every one of `then` (its transaction's
+    /// `COMMIT`) is lost, that request applied.
+    pub fn lose_reply_after(&self, first: &[&[u8]], then: &[&[u8]]) {
+        self.arm(first, Some(then));
+    }
+
+    fn arm(&self, first: &[&[u8]], then: Option<&[&[u8]]>) {
+        let owned = |ps: &[&[u8]]| ps.iter().map(|p| p.to_vec()).collect();
         self.state
             .armed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(patterns.iter().map(|p| p.to_vec()).collect());
+            .push(Armed {
+                first: owned(first),
+                then: then.map(owned),
+            });
     }
 
     /// Disarms what [`Relay::lose_reply_to`] armed and no request matched yet.
@@ -176,13 +203,24 @@ async fn relay(client: TcpStream, upstream: SocketAddr, state: Arc<State>) {
     let st = state.clone();
     let up = async move {
         let mut buf = vec![0u8; 64 * 1024];
+        // patterns a request of this connection armed for a later one
+        let mut primed: Option<Patterns> = None;
         loop {
             let n = match cr.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            if st.takes(&buf[..n]) {
+            let request = &buf[..n];
+            if std::env::var("RELAY_DEBUG").is_ok() {
+                eprintln!("relay> {:?}", String::from_utf8_lossy(request));
+            }
+            if primed.as_ref().is_some_and(|p| holds(request, p)) {
                 d.store(true, Ordering::SeqCst);
+            } else if let Some(then) = st.takes(request) {
+                match then {
+                    None => d.store(true, Ordering::SeqCst),
+                    Some(p) => primed = Some(p),
+                }
             }
             if sw.write_all(&buf[..n]).await.is_err() {
                 return;

@@ -29,6 +29,8 @@
 //! - `refunds`: Envoy's negative hits on a namespace of hits through a store that goes
 //!   away give back nothing, then exactly;
 //! - `reservations`: reserve and commit through a store that goes away or hangs;
+//! - `lost_replies`: a reserve, an extend and a commit whose store reply is lost after
+//!   the store applied it (a relay drops it) apply once, and say so;
 //! - `budgets`: token budgets — a commit raced on two nodes, an extend after the ttl,
 //!   a reservation over several keys through a store outage, debt and its Retry-After,
 //!   a reserve denied by one key, bad input;
@@ -60,6 +62,7 @@ mod keyspace;
 mod late;
 mod leases;
 mod limits;
+mod lost_replies;
 mod quota;
 mod quota_cluster;
 mod readiness;

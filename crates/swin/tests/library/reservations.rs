@@ -123,13 +123,18 @@ async fn a_reservation_settles_once(store: &TestStore) {
     let id = id(&r);
     limiter.commit("api", "k", &id, 1.0).await.expect("commit");
     assert_eq!(stored(store, "api", "k").await, 1.0);
-    for cost in [1.0, 0.0, 5.0] {
+    // the same commit again (its answer lost) is told how the first settled it
+    let again = limiter.commit("api", "k", &id, 1.0).await.expect("again");
+    assert!(again.replayed() && again.committed(), "{again:?}");
+    assert_eq!((again.estimate(), again.given_back()), (3.0, 2.0));
+    for cost in [0.0, 5.0] {
         let e = limiter
             .commit("api", "k", &id, cost)
             .await
-            .expect_err("a second commit");
-        assert!(matches!(e, Error::UnknownReservation(_)), "{e:?}");
+            .expect_err("a second commit at another cost");
+        assert!(matches!(e, Error::AlreadyCommitted(_)), "{e:?}");
     }
+    assert_eq!(stored(store, "api", "k").await, 1.0, "settled once");
     for never in [
         "0123456789abcdef0123456789abcdef",
         // the form of ids made before reservations were recorded with their total
@@ -165,11 +170,9 @@ async fn another_limiter_over_the_store_settles_a_reservation(store: &TestStore)
     assert!(s.committed());
     assert_eq!(s.given_back(), 3.0);
     assert_eq!(stored(store, "api", "k").await, 2.0);
-    let e = a
-        .commit("api", "k", &id, 2.0)
-        .await
-        .expect_err("settled on b");
-    assert!(matches!(e, Error::UnknownReservation(_)), "{e:?}");
+    let again = a.commit("api", "k", &id, 2.0).await.expect("settled on b");
+    assert!(again.replayed(), "{again:?}");
+    assert_eq!(stored(store, "api", "k").await, 2.0, "settled once");
     // a's next decision sees what b gave back
     let v = a.hit("api", "k", 1.0).await.expect("hit");
     assert_eq!(v.decision().remaining, 7.0, "{v:?}");

@@ -80,7 +80,7 @@ where
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_lost_reply_then_an_answer_is_known() {
         let mut n = 0;
         let got = until_known(Duration::from_secs(1), |_| {
@@ -95,7 +95,7 @@ mod tests {
         assert!(matches!(got, Outcome::Known(2)), "{got:?}");
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_lost_reply_then_refusals_stay_unknown() {
         let mut n = 0;
         let got = until_known(Duration::from_millis(200), |_| {

@@ -1,0 +1,174 @@
+//! Replies lost after the store applied the write (a relay between the node and the
+//! store drops the reply and cuts the connection): a reserve, an extend and a commit
+//! each apply exactly once, their answers say what the store did, and a commit sent
+//! again is told how the first settled the reservation, on PostgreSQL and Redis, in
+//! periodic and synchronous namespaces. Each asserts the store's exact count.
+
+use std::time::Duration;
+
+use swin_testkit::cluster::{Node, TestStore};
+use swin_testkit::Relay;
+
+use super::budgets::{id, ns_call};
+use super::support::node_in;
+
+/// `periodic` (sync_rate 0.2) and `sync` (sync_rate 0), 1,000 a day per key.
+fn config(section: &str) -> String {
+    let ns = |name: &str, rate: &str| {
+        format!(
+            "
+[[namespaces]]
+name = \"{name}\"
+window_sizes = [86400]
+sync_rate = {rate}
+store = \"main\"
+limits = [{{ window_size = 86400, limit = 1000 }}]
+"
+        )
+    };
+    format!(
+        "store_timeout = 1\nanswer_timeout = 0.5\n{section}{}{}",
+        ns("periodic", "0.2"),
+        ns("sync", "0"),
+    )
+}
+
+/// Which write of a reservation's record to lose the reply of.
+#[derive(Debug, Clone, Copy)]
+enum Write {
+    Open,
+    Extend,
+    Take,
+}
+
+/// Arms `relay` to lose the reply of the next `write` to `store`'s reservations: Redis,
+/// the script call naming the operation; PostgreSQL, the `COMMIT` of the transaction
+/// that made the change.
+fn arm(relay: &Relay, store: &TestStore, write: Write) {
+    if store.url.starts_with("redis") {
+        let op: &[u8] = match write {
+            Write::Open => b"\r\nopen\r\n",
+            Write::Extend => b"\r\nextend\r\n",
+            Write::Take => b"\r\ntake\r\n",
+        };
+        relay.lose_reply_to(&[b"cost-reservation", op]);
+    } else {
+        let statement: &[u8] = match write {
+            Write::Open => b"INSERT INTO swin_cost_reservations",
+            Write::Extend => b"SET total = total +",
+            Write::Take => b"SET ended =",
+        };
+        relay.lose_reply_after(&[statement], &[b"COMMIT"]);
+    }
+}
+
+/// A node over `store` through a relay of its own.
+async fn node_via(store: &TestStore) -> (tempfile::TempDir, Relay, Node) {
+    let relay = Relay::to_url(&store.url).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(dir.path(), &config(&store.section_via(&relay)));
+    (dir, relay, node)
+}
+
+/// Sends `op` until it is not 503 `outcome_unknown` (a client retrying with the same
+/// reservation id), at most five times: its last answer.
+async fn until_known(
+    c: &reqwest::Client,
+    node: &Node,
+    ns: &str,
+    op: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    for _ in 0..5 {
+        let (s, v) = ns_call(c, &node.base, ns, op, body.clone()).await;
+        if !(s == 503 && v["error"]["code"] == "outcome_unknown") {
+            return (s, v);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    panic!("{op} stayed outcome_unknown");
+}
+
+/// What the store holds for `key` of `ns` once the node stopped (its last push made).
+async fn stored_after_stop(store: &TestStore, mut node: Node, ns: &str, key: &str) -> f64 {
+    assert!(node.terminate(), "the node stops cleanly");
+    store.totals(ns).await.get(key).copied().unwrap_or(0.0)
+}
+
+/// Reserve 100, the commit at 30 loses its reply: the commit applies once (given back
+/// 70), a commit sent again is told how it was settled, and the store holds 30.
+async fn a_commit_whose_reply_is_lost_settles_once(store: &TestStore) {
+    for ns in ["periodic", "sync"] {
+        let (_dir, relay, node) = node_via(store).await;
+        let c = reqwest::Client::new();
+        let body = serde_json::json!({"keys": ["k"], "cost": 100});
+        let (s, v) = ns_call(&c, &node.base, ns, "reserve", body).await;
+        assert_eq!(s, 200, "{v}");
+        let rid = id(&v);
+        arm(&relay, store, Write::Take);
+        let commit = serde_json::json!({"reservation": rid, "cost": 30});
+        let (s, v) = until_known(&c, &node, ns, "commit", commit.clone()).await;
+        assert_eq!((s, relay.lost()), (200, 1), "{ns}: {v}");
+        let (s, again) = ns_call(&c, &node.base, ns, "commit", commit).await;
+        assert_eq!(s, 200, "{ns}: a commit sent again: {again}");
+        assert_eq!(again["keys"][0]["replayed"], true, "{ns}: {again}");
+        let (s, other) = ns_call(
+            &c,
+            &node.base,
+            ns,
+            "commit",
+            serde_json::json!({"reservation": rid, "cost": 5}),
+        )
+        .await;
+        assert_eq!((s, other["error"]["code"].as_str()), (409, Some("already_committed")));
+        let held = stored_after_stop(store, node, ns, "k").await;
+        assert_eq!(held, 30.0, "{ns}: charged once, what was used");
+    }
+}
+
+/// Reserve 100, an extend of 50 loses its reply: it counts once, and a commit at 150
+/// leaves 150 in the store.
+async fn an_extend_whose_reply_is_lost_counts_once(store: &TestStore) {
+    for ns in ["periodic", "sync"] {
+        let (_dir, relay, node) = node_via(store).await;
+        let c = reqwest::Client::new();
+        let body = serde_json::json!({"keys": ["k"], "cost": 100});
+        let (s, v) = ns_call(&c, &node.base, ns, "reserve", body).await;
+        assert_eq!(s, 200, "{v}");
+        let rid = id(&v);
+        arm(&relay, store, Write::Extend);
+        let more = serde_json::json!({"reservation": rid, "cost": 50});
+        let (s, v) = ns_call(&c, &node.base, ns, "extend", more).await;
+        assert_eq!((s, relay.lost()), (200, 1), "{ns}: {v}");
+        assert_eq!(v["total"], 150.0, "{ns}: {v}");
+        let commit = serde_json::json!({"reservation": rid, "cost": 150});
+        let (s, v) = ns_call(&c, &node.base, ns, "commit", commit).await;
+        assert_eq!(s, 200, "{ns}: {v}");
+        let held = stored_after_stop(store, node, ns, "k").await;
+        assert_eq!(held, 150.0, "{ns}: what was used, once");
+    }
+}
+
+/// A reserve whose record's reply is lost is made once: it answers its reservation,
+/// and its commit at 40 leaves 40.
+async fn a_reserve_whose_reply_is_lost_is_made_once(store: &TestStore) {
+    for ns in ["periodic", "sync"] {
+        let (_dir, relay, node) = node_via(store).await;
+        let c = reqwest::Client::new();
+        arm(&relay, store, Write::Open);
+        let body = serde_json::json!({"keys": ["k"], "cost": 100});
+        let (s, v) = ns_call(&c, &node.base, ns, "reserve", body).await;
+        assert_eq!((s, relay.lost()), (200, 1), "{ns}: {v}");
+        let commit = serde_json::json!({"reservation": id(&v), "cost": 40});
+        let (s, v) = ns_call(&c, &node.base, ns, "commit", commit).await;
+        assert_eq!(s, 200, "{ns}: {v}");
+        let held = stored_after_stop(store, node, ns, "k").await;
+        assert_eq!(held, 40.0, "{ns}: what was used, once");
+    }
+}
+
+swin_testkit::for_stores!([postgres, redis] [
+    a_commit_whose_reply_is_lost_settles_once,
+    an_extend_whose_reply_is_lost_counts_once,
+    a_reserve_whose_reply_is_lost_is_made_once,
+]);
