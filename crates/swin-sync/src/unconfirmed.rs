@@ -30,9 +30,19 @@ pub enum Rows {
 pub struct Chunk {
     pub seq: u64,
     pub rows: Rows,
+    /// The identity it went under, when not its [`Unconfirmed`]'s (a synchronous round
+    /// trip's: `<push id>~s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push_id: Option<String>,
 }
 
 impl Chunk {
+    /// The same chunk, sent under the identity `push_id`.
+    pub fn of(mut self, push_id: &str) -> Self {
+        self.push_id = Some(push_id.to_owned());
+        self
+    }
+
     pub fn diffs(seq: u64, diffs: &[Diff]) -> Self {
         Chunk {
             seq,
@@ -42,6 +52,7 @@ impl Chunk {
                     .map(|d| (d.key.to_string(), d.window_size, d.window_start, d.value))
                     .collect(),
             ),
+            push_id: None,
         }
     }
 
@@ -52,6 +63,7 @@ impl Chunk {
                 now_ns,
                 advances: advances.iter().map(|a| (a.key.to_string(), a.ns)).collect(),
             },
+            push_id: None,
         }
     }
 }
@@ -98,8 +110,8 @@ impl Unconfirmed {
     /// good are logged and dropped, as a sync does.
     pub async fn push(&mut self, store: &Store, timeout: Duration) -> Result<usize, StoreError> {
         let mut pushed = 0;
-        let push_id = crate::PushId::new(self.push_id.as_str());
         while let Some(chunk) = self.chunks.front() {
+            let push_id = crate::PushId::new(chunk.push_id.as_deref().unwrap_or(&self.push_id));
             let call = async {
                 match &chunk.rows {
                     Rows::Diffs(rows) => {

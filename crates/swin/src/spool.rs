@@ -239,6 +239,7 @@ mod tests {
                     Chunk {
                         seq: 3,
                         rows: Rows::Diffs(vec![("k\u{0}ey".into(), 60, 120, 2.5)]),
+                        push_id: Some("1-ff.2~s".into()),
                     },
                     Chunk {
                         seq: 4,
@@ -246,6 +247,7 @@ mod tests {
                             now_ns: 7,
                             advances: vec![("g".into(), -5)],
                         },
+                        push_id: None,
                     },
                 ]
                 .into(),

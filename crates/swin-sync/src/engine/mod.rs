@@ -16,6 +16,7 @@ mod gcra;
 mod idempotency;
 mod leases;
 mod limits;
+mod owed;
 mod pace;
 mod periodic;
 mod quota;
@@ -110,6 +111,8 @@ pub struct NamespaceSync {
     sync_queue: Mutex<SyncQueue>,
     /// Synchronous increments answered before their round trip ended.
     late: synchronous::LateTrips,
+    /// Synchronous round trips' numbers, and those whose outcome the store did not tell.
+    owed: Mutex<owed::Owed>,
     /// The tasks that send them: the engine's last push waits for them.
     flushes: tokio_util::task::TaskTracker,
     /// The timer that pushes and fetches, and what its rounds queue.
@@ -157,6 +160,7 @@ impl NamespaceSync {
             buckets: false,
             sync_queue: Mutex::new(SyncQueue::default()),
             late: synchronous::LateTrips::default(),
+            owed: Mutex::default(),
             flushes: tokio_util::task::TaskTracker::new(),
             rounds: SyncLoop::default(),
             status: Mutex::new(SyncStatus::default()),

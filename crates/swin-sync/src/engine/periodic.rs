@@ -68,6 +68,10 @@ impl NamespaceSync {
             return Ok(SyncReport::default());
         };
         let started = Instant::now();
+        if self.owes() {
+            // synchronous round trips owed: sent again (confirmed, they are done)
+            self.pay_owed(store).await;
+        }
         let mut st = self.rounds.state.lock().await;
         let mut result = self.sync_locked(store, &mut st, now, &mut pace).await;
         let never_reached = self.status().last_success_ms.is_none();

@@ -46,6 +46,9 @@ impl NamespaceSync {
                     .map(|(seq, a)| Chunk::advances(seq, nanos(now), &a)),
             )
             .collect();
+        // what the synchronous path owes goes too, under its own identity (each
+        // identity's chunks stay in their order)
+        chunks.extend(self.take_owed());
         chunks.sort_by_key(|c| c.seq);
         self.set_pending(0, 0);
         Unconfirmed {

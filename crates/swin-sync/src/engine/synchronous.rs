@@ -10,7 +10,7 @@ use swin_core::{
 };
 use tracing::warn;
 
-use super::{Create, NamespaceSync, SyncMode};
+use super::{owed, Create, NamespaceSync, SyncMode};
 use crate::store::{Push, Store, WindowKey};
 
 /// What became of a synchronous increment a request sent.
@@ -22,6 +22,9 @@ pub(super) enum Sent {
     Failed,
     /// No answer within `answer_within`: the round trip goes on and owns the increment.
     Late,
+    /// The store may have taken it and did not say: its round trip is owed, sent again
+    /// until the store confirms it (applied once), and owns the increment.
+    Owed,
     /// The store refused the window for good (it would pass its range): not counted.
     Refused,
 }
@@ -33,6 +36,8 @@ pub(super) enum Told {
     Counted(WindowRate),
     /// The store failed.
     Failed,
+    /// The store may have taken it: the round trip is owed (see [`Sent::Owed`]).
+    Owed,
     /// The store refused the window for good.
     Refused,
 }
@@ -118,6 +123,9 @@ impl Waiting {
     }
 }
 
+/// The pause before a round trip whose reply was lost is sent again.
+const AGAIN_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Synchronous increments per round trip at most.
 pub(super) const SYNC_BATCH: usize = 2_000;
 
@@ -201,7 +209,8 @@ impl NamespaceSync {
             // with the hit (the table may hold it by now: the round trip owns the hit
             // from here, in the store when it lands, counted here by the flush when it
             // fails)
-            Sent::Late => Ok(WindowRate::at(
+            // or owed: the round trip is sent again until the store confirms it
+            Sent::Late | Sent::Owed => Ok(WindowRate::at(
                 table.size(),
                 now,
                 before.current + value,
@@ -361,18 +370,45 @@ impl NamespaceSync {
             .collect();
         prev_keys.sort();
         prev_keys.dedup();
-        let answer = if store.capabilities().pipelines {
-            // Redis: one script call per slot does both — the previous windows ride along
-            // as diffs of 0, which add nothing and bring their counts back
-            self.push_with_previous(store, &diffs, &prev_keys).await
-        } else {
-            self.push_beside_read(store, &diffs, &prev_keys).await
+        if !self.pay_owed(store).await {
+            // an earlier round trip is still owed: nothing later goes before it
+            let e = crate::StoreError::Unavailable("an earlier round trip is owed".into());
+            return self.failed_synchronous(&e, batch);
+        }
+        // under a number of its own, sent again while the store does not say whether it
+        // took it (within the time its callers wait), then owed
+        let seq = self.next_sync_seq();
+        let until = tokio::time::Instant::now() + self.session.answer_within;
+        let mut may_have_run = false;
+        let answer = loop {
+            let answer = if store.capabilities().pipelines {
+                // Redis: one script call per slot does both — the previous windows ride
+                // along as diffs of 0, which add nothing and bring their counts back
+                self.push_with_previous(store, &diffs, &prev_keys, seq).await
+            } else {
+                self.push_beside_read(store, &diffs, &prev_keys, seq).await
+            };
+            match answer {
+                Ok(a) => break Ok(a),
+                Err(e) => {
+                    may_have_run |= owed::unknown(&e);
+                    let again = tokio::time::Instant::now() + AGAIN_AFTER;
+                    if !may_have_run || again >= until {
+                        break Err(e);
+                    }
+                    tokio::time::sleep(AGAIN_AFTER).await;
+                }
+            }
         };
         let (pushed, previous, refused) = match answer {
             Ok((p, r)) => {
                 let refused: std::collections::HashSet<WindowKey> =
                     p.rejected.iter().map(|r| WindowKey::of(&r.diff)).collect();
                 (self.settle(&diffs, p), r, refused)
+            }
+            Err(e) if may_have_run => {
+                self.owe(seq, &diffs);
+                return self.owed_synchronous(&e, batch);
             }
             Err(e) => return self.failed_synchronous(&e, batch),
         };
@@ -413,10 +449,12 @@ impl NamespaceSync {
         store: &Store,
         diffs: &[Diff],
         prev_keys: &[WindowKey],
+        seq: u64,
     ) -> Result<(crate::store::Pushed, Vec<Total>), crate::StoreError> {
+        let push_id = self.sync_push_id();
         let push = Push {
-            node_id: &self.node_id,
-            seq: None,
+            node_id: &push_id,
+            seq: Some(seq),
             diffs,
         };
         let (pushed, previous) = tokio::join!(
@@ -448,11 +486,30 @@ impl NamespaceSync {
     }
 }
 
+impl NamespaceSync {
+    /// A batch the store may have taken without saying so: owed (see `owed.rs`), and its
+    /// callers answer from what the node knew with their increment, counting nothing
+    /// here (the owed round trip counts it, once).
+    fn owed_synchronous(&self, e: &crate::StoreError, batch: Vec<Waiting>) {
+        warn!(namespace = self.name(), cause = %e, hits = batch.len(), "synchronous increments not confirmed; sent again until the store confirms them");
+        self.record(Err(e));
+        self.trip(e);
+        for w in batch {
+            let window = w.window();
+            if w.tx.send(Told::Owed).is_err() {
+                // answered late: the owed round trip owns it
+                self.late.settle(&window);
+            }
+        }
+    }
+}
+
 impl From<Told> for Sent {
     fn from(told: Told) -> Sent {
         match told {
             Told::Counted(rate) => Sent::Answered(rate),
             Told::Failed => Sent::Failed,
+            Told::Owed => Sent::Owed,
             Told::Refused => Sent::Refused,
         }
     }
@@ -467,6 +524,7 @@ impl NamespaceSync {
         store: &Store,
         diffs: &[Diff],
         previous: &[WindowKey],
+        seq: u64,
     ) -> Result<(crate::store::Pushed, Vec<Total>), crate::StoreError> {
         let mut all = diffs.to_vec();
         all.extend(previous.iter().map(|w| Diff {
@@ -475,9 +533,10 @@ impl NamespaceSync {
             window_start: w.window_start,
             value: 0.0,
         }));
+        let push_id = self.sync_push_id();
         let push = Push {
-            node_id: &self.node_id,
-            seq: None,
+            node_id: &push_id,
+            seq: Some(seq),
             diffs: &all,
         };
         let mut reply = self.call(store.push(self.name(), push)).await?;

@@ -377,9 +377,11 @@ impl CounterStore for PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(err)?;
-        // A retry comes within seconds; an hour of push records is plenty.
+        // A retry comes within seconds; an hour of push records is plenty, ten minutes
+        // of a synchronous path's (`~s`: one record per round trip)
         sqlx::query(
-            "DELETE FROM swin_pushes WHERE pushed_at < to_timestamp($1) - interval '1 hour'",
+            "DELETE FROM swin_pushes WHERE pushed_at < to_timestamp($1) - interval '1 hour'
+                OR (node_id LIKE '%~s' AND pushed_at < to_timestamp($1) - interval '10 minutes')",
         )
         .bind(now_s as f64)
         .execute(&mut *tx)

@@ -329,7 +329,10 @@ impl CounterStore for SqliteStore {
             .execute(&self.pool)
             .await
             .map_err(err)?;
-        sqlx::query("DELETE FROM swin_pushes WHERE pushed_at < ?1 - 3600")
+        sqlx::query(
+            "DELETE FROM swin_pushes WHERE pushed_at < ?1 - 3600
+                OR (node_id LIKE '%~s' AND pushed_at < ?1 - 600)",
+        )
             .bind(now.secs())
             .execute(&self.pool)
             .await
