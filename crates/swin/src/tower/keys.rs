@@ -97,7 +97,8 @@ impl<B> KeyExtractor<B> for HeaderKey {
 /// connections as it likes), canonical: `::ffff:203.0.113.7` is `203.0.113.7`. It is
 /// read from axum's `ConnectInfo<SocketAddr>` in the request's extensions (serve with
 /// `into_make_service_with_connect_info::<SocketAddr>()`; another server inserts it
-/// itself). A request without it is refused 500 ([`NoKey::NotServed`]), never keyed as
+/// itself — tonic keeps the address in its `TcpConnectInfo`, which a `map_request` in
+/// front of the layer copies into a `ConnectInfo`). A request without it is refused 500 ([`NoKey::NotServed`]), never keyed as
 /// one shared "unknown" client: that would limit all clients as one, and a server that
 /// does not give the address is a mistake to show at its first request.
 #[derive(Clone, Copy, Debug, Default)]
