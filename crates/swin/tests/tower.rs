@@ -207,12 +207,7 @@ async fn a_tonic_server_behind_the_layer() {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::HealthCheckRequest;
     let limiter = limiter("", LOCAL).await;
-    let by_caller = |r: &Request<tonic::body::Body>| {
-        r.headers()
-            .get("x-caller")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
+    let by_caller = swin::tower::HeaderKey::new("x-caller");
     let (_reporter, health) = tonic_health::server::health_reporter();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
