@@ -1,6 +1,8 @@
 //! Two axum services, each with a `swin::Limiter` of its own on one store, share one
 //! limit: 5 requests per minute per client across both. Each service puts
-//! `swin::tower::RateLimitLayer` in front of its routes, keyed by the `x-client` header.
+//! `swin::tower::RateLimitLayer` in front of its routes, keyed by the `x-client` header
+//! (`swin::tower::HeaderKey`), so that each run is a client of its own on a shared Redis;
+//! a service whose clients are not to choose their key uses `swin::tower::ClientAddr`.
 //!
 //! ```text
 //! cargo run -p swin --features tower --example axum                 # a SQLite file
@@ -12,9 +14,8 @@
 
 use std::sync::Arc;
 
-use axum::http::Request;
 use axum::{routing::get, Router};
-use swin::tower::RateLimitLayer;
+use swin::tower::{HeaderKey, RateLimitLayer};
 
 /// The config of one service: the namespace `api` on the shared store, decided in the
 /// store at every request (`sync_rate = 0`), 5 per minute per key.
@@ -34,12 +35,8 @@ fn config(store: &str) -> String {
 async fn service(name: &'static str, store: &str) -> anyhow::Result<String> {
     let limiter =
         Arc::new(swin::Limiter::start(swin::config::Config::from_toml(&config(store))?).await?);
-    let by_client = |r: &Request<axum::body::Body>| {
-        r.headers()
-            .get("x-client")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
+    // every byte of the header is the key: a value past ASCII is counted like any other
+    let by_client = HeaderKey::new("x-client");
     let app = Router::new()
         .route("/", get(move || async move { name }))
         .layer(RateLimitLayer::new(limiter, "api", by_client));

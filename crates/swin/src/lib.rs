@@ -21,9 +21,11 @@
 //! What the pipeline decides is told to a [`recorder::Recorder`] (the daemon's metrics).
 //!
 //! With the feature `tower`, `swin::tower::RateLimitLayer` puts a [`Limiter`] in front of an
-//! axum router's or a tonic server's routes: a hit per request on a key the caller picks,
-//! 429 (gRPC: RESOURCE_EXHAUSTED) with `Retry-After` when denied, the RateLimit headers on
-//! every answer (`examples/axum.rs`: two services on one store sharing one limit).
+//! axum router's or a tonic server's routes: a hit per request on a key the caller picks
+//! (the client's address behind trusted proxies, the peer's, a header's bytes, or a
+//! closure's), 429 (gRPC: RESOURCE_EXHAUSTED) with `Retry-After` when denied, the
+//! RateLimit headers on every answer (`examples/axum.rs`: two services on one store
+//! sharing one limit).
 
 #![warn(missing_docs)]
 pub mod config;

@@ -3,7 +3,8 @@
 //! unlimited; an allowed one reaches the route and carries the RateLimit headers; a
 //! denied one is 429 with `Retry-After` and never reaches the route (gRPC:
 //! RESOURCE_EXHAUSTED); a key the limiter refuses is 400, never let through; two
-//! services with limiters of their own on one store share one limit.
+//! services with limiters of their own on one store share one limit. The ready key
+//! extractors against hostile clients are in `tower/keys.rs`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,8 +12,11 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::{routing::get, Router};
-use swin::tower::RateLimitLayer;
+use swin::tower::{KeyExtractor, RateLimitLayer};
 use tower::ServiceExt;
+
+#[path = "tower/keys.rs"]
+mod keys;
 
 /// A limiter of `namespaces` (TOML) on `store` (a `[stores.shared]` section, or none).
 async fn limiter(store: &str, namespaces: &str) -> Arc<swin::Limiter> {
@@ -32,8 +36,17 @@ fn by_client(r: &Request<Body>) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// A router whose route counts its calls, behind the layer.
+/// A router whose route counts its calls, behind the layer keyed by the closure
+/// `by_client`.
 fn app(limiter: Arc<swin::Limiter>, calls: Arc<AtomicUsize>) -> Router {
+    keyed_app(limiter, calls, by_client)
+}
+
+/// A router whose route counts its calls, behind the layer keyed by `key`.
+fn keyed_app<K>(limiter: Arc<swin::Limiter>, calls: Arc<AtomicUsize>, key: K) -> Router
+where
+    K: KeyExtractor<Body> + Clone + Send + Sync + 'static,
+{
     Router::new()
         .route(
             "/",
@@ -42,7 +55,7 @@ fn app(limiter: Arc<swin::Limiter>, calls: Arc<AtomicUsize>) -> Router {
                 "ok"
             }),
         )
-        .layer(RateLimitLayer::new(limiter, "api", by_client))
+        .layer(RateLimitLayer::new(limiter, "api", key))
 }
 
 fn request(client: Option<&str>) -> Request<Body> {
@@ -194,12 +207,7 @@ async fn a_tonic_server_behind_the_layer() {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::HealthCheckRequest;
     let limiter = limiter("", LOCAL).await;
-    let by_caller = |r: &Request<tonic::body::Body>| {
-        r.headers()
-            .get("x-caller")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
+    let by_caller = swin::tower::HeaderKey::new("x-caller");
     let (_reporter, health) = tonic_health::server::health_reporter();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 
 use serde::Deserialize;
 use swin::config::ConfigError;
+use swin::policy::client_address::trusted_proxy;
 
 use super::{defaults, ConnectionLimits, LogFormat, Parser, RawNode, TelemetryConfig, TlsConfig};
 
@@ -158,15 +159,8 @@ impl Parser<'_> {
         raw.iter()
             .enumerate()
             .map(|(i, s)| {
-                s.parse::<ipnet::IpNet>()
-                    .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                    .map(|n| n.trunc())
-                    .map_err(|_| {
-                        self.err(
-                            &format!("trusted_proxies[{i}]"),
-                            format!("{s:?} is not an address or a CIDR like 10.0.0.0/8"),
-                        )
-                    })
+                trusted_proxy(s)
+                    .map_err(|e| self.err(&format!("trusted_proxies[{i}]"), e.to_string()))
             })
             .collect()
     }

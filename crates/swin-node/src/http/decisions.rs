@@ -20,12 +20,12 @@ use axum::routing::{on, post, MethodFilter};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
-use super::client_address::client_address;
 use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody, RawJson};
 use super::Route;
 use crate::state::AppState;
 use swin::error::Error;
+use swin::policy::client_address::client_address;
 use swin::policy::headers::{self, shadow_item};
 use swin::policy::limits::KeyFrom;
 use swin::requests::{HitAnswer, Verdict};

@@ -3,7 +3,6 @@
 
 mod admin;
 pub(crate) mod auth;
-mod client_address;
 mod counting;
 mod decisions;
 pub mod error;

@@ -1,9 +1,16 @@
 //! A tower layer that puts a [`Limiter`] in front of a service's routes (feature
-//! `tower`): each request whose key function names a key is a hit of 1 on that key of
+//! `tower`): each request whose [`KeyExtractor`] names a key is a hit of 1 on that key of
 //! one namespace, decided as `POST /v1/namespaces/{namespace}/keys/{key}/hit` decides
 //! it — across every node sharing the namespace's store.
 //!
-//! - A request whose key is `None` passes, unlimited.
+//! - The key: [`ClientAddr`] (the client's address behind the proxies you trust, as the
+//!   daemon decides it), [`PeerAddr`] (the connection's peer), [`HeaderKey`] (all the
+//!   bytes of a header, for a header a layer in front has authenticated), or a closure
+//!   `Fn(&Request<B>) -> Option<String>`.
+//! - A request whose key is `None` passes, unlimited: that is the service's explicit
+//!   choice (a closure's `None`, [`HeaderKey`] when the header is absent), so a key
+//!   function returns it only for requests meant to be unlimited — never for a value it
+//!   cannot read (`to_str().ok()` lets every client that sends a byte past ASCII through).
 //! - An allowed request reaches the inner service; its response carries `RateLimit` and
 //!   `RateLimit-Policy` (and `swin-shadow-denied` when it passed only because what would
 //!   deny it is in shadow).
@@ -13,43 +20,48 @@
 //! - A store failure is decided as the namespace's `on_store_failure` says (an eventual
 //!   namespace decides from what the node knows; a strict one that denies, denies); a
 //!   request the limiter cannot decide at all is never let through: a key it refuses
-//!   (empty, too long) is answered 400 (gRPC: INVALID_ARGUMENT), a store that failed where
-//!   the namespace waits on it 503 (UNAVAILABLE).
+//!   (empty, too long) or a forwarded address that is none is answered 400 (gRPC:
+//!   INVALID_ARGUMENT), a store that failed where the namespace waits on it 503
+//!   (UNAVAILABLE), a server that gives no peer address 500 (INTERNAL).
 //!
 //! ```
 //! # async fn run() -> anyhow::Result<()> {
+//! use std::net::SocketAddr;
 //! use std::sync::Arc;
 //! use axum::{routing::get, Router};
-//! use swin::tower::RateLimitLayer;
+//! use swin::tower::{ClientAddr, RateLimitLayer};
 //!
 //! let config = swin::config::Config::from_toml(
 //!     "[[namespaces]]\nname = \"api\"\nsync_rate = -1\nwindow_sizes = [60]\n\
 //!      limits = [{ window_size = 60, limit = 100 }]\n",
 //! )?;
 //! let limiter = Arc::new(swin::Limiter::start(config).await?);
-//! // each client address its own key; requests without one pass
-//! let by_client = |r: &axum::http::Request<axum::body::Body>| {
-//!     r.headers().get("x-client").and_then(|v| v.to_str().ok()).map(str::to_owned)
-//! };
+//! // each client address its own key, believing X-Forwarded-For from the local proxy only
+//! let by_client = ClientAddr::new(["127.0.0.1"])?;
 //! let app: Router = Router::new()
 //!     .route("/", get(|| async { "hello" }))
 //!     .layer(RateLimitLayer::new(limiter, "api", by_client));
-//! # drop(app);
+//! // the peer's address reaches the layer as axum's ConnectInfo
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let server = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>());
+//! # drop(server);
 //! # Ok(())
 //! # }
 //! ```
+
+mod answers;
+mod keys;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response};
 
-use crate::decisions::Verdict;
-use crate::error::Error;
-use crate::policy::headers::write_headers;
 use crate::Limiter;
+use answers::{denied, headers, is_grpc, no_key, undecided};
+pub use keys::{ClientAddr, HeaderKey, KeyExtractor, NoKey, PeerAddr};
 
 /// Limits the requests of the services it wraps by a key of `namespace` (see the
 /// module's documentation).
@@ -69,8 +81,8 @@ impl<F> std::fmt::Debug for RateLimitLayer<F> {
 }
 
 impl<F> RateLimitLayer<F> {
-    /// A layer deciding each request as a hit on `key(request)` of `namespace` in
-    /// `limiter`; a request whose key is `None` passes.
+    /// A layer deciding each request as a hit on `key`'s key of `namespace` in
+    /// `limiter`; a request whose key is `None` passes (see [`KeyExtractor`]).
     pub fn new(limiter: Arc<Limiter>, namespace: &str, key: F) -> Self {
         RateLimitLayer {
             limiter,
@@ -118,7 +130,7 @@ where
     S: tower_service::Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    F: Fn(&Request<B>) -> Option<String> + Clone + Send + Sync + 'static,
+    F: KeyExtractor<B> + Clone + Send + Sync + 'static,
     B: Send + 'static,
     ResBody: Default + Send + 'static,
 {
@@ -134,8 +146,13 @@ where
         // the service made ready is the one called; a clone is left for the next call
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let Some(key) = (self.key)(&request) else {
-            return Box::pin(inner.call(request));
+        let key = match self.key.key(&request) {
+            Ok(Some(key)) => key,
+            Ok(None) => return Box::pin(inner.call(request)),
+            Err(e) => {
+                let answer = no_key(&e, is_grpc(&request));
+                return Box::pin(std::future::ready(Ok(answer)));
+            }
         };
         let (limiter, namespace) = (self.limiter.clone(), self.namespace.clone());
         Box::pin(async move {
@@ -151,71 +168,4 @@ where
             }
         })
     }
-}
-
-fn headers(h: &mut http::HeaderMap, v: &Verdict) {
-    write_headers(h, &v.policies, &v.policy, &v.decision, v.shadow_denied);
-}
-
-fn is_grpc<B>(request: &Request<B>) -> bool {
-    request
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|c| c.as_bytes().starts_with(b"application/grpc"))
-}
-
-/// 429 (gRPC: RESOURCE_EXHAUSTED) with the verdict's headers.
-fn denied<R: Default>(v: &Verdict, grpc: bool) -> Response<R> {
-    let message = match v.reason {
-        Some(reason) => format!("rate limited: {reason}"),
-        None => "rate limited".to_owned(),
-    };
-    let mut response = refusal(StatusCode::TOO_MANY_REQUESTS, grpc, 8, &message);
-    headers(response.headers_mut(), v);
-    response
-}
-
-/// A request that could not be decided, refused naming why: 400 (gRPC:
-/// INVALID_ARGUMENT) when its key is one the limiter refuses, else 503 (UNAVAILABLE).
-fn undecided<R: Default>(e: &Error, grpc: bool) -> Response<R> {
-    tracing::warn!(cause = %e, "a request the rate limit layer could not decide was refused");
-    let message = format!("rate limit not decided: {e}");
-    match e {
-        Error::InvalidKey(_) | Error::InvalidValue(_) | Error::BadRequest(_) => {
-            refusal(StatusCode::BAD_REQUEST, grpc, 3, &message)
-        }
-        _ => refusal(StatusCode::SERVICE_UNAVAILABLE, grpc, 14, &message),
-    }
-}
-
-/// An empty answer of `status`; over gRPC, a trailers-only answer of `grpc_status`.
-fn refusal<R: Default>(
-    status: StatusCode,
-    grpc: bool,
-    grpc_status: u16,
-    message: &str,
-) -> Response<R> {
-    let mut response = Response::new(R::default());
-    match grpc {
-        false => *response.status_mut() = status,
-        true => {
-            let h = response.headers_mut();
-            h.insert(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("application/grpc"),
-            );
-            h.insert("grpc-status", HeaderValue::from(grpc_status));
-            let encoded: String = message
-                .bytes()
-                .map(|b| match b {
-                    b' '..=b'~' if b != b'%' => (b as char).to_string(),
-                    _ => format!("%{b:02X}"),
-                })
-                .collect();
-            if let Ok(m) = HeaderValue::from_str(&encoded) {
-                h.insert("grpc-message", m);
-            }
-        }
-    }
-    response
 }

@@ -1,39 +1,43 @@
-//! Which address a request comes from, for limits keyed by client address. The peer of
-//! the connection, unless it is a trusted proxy (`trusted_proxies`): then the right-most
-//! `X-Forwarded-For` address that is not itself a trusted proxy, else `X-Real-IP`. What a
-//! client writes into those headers is never believed from an untrusted peer, and a value
-//! that is not an IP address is never a key.
+//! Which address a request comes from, for limits keyed by client address — the one rule
+//! of the daemon's `key_from = "client_address"` and the tower layer's `ClientAddr`. The
+//! peer of the connection, unless it is a trusted proxy (`trusted_proxies`): then the
+//! right-most `X-Forwarded-For` address that is not itself a trusted proxy, else
+//! `X-Real-IP`. What a client writes into those headers is never believed from an
+//! untrusted peer, and a value that is not an IP address is never a key.
 
 use std::net::{IpAddr, SocketAddr};
 
-use axum::http::HeaderMap;
+use http::HeaderMap;
 use ipnet::IpNet;
 
 /// Why there is no address to key by.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum NoAddress {
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoAddress {
     /// The connection's peer is unknown (a request not from a socket).
+    #[error("no client address")]
     NoPeer,
     /// A trusted proxy passed a value that is not an IP address.
+    #[error("the proxy passed {0:?} as a client address, not an IP address")]
     NotAnAddress(String),
 }
 
-impl std::fmt::Display for NoAddress {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NoAddress::NoPeer => f.write_str("no client address"),
-            NoAddress::NotAnAddress(v) => {
-                write!(
-                    f,
-                    "the proxy passed {v:?} as a client address, not an IP address"
-                )
-            }
-        }
-    }
+/// A `trusted_proxies` entry that is neither an address nor a CIDR.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an address or a CIDR like 10.0.0.0/8")]
+pub struct NotAProxy(pub String);
+
+/// A trusted proxy as a config names it: a CIDR (`10.0.0.0/8`, `::1/128`, its host bits
+/// dropped) or a single address.
+pub fn trusted_proxy(s: &str) -> Result<IpNet, NotAProxy> {
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+        .map(|n| n.trunc())
+        .map_err(|_| NotAProxy(s.to_owned()))
 }
 
-/// The client's address, canonical (an IPv4-mapped IPv6 address as IPv4).
-pub(super) fn client_address(
+/// The client's address, canonical (an IPv4-mapped IPv6 address as IPv4): `peer` is the
+/// connection's, `trusted` the proxies whose forwarding headers are believed.
+pub fn client_address(
     peer: Option<SocketAddr>,
     headers: &HeaderMap,
     trusted: &[IpNet],
@@ -164,7 +168,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.append(
             "x-forwarded-for",
-            axum::http::HeaderValue::from_bytes(b"\xff\xfe, 203.0.113.7").expect("bytes"),
+            http::HeaderValue::from_bytes(b"\xff\xfe, 203.0.113.7").expect("bytes"),
         );
         h.append("x-real-ip", "6.6.6.6".parse().expect("value"));
         assert_eq!(client_address(p, &h, &trusted), ip("203.0.113.7"));
@@ -172,7 +176,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.append(
             "x-forwarded-for",
-            axum::http::HeaderValue::from_bytes(b"203.0.113.7\xff").expect("bytes"),
+            http::HeaderValue::from_bytes(b"203.0.113.7\xff").expect("bytes"),
         );
         h.append("x-real-ip", "6.6.6.6".parse().expect("value"));
         assert!(matches!(
@@ -182,6 +186,16 @@ mod tests {
         // an empty X-Forwarded-For line: the peer, not X-Real-IP
         let h = headers(&[("x-forwarded-for", " , "), ("x-real-ip", "6.6.6.6")]);
         assert_eq!(client_address(p, &h, &trusted), ip("127.0.0.1"));
+    }
+
+    #[test]
+    fn a_trusted_proxy_is_a_cidr_or_an_address() {
+        assert_eq!(trusted_proxy("10.1.2.3/8"), Ok(nets(&["10.0.0.0/8"])[0]));
+        assert_eq!(trusted_proxy("::1"), Ok(nets(&["::1/128"])[0]));
+        assert_eq!(
+            trusted_proxy("proxy.local"),
+            Err(NotAProxy("proxy.local".into()))
+        );
     }
 
     #[test]

@@ -1,0 +1,177 @@
+//! What the tower layer counts a request under: the [`KeyExtractor`] a layer is built
+//! with — a closure, or a ready one that a client cannot slip past: a header's bytes
+//! ([`HeaderKey`]), the connection's peer ([`PeerAddr`]), the client behind trusted
+//! proxies ([`ClientAddr`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::ConnectInfo;
+use http::{HeaderName, Request};
+use ipnet::IpNet;
+
+use crate::policy::client_address::{client_address, trusted_proxy, NoAddress, NotAProxy};
+
+/// Names the key a request is a hit on.
+///
+/// `Ok(Some(key))` counts the request under `key` (a key the limiter refuses, empty or
+/// longer than [`crate::policy::input::MAX_KEY_BYTES`], is answered 400, never let
+/// through); `Ok(None)` lets it pass unlimited — the service's explicit choice, so an
+/// extractor returns it only for requests its service means to leave unlimited;
+/// `Err` refuses it. A closure `Fn(&Request<B>) -> Option<String>` is one: its `None`
+/// passes.
+pub trait KeyExtractor<B> {
+    /// The key `request` is counted under, `None` to let it pass, or why it is refused.
+    fn key(&self, request: &Request<B>) -> Result<Option<String>, NoKey>;
+}
+
+impl<B, F> KeyExtractor<B> for F
+where
+    F: Fn(&Request<B>) -> Option<String>,
+{
+    fn key(&self, request: &Request<B>) -> Result<Option<String>, NoKey> {
+        Ok(self(request))
+    }
+}
+
+/// Why a request has no key: it is refused, never let through.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoKey {
+    /// What the request carries cannot name a key (a trusted proxy passed something that
+    /// is not an address): 400 (gRPC: INVALID_ARGUMENT).
+    #[error("{0}")]
+    Invalid(String),
+    /// The server does not give the extractor what it reads (no `ConnectInfo`): 500
+    /// (gRPC: INTERNAL). Every request is refused until the server is set up to give it.
+    #[error("{0}")]
+    NotServed(String),
+}
+
+impl From<NoAddress> for NoKey {
+    fn from(e: NoAddress) -> NoKey {
+        match e {
+            NoAddress::NoPeer => NoKey::NotServed(
+                "no peer address: the server puts no ConnectInfo<SocketAddr> in the \
+                 request's extensions (axum: into_make_service_with_connect_info)"
+                    .into(),
+            ),
+            NoAddress::NotAnAddress(_) => NoKey::Invalid(e.to_string()),
+        }
+    }
+}
+
+/// The key is the value of a header, all of its bytes: printable ASCII as it is, any
+/// other byte and `%` as `%XX`, so two values are never one key and a value that is not
+/// UTF-8 is counted like any other. A request without the header passes (`None`); one
+/// whose value makes a key too long, or an empty one, is answered 400.
+///
+/// The value is what the client wrote: key by a header a layer in front has
+/// authenticated (an API key), or by [`ClientAddr`], when clients are not to choose
+/// their key.
+#[derive(Clone, Debug)]
+pub struct HeaderKey {
+    name: HeaderName,
+}
+
+impl HeaderKey {
+    /// Keys by the header `name` (its first line, as `HeaderMap::get` reads it).
+    ///
+    /// # Panics
+    ///
+    /// When `name` is not a header name, as [`HeaderName::from_static`] does.
+    pub fn new(name: &str) -> HeaderKey {
+        HeaderKey {
+            name: HeaderName::try_from(name).expect("HeaderKey::new takes a header name"),
+        }
+    }
+}
+
+impl<B> KeyExtractor<B> for HeaderKey {
+    fn key(&self, request: &Request<B>) -> Result<Option<String>, NoKey> {
+        let value = request.headers().get(&self.name);
+        Ok(value.map(|v| percent_escaped(v.as_bytes())))
+    }
+}
+
+/// The key is the address of the connection's peer (no port: a client opens as many
+/// connections as it likes), canonical: `::ffff:203.0.113.7` is `203.0.113.7`. It is
+/// read from axum's `ConnectInfo<SocketAddr>` in the request's extensions (serve with
+/// `into_make_service_with_connect_info::<SocketAddr>()`; another server inserts it
+/// itself — tonic keeps the address in its `TcpConnectInfo`, which a `map_request` in
+/// front of the layer copies into a `ConnectInfo`). A request without it is refused 500 ([`NoKey::NotServed`]), never keyed as
+/// one shared "unknown" client: that would limit all clients as one, and a server that
+/// does not give the address is a mistake to show at its first request.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PeerAddr;
+
+impl<B> KeyExtractor<B> for PeerAddr {
+    fn key(&self, request: &Request<B>) -> Result<Option<String>, NoKey> {
+        let ip = client_address(peer(request), request.headers(), &[])?;
+        Ok(Some(ip.to_string()))
+    }
+}
+
+/// The key is the client's address as the daemon decides it for `key_from =
+/// "client_address"` (one implementation: [`crate::policy::client_address`]): the peer,
+/// unless it is a trusted proxy; then the right-most `X-Forwarded-For` address that is
+/// not itself a trusted proxy, else `X-Real-IP`. Forwarding headers from any other peer
+/// are ignored. A value from a trusted proxy that is not an address is refused 400; a
+/// request without a peer address, 500 (as [`PeerAddr`]).
+#[derive(Clone, Debug)]
+pub struct ClientAddr {
+    trusted: Arc<[IpNet]>,
+}
+
+impl ClientAddr {
+    /// Believes the forwarding headers of the peers in `trusted_proxies`, written as the
+    /// daemon's `trusted_proxies`: CIDRs (`10.0.0.0/8`) or addresses (`127.0.0.1`).
+    pub fn new<I, S>(trusted_proxies: I) -> Result<ClientAddr, NotAProxy>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let trusted = trusted_proxies
+            .into_iter()
+            .map(|s| trusted_proxy(s.as_ref()))
+            .collect::<Result<_, _>>()?;
+        Ok(ClientAddr { trusted })
+    }
+}
+
+impl<B> KeyExtractor<B> for ClientAddr {
+    fn key(&self, request: &Request<B>) -> Result<Option<String>, NoKey> {
+        let ip = client_address(peer(request), request.headers(), &self.trusted)?;
+        Ok(Some(ip.to_string()))
+    }
+}
+
+fn peer<B>(request: &Request<B>) -> Option<SocketAddr> {
+    let info = request.extensions().get::<ConnectInfo<SocketAddr>>();
+    info.map(|ConnectInfo(a)| *a)
+}
+
+/// `bytes` as text, losslessly: printable ASCII but `%` as it is, every other byte
+/// `%XX` (gRPC's percent-encoding of `grpc-message`, too).
+pub(super) fn percent_escaped(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        match b {
+            b' '..=b'~' if b != b'%' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaped_bytes_are_text_and_never_two_values_one_key() {
+        assert_eq!(percent_escaped(b"client a"), "client a");
+        assert_eq!(percent_escaped(b"\xff\x00%\t"), "%FF%00%25%09");
+        // `%` is escaped, so a value that looks escaped is not the value it spells
+        assert_ne!(percent_escaped(b"%FF"), percent_escaped(b"\xff"));
+    }
+}
