@@ -101,7 +101,7 @@ pub struct LocalRecords {
 
 /// Bytes a record takes besides its key and answer: the map's entry (key pointer and
 /// length, the record itself) and the allocations' headers.
-pub const RECORD_OVERHEAD_BYTES: usize = 112;
+pub const RECORD_OVERHEAD_BYTES: usize = 128;
 
 impl LocalRecords {
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -119,14 +119,17 @@ impl LocalRecords {
     }
 
     /// The bytes its records take, as [`RECORD_OVERHEAD_BYTES`] counts them, with their
-    /// keys and answers.
+    /// keys, answers and clients' ids.
     pub fn bytes(&self) -> usize {
         let t = self.table();
         let entries: usize = t
             .records
             .iter()
             .map(|(k, r)| {
-                RECORD_OVERHEAD_BYTES + k.len() + r.answer.as_ref().map_or(0, |a| a.len())
+                RECORD_OVERHEAD_BYTES
+                    + k.len()
+                    + r.answer.as_ref().map_or(0, |a| a.len())
+                    + r.client.as_ref().map_or(0, |c| c.len())
             })
             .sum();
         entries + t.records.capacity() * std::mem::size_of::<(Box<str>, LocalRecord)>() / 8
