@@ -6,9 +6,13 @@
 //! header lookup).
 //!
 //! The record is kept in the route's namespace (`/v1/hits` and `/v1/increments`: the
-//! namespace of their first item), under the route's key (the path after the namespace,
-//! its parameters decoded: `keys/user:42/hit`; a batch route's own path) and the
-//! idempotency key; the fingerprint is the method, that route key and the body's bytes.
+//! first of their items' namespaces that keeps its records in a store, where every node
+//! sees it; a batch of local-only namespaces only is 400), under the route's key (the path
+//! after the namespace, its parameters decoded: `keys/user:42/hit`; a batch route's own
+//! path) and the idempotency key; the fingerprint is the method, that route key and the
+//! body's bytes. The record counts against its client's share: the client is the
+//! request's token under `[auth]` (its name, hashed), else its address. A dry run
+//! (`"dry_run": true`) changes nothing and keeps no record: a retry is another dry run.
 //! The header's value must be 1 to 255 visible ASCII characters, sent once (else 400).
 
 use std::convert::Infallible;
@@ -26,11 +30,17 @@ use axum::routing::MethodRouter;
 use futures_util::future::Either;
 use tower::ServiceExt;
 
+use std::net::SocketAddr;
+
+use axum::extract::ConnectInfo;
+
+use super::auth::Caller;
+use super::client_address::client_address;
 use super::error::ApiError;
 use super::extract::RawJson;
 use crate::state::AppState;
 use swin::error::Error;
-use swin::idempotency::{Answer, Idempotent, Once};
+use swin::idempotency::{Answer, ClientId, Idempotent, Once};
 
 /// The routes an `Idempotency-Key` makes idempotent (their path templates).
 pub(super) const ROUTES: &[&str] = &[
@@ -154,10 +164,22 @@ async fn asked(
     let (mut parts, body) = req.into_parts();
     let RawJson(bytes) = RawJson::read(Request::from_parts(parts.clone(), body), state).await?;
     let body_bytes = bytes.clone().unwrap_or_default();
+    if is_dry_run(&body_bytes) {
+        // it changes nothing: a retry is another dry run, and no record is kept
+        let req = Request::from_parts(parts, bytes.map_or_else(Body::empty, Body::from));
+        return Ok((None, req));
+    }
     let route = route_key(&mut parts).await;
+    let client = client_of(state, &parts);
     let namespace = match &route {
         Some((Some(ns), _)) => Some(ns.clone()),
-        Some((None, _)) => first_namespace(&body_bytes),
+        Some((None, _)) => {
+            let items = item_namespaces(&body_bytes);
+            state
+                .limiter
+                .record_namespace(items.iter().map(String::as_str))?
+                .map(str::to_owned)
+        }
         None => None,
     };
     let req = Request::from_parts(parts, bytes.map_or_else(Body::empty, Body::from));
@@ -168,8 +190,41 @@ async fn asked(
         return Ok((None, req));
     }
     let method = req.method().as_str().to_owned();
-    let asked = Idempotent::new(&namespace, &route, &key, &method, &body_bytes)?;
+    let asked = Idempotent::new(&namespace, &route, &key, &method, &body_bytes)?.by(client);
     Ok((Some(asked), req))
+}
+
+/// Who sent a request, for its client's share of records: the name of the token it
+/// carried (under `[auth]`), else its address (`trusted_proxies` read as for
+/// `/v1/auth`; the connection's peer when a proxy passed no address).
+fn client_of(state: &AppState, parts: &Parts) -> ClientId {
+    if let Some(Caller(name)) = parts.extensions.get::<Caller>() {
+        return ClientId::of("token", name.as_bytes());
+    }
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(a)| *a);
+    let address = client_address(peer, &parts.headers, &state.trusted_proxies.load())
+        .ok()
+        .or_else(|| peer.map(|p| p.ip().to_canonical()));
+    ClientId::of(
+        "address",
+        address
+            .map(|a| a.to_string())
+            .unwrap_or_default()
+            .as_bytes(),
+    )
+}
+
+/// Whether the body asks a dry run (`"dry_run": true` at its top).
+fn is_dry_run(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct DryRun {
+        #[serde(default)]
+        dry_run: bool,
+    }
+    serde_json::from_slice::<DryRun>(body).is_ok_and(|b| b.dry_run)
 }
 
 /// The `Idempotency-Key` header, sent once, checked.
@@ -207,12 +262,24 @@ async fn route_key(parts: &mut Parts) -> Option<(Option<String>, String)> {
     Some((Some(namespace?), route))
 }
 
-/// The namespace of a batch's first item (`{"hits": [{"namespace": …}, …]}`, or
-/// `increments`).
-fn first_namespace(body: &[u8]) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let items = v.get("hits").or_else(|| v.get("increments"))?;
-    Some(items.get(0)?.get("namespace")?.as_str()?.to_owned())
+/// The namespaces of a batch's items, in order (`{"hits": [{"namespace": …}, …]}`, or
+/// `increments`); none when the body is not such a batch (its handler refuses it).
+fn item_namespaces(body: &[u8]) -> Vec<String> {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Vec::new();
+    };
+    let Some(items) = v
+        .get("hits")
+        .or_else(|| v.get("increments"))
+        .and_then(|i| i.as_array())
+    else {
+        return Vec::new();
+    };
+    let names: Option<Vec<String>> = items
+        .iter()
+        .map(|i| i.get("namespace")?.as_str().map(str::to_owned))
+        .collect();
+    names.unwrap_or_default()
 }
 
 /// Headers a kept answer leaves out: the transport's, made again for each answer.

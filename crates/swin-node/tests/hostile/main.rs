@@ -42,6 +42,9 @@
 //!   racing duplicates, bad headers, and a million distinct keys against the cap;
 //! - `idempotency_bytes`: every byte in an `Idempotency-Key` value, sent raw: a key, a
 //!   JSON 400 naming the header, or the HTTP parser's bare 400, nothing refused counted;
+//! - `idempotency_share`: a batch led by a local-only namespace runs once across nodes
+//!   (all local-only with the header: 400), a client past its share of records (a token,
+//!   else an address) leaves room for the others, and dry runs keep no record;
 //! - `idempotency_stalls`: a claim the store takes after its request was answered 503
 //!   (the store stalled) is released once the store answers: a retry runs at once, once;
 //! - `grpc`: Envoy's door takes the same tokens, and no value a client sends turns an
@@ -55,6 +58,7 @@ mod grpc;
 mod http;
 mod idempotency;
 mod idempotency_bytes;
+mod idempotency_share;
 mod idempotency_stalls;
 mod inputs;
 mod integrity;

@@ -20,7 +20,7 @@ use swin_core::UnixMs;
 use tracing::{debug, warn};
 
 use super::NamespaceSync;
-use crate::store::{Claim, Claimed};
+use crate::store::{Claim, Claimed, ClientShare};
 use crate::StoreError;
 
 /// The first pause between two tries of a release, doubled after each up to
@@ -49,7 +49,7 @@ impl From<Result<Claimed, StoreError>> for Landed {
     fn from(r: Result<Claimed, StoreError>) -> Landed {
         match r {
             Ok(Claimed::Mine) => Landed::Mine,
-            Ok(Claimed::Found(_) | Claimed::Full) => Landed::Nothing,
+            Ok(Claimed::Found(_) | Claimed::Full | Claimed::ClientFull) => Landed::Nothing,
             Err(e) if e.may_have_run() => Landed::Unknown,
             Err(_) => Landed::Nothing,
         }
@@ -73,8 +73,10 @@ impl NamespaceSync {
             expires_at,
             now,
             max_records,
+            client,
             ..
         } = claim;
+        let client = client.map(|s| (s.client.to_owned(), s.max_records));
         let this = self.clone();
         // owned, so that it can go on once its caller has given up
         let mut call = Box::pin(async move {
@@ -89,6 +91,10 @@ impl NamespaceSync {
                 expires_at,
                 now,
                 max_records,
+                client: client.as_ref().map(|(client, max_records)| ClientShare {
+                    client,
+                    max_records: *max_records,
+                }),
             };
             this.call(store.claim_idempotency(this.name(), claim)).await
         });

@@ -7,18 +7,22 @@
 //! - A claim finds the record absent or lapsed and makes it the caller's (in flight
 //!   until `held_until`: a holder that went away without an answer no longer holds it
 //!   after that), or finds it in flight or answered and says so, or finds the namespace
-//!   holding `max_records` live records and writes nothing.
+//!   holding `max_records` live records, or the claim's client holding its share
+//!   ([`ClientShare`]) of them, and writes nothing. A record stays counted for the client
+//!   that made it, also when another claim takes it over.
 //! - The holder then keeps its answer (the record is answered until `expires_at`), or
 //!   releases the claim (the record goes: the next retry runs the request again). Both
 //!   act only while the claim is still the holder's (its `token`).
 //!
 //! Layout: PostgreSQL and SQLite, the table `swin_idempotency` (namespace, key →
 //! fingerprint, token, held_until, expires_at, answer) and `swin_idempotency_counts`
-//! (namespace → records, the cap's count, changed in the transaction that adds or deletes
-//! a record). Redis: per record a string, `swin:{<len(ns)>:<ns>}:idem:<key>`, that
-//! expires by itself, and per namespace a sorted set, `swin:{<len(ns)>:<ns>}:idem`
-//! (key → expires_at), the cap's count; both share the namespace's hash tag so one script
-//! claims atomically (see `redis/idempotency.lua`).
+//! (namespace → records, the cap's count) and `swin_idempotency_client_counts` (namespace,
+//! client → records, a client's share), changed in the transaction that adds or deletes
+//! a record. Redis: per record a string, `swin:{<len(ns)>:<ns>}:idem:<key>`, that
+//! expires by itself, per namespace a sorted set, `swin:{<len(ns)>:<ns>}:idem`
+//! (key → expires_at), the cap's count, and per client another,
+//! `swin:{<len(ns)>:<ns>}:idemc:<client>`, its share's; all share the namespace's hash tag
+//! so one script claims atomically (see `redis/idempotency_claim.lua`).
 
 use swin_core::UnixMs;
 
@@ -47,6 +51,20 @@ pub struct Claim<'a> {
     pub expires_at: UnixMs,
     pub now: UnixMs,
     /// Live records the namespace may hold: a new record past them is refused.
+    pub max_records: u64,
+    /// Who claims, and how many of the namespace's live records they may hold (`None`:
+    /// the claim counts against the namespace's cap only).
+    pub client: Option<ClientShare<'a>>,
+}
+
+/// A client's share of a namespace's records: a new record of a client holding
+/// `max_records` live ones is refused ([`Claimed::ClientFull`]), whatever room the
+/// namespace has.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientShare<'a> {
+    /// The client, as its caller names it (a short id: letters, digits, `-`, `_`, `.`).
+    pub client: &'a str,
+    /// Live records it may hold in the namespace.
     pub max_records: u64,
 }
 
@@ -80,6 +98,8 @@ pub enum Claimed {
     Found(Record),
     /// The namespace holds `max_records` live records: nothing was written.
     Full,
+    /// The claim's client holds its share of live records: nothing was written.
+    ClientFull,
 }
 
 store_calls! {
@@ -145,8 +165,8 @@ pub(crate) fn live(row: Option<Row>, now: UnixMs) -> Result<Option<Record>, crat
 pub(crate) mod sql {
     /// A claim's first statement: its record, unless one is there.
     pub const CLAIM: &str = "INSERT INTO swin_idempotency
-             (namespace, key, fingerprint, token, held_until, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING";
+             (namespace, key, fingerprint, token, held_until, expires_at, client)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
     /// A record found lapsed or held no longer, made the claim's.
     pub const TAKE_OVER: &str =
         "UPDATE swin_idempotency SET fingerprint = $3, token = $4, held_until = $5,
@@ -161,8 +181,9 @@ pub(crate) mod sql {
 /// holds what differs: `claim` (the store's claim and its tries), `release`
 /// (`release_claim`) and `purge_lapsed` (of one namespace or all), with the statements
 /// `count` (counts a record just inserted if its namespace has room, bound to the
-/// namespace and the cap: a row back when it does) and `records` (the live records of a
-/// namespace), and those of [`sql`] in its placeholders. It also gives the store the
+/// namespace and the cap: a row back when it does), `count_client` (the same for the
+/// claim's client, bound to the namespace, the client and its share) and `records` (the
+/// live records of a namespace), and those of [`sql`] in its placeholders. It also gives the store the
 /// steps of a claim both stores take alike: `insert_claim`, `count_claim`, `take_over`.
 macro_rules! sql_idempotency_store {
     (
@@ -171,6 +192,7 @@ macro_rules! sql_idempotency_store {
         err: $err:path,
         claim: $claim:expr,
         count: $count:expr,
+        count_client: $count_client:expr,
         take_over: $take_over:expr,
         keep: $keep:expr,
         records: $records:expr $(,)?
@@ -199,6 +221,7 @@ macro_rules! sql_idempotency_store {
                         .bind(c.token)
                         .bind(c.held_until.0)
                         .bind(c.expires_at.0)
+                        .bind(c.client.map_or("", |s| s.client))
                         .execute(&mut **tx)
                         .await
                         .map_err($err)?
@@ -206,22 +229,39 @@ macro_rules! sql_idempotency_store {
                     Ok(inserted == 1)
                 }
 
-                /// Counts the record a claim inserted, if its namespace has room, and
-                /// ends the claim: `Mine`, or `Full` (rolled back).
+                /// Counts the record a claim inserted, if its namespace and its
+                /// client have room, and ends the claim: `Mine`, or `Full` or
+                /// `ClientFull` (rolled back).
                 async fn count_claim(
                     mut tx: Tx,
                     namespace: &str,
                     c: &Claim<'_>,
                 ) -> Result<Claimed, StoreError> {
+                    let cap = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
                     let room: Option<i64> = sqlx::query_scalar($count)
                         .bind(namespace)
-                        .bind(i64::try_from(c.max_records).unwrap_or(i64::MAX))
+                        .bind(cap(c.max_records))
                         .fetch_optional(&mut *tx)
                         .await
                         .map_err($err)?;
                     if room.is_none() || c.max_records == 0 {
                         tx.rollback().await.map_err($err)?;
                         return Ok(Claimed::Full);
+                    }
+                    if let Some(share) = c.client {
+                        // the client's count row is locked until commit, as the
+                        // namespace's: its claims on every node take turns
+                        let room: Option<i64> = sqlx::query_scalar($count_client)
+                            .bind(namespace)
+                            .bind(share.client)
+                            .bind(cap(share.max_records))
+                            .fetch_optional(&mut *tx)
+                            .await
+                            .map_err($err)?;
+                        if room.is_none() || share.max_records == 0 {
+                            tx.rollback().await.map_err($err)?;
+                            return Ok(Claimed::ClientFull);
+                        }
                     }
                     tx.commit().await.map_err($err)?;
                     Ok(Claimed::Mine)

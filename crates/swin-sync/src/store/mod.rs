@@ -35,7 +35,7 @@ use std::pin::Pin;
 pub use self::demands::{DemandStore, Demands};
 #[cfg(feature = "faults")]
 pub use self::faulty::{Fault, FaultyStore};
-pub use self::idempotency::{Claim, Claimed, Fingerprint, IdempotencyStore, Record};
+pub use self::idempotency::{Claim, Claimed, ClientShare, Fingerprint, IdempotencyStore, Record};
 pub use self::leases::{Acquire, Acquired, LeaseStore};
 pub use self::limits::{LimitChanges, LimitStore, StoredLimit};
 pub(crate) use self::normalize::{normalize, normalize_advances};

@@ -1,9 +1,10 @@
 //! Idempotency records: one claim wins whatever races, a record answers its first
 //! answer until it lapses, only its claim keeps or releases it, namespaces are apart,
-//! and the cap holds (a full namespace writes nothing, its records still answer).
+//! and the caps hold (a full namespace writes nothing, its records still answer; a
+//! client past its share writes nothing, others still claim).
 
 use swin_core::UnixMs;
-use swin_sync::store::{Claim, Claimed, Fingerprint, Record};
+use swin_sync::store::{Claim, Claimed, ClientShare, Fingerprint, Record};
 use swin_testkit::TestStore;
 
 const T: i64 = 1_800_000_000_000;
@@ -17,6 +18,25 @@ fn claim<'a>(key: &'a str, f: &'a Fingerprint, token: i64, now: i64, max: u64) -
         expires_at: UnixMs(now + 60_000),
         now: UnixMs(now),
         max_records: max,
+        client: None,
+    }
+}
+
+/// `claim` by `client`, who may hold `share` records.
+fn claim_by<'a>(
+    key: &'a str,
+    f: &'a Fingerprint,
+    token: i64,
+    now: i64,
+    client: &'a str,
+    share: u64,
+) -> Claim<'a> {
+    Claim {
+        client: Some(ClientShare {
+            client,
+            max_records: share,
+        }),
+        ..claim(key, f, token, now, 100)
     }
 }
 
@@ -37,7 +57,7 @@ pub async fn idempotency_claims_race_to_one_winner_and_answer_again(s: &TestStor
         match c {
             Claimed::Mine => mine.push(token),
             Claimed::Found(r) => assert_eq!(r, Record::InFlight { fingerprint: f }),
-            Claimed::Full => panic!("not full"),
+            Claimed::Full | Claimed::ClientFull => panic!("not full"),
         }
     }
     assert_eq!(mine.len(), 1, "{mine:?}");
@@ -251,6 +271,67 @@ pub async fn idempotency_records_are_capped_and_purged_when_lapsed(s: &TestStore
     }
 }
 
+pub async fn idempotency_clients_hold_their_share_and_no_more(s: &TestStore) {
+    let st = &s.store;
+    let f = Fingerprint([5; 32]);
+    let by = async |key: &str, token: i64, now: i64, client: &str| {
+        st.claim_idempotency("ns", claim_by(key, &f, token, now, client, 2))
+            .await
+            .expect("claim")
+    };
+    assert_eq!(by("k0", 0, T, "x").await, Claimed::Mine);
+    assert_eq!(by("k1", 1, T, "x").await, Claimed::Mine);
+    // x holds its 2: its new key writes nothing; its kept ones answer; y has room
+    assert_eq!(by("k2", 2, T, "x").await, Claimed::ClientFull);
+    assert_eq!(
+        by("k0", 9, T, "x").await,
+        Claimed::Found(Record::InFlight { fingerprint: f })
+    );
+    assert_eq!(by("k2", 3, T, "y").await, Claimed::Mine);
+    // a released claim gives its client room again
+    assert!(st.release_claim("ns", "k1", 1).await.expect("release"));
+    assert_eq!(by("k3", 4, T + 1, "x").await, Claimed::Mine);
+    assert_eq!(by("k4", 5, T + 1, "x").await, Claimed::ClientFull);
+    assert_eq!(
+        st.idempotency_records("ns", UnixMs(T + 1))
+            .await
+            .expect("n"),
+        3,
+        "k0 and k3 of x, k2 of y"
+    );
+    // once they lapse (T + 60 s), its new keys fit again
+    assert_eq!(by("k5", 6, T + 60_002, "x").await, Claimed::Mine);
+    assert_eq!(by("k6", 7, T + 60_002, "x").await, Claimed::Mine);
+    assert_eq!(by("k7", 8, T + 60_002, "x").await, Claimed::ClientFull);
+
+    // racing claims of one client on distinct keys: its share, exactly
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let store = s.store.clone();
+            tokio::spawn(async move {
+                let key = format!("race-{i}");
+                let c = Claim {
+                    client: Some(ClientShare {
+                        client: "z",
+                        max_records: 5,
+                    }),
+                    ..claim(&key, &f, i, T, 100)
+                };
+                store.claim_idempotency("ns3", c).await.expect("claim")
+            })
+        })
+        .collect();
+    let mut mine = 0;
+    for t in tasks {
+        match t.await.expect("task") {
+            Claimed::Mine => mine += 1,
+            Claimed::ClientFull => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(mine, 5);
+}
+
 /// A claim through an engine that fails to its caller — answered past `answer_within`
 /// (its call still running), or failed after the store took it (its reply lost) — is
 /// released in the background once the store has answered: the caller ran nothing under
@@ -292,7 +373,7 @@ pub async fn an_idempotency_claim_that_failed_to_its_caller_is_released(s: &Test
             match c {
                 Claimed::Mine => return,
                 Claimed::Found(r) => assert_eq!(r, Record::InFlight { fingerprint: f }),
-                Claimed::Full => panic!("not full"),
+                Claimed::Full | Claimed::ClientFull => panic!("not full"),
             }
             assert!(
                 t.elapsed() < Duration::from_secs(5),

@@ -1,6 +1,7 @@
-//! A namespace's idempotency settings (`idempotency_ttl`, `idempotency_max_keys`): how
-//! long a retried request is answered with its first answer, and how many records the
-//! namespace keeps at most.
+//! A namespace's idempotency settings (`idempotency_ttl`, `idempotency_max_keys`,
+//! `idempotency_max_keys_per_client`): how long a retried request is answered with its
+//! first answer, how many records the namespace keeps at most, and how many of them one
+//! client may hold.
 
 use std::time::Duration;
 
@@ -16,6 +17,20 @@ pub const MAX_IDEMPOTENCY_TTL_SECS: f64 = 2_592_000.0;
 pub const DEFAULT_IDEMPOTENCY_MAX_KEYS: u64 = 100_000;
 /// The most `idempotency_max_keys` may say.
 pub const MAX_IDEMPOTENCY_MAX_KEYS: u64 = 1_000_000_000;
+/// `idempotency_max_keys_per_client` when the config leaves it out is
+/// `idempotency_max_keys` divided by this (so that a client alone fills at most a
+/// sixteenth of the namespace's records)…
+pub const DEFAULT_IDEMPOTENCY_CLIENT_DIVISOR: u64 = 16;
+/// …but at least this many (and at most `idempotency_max_keys`).
+pub const MIN_DEFAULT_IDEMPOTENCY_MAX_KEYS_PER_CLIENT: u64 = 1_000;
+
+/// `idempotency_max_keys_per_client` when the config leaves it out, for a namespace of
+/// `max_keys` records: a sixteenth of them, at least 1,000, at most all.
+pub fn default_max_keys_per_client(max_keys: u64) -> u64 {
+    (max_keys / DEFAULT_IDEMPOTENCY_CLIENT_DIVISOR)
+        .max(MIN_DEFAULT_IDEMPOTENCY_MAX_KEYS_PER_CLIENT)
+        .min(max_keys)
+}
 
 /// How a namespace keeps idempotency records.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -25,6 +40,9 @@ pub struct Idempotency {
     /// Live records the namespace keeps at most, across the cluster
     /// (`idempotency_max_keys`).
     pub(crate) max_keys: u64,
+    /// Live records one client may hold in the namespace, across the cluster
+    /// (`idempotency_max_keys_per_client`).
+    pub(crate) max_keys_per_client: u64,
 }
 
 impl Default for Idempotency {
@@ -32,6 +50,7 @@ impl Default for Idempotency {
         Idempotency {
             ttl: Duration::from_secs_f64(DEFAULT_IDEMPOTENCY_TTL_SECS),
             max_keys: DEFAULT_IDEMPOTENCY_MAX_KEYS,
+            max_keys_per_client: default_max_keys_per_client(DEFAULT_IDEMPOTENCY_MAX_KEYS),
         }
     }
 }
@@ -46,14 +65,22 @@ impl Idempotency {
     pub fn max_keys(&self) -> u64 {
         self.max_keys
     }
+
+    /// Live records one client may hold in the namespace
+    /// (`idempotency_max_keys_per_client`).
+    pub fn max_keys_per_client(&self) -> u64 {
+        self.max_keys_per_client
+    }
 }
 
 impl Parser<'_> {
-    /// `idempotency_ttl` (seconds) and `idempotency_max_keys`, checked.
+    /// `idempotency_ttl` (seconds), `idempotency_max_keys` and
+    /// `idempotency_max_keys_per_client`, checked.
     pub(super) fn idempotency(
         &self,
         ttl: Option<f64>,
         max_keys: Option<i64>,
+        per_client: Option<i64>,
         f: &dyn Fn(&str) -> String,
     ) -> Result<Idempotency, ConfigError> {
         let ttl = ttl.unwrap_or(DEFAULT_IDEMPOTENCY_TTL_SECS);
@@ -75,9 +102,20 @@ impl Parser<'_> {
                 ))
             }
         };
+        let max_keys_per_client = match per_client {
+            None => default_max_keys_per_client(max_keys),
+            Some(n) if (1..=max_keys as i64).contains(&n) => n as u64,
+            Some(n) => {
+                return Err(self.err(
+                    &f("idempotency_max_keys_per_client"),
+                    format!("{n} is not between 1 and idempotency_max_keys ({max_keys})"),
+                ))
+            }
+        };
         Ok(Idempotency {
             ttl: Duration::from_secs_f64(ttl),
             max_keys,
+            max_keys_per_client,
         })
     }
 }

@@ -27,8 +27,10 @@ pub use self::admission::{AdmissionMode, OnStoreFailure, STRICT_SHADOW};
 pub use self::builder::{ConfigBuilder, NamespaceBuilder, StoreBuilder};
 pub use self::concurrency::{Concurrency, MAX_CONCURRENCY, MAX_LEASE_TTL_SECS, MIN_TTL_SECS};
 pub use self::idempotency::{
-    Idempotency, DEFAULT_IDEMPOTENCY_MAX_KEYS, DEFAULT_IDEMPOTENCY_TTL_SECS,
-    MAX_IDEMPOTENCY_MAX_KEYS, MAX_IDEMPOTENCY_TTL_SECS, MIN_IDEMPOTENCY_TTL_SECS,
+    default_max_keys_per_client, Idempotency, DEFAULT_IDEMPOTENCY_CLIENT_DIVISOR,
+    DEFAULT_IDEMPOTENCY_MAX_KEYS, DEFAULT_IDEMPOTENCY_TTL_SECS, MAX_IDEMPOTENCY_MAX_KEYS,
+    MAX_IDEMPOTENCY_TTL_SECS, MIN_DEFAULT_IDEMPOTENCY_MAX_KEYS_PER_CLIENT,
+    MIN_IDEMPOTENCY_TTL_SECS,
 };
 pub use self::namespaces::NamespaceConfig;
 pub use self::quota::QuotaLimits;

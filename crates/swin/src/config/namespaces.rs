@@ -51,8 +51,10 @@ pub(super) struct RawNamespace {
     pub(super) shadow: Option<bool>,
     /// How long a retried request is answered with its first answer (seconds)…
     pub(super) idempotency_ttl: Option<f64>,
-    /// …and how many such records the namespace keeps at most.
+    /// …how many such records the namespace keeps at most…
     pub(super) idempotency_max_keys: Option<i64>,
+    /// …and how many of them one client may hold.
+    pub(super) idempotency_max_keys_per_client: Option<i64>,
     /// A commit above its estimate: `"debt"` (charged in full) or `"cap"`.
     pub(super) overrun: Option<String>,
 }
@@ -211,7 +213,12 @@ impl Parser<'_> {
             return Err(self.err(&f("max_counters"), "must be above 0".into()));
         }
         let admission = self.admission(&n.admission, &n.on_store_failure, f)?;
-        let idempotency = self.idempotency(n.idempotency_ttl, n.idempotency_max_keys, f)?;
+        let idempotency = self.idempotency(
+            n.idempotency_ttl,
+            n.idempotency_max_keys,
+            n.idempotency_max_keys_per_client,
+            f,
+        )?;
         let shadow = n.shadow;
         let limits = self.limits(&mut n, rules.is_some(), &sizes, f)?;
         self.strict(

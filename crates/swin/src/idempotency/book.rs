@@ -30,6 +30,11 @@ impl RecordBook {
         }
     }
 
+    /// Whether every node sees its records (they are its store's).
+    pub fn is_shared(&self) -> bool {
+        matches!(self, RecordBook::Store(_))
+    }
+
     /// Keeps the records of `old` where both are this node's (a rebuilt local-only
     /// namespace answers its retries as before); a store keeps its own.
     pub fn carry_from(&mut self, old: &RecordBook) {

@@ -18,6 +18,8 @@ struct LocalRecord {
     held_until: UnixMs,
     expires_at: UnixMs,
     answer: Option<Box<[u8]>>,
+    /// The client it is counted for (taken over, it stays theirs), if one was named.
+    client: Option<Box<str>>,
 }
 
 impl LocalRecord {
@@ -43,6 +45,8 @@ impl LocalRecord {
 #[derive(Debug, Default)]
 struct Table {
     records: HashMap<Box<str>, LocalRecord>,
+    /// Records held per client (its share's count; lapsed ones until swept).
+    clients: HashMap<Box<str>, u64>,
     /// No record lapses before this (lapsed ones are swept only once one may have).
     earliest_lapse: Option<UnixMs>,
 }
@@ -53,8 +57,36 @@ impl Table {
         if self.earliest_lapse.is_none_or(|e| e > now) {
             return;
         }
-        self.records.retain(|_, r| r.expires_at > now);
+        let clients = &mut self.clients;
+        self.records.retain(|_, r| {
+            let live = r.expires_at > now;
+            if !live {
+                uncount(clients, r.client.as_deref());
+            }
+            live
+        });
         self.earliest_lapse = self.records.values().map(|r| r.expires_at).min();
+    }
+
+    /// Whether a new record of `c`'s client would pass its share.
+    fn client_full(&self, c: &Claim<'_>) -> bool {
+        c.client
+            .is_some_and(|s| self.clients.get(s.client).copied().unwrap_or(0) >= s.max_records)
+    }
+
+    fn lapses_by(&mut self, at: UnixMs) {
+        self.earliest_lapse = Some(self.earliest_lapse.map_or(at, |e| e.min(at)));
+    }
+}
+
+/// Takes a record off its client's count.
+fn uncount(clients: &mut HashMap<Box<str>, u64>, client: Option<&str>) {
+    let Some(client) = client else { return };
+    if let Some(n) = clients.get_mut(client) {
+        *n -= 1;
+        if *n == 0 {
+            clients.remove(client);
+        }
     }
 }
 
@@ -69,7 +101,7 @@ pub struct LocalRecords {
 
 /// Bytes a record takes besides its key and answer: the map's entry (key pointer and
 /// length, the record itself) and the allocations' headers.
-pub const RECORD_OVERHEAD_BYTES: usize = 112;
+pub const RECORD_OVERHEAD_BYTES: usize = 128;
 
 impl LocalRecords {
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -87,14 +119,17 @@ impl LocalRecords {
     }
 
     /// The bytes its records take, as [`RECORD_OVERHEAD_BYTES`] counts them, with their
-    /// keys and answers.
+    /// keys, answers and clients' ids.
     pub fn bytes(&self) -> usize {
         let t = self.table();
         let entries: usize = t
             .records
             .iter()
             .map(|(k, r)| {
-                RECORD_OVERHEAD_BYTES + k.len() + r.answer.as_ref().map_or(0, |a| a.len())
+                RECORD_OVERHEAD_BYTES
+                    + k.len()
+                    + r.answer.as_ref().map_or(0, |a| a.len())
+                    + r.client.as_ref().map_or(0, |c| c.len())
             })
             .sum();
         entries + t.records.capacity() * std::mem::size_of::<(Box<str>, LocalRecord)>() / 8
@@ -106,25 +141,29 @@ impl LocalRecords {
             if let Some(found) = r.live(c.now) {
                 return Claimed::Found(found);
             }
-            // lapsed, or held no longer: taken over
-            *r = record(c);
-            t.earliest_lapse = Some(
-                t.earliest_lapse
-                    .map_or(c.expires_at, |e| e.min(c.expires_at)),
-            );
+            // lapsed, or held no longer: taken over (counted already, for its client)
+            let client = r.client.take();
+            *r = LocalRecord {
+                client,
+                ..record(c)
+            };
+            t.lapses_by(c.expires_at);
             return Claimed::Mine;
         }
-        if t.records.len() as u64 >= c.max_records {
+        if t.records.len() as u64 >= c.max_records || t.client_full(c) {
             t.sweep(c.now);
             if t.records.len() as u64 >= c.max_records {
                 return Claimed::Full;
             }
+            if t.client_full(c) {
+                return Claimed::ClientFull;
+            }
+        }
+        if let Some(s) = c.client {
+            *t.clients.entry(s.client.into()).or_default() += 1;
         }
         t.records.insert(c.key.into(), record(c));
-        t.earliest_lapse = Some(
-            t.earliest_lapse
-                .map_or(c.expires_at, |e| e.min(c.expires_at)),
-        );
+        t.lapses_by(c.expires_at);
         Claimed::Mine
     }
 
@@ -139,7 +178,9 @@ impl LocalRecords {
         match answer {
             Some(a) => r.answer = Some(a.into()),
             None => {
-                t.records.remove(key);
+                if let Some(gone) = t.records.remove(key) {
+                    uncount(&mut t.clients, gone.client.as_deref());
+                }
             }
         }
         true
@@ -153,6 +194,7 @@ fn record(c: &Claim<'_>) -> LocalRecord {
         held_until: c.held_until,
         expires_at: c.expires_at,
         answer: None,
+        client: c.client.map(|s| s.client.into()),
     }
 }
 
@@ -202,6 +244,7 @@ impl IdempotencyStore for LocalRecords {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use swin_sync::store::ClientShare;
 
     fn claim<'a>(key: &'a str, f: &'a Fingerprint, token: i64, now: i64, max: u64) -> Claim<'a> {
         Claim {
@@ -212,6 +255,7 @@ mod tests {
             expires_at: UnixMs(now + 1_000),
             now: UnixMs(now),
             max_records: max,
+            client: None,
         }
     }
 
@@ -243,5 +287,28 @@ mod tests {
         // once a and c lapse, new keys fit again
         assert_eq!(t.claim(&claim("d", &f, 8, 1_100, 2)), Claimed::Mine);
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn a_client_holds_its_share_and_others_still_claim() {
+        let t = LocalRecords::default();
+        let f = Fingerprint([7; 32]);
+        let by = |key: &'static str, client: &'static str, token: i64, now: i64| Claim {
+            client: Some(ClientShare {
+                client,
+                max_records: 2,
+            }),
+            ..claim(key, &f, token, now, 10)
+        };
+        assert_eq!(t.claim(&by("a", "x", 1, 0)), Claimed::Mine);
+        assert_eq!(t.claim(&by("b", "x", 2, 0)), Claimed::Mine);
+        assert_eq!(t.claim(&by("c", "x", 3, 0)), Claimed::ClientFull);
+        assert_eq!(t.claim(&by("c", "y", 4, 0)), Claimed::Mine);
+        // a release gives room back; a lapse too
+        assert!(t.end("b", 2, None, UnixMs(0)));
+        assert_eq!(t.claim(&by("d", "x", 5, 0)), Claimed::Mine);
+        assert_eq!(t.claim(&by("e", "x", 6, 0)), Claimed::ClientFull);
+        assert_eq!(t.claim(&by("e", "x", 7, 1_000)), Claimed::Mine);
+        assert_eq!(t.table().clients.get("x"), Some(&1));
     }
 }

@@ -10,7 +10,11 @@
 //!   there, see [`swin_sync::store::IdempotencyStore`]), or this node's memory for a
 //!   local-only namespace ([`LocalRecords`], a memory backend of the same interface);
 //! - at most `idempotency_max_keys` live records per namespace: a new key past them is
-//!   refused (503 `idempotency_full`), keys already recorded still answer.
+//!   refused (503 `idempotency_full`), keys already recorded still answer;
+//! - at most `idempotency_max_keys_per_client` of them made by one client
+//!   ([`ClientId`], when the caller names one): its new key past them is refused
+//!   ([`Error::Exhausted`], 429), other clients' are not. Counted where the records are,
+//!   in the claim's atomic step: across the cluster for a store's.
 //!
 //! The flow (`Limiter::once`) is one for every kind of request; this module holds what
 //! it works with.
@@ -52,6 +56,30 @@ pub fn check_idempotency_key(key: &[u8]) -> Result<&str, Error> {
     std::str::from_utf8(key).map_err(|_| bad("not ASCII"))
 }
 
+/// Who sends idempotent requests, as their records are counted against a client's share
+/// of a namespace's: a short id (24 hex digits) of what the caller knows the client by —
+/// a token's name, an address. What it was made of is not kept.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClientId(String);
+
+impl ClientId {
+    /// The client known as `identity` of the kind `kind` (`token`, `address`: two kinds
+    /// never name one client).
+    pub fn of(kind: &str, identity: &[u8]) -> ClientId {
+        let mut h = Sha256::new();
+        h.update((kind.len() as u64).to_be_bytes());
+        h.update(kind.as_bytes());
+        h.update(identity);
+        let digest = h.finalize();
+        ClientId(digest[..12].iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// Its id, as stores keep it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// What a request retried under an idempotency key must ask again, and where its record
 /// is kept.
 #[derive(Debug, Clone)]
@@ -62,6 +90,8 @@ pub struct Idempotent {
     pub(crate) record: String,
     /// What the request asked.
     pub(crate) fingerprint: Fingerprint,
+    /// Who sent it (`None`: counted against the namespace's cap only).
+    pub(crate) client: Option<ClientId>,
 }
 
 impl Idempotent {
@@ -87,7 +117,17 @@ impl Idempotent {
             namespace: namespace.to_owned(),
             record: format!("{}:{route}:{key}", route.len()),
             fingerprint: Fingerprint(h.finalize().into()),
+            client: None,
         })
+    }
+
+    /// The same request, sent by `client`: its record counts against the client's share
+    /// of the namespace's records (`idempotency_max_keys_per_client`).
+    pub fn by(self, client: ClientId) -> Idempotent {
+        Idempotent {
+            client: Some(client),
+            ..self
+        }
     }
 
     /// The namespace that keeps its record.
@@ -272,5 +312,15 @@ mod tests {
         assert_ne!(base, f("POST", "keys/a/hit", b"{ }"));
         // the lengths keep a route's end and a body's start apart
         assert_ne!(f("POST", "ab", b"c"), f("POST", "a", b"bc"));
+    }
+
+    #[test]
+    fn client_ids_are_short_and_keep_kinds_apart() {
+        let t = ClientId::of("token", b"ops");
+        assert_eq!(t.as_str().len(), 24);
+        assert!(t.as_str().bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(t, ClientId::of("token", b"ops"));
+        assert_ne!(t, ClientId::of("address", b"ops"));
+        assert_ne!(t, ClientId::of("token", b"ops2"));
     }
 }

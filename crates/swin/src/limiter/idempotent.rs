@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use swin_core::UnixMs;
-use swin_sync::store::{Claim, Claimed, Record};
+use swin_sync::store::{Claim, Claimed, ClientShare, Record};
 
 use super::Limiter;
 use crate::error::Error;
@@ -47,7 +47,8 @@ impl Limiter {
     /// namespace's `idempotency_ttl`: the first call runs it and answers
     /// [`Once::First`]; a retry with the same fingerprint answers [`Once::Again`] with the
     /// first answer, running and counting nothing. See the module's note for requests in
-    /// flight, failures and the cap (`idempotency_max_keys`: [`Error::IdempotencyFull`]).
+    /// flight, failures and the caps (`idempotency_max_keys`: [`Error::IdempotencyFull`];
+    /// a client's share, `idempotency_max_keys_per_client`: [`Error::Exhausted`]).
     pub async fn once<F>(&self, asked: Idempotent, request: F) -> Result<Once, Error>
     where
         F: Future<Output = Answer> + Send + 'static,
@@ -60,6 +61,37 @@ impl Limiter {
                 tracing::error!(cause = %e, "an idempotent request's task failed");
                 Error::Internal
             })?
+    }
+}
+
+impl Limiter {
+    /// The namespace that keeps the record of a request over several namespaces (a
+    /// batch), of which `namespaces` are the items' in order: the first whose records
+    /// are kept in its store, where every node sees them. `None` when the request names
+    /// no namespace or one that is not (it is refused by itself, keeping no record); a
+    /// request whose namespaces are all local-only is refused ([`Error::BadRequest`]):
+    /// its record would be kept on one node, and another would run it again.
+    pub fn record_namespace<'a>(
+        &self,
+        namespaces: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Option<&'a str>, Error> {
+        let mut local = Vec::new();
+        for name in namespaces {
+            let Ok(ns) = self.namespace(name) else {
+                return Ok(None);
+            };
+            if ns.records.is_shared() {
+                return Ok(Some(name));
+            }
+            local.push(name);
+        }
+        if local.is_empty() {
+            return Ok(None);
+        }
+        Err(Error::BadRequest(format!(
+            "Idempotency-Key: no item of this request is in a namespace with a store (only {}: local-only, counted on each node apart); its record would be kept on one node and run again on another: send it without the header, or with an item of a namespace with a store",
+            local.join(", ")
+        )))
     }
 }
 
@@ -80,6 +112,10 @@ where
             expires_at,
             now,
             max_records: ns.idempotency.max_keys(),
+            client: asked.client.as_ref().map(|c| ClientShare {
+                client: c.as_str(),
+                max_records: ns.idempotency.max_keys_per_client(),
+            }),
         };
         match ns.records.claim(claim).await? {
             Claimed::Mine => {
@@ -116,6 +152,13 @@ where
                     "namespace {:?} holds {} idempotency records (idempotency_max_keys); a new key is refused until some lapse",
                     asked.namespace,
                     ns.idempotency.max_keys()
+                )))
+            }
+            Claimed::ClientFull => {
+                return Err(Error::Exhausted(format!(
+                    "this client holds {} idempotency records in namespace {:?} (idempotency_max_keys_per_client); its new keys are refused until some lapse",
+                    ns.idempotency.max_keys_per_client(),
+                    asked.namespace,
                 )))
             }
         }

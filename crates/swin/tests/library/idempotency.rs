@@ -1,13 +1,14 @@
 //! Idempotent retries through `Limiter::once`: a request runs once per idempotency key,
 //! on any limiter over the store; a retry answers the first answer and counts nothing;
 //! another request under the key is refused; a failure is not kept; a retry of a request
-//! still running waits, then says so.
+//! still running waits, then says so; a client holds its share of the records and no
+//! more; a batch's record goes to its first namespace with a store.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use swin::error::Error;
-use swin::idempotency::{Answer, Idempotent, Once};
+use swin::idempotency::{Answer, ClientId, Idempotent, Once};
 use swin_testkit::TestStore;
 
 use super::{hourly, start, stored};
@@ -16,6 +17,8 @@ swin_testkit::for_stores!([sqlite, redis] [
     a_retry_on_another_limiter_answers_the_first_answer_and_counts_nothing,
     another_request_under_a_key_is_refused_and_failures_run_again,
     a_retry_of_a_request_still_running_waits_then_says_so,
+    a_client_holds_its_share_across_limiters_and_others_still_run,
+    a_batch_record_goes_to_its_first_namespace_with_a_store,
 ]);
 
 fn asked(key: &str, body: &str) -> Idempotent {
@@ -116,4 +119,67 @@ async fn a_retry_of_a_request_still_running_waits_then_says_so(store: &TestStore
         .expect("again");
     assert_eq!(again, Once::Again(first.answer().clone()));
     assert_eq!(stored(store, "api", "k").await, 0.0, "the hits never ran");
+}
+
+async fn a_client_holds_its_share_across_limiters_and_others_still_run(store: &TestStore) {
+    let config = format!(
+        "{}idempotency_max_keys = 10\nidempotency_max_keys_per_client = 3\n",
+        hourly("api", 0.0, 100)
+    );
+    let one = Arc::new(start(store, &config).await);
+    let two = Arc::new(start(store, &config).await);
+    let (greedy, other) = (
+        ClientId::of("token", b"greedy"),
+        ClientId::of("token", b"other"),
+    );
+    let mut ran = 0;
+    for i in 0..8 {
+        let l = if i % 2 == 0 { &one } else { &two };
+        let a = asked(&format!("g-{i}"), "{}").by(greedy.clone());
+        match l.once(a, hit(l.clone())).await {
+            Ok(o) => {
+                assert!(!o.replayed());
+                ran += 1;
+            }
+            Err(Error::Exhausted(m)) => {
+                assert!(m.contains("idempotency_max_keys_per_client"), "{m}")
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(ran, 3);
+    let a = asked("o-1", "{}").by(other);
+    assert!(!two
+        .once(a, hit(two.clone()))
+        .await
+        .expect("room")
+        .replayed());
+    let kept = asked("g-0", "{}").by(greedy);
+    assert!(one
+        .once(kept, hit(one.clone()))
+        .await
+        .expect("kept")
+        .replayed());
+    assert_eq!(stored(store, "api", "k").await, 4.0);
+}
+
+async fn a_batch_record_goes_to_its_first_namespace_with_a_store(store: &TestStore) {
+    let local = "[[namespaces]]\nname = \"here\"\nwindow_sizes = [3600]\nsync_rate = -1\n";
+    let config = format!("{}{}", local, hourly("api", 0.0, 100));
+    let l = start(store, &config).await;
+    assert_eq!(
+        l.record_namespace(["here", "api"]).expect("one"),
+        Some("api")
+    );
+    assert_eq!(
+        l.record_namespace(["api", "here"]).expect("one"),
+        Some("api")
+    );
+    assert_eq!(l.record_namespace(["nowhere", "api"]).expect("none"), None);
+    assert_eq!(l.record_namespace([]).expect("none"), None);
+    let e = l.record_namespace(["here", "here"]).expect_err("refused");
+    assert!(
+        matches!(&e, Error::BadRequest(m) if m.contains("Idempotency-Key")),
+        "{e}"
+    );
 }

@@ -1,8 +1,9 @@
 //! Idempotency records on PostgreSQL (see `store::idempotency`): a claim inserts its row
 //! (`ON CONFLICT DO NOTHING`: of two racing claims one inserts, the other waits for it and
 //! finds it) and counts it in `swin_idempotency_counts` in the same transaction, which
-//! rolls back when the namespace is full; a row found lapsed or held no longer is taken
-//! over under its row lock.
+//! rolls back when the namespace is full; its client's share is counted in
+//! `swin_idempotency_client_counts` the same way. A row found lapsed or held no longer is
+//! taken over under its row lock.
 
 use swin_core::UnixMs;
 
@@ -22,6 +23,11 @@ sql_idempotency_store! {
     count: "INSERT INTO swin_idempotency_counts AS c (namespace, records) VALUES ($1, 1)
                  ON CONFLICT (namespace) DO UPDATE SET records = c.records + 1
                  WHERE c.records < $2 RETURNING records",
+    // the same for the claim's client (its count row locked until commit)
+    count_client: "INSERT INTO swin_idempotency_client_counts AS c (namespace, client, records)
+                 VALUES ($1, $2, 1)
+                 ON CONFLICT (namespace, client) DO UPDATE SET records = c.records + 1
+                 WHERE c.records < $3 RETURNING records",
     take_over: sql::TAKE_OVER,
     keep: sql::KEEP,
     records: "SELECT count(*)::int8 FROM swin_idempotency WHERE namespace = $1 AND expires_at > $2",
@@ -35,22 +41,22 @@ impl PostgresStore {
                 "PostgreSQL cannot store a key holding U+0000".into(),
             ));
         }
-        let mut full = false;
+        let mut full = None;
         for _ in 0..TRIES {
             match self.try_claim(namespace, &c).await? {
                 // full: the namespace's lapsed records make room first, if it has some
-                Some(Claimed::Full) => {
+                Some(f @ (Claimed::Full | Claimed::ClientFull)) => {
                     if self.purge_lapsed(Some(namespace), c.now).await? == 0 {
-                        return Ok(Claimed::Full);
+                        return Ok(f);
                     }
-                    full = true;
+                    full = Some(f);
                 }
                 Some(claimed) => return Ok(claimed),
                 None => {}
             }
         }
-        if full {
-            return Ok(Claimed::Full);
+        if let Some(f) = full {
+            return Ok(f);
         }
         Err(StoreError::Protocol(format!(
             "idempotency record {:?}: claimed and released {TRIES} times in a row",
@@ -90,16 +96,21 @@ impl PostgresStore {
     }
 
     /// Deletes the claim `token`'s record, if it has no answer, and takes it off its
-    /// namespace's count, in one statement.
+    /// namespace's count and its client's, in one statement.
     async fn release(&self, namespace: &str, key: &str, token: i64) -> Result<bool, StoreError> {
         let released: Option<i64> = sqlx::query_scalar(
             "WITH gone AS (
                  DELETE FROM swin_idempotency
                  WHERE namespace = $1 AND key = $2 AND token = $3 AND answer IS NULL
-                 RETURNING namespace
+                 RETURNING namespace, client
              ), counted AS (
                  UPDATE swin_idempotency_counts c SET records = greatest(c.records - 1, 0)
                  WHERE c.namespace = $1 AND EXISTS (SELECT 1 FROM gone) RETURNING 1
+             ), client_counted AS (
+                 UPDATE swin_idempotency_client_counts c
+                 SET records = greatest(c.records - 1, 0)
+                 FROM gone WHERE c.namespace = gone.namespace AND c.client = gone.client
+                 RETURNING 1
              )
              SELECT count(*)::int8 FROM gone",
         )
@@ -113,17 +124,24 @@ impl PostgresStore {
     }
 
     /// Deletes the lapsed records of `namespace` (all namespaces: `None`) and takes them
-    /// off their namespaces' counts, in one statement.
+    /// off their namespaces' and clients' counts, in one statement.
     async fn purge_lapsed(&self, namespace: Option<&str>, now: UnixMs) -> Result<u64, StoreError> {
         let gone: Option<i64> = sqlx::query_scalar(
             "WITH gone AS (
                  DELETE FROM swin_idempotency
                  WHERE expires_at <= $1 AND ($2::text IS NULL OR namespace = $2)
-                 RETURNING namespace
+                 RETURNING namespace, client
              ), n AS (SELECT namespace, count(*) AS n FROM gone GROUP BY namespace),
              counted AS (
                  UPDATE swin_idempotency_counts c SET records = greatest(c.records - n.n, 0)
                  FROM n WHERE c.namespace = n.namespace RETURNING 1
+             ), by_client AS (
+                 SELECT namespace, client, count(*) AS n FROM gone GROUP BY namespace, client
+             ), client_counted AS (
+                 UPDATE swin_idempotency_client_counts c
+                 SET records = greatest(c.records - b.n, 0)
+                 FROM by_client b WHERE c.namespace = b.namespace AND c.client = b.client
+                 RETURNING 1
              )
              SELECT sum(n)::int8 FROM n",
         )

@@ -1,9 +1,11 @@
 //! Idempotency records on Redis (see `store::idempotency`): per record a string that
-//! expires by itself, `swin:{<len(ns)>:<ns>}:idem:<key>`, and per namespace a sorted set of
-//! the records' keys by lapse time, `swin:{<len(ns)>:<ns>}:idem`, which the cap counts.
-//! Both carry the namespace's hash tag, so one script claims a record, counts the
-//! namespace's and adds it in one atomic step, on one server or a cluster (a namespace's
-//! records share one slot: the cap bounds what they take on its shard).
+//! expires by itself, `swin:{<len(ns)>:<ns>}:idem:<key>`, per namespace a sorted set of
+//! the records' keys by lapse time, `swin:{<len(ns)>:<ns>}:idem`, which the cap counts,
+//! and per client another, `swin:{<len(ns)>:<ns>}:idemc:<client>`, which its share
+//! counts. All carry the namespace's hash tag, so one script claims a record, counts the
+//! namespace's and the client's and adds it in one atomic step, on one server or a
+//! cluster (a namespace's records share one slot: the cap bounds what they take on its
+//! shard).
 
 use redis::Value;
 use swin_core::UnixMs;
@@ -16,6 +18,12 @@ use crate::StoreError;
 impl RedisStore {
     fn idempotency_index(&self, namespace: &str) -> String {
         format!("{}:{{{}:{}}}:idem", self.prefix, namespace.len(), namespace)
+    }
+
+    /// A client's index: the namespace's, `c:` and the client (the end script names it
+    /// so too).
+    fn idempotency_client_index(&self, namespace: &str, client: &str) -> String {
+        format!("{}c:{client}", self.idempotency_index(namespace))
     }
 
     fn idempotency_record(&self, namespace: &str, key: &str) -> String {
@@ -54,14 +62,19 @@ impl IdempotencyStore for RedisStore {
     ) -> Result<Claimed, StoreError> {
         let mut inv = Eval::default();
         inv.key(&self.idempotency_record(namespace, c.key))
-            .key(&self.idempotency_index(namespace))
-            .arg(c.key)
+            .key(&self.idempotency_index(namespace));
+        if let Some(share) = c.client {
+            inv.key(&self.idempotency_client_index(namespace, share.client));
+        }
+        inv.arg(c.key)
             .arg(&c.fingerprint.0[..])
             .arg(c.token.to_string())
             .arg(c.held_until.0)
             .arg(c.expires_at.0)
             .arg(c.now.0)
-            .arg(c.max_records);
+            .arg(c.max_records)
+            .arg(c.client.map_or("", |s| s.client))
+            .arg(c.client.map_or(0, |s| s.max_records));
         let reply = self
             .run(vec![inv.call(&self.scripts.idempotency_claim, true)])
             .await?
@@ -133,6 +146,7 @@ fn claimed(reply: Option<Value>) -> Result<Claimed, StoreError> {
             answer: bytes(items.get(2)).unwrap_or_default(),
         })),
         Some(Value::Int(3)) => Ok(Claimed::Full),
+        Some(Value::Int(4)) => Ok(Claimed::ClientFull),
         other => Err(bad(&format!("{other:?}"))),
     }
 }
