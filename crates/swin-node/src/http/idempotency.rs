@@ -35,7 +35,7 @@ use std::net::SocketAddr;
 use axum::extract::ConnectInfo;
 
 use super::auth::Caller;
-use super::client_address::client_address;
+use swin::policy::client_address::client_address;
 use super::error::ApiError;
 use super::extract::RawJson;
 use crate::state::AppState;
