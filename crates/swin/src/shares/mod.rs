@@ -32,6 +32,8 @@
 
 pub mod assign;
 mod buckets;
+mod by_client;
+mod client;
 mod rounds;
 
 use std::collections::{BTreeMap, HashMap};
@@ -46,6 +48,7 @@ use tokio::time::Instant;
 pub use self::assign::Action;
 use self::assign::Entry;
 use self::buckets::{checked, keys, ruled, Ruled};
+pub use self::client::Client;
 use crate::error::Error;
 use crate::state::{Namespace, Namespaces};
 
@@ -183,9 +186,9 @@ struct State {
     /// it lost may hold until then.
     lost: HashMap<String, swin_core::UnixMs>,
     /// Client → its open streams.
-    clients: HashMap<String, usize>,
+    clients: HashMap<Client, usize>,
     /// Client → its live buckets, across its streams.
-    client_buckets: HashMap<String, usize>,
+    client_buckets: HashMap<Client, usize>,
     /// Buckets whose last read showed other nodes than the read before: none of their
     /// shares grows until two reads agree.
     moved: std::collections::HashSet<(String, String)>,
@@ -195,8 +198,8 @@ struct State {
 
 #[derive(Debug)]
 struct ProxyState {
-    /// Who opened it (a token's name, or a peer address).
-    client: String,
+    /// Who opened it.
+    client: Client,
     namespace: Option<String>,
     tx: mpsc::Sender<Vec<BucketAction>>,
     open: bool,
@@ -207,6 +210,15 @@ struct ProxyState {
 }
 
 impl ProxyState {
+    /// Its entry for `b` (one of its buckets) in the division, with its client.
+    fn entry(&self, b: &ProxyBucket, stale_after: Duration, now: Instant) -> Option<Entry> {
+        let e = b.entry(self.open, stale_after, now)?;
+        Some(Entry {
+            client: Some(self.client.tag()),
+            ..e
+        })
+    }
+
     /// How long its assignments hold: two reporting intervals less a second, 2 s to a
     /// minute.
     fn ttl(&self) -> Duration {
@@ -261,11 +273,13 @@ impl ProxyBucket {
                 asks: Some(self.demand),
                 shown: self.reports >= 2,
                 assigned,
+                client: None,
             }),
             false if assigned > 0.0 => Some(Entry {
                 asks: None,
                 shown: false,
                 assigned,
+                client: None,
             }),
             false => None,
         }
@@ -296,17 +310,17 @@ impl Shares {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Opens a proxy's stream for `client` (a token's name, or a peer address): the
-    /// proxy, and where its assignments arrive between its reports. A client holding
-    /// `streams_per_client` streams already is refused ([`Error::Exhausted`]).
+    /// Opens a proxy's stream for `client`: the proxy, and where its assignments arrive
+    /// between its reports. A client holding `streams_per_client` streams already is
+    /// refused ([`Error::Exhausted`]).
     pub fn open(
         self: &Arc<Self>,
-        client: &str,
+        client: &Client,
     ) -> Result<(Proxy, mpsc::Receiver<Vec<BucketAction>>), Error> {
         let (tx, rx) = mpsc::channel(QUEUED);
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let mut state = self.state();
-        let open = state.clients.entry(client.to_owned()).or_default();
+        let open = state.clients.entry(client.clone()).or_default();
         if *open >= self.limits.streams_per_client {
             return Err(Error::Exhausted(format!(
                 "{client} holds {open} quota streams open on this node; at most {} \
@@ -318,7 +332,7 @@ impl Shares {
         state.proxies.insert(
             id,
             ProxyState {
-                client: client.to_owned(),
+                client: client.clone(),
                 namespace: None,
                 tx,
                 open: true,
@@ -570,7 +584,7 @@ impl Stream {
             }
         }
         if capped > 0 {
-            warn_capped(name, &p.client, capped, &limits);
+            warn_capped(name, &p.client.to_string(), capped, &limits);
         }
     }
 

@@ -60,7 +60,7 @@ pub(super) fn division(
         let Some(b) = p.buckets.get(key) else {
             continue;
         };
-        if let Some(e) = b.entry(p.open, stale_after(p.interval), now) {
+        if let Some(e) = p.entry(b, stale_after(p.interval), now) {
             own.push(e);
             who.push((id, p.ttl(), e.asks.is_some()));
             shape = Some((b.limit, b.unit));
@@ -73,7 +73,8 @@ pub(super) fn division(
         .remote
         .get(&(namespace.to_owned(), key.to_owned()))
         .map_or(&[][..], Vec::as_slice);
-    let shares = own_shares(node, &own, others, limit);
+    let turn = super::by_client::turn(swin_sync::now());
+    let shares = own_shares(node, &own, others, limit, turn);
     who.into_iter()
         .zip(shares)
         .filter(|((_, _, live), _)| *live)
@@ -91,7 +92,7 @@ fn tell(sent: Option<&(Action, Instant)>, new: &Action, now: Instant) -> bool {
     }
     match (old.share(), new.share()) {
         _ if old.enforced_alike(new) => false,
-        (Some(o), Some(n)) if n < o => true,
+        (Some(o), Some(n)) if n < o || o == 0 => true,
         (Some(o), Some(n)) => n - o > (o / 50).max(1),
         _ => true,
     }
@@ -116,7 +117,7 @@ fn bucket_entry(
         let Some(e) = p
             .buckets
             .get(key)
-            .and_then(|b| b.entry(p.open, stale_after(p.interval), now))
+            .and_then(|b| p.entry(b, stale_after(p.interval), now))
         else {
             continue;
         };
@@ -163,7 +164,7 @@ fn entries(
     let store_now = swin_sync::now();
     state.held.retain(|_, until| *until > now);
     let mut live = 0;
-    let mut of_clients: HashMap<String, usize> = HashMap::new();
+    let mut of_clients: HashMap<super::Client, usize> = HashMap::new();
     let mut by_ns: BTreeMap<String, BTreeMap<String, Vec<u64>>> = BTreeMap::new();
     state.proxies.retain(|&id, p| {
         let stale = stale_after(p.interval);
