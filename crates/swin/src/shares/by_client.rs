@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use swin_core::{fair, UnixMs};
 
-use super::assign::Entry;
+use super::entry::Entry;
 
 /// How long one turn of the units left by rounding down lasts: four rounds, so that a
 /// share handed on is told, posted and read by the other nodes well within its turn.

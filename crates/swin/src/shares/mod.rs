@@ -34,6 +34,9 @@ pub mod assign;
 mod buckets;
 mod by_client;
 mod client;
+mod entry;
+mod reads;
+mod report;
 mod rounds;
 
 use std::collections::{BTreeMap, HashMap};
@@ -49,6 +52,7 @@ pub use self::assign::Action;
 use self::assign::Entry;
 use self::buckets::{checked, keys, ruled, Ruled};
 pub use self::client::Client;
+pub use self::report::{BucketAction, Reports, Usage};
 use crate::error::Error;
 use crate::state::{Namespace, Namespaces};
 
@@ -66,99 +70,6 @@ const QUEUED: usize = 16;
 
 /// A bucket: its pairs, sorted by key.
 pub type BucketId = Vec<(String, String)>;
-
-/// One report of a proxy: its domain (a namespace) and each bucket's usage.
-#[derive(Debug, Clone, Default)]
-pub struct Reports {
-    /// The namespace.
-    pub(crate) domain: String,
-    /// Each bucket's usage since the last report.
-    pub(crate) usages: Vec<Usage>,
-}
-
-impl Reports {
-    /// A report on the namespace `domain` of each bucket's usage.
-    pub fn new(domain: String, usages: Vec<Usage>) -> Reports {
-        Reports { domain, usages }
-    }
-
-    /// The namespace.
-    pub fn domain(&self) -> &String {
-        &self.domain
-    }
-
-    /// Each bucket's usage since the last report.
-    pub fn usages(&self) -> &Vec<Usage> {
-        &self.usages
-    }
-}
-
-/// One bucket's usage since the proxy's last report of it.
-#[derive(Debug, Clone, Default)]
-pub struct Usage {
-    /// The bucket (any order; sorted here).
-    pub(crate) bucket: BucketId,
-    /// The time the usage covers, as the proxy measured it (`None` or zero: unknown).
-    pub(crate) elapsed: Option<Duration>,
-    /// Requests the proxy let through.
-    pub(crate) allowed: u64,
-    /// Requests the proxy refused.
-    pub(crate) denied: u64,
-}
-
-impl Usage {
-    /// A bucket's usage: `allowed` and `denied` requests over `elapsed` (its report's
-    /// own measure, if it sent one).
-    pub fn new(bucket: BucketId, elapsed: Option<Duration>, allowed: u64, denied: u64) -> Usage {
-        Usage {
-            bucket,
-            elapsed,
-            allowed,
-            denied,
-        }
-    }
-
-    /// The bucket (any order; sorted here).
-    pub fn bucket(&self) -> &BucketId {
-        &self.bucket
-    }
-
-    /// The time the usage covers, as the proxy measured it (`None` or zero: unknown).
-    pub fn elapsed(&self) -> Option<Duration> {
-        self.elapsed
-    }
-
-    /// Requests the proxy let through.
-    pub fn allowed(&self) -> u64 {
-        self.allowed
-    }
-
-    /// Requests the proxy refused.
-    pub fn denied(&self) -> u64 {
-        self.denied
-    }
-}
-
-/// What a proxy is told for one bucket.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BucketAction {
-    /// The bucket.
-    pub(crate) bucket: BucketId,
-    /// What it enforces.
-    pub(crate) action: Action,
-}
-
-impl BucketAction {
-    /// The bucket.
-    pub fn bucket(&self) -> &BucketId {
-        &self.bucket
-    }
-
-    /// What it enforces.
-    pub fn action(&self) -> Action {
-        self.action
-    }
-}
 
 /// The quota service of one node: its proxies, and what the other nodes' proxies ask
 /// for as the store last said.
@@ -678,16 +589,6 @@ fn warn_capped(namespace: &str, client: &str, capped: usize, limits: &QuotaLimit
         per_node = limits.buckets,
         "new quota buckets past quota.buckets_per_stream, quota.buckets_per_client or quota.buckets: abandoned"
     );
-}
-
-impl BucketAction {
-    /// `bucket` abandoned: its proxy falls back on its own default.
-    fn abandon(bucket: BucketId) -> BucketAction {
-        BucketAction {
-            bucket,
-            action: Action::Abandon,
-        }
-    }
 }
 
 impl Shared {

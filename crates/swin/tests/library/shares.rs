@@ -3,7 +3,6 @@
 //! many streams of one client take no more than one honest proxy's client does, and no
 //! bucket with room has every stream told to deny.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use swin::shares::{Action, BucketAction, Client, Proxy, Reports, Usage};
