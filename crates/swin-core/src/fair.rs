@@ -70,6 +70,48 @@ pub fn whole(shares: &[f64]) -> Vec<u64> {
     units
 }
 
+/// [`whole`], but the units left after rounding down go to the largest remainders with
+/// ties broken in turn: at `turn` t they go first to the shares from index t × (units
+/// left) on, wrapping around, so that equal shares below one unit each get it at one
+/// turn in so many, not always the earlier ones. Remainders closer than a millionth are
+/// ties (an even split's shares differ by a hair).
+///
+/// ```
+/// let shares = [0.25; 4];
+/// assert_eq!(swin_core::fair::whole_turning(&shares, 0), vec![1, 0, 0, 0]);
+/// assert_eq!(swin_core::fair::whole_turning(&shares, 1), vec![0, 1, 0, 0]);
+/// assert_eq!(swin_core::fair::whole_turning(&shares, 5), vec![0, 1, 0, 0]);
+/// ```
+pub fn whole_turning(shares: &[f64], turn: u64) -> Vec<u64> {
+    let clean = |s: f64| if s.is_finite() { s.max(0.0) } else { 0.0 };
+    let total: f64 = shares.iter().map(|&s| clean(s)).sum();
+    let mut units: Vec<u64> = shares.iter().map(|&s| clean(s).floor() as u64).collect();
+    let given: u64 = units.iter().sum();
+    let mut left = ((total + 1e-9).floor() as u64).saturating_sub(given);
+    if shares.is_empty() || left == 0 {
+        return units;
+    }
+    let n = shares.len() as u64;
+    let first = (turn % n).wrapping_mul(left % n) % n;
+    let remainder = |i: usize| {
+        let s = clean(shares[i]);
+        ((s - s.floor()) * 1e6).round() as u64
+    };
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    order.sort_by_key(|&i| {
+        let from_first = (i as u64 + n - first) % n;
+        (std::cmp::Reverse(remainder(i)), from_first)
+    });
+    for at in order {
+        if left == 0 {
+            break;
+        }
+        units[at] += 1;
+        left -= 1;
+    }
+    units
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +162,24 @@ mod tests {
         let s = divide(&[3.0, 1e6, 7.7, 12.2], 101.5);
         assert_eq!(whole(&s).iter().sum::<u64>(), 101);
         assert!(whole(&[]).is_empty());
+    }
+
+    #[test]
+    fn units_below_one_each_go_round_the_shares_in_turn() {
+        // 25 units among 64 equal shares: each turn 25 others, every share in its turn
+        let shares = divide(&[120.0; 64], 25.0);
+        let mut got = [0u64; 64];
+        for turn in 0..64 {
+            let units = whole_turning(&shares, turn);
+            assert_eq!(units.iter().sum::<u64>(), 25);
+            assert!(units.iter().all(|&u| u <= 1), "{units:?}");
+            got.iter_mut().zip(&units).for_each(|(g, u)| *g += u);
+        }
+        assert!(got.iter().all(|&g| g == 25), "{got:?}");
+        // the largest remainders still come first; whole shares stay whole
+        assert_eq!(whole_turning(&[1.5, 2.0, 0.7], 3), vec![1, 2, 1]);
+        assert_eq!(whole_turning(&[0.9, 0.1, 0.0], 1), vec![1, 0, 0]);
+        assert!(whole_turning(&[], 7).is_empty());
+        assert_eq!(whole_turning(&[0.4], u64::MAX), vec![0]);
     }
 }

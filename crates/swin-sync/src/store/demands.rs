@@ -21,14 +21,15 @@ pub struct Demands {
 }
 
 impl Demands {
-    /// The demands as the store keeps them: comma-separated.
+    /// The demands as the store keeps them: comma-separated, signs kept (the quota
+    /// service marks claims, proxies gone and clients with numbers below zero).
     pub fn text(&self) -> String {
         let mut out = String::with_capacity(self.demands.len() * 8);
         for (i, d) in self.demands.iter().enumerate() {
             if i > 0 {
                 out.push(',');
             }
-            let d = if d.is_finite() { d.max(0.0) } else { 0.0 };
+            let d = if d.is_finite() { *d } else { 0.0 };
             out.push_str(&d.to_string());
         }
         out

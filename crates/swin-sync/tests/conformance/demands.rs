@@ -1,6 +1,7 @@
 //! Demands of Envoy's quota service: every node reads every node's live entry for a
 //! bucket, a node's new entry replaces its last, lapsed entries no longer count, and the
-//! demands round-trip exactly.
+//! demands round-trip exactly, signs and all (claims, proxies gone and clients are
+//! numbers below zero).
 
 use swin_core::UnixMs;
 use swin_sync::store::Demands;
@@ -30,7 +31,12 @@ pub async fn demands_are_shared_replaced_and_lapse(s: &TestStore) {
         .post_demands(
             "ns",
             &[
-                entry("a", "n1", &[10.0, 0.5], now + 3_000),
+                entry(
+                    "a",
+                    "n1",
+                    &[10.0, 0.5, -1.0, -281474976710656.0],
+                    now + 3_000,
+                ),
                 entry(odd, "n1", &[], now + 3_000),
             ],
         )
@@ -52,7 +58,11 @@ pub async fn demands_are_shared_replaced_and_lapse(s: &TestStore) {
     assert_eq!(
         sorted(read),
         vec![
-            ("a".into(), "n1".into(), vec![10.0, 0.5]),
+            (
+                "a".into(),
+                "n1".into(),
+                vec![10.0, 0.5, -1.0, -281474976710656.0]
+            ),
             ("a".into(), "n2".into(), vec![200.0]),
             (odd.into(), "n1".into(), vec![]),
         ]

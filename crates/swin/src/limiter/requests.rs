@@ -238,11 +238,12 @@ impl Limiter {
 
     /// Opens a stream of Envoy's quota service for `client` (a token's name, or a peer
     /// address): the proxy, whose reports [`Limiter::quota_report`] takes, and where its
-    /// assignments arrive between them. A client holding `quota.streams_per_client`
+    /// assignments arrive between them. Each bucket's limit is divided among clients
+    /// first, then among each one's streams. A client holding `quota.streams_per_client`
     /// streams already is refused ([`Error::Exhausted`]).
     pub fn quota_stream(
         &self,
-        client: &str,
+        client: &crate::shares::Client,
     ) -> Result<(Proxy, tokio::sync::mpsc::Receiver<Vec<BucketAction>>), Error> {
         self.shares.open(client)
     }

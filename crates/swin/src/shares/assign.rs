@@ -23,110 +23,24 @@
 
 use std::time::Duration;
 
-use swin_core::fair;
 use swin_sync::store::Demands;
 
-/// One proxy in a bucket's division.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Entry {
-    /// Requests per unit it asks for; `None`: it went away, and only assigned.
-    pub(crate) asks: Option<f64>,
-    /// Whether its ask is shown by its own reports (a stream's second report of the
-    /// bucket on): an ask only claimed (a first report's) takes only the room that shown
-    /// asks leave.
-    pub(crate) shown: bool,
-    /// The share it is assigned now (what it was last told, until that lapses).
-    pub(crate) assigned: f64,
-}
-
-impl Entry {
-    /// Requests per unit it asks for; `None`: it went away, and only assigned.
-    pub fn asks(&self) -> Option<f64> {
-        self.asks
-    }
-
-    /// Whether its ask is shown by its own reports (a stream's second report of the
-    /// bucket on): an ask only claimed (a first report's) takes only the room that shown
-    /// asks leave.
-    pub fn shown(&self) -> bool {
-        self.shown
-    }
-
-    /// The share it is assigned now (what it was last told, until that lapses).
-    pub fn assigned(&self) -> f64 {
-        self.assigned
-    }
-}
-
-impl Entry {
-    /// As the store keeps it: two numbers, what it asks for and what it assigned. The
-    /// ask is `d ≥ 0` when shown, `-2 - d` when only claimed, `-1` when it went away
-    /// (a node that reads no tiers takes a claimed ask for one gone: it never grows it).
-    pub fn posted(self) -> [f64; 2] {
-        let asks = match self.asks {
-            None => -1.0,
-            Some(d) if self.shown => d.max(0.0),
-            Some(d) => -2.0 - d.max(0.0),
-        };
-        [asks, self.assigned.max(0.0)]
-    }
-
-    /// Entries read back from a node's posted numbers (pairs; a stray last number is
-    /// left out).
-    fn read(posted: &[f64]) -> Vec<Entry> {
-        posted
-            .chunks_exact(2)
-            .map(|p| {
-                let (asks, shown) = match p[0] {
-                    a if a >= 0.0 => (Some(a), true),
-                    a if a <= -2.0 => (Some(-2.0 - a), false),
-                    _ => (None, false),
-                };
-                Entry {
-                    asks,
-                    shown,
-                    assigned: p[1].max(0.0),
-                }
-            })
-            .collect()
-    }
-}
-
-/// Whole targets for the live entries: the shown asks divided max-min fair first, then
-/// what they leave among the claimed ones (a first report's, or a silent stream's: a
-/// claim never takes room from demand that reports show). With no claimed ask, what
-/// the shown ones leave is spread among them (room to grow before the next division).
-fn targets(live: &[Entry], room: f64) -> Vec<u64> {
-    let (shown, claimed): (Vec<usize>, Vec<usize>) = (0..live.len()).partition(|&i| live[i].shown);
-    let ask = |i: &usize| live[*i].asks.unwrap_or(0.0);
-    let mut first = fair::divide(&shown.iter().map(ask).collect::<Vec<_>>(), room);
-    let mut out = vec![0.0; live.len()];
-    if !claimed.is_empty() {
-        // shown asks get what they ask (up to a fair split), no spread
-        for (s, i) in first.iter_mut().zip(&shown) {
-            *s = s.min(ask(i).max(0.0));
-        }
-        let given: f64 = first.iter().sum();
-        let rest = fair::divide(
-            &claimed.iter().map(ask).collect::<Vec<_>>(),
-            (room - given).max(0.0),
-        );
-        for (s, i) in rest.into_iter().zip(&claimed) {
-            out[*i] = s;
-        }
-    }
-    for (s, i) in first.into_iter().zip(&shown) {
-        out[*i] = s;
-    }
-    fair::whole(&out)
-}
+use super::by_client::{growth, targets};
+pub use super::entry::Entry;
 
 /// This node's proxies' new whole shares of `limit` (per unit), in `own`'s order (a
 /// proxy that went away keeps 0: it only assigned), from `own` and every other node's
-/// entries in `others` (this node's own posted entry among them is skipped). Every node
-/// divides the same entries in the same order (nodes by id), so their divisions agree
-/// once each has read the others' latest.
-pub fn own_shares(node: &str, own: &[Entry], others: &[Demands], limit: f64) -> Vec<u64> {
+/// entries in `others` (this node's own posted entry among them is skipped), divided by
+/// client ([`super::by_client`]) at `turn`. Every node divides the same entries in the
+/// same order (nodes by id), so their divisions agree once each has read the others'
+/// latest.
+pub fn own_shares(
+    node: &str,
+    own: &[Entry],
+    others: &[Demands],
+    limit: f64,
+    turn: u64,
+) -> Vec<u64> {
     let mut nodes: Vec<(&str, Vec<Entry>)> = others
         .iter()
         .filter(|d| d.node != node)
@@ -145,7 +59,7 @@ pub fn own_shares(node: &str, own: &[Entry], others: &[Demands], limit: f64) -> 
         .sum();
     let live: Vec<(bool, Entry)> = all.into_iter().filter(|(_, e)| e.asks.is_some()).collect();
     let entries: Vec<Entry> = live.iter().map(|(_, e)| *e).collect();
-    let targets = targets(&entries, (limit - gone).max(0.0).floor());
+    let targets = targets(&entries, (limit - gone).max(0.0).floor(), turn);
     // room no proxy assigned: this node's shares that go down come down now; another
     // node's hold counts as it is until that node posts it lower
     let held: f64 = gone
@@ -166,29 +80,21 @@ pub fn own_shares(node: &str, own: &[Entry], others: &[Demands], limit: f64) -> 
         .zip(&targets)
         .map(|((_, e), &t)| (t as f64 - e.assigned).max(0.0))
         .collect();
-    let lack: f64 = lacking.iter().sum();
+    let grow = growth(&lacking, room, turn);
     let mut out = live
         .iter()
         .zip(&targets)
-        .zip(&lacking)
+        .zip(grow)
         .filter(|(((mine, _), _), _)| *mine);
     own.iter()
         .map(|e| {
             if e.asks.is_none() {
                 return 0;
             }
-            let Some((((_, e), &t), &short)) = out.next() else {
+            let Some((((_, e), &t), grow)) = out.next() else {
                 return 0;
             };
-            if short <= 0.0 {
-                return t;
-            }
-            let grow = if lack <= room {
-                short
-            } else {
-                (short * room / lack).floor()
-            };
-            (e.assigned.min(t as f64) + grow).floor() as u64
+            (e.assigned.min(t as f64).floor() as u64 + grow).min(t)
         })
         .collect()
 }
@@ -301,6 +207,7 @@ mod tests {
             asks: Some(d),
             shown: true,
             assigned,
+            client: None,
         }
     }
 
@@ -309,6 +216,7 @@ mod tests {
             asks: Some(d),
             shown: false,
             assigned,
+            client: None,
         }
     }
 
@@ -324,11 +232,11 @@ mod tests {
         let c = [asks(200.0, 0.0)];
         let view = |n: &str, e: &[Entry]| posted(n, &pairs(e));
         let from_b = [view("a", &a), view("c", &c)];
-        assert_eq!(own_shares("b", &b, &from_b, 120.0), [50]);
+        assert_eq!(own_shares("b", &b, &from_b, 120.0, 0), [50]);
         let from_a = [view("b", &b), view("c", &c)];
-        assert_eq!(own_shares("a", &a, &from_a, 120.0), [10]);
+        assert_eq!(own_shares("a", &a, &from_a, 120.0, 0), [10]);
         let from_c = [view("a", &a), view("b", &b)];
-        assert_eq!(own_shares("c", &c, &from_c, 120.0), [60]);
+        assert_eq!(own_shares("c", &c, &from_c, 120.0, 0), [60]);
     }
 
     #[test]
@@ -338,14 +246,14 @@ mod tests {
         let a = [asks(200.0, 60.0)];
         let b = [asks(200.0, 60.0), asks(200.0, 0.0)];
         let from_b = [posted("a", &pairs(&a))];
-        assert_eq!(own_shares("b", &b, &from_b, 120.0), [40, 20]);
+        assert_eq!(own_shares("b", &b, &from_b, 120.0, 0), [40, 20]);
         // a comes down to 40 at once
         let from_a = [posted("b", &pairs(&[asks(200.0, 40.0), asks(200.0, 20.0)]))];
-        assert_eq!(own_shares("a", &a, &from_a, 120.0), [40]);
+        assert_eq!(own_shares("a", &a, &from_a, 120.0, 0), [40]);
         // once a posts 40, the newcomer grows to its 40
         let from_b = [posted("a", &pairs(&[asks(200.0, 40.0)]))];
         let b = [asks(200.0, 40.0), asks(200.0, 20.0)];
-        assert_eq!(own_shares("b", &b, &from_b, 120.0), [40, 40]);
+        assert_eq!(own_shares("b", &b, &from_b, 120.0, 0), [40, 40]);
     }
 
     #[test]
@@ -353,8 +261,8 @@ mod tests {
         // 60 free, two newcomers on two nodes each lacking 60: 30 each, never 60 each
         let a = [asks(200.0, 30.0), asks(200.0, 0.0)];
         let b = [asks(200.0, 30.0), asks(200.0, 0.0)];
-        let mine_a = own_shares("a", &a, &[posted("b", &pairs(&b))], 120.0);
-        let mine_b = own_shares("b", &b, &[posted("a", &pairs(&a))], 120.0);
+        let mine_a = own_shares("a", &a, &[posted("b", &pairs(&b))], 120.0, 0);
+        let mine_b = own_shares("b", &b, &[posted("a", &pairs(&a))], 120.0, 0);
         let total: u64 = mine_a.iter().chain(&mine_b).sum();
         assert!(total <= 120, "{mine_a:?} {mine_b:?}");
         assert_eq!(mine_a, [30, 30]);
@@ -369,23 +277,27 @@ mod tests {
                 asks: None,
                 shown: false,
                 assigned: 20.0,
+                client: None,
             },
         ];
         // 120 - 30 - 20 = 70 between two hungry proxies
-        assert_eq!(own_shares("b", &own, &others, 120.0), [35, 0]);
+        assert_eq!(own_shares("b", &own, &others, 120.0, 0), [35, 0]);
     }
 
     #[test]
     fn this_nodes_own_posted_entry_is_not_counted_twice() {
         let others = [posted("b", &[100.0, 0.0]), posted("a", &[100.0, 0.0])];
-        assert_eq!(own_shares("b", &[asks(100.0, 0.0)], &others, 100.0), [50]);
+        assert_eq!(
+            own_shares("b", &[asks(100.0, 0.0)], &others, 100.0, 0),
+            [50]
+        );
     }
 
     #[test]
     fn whole_shares_add_up_to_no_more_than_the_limit() {
         let others = [posted("a", &[1e9, 0.0, 1e9, 0.0]), posted("c", &[1e9, 0.0])];
         let own = [asks(1e9, 0.0), asks(1e9, 0.0)];
-        let mine: u64 = own_shares("b", &own, &others, 101.0).iter().sum();
+        let mine: u64 = own_shares("b", &own, &others, 101.0, 0).iter().sum();
         assert!(mine <= 41, "{mine}");
         assert_eq!(
             Action::of_share(0, Duration::from_secs(1), Duration::from_secs(2)).share(),
@@ -412,7 +324,7 @@ mod tests {
         let claimers: Vec<f64> = (0..300).flat_map(|_| claims(120.0, 0.0).posted()).collect();
         let others = [posted("a", &claimers)];
         assert_eq!(
-            own_shares("b", &[asks(100.0, 100.0)], &others, 120.0),
+            own_shares("b", &[asks(100.0, 100.0)], &others, 120.0, 0),
             [100]
         );
         let mine: u64 = own_shares(
@@ -420,26 +332,12 @@ mod tests {
             &Entry::read(&claimers),
             &[posted("b", &[100.0, 100.0])],
             120.0,
+            0,
         )
         .iter()
         .sum();
         assert!(mine <= 20, "{mine}");
         // a claim alone still gets the limit (a first report asks for it all)
-        assert_eq!(own_shares("a", &[claims(120.0, 0.0)], &[], 120.0), [120]);
-    }
-
-    #[test]
-    fn a_claimed_ask_reads_back_as_claimed_and_a_gone_one_as_gone() {
-        let e = [
-            claims(7.5, 3.0),
-            asks(2.0, 1.0),
-            Entry {
-                asks: None,
-                shown: false,
-                assigned: 4.0,
-            },
-        ];
-        let posted: Vec<f64> = e.iter().flat_map(|e| e.posted()).collect();
-        assert_eq!(Entry::read(&posted), e);
+        assert_eq!(own_shares("a", &[claims(120.0, 0.0)], &[], 120.0, 0), [120]);
     }
 }

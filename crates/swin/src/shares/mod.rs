@@ -32,6 +32,11 @@
 
 pub mod assign;
 mod buckets;
+mod by_client;
+mod client;
+mod entry;
+mod reads;
+mod report;
 mod rounds;
 
 use std::collections::{BTreeMap, HashMap};
@@ -46,6 +51,8 @@ use tokio::time::Instant;
 pub use self::assign::Action;
 use self::assign::Entry;
 use self::buckets::{checked, keys, ruled, Ruled};
+pub use self::client::Client;
+pub use self::report::{BucketAction, Reports, Usage};
 use crate::error::Error;
 use crate::state::{Namespace, Namespaces};
 
@@ -63,99 +70,6 @@ const QUEUED: usize = 16;
 
 /// A bucket: its pairs, sorted by key.
 pub type BucketId = Vec<(String, String)>;
-
-/// One report of a proxy: its domain (a namespace) and each bucket's usage.
-#[derive(Debug, Clone, Default)]
-pub struct Reports {
-    /// The namespace.
-    pub(crate) domain: String,
-    /// Each bucket's usage since the last report.
-    pub(crate) usages: Vec<Usage>,
-}
-
-impl Reports {
-    /// A report on the namespace `domain` of each bucket's usage.
-    pub fn new(domain: String, usages: Vec<Usage>) -> Reports {
-        Reports { domain, usages }
-    }
-
-    /// The namespace.
-    pub fn domain(&self) -> &String {
-        &self.domain
-    }
-
-    /// Each bucket's usage since the last report.
-    pub fn usages(&self) -> &Vec<Usage> {
-        &self.usages
-    }
-}
-
-/// One bucket's usage since the proxy's last report of it.
-#[derive(Debug, Clone, Default)]
-pub struct Usage {
-    /// The bucket (any order; sorted here).
-    pub(crate) bucket: BucketId,
-    /// The time the usage covers, as the proxy measured it (`None` or zero: unknown).
-    pub(crate) elapsed: Option<Duration>,
-    /// Requests the proxy let through.
-    pub(crate) allowed: u64,
-    /// Requests the proxy refused.
-    pub(crate) denied: u64,
-}
-
-impl Usage {
-    /// A bucket's usage: `allowed` and `denied` requests over `elapsed` (its report's
-    /// own measure, if it sent one).
-    pub fn new(bucket: BucketId, elapsed: Option<Duration>, allowed: u64, denied: u64) -> Usage {
-        Usage {
-            bucket,
-            elapsed,
-            allowed,
-            denied,
-        }
-    }
-
-    /// The bucket (any order; sorted here).
-    pub fn bucket(&self) -> &BucketId {
-        &self.bucket
-    }
-
-    /// The time the usage covers, as the proxy measured it (`None` or zero: unknown).
-    pub fn elapsed(&self) -> Option<Duration> {
-        self.elapsed
-    }
-
-    /// Requests the proxy let through.
-    pub fn allowed(&self) -> u64 {
-        self.allowed
-    }
-
-    /// Requests the proxy refused.
-    pub fn denied(&self) -> u64 {
-        self.denied
-    }
-}
-
-/// What a proxy is told for one bucket.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BucketAction {
-    /// The bucket.
-    pub(crate) bucket: BucketId,
-    /// What it enforces.
-    pub(crate) action: Action,
-}
-
-impl BucketAction {
-    /// The bucket.
-    pub fn bucket(&self) -> &BucketId {
-        &self.bucket
-    }
-
-    /// What it enforces.
-    pub fn action(&self) -> Action {
-        self.action
-    }
-}
 
 /// The quota service of one node: its proxies, and what the other nodes' proxies ask
 /// for as the store last said.
@@ -183,9 +97,9 @@ struct State {
     /// it lost may hold until then.
     lost: HashMap<String, swin_core::UnixMs>,
     /// Client → its open streams.
-    clients: HashMap<String, usize>,
+    clients: HashMap<Client, usize>,
     /// Client → its live buckets, across its streams.
-    client_buckets: HashMap<String, usize>,
+    client_buckets: HashMap<Client, usize>,
     /// Buckets whose last read showed other nodes than the read before: none of their
     /// shares grows until two reads agree.
     moved: std::collections::HashSet<(String, String)>,
@@ -195,8 +109,8 @@ struct State {
 
 #[derive(Debug)]
 struct ProxyState {
-    /// Who opened it (a token's name, or a peer address).
-    client: String,
+    /// Who opened it.
+    client: Client,
     namespace: Option<String>,
     tx: mpsc::Sender<Vec<BucketAction>>,
     open: bool,
@@ -207,6 +121,15 @@ struct ProxyState {
 }
 
 impl ProxyState {
+    /// Its entry for `b` (one of its buckets) in the division, with its client.
+    fn entry(&self, b: &ProxyBucket, stale_after: Duration, now: Instant) -> Option<Entry> {
+        let e = b.entry(self.open, stale_after, now)?;
+        Some(Entry {
+            client: Some(self.client.tag()),
+            ..e
+        })
+    }
+
     /// How long its assignments hold: two reporting intervals less a second, 2 s to a
     /// minute.
     fn ttl(&self) -> Duration {
@@ -261,11 +184,13 @@ impl ProxyBucket {
                 asks: Some(self.demand),
                 shown: self.reports >= 2,
                 assigned,
+                client: None,
             }),
             false if assigned > 0.0 => Some(Entry {
                 asks: None,
                 shown: false,
                 assigned,
+                client: None,
             }),
             false => None,
         }
@@ -296,17 +221,17 @@ impl Shares {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Opens a proxy's stream for `client` (a token's name, or a peer address): the
-    /// proxy, and where its assignments arrive between its reports. A client holding
-    /// `streams_per_client` streams already is refused ([`Error::Exhausted`]).
+    /// Opens a proxy's stream for `client`: the proxy, and where its assignments arrive
+    /// between its reports. A client holding `streams_per_client` streams already is
+    /// refused ([`Error::Exhausted`]).
     pub fn open(
         self: &Arc<Self>,
-        client: &str,
+        client: &Client,
     ) -> Result<(Proxy, mpsc::Receiver<Vec<BucketAction>>), Error> {
         let (tx, rx) = mpsc::channel(QUEUED);
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let mut state = self.state();
-        let open = state.clients.entry(client.to_owned()).or_default();
+        let open = state.clients.entry(client.clone()).or_default();
         if *open >= self.limits.streams_per_client {
             return Err(Error::Exhausted(format!(
                 "{client} holds {open} quota streams open on this node; at most {} \
@@ -318,7 +243,7 @@ impl Shares {
         state.proxies.insert(
             id,
             ProxyState {
-                client: client.to_owned(),
+                client: client.clone(),
                 namespace: None,
                 tx,
                 open: true,
@@ -570,7 +495,7 @@ impl Stream {
             }
         }
         if capped > 0 {
-            warn_capped(name, &p.client, capped, &limits);
+            warn_capped(name, &p.client.to_string(), capped, &limits);
         }
     }
 
@@ -664,16 +589,6 @@ fn warn_capped(namespace: &str, client: &str, capped: usize, limits: &QuotaLimit
         per_node = limits.buckets,
         "new quota buckets past quota.buckets_per_stream, quota.buckets_per_client or quota.buckets: abandoned"
     );
-}
-
-impl BucketAction {
-    /// `bucket` abandoned: its proxy falls back on its own default.
-    fn abandon(bucket: BucketId) -> BucketAction {
-        BucketAction {
-            bucket,
-            action: Action::Abandon,
-        }
-    }
 }
 
 impl Shared {

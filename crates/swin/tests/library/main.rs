@@ -19,6 +19,7 @@ mod lifecycle;
 mod reservations;
 mod reservations_multi;
 mod runtime_limits;
+mod shares;
 
 use std::ops::Deref;
 

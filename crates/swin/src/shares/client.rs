@@ -1,0 +1,76 @@
+//! Who opened a quota stream: the client the limit is first divided among (then among
+//! its streams), and whose streams and buckets the caps count.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use sha2::{Digest, Sha256};
+
+/// The client of a quota stream: the name of the token it presented (with `[auth]`),
+/// else its peer address. Its streams on every node count as one client: a bucket's
+/// limit is divided max-min fair among clients first, then among each one's streams, so
+/// a client opening more streams gets no more of it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Client {
+    /// As logs and errors name it.
+    name: String,
+    /// As the store's entries carry it (see [`Client::tag`]).
+    tag: u64,
+}
+
+impl Client {
+    /// The client presenting the token configured as `name` (its name, never the token).
+    pub fn token(name: &str) -> Client {
+        Client::named(format!("token {name:?}"))
+    }
+
+    /// The client at `addr` (a client without a token).
+    pub fn peer(addr: IpAddr) -> Client {
+        Client::named(format!("peer {addr}"))
+    }
+
+    /// A client nothing is known of (no token, no address): all such are one client.
+    pub fn unknown() -> Client {
+        Client::named("an unknown peer".to_owned())
+    }
+
+    fn named(name: String) -> Client {
+        let hash = Sha256::digest(name.as_bytes());
+        let mut bytes = [0u8; 8];
+        bytes[2..].copy_from_slice(&hash[..6]);
+        Client {
+            name,
+            tag: u64::from_be_bytes(bytes),
+        }
+    }
+
+    /// The client as every node posts it beside its streams' demands: a number of 48
+    /// bits (exact in the store's numbers) from the hash of its name, the same on every
+    /// node.
+    pub(crate) fn tag(&self) -> u64 {
+        self.tag
+    }
+}
+
+impl fmt::Display for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_is_named_by_its_token_or_its_address_and_tagged_alike_everywhere() {
+        let a = Client::token("edge");
+        assert_eq!(a.to_string(), "token \"edge\"");
+        assert_eq!(a.tag(), Client::token("edge").tag());
+        assert_ne!(a.tag(), Client::token("edge2").tag());
+        let p = Client::peer("10.0.0.1".parse().expect("an address"));
+        assert_eq!(p.to_string(), "peer 10.0.0.1");
+        assert_ne!(p.tag(), a.tag());
+        assert!(p.tag() < 1 << 48 && Client::unknown().tag() < 1 << 48);
+    }
+}
