@@ -106,8 +106,11 @@ impl Relay {
     pub fn url_for(&self, url: &str) -> String {
         let upstream = self.upstream.to_string();
         let host = upstream.replace("127.0.0.1", "localhost");
-        url.replacen(&upstream, &self.addr.to_string(), 1)
-            .replacen(&host, &self.addr.to_string(), 1)
+        url.replacen(&upstream, &self.addr.to_string(), 1).replacen(
+            &host,
+            &self.addr.to_string(),
+            1,
+        )
     }
 
     /// The next request holding every one of `patterns` is applied by the store and its

@@ -35,12 +35,12 @@ use std::net::SocketAddr;
 use axum::extract::ConnectInfo;
 
 use super::auth::Caller;
-use swin::policy::client_address::client_address;
 use super::error::ApiError;
 use super::extract::RawJson;
 use crate::state::AppState;
 use swin::error::Error;
 use swin::idempotency::{Answer, ClientId, Idempotent, Once};
+use swin::policy::client_address::client_address;
 
 /// The routes an `Idempotency-Key` makes idempotent (their path templates).
 pub(super) const ROUTES: &[&str] = &[

@@ -87,7 +87,10 @@ async fn a_commit_raced_on_two_nodes_settles_once(store: TestStore) {
         // both 200: the one that ended it settled it, the other is told how (replayed)
         assert_eq!([x.0, y.0], [200, 200], "{i}: {x:?} {y:?}");
         let replayed = |v: &serde_json::Value| v["keys"][0]["replayed"] == true;
-        assert!(replayed(&x.1) != replayed(&y.1), "{i}: one settled: {x:?} {y:?}");
+        assert!(
+            replayed(&x.1) != replayed(&y.1),
+            "{i}: one settled: {x:?} {y:?}"
+        );
     }
     // read from the store itself (a node's view of keys the other node changed lags)
     let totals = store.totals("big").await;
@@ -197,7 +200,11 @@ async fn a_store_outage_between_reserve_and_commit_loses_nothing() {
     )
     .await;
     let (s, v) = ns_call(&c, &base, "big", "commit", commit).await;
-    assert_eq!((s, &v["keys"][0]["replayed"]), (200, &true.into()), "settled once: {v}");
+    assert_eq!(
+        (s, &v["keys"][0]["replayed"]),
+        (200, &true.into()),
+        "settled once: {v}"
+    );
     for key in ["tenant", "user"] {
         within(
             Duration::from_secs(5),

@@ -120,7 +120,10 @@ async fn a_commit_whose_reply_is_lost_settles_once(store: &TestStore) {
             serde_json::json!({"reservation": rid, "cost": 5}),
         )
         .await;
-        assert_eq!((s, other["error"]["code"].as_str()), (409, Some("already_committed")));
+        assert_eq!(
+            (s, other["error"]["code"].as_str()),
+            (409, Some("already_committed"))
+        );
         let held = stored_after_stop(store, node, ns, "k").await;
         assert_eq!(held, 30.0, "{ns}: charged once, what was used");
     }

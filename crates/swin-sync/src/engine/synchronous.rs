@@ -375,31 +375,8 @@ impl NamespaceSync {
             let e = crate::StoreError::Unavailable("an earlier round trip is owed".into());
             return self.failed_synchronous(&e, batch);
         }
-        // under a number of its own, sent again while the store does not say whether it
-        // took it (within the time its callers wait), then owed
         let seq = self.next_sync_seq();
-        let until = tokio::time::Instant::now() + self.session.answer_within;
-        let mut may_have_run = false;
-        let answer = loop {
-            let answer = if store.capabilities().pipelines {
-                // Redis: one script call per slot does both — the previous windows ride
-                // along as diffs of 0, which add nothing and bring their counts back
-                self.push_with_previous(store, &diffs, &prev_keys, seq).await
-            } else {
-                self.push_beside_read(store, &diffs, &prev_keys, seq).await
-            };
-            match answer {
-                Ok(a) => break Ok(a),
-                Err(e) => {
-                    may_have_run |= owed::unknown(&e);
-                    let again = tokio::time::Instant::now() + AGAIN_AFTER;
-                    if !may_have_run || again >= until {
-                        break Err(e);
-                    }
-                    tokio::time::sleep(AGAIN_AFTER).await;
-                }
-            }
-        };
+        let (answer, may_have_run) = self.send_until_known(store, &diffs, &prev_keys, seq).await;
         let (pushed, previous, refused) = match answer {
             Ok((p, r)) => {
                 let refused: std::collections::HashSet<WindowKey> =
@@ -439,6 +416,41 @@ impl NamespaceSync {
                 // answered late: it is in the store (and in the tables' totals) now
                 self.late.settle(&window);
             }
+        }
+    }
+
+    /// A batch's round trip under its number `seq`, sent again while the store does not
+    /// say whether it took it (within the time its callers wait): the answer, and whether
+    /// an attempt may have been applied.
+    async fn send_until_known(
+        &self,
+        store: &Store,
+        diffs: &[Diff],
+        prev_keys: &[WindowKey],
+        seq: u64,
+    ) -> (
+        Result<(crate::store::Pushed, Vec<Total>), crate::StoreError>,
+        bool,
+    ) {
+        let until = tokio::time::Instant::now() + self.session.answer_within;
+        let mut may_have_run = false;
+        loop {
+            let answer = if store.capabilities().pipelines {
+                // Redis: one script call per slot does both — the previous windows ride
+                // along as diffs of 0, which add nothing and bring their counts back
+                self.push_with_previous(store, diffs, prev_keys, seq).await
+            } else {
+                self.push_beside_read(store, diffs, prev_keys, seq).await
+            };
+            let e = match answer {
+                Ok(a) => return (Ok(a), may_have_run),
+                Err(e) => e,
+            };
+            may_have_run |= owed::unknown(&e);
+            if !may_have_run || tokio::time::Instant::now() + AGAIN_AFTER >= until {
+                return (Err(e), may_have_run);
+            }
+            tokio::time::sleep(AGAIN_AFTER).await;
         }
     }
 

@@ -108,11 +108,19 @@ pub async fn a_reservation_is_taken_exactly_once_under_racing_commits(s: &TestSt
         ended.push(t.await.expect("task").ended.expect("ended"));
     }
     let first = ended[0].clone();
-    assert!(ended.iter().all(|e| *e == first), "one commit ended it: {ended:?}");
-    let winner = ops.iter().position(|o| *o == first.op).expect("one of them");
+    assert!(
+        ended.iter().all(|e| *e == first),
+        "one commit ended it: {ended:?}"
+    );
+    let winner = ops
+        .iter()
+        .position(|o| *o == first.op)
+        .expect("one of them");
     assert_eq!(first.cost, winner as f64, "at the winner's cost");
     // the winner asking again gets it again, ended by itself; the record stays, ended
-    let again = take(s, "r1", &first.op, 99.0, NOW + 2).await.expect("record");
+    let again = take(s, "r1", &first.op, 99.0, NOW + 2)
+        .await
+        .expect("record");
     assert_eq!((again.total, again.keys.clone()), (4.0, keys()));
     assert_eq!(again.ended, Some(first.clone()));
     let read = s.store.read_reservation("ns", "r1", UnixMs(NOW + 3)).await;
@@ -133,7 +141,9 @@ pub async fn an_extend_raises_an_open_reservation_only(s: &TestStore) {
     assert_eq!(after.total, 5.5);
     let again = extend(s, "x", &first, 3.5, NOW + 15).await.expect("open");
     assert_eq!(again, after, "the same extend again changes nothing");
-    let after = extend(s, "x", &new_op(), 0.25, NOW + 20).await.expect("open");
+    let after = extend(s, "x", &new_op(), 0.25, NOW + 20)
+        .await
+        .expect("open");
     assert_eq!((after.total, after.keys.clone()), (5.75, keys()));
     let counted = [(NOW - 5, 2.0), (NOW + 10, 3.5), (NOW + 20, 0.25)];
     let counted: Vec<_> = counted.iter().map(|&(t, v)| (UnixMs(t), v)).collect();
@@ -148,7 +158,9 @@ pub async fn an_extend_raises_an_open_reservation_only(s: &TestStore) {
     let ended = take(s, "y", &new_op(), 1.0, NOW).await.expect("record");
     assert!(ended.ended.is_some());
     assert_eq!(extend(s, "y", &new_op(), 1.0, NOW).await, None);
-    let held = extend(s, "y", &before, 2.0, NOW).await.expect("it holds the op");
+    let held = extend(s, "y", &before, 2.0, NOW)
+        .await
+        .expect("it holds the op");
     assert_eq!(held.total, 3.0, "nothing raised again");
 }
 
@@ -167,10 +179,14 @@ pub async fn a_reservation_change_retried_after_a_lost_reply_applies_once(s: &Te
         at: UnixMs(NOW),
     };
     faults.plan([Fault::FailAfter]);
-    store.open_reservation("ns", o).await.expect_err("the reply lost");
+    store
+        .open_reservation("ns", o)
+        .await
+        .expect_err("the reply lost");
     assert!(store.open_reservation("ns", o).await.expect("again"));
     let op = new_op();
-    let extend = || store.extend_reservation("ns", "lost", &op, 5.0, UnixMs(NOW), UnixMs(NOW), LATER);
+    let extend =
+        || store.extend_reservation("ns", "lost", &op, 5.0, UnixMs(NOW), UnixMs(NOW), LATER);
     faults.plan([Fault::FailAfter]);
     extend().await.expect_err("the reply lost");
     let r = extend().await.expect("again").expect("open");
@@ -184,7 +200,11 @@ pub async fn a_reservation_change_retried_after_a_lost_reply_applies_once(s: &Te
         op: commit.clone(),
         cost: 12.0,
     };
-    assert_eq!((r.total, r.ended), (15.0, Some(mine)), "ended by this commit");
+    assert_eq!(
+        (r.total, r.ended),
+        (15.0, Some(mine)),
+        "ended by this commit"
+    );
     assert_eq!(r.counted, vec![(UnixMs(NOW), 10.0), (UnixMs(NOW), 5.0)]);
     let n = s.store.open_reservations("ns", UnixMs(NOW + 2)).await;
     assert_eq!(n.expect("count"), 0, "an ended record is not open");
@@ -235,7 +255,15 @@ pub async fn a_record_says_where_its_total_was_counted_up_to_its_most(s: &TestSt
         let at = UnixMs(NOW + 1_000 * i);
         let after = s
             .store
-            .extend_reservation("ns", "c", &new_op(), 0.125 + i as f64, at, UnixMs(NOW), LATER)
+            .extend_reservation(
+                "ns",
+                "c",
+                &new_op(),
+                0.125 + i as f64,
+                at,
+                UnixMs(NOW),
+                LATER,
+            )
             .await
             .expect("extend")
             .expect("open");
@@ -256,7 +284,9 @@ pub async fn a_record_says_where_its_total_was_counted_up_to_its_most(s: &TestSt
         .map(|(at, v)| format!("{}:{v};", at.0).len())
         .sum();
     assert!(text <= swin_sync::store::MAX_COUNTED_TEXT, "{text} bytes");
-    let taken = take(s, "c", &"0".repeat(16), 7.0, NOW).await.expect("record");
+    let taken = take(s, "c", &"0".repeat(16), 7.0, NOW)
+        .await
+        .expect("record");
     let ended = ReservationRecord {
         ended: Some(Ended {
             op: "0".repeat(16),

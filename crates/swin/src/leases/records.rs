@@ -56,7 +56,9 @@ impl ReservationStore for LocalReservations {
     async fn open_reservations(&self, _: &str, now: UnixMs) -> Result<u64, StoreError> {
         let t = self.table();
         let open = t.values().map(|l| &l.record);
-        Ok(open.filter(|r| r.expires_at > now && r.ended.is_none()).count() as u64)
+        Ok(open
+            .filter(|r| r.expires_at > now && r.ended.is_none())
+            .count() as u64)
     }
 
     async fn open_reservation(&self, _: &str, o: OpenReservation<'_>) -> Result<bool, StoreError> {

@@ -102,7 +102,9 @@ fn record(v: Value) -> Result<Option<ReservationRecord>, StoreError> {
 fn checked(op: &str) -> Result<&str, StoreError> {
     match is_op(op) {
         true => Ok(op),
-        false => Err(StoreError::Protocol(format!("{op:?} is not an operation id"))),
+        false => Err(StoreError::Protocol(format!(
+            "{op:?} is not an operation id"
+        ))),
     }
 }
 
@@ -199,7 +201,13 @@ impl ReservationStore for RedisStore {
             return Ok(None);
         };
         let (counted, ended) = (counted.as_deref(), ended.as_deref());
-        let r = parsed(keys, total, lapse, counted.unwrap_or(""), ended.unwrap_or(""))?;
+        let r = parsed(
+            keys,
+            total,
+            lapse,
+            counted.unwrap_or(""),
+            ended.unwrap_or(""),
+        )?;
         Ok((r.expires_at > now).then_some(r))
     }
 }

@@ -333,10 +333,10 @@ impl CounterStore for SqliteStore {
             "DELETE FROM swin_pushes WHERE pushed_at < ?1 - 3600
                 OR (node_id LIKE '%~s' AND pushed_at < ?1 - 600)",
         )
-            .bind(now.secs())
-            .execute(&self.pool)
-            .await
-            .map_err(err)?;
+        .bind(now.secs())
+        .execute(&self.pool)
+        .await
+        .map_err(err)?;
         // leases lapsed a minute ago
         sqlx::query("DELETE FROM swin_leases WHERE expires_at < ?1")
             .bind(now.0 - 60_000)

@@ -61,7 +61,14 @@ impl Request for Extend {
             Outcome::Unknown(e) => {
                 tracing::warn!(cause = %e, id, "an extend's outcome is unknown; resolved in the background");
                 let keys = self.keys.clone();
-                tokio::spawn(resolve_extend(ns.clone(), keys, self.id.clone(), op, more, at));
+                tokio::spawn(resolve_extend(
+                    ns.clone(),
+                    keys,
+                    self.id.clone(),
+                    op,
+                    more,
+                    at,
+                ));
                 return Err(Error::outcome_unknown(
                     &format!("extending reservation {id:?}"),
                     "the extend is then in the reservation's total, or its hits are given back; read the reservation to see its total, or retry with the same Idempotency-Key",
@@ -120,12 +127,21 @@ async fn resolve_extend(
                 }
             }
         }
-        None => tracing::error!(id, more, "an extend's outcome stays unknown: the store did not answer"),
+        None => tracing::error!(
+            id,
+            more,
+            "an extend's outcome stays unknown: the store did not answer"
+        ),
     }
 }
 
 /// Takes back a hit of `cost` on `key` taken at `at`, retried until the store answers.
-pub(super) async fn undo_hit(ns: &Namespace, key: &str, cost: f64, at: UnixMs) -> Result<(), Error> {
+pub(super) async fn undo_hit(
+    ns: &Namespace,
+    key: &str,
+    cost: f64,
+    at: UnixMs,
+) -> Result<(), Error> {
     let Some(l) = &ns.limits else {
         return Ok(());
     };
