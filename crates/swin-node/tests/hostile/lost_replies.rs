@@ -170,7 +170,29 @@ async fn a_reserve_whose_reply_is_lost_is_made_once(store: &TestStore) {
     }
 }
 
+/// Synchronous hits, one of whose round trips loses its reply after the store applied
+/// it: every hit answers 200 and the store counts each once (a lost reply no longer
+/// counts its hits a second time, here, as well).
+async fn a_synchronous_hit_whose_reply_is_lost_counts_once(store: &TestStore) {
+    let (_dir, relay, node) = node_via(store).await;
+    let c = reqwest::Client::new();
+    for i in 0..10 {
+        if i == 3 {
+            // the next request naming the key is its hit's round trip (a synchronous
+            // namespace reads no key before it counts)
+            relay.lose_reply_to(&[b"lost-reply-key"]);
+        }
+        let url = format!("{}/v1/namespaces/sync/keys/lost-reply-key/hit", node.base);
+        let r = c.post(url).send().await.expect("hit");
+        assert_eq!(r.status(), 200, "hit {i}");
+    }
+    assert_eq!(relay.lost(), 1, "one reply lost");
+    let held = stored_after_stop(store, node, "sync", "lost-reply-key").await;
+    assert_eq!(held, 10.0, "each hit once");
+}
+
 swin_testkit::for_stores!([postgres, redis] [
+    a_synchronous_hit_whose_reply_is_lost_counts_once,
     a_commit_whose_reply_is_lost_settles_once,
     an_extend_whose_reply_is_lost_counts_once,
     a_reserve_whose_reply_is_lost_is_made_once,
