@@ -126,6 +126,8 @@ store_calls! {
         /// when it is not open (committed, lapsed, never made) and does not hold `op`.
         /// Past `not_after` by the store's clock nothing changes
         /// ([`StoreError::TooLate`](crate::StoreError::TooLate)).
+        // each argument is a part of the one atomic operation the store applies
+        #[allow(clippy::too_many_arguments)]
         fn extend_reservation(
             &self,
             namespace: &str,
