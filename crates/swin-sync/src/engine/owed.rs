@@ -90,6 +90,12 @@ impl NamespaceSync {
             .collect()
     }
 
+    /// The diffs of the round trips owed.
+    pub(super) fn owed_diffs(&self) -> Vec<Diff> {
+        let o = self.owed_lock();
+        o.chunks.iter().flat_map(|(_, d)| d.iter().cloned()).collect()
+    }
+
     /// Whether round trips are owed.
     pub(super) fn owes(&self) -> bool {
         !self.owed_lock().chunks.is_empty()

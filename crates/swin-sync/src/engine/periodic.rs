@@ -107,9 +107,15 @@ impl NamespaceSync {
         let wanted = self.windows_of(&[key.into()], now);
         let read = async {
             // under the push lock, as a sync reads: a push in flight is in what is read
-            let _st = self.rounds.state.lock().await;
+            let st = self.rounds.state.lock().await;
             let totals = self.call(store.read(self.name(), &wanted)).await?;
-            let totals = with_absent_as_zero(&wanted, totals);
+            let mut totals = with_absent_as_zero(&wanted, totals);
+            // what this node drained but the store has not confirmed (a push that failed,
+            // a synchronous round trip owed) is in the node's view, not yet in the store's
+            // count: the view keeps it
+            let owed = self.owed_diffs();
+            let unconfirmed = st.pending.iter().flat_map(|(_, d)| d).chain(&owed);
+            with_unconfirmed(&mut totals, unconfirmed);
             self.apply(&totals, now, Create::Yes);
             Ok(())
         };
@@ -399,6 +405,29 @@ fn confirmed(sync: &NamespaceSync, applied: Result<(), StoreError>) {
 }
 
 /// The totals read for `wanted`, with a zero total for every window the store lacks.
+/// Adds to each of `totals` the diffs of its window in `unconfirmed`.
+fn with_unconfirmed<'a>(
+    totals: &mut [swin_core::Total],
+    unconfirmed: impl Iterator<Item = &'a Diff>,
+) {
+    let mut by_window: std::collections::HashMap<(&str, u32, i64), f64> =
+        std::collections::HashMap::new();
+    for d in unconfirmed {
+        *by_window
+            .entry((d.key.as_str(), d.window_size, d.window_start))
+            .or_default() += d.value;
+    }
+    if by_window.is_empty() {
+        return;
+    }
+    for t in totals.iter_mut() {
+        let w = (t.key.as_str(), t.window_size, t.window_start);
+        if let Some(v) = by_window.get(&w) {
+            t.count = (t.count + v).max(0.0);
+        }
+    }
+}
+
 pub(super) fn with_absent_as_zero(
     wanted: &[WindowKey],
     mut totals: Vec<swin_core::Total>,

@@ -87,6 +87,34 @@ pub(super) async fn idle_keys_are_still_refreshed(s: &TestStore) {
 }
 
 /// Failures before and after the store applied a push: nothing lost, nothing doubled.
+/// A key read from the store (a refund's or a give-back's read) while this node's push of
+/// it is unconfirmed keeps the unconfirmed hits in the node's view: a give-back after it
+/// is taken from the view with them, not from the store's count without them (which gave
+/// back nothing, and the push then charged it all).
+pub(super) async fn a_key_read_while_its_push_is_unconfirmed_keeps_it_in_view(s: &TestStore) {
+    let (faulty, control) = common::faulty(&s.store);
+    let e = engine(
+        &faulty,
+        SyncMode::Periodic(Duration::from_millis(100)),
+        &[60],
+    );
+    let now = UnixMs::from_secs(NOW);
+    e.increment("k", 60, 150.0, now).await.expect("inc");
+    control.plan([Fault::FailBefore]);
+    assert!(e.sync_once(now).await.is_err(), "the push failed");
+    e.load_key("k", now).await.expect("read the key");
+    let view = || e.counters().rate("k", 60, now, None).expect("size").current;
+    assert_eq!(view(), 150.0, "the unconfirmed push stays in view");
+    // a give-back of 69 (a commit of 81 on a reservation of 150) out of the view
+    e.refund_hits("k", 60, 69.0, now).await.expect("give back");
+    e.sync_once(now).await.expect("store back");
+    assert_eq!(
+        totals(&s.store, "api", &[wk("k", NOW - NOW % 60)]).await,
+        vec![("k".to_owned(), NOW - NOW % 60, 81.0)],
+        "the store holds what was used"
+    );
+}
+
 pub(super) async fn failures_lose_and_double_nothing(s: &TestStore) {
     let (faulty, control) = common::faulty(&s.store);
     let e = engine(

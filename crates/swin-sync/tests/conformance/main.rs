@@ -162,6 +162,7 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     concurrent_pushers_same_keys,
     two_engines_converge,
     failures_lose_and_double_nothing,
+    a_key_read_while_its_push_is_unconfirmed_keeps_it_in_view,
     idle_keys_are_still_refreshed,
     synchronous_mode_reads_store_totals,
     synchronous_mode_falls_back_when_down,
