@@ -45,5 +45,6 @@ pub mod spool;
 pub mod state;
 #[cfg(feature = "tower")]
 pub mod tower;
+pub(crate) mod unresolved;
 
 pub use limiter::Limiter;

@@ -56,6 +56,9 @@ pub struct Namespace {
     /// Where the namespace's reservations of a cost are recorded (its store, or this
     /// node), shared the same way.
     pub(crate) reservations: crate::leases::ReservationBook,
+    /// Changes this node owes the store and resolves in the background, shared the
+    /// same way.
+    pub(crate) unresolved: Arc<crate::unresolved::Unresolved>,
     /// Where the pipeline records its outcomes ([`Namespace::record_to`]); none: nowhere.
     recorder: std::sync::OnceLock<Arc<dyn crate::recorder::Recorder>>,
 }
@@ -281,6 +284,7 @@ impl Namespace {
             records,
             idempotency: cfg.idempotency,
             reservations,
+            unresolved: Arc::default(),
             recorder: std::sync::OnceLock::new(),
         }
     }
@@ -367,6 +371,7 @@ impl Namespace {
             records: self.records.clone(),
             idempotency: cfg.idempotency,
             reservations: self.reservations.clone(),
+            unresolved: self.unresolved.clone(),
             recorder: self.recorder.clone(),
         }
     }

@@ -191,7 +191,34 @@ async fn a_synchronous_hit_whose_reply_is_lost_counts_once(store: &TestStore) {
     assert_eq!(held, 10.0, "each hit once");
 }
 
+/// A commit whose every reply is lost answers 503 `outcome_unknown`; a stop before the
+/// node could resolve it does not exit 0 as if nothing were owed (it exited 0, and the
+/// reservation stayed charged at its total, silently).
+async fn a_stop_that_leaves_a_commit_unresolved_does_not_exit_0(store: &TestStore) {
+    let (_dir, relay, mut node) = node_via(store).await;
+    let c = reqwest::Client::new();
+    let body = serde_json::json!({"keys": ["k"], "cost": 100});
+    let (s, v) = ns_call(&c, &node.base, "periodic", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    for _ in 0..10_000 {
+        arm(&relay, store, Write::Take);
+    }
+    let commit = serde_json::json!({"reservation": id(&v), "cost": 81});
+    let (s, v) = ns_call(&c, &node.base, "periodic", "commit", commit).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (503, Some("outcome_unknown")),
+        "{v}"
+    );
+    assert!(
+        !node.terminate(),
+        "a stop that dropped what it owed exits non-zero"
+    );
+    relay.disarm();
+}
+
 swin_testkit::for_stores!([postgres, redis] [
+    a_stop_that_leaves_a_commit_unresolved_does_not_exit_0,
     a_synchronous_hit_whose_reply_is_lost_counts_once,
     a_commit_whose_reply_is_lost_settles_once,
     an_extend_whose_reply_is_lost_counts_once,

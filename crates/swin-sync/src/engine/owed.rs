@@ -93,7 +93,10 @@ impl NamespaceSync {
     /// The diffs of the round trips owed.
     pub(super) fn owed_diffs(&self) -> Vec<Diff> {
         let o = self.owed_lock();
-        o.chunks.iter().flat_map(|(_, d)| d.iter().cloned()).collect()
+        o.chunks
+            .iter()
+            .flat_map(|(_, d)| d.iter().cloned())
+            .collect()
     }
 
     /// Whether round trips are owed.

@@ -209,7 +209,8 @@ impl Control {
     /// the shutdown grace.
     async fn retire(&self, old: Running) {
         let deadline = tokio::time::Instant::now() + self.config.shutdown_grace;
-        retire(old, deadline, self.leftovers.clone()).await;
+        // what a rebuilt namespace still owes goes on in its next version (shared)
+        let _owed = retire(old, deadline, self.leftovers.clone()).await;
     }
 
     /// Brings the running namespaces in line with `wanted`. Unchanged ones keep their

@@ -23,7 +23,7 @@ impl Control {
         let reserve = (grace / 5).min(std::time::Duration::from_secs(2));
         let deadline = started + grace.saturating_sub(reserve);
         let hard_end = started + grace;
-        let unfinished = self.retire_all(deadline, hard_end).await;
+        let (unfinished, owed) = self.retire_all(deadline, hard_end).await;
         self.shutdown.cancel();
         self.tracker.close();
         if tokio::time::timeout_at(hard_end, self.tracker.wait())
@@ -59,7 +59,14 @@ impl Control {
                 "{unfinished} namespaces did not stop within shutdown_grace ({grace:?}): their unconfirmed hits are lost (others spooled: {written:?})"
             );
         }
-        self.spool(&entries)
+        self.spool(&entries)?;
+        if owed > 0 {
+            // logged with each one's name by its namespace's retirement
+            anyhow::bail!(
+                "{owed} changes whose store reply was lost were not resolved before the stop (see the errors above): what they owed the store is not applied"
+            );
+        }
+        Ok(())
     }
 
     /// Stops every namespace's engine at once, each pushing until `deadline`; the
@@ -68,7 +75,7 @@ impl Control {
         &mut self,
         deadline: tokio::time::Instant,
         hard_end: tokio::time::Instant,
-    ) -> usize {
+    ) -> (usize, usize) {
         // background retries stop at once (they would hold the leftovers while a store
         // call hangs); what they hold is tried after
         self.retries.cancel();
@@ -79,16 +86,21 @@ impl Control {
             r.namespace.sync.stop_by(deadline);
             retiring.spawn(retire(r, deadline, self.leftovers.clone()));
         }
-        let all_retired = async { while retiring.join_next().await.is_some() {} };
+        let mut owed = 0;
+        let all_retired = async {
+            while let Some(left) = retiring.join_next().await {
+                owed += left.map_or(0, |o| o.len());
+            }
+        };
         if tokio::time::timeout_at(hard_end, all_retired).await.is_ok() {
-            return 0;
+            return (0, owed);
         }
         error!(
             grace = ?self.config.shutdown_grace,
             namespaces = retiring.len(),
             "sync engines did not stop within the grace period"
         );
-        retiring.len()
+        (retiring.len(), owed)
     }
 
     /// Writes what the stores did not confirm to the spool, for the next start.
@@ -119,9 +131,22 @@ impl Control {
 /// Stops a namespace no longer served: waits (until `deadline`) for the requests still
 /// holding it, so that every hit that reached its tables is in what its engine pushes
 /// last, then stops the engine and keeps what the store did not confirm as a leftover.
-pub(super) async fn retire(mut old: Running, deadline: tokio::time::Instant, leftovers: Leftovers) {
+/// Answers what the node still owed the store for the namespace at `deadline` (changes
+/// whose outcome it was resolving: see `crate::unresolved`).
+pub(super) async fn retire(
+    mut old: Running,
+    deadline: tokio::time::Instant,
+    leftovers: Leftovers,
+) -> Vec<String> {
     while Arc::strong_count(&old.namespace) > 1 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let owed = old.namespace.unresolved.owed();
+    for what in &owed {
+        error!(
+            namespace = old.config.name,
+            "{what}: not resolved by the stop; the store may keep it charged"
+        );
     }
     old.cancel.cancel();
     if let Some(engine) = old.engine.take() {
@@ -130,12 +155,12 @@ pub(super) async fn retire(mut old: Running, deadline: tokio::time::Instant, lef
     let sync = &old.namespace.sync;
     let unconfirmed = sync.take_unconfirmed(swin_sync::now()).await;
     if unconfirmed.is_empty() {
-        return;
+        return owed;
     }
     let (Some(store), Some(store_name), Some(cfg)) =
         (sync.store(), &old.config.store, &old.store_config)
     else {
-        return;
+        return owed;
     };
     warn!(
         namespace = old.config.name,
@@ -149,4 +174,5 @@ pub(super) async fn retire(mut old: Running, deadline: tokio::time::Instant, lef
         unconfirmed,
         file: None,
     });
+    owed
 }

@@ -114,7 +114,13 @@ impl Commit {
                     overrun,
                     cost,
                 };
-                tokio::spawn(ending.resolve(op));
+                let owing = ns.unresolved.hold(format!(
+                    "the commit of reservation {id:?} at cost {cost} (its outcome unknown)"
+                ));
+                tokio::spawn(async move {
+                    ending.resolve(op).await;
+                    drop(owing);
+                });
                 return Err(Error::outcome_unknown(
                     &format!("committing reservation {id:?}"),
                     "retry the commit: it answers how the reservation was settled",

@@ -91,7 +91,14 @@ impl Request for Reserve {
             cost,
             at: plan.taken_at,
         };
-        tokio::spawn(undo(ns.clone(), taken, id, expires_at));
+        let owing = ns.unresolved.hold(format!(
+            "the undo of a reserve of {cost} that answered an error (reservation {id:?})"
+        ));
+        let undoing = undo(ns.clone(), taken, id, expires_at);
+        tokio::spawn(async move {
+            undoing.await;
+            drop(owing);
+        });
         Ok(Err(failed))
     }
 
