@@ -41,7 +41,7 @@ pub trait Recorder: Send + Sync + std::fmt::Debug {
     }
 
     /// A reserve, extend or commit: `reserved`, `denied`, `extended`, `extend_denied`,
-    /// `committed`, or `not_open` (a commit of a reservation committed already, lapsed
+    /// `committed`, `replayed` (a commit of a reservation committed already at the same cost, answered how it was settled), or `not_open` (a commit of a reservation committed already, lapsed
     /// or never made).
     fn reservation(&self, namespace: &str, outcome: &'static str) {
         let _ = (namespace, outcome);

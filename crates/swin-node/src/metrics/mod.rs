@@ -263,8 +263,9 @@ impl swin::recorder::Recorder for Metrics {
     }
 
     /// A reserve, extend or commit through this node: `reserved`, `denied`,
-    /// `extended`, `extend_denied`, `committed`, or `not_open` (a commit of a
-    /// reservation committed already, lapsed or never made).
+    /// `extended`, `extend_denied`, `committed`, `replayed` (a commit of a reservation
+    /// committed already at its cost), or `not_open` (a commit of a reservation lapsed or
+    /// never made).
     fn reservation(&self, namespace: &str, outcome: &'static str) {
         let namespaces = self.reservations.pin();
         let outcomes = match namespaces.get(namespace) {

@@ -127,7 +127,7 @@ impl Metrics {
             ),
             counter_family(
                 "swin_reservation_operations_total",
-                "Reserve, extend and commit calls through this node, by namespace and outcome (reserved, denied, extended, extend_denied, committed, not_open: a commit of a reservation committed already, lapsed or never made). reserved less committed is what lapsed (settled at its total) or is open.",
+                "Reserve, extend and commit calls through this node, by namespace and outcome (reserved, denied, extended, extend_denied, committed, not_open: a commit of a reservation lapsed or never made, replayed: a commit of a reservation committed already at its cost, told how). reserved less committed is what lapsed (settled at its total) or is open.",
                 nested(&self.reservations).into_iter().map(|(namespace, outcome, v)| {
                     (vec![("namespace", namespace), ("outcome", outcome.to_owned())], v)
                 }),

@@ -165,7 +165,7 @@ async fn health_ready_namespaces_and_metrics() {
         "swin_reservation_operations_total{namespace=\"login\",outcome=\"reserved\"} 1",
         "swin_reservation_operations_total{namespace=\"login\",outcome=\"denied\"} 1",
         "swin_reservation_operations_total{namespace=\"login\",outcome=\"committed\"} 1",
-        "swin_reservation_operations_total{namespace=\"login\",outcome=\"not_open\"} 1",
+        "swin_reservation_operations_total{namespace=\"login\",outcome=\"replayed\"} 1",
         "swin_reservation_cost_total{namespace=\"login\",part=\"reserved\"} 4",
         "swin_reservation_cost_total{namespace=\"login\",part=\"given_back\"} 2.5",
         "swin_reservations_open{namespace=\"login\"} 0\n",

@@ -89,14 +89,14 @@ async fn a_reserve_spends_the_estimate_and_a_commit_settles_the_difference_once(
     assert_eq!(c["remaining"], 4.0, "{c}");
     assert_eq!(current(&r, "login", "k", 60).await, 1.0);
 
-    // the same commit again (its answer was lost): settles nothing
+    // the same commit again (its answer was lost): told how it was settled, settles
+    // nothing; at another cost, 409
     let (s, e, _) = post(&r, "login", "k", "commit", &commit_body(&first, 1.0)).await;
-    assert_eq!(s, StatusCode::NOT_FOUND, "{e}");
-    assert_eq!(e["error"]["code"], "unknown_reservation");
+    assert_eq!((s, &e["replayed"]), (StatusCode::OK, &true.into()), "{e}");
     let (s, e, _) = post(&r, "login", "k", "commit", &commit_body(&first, 0.0)).await;
     assert_eq!(
         (s, e["error"]["code"].clone()),
-        (StatusCode::NOT_FOUND, "unknown_reservation".into())
+        (StatusCode::CONFLICT, "already_committed".into())
     );
     assert_eq!(current(&r, "login", "k", 60).await, 1.0);
 

@@ -53,7 +53,7 @@ impl Request for Commit {
         let r = self.settle(plan).await;
         let (recorder, name) = (self.ns.recorder(), self.ns.sync.name());
         match &r {
-            Ok(all) if all.iter().any(|s| s.replayed) => {}
+            Ok(all) if all.iter().any(|s| s.replayed) => recorder.reservation(name, "replayed"),
             Ok(all) => {
                 recorder.reservation(name, "committed");
                 let sum = |f: fn(&Settled) -> f64| all.iter().map(f).sum::<f64>();
