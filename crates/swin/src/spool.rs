@@ -28,6 +28,11 @@ pub struct SpoolEntry {
     pub(crate) store_fingerprint: String,
     /// The diffs, advances and changes the store did not confirm.
     pub(crate) unconfirmed: Unconfirmed,
+    /// Commits whose outcome the store did not tell before the stop: the next start
+    /// asks again under each one's operation id and settles it if it ended the
+    /// reservation (once).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) commits: Vec<crate::unresolved::OwedCommit>,
 }
 
 impl SpoolEntry {
@@ -176,6 +181,14 @@ pub fn read_all(dir: &Path) -> Vec<(PathBuf, Result<Vec<SpoolEntry>, String>)> {
 /// damaged or edited: it is left alone.
 pub fn check(entry: &SpoolEntry, namespaces: &[&str]) -> Result<(), String> {
     use swin_sync::Rows;
+    for c in &entry.commits {
+        if !namespaces.contains(&c.namespace.as_str()) {
+            return Err(format!(
+                "a commit's namespace {:?} is not one this config keeps on store {:?}",
+                c.namespace, entry.store
+            ));
+        }
+    }
     let name = &entry.unconfirmed.namespace;
     if !namespaces.contains(&name.as_str()) {
         return Err(format!(
@@ -252,6 +265,12 @@ mod tests {
                 ]
                 .into(),
             },
+            commits: vec![crate::unresolved::OwedCommit {
+                namespace: "api".into(),
+                reservation: "0123456789abcdef0123456789abcdef".into(),
+                op: "00000000000000ff".into(),
+                cost: 81.5,
+            }],
         };
         let path = write(dir.path(), std::slice::from_ref(&entry)).expect("write");
         std::fs::write(dir.path().join("spool-bad.json"), "{").expect("write");

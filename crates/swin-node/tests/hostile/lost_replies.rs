@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use swin_testkit::cluster::{Node, TestStore};
+use swin_testkit::cluster::{within, Node, TestStore};
 use swin_testkit::Relay;
 
 use super::budgets::{id, ns_call};
@@ -192,10 +192,11 @@ async fn a_synchronous_hit_whose_reply_is_lost_counts_once(store: &TestStore) {
 }
 
 /// A commit whose every reply is lost answers 503 `outcome_unknown`; a stop before the
-/// node could resolve it does not exit 0 as if nothing were owed (it exited 0, and the
-/// reservation stayed charged at its total, silently).
-async fn a_stop_that_leaves_a_commit_unresolved_does_not_exit_0(store: &TestStore) {
-    let (_dir, relay, mut node) = node_via(store).await;
+/// node could resolve it spools it, and the next start settles it once: the store holds
+/// what was used, and the commit sent again is told how it was settled (the stop exited
+/// 0 having dropped the give-back, and the store kept the reservation's total).
+async fn a_commit_unresolved_at_a_stop_is_settled_once_by_the_next_start(store: &TestStore) {
+    let (dir, relay, mut node) = node_via(store).await;
     let c = reqwest::Client::new();
     let body = serde_json::json!({"keys": ["k"], "cost": 100});
     let (s, v) = ns_call(&c, &node.base, "periodic", "reserve", body).await;
@@ -204,21 +205,29 @@ async fn a_stop_that_leaves_a_commit_unresolved_does_not_exit_0(store: &TestStor
         arm(&relay, store, Write::Take);
     }
     let commit = serde_json::json!({"reservation": id(&v), "cost": 81});
-    let (s, v) = ns_call(&c, &node.base, "periodic", "commit", commit).await;
+    let (s, v) = ns_call(&c, &node.base, "periodic", "commit", commit.clone()).await;
     assert_eq!(
         (s, v["error"]["code"].as_str()),
         (503, Some("outcome_unknown")),
         "{v}"
     );
-    assert!(
-        !node.terminate(),
-        "a stop that dropped what it owed exits non-zero"
-    );
+    assert!(node.terminate(), "spooled, nothing dropped: exits 0");
     relay.disarm();
+    let node = node_in(dir.path(), &config(&store.section_via(&relay)));
+    within(
+        Duration::from_secs(15),
+        "the spooled commit settled",
+        async || store.totals("periodic").await.get("k").copied() == Some(81.0),
+    )
+    .await;
+    let (s, v) = ns_call(&c, &node.base, "periodic", "commit", commit).await;
+    assert_eq!((s, &v["keys"][0]["replayed"]), (200, &true.into()), "{v}");
+    let held = stored_after_stop(store, node, "periodic", "k").await;
+    assert_eq!(held, 81.0, "settled once");
 }
 
 swin_testkit::for_stores!([postgres, redis] [
-    a_stop_that_leaves_a_commit_unresolved_does_not_exit_0,
+    a_commit_unresolved_at_a_stop_is_settled_once_by_the_next_start,
     a_synchronous_hit_whose_reply_is_lost_counts_once,
     a_commit_whose_reply_is_lost_settles_once,
     an_extend_whose_reply_is_lost_counts_once,

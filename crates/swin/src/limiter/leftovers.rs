@@ -78,6 +78,10 @@ impl Control {
             let rows: usize = entries.iter().map(|e| e.unconfirmed.rows()).sum();
             info!(file = %path.display(), windows = rows, "replaying spooled pushes");
             for (e, (store_name, store)) in entries.into_iter().zip(stores) {
+                if !e.commits.is_empty() {
+                    info!(file = %path.display(), commits = e.commits.len(), "resolving spooled commits");
+                }
+                self.owed_commits.extend(e.commits);
                 leftovers.push(Leftover {
                     store_name,
                     fingerprint: e.store_fingerprint,
@@ -90,6 +94,29 @@ impl Control {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(path);
+        }
+    }
+
+    /// Resolves the commits an earlier run spooled (their outcome unknown), each in a task
+    /// of its own in its namespace (held as owed there: a stop before it is resolved
+    /// spools it again).
+    pub(super) fn resume_owed_commits(&mut self) {
+        for owed in std::mem::take(&mut self.owed_commits) {
+            let Some(r) = self.running.get(&owed.namespace) else {
+                error!(
+                    namespace = owed.namespace,
+                    "a spooled commit's namespace is not served: not resolved"
+                );
+                continue;
+            };
+            let ns = r.namespace.clone();
+            let owing = ns
+                .unresolved
+                .hold(crate::unresolved::Owed::Commit(owed.clone()));
+            self.tracker.spawn(async move {
+                crate::requests::reservations::resume(ns, owed).await;
+                drop(owing);
+            });
         }
     }
 

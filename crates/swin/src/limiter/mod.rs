@@ -57,6 +57,8 @@ struct Control {
     config: Config,
     leftovers: Leftovers,
     spool_files: SpoolFiles,
+    /// Commits an earlier run spooled, resolved once the namespaces run.
+    owed_commits: Vec<crate::unresolved::OwedCommit>,
     /// Where every namespace's outcomes are recorded.
     recorder: Arc<dyn crate::recorder::Recorder>,
 }
@@ -93,6 +95,7 @@ impl Control {
             config: config.clone(),
             leftovers: Default::default(),
             spool_files: Default::default(),
+            owed_commits: Vec::new(),
             recorder,
         };
         for (name, (cfg, store)) in connected {
@@ -124,6 +127,7 @@ impl Control {
         node.load_spool();
         node.retry_leftovers().await;
         node.apply_namespaces(&config.namespaces).await;
+        node.resume_owed_commits();
         node.spawn_leftover_retries();
         Ok(node)
     }

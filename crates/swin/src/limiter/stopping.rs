@@ -10,6 +10,7 @@ use super::leftovers::{Leftover, Leftovers};
 use super::{Control, Running};
 use crate::spool::{self, SpoolEntry};
 use crate::state::Namespaces;
+use crate::unresolved::Owed;
 
 impl Control {
     /// Stops every engine at once (each pushes until a common deadline), tries what is
@@ -23,7 +24,7 @@ impl Control {
         let reserve = (grace / 5).min(std::time::Duration::from_secs(2));
         let deadline = started + grace.saturating_sub(reserve);
         let hard_end = started + grace;
-        let (unfinished, owed) = self.retire_all(deadline, hard_end).await;
+        let (unfinished, commits, owed) = self.retire_all(deadline, hard_end).await;
         self.shutdown.cancel();
         self.tracker.close();
         if tokio::time::timeout_at(hard_end, self.tracker.wait())
@@ -46,7 +47,9 @@ impl Control {
                 store: l.store_name,
                 store_fingerprint: l.fingerprint,
                 unconfirmed: l.unconfirmed,
+                commits: Vec::new(),
             })
+            .chain(commits)
             .collect();
         if unfinished > 0 {
             // their engines still hold what they counted: neither pushed nor spooled
@@ -75,7 +78,7 @@ impl Control {
         &mut self,
         deadline: tokio::time::Instant,
         hard_end: tokio::time::Instant,
-    ) -> (usize, usize) {
+    ) -> (usize, Vec<SpoolEntry>, usize) {
         // background retries stop at once (they would hold the leftovers while a store
         // call hangs); what they hold is tried after
         self.retries.cancel();
@@ -86,21 +89,24 @@ impl Control {
             r.namespace.sync.stop_by(deadline);
             retiring.spawn(retire(r, deadline, self.leftovers.clone()));
         }
-        let mut owed = 0;
+        let (mut commits, mut owed) = (Vec::new(), 0);
         let all_retired = async {
             while let Some(left) = retiring.join_next().await {
-                owed += left.map_or(0, |o| o.len());
+                if let Ok((entry, others)) = left {
+                    commits.extend(entry);
+                    owed += others;
+                }
             }
         };
         if tokio::time::timeout_at(hard_end, all_retired).await.is_ok() {
-            return (0, owed);
+            return (0, commits, owed);
         }
         error!(
             grace = ?self.config.shutdown_grace,
             namespaces = retiring.len(),
             "sync engines did not stop within the grace period"
         );
-        (retiring.len(), owed)
+        (retiring.len(), commits, owed)
     }
 
     /// Writes what the stores did not confirm to the spool, for the next start.
@@ -132,22 +138,17 @@ impl Control {
 /// holding it, so that every hit that reached its tables is in what its engine pushes
 /// last, then stops the engine and keeps what the store did not confirm as a leftover.
 /// Answers what the node still owed the store for the namespace at `deadline` (changes
-/// whose outcome it was resolving: see `crate::unresolved`).
+/// whose outcome it was resolving: see `crate::unresolved`): the commits, as a spool
+/// entry for the namespace's store, and how many other changes.
 pub(super) async fn retire(
     mut old: Running,
     deadline: tokio::time::Instant,
     leftovers: Leftovers,
-) -> Vec<String> {
+) -> (Option<SpoolEntry>, usize) {
     while Arc::strong_count(&old.namespace) > 1 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    let owed = old.namespace.unresolved.owed();
-    for what in &owed {
-        error!(
-            namespace = old.config.name,
-            "{what}: not resolved by the stop; the store may keep it charged"
-        );
-    }
+    let owed = owed_of(&old);
     old.cancel.cancel();
     if let Some(engine) = old.engine.take() {
         let _ = engine.await;
@@ -175,4 +176,48 @@ pub(super) async fn retire(
         file: None,
     });
     owed
+}
+
+/// What `old`'s node still owes: its commits as a spool entry for its store (spooled,
+/// resolved by the next start), and how many other changes (named here, as errors).
+fn owed_of(old: &Running) -> (Option<SpoolEntry>, usize) {
+    let name = &old.config.name;
+    let mut commits = Vec::new();
+    let mut others = 0;
+    for owed in old.namespace.unresolved.owed() {
+        match owed {
+            Owed::Commit(c) => {
+                warn!(
+                    namespace = name,
+                    "{}: spooled, resolved by the next start",
+                    Owed::Commit(c.clone())
+                );
+                commits.push(c);
+            }
+            other => {
+                error!(
+                    namespace = name,
+                    "{other}: not resolved by the stop; the store may keep it charged"
+                );
+                others += 1;
+            }
+        }
+    }
+    let entry = match (&old.config.store, &old.store_config) {
+        (Some(store), Some(cfg)) if !commits.is_empty() => Some(SpoolEntry {
+            store: store.clone(),
+            store_fingerprint: cfg.fingerprint(),
+            unconfirmed: swin_sync::Unconfirmed {
+                namespace: name.clone(),
+                push_id: String::new(),
+                chunks: Default::default(),
+            },
+            commits,
+        }),
+        _ => {
+            others += commits.len();
+            None
+        }
+    };
+    (entry, others)
 }

@@ -15,6 +15,7 @@ use crate::pipeline::{Plan, Ran, Request, Take};
 use crate::policy::limits::{KeyLimits, Overrun};
 use crate::runtime_limits::Effective;
 use crate::state::Namespace;
+use crate::unresolved::{Owed, OwedCommit};
 
 /// Ends the reservation `id` (of `keys`, as its record read them) and settles each key
 /// at `cost`. It runs to its end once started: a client that goes away does not cut it
@@ -114,9 +115,12 @@ impl Commit {
                     overrun,
                     cost,
                 };
-                let owing = ns.unresolved.hold(format!(
-                    "the commit of reservation {id:?} at cost {cost} (its outcome unknown)"
-                ));
+                let owing = ns.unresolved.hold(Owed::Commit(OwedCommit {
+                    namespace: ns.sync.name().to_owned(),
+                    reservation: id.to_owned(),
+                    op: op.clone(),
+                    cost,
+                }));
                 tokio::spawn(async move {
                     ending.resolve(op).await;
                     drop(owing);
@@ -292,6 +296,58 @@ impl Ending {
             }),
             Some(other) => Err(other),
         }
+    }
+}
+
+/// Resolves a commit an earlier run of this node spooled with its outcome unknown (see
+/// `crate::unresolved`): asked again under its operation id until the store answers,
+/// then settled under the keys' effective limits now, when it was this commit that
+/// ended the reservation.
+pub(crate) async fn resume(ns: Arc<Namespace>, owed: OwedCommit) {
+    let OwedCommit {
+        reservation: id,
+        op,
+        cost,
+        ..
+    } = owed;
+    let each = ns.sync.store_timeout();
+    let book = &ns.reservations;
+    let taken = resolve(each, |w| book.take(&id, &op, cost, w)).await;
+    let record = match taken {
+        Some(Some(r)) if r.ended.as_ref().is_some_and(|e| e.op == op) => r,
+        Some(_) => return,
+        None => {
+            tracing::error!(
+                id,
+                "a spooled commit's outcome stays unknown: the store did not answer"
+            );
+            return;
+        }
+    };
+    let Ok(limits) = limits_of(&ns, ns.sync.name()) else {
+        tracing::error!(
+            id,
+            "a spooled commit's namespace has no limits now: not settled"
+        );
+        return;
+    };
+    let overrun = limits.overrun;
+    let effective = record
+        .keys
+        .iter()
+        .map(|k| (*ns.effective(k, limits.for_key(k))).clone())
+        .collect();
+    let ending = Ending {
+        ns: ns.clone(),
+        id: id.clone(),
+        keys: record.keys.clone(),
+        effective,
+        overrun,
+        cost,
+    };
+    match ending.settle(&record).await {
+        Ok(_) => tracing::info!(id, cost, "a spooled commit is settled"),
+        Err(e) => tracing::warn!(cause = %e, id, "a spooled commit's settlement failed"),
     }
 }
 

@@ -60,18 +60,18 @@ impl Request for Extend {
             Outcome::NotApplied(e) => return Err(Error::store(&e, "extending a reservation")),
             Outcome::Unknown(e) => {
                 tracing::warn!(cause = %e, id, "an extend's outcome is unknown; resolved in the background");
+                let owing = ns.unresolved.hold(crate::unresolved::Owed::Other(format!(
+                    "an extend of reservation {id:?} by {more} (its outcome unknown)"
+                )));
                 let keys = self.keys.clone();
-                tokio::spawn(resolve_extend(
-                    ns.clone(),
-                    keys,
-                    self.id.clone(),
-                    op,
-                    more,
-                    at,
-                ));
+                let resolving = resolve_extend(ns.clone(), keys, self.id.clone(), op, more, at);
+                tokio::spawn(async move {
+                    resolving.await;
+                    drop(owing);
+                });
                 return Err(Error::outcome_unknown(
                     &format!("extending reservation {id:?}"),
-                    "the extend is then in the reservation's total, or its hits are given back; read the reservation to see its total, or retry with the same Idempotency-Key",
+                    "the extend is then in the reservation's total (with its hits), or its hits are given back; retry with the same Idempotency-Key, or commit the cost used (a commit settles against whatever total the reservation has)",
                 ));
             }
         };

@@ -42,7 +42,7 @@ use crate::decisions::{HitAnswer, Verdict};
 use crate::error::Error;
 use crate::policy::input::check_key;
 
-pub(crate) use self::commit::Commit;
+pub(crate) use self::commit::{resume, Commit};
 pub(crate) use self::extend::Extend;
 pub(crate) use self::reserve::Reserve;
 

@@ -91,9 +91,9 @@ impl Request for Reserve {
             cost,
             at: plan.taken_at,
         };
-        let owing = ns.unresolved.hold(format!(
+        let owing = ns.unresolved.hold(crate::unresolved::Owed::Other(format!(
             "the undo of a reserve of {cost} that answered an error (reservation {id:?})"
-        ));
+        )));
         let undoing = undo(ns.clone(), taken, id, expires_at);
         tokio::spawn(async move {
             undoing.await;
