@@ -31,7 +31,7 @@ pub use super::entry::Entry;
 /// This node's proxies' new whole shares of `limit` (per unit), in `own`'s order (a
 /// proxy that went away keeps 0: it only assigned), from `own` and every other node's
 /// entries in `others` (this node's own posted entry among them is skipped), divided by
-/// client ([`super::by_client`]) at `turn`. Every node divides the same entries in the
+/// client (`shares::by_client`) at `turn`. Every node divides the same entries in the
 /// same order (nodes by id), so their divisions agree once each has read the others'
 /// latest.
 pub fn own_shares(
