@@ -97,8 +97,14 @@ impl Commit {
     /// settled it, settling nothing.
     async fn settle(&self, plan: &Plan<'_>) -> Result<Vec<Settled>, Error> {
         let (ns, id, cost) = (&self.ns, self.id.as_str(), self.cost);
-        let effective = self.effective()?;
-        let overrun = limits_of(ns, ns.sync.name())?.overrun;
+        let ending = Ending {
+            ns: ns.clone(),
+            id: id.to_owned(),
+            keys: self.keys.clone(),
+            effective: self.effective()?,
+            overrun: limits_of(ns, ns.sync.name())?.overrun,
+            cost,
+        };
         let op = new_op();
         let left = plan.left_of(ns.sync.answer_within());
         let record = match until_known(left, |w| ns.reservations.take(id, &op, cost, w)).await {
@@ -107,14 +113,6 @@ impl Commit {
             Outcome::NotApplied(e) => return Err(Error::store(&e, "committing a reservation")),
             Outcome::Unknown(e) => {
                 tracing::warn!(cause = %e, id, "a commit's outcome is unknown; resolved in the background");
-                let ending = Ending {
-                    ns: ns.clone(),
-                    id: id.to_owned(),
-                    keys: self.keys.clone(),
-                    effective,
-                    overrun,
-                    cost,
-                };
                 let owing = ns.unresolved.hold(Owed::Commit(OwedCommit {
                     namespace: ns.sync.name().to_owned(),
                     reservation: id.to_owned(),
@@ -141,18 +139,10 @@ impl Commit {
         }
         match &record.ended {
             Some(e) if e.op == op => {}
-            Some(e) => return self.replay(&record, e.cost, &effective).await,
+            Some(e) => return self.replay(&record, e.cost, &ending.effective).await,
             None => return Err(Error::Internal),
         }
         // the reservation is ended: from here the node owns its settlement
-        let ending = Ending {
-            ns: ns.clone(),
-            id: id.to_owned(),
-            keys: self.keys.clone(),
-            effective,
-            overrun,
-            cost,
-        };
         ending.settle(&record).await
     }
 
