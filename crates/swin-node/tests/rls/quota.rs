@@ -346,9 +346,12 @@ async fn a_store_outage_keeps_the_assignments(mut store: Outage) {
         assert!((each[p][3] - 60.0).abs() <= 6.0, "second 3: {each:?}");
         assert!((each[p][4] - 60.0).abs() <= 6.0, "second 4: {each:?}");
         assert_eq!(each[p][8], 0.0, "second 8, lapsed: {each:?}");
+        // back within two seconds of the store (a node reconnects after its backoff;
+        // under a loaded machine the second after: seen 40 and 7 at second 11, 60 at 12)
+        let back = each[p][11].max(each[p][12]);
         assert!(
-            (each[p][11] - 60.0).abs() <= 6.0,
-            "second 11, back: {each:?}"
+            (back - 60.0).abs() <= 6.0,
+            "second 11 or 12, back: {each:?}"
         );
     }
     // back: the newcomer of 12 s gets a third of the limit
