@@ -28,9 +28,11 @@
 //! the node until the store answers.
 
 mod commit;
+mod ending;
 mod extend;
 mod known;
 mod reserve;
+mod settlement;
 
 use std::time::Duration;
 
@@ -42,7 +44,8 @@ use crate::decisions::{HitAnswer, Verdict};
 use crate::error::Error;
 use crate::policy::input::check_key;
 
-pub(crate) use self::commit::{resume, Commit};
+pub(crate) use self::commit::Commit;
+pub(crate) use self::ending::resume;
 pub(crate) use self::extend::Extend;
 pub(crate) use self::reserve::Reserve;
 

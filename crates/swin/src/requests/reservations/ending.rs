@@ -1,0 +1,198 @@
+//! A reservation this node ended (or may have) and settles: the settlement of each key
+//! after a commit ended it, its resolution after a lost answer, the resumption of one an
+//! earlier run spooled, and the retries of a settlement the store refused.
+
+use std::sync::Arc;
+
+use swin_core::UnixMs;
+use swin_sync::store::ReservationRecord;
+
+use super::known::resolve;
+use super::settlement::settle;
+use super::{Settled, RETRY_EVERY, RETRY_FOR};
+use crate::decisions::{limits_of, HitAnswer};
+use crate::error::Error;
+use crate::policy::limits::{KeyLimits, Overrun};
+use crate::state::Namespace;
+use crate::unresolved::OwedCommit;
+
+/// A reservation this node ended (or may have: its answer was lost) and settles: its
+/// keys, each key's effective limits as the commit read them, the overrun rule and the
+/// actual cost.
+pub(super) struct Ending {
+    pub(super) ns: Arc<Namespace>,
+    pub(super) id: String,
+    pub(super) keys: Vec<String>,
+    pub(super) effective: Vec<KeyLimits>,
+    pub(super) overrun: Overrun,
+    pub(super) cost: f64,
+}
+
+impl Ending {
+    /// A commit whose answer was lost: asked again under its operation id until the
+    /// store answers, then settled when it was this commit that ended the reservation.
+    pub(super) async fn resolve(self, op: String) {
+        let each = self.ns.sync.store_timeout();
+        let book = &self.ns.reservations;
+        let taken = resolve(each, |w| book.take(&self.id, &op, self.cost, w)).await;
+        match taken {
+            Some(Some(record)) if record.ended.as_ref().is_some_and(|e| e.op == op) => {
+                let id = self.id.clone();
+                if let Err(e) = self.settle(&record).await {
+                    tracing::warn!(cause = %e, id, "a commit resolved after a lost answer: its settlement failed");
+                }
+            }
+            // another commit ended it, or it lapsed at its total: nothing of this one's
+            Some(_) => {}
+            None => tracing::error!(
+                id = self.id,
+                "a commit's outcome stays unknown: the store did not answer"
+            ),
+        }
+    }
+
+    /// Settles each key of the ended `record` at the actual cost.
+    pub(super) async fn settle(self, record: &ReservationRecord) -> Result<Vec<Settled>, Error> {
+        let Ending {
+            ns,
+            id,
+            keys,
+            effective,
+            overrun,
+            cost,
+        } = self;
+        let id = id.as_str();
+        let (total, counted) = (record.total, &record.counted);
+        let mut all = Vec::with_capacity(keys.len());
+        let mut failed = None;
+        for (key, limits) in keys.iter().zip(effective) {
+            match settle(&ns, key, &limits, overrun, (total, counted), cost).await {
+                Ok((charged, given_back, after)) => all.push(Settled {
+                    committed: true,
+                    replayed: false,
+                    reservation: id.to_owned(),
+                    key: key.clone(),
+                    estimate: total,
+                    cost,
+                    charged,
+                    given_back,
+                    uncharged: (cost - total - charged).max(0.0),
+                    debt: after.decision.debt,
+                    after: HitAnswer {
+                        allowed: true,
+                        ..after.answer()
+                    },
+                    verdict: after,
+                }),
+                // the store could not be used: this node settles it when it answers
+                Err(e @ Error::Store { .. }) => {
+                    tokio::spawn(settle_later(
+                        ns.clone(),
+                        key.clone(),
+                        limits,
+                        overrun,
+                        (total, counted.clone()),
+                        cost,
+                    ));
+                    failed.get_or_insert(e);
+                }
+                // refused (a count past 2^53): trying again would be refused again; the
+                // reservation stays settled at its estimate on this key
+                Err(e) => {
+                    failed.get_or_insert(e.at(&format!(
+                        "reservation {id:?} is ended at its estimate on key {key:?}, its settlement refused"
+                    )));
+                }
+            }
+        }
+        match failed {
+            None => Ok(all),
+            Some(Error::Store { reason, .. }) => Err(Error::Store {
+                reason,
+                message: format!(
+                    "settling reservation {id:?}: the store could not be used; the reservation is ended and this node settles it when the store answers"
+                ),
+            }),
+            Some(other) => Err(other),
+        }
+    }
+}
+
+/// Resolves a commit an earlier run of this node spooled with its outcome unknown (see
+/// `crate::unresolved`): asked again under its operation id until the store answers,
+/// then settled under the keys' effective limits now, when it was this commit that
+/// ended the reservation.
+pub(crate) async fn resume(ns: Arc<Namespace>, owed: OwedCommit) {
+    let OwedCommit {
+        reservation: id,
+        op,
+        cost,
+        ..
+    } = owed;
+    let each = ns.sync.store_timeout();
+    let book = &ns.reservations;
+    let taken = resolve(each, |w| book.take(&id, &op, cost, w)).await;
+    let record = match taken {
+        Some(Some(r)) if r.ended.as_ref().is_some_and(|e| e.op == op) => r,
+        Some(_) => return,
+        None => {
+            tracing::error!(
+                id,
+                "a spooled commit's outcome stays unknown: the store did not answer"
+            );
+            return;
+        }
+    };
+    let Ok(limits) = limits_of(&ns, ns.sync.name()) else {
+        tracing::error!(
+            id,
+            "a spooled commit's namespace has no limits now: not settled"
+        );
+        return;
+    };
+    let overrun = limits.overrun;
+    let effective = record
+        .keys
+        .iter()
+        .map(|k| (*ns.effective(k, limits.for_key(k))).clone())
+        .collect();
+    let ending = Ending {
+        ns: ns.clone(),
+        id: id.clone(),
+        keys: record.keys.clone(),
+        effective,
+        overrun,
+        cost,
+    };
+    match ending.settle(&record).await {
+        Ok(_) => tracing::info!(id, cost, "a spooled commit is settled"),
+        Err(e) => tracing::warn!(cause = %e, id, "a spooled commit's settlement failed"),
+    }
+}
+
+async fn settle_later(
+    ns: Arc<Namespace>,
+    key: String,
+    limits: KeyLimits,
+    overrun: Overrun,
+    (estimate, counted): (f64, Vec<(UnixMs, f64)>),
+    cost: f64,
+) {
+    let deadline = tokio::time::Instant::now() + RETRY_FOR;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(RETRY_EVERY).await;
+        let reserved = (estimate, counted.as_slice());
+        if settle(&ns, &key, &limits, overrun, reserved, cost)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+    }
+    tracing::warn!(
+        key,
+        estimate,
+        cost,
+        "a reservation stays settled at its estimate"
+    );
+}
