@@ -254,12 +254,21 @@ async fn two_nodes_changing_one_key_at_once_agree_with_the_store() {
             } else {
                 send(&c, reqwest::Method::PUT, url, limit(100 + i)).await
             };
-            assert_eq!(s, 200, "{v}");
+            // the changes queue on the namespace's change row; on a starved machine one
+            // may outwait the store timeout, and then it must say so (and change
+            // nothing: what follows checks that the nodes agree with the store)
+            assert!(
+                s == 200 || (s == 503 && v["error"]["code"] == "store_unreachable"),
+                "{s} {v}"
+            );
+            s == 200
         }));
     }
+    let mut applied = 0;
     for t in storm {
-        t.await.expect("change");
+        applied += u32::from(t.await.expect("change"));
     }
+    assert!(applied > 0, "no change was applied");
     let (_, v) = send(
         &c,
         reqwest::Method::GET,
