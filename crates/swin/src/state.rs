@@ -53,6 +53,8 @@ pub struct Namespace {
     pub(crate) records: crate::idempotency::RecordBook,
     /// How long its idempotency records answer, and how many it keeps at most.
     pub(crate) idempotency: crate::config::Idempotency,
+    /// How many reservations may be open in it, and per client.
+    pub(crate) reservation_caps: crate::config::ReservationCaps,
     /// Where the namespace's reservations of a cost are recorded (its store, or this
     /// node), shared the same way.
     pub(crate) reservations: crate::leases::ReservationBook,
@@ -283,6 +285,7 @@ impl Namespace {
             leases,
             records,
             idempotency: cfg.idempotency,
+            reservation_caps: cfg.reservation_caps,
             reservations,
             unresolved: Arc::default(),
             recorder: std::sync::OnceLock::new(),
@@ -370,6 +373,7 @@ impl Namespace {
             leases: self.leases.clone(),
             records: self.records.clone(),
             idempotency: cfg.idempotency,
+            reservation_caps: cfg.reservation_caps,
             reservations: self.reservations.clone(),
             unresolved: self.unresolved.clone(),
             recorder: self.recorder.clone(),

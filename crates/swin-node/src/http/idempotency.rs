@@ -194,10 +194,11 @@ async fn asked(
     Ok((Some(asked), req))
 }
 
-/// Who sent a request, for its client's share of records: the name of the token it
-/// carried (under `[auth]`), else its address (`trusted_proxies` read as for
-/// `/v1/auth`; the connection's peer when a proxy passed no address).
-fn client_of(state: &AppState, parts: &Parts) -> ClientId {
+/// Who sent a request, for its client's share of records (idempotency records, open
+/// reservations): the name of the token it carried (under `[auth]`), else its address
+/// (`trusted_proxies` read as for `/v1/auth`; the connection's peer when a proxy passed
+/// no address).
+pub(super) fn client_of(state: &AppState, parts: &Parts) -> ClientId {
     if let Some(Caller(name)) = parts.extensions.get::<Caller>() {
         return ClientId::of("token", name.as_bytes());
     }
@@ -337,5 +338,20 @@ mod tests {
                 "{path} is not a POST route"
             );
         }
+    }
+}
+
+/// The request's client ([`client_of`]), for a handler.
+#[derive(Debug)]
+pub(super) struct Client(pub(super) ClientId);
+
+impl FromRequestParts<Arc<AppState>> for Client {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Infallible> {
+        Ok(Client(client_of(state, parts)))
     }
 }

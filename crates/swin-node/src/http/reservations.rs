@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use super::decisions::{respond, status_of};
 use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody};
+use super::idempotency::Client;
 use super::Route;
 use crate::state::AppState;
 use swin::error::Error;
@@ -154,6 +155,7 @@ fn reserved(r: &Reserved, several: bool, extend: bool) -> Response {
 
 async fn reserve(
     State(state): State<Arc<AppState>>,
+    Client(client): Client,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     JsonBody(body): JsonBody<ReserveBody>,
 ) -> Result<Response, ApiError> {
@@ -162,13 +164,14 @@ async fn reserve(
         .ok_or_else(|| Error::BadRequest("cost: required (the estimate to spend now)".into()))?;
     let r = state
         .limiter
-        .reserve(&namespace, &key, cost, body.ttl)
+        .reserve_as(&client, &namespace, &key, cost, body.ttl)
         .await?;
     Ok(reserved(&r, false, false))
 }
 
 async fn reserve_keys(
     State(state): State<Arc<AppState>>,
+    Client(client): Client,
     ApiPath(namespace): ApiPath<String>,
     JsonBody(body): JsonBody<ReserveKeysBody>,
 ) -> Result<Response, ApiError> {
@@ -180,7 +183,7 @@ async fn reserve_keys(
         .ok_or_else(|| Error::BadRequest("cost: required (the estimate to spend now)".into()))?;
     let r = state
         .limiter
-        .reserve_keys(&namespace, &keys, cost, body.ttl)
+        .reserve_keys_as(&client, &namespace, &keys, cost, body.ttl)
         .await?;
     Ok(reserved(&r, true, false))
 }

@@ -6,7 +6,7 @@
 use swin_core::UnixMs;
 
 use super::NamespaceSync;
-use crate::store::{OpenReservation, ReservationRecord};
+use crate::store::{OpenReservation, Opening, ReservationRecord};
 use crate::StoreError;
 
 impl NamespaceSync {
@@ -19,14 +19,13 @@ impl NamespaceSync {
         )
     }
 
-    /// Records an open reservation: true when it is open after the call (also when an
-    /// earlier attempt wrote it), false when another live one holds its id. The caller
-    /// waits at most `within`.
+    /// Records an open reservation unless a cap refuses it: what it did (open also when
+    /// an earlier attempt wrote it). The caller waits at most `within`.
     pub async fn open_reservation(
         &self,
         open: OpenReservation<'_>,
         within: std::time::Duration,
-    ) -> Option<Result<bool, StoreError>> {
+    ) -> Option<Result<Opening, StoreError>> {
         let store = self.session.store.as_ref()?;
         let opening = store.open_reservation(self.name(), open);
         Some(self.call_within(within, opening).await)

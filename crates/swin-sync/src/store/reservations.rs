@@ -105,6 +105,37 @@ pub struct OpenReservation<'a> {
     pub now: UnixMs,
     /// When its estimate was counted (the take's time).
     pub at: UnixMs,
+    /// Who opens it: a short id (letters, digits, `-`, `_`, `.`), `""` for no client
+    /// (counted against the namespace's cap only).
+    pub client: &'a str,
+    /// Open reservations the namespace may hold at most (this one would be past it:
+    /// [`Opening::Full`]).
+    pub max_open: u64,
+    /// Open reservations the client may hold at most ([`Opening::ClientFull`]).
+    pub max_open_per_client: u64,
+}
+
+/// What an opening did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opening {
+    /// Open with these keys after the call: written now, or by an earlier attempt of
+    /// the same opening whose reply was lost.
+    Open,
+    /// Another live record holds the id: nothing written.
+    Taken,
+    /// The namespace holds `max_open` open reservations: nothing written.
+    Full,
+    /// The client holds `max_open_per_client` of them: nothing written.
+    ClientFull,
+}
+
+/// Whether `client` can name a client in a store's record and index: up to 64 of
+/// letters, digits, `-`, `_`, `.`.
+pub fn is_client(client: &str) -> bool {
+    client.len() <= 64
+        && client
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 store_calls! {
@@ -114,11 +145,11 @@ store_calls! {
         /// reads).
         fn open_reservations(&self, namespace: &str, now: UnixMs) -> u64;
 
-        /// Records an open reservation, deleting some of the namespace's lapsed ones:
-        /// true when it is open with these keys after the call (written now, or by an
-        /// earlier attempt of the same opening whose reply was lost), false when
-        /// another live record holds the id.
-        fn open_reservation(&self, namespace: &str, open: OpenReservation<'_>) -> bool;
+        /// Records an open reservation, deleting some of the namespace's lapsed ones,
+        /// unless the namespace or its client holds as many open as they may: what it
+        /// did ([`Opening`]). An opening sent again after its reply was lost finds its
+        /// own record ([`Opening::Open`]), whatever the caps.
+        fn open_reservation(&self, namespace: &str, open: OpenReservation<'_>) -> Opening;
 
         /// Raises an open reservation's total by `more`, counted at `at`, as the
         /// operation `op` ([`is_op`]): its record after it, also when the record already
@@ -205,13 +236,21 @@ pub(crate) mod sql {
     pub const COUNT: &str = "SELECT count(*) FROM swin_cost_reservations
          WHERE namespace = $1 AND expires_at > $2 AND ended IS NULL";
     /// Written unless a live record holds the id.
-    pub const OPEN: &str =
-        "INSERT INTO swin_cost_reservations (namespace, id, keys, total, expires_at, counted, ops, ended)
-         VALUES ($1, $2, $3, $4, $5, $7, '', NULL)
+    pub const OPEN: &str = "INSERT INTO swin_cost_reservations
+             (namespace, id, keys, total, expires_at, counted, ops, ended, client)
+         VALUES ($1, $2, $3, $4, $5, $7, '', NULL, $8)
          ON CONFLICT (namespace, id) DO UPDATE
          SET keys = excluded.keys, total = excluded.total, expires_at = excluded.expires_at,
-             counted = excluded.counted, ops = '', ended = NULL
+             counted = excluded.counted, ops = '', ended = NULL, client = excluded.client
          WHERE swin_cost_reservations.expires_at <= $6";
+    /// The namespace's open reservations, and the client's (`$4`), each counted up to
+    /// its cap (`$3`, `$5`).
+    pub const CAPS: &str = "SELECT
+         (SELECT count(*) FROM (SELECT 1 FROM swin_cost_reservations
+              WHERE namespace = $1 AND expires_at > $2 AND ended IS NULL LIMIT $3) n),
+         (SELECT count(*) FROM (SELECT 1 FROM swin_cost_reservations
+              WHERE namespace = $1 AND client = $4 AND expires_at > $2 AND ended IS NULL
+              LIMIT $5) c)";
     /// Whether the live record holding the id is this opening's (`$3`: its keys).
     pub const OPEN_ALREADY: &str = "SELECT count(*) FROM swin_cost_reservations
          WHERE namespace = $1 AND id = $2 AND keys = $3 AND expires_at > $4 AND ended IS NULL";
@@ -241,7 +280,7 @@ pub(crate) mod sql {
 
 /// The statements of [`sql`] in one store's placeholders, in the order
 /// [`sql_reservation_store!`] takes them.
-pub(crate) type Statements = [String; 7];
+pub(crate) type Statements = [String; 8];
 
 /// [`sql`]'s statements, each through `dialect` (PostgreSQL's: as they are).
 pub(crate) fn statements(dialect: fn(&str) -> String) -> Statements {
@@ -253,6 +292,7 @@ pub(crate) fn statements(dialect: fn(&str) -> String) -> Statements {
         sql::EXTENDED_ALREADY,
         sql::TAKE,
         sql::READ,
+        sql::CAPS,
     ]
     .map(dialect)
 }
@@ -274,18 +314,20 @@ pub(crate) const OPS_TEXT: i32 = (OPS_KEPT * (OP_LEN + 1)) as i32;
 /// pieces: `err` (its errors as [`StoreError`](crate::StoreError)s), `commit_by` (its
 /// commit unless past `not_after`), `purge` (its statement deleting up to
 /// [`PURGE_AT_ONCE`] of a namespace's lapsed rows, bound to the namespace, now and how
-/// many) and the statements of [`sql`] in its placeholders ([`statements`]). Each
+/// many), `lock` (its statement, if it needs one, that makes a client's openings wait
+/// for each other until commit, bound to the namespace and the client) and the
+/// statements of [`sql`] in its placeholders ([`statements`]). Each
 /// change is one transaction: an open purges then writes, an extend or a take writes
 /// then commits by `not_after`; one that finds its operation already applied reads it
 /// back in the same transaction.
 macro_rules! sql_reservation_store {
-    ($store:ty, err: $err:path, commit_by: $commit_by:path, purge: $purge:expr, sql: $sql:expr $(,)?) => {
+    ($store:ty, err: $err:path, commit_by: $commit_by:path, purge: $purge:expr, lock: $lock:expr, sql: $sql:expr $(,)?) => {
         // a block of its own, so that its imports stay out of the caller's module
         const _: () = {
             use swin_core::UnixMs;
             use $crate::store::reservations::{
-                counted_text, keys_text, record, Ended, OpenReservation, RecordRow,
-                ReservationRecord, ReservationStore, ENDED_KEPT_MS, MAX_COUNTED_TEXT,
+                counted_text, is_client, keys_text, record, Ended, OpenReservation, Opening,
+                RecordRow, ReservationRecord, ReservationStore, ENDED_KEPT_MS, MAX_COUNTED_TEXT,
                 PURGE_AT_ONCE,
             };
             use $crate::StoreError;
@@ -309,8 +351,15 @@ macro_rules! sql_reservation_store {
                     &self,
                     namespace: &str,
                     o: OpenReservation<'_>,
-                ) -> Result<bool, StoreError> {
+                ) -> Result<Opening, StoreError> {
+                    if !is_client(o.client) {
+                        return Err(StoreError::Protocol(format!(
+                            "{:?} cannot name a client",
+                            o.client
+                        )));
+                    }
                     let keys = keys_text(o.keys);
+                    let cap = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
                     let mut tx = self.pool().begin().await.map_err($err)?;
                     sqlx::query($purge)
                         .bind(namespace)
@@ -319,6 +368,48 @@ macro_rules! sql_reservation_store {
                         .execute(&mut *tx)
                         .await
                         .map_err($err)?;
+                    // a client's openings one at a time, so that its count is exact
+                    if let Some(lock) = $lock {
+                        sqlx::query(lock)
+                            .bind(namespace)
+                            .bind(o.client)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err($err)?;
+                    }
+                    let mine: i64 = sqlx::query_scalar(&$sql[2])
+                        .bind(namespace)
+                        .bind(o.id)
+                        .bind(&keys)
+                        .bind(o.now.0)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err($err)?;
+                    if mine > 0 {
+                        tx.commit().await.map_err($err)?;
+                        return Ok(Opening::Open);
+                    }
+                    let (open, clients): (i64, i64) = sqlx::query_as(&$sql[7])
+                        .bind(namespace)
+                        .bind(o.now.0)
+                        .bind(cap(o.max_open))
+                        .bind(o.client)
+                        .bind(cap(o.max_open_per_client))
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err($err)?;
+                    let refused = if open >= cap(o.max_open) {
+                        Some(Opening::Full)
+                    } else if !o.client.is_empty() && clients >= cap(o.max_open_per_client) {
+                        Some(Opening::ClientFull)
+                    } else {
+                        None
+                    };
+                    if let Some(refused) = refused {
+                        // the purge stays done
+                        tx.commit().await.map_err($err)?;
+                        return Ok(refused);
+                    }
                     let written = sqlx::query(&$sql[1])
                         .bind(namespace)
                         .bind(o.id)
@@ -327,23 +418,17 @@ macro_rules! sql_reservation_store {
                         .bind(o.expires_at.0)
                         .bind(o.now.0)
                         .bind(counted_text(o.at, o.total))
+                        .bind(o.client)
                         .execute(&mut *tx)
                         .await
                         .map_err($err)?
                         .rows_affected();
-                    let open = written > 0 || {
-                        let mine: i64 = sqlx::query_scalar(&$sql[2])
-                            .bind(namespace)
-                            .bind(o.id)
-                            .bind(&keys)
-                            .bind(o.now.0)
-                            .fetch_one(&mut *tx)
-                            .await
-                            .map_err($err)?;
-                        mine > 0
-                    };
                     tx.commit().await.map_err($err)?;
-                    Ok(open)
+                    Ok(if written > 0 {
+                        Opening::Open
+                    } else {
+                        Opening::Taken
+                    })
                 }
 
                 async fn extend_reservation(

@@ -4,7 +4,7 @@
 //! applied again with its operation id (its reply lost) changes nothing more.
 
 use swin_core::UnixMs;
-use swin_sync::store::{new_op, Ended, Fault, OpenReservation, ReservationRecord};
+use swin_sync::store::{new_op, Ended, Fault, OpenReservation, Opening, ReservationRecord};
 use swin_sync::StoreError;
 use swin_testkit::TestStore;
 
@@ -25,8 +25,11 @@ async fn open(s: &TestStore, ns: &str, id: &str, total: f64, ttl: i64) -> bool {
         expires_at: UnixMs(NOW + ttl),
         now: UnixMs(NOW),
         at: UnixMs(NOW - 5),
+        client: "",
+        max_open: u64::MAX,
+        max_open_per_client: u64::MAX,
     };
-    s.store.open_reservation(ns, o).await.expect("open")
+    s.store.open_reservation(ns, o).await.expect("open") == Opening::Open
 }
 
 /// Opens `id` over other keys than [`keys`].
@@ -39,8 +42,11 @@ async fn open_other(s: &TestStore, ns: &str, id: &str) -> bool {
         expires_at: UnixMs(NOW + 30_000),
         now: UnixMs(NOW),
         at: UnixMs(NOW),
+        client: "",
+        max_open: u64::MAX,
+        max_open_per_client: u64::MAX,
     };
-    s.store.open_reservation(ns, o).await.expect("open")
+    s.store.open_reservation(ns, o).await.expect("open") == Opening::Open
 }
 
 /// Extends `id` by `more` as `op`, counted and asked at `at`.
@@ -177,13 +183,20 @@ pub async fn a_reservation_change_retried_after_a_lost_reply_applies_once(s: &Te
         expires_at: UnixMs(NOW + 60_000),
         now: UnixMs(NOW),
         at: UnixMs(NOW),
+        client: "c1",
+        max_open: 1,
+        max_open_per_client: 1,
     };
     faults.plan([Fault::FailAfter]);
     store
         .open_reservation("ns", o)
         .await
         .expect_err("the reply lost");
-    assert!(store.open_reservation("ns", o).await.expect("again"));
+    assert_eq!(
+        store.open_reservation("ns", o).await.expect("again"),
+        Opening::Open,
+        "its own record, not a cap it fills itself"
+    );
     let op = new_op();
     let extend =
         || store.extend_reservation("ns", "lost", &op, 5.0, UnixMs(NOW), UnixMs(NOW), LATER);
@@ -296,4 +309,88 @@ pub async fn a_record_says_where_its_total_was_counted_up_to_its_most(s: &TestSt
         ..record
     };
     assert_eq!(taken, ended, "a take answers the record as it stands");
+}
+
+/// An opening by `client` of `id` at `now`, the namespace capped at `max` open and each
+/// client at `per_client`.
+async fn open_capped(
+    s: &TestStore,
+    id: &str,
+    client: &str,
+    now: i64,
+    (max, per_client): (u64, u64),
+) -> Opening {
+    let keys = keys();
+    let o = OpenReservation {
+        id,
+        keys: &keys,
+        total: 0.0,
+        expires_at: UnixMs(now + 10_000),
+        now: UnixMs(now),
+        at: UnixMs(now),
+        client,
+        max_open: max,
+        max_open_per_client: per_client,
+    };
+    s.store.open_reservation("caps", o).await.expect("open")
+}
+
+/// Open reservations are capped per namespace and per client, cost 0 or not: a refused
+/// opening writes nothing; a commit, a lapse or another client's room frees what the
+/// caps count, and an opening sent again finds its own record whatever the caps.
+pub async fn open_reservations_are_capped_per_namespace_and_per_client(s: &TestStore) {
+    let caps = (3, 2);
+    assert_eq!(open_capped(s, "a1", "a", NOW, caps).await, Opening::Open);
+    assert_eq!(open_capped(s, "a2", "a", NOW, caps).await, Opening::Open);
+    assert_eq!(
+        open_capped(s, "a3", "a", NOW, caps).await,
+        Opening::ClientFull
+    );
+    assert_eq!(
+        open_capped(s, "a1", "a", NOW, caps).await,
+        Opening::Open,
+        "its own record, sent again"
+    );
+    assert_eq!(open_capped(s, "b1", "b", NOW, caps).await, Opening::Open);
+    assert_eq!(open_capped(s, "c1", "c", NOW, caps).await, Opening::Full);
+    assert_eq!(open_capped(s, "n1", "", NOW, caps).await, Opening::Full);
+    let read = |id: &'static str| s.store.read_reservation("caps", id, UnixMs(NOW));
+    for id in ["a3", "c1", "n1"] {
+        assert_eq!(read(id).await.expect("read"), None, "{id}: nothing written");
+    }
+    let n = s.store.open_reservations("caps", UnixMs(NOW)).await;
+    assert_eq!(n.expect("count"), 3);
+    // a commit frees a place, for the client and in the namespace
+    s.store
+        .take_reservation("caps", "a1", &new_op(), 0.0, UnixMs(NOW + 1), LATER)
+        .await
+        .expect("take")
+        .expect("the record");
+    assert_eq!(
+        open_capped(s, "a3", "a", NOW + 2, caps).await,
+        Opening::Open
+    );
+    assert_eq!(
+        open_capped(s, "c1", "c", NOW + 2, caps).await,
+        Opening::Full
+    );
+    // lapsed, they count no longer (client '' has no share of its own: the
+    // namespace's cap only)
+    let later = NOW + 20_000;
+    for (id, client) in [("c2", "c"), ("n2", ""), ("n3", "")] {
+        assert_eq!(
+            open_capped(s, id, client, later, caps).await,
+            Opening::Open,
+            "{id}"
+        );
+    }
+    assert_eq!(open_capped(s, "a4", "a", later, caps).await, Opening::Full);
+    assert_eq!(
+        open_capped(s, "c3", "c", later, (4, 2)).await,
+        Opening::Open
+    );
+    assert_eq!(
+        open_capped(s, "c4", "c", later, (5, 2)).await,
+        Opening::ClientFull
+    );
 }

@@ -14,6 +14,7 @@ mod idempotency;
 mod keys;
 mod namespaces;
 mod quota;
+mod reservations;
 mod settings;
 mod stores;
 
@@ -34,6 +35,10 @@ pub use self::idempotency::{
 };
 pub use self::namespaces::NamespaceConfig;
 pub use self::quota::QuotaLimits;
+pub use self::reservations::{
+    ReservationCaps, DEFAULT_RESERVATIONS_MAX_OPEN, DEFAULT_RESERVATIONS_MAX_OPEN_PER_CLIENT,
+    MAX_RESERVATIONS_MAX_OPEN,
+};
 pub use self::stores::{redact, StoreConfig};
 
 /// What a setting is when the config leaves it out (docs/configuration.md lists them).

@@ -55,6 +55,10 @@ pub(super) struct RawNamespace {
     pub(super) idempotency_max_keys: Option<i64>,
     /// …and how many of them one client may hold.
     pub(super) idempotency_max_keys_per_client: Option<i64>,
+    /// Reservations open at once in the namespace at most…
+    pub(super) reservations_max_open: Option<i64>,
+    /// …and held by one client.
+    pub(super) reservations_max_open_per_client: Option<i64>,
     /// A commit above its estimate: `"debt"` (charged in full) or `"cap"`.
     pub(super) overrun: Option<String>,
 }
@@ -92,6 +96,9 @@ pub struct NamespaceConfig {
     /// Idempotency records: how long, how many (`idempotency_ttl`,
     /// `idempotency_max_keys`).
     pub(crate) idempotency: super::Idempotency,
+    /// Open reservations at most, in the namespace and per client
+    /// (`reservations_max_open`, `reservations_max_open_per_client`).
+    pub(crate) reservation_caps: super::ReservationCaps,
 }
 
 impl NamespaceConfig {
@@ -164,6 +171,11 @@ impl NamespaceConfig {
     pub fn idempotency(&self) -> super::Idempotency {
         self.idempotency
     }
+
+    /// Its caps on open reservations.
+    pub fn reservation_caps(&self) -> super::ReservationCaps {
+        self.reservation_caps
+    }
 }
 
 impl Parser<'_> {
@@ -219,6 +231,11 @@ impl Parser<'_> {
             n.idempotency_max_keys_per_client,
             f,
         )?;
+        let reservation_caps = self.reservation_caps(
+            n.reservations_max_open,
+            n.reservations_max_open_per_client,
+            f,
+        )?;
         let shadow = n.shadow;
         let limits = self.limits(&mut n, rules.is_some(), &sizes, f)?;
         self.strict(
@@ -244,6 +261,7 @@ impl Parser<'_> {
             envoy_dynamic_metadata: n.envoy_dynamic_metadata.unwrap_or(false),
             concurrency,
             idempotency,
+            reservation_caps,
         })
     }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use swin_core::UnixMs;
 use swin_sync::store::{
-    Ended, OpenReservation, ReservationRecord, ReservationStore, ENDED_KEPT_MS, OPS_KEPT,
+    Ended, OpenReservation, Opening, ReservationRecord, ReservationStore, ENDED_KEPT_MS, OPS_KEPT,
 };
 use swin_sync::{NamespaceSync, StoreError};
 
@@ -24,55 +24,123 @@ const MAX_COUNTED: usize = 90;
 /// A local-only namespace's reservations, kept on this node as a store keeps them (an
 /// ended one stays for [`ENDED_KEPT_MS`], each extend's operation id is kept): at most
 /// `max` of them (the namespace's `max_counters`); lapsed ones are dropped when the table
-/// is full. The calls' `namespace` and `not_after` are not read (nothing here waits).
+/// or a cap is full. The calls' `namespace` and `not_after` are not read (nothing here
+/// waits).
 #[derive(Debug)]
 pub struct LocalReservations {
-    open: Mutex<HashMap<String, Local>>,
+    table: Mutex<Table>,
     max: usize,
 }
 
-/// One record and the operation ids of its latest extends.
+/// The records, and how many of them are open (not ended; lapsed ones until dropped),
+/// in all and per client.
+#[derive(Debug, Default)]
+struct Table {
+    records: HashMap<String, Local>,
+    open: u64,
+    by_client: HashMap<String, u64>,
+}
+
+/// One record, the client it is counted for and the operation ids of its latest
+/// extends.
 #[derive(Debug)]
 struct Local {
     record: ReservationRecord,
+    client: String,
     ops: VecDeque<String>,
+}
+
+impl Table {
+    /// `l` no longer counted as open (ended, or dropped while open).
+    fn uncount(&mut self, client: &str) {
+        self.open = self.open.saturating_sub(1);
+        if let Some(n) = self.by_client.get_mut(client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.by_client.remove(client);
+            }
+        }
+    }
+
+    /// Drops the records lapsed by `now`, and their counts.
+    fn drop_lapsed(&mut self, now: UnixMs) {
+        let lapsed: Vec<String> = self
+            .records
+            .iter()
+            .filter(|(_, l)| l.record.expires_at <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in lapsed {
+            if let Some(l) = self.records.remove(&id) {
+                if l.record.ended.is_none() {
+                    self.uncount(&l.client);
+                }
+            }
+        }
+    }
+
+    /// Which cap an opening by `client` would pass, if any.
+    fn refused(&self, o: &OpenReservation<'_>) -> Option<Opening> {
+        let mine = self.by_client.get(o.client).copied().unwrap_or(0);
+        if self.open >= o.max_open {
+            Some(Opening::Full)
+        } else if !o.client.is_empty() && mine >= o.max_open_per_client {
+            Some(Opening::ClientFull)
+        } else {
+            None
+        }
+    }
 }
 
 impl LocalReservations {
     /// A table of at most `max` open reservations.
     pub fn new(max: usize) -> Self {
         LocalReservations {
-            open: Mutex::default(),
+            table: Mutex::default(),
             max: max.max(1),
         }
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Local>> {
-        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl ReservationStore for LocalReservations {
     async fn open_reservations(&self, _: &str, now: UnixMs) -> Result<u64, StoreError> {
         let t = self.table();
-        let open = t.values().map(|l| &l.record);
+        let open = t.records.values().map(|l| &l.record);
         Ok(open
             .filter(|r| r.expires_at > now && r.ended.is_none())
             .count() as u64)
     }
 
-    async fn open_reservation(&self, _: &str, o: OpenReservation<'_>) -> Result<bool, StoreError> {
+    async fn open_reservation(
+        &self,
+        _: &str,
+        o: OpenReservation<'_>,
+    ) -> Result<Opening, StoreError> {
         let mut t = self.table();
-        if let Some(l) = t.get(o.id).filter(|l| l.record.expires_at > o.now) {
-            return Ok(l.record.ended.is_none() && l.record.keys == o.keys);
+        if let Some(l) = t.records.get(o.id).filter(|l| l.record.expires_at > o.now) {
+            let mine = l.record.ended.is_none() && l.record.keys == o.keys;
+            return Ok(if mine { Opening::Open } else { Opening::Taken });
         }
-        if t.len() >= self.max {
-            t.retain(|_, l| l.record.expires_at > o.now);
-            if t.len() >= self.max {
+        if t.records.len() >= self.max || t.refused(&o).is_some() {
+            t.drop_lapsed(o.now);
+            if let Some(refused) = t.refused(&o) {
+                return Ok(refused);
+            }
+            if t.records.len() >= self.max {
                 return Err(StoreError::Unavailable(format!(
                     "this node holds {} open reservations, its most (max_counters); try again once some are committed or lapse",
                     self.max
                 )));
+            }
+        }
+        if let Some(old) = t.records.remove(o.id) {
+            // lapsed: no longer open
+            if old.record.ended.is_none() {
+                t.uncount(&old.client);
             }
         }
         let record = ReservationRecord {
@@ -82,14 +150,17 @@ impl ReservationStore for LocalReservations {
             counted: vec![(o.at, o.total)],
             ended: None,
         };
-        t.insert(
+        t.open += 1;
+        *t.by_client.entry(o.client.to_owned()).or_default() += 1;
+        t.records.insert(
             o.id.to_owned(),
             Local {
                 record,
+                client: o.client.to_owned(),
                 ops: VecDeque::new(),
             },
         );
-        Ok(true)
+        Ok(Opening::Open)
     }
 
     async fn extend_reservation(
@@ -103,7 +174,7 @@ impl ReservationStore for LocalReservations {
         _: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
         let mut t = self.table();
-        let Some(l) = t.get_mut(id).filter(|l| l.record.expires_at > now) else {
+        let Some(l) = t.records.get_mut(id).filter(|l| l.record.expires_at > now) else {
             return Ok(None);
         };
         if l.ops.iter().any(|o| o == op) {
@@ -134,9 +205,10 @@ impl ReservationStore for LocalReservations {
         _: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
         let mut t = self.table();
-        let Some(l) = t.get_mut(id).filter(|l| l.record.expires_at > now) else {
+        let Some(l) = t.records.get_mut(id).filter(|l| l.record.expires_at > now) else {
             return Ok(None);
         };
+        let mut ended_now = None;
         if l.record.ended.is_none() {
             l.record.ended = Some(Ended {
                 op: op.to_owned(),
@@ -144,8 +216,13 @@ impl ReservationStore for LocalReservations {
             });
             let kept = UnixMs(now.0.saturating_add(ENDED_KEPT_MS));
             l.record.expires_at = l.record.expires_at.max(kept);
+            ended_now = Some(l.client.clone());
         }
-        Ok(Some(l.record.clone()))
+        let record = l.record.clone();
+        if let Some(client) = ended_now {
+            t.uncount(&client);
+        }
+        Ok(Some(record))
     }
 
     async fn read_reservation(
@@ -155,7 +232,7 @@ impl ReservationStore for LocalReservations {
         now: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
         let t = self.table();
-        let l = t.get(id).filter(|l| l.record.expires_at > now);
+        let l = t.records.get(id).filter(|l| l.record.expires_at > now);
         Ok(l.map(|l| l.record.clone()))
     }
 }
@@ -196,10 +273,14 @@ impl ReservationBook {
         }
     }
 
-    /// Records an open reservation: true when it is open after the call (also when an
-    /// earlier attempt of this opening wrote it), false when another live one holds its
-    /// id. The store is waited for at most `within`; its error as it is.
-    pub async fn open(&self, o: OpenReservation<'_>, within: Duration) -> Result<bool, StoreError> {
+    /// Records an open reservation unless a cap refuses it: what it did ([`Opening`];
+    /// open also when an earlier attempt of this opening wrote it). The store is waited
+    /// for at most `within`; its error as it is.
+    pub async fn open(
+        &self,
+        o: OpenReservation<'_>,
+        within: Duration,
+    ) -> Result<Opening, StoreError> {
         match self {
             ReservationBook::Store(sync) => no_store(sync.open_reservation(o, within).await),
             ReservationBook::Local(l) => l.open_reservation("", o).await,

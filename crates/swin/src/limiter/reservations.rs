@@ -5,6 +5,7 @@
 
 use super::Limiter;
 use crate::error::Error;
+use crate::idempotency::ClientId;
 use crate::pipeline::run;
 use crate::policy::input::unsigned_zero;
 use crate::requests::reservations::{not_open, open_record, Commit, Extend, Reserve};
@@ -13,6 +14,8 @@ use crate::requests::{Reserved, Settled};
 impl Limiter {
     /// Spends `cost` (an estimate) on `key` as a hit would and, when allowed, opens a
     /// reservation for `ttl` seconds (30 when `None`) that [`Limiter::commit`] settles.
+    /// It counts against the namespace's `reservations_max_open` only: a service that
+    /// knows its callers reserves with [`Limiter::reserve_as`].
     pub async fn reserve(
         &self,
         namespace: &str,
@@ -20,16 +23,24 @@ impl Limiter {
         cost: f64,
         ttl: Option<f64>,
     ) -> Result<Reserved, Error> {
-        let ns = self.namespace(namespace)?;
-        let keys = vec![key.to_owned()];
-        run(Reserve {
-            ns,
-            keys,
-            cost: unsigned_zero(cost),
-            ttl,
-            several: false,
-        })
-        .await
+        self.reserve_by(None, namespace, &[key.to_owned()], cost, ttl, false)
+            .await
+    }
+
+    /// [`Limiter::reserve`] for `client`, which holds at most the namespace's
+    /// `reservations_max_open_per_client` open reservations ([`Error::Exhausted`] past
+    /// them).
+    pub async fn reserve_as(
+        &self,
+        client: &ClientId,
+        namespace: &str,
+        key: &str,
+        cost: f64,
+        ttl: Option<f64>,
+    ) -> Result<Reserved, Error> {
+        let keys = [key.to_owned()];
+        self.reserve_by(Some(client), namespace, &keys, cost, ttl, false)
+            .await
     }
 
     /// Spends `cost` on each of `keys` (1 to
@@ -44,13 +55,40 @@ impl Limiter {
         cost: f64,
         ttl: Option<f64>,
     ) -> Result<Reserved, Error> {
+        self.reserve_by(None, namespace, keys, cost, ttl, true)
+            .await
+    }
+
+    /// [`Limiter::reserve_keys`] for `client` (as [`Limiter::reserve_as`]).
+    pub async fn reserve_keys_as(
+        &self,
+        client: &ClientId,
+        namespace: &str,
+        keys: &[String],
+        cost: f64,
+        ttl: Option<f64>,
+    ) -> Result<Reserved, Error> {
+        self.reserve_by(Some(client), namespace, keys, cost, ttl, true)
+            .await
+    }
+
+    async fn reserve_by(
+        &self,
+        client: Option<&ClientId>,
+        namespace: &str,
+        keys: &[String],
+        cost: f64,
+        ttl: Option<f64>,
+        several: bool,
+    ) -> Result<Reserved, Error> {
         let ns = self.namespace(namespace)?;
         run(Reserve {
             ns,
             keys: keys.to_vec(),
             cost: unsigned_zero(cost),
             ttl,
-            several: true,
+            several,
+            client: client.cloned(),
         })
         .await
     }

@@ -1,7 +1,9 @@
 //! Reservations of a cost on PostgreSQL (see `store::reservations`): one row each in
 //! `swin_cost_reservations`; a commit's `UPDATE … RETURNING` ends it exactly once, an
 //! extend's raises it only while it is live. A record opened
-//! deletes lapsed rows that no other transaction holds (`FOR UPDATE SKIP LOCKED`).
+//! deletes lapsed rows that no other transaction holds (`FOR UPDATE SKIP LOCKED`); a
+//! client's openings wait for each other (a transaction-scoped advisory lock on the
+//! namespace and client) so that its count against its cap is exact.
 
 use std::sync::LazyLock;
 
@@ -19,5 +21,6 @@ sql_reservation_store! {
                  SELECT namespace, id FROM swin_cost_reservations
                  WHERE namespace = $1 AND expires_at <= $2 LIMIT $3
                  FOR UPDATE SKIP LOCKED)",
+    lock: Some("SELECT pg_advisory_xact_lock(hashtextextended($1 || ':' || $2, 7226))"),
     sql: SQL,
 }

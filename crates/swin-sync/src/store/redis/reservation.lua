@@ -1,13 +1,17 @@
 -- Reservations of a cost (see store::reservations): one hash per reservation, fields
--- `keys` (a JSON array), `total`, `lapse` (Unix ms, store time), `counted` (where the
+-- `keys` (a JSON array), `total`, `lapse` (Unix ms, store time), `client` (who it is
+-- counted for, '' none), `counted` (where the
 -- total was counted: `<ms>:<amount>;` per take), `ops` (the latest extends' operation
 -- ids, `<op>;` each) and `ended` (`<op>:<cost>` of the commit that ended it), and the
 -- namespace's index of open ones (a sorted set: id → lapse), in one slot. Every
 -- operation can be applied again without changing anything more.
--- KEYS: the reservation's hash, the namespace's index.
+-- KEYS: the reservation's hash, the namespace's index, and for an opening with a client,
+-- the client's index (the namespace's index's name .. 'c:' .. client: the same slot; a
+-- commit, which does not know the client, names it from the record's `client`).
 -- ARGV[1]: the operation, ARGV[2]: the reservation's id, then:
---   open   keys, total, lapse, now, counted → 1 open with these keys (now, or already),
---          0 another live record holds the id
+--   open   keys, total, lapse, now, counted, client, max_open, max_client
+--          → 1 open with these keys (now, or already), 0 another live record holds the
+--          id, 2 the namespace holds max_open open, 3 the client holds max_client
 --   extend op, more, now, deadline, piece, most, ops_most
 --          → {keys, total, lapse, counted, ended} after it, also when `ops` holds `op`
 --          already (nothing changes again); {} not open and `op` not in it
@@ -35,6 +39,20 @@ end
 local function answer(v)
     return {v[1], v[2], v[3], v[4], v[5]}
 end
+-- keeps an index at least as long as `lapse` needs it
+local function outlive(index, lapse, now)
+    local want = tonumber(lapse) - tonumber(now) + 60000
+    if redis.call('PTTL', index) < want then
+        redis.call('PEXPIRE', index, want)
+    end
+end
+-- the record out of its client's index (a record without a client is in none)
+local function unindex_client()
+    local client = redis.call('HGET', KEYS[1], 'client')
+    if client and client ~= '' then
+        redis.call('ZREM', KEYS[2] .. 'c:' .. client, id)
+    end
+end
 if op == 'open' then
     local keys, total, lapse, now, counted = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
     local v = live(now)
@@ -45,15 +63,27 @@ if op == 'open' then
         end
         return 0
     end
-    redis.call('DEL', KEYS[1])
-    redis.call('HSET', KEYS[1], 'keys', keys, 'total', total, 'lapse', lapse, 'counted', counted)
-    redis.call('PEXPIRE', KEYS[1], math.max(tonumber(lapse) - tonumber(now), 0) + 60000)
+    local client, max_open, max_client = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
     redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+    if redis.call('ZCARD', KEYS[2]) >= max_open then
+        return 2
+    end
+    if KEYS[3] then
+        redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+        if redis.call('ZCARD', KEYS[3]) >= max_client then
+            return 3
+        end
+    end
+    unindex_client()
+    redis.call('DEL', KEYS[1])
+    redis.call('HSET', KEYS[1], 'keys', keys, 'total', total, 'lapse', lapse, 'counted', counted,
+        'client', client)
+    redis.call('PEXPIRE', KEYS[1], math.max(tonumber(lapse) - tonumber(now), 0) + 60000)
     redis.call('ZADD', KEYS[2], lapse, id)
-    local ttl = redis.call('PTTL', KEYS[2])
-    local want = tonumber(lapse) - tonumber(now) + 60000
-    if ttl < want then
-        redis.call('PEXPIRE', KEYS[2], want)
+    outlive(KEYS[2], lapse, now)
+    if KEYS[3] then
+        redis.call('ZADD', KEYS[3], lapse, id)
+        outlive(KEYS[3], lapse, now)
     end
     return 1
 elseif op == 'extend' then
@@ -92,6 +122,7 @@ elseif op == 'take' then
         return -1
     end
     if not v then
+        unindex_client()
         redis.call('DEL', KEYS[1])
         redis.call('ZREM', KEYS[2], id)
         return {}
@@ -103,6 +134,7 @@ elseif op == 'take' then
     redis.call('HSET', KEYS[1], 'ended', v[5], 'lapse', v[3])
     redis.call('PEXPIRE', KEYS[1], lapse - tonumber(now) + 60000)
     redis.call('ZREM', KEYS[2], id)
+    unindex_client()
     return answer(v)
 end
 return redis.error_reply('reservation.lua: unknown operation ' .. tostring(op))

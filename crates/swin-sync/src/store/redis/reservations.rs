@@ -1,8 +1,9 @@
 //! Reservations of a cost on Redis (see `store::reservations`): one hash per
 //! reservation, `swin:cost-reservation:{<len(namespace)>:<namespace>}:<id>` (`keys`,
-//! `total`, `lapse`), and per namespace an index of the open ones
+//! `total`, `lapse`, `client`…), and per namespace an index of the open ones
 //! (`swin:cost-reservations:{<len(namespace)>:<namespace>}`, id → lapse, in the same
-//! slot), changed only by `reservation.lua`, so that a commit ends a reservation in one
+//! slot) and one per client (that name with `c:<client>` after it), whose sizes the
+//! caps are checked against, changed only by `reservation.lua`, so that a commit ends a reservation in one
 //! atomic step (exactly once, by one operation id) and an extend raises it only while
 //! it is live, once per operation id; a hash expires a minute after its lapse (an ended
 //! one's is moved to at least [`ENDED_KEPT_MS`] on), and an opening drops lapsed ids
@@ -14,8 +15,8 @@ use swin_core::UnixMs;
 use super::calls::{Call, Eval};
 use super::RedisStore;
 use crate::store::reservations::{
-    counted_from, counted_text, is_op, keys_from, keys_text, Ended, OpenReservation,
-    ReservationRecord, ReservationStore, ENDED_KEPT_MS, MAX_COUNTED_TEXT, OPS_TEXT,
+    counted_from, counted_text, is_client, is_op, keys_from, keys_text, Ended, OpenReservation,
+    Opening, ReservationRecord, ReservationStore, ENDED_KEPT_MS, MAX_COUNTED_TEXT, OPS_TEXT,
 };
 use crate::StoreError;
 
@@ -39,17 +40,21 @@ impl RedisStore {
         )
     }
 
-    /// Runs one operation of `reservation.lua` on the reservation's hash.
+    /// Runs one operation of `reservation.lua` on the reservation's hash (and, for an
+    /// opening with a client, that client's index).
     async fn reservation_op(
         &self,
         namespace: &str,
         id: &str,
         args: &[String],
-        write: bool,
+        client: &str,
     ) -> Result<Value, StoreError> {
         let mut inv = Eval::default();
-        inv.key(&self.reservation_key(namespace, id))
-            .key(&self.reservation_index(namespace));
+        let index = self.reservation_index(namespace);
+        inv.key(&self.reservation_key(namespace, id)).key(&index);
+        if !client.is_empty() {
+            inv.key(&format!("{index}c:{client}"));
+        }
         let mut args = args.iter();
         if let Some(op) = args.next() {
             inv.arg(op.as_str()).arg(id);
@@ -57,7 +62,7 @@ impl RedisStore {
         for a in args {
             inv.arg(a.as_str());
         }
-        let calls: Vec<Call> = vec![inv.call(&self.scripts.reservation, write)];
+        let calls: Vec<Call> = vec![inv.call(&self.scripts.reservation, true)];
         self.run(calls)
             .await?
             .into_iter()
@@ -121,7 +126,13 @@ impl ReservationStore for RedisStore {
         &self,
         namespace: &str,
         o: OpenReservation<'_>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Opening, StoreError> {
+        if !is_client(o.client) {
+            return Err(StoreError::Protocol(format!(
+                "{:?} cannot name a client",
+                o.client
+            )));
+        }
         let args = [
             "open".to_owned(),
             keys_text(o.keys),
@@ -129,9 +140,22 @@ impl ReservationStore for RedisStore {
             o.expires_at.0.to_string(),
             o.now.0.to_string(),
             counted_text(o.at, o.total),
+            o.client.to_owned(),
+            o.max_open.to_string(),
+            o.max_open_per_client.to_string(),
         ];
-        let v = self.reservation_op(namespace, o.id, &args, true).await?;
-        Ok(redis::from_owned_redis_value::<i64>(v)? == 1)
+        let v = self
+            .reservation_op(namespace, o.id, &args, o.client)
+            .await?;
+        match redis::from_owned_redis_value::<i64>(v)? {
+            1 => Ok(Opening::Open),
+            0 => Ok(Opening::Taken),
+            2 => Ok(Opening::Full),
+            3 => Ok(Opening::ClientFull),
+            n => Err(StoreError::Protocol(format!(
+                "a reservation's opening answered {n}"
+            ))),
+        }
     }
 
     async fn extend_reservation(
@@ -154,7 +178,7 @@ impl ReservationStore for RedisStore {
             MAX_COUNTED_TEXT.to_string(),
             OPS_TEXT.to_string(),
         ];
-        record(self.reservation_op(namespace, id, &args, true).await?)
+        record(self.reservation_op(namespace, id, &args, "").await?)
     }
 
     async fn take_reservation(
@@ -174,7 +198,7 @@ impl ReservationStore for RedisStore {
             not_after.0.to_string(),
             now.0.saturating_add(ENDED_KEPT_MS).to_string(),
         ];
-        record(self.reservation_op(namespace, id, &args, true).await?)
+        record(self.reservation_op(namespace, id, &args, "").await?)
     }
 
     async fn read_reservation(

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use swin_core::UnixMs;
-use swin_sync::store::{new_op, OpenReservation};
+use swin_sync::store::{new_op, OpenReservation, Opening};
 
 use super::known::{until_known, Outcome};
 use super::{
     hits, lapse, new_id, reservation_ttl, strictest, verdicts, Reserved, RETRY_EVERY, RETRY_FOR,
 };
 use crate::error::Error;
+use crate::idempotency::ClientId;
 use crate::pipeline::{Plan, Ran, Request, Take};
 use crate::state::Namespace;
 
@@ -26,6 +27,9 @@ pub(crate) struct Reserve {
     pub(crate) ttl: Option<f64>,
     /// Errors name each key as `keys[i]` (a reservation of several keys).
     pub(crate) several: bool,
+    /// Who asks it, counted against `reservations_max_open_per_client` (`None`: against
+    /// the namespace's cap only).
+    pub(crate) client: Option<ClientId>,
 }
 
 impl Request for Reserve {
@@ -64,14 +68,27 @@ impl Request for Reserve {
             expires_at,
             now,
             at: plan.taken_at,
+            client: self.client.as_ref().map_or("", ClientId::as_str),
+            max_open: ns.reservation_caps.max_open(),
+            max_open_per_client: ns.reservation_caps.max_open_per_client(),
         };
         // within what the take left of the answer time, sent again while its reply is
         // lost (the id is the opening's own: an opening sent again finds its record)
         let left = plan.left_of(ns.sync.answer_within());
         let recorded = until_known(left, |within| ns.reservations.open(open, within)).await;
         let failed = match recorded {
-            Outcome::Known(true) => return Ok(Ok((id, expires_at))),
-            Outcome::Known(false) => {
+            Outcome::Known(Opening::Open) => return Ok(Ok((id, expires_at))),
+            Outcome::Known(Opening::Full) => Error::Unavailable(format!(
+                "namespace {:?} holds {} open reservations (reservations_max_open); a new one is refused until some are committed or lapse; what this reserve spent is given back",
+                ns.sync.name(),
+                ns.reservation_caps.max_open()
+            )),
+            Outcome::Known(Opening::ClientFull) => Error::Exhausted(format!(
+                "this client holds {} open reservations in namespace {:?} (reservations_max_open_per_client); its new ones are refused until some are committed or lapse; what this reserve spent is given back",
+                ns.reservation_caps.max_open_per_client(),
+                ns.sync.name()
+            )),
+            Outcome::Known(Opening::Taken) => {
                 // 128 random bits: another live record with this id is a bug
                 tracing::error!(id, "a new reservation id was already recorded");
                 Error::Internal
