@@ -72,6 +72,7 @@ mod quota_cluster;
 mod readiness;
 mod refunds;
 mod reload;
+mod reservation_caps;
 mod reservations;
 mod settle;
 mod shadow;
