@@ -111,9 +111,11 @@ async fn caps_hold(node: &Node, store: &TestStore, ns: &str) {
     let (s, v) = reserve(&c, base, ns, a, 0.0).await;
     assert_eq!(s, 200, "{ns}: a's place again: {v}");
     // what the refused reserves spent is given back: b's 10 alone
-    within(Duration::from_secs(10), "the refused estimates given back", async || {
-        counted(&c, base, ns).await == 10.0
-    })
+    within(
+        Duration::from_secs(10),
+        "the refused estimates given back",
+        async || counted(&c, base, ns).await == 10.0,
+    )
     .await;
     if ns == "sync" {
         let stored = store.totals(ns).await.get("k").copied().unwrap_or(0.0);

@@ -278,6 +278,19 @@ pub(crate) mod sql {
          WHERE namespace = $1 AND id = $2 AND expires_at > $3";
 }
 
+/// Which cap refuses `o` when the namespace holds `open` open reservations and its
+/// client `clients` (a client of `""` has no share of its own).
+pub(crate) fn refusal(o: &OpenReservation<'_>, open: i64, clients: i64) -> Option<Opening> {
+    let reached = |n: i64, cap: u64| u64::try_from(n).unwrap_or(0) >= cap;
+    if reached(open, o.max_open) {
+        Some(Opening::Full)
+    } else if !o.client.is_empty() && reached(clients, o.max_open_per_client) {
+        Some(Opening::ClientFull)
+    } else {
+        None
+    }
+}
+
 /// The statements of [`sql`] in one store's placeholders, in the order
 /// [`sql_reservation_store!`] takes them.
 pub(crate) type Statements = [String; 8];
@@ -398,14 +411,7 @@ macro_rules! sql_reservation_store {
                         .fetch_one(&mut *tx)
                         .await
                         .map_err($err)?;
-                    let refused = if open >= cap(o.max_open) {
-                        Some(Opening::Full)
-                    } else if !o.client.is_empty() && clients >= cap(o.max_open_per_client) {
-                        Some(Opening::ClientFull)
-                    } else {
-                        None
-                    };
-                    if let Some(refused) = refused {
+                    if let Some(refused) = $crate::store::reservations::refusal(&o, open, clients) {
                         // the purge stays done
                         tx.commit().await.map_err($err)?;
                         return Ok(refused);
