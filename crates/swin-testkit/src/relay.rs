@@ -35,6 +35,9 @@ type Patterns = Vec<Vec<u8>>;
 struct Armed {
     first: Patterns,
     then: Option<Patterns>,
+    /// How many requests it is armed for (the same patterns armed again count here, so
+    /// that each request is matched against each distinct arming once).
+    times: usize,
 }
 
 fn holds(request: &[u8], patterns: &Patterns) -> bool {
@@ -62,6 +65,10 @@ impl State {
     fn takes(&self, request: &[u8]) -> Option<Option<Patterns>> {
         let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
         let i = armed.iter().position(|a| holds(request, &a.first))?;
+        if armed[i].times > 1 {
+            armed[i].times -= 1;
+            return Some(armed[i].then.clone());
+        }
         Some(armed.remove(i).then)
     }
 }
@@ -127,15 +134,17 @@ impl Relay {
     }
 
     fn arm(&self, first: &[&[u8]], then: Option<&[&[u8]]>) {
-        let owned = |ps: &[&[u8]]| ps.iter().map(|p| p.to_vec()).collect();
-        self.state
-            .armed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Armed {
-                first: owned(first),
-                then: then.map(owned),
-            });
+        let owned = |ps: &[&[u8]]| -> Patterns { ps.iter().map(|p| p.to_vec()).collect() };
+        let (first, then) = (owned(first), then.map(owned));
+        let mut armed = self.state.armed.lock().unwrap_or_else(|p| p.into_inner());
+        match armed.last_mut() {
+            Some(last) if last.first == first && last.then == then => last.times += 1,
+            _ => armed.push(Armed {
+                first,
+                then,
+                times: 1,
+            }),
+        }
     }
 
     /// Disarms what [`Relay::lose_reply_to`] armed and no request matched yet.
@@ -154,11 +163,8 @@ impl Relay {
 
     /// Whether requests armed are still waiting for a match.
     pub fn armed(&self) -> usize {
-        self.state
-            .armed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
+        let armed = self.state.armed.lock().unwrap_or_else(|p| p.into_inner());
+        armed.iter().map(|a| a.times).sum()
     }
 
     /// Cuts every open connection and refuses new ones until [`Relay::heal`].

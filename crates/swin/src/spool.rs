@@ -33,6 +33,11 @@ pub struct SpoolEntry {
     /// reservation (once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) commits: Vec<crate::unresolved::OwedCommit>,
+    /// Extends whose outcome the store did not tell before the stop: the next start
+    /// asks again under each one's operation id, and gives its hits back if the
+    /// reservation was no longer open for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) extends: Vec<crate::unresolved::OwedExtend>,
 }
 
 impl SpoolEntry {
@@ -181,11 +186,25 @@ pub fn read_all(dir: &Path) -> Vec<(PathBuf, Result<Vec<SpoolEntry>, String>)> {
 /// damaged or edited: it is left alone.
 pub fn check(entry: &SpoolEntry, namespaces: &[&str]) -> Result<(), String> {
     use swin_sync::Rows;
-    for c in &entry.commits {
-        if !namespaces.contains(&c.namespace.as_str()) {
+    let owed = entry.commits.iter().map(|c| ("commit", &c.namespace));
+    let owed = owed.chain(entry.extends.iter().map(|x| ("extend", &x.namespace)));
+    for (what, namespace) in owed {
+        if !namespaces.contains(&namespace.as_str()) {
             return Err(format!(
-                "a commit's namespace {:?} is not one this config keeps on store {:?}",
-                c.namespace, entry.store
+                "{what}'s namespace {namespace:?} is not one this config keeps on store {:?}",
+                entry.store
+            ));
+        }
+    }
+    for x in &entry.extends {
+        let key = x
+            .keys
+            .iter()
+            .find_map(|k| crate::policy::input::check_key(k).err());
+        if !swin_sync::store::is_op(&x.op) || !x.more.is_finite() || x.more < 0.0 || key.is_some() {
+            return Err(format!(
+                "an extend of reservation {:?} is not one a request could make",
+                x.reservation
             ));
         }
     }
@@ -270,6 +289,14 @@ mod tests {
                 reservation: "0123456789abcdef0123456789abcdef".into(),
                 op: "00000000000000ff".into(),
                 cost: 81.5,
+            }],
+            extends: vec![crate::unresolved::OwedExtend {
+                namespace: "api".into(),
+                reservation: "0123456789abcdef0123456789abcdef".into(),
+                keys: vec!["k".into(), "user:7 ✓".into()],
+                op: "00000000000000fe".into(),
+                more: 12.25,
+                at: 1_800_000_000_000,
             }],
         };
         let path = write(dir.path(), std::slice::from_ref(&entry)).expect("write");

@@ -1,9 +1,11 @@
 //! Changes a node owes the store and has not resolved: a commit or an extend whose reply
 //! was lost (answered 503 `outcome_unknown`), a failed reserve's undo. Each is resolved
 //! by a task of its own, which holds its entry here while it runs. A stop spools the
-//! commits still owed (the next start resolves them, once: by their operation id) and
-//! names the rest, and then the process does not exit 0 (nothing owed is dropped
-//! silently).
+//! commits and extends still owed (the next start resolves them, once: by their
+//! operation id) and names the rest, and then the process does not exit 0 (nothing owed
+//! is dropped silently). Once a stop has taken what is owed, a task that learns what it
+//! must still do (an extend not applied: its hits to give back) leaves it to the next
+//! start ([`Owing::go_on`]), so that nothing is done twice.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,11 +28,33 @@ pub struct OwedCommit {
     pub(crate) cost: f64,
 }
 
+/// An extend whose outcome the store did not tell: its reservation and keys, the
+/// extend's operation id, what it added and when its hits were taken. Resolved by
+/// asking the store again under the same id: applied (then or now), its hits stay;
+/// the reservation no longer open, its hits are given back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwedExtend {
+    /// The reservation's namespace.
+    pub(crate) namespace: String,
+    /// The reservation's id.
+    pub(crate) reservation: String,
+    /// Its keys.
+    pub(crate) keys: Vec<String>,
+    /// The extend's operation id.
+    pub(crate) op: String,
+    /// What it adds to each key.
+    pub(crate) more: f64,
+    /// When its hits were taken (Unix ms).
+    pub(crate) at: i64,
+}
+
 /// One change owed to the store.
 #[derive(Debug, Clone)]
 pub(crate) enum Owed {
     /// A commit: spooled at a stop.
     Commit(OwedCommit),
+    /// An extend: spooled at a stop.
+    Extend(OwedExtend),
     /// Anything else, as a person reads it: named at a stop.
     Other(String),
 }
@@ -43,6 +67,11 @@ impl std::fmt::Display for Owed {
                 "the commit of reservation {:?} at cost {} (its outcome unknown)",
                 c.reservation, c.cost
             ),
+            Owed::Extend(x) => write!(
+                f,
+                "the extend of reservation {:?} by {} (its outcome unknown)",
+                x.reservation, x.more
+            ),
             Owed::Other(what) => f.write_str(what),
         }
     }
@@ -51,15 +80,22 @@ impl std::fmt::Display for Owed {
 /// What a namespace's node still owes (shared by the namespace's versions).
 #[derive(Debug, Default)]
 pub(crate) struct Unresolved {
-    owed: Mutex<BTreeMap<u64, Owed>>,
+    owed: Mutex<Entries>,
     next: AtomicU64,
+}
+
+/// The entries, and whether a stop has taken them.
+#[derive(Debug, Default)]
+struct Entries {
+    entries: BTreeMap<u64, Owed>,
+    taken: bool,
 }
 
 impl Unresolved {
     /// Holds `what` as owed until the returned guard drops.
     pub(crate) fn hold(self: &Arc<Self>, what: Owed) -> Owing {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.lock().insert(id, what);
+        self.lock().entries.insert(id, what);
         Owing {
             set: self.clone(),
             id,
@@ -67,11 +103,20 @@ impl Unresolved {
     }
 
     /// What is still owed, oldest first.
+    #[cfg(test)]
     pub(crate) fn owed(&self) -> Vec<Owed> {
-        self.lock().values().cloned().collect()
+        self.lock().entries.values().cloned().collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Owed>> {
+    /// What is still owed, oldest first, taken by a stop: from now on no task goes on
+    /// to a step of its own ([`Owing::go_on`] is false), the next start does it.
+    pub(crate) fn take_at_stop(&self) -> Vec<Owed> {
+        let mut owing = self.lock();
+        owing.taken = true;
+        owing.entries.values().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.owed.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -83,9 +128,23 @@ pub(crate) struct Owing {
     id: u64,
 }
 
+impl Owing {
+    /// Before a task's next step (`now`, as the entry reads from then on): false when a
+    /// stop has taken what is owed (the entry as it was is spooled, and the next start
+    /// takes that step), and then the task stops there.
+    pub(crate) fn go_on(&self, now: Owed) -> bool {
+        let mut owing = self.set.lock();
+        if owing.taken {
+            return false;
+        }
+        owing.entries.insert(self.id, now);
+        true
+    }
+}
+
 impl Drop for Owing {
     fn drop(&mut self) {
-        self.set.lock().remove(&self.id);
+        self.set.lock().entries.remove(&self.id);
     }
 }
 
@@ -104,5 +163,17 @@ mod tests {
         assert_eq!(names(&u), ["b"]);
         drop(b);
         assert!(u.owed().is_empty());
+    }
+
+    #[test]
+    fn after_a_stop_took_them_no_task_goes_on() {
+        let u = Arc::new(Unresolved::default());
+        let a = u.hold(Owed::Other("a".into()));
+        assert!(a.go_on(Owed::Other("a, next".into())));
+        let taken = u.take_at_stop();
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].to_string(), "a, next");
+        assert!(!a.go_on(Owed::Other("a, after".into())));
+        assert_eq!(u.owed()[0].to_string(), "a, next");
     }
 }

@@ -226,7 +226,40 @@ async fn a_commit_unresolved_at_a_stop_is_settled_once_by_the_next_start(store: 
     assert_eq!(held, 81.0, "settled once");
 }
 
+/// An extend whose every reply is lost answers 503 `outcome_unknown`; a stop before the
+/// node could resolve it spools it (exit 0: nothing owed dropped), and the next start
+/// resolves it once: the store applied it, its hits stay, and a commit of what was used
+/// leaves exactly that (the stop used to exit 1 having dropped it).
+async fn an_extend_unresolved_at_a_stop_is_resolved_once_by_the_next_start(store: &TestStore) {
+    let (dir, relay, mut node) = node_via(store).await;
+    let c = reqwest::Client::new();
+    let body = serde_json::json!({"keys": ["k"], "cost": 100});
+    let (s, v) = ns_call(&c, &node.base, "periodic", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    let rid = id(&v);
+    for _ in 0..10_000 {
+        arm(&relay, store, Write::Extend);
+    }
+    let more = serde_json::json!({"reservation": rid, "cost": 50});
+    let (s, v) = ns_call(&c, &node.base, "periodic", "extend", more).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (503, Some("outcome_unknown")),
+        "{v}"
+    );
+    assert!(node.terminate(), "spooled, nothing dropped: exits 0");
+    relay.disarm();
+    let node = node_in(dir.path(), &config(&store.section_via(&relay)));
+    let commit = serde_json::json!({"reservation": rid, "cost": 150});
+    let (s, v) = ns_call(&c, &node.base, "periodic", "commit", commit).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["estimate"], 150.0, "the extend is in the total: {v}");
+    let held = stored_after_stop(store, node, "periodic", "k").await;
+    assert_eq!(held, 150.0, "what was used, once");
+}
+
 swin_testkit::for_stores!([postgres, redis] [
+    an_extend_unresolved_at_a_stop_is_resolved_once_by_the_next_start,
     a_commit_unresolved_at_a_stop_is_settled_once_by_the_next_start,
     a_synchronous_hit_whose_reply_is_lost_counts_once,
     a_commit_whose_reply_is_lost_settles_once,

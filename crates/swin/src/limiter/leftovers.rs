@@ -78,10 +78,11 @@ impl Control {
             let rows: usize = entries.iter().map(|e| e.unconfirmed.rows()).sum();
             info!(file = %path.display(), windows = rows, "replaying spooled pushes");
             for (e, (store_name, store)) in entries.into_iter().zip(stores) {
-                if !e.commits.is_empty() {
-                    info!(file = %path.display(), commits = e.commits.len(), "resolving spooled commits");
+                if !e.commits.is_empty() || !e.extends.is_empty() {
+                    info!(file = %path.display(), commits = e.commits.len(), extends = e.extends.len(), "resolving spooled commits and extends");
                 }
                 self.owed_commits.extend(e.commits);
+                self.owed_extends.extend(e.extends);
                 leftovers.push(Leftover {
                     store_name,
                     fingerprint: e.store_fingerprint,
@@ -97,7 +98,7 @@ impl Control {
         }
     }
 
-    /// Resolves the commits an earlier run spooled (their outcome unknown), each in a task
+    /// Resolves the commits and extends an earlier run spooled (their outcome unknown), each in a task
     /// of its own in its namespace (held as owed there: a stop before it is resolved
     /// spools it again).
     pub(super) fn resume_owed_commits(&mut self) {
@@ -114,9 +115,26 @@ impl Control {
                 .unresolved
                 .hold(crate::unresolved::Owed::Commit(owed.clone()));
             self.tracker.spawn(async move {
-                crate::requests::reservations::resume(ns, owed).await;
+                crate::requests::reservations::resume(ns, owed, &owing).await;
                 drop(owing);
             });
+        }
+        for owed in std::mem::take(&mut self.owed_extends) {
+            let Some(r) = self.running.get(&owed.namespace) else {
+                error!(
+                    namespace = owed.namespace,
+                    "a spooled extend's namespace is not served: not resolved"
+                );
+                continue;
+            };
+            let ns = r.namespace.clone();
+            let owing = ns
+                .unresolved
+                .hold(crate::unresolved::Owed::Extend(owed.clone()));
+            self.tracker
+                .spawn(crate::requests::reservations::resume_extend(
+                    ns, owed, owing,
+                ));
         }
     }
 

@@ -59,6 +59,8 @@ struct Control {
     spool_files: SpoolFiles,
     /// Commits an earlier run spooled, resolved once the namespaces run.
     owed_commits: Vec<crate::unresolved::OwedCommit>,
+    /// Extends an earlier run spooled, resolved once the namespaces serve.
+    owed_extends: Vec<crate::unresolved::OwedExtend>,
     /// Where every namespace's outcomes are recorded.
     recorder: Arc<dyn crate::recorder::Recorder>,
 }
@@ -96,6 +98,7 @@ impl Control {
             leftovers: Default::default(),
             spool_files: Default::default(),
             owed_commits: Vec::new(),
+            owed_extends: Vec::new(),
             recorder,
         };
         for (name, (cfg, store)) in connected {

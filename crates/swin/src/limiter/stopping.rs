@@ -48,6 +48,7 @@ impl Control {
                 store_fingerprint: l.fingerprint,
                 unconfirmed: l.unconfirmed,
                 commits: Vec::new(),
+                extends: Vec::new(),
             })
             .chain(commits)
             .collect();
@@ -178,33 +179,38 @@ pub(super) async fn retire(
     owed
 }
 
-/// What `old`'s node still owes: its commits as a spool entry for its store (spooled,
-/// resolved by the next start), and how many other changes (named here, as errors).
+/// What `old`'s node still owes: its commits and extends as a spool entry for its store
+/// (spooled, resolved by the next start), and how many other changes (named here, as
+/// errors).
 fn owed_of(old: &Running) -> (Option<SpoolEntry>, usize) {
     let name = &old.config.name;
-    let mut commits = Vec::new();
+    let (mut commits, mut extends) = (Vec::new(), Vec::new());
     let mut others = 0;
-    for owed in old.namespace.unresolved.owed() {
+    for owed in old.namespace.unresolved.take_at_stop() {
         match owed {
-            Owed::Commit(c) => {
+            Owed::Commit(_) | Owed::Extend(_) => {
                 warn!(
                     namespace = name,
-                    "{}: spooled, resolved by the next start",
-                    Owed::Commit(c.clone())
+                    "{owed}: spooled, resolved by the next start"
                 );
-                commits.push(c);
+                match owed {
+                    Owed::Commit(c) => commits.push(c),
+                    Owed::Extend(x) => extends.push(x),
+                    Owed::Other(_) => {}
+                }
             }
-            other => {
+            Owed::Other(_) => {
                 error!(
                     namespace = name,
-                    "{other}: not resolved by the stop; the store may keep it charged"
+                    "{owed}: not resolved by the stop; the store may keep it charged"
                 );
                 others += 1;
             }
         }
     }
+    let spooled = commits.len() + extends.len();
     let entry = match (&old.config.store, &old.store_config) {
-        (Some(store), Some(cfg)) if !commits.is_empty() => Some(SpoolEntry {
+        (Some(store), Some(cfg)) if spooled > 0 => Some(SpoolEntry {
             store: store.clone(),
             store_fingerprint: cfg.fingerprint(),
             unconfirmed: swin_sync::Unconfirmed {
@@ -213,9 +219,10 @@ fn owed_of(old: &Running) -> (Option<SpoolEntry>, usize) {
                 chunks: Default::default(),
             },
             commits,
+            extends,
         }),
         _ => {
-            others += commits.len();
+            others += spooled;
             None
         }
     };

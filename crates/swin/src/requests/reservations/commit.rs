@@ -122,7 +122,7 @@ impl Commit {
                     cost,
                 }));
                 tokio::spawn(async move {
-                    ending.resolve(op).await;
+                    ending.resolve(op, &owing).await;
                     drop(owing);
                 });
                 return Err(Error::outcome_unknown(

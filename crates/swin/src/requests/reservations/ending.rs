@@ -14,7 +14,7 @@ use crate::decisions::{limits_of, HitAnswer};
 use crate::error::Error;
 use crate::policy::limits::{KeyLimits, Overrun};
 use crate::state::Namespace;
-use crate::unresolved::OwedCommit;
+use crate::unresolved::{Owed, OwedCommit, Owing};
 
 /// A reservation this node ended (or may have: its answer was lost) and settles: its
 /// keys, each key's effective limits as the commit read them, the overrun rule and the
@@ -29,15 +29,24 @@ pub(super) struct Ending {
 }
 
 impl Ending {
-    /// A commit whose answer was lost: asked again under its operation id until the
-    /// store answers, then settled when it was this commit that ended the reservation.
-    pub(super) async fn resolve(self, op: String) {
+    /// A commit whose answer was lost (held owed by `owing`): asked again under its
+    /// operation id until the store answers, then settled when it was this commit that
+    /// ended the reservation — unless a stop took what is owed first (the commit is
+    /// spooled, and the next start settles it).
+    pub(super) async fn resolve(self, op: String, owing: &Owing) {
         let each = self.ns.sync.store_timeout();
         let book = &self.ns.reservations;
         let taken = resolve(each, |w| book.take(&self.id, &op, self.cost, w)).await;
         match taken {
             Some(Some(record)) if record.ended.as_ref().is_some_and(|e| e.op == op) => {
                 let id = self.id.clone();
+                let settling = Owed::Other(format!(
+                    "the settlement of reservation {id:?} at cost {}",
+                    self.cost
+                ));
+                if !owing.go_on(settling) {
+                    return;
+                }
                 if let Err(e) = self.settle(&record).await {
                     tracing::warn!(cause = %e, id, "a commit resolved after a lost answer: its settlement failed");
                 }
@@ -121,8 +130,8 @@ impl Ending {
 /// Resolves a commit an earlier run of this node spooled with its outcome unknown (see
 /// `crate::unresolved`): asked again under its operation id until the store answers,
 /// then settled under the keys' effective limits now, when it was this commit that
-/// ended the reservation.
-pub(crate) async fn resume(ns: Arc<Namespace>, owed: OwedCommit) {
+/// ended the reservation (unless a stop took what is owed first: spooled again).
+pub(crate) async fn resume(ns: Arc<Namespace>, owed: OwedCommit, owing: &Owing) {
     let OwedCommit {
         reservation: id,
         op,
@@ -150,6 +159,12 @@ pub(crate) async fn resume(ns: Arc<Namespace>, owed: OwedCommit) {
         );
         return;
     };
+    let settling = Owed::Other(format!(
+        "the settlement of reservation {id:?} at cost {cost} (spooled by an earlier run)"
+    ));
+    if !owing.go_on(settling) {
+        return;
+    }
     let overrun = limits.overrun;
     let effective = record
         .keys

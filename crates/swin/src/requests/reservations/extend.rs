@@ -12,6 +12,7 @@ use super::{hits, not_open, strictest, verdicts, Reserved};
 use crate::error::Error;
 use crate::pipeline::{Plan, Ran, Request};
 use crate::state::Namespace;
+use crate::unresolved::{Owed, OwedExtend, Owing};
 
 /// Spends `more` on each of the reservation's `keys` as a hit would and, when every one
 /// is allowed, raises its total (an extend of a reservation that ended meanwhile takes
@@ -60,15 +61,16 @@ impl Request for Extend {
             Outcome::NotApplied(e) => return Err(Error::store(&e, "extending a reservation")),
             Outcome::Unknown(e) => {
                 tracing::warn!(cause = %e, id, "an extend's outcome is unknown; resolved in the background");
-                let owing = ns.unresolved.hold(crate::unresolved::Owed::Other(format!(
-                    "an extend of reservation {id:?} by {more} (its outcome unknown)"
-                )));
-                let keys = self.keys.clone();
-                let resolving = resolve_extend(ns.clone(), keys, self.id.clone(), op, more, at);
-                tokio::spawn(async move {
-                    resolving.await;
-                    drop(owing);
-                });
+                let owed = OwedExtend {
+                    namespace: ns.sync.name().to_owned(),
+                    reservation: self.id.clone(),
+                    keys: self.keys.clone(),
+                    op,
+                    more,
+                    at: at.0,
+                };
+                let owing = ns.unresolved.hold(Owed::Extend(owed.clone()));
+                tokio::spawn(resume_extend(ns.clone(), owed, owing));
                 return Err(Error::outcome_unknown(
                     &format!("extending reservation {id:?}"),
                     "the extend is then in the reservation's total (with its hits), or its hits are given back; retry with the same Idempotency-Key, or commit the cost used (a commit settles against whatever total the reservation has)",
@@ -104,23 +106,32 @@ impl Request for Extend {
     }
 }
 
-/// An extend whose answer was lost: asked again under its operation id until the store
-/// answers. Applied (now or before), its hits stay, counted in the reservation's total;
-/// not open (committed or lapsed without it), its hits go back, in the windows they
-/// were taken in.
-async fn resolve_extend(
-    ns: Arc<Namespace>,
-    keys: Vec<String>,
-    id: String,
-    op: String,
-    more: f64,
-    at: UnixMs,
-) {
+/// An extend whose answer was lost (`owed`, held by `owing` until resolved): asked again
+/// under its operation id until the store answers. Applied (now or before), its hits
+/// stay, counted in the reservation's total; not open (committed or lapsed without it),
+/// its hits go back, in the windows they were taken in — unless a stop took what is
+/// owed first (the next start asks again and gives them back).
+pub(crate) async fn resume_extend(ns: Arc<Namespace>, owed: OwedExtend, owing: Owing) {
+    let OwedExtend {
+        reservation: id,
+        keys,
+        op,
+        more,
+        at,
+        ..
+    } = owed;
+    let at = UnixMs(at);
     let each = ns.sync.store_timeout();
     let asked = resolve(each, |w| ns.reservations.extend(&id, &op, more, at, w)).await;
     match asked {
         Some(Some(_)) => {}
         Some(None) => {
+            let giving = Owed::Other(format!(
+                "the give-back of an extend of reservation {id:?} by {more} that was not applied"
+            ));
+            if !owing.go_on(giving) {
+                return;
+            }
             for key in &keys {
                 if let Err(e) = undo_hit(&ns, key, more, at).await {
                     tracing::warn!(cause = %e, key, more, "an extend not applied: its hit stays spent");
@@ -133,6 +144,7 @@ async fn resolve_extend(
             "an extend's outcome stays unknown: the store did not answer"
         ),
     }
+    drop(owing);
 }
 
 /// Takes back a hit of `cost` on `key` taken at `at`, retried until the store answers.

@@ -46,7 +46,7 @@ use crate::policy::input::check_key;
 
 pub(crate) use self::commit::Commit;
 pub(crate) use self::ending::resume;
-pub(crate) use self::extend::Extend;
+pub(crate) use self::extend::{resume_extend, Extend};
 pub(crate) use self::reserve::Reserve;
 
 /// A reservation's life when the client names none.
