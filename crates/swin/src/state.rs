@@ -55,6 +55,8 @@ pub struct Namespace {
     pub(crate) idempotency: crate::config::Idempotency,
     /// How many reservations may be open in it, and per client.
     pub(crate) reservation_caps: crate::config::ReservationCaps,
+    /// What this node last saw of the counts those caps are checked against.
+    pub(crate) cap_checks: Arc<crate::requests::reservations::CapChecks>,
     /// Where the namespace's reservations of a cost are recorded (its store, or this
     /// node), shared the same way.
     pub(crate) reservations: crate::leases::ReservationBook,
@@ -286,6 +288,7 @@ impl Namespace {
             records,
             idempotency: cfg.idempotency,
             reservation_caps: cfg.reservation_caps,
+            cap_checks: Arc::default(),
             reservations,
             unresolved: Arc::default(),
             recorder: std::sync::OnceLock::new(),
@@ -374,6 +377,7 @@ impl Namespace {
             records: self.records.clone(),
             idempotency: cfg.idempotency,
             reservation_caps: cfg.reservation_caps,
+            cap_checks: self.cap_checks.clone(),
             reservations: self.reservations.clone(),
             unresolved: self.unresolved.clone(),
             recorder: self.recorder.clone(),

@@ -6,7 +6,7 @@
 use swin_core::UnixMs;
 
 use super::NamespaceSync;
-use crate::store::{OpenReservation, Opening, ReservationRecord};
+use crate::store::{OpenReservation, Opened, ReservationRecord};
 use crate::StoreError;
 
 impl NamespaceSync {
@@ -25,7 +25,7 @@ impl NamespaceSync {
         &self,
         open: OpenReservation<'_>,
         within: std::time::Duration,
-    ) -> Option<Result<Opening, StoreError>> {
+    ) -> Option<Result<Opened, StoreError>> {
         let store = self.session.store.as_ref()?;
         let opening = store.open_reservation(self.name(), open);
         Some(self.call_within(within, opening).await)

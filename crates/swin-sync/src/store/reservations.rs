@@ -108,11 +108,33 @@ pub struct OpenReservation<'a> {
     /// Who opens it: a short id (letters, digits, `-`, `_`, `.`), `""` for no client
     /// (counted against the namespace's cap only).
     pub client: &'a str,
-    /// Open reservations the namespace may hold at most (this one would be past it:
-    /// [`Opening::Full`]).
-    pub max_open: u64,
-    /// Open reservations the client may hold at most ([`Opening::ClientFull`]).
-    pub max_open_per_client: u64,
+    /// Open reservations the namespace may hold at most, checked now (this one would be
+    /// past it: [`Opening::Full`]); `None`: not checked by this opening.
+    pub max_open: Option<u64>,
+    /// Open reservations the client may hold at most, checked now
+    /// ([`Opening::ClientFull`]); `None`: not checked by this opening.
+    pub max_open_per_client: Option<u64>,
+}
+
+/// What an opening did, and what it counted for the caps it checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened {
+    pub opening: Opening,
+    /// The namespace's open reservations before it (up to its cap), when checked.
+    pub open: Option<u64>,
+    /// The client's, when checked.
+    pub client_open: Option<u64>,
+}
+
+impl Opened {
+    /// `opening`, nothing counted.
+    pub fn uncounted(opening: Opening) -> Opened {
+        Opened {
+            opening,
+            open: None,
+            client_open: None,
+        }
+    }
 }
 
 /// What an opening did.
@@ -146,10 +168,11 @@ store_calls! {
         fn open_reservations(&self, namespace: &str, now: UnixMs) -> u64;
 
         /// Records an open reservation, deleting some of the namespace's lapsed ones,
-        /// unless the namespace or its client holds as many open as they may: what it
-        /// did ([`Opening`]). An opening sent again after its reply was lost finds its
-        /// own record ([`Opening::Open`]), whatever the caps.
-        fn open_reservation(&self, namespace: &str, open: OpenReservation<'_>) -> Opening;
+        /// unless the namespace or its client holds as many open as the caps it checks
+        /// allow: what it did ([`Opening`]) and what it counted. An opening sent again
+        /// after its reply was lost finds its own record ([`Opening::Open`]), whatever
+        /// the caps.
+        fn open_reservation(&self, namespace: &str, open: OpenReservation<'_>) -> Opened;
 
         /// Raises an open reservation's total by `more`, counted at `at`, as the
         /// operation `op` ([`is_op`]): its record after it, also when the record already
@@ -278,17 +301,33 @@ pub(crate) mod sql {
          WHERE namespace = $1 AND id = $2 AND expires_at > $3";
 }
 
-/// Which cap refuses `o` when the namespace holds `open` open reservations and its
-/// client `clients` (a client of `""` has no share of its own).
-pub(crate) fn refusal(o: &OpenReservation<'_>, open: i64, clients: i64) -> Option<Opening> {
-    let reached = |n: i64, cap: u64| u64::try_from(n).unwrap_or(0) >= cap;
-    if reached(open, o.max_open) {
-        Some(Opening::Full)
-    } else if !o.client.is_empty() && reached(clients, o.max_open_per_client) {
-        Some(Opening::ClientFull)
+/// What an opening `o` counted (the namespace's `open` open reservations and its
+/// client's `clients`, for the caps it checks) and whether a cap refuses it (`Open`: no
+/// cap does; a client of `""` has no share of its own).
+pub(crate) fn refusal(o: &OpenReservation<'_>, open: i64, clients: i64) -> Opened {
+    let open = o.max_open.map(|_| u64::try_from(open).unwrap_or(0));
+    let client_open = o
+        .max_open_per_client
+        .filter(|_| !o.client.is_empty())
+        .map(|_| u64::try_from(clients).unwrap_or(0));
+    let reached = |n: Option<u64>, cap: Option<u64>| n.zip(cap).is_some_and(|(n, c)| n >= c);
+    let opening = if reached(open, o.max_open) {
+        Opening::Full
+    } else if reached(client_open, o.max_open_per_client) {
+        Opening::ClientFull
     } else {
-        None
+        Opening::Open
+    };
+    Opened {
+        opening,
+        open,
+        client_open,
     }
+}
+
+/// A cap as a SQL store's count goes up to it: 0 (nothing counted) when not checked.
+pub(crate) fn sql_cap(cap: Option<u64>) -> i64 {
+    cap.map_or(0, |c| i64::try_from(c).unwrap_or(i64::MAX))
 }
 
 /// The statements of [`sql`] in one store's placeholders, in the order
@@ -339,9 +378,9 @@ macro_rules! sql_reservation_store {
         const _: () = {
             use swin_core::UnixMs;
             use $crate::store::reservations::{
-                counted_text, is_client, keys_text, record, Ended, OpenReservation, Opening,
-                RecordRow, ReservationRecord, ReservationStore, ENDED_KEPT_MS, MAX_COUNTED_TEXT,
-                PURGE_AT_ONCE,
+                counted_text, is_client, keys_text, record, sql_cap, Ended, OpenReservation,
+                Opened, Opening, RecordRow, ReservationRecord, ReservationStore, ENDED_KEPT_MS,
+                MAX_COUNTED_TEXT, PURGE_AT_ONCE,
             };
             use $crate::StoreError;
 
@@ -364,7 +403,7 @@ macro_rules! sql_reservation_store {
                     &self,
                     namespace: &str,
                     o: OpenReservation<'_>,
-                ) -> Result<Opening, StoreError> {
+                ) -> Result<Opened, StoreError> {
                     if !is_client(o.client) {
                         return Err(StoreError::Protocol(format!(
                             "{:?} cannot name a client",
@@ -372,7 +411,6 @@ macro_rules! sql_reservation_store {
                         )));
                     }
                     let keys = keys_text(o.keys);
-                    let cap = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
                     let mut tx = self.pool().begin().await.map_err($err)?;
                     sqlx::query($purge)
                         .bind(namespace)
@@ -381,40 +419,40 @@ macro_rules! sql_reservation_store {
                         .execute(&mut *tx)
                         .await
                         .map_err($err)?;
-                    // a client's openings one at a time, so that its count is exact
-                    if let Some(lock) = $lock {
-                        sqlx::query(lock)
+                    let already = || {
+                        sqlx::query_scalar::<_, i64>(&$sql[2])
                             .bind(namespace)
+                            .bind(o.id)
+                            .bind(&keys)
+                            .bind(o.now.0)
+                    };
+                    let mut counted = Opened::uncounted(Opening::Open);
+                    if o.max_open.is_some() || o.max_open_per_client.is_some() {
+                        // a client's openings counted one at a time: its count exact
+                        if let (Some(lock), Some(_)) = ($lock, o.max_open_per_client) {
+                            let lock = sqlx::query(lock).bind(namespace).bind(o.client);
+                            lock.execute(&mut *tx).await.map_err($err)?;
+                        }
+                        // an opening sent again finds its own record, whatever the caps
+                        if already().fetch_one(&mut *tx).await.map_err($err)? > 0 {
+                            tx.commit().await.map_err($err)?;
+                            return Ok(counted);
+                        }
+                        let (open, clients): (i64, i64) = sqlx::query_as(&$sql[7])
+                            .bind(namespace)
+                            .bind(o.now.0)
+                            .bind(sql_cap(o.max_open))
                             .bind(o.client)
-                            .execute(&mut *tx)
+                            .bind(sql_cap(o.max_open_per_client))
+                            .fetch_one(&mut *tx)
                             .await
                             .map_err($err)?;
-                    }
-                    let mine: i64 = sqlx::query_scalar(&$sql[2])
-                        .bind(namespace)
-                        .bind(o.id)
-                        .bind(&keys)
-                        .bind(o.now.0)
-                        .fetch_one(&mut *tx)
-                        .await
-                        .map_err($err)?;
-                    if mine > 0 {
-                        tx.commit().await.map_err($err)?;
-                        return Ok(Opening::Open);
-                    }
-                    let (open, clients): (i64, i64) = sqlx::query_as(&$sql[7])
-                        .bind(namespace)
-                        .bind(o.now.0)
-                        .bind(cap(o.max_open))
-                        .bind(o.client)
-                        .bind(cap(o.max_open_per_client))
-                        .fetch_one(&mut *tx)
-                        .await
-                        .map_err($err)?;
-                    if let Some(refused) = $crate::store::reservations::refusal(&o, open, clients) {
-                        // the purge stays done
-                        tx.commit().await.map_err($err)?;
-                        return Ok(refused);
+                        counted = $crate::store::reservations::refusal(&o, open, clients);
+                        if counted.opening != Opening::Open {
+                            // the purge stays done
+                            tx.commit().await.map_err($err)?;
+                            return Ok(counted);
+                        }
                     }
                     let written = sqlx::query(&$sql[1])
                         .bind(namespace)
@@ -429,12 +467,17 @@ macro_rules! sql_reservation_store {
                         .await
                         .map_err($err)?
                         .rows_affected();
+                    if written == 0 {
+                        // a live record holds the id: this opening's own (sent again
+                        // after its reply was lost), or another's
+                        let mine = already().fetch_one(&mut *tx).await.map_err($err)? > 0;
+                        counted = Opened::uncounted(match mine {
+                            true => Opening::Open,
+                            false => Opening::Taken,
+                        });
+                    }
                     tx.commit().await.map_err($err)?;
-                    Ok(if written > 0 {
-                        Opening::Open
-                    } else {
-                        Opening::Taken
-                    })
+                    Ok(counted)
                 }
 
                 async fn extend_reservation(

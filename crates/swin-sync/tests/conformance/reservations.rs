@@ -26,10 +26,10 @@ async fn open(s: &TestStore, ns: &str, id: &str, total: f64, ttl: i64) -> bool {
         now: UnixMs(NOW),
         at: UnixMs(NOW - 5),
         client: "",
-        max_open: u64::MAX,
-        max_open_per_client: u64::MAX,
+        max_open: None,
+        max_open_per_client: None,
     };
-    s.store.open_reservation(ns, o).await.expect("open") == Opening::Open
+    s.store.open_reservation(ns, o).await.expect("open").opening == Opening::Open
 }
 
 /// Opens `id` over other keys than [`keys`].
@@ -43,10 +43,10 @@ async fn open_other(s: &TestStore, ns: &str, id: &str) -> bool {
         now: UnixMs(NOW),
         at: UnixMs(NOW),
         client: "",
-        max_open: u64::MAX,
-        max_open_per_client: u64::MAX,
+        max_open: None,
+        max_open_per_client: None,
     };
-    s.store.open_reservation(ns, o).await.expect("open") == Opening::Open
+    s.store.open_reservation(ns, o).await.expect("open").opening == Opening::Open
 }
 
 /// Extends `id` by `more` as `op`, counted and asked at `at`.
@@ -184,8 +184,8 @@ pub async fn a_reservation_change_retried_after_a_lost_reply_applies_once(s: &Te
         now: UnixMs(NOW),
         at: UnixMs(NOW),
         client: "c1",
-        max_open: 1,
-        max_open_per_client: 1,
+        max_open: Some(1),
+        max_open_per_client: Some(1),
     };
     faults.plan([Fault::FailAfter]);
     store
@@ -193,7 +193,11 @@ pub async fn a_reservation_change_retried_after_a_lost_reply_applies_once(s: &Te
         .await
         .expect_err("the reply lost");
     assert_eq!(
-        store.open_reservation("ns", o).await.expect("again"),
+        store
+            .open_reservation("ns", o)
+            .await
+            .expect("again")
+            .opening,
         Opening::Open,
         "its own record, not a cap it fills itself"
     );
@@ -329,10 +333,14 @@ async fn open_capped(
         now: UnixMs(now),
         at: UnixMs(now),
         client,
-        max_open: max,
-        max_open_per_client: per_client,
+        max_open: Some(max),
+        max_open_per_client: Some(per_client),
     };
-    s.store.open_reservation("caps", o).await.expect("open")
+    s.store
+        .open_reservation("caps", o)
+        .await
+        .expect("open")
+        .opening
 }
 
 /// Open reservations are capped per namespace and per client, cost 0 or not: a refused
@@ -393,4 +401,33 @@ pub async fn open_reservations_are_capped_per_namespace_and_per_client(s: &TestS
         open_capped(s, "c4", "c", later, (5, 2)).await,
         Opening::ClientFull
     );
+    // what an opening counted, before it, for the caps it checks; none it does not
+    let keys = keys();
+    let o = |id, max_open, max_open_per_client| OpenReservation {
+        id,
+        keys: &keys,
+        total: 0.0,
+        expires_at: UnixMs(later + 10_000),
+        now: UnixMs(later),
+        at: UnixMs(later),
+        client: "d",
+        max_open,
+        max_open_per_client,
+    };
+    let opened = s.store.open_reservation("caps", o("d1", Some(10), Some(5)));
+    let opened = opened.await.expect("open");
+    assert_eq!(
+        (opened.opening, opened.open, opened.client_open),
+        (Opening::Open, Some(4), Some(0))
+    );
+    let opened = s.store.open_reservation("caps", o("d2", None, Some(1)));
+    let opened = opened.await.expect("open");
+    assert_eq!(
+        (opened.opening, opened.client_open),
+        (Opening::ClientFull, Some(1))
+    );
+    assert_eq!(opened.open, None, "the namespace's cap not checked");
+    let opened = s.store.open_reservation("caps", o("d3", None, None));
+    let opened = opened.await.expect("open");
+    assert_eq!(opened.opening, Opening::Open, "no cap checked: opened");
 }

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use swin_core::UnixMs;
 use swin_sync::store::{
-    Ended, OpenReservation, Opening, ReservationRecord, ReservationStore, ENDED_KEPT_MS, OPS_KEPT,
+    Ended, OpenReservation, Opened, Opening, ReservationRecord, ReservationStore, ENDED_KEPT_MS,
+    OPS_KEPT,
 };
 use swin_sync::{NamespaceSync, StoreError};
 
@@ -82,12 +83,25 @@ impl Table {
     /// Which cap an opening by `client` would pass, if any.
     fn refused(&self, o: &OpenReservation<'_>) -> Option<Opening> {
         let mine = self.by_client.get(o.client).copied().unwrap_or(0);
-        if self.open >= o.max_open {
+        let reached = |n: u64, cap: Option<u64>| cap.is_some_and(|c| n >= c);
+        if reached(self.open, o.max_open) {
             Some(Opening::Full)
-        } else if !o.client.is_empty() && mine >= o.max_open_per_client {
+        } else if !o.client.is_empty() && reached(mine, o.max_open_per_client) {
             Some(Opening::ClientFull)
         } else {
             None
+        }
+    }
+
+    /// What an opening `o` did, with the counts before it.
+    fn opened(&self, o: &OpenReservation<'_>, opening: Opening) -> Opened {
+        let mine = self.by_client.get(o.client).copied().unwrap_or(0);
+        let open = self.open - u64::from(opening == Opening::Open);
+        let client_open = mine.saturating_sub(u64::from(opening == Opening::Open));
+        Opened {
+            opening,
+            open: Some(open),
+            client_open: (!o.client.is_empty()).then_some(client_open),
         }
     }
 }
@@ -119,16 +133,17 @@ impl ReservationStore for LocalReservations {
         &self,
         _: &str,
         o: OpenReservation<'_>,
-    ) -> Result<Opening, StoreError> {
+    ) -> Result<Opened, StoreError> {
         let mut t = self.table();
         if let Some(l) = t.records.get(o.id).filter(|l| l.record.expires_at > o.now) {
             let mine = l.record.ended.is_none() && l.record.keys == o.keys;
-            return Ok(if mine { Opening::Open } else { Opening::Taken });
+            let opening = if mine { Opening::Open } else { Opening::Taken };
+            return Ok(Opened::uncounted(opening));
         }
         if t.records.len() >= self.max || t.refused(&o).is_some() {
             t.drop_lapsed(o.now);
             if let Some(refused) = t.refused(&o) {
-                return Ok(refused);
+                return Ok(t.opened(&o, refused));
             }
             if t.records.len() >= self.max {
                 return Err(StoreError::Unavailable(format!(
@@ -160,7 +175,7 @@ impl ReservationStore for LocalReservations {
                 ops: VecDeque::new(),
             },
         );
-        Ok(Opening::Open)
+        Ok(t.opened(&o, Opening::Open))
     }
 
     async fn extend_reservation(
@@ -280,7 +295,7 @@ impl ReservationBook {
         &self,
         o: OpenReservation<'_>,
         within: Duration,
-    ) -> Result<Opening, StoreError> {
+    ) -> Result<Opened, StoreError> {
         match self {
             ReservationBook::Store(sync) => no_store(sync.open_reservation(o, within).await),
             ReservationBook::Local(l) => l.open_reservation("", o).await,

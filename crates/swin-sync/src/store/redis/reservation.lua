@@ -9,9 +9,11 @@
 -- the client's index (the namespace's index's name .. 'c:' .. client: the same slot; a
 -- commit, which does not know the client, names it from the record's `client`).
 -- ARGV[1]: the operation, ARGV[2]: the reservation's id, then:
---   open   keys, total, lapse, now, counted, client, max_open, max_client
---          → 1 open with these keys (now, or already), 0 another live record holds the
---          id, 2 the namespace holds max_open open, 3 the client holds max_client
+--   open   keys, total, lapse, now, counted, client, max_open, max_client (a cap
+--          of -1: not checked)
+--          → {code, open, client_open}: code 1 open with these keys (now, or already),
+--          0 another live record holds the id, 2 the namespace holds max_open open, 3
+--          the client holds max_client; the counts before it (-1: not counted)
 --   extend op, more, now, deadline, piece, most, ops_most
 --          → {keys, total, lapse, counted, ended} after it, also when `ops` holds `op`
 --          already (nothing changes again); {} not open and `op` not in it
@@ -59,19 +61,26 @@ if op == 'open' then
     if v then
         -- an opening retried after its reply was lost finds its own record
         if v[5] == '' and v[1] == keys then
-            return 1
+            return {1, -1, -1}
         end
-        return 0
+        return {0, -1, -1}
     end
     local client, max_open, max_client = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
     redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-    if redis.call('ZCARD', KEYS[2]) >= max_open then
-        return 2
+    local open, mine = -1, -1
+    if max_open >= 0 then
+        open = redis.call('ZCARD', KEYS[2])
+        if open >= max_open then
+            return {2, open, mine}
+        end
     end
     if KEYS[3] then
         redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-        if redis.call('ZCARD', KEYS[3]) >= max_client then
-            return 3
+        if max_client >= 0 then
+            mine = redis.call('ZCARD', KEYS[3])
+            if mine >= max_client then
+                return {3, open, mine}
+            end
         end
     end
     unindex_client()
@@ -85,7 +94,7 @@ if op == 'open' then
         redis.call('ZADD', KEYS[3], lapse, id)
         outlive(KEYS[3], lapse, now)
     end
-    return 1
+    return {1, open, mine}
 elseif op == 'extend' then
     local xop, more, now, deadline = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
     local piece, most, ops_most = ARGV[7], ARGV[8], tonumber(ARGV[9])

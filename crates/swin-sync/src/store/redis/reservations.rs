@@ -16,7 +16,8 @@ use super::calls::{Call, Eval};
 use super::RedisStore;
 use crate::store::reservations::{
     counted_from, counted_text, is_client, is_op, keys_from, keys_text, Ended, OpenReservation,
-    Opening, ReservationRecord, ReservationStore, ENDED_KEPT_MS, MAX_COUNTED_TEXT, OPS_TEXT,
+    Opened, Opening, ReservationRecord, ReservationStore, ENDED_KEPT_MS, MAX_COUNTED_TEXT,
+    OPS_TEXT,
 };
 use crate::StoreError;
 
@@ -89,6 +90,12 @@ fn parsed(
     })
 }
 
+/// A cap as the script takes it: -1 when not checked.
+fn lua_cap(cap: Option<u64>) -> String {
+    cap.map_or(-1, |c| i64::try_from(c).unwrap_or(i64::MAX))
+        .to_string()
+}
+
 /// A record the script answered (`{}`: none; -1: past the deadline).
 fn record(v: Value) -> Result<Option<ReservationRecord>, StoreError> {
     if let Value::Int(-1) = v {
@@ -126,7 +133,7 @@ impl ReservationStore for RedisStore {
         &self,
         namespace: &str,
         o: OpenReservation<'_>,
-    ) -> Result<Opening, StoreError> {
+    ) -> Result<Opened, StoreError> {
         if !is_client(o.client) {
             return Err(StoreError::Protocol(format!(
                 "{:?} cannot name a client",
@@ -141,21 +148,29 @@ impl ReservationStore for RedisStore {
             o.now.0.to_string(),
             counted_text(o.at, o.total),
             o.client.to_owned(),
-            o.max_open.to_string(),
-            o.max_open_per_client.to_string(),
+            lua_cap(o.max_open),
+            lua_cap(o.max_open_per_client),
         ];
         let v = self
             .reservation_op(namespace, o.id, &args, o.client)
             .await?;
-        match redis::from_owned_redis_value::<i64>(v)? {
-            1 => Ok(Opening::Open),
-            0 => Ok(Opening::Taken),
-            2 => Ok(Opening::Full),
-            3 => Ok(Opening::ClientFull),
-            n => Err(StoreError::Protocol(format!(
-                "a reservation's opening answered {n}"
-            ))),
-        }
+        let (code, open, client_open): (i64, i64, i64) = redis::from_owned_redis_value(v)?;
+        let opening = match code {
+            1 => Opening::Open,
+            0 => Opening::Taken,
+            2 => Opening::Full,
+            3 => Opening::ClientFull,
+            n => {
+                return Err(StoreError::Protocol(format!(
+                    "a reservation's opening answered {n}"
+                )))
+            }
+        };
+        Ok(Opened {
+            opening,
+            open: u64::try_from(open).ok(),
+            client_open: u64::try_from(client_open).ok(),
+        })
     }
 
     async fn extend_reservation(

@@ -27,6 +27,7 @@
 //! its steps); a settlement the store refuses after the reservation ended is retried by
 //! the node until the store answers.
 
+mod caps;
 mod commit;
 mod ending;
 mod extend;
@@ -44,6 +45,7 @@ use crate::decisions::{HitAnswer, Verdict};
 use crate::error::Error;
 use crate::policy::input::check_key;
 
+pub(crate) use self::caps::CapChecks;
 pub(crate) use self::commit::Commit;
 pub(crate) use self::ending::resume;
 pub(crate) use self::extend::{resume_extend, Extend};

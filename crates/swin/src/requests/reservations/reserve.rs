@@ -61,6 +61,8 @@ impl Request for Reserve {
         let id = new_id();
         let now = swin_sync::now();
         let expires_at = lapse(now, reservation_ttl(self.ttl)?);
+        let client = self.client.as_ref().map_or("", ClientId::as_str);
+        let (max_open, max_open_per_client) = ns.cap_checks.due(client, ns.reservation_caps);
         let open = OpenReservation {
             id: &id,
             keys: &self.keys,
@@ -68,14 +70,22 @@ impl Request for Reserve {
             expires_at,
             now,
             at: plan.taken_at,
-            client: self.client.as_ref().map_or("", ClientId::as_str),
-            max_open: ns.reservation_caps.max_open(),
-            max_open_per_client: ns.reservation_caps.max_open_per_client(),
+            client,
+            max_open,
+            max_open_per_client,
         };
         // within what the take left of the answer time, sent again while its reply is
         // lost (the id is the opening's own: an opening sent again finds its record)
         let left = plan.left_of(ns.sync.answer_within());
         let recorded = until_known(left, |within| ns.reservations.open(open, within)).await;
+        if let Outcome::Known(opened) = &recorded {
+            ns.cap_checks.saw(client, opened);
+        }
+        let recorded = match recorded {
+            Outcome::Known(opened) => Outcome::Known(opened.opening),
+            Outcome::NotApplied(e) => Outcome::NotApplied(e),
+            Outcome::Unknown(e) => Outcome::Unknown(e),
+        };
         let failed = match recorded {
             Outcome::Known(Opening::Open) => return Ok(Ok((id, expires_at))),
             Outcome::Known(Opening::Full) => Error::Unavailable(format!(
