@@ -179,7 +179,36 @@ async fn one_call_grants_many_buckets(s: &TestStore) {
     assert_eq!(again[0].granted, 2, "after a reset, a number is new again");
 }
 
+/// A grant whose reply is lost after the store settled it, asked again under the same
+/// request number: answers the first grant, and the bucket's TAT moved once.
+async fn a_grant_whose_reply_is_lost_settles_once(s: &TestStore) {
+    let (store, faults) = common::faulty(&s.store);
+    let holder = swin_sync::Holder::from("a");
+    let req = grant("k", 1, T0, 2, 4);
+    faults.plan([swin_sync::store::Fault::FailAfter]);
+    let lost = store.grant("ns", &holder, std::slice::from_ref(&req)).await;
+    assert!(lost.is_err(), "the reply lost: {lost:?}");
+    let again = store
+        .grant("ns", &holder, std::slice::from_ref(&req))
+        .await
+        .expect("again");
+    let once = settle_grant(
+        GrantState {
+            tat_ns: None,
+            last: None,
+        },
+        req.request,
+    );
+    assert_eq!(again[0].granted, once.granted, "{again:?}");
+    assert_eq!(
+        tat(&s.store, "ns", "k").await,
+        once.state.tat_ns,
+        "moved once"
+    );
+}
+
 swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis8] [
+    a_grant_whose_reply_is_lost_settles_once,
     reservations_settle_as_the_core_does,
     concurrent_holders_never_pass_the_burst,
     one_call_grants_many_buckets

@@ -164,7 +164,38 @@ async fn one_call_holds_many_windows(s: &TestStore) {
     assert_eq!(other[0].state.current, 10.0);
 }
 
+/// A hold whose reply is lost after the store settled it, asked again (the same
+/// holder, the same request): answers what one settlement leaves, and the window counts
+/// the held quota once.
+async fn a_hold_whose_reply_is_lost_settles_once(s: &TestStore) {
+    let (store, faults) = common::faulty(&s.store);
+    push(&s.store, "ns", "k", CUR, 10.0).await;
+    let holder = swin_sync::Holder::from("a");
+    let req = hold("k", 100.0, 0.0, 5.0, 20.0);
+    faults.plan([swin_sync::store::Fault::FailAfter]);
+    let lost = store.hold("ns", &holder, std::slice::from_ref(&req)).await;
+    assert!(lost.is_err(), "the reply lost: {lost:?}");
+    let again = store
+        .hold("ns", &holder, std::slice::from_ref(&req))
+        .await
+        .expect("again");
+    let once = settle_hold(
+        HoldState {
+            current: 10.0,
+            previous: 0.0,
+            held: 0.0,
+        },
+        req.request,
+    );
+    assert!(
+        (again[0].state.held - once.held).abs() < 1e-9,
+        "{again:?} {once:?}"
+    );
+    assert!((current(&s.store, "ns", "k").await - (10.0 + once.held)).abs() < 1e-9);
+}
+
 swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis8] [
+    a_hold_whose_reply_is_lost_settles_once,
     holds_settle_as_the_core_does,
     concurrent_holders_never_pass_the_limit,
     one_call_holds_many_windows
