@@ -182,6 +182,32 @@ impl TestStore {
     /// Every key's count in `namespace`, summed over the windows of `window_size` (all
     /// sizes when `None`), read the way an operator would: SQL on the table, HGETALL on
     /// the hashes. Nothing stored yet (no table, no key) is an empty map.
+    /// `sql`'s one number on a SQL store (PostgreSQL's placeholders or none; an
+    /// operator's query on the tables), `None` on Redis.
+    pub async fn sql_number(&self, sql: &str) -> Option<i64> {
+        match &self.place {
+            Place::Postgres { .. } => {
+                let pool = sqlx::PgPool::connect(&self.url).await.expect("connect");
+                let n = sqlx::query_scalar(sql)
+                    .fetch_one(&pool)
+                    .await
+                    .expect("query");
+                pool.close().await;
+                Some(n)
+            }
+            Place::Sqlite(_) => {
+                let pool = sqlx::SqlitePool::connect(&self.url).await.expect("connect");
+                let n = sqlx::query_scalar(sql)
+                    .fetch_one(&pool)
+                    .await
+                    .expect("query");
+                pool.close().await;
+                Some(n)
+            }
+            Place::Redis { .. } | Place::RedisCluster { .. } => None,
+        }
+    }
+
     pub async fn totals_in(
         &self,
         namespace: &str,

@@ -343,7 +343,14 @@ macro_rules! sql_idempotency_store {
                 }
 
                 async fn purge_idempotency(&self, now: UnixMs) -> Result<u64, StoreError> {
-                    self.purge_lapsed(None, now).await
+                    let gone = self.purge_lapsed(None, now).await?;
+                    // a client holding no record keeps no row: a row per address ever
+                    // seen would grow without end (a claim under way adds its row again)
+                    sqlx::query("DELETE FROM swin_idempotency_client_counts WHERE records <= 0")
+                        .execute(self.pool())
+                        .await
+                        .map_err($err)?;
+                    Ok(gone)
                 }
             }
         };

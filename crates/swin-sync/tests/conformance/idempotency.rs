@@ -332,6 +332,41 @@ pub async fn idempotency_clients_hold_their_share_and_no_more(s: &TestStore) {
     assert_eq!(mine, 5);
 }
 
+/// A client's count of records goes with its last record: once every record of many
+/// clients lapsed and was purged, the SQL stores keep no row for them (a row per address
+/// ever seen would grow without end), and each client claims its share again.
+pub async fn idempotency_client_counts_go_with_their_records(s: &TestStore) {
+    let st = &s.store;
+    let f = Fingerprint([6; 32]);
+    for i in 0..20 {
+        let (key, client) = (format!("k{i}"), format!("client-{i}"));
+        let c = claim_by(&key, &f, i, T, &client, 1);
+        assert_eq!(
+            st.claim_idempotency("ns", c).await.expect("claim"),
+            Claimed::Mine
+        );
+    }
+    let kept = "SELECT count(*) FROM swin_idempotency_client_counts";
+    if let Some(n) = s.sql_number(kept).await {
+        assert_eq!(n, 20, "one row per client holding a record");
+    }
+    let later = T + 120_000;
+    st.purge_idempotency(UnixMs(later)).await.expect("purge");
+    if let Some(n) = s.sql_number(kept).await {
+        assert_eq!(n, 0, "no row for a client holding none");
+    }
+    let c = claim_by("again", &f, 99, later, "client-3", 1);
+    assert_eq!(
+        st.claim_idempotency("ns", c).await.expect("claim"),
+        Claimed::Mine
+    );
+    let c = claim_by("again-2", &f, 100, later, "client-3", 1);
+    assert_eq!(
+        st.claim_idempotency("ns", c).await.expect("claim"),
+        Claimed::ClientFull
+    );
+}
+
 /// A claim through an engine that fails to its caller — answered past `answer_within`
 /// (its call still running), or failed after the store took it (its reply lost) — is
 /// released in the background once the store has answered: the caller ran nothing under
