@@ -1,9 +1,9 @@
 //! Concurrency leases: never more slots in flight than the limit, whatever races; a
 //! lease ends once (release, lapse), renews only while live, and a retried acquire of
-//! the same lease replaces it.
+//! the same lease replaces it; every change sent again after a lost reply applies once.
 
 use swin_core::UnixMs;
-use swin_sync::store::Acquire;
+use swin_sync::store::{new_op, Acquire, Fault, Released};
 use swin_testkit::TestStore;
 
 /// A deadline no change here reaches.
@@ -68,18 +68,18 @@ pub async fn leases_never_pass_the_limit_under_racing_acquires(s: &TestStore) {
     assert!(other_ns.granted, "another namespace is apart");
     // released once: a slot is free at once; twice: unknown
     let st = &s.store;
-    assert!(st
-        .release("ns", "k", &granted[0], UnixMs(now + 1), LATER)
-        .await
-        .expect("release"));
-    assert!(!st
-        .release("ns", "k", &granted[0], UnixMs(now + 1), LATER)
-        .await
-        .expect("again"));
-    assert!(!st
-        .release("ns", "k", "never", UnixMs(now + 1), LATER)
-        .await
-        .expect("unknown"));
+    let release = |lease: &str| {
+        let lease = lease.to_owned();
+        async move {
+            st.release("ns", "k", &lease, &new_op(), UnixMs(now + 1), LATER)
+                .await
+                .expect("release")
+        }
+    };
+    assert_eq!(release(&granted[0]).await, Released::Now);
+    // another release of it: told it was ended, nothing changed
+    assert_eq!(release(&granted[0]).await, Released::Before, "again");
+    assert_eq!(release("never").await, Released::NotLive, "unknown");
     let next = st
         .acquire("ns", acquire("k", "next", 1, now + 2, 30_000))
         .await
@@ -126,10 +126,9 @@ pub async fn leases_lapse_and_renew_only_while_live(s: &TestStore) {
         .await
         .expect("d");
     assert!(d.granted && d.in_flight == 2, "{d:?}");
-    assert!(!st
-        .release("ns", "k", "a", UnixMs(t + 5_001), LATER)
-        .await
-        .expect("lapsed release"));
+    let op = new_op();
+    let r = st.release("ns", "k", "a", &op, UnixMs(t + 5_001), LATER);
+    assert_eq!(r.await.expect("lapsed release"), Released::NotLive);
     assert!(!st
         .renew("ns", "k", "a", UnixMs(t + 9_000), UnixMs(t + 5_001), LATER)
         .await
@@ -167,10 +166,11 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
             .expect("release"),
         3
     );
-    assert!(
-        !st.release("ns", "k", "envoy.a", now, LATER)
+    assert_eq!(
+        st.release("ns", "k", "envoy.a", &new_op(), now, LATER)
             .await
             .expect("a"),
+        Released::NotLive,
         "envoy.a ended whole"
     );
     let full = st
@@ -200,10 +200,9 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
             .expect("none"),
         0
     );
-    assert!(st
-        .release("ns", "k", "mine", now, LATER)
-        .await
-        .expect("mine still live"));
+    let op = new_op();
+    let r = st.release("ns", "k", "mine", &op, now, LATER);
+    assert_eq!(r.await.expect("mine still live"), Released::Now);
     // another key and namespace are apart
     assert!(
         st.acquire("ns", big("other", "envoy.o", 1, 1_000))
@@ -251,10 +250,9 @@ pub async fn leases_in_flight_count_the_live_slots_of_one_namespace(s: &TestStor
     assert_eq!(in_flight("ab").await, 5);
     assert_eq!(in_flight("a").await, 1);
     assert_eq!(in_flight("none").await, 0);
-    assert!(st
-        .release("a*", "k2", "l2", now, LATER)
-        .await
-        .expect("release"));
+    let op = new_op();
+    let r = st.release("a*", "k2", "l2", &op, now, LATER);
+    assert_eq!(r.await.expect("release"), Released::Now);
     assert_eq!(in_flight("a*").await, 2);
     assert_eq!(in_flight("a*").await, 2);
     // every lease lapsed
@@ -283,7 +281,9 @@ pub async fn a_lease_change_past_its_deadline_changes_nothing(s: &TestStore) {
     let late = |r: Result<bool, swin_sync::StoreError>| {
         assert!(matches!(r, Err(swin_sync::StoreError::TooLate)), "{r:?}")
     };
-    late(st.release("ns", "k", "a", UnixMs(now), past).await);
+    let op = new_op();
+    let r = st.release("ns", "k", "a", &op, UnixMs(now), past).await;
+    assert!(matches!(r, Err(swin_sync::StoreError::TooLate)), "{r:?}");
     late(
         st.renew("ns", "k", "a", UnixMs(now + 1), UnixMs(now), past)
             .await,
@@ -299,8 +299,71 @@ pub async fn a_lease_change_past_its_deadline_changes_nothing(s: &TestStore) {
         .await
         .expect("acquire");
     assert!(!full.granted, "two held of three: {full:?}");
-    assert!(st
-        .release("ns", "k", "a", UnixMs(now), LATER)
-        .await
-        .expect("release"));
+    let op = new_op();
+    let r = st.release("ns", "k", "a", &op, UnixMs(now), LATER);
+    assert_eq!(r.await.expect("release"), Released::Now);
+}
+
+/// Every lease change whose reply is lost (the store applied it) and which is sent
+/// again answers what the first did, changing nothing more: an acquire (the same lease
+/// replaces itself: its slots count once), a renewal (to the same lapse), a release
+/// (under the same operation id: ended now; under another: ended before). An acquire of
+/// the lease again makes it live: its earlier end is forgotten.
+pub async fn a_lease_change_retried_after_a_lost_reply_applies_once(s: &TestStore) {
+    let (st, faults) = crate::common::faulty(&s.store);
+    let now = 1_800_000_000_000;
+    let take = || st.acquire("ns", acquire("k", "lost", 2, now, 10_000));
+    faults.plan([Fault::FailAfter]);
+    take().await.expect_err("the reply lost");
+    let a = take().await.expect("again");
+    assert_eq!((a.granted, a.in_flight), (true, 2), "counted once: {a:?}");
+    let other = st.acquire("ns", acquire("k", "other", 2, now, 10_000));
+    assert!(!other.await.expect("other").granted, "two of three held");
+
+    let renew = || {
+        st.renew(
+            "ns",
+            "k",
+            "lost",
+            UnixMs(now + 60_000),
+            UnixMs(now + 1),
+            LATER,
+        )
+    };
+    faults.plan([Fault::FailAfter]);
+    renew().await.expect_err("the reply lost");
+    assert!(
+        renew().await.expect("again"),
+        "still live: renewed to the same lapse"
+    );
+    let past_first_lapse = UnixMs(now + 20_000);
+    let held = s.store.in_flight("ns", past_first_lapse).await;
+    assert_eq!(held.expect("count"), 2, "renewed past its first lapse");
+
+    let op = new_op();
+    let release = |op: &str| {
+        let op = op.to_owned();
+        let st = st.clone();
+        async move {
+            st.release("ns", "k", "lost", &op, UnixMs(now + 2), LATER)
+                .await
+        }
+    };
+    faults.plan([Fault::FailAfter]);
+    release(&op).await.expect_err("the reply lost");
+    assert_eq!(release(&op).await.expect("again"), Released::Now, "its own");
+    assert_eq!(
+        release(&new_op()).await.expect("another"),
+        Released::Before,
+        "a release sent again by its client"
+    );
+    let held = s.store.in_flight("ns", UnixMs(now + 3)).await;
+    assert_eq!(held.expect("count"), 0, "released once");
+
+    // acquired again, the lease is live; lapsed, it is not live (not "ended before")
+    let short = acquire("k", "lost", 1, now + 4, 1_000);
+    assert!(st.acquire("ns", short).await.expect("again").granted);
+    let op = new_op();
+    let lapsed = st.release("ns", "k", "lost", &op, UnixMs(now + 2_000), LATER);
+    assert_eq!(lapsed.await.expect("lapsed"), Released::NotLive);
 }

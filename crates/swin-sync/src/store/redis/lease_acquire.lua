@@ -1,5 +1,6 @@
 -- One acquire of a key's concurrency leases.
--- KEYS: the key's lease hash (lease -> "count:lapse", lapse in Unix ms).
+-- KEYS: the key's lease hash (lease -> "count:lapse", lapse in Unix ms), the lease's
+-- end mark (see lease_change.lua: granted, the lease is live again and the mark goes).
 -- ARGV: lease, count, limit, lapse, now.
 -- Lapsed leases go; the key's live slots (the lease's own not counted, as a repeated
 -- acquire replaces it) and the new count are checked against the limit. Answers
@@ -24,6 +25,7 @@ if in_flight + count > limit then
     return {0, in_flight, earliest}
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[4])
+redis.call('DEL', KEYS[2])
 if earliest < 0 or lapse < earliest then
     earliest = lapse
 end

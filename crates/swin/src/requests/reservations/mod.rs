@@ -30,7 +30,6 @@
 mod commit;
 mod ending;
 mod extend;
-mod known;
 mod reserve;
 mod settlement;
 
