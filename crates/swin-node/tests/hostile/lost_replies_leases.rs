@@ -104,8 +104,8 @@ async fn a_release_whose_reply_is_lost_answers_released(store: &TestStore) {
     arm(
         &relay,
         store,
-        &[b"lease-end:rel-1", b"\r\n$0\r\n\r\n"],
-        b"INSERT INTO swin_lease_ends",
+        &[b"rel-1", b"\r\n$0\r\n\r\n"],
+        b"lease = $3 AND expires_at > $4",
     );
     let (s, v) = lease(&c, &node, "k", "release", held.clone()).await;
     assert_eq!((s, relay.lost()), (200, 1), "{v}");
@@ -143,7 +143,7 @@ async fn a_renewal_whose_reply_is_lost_answers_renewed(store: &TestStore) {
     arm(
         &relay,
         store,
-        &[b"lease-end:ren-1"],
+        &[b"ren-1", b":leases"],
         b"UPDATE swin_leases SET expires_at",
     );
     let renew = serde_json::json!({"lease": "ren-1", "ttl": 60});
@@ -176,7 +176,7 @@ async fn an_acquire_whose_reply_is_lost_is_granted_once(store: &TestStore) {
     arm(
         &relay,
         store,
-        &[b"lease-end:acq-1"],
+        &[b"acq-1", b":leases"],
         b"INSERT INTO swin_leases",
     );
     let acquire = serde_json::json!({"lease": "acq-1", "count": 2});
@@ -214,7 +214,7 @@ async fn an_acquire_of_the_node_s_id_whose_reply_is_lost_is_granted_once(store: 
     arm(
         &relay,
         store,
-        &[b"lease-end:", b"anon"],
+        &[b"slots:anon}:leases"],
         b"INSERT INTO swin_leases",
     );
     let (s, v) = lease(
