@@ -240,6 +240,68 @@ async fn an_acquire_of_the_node_s_id_whose_reply_is_lost_is_granted_once(store: 
     assert_eq!(in_flight(&c, &node, "anon").await, 0);
 }
 
+/// A release whose every reply is lost within `answer_timeout` answers 503
+/// `outcome_unknown` (not "nothing was changed": the store ended the lease); the
+/// client's release sent again answers 200 `replayed`, and every slot is free.
+async fn a_release_whose_every_reply_is_lost_is_unknown_then_replayed(store: &TestStore) {
+    let (_dir, relay, node) = node_via(store).await;
+    let c = reqwest::Client::new();
+    let held = serde_json::json!({"lease": "rel-2"});
+    let acquire = serde_json::json!({"lease": "rel-2", "count": 2});
+    let (s, v) = lease(&c, &node, "k", "acquire", acquire).await;
+    assert_eq!(s, 200, "{v}");
+    for _ in 0..1_000 {
+        arm(
+            &relay,
+            store,
+            &[b"rel-2", b"\r\n$0\r\n\r\n"],
+            b"lease = $3 AND expires_at > $4",
+        );
+    }
+    let (s, v) = lease(&c, &node, "k", "release", held.clone()).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (503, Some("outcome_unknown")),
+        "{v}"
+    );
+    assert!(relay.lost() > 1, "sent again: {}", relay.lost());
+    relay.disarm();
+    let (s, again) = lease(&c, &node, "k", "release", held).await;
+    assert_eq!((s, &again["replayed"]), (200, &true.into()), "{again}");
+    assert_eq!(in_flight(&c, &node, "k").await, 0, "released once");
+}
+
+/// An acquire under the client's id whose every reply is lost answers 503
+/// `outcome_unknown` (the store granted it); the client's acquire sent again replaces
+/// it: 200, its slots counted once.
+async fn an_acquire_whose_every_reply_is_lost_is_unknown_then_replaced(store: &TestStore) {
+    let (_dir, relay, node) = node_via(store).await;
+    let c = reqwest::Client::new();
+    for _ in 0..1_000 {
+        arm(
+            &relay,
+            store,
+            &[b"acq-2", b":leases"],
+            b"INSERT INTO swin_leases",
+        );
+    }
+    let acquire = serde_json::json!({"lease": "acq-2", "count": 2});
+    let (s, v) = lease(&c, &node, "k", "acquire", acquire.clone()).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (503, Some("outcome_unknown")),
+        "{v}"
+    );
+    relay.disarm();
+    let (s, v) = lease(&c, &node, "k", "acquire", acquire).await;
+    assert_eq!(
+        (s, v["in_flight"].as_u64()),
+        (200, Some(2)),
+        "sent again: {v}"
+    );
+    assert_eq!(in_flight(&c, &node, "k").await, 2, "counted once");
+}
+
 /// A call on `key`'s runtime limits in `api` (with `body`, if any).
 async fn limits(
     c: &reqwest::Client,
@@ -323,6 +385,8 @@ swin_testkit::for_stores!([postgres, redis] [
     a_renewal_whose_reply_is_lost_answers_renewed,
     an_acquire_whose_reply_is_lost_is_granted_once,
     an_acquire_of_the_node_s_id_whose_reply_is_lost_is_granted_once,
+    a_release_whose_every_reply_is_lost_is_unknown_then_replayed,
+    an_acquire_whose_every_reply_is_lost_is_unknown_then_replaced,
     a_limit_set_whose_reply_is_lost_answers_set,
     a_limit_removed_whose_reply_is_lost_is_not_answered_unchanged,
 ]);
