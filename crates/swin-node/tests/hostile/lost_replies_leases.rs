@@ -46,6 +46,17 @@ async fn node_via(store: &TestStore) -> (tempfile::TempDir, Relay, Node) {
     (dir, relay, node)
 }
 
+/// Makes the node's store connections (and Redis's scripts) ready, with a call that
+/// prepares none of the statements armed below: a renewal of a lease never granted
+/// (404), a read of a key's limits.
+async fn warm(c: &reqwest::Client, node: &Node) {
+    let renew = serde_json::json!({"lease": "never", "ttl": 1});
+    let (s, v) = lease(c, node, "warm", "renew", renew).await;
+    assert_eq!(s, 404, "{v}");
+    let (s, v) = limits(c, node, reqwest::Method::GET, "warm", None).await;
+    assert_eq!(s, 200, "{v}");
+}
+
 /// Arms `relay` to lose the reply of the next write of `store` that holds every one of
 /// `redis` (a script call's keys and arguments), or, on PostgreSQL, the `COMMIT` of the
 /// transaction whose statement holds `sql` (the first of its kind on the node: later
@@ -173,6 +184,7 @@ async fn a_renewal_whose_reply_is_lost_answers_renewed(store: &TestStore) {
 async fn an_acquire_whose_reply_is_lost_is_granted_once(store: &TestStore) {
     let (_dir, relay, node) = node_via(store).await;
     let c = reqwest::Client::new();
+    warm(&c, &node).await;
     arm(
         &relay,
         store,
@@ -211,6 +223,7 @@ async fn an_acquire_whose_reply_is_lost_is_granted_once(store: &TestStore) {
 async fn an_acquire_of_the_node_s_id_whose_reply_is_lost_is_granted_once(store: &TestStore) {
     let (_dir, relay, node) = node_via(store).await;
     let c = reqwest::Client::new();
+    warm(&c, &node).await;
     arm(
         &relay,
         store,
@@ -277,6 +290,7 @@ async fn a_release_whose_every_reply_is_lost_is_unknown_then_replayed(store: &Te
 async fn an_acquire_whose_every_reply_is_lost_is_unknown_then_replaced(store: &TestStore) {
     let (_dir, relay, node) = node_via(store).await;
     let c = reqwest::Client::new();
+    warm(&c, &node).await;
     for _ in 0..1_000 {
         arm(
             &relay,
@@ -330,6 +344,7 @@ fn limit(n: u32) -> Option<serde_json::Value> {
 async fn a_limit_set_whose_reply_is_lost_answers_set(store: &TestStore) {
     let (_dir, relay, node) = node_via(store).await;
     let c = reqwest::Client::new();
+    warm(&c, &node).await;
     arm(
         &relay,
         store,

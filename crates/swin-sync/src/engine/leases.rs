@@ -22,7 +22,8 @@ impl NamespaceSync {
         within: Duration,
     ) -> Option<Result<Acquired, StoreError>> {
         let store = self.session.store.as_ref()?;
-        let call = store.acquire(self.name(), acquire);
+        let not_after = self.deadline_within(within);
+        let call = store.acquire(self.name(), acquire, not_after);
         Some(self.lease_call(within, call).await)
     }
 

@@ -67,14 +67,17 @@ pub enum Released {
 store_calls! {
     /// The leases side of a store.
     pub trait LeaseStore {
-        fn acquire(&self, namespace: &str, acquire: Acquire<'_>) -> Acquired;
+        /// Takes the slots if the key's live leases leave room. Past `not_after` by the
+        /// store's clock nothing changes ([`StoreError::TooLate`](crate::StoreError::TooLate):
+        /// its caller stopped waiting), as for every change below. Sent again, the same
+        /// lease replaces itself.
+        fn acquire(&self, namespace: &str, acquire: Acquire<'_>, not_after: UnixMs) -> Acquired;
 
         /// Ends a live lease as the operation `op` (an operation id, see
         /// [`new_op`](crate::store::new_op)), marking its end for [`LEASE_END_KEPT_MS`]:
         /// [`Released::Now`] also when an earlier attempt of `op` ended it,
         /// [`Released::Before`] when another release did. Past `not_after` by the
-        /// store's clock nothing changes ([`StoreError::TooLate`](crate::StoreError::TooLate):
-        /// its caller stopped waiting), as for every change below.
+        /// store's clock nothing changes.
         fn release(
             &self,
             namespace: &str,

@@ -30,7 +30,7 @@ pub async fn leases_never_pass_the_limit_under_racing_acquires(s: &TestStore) {
                 let a = acquire("k", &lease, 1, now, 30_000);
                 (
                     lease.clone(),
-                    store.acquire("ns", a).await.expect("acquire"),
+                    store.acquire("ns", a, LATER).await.expect("acquire"),
                 )
             })
         })
@@ -50,19 +50,19 @@ pub async fn leases_never_pass_the_limit_under_racing_acquires(s: &TestStore) {
     // a count of 2 does not fit in what is left; another key is apart
     let big = s
         .store
-        .acquire("ns", acquire("k", "big", 2, now, 30_000))
+        .acquire("ns", acquire("k", "big", 2, now, 30_000), LATER)
         .await
         .expect("big");
     assert!(!big.granted);
     let other = s
         .store
-        .acquire("ns", acquire("other", "o", 3, now, 30_000))
+        .acquire("ns", acquire("other", "o", 3, now, 30_000), LATER)
         .await
         .expect("other");
     assert!(other.granted && other.in_flight == 3, "{other:?}");
     let other_ns = s
         .store
-        .acquire("ns2", acquire("k", "x", 3, now, 30_000))
+        .acquire("ns2", acquire("k", "x", 3, now, 30_000), LATER)
         .await
         .expect("ns2");
     assert!(other_ns.granted, "another namespace is apart");
@@ -81,13 +81,13 @@ pub async fn leases_never_pass_the_limit_under_racing_acquires(s: &TestStore) {
     assert_eq!(release(&granted[0]).await, Released::Before, "again");
     assert_eq!(release("never").await, Released::NotLive, "unknown");
     let next = st
-        .acquire("ns", acquire("k", "next", 1, now + 2, 30_000))
+        .acquire("ns", acquire("k", "next", 1, now + 2, 30_000), LATER)
         .await
         .expect("next");
     assert!(next.granted && next.in_flight == 3, "{next:?}");
     // a retried acquire of a lease it holds replaces it, not adds
     let again = st
-        .acquire("ns", acquire("k", "next", 1, now + 3, 30_000))
+        .acquire("ns", acquire("k", "next", 1, now + 3, 30_000), LATER)
         .await
         .expect("retry");
     assert!(again.granted && again.in_flight == 3, "{again:?}");
@@ -98,12 +98,12 @@ pub async fn leases_lapse_and_renew_only_while_live(s: &TestStore) {
     let t = 1_800_000_000_000;
     // limit 3, a lease of 3 until t + 1000
     let a = st
-        .acquire("ns", acquire("k", "a", 3, t, 1_000))
+        .acquire("ns", acquire("k", "a", 3, t, 1_000), LATER)
         .await
         .expect("a");
     assert!(a.granted);
     let b = st
-        .acquire("ns", acquire("k", "b", 1, t + 500, 1_000))
+        .acquire("ns", acquire("k", "b", 1, t + 500, 1_000), LATER)
         .await
         .expect("b");
     assert!(
@@ -116,13 +116,13 @@ pub async fn leases_lapse_and_renew_only_while_live(s: &TestStore) {
         .await
         .expect("renew"));
     let c = st
-        .acquire("ns", acquire("k", "c", 1, t + 2_000, 1_000))
+        .acquire("ns", acquire("k", "c", 1, t + 2_000, 1_000), LATER)
         .await
         .expect("c");
     assert!(!c.granted, "a renewed lease still counts: {c:?}");
     // lapsed: no longer counts, cannot be released or renewed
     let d = st
-        .acquire("ns", acquire("k", "d", 2, t + 5_000, 1_000))
+        .acquire("ns", acquire("k", "d", 2, t + 5_000, 1_000), LATER)
         .await
         .expect("d");
     assert!(d.granted && d.in_flight == 2, "{d:?}");
@@ -134,7 +134,7 @@ pub async fn leases_lapse_and_renew_only_while_live(s: &TestStore) {
         .await
         .expect("lapsed renew"));
     let e = st
-        .acquire("ns", acquire("k", "e", 2, t + 5_002, 1_000))
+        .acquire("ns", acquire("k", "e", 2, t + 5_002, 1_000), LATER)
         .await
         .expect("e");
     assert!(!e.granted && e.in_flight == 2, "{e:?}");
@@ -155,7 +155,7 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
         ("mine", 1, 500),
         ("envoy.c", 1, 10),
     ] {
-        let a = st.acquire("ns", big("k", lease, count, ttl)).await;
+        let a = st.acquire("ns", big("k", lease, count, ttl), LATER).await;
         assert!(a.expect("acquire").granted);
     }
     let now = UnixMs(t + 100);
@@ -180,6 +180,7 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
                 now,
                 ..big("k", "probe", 8, 1_000)
             },
+            LATER,
         )
         .await
         .expect("probe");
@@ -205,7 +206,7 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
     assert_eq!(r.await.expect("mine still live"), Released::Now);
     // another key and namespace are apart
     assert!(
-        st.acquire("ns", big("other", "envoy.o", 1, 1_000))
+        st.acquire("ns", big("other", "envoy.o", 1, 1_000), LATER)
             .await
             .expect("other")
             .granted
@@ -241,7 +242,7 @@ pub async fn leases_in_flight_count_the_live_slots_of_one_namespace(s: &TestStor
         ("ab", "k1", "l1", 5, 1_000),
         ("a", "k1", "l1", 1, 1_000),
     ] {
-        let a = st.acquire(ns, take(key, lease, count, ttl)).await;
+        let a = st.acquire(ns, take(key, lease, count, ttl), LATER).await;
         assert!(a.expect("acquire").granted, "{ns} {key} {lease}");
     }
     let now = UnixMs(t + 100);
@@ -273,7 +274,7 @@ pub async fn a_lease_change_past_its_deadline_changes_nothing(s: &TestStore) {
     let past = UnixMs(now - 60_000);
     for lease in ["a", "envoy.b"] {
         let a = st
-            .acquire("ns", acquire("k", lease, 1, now, 60_000))
+            .acquire("ns", acquire("k", lease, 1, now, 60_000), LATER)
             .await
             .expect("acquire");
         assert!(a.granted);
@@ -292,10 +293,14 @@ pub async fn a_lease_change_past_its_deadline_changes_nothing(s: &TestStore) {
         .release_slots("ns", "k", "envoy.", 1, UnixMs(now), past)
         .await;
     assert!(matches!(r, Err(swin_sync::StoreError::TooLate)), "{r:?}");
+    let r = st
+        .acquire("ns", acquire("k", "late", 1, now, 60_000), past)
+        .await;
+    assert!(matches!(r, Err(swin_sync::StoreError::TooLate)), "{r:?}");
     // both leases still live, as acquired
     assert_eq!(st.in_flight("ns", UnixMs(now + 1)).await.expect("count"), 2);
     let full = st
-        .acquire("ns", acquire("k", "c", 2, now, 60_000))
+        .acquire("ns", acquire("k", "c", 2, now, 60_000), LATER)
         .await
         .expect("acquire");
     assert!(!full.granted, "two held of three: {full:?}");
@@ -312,12 +317,12 @@ pub async fn a_lease_change_past_its_deadline_changes_nothing(s: &TestStore) {
 pub async fn a_lease_change_retried_after_a_lost_reply_applies_once(s: &TestStore) {
     let (st, faults) = crate::common::faulty(&s.store);
     let now = 1_800_000_000_000;
-    let take = || st.acquire("ns", acquire("k", "lost", 2, now, 10_000));
+    let take = || st.acquire("ns", acquire("k", "lost", 2, now, 10_000), LATER);
     faults.plan([Fault::FailAfter]);
     take().await.expect_err("the reply lost");
     let a = take().await.expect("again");
     assert_eq!((a.granted, a.in_flight), (true, 2), "counted once: {a:?}");
-    let other = st.acquire("ns", acquire("k", "other", 2, now, 10_000));
+    let other = st.acquire("ns", acquire("k", "other", 2, now, 10_000), LATER);
     assert!(!other.await.expect("other").granted, "two of three held");
 
     let renew = || {
@@ -362,7 +367,7 @@ pub async fn a_lease_change_retried_after_a_lost_reply_applies_once(s: &TestStor
 
     // acquired again, the lease is live; lapsed, it is not live (not "ended before")
     let short = acquire("k", "lost", 1, now + 4, 1_000);
-    assert!(st.acquire("ns", short).await.expect("again").granted);
+    assert!(st.acquire("ns", short, LATER).await.expect("again").granted);
     let op = new_op();
     let lapsed = st.release("ns", "k", "lost", &op, UnixMs(now + 2_000), LATER);
     assert_eq!(lapsed.await.expect("lapsed"), Released::NotLive);

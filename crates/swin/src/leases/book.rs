@@ -18,7 +18,7 @@ use swin_sync::{NamespaceSync, StoreError};
 
 use super::LocalLeases;
 use crate::error::Error;
-use crate::known::{reply_lost, until_known, until_known_as, Outcome};
+use crate::known::{reply_lost, until_known_as, Outcome};
 
 /// A namespace's leases: its store's, or this node's.
 #[derive(Debug, Clone)]
@@ -65,14 +65,15 @@ impl LeaseBook {
         what: &str,
     ) -> Result<Acquired, Error> {
         match self {
-            LeaseBook::Store(sync) => known(
-                until_known(within, |w| async move {
+            LeaseBook::Store(sync) => {
+                // an acquire carries a deadline: one that timed out was not applied
+                let r = until_known_as(within, reply_lost, |w| async move {
                     no_store(sync.acquire_lease(a, w).await)
                 })
-                .await,
-                what,
-            ),
-            LeaseBook::Local(l) => local(l.acquire("", a).await),
+                .await;
+                known(r, what)
+            }
+            LeaseBook::Local(l) => local(l.acquire("", a, a.now).await),
         }
     }
 

@@ -185,7 +185,12 @@ impl LocalLeases {
 }
 
 impl LeaseStore for LocalLeases {
-    async fn acquire(&self, _namespace: &str, a: Acquire<'_>) -> Result<Acquired, StoreError> {
+    async fn acquire(
+        &self,
+        _namespace: &str,
+        a: Acquire<'_>,
+        _not_after: UnixMs,
+    ) -> Result<Acquired, StoreError> {
         self.take(&a)
     }
 

@@ -12,7 +12,12 @@ use crate::store::leases::{
 use crate::StoreError;
 
 impl LeaseStore for PostgresStore {
-    async fn acquire(&self, namespace: &str, a: Acquire<'_>) -> Result<Acquired, StoreError> {
+    async fn acquire(
+        &self,
+        namespace: &str,
+        a: Acquire<'_>,
+        not_after: UnixMs,
+    ) -> Result<Acquired, StoreError> {
         if a.key.contains('\0') || a.lease.contains('\0') {
             return Err(StoreError::Protocol(
                 "PostgreSQL cannot store a key holding U+0000".into(),
@@ -62,7 +67,7 @@ impl LeaseStore for PostgresStore {
         .await
         .map_err(err)?;
         let in_flight = u64::try_from(in_flight).unwrap_or(0);
-        tx.commit().await.map_err(err)?;
+        commit_by(tx, not_after).await?;
         Ok(crate::store::leases::acquired(
             in_flight, earliest, granted, &a,
         ))

@@ -101,7 +101,12 @@ impl RedisStore {
 }
 
 impl LeaseStore for RedisStore {
-    async fn acquire(&self, namespace: &str, a: Acquire<'_>) -> Result<Acquired, StoreError> {
+    async fn acquire(
+        &self,
+        namespace: &str,
+        a: Acquire<'_>,
+        not_after: UnixMs,
+    ) -> Result<Acquired, StoreError> {
         let mut inv = Eval::default();
         inv.key(&self.lease_key(namespace, a.key))
             .key(&self.lease_end_key(namespace, a.key, a.lease))
@@ -109,7 +114,8 @@ impl LeaseStore for RedisStore {
             .arg(a.count)
             .arg(a.limit)
             .arg(a.expires_at.0)
-            .arg(a.now.0);
+            .arg(a.now.0)
+            .arg(not_after.0);
         let calls = vec![
             inv.call(&self.scripts.lease_acquire, true),
             self.index_call(namespace, a.key, a.expires_at),
@@ -119,6 +125,9 @@ impl LeaseStore for RedisStore {
             Some(v) => redis::from_owned_redis_value(v)?,
             None => Vec::new(),
         };
+        if r.first() == Some(&-1) {
+            return Err(StoreError::TooLate);
+        }
         let [granted, in_flight, earliest] = r[..] else {
             return Err(StoreError::Protocol(format!("an acquire answered {r:?}")));
         };

@@ -11,7 +11,12 @@ use crate::store::leases::{
 use crate::StoreError;
 
 impl LeaseStore for SqliteStore {
-    async fn acquire(&self, namespace: &str, a: Acquire<'_>) -> Result<Acquired, StoreError> {
+    async fn acquire(
+        &self,
+        namespace: &str,
+        a: Acquire<'_>,
+        not_after: UnixMs,
+    ) -> Result<Acquired, StoreError> {
         let mut tx = self.pool().begin().await.map_err(err)?;
         sqlx::query(
             "DELETE FROM swin_leases WHERE namespace = ?1 AND key = ?2 AND expires_at <= ?3",
@@ -60,7 +65,7 @@ impl LeaseStore for SqliteStore {
             .await
             .map_err(err)?;
         }
-        tx.commit().await.map_err(err)?;
+        commit_by(tx, not_after).await?;
         Ok(crate::store::leases::acquired(
             in_flight, earliest, granted, &a,
         ))
