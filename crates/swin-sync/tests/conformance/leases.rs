@@ -66,7 +66,7 @@ pub async fn leases_never_pass_the_limit_under_racing_acquires(s: &TestStore) {
         .await
         .expect("ns2");
     assert!(other_ns.granted, "another namespace is apart");
-    // released once: a slot is free at once; twice: unknown
+    // released once: a slot is free at once; twice: told it was ended before
     let st = &s.store;
     let release = |lease: &str| {
         let lease = lease.to_owned();
