@@ -316,6 +316,72 @@ async fn an_acquire_whose_every_reply_is_lost_is_unknown_then_replaced(store: &T
     assert_eq!(in_flight(&c, &node, "k").await, 2, "counted once");
 }
 
+/// Envoy's end of a request (a negative hit, ended by key and count, not by lease) whose
+/// reply is lost is never sent again — a second attempt would end as many slots more —
+/// and says the slots may have been ended (it was `store_unreachable`, which says
+/// nothing changed): of 2 slots started, exactly 1 is ended.
+async fn an_envoy_end_whose_reply_is_lost_ends_its_slots_once(store: &TestStore) {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    let relay = Relay::to_url(&store.url).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let grpc_port = swin_testkit::free_port();
+    let text = format!(
+        "grpc_listen = \"127.0.0.1:{grpc_port}\"\n{}",
+        config(&store.section_via(&relay))
+    );
+    let _node = node_in(dir.path(), &text);
+    swin_testkit::wait_for_port(grpc_port, Duration::from_secs(30));
+    let mut c = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc_port}"))
+        .await
+        .expect("connect");
+    let mut send = async |n: u64, back: bool| {
+        let d = RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".into(),
+                value: "e".into(),
+            }],
+            hits_addend: Some(envoy_types::pb::google::protobuf::UInt64Value { value: n }),
+            is_negative_hits: back,
+            ..Default::default()
+        };
+        let r = RateLimitRequest {
+            domain: "slots".into(),
+            descriptors: vec![d],
+            hits_addend: 0,
+        };
+        c.should_rate_limit(r)
+            .await
+            .map(|r| r.into_inner().overall_code)
+    };
+    let ok = Code::Ok as i32;
+    assert_eq!(send(2, false).await.expect("start"), ok);
+    arm(
+        &relay,
+        store,
+        &[b"$6\r\nenvoy.\r\n"],
+        b"left(lease, length($4)) = $4",
+    );
+    let e = send(1, true).await.expect_err("its reply lost");
+    assert_eq!(
+        (e.code(), relay.lost()),
+        (tonic::Code::Unavailable, 1),
+        "{e:?}"
+    );
+    // not `store_unreachable` (which says nothing changed): the slots may have ended
+    assert!(e.message().contains("may have ended the slots"), "{e:?}");
+    // exactly one of the two slots ended: two more fit under 3, a third does not
+    assert_eq!(send(2, false).await.expect("start"), ok, "one slot held");
+    assert_eq!(
+        send(1, false).await.expect("start"),
+        Code::OverLimit as i32,
+        "ended once, not twice"
+    );
+}
+
 /// A call on `key`'s runtime limits in `api` (with `body`, if any).
 async fn limits(
     c: &reqwest::Client,
@@ -402,6 +468,7 @@ swin_testkit::for_stores!([postgres, redis] [
     an_acquire_of_the_node_s_id_whose_reply_is_lost_is_granted_once,
     a_release_whose_every_reply_is_lost_is_unknown_then_replayed,
     an_acquire_whose_every_reply_is_lost_is_unknown_then_replaced,
+    an_envoy_end_whose_reply_is_lost_ends_its_slots_once,
     a_limit_set_whose_reply_is_lost_answers_set,
     a_limit_removed_whose_reply_is_lost_is_not_answered_unchanged,
 ]);
