@@ -32,6 +32,7 @@ pub mod config;
 pub mod decisions;
 pub mod error;
 pub mod idempotency;
+pub(crate) mod known;
 pub mod leases;
 pub mod limiter;
 pub(crate) mod pipeline;

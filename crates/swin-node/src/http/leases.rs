@@ -4,12 +4,15 @@
 //!   "ttl": S, "lease": "<own id>"}` → 200 `{"allowed": true, "lease", "in_flight",
 //!   "limit", "expires_at"}` or 429 `{"allowed": false, "in_flight", "limit",
 //!   "retry_after"}`, with the RateLimit headers (and Retry-After on a 429);
-//! - `POST …/release` `{"lease": "<id>"}` → 200 `{"released": true, "lease"}`;
+//! - `POST …/release` `{"lease": "<id>"}` → 200 `{"released": true, "lease"}` (and
+//!   `"replayed": true` when an earlier release ended it, less than two minutes ago: a
+//!   release sent again after its answer was lost);
 //! - `POST …/renew` `{"lease": "<id>", "ttl": S}` → 200 `{"renewed": true, "lease",
 //!   "expires_at"}`.
 //!
-//! A release or renewal of a lease that is not live (released, lapsed, never granted) is
-//! 404 `unknown_lease` and changes nothing.
+//! A release or renewal of a lease that is not live (lapsed, never granted, released
+//! more than two minutes ago; a renewal: released at all) is 404 `unknown_lease` and
+//! changes nothing.
 
 use std::sync::Arc;
 
@@ -159,8 +162,13 @@ async fn release(
         .into());
     }
     let lease = body.lease()?;
-    state.limiter.release(&namespace, &key, lease).await?;
-    Ok(Json(serde_json::json!({"released": true, "lease": lease})).into_response())
+    let replayed = state.limiter.release(&namespace, &key, lease).await?;
+    let mut body = serde_json::json!({"released": true, "lease": lease});
+    if replayed {
+        // a release sent again: the lease was ended by an earlier one
+        body["replayed"] = true.into();
+    }
+    Ok(Json(body).into_response())
 }
 
 async fn renew(

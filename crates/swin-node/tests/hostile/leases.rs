@@ -50,15 +50,24 @@ async fn a_store_outage_refuses_lease_calls_and_changes_no_slot() {
     let held = serde_json::json!({"lease": v["lease"]});
 
     drop(own.server.take()); // the store goes away
-    for (op, body) in [
+    for (i, (op, body)) in [
         ("acquire", serde_json::json!({})),
         ("acquire", serde_json::json!({"lease": "mine"})),
         ("release", held.clone()),
         ("renew", held.clone()),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let (s, v) = post(&c, base, "k", op, body).await;
         assert_eq!(s, 503, "{op}: {v}");
-        assert_eq!(v["error"]["code"], "store_unreachable", "{op}: {v}");
+        // the first call may find the node's connection broken under it (the store
+        // went away as it was sent): whether the store took it, the node cannot tell
+        let code = v["error"]["code"].as_str();
+        assert!(
+            code == Some("store_unreachable") || (i == 0 && code == Some("outcome_unknown")),
+            "{op}: {v}"
+        );
     }
 
     own.restart();

@@ -87,7 +87,13 @@ async fn a_store_outage_refuses_changes_and_decisions_go_on_exactly() {
     drop(server.take()); // the store goes away
     let (s, v) = send(&c, reqwest::Method::PUT, key_limits("k2"), limit(1)).await;
     assert_eq!(s, 503, "{v}");
-    assert_eq!(v["error"]["code"], "store_unreachable", "{v}");
+    // the first change may find the node's connection broken under it (the store went
+    // away as it was sent): whether the store took it, the node cannot tell
+    let code = v["error"]["code"].as_str();
+    assert!(
+        matches!(code, Some("store_unreachable" | "outcome_unknown")),
+        "{v}"
+    );
     let (s, v) = send(&c, reqwest::Method::DELETE, key_limits("k1"), None).await;
     assert_eq!(s, 503, "{v}");
     let (s, _) = send(&c, reqwest::Method::GET, key_limits("k1"), None).await;

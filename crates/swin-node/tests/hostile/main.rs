@@ -31,6 +31,9 @@
 //! - `reservations`: reserve and commit through a store that goes away or hangs;
 //! - `lost_replies`: a reserve, an extend and a commit whose store reply is lost after
 //!   the store applied it (a relay drops it) apply once, and say so;
+//! - `lost_replies_leases`: the same for an acquire, a renewal and a release of a lease
+//!   (a release sent again answers `replayed`, not "not live") and for runtime limits
+//!   set or removed (never "nothing was changed" after the store changed them);
 //! - `budgets`: token budgets — a commit raced on two nodes, an extend after the ttl,
 //!   a reservation over several keys through a store outage, debt and its Retry-After,
 //!   a reserve denied by one key, bad input;
@@ -67,6 +70,7 @@ mod late;
 mod leases;
 mod limits;
 mod lost_replies;
+mod lost_replies_leases;
 mod quota;
 mod quota_cluster;
 mod readiness;

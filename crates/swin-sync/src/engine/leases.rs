@@ -7,21 +7,38 @@
 use swin_core::UnixMs;
 
 use super::NamespaceSync;
-use crate::store::{Acquire, Acquired};
+use std::time::Duration;
+
+use crate::store::{Acquire, Acquired, Released};
 use crate::StoreError;
 
 impl NamespaceSync {
     /// Takes `acquire.count` slots of `acquire.key` if its live leases leave room.
     /// `None`: the namespace has no store (the node keeps its leases itself).
+    /// The caller waits at most `within`.
     pub async fn acquire_lease(
         &self,
         acquire: Acquire<'_>,
+        within: Duration,
     ) -> Option<Result<Acquired, StoreError>> {
         let store = self.session.store.as_ref()?;
-        Some(
-            self.call_for_request(store.acquire(self.name(), acquire))
-                .await,
-        )
+        let not_after = self.deadline_within(within);
+        let call = store.acquire(self.name(), acquire, not_after);
+        Some(self.lease_call(within, call).await)
+    }
+
+    /// A lease call its caller waits for at most `within` (and the store timeout); a
+    /// timeout trips the breaker, as a request's store call does.
+    async fn lease_call<T>(
+        &self,
+        within: Duration,
+        f: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let r = self.call_within(within, f).await;
+        if let Err(e @ StoreError::Timeout(_)) = &r {
+            self.trip(e);
+        }
+        r
     }
 
     /// Ends up to `count` slots of `key`'s live leases whose ids begin with `prefix`,
@@ -57,26 +74,36 @@ impl NamespaceSync {
         )
     }
 
-    /// Ends (`renew_to: None`) or renews a live lease; false when it is unknown,
-    /// released or lapsed. `None`: no store.
-    pub async fn end_or_renew_lease(
+    /// Ends a live lease as the operation `op` (see
+    /// [`crate::store::LeaseStore::release`]). The caller waits at most `within`.
+    /// `None`: no store.
+    pub async fn release_lease(
         &self,
         key: &str,
         lease: &str,
+        op: &str,
         now: UnixMs,
-        renew_to: Option<UnixMs>,
+        within: Duration,
+    ) -> Option<Result<Released, StoreError>> {
+        let store = self.session.store.as_ref()?;
+        let (name, not_after) = (self.name(), self.deadline_within(within));
+        let call = store.release(name, key, lease, op, now, not_after);
+        Some(self.lease_call(within, call).await)
+    }
+
+    /// Moves a live lease's lapse to `to`; false when it is not live. The caller waits at
+    /// most `within`. `None`: no store.
+    pub async fn renew_lease(
+        &self,
+        key: &str,
+        lease: &str,
+        to: UnixMs,
+        now: UnixMs,
+        within: Duration,
     ) -> Option<Result<bool, StoreError>> {
         let store = self.session.store.as_ref()?;
-        let (name, not_after) = (self.name(), self.deadline_within(self.answer_within()));
-        Some(match renew_to {
-            None => {
-                self.call_for_request(store.release(name, key, lease, now, not_after))
-                    .await
-            }
-            Some(to) => {
-                self.call_for_request(store.renew(name, key, lease, to, now, not_after))
-                    .await
-            }
-        })
+        let (name, not_after) = (self.name(), self.deadline_within(within));
+        let call = store.renew(name, key, lease, to, now, not_after);
+        Some(self.lease_call(within, call).await)
     }
 }

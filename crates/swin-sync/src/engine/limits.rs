@@ -28,28 +28,39 @@ impl NamespaceSync {
     }
 
     /// Sets a key's limits in the store. No store: nothing to do. An operator's change
-    /// waits up to the store timeout (it is no decision: `answer_within` does not bound
-    /// it), and the store applies it only before `deadline_within` of that by its
-    /// own clock: an error here means nothing changed, even when the store answers later.
-    pub async fn put_limit(&self, limit: &StoredLimit) -> Result<(), StoreError> {
+    /// waits up to `within` (the caller's: it is no decision, `answer_within` does not
+    /// bound it), and the store applies it only before `deadline_within` of that by its
+    /// own clock: an error that did not [may have run](StoreError::may_have_run) means
+    /// nothing changed; one that may have (a lost reply) is resolved by sending the same
+    /// limits again, which sets the same.
+    pub async fn put_limit(
+        &self,
+        limit: &StoredLimit,
+        within: std::time::Duration,
+    ) -> Result<(), StoreError> {
         match &self.session.store {
             Some(store) => {
-                let not_after = self.deadline_within(self.session.timeout);
-                self.call(store.put_limit(self.name(), limit, not_after))
-                    .await
+                let not_after = self.deadline_within(within);
+                let put = store.put_limit(self.name(), limit, not_after);
+                self.call_within(within, put).await
             }
             None => Ok(()),
         }
     }
 
     /// Removes a key's limits from the store; false when it had none (or no store). As
-    /// [`Self::put_limit`], an error means nothing was removed.
-    pub async fn delete_limit(&self, key: &str) -> Result<bool, StoreError> {
+    /// [`Self::put_limit`]: an error that may have run may have removed them (sent
+    /// again, it answers false then).
+    pub async fn delete_limit(
+        &self,
+        key: &str,
+        within: std::time::Duration,
+    ) -> Result<bool, StoreError> {
         match &self.session.store {
             Some(store) => {
-                let not_after = self.deadline_within(self.session.timeout);
-                self.call(store.delete_limit(self.name(), key, not_after))
-                    .await
+                let not_after = self.deadline_within(within);
+                let delete = store.delete_limit(self.name(), key, not_after);
+                self.call_within(within, delete).await
             }
             None => Ok(false),
         }

@@ -36,7 +36,7 @@ pub use self::demands::{DemandStore, Demands};
 #[cfg(feature = "faults")]
 pub use self::faulty::{Fault, FaultyStore};
 pub use self::idempotency::{Claim, Claimed, ClientShare, Fingerprint, IdempotencyStore, Record};
-pub use self::leases::{Acquire, Acquired, LeaseStore};
+pub use self::leases::{Acquire, Acquired, LeaseStore, Released, LEASE_END_KEPT_MS};
 pub use self::limits::{LimitChanges, LimitStore, StoredLimit};
 pub(crate) use self::normalize::{normalize, normalize_advances};
 pub use self::postgres::PostgresStore;

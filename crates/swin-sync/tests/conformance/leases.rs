@@ -1,9 +1,9 @@
 //! Concurrency leases: never more slots in flight than the limit, whatever races; a
 //! lease ends once (release, lapse), renews only while live, and a retried acquire of
-//! the same lease replaces it.
+//! the same lease replaces it; every change sent again after a lost reply applies once.
 
 use swin_core::UnixMs;
-use swin_sync::store::Acquire;
+use swin_sync::store::{new_op, Acquire, Fault, Released};
 use swin_testkit::TestStore;
 
 /// A deadline no change here reaches.
@@ -30,7 +30,7 @@ pub async fn leases_never_pass_the_limit_under_racing_acquires(s: &TestStore) {
                 let a = acquire("k", &lease, 1, now, 30_000);
                 (
                     lease.clone(),
-                    store.acquire("ns", a).await.expect("acquire"),
+                    store.acquire("ns", a, LATER).await.expect("acquire"),
                 )
             })
         })
@@ -50,44 +50,44 @@ pub async fn leases_never_pass_the_limit_under_racing_acquires(s: &TestStore) {
     // a count of 2 does not fit in what is left; another key is apart
     let big = s
         .store
-        .acquire("ns", acquire("k", "big", 2, now, 30_000))
+        .acquire("ns", acquire("k", "big", 2, now, 30_000), LATER)
         .await
         .expect("big");
     assert!(!big.granted);
     let other = s
         .store
-        .acquire("ns", acquire("other", "o", 3, now, 30_000))
+        .acquire("ns", acquire("other", "o", 3, now, 30_000), LATER)
         .await
         .expect("other");
     assert!(other.granted && other.in_flight == 3, "{other:?}");
     let other_ns = s
         .store
-        .acquire("ns2", acquire("k", "x", 3, now, 30_000))
+        .acquire("ns2", acquire("k", "x", 3, now, 30_000), LATER)
         .await
         .expect("ns2");
     assert!(other_ns.granted, "another namespace is apart");
-    // released once: a slot is free at once; twice: unknown
+    // released once: a slot is free at once; twice: told it was ended before
     let st = &s.store;
-    assert!(st
-        .release("ns", "k", &granted[0], UnixMs(now + 1), LATER)
-        .await
-        .expect("release"));
-    assert!(!st
-        .release("ns", "k", &granted[0], UnixMs(now + 1), LATER)
-        .await
-        .expect("again"));
-    assert!(!st
-        .release("ns", "k", "never", UnixMs(now + 1), LATER)
-        .await
-        .expect("unknown"));
+    let release = |lease: &str| {
+        let lease = lease.to_owned();
+        async move {
+            st.release("ns", "k", &lease, &new_op(), UnixMs(now + 1), LATER)
+                .await
+                .expect("release")
+        }
+    };
+    assert_eq!(release(&granted[0]).await, Released::Now);
+    // another release of it: told it was ended, nothing changed
+    assert_eq!(release(&granted[0]).await, Released::Before, "again");
+    assert_eq!(release("never").await, Released::NotLive, "unknown");
     let next = st
-        .acquire("ns", acquire("k", "next", 1, now + 2, 30_000))
+        .acquire("ns", acquire("k", "next", 1, now + 2, 30_000), LATER)
         .await
         .expect("next");
     assert!(next.granted && next.in_flight == 3, "{next:?}");
     // a retried acquire of a lease it holds replaces it, not adds
     let again = st
-        .acquire("ns", acquire("k", "next", 1, now + 3, 30_000))
+        .acquire("ns", acquire("k", "next", 1, now + 3, 30_000), LATER)
         .await
         .expect("retry");
     assert!(again.granted && again.in_flight == 3, "{again:?}");
@@ -98,12 +98,12 @@ pub async fn leases_lapse_and_renew_only_while_live(s: &TestStore) {
     let t = 1_800_000_000_000;
     // limit 3, a lease of 3 until t + 1000
     let a = st
-        .acquire("ns", acquire("k", "a", 3, t, 1_000))
+        .acquire("ns", acquire("k", "a", 3, t, 1_000), LATER)
         .await
         .expect("a");
     assert!(a.granted);
     let b = st
-        .acquire("ns", acquire("k", "b", 1, t + 500, 1_000))
+        .acquire("ns", acquire("k", "b", 1, t + 500, 1_000), LATER)
         .await
         .expect("b");
     assert!(
@@ -116,26 +116,25 @@ pub async fn leases_lapse_and_renew_only_while_live(s: &TestStore) {
         .await
         .expect("renew"));
     let c = st
-        .acquire("ns", acquire("k", "c", 1, t + 2_000, 1_000))
+        .acquire("ns", acquire("k", "c", 1, t + 2_000, 1_000), LATER)
         .await
         .expect("c");
     assert!(!c.granted, "a renewed lease still counts: {c:?}");
     // lapsed: no longer counts, cannot be released or renewed
     let d = st
-        .acquire("ns", acquire("k", "d", 2, t + 5_000, 1_000))
+        .acquire("ns", acquire("k", "d", 2, t + 5_000, 1_000), LATER)
         .await
         .expect("d");
     assert!(d.granted && d.in_flight == 2, "{d:?}");
-    assert!(!st
-        .release("ns", "k", "a", UnixMs(t + 5_001), LATER)
-        .await
-        .expect("lapsed release"));
+    let op = new_op();
+    let r = st.release("ns", "k", "a", &op, UnixMs(t + 5_001), LATER);
+    assert_eq!(r.await.expect("lapsed release"), Released::NotLive);
     assert!(!st
         .renew("ns", "k", "a", UnixMs(t + 9_000), UnixMs(t + 5_001), LATER)
         .await
         .expect("lapsed renew"));
     let e = st
-        .acquire("ns", acquire("k", "e", 2, t + 5_002, 1_000))
+        .acquire("ns", acquire("k", "e", 2, t + 5_002, 1_000), LATER)
         .await
         .expect("e");
     assert!(!e.granted && e.in_flight == 2, "{e:?}");
@@ -156,7 +155,7 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
         ("mine", 1, 500),
         ("envoy.c", 1, 10),
     ] {
-        let a = st.acquire("ns", big("k", lease, count, ttl)).await;
+        let a = st.acquire("ns", big("k", lease, count, ttl), LATER).await;
         assert!(a.expect("acquire").granted);
     }
     let now = UnixMs(t + 100);
@@ -167,10 +166,11 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
             .expect("release"),
         3
     );
-    assert!(
-        !st.release("ns", "k", "envoy.a", now, LATER)
+    assert_eq!(
+        st.release("ns", "k", "envoy.a", &new_op(), now, LATER)
             .await
             .expect("a"),
+        Released::NotLive,
         "envoy.a ended whole"
     );
     let full = st
@@ -180,6 +180,7 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
                 now,
                 ..big("k", "probe", 8, 1_000)
             },
+            LATER,
         )
         .await
         .expect("probe");
@@ -200,13 +201,12 @@ pub async fn slots_released_by_prefix_end_the_earliest_first(s: &TestStore) {
             .expect("none"),
         0
     );
-    assert!(st
-        .release("ns", "k", "mine", now, LATER)
-        .await
-        .expect("mine still live"));
+    let op = new_op();
+    let r = st.release("ns", "k", "mine", &op, now, LATER);
+    assert_eq!(r.await.expect("mine still live"), Released::Now);
     // another key and namespace are apart
     assert!(
-        st.acquire("ns", big("other", "envoy.o", 1, 1_000))
+        st.acquire("ns", big("other", "envoy.o", 1, 1_000), LATER)
             .await
             .expect("other")
             .granted
@@ -242,7 +242,7 @@ pub async fn leases_in_flight_count_the_live_slots_of_one_namespace(s: &TestStor
         ("ab", "k1", "l1", 5, 1_000),
         ("a", "k1", "l1", 1, 1_000),
     ] {
-        let a = st.acquire(ns, take(key, lease, count, ttl)).await;
+        let a = st.acquire(ns, take(key, lease, count, ttl), LATER).await;
         assert!(a.expect("acquire").granted, "{ns} {key} {lease}");
     }
     let now = UnixMs(t + 100);
@@ -251,10 +251,9 @@ pub async fn leases_in_flight_count_the_live_slots_of_one_namespace(s: &TestStor
     assert_eq!(in_flight("ab").await, 5);
     assert_eq!(in_flight("a").await, 1);
     assert_eq!(in_flight("none").await, 0);
-    assert!(st
-        .release("a*", "k2", "l2", now, LATER)
-        .await
-        .expect("release"));
+    let op = new_op();
+    let r = st.release("a*", "k2", "l2", &op, now, LATER);
+    assert_eq!(r.await.expect("release"), Released::Now);
     assert_eq!(in_flight("a*").await, 2);
     assert_eq!(in_flight("a*").await, 2);
     // every lease lapsed
@@ -275,7 +274,7 @@ pub async fn a_lease_change_past_its_deadline_changes_nothing(s: &TestStore) {
     let past = UnixMs(now - 60_000);
     for lease in ["a", "envoy.b"] {
         let a = st
-            .acquire("ns", acquire("k", lease, 1, now, 60_000))
+            .acquire("ns", acquire("k", lease, 1, now, 60_000), LATER)
             .await
             .expect("acquire");
         assert!(a.granted);
@@ -283,7 +282,9 @@ pub async fn a_lease_change_past_its_deadline_changes_nothing(s: &TestStore) {
     let late = |r: Result<bool, swin_sync::StoreError>| {
         assert!(matches!(r, Err(swin_sync::StoreError::TooLate)), "{r:?}")
     };
-    late(st.release("ns", "k", "a", UnixMs(now), past).await);
+    let op = new_op();
+    let r = st.release("ns", "k", "a", &op, UnixMs(now), past).await;
+    assert!(matches!(r, Err(swin_sync::StoreError::TooLate)), "{r:?}");
     late(
         st.renew("ns", "k", "a", UnixMs(now + 1), UnixMs(now), past)
             .await,
@@ -292,15 +293,82 @@ pub async fn a_lease_change_past_its_deadline_changes_nothing(s: &TestStore) {
         .release_slots("ns", "k", "envoy.", 1, UnixMs(now), past)
         .await;
     assert!(matches!(r, Err(swin_sync::StoreError::TooLate)), "{r:?}");
+    let r = st
+        .acquire("ns", acquire("k", "late", 1, now, 60_000), past)
+        .await;
+    assert!(matches!(r, Err(swin_sync::StoreError::TooLate)), "{r:?}");
     // both leases still live, as acquired
     assert_eq!(st.in_flight("ns", UnixMs(now + 1)).await.expect("count"), 2);
     let full = st
-        .acquire("ns", acquire("k", "c", 2, now, 60_000))
+        .acquire("ns", acquire("k", "c", 2, now, 60_000), LATER)
         .await
         .expect("acquire");
     assert!(!full.granted, "two held of three: {full:?}");
-    assert!(st
-        .release("ns", "k", "a", UnixMs(now), LATER)
-        .await
-        .expect("release"));
+    let op = new_op();
+    let r = st.release("ns", "k", "a", &op, UnixMs(now), LATER);
+    assert_eq!(r.await.expect("release"), Released::Now);
+}
+
+/// Every lease change whose reply is lost (the store applied it) and which is sent
+/// again answers what the first did, changing nothing more: an acquire (the same lease
+/// replaces itself: its slots count once), a renewal (to the same lapse), a release
+/// (under the same operation id: ended now; under another: ended before). An acquire of
+/// the lease again makes it live: its earlier end is forgotten.
+pub async fn a_lease_change_retried_after_a_lost_reply_applies_once(s: &TestStore) {
+    let (st, faults) = crate::common::faulty(&s.store);
+    let now = 1_800_000_000_000;
+    let take = || st.acquire("ns", acquire("k", "lost", 2, now, 10_000), LATER);
+    faults.plan([Fault::FailAfter]);
+    take().await.expect_err("the reply lost");
+    let a = take().await.expect("again");
+    assert_eq!((a.granted, a.in_flight), (true, 2), "counted once: {a:?}");
+    let other = st.acquire("ns", acquire("k", "other", 2, now, 10_000), LATER);
+    assert!(!other.await.expect("other").granted, "two of three held");
+
+    let renew = || {
+        st.renew(
+            "ns",
+            "k",
+            "lost",
+            UnixMs(now + 60_000),
+            UnixMs(now + 1),
+            LATER,
+        )
+    };
+    faults.plan([Fault::FailAfter]);
+    renew().await.expect_err("the reply lost");
+    assert!(
+        renew().await.expect("again"),
+        "still live: renewed to the same lapse"
+    );
+    let past_first_lapse = UnixMs(now + 20_000);
+    let held = s.store.in_flight("ns", past_first_lapse).await;
+    assert_eq!(held.expect("count"), 2, "renewed past its first lapse");
+
+    let op = new_op();
+    let release = |op: &str| {
+        let op = op.to_owned();
+        let st = st.clone();
+        async move {
+            st.release("ns", "k", "lost", &op, UnixMs(now + 2), LATER)
+                .await
+        }
+    };
+    faults.plan([Fault::FailAfter]);
+    release(&op).await.expect_err("the reply lost");
+    assert_eq!(release(&op).await.expect("again"), Released::Now, "its own");
+    assert_eq!(
+        release(&new_op()).await.expect("another"),
+        Released::Before,
+        "a release sent again by its client"
+    );
+    let held = s.store.in_flight("ns", UnixMs(now + 3)).await;
+    assert_eq!(held.expect("count"), 0, "released once");
+
+    // acquired again, the lease is live; lapsed, it is not live (not "ended before")
+    let short = acquire("k", "lost", 1, now + 4, 1_000);
+    assert!(st.acquire("ns", short, LATER).await.expect("again").granted);
+    let op = new_op();
+    let lapsed = st.release("ns", "k", "lost", &op, UnixMs(now + 2_000), LATER);
+    assert_eq!(lapsed.await.expect("lapsed"), Released::NotLive);
 }

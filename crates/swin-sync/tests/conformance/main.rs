@@ -178,6 +178,7 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     leases_lapse_and_renew_only_while_live,
     slots_released_by_prefix_end_the_earliest_first,
     leases_in_flight_count_the_live_slots_of_one_namespace,
+    a_lease_change_retried_after_a_lost_reply_applies_once,
     demands_are_shared_replaced_and_lapse,
     idempotency_claims_race_to_one_winner_and_answer_again,
     idempotency_claims_released_or_held_no_longer_run_again,

@@ -3,15 +3,22 @@
 //! `answer_timeout`), or, for a local-only namespace, in this node's memory
 //! ([`LocalLeases`], a memory backend of the same [`LeaseStore`] interface). Every
 //! lease call of every door goes through it; nothing else asks where leases live.
+//!
+//! A change whose store reply is lost is sent again (the same acquire, the same
+//! release operation, the renewal to the same lapse) until the store answers, within
+//! the time its caller gives; still unknown then, it is [`Error::OutcomeUnknown`] (its
+//! caller says what the client does about it).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use swin_core::UnixMs;
-use swin_sync::store::{Acquire, Acquired, LeaseStore};
-use swin_sync::NamespaceSync;
+use swin_sync::store::{new_op, Acquire, Acquired, LeaseStore, Released};
+use swin_sync::{NamespaceSync, StoreError};
 
 use super::LocalLeases;
 use crate::error::Error;
+use crate::known::{reply_lost, until_known_as, Outcome};
 
 /// A namespace's leases: its store's, or this node's.
 #[derive(Debug, Clone)]
@@ -40,39 +47,89 @@ impl LeaseBook {
         }
     }
 
-    /// Takes `a.count` slots of `a.key` if its live leases leave room under `a.limit`.
-    /// `what` names the call in a store error.
-    pub async fn acquire(&self, a: Acquire<'_>, what: &str) -> Result<Acquired, Error> {
+    /// How long a lease call of a request waits for the store (`answer_timeout`).
+    pub fn answer_within(&self) -> Duration {
         match self {
-            LeaseBook::Store(sync) => stored(sync.acquire_lease(a).await, what),
-            LeaseBook::Local(l) => local(l.acquire("", a).await),
+            LeaseBook::Store(sync) => sync.answer_within(),
+            LeaseBook::Local(_) => Duration::ZERO,
         }
     }
 
-    /// Ends (`renew_to: None`) or renews the live lease `lease` of `key`; false when it
-    /// is not live.
-    pub async fn end_or_renew(
+    /// Takes `a.count` slots of `a.key` if its live leases leave room under `a.limit`,
+    /// waiting for the store at most `within` (sent again while its reply is lost: the
+    /// same lease replaces itself). `what` names the call in a store error.
+    pub async fn acquire(
+        &self,
+        a: Acquire<'_>,
+        within: Duration,
+        what: &str,
+    ) -> Result<Acquired, Error> {
+        match self {
+            LeaseBook::Store(sync) => {
+                // an acquire carries a deadline: one that timed out was not applied
+                let r = until_known_as(within, reply_lost, |w| async move {
+                    no_store(sync.acquire_lease(a, w).await)
+                })
+                .await;
+                known(r, what)
+            }
+            LeaseBook::Local(l) => local(l.acquire("", a, a.now).await),
+        }
+    }
+
+    /// Ends the live lease `lease` of `key` as one operation (sent again while its reply
+    /// is lost), waiting for the store at most `within`: [`Released::Now`] when this
+    /// call ended it, [`Released::Before`] when another release did (lately).
+    pub async fn release(
         &self,
         key: &str,
         lease: &str,
         now: UnixMs,
-        renew_to: Option<UnixMs>,
+        within: Duration,
+        what: &str,
+    ) -> Result<Released, Error> {
+        let op = new_op();
+        match self {
+            LeaseBook::Store(sync) => {
+                // a release carries a deadline: one that timed out was not applied
+                let r = until_known_as(within, reply_lost, |w| {
+                    let op = &op;
+                    async move { no_store(sync.release_lease(key, lease, op, now, w).await) }
+                })
+                .await;
+                known(r, what)
+            }
+            LeaseBook::Local(l) => local(l.release("", key, lease, &op, now, now).await),
+        }
+    }
+
+    /// Moves the lapse of the live lease `lease` of `key` to `to` (sent again while its
+    /// reply is lost: to the same time), waiting for the store at most `within`; false
+    /// when it is not live.
+    pub async fn renew(
+        &self,
+        key: &str,
+        lease: &str,
+        to: UnixMs,
+        now: UnixMs,
+        within: Duration,
         what: &str,
     ) -> Result<bool, Error> {
         match self {
-            LeaseBook::Store(sync) => stored(
-                sync.end_or_renew_lease(key, lease, now, renew_to).await,
-                what,
-            ),
-            LeaseBook::Local(l) => local(match renew_to {
-                None => l.release("", key, lease, now, now).await,
-                Some(to) => l.renew("", key, lease, to, now, now).await,
-            }),
+            LeaseBook::Store(sync) => {
+                let r = until_known_as(within, reply_lost, |w| async move {
+                    no_store(sync.renew_lease(key, lease, to, now, w).await)
+                })
+                .await;
+                known(r, what)
+            }
+            LeaseBook::Local(l) => local(l.renew("", key, lease, to, now, now).await),
         }
     }
 
     /// Ends up to `count` slots of `key`'s live leases whose ids begin with `prefix`,
-    /// earliest lapse first; answers the slots ended.
+    /// earliest lapse first; answers the slots ended. Sent once: a reply lost is
+    /// [`Error::OutcomeUnknown`] (the slots may have been ended).
     pub async fn release_slots(
         &self,
         key: &str,
@@ -82,10 +139,21 @@ impl LeaseBook {
         what: &str,
     ) -> Result<u32, Error> {
         match self {
-            LeaseBook::Store(sync) => stored(
-                sync.release_lease_slots(key, prefix, count, now).await,
-                what,
-            ),
+            LeaseBook::Store(sync) => {
+                match no_store(sync.release_lease_slots(key, prefix, count, now).await) {
+                    Ok(n) => Ok(n),
+                    // never sent again: it ends slots by count, not by lease, and a second
+                    // attempt would end as many more (it carries a deadline: one that timed
+                    // out was not applied)
+                    Err(e) if reply_lost(&e) => {
+                        tracing::warn!(cause = %e, "{what}");
+                        Err(Error::OutcomeUnknown(format!(
+                        "{what}: the store may have ended the slots, but its reply was lost; they are not ended again (that would end other requests' slots): slots not ended lapse by the lease ttl"
+                    )))
+                    }
+                    Err(e) => Err(Error::store(&e, what)),
+                }
+            }
             LeaseBook::Local(l) => local(l.release_slots("", key, prefix, count, now, now).await),
         }
     }
@@ -100,14 +168,22 @@ impl LeaseBook {
     }
 }
 
-/// A store call's answer as a request's: `None` (no store) never comes from a book
-/// built with one.
-fn stored<T>(r: Option<Result<T, swin_sync::StoreError>>, what: &str) -> Result<T, Error> {
+/// A store call made through a book built with a store (`None`, no store, never comes).
+fn no_store<T>(r: Option<Result<T, StoreError>>) -> Result<T, StoreError> {
+    r.unwrap_or_else(|| Err(StoreError::Unavailable("no store".into())))
+}
+
+/// A change sent until the store answered, as a request's answer: unknown, an
+/// [`Error::OutcomeUnknown`] its caller adds to (see [`super::advised`]).
+fn known<T>(r: Outcome<T>, what: &str) -> Result<T, Error> {
     match r {
-        Some(r) => r.map_err(|e| Error::store(&e, what)),
-        None => {
-            tracing::error!("{what}: a store-kept lease book without a store");
-            Err(Error::Internal)
+        Outcome::Known(v) => Ok(v),
+        Outcome::NotApplied(e) => Err(Error::store(&e, what)),
+        Outcome::Unknown(e) => {
+            tracing::warn!(cause = %e, "{what}: the outcome is unknown");
+            Err(Error::OutcomeUnknown(format!(
+                "{what}: the store may have applied it, but its reply was lost and asking again within answer_timeout did not tell"
+            )))
         }
     }
 }

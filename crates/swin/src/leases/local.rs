@@ -1,14 +1,16 @@
 //! A local-only namespace's leases, kept on this node: a memory backend of the same
 //! store interface as the others ([`LeaseStore`]), so its acquire, release and lapse
 //! rules are the stores' and are called the same way. One table per namespace: the
-//! calls' `namespace` is not read, and neither is `not_after` (nothing here waits).
+//! calls' `namespace` is not read, and neither is `not_after` (nothing here waits). No
+//! reply is lost between a node and its own table, so a release keeps no mark of its end
+//! (a lease released is not live, as any other).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use swin_core::UnixMs;
-use swin_sync::store::{Acquire, Acquired, LeaseStore};
+use swin_sync::store::{Acquire, Acquired, LeaseStore, Released};
 use swin_sync::StoreError;
 
 /// One lease held on this node (local-only namespaces).
@@ -183,7 +185,12 @@ impl LocalLeases {
 }
 
 impl LeaseStore for LocalLeases {
-    async fn acquire(&self, _namespace: &str, a: Acquire<'_>) -> Result<Acquired, StoreError> {
+    async fn acquire(
+        &self,
+        _namespace: &str,
+        a: Acquire<'_>,
+        _not_after: UnixMs,
+    ) -> Result<Acquired, StoreError> {
         self.take(&a)
     }
 
@@ -192,10 +199,14 @@ impl LeaseStore for LocalLeases {
         _namespace: &str,
         key: &str,
         lease: &str,
+        _op: &str,
         now: UnixMs,
         _not_after: UnixMs,
-    ) -> Result<bool, StoreError> {
-        Ok(self.end_or_renew(key, lease, now, None))
+    ) -> Result<Released, StoreError> {
+        Ok(match self.end_or_renew(key, lease, now, None) {
+            true => Released::Now,
+            false => Released::NotLive,
+        })
     }
 
     async fn release_slots(

@@ -175,12 +175,22 @@ pub const ENVOY_LEASES: &str = "envoy.";
 /// alone: the client retries with it, and the retry replaces it.)
 pub(crate) async fn undo_lease(book: LeaseBook, key: String, lease: String, expires_at: UnixMs) {
     while now() < expires_at {
+        let within = book.answer_within();
         match book
-            .end_or_renew(&key, &lease, now(), None, "ending a lease")
+            .release(&key, &lease, now(), within, "ending a lease")
             .await
         {
             Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
             Ok(_) => return,
         }
+    }
+}
+
+/// `e` with what the client does about it, when its outcome is unknown (see
+/// [`LeaseBook`]); any other error as it is.
+pub(crate) fn advised(e: Error, advice: &str) -> Error {
+    match e {
+        Error::OutcomeUnknown(m) => Error::OutcomeUnknown(format!("{m}: {advice}")),
+        e => e,
     }
 }

@@ -151,10 +151,11 @@ impl Limiter {
     }
 
     /// Ends a live lease: its slots are free at once (404 `unknown_lease` when it is not
-    /// live).
-    pub async fn release(&self, namespace: &str, key: &str, lease: &str) -> Result<(), Error> {
-        self.end_or_renew(namespace, key, lease, None).await?;
-        Ok(())
+    /// live). True when another release had ended it, less than two minutes ago (a
+    /// release sent again after its answer was lost: `replayed`, nothing changed).
+    pub async fn release(&self, namespace: &str, key: &str, lease: &str) -> Result<bool, Error> {
+        let (_, replayed) = self.end_or_renew(namespace, key, lease, None).await?;
+        Ok(replayed)
     }
 
     /// Moves a live lease's lapse to `ttl` seconds from now (the namespace's `lease_ttl`
@@ -166,7 +167,8 @@ impl Limiter {
         lease: &str,
         ttl: Option<f64>,
     ) -> Result<UnixMs, Error> {
-        self.end_or_renew(namespace, key, lease, Some(ttl)).await
+        let (to, _) = self.end_or_renew(namespace, key, lease, Some(ttl)).await?;
+        Ok(to)
     }
 
     async fn end_or_renew(
@@ -175,7 +177,7 @@ impl Limiter {
         key: &str,
         lease: &str,
         renew: Option<Option<f64>>,
-    ) -> Result<UnixMs, Error> {
+    ) -> Result<(UnixMs, bool), Error> {
         let ns = self.namespace(namespace)?;
         run(EndOrRenew {
             ns,

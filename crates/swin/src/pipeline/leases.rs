@@ -11,7 +11,7 @@ use swin_sync::store::Acquire;
 use crate::config::{Concurrency, MAX_CONCURRENCY};
 use crate::error::Error;
 use crate::leases::{
-    check_lease_id, lease_ttl, new_lease_id, undo_lease, AcquireAnswer, AcquireRequest,
+    advised, check_lease_id, lease_ttl, new_lease_id, undo_lease, AcquireAnswer, AcquireRequest,
     ENVOY_LEASES,
 };
 use crate::policy::input::check_key;
@@ -120,7 +120,9 @@ impl Acquiring<'_> {
     /// Takes the slots if the key's live leases leave room under the limit — past it
     /// in shadow, marked then where the limit would have refused. A lease the node
     /// made that the store may have granted though the call failed is ended by the
-    /// node (no client knows its id).
+    /// node (no client knows its id). A reply lost is sent again within
+    /// `answer_timeout` (the same lease replaces itself); still unknown, 503
+    /// `outcome_unknown`.
     pub(crate) async fn take(&self) -> Result<AcquireAnswer, Error> {
         let now = swin_sync::now();
         let expires_at = UnixMs(now.0.saturating_add(self.ttl.as_millis() as i64));
@@ -136,9 +138,15 @@ impl Acquiring<'_> {
             expires_at,
             now,
         };
-        let acquired = match self.ns.leases.acquire(a, "acquiring a lease").await {
+        let within = self.ns.leases.answer_within();
+        let acquiring = self.ns.leases.acquire(a, within, "acquiring a lease").await;
+        let acquired = match acquiring {
             Ok(acquired) => acquired,
             Err(e) => {
+                let e = match self.own_id {
+                    true => advised(e, "the lease may be held until its lapse: acquire again with the same lease id (it replaces itself and answers whether it is granted), or release it"),
+                    false => advised(e, "if it was granted, this node ends it (no client knows its id): acquire again"),
+                };
                 if !self.own_id && e.is_store() {
                     // the store may have granted it before the call failed (a timeout)
                     tokio::spawn(undo_lease(
@@ -163,16 +171,10 @@ impl Acquiring<'_> {
 
     /// Ends the lease at once, or by a task retrying until the store answers.
     pub(crate) async fn undo(&self, taken: &AcquireAnswer) {
-        let ended = self
-            .ns
-            .leases
-            .end_or_renew(
-                &self.key,
-                &taken.lease,
-                swin_sync::now(),
-                None,
-                "ending a lease",
-            )
+        let (leases, now) = (&self.ns.leases, swin_sync::now());
+        let within = leases.answer_within();
+        let ended = leases
+            .release(&self.key, &taken.lease, now, within, "ending a lease")
             .await;
         if ended.is_err() {
             tokio::spawn(undo_lease(

@@ -8,7 +8,9 @@ use std::time::Duration;
 use swin_core::UnixMs;
 
 use crate::error::Error;
-use crate::leases::{check_lease_id, lease_ttl, AcquireAnswer, AcquireRequest, LeaseBook};
+use swin_sync::store::Released;
+
+use crate::leases::{advised, check_lease_id, lease_ttl, AcquireAnswer, AcquireRequest, LeaseBook};
 use crate::pipeline::{concurrency_of, Acquiring, Asked, Plan, Ran, Request, Taken};
 use crate::policy::input::check_key;
 use crate::state::Namespace;
@@ -50,8 +52,12 @@ impl Request for Acquire {
 }
 
 /// Ends a live lease of `key` (`ttl` none: its slots are free at once) or moves its
-/// lapse to `ttl` seconds from now; answers the new lapse time (a release: now). 404
-/// `unknown_lease` when it is unknown, released or lapsed (nothing changes).
+/// lapse to `ttl` seconds from now; answers the new lapse time (a release: now), and
+/// whether another release ended the lease before (a release sent again after its
+/// answer was lost: `replayed`, nothing changed). 404 `unknown_lease` when it is not
+/// live (never granted, lapsed, released more than two minutes ago): nothing changes. A
+/// store reply lost is sent again within `answer_timeout` (a release under its
+/// operation id, a renewal to the same lapse); still unknown, 503 `outcome_unknown`.
 #[derive(Debug)]
 pub(crate) struct EndOrRenew {
     pub(crate) ns: Arc<Namespace>,
@@ -62,8 +68,9 @@ pub(crate) struct EndOrRenew {
 }
 
 impl Request for EndOrRenew {
-    type Answer = UnixMs;
-    type Acted = UnixMs;
+    /// The new lapse (a release: now), and whether it was `replayed`.
+    type Answer = (UnixMs, bool);
+    type Acted = (UnixMs, bool);
 
     fn waits_on_store(&self) -> bool {
         matches!(self.ns.leases, LeaseBook::Store(_))
@@ -79,7 +86,7 @@ impl Request for EndOrRenew {
         Ok(Plan::nothing())
     }
 
-    async fn act(&self, _: &Plan<'_>) -> Result<UnixMs, Error> {
+    async fn act(&self, plan: &Plan<'_>) -> Result<(UnixMs, bool), Error> {
         let ttl: Option<Duration> = match self.renew {
             Some(ttl) => Some(lease_ttl(
                 ttl,
@@ -87,10 +94,15 @@ impl Request for EndOrRenew {
             )?),
             None => None,
         };
-        let r = self.end_or_renew(ttl).await;
+        let within = plan.left_of(self.ns.leases.answer_within());
+        let r = match ttl {
+            Some(ttl) => self.renew(ttl, within).await.map(|to| (to, false)),
+            None => self.release(within).await,
+        };
         let (recorder, name) = (self.ns.recorder(), self.ns.sync.name());
         match &r {
             Ok(_) if ttl.is_some() => recorder.lease(name, "renewed"),
+            Ok((_, true)) => recorder.lease(name, "replayed"),
             Ok(_) => recorder.lease(name, "released"),
             Err(Error::UnknownLease(_)) => recorder.lease(name, "not_live"),
             Err(_) => {}
@@ -98,30 +110,52 @@ impl Request for EndOrRenew {
         r
     }
 
-    fn answer(&self, _: Plan<'_>, ran: Ran<UnixMs>) -> Result<UnixMs, Error> {
+    fn answer(&self, _: Plan<'_>, ran: Ran<(UnixMs, bool)>) -> Result<(UnixMs, bool), Error> {
         ran.acted.ok_or(Error::Internal)
     }
 }
 
 impl EndOrRenew {
-    async fn end_or_renew(&self, ttl: Option<Duration>) -> Result<UnixMs, Error> {
+    fn not_live(&self) -> Error {
         let (key, lease) = (&self.key, &self.lease);
+        Error::UnknownLease(format!(
+            "lease {lease:?} of key {key:?} is not live (lapsed, never granted, or released more than two minutes ago); nothing was changed"
+        ))
+    }
+
+    /// Ends the lease: now, and whether another release ended it before.
+    async fn release(&self, within: Duration) -> Result<(UnixMs, bool), Error> {
         let now = swin_sync::now();
-        let to = ttl.map(|t| UnixMs(now.0.saturating_add(t.as_millis() as i64)));
-        let what = match to {
-            Some(_) => "renewing a lease",
-            None => "releasing a lease",
-        };
-        let done = self
+        let released = self
             .ns
             .leases
-            .end_or_renew(key, lease, now, to, what)
-            .await?;
-        if !done {
-            return Err(Error::UnknownLease(format!(
-                "lease {lease:?} of key {key:?} is not live (released, lapsed or never granted); nothing was changed"
-            )));
+            .release(&self.key, &self.lease, now, within, "releasing a lease")
+            .await
+            .map_err(|e| {
+                advised(e, "release it again: the retry answers 200 (`replayed` when this release ended it)")
+            })?;
+        match released {
+            Released::Now => Ok((now, false)),
+            Released::Before => Ok((now, true)),
+            Released::NotLive => Err(self.not_live()),
         }
-        Ok(to.unwrap_or(now))
+    }
+
+    /// Moves the lease's lapse to `ttl` from now: the new lapse.
+    async fn renew(&self, ttl: Duration, within: Duration) -> Result<UnixMs, Error> {
+        let now = swin_sync::now();
+        let to = UnixMs(now.0.saturating_add(ttl.as_millis() as i64));
+        let renewed = self
+            .ns
+            .leases
+            .renew(&self.key, &self.lease, to, now, within, "renewing a lease")
+            .await
+            .map_err(|e| {
+                advised(e, "renew it again: a lease still live is renewed from the retry's time (its lapse is then the retry's answer)")
+            })?;
+        match renewed {
+            true => Ok(to),
+            false => Err(self.not_live()),
+        }
     }
 }

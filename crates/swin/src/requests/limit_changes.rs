@@ -3,14 +3,22 @@
 //! this node), removed, read and listed. A key takes runtime limits where they can
 //! decide: a namespace of hits with limits, or a descriptor rule that counts the key.
 //! A change the store refuses (or does not confirm within `store_timeout`) is an error
-//! and never lands later: it carries a deadline in the store's time.
+//! and never lands later: it carries a deadline in the store's time. A change whose
+//! reply is lost (the store may have applied it) is sent again within `store_timeout`
+//! — a PUT sets the same limits again — and, its outcome still unknown, is 503
+//! `outcome_unknown`, never "nothing was changed".
 
 use swin_core::UnixMs;
 use swin_sync::store::StoredLimit;
+use swin_sync::StoreError;
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::error::Error;
+use crate::known::{reply_lost, until_known_as, Outcome};
 use crate::pipeline::{Plan, Ran, Request};
 use crate::policy::input::check_key;
 use crate::policy::limits::RawKeyLimits;
@@ -165,10 +173,17 @@ async fn set(
         set_by: change.set_by,
         set_at: now,
     };
-    ns.sync
-        .put_limit(&stored)
-        .await
-        .map_err(|e| Error::store(&e, "runtime limits not set"))?;
+    let (put, _) = until_stored(ns, |w| ns.sync.put_limit(&stored, w)).await;
+    match put {
+        Outcome::Known(()) => {}
+        Outcome::NotApplied(e) => return Err(Error::store(&e, "runtime limits not set")),
+        Outcome::Unknown(e) => {
+            tracing::warn!(cause = %e, key, "setting runtime limits: the outcome is unknown");
+            return Err(Error::OutcomeUnknown(format!(
+                "setting the runtime limits of key {key:?}: the store may have set them, but its reply was lost and asking again within store_timeout did not tell: read them (GET, `set_at` says which change holds) or send the same PUT again (it sets the same limits)"
+            )));
+        }
+    }
     ns.runtime.remember(
         key,
         Some(RuntimeLimit {
@@ -184,10 +199,26 @@ async fn set(
 async fn remove(ns: &Namespace, namespace: &str, key: &str) -> Result<bool, Error> {
     check_target(ns, namespace, key)?;
     let had = if ns.sync.keeps_limits_in_store() {
-        ns.sync
-            .delete_limit(key)
-            .await
-            .map_err(|e| Error::store(&e, "runtime limits not deleted"))?
+        let (deleted, lost) = until_stored(ns, |w| ns.sync.delete_limit(key, w)).await;
+        match deleted {
+            Outcome::Known(true) => true,
+            // an earlier attempt may have removed them: what this one found tells
+            // nothing of what the request did
+            Outcome::Known(false) if lost => {
+                ns.runtime.remember(key, None);
+                return Err(Error::OutcomeUnknown(format!(
+                    "removing the runtime limits of key {key:?}: the key has none now (the config's limits decide), but the store's reply to a first attempt was lost, so whether this request removed them or the key had none is unknown; nothing more to do"
+                )));
+            }
+            Outcome::Known(false) => false,
+            Outcome::NotApplied(e) => return Err(Error::store(&e, "runtime limits not deleted")),
+            Outcome::Unknown(e) => {
+                tracing::warn!(cause = %e, key, "removing runtime limits: the outcome is unknown");
+                return Err(Error::OutcomeUnknown(format!(
+                    "removing the runtime limits of key {key:?}: the store may have removed them, but its reply was lost and asking again within store_timeout did not tell: read them (GET) or send the DELETE again (the key has none after it)"
+                )));
+            }
+        }
     } else {
         ns.runtime.get(key, swin_sync::now()).is_some()
     };
@@ -196,6 +227,32 @@ async fn remove(ns: &Namespace, namespace: &str, key: &str) -> Result<bool, Erro
         ns.recorder().limit_change(namespace, "deleted");
     }
     Ok(had)
+}
+
+/// Sends a change of runtime limits (given the time left to wait for it) until the
+/// store answers, within `store_timeout` (an operator's change: `answer_timeout` does
+/// not bound it): what it came to, and whether an attempt's reply was lost (the store
+/// may have applied that attempt). A change that timed out was not applied (its deadline
+/// had passed).
+async fn until_stored<T, F, Fut>(ns: &Namespace, mut change: F) -> (Outcome<T>, bool)
+where
+    F: FnMut(Duration) -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let lost = AtomicBool::new(false);
+    let noted = &lost;
+    let r = until_known_as(ns.sync.store_timeout(), reply_lost, |w| {
+        let attempt = change(w);
+        async move {
+            let r = attempt.await;
+            if r.as_ref().is_err_and(reply_lost) {
+                noted.store(true, Ordering::Relaxed);
+            }
+            r
+        }
+    })
+    .await;
+    (r, lost.load(Ordering::Relaxed))
 }
 
 /// `key`'s runtime limits live now, as the store holds them (this node may not serve

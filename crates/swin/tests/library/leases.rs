@@ -157,15 +157,18 @@ async fn a_lease_that_is_not_live_is_unknown(store: &TestStore) {
         .await
         .expect_err("another key's");
     assert!(matches!(e, Error::UnknownLease(_)), "{e:?}");
-    limiter
+    let replayed = limiter
         .release("slots", "k", lease.lease())
         .await
         .expect("release");
-    let e = limiter
+    assert!(!replayed, "this release ended it");
+    // released twice (a release sent again after its answer was lost): told it was
+    // released, nothing changed
+    let replayed = limiter
         .release("slots", "k", lease.lease())
         .await
-        .expect_err("released twice");
-    assert!(matches!(e, Error::UnknownLease(_)), "{e:?}");
+        .expect("released twice");
+    assert!(replayed, "another release ended it");
     let e = limiter
         .renew("slots", "k", lease.lease(), None)
         .await

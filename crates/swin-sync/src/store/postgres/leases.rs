@@ -1,15 +1,23 @@
 //! Concurrency leases on PostgreSQL (see `store::leases`): an acquire takes a
 //! transaction-scoped advisory lock on the key, so two acquires of one key never count
-//! at once, then counts and writes in one statement (four round trips in all).
+//! at once, then counts and writes in one statement (four round trips in all). A
+//! release ends the lease and marks its end (`swin_lease_ends`) in one statement.
 
 use swin_core::UnixMs;
 
 use super::{commit_by, err, PostgresStore};
-use crate::store::leases::{slots_to_end, Acquire, Acquired, LeaseStore};
+use crate::store::leases::{
+    slots_to_end, Acquire, Acquired, LeaseStore, Released, LEASE_END_KEPT_MS,
+};
 use crate::StoreError;
 
 impl LeaseStore for PostgresStore {
-    async fn acquire(&self, namespace: &str, a: Acquire<'_>) -> Result<Acquired, StoreError> {
+    async fn acquire(
+        &self,
+        namespace: &str,
+        a: Acquire<'_>,
+        not_after: UnixMs,
+    ) -> Result<Acquired, StoreError> {
         if a.key.contains('\0') || a.lease.contains('\0') {
             return Err(StoreError::Protocol(
                 "PostgreSQL cannot store a key holding U+0000".into(),
@@ -24,7 +32,8 @@ impl LeaseStore for PostgresStore {
             .map_err(err)?;
         // after the lock, one statement: lapsed leases go (not this lease's own row,
         // which the upsert rewrites), the live ones are counted, and the lease is
-        // written if it fits. The statement's snapshot is taken after the lock, so it
+        // written if it fits (a mark of its earlier end goes: it is live again). The
+        // statement's snapshot is taken after the lock, so it
         // sees every acquire of the key that committed before it.
         let (in_flight, earliest, granted): (i64, Option<i64>, bool) = sqlx::query_as(
             "WITH gone AS (
@@ -40,6 +49,10 @@ impl LeaseStore for PostgresStore {
                  ON CONFLICT (namespace, key, lease) DO UPDATE
                  SET count = EXCLUDED.count, expires_at = EXCLUDED.expires_at
                  RETURNING 1
+             ), unmarked AS (
+                 DELETE FROM swin_lease_ends
+                 WHERE namespace = $1 AND key = $2 AND lease = $4
+                   AND EXISTS (SELECT 1 FROM written)
              )
              SELECT n, earliest, EXISTS (SELECT 1 FROM written) FROM live",
         )
@@ -54,7 +67,7 @@ impl LeaseStore for PostgresStore {
         .await
         .map_err(err)?;
         let in_flight = u64::try_from(in_flight).unwrap_or(0);
-        tx.commit().await.map_err(err)?;
+        commit_by(tx, not_after).await?;
         Ok(crate::store::leases::acquired(
             in_flight, earliest, granted, &a,
         ))
@@ -65,24 +78,42 @@ impl LeaseStore for PostgresStore {
         namespace: &str,
         key: &str,
         lease: &str,
+        op: &str,
         now: UnixMs,
         not_after: UnixMs,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Released, StoreError> {
+        if key.contains('\0') || lease.contains('\0') {
+            return Ok(Released::NotLive);
+        }
         let mut tx = self.pool().begin().await.map_err(err)?;
-        let gone = sqlx::query(
-            "DELETE FROM swin_leases
-             WHERE namespace = $1 AND key = $2 AND lease = $3 AND expires_at > $4",
+        // one statement: the lease ends if live, its end marked with `op`; otherwise the
+        // mark of an earlier end (the statement's snapshot: before this one's)
+        let (gone, by): (bool, Option<String>) = sqlx::query_as(
+            "WITH gone AS (
+                 DELETE FROM swin_leases
+                 WHERE namespace = $1 AND key = $2 AND lease = $3 AND expires_at > $4
+                 RETURNING 1
+             ), marked AS (
+                 INSERT INTO swin_lease_ends (namespace, key, lease, op, expires_at)
+                 SELECT $1, $2, $3, $5, $6 WHERE EXISTS (SELECT 1 FROM gone)
+                 ON CONFLICT (namespace, key, lease) DO UPDATE
+                 SET op = EXCLUDED.op, expires_at = EXCLUDED.expires_at
+             )
+             SELECT EXISTS (SELECT 1 FROM gone),
+                    (SELECT op FROM swin_lease_ends
+                     WHERE namespace = $1 AND key = $2 AND lease = $3 AND expires_at > $4)",
         )
         .bind(namespace)
         .bind(key)
         .bind(lease)
         .bind(now.0)
-        .execute(&mut *tx)
+        .bind(op)
+        .bind(now.0.saturating_add(LEASE_END_KEPT_MS))
+        .fetch_one(&mut *tx)
         .await
-        .map_err(err)?
-        .rows_affected();
+        .map_err(err)?;
         commit_by(tx, not_after).await?;
-        Ok(gone > 0)
+        Ok(crate::store::leases::released(gone, by.as_deref(), op))
     }
 
     async fn release_slots(

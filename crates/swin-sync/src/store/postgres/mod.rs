@@ -387,8 +387,8 @@ impl CounterStore for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(err)?;
-        // leases, and demands of Envoy's quota service, lapsed a minute ago
-        for table in ["swin_leases", "swin_demands"] {
+        // leases, marks of released ones, Envoy's quota demands, lapsed a minute ago
+        for table in ["swin_leases", "swin_lease_ends", "swin_demands"] {
             sqlx::query(&format!("DELETE FROM {table} WHERE expires_at < $1"))
                 .bind(now.0 - 60_000)
                 .execute(&mut *tx)

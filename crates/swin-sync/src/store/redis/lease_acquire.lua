@@ -1,9 +1,15 @@
 -- One acquire of a key's concurrency leases.
--- KEYS: the key's lease hash (lease -> "count:lapse", lapse in Unix ms).
--- ARGV: lease, count, limit, lapse, now.
+-- KEYS: the key's lease hash (lease -> "count:lapse", lapse in Unix ms), the lease's
+-- end mark (see lease_change.lua: granted, the lease is live again and the mark goes).
+-- ARGV: lease, count, limit, lapse, now, the deadline in Unix ms (past it by this
+-- server's clock nothing changes and the answer is {-1}: its caller stopped waiting).
 -- Lapsed leases go; the key's live slots (the lease's own not counted, as a repeated
 -- acquire replaces it) and the new count are checked against the limit. Answers
 -- {granted, in flight after, earliest lapse or -1}.
+local t = redis.call('TIME')
+if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[6]) then
+    return {-1}
+end
 local now = tonumber(ARGV[5])
 local fields = redis.call('HGETALL', KEYS[1])
 local in_flight, earliest = 0, -1
@@ -24,6 +30,7 @@ if in_flight + count > limit then
     return {0, in_flight, earliest}
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[4])
+redis.call('DEL', KEYS[2])
 if earliest < 0 or lapse < earliest then
     earliest = lapse
 end

@@ -2,6 +2,9 @@
 //! counters, `swin:{<len(namespace)>:<namespace>:<key>}:leases` (lease → `count:lapse`),
 //! changed only by `lease_acquire.lua`, `lease_change.lua` and `lease_release_slots.lua`, so each acquire counts
 //! and adds in one atomic step; the hash expires a minute after its last lease's lapse.
+//! A release marks the lease's end in a key of its own under the same hash tag,
+//! `swin:{<len(namespace)>:<namespace>:<key>}:lease-end:<lease>` (the release's operation
+//! id), which expires by itself after [`LEASE_END_KEPT_MS`].
 //!
 //! Per namespace an index, `swin:lease-index:{<len(namespace)>:<namespace>}` (a sorted
 //! set: key → the latest lapse any of its leases was given), names the keys that may hold
@@ -15,7 +18,7 @@ use swin_core::UnixMs;
 
 use super::calls::{Call, Eval};
 use super::RedisStore;
-use crate::store::leases::{Acquire, Acquired, LeaseStore};
+use crate::store::leases::{Acquire, Acquired, LeaseStore, Released, LEASE_END_KEPT_MS};
 use crate::StoreError;
 
 impl RedisStore {
@@ -26,6 +29,18 @@ impl RedisStore {
             namespace.len(),
             namespace,
             key
+        )
+    }
+
+    /// The mark of `lease`'s end (beside its key's lease hash: the same hash tag).
+    fn lease_end_key(&self, namespace: &str, key: &str, lease: &str) -> String {
+        format!(
+            "{}:{{{}:{}:{}}}:lease-end:{}",
+            self.prefix,
+            namespace.len(),
+            namespace,
+            key,
+            lease
         )
     }
 
@@ -46,21 +61,29 @@ impl RedisStore {
         Call::on(&index, cmd, true)
     }
 
+    /// Runs `lease_change.lua`: a release (`renew_to` none, as the operation `op`) or a
+    /// renewal; its answer code (see the script).
+    // each argument is a part of the one atomic operation the store applies
+    #[allow(clippy::too_many_arguments)]
     async fn lease_change(
         &self,
         namespace: &str,
         key: &str,
         lease: &str,
+        op: &str,
         now: UnixMs,
         renew_to: Option<UnixMs>,
         not_after: UnixMs,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<i64, StoreError> {
         let mut inv = Eval::default();
         inv.key(&self.lease_key(namespace, key))
+            .key(&self.lease_end_key(namespace, key, lease))
             .arg(lease)
             .arg(now.0)
             .arg(renew_to.map_or(String::new(), |t| t.0.to_string()))
-            .arg(not_after.0);
+            .arg(not_after.0)
+            .arg(op)
+            .arg(LEASE_END_KEPT_MS);
         let mut calls = vec![inv.call(&self.scripts.lease_change, true)];
         if let Some(to) = renew_to {
             calls.push(self.index_call(namespace, key, to));
@@ -73,19 +96,26 @@ impl RedisStore {
         if changed == -1 {
             return Err(StoreError::TooLate);
         }
-        Ok(changed == 1)
+        Ok(changed)
     }
 }
 
 impl LeaseStore for RedisStore {
-    async fn acquire(&self, namespace: &str, a: Acquire<'_>) -> Result<Acquired, StoreError> {
+    async fn acquire(
+        &self,
+        namespace: &str,
+        a: Acquire<'_>,
+        not_after: UnixMs,
+    ) -> Result<Acquired, StoreError> {
         let mut inv = Eval::default();
         inv.key(&self.lease_key(namespace, a.key))
+            .key(&self.lease_end_key(namespace, a.key, a.lease))
             .arg(a.lease)
             .arg(a.count)
             .arg(a.limit)
             .arg(a.expires_at.0)
-            .arg(a.now.0);
+            .arg(a.now.0)
+            .arg(not_after.0);
         let calls = vec![
             inv.call(&self.scripts.lease_acquire, true),
             self.index_call(namespace, a.key, a.expires_at),
@@ -95,6 +125,9 @@ impl LeaseStore for RedisStore {
             Some(v) => redis::from_owned_redis_value(v)?,
             None => Vec::new(),
         };
+        if r.first() == Some(&-1) {
+            return Err(StoreError::TooLate);
+        }
         let [granted, in_flight, earliest] = r[..] else {
             return Err(StoreError::Protocol(format!("an acquire answered {r:?}")));
         };
@@ -110,11 +143,18 @@ impl LeaseStore for RedisStore {
         namespace: &str,
         key: &str,
         lease: &str,
+        op: &str,
         now: UnixMs,
         not_after: UnixMs,
-    ) -> Result<bool, StoreError> {
-        self.lease_change(namespace, key, lease, now, None, not_after)
-            .await
+    ) -> Result<Released, StoreError> {
+        let code = self
+            .lease_change(namespace, key, lease, op, now, None, not_after)
+            .await?;
+        Ok(match code {
+            1 => Released::Now,
+            2 => Released::Before,
+            _ => Released::NotLive,
+        })
     }
 
     async fn release_slots(
@@ -194,7 +234,9 @@ impl LeaseStore for RedisStore {
         now: UnixMs,
         not_after: UnixMs,
     ) -> Result<bool, StoreError> {
-        self.lease_change(namespace, key, lease, now, Some(expires_at), not_after)
-            .await
+        let code = self
+            .lease_change(namespace, key, lease, "", now, Some(expires_at), not_after)
+            .await?;
+        Ok(code == 1)
     }
 }

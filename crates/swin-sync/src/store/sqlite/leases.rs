@@ -1,14 +1,22 @@
 //! Concurrency leases on SQLite (see `store::leases`): an acquire is one write
 //! transaction whose first statement writes, so it holds the write lock while it counts.
+//! A release ends the lease and marks its end (`swin_lease_ends`) in one transaction.
 
 use swin_core::UnixMs;
 
 use super::{commit_by, err, SqliteStore};
-use crate::store::leases::{slots_to_end, Acquire, Acquired, LeaseStore};
+use crate::store::leases::{
+    slots_to_end, Acquire, Acquired, LeaseStore, Released, LEASE_END_KEPT_MS,
+};
 use crate::StoreError;
 
 impl LeaseStore for SqliteStore {
-    async fn acquire(&self, namespace: &str, a: Acquire<'_>) -> Result<Acquired, StoreError> {
+    async fn acquire(
+        &self,
+        namespace: &str,
+        a: Acquire<'_>,
+        not_after: UnixMs,
+    ) -> Result<Acquired, StoreError> {
         let mut tx = self.pool().begin().await.map_err(err)?;
         sqlx::query(
             "DELETE FROM swin_leases WHERE namespace = ?1 AND key = ?2 AND expires_at <= ?3",
@@ -46,8 +54,18 @@ impl LeaseStore for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(err)?;
+            // live again: a mark of its earlier end goes
+            sqlx::query(
+                "DELETE FROM swin_lease_ends WHERE namespace = ?1 AND key = ?2 AND lease = ?3",
+            )
+            .bind(namespace)
+            .bind(a.key)
+            .bind(a.lease)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
         }
-        tx.commit().await.map_err(err)?;
+        commit_by(tx, not_after).await?;
         Ok(crate::store::leases::acquired(
             in_flight, earliest, granted, &a,
         ))
@@ -58,9 +76,10 @@ impl LeaseStore for SqliteStore {
         namespace: &str,
         key: &str,
         lease: &str,
+        op: &str,
         now: UnixMs,
         not_after: UnixMs,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Released, StoreError> {
         let mut tx = self.pool().begin().await.map_err(err)?;
         let gone = sqlx::query(
             "DELETE FROM swin_leases
@@ -74,8 +93,37 @@ impl LeaseStore for SqliteStore {
         .await
         .map_err(err)?
         .rows_affected();
+        let by: Option<String> = if gone > 0 {
+            sqlx::query(
+                "INSERT INTO swin_lease_ends (namespace, key, lease, op, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (namespace, key, lease) DO UPDATE
+                 SET op = excluded.op, expires_at = excluded.expires_at",
+            )
+            .bind(namespace)
+            .bind(key)
+            .bind(lease)
+            .bind(op)
+            .bind(now.0.saturating_add(LEASE_END_KEPT_MS))
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+            None
+        } else {
+            sqlx::query_scalar(
+                "SELECT op FROM swin_lease_ends
+                 WHERE namespace = ?1 AND key = ?2 AND lease = ?3 AND expires_at > ?4",
+            )
+            .bind(namespace)
+            .bind(key)
+            .bind(lease)
+            .bind(now.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(err)?
+        };
         commit_by(tx, not_after).await?;
-        Ok(gone > 0)
+        Ok(crate::store::leases::released(gone > 0, by.as_deref(), op))
     }
 
     async fn release_slots(

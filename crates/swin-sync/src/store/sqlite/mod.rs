@@ -337,12 +337,14 @@ impl CounterStore for SqliteStore {
         .execute(&self.pool)
         .await
         .map_err(err)?;
-        // leases lapsed a minute ago
-        sqlx::query("DELETE FROM swin_leases WHERE expires_at < ?1")
-            .bind(now.0 - 60_000)
-            .execute(&self.pool)
-            .await
-            .map_err(err)?;
+        // leases, and the marks of released ones, lapsed a minute ago
+        for table in ["swin_leases", "swin_lease_ends"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE expires_at < ?1"))
+                .bind(now.0 - 60_000)
+                .execute(&self.pool)
+                .await
+                .map_err(err)?;
+        }
         // demands of Envoy's quota service lapsed a minute ago
         sqlx::query("DELETE FROM swin_demands WHERE expires_at < ?1")
             .bind(now.0 - 60_000)

@@ -8,11 +8,11 @@ use swin_core::check_cost;
 use swin_sync::store::{new_op, ReservationRecord};
 
 use super::ending::Ending;
-use super::known::{until_known, Outcome};
 use super::settlement::next_hit;
 use super::{not_open, Settled};
 use crate::decisions::{limits_of, HitAnswer};
 use crate::error::Error;
+use crate::known::{until_known, Outcome};
 use crate::pipeline::{Plan, Ran, Request, Take};
 use crate::policy::limits::KeyLimits;
 use crate::runtime_limits::Effective;

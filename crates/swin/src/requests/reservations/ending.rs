@@ -7,11 +7,11 @@ use std::sync::Arc;
 use swin_core::UnixMs;
 use swin_sync::store::ReservationRecord;
 
-use super::known::resolve;
 use super::settlement::settle;
 use super::{Settled, RETRY_EVERY, RETRY_FOR};
 use crate::decisions::{limits_of, HitAnswer};
 use crate::error::Error;
+use crate::known::resolve;
 use crate::policy::limits::{KeyLimits, Overrun};
 use crate::state::Namespace;
 use crate::unresolved::{Owed, OwedCommit, Owing};

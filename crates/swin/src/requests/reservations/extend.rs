@@ -7,9 +7,9 @@ use swin_core::UnixMs;
 
 use swin_sync::store::new_op;
 
-use super::known::{resolve, until_known, Outcome};
 use super::{hits, not_open, strictest, verdicts, Reserved};
 use crate::error::Error;
+use crate::known::{resolve, until_known, Outcome};
 use crate::pipeline::{Plan, Ran, Request};
 use crate::state::Namespace;
 use crate::unresolved::{Owed, OwedExtend, Owing};

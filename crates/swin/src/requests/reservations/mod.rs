@@ -31,7 +31,6 @@ mod caps;
 mod commit;
 mod ending;
 mod extend;
-mod known;
 mod reserve;
 mod settlement;
 

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use swin_core::UnixMs;
 use swin_sync::store::{new_op, OpenReservation, Opening};
 
-use super::known::{until_known, Outcome};
 use super::{
     hits, lapse, new_id, reservation_ttl, strictest, verdicts, Reserved, RETRY_EVERY, RETRY_FOR,
 };
 use crate::error::Error;
 use crate::idempotency::ClientId;
+use crate::known::{until_known, Outcome};
 use crate::pipeline::{Plan, Ran, Request, Take};
 use crate::state::Namespace;
 

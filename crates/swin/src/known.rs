@@ -1,9 +1,10 @@
-//! What became of a change of a reservation's record: each carries its own operation
-//! id (an opening its reservation id), so that sending it again changes nothing more.
-//! A change whose reply is lost is sent again until the store answers or the caller's
-//! time is up; only then is its outcome unknown (the store may have applied it), and
-//! the node resolves it in the background ([`resolve`]): it asks again, with the same
-//! id, until the store answers.
+//! What became of a change sent to a store that can be sent again without changing
+//! anything more (a reservation's change under its operation id, a lease's under its
+//! id, a runtime limit set to the same limits). A change whose reply is lost is sent
+//! again until the store answers or the caller's time is up; only then is its outcome
+//! unknown (the store may have applied it), and the caller answers so (503
+//! `outcome_unknown`) — a reservation's change the node also resolves in the background
+//! ([`resolve`]): it asks again, with the same id, until the store answers.
 
 use std::future::Future;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use tokio::time::Instant;
 
 /// What a change sent until the store answers came to.
 #[derive(Debug)]
-pub(super) enum Outcome<T> {
+pub(crate) enum Outcome<T> {
     /// The store's answer (to the first attempt, or to one sent again).
     Known(T),
     /// No attempt reached the store: nothing was changed.
@@ -28,7 +29,28 @@ const AGAIN_AFTER: Duration = Duration::from_millis(20);
 
 /// Sends `change` (given the time left to wait for it) until the store answers, for at
 /// most `within`.
-pub(super) async fn until_known<T, F, Fut>(within: Duration, mut change: F) -> Outcome<T>
+pub(crate) async fn until_known<T, F, Fut>(within: Duration, change: F) -> Outcome<T>
+where
+    F: FnMut(Duration) -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    until_known_as(within, StoreError::may_have_run, change).await
+}
+
+/// Whether a change that carries a deadline in the store's time (past it the store
+/// applies nothing: see `NamespaceSync::deadline_within`) may have been applied though
+/// it failed: its reply was lost (the connection failed after it was sent). One that
+/// outwaited its caller (a timeout) was not: its deadline had passed.
+pub(crate) fn reply_lost(e: &StoreError) -> bool {
+    e.may_have_run() && !matches!(e, StoreError::Timeout(_))
+}
+
+/// [`until_known`], with what says whether a failed attempt may have been applied.
+pub(crate) async fn until_known_as<T, F, Fut>(
+    within: Duration,
+    may_have_applied: fn(&StoreError) -> bool,
+    mut change: F,
+) -> Outcome<T>
 where
     F: FnMut(Duration) -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
@@ -41,7 +63,7 @@ where
             Ok(v) => return Outcome::Known(v),
             Err(e) => e,
         };
-        may_have_run |= e.may_have_run();
+        may_have_run |= may_have_applied(&e);
         if Instant::now() + AGAIN_AFTER >= deadline {
             return match may_have_run {
                 true => Outcome::Unknown(e),
@@ -54,11 +76,11 @@ where
 
 /// How long the node keeps asking the store for the outcome of a change whose answer
 /// was lost (then it logs that the outcome stays unknown).
-pub(super) const RESOLVE_FOR: Duration = Duration::from_secs(300);
+pub(crate) const RESOLVE_FOR: Duration = Duration::from_secs(300);
 
 /// Sends `change` again (each attempt waiting up to `each`) until the store answers, for
 /// at most [`RESOLVE_FOR`]: `None` when it never did.
-pub(super) async fn resolve<T, F, Fut>(each: Duration, mut change: F) -> Option<T>
+pub(crate) async fn resolve<T, F, Fut>(each: Duration, mut change: F) -> Option<T>
 where
     F: FnMut(Duration) -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
