@@ -367,6 +367,74 @@ pub async fn idempotency_client_counts_go_with_their_records(s: &TestStore) {
     );
 }
 
+/// An answer kept, or a claim released, whose reply is lost after the store applied it
+/// and which is sent again: the record holds the first answer (a retry of the request
+/// is answered with it), or is gone once (a retry runs the request) — nothing is kept
+/// or released twice, and no other claim's record is touched.
+pub async fn an_idempotency_answer_whose_reply_is_lost_is_kept_once(s: &TestStore) {
+    let (store, faults) = crate::common::faulty(&s.store);
+    let f = Fingerprint([7; 32]);
+    let mine = |key, token| claim(key, &f, token, T, 100);
+    assert_eq!(
+        store
+            .claim_idempotency("ns", mine("kept", 1))
+            .await
+            .expect("c"),
+        Claimed::Mine
+    );
+    faults.plan([swin_sync::store::Fault::FailAfter]);
+    let lost = store
+        .keep_answer("ns", "kept", 1, b"first", UnixMs(T + 1))
+        .await;
+    assert!(lost.is_err(), "the reply lost: {lost:?}");
+    // sent again: the record is answered already (by this very claim)
+    let again = store
+        .keep_answer("ns", "kept", 1, b"first", UnixMs(T + 1))
+        .await;
+    again.expect("again");
+    let retry = store
+        .claim_idempotency("ns", mine("kept", 2))
+        .await
+        .expect("c");
+    assert_eq!(
+        retry,
+        Claimed::Found(Record::Answered {
+            fingerprint: f,
+            answer: b"first".to_vec(),
+        })
+    );
+    assert_eq!(
+        store
+            .claim_idempotency("ns", mine("gone", 3))
+            .await
+            .expect("c"),
+        Claimed::Mine
+    );
+    faults.plan([swin_sync::store::Fault::FailAfter]);
+    assert!(
+        store.release_claim("ns", "gone", 3).await.is_err(),
+        "the reply lost"
+    );
+    assert!(
+        !store.release_claim("ns", "gone", 3).await.expect("again"),
+        "gone once"
+    );
+    assert_eq!(
+        store
+            .claim_idempotency("ns", mine("gone", 4))
+            .await
+            .expect("c"),
+        Claimed::Mine
+    );
+    assert_eq!(
+        store
+            .idempotency_records("ns", UnixMs(T + 1))
+            .await
+            .expect("n"),
+        2
+    );
+}
+
 /// A claim through an engine that fails to its caller — answered past `answer_within`
 /// (its call still running), or failed after the store took it (its reply lost) — is
 /// released in the background once the store has answered: the caller ran nothing under

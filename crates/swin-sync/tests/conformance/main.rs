@@ -185,6 +185,7 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     idempotency_records_are_capped_and_purged_when_lapsed,
     idempotency_clients_hold_their_share_and_no_more,
     idempotency_client_counts_go_with_their_records,
+    an_idempotency_answer_whose_reply_is_lost_is_kept_once,
     an_idempotency_claim_that_failed_to_its_caller_is_released,
     a_reservation_is_taken_exactly_once_under_racing_commits,
     an_extend_raises_an_open_reservation_only,
