@@ -38,6 +38,11 @@ pub struct SpoolEntry {
     /// reservation was no longer open for it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) extends: Vec<crate::unresolved::OwedExtend>,
+    /// Undos of reserves that answered an error, not done before the stop: the next
+    /// start gives their estimates back (unless given back already) and ends their
+    /// records.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) undos: Vec<crate::unresolved::OwedUndo>,
 }
 
 impl SpoolEntry {
@@ -188,11 +193,24 @@ pub fn check(entry: &SpoolEntry, namespaces: &[&str]) -> Result<(), String> {
     use swin_sync::Rows;
     let owed = entry.commits.iter().map(|c| ("commit", &c.namespace));
     let owed = owed.chain(entry.extends.iter().map(|x| ("extend", &x.namespace)));
+    let owed = owed.chain(entry.undos.iter().map(|u| ("undo", &u.namespace)));
     for (what, namespace) in owed {
         if !namespaces.contains(&namespace.as_str()) {
             return Err(format!(
                 "{what}'s namespace {namespace:?} is not one this config keeps on store {:?}",
                 entry.store
+            ));
+        }
+    }
+    for u in &entry.undos {
+        let key = u
+            .keys
+            .iter()
+            .find_map(|k| crate::policy::input::check_key(k).err());
+        if !swin_sync::store::is_op(&u.op) || !u.cost.is_finite() || u.cost < 0.0 || key.is_some() {
+            return Err(format!(
+                "an undo of reservation {:?} is not one a request could make",
+                u.reservation
             ));
         }
     }
@@ -297,6 +315,16 @@ mod tests {
                 op: "00000000000000fe".into(),
                 more: 12.25,
                 at: 1_800_000_000_000,
+            }],
+            undos: vec![crate::unresolved::OwedUndo {
+                namespace: "api".into(),
+                reservation: "fedcba9876543210fedcba9876543210".into(),
+                keys: vec!["k".into()],
+                cost: 40.0,
+                at: 1_800_000_000_000,
+                lapse: 1_800_000_030_000,
+                op: "00000000000000fd".into(),
+                given_back: true,
             }],
         };
         let path = write(dir.path(), std::slice::from_ref(&entry)).expect("write");

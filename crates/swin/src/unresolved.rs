@@ -1,7 +1,7 @@
 //! Changes a node owes the store and has not resolved: a commit or an extend whose reply
 //! was lost (answered 503 `outcome_unknown`), a failed reserve's undo. Each is resolved
 //! by a task of its own, which holds its entry here while it runs. A stop spools the
-//! commits and extends still owed (the next start resolves them, once: by their
+//! commits, extends and undos still owed (the next start resolves them, once: by their
 //! operation id) and names the rest, and then the process does not exit 0 (nothing owed
 //! is dropped silently). Once a stop has taken what is owed, a task that learns what it
 //! must still do (an extend not applied: its hits to give back) leaves it to the next
@@ -48,6 +48,29 @@ pub struct OwedExtend {
     pub(crate) at: i64,
 }
 
+/// The undo of a reserve that answered an error (its record not confirmed, or a cap
+/// refused it): its estimate back on each key (unless `given_back`), then its record
+/// ended by `op` (at cost 0), in case the store wrote it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwedUndo {
+    /// The reservation's namespace.
+    pub(crate) namespace: String,
+    /// The reservation's id.
+    pub(crate) reservation: String,
+    /// Its keys.
+    pub(crate) keys: Vec<String>,
+    /// The estimate spent on each key.
+    pub(crate) cost: f64,
+    /// When it was spent (Unix ms).
+    pub(crate) at: i64,
+    /// When the record lapses anyway (Unix ms).
+    pub(crate) lapse: i64,
+    /// The operation id that ends the record.
+    pub(crate) op: String,
+    /// Whether the estimate is back already.
+    pub(crate) given_back: bool,
+}
+
 /// One change owed to the store.
 #[derive(Debug, Clone)]
 pub(crate) enum Owed {
@@ -55,6 +78,8 @@ pub(crate) enum Owed {
     Commit(OwedCommit),
     /// An extend: spooled at a stop.
     Extend(OwedExtend),
+    /// A failed reserve's undo: spooled at a stop.
+    Undo(OwedUndo),
     /// Anything else, as a person reads it: named at a stop.
     Other(String),
 }
@@ -71,6 +96,16 @@ impl std::fmt::Display for Owed {
                 f,
                 "the extend of reservation {:?} by {} (its outcome unknown)",
                 x.reservation, x.more
+            ),
+            Owed::Undo(u) if u.given_back => write!(
+                f,
+                "the end of the record of a reserve that answered an error (reservation {:?})",
+                u.reservation
+            ),
+            Owed::Undo(u) => write!(
+                f,
+                "the undo of a reserve of {} that answered an error (reservation {:?})",
+                u.cost, u.reservation
             ),
             Owed::Other(what) => f.write_str(what),
         }

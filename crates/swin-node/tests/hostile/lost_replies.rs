@@ -258,7 +258,39 @@ async fn an_extend_unresolved_at_a_stop_is_resolved_once_by_the_next_start(store
     assert_eq!(held, 150.0, "what was used, once");
 }
 
+/// A reserve whose record's every reply is lost answers 503 and the node undoes it: the
+/// estimate goes back at once, and the record's end, whose replies are lost too, is
+/// still owed at a stop: spooled (exit 0: nothing owed dropped), done by the next start
+/// (its spool file then gone, and that node stops with nothing owed either). The store
+/// holds nothing for the key (the stop used to exit 1 having dropped the undo).
+async fn an_undo_unresolved_at_a_stop_is_done_by_the_next_start(store: &TestStore) {
+    let (dir, relay, mut node) = node_via(store).await;
+    let c = reqwest::Client::new();
+    for _ in 0..10_000 {
+        arm(&relay, store, Write::Open);
+        arm(&relay, store, Write::Take);
+    }
+    let body = serde_json::json!({"keys": ["k"], "cost": 100, "ttl": 600});
+    let (s, v) = ns_call(&c, &node.base, "periodic", "reserve", body).await;
+    assert_eq!(s, 503, "{v}");
+    assert!(node.terminate(), "spooled, nothing dropped: exits 0");
+    assert!(!super::support::spool_files(dir.path()).is_empty(), "the undo spooled");
+    relay.disarm();
+    let node = node_in(dir.path(), &config(&store.section_via(&relay)));
+    within(
+        Duration::from_secs(15),
+        "the spooled undo done",
+        async || super::support::spool_files(dir.path()).is_empty(),
+    )
+    .await;
+    let held = stored_after_stop(store, node, "periodic", "k").await;
+    assert_eq!(held, 0.0, "the estimate given back");
+    let open = store.store.open_reservations("periodic", swin_sync::now()).await;
+    assert_eq!(open.expect("open"), 0, "the record ended");
+}
+
 swin_testkit::for_stores!([postgres, redis] [
+    an_undo_unresolved_at_a_stop_is_done_by_the_next_start,
     an_extend_unresolved_at_a_stop_is_resolved_once_by_the_next_start,
     a_commit_unresolved_at_a_stop_is_settled_once_by_the_next_start,
     a_synchronous_hit_whose_reply_is_lost_counts_once,

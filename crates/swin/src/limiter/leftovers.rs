@@ -78,11 +78,13 @@ impl Control {
             let rows: usize = entries.iter().map(|e| e.unconfirmed.rows()).sum();
             info!(file = %path.display(), windows = rows, "replaying spooled pushes");
             for (e, (store_name, store)) in entries.into_iter().zip(stores) {
-                if !e.commits.is_empty() || !e.extends.is_empty() {
-                    info!(file = %path.display(), commits = e.commits.len(), extends = e.extends.len(), "resolving spooled commits and extends");
+                let owed = e.commits.len() + e.extends.len() + e.undos.len();
+                if owed > 0 {
+                    info!(file = %path.display(), commits = e.commits.len(), extends = e.extends.len(), undos = e.undos.len(), "resolving spooled commits, extends and undos");
                 }
                 self.owed_commits.extend(e.commits);
                 self.owed_extends.extend(e.extends);
+                self.owed_undos.extend(e.undos);
                 leftovers.push(Leftover {
                     store_name,
                     fingerprint: e.store_fingerprint,
@@ -135,6 +137,21 @@ impl Control {
                 .spawn(crate::requests::reservations::resume_extend(
                     ns, owed, owing,
                 ));
+        }
+        for owed in std::mem::take(&mut self.owed_undos) {
+            let Some(r) = self.running.get(&owed.namespace) else {
+                error!(
+                    namespace = owed.namespace,
+                    "a spooled undo's namespace is not served: not resolved"
+                );
+                continue;
+            };
+            let ns = r.namespace.clone();
+            let owing = ns
+                .unresolved
+                .hold(crate::unresolved::Owed::Undo(owed.clone()));
+            self.tracker
+                .spawn(crate::requests::reservations::undo(ns, owed, owing));
         }
     }
 

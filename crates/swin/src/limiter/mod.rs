@@ -61,6 +61,8 @@ struct Control {
     owed_commits: Vec<crate::unresolved::OwedCommit>,
     /// Extends an earlier run spooled, resolved once the namespaces serve.
     owed_extends: Vec<crate::unresolved::OwedExtend>,
+    /// Undos of failed reserves an earlier run spooled.
+    owed_undos: Vec<crate::unresolved::OwedUndo>,
     /// Where every namespace's outcomes are recorded.
     recorder: Arc<dyn crate::recorder::Recorder>,
 }
@@ -99,6 +101,7 @@ impl Control {
             spool_files: Default::default(),
             owed_commits: Vec::new(),
             owed_extends: Vec::new(),
+            owed_undos: Vec::new(),
             recorder,
         };
         for (name, (cfg, store)) in connected {

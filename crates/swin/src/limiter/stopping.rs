@@ -49,6 +49,7 @@ impl Control {
                 unconfirmed: l.unconfirmed,
                 commits: Vec::new(),
                 extends: Vec::new(),
+                undos: Vec::new(),
             })
             .chain(commits)
             .collect();
@@ -179,16 +180,16 @@ pub(super) async fn retire(
     owed
 }
 
-/// What `old`'s node still owes: its commits and extends as a spool entry for its store
-/// (spooled, resolved by the next start), and how many other changes (named here, as
-/// errors).
+/// What `old`'s node still owes: its commits, extends and undos as a spool entry for
+/// its store (spooled, resolved by the next start), and how many other changes (named
+/// here, as errors).
 fn owed_of(old: &Running) -> (Option<SpoolEntry>, usize) {
     let name = &old.config.name;
-    let (mut commits, mut extends) = (Vec::new(), Vec::new());
+    let (mut commits, mut extends, mut undos) = (Vec::new(), Vec::new(), Vec::new());
     let mut others = 0;
     for owed in old.namespace.unresolved.take_at_stop() {
         match owed {
-            Owed::Commit(_) | Owed::Extend(_) => {
+            Owed::Commit(_) | Owed::Extend(_) | Owed::Undo(_) => {
                 warn!(
                     namespace = name,
                     "{owed}: spooled, resolved by the next start"
@@ -196,6 +197,7 @@ fn owed_of(old: &Running) -> (Option<SpoolEntry>, usize) {
                 match owed {
                     Owed::Commit(c) => commits.push(c),
                     Owed::Extend(x) => extends.push(x),
+                    Owed::Undo(u) => undos.push(u),
                     Owed::Other(_) => {}
                 }
             }
@@ -208,7 +210,7 @@ fn owed_of(old: &Running) -> (Option<SpoolEntry>, usize) {
             }
         }
     }
-    let spooled = commits.len() + extends.len();
+    let spooled = commits.len() + extends.len() + undos.len();
     let entry = match (&old.config.store, &old.store_config) {
         (Some(store), Some(cfg)) if spooled > 0 => Some(SpoolEntry {
             store: store.clone(),
@@ -220,6 +222,7 @@ fn owed_of(old: &Running) -> (Option<SpoolEntry>, usize) {
             },
             commits,
             extends,
+            undos,
         }),
         _ => {
             others += spooled;

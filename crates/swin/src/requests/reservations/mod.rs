@@ -48,7 +48,7 @@ pub(crate) use self::caps::CapChecks;
 pub(crate) use self::commit::Commit;
 pub(crate) use self::ending::resume;
 pub(crate) use self::extend::{resume_extend, Extend};
-pub(crate) use self::reserve::Reserve;
+pub(crate) use self::reserve::{undo, Reserve};
 
 /// A reservation's life when the client names none.
 pub const DEFAULT_RESERVATION_TTL_SECS: f64 = 30.0;

@@ -14,6 +14,7 @@ use crate::idempotency::ClientId;
 use crate::known::{until_known, Outcome};
 use crate::pipeline::{Plan, Ran, Request, Take};
 use crate::state::Namespace;
+use crate::unresolved::{Owed, OwedUndo, Owing};
 
 /// Spends `cost` on each of `keys` as a hit would and, when every one is allowed,
 /// records the reservation (the decisions, the reserve and its cost recorded as well).
@@ -113,19 +114,18 @@ impl Request for Reserve {
         };
         // nobody knows the id: the node takes the estimate back, and ends the record in
         // case the store wrote it
-        let taken = Estimate {
+        let owed = OwedUndo {
+            namespace: ns.sync.name().to_owned(),
+            reservation: id,
             keys: self.keys.clone(),
             cost,
-            at: plan.taken_at,
+            at: plan.taken_at.0,
+            lapse: expires_at.0,
+            op: new_op(),
+            given_back: false,
         };
-        let owing = ns.unresolved.hold(crate::unresolved::Owed::Other(format!(
-            "the undo of a reserve of {cost} that answered an error (reservation {id:?})"
-        )));
-        let undoing = undo(ns.clone(), taken, id, expires_at);
-        tokio::spawn(async move {
-            undoing.await;
-            drop(owing);
-        });
+        let owing = ns.unresolved.hold(Owed::Undo(owed.clone()));
+        tokio::spawn(undo(ns.clone(), owed, owing));
         Ok(Err(failed))
     }
 
@@ -158,25 +158,51 @@ impl Request for Reserve {
     }
 }
 
-/// What a reserve took: `cost` on each of `keys`, at `at`.
-struct Estimate {
-    keys: Vec<String>,
-    cost: f64,
-    at: UnixMs,
+/// Undoes a reserve that answered an error (`owed`, held by `owing` until done): the
+/// estimate goes back on every key (in the windows it was taken in), and the record (if
+/// the store wrote it) ends; each retried until the store answers. A stop before the
+/// give-back began, or after it, spools what is left; the next start does it.
+pub(crate) async fn undo(ns: Arc<Namespace>, mut owed: OwedUndo, owing: Owing) {
+    if !owed.given_back {
+        let giving = Owed::Other(format!(
+            "the give-back of a reserve's estimate of {} (reservation {:?}), under way",
+            owed.cost, owed.reservation
+        ));
+        if !owing.go_on(giving) {
+            return;
+        }
+        give_back_estimate(&ns, &owed).await;
+        owed.given_back = true;
+        if !owing.go_on(Owed::Undo(owed.clone())) {
+            return;
+        }
+    }
+    // the record, until it would have lapsed anyway: ended (at cost 0, by an operation
+    // of its own), so that no opening of it sent late can make it open again
+    let each = ns.sync.store_timeout();
+    while swin_sync::now() < UnixMs(owed.lapse) {
+        match ns
+            .reservations
+            .take(&owed.reservation, &owed.op, 0.0, each)
+            .await
+        {
+            Ok(_) => break,
+            Err(_) => tokio::time::sleep(RETRY_EVERY).await,
+        }
+    }
+    drop(owing);
 }
 
-/// Undoes a reserve that answered an error: the estimate goes back on every key (in the
-/// windows it was taken in), and the record (if the store wrote it) ends; each retried
-/// until the store answers.
-async fn undo(ns: Arc<Namespace>, taken: Estimate, id: String, lapse: UnixMs) {
-    let Estimate { keys, cost, at } = taken;
-    for key in keys {
+/// A failed reserve's estimate back on each of its keys, each retried for a while.
+async fn give_back_estimate(ns: &Namespace, owed: &OwedUndo) {
+    let (cost, at) = (owed.cost, UnixMs(owed.at));
+    for key in &owed.keys {
         let deadline = tokio::time::Instant::now() + RETRY_FOR;
         loop {
             let undone = match &ns.limits {
                 Some(l) => {
-                    let limits = ns.effective(&key, l.for_key(&key));
-                    Take::under(&ns, key.as_str(), cost, limits, false)
+                    let limits = ns.effective(key, l.for_key(key));
+                    Take::under(ns, key.as_str(), cost, limits, false)
                         .undo(at)
                         .await
                 }
@@ -190,16 +216,6 @@ async fn undo(ns: Arc<Namespace>, taken: Estimate, id: String, lapse: UnixMs) {
                 break;
             }
             tokio::time::sleep(RETRY_EVERY).await;
-        }
-    }
-    // the record, until it would have lapsed anyway: ended (at cost 0, by an operation
-    // of its own), so that no opening of it sent late can make it open again
-    let op = new_op();
-    let each = ns.sync.store_timeout();
-    while swin_sync::now() < lapse {
-        match ns.reservations.take(&id, &op, 0.0, each).await {
-            Ok(_) => return,
-            Err(_) => tokio::time::sleep(RETRY_EVERY).await,
         }
     }
 }
