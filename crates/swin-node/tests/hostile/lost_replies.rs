@@ -274,7 +274,10 @@ async fn an_undo_unresolved_at_a_stop_is_done_by_the_next_start(store: &TestStor
     let (s, v) = ns_call(&c, &node.base, "periodic", "reserve", body).await;
     assert_eq!(s, 503, "{v}");
     assert!(node.terminate(), "spooled, nothing dropped: exits 0");
-    assert!(!super::support::spool_files(dir.path()).is_empty(), "the undo spooled");
+    assert!(
+        !super::support::spool_files(dir.path()).is_empty(),
+        "the undo spooled"
+    );
     relay.disarm();
     let node = node_in(dir.path(), &config(&store.section_via(&relay)));
     within(
@@ -285,7 +288,10 @@ async fn an_undo_unresolved_at_a_stop_is_done_by_the_next_start(store: &TestStor
     .await;
     let held = stored_after_stop(store, node, "periodic", "k").await;
     assert_eq!(held, 0.0, "the estimate given back");
-    let open = store.store.open_reservations("periodic", swin_sync::now()).await;
+    let open = store
+        .store
+        .open_reservations("periodic", swin_sync::now())
+        .await;
     assert_eq!(open.expect("open"), 0, "the record ended");
 }
 

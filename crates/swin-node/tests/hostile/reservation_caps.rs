@@ -133,6 +133,105 @@ async fn each_namespace(store: TestStore) {
     }
 }
 
+/// 60 reserves at once from one client at a cap of 4 (and 6 in the namespace): 4 are
+/// made, no more (a burst once went past the caps, up to 12 times the client's), and
+/// the store holds exactly those.
+async fn a_burst_from_one_client_stays_within_its_cap(node: &Node, store: &TestStore, ns: &str) {
+    let c = reqwest::Client::new();
+    let burst = (0..60).map(|_| {
+        let (c, base) = (c.clone(), node.base.clone());
+        async move { reserve(&c, &base, ns, "10.0.1.1", 1.0).await }
+    });
+    let answers = futures_util::future::join_all(burst).await;
+    let made = answers.iter().filter(|(s, _)| *s == 200).count();
+    assert_eq!(made, 4, "{ns}: {answers:?}");
+    for (s, v) in &answers {
+        assert!(*s == 200 || *s == 429, "{ns}: {s} {v}");
+    }
+    within(
+        Duration::from_secs(10),
+        "what was made counted",
+        async || counted(&c, &node.base, ns).await == 4.0,
+    )
+    .await;
+    if ns == "sync" {
+        let open = store.store.open_reservations(ns, swin_sync::now()).await;
+        assert_eq!(open.expect("open"), 4);
+    }
+}
+
+/// A client at its cap hammering a key with reserves it is refused does not keep the
+/// key's limit from others: a refused reserve refused before it spends (a victim's hits
+/// were denied 20 of 20 while the attacker's refused reserves spent and gave back).
+async fn a_client_at_its_cap_cannot_starve_a_key(node: &Node, ns: &str) {
+    let c = reqwest::Client::new();
+    let base = node.base.as_str();
+    // 1,000 a day: each refused reserve of 990 would take the key's room while it runs
+    for _ in 0..4 {
+        let (s, v) = reserve(&c, base, ns, "10.0.2.2", 0.0).await;
+        assert_eq!(s, 200, "{ns}: {v}");
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let attackers: Vec<_> = (0..8)
+        .map(|_| {
+            let (c, base, stop) = (c.clone(), node.base.clone(), stop.clone());
+            let ns = ns.to_owned();
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let (s, v) = reserve(&c, &base, &ns, "10.0.2.2", 990.0).await;
+                    assert_eq!(s, 429, "{v}");
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut denied = 0;
+    for _ in 0..20 {
+        let r = c
+            .post(format!("{base}/v1/namespaces/{ns}/keys/k/hit"))
+            .header("x-forwarded-for", "10.0.3.3")
+            .json(&serde_json::json!({ "cost": 0.1, "dry_run": true }))
+            .send()
+            .await
+            .expect("hit");
+        denied += usize::from(r.status() != 200);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for a in attackers {
+        a.await.expect("attacker");
+    }
+    // once a second one of the attacker's reserves asks the store again (and spends
+    // while it does): a victim's request may land in that moment, not in most
+    assert!(
+        denied <= 2,
+        "{ns}: {denied} of the victim's 20 dry runs denied"
+    );
+}
+
+/// The burst on `store`, the starving on `fresh` (each from no reservation).
+async fn bursts(store: TestStore, fresh: TestStore) {
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(dir.path(), &config(&store.section()));
+    for ns in ["sync", "local"] {
+        a_burst_from_one_client_stays_within_its_cap(&node, &store, ns).await;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(dir.path(), &config(&fresh.section()));
+    for ns in ["sync", "local"] {
+        a_client_at_its_cap_cannot_starve_a_key(&node, ns).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_stays_within_the_caps_and_starves_no_key_on_redis() {
+    bursts(TestStore::redis(), TestStore::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_stays_within_the_caps_and_starves_no_key_on_postgres() {
+    bursts(TestStore::postgres().await, TestStore::postgres().await).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reservations_are_capped_per_client_and_namespace_on_redis() {
     each_namespace(TestStore::redis()).await;

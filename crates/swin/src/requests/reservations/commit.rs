@@ -110,7 +110,11 @@ impl Commit {
         let op = new_op();
         let left = plan.left_of(ns.sync.answer_within());
         let record = match until_known(left, |w| ns.reservations.take(id, &op, cost, w)).await {
-            Outcome::Known(Some(r)) => r,
+            Outcome::Known(Some(r)) => {
+                // a place freed: refusals this node remembers no longer hold
+                ns.cap_checks.freed();
+                r
+            }
             Outcome::Known(None) => return Err(not_open(id, ns.sync.name())),
             Outcome::NotApplied(e) => return Err(Error::store(&e, "committing a reservation")),
             Outcome::Unknown(e) => {

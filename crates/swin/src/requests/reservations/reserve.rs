@@ -49,6 +49,11 @@ impl Request for Reserve {
         if self.several {
             super::check_keys(&self.keys)?;
         }
+        // a cap that refused this client a moment ago refuses it before it spends
+        let client = self.client.as_ref().map_or("", ClientId::as_str);
+        if let Some(refused) = ns.cap_checks.refused(client) {
+            return Err(cap_refusal(ns, refused, "nothing was spent"));
+        }
         let asks = hits(ns, &self.keys, self.cost)?;
         let mut plan = Plan::of(asks);
         if self.several {
@@ -63,7 +68,9 @@ impl Request for Reserve {
         let now = swin_sync::now();
         let expires_at = lapse(now, reservation_ttl(self.ttl)?);
         let client = self.client.as_ref().map_or("", ClientId::as_str);
-        let (max_open, max_open_per_client) = ns.cap_checks.due(client, ns.reservation_caps);
+        let checking = ns
+            .cap_checks
+            .begin(client, ns.reservation_caps, counts_cheaply(ns));
         let open = OpenReservation {
             id: &id,
             keys: &self.keys,
@@ -72,16 +79,17 @@ impl Request for Reserve {
             now,
             at: plan.taken_at,
             client,
-            max_open,
-            max_open_per_client,
+            max_open: checking.max_open,
+            max_open_per_client: checking.max_open_per_client,
         };
         // within what the take left of the answer time, sent again while its reply is
         // lost (the id is the opening's own: an opening sent again finds its record)
         let left = plan.left_of(ns.sync.answer_within());
         let recorded = until_known(left, |within| ns.reservations.open(open, within)).await;
         if let Outcome::Known(opened) = &recorded {
-            ns.cap_checks.saw(client, opened);
+            checking.saw(opened);
         }
+        drop(checking);
         let recorded = match recorded {
             Outcome::Known(opened) => Outcome::Known(opened.opening),
             Outcome::NotApplied(e) => Outcome::NotApplied(e),
@@ -89,16 +97,9 @@ impl Request for Reserve {
         };
         let failed = match recorded {
             Outcome::Known(Opening::Open) => return Ok(Ok((id, expires_at))),
-            Outcome::Known(Opening::Full) => Error::Unavailable(format!(
-                "namespace {:?} holds {} open reservations (reservations_max_open); a new one is refused until some are committed or lapse; what this reserve spent is given back",
-                ns.sync.name(),
-                ns.reservation_caps.max_open()
-            )),
-            Outcome::Known(Opening::ClientFull) => Error::Exhausted(format!(
-                "this client holds {} open reservations in namespace {:?} (reservations_max_open_per_client); its new ones are refused until some are committed or lapse; what this reserve spent is given back",
-                ns.reservation_caps.max_open_per_client(),
-                ns.sync.name()
-            )),
+            Outcome::Known(refused @ (Opening::Full | Opening::ClientFull)) => {
+                cap_refusal(ns, refused, "what this reserve spent is given back")
+            }
             Outcome::Known(Opening::Taken) => {
                 // 128 random bits: another live record with this id is a bug
                 tracing::error!(id, "a new reservation id was already recorded");
@@ -155,6 +156,31 @@ impl Request for Reserve {
             reservation,
             cost: self.cost,
         })
+    }
+}
+
+/// Whether the namespace's reservations are counted cheaply (Redis: the size of a set;
+/// this node's memory), so that every opening checks the caps.
+fn counts_cheaply(ns: &Namespace) -> bool {
+    use swin_sync::store::StoreKind;
+    ns.sync
+        .store()
+        .is_none_or(|s| matches!(s.kind(), StoreKind::Redis | StoreKind::RedisCluster))
+}
+
+/// The error of a reserve a cap refused (`refused`: `Full` or `ClientFull`); `spent`
+/// says what became of its estimate.
+fn cap_refusal(ns: &Namespace, refused: Opening, spent: &str) -> Error {
+    let name = ns.sync.name();
+    match refused {
+        Opening::ClientFull => Error::Exhausted(format!(
+            "this client holds {} open reservations in namespace {name:?} (reservations_max_open_per_client); its new ones are refused until some are committed or lapse; {spent}",
+            ns.reservation_caps.max_open_per_client(),
+        )),
+        _ => Error::Unavailable(format!(
+            "namespace {name:?} holds {} open reservations (reservations_max_open); a new one is refused until some are committed or lapse; {spent}",
+            ns.reservation_caps.max_open()
+        )),
     }
 }
 
