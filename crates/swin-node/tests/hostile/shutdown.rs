@@ -126,3 +126,80 @@ async fn sigterm_with_postgres_down_spools_every_namespace() {
     )
     .await;
 }
+
+/// A stop while the store hangs, its grace (2 s) shorter than the store timeout (5 s),
+/// with an extend's outcome unknown: every call under way ends at the stop's deadline,
+/// so the engine's last push and the extend are spooled and the process exits 0 (the
+/// engine used to outwait the grace: its hits and the extend were dropped, exit 1);
+/// the next start pushes the hits, resolves the extend once, and a commit of what was
+/// used leaves exactly that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_shorter_than_the_store_timeout_spools_what_is_owed() {
+    let port = swin_testkit::free_port();
+    let dir = tempfile::tempdir().expect("dir");
+    let server = swin_testkit::start_redis(port, dir.path());
+    let backend = TestStore::redis_at(&format!("redis://127.0.0.1:{port}"), "swin");
+    let relay = swin_testkit::Relay::to_url(&backend.url).await;
+    let path = dir.path().join("swin.toml");
+    let text = format!(
+        "store_timeout = 5\nanswer_timeout = 0.5\nshutdown_grace = 2\n{}\n\
+         [[namespaces]]\nname = \"t\"\nstore = \"main\"\nwindow_sizes = [86400]\n\
+         sync_rate = 0\nlimits = [{{ window_size = 86400, limit = 1000 }}]\n",
+        backend.section_via(&relay)
+    );
+    std::fs::write(&path, text).expect("config");
+    let mut n = node(&path);
+    let c = reqwest::Client::new();
+    let call = async |base: &str, op: &str, body: serde_json::Value| {
+        let r = c
+            .post(format!("{base}/v1/namespaces/t/{op}"))
+            .json(&body)
+            .send()
+            .await
+            .expect("send");
+        let status = r.status().as_u16();
+        (status, r.json::<serde_json::Value>().await.expect("json"))
+    };
+    let (s, v) = call(
+        &n.base,
+        "reserve",
+        serde_json::json!({"keys": ["k"], "cost": 100}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let rid = v["reservation"].as_str().expect("id").to_owned();
+    within(Duration::from_secs(10), "the reserve pushed", async || {
+        backend.totals("t").await.get("k") == Some(&100.0)
+    })
+    .await;
+    // the extend's replies lost (the store applies it), then the store hangs
+    for _ in 0..10_000 {
+        relay.lose_reply_to(&[b"cost-reservation", b"\r\nextend\r\n"]);
+    }
+    let more = serde_json::json!({"reservation": rid, "cost": 50});
+    let (s, v) = call(&n.base, "extend", more).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (503, Some("outcome_unknown")),
+        "{v}"
+    );
+    server.signal("STOP");
+    relay.disarm();
+    let t = Instant::now();
+    assert!(n.terminate(), "everything owed spooled: exits 0");
+    eprintln!("stopped in {:?}", t.elapsed());
+    assert!(!spool_files(dir.path()).is_empty(), "spooled");
+    server.signal("CONT");
+    let n = node(&path);
+    let commit = serde_json::json!({"reservation": rid, "cost": 150});
+    let (s, v) = call(&n.base, "commit", commit).await;
+    assert_eq!((s, &v["estimate"]), (200, &serde_json::json!(150.0)), "{v}");
+    let mut n = n;
+    assert!(n.terminate(), "stops cleanly");
+    assert_eq!(
+        backend.totals("t").await.get("k"),
+        Some(&150.0),
+        "what was used, once"
+    );
+    drop(server);
+}

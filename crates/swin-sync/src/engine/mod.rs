@@ -249,7 +249,7 @@ impl NamespaceSync {
     /// Only a store call is cut short, never a drain: the diffs of a call cut short stay
     /// queued under their sequence numbers.
     pub fn stop_by(&self, deadline: tokio::time::Instant) {
-        let _ = self.session.stop_by.set(deadline);
+        self.session.stop_by(deadline);
     }
 
     /// A request waits for its store at most `d` (and never past the store timeout):

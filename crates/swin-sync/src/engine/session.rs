@@ -26,8 +26,10 @@ pub(crate) struct Session {
     /// request is answered as if the store had failed, and the store call goes on in the
     /// background.
     pub(super) answer_within: Duration,
-    /// Set when the node stops: no store call outlasts it.
+    /// Set when the node stops: no store call outlasts it, not even one begun before.
     pub(super) stop_by: OnceLock<tokio::time::Instant>,
+    /// Wakes the calls under way when `stop_by` is set.
+    stopping: tokio::sync::Notify,
     /// The breaker: the store failed lately, so requests answer from local memory at
     /// once instead of each waiting; closed again by the next sync that reaches it.
     open: AtomicBool,
@@ -44,6 +46,7 @@ impl Session {
             timeout,
             answer_within: timeout.min(DEFAULT_ANSWER_WITHIN),
             stop_by: OnceLock::new(),
+            stopping: tokio::sync::Notify::new(),
             open: AtomicBool::new(false),
             warming: AtomicBool::new(false),
         }
@@ -58,18 +61,37 @@ impl Session {
         self.warming.store(on, Ordering::Relaxed);
     }
 
-    /// `f`, bounded by the store timeout and the stop deadline.
+    /// `f`, bounded by the store timeout and the stop deadline (also when the stop
+    /// comes while it runs: a shutdown grace shorter than the store timeout still
+    /// bounds every call).
     pub(super) async fn call<T>(
         &self,
         f: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let mut until = tokio::time::Instant::now() + self.timeout;
-        if let Some(d) = self.stop_by.get() {
-            until = until.min(*d);
+        let until = tokio::time::Instant::now() + self.timeout;
+        tokio::select! {
+            r = tokio::time::timeout_at(until, f) => r.unwrap_or(Err(StoreError::Timeout(self.timeout))),
+            () = self.stopped() => Err(StoreError::Timeout(self.timeout)),
         }
-        match tokio::time::timeout_at(until, f).await {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout(self.timeout)),
+    }
+
+    /// Sets the stop deadline (the first one set holds) and tells the calls under way.
+    pub(super) fn stop_by(&self, deadline: tokio::time::Instant) {
+        let _ = self.stop_by.set(deadline);
+        self.stopping.notify_waiters();
+    }
+
+    /// Done at the stop deadline, once one is set.
+    async fn stopped(&self) {
+        loop {
+            let told = self.stopping.notified();
+            tokio::pin!(told);
+            told.as_mut().enable();
+            if let Some(d) = self.stop_by.get() {
+                tokio::time::sleep_until(*d).await;
+                return;
+            }
+            told.await;
         }
     }
 

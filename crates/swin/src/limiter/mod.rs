@@ -219,8 +219,9 @@ impl Control {
     /// the shutdown grace.
     async fn retire(&self, old: Running) {
         let deadline = tokio::time::Instant::now() + self.config.shutdown_grace;
-        // what a rebuilt namespace still owes goes on in its next version (shared)
-        let _owed = retire(old, deadline, self.leftovers.clone()).await;
+        // what a rebuilt namespace still owes goes on in its next version (shared), and
+        // a removed one's in the tasks resolving it
+        retire(old, deadline, self.leftovers.clone(), None).await;
     }
 
     /// Brings the running namespaces in line with `wanted`. Unchanged ones keep their

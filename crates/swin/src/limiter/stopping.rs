@@ -87,19 +87,21 @@ impl Control {
         let running = std::mem::take(&mut self.running);
         self.serving.store(Arc::new(Namespaces::new()));
         let mut retiring = tokio::task::JoinSet::new();
+        let mut owing = Vec::new();
         for (_, r) in running {
             r.namespace.sync.stop_by(deadline);
-            retiring.spawn(retire(r, deadline, self.leftovers.clone()));
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            owing.push(rx);
+            retiring.spawn(retire(r, deadline, self.leftovers.clone(), Some(tx)));
         }
         let (mut commits, mut owed) = (Vec::new(), 0);
-        let all_retired = async {
-            while let Some(left) = retiring.join_next().await {
-                if let Ok((entry, others)) = left {
-                    commits.extend(entry);
-                    owed += others;
-                }
+        for rx in owing {
+            if let Ok(Ok((entry, others))) = tokio::time::timeout_at(hard_end, rx).await {
+                commits.extend(entry);
+                owed += others;
             }
-        };
+        }
+        let all_retired = async { while retiring.join_next().await.is_some() {} };
         if tokio::time::timeout_at(hard_end, all_retired).await.is_ok() {
             return (0, commits, owed);
         }
@@ -139,18 +141,23 @@ impl Control {
 /// Stops a namespace no longer served: waits (until `deadline`) for the requests still
 /// holding it, so that every hit that reached its tables is in what its engine pushes
 /// last, then stops the engine and keeps what the store did not confirm as a leftover.
-/// Answers what the node still owed the store for the namespace at `deadline` (changes
-/// whose outcome it was resolving: see `crate::unresolved`): the commits, as a spool
-/// entry for the namespace's store, and how many other changes.
+/// At a stop (`owed` given), sends what the node still owed the store for the namespace
+/// at `deadline` (changes whose outcome it was resolving: see `crate::unresolved`) as
+/// soon as its requests are done, before its engine stops; a reload (`None`) leaves
+/// them to the namespace's next version, which shares them.
 pub(super) async fn retire(
     mut old: Running,
     deadline: tokio::time::Instant,
     leftovers: Leftovers,
-) -> (Option<SpoolEntry>, usize) {
+    owed: Option<tokio::sync::oneshot::Sender<Owing>>,
+) {
     while Arc::strong_count(&old.namespace) > 1 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    let owed = owed_of(&old);
+    // told before the engine stops: what is owed is spooled even if it hangs
+    if let Some(tx) = owed {
+        let _ = tx.send(owed_of(&old));
+    }
     old.cancel.cancel();
     if let Some(engine) = old.engine.take() {
         let _ = engine.await;
@@ -158,12 +165,12 @@ pub(super) async fn retire(
     let sync = &old.namespace.sync;
     let unconfirmed = sync.take_unconfirmed(swin_sync::now()).await;
     if unconfirmed.is_empty() {
-        return owed;
+        return;
     }
     let (Some(store), Some(store_name), Some(cfg)) =
         (sync.store(), &old.config.store, &old.store_config)
     else {
-        return owed;
+        return;
     };
     warn!(
         namespace = old.config.name,
@@ -177,8 +184,11 @@ pub(super) async fn retire(
         unconfirmed,
         file: None,
     });
-    owed
 }
+
+/// What a namespace's node still owes at a stop: a spool entry for its store, and how
+/// many other changes (named, not spooled).
+type Owing = (Option<SpoolEntry>, usize);
 
 /// What `old`'s node still owes: its commits, extends and undos as a spool entry for
 /// its store (spooled, resolved by the next start), and how many other changes (named
