@@ -176,6 +176,7 @@ impl Commit {
                 cost,
                 charged: (cost - total).max(0.0),
                 given_back: (total - cost).max(0.0),
+                owed: 0.0,
                 uncharged: 0.0,
                 debt: after.decision.debt,
                 after: HitAnswer {

@@ -8,13 +8,13 @@ use swin_core::UnixMs;
 use swin_sync::store::ReservationRecord;
 
 use super::known::resolve;
-use super::settlement::settle;
+use super::settlement::{give_back_later, settle, Short};
 use super::{Settled, RETRY_EVERY, RETRY_FOR};
 use crate::decisions::{limits_of, HitAnswer};
 use crate::error::Error;
 use crate::policy::limits::{KeyLimits, Overrun};
 use crate::state::Namespace;
-use crate::unresolved::OwedCommit;
+use crate::unresolved::{Owed, OwedCommit};
 
 /// A reservation this node ended (or may have: its answer was lost) and settles: its
 /// keys, each key's effective limits as the commit read them, the overrun rule and the
@@ -67,7 +67,8 @@ impl Ending {
         let mut failed = None;
         for (key, limits) in keys.iter().zip(effective) {
             match settle(&ns, key, &limits, overrun, (total, counted), cost).await {
-                Ok((charged, given_back, after)) => all.push(Settled {
+                Ok((charged, given_back, after, short)) => all.push(Settled {
+                    owed: owe(&ns, id, key, &limits, short),
                     committed: true,
                     replayed: false,
                     reservation: id.to_owned(),
@@ -88,6 +89,7 @@ impl Ending {
                 Err(e @ Error::Store { .. }) => {
                     tokio::spawn(settle_later(
                         ns.clone(),
+                        id.to_owned(),
                         key.clone(),
                         limits,
                         overrun,
@@ -170,8 +172,35 @@ pub(crate) async fn resume(ns: Arc<Namespace>, owed: OwedCommit) {
     }
 }
 
+/// Gives back later what a key's give-back found short (see [`give_back_later`]),
+/// held as owed until it is done: answers what is owed.
+fn owe(ns: &Arc<Namespace>, id: &str, key: &str, limits: &KeyLimits, short: Short) -> f64 {
+    let owed: f64 = short.iter().map(|&(_, left)| left).sum();
+    if owed <= 0.0 {
+        return 0.0;
+    }
+    let owing = ns.unresolved.hold(Owed::Other(format!(
+        "the give-back of {owed} to key {key:?} of reservation {id:?} (its takes not yet in the store)"
+    )));
+    let (ns, id, key, limits) = (ns.clone(), id.to_owned(), key.to_owned(), limits.clone());
+    tokio::spawn(async move {
+        let left = give_back_later(&ns, &key, &limits, short, (RETRY_EVERY, RETRY_FOR)).await;
+        if left > 0.0 {
+            tracing::warn!(
+                id,
+                key,
+                left,
+                "a reservation's give-back stays short: its takes did not reach the store"
+            );
+        }
+        drop(owing);
+    });
+    owed
+}
+
 async fn settle_later(
     ns: Arc<Namespace>,
+    id: String,
     key: String,
     limits: KeyLimits,
     overrun: Overrun,
@@ -182,10 +211,8 @@ async fn settle_later(
     while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(RETRY_EVERY).await;
         let reserved = (estimate, counted.as_slice());
-        if settle(&ns, &key, &limits, overrun, reserved, cost)
-            .await
-            .is_ok()
-        {
+        if let Ok((.., short)) = settle(&ns, &key, &limits, overrun, reserved, cost).await {
+            owe(&ns, &id, &key, &limits, short);
             return;
         }
     }
