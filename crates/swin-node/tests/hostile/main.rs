@@ -31,8 +31,8 @@
 //! - `reservations`: reserve and commit through a store that goes away or hangs;
 //! - `lost_replies`: a reserve, an extend and a commit whose store reply is lost after
 //!   the store applied it (a relay drops it) apply once, and say so;
-//! - `give_back_owed`: a commit whose give-back finds a take not in the store yet (counted
-//!   on a node cut off from it) says what it owes and gives it back when the take lands;
+//! - `give_back_owed`: a commit whose give-back finds takes not in the store yet (counted
+//!   on another node before its sync) says what it owes and gives it back as they land;
 //! - `budgets`: token budgets — a commit raced on two nodes, an extend after the ttl,
 //!   a reservation over several keys through a store outage, debt and its Retry-After,
 //!   a reserve denied by one key, bad input;
