@@ -57,13 +57,7 @@ impl Request for Commit {
         let (recorder, name) = (self.ns.recorder(), self.ns.sync.name());
         match &r {
             Ok(all) if all.iter().any(|s| s.replayed) => recorder.reservation(name, "replayed"),
-            Ok(all) => {
-                recorder.reservation(name, "committed");
-                let sum = |f: fn(&Settled) -> f64| all.iter().map(f).sum::<f64>();
-                recorder.reservation_cost(name, "charged", sum(|s| s.charged));
-                recorder.reservation_cost(name, "given_back", sum(|s| s.given_back));
-                recorder.reservation_cost(name, "uncharged", sum(|s| s.uncharged));
-            }
+            Ok(all) => counted(&self.ns, all),
             Err(Error::UnknownReservation(_)) => recorder.reservation(name, "not_open"),
             Err(_) => {}
         }
@@ -73,6 +67,17 @@ impl Request for Commit {
     fn answer(&self, _: Plan<'_>, ran: Ran<Vec<Settled>>) -> Result<Vec<Settled>, Error> {
         ran.acted.ok_or(Error::Internal)
     }
+}
+
+/// Counts a commit that settled its reservation (`all`, each key's settlement) in the
+/// namespace's metrics: answered, or resolved after its answer was lost.
+pub(super) fn counted(ns: &Namespace, all: &[Settled]) {
+    let (recorder, name) = (ns.recorder(), ns.sync.name());
+    recorder.reservation(name, "committed");
+    let sum = |f: fn(&Settled) -> f64| all.iter().map(f).sum::<f64>();
+    recorder.reservation_cost(name, "charged", sum(|s| s.charged));
+    recorder.reservation_cost(name, "given_back", sum(|s| s.given_back));
+    recorder.reservation_cost(name, "uncharged", sum(|s| s.uncharged));
 }
 
 impl Commit {

@@ -37,9 +37,12 @@ impl Ending {
         let taken = resolve(each, |w| book.take(&self.id, &op, self.cost, w)).await;
         match taken {
             Some(Some(record)) if record.ended.as_ref().is_some_and(|e| e.op == op) => {
-                let id = self.id.clone();
-                if let Err(e) = self.settle(&record).await {
-                    tracing::warn!(cause = %e, id, "a commit resolved after a lost answer: its settlement failed");
+                let (id, ns) = (self.id.clone(), self.ns.clone());
+                match self.settle(&record).await {
+                    Ok(all) => super::commit::counted(&ns, &all),
+                    Err(e) => {
+                        tracing::warn!(cause = %e, id, "a commit resolved after a lost answer: its settlement failed")
+                    }
                 }
             }
             // another commit ended it, or it lapsed at its total: nothing of this one's
