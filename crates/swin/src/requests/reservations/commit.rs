@@ -7,7 +7,7 @@ use swin_core::check_cost;
 
 use swin_sync::store::{new_op, ReservationRecord};
 
-use super::ending::Ending;
+use super::ending::{counted, Ending};
 use super::known::{until_known, Outcome};
 use super::settlement::next_hit;
 use super::{not_open, Settled};
@@ -67,17 +67,6 @@ impl Request for Commit {
     fn answer(&self, _: Plan<'_>, ran: Ran<Vec<Settled>>) -> Result<Vec<Settled>, Error> {
         ran.acted.ok_or(Error::Internal)
     }
-}
-
-/// Counts a commit that settled its reservation (`all`, each key's settlement) in the
-/// namespace's metrics: answered, or resolved after its answer was lost.
-pub(super) fn counted(ns: &Namespace, all: &[Settled]) {
-    let (recorder, name) = (ns.recorder(), ns.sync.name());
-    recorder.reservation(name, "committed");
-    let sum = |f: fn(&Settled) -> f64| all.iter().map(f).sum::<f64>();
-    recorder.reservation_cost(name, "charged", sum(|s| s.charged));
-    recorder.reservation_cost(name, "given_back", sum(|s| s.given_back));
-    recorder.reservation_cost(name, "uncharged", sum(|s| s.uncharged));
 }
 
 impl Commit {

@@ -39,7 +39,7 @@ impl Ending {
             Some(Some(record)) if record.ended.as_ref().is_some_and(|e| e.op == op) => {
                 let (id, ns) = (self.id.clone(), self.ns.clone());
                 match self.settle(&record).await {
-                    Ok(all) => super::commit::counted(&ns, &all),
+                    Ok(all) => counted(&ns, &all),
                     Err(e) => {
                         tracing::warn!(cause = %e, id, "a commit resolved after a lost answer: its settlement failed")
                     }
@@ -121,6 +121,17 @@ impl Ending {
             Some(other) => Err(other),
         }
     }
+}
+
+/// Counts a commit that settled its reservation (`all`, each key's settlement) in the
+/// namespace's metrics: answered, or resolved after its answer was lost.
+pub(super) fn counted(ns: &Namespace, all: &[Settled]) {
+    let (recorder, name) = (ns.recorder(), ns.sync.name());
+    recorder.reservation(name, "committed");
+    let sum = |f: fn(&Settled) -> f64| all.iter().map(f).sum::<f64>();
+    recorder.reservation_cost(name, "charged", sum(|s| s.charged));
+    recorder.reservation_cost(name, "given_back", sum(|s| s.given_back));
+    recorder.reservation_cost(name, "uncharged", sum(|s| s.uncharged));
 }
 
 /// Resolves a commit an earlier run of this node spooled with its outcome unknown (see
