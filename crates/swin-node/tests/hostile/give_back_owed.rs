@@ -1,11 +1,13 @@
 //! A commit on one node whose give-back finds the store short of the reservation's
 //! takes (counted on another node whose push has not landed yet): the commit answers
 //! what it gave back and what it still owes, and gives the rest back once the takes
-//! land. The store then holds what was used, exactly, on PostgreSQL and Redis.
+//! land. The store then holds what was used, exactly, on PostgreSQL and Redis. A commit
+//! whose settlement waits for the store (the key's read lost) is counted as a commit.
 
 use std::time::Duration;
 
-use swin_testkit::cluster::{within, TestStore};
+use swin_testkit::cluster::{metric_value, metrics_text, within, TestStore};
+use swin_testkit::Relay;
 
 use super::budgets::{id, ns_call};
 use super::support::node_in;
@@ -64,6 +66,38 @@ async fn a_give_back_short_of_takes_not_in_the_store_yet_is_given_when_they_land
     assert_eq!(held, Some(20.0), "what was used, once: {v}");
 }
 
+/// A commit whose give-back cannot read the key (every reply to a request naming the
+/// key lost) ends the reservation and answers 503, the node settling it when
+/// the store answers: it is counted as committed at once (the nodes' counts equal the
+/// commits made), and the store then holds what was used.
+async fn a_commit_whose_settlement_waits_for_the_store_is_counted(store: &TestStore) {
+    let relay = Relay::to_url(&store.url).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let mut node = node_in(dir.path(), &config(&store.section_via(&relay)));
+    let c = reqwest::Client::new();
+    let body = serde_json::json!({"keys": ["owed-k"], "cost": 100});
+    let (s, v) = ns_call(&c, &node.base, "periodic", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    for _ in 0..10_000 {
+        relay.lose_reply_to(&[b"owed-k"]);
+    }
+    let commit = serde_json::json!({"reservation": id(&v), "cost": 40});
+    let (s, v) = ns_call(&c, &node.base, "periodic", "commit", commit).await;
+    relay.disarm();
+    assert_eq!(s, 503, "the settlement waits for the store: {v}");
+    let series = "swin_reservation_operations_total{namespace=\"periodic\",outcome=\"committed\"}";
+    let text = metrics_text(&c, &node.base).await;
+    assert_eq!(metric_value(&text, series), Some(1.0), "{text}");
+    within(
+        Duration::from_secs(30),
+        "the store holds what was used",
+        async || store.totals("periodic").await.get("owed-k").copied() == Some(40.0),
+    )
+    .await;
+    assert!(node.terminate(), "the node stops cleanly");
+}
+
 swin_testkit::for_stores!([postgres, redis] [
     a_give_back_short_of_takes_not_in_the_store_yet_is_given_when_they_land,
+    a_commit_whose_settlement_waits_for_the_store_is_counted,
 ]);

@@ -7,7 +7,7 @@ use swin_core::check_cost;
 
 use swin_sync::store::{new_op, ReservationRecord};
 
-use super::ending::{counted, Ending};
+use super::ending::Ending;
 use super::known::{until_known, Outcome};
 use super::settlement::next_hit;
 use super::{not_open, Settled};
@@ -57,7 +57,8 @@ impl Request for Commit {
         let (recorder, name) = (self.ns.recorder(), self.ns.sync.name());
         match &r {
             Ok(all) if all.iter().any(|s| s.replayed) => recorder.reservation(name, "replayed"),
-            Ok(all) => counted(&self.ns, all),
+            // counted where it ended the reservation (`Ending::settle`)
+            Ok(_) => {}
             Err(Error::UnknownReservation(_)) => recorder.reservation(name, "not_open"),
             Err(_) => {}
         }

@@ -37,12 +37,9 @@ impl Ending {
         let taken = resolve(each, |w| book.take(&self.id, &op, self.cost, w)).await;
         match taken {
             Some(Some(record)) if record.ended.as_ref().is_some_and(|e| e.op == op) => {
-                let (id, ns) = (self.id.clone(), self.ns.clone());
-                match self.settle(&record).await {
-                    Ok(all) => counted(&ns, &all),
-                    Err(e) => {
-                        tracing::warn!(cause = %e, id, "a commit resolved after a lost answer: its settlement failed")
-                    }
+                let id = self.id.clone();
+                if let Err(e) = self.settle(&record).await {
+                    tracing::warn!(cause = %e, id, "a commit resolved after a lost answer: its settlement failed");
                 }
             }
             // another commit ended it, or it lapsed at its total: nothing of this one's
@@ -110,6 +107,8 @@ impl Ending {
                 }
             }
         }
+        // ended by this commit: counted, whatever became of its keys' settlements
+        count_commit(&ns, &all);
         match failed {
             None => Ok(all),
             Some(Error::Store { reason, .. }) => Err(Error::Store {
@@ -123,9 +122,9 @@ impl Ending {
     }
 }
 
-/// Counts a commit that settled its reservation (`all`, each key's settlement) in the
-/// namespace's metrics: answered, or resolved after its answer was lost.
-pub(super) fn counted(ns: &Namespace, all: &[Settled]) {
+/// Counts a commit that ended its reservation (`all`, the keys' settlements made) in the
+/// namespace's metrics: answered, resolved after its answer was lost, or settling later.
+fn count_commit(ns: &Namespace, all: &[Settled]) {
     let (recorder, name) = (ns.recorder(), ns.sync.name());
     recorder.reservation(name, "committed");
     let sum = |f: fn(&Settled) -> f64| all.iter().map(f).sum::<f64>();
