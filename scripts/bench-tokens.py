@@ -22,6 +22,7 @@ proxy's counts. Prints markdown tables. Exits 1 when a claim fails.
 """
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -79,6 +80,19 @@ def main():
         if sum(counts[k].values()) != u
     ]
     ok &= not wrong
+    # with CALL_KEYS, each reservation's own key: what it charged against what it used,
+    # and whether its commit's answer said the give-back fell short (what is owed)
+    own = [c for c in calls if any(k.startswith("call:") for k in c["keys"])]
+    own_wrong, own_short, short_settled = [], 0, 0
+    for c in own:
+        k = [k for k in c["keys"] if k.startswith("call:")][0]
+        charged = sum(counts[k].values())
+        short = max(0, c["reserved"] - c["used"]) - c["given_back"][k]
+        own_short += short > 0
+        if charged != c["used"]:
+            own_wrong.append((k, c["used"], charged, short))
+        elif short > 0:
+            short_settled += 1
     tenants = [k for k in used_by_key if k.startswith("tenant:")]
 
     # (b) each key's count in each window against the limit and the overruns in flight
@@ -139,6 +153,18 @@ def main():
     else:
         dropped = sum(r.get("dropped", 0) for r in proxy.values())
         print("| answers lost by the proxy | %d |" % dropped)
+    relay = json.loads(os.environ.get("RELAY") or "null")
+    if relay:
+        print(
+            "| store replies lost by the relays / passed on (connections) | %d / %d (%d) |"
+            % (relay["lost"], relay["replies"], relay["connections"])
+        )
+    if os.environ.get("KILLS", "0") != "0":
+        print("| connections to Redis cut by CLIENT KILL | %s |" % os.environ["KILLS"])
+    print(
+        "| nodes stopped cleanly (exit 0) / node log lines saying spooled | %s / %s |"
+        % (os.environ.get("STOPPED", "-"), os.environ.get("SPOOLED", "-"))
+    )
     print("| seconds | %.1f |" % secs)
     first = min(c["reserve_sent"] for c in logged)
     last = max(c.get("commit_answered", c.get("reserve_answered", 0)) for c in logged)
@@ -180,6 +206,23 @@ def main():
         "| (b) holds, with the largest overrun / with the sum of the overruns | %s / %s |"
         % ("yes" if claim_b else "NO", "yes" if worst_sum[0] >= 0 else "NO")
     )
+    if own:
+        print(
+            "| reservations (own key) whose store count ≠ tokens used / served | %d / %d |"
+            % (len(own_wrong), len(own))
+        )
+        print(
+            "| of those, the commit's answer said the give-back fell short | %d |"
+            % sum(1 for w in own_wrong if w[3] > 0)
+        )
+        print(
+            "| commits whose answer gave back less than asked / then settled exact | %d / %d |"
+            % (own_short, short_settled)
+        )
+        print(
+            "| tokens charged − used over the reservations' own keys | %+d |"
+            % sum(ch - u for _, u, ch, _ in own_wrong)
+        )
     for name, clients, nodes in pairs:
         print("| (c) %s: distinct calls / counted by the nodes | %d / %d |" % (name, clients, nodes))
     net = (
@@ -188,10 +231,11 @@ def main():
         + cost.get("charged", 0)
         - cost.get("given_back", 0)
     )
+    per = 3 if own else 2
     print(
         "| tokens net by the nodes' cost counts (reserved + extended + charged − given back) "
-        "/ in the store, all keys / used × 2 keys | %d / %d / %d |"
-        % (net, sum(sum(c.values()) for c in counts.values()), 2 * run["tokens_used"])
+        "/ in the store, all keys / used × %d keys | %d / %d / %d |"
+        % (per, net, sum(sum(c.values()) for c in counts.values()), per * run["tokens_used"])
     )
     print("| (c) holds | %s |" % ("yes" if claim_c else "NO"))
     if proxy is not None:
@@ -205,7 +249,7 @@ def main():
                 "| %s | %d | %d | %d | %s |"
                 % (route, r.get("forwarded", 0), r.get("dropped", 0), r.get("replayed", 0), st)
             )
-    for k, used, charged in wrong:
+    for k, used, charged in [w for w in wrong if not w[0].startswith("call:")][:20]:
         # what the commits over k asked back (reserved - used) and did not get
         short = [
             (c["reserved"] - c["used"]) - c["given_back"][k]
@@ -219,6 +263,10 @@ def main():
             "%d commits got back %d less than they asked"
             % (k, used, charged, charged - used, by_window, len(short), sum(short))
         )
+    for k, used, charged, short in own_wrong[:20]:
+        print("(a) %s used %d, charged %d (%+d); its commit's answer: %s" % (
+            k, used, charged, charged - used,
+            "gave back %d less than asked" % short if short > 0 else "gave back what it asked"))
     for row in sorted(over_limit)[:20]:
         print("(b) %s window %d: count %d, limit + largest overrun in flight %d (margin %d), sum of overruns in flight %d" % (row[1], row[2], row[3], limit + row[4], row[0], row[5]))
     return 0 if ok else 1

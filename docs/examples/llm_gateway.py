@@ -19,7 +19,9 @@ completion tokens together; never less than the prompt, which the model reads
 whatever): the answer is the model's, so the stream is never cut short. Past the
 reservation the gateway extends while the keys allow it; once an extend is denied it
 stops asking, and the commit charges the rest as debt (`overrun = "debt"`).
-`--log FILE` writes one JSON line per request: its keys, what it reserved in all, what
+`--call-keys` adds a third key to each request's reservation, `call:<n>` (the request's
+number), which no other request uses: its count in the store is what that one
+reservation charged. `--log FILE` writes one JSON line per request: its keys, what it reserved in all, what
 it used, what each key got back at the commit, and when (Unix seconds) its reserve was
 sent and its commit answered (a denied request: `"denied": true`, and when its reserve
 was sent and answered).
@@ -153,9 +155,11 @@ class StandInModel:
             yield "tok%d" % i
 
 
-def serve(client, prompt_tokens, max_tokens, tenant, user, rng, usage=None, log=None):
+def serve(client, prompt_tokens, max_tokens, tenant, user, rng, usage=None, log=None, call=None):
     """One request through the gateway: True when served, False when denied."""
     keys = ["tenant:%s" % tenant, "user:%s" % user]
+    if call is not None:
+        keys.append("call:%d" % call)
     reserved = prompt_tokens + max_tokens
     sent = time.time()
     status, answer = client.call(
@@ -247,6 +251,11 @@ def main(argv=None):
         help="each call uses LO to HI times its estimate, never cut short",
     )
     p.add_argument("--log", metavar="FILE", help="one JSON line per request")
+    p.add_argument(
+        "--call-keys",
+        action="store_true",
+        help="a key of each request's own (call:<n>) in its reservation",
+    )
     args = p.parse_args(argv)
     usage = tuple(float(x) for x in args.usage.split(",")) if args.usage else None
 
@@ -267,7 +276,8 @@ def main(argv=None):
         max_tokens = rng.choice([64, 128, 256, 512])
         tenant = "t%d" % rng.randrange(args.tenants)
         user = "u%d" % rng.randrange(args.users)
-        return serve(client, prompt_tokens, max_tokens, tenant, user, rng, usage, log)
+        call = i if args.call_keys else None
+        return serve(client, prompt_tokens, max_tokens, tenant, user, rng, usage, log, call)
 
     with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
         list(pool.map(one, range(args.requests)))

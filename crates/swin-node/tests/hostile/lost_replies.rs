@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use swin_testkit::cluster::{within, Node, TestStore};
+use swin_testkit::cluster::{metric_value, metrics_text, within, Node, TestStore};
 use swin_testkit::Relay;
 
 use super::budgets::{id, ns_call};
@@ -295,7 +295,52 @@ async fn an_undo_unresolved_at_a_stop_is_done_by_the_next_start(store: &TestStor
     assert_eq!(open.expect("open"), 0, "the record ended");
 }
 
+/// A commit whose every reply is lost answers 503 `outcome_unknown`; the node resolves
+/// it in the background and counts it (`swin_reservation_operations_total`
+/// `committed` 1), and the commit sent again is counted as `replayed`.
+async fn a_commit_resolved_after_its_answer_was_lost_is_counted(store: &TestStore) {
+    let (_dir, relay, node) = node_via(store).await;
+    let c = reqwest::Client::new();
+    let body = serde_json::json!({"keys": ["k"], "cost": 100});
+    let (s, v) = ns_call(&c, &node.base, "sync", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    for _ in 0..10_000 {
+        arm(&relay, store, Write::Take);
+    }
+    let commit = serde_json::json!({"reservation": id(&v), "cost": 81});
+    let (s, v) = ns_call(&c, &node.base, "sync", "commit", commit.clone()).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (503, Some("outcome_unknown")),
+        "{v}"
+    );
+    relay.disarm();
+    let (s, v) = until_known(&c, &node, "sync", "commit", commit).await;
+    assert_eq!((s, &v["keys"][0]["replayed"]), (200, &true.into()), "{v}");
+    let series = |outcome: &str| {
+        format!("swin_reservation_operations_total{{namespace=\"sync\",outcome=\"{outcome}\"}}")
+    };
+    within(
+        Duration::from_secs(10),
+        "the resolved commit counted",
+        async || {
+            let text = metrics_text(&c, &node.base).await;
+            metric_value(&text, &series("committed")) == Some(1.0)
+        },
+    )
+    .await;
+    let text = metrics_text(&c, &node.base).await;
+    assert_eq!(
+        metric_value(&text, &series("replayed")),
+        Some(1.0),
+        "{text}"
+    );
+    let held = stored_after_stop(store, node, "sync", "k").await;
+    assert_eq!(held, 81.0, "settled once");
+}
+
 swin_testkit::for_stores!([postgres, redis] [
+    a_commit_resolved_after_its_answer_was_lost_is_counted,
     an_undo_unresolved_at_a_stop_is_done_by_the_next_start,
     an_extend_unresolved_at_a_stop_is_resolved_once_by_the_next_start,
     a_commit_unresolved_at_a_stop_is_settled_once_by_the_next_start,

@@ -34,6 +34,8 @@
 //! - `lost_replies_leases`: the same for an acquire, a renewal and a release of a lease
 //!   (a release sent again answers `replayed`, not "not live") and for runtime limits
 //!   set or removed (never "nothing was changed" after the store changed them);
+//! - `give_back_owed`: a commit whose give-back finds takes not in the store yet (counted
+//!   on another node before its sync) says what it owes and gives it back as they land;
 //! - `budgets`: token budgets — a commit raced on two nodes, an extend after the ttl,
 //!   a reservation over several keys through a store outage, debt and its Retry-After,
 //!   a reserve denied by one key, bad input;
@@ -57,6 +59,7 @@ mod answers;
 mod budgets;
 mod clock;
 mod connections;
+mod give_back_owed;
 mod grpc;
 mod http;
 mod idempotency;

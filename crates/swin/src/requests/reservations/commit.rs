@@ -57,13 +57,8 @@ impl Request for Commit {
         let (recorder, name) = (self.ns.recorder(), self.ns.sync.name());
         match &r {
             Ok(all) if all.iter().any(|s| s.replayed) => recorder.reservation(name, "replayed"),
-            Ok(all) => {
-                recorder.reservation(name, "committed");
-                let sum = |f: fn(&Settled) -> f64| all.iter().map(f).sum::<f64>();
-                recorder.reservation_cost(name, "charged", sum(|s| s.charged));
-                recorder.reservation_cost(name, "given_back", sum(|s| s.given_back));
-                recorder.reservation_cost(name, "uncharged", sum(|s| s.uncharged));
-            }
+            // counted where it ended the reservation (`Ending::settle`)
+            Ok(_) => {}
             Err(Error::UnknownReservation(_)) => recorder.reservation(name, "not_open"),
             Err(_) => {}
         }
@@ -180,6 +175,7 @@ impl Commit {
                 cost,
                 charged: (cost - total).max(0.0),
                 given_back: (total - cost).max(0.0),
+                owed: 0.0,
                 uncharged: 0.0,
                 debt: after.decision.debt,
                 after: HitAnswer {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use swin_core::UnixMs;
 use swin_sync::store::ReservationRecord;
 
-use super::settlement::settle;
+use super::settlement::{give_back_later, settle, Short};
 use super::{Settled, RETRY_EVERY, RETRY_FOR};
 use crate::decisions::{limits_of, HitAnswer};
 use crate::error::Error;
@@ -76,7 +76,8 @@ impl Ending {
         let mut failed = None;
         for (key, limits) in keys.iter().zip(effective) {
             match settle(&ns, key, &limits, overrun, (total, counted), cost).await {
-                Ok((charged, given_back, after)) => all.push(Settled {
+                Ok((charged, given_back, after, short)) => all.push(Settled {
+                    owed: owe(&ns, id, key, &limits, short),
                     committed: true,
                     replayed: false,
                     reservation: id.to_owned(),
@@ -97,6 +98,7 @@ impl Ending {
                 Err(e @ Error::Store { .. }) => {
                     tokio::spawn(settle_later(
                         ns.clone(),
+                        id.to_owned(),
                         key.clone(),
                         limits,
                         overrun,
@@ -114,6 +116,8 @@ impl Ending {
                 }
             }
         }
+        // ended by this commit: counted, whatever became of its keys' settlements
+        count_commit(&ns, &all);
         match failed {
             None => Ok(all),
             Some(Error::Store { reason, .. }) => Err(Error::Store {
@@ -125,6 +129,17 @@ impl Ending {
             Some(other) => Err(other),
         }
     }
+}
+
+/// Counts a commit that ended its reservation (`all`, the keys' settlements made) in the
+/// namespace's metrics: answered, resolved after its answer was lost, or settling later.
+fn count_commit(ns: &Namespace, all: &[Settled]) {
+    let (recorder, name) = (ns.recorder(), ns.sync.name());
+    recorder.reservation(name, "committed");
+    let sum = |f: fn(&Settled) -> f64| all.iter().map(f).sum::<f64>();
+    recorder.reservation_cost(name, "charged", sum(|s| s.charged));
+    recorder.reservation_cost(name, "given_back", sum(|s| s.given_back));
+    recorder.reservation_cost(name, "uncharged", sum(|s| s.uncharged));
 }
 
 /// Resolves a commit an earlier run of this node spooled with its outcome unknown (see
@@ -185,8 +200,35 @@ pub(crate) async fn resume(ns: Arc<Namespace>, owed: OwedCommit, owing: &Owing) 
     }
 }
 
+/// Gives back later what a key's give-back found short (see [`give_back_later`]),
+/// held as owed until it is done: answers what is owed.
+fn owe(ns: &Arc<Namespace>, id: &str, key: &str, limits: &KeyLimits, short: Short) -> f64 {
+    let owed: f64 = short.iter().map(|&(_, left)| left).sum();
+    if owed <= 0.0 {
+        return 0.0;
+    }
+    let owing = ns.unresolved.hold(Owed::Other(format!(
+        "the give-back of {owed} to key {key:?} of reservation {id:?} (its takes not yet in the store)"
+    )));
+    let (ns, id, key, limits) = (ns.clone(), id.to_owned(), key.to_owned(), limits.clone());
+    tokio::spawn(async move {
+        let left = give_back_later(&ns, &key, &limits, short, (RETRY_EVERY, RETRY_FOR)).await;
+        if left > 0.0 {
+            tracing::warn!(
+                id,
+                key,
+                left,
+                "a reservation's give-back stays short: its takes did not reach the store"
+            );
+        }
+        drop(owing);
+    });
+    owed
+}
+
 async fn settle_later(
     ns: Arc<Namespace>,
+    id: String,
     key: String,
     limits: KeyLimits,
     overrun: Overrun,
@@ -197,10 +239,8 @@ async fn settle_later(
     while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(RETRY_EVERY).await;
         let reserved = (estimate, counted.as_slice());
-        if settle(&ns, &key, &limits, overrun, reserved, cost)
-            .await
-            .is_ok()
-        {
+        if let Ok((.., short)) = settle(&ns, &key, &limits, overrun, reserved, cost).await {
+            owe(&ns, &id, &key, &limits, short);
             return;
         }
     }

@@ -128,6 +128,11 @@ pub struct Settled {
     pub(crate) charged: f64,
     /// Of the estimate, given back.
     pub(crate) given_back: f64,
+    /// Of the estimate, still to give back: the store did not hold all of a take yet
+    /// (counted on a node whose push had not landed); this node gives it back as it
+    /// lands. Not in the answer when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) owed: f64,
     /// Beyond the estimate but not charged (`overrun = "cap"`: the limits had no room
     /// left for it).
     pub(crate) uncharged: f64,
@@ -180,6 +185,11 @@ impl Settled {
     /// Of the estimate, given back.
     pub fn given_back(&self) -> f64 {
         self.given_back
+    }
+
+    /// Of the estimate, still to give back (see the field).
+    pub fn owed(&self) -> f64 {
+        self.owed
     }
 
     /// Beyond the estimate but not charged (`overrun = "cap"`: the limits had no room
@@ -343,4 +353,8 @@ pub(crate) async fn open_record(
         }
     }
     Ok(record)
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }

@@ -4,6 +4,7 @@
 
 use swin_core::UnixMs;
 
+use crate::config::AdmissionMode;
 use crate::decisions::Verdict;
 use crate::error::Error;
 use crate::pipeline::Take;
@@ -14,9 +15,13 @@ use crate::state::Namespace;
 /// Pieces a commit's overrun is charged in, in a namespace in shadow.
 const SHADOW_PIECES: usize = 16;
 
+/// What a give-back could not give yet: per take's time, the part of it the store's
+/// count of the take's windows did not hold (see [`give_back`]).
+pub(super) type Short = Vec<(UnixMs, f64)>;
+
 /// Charges or gives back the difference between `cost` and `estimate` (the
 /// reservation's total, `counted` where its record says): (charged, given back, the key
-/// after it).
+/// after it, what is still to give back).
 pub(super) async fn settle(
     ns: &Namespace,
     key: &str,
@@ -24,14 +29,14 @@ pub(super) async fn settle(
     overrun: Overrun,
     (estimate, counted): (f64, &[(UnixMs, f64)]),
     cost: f64,
-) -> Result<(f64, f64, Verdict), Error> {
+) -> Result<(f64, f64, Verdict, Short), Error> {
     // each step a take of the request pipeline under the limits the commit read
     let under =
         |cost: f64, shadow: bool| Take::under(ns, key, cost, Effective::Config(limits), shadow);
     if cost < estimate {
-        let (given, after) =
+        let (given, after, short) =
             give_back(ns, key, limits, (estimate, counted), estimate - cost).await?;
-        return Ok((0.0, given, after));
+        return Ok((0.0, given, after, short));
     }
     let in_shadow = ns.limits.as_ref().is_some_and(|l| l.shadow);
     if overrun == Overrun::Debt && cost > estimate {
@@ -43,13 +48,15 @@ pub(super) async fn settle(
         };
         forced.take(false).await?;
         let after = under(0.0, in_shadow).take(true).await?;
-        return Ok((over, 0.0, next_hit(after, under(1.0, in_shadow)).await?));
+        let after = next_hit(after, under(1.0, in_shadow)).await?;
+        return Ok((over, 0.0, after, Vec::new()));
     }
     let (charged, given, after) = capped(ns, key, limits, in_shadow, cost - estimate).await?;
     Ok((
         charged,
         given,
         next_hit(after, under(1.0, in_shadow)).await?,
+        Vec::new(),
     ))
 }
 
@@ -69,17 +76,25 @@ pub(super) async fn next_hit(mut after: Verdict, one: Take<'_>) -> Result<Verdic
 /// run of takes that share their windows), never below zero on the cluster's count. What the record cannot place — takes it
 /// did not keep, takes in windows older than the previous one, a GCRA bucket's — is
 /// settled as a refund is, from the current window and then the previous one.
+///
+/// Under eventual admission with a store, a take's windows in the store hold at least
+/// the take once it is there; a count below its part means the take is not there yet
+/// (counted on a node whose push has not landed: a round trip that failed, a sync to
+/// come). What such a run could not give is returned as short, to give back once the
+/// take lands ([`give_back_later`]).
 async fn give_back(
     ns: &Namespace,
     key: &str,
     limits: &KeyLimits,
     (total, counted): (f64, &[(UnixMs, f64)]),
     back: f64,
-) -> Result<(f64, Verdict), Error> {
+) -> Result<(f64, Verdict, Short), Error> {
     let under = |cost: f64| Take::under(ns, key, cost, Effective::Config(limits), false);
     let KeyLimits::Windows(set) = limits else {
-        return under(back).settle().await;
+        let (given, after) = under(back).settle().await?;
+        return Ok((given, after, Vec::new()));
     };
+    let later = gives_back_later(ns);
     let now = swin_sync::now();
     let windows_of =
         |at: UnixMs| -> Vec<i64> { set.iter().map(|l| l.window.start_of(at)).collect() };
@@ -110,11 +125,15 @@ async fn give_back(
     unplaced += left.max(0.0);
     let mut given = 0.0;
     let mut after = None;
+    let mut short = Vec::new();
     for (at, part) in runs {
         if part > 0.0 {
             let (back, then) = under(part).settle_at(at).await?;
             given += back;
             after = Some(then);
+            if later && back < part {
+                short.push((at, part - back));
+            }
         }
     }
     if unplaced > 0.0 || after.is_none() {
@@ -122,7 +141,51 @@ async fn give_back(
         given += settled;
         after = Some(then);
     }
-    Ok((given, after.ok_or(Error::Internal)?))
+    Ok((given, after.ok_or(Error::Internal)?, short))
+}
+
+/// Whether a give-back short of a take's part is given back later: eventual admission
+/// with a store (under strict admission a give-back returns this node's quota, and what
+/// it does not hold stays spent).
+fn gives_back_later(ns: &Namespace) -> bool {
+    matches!(ns.admission_mode, AdmissionMode::Eventual)
+        && ns.sync.mode() != swin_sync::SyncMode::LocalOnly
+}
+
+/// Gives back, as each take lands in the store, what a commit's give-back found short
+/// (`short`, per take's time): tried every `every` for `most`, while the take's windows
+/// are still counted. Answers what is left (0 when all of it went back).
+pub(super) async fn give_back_later(
+    ns: &Namespace,
+    key: &str,
+    limits: &KeyLimits,
+    mut short: Short,
+    (every, most): (std::time::Duration, std::time::Duration),
+) -> f64 {
+    let KeyLimits::Windows(set) = limits else {
+        return 0.0;
+    };
+    let deadline = tokio::time::Instant::now() + most;
+    loop {
+        let now = swin_sync::now();
+        // a take in a window no longer counted has nothing left to give
+        short.retain(|&(at, left)| {
+            left > 0.0
+                && set
+                    .iter()
+                    .all(|l| l.window.start_of(at) >= l.window.previous_start_of(now))
+        });
+        if short.is_empty() || tokio::time::Instant::now() >= deadline {
+            return short.iter().map(|&(_, left)| left).sum();
+        }
+        tokio::time::sleep(every).await;
+        for (at, left) in short.iter_mut() {
+            let take = Take::under(ns, key, *left, Effective::Config(limits), false);
+            if let Ok((back, _)) = take.settle_at(*at).await {
+                *left -= back;
+            }
+        }
+    }
 }
 
 /// `overrun = "cap"`: charges `left` up to what the limits leave: (charged, 0, the key
