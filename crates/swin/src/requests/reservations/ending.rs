@@ -235,15 +235,21 @@ async fn settle_later(
     (estimate, counted): (f64, Vec<(UnixMs, f64)>),
     cost: f64,
 ) {
+    // owed while it waits: a stop before it is done names it and does not exit 0
+    let owing = ns.unresolved.hold(Owed::Other(format!(
+        "the settlement of reservation {id:?} on key {key:?} at cost {cost}, refused by the store so far"
+    )));
     let deadline = tokio::time::Instant::now() + RETRY_FOR;
     while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(RETRY_EVERY).await;
         let reserved = (estimate, counted.as_slice());
         if let Ok((.., short)) = settle(&ns, &key, &limits, overrun, reserved, cost).await {
             owe(&ns, &id, &key, &limits, short);
+            drop(owing);
             return;
         }
     }
+    drop(owing);
     tracing::warn!(
         key,
         estimate,
