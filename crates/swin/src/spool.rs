@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use swin_sync::Unconfirmed;
 
+use crate::unresolved::Owed;
+
 const VERSION: u32 = 1;
 const PREFIX: &str = "spool-";
 
@@ -43,6 +45,14 @@ pub struct SpoolEntry {
     /// records.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) undos: Vec<crate::unresolved::OwedUndo>,
+    /// Keys' settlements of ended reservations the store refused before the stop: the
+    /// next start settles them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) settles: Vec<crate::unresolved::OwedSettle>,
+    /// Give-backs waiting for their takes to land at the stop: the next start gives
+    /// them back as the takes land, while their windows are counted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) give_backs: Vec<crate::unresolved::OwedGiveBack>,
 }
 
 impl SpoolEntry {
@@ -59,6 +69,30 @@ impl SpoolEntry {
     /// The diffs, advances and changes the store did not confirm.
     pub fn unconfirmed(&self) -> &Unconfirmed {
         &self.unconfirmed
+    }
+
+    /// What it spools that the node owed (every kind but pushes), oldest kind first.
+    pub(crate) fn owed(&self) -> Vec<Owed> {
+        let owed = self.commits.iter().cloned().map(Owed::Commit);
+        let owed = owed.chain(self.extends.iter().cloned().map(Owed::Extend));
+        let owed = owed.chain(self.undos.iter().cloned().map(Owed::Undo));
+        let owed = owed.chain(self.settles.iter().cloned().map(Owed::Settle));
+        owed.chain(self.give_backs.iter().cloned().map(Owed::GiveBack))
+            .collect()
+    }
+
+    /// Adds `owed` to what it spools: false when it is not a kind a spool keeps (a step
+    /// under way: [`Owed::Other`]).
+    pub(crate) fn spool(&mut self, owed: Owed) -> bool {
+        match owed {
+            Owed::Commit(c) => self.commits.push(c),
+            Owed::Extend(x) => self.extends.push(x),
+            Owed::Undo(u) => self.undos.push(u),
+            Owed::Settle(s) => self.settles.push(s),
+            Owed::GiveBack(g) => self.give_backs.push(g),
+            Owed::Other(_) => return false,
+        }
+        true
     }
 }
 
@@ -194,6 +228,8 @@ pub fn check(entry: &SpoolEntry, namespaces: &[&str]) -> Result<(), String> {
     let owed = entry.commits.iter().map(|c| ("commit", &c.namespace));
     let owed = owed.chain(entry.extends.iter().map(|x| ("extend", &x.namespace)));
     let owed = owed.chain(entry.undos.iter().map(|u| ("undo", &u.namespace)));
+    let owed = owed.chain(entry.settles.iter().map(|s| ("settlement", &s.namespace)));
+    let owed = owed.chain(entry.give_backs.iter().map(|g| ("give-back", &g.namespace)));
     for (what, namespace) in owed {
         if !namespaces.contains(&namespace.as_str()) {
             return Err(format!(
@@ -219,13 +255,18 @@ pub fn check(entry: &SpoolEntry, namespaces: &[&str]) -> Result<(), String> {
             .keys
             .iter()
             .find_map(|k| crate::policy::input::check_key(k).err());
-        if !swin_sync::store::is_op(&x.op) || !x.more.is_finite() || x.more < 0.0 || key.is_some() {
+        if swin_sync::store::extend_identity(&x.op).is_none()
+            || !x.more.is_finite()
+            || x.more < 0.0
+            || key.is_some()
+        {
             return Err(format!(
                 "an extend of reservation {:?} is not one a request could make",
                 x.reservation
             ));
         }
     }
+    check_settlements(entry)?;
     let name = &entry.unconfirmed.namespace;
     if !namespaces.contains(&name.as_str()) {
         return Err(format!(
@@ -269,6 +310,36 @@ fn rand_u32() -> u32 {
             .map_or(0, |d| d.as_nanos()),
     );
     h.finish() as u32
+}
+
+/// The settlements and give-backs of `entry` are ones a commit could owe: keys a request
+/// could name, amounts that are counts.
+fn check_settlements(entry: &SpoolEntry) -> Result<(), String> {
+    let amount = |v: f64| v.is_finite() && (0.0..=swin_core::MAX_COUNT).contains(&v);
+    for s in &entry.settles {
+        let counted = s.counted.iter().all(|&(_, v)| amount(v));
+        if crate::policy::input::check_key(&s.key).is_err()
+            || !amount(s.estimate)
+            || !amount(s.cost)
+            || !counted
+        {
+            return Err(format!(
+                "a settlement of reservation {:?} is not one a commit could owe",
+                s.reservation
+            ));
+        }
+    }
+    for g in &entry.give_backs {
+        if crate::policy::input::check_key(&g.key).is_err()
+            || !g.short.iter().all(|&(_, v)| amount(v))
+        {
+            return Err(format!(
+                "a give-back of reservation {:?} is not one a commit could owe",
+                g.reservation
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -325,6 +396,21 @@ mod tests {
                 lapse: 1_800_000_030_000,
                 op: "00000000000000fd".into(),
                 given_back: true,
+            }],
+            settles: vec![crate::unresolved::OwedSettle {
+                namespace: "api".into(),
+                reservation: "fedcba9876543210fedcba9876543211".into(),
+                key: "k".into(),
+                capped: true,
+                estimate: 40.0,
+                counted: vec![(1_800_000_000_000, 40.0)],
+                cost: 12.5,
+            }],
+            give_backs: vec![crate::unresolved::OwedGiveBack {
+                namespace: "api".into(),
+                reservation: "fedcba9876543210fedcba9876543212".into(),
+                key: "user:7 ✓".into(),
+                short: vec![(1_800_000_000_000, 7.5)],
             }],
         };
         let path = write(dir.path(), std::slice::from_ref(&entry)).expect("write");

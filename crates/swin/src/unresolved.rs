@@ -1,7 +1,8 @@
 //! Changes a node owes the store and has not resolved: a commit or an extend whose reply
-//! was lost (answered 503 `outcome_unknown`), a failed reserve's undo. Each is resolved
-//! by a task of its own, which holds its entry here while it runs. A stop spools the
-//! commits, extends and undos still owed (the next start resolves them, once: by their
+//! was lost (answered 503 `outcome_unknown`), a failed reserve's undo, a key's settlement
+//! the store refused, a give-back waiting for its takes to land. Each is resolved by a
+//! task of its own, which holds its entry here while it runs. A stop spools what is
+//! still owed between two of its task's steps (the next start resolves them, once: by their
 //! operation id) and names the rest, and then the process does not exit 0 (nothing owed
 //! is dropped silently). Once a stop has taken what is owed, a task that learns what it
 //! must still do (an extend not applied: its hits to give back) leaves it to the next
@@ -71,6 +72,43 @@ pub struct OwedUndo {
     pub(crate) given_back: bool,
 }
 
+/// A key's settlement of a reservation its commit ended, which the store could not take
+/// so far (nothing of it applied): the key stays settled at the estimate until it is.
+/// Tried again until the store takes it; the next start tries it under the key's limits
+/// then.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwedSettle {
+    /// The reservation's namespace.
+    pub(crate) namespace: String,
+    /// The reservation's id.
+    pub(crate) reservation: String,
+    /// The key.
+    pub(crate) key: String,
+    /// Whether an overrun is capped (`overrun = "cap"`) rather than charged as debt.
+    pub(crate) capped: bool,
+    /// The reservation's total.
+    pub(crate) estimate: f64,
+    /// Where its total was counted: each take's time (Unix ms) and amount.
+    pub(crate) counted: Vec<(i64, f64)>,
+    /// The commit's actual cost.
+    pub(crate) cost: f64,
+}
+
+/// What a commit's give-back on a key found short (takes of the reservation counted on
+/// a node whose push has not landed yet): per take's time (Unix ms), the part still to
+/// give back once it lands, while its windows are counted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwedGiveBack {
+    /// The reservation's namespace.
+    pub(crate) namespace: String,
+    /// The reservation's id.
+    pub(crate) reservation: String,
+    /// The key.
+    pub(crate) key: String,
+    /// Per take's time, what is left to give back.
+    pub(crate) short: Vec<(i64, f64)>,
+}
+
 /// One change owed to the store.
 #[derive(Debug, Clone)]
 pub(crate) enum Owed {
@@ -80,6 +118,10 @@ pub(crate) enum Owed {
     Extend(OwedExtend),
     /// A failed reserve's undo: spooled at a stop.
     Undo(OwedUndo),
+    /// A key's settlement the store refused so far: spooled at a stop.
+    Settle(OwedSettle),
+    /// A give-back waiting for its takes to land: spooled at a stop.
+    GiveBack(OwedGiveBack),
     /// Anything else, as a person reads it: named at a stop.
     Other(String),
 }
@@ -106,6 +148,18 @@ impl std::fmt::Display for Owed {
                 f,
                 "the undo of a reserve of {} that answered an error (reservation {:?})",
                 u.cost, u.reservation
+            ),
+            Owed::Settle(s) => write!(
+                f,
+                "the settlement of reservation {:?} on key {:?} at cost {} (the store refused it so far)",
+                s.reservation, s.key, s.cost
+            ),
+            Owed::GiveBack(g) => write!(
+                f,
+                "the give-back of {} to key {:?} of reservation {:?} (its takes not yet in the store)",
+                g.short.iter().map(|&(_, v)| v).sum::<f64>(),
+                g.key,
+                g.reservation
             ),
             Owed::Other(what) => f.write_str(what),
         }

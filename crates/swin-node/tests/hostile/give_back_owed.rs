@@ -97,7 +97,82 @@ async fn a_commit_whose_settlement_waits_for_the_store_is_counted(store: &TestSt
     assert!(node.terminate(), "the node stops cleanly");
 }
 
+/// As above, but node B stops right after the commit, while its give-back still waits
+/// for A's takes: it spools what it owes (exit 0: nothing dropped), and once A's push
+/// has landed the next start of B gives it back: the store holds what was used (the
+/// stop used to name the give-back, exit 1, and leave the store at 150).
+async fn a_give_back_waiting_at_a_stop_is_given_by_the_next_start(store: &TestStore) {
+    let (da, db) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let mut a = node_in(da.path(), &config(&store.section()));
+    let mut b = node_in(db.path(), &config(&store.section()));
+    let c = reqwest::Client::new();
+    let body = serde_json::json!({"keys": ["k"], "cost": 150});
+    let (s, v) = ns_call(&c, &a.base, "periodic", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    let commit = serde_json::json!({"reservation": id(&v), "cost": 20});
+    let (s, v) = ns_call(&c, &b.base, "periodic", "commit", commit).await;
+    assert_eq!(s, 200, "{v}");
+    let owed = v["keys"][0]["owed"].as_f64().unwrap_or(0.0);
+    assert!(owed > 0.0, "the give-back waits for A's takes: {v}");
+    assert!(b.terminate(), "B spools what it owes: exits 0");
+    assert!(
+        !super::support::spool_files(db.path()).is_empty(),
+        "the give-back spooled"
+    );
+    assert!(a.terminate(), "A stops cleanly (its takes pushed)");
+    let b = node_in(db.path(), &config(&store.section()));
+    within(
+        Duration::from_secs(30),
+        "the store holds what was used",
+        async || store.totals("periodic").await.get("k").copied() == Some(20.0),
+    )
+    .await;
+    let held = super::lost_replies::stored_after_stop(store, b, "periodic", "k").await;
+    assert_eq!(held, 20.0, "what was used, once");
+}
+
+/// A commit whose settlement waits for the store (every reply naming the key lost) and
+/// a stop before the store answers: the settlement is spooled (exit 0: nothing
+/// dropped) with the pushes the store did not confirm, and the next start settles it
+/// once: the store holds what was used (the stop used to name it, exit 1, and leave
+/// the key at its estimate).
+async fn a_settlement_waiting_at_a_stop_is_made_by_the_next_start(store: &TestStore) {
+    let relay = Relay::to_url(&store.url).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let mut node = node_in(dir.path(), &config(&store.section_via(&relay)));
+    let c = reqwest::Client::new();
+    let body = serde_json::json!({"keys": ["owed-k"], "cost": 100});
+    let (s, v) = ns_call(&c, &node.base, "periodic", "reserve", body).await;
+    assert_eq!(s, 200, "{v}");
+    for _ in 0..300 {
+        relay.lose_reply_to(&[b"owed-k"]);
+    }
+    let commit = serde_json::json!({"reservation": id(&v), "cost": 40});
+    let (s, v) = ns_call(&c, &node.base, "periodic", "commit", commit).await;
+    assert_eq!(s, 503, "the settlement waits for the store: {v}");
+    assert!(node.terminate(), "the settlement spooled: exits 0");
+    assert!(
+        !super::support::spool_files(dir.path()).is_empty(),
+        "the settlement spooled"
+    );
+    relay.disarm();
+    let node = node_in(dir.path(), &config(&store.section_via(&relay)));
+    within(
+        Duration::from_secs(30),
+        "the store holds what was used",
+        async || store.totals("periodic").await.get("owed-k").copied() == Some(40.0),
+    )
+    .await;
+    let held = super::lost_replies::stored_after_stop(store, node, "periodic", "owed-k").await;
+    assert_eq!(held, 40.0, "what was used, once");
+}
+
 swin_testkit::for_stores!([postgres, redis] [
+    a_give_back_waiting_at_a_stop_is_given_by_the_next_start,
+    a_settlement_waiting_at_a_stop_is_made_by_the_next_start,
     a_give_back_short_of_takes_not_in_the_store_yet_is_given_when_they_land,
     a_commit_whose_settlement_waits_for_the_store_is_counted,
 ]);

@@ -92,7 +92,12 @@ async fn until_known(
 }
 
 /// What the store holds for `key` of `ns` once the node stopped (its last push made).
-async fn stored_after_stop(store: &TestStore, mut node: Node, ns: &str, key: &str) -> f64 {
+pub(crate) async fn stored_after_stop(
+    store: &TestStore,
+    mut node: Node,
+    ns: &str,
+    key: &str,
+) -> f64 {
     assert!(node.terminate(), "the node stops cleanly");
     store.totals(ns).await.get(key).copied().unwrap_or(0.0)
 }
@@ -260,6 +265,77 @@ async fn an_extend_unresolved_at_a_stop_is_resolved_once_by_the_next_start(store
     assert_eq!(held, 150.0, "what was used, once");
 }
 
+/// `extend` of `ns` on `node` under the idempotency key `key`.
+async fn extend_once(
+    c: &reqwest::Client,
+    node: &Node,
+    ns: &str,
+    key: &str,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let r = c
+        .post(format!("{}/v1/namespaces/{ns}/extend", node.base))
+        .header("Idempotency-Key", key)
+        .json(body)
+        .send()
+        .await
+        .expect("extend");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or_default())
+}
+
+/// An extend whose every reply is lost answers 503 `outcome_unknown`; the client sends
+/// it again under the same `Idempotency-Key` once the store answers: it is applied once
+/// (by the first request's resolution or by the retry, whichever gets there first),
+/// the retry answers the total with it once, a commit finds that total, and the store
+/// holds what was used (the retry used to extend again: a total of 200 for 100 + 50).
+async fn an_extend_retried_under_its_idempotency_key_is_applied_once(store: &TestStore) {
+    for ns in ["periodic", "sync"] {
+        let (_dir, relay, node) = node_via(store).await;
+        let c = reqwest::Client::new();
+        let body = serde_json::json!({"keys": ["k"], "cost": 100});
+        let (s, v) = ns_call(&c, &node.base, ns, "reserve", body).await;
+        assert_eq!(s, 200, "{v}");
+        let rid = id(&v);
+        for _ in 0..300 {
+            arm(&relay, store, Write::Extend);
+        }
+        let more = serde_json::json!({"reservation": rid, "cost": 50});
+        let (s, v) = extend_once(&c, &node, ns, "x-1", &more).await;
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (503, Some("outcome_unknown")),
+            "{ns}: {v}"
+        );
+        relay.disarm();
+        let mut answer = (0, serde_json::Value::Null);
+        for _ in 0..20 {
+            answer = extend_once(&c, &node, ns, "x-1", &more).await;
+            if answer.0 != 503 && answer.0 != 409 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let (s, v) = answer;
+        assert_eq!(
+            (s, &v["total"]),
+            (200, &150.0.into()),
+            "{ns}: the retry: {v}"
+        );
+        let (s, v) = extend_once(&c, &node, ns, "x-1", &more).await;
+        assert_eq!((s, &v["total"]), (200, &150.0.into()), "{ns}: again: {v}");
+        let commit = serde_json::json!({"reservation": rid, "cost": 150});
+        let (s, v) = ns_call(&c, &node.base, ns, "commit", commit).await;
+        assert_eq!(
+            (s, &v["estimate"]),
+            (200, &150.0.into()),
+            "{ns}: extended once: {v}"
+        );
+        let held = stored_after_stop(store, node, ns, "k").await;
+        assert_eq!(held, 150.0, "{ns}: what was used, once");
+    }
+}
+
 /// A reserve whose record's every reply is lost answers 503 and the node undoes it: the
 /// estimate goes back at once, and the record's end, whose replies are lost too, is
 /// still owed at a stop: spooled (exit 0: nothing owed dropped), done by the next start
@@ -347,6 +423,7 @@ swin_testkit::for_stores!([postgres, redis] [
     a_commit_resolved_after_its_answer_was_lost_is_counted,
     an_undo_unresolved_at_a_stop_is_done_by_the_next_start,
     an_extend_unresolved_at_a_stop_is_resolved_once_by_the_next_start,
+    an_extend_retried_under_its_idempotency_key_is_applied_once,
     a_commit_unresolved_at_a_stop_is_settled_once_by_the_next_start,
     a_synchronous_hit_whose_reply_is_lost_counts_once,
     a_commit_whose_reply_is_lost_settles_once,

@@ -42,8 +42,8 @@ pub(crate) use self::normalize::{normalize, normalize_advances};
 pub use self::postgres::PostgresStore;
 pub use self::redis::RedisStore;
 pub use self::reservations::{
-    is_client, is_op, new_op, Ended, OpenReservation, Opened, Opening, ReservationRecord,
-    ReservationStore, ENDED_KEPT_MS, MAX_COUNTED_TEXT, OPS_KEPT,
+    extend_identity, extend_op, is_client, is_op, new_op, Ended, OpenReservation, Opened, Opening,
+    ReservationRecord, ReservationStore, ENDED_KEPT_MS, MAX_COUNTED_TEXT, OPS_KEPT, OP_LEN,
 };
 pub use self::sqlite::SqliteStore;
 pub use self::types::*;

@@ -45,6 +45,46 @@ pub struct ReservationRecord {
     pub counted: Vec<(UnixMs, f64)>,
     /// Set once a commit ended it: that commit's operation id and cost.
     pub ended: Option<Ended>,
+    /// The latest extends applied to it (at most [`OPS_KEPT`]), oldest first: each one's
+    /// operation id ([`extend_op`]).
+    pub extends: Vec<String>,
+}
+
+impl ReservationRecord {
+    /// The request that applied the extend whose identity is `identity` (the first
+    /// [`OP_LEN`] digits of its operation id, see [`extend_op`]): `None` when the
+    /// record holds no such extend.
+    pub fn applied_by(&self, identity: &str) -> Option<&str> {
+        self.extends.iter().find_map(|op| {
+            let (id, by) = op.split_at_checked(OP_LEN)?;
+            (id == identity).then_some(if by.is_empty() { id } else { by })
+        })
+    }
+}
+
+/// An extend's operation id: its identity (what makes it the same extend, sent again:
+/// [`OP_LEN`] hex digits) and the request that applies it ([`new_op`]; the same as the
+/// identity for an extend no other request can send again). A store applies an extend
+/// once per identity and keeps the whole id: who applied it is read back
+/// ([`ReservationRecord::applied_by`]).
+pub fn extend_op(identity: &str, by: &str) -> String {
+    format!("{identity}{by}")
+}
+
+/// The identity of an extend's operation id ([`extend_op`]), when it is one (an id of
+/// [`OP_LEN`] digits alone, as records kept before, is its own identity).
+pub fn extend_identity(op: &str) -> Option<&str> {
+    let fine =
+        (op.len() == OP_LEN || op.len() == 2 * OP_LEN) && op.bytes().all(|b| b.is_ascii_hexdigit());
+    fine.then(|| &op[..OP_LEN])
+}
+
+/// A record's extends from their stored text (`<op>;` each).
+pub(crate) fn extends_from(text: &str) -> Vec<String> {
+    text.split(';')
+        .filter(|op| extend_identity(op).is_some())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The commit that ended a reservation.
@@ -175,9 +215,11 @@ store_calls! {
         fn open_reservation(&self, namespace: &str, open: OpenReservation<'_>) -> Opened;
 
         /// Raises an open reservation's total by `more`, counted at `at`, as the
-        /// operation `op` ([`is_op`]): its record after it, also when the record already
-        /// holds `op` (an earlier attempt was applied: nothing changes again), or `None`
-        /// when it is not open (committed, lapsed, never made) and does not hold `op`.
+        /// operation `op` ([`extend_op`]): its record after it, also when the record
+        /// already holds an extend of the same identity (an earlier attempt was applied,
+        /// by this request or another: nothing changes again, and
+        /// [`ReservationRecord::applied_by`] tells which), or `None` when it is not open
+        /// (committed, lapsed, never made) and holds no such extend.
         /// Past `not_after` by the store's clock nothing changes
         /// ([`StoreError::TooLate`](crate::StoreError::TooLate)).
         // each argument is a part of the one atomic operation the store applies
@@ -279,25 +321,25 @@ pub(crate) mod sql {
          WHERE namespace = $1 AND id = $2 AND keys = $3 AND expires_at > $4 AND ended IS NULL";
     /// `$5`: the extend's `counted` piece, `$6`: [`MAX_COUNTED_TEXT`](super::MAX_COUNTED_TEXT),
     /// `$7`: `<op>;`, `$8`: the longest `ops` kept, `$9`: where `ops` goes on without its
-    /// oldest id, `$10`: `%<op>%`.
+    /// oldest id, `$10`: `%<identity>%`.
     pub const EXTEND: &str = "UPDATE swin_cost_reservations SET total = total + $3,
              counted = CASE WHEN length(counted || $5) <= $6
                             THEN counted || $5 ELSE counted END,
              ops = CASE WHEN length(ops) >= $8 THEN substr(ops, $9) ELSE ops END || $7
          WHERE namespace = $1 AND id = $2 AND expires_at > $4 AND ended IS NULL
                AND ops NOT LIKE $10
-         RETURNING keys, total, expires_at, counted, ended";
-    /// The record when it holds the extend (`$4`: `%<op>%`).
+         RETURNING keys, total, expires_at, counted, ended, ops";
+    /// The record when it holds the extend (`$4`: `%<identity>%`).
     pub const EXTENDED_ALREADY: &str =
-        "SELECT keys, total, expires_at, counted, ended FROM swin_cost_reservations
+        "SELECT keys, total, expires_at, counted, ended, ops FROM swin_cost_reservations
          WHERE namespace = $1 AND id = $2 AND expires_at > $3 AND ops LIKE $4";
     /// `$4`: the `ended` text, `$5`: the least lapse of an ended record.
     pub const TAKE: &str = "UPDATE swin_cost_reservations SET ended = $4,
              expires_at = CASE WHEN expires_at > $5 THEN expires_at ELSE $5 END
          WHERE namespace = $1 AND id = $2 AND expires_at > $3 AND ended IS NULL
-         RETURNING keys, total, expires_at, counted, ended";
+         RETURNING keys, total, expires_at, counted, ended, ops";
     pub const READ: &str =
-        "SELECT keys, total, expires_at, counted, ended FROM swin_cost_reservations
+        "SELECT keys, total, expires_at, counted, ended, ops FROM swin_cost_reservations
          WHERE namespace = $1 AND id = $2 AND expires_at > $3";
 }
 
@@ -349,18 +391,20 @@ pub(crate) fn statements(dialect: fn(&str) -> String) -> Statements {
     .map(dialect)
 }
 
-/// `%<op>%`: what `ops` holds when it holds `op` (hex digits only: no wildcard in it).
+/// `%<identity>%`: what `ops` holds when it holds the extend `op` ([`extend_op`]; hex
+/// digits only: no wildcard in it).
 pub(crate) fn op_pattern(op: &str) -> Result<String, crate::StoreError> {
-    if !is_op(op) {
-        return Err(crate::StoreError::Protocol(format!(
+    match extend_identity(op) {
+        Some(identity) => Ok(format!("%{identity}%")),
+        None => Err(crate::StoreError::Protocol(format!(
             "{op:?} is not an operation id"
-        )));
+        ))),
     }
-    Ok(format!("%{op}%"))
 }
 
-/// The longest `ops` text a record keeps: [`OPS_KEPT`] ids, each `<op>;`.
-pub(crate) const OPS_TEXT: i32 = (OPS_KEPT * (OP_LEN + 1)) as i32;
+/// The longest `ops` text a record keeps: [`OPS_KEPT`] ids, each `<op>;` (at most
+/// two [`OP_LEN`]s and `;`).
+pub(crate) const OPS_TEXT: i32 = (OPS_KEPT * (2 * OP_LEN + 1)) as i32;
 
 /// Implements [`ReservationStore`] for a SQL store (PostgreSQL, SQLite) from its own
 /// pieces: `err` (its errors as [`StoreError`](crate::StoreError)s), `commit_by` (its
@@ -501,7 +545,7 @@ macro_rules! sql_reservation_store {
                         .bind(MAX_COUNTED_TEXT as i64)
                         .bind(format!("{op};"))
                         .bind($crate::store::reservations::OPS_TEXT)
-                        .bind(($crate::store::reservations::OP_LEN + 2) as i32)
+                        .bind((2 * $crate::store::reservations::OP_LEN + 2) as i32)
                         .bind(&pattern)
                         .fetch_optional(&mut *tx)
                         .await
@@ -531,7 +575,11 @@ macro_rules! sql_reservation_store {
                     now: UnixMs,
                     not_after: UnixMs,
                 ) -> Result<Option<ReservationRecord>, StoreError> {
-                    $crate::store::reservations::op_pattern(op)?;
+                    if !$crate::store::reservations::is_op(op) {
+                        return Err(StoreError::Protocol(format!(
+                            "{op:?} is not an operation id"
+                        )));
+                    }
                     let mut tx = self.pool().begin().await.map_err($err)?;
                     let row: Option<RecordRow> = sqlx::query_as(&$sql[5])
                         .bind(namespace)
@@ -579,20 +627,21 @@ macro_rules! sql_reservation_store {
 pub(crate) use sql_reservation_store;
 
 /// A record as the SQL stores return it: keys (text), total, lapse, counted (text),
-/// ended (text, none while open).
-pub(crate) type RecordRow = (String, f64, i64, String, Option<String>);
+/// ended (text, none while open), ops (text).
+pub(crate) type RecordRow = (String, f64, i64, String, Option<String>, String);
 
 /// A SQL store's row as a record.
 pub(crate) fn record(
     row: Option<RecordRow>,
 ) -> Result<Option<ReservationRecord>, crate::StoreError> {
-    row.map(|(keys, total, expires_at, counted, ended)| {
+    row.map(|(keys, total, expires_at, counted, ended, ops)| {
         Ok(ReservationRecord {
             keys: keys_from(&keys)?,
             total,
             expires_at: UnixMs(expires_at),
             counted: counted_from(&counted),
             ended: ended.as_deref().and_then(Ended::from_text),
+            extends: extends_from(&ops),
         })
     })
     .transpose()

@@ -189,6 +189,7 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     an_idempotency_claim_that_failed_to_its_caller_is_released,
     a_reservation_is_taken_exactly_once_under_racing_commits,
     an_extend_raises_an_open_reservation_only,
+    an_extend_is_applied_once_per_identity_and_says_by_whom,
     a_reservation_change_retried_after_a_lost_reply_applies_once,
     open_reservations_are_capped_per_namespace_and_per_client,
     a_record_says_where_its_total_was_counted_up_to_its_most,

@@ -4,7 +4,9 @@
 //! applied again with its operation id (its reply lost) changes nothing more.
 
 use swin_core::UnixMs;
-use swin_sync::store::{new_op, Ended, Fault, OpenReservation, Opening, ReservationRecord};
+use swin_sync::store::{
+    extend_op, new_op, Ended, Fault, OpenReservation, Opening, ReservationRecord, OPS_KEPT,
+};
 use swin_sync::StoreError;
 use swin_testkit::TestStore;
 
@@ -92,6 +94,7 @@ pub async fn a_reservation_is_taken_exactly_once_under_racing_commits(s: &TestSt
         expires_at: UnixMs(NOW + 30_000),
         counted: vec![(UnixMs(NOW - 5), 4.0)],
         ended: None,
+        extends: Vec::new(),
     };
     assert_eq!(read.as_ref(), Some(&want));
     let ops: Vec<String> = (0..16).map(|_| new_op()).collect();
@@ -168,6 +171,56 @@ pub async fn an_extend_raises_an_open_reservation_only(s: &TestStore) {
         .await
         .expect("it holds the op");
     assert_eq!(held.total, 3.0, "nothing raised again");
+}
+
+/// An extend is applied once per identity, whichever request sends it (a retry under
+/// the same idempotency key on another node is another request with the same
+/// identity), and the record says which request applied it, for the latest
+/// `OPS_KEPT` extends.
+pub async fn an_extend_is_applied_once_per_identity_and_says_by_whom(s: &TestStore) {
+    assert!(open(s, "ns", "i", 1.0, 30_000).await);
+    let (identity, first, retry) = (new_op(), new_op(), new_op());
+    let by_first = extend_op(&identity, &first);
+    let after = extend(s, "i", &by_first, 2.0, NOW).await.expect("open");
+    assert_eq!(after.total, 3.0);
+    assert_eq!(after.applied_by(&identity), Some(first.as_str()));
+    let again = extend(s, "i", &extend_op(&identity, &retry), 2.0, NOW + 1)
+        .await
+        .expect("open");
+    assert_eq!(again.total, 3.0, "the same identity is not applied twice");
+    assert_eq!(
+        again.applied_by(&identity),
+        Some(first.as_str()),
+        "by the first"
+    );
+    let read = s
+        .store
+        .read_reservation("ns", "i", UnixMs(NOW + 2))
+        .await
+        .expect("read")
+        .expect("open");
+    assert_eq!(read.applied_by(&identity), Some(first.as_str()));
+    assert_eq!(read.applied_by(&retry), None);
+    // the latest OPS_KEPT extends are kept: the oldest drop out, the rest still answer
+    let ids: Vec<(String, String)> = (0..OPS_KEPT + 3).map(|_| (new_op(), new_op())).collect();
+    for (i, (identity, by)) in ids.iter().enumerate() {
+        let op = extend_op(identity, by);
+        extend(s, "i", &op, 1.0, NOW + 10 + i as i64)
+            .await
+            .expect("open");
+    }
+    let last = s
+        .store
+        .read_reservation("ns", "i", UnixMs(NOW + 100))
+        .await
+        .expect("read")
+        .expect("open");
+    assert_eq!(last.total, 3.0 + (OPS_KEPT + 3) as f64);
+    assert_eq!(last.applied_by(&identity), None, "dropped out");
+    for (identity, by) in &ids[3..] {
+        assert_eq!(last.applied_by(identity), Some(by.as_str()));
+    }
+    assert_eq!(last.extends.len(), OPS_KEPT);
 }
 
 /// Every change whose reply is lost (the store applied it) and which is sent again

@@ -141,6 +141,33 @@ impl Idempotent {
     }
 }
 
+tokio::task_local! {
+    /// The record (namespace and record key) of the idempotent request this task runs
+    /// ([`crate::Limiter::once`]).
+    pub(crate) static RUNNING_ONCE: String;
+}
+
+/// The identity of the operation `what` on `on` made by the idempotent request this task
+/// runs (an operation id, [`swin_sync::store::OP_LEN`] hex digits): the same for each
+/// retry of that request, on any node, so that the store applies the operation once
+/// across them; `None` when the task runs no idempotent request.
+pub(crate) fn identity_in_once(what: &str, on: &str) -> Option<String> {
+    RUNNING_ONCE
+        .try_with(|record| {
+            let mut h = Sha256::new();
+            for part in [what, record.as_str(), on] {
+                h.update((part.len() as u64).to_be_bytes());
+                h.update(part.as_bytes());
+            }
+            let digest = h.finalize();
+            digest[..swin_sync::store::OP_LEN / 2]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        })
+        .ok()
+}
+
 /// A request's answer as a record keeps it: its status, the headers that matter (the
 /// caller picks them) and its body.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,14 +4,14 @@
 //! node's memory ([`LocalReservations`], a memory backend of the same
 //! [`ReservationStore`] interface).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use swin_core::UnixMs;
 use swin_sync::store::{
-    Ended, OpenReservation, Opened, Opening, ReservationRecord, ReservationStore, ENDED_KEPT_MS,
-    OPS_KEPT,
+    extend_identity, Ended, OpenReservation, Opened, Opening, ReservationRecord, ReservationStore,
+    ENDED_KEPT_MS, OPS_KEPT,
 };
 use swin_sync::{NamespaceSync, StoreError};
 
@@ -42,13 +42,12 @@ struct Table {
     by_client: HashMap<String, u64>,
 }
 
-/// One record, the client it is counted for and the operation ids of its latest
-/// extends.
+/// One record (with the operation ids of its latest extends) and the client it is
+/// counted for.
 #[derive(Debug)]
 struct Local {
     record: ReservationRecord,
     client: String,
-    ops: VecDeque<String>,
 }
 
 impl Table {
@@ -164,6 +163,7 @@ impl ReservationStore for LocalReservations {
             expires_at: o.expires_at,
             counted: vec![(o.at, o.total)],
             ended: None,
+            extends: Vec::new(),
         };
         t.open += 1;
         *t.by_client.entry(o.client.to_owned()).or_default() += 1;
@@ -172,7 +172,6 @@ impl ReservationStore for LocalReservations {
             Local {
                 record,
                 client: o.client.to_owned(),
-                ops: VecDeque::new(),
             },
         );
         Ok(t.opened(&o, Opening::Open))
@@ -192,7 +191,12 @@ impl ReservationStore for LocalReservations {
         let Some(l) = t.records.get_mut(id).filter(|l| l.record.expires_at > now) else {
             return Ok(None);
         };
-        if l.ops.iter().any(|o| o == op) {
+        let Some(identity) = extend_identity(op) else {
+            return Err(StoreError::Protocol(format!(
+                "{op:?} is not an extend's operation id"
+            )));
+        };
+        if l.record.applied_by(identity).is_some() {
             return Ok(Some(l.record.clone()));
         }
         if l.record.ended.is_some() {
@@ -203,10 +207,10 @@ impl ReservationStore for LocalReservations {
         if l.record.counted.len() < MAX_COUNTED {
             l.record.counted.push((at, more));
         }
-        if l.ops.len() >= OPS_KEPT {
-            l.ops.pop_front();
+        if l.record.extends.len() >= OPS_KEPT {
+            l.record.extends.remove(0);
         }
-        l.ops.push_back(op.to_owned());
+        l.record.extends.push(op.to_owned());
         Ok(Some(l.record.clone()))
     }
 

@@ -119,7 +119,10 @@ where
         };
         match ns.records.claim(claim).await? {
             Claimed::Mine => {
-                let answer = request.await;
+                // its operations know they run once for this record (their retries are
+                // the same operations: `crate::idempotency::identity_in_once`)
+                let once = format!("{}\n{}", asked.namespace, asked.record);
+                let answer = crate::idempotency::RUNNING_ONCE.scope(once, request).await;
                 keep(&ns, &asked.record, token, &answer).await;
                 return Ok(Once::First(answer));
             }

@@ -78,13 +78,11 @@ impl Control {
             let rows: usize = entries.iter().map(|e| e.unconfirmed.rows()).sum();
             info!(file = %path.display(), windows = rows, "replaying spooled pushes");
             for (e, (store_name, store)) in entries.into_iter().zip(stores) {
-                let owed = e.commits.len() + e.extends.len() + e.undos.len();
-                if owed > 0 {
-                    info!(file = %path.display(), commits = e.commits.len(), extends = e.extends.len(), undos = e.undos.len(), "resolving spooled commits, extends and undos");
+                let owed = e.owed();
+                if !owed.is_empty() {
+                    info!(file = %path.display(), changes = owed.len(), "resolving what an earlier run owed the store (commits, extends, undos, settlements, give-backs)");
                 }
-                self.owed_commits.extend(e.commits);
-                self.owed_extends.extend(e.extends);
-                self.owed_undos.extend(e.undos);
+                self.owed.extend(owed);
                 leftovers.push(Leftover {
                     store_name,
                     fingerprint: e.store_fingerprint,
@@ -100,58 +98,38 @@ impl Control {
         }
     }
 
-    /// Resolves the commits and extends an earlier run spooled (their outcome unknown), each in a task
-    /// of its own in its namespace (held as owed there: a stop before it is resolved
-    /// spools it again).
-    pub(super) fn resume_owed_commits(&mut self) {
-        for owed in std::mem::take(&mut self.owed_commits) {
-            let Some(r) = self.running.get(&owed.namespace) else {
-                error!(
-                    namespace = owed.namespace,
-                    "a spooled commit's namespace is not served: not resolved"
-                );
+    /// Resolves what an earlier run spooled that its node owed the store, each in a
+    /// task of its own in its namespace (held as owed there: a stop before it is
+    /// resolved spools it again).
+    pub(super) fn resume_owed(&mut self) {
+        use crate::requests::reservations as r;
+        use crate::unresolved::Owed;
+        for owed in std::mem::take(&mut self.owed) {
+            let namespace = match &owed {
+                Owed::Commit(c) => &c.namespace,
+                Owed::Extend(x) => &x.namespace,
+                Owed::Undo(u) => &u.namespace,
+                Owed::Settle(s) => &s.namespace,
+                Owed::GiveBack(g) => &g.namespace,
+                Owed::Other(_) => continue,
+            };
+            let Some(running) = self.running.get(namespace) else {
+                error!(namespace, "{owed}: spooled by an earlier run, its namespace is not served now: not resolved");
                 continue;
             };
-            let ns = r.namespace.clone();
-            let owing = ns
-                .unresolved
-                .hold(crate::unresolved::Owed::Commit(owed.clone()));
-            self.tracker.spawn(async move {
-                crate::requests::reservations::resume(ns, owed, &owing).await;
-                drop(owing);
-            });
-        }
-        for owed in std::mem::take(&mut self.owed_extends) {
-            let Some(r) = self.running.get(&owed.namespace) else {
-                error!(
-                    namespace = owed.namespace,
-                    "a spooled extend's namespace is not served: not resolved"
-                );
-                continue;
+            let ns = running.namespace.clone();
+            let owing = ns.unresolved.hold(owed.clone());
+            match owed {
+                Owed::Commit(c) => self.tracker.spawn(async move {
+                    r::resume(ns, c, &owing).await;
+                    drop(owing);
+                }),
+                Owed::Extend(x) => self.tracker.spawn(r::resume_extend(ns, x, owing)),
+                Owed::Undo(u) => self.tracker.spawn(r::undo(ns, u, owing)),
+                Owed::Settle(s) => self.tracker.spawn(r::resume_settle(ns, s, owing)),
+                Owed::GiveBack(g) => self.tracker.spawn(r::resume_give_back(ns, g, owing)),
+                Owed::Other(_) => continue,
             };
-            let ns = r.namespace.clone();
-            let owing = ns
-                .unresolved
-                .hold(crate::unresolved::Owed::Extend(owed.clone()));
-            self.tracker
-                .spawn(crate::requests::reservations::resume_extend(
-                    ns, owed, owing,
-                ));
-        }
-        for owed in std::mem::take(&mut self.owed_undos) {
-            let Some(r) = self.running.get(&owed.namespace) else {
-                error!(
-                    namespace = owed.namespace,
-                    "a spooled undo's namespace is not served: not resolved"
-                );
-                continue;
-            };
-            let ns = r.namespace.clone();
-            let owing = ns
-                .unresolved
-                .hold(crate::unresolved::Owed::Undo(owed.clone()));
-            self.tracker
-                .spawn(crate::requests::reservations::undo(ns, owed, owing));
         }
     }
 

@@ -57,12 +57,9 @@ struct Control {
     config: Config,
     leftovers: Leftovers,
     spool_files: SpoolFiles,
-    /// Commits an earlier run spooled, resolved once the namespaces run.
-    owed_commits: Vec<crate::unresolved::OwedCommit>,
-    /// Extends an earlier run spooled, resolved once the namespaces serve.
-    owed_extends: Vec<crate::unresolved::OwedExtend>,
-    /// Undos of failed reserves an earlier run spooled.
-    owed_undos: Vec<crate::unresolved::OwedUndo>,
+    /// What an earlier run spooled that its node owed the store (commits, extends,
+    /// undos, settlements, give-backs), resolved once the namespaces serve.
+    owed: Vec<crate::unresolved::Owed>,
     /// Where every namespace's outcomes are recorded.
     recorder: Arc<dyn crate::recorder::Recorder>,
 }
@@ -99,9 +96,7 @@ impl Control {
             config: config.clone(),
             leftovers: Default::default(),
             spool_files: Default::default(),
-            owed_commits: Vec::new(),
-            owed_extends: Vec::new(),
-            owed_undos: Vec::new(),
+            owed: Vec::new(),
             recorder,
         };
         for (name, (cfg, store)) in connected {
@@ -133,7 +128,7 @@ impl Control {
         node.load_spool();
         node.retry_leftovers().await;
         node.apply_namespaces(&config.namespaces).await;
-        node.resume_owed_commits();
+        node.resume_owed();
         node.spawn_leftover_retries();
         Ok(node)
     }

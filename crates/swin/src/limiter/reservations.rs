@@ -131,7 +131,13 @@ impl Limiter {
             ))
         })?;
         let record = open_record(&ns, id, key).await?;
-        if record.ended.is_some() {
+        // sent again under the same idempotency key, it is the same extend: applied
+        // once (by whichever request got there), answered from the record after that
+        let identity = crate::idempotency::identity_in_once("extend", id);
+        let replay = identity
+            .as_deref()
+            .is_some_and(|i| record.applied_by(i).is_some());
+        if record.ended.is_some() && !replay {
             return Err(not_open(id, ns.sync.name()));
         }
         run(Extend {
@@ -141,6 +147,8 @@ impl Limiter {
             more: unsigned_zero(more),
             total: record.total,
             expires_at: record.expires_at,
+            identity: identity.unwrap_or_else(swin_sync::store::new_op),
+            replay,
         })
         .await
     }

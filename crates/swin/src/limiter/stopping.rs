@@ -10,7 +10,6 @@ use super::leftovers::{Leftover, Leftovers};
 use super::{Control, Running};
 use crate::spool::{self, SpoolEntry};
 use crate::state::Namespaces;
-use crate::unresolved::Owed;
 
 impl Control {
     /// Stops every engine at once (each pushes until a common deadline), tries what is
@@ -50,6 +49,8 @@ impl Control {
                 commits: Vec::new(),
                 extends: Vec::new(),
                 undos: Vec::new(),
+                settles: Vec::new(),
+                give_backs: Vec::new(),
             })
             .chain(commits)
             .collect();
@@ -190,54 +191,50 @@ pub(super) async fn retire(
 /// many other changes (named, not spooled).
 type Owing = (Option<SpoolEntry>, usize);
 
-/// What `old`'s node still owes: its commits, extends and undos as a spool entry for
-/// its store (spooled, resolved by the next start), and how many other changes (named
-/// here, as errors).
+/// What `old`'s node still owes: what a spool keeps (commits, extends, undos,
+/// settlements, give-backs: resolved by the next start) as a spool entry for its store,
+/// and how many other changes (steps under way, named here as errors).
 fn owed_of(old: &Running) -> (Option<SpoolEntry>, usize) {
     let name = &old.config.name;
-    let (mut commits, mut extends, mut undos) = (Vec::new(), Vec::new(), Vec::new());
-    let mut others = 0;
+    let mut entry = SpoolEntry {
+        store: old.config.store.clone().unwrap_or_default(),
+        store_fingerprint: old
+            .store_config
+            .as_ref()
+            .map(|c| c.fingerprint())
+            .unwrap_or_default(),
+        unconfirmed: swin_sync::Unconfirmed {
+            namespace: name.clone(),
+            push_id: String::new(),
+            chunks: Default::default(),
+        },
+        commits: Vec::new(),
+        extends: Vec::new(),
+        undos: Vec::new(),
+        settles: Vec::new(),
+        give_backs: Vec::new(),
+    };
+    let has_store = old.config.store.is_some() && old.store_config.is_some();
+    let (mut spooled, mut others) = (0, 0);
     for owed in old.namespace.unresolved.take_at_stop() {
-        match owed {
-            Owed::Commit(_) | Owed::Extend(_) | Owed::Undo(_) => {
-                warn!(
-                    namespace = name,
-                    "{owed}: spooled, resolved by the next start"
-                );
-                match owed {
-                    Owed::Commit(c) => commits.push(c),
-                    Owed::Extend(x) => extends.push(x),
-                    Owed::Undo(u) => undos.push(u),
-                    Owed::Other(_) => {}
-                }
-            }
-            Owed::Other(_) => {
-                error!(
-                    namespace = name,
-                    "{owed}: not resolved by the stop; the store may keep it charged"
-                );
-                others += 1;
-            }
+        let named = owed.to_string();
+        let kept = match has_store {
+            true => entry.spool(owed),
+            false => false,
+        };
+        if kept {
+            warn!(
+                namespace = name,
+                "{named}: spooled, resolved by the next start"
+            );
+            spooled += 1;
+        } else {
+            error!(
+                namespace = name,
+                "{named}: not resolved by the stop; the store may keep it charged"
+            );
+            others += 1;
         }
     }
-    let spooled = commits.len() + extends.len() + undos.len();
-    let entry = match (&old.config.store, &old.store_config) {
-        (Some(store), Some(cfg)) if spooled > 0 => Some(SpoolEntry {
-            store: store.clone(),
-            store_fingerprint: cfg.fingerprint(),
-            unconfirmed: swin_sync::Unconfirmed {
-                namespace: name.clone(),
-                push_id: String::new(),
-                chunks: Default::default(),
-            },
-            commits,
-            extends,
-            undos,
-        }),
-        _ => {
-            others += spooled;
-            None
-        }
-    };
-    (entry, others)
+    ((spooled > 0).then_some(entry), others)
 }

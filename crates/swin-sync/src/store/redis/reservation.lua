@@ -2,7 +2,8 @@
 -- `keys` (a JSON array), `total`, `lapse` (Unix ms, store time), `client` (who it is
 -- counted for, '' none), `counted` (where the
 -- total was counted: `<ms>:<amount>;` per take), `ops` (the latest extends' operation
--- ids, `<op>;` each) and `ended` (`<op>:<cost>` of the commit that ended it), and the
+-- ids, `<op>;` each: an id's first 16 digits are the extend's identity, the rest who
+-- applied it) and `ended` (`<op>:<cost>` of the commit that ended it), and the
 -- namespace's index of open ones (a sorted set: id → lapse), in one slot. Every
 -- operation can be applied again without changing anything more.
 -- KEYS: the reservation's hash, the namespace's index, and for an opening with a client,
@@ -15,9 +16,10 @@
 --          0 another live record holds the id, 2 the namespace holds max_open open, 3
 --          the client holds max_client; the counts before it (-1: not counted)
 --   extend op, more, now, deadline, piece, most, ops_most
---          → {keys, total, lapse, counted, ended} after it, also when `ops` holds `op`
---          already (nothing changes again); {} not open and `op` not in it
---   take   op, cost, now, deadline, kept    → {keys, total, lapse, counted, ended}:
+--          → {keys, total, lapse, counted, ended, ops} after it, also when `ops`
+--          holds `op`'s identity already (nothing changes again); {} not open and
+--          the identity not in it
+--   take   op, cost, now, deadline, kept    → {keys, total, lapse, counted, ended, ops}:
 --          ended now by `op`, or earlier by whichever `ended` names; {} no record
 -- extend and take answer -1 (nothing changed) when this server's clock is past the
 -- deadline (Unix ms): their caller stopped waiting.
@@ -39,7 +41,7 @@ local function live(now)
     return v
 end
 local function answer(v)
-    return {v[1], v[2], v[3], v[4], v[5]}
+    return {v[1], v[2], v[3], v[4], v[5], v[6]}
 end
 -- keeps an index at least as long as `lapse` needs it
 local function outlive(index, lapse, now)
@@ -100,7 +102,8 @@ elseif op == 'extend' then
     local piece, most, ops_most = ARGV[7], ARGV[8], tonumber(ARGV[9])
     local v = live(now)
     local mark = xop .. ';'
-    if v and string.find(v[6], mark, 1, true) then
+    -- the extend's identity: the id's first 16 digits
+    if v and string.find(v[6], string.sub(xop, 1, 16), 1, true) then
         return answer(v)
     end
     if past(deadline) then
@@ -119,7 +122,7 @@ elseif op == 'extend' then
         ops = string.sub(ops, #mark + 1)
     end
     redis.call('HSET', KEYS[1], 'counted', counted, 'ops', ops .. mark)
-    v[2], v[4] = total, counted
+    v[2], v[4], v[6] = total, counted, ops .. mark
     return answer(v)
 elseif op == 'take' then
     local cop, cost, now, deadline, kept = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]

@@ -15,9 +15,9 @@ use swin_core::UnixMs;
 use super::calls::{Call, Eval};
 use super::RedisStore;
 use crate::store::reservations::{
-    counted_from, counted_text, is_client, is_op, keys_from, keys_text, Ended, OpenReservation,
-    Opened, Opening, ReservationRecord, ReservationStore, ENDED_KEPT_MS, MAX_COUNTED_TEXT,
-    OPS_TEXT,
+    counted_from, counted_text, extend_identity, extends_from, is_client, is_op, keys_from,
+    keys_text, Ended, OpenReservation, Opened, Opening, ReservationRecord, ReservationStore,
+    ENDED_KEPT_MS, MAX_COUNTED_TEXT, OPS_TEXT,
 };
 use crate::StoreError;
 
@@ -74,11 +74,7 @@ impl RedisStore {
 
 /// A record from its fields as the hash holds them.
 fn parsed(
-    keys: &str,
-    total: &str,
-    lapse: &str,
-    counted: &str,
-    ended: &str,
+    [keys, total, lapse, counted, ended, ops]: [&str; 6],
 ) -> Result<ReservationRecord, StoreError> {
     let bad = |what: &str| StoreError::Protocol(format!("a reservation's {what} is not a number"));
     Ok(ReservationRecord {
@@ -87,6 +83,7 @@ fn parsed(
         expires_at: UnixMs(lapse.parse().map_err(|_| bad("lapse"))?),
         counted: counted_from(counted),
         ended: Ended::from_text(ended),
+        extends: extends_from(ops),
     })
 }
 
@@ -103,8 +100,8 @@ fn record(v: Value) -> Result<Option<ReservationRecord>, StoreError> {
     }
     let fields: Vec<String> = redis::from_owned_redis_value(v)?;
     match &fields[..] {
-        [keys, total, lapse, counted, ended] => {
-            Ok(Some(parsed(keys, total, lapse, counted, ended)?))
+        [keys, total, lapse, counted, ended, ops] => {
+            Ok(Some(parsed([keys, total, lapse, counted, ended, ops])?))
         }
         _ => Ok(None),
     }
@@ -183,9 +180,14 @@ impl ReservationStore for RedisStore {
         now: UnixMs,
         not_after: UnixMs,
     ) -> Result<Option<ReservationRecord>, StoreError> {
+        if extend_identity(op).is_none() {
+            return Err(StoreError::Protocol(format!(
+                "{op:?} is not an extend's operation id"
+            )));
+        }
         let args = [
             "extend".to_owned(),
-            checked(op)?.to_owned(),
+            op.to_owned(),
             more.to_string(),
             now.0.to_string(),
             not_after.0.to_string(),
@@ -229,24 +231,21 @@ impl ReservationStore for RedisStore {
             .arg("total")
             .arg("lapse")
             .arg("counted")
-            .arg("ended");
+            .arg("ended")
+            .arg("ops");
         let v: Vec<Option<String>> = self
             .replies::<Vec<Option<String>>>(vec![Call::on(&key, cmd, false)])
             .await?
             .into_iter()
             .next()
             .unwrap_or_default();
-        let [Some(keys), Some(total), Some(lapse), counted, ended] = &v[..] else {
+        let [Some(keys), Some(total), Some(lapse), counted, ended, ops] = &v[..] else {
             return Ok(None);
         };
-        let (counted, ended) = (counted.as_deref(), ended.as_deref());
-        let r = parsed(
-            keys,
-            total,
-            lapse,
-            counted.unwrap_or(""),
-            ended.unwrap_or(""),
-        )?;
+        fn text(t: &Option<String>) -> &str {
+            t.as_deref().unwrap_or("")
+        }
+        let r = parsed([keys, total, lapse, text(counted), text(ended), text(ops)])?;
         Ok((r.expires_at > now).then_some(r))
     }
 }

@@ -8,13 +8,13 @@ use swin_core::UnixMs;
 use swin_sync::store::ReservationRecord;
 
 use super::settlement::{give_back_later, settle, Short};
-use super::{Settled, RETRY_EVERY, RETRY_FOR};
+use super::{Settled, RETRY_EVERY, RETRY_MOST};
 use crate::decisions::{limits_of, HitAnswer};
 use crate::error::Error;
 use crate::known::resolve;
 use crate::policy::limits::{KeyLimits, Overrun};
 use crate::state::Namespace;
-use crate::unresolved::{Owed, OwedCommit, Owing};
+use crate::unresolved::{Owed, OwedCommit, OwedGiveBack, OwedSettle, Owing};
 
 /// A reservation this node ended (or may have: its answer was lost) and settles: its
 /// keys, each key's effective limits as the commit read them, the overrun rule and the
@@ -96,15 +96,17 @@ impl Ending {
                 }),
                 // the store could not be used: this node settles it when it answers
                 Err(e @ Error::Store { .. }) => {
-                    tokio::spawn(settle_later(
-                        ns.clone(),
-                        id.to_owned(),
-                        key.clone(),
-                        limits,
-                        overrun,
-                        (total, counted.clone()),
+                    let owed = OwedSettle {
+                        namespace: ns.sync.name().to_owned(),
+                        reservation: id.to_owned(),
+                        key: key.clone(),
+                        capped: overrun == Overrun::Cap,
+                        estimate: total,
+                        counted: counted.iter().map(|&(at, v)| (at.0, v)).collect(),
                         cost,
-                    ));
+                    };
+                    let owing = ns.unresolved.hold(Owed::Settle(owed.clone()));
+                    tokio::spawn(settle_later(ns.clone(), owed, limits, owing));
                     failed.get_or_insert(e);
                 }
                 // refused (a count past 2^53): trying again would be refused again; the
@@ -207,53 +209,103 @@ fn owe(ns: &Arc<Namespace>, id: &str, key: &str, limits: &KeyLimits, short: Shor
     if owed <= 0.0 {
         return 0.0;
     }
-    let owing = ns.unresolved.hold(Owed::Other(format!(
-        "the give-back of {owed} to key {key:?} of reservation {id:?} (its takes not yet in the store)"
-    )));
-    let (ns, id, key, limits) = (ns.clone(), id.to_owned(), key.to_owned(), limits.clone());
-    tokio::spawn(async move {
-        let left = give_back_later(&ns, &key, &limits, short, (RETRY_EVERY, RETRY_FOR)).await;
-        if left > 0.0 {
-            tracing::warn!(
-                id,
-                key,
-                left,
-                "a reservation's give-back stays short: its takes did not reach the store"
-            );
-        }
-        drop(owing);
-    });
+    let owed_back = OwedGiveBack {
+        namespace: ns.sync.name().to_owned(),
+        reservation: id.to_owned(),
+        key: key.to_owned(),
+        short: short.iter().map(|&(at, v)| (at.0, v)).collect(),
+    };
+    let owing = ns.unresolved.hold(Owed::GiveBack(owed_back.clone()));
+    tokio::spawn(give_back_owed(ns.clone(), owed_back, limits.clone(), owing));
     owed
 }
 
-async fn settle_later(
-    ns: Arc<Namespace>,
-    id: String,
-    key: String,
-    limits: KeyLimits,
-    overrun: Overrun,
-    (estimate, counted): (f64, Vec<(UnixMs, f64)>),
-    cost: f64,
-) {
-    // owed while it waits: a stop before it is done names it and does not exit 0
-    let owing = ns.unresolved.hold(Owed::Other(format!(
-        "the settlement of reservation {id:?} on key {key:?} at cost {cost}, refused by the store so far"
-    )));
-    let deadline = tokio::time::Instant::now() + RETRY_FOR;
-    while tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(RETRY_EVERY).await;
-        let reserved = (estimate, counted.as_slice());
-        if let Ok((.., short)) = settle(&ns, &key, &limits, overrun, reserved, cost).await {
-            owe(&ns, &id, &key, &limits, short);
-            drop(owing);
-            return;
-        }
+/// Gives back what `owed` says as its takes land (see [`give_back_later`]), held by
+/// `owing` until done or taken by a stop.
+async fn give_back_owed(ns: Arc<Namespace>, owed: OwedGiveBack, limits: KeyLimits, owing: Owing) {
+    let short = owed.short.iter().map(|&(at, v)| (UnixMs(at), v)).collect();
+    let left = give_back_later(&ns, &owed, &limits, short, &owing).await;
+    if left > 0.0 {
+        tracing::warn!(
+            id = owed.reservation,
+            key = owed.key,
+            left,
+            "a reservation's give-back stays short: its takes did not reach the store"
+        );
     }
     drop(owing);
-    tracing::warn!(
-        key,
-        estimate,
-        cost,
-        "a reservation stays settled at its estimate"
-    );
+}
+
+/// A give-back an earlier run spooled (see [`give_back_later`]), under the key's limits
+/// now.
+pub(crate) async fn resume_give_back(ns: Arc<Namespace>, owed: OwedGiveBack, owing: Owing) {
+    let Some(limits) = key_limits(&ns, &owed.key) else {
+        return;
+    };
+    give_back_owed(ns, owed, limits, owing).await;
+}
+
+/// A key's settlement an earlier run spooled (see [`settle_later`]), under the key's
+/// limits now.
+pub(crate) async fn resume_settle(ns: Arc<Namespace>, owed: OwedSettle, owing: Owing) {
+    let Some(limits) = key_limits(&ns, &owed.key) else {
+        return;
+    };
+    settle_later(ns, owed, limits, owing).await;
+}
+
+/// `key`'s effective limits now; `None` (logged) when the namespace has none.
+fn key_limits(ns: &Namespace, key: &str) -> Option<KeyLimits> {
+    match limits_of(ns, ns.sync.name()) {
+        Ok(limits) => Some((*ns.effective(key, limits.for_key(key))).clone()),
+        Err(_) => {
+            tracing::error!(
+                key,
+                "a spooled settlement's namespace has no limits now: not settled"
+            );
+            None
+        }
+    }
+}
+
+/// A key's settlement the store refused (`owed`, held by `owing`): tried again, every
+/// [`RETRY_EVERY`] and then less often, until the store takes it — or a stop takes
+/// what is owed between two tries (spooled: the next start tries it).
+async fn settle_later(ns: Arc<Namespace>, owed: OwedSettle, limits: KeyLimits, owing: Owing) {
+    let overrun = match owed.capped {
+        true => Overrun::Cap,
+        false => Overrun::Debt,
+    };
+    let counted: Vec<(UnixMs, f64)> = owed
+        .counted
+        .iter()
+        .map(|&(at, v)| (UnixMs(at), v))
+        .collect();
+    let (id, key) = (owed.reservation.as_str(), owed.key.as_str());
+    let mut wait = RETRY_EVERY;
+    loop {
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(RETRY_MOST);
+        let trying = Owed::Other(format!("{}, under way", Owed::Settle(owed.clone())));
+        if !owing.go_on(trying) {
+            return;
+        }
+        let reserved = (owed.estimate, counted.as_slice());
+        match settle(&ns, key, &limits, overrun, reserved, owed.cost).await {
+            Ok((.., short)) => {
+                owe(&ns, id, key, &limits, short);
+                return;
+            }
+            Err(e @ Error::Store { .. }) => {
+                tracing::debug!(cause = %e, id, key, "a settlement waits for the store");
+                if !owing.go_on(Owed::Settle(owed.clone())) {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(cause = %e, id, key, "a reservation stays settled at its estimate: its settlement is refused");
+                return;
+            }
+        }
+    }
 }

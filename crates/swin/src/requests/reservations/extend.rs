@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use swin_core::UnixMs;
 
-use swin_sync::store::new_op;
+use swin_sync::store::{extend_op, new_op, OP_LEN};
 
 use super::{hits, not_open, strictest, verdicts, Reserved};
 use crate::error::Error;
@@ -27,6 +27,12 @@ pub(crate) struct Extend {
     /// Its total and lapse as read before the extend.
     pub(crate) total: f64,
     pub(crate) expires_at: UnixMs,
+    /// What makes it this extend ([`extend_op`]): derived from the request's idempotency
+    /// key (its retries are the same extend), else new.
+    pub(crate) identity: String,
+    /// The record holds this extend already (applied by an earlier request under the
+    /// same idempotency key): answered from the record, spending nothing.
+    pub(crate) replay: bool,
 }
 
 impl Request for Extend {
@@ -40,8 +46,10 @@ impl Request for Extend {
 
     fn plan(&self) -> Result<Plan<'_>, Error> {
         let ns = &*self.ns;
-        let asks = hits(ns, &self.keys, self.more)?;
+        let cost = if self.replay { 0.0 } else { self.more };
+        let asks = hits(ns, &self.keys, cost)?;
         let mut plan = Plan::of(asks);
+        plan.dry_run = self.replay;
         if self.keys.len() > 1 {
             plan.label = Some("keys");
         }
@@ -50,10 +58,14 @@ impl Request for Extend {
 
     async fn act(&self, plan: &Plan<'_>) -> Result<Self::Acted, Error> {
         let (ns, id, more, at) = (&self.ns, self.id.as_str(), self.more, plan.taken_at);
+        if self.replay {
+            return Ok((self.total, self.expires_at));
+        }
         // bounded as a lease's renewal is: past the request's answer time the store
         // changes nothing (an error takes back what the hits took); sent again, under
         // its operation id, while its reply is lost
-        let op = new_op();
+        let by = new_op();
+        let op = extend_op(&self.identity, &by);
         let left = plan.left_of(ns.sync.answer_within());
         let raised = until_known(left, |w| ns.reservations.extend(id, &op, more, at, w)).await;
         let record = match raised {
@@ -77,6 +89,15 @@ impl Request for Extend {
                 ));
             }
         };
+        if record.applied_by(&self.identity) != Some(by.as_str()) {
+            // a retry of this extend under the same idempotency key, on another node,
+            // applied it first (this one's first answer was lost): this one's hits go back
+            for key in &self.keys {
+                if let Err(e) = undo_hit(ns, key, more, at).await {
+                    tracing::warn!(cause = %e, key, more, "an extend applied by another request: this one's hit stays spent");
+                }
+            }
+        }
         Ok((record.total, record.expires_at))
     }
 
@@ -84,8 +105,23 @@ impl Request for Extend {
         // (an extend whose outcome is unknown returned its error before this)
         let recorder = self.ns.recorder();
         let name = self.ns.sync.name();
-        let verdicts = verdicts(&self.keys, ran.taken)?;
+        let mut verdicts = verdicts(&self.keys, ran.taken)?;
         let (reservation, total) = match ran.acted {
+            Some((total, at)) if self.replay => {
+                recorder.reservation(name, "replayed");
+                for (_, v) in &mut verdicts {
+                    v.decision.allowed = true;
+                }
+                (Some((self.id.clone(), at)), total)
+            }
+            None if self.replay => {
+                // a dry run of 0 the key's debt refuses: the extend was applied all the same
+                recorder.reservation(name, "replayed");
+                for (_, v) in &mut verdicts {
+                    v.decision.allowed = true;
+                }
+                (Some((self.id.clone(), self.expires_at)), self.total)
+            }
             Some((total, at)) => {
                 recorder.reservation(name, "extended");
                 recorder.reservation_cost(name, "extended", self.more * self.keys.len() as f64);
@@ -123,9 +159,14 @@ pub(crate) async fn resume_extend(ns: Arc<Namespace>, owed: OwedExtend, owing: O
     let at = UnixMs(at);
     let each = ns.sync.store_timeout();
     let asked = resolve(each, |w| ns.reservations.extend(&id, &op, more, at, w)).await;
+    // who this extend is: its identity, and this request (the same for an extend no
+    // other request can send again)
+    let (identity, by) = op.split_at(OP_LEN.min(op.len()));
+    let by = if by.is_empty() { identity } else { by };
     match asked {
-        Some(Some(_)) => {}
-        Some(None) => {
+        Some(Some(r)) if r.applied_by(identity) == Some(by) => {}
+        // not open for it, or applied by a retry under the same idempotency key
+        Some(_) => {
             let giving = Owed::Other(format!(
                 "the give-back of an extend of reservation {id:?} by {more} that was not applied"
             ));

@@ -46,7 +46,7 @@ use crate::policy::input::check_key;
 
 pub(crate) use self::caps::CapChecks;
 pub(crate) use self::commit::Commit;
-pub(crate) use self::ending::resume;
+pub(crate) use self::ending::{resume, resume_give_back, resume_settle};
 pub(crate) use self::extend::{resume_extend, Extend};
 pub(crate) use self::reserve::{undo, Reserve};
 
@@ -60,6 +60,8 @@ pub const MAX_RESERVATION_KEYS: usize = 16;
 /// How long the node keeps trying a settlement or an undo the store refused.
 const RETRY_FOR: Duration = Duration::from_secs(60);
 const RETRY_EVERY: Duration = Duration::from_millis(500);
+/// The longest wait between two tries of a settlement or a give-back owed.
+const RETRY_MOST: Duration = Duration::from_secs(5);
 
 /// A reserve's or an extend's answer: each key's verdict, and when allowed the
 /// reservation.

@@ -11,6 +11,9 @@ use crate::pipeline::Take;
 use crate::policy::limits::{KeyLimits, Overrun};
 use crate::runtime_limits::Effective;
 use crate::state::Namespace;
+use crate::unresolved::{Owed, OwedGiveBack, Owing};
+
+use super::{RETRY_EVERY, RETRY_MOST};
 
 /// Pieces a commit's overrun is charged in, in a namespace in shadow.
 const SHADOW_PIECES: usize = 16;
@@ -153,19 +156,21 @@ fn gives_back_later(ns: &Namespace) -> bool {
 }
 
 /// Gives back, as each take lands in the store, what a commit's give-back found short
-/// (`short`, per take's time): tried every `every` for `most`, while the take's windows
-/// are still counted. Answers what is left (0 when all of it went back).
+/// (`short`, per take's time, for `owed`'s key): tried every [`RETRY_EVERY`] and then
+/// less often, while the take's windows are still counted, held by `owing` (a stop
+/// between two tries spools what is left, as `owed` with it). Answers what is left (0
+/// when all of it went back, or a stop took it).
 pub(super) async fn give_back_later(
     ns: &Namespace,
-    key: &str,
+    owed: &OwedGiveBack,
     limits: &KeyLimits,
     mut short: Short,
-    (every, most): (std::time::Duration, std::time::Duration),
+    owing: &Owing,
 ) -> f64 {
     let KeyLimits::Windows(set) = limits else {
         return 0.0;
     };
-    let deadline = tokio::time::Instant::now() + most;
+    let mut wait = RETRY_EVERY;
     loop {
         let now = swin_sync::now();
         // a take in a window no longer counted has nothing left to give
@@ -175,12 +180,23 @@ pub(super) async fn give_back_later(
                     .iter()
                     .all(|l| l.window.start_of(at) >= l.window.previous_start_of(now))
         });
-        if short.is_empty() || tokio::time::Instant::now() >= deadline {
-            return short.iter().map(|&(_, left)| left).sum();
+        if short.is_empty() {
+            return 0.0;
         }
-        tokio::time::sleep(every).await;
+        let left = OwedGiveBack {
+            short: short.iter().map(|&(at, v)| (at.0, v)).collect(),
+            ..owed.clone()
+        };
+        if !owing.go_on(Owed::GiveBack(left.clone())) {
+            return 0.0;
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(RETRY_MOST);
+        if !owing.go_on(Owed::Other(format!("{}, under way", Owed::GiveBack(left)))) {
+            return 0.0;
+        }
         for (at, left) in short.iter_mut() {
-            let take = Take::under(ns, key, *left, Effective::Config(limits), false);
+            let take = Take::under(ns, &owed.key, *left, Effective::Config(limits), false);
             if let Ok((back, _)) = take.settle_at(*at).await {
                 *left -= back;
             }
