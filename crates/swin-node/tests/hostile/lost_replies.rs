@@ -287,8 +287,9 @@ async fn extend_once(
 /// An extend whose every reply is lost answers 503 `outcome_unknown`; the client sends
 /// it again under the same `Idempotency-Key` once the store answers: it is applied once
 /// (by the first request's resolution or by the retry, whichever gets there first),
-/// the retry answers the total with it once, a commit finds that total, and the store
-/// holds what was used (the retry used to extend again: a total of 200 for 100 + 50).
+/// the retry answers the total with it once, it is counted once as `extended`, a commit
+/// finds that total, and the store holds what was used (the retry used to extend again:
+/// a total of 200 for 100 + 50).
 async fn an_extend_retried_under_its_idempotency_key_is_applied_once(store: &TestStore) {
     for ns in ["periodic", "sync"] {
         let (_dir, relay, node) = node_via(store).await;
@@ -324,6 +325,13 @@ async fn an_extend_retried_under_its_idempotency_key_is_applied_once(store: &Tes
         );
         let (s, v) = extend_once(&c, &node, ns, "x-1", &more).await;
         assert_eq!((s, &v["total"]), (200, &150.0.into()), "{ns}: again: {v}");
+        // counted once, by whichever request applied it
+        let series =
+            format!("swin_reservation_operations_total{{namespace=\"{ns}\",outcome=\"extended\"}}");
+        within(Duration::from_secs(10), "the extend counted", async || {
+            metric_value(&metrics_text(&c, &node.base).await, &series) == Some(1.0)
+        })
+        .await;
         let commit = serde_json::json!({"reservation": rid, "cost": 150});
         let (s, v) = ns_call(&c, &node.base, ns, "commit", commit).await;
         assert_eq!(

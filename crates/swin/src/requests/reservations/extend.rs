@@ -37,8 +37,9 @@ pub(crate) struct Extend {
 
 impl Request for Extend {
     type Answer = Reserved;
-    /// The total after it, and its lapse.
-    type Acted = (f64, UnixMs);
+    /// The total after it, its lapse, and whether another request applied it (a retry
+    /// under the same idempotency key: this one's hits went back).
+    type Acted = (f64, UnixMs, bool);
 
     fn waits_on_store(&self) -> bool {
         true
@@ -59,7 +60,7 @@ impl Request for Extend {
     async fn act(&self, plan: &Plan<'_>) -> Result<Self::Acted, Error> {
         let (ns, id, more, at) = (&self.ns, self.id.as_str(), self.more, plan.taken_at);
         if self.replay {
-            return Ok((self.total, self.expires_at));
+            return Ok((self.total, self.expires_at, true));
         }
         // bounded as a lease's renewal is: past the request's answer time the store
         // changes nothing (an error takes back what the hits took); sent again, under
@@ -89,16 +90,17 @@ impl Request for Extend {
                 ));
             }
         };
-        if record.applied_by(&self.identity) != Some(by.as_str()) {
-            // a retry of this extend under the same idempotency key, on another node,
-            // applied it first (this one's first answer was lost): this one's hits go back
+        let by_another = record.applied_by(&self.identity) != Some(by.as_str());
+        if by_another {
+            // the first request of this extend (its answer lost) applied it, resolved in
+            // the background: this one's hits go back
             for key in &self.keys {
                 if let Err(e) = undo_hit(ns, key, more, at).await {
                     tracing::warn!(cause = %e, key, more, "an extend applied by another request: this one's hit stays spent");
                 }
             }
         }
-        Ok((record.total, record.expires_at))
+        Ok((record.total, record.expires_at, by_another))
     }
 
     fn answer(&self, _: Plan<'_>, ran: Ran<Self::Acted>) -> Result<Reserved, Error> {
@@ -107,7 +109,7 @@ impl Request for Extend {
         let name = self.ns.sync.name();
         let mut verdicts = verdicts(&self.keys, ran.taken)?;
         let (reservation, total) = match ran.acted {
-            Some((total, at)) if self.replay => {
+            Some((total, at, true)) => {
                 recorder.reservation(name, "replayed");
                 for (_, v) in &mut verdicts {
                     v.decision.allowed = true;
@@ -122,7 +124,7 @@ impl Request for Extend {
                 }
                 (Some((self.id.clone(), self.expires_at)), self.total)
             }
-            Some((total, at)) => {
+            Some((total, at, false)) => {
                 recorder.reservation(name, "extended");
                 recorder.reservation_cost(name, "extended", self.more * self.keys.len() as f64);
                 (Some((self.id.clone(), at)), total)
@@ -164,7 +166,12 @@ pub(crate) async fn resume_extend(ns: Arc<Namespace>, owed: OwedExtend, owing: O
     let (identity, by) = op.split_at(OP_LEN.min(op.len()));
     let by = if by.is_empty() { identity } else { by };
     match asked {
-        Some(Some(r)) if r.applied_by(identity) == Some(by) => {}
+        Some(Some(r)) if r.applied_by(identity) == Some(by) => {
+            // counted as an extend answered is: once, by the request that applied it
+            let (recorder, name) = (ns.recorder(), ns.sync.name());
+            recorder.reservation(name, "extended");
+            recorder.reservation_cost(name, "extended", more * keys.len() as f64);
+        }
         // not open for it, or applied by a retry under the same idempotency key
         Some(_) => {
             let giving = Owed::Other(format!(
