@@ -4,7 +4,9 @@
 //! exactly up to 2^53 because every partial sum of integers below that is representable.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
+
+use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
@@ -178,7 +180,7 @@ fn stripe_of_this_thread() -> usize {
     STRIPE.with(|s| {
         let mut v = s.get();
         if v == usize::MAX {
-            v = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+            v = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % STRIPES;
             s.set(v);
         }
         v

@@ -21,10 +21,10 @@
 //! Known edge: a thread whose `now` is two whole windows behind the thread that rolls the
 //! slot can land its hit in the newer window (still counted exactly once).
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 
 use crate::cell::{AtomicF64, Stripes};
+use crate::sync::{AtomicBool, AtomicI64, AtomicU32, Mutex, MutexGuard, Ordering};
 
 const EMPTY: i64 = i64::MIN;
 
@@ -194,6 +194,7 @@ impl Entry {
                 }
             }
         }
+        crate::sync::seq_cst_point();
         if self.retired.load(Ordering::SeqCst) {
             return Added::Retired;
         }
@@ -279,6 +280,7 @@ impl Entry {
     pub(crate) fn retire(&self, retention: Retention) -> bool {
         let _guard = self.locked();
         self.retired.store(true, Ordering::SeqCst);
+        crate::sync::seq_cst_point();
         if retention == Retention::Synced && self.has_diff() {
             self.retired.store(false, Ordering::SeqCst);
             return false;

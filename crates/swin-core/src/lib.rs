@@ -13,7 +13,10 @@ pub mod fair;
 mod gcra;
 mod grant;
 mod hold;
+#[cfg(all(test, loom))]
+mod loom_models;
 mod namespace;
+mod sync;
 mod table;
 mod time;
 pub mod top;
