@@ -22,6 +22,7 @@ mod periodic;
 mod quota;
 mod reach;
 mod reservations;
+mod round_trips;
 mod session;
 mod status;
 mod stopping;
