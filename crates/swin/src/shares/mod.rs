@@ -34,6 +34,7 @@ pub mod assign;
 mod buckets;
 mod by_client;
 mod client;
+mod division;
 mod entry;
 mod reads;
 mod report;
