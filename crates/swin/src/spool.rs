@@ -127,7 +127,9 @@ pub fn prepare(dir: &Path) -> std::io::Result<()> {
             .file_name()
             .to_str()
             .is_some_and(|n| n.starts_with(PREFIX));
-        if is_spool {
+        // the entry itself, not what a link points to: a link named like a spool file
+        // must not make this node change the mode of a file elsewhere
+        if is_spool && entry.file_type()?.is_file() {
             let path = entry.path();
             if std::fs::metadata(&path)?.permissions().mode() & 0o077 != 0 {
                 std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
@@ -205,6 +207,11 @@ pub fn read_all(dir: &Path) -> Vec<(PathBuf, Result<Vec<SpoolEntry>, String>)> {
     paths
         .into_iter()
         .map(|p| {
+            let regular = std::fs::symlink_metadata(&p).map(|m| m.file_type().is_file());
+            if !regular.unwrap_or(false) {
+                let why = "not a regular file (a link, a directory): a node writes its spool files itself";
+                return (p, Err(why.to_owned()));
+            }
             let read = std::fs::read(&p)
                 .map_err(|e| e.to_string())
                 .and_then(|b| serde_json::from_slice::<SpoolFile>(&b).map_err(|e| e.to_string()))
@@ -345,6 +352,31 @@ fn check_settlements(entry: &SpoolEntry) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A link or a directory named like a spool file is left as it is: its target's
+    /// mode is not changed (a link to any file would have the node chmod it), and it is
+    /// not read as a spool.
+    #[test]
+    fn what_is_named_like_a_spool_but_is_no_file_is_left_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("dir");
+        let outside = tempfile::tempdir().expect("outside");
+        let victim = outside.path().join("victim.txt");
+        std::fs::write(&victim, "{}").expect("write");
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).expect("mode");
+        let link = dir.path().join("spool-1-1-link.json");
+        std::os::unix::fs::symlink(&victim, &link).expect("link");
+        let sub = dir.path().join("spool-2-2-dir.json");
+        std::fs::create_dir(&sub).expect("dir");
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).expect("mode");
+        prepare(dir.path()).expect("prepare");
+        let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode(&victim), 0o644, "a link's target keeps its mode");
+        assert_eq!(mode(&sub), 0o755, "a directory keeps its mode");
+        let read = read_all(dir.path());
+        assert_eq!(read.len(), 2);
+        assert!(read.iter().all(|(_, r)| r.is_err()), "{read:?}");
+    }
     use swin_sync::{Chunk, Rows};
 
     #[test]

@@ -117,6 +117,41 @@ async fn a_spool_is_private_and_checked_like_a_request_on_replay() {
     drop(redis);
 }
 
+/// A link named like a spool file in `data_dir` (someone who can write there, or an
+/// operator linking a spool in from a volume): the node starts, leaves the link and its
+/// target alone — the target's mode unchanged (the start used to chmod whatever the
+/// link pointed to, 0600: any file on the machine, as the node's user) — and shows it
+/// as a spool it could not read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_named_like_a_spool_file_is_left_alone() {
+    let dir = tempfile::tempdir().expect("dir");
+    let outside = tempfile::tempdir().expect("outside");
+    let victim = outside.path().join("victim.txt");
+    std::fs::write(&victim, "not a spool").expect("write");
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).expect("mode");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).expect("data");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).expect("mode");
+    let link = data.join("spool-1795957700000-1-link.json");
+    std::os::unix::fs::symlink(&victim, &link).expect("link");
+    let path = dir.path().join("swin.toml");
+    std::fs::write(&path, config(swin_testkit::free_port(), true)).expect("write");
+    let mut n = node(&path);
+    let client = reqwest::Client::new();
+    assert_eq!(mode(&victim), 0o644, "the link's target keeps its mode");
+    assert_eq!(
+        spool_gauge(&client, &n.base).await,
+        1.0,
+        "the operator sees it"
+    );
+    assert!(n.terminate(), "exit 0");
+    assert!(link.is_symlink(), "the link left where it is");
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("read"),
+        "not a spool"
+    );
+}
+
 /// `data_dir` a file, not a directory: the node refuses to start and says why, instead
 /// of finding out at the stop that has to spool.
 #[test]
