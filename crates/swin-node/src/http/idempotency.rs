@@ -40,7 +40,7 @@ use super::extract::RawJson;
 use crate::state::AppState;
 use swin::error::Error;
 use swin::idempotency::{Answer, ClientId, Idempotent, Once};
-use swin::policy::client_address::client_address;
+use swin::policy::client_address::{client_address, NoAddress};
 
 /// The routes an `Idempotency-Key` makes idempotent (their path templates).
 pub(super) const ROUTES: &[&str] = &[
@@ -170,7 +170,7 @@ async fn asked(
         return Ok((None, req));
     }
     let route = route_key(&mut parts).await;
-    let client = client_of(state, &parts);
+    let client = client_of(state, &parts)?;
     let namespace = match &route {
         Some((Some(ns), _)) => Some(ns.clone()),
         Some((None, _)) => {
@@ -197,25 +197,34 @@ async fn asked(
 /// Who sent a request, for its client's share of records (idempotency records, open
 /// reservations): the name of the token it carried (under `[auth]`), else its address
 /// (`trusted_proxies` read as for `/v1/auth`; the connection's peer when a proxy passed
-/// no address).
-pub(super) fn client_of(state: &AppState, parts: &Parts) -> ClientId {
+/// no address). A trusted proxy that passed something other than an address is a bad
+/// request (400 naming the header), as for limits keyed by client address: pooled
+/// under the proxy's own address, such requests would share (and could fill) its share.
+pub(super) fn client_of(state: &AppState, parts: &Parts) -> Result<ClientId, ApiError> {
     if let Some(Caller(name)) = parts.extensions.get::<Caller>() {
-        return ClientId::of("token", name.as_bytes());
+        return Ok(ClientId::of("token", name.as_bytes()));
     }
     let peer = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(a)| *a);
-    let address = client_address(peer, &parts.headers, &state.trusted_proxies.load())
-        .ok()
-        .or_else(|| peer.map(|p| p.ip().to_canonical()));
-    ClientId::of(
+    let address = match client_address(peer, &parts.headers, &state.trusted_proxies.load()) {
+        Ok(a) => Some(a),
+        Err(NoAddress::NotAnAddress(v)) => {
+            return Err(Error::BadRequest(format!(
+                "X-Forwarded-For / X-Real-IP: the proxy passed {v:?} as the client's address, which is not an IP address"
+            ))
+            .into())
+        }
+        Err(NoAddress::NoPeer) => None,
+    };
+    Ok(ClientId::of(
         "address",
         address
             .map(|a| a.to_string())
             .unwrap_or_default()
             .as_bytes(),
-    )
+    ))
 }
 
 /// Whether the body asks a dry run (`"dry_run": true` at its top).
@@ -346,12 +355,12 @@ mod tests {
 pub(super) struct Client(pub(super) ClientId);
 
 impl FromRequestParts<Arc<AppState>> for Client {
-    type Rejection = Infallible;
+    type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut Parts,
         state: &Arc<AppState>,
-    ) -> Result<Self, Infallible> {
-        Ok(Client(client_of(state, parts)))
+    ) -> Result<Self, ApiError> {
+        Ok(Client(client_of(state, parts)?))
     }
 }

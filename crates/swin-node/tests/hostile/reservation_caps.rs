@@ -91,6 +91,14 @@ async fn caps_hold(node: &Node, store: &TestStore, ns: &str) {
         .await
         .expect("send");
     assert_eq!(multi.status().as_u16(), 429, "{ns}: over several keys");
+    // a trusted proxy passing what is not an address: refused, nothing spent (such
+    // requests were pooled under the proxy's own address, a share they could fill)
+    for garbage in ["garbage", "10.0.0.01", "10.0.0.1, nonsense"] {
+        let (s, v) = reserve(&c, base, ns, garbage, 5.0).await;
+        assert_eq!(s, 400, "{ns}: {garbage:?}: {v}");
+        let m = v["error"]["message"].as_str().expect("message");
+        assert!(m.contains("X-Forwarded-For"), "{ns}: {m}");
+    }
     for _ in 0..2 {
         let (s, v) = reserve(&c, base, ns, b, 5.0).await;
         assert_eq!(s, 200, "{ns}: another client: {v}");
