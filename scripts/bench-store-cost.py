@@ -16,7 +16,8 @@ import sys
 
 COLUMNS = ["system", "store", "nodes", "keys", "syncs", "ticks", "overran", "failed",
            "sync_p50_ms", "sync_p99_ms", "sync_max_ms", "synced_keys_per_sec",
-           "store_cpu_per_sec", "store_us_per_synced_key", "nodes_cpu_per_sec"]
+           "store_cpu_per_sec", "store_us_per_synced_key", "nodes_cpu_per_sec",
+           "floor_us_per_synced_key", "to_floor"]
 COLOURS = {"redis": "#d62728", "redis-cluster": "#1f77b4", "postgres": "#2ca02c",
            "limitador": "#7f7f7f"}
 LABELS = {"redis": "swin, Redis", "redis-cluster": "swin, Redis Cluster (3 primaries)",
@@ -32,7 +33,9 @@ def row(r):
          r["failed"], f'{r["sync_p50_ms"]:.1f}', f'{r["sync_p99_ms"]:.1f}',
          f'{r["sync_max_ms"]:.1f}', f'{r["synced_keys_per_sec"]:.0f}',
          f'{r["store_cpu_per_sec"]:.3f}', f'{r["store_us_per_synced_key"]:.2f}',
-         f'{r["nodes_cpu_per_sec"]:.3f}'])
+         f'{r["nodes_cpu_per_sec"]:.3f}',
+         "" if r.get("floor_us_per_synced_key") is None else f'{r["floor_us_per_synced_key"]:.2f}',
+         "" if r.get("to_floor") is None else f'{r["to_floor"]:.2f}'])
 
 
 def overran(r):
@@ -50,24 +53,25 @@ def limitador(n, k, secs, before, after, load_json, rss):
     # syncs: requests/s sent; ticks: one request per counter and second asked; the RSS
     # of one limitador-server (kB) where swin reports its own CPU
     out(["limitador", "redis", n, k, round(load["requests_per_sec"]), int(n) * int(k), "", "",
-         "", "", "", f"{flushed:.0f}", f"{cpu:.3f}", f"{us:.2f}", f"rss {rss} kB"])
+         "", "", "", f"{flushed:.0f}", f"{cpu:.3f}", f"{us:.2f}", f"rss {rss} kB", "", ""])
 
 
 def table(rows):
     print("| System, store | N | K | N×K | sync p50 ms | sync p99 ms | overran? "
-          "| store CPU s/s | store µs per synced key |")
-    print("|---|---:|---:|---:|---:|---:|:---:|---:|---:|")
+          "| store CPU s/s | store µs per synced key | floor µs | ÷ floor |")
+    print("|---|---:|---:|---:|---:|---:|:---:|---:|---:|---:|---:|")
     for r in rows:
         nk = int(r["nodes"]) * int(r["keys"])
         if r["system"] == "limitador":
             print(f'| {LABELS["limitador"]} | {r["nodes"]} | {r["keys"]} | {nk:,} | – | – | – '
                   f'| {r["store_cpu_per_sec"]} | {r["store_us_per_synced_key"]} '
-                  f'(per counter flushed; {int(float(r["synced_keys_per_sec"])):,}/s) |')
+                  f'(per counter flushed; {int(float(r["synced_keys_per_sec"])):,}/s) | – | – |')
             continue
         over = "yes" if is_over(r) else "no"
         print(f'| {LABELS[r["store"]]} | {r["nodes"]} | {r["keys"]} | {nk:,} | {r["sync_p50_ms"]} '
               f'| {r["sync_p99_ms"]} | {over} | {r["store_cpu_per_sec"]} '
-              f'| {r["store_us_per_synced_key"]} |')
+              f'| {r["store_us_per_synced_key"]} | {r.get("floor_us_per_synced_key") or "–"} '
+              f'| {r.get("to_floor") or "–"} |')
 
 
 def is_over(r):

@@ -324,6 +324,12 @@ async fn store_cost(command: Command) -> anyhow::Result<()> {
             "synced keys/s {:.0}   store CPU {:.3} s/s over {} ({})   {:.2} us per synced key   nodes' CPU {:.3} s/s",
             r.synced_keys_per_sec, r.store_cpu_per_sec, r.store_servers, r.cpu_source, r.store_us_per_synced_key, r.nodes_cpu_per_sec
         );
+        match (r.floor_us_per_synced_key, r.to_floor, r.floor_synced_keys_per_sec) {
+            (Some(floor), Some(ratio), Some(keys)) => println!(
+                "floor (plain pipeline, same keys and store): synced keys/s {keys:.0}   {floor:.2} us per synced key   swin / floor {ratio:.2}"
+            ),
+            _ => println!("floor: not measured for this store"),
+        }
     }
     Ok(())
 }

@@ -13,6 +13,7 @@
 //! left out.
 
 mod cpu;
+mod floor;
 mod nodes;
 
 use std::sync::Arc;
@@ -74,6 +75,13 @@ pub struct Report {
     pub store_us_per_synced_key: f64,
     /// This process's CPU (the simulated nodes, on the same machine).
     pub nodes_cpu_per_sec: f64,
+    /// The floor (see `floor`): the same windows pushed the plainest way, measured after
+    /// swin's run on the same store (`None`: not measured for this store).
+    pub floor_store_cpu_per_sec: Option<f64>,
+    pub floor_synced_keys_per_sec: Option<f64>,
+    pub floor_us_per_synced_key: Option<f64>,
+    /// swin's store CPU per synced key ÷ the floor's.
+    pub to_floor: Option<f64>,
 }
 
 /// Runs the nodes for the warm-up and the duration, and measures.
@@ -119,6 +127,15 @@ pub async fn run(spec: Spec) -> anyhow::Result<Report> {
     } else {
         0.0
     };
+    // the nodes' engines are done (their syncers returned): the floor has the store
+    drop(engines);
+    if let Some(f) = floor::run(&spec, &cpu).await? {
+        report.floor_store_cpu_per_sec = Some(f.store_cpu_per_sec);
+        report.floor_synced_keys_per_sec = Some(f.pushed_per_sec);
+        report.floor_us_per_synced_key = Some(f.us_per_key);
+        report.to_floor =
+            (f.us_per_key > 0.0).then(|| report.store_us_per_synced_key / f.us_per_key);
+    }
     Ok(report)
 }
 
@@ -156,5 +173,9 @@ fn summarize(spec: &Spec, records: &[SyncRecord]) -> Report {
         store_cpu_per_sec: 0.0,
         store_us_per_synced_key: 0.0,
         nodes_cpu_per_sec: 0.0,
+        floor_store_cpu_per_sec: None,
+        floor_synced_keys_per_sec: None,
+        floor_us_per_synced_key: None,
+        to_floor: None,
     }
 }
