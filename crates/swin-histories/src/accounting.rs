@@ -53,7 +53,9 @@ struct Ledger {
 
 impl Ledger {
     fn tally(&mut self, ns: &str, key: &str) -> &mut Tally {
-        self.keys.entry((ns.to_owned(), key.to_owned())).or_default()
+        self.keys
+            .entry((ns.to_owned(), key.to_owned()))
+            .or_default()
     }
 
     /// A charge of `cost` known to have happened (admitted: counts against a limit).
@@ -154,7 +156,11 @@ fn reserve_keys(r: &Request) -> Vec<String> {
     }
     r.body["keys"]
         .as_array()
-        .map(|ks| ks.iter().filter_map(|k| k.as_str().map(str::to_owned)).collect())
+        .map(|ks| {
+            ks.iter()
+                .filter_map(|k| k.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -259,9 +265,17 @@ fn unsettled(l: &mut Ledger) {
             continue;
         };
         let costs = resv.unknown_commits.iter().map(|(_, c)| *c);
-        let lo = costs.clone().map(|c| (c - resv.hi).min(0.0)).fold(0.0, f64::min);
+        let lo = costs
+            .clone()
+            .map(|c| (c - resv.hi).min(0.0))
+            .fold(0.0, f64::min);
         let hi = costs.map(|c| (c - resv.lo).max(0.0)).fold(0.0, f64::max);
-        let others: Vec<u64> = resv.unknown_commits.iter().skip(1).map(|(op, _)| *op).collect();
+        let others: Vec<u64> = resv
+            .unknown_commits
+            .iter()
+            .skip(1)
+            .map(|(op, _)| *op)
+            .collect();
         for k in &resv.keys {
             changes.push((first, others.clone(), resv.ns.clone(), k.clone(), lo, hi));
         }

@@ -136,7 +136,9 @@ fn idempotency(history: &[Request], report: &mut Report) {
             report.violations.push(Violation {
                 check: "idempotency",
                 key: format!("{}/{}", kept[0].ns, kept[0].key),
-                what: format!("a retry answered {s2} where the first answer was {s1}, or another body"),
+                what: format!(
+                    "a retry answered {s2} where the first answer was {s1}, or another body"
+                ),
                 ops: vec![op],
             });
         }
