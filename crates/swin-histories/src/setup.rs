@@ -32,7 +32,7 @@ pub enum Mode {
 }
 
 /// The namespaces and their limits per day: `main` and `side`.
-pub const NAMESPACES: [(&str, f64); 2] = [("main", 300.0), ("side", 200.0)];
+pub const NAMESPACES: [(&str, f64); 2] = [("main", 2000.0), ("side", 150.0)];
 
 /// The hot keys of a namespace.
 pub fn hot_keys(ns: &str) -> &'static [&'static str] {

@@ -260,7 +260,7 @@ impl Client {
         while Instant::now() < deadline {
             let plan = draw(&mut self.rng, &self.open);
             self.perform(plan).await;
-            let pause = self.rng.gen_range(0..30);
+            let pause = self.rng.gen_range(20..120);
             tokio::time::sleep(Duration::from_millis(pause)).await;
         }
     }
@@ -305,7 +305,10 @@ impl Client {
                 idem: idem.clone(),
                 answer,
             };
-            let again = retry && !r.kept();
+            // an unclear answer is sent again; a clear one, now and then, too (its
+            // replay must repeat it)
+            let again =
+                retry && (!r.kept() || (idem.is_some() && attempt == 0 && self.rng.gen_bool(0.1)));
             self.rec.push(r.clone());
             last = Some(r);
             if !again {
