@@ -6,7 +6,7 @@
 //! and every extend, then at its commit `charged − given_back − owed` as the answer
 //! says (a reservation never committed stays at its total).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -49,6 +49,9 @@ struct Resv {
 struct Ledger {
     keys: BTreeMap<Key, Tally>,
     resv: BTreeMap<String, Resv>,
+    /// Operations whose charge a crash may have lost (answered by a node killed before
+    /// its next successful sync): counted as of unknown outcome.
+    lossy: BTreeSet<u64>,
 }
 
 impl Ledger {
@@ -60,7 +63,16 @@ impl Ledger {
 
     /// A charge of `cost` known to have happened (admitted: counts against a limit).
     fn charge(&mut self, op: u64, ns: &str, key: &str, cost: f64, admitted: bool) {
+        let lossy = self.lossy.contains(&op);
         let t = self.tally(ns, key);
+        if lossy {
+            t.lo += cost.min(0.0);
+            t.hi += cost.max(0.0);
+            t.admitted += if admitted { cost } else { 0.0 };
+            t.ops.push(op);
+            t.unknown.push(op);
+            return;
+        }
         t.lo += cost;
         t.hi += cost;
         if admitted {
@@ -84,13 +96,17 @@ fn cost(body: &Value, field: &str) -> f64 {
     body[field].as_f64().unwrap_or(1.0)
 }
 
-/// Every key's tally over `history`.
-pub fn tally(history: &[Request]) -> BTreeMap<Key, Tally> {
+/// Every key's tally over `history`, the charges of the operations in `lossy` taken
+/// as of unknown outcome.
+pub fn tally(history: &[Request], lossy: &BTreeSet<u64>) -> BTreeMap<Key, Tally> {
     let mut ops: BTreeMap<u64, Vec<&Request>> = BTreeMap::new();
     for r in history {
         ops.entry(r.op).or_default().push(r);
     }
-    let mut ledger = Ledger::default();
+    let mut ledger = Ledger {
+        lossy: lossy.clone(),
+        ..Ledger::default()
+    };
     for (op, attempts) in &ops {
         let first = attempts[0];
         let out = outcome(attempts);

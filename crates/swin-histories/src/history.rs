@@ -154,3 +154,27 @@ pub fn outcome(attempts: &[&Request]) -> Outcome {
         Outcome::Nothing
     }
 }
+
+/// What a fault did, as the checks weigh it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disruption {
+    /// The node was killed: what it took since its last successful sync may be lost.
+    Kill,
+    /// The node could not reach the store (cut, or the store paused): what it took
+    /// then waits for the next successful sync.
+    Away,
+    /// Nothing the checks weigh (a lost reply, a reload).
+    Other,
+}
+
+/// One fault of the nemesis.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Event {
+    /// The node it struck; `None`: every node (the store paused).
+    pub node: Option<usize>,
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub disruption: Disruption,
+    pub what: String,
+}

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::history::{Disruption, Event};
 use crate::setup::{hot_keys, Cluster, StoreKind};
 
 /// One kind of fault.
@@ -101,18 +102,27 @@ fn lose_reply(c: &Cluster, i: usize, rng: &mut StdRng, redis: bool) -> String {
     format!("lost-reply node {i} next reservation {}", names[what])
 }
 
-/// One fault, started and ended: what it did.
-async fn strike(c: &Arc<Cluster>, fault: Fault, rng: &mut StdRng, redis: bool) -> String {
+/// One fault, started and ended: what it did, to which node, and how the checks weigh it.
+async fn strike(
+    c: &Arc<Cluster>,
+    fault: Fault,
+    rng: &mut StdRng,
+    redis: bool,
+) -> (Option<usize>, Disruption, String) {
     let i = rng.gen_range(0..c.nodes.len());
     match fault {
-        Fault::LostReply => lose_reply(c, i, rng, redis),
+        Fault::LostReply => (Some(i), Disruption::Other, lose_reply(c, i, rng, redis)),
         Fault::Kill => {
             c.kill(i);
             tokio::time::sleep(Duration::from_millis(rng.gen_range(200..1000))).await;
             let cc = c.clone();
             let _ = tokio::task::spawn_blocking(move || cc.restart(i)).await;
             c.ready(i).await;
-            format!("kill node {i}, started again")
+            (
+                Some(i),
+                Disruption::Kill,
+                format!("kill node {i}, started again"),
+            )
         }
         Fault::Pause => {
             let ms = rng.gen_range(1000..4000);
@@ -121,30 +131,34 @@ async fn strike(c: &Arc<Cluster>, fault: Fault, rng: &mut StdRng, redis: bool) -
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 server.signal("CONT");
             }
-            format!("pause the store {ms} ms")
+            (None, Disruption::Away, format!("pause the store {ms} ms"))
         }
         Fault::Cut => {
             let ms = rng.gen_range(1000..3000);
             c.relays[i].cut();
             tokio::time::sleep(Duration::from_millis(ms)).await;
             c.relays[i].heal();
-            format!("cut node {i} from the store {ms} ms")
+            (
+                Some(i),
+                Disruption::Away,
+                format!("cut node {i} from the store {ms} ms"),
+            )
         }
         Fault::Reload => {
             c.signal(i, "HUP");
-            format!("reload node {i}")
+            (Some(i), Disruption::Other, format!("reload node {i}"))
         }
     }
 }
 
-/// Runs faults until `deadline`; each line of the log is `<ms> <what>`.
+/// Runs faults until `deadline`, each written to `log`.
 pub async fn run(
     c: Arc<Cluster>,
     faults: Vec<Fault>,
     seed: u64,
     t0: Instant,
     deadline: Instant,
-    log: Arc<Mutex<Vec<String>>>,
+    log: Arc<Mutex<Vec<Event>>>,
 ) {
     if faults.is_empty() {
         return;
@@ -158,11 +172,17 @@ pub async fn run(
         }
         tokio::time::sleep(wait).await;
         let fault = faults[rng.gen_range(0..faults.len())];
-        let at = t0.elapsed().as_millis();
-        let what = strike(&c, fault, &mut rng, redis).await;
-        log.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(format!("{at} {what}"));
+        let start_ms = t0.elapsed().as_millis() as u64;
+        let (node, disruption, what) = strike(&c, fault, &mut rng, redis).await;
+        let end_ms = t0.elapsed().as_millis() as u64;
+        let event = Event {
+            node,
+            start_ms,
+            end_ms,
+            disruption,
+            what,
+        };
+        log.lock().unwrap_or_else(|p| p.into_inner()).push(event);
     }
     for relay in &c.relays {
         relay.disarm();

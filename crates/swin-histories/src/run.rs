@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::check::{check, Expect, Report, Violation};
-use crate::history::Request;
+use crate::history::{Event, Request};
 use crate::nemesis::{self, Fault};
 use crate::setup::{Cluster, Mode, StoreKind, NAMESPACES};
 use crate::workload::{Client, Recorder};
@@ -56,17 +56,19 @@ pub async fn run(o: &Options) -> bool {
     let _ = nemesis.await;
     let mut violations = stop(&cluster).await;
     let history = rec.history();
+    let events = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let expect = Expect {
         store: cluster.totals().await,
         strict_limits: strict_limits(o.mode),
+        events: events.clone(),
+        sync_ms: if o.mode == Mode::Sync { 0 } else { 200 },
     };
     let mut report = check(&history, &expect);
     report.checks += o.nodes * 2;
     violations.append(&mut report.violations);
     report.violations = violations;
-    let log = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    write_out(o, &history, &log);
-    print(&history, &log, &report);
+    write_out(o, &history, &events);
+    print(&history, &events, &report);
     report.violations.is_empty()
 }
 
@@ -108,7 +110,7 @@ async fn stop(cluster: &Arc<Cluster>) -> Vec<Violation> {
     out
 }
 
-fn write_out(o: &Options, history: &[Request], log: &[String]) {
+fn write_out(o: &Options, history: &[Request], log: &[Event]) {
     let _ = std::fs::create_dir_all(&o.out);
     let path = o.out.join(format!("history-{}.jsonl", o.seed));
     if let Ok(mut f) = std::fs::File::create(&path) {
@@ -122,9 +124,9 @@ fn write_out(o: &Options, history: &[Request], log: &[String]) {
     }
 }
 
-fn print(history: &[Request], log: &[String], report: &Report) {
+fn print(history: &[Request], log: &[Event], report: &Report) {
     for l in log {
-        println!("nemesis: {l}");
+        println!("nemesis: {}..{} ms {}", l.start_ms, l.end_ms, l.what);
     }
     for v in &report.violations {
         println!("violation: {} {}: {}", v.check, v.key, v.what);

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 use swin_histories::check::{check, Expect, Report};
-use swin_histories::history::{Answer, Kind, Request};
+use swin_histories::history::{Answer, Disruption, Event, Kind, Request};
 
 fn req(op: u64, kind: Kind, key: &str, route: &str, body: Value, answer: Answer) -> Request {
     Request {
@@ -125,6 +125,8 @@ fn holding(count: f64, strict: bool) -> Expect {
     Expect {
         store,
         strict_limits,
+        events: Vec::new(),
+        sync_ms: 200,
     }
 }
 
@@ -207,4 +209,23 @@ fn an_admission_past_a_strict_limit_is_caught() {
     only(&report, "bounds");
     // the same history in a periodic namespace is not bounded so
     assert!(check(&h, &holding(2001.0, false)).violations.is_empty());
+}
+
+#[test]
+fn a_crash_loses_only_what_its_node_took_since_its_last_sync() {
+    let kill = |at: u64| Event {
+        node: Some(0),
+        start_ms: at,
+        end_ms: at + 500,
+        disruption: Disruption::Kill,
+        what: "kill node 0".into(),
+    };
+    // the refund (op 6, answered at 65 ms) lost with the node killed at 100 ms: 6 or 7
+    let mut e = holding(7.0, false);
+    e.events.push(kill(100));
+    assert!(check(&history(), &e).violations.is_empty());
+    // killed a minute later, the node had pushed it
+    let mut e = holding(7.0, false);
+    e.events.push(kill(60_000));
+    only(&check(&history(), &e), "exactly-once");
 }
