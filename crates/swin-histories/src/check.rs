@@ -129,14 +129,35 @@ fn exactly_once(history: &[Request], expect: &Expect, report: &mut Report) {
                 some(&t.unknown),
                 if stored < t.lo { stored - t.lo } else { stored - t.hi },
             );
+            let mut ops = t.unknown.clone();
+            ops.extend(in_flight(history, &t.ops, &expect.events));
             report.violations.push(Violation {
                 check: "exactly-once",
                 key: format!("{}/{}", key.0, key.1),
                 what,
-                ops: t.unknown.clone(),
+                ops,
             });
         }
     }
+}
+
+/// Which of `ops` had an attempt in flight on a node as its relay lost a store reply.
+fn in_flight(history: &[Request], ops: &[u64], events: &[Event]) -> Vec<u64> {
+    let lost: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.disruption == Disruption::ReplyLost)
+        .collect();
+    let mut out: Vec<u64> = history
+        .iter()
+        .filter(|r| ops.contains(&r.op))
+        .filter(|r| {
+            lost.iter()
+                .any(|e| e.node == Some(r.node) && r.start_ms <= e.end_ms && r.end_ms >= e.start_ms)
+        })
+        .map(|r| r.op)
+        .collect();
+    out.dedup();
+    out
 }
 
 fn bounds(history: &[Request], expect: &Expect, report: &mut Report) {

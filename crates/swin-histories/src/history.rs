@@ -164,7 +164,9 @@ pub enum Disruption {
     /// The node could not reach the store (cut, or the store paused): what it took
     /// then waits for the next successful sync.
     Away,
-    /// Nothing the checks weigh (a lost reply, a reload).
+    /// A node's relay lost a store reply (seen by polling it: within 20 ms).
+    ReplyLost,
+    /// Nothing the checks weigh (a lost reply armed, a reload).
     Other,
 }
 

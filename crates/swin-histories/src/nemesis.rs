@@ -163,6 +163,7 @@ pub async fn run(
     if faults.is_empty() {
         return;
     }
+    let watch = tokio::spawn(watch_losses(c.clone(), t0, log.clone()));
     let mut rng = StdRng::seed_from_u64(seed ^ 0x006e_656d_6573_6973);
     let redis = c.store.url.starts_with("redis");
     loop {
@@ -187,5 +188,30 @@ pub async fn run(
     for relay in &c.relays {
         relay.disarm();
         relay.heal();
+    }
+    watch.abort();
+}
+
+/// Notes when each relay loses a reply (it is armed earlier; the loss comes with the
+/// next request that matches), so that a violation can name the requests in flight.
+async fn watch_losses(c: Arc<Cluster>, t0: Instant, log: Arc<Mutex<Vec<Event>>>) {
+    let mut seen = vec![0; c.relays.len()];
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        for (i, relay) in c.relays.iter().enumerate() {
+            let lost = relay.lost();
+            if lost > seen[i] {
+                seen[i] = lost;
+                let at = t0.elapsed().as_millis() as u64;
+                let event = Event {
+                    node: Some(i),
+                    start_ms: at.saturating_sub(20),
+                    end_ms: at,
+                    disruption: Disruption::ReplyLost,
+                    what: format!("node {i}: a store reply lost"),
+                };
+                log.lock().unwrap_or_else(|p| p.into_inner()).push(event);
+            }
+        }
     }
 }

@@ -135,6 +135,9 @@ fn print(history: &[Request], log: &[Event], report: &Report) {
             .filter(|r| v.ops.contains(&r.op))
             .take(24)
             .collect();
+        if !shown.is_empty() {
+            println!("  the requests involved (of unknown outcome, or in flight on a node as its store reply was lost):");
+        }
         for r in shown {
             println!("  {}", r.line());
         }
