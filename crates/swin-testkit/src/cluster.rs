@@ -71,6 +71,20 @@ impl Node {
         }
     }
 
+    /// SIGKILL and wait (a crash: nothing pushed, nothing spooled).
+    pub fn kill(&mut self) {
+        if let Some(c) = self.child.take() {
+            c.kill();
+        }
+    }
+
+    /// Starts the node again on its port with `config` (its spool found again under
+    /// `data/` beside it), once it has stopped or been killed.
+    pub fn restart(&mut self, config: &Path) {
+        assert!(self.child.is_none(), "the node is still running");
+        *self = Node::start(config, self.port, &[]);
+    }
+
     fn start(config: &Path, port: u16, env: &[(&str, &str)]) -> Node {
         let child = Command::new(node_binary())
             .envs(env.iter().copied())

@@ -1,0 +1,351 @@
+//! The clients: each draws its requests from a `StdRng` seeded from the run's seed —
+//! hits (costs, dry runs), increments, batches across the two namespaces, refunds,
+//! reserves on one key and on several, extends, commits under and over the estimate —
+//! sends each to a node picked at random, most under an `Idempotency-Key`, sends it
+//! again (to the same node or another) after an unclear answer, and records every
+//! attempt.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+use crate::history::{Answer, Kind, Request};
+use crate::setup::hot_keys;
+
+/// Where attempts are written, and the clock they are timed by.
+#[derive(Debug)]
+pub struct Recorder {
+    t0: Instant,
+    next_op: AtomicU64,
+    log: Mutex<Vec<Request>>,
+}
+
+impl Recorder {
+    pub fn new() -> Recorder {
+        Recorder {
+            t0: Instant::now(),
+            next_op: AtomicU64::new(1),
+            log: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn ms(&self) -> u64 {
+        self.t0.elapsed().as_millis() as u64
+    }
+
+    fn op(&self) -> u64 {
+        self.next_op.fetch_add(1, Ordering::SeqCst)
+    }
+
+    fn push(&self, r: Request) {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+    }
+
+    /// Every attempt so far, in the order they ended.
+    pub fn history(&self) -> Vec<Request> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder::new()
+    }
+}
+
+/// A reservation a client holds open.
+#[derive(Debug, Clone)]
+struct Open {
+    id: String,
+    /// Its key on a key route; `None`: made on the namespace route.
+    key: Option<String>,
+    total: f64,
+}
+
+/// One request to send.
+#[derive(Debug, Clone)]
+struct Plan {
+    kind: Kind,
+    ns: String,
+    key: String,
+    path: String,
+    body: Value,
+}
+
+fn key_plan(kind: Kind, ns: &str, key: &str, op: &str, body: Value) -> Plan {
+    Plan {
+        kind,
+        ns: ns.to_owned(),
+        key: key.to_owned(),
+        path: format!("/v1/namespaces/{ns}/keys/{key}/{op}"),
+        body,
+    }
+}
+
+fn pick<'a>(rng: &mut StdRng, from: &[&'a str]) -> &'a str {
+    from[rng.gen_range(0..from.len())]
+}
+
+/// The next request of a client holding `open`.
+fn draw(rng: &mut StdRng, open: &[Open]) -> Plan {
+    let ns = if rng.gen_bool(0.75) { "main" } else { "side" };
+    let key = pick(rng, hot_keys(ns));
+    let roll = rng.gen_range(0..100);
+    let c = rng.gen_range(1..=3) as f64;
+    match roll {
+        0..=24 if rng.gen_bool(0.1) => key_plan(
+            Kind::Hit,
+            ns,
+            key,
+            "hit",
+            json!({"cost": c, "dry_run": true}),
+        ),
+        0..=24 => key_plan(Kind::Hit, ns, key, "hit", json!({"cost": c})),
+        25..=31 => key_plan(Kind::Increment, ns, key, "increment", json!({"value": c})),
+        32..=41 => batch(rng, c),
+        42..=48 => key_plan(Kind::Refund, ns, key, "refund", json!({"cost": c})),
+        49..=60 => {
+            let e = rng.gen_range(5..=20) as f64;
+            key_plan(
+                Kind::Reserve,
+                "main",
+                pick(rng, hot_keys("main")),
+                "reserve",
+                json!({"cost": e, "ttl": 600}),
+            )
+        }
+        61..=66 => {
+            let e = rng.gen_range(5..=20) as f64;
+            let keys = hot_keys("main");
+            let (a, b) = (rng.gen_range(0..keys.len()), rng.gen_range(0..keys.len()));
+            let ks: Vec<&str> = if a == b {
+                vec![keys[a]]
+            } else {
+                vec![keys[a], keys[b]]
+            };
+            Plan {
+                kind: Kind::Reserve,
+                ns: "main".into(),
+                key: String::new(),
+                path: "/v1/namespaces/main/reserve".into(),
+                body: json!({"keys": ks, "cost": e, "ttl": 600}),
+            }
+        }
+        _ if open.is_empty() => key_plan(Kind::Hit, ns, key, "hit", json!({"cost": c})),
+        67..=78 => {
+            let o = &open[rng.gen_range(0..open.len())];
+            reservation_plan(
+                Kind::Extend,
+                o,
+                "extend",
+                json!({"reservation": o.id, "cost": c * 2.0}),
+            )
+        }
+        _ => {
+            let o = &open[rng.gen_range(0..open.len())];
+            let total = o.total.round() as i64;
+            let cost = if rng.gen_bool(0.6) {
+                rng.gen_range(0..=total)
+            } else {
+                rng.gen_range(total..=2 * total)
+            };
+            reservation_plan(
+                Kind::Commit,
+                o,
+                "commit",
+                json!({"reservation": o.id, "cost": cost}),
+            )
+        }
+    }
+}
+
+fn batch(rng: &mut StdRng, c: f64) -> Plan {
+    let (a, b) = (pick(rng, hot_keys("main")), pick(rng, hot_keys("side")));
+    let hits = json!([
+        {"namespace": "main", "key": a, "cost": c},
+        {"namespace": "side", "key": b, "cost": rng.gen_range(1..=2)},
+    ]);
+    Plan {
+        kind: Kind::Batch,
+        ns: "main".into(),
+        key: String::new(),
+        path: "/v1/hits".into(),
+        body: json!({"hits": hits}),
+    }
+}
+
+fn reservation_plan(kind: Kind, o: &Open, op: &str, body: Value) -> Plan {
+    match &o.key {
+        Some(k) => key_plan(kind, "main", k, op, body),
+        None => Plan {
+            kind,
+            ns: "main".into(),
+            key: String::new(),
+            path: format!("/v1/namespaces/main/{op}"),
+            body,
+        },
+    }
+}
+
+/// Sends `body` to `base` + `path`: the answer, byte for byte.
+async fn send(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    body: &Value,
+    idem: Option<&str>,
+) -> Answer {
+    let mut req = http
+        .post(format!("{base}{path}"))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(k) = idem {
+        req = req.header("Idempotency-Key", k);
+    }
+    match req.send().await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            match r.text().await {
+                Ok(body) => Answer::Status { status, body },
+                Err(e) => Answer::Unknown {
+                    reason: format!("body lost: {e}"),
+                },
+            }
+        }
+        Err(e) if e.is_connect() => Answer::NotSent {
+            reason: e.to_string(),
+        },
+        Err(e) if e.is_timeout() => Answer::Unknown {
+            reason: "timeout".into(),
+        },
+        Err(e) => Answer::Unknown {
+            reason: format!("connection lost: {e}"),
+        },
+    }
+}
+
+/// One client's life until `deadline`.
+#[derive(Debug)]
+pub struct Client {
+    pub id: usize,
+    pub rng: StdRng,
+    pub bases: Arc<Vec<String>>,
+    pub rec: Arc<Recorder>,
+    http: reqwest::Client,
+    open: Vec<Open>,
+}
+
+impl Client {
+    pub fn new(id: usize, seed: u64, bases: Arc<Vec<String>>, rec: Arc<Recorder>) -> Client {
+        let rng = StdRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(id as u64));
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("http client");
+        Client {
+            id,
+            rng,
+            bases,
+            rec,
+            http,
+            open: Vec::new(),
+        }
+    }
+
+    pub async fn run(mut self, deadline: Instant) {
+        while Instant::now() < deadline {
+            let plan = draw(&mut self.rng, &self.open);
+            self.perform(plan).await;
+            let pause = self.rng.gen_range(20..120);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+    }
+
+    /// Sends `plan` and, while its answer is unclear, again (at most three more times)
+    /// under its `Idempotency-Key` (a commit without one: sent again as it is).
+    async fn perform(&mut self, plan: Plan) {
+        let op = self.rec.op();
+        let dry = plan.body["dry_run"] == true;
+        let idem = (!dry && plan.kind != Kind::Refund && self.rng.gen_bool(0.7))
+            .then(|| format!("c{}-op{op}", self.id));
+        let retry = idem.is_some() || plan.kind == Kind::Commit;
+        let mut node = self.rng.gen_range(0..self.bases.len());
+        let mut last = None;
+        for attempt in 0..4 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(self.rng.gen_range(100..400))).await;
+                if self.rng.gen_bool(0.5) {
+                    node = self.rng.gen_range(0..self.bases.len());
+                }
+            }
+            let start_ms = self.rec.ms();
+            let answer = send(
+                &self.http,
+                &self.bases[node],
+                &plan.path,
+                &plan.body,
+                idem.as_deref(),
+            )
+            .await;
+            let r = Request {
+                op,
+                client: self.id,
+                node,
+                start_ms,
+                end_ms: self.rec.ms(),
+                kind: plan.kind,
+                ns: plan.ns.clone(),
+                key: plan.key.clone(),
+                path: plan.path.clone(),
+                body: plan.body.clone(),
+                idem: idem.clone(),
+                answer,
+            };
+            // an unclear answer is sent again; a clear one, now and then, too (its
+            // replay must repeat it)
+            let again =
+                retry && (!r.kept() || (idem.is_some() && attempt == 0 && self.rng.gen_bool(0.1)));
+            self.rec.push(r.clone());
+            last = Some(r);
+            if !again {
+                break;
+            }
+        }
+        if let Some(r) = last {
+            self.follow(&plan, &r);
+        }
+    }
+
+    /// Keeps the client's open reservations as the answer says.
+    fn follow(&mut self, plan: &Plan, r: &Request) {
+        let v = r.json();
+        let id = plan.body["reservation"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        match plan.kind {
+            Kind::Reserve if r.kept() && v["reservation"].is_string() => self.open.push(Open {
+                id: v["reservation"].as_str().unwrap_or_default().to_owned(),
+                key: (!plan.key.is_empty()).then(|| plan.key.clone()),
+                total: plan.body["cost"].as_f64().unwrap_or(0.0),
+            }),
+            Kind::Extend => match v["total"].as_f64() {
+                Some(t) => self
+                    .open
+                    .iter_mut()
+                    .filter(|o| o.id == id)
+                    .for_each(|o| o.total = t),
+                None if r.kept() && r.json()["error"]["code"] == "unknown_reservation" => {
+                    self.open.retain(|o| o.id != id)
+                }
+                None => {}
+            },
+            Kind::Commit => self.open.retain(|o| o.id != id),
+            _ => {}
+        }
+    }
+}
