@@ -4,6 +4,7 @@
 //! behind nginx for the cluster tests; [`redis_cluster`], a Redis Cluster to store in.
 
 pub mod cluster;
+mod proxies;
 pub mod redis_cluster;
 pub mod relay;
 pub mod servers;

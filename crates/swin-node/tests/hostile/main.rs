@@ -61,6 +61,7 @@ mod clock;
 mod connections;
 mod give_back_owed;
 mod grpc;
+mod histories;
 mod http;
 mod idempotency;
 mod idempotency_bytes;
