@@ -116,6 +116,9 @@ pub fn tally(history: &[Request], lossy: &BTreeSet<u64>) -> BTreeMap<Key, Tally>
             Kind::Reserve => reserve(&mut ledger, *op, first, &out),
             Kind::Extend => extend(&mut ledger, *op, first, &out),
             Kind::Commit => commit(&mut ledger, *op, first, &out),
+            Kind::Rls => rls(&mut ledger, *op, first, &out),
+            // leases hold slots, not counts; limit changes change no count
+            Kind::Acquire | Kind::Renew | Kind::Release | Kind::SetLimits | Kind::DeleteLimits => {}
         }
     }
     unsettled(&mut ledger);
@@ -160,6 +163,26 @@ fn batch(l: &mut Ledger, op: u64, r: &Request, out: &Outcome) {
                 l.charge(op, ns, key, c, true)
             }
             Outcome::Unknown => l.maybe(op, ns, key, 0.0, c),
+            _ => {}
+        }
+    }
+}
+
+/// Envoy's `ShouldRateLimit`: `hits_addend` on each descriptor's counter key when the
+/// answer is OK, nothing when OVER_LIMIT (all or nothing; denied hits not counted).
+fn rls(l: &mut Ledger, op: u64, r: &Request, out: &Outcome) {
+    let n = r.body["hits_addend"].as_f64().unwrap_or(1.0).max(1.0);
+    let descriptors = r.body["descriptors"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for d in &descriptors {
+        let key = crate::rls::counter_key(d);
+        match out {
+            Outcome::Kept { status: 200, body } if body["overall_code"] == "OK" => {
+                l.charge(op, &r.ns, &key, n, true)
+            }
+            Outcome::Unknown => l.maybe(op, &r.ns, &key, 0.0, n),
             _ => {}
         }
     }

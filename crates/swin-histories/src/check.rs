@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::accounting::{tally, Key};
-use crate::history::{Answer, Disruption, Event, Request};
+use crate::history::{Answer, Disruption, Event, Kind, Request};
 
 /// A count off by less than this is equal (costs with fractions are summed in floating point).
 const EPSILON: f64 = 1e-6;
@@ -19,7 +19,7 @@ const EPSILON: f64 = 1e-6;
 /// One broken promise.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Violation {
-    /// `exactly-once`, `bounds`, `idempotency` or `clean-stop`.
+    /// `exactly-once`, `bounds`, `leases`, `answers`, `idempotency` or `clean-stop`.
     pub check: &'static str,
     /// `namespace/key`, or what else it is about (a node).
     pub key: String,
@@ -50,7 +50,7 @@ pub struct Expect {
 
 /// How long after a node's last successful sync its pushes may still be outstanding
 /// besides the sync period: a store call's `store_timeout`.
-const PUSH_MS: u64 = 1000;
+pub(crate) const PUSH_MS: u64 = 1000;
 
 /// Operations answered by a node that was killed before its next successful sync
 /// could push them (docs/design.md, "How consistent is it": a node that crashes loses
@@ -87,6 +87,8 @@ pub fn check(history: &[Request], expect: &Expect) -> Report {
     exactly_once(history, expect, &mut report);
     bounds(history, expect, &mut report);
     idempotency(history, &mut report);
+    crate::leases::leases(history, &mut report);
+    crate::answers::answers(history, expect, &mut report);
     report
 }
 
@@ -160,11 +162,30 @@ fn in_flight(history: &[Request], ops: &[u64], events: &[Event]) -> Vec<u64> {
     out
 }
 
+/// The most any runtime limit set on a key allowed (any `PUT`, whatever its answer).
+fn runtime_limits(history: &[Request]) -> BTreeMap<Key, f64> {
+    let mut out: BTreeMap<Key, f64> = BTreeMap::new();
+    for r in history.iter().filter(|r| r.kind == Kind::SetLimits) {
+        let most = r.body["limits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["limit"].as_f64())
+            .fold(0.0, f64::max);
+        let e = out.entry((r.ns.clone(), r.key.clone())).or_insert(0.0);
+        *e = e.max(most);
+    }
+    out
+}
+
 fn bounds(history: &[Request], expect: &Expect, report: &mut Report) {
+    let runtime = runtime_limits(history);
     for (key, t) in tally(history, &BTreeSet::new()) {
-        let Some(limit) = expect.strict_limits.get(&key.0) else {
+        let Some(&config) = expect.strict_limits.get(&key.0) else {
             continue;
         };
+        // a key whose limits changed at run time: the most any of them allowed
+        let limit = &runtime.get(&key).map_or(config, |l| l.max(config));
         report.checks += 1;
         if t.admitted > limit + t.given_back + EPSILON {
             let what = format!(

@@ -17,6 +17,17 @@ pub enum Kind {
     Reserve,
     Extend,
     Commit,
+    /// A lease of `jobs` (`count` slots).
+    Acquire,
+    Renew,
+    Release,
+    /// `PUT` of a key's runtime limits.
+    SetLimits,
+    /// `DELETE` of a key's runtime limits.
+    DeleteLimits,
+    /// Envoy's `ShouldRateLimit` on `edge` (the answer recorded as `{"overall_code": …}`,
+    /// a gRPC error as its HTTP counterpart with `{"grpc": code, "message": …}`).
+    Rls,
 }
 
 /// What came back.

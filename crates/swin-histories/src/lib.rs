@@ -5,9 +5,13 @@
 //! said ([`accounting`], [`check`]). [`run`] ties them together for `scripts/histories`.
 
 pub mod accounting;
+pub mod answers;
 pub mod check;
 pub mod history;
+pub mod leases;
 pub mod nemesis;
+pub mod rls;
 pub mod run;
 pub mod setup;
+pub mod shrink;
 pub mod workload;

@@ -2,7 +2,10 @@
 //! node's relay loses the reply to its next reservation write or next request naming a
 //! hot key, after the store applied it), `kill` (SIGKILL a node, start it again on its
 //! `data_dir`), `pause` (SIGSTOP the run's own Redis for 1–4 s), `cut` (a node's relay
-//! refuses and cuts its store connections for 1–3 s), `reload` (SIGHUP a node).
+//! refuses and cuts its store connections for 1–3 s), `reload` (SIGHUP a node, half the
+//! time with a changed config: `side`'s limit, the sync period), `skew` (a node stopped
+//! and started again with its wall clock 5–40 s ahead or behind, by libfaketime; the
+//! next skew of it sets it right).
 
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -12,7 +15,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::history::{Disruption, Event};
-use crate::setup::{hot_keys, Cluster, StoreKind};
+use crate::setup::{hot_keys, Cluster, StoreKind, Tuning, SIDE_LIMITS};
 
 /// One kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +25,7 @@ pub enum Fault {
     Pause,
     Cut,
     Reload,
+    Skew,
 }
 
 impl FromStr for Fault {
@@ -34,9 +38,10 @@ impl FromStr for Fault {
             "pause" => Fault::Pause,
             "cut" => Fault::Cut,
             "reload" => Fault::Reload,
+            "skew" => Fault::Skew,
             other => {
                 return Err(format!(
-                    "unknown fault {other:?} (known: lost-reply, kill, pause, cut, reload)"
+                    "unknown fault {other:?} (known: lost-reply, kill, pause, cut, reload, skew)"
                 ))
             }
         })
@@ -57,11 +62,25 @@ pub fn unsupported(faults: &[Fault], store: StoreKind) -> Option<String> {
     let relayed = faults
         .iter()
         .any(|f| matches!(f, Fault::LostReply | Fault::Cut));
-    if relayed && store == StoreKind::Sqlite {
-        return Some("lost-reply and cut need a network store (redis, postgres)".into());
+    if relayed && matches!(store, StoreKind::Sqlite | StoreKind::RedisCluster) {
+        return Some(
+            "lost-reply and cut need a relay between a node and one server (redis, postgres)"
+                .into(),
+        );
     }
     if faults.contains(&Fault::Pause) && store != StoreKind::Redis {
         return Some("pause needs --store redis (a Redis server of the run's own)".into());
+    }
+    if faults.contains(&Fault::Skew) {
+        if store == StoreKind::Sqlite {
+            return Some(
+                "skew: SQLite's nodes share one machine's clock (docs/operations.md, \"One clock\")"
+                    .into(),
+            );
+        }
+        if swin_testkit::cluster::libfaketime().is_none() {
+            return Some("skew needs Debian's faketime (apt-get install faketime)".into());
+        }
     }
     None
 }
@@ -145,11 +164,54 @@ async fn strike(
             )
         }
         Fault::Reload => {
+            let mut what = format!("reload node {i}");
+            if rng.gen_bool(0.5) {
+                let t = Tuning {
+                    side_limit: SIDE_LIMITS[rng.gen_range(0..SIDE_LIMITS.len())],
+                    sync_rate: [0.2, 0.5][rng.gen_range(0..2)],
+                };
+                c.retune(i, t);
+                what = format!(
+                    "reload node {i} with side's limit {} and sync_rate {}",
+                    t.side_limit, t.sync_rate
+                );
+            }
             c.signal(i, "HUP");
-            (Some(i), Disruption::Other, format!("reload node {i}"))
+            (Some(i), Disruption::Other, what)
         }
+        Fault::Skew => skew(c, i, rng).await,
     }
 }
+
+/// Node `i` stopped and started again with its clock off (or right again if it was off).
+async fn skew(c: &Arc<Cluster>, i: usize, rng: &mut StdRng) -> (Option<usize>, Disruption, String) {
+    let lib = swin_testkit::cluster::libfaketime().unwrap_or_default();
+    let off = c.skewed(i);
+    let (env, what) = if off {
+        (Vec::new(), format!("skew node {i}: its clock right again"))
+    } else {
+        let secs = rng.gen_range(5..=40) * if rng.gen_bool(0.5) { 1 } else { -1 };
+        let env = vec![
+            ("LD_PRELOAD".to_owned(), lib),
+            ("FAKETIME".to_owned(), format!("{secs:+}s")),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
+        ];
+        (env, format!("skew node {i}: its clock {secs:+} s off"))
+    };
+    let cc = c.clone();
+    let clean = tokio::task::spawn_blocking(move || cc.restart_in(i, env))
+        .await
+        .unwrap_or(false);
+    c.ready(i).await;
+    if clean {
+        (Some(i), Disruption::Other, what)
+    } else {
+        (Some(i), Disruption::Kill, format!("{what}; {UNCLEAN}"))
+    }
+}
+
+/// What an event says of a stop that did not exit 0 (a `clean-stop` violation).
+pub const UNCLEAN: &str = "the stop exited non-zero";
 
 /// Runs faults until `deadline`, each written to `log`.
 pub async fn run(
@@ -166,6 +228,14 @@ pub async fn run(
     let watch = tokio::spawn(watch_losses(c.clone(), t0, log.clone()));
     let mut rng = StdRng::seed_from_u64(seed ^ 0x006e_656d_6573_6973);
     let redis = c.store.url.starts_with("redis");
+    let faults: Vec<Fault> = faults
+        .into_iter()
+        .filter(|f| c.relays.len() == c.nodes.len() || !matches!(f, Fault::LostReply | Fault::Cut))
+        .collect();
+    if faults.is_empty() {
+        watch.abort();
+        return;
+    }
     loop {
         let wait = Duration::from_millis(rng.gen_range(1000..3000));
         if Instant::now() + wait >= deadline {

@@ -1,6 +1,7 @@
 //! One run: the cluster started, clients and nemesis for the run's seconds, every node
 //! stopped cleanly (a node that exits non-zero is a violation), started again once to
-//! drain its spool and stopped again, then the checks, printed.
+//! drain its spool and stopped again, then the checks, printed; a run with violations is
+//! shrunk ([`crate::shrink`]) unless told not to.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -10,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use crate::check::{check, Expect, Report, Violation};
 use crate::history::{Event, Request};
-use crate::nemesis::{self, Fault};
-use crate::setup::{Cluster, Mode, StoreKind, NAMESPACES};
+use crate::nemesis::{self, Fault, UNCLEAN};
+use crate::setup::{Cluster, Mode, StoreKind, NAMESPACES, SIDE_LIMITS};
 use crate::workload::{Client, Recorder};
 
 /// What a run is told.
@@ -27,10 +28,38 @@ pub struct Options {
     pub node_binary: String,
     /// Where the history (JSON lines) and the nemesis's log are written.
     pub out: PathBuf,
+    /// Runs a violation's shrinking may take (0: none).
+    pub shrink_runs: usize,
 }
 
-/// Runs, checks and prints; whether no violation was found.
+/// What one run recorded and found.
+#[derive(Debug)]
+pub struct Ran {
+    pub history: Vec<Request>,
+    pub events: Vec<Event>,
+    pub report: Report,
+    /// The start of the day the run began in (seconds since the epoch): its window.
+    pub day: u64,
+    /// Where its history was written.
+    pub file: PathBuf,
+}
+
+/// Runs, checks and prints (shrinking a run with violations); whether none was found.
 pub async fn run(o: &Options) -> bool {
+    let ran = run_once(o).await;
+    print(&ran);
+    if ran.report.violations.is_empty() {
+        return true;
+    }
+    crate::shrink::shrink(o, &ran).await;
+    false
+}
+
+/// One run, checked; its history written, nothing printed.
+pub async fn run_once(o: &Options) -> Ran {
+    let day = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86_400 * 86_400);
     let own_redis = o.faults.contains(&Fault::Pause);
     let cluster =
         Arc::new(Cluster::start(o.store, o.mode, o.nodes, own_redis, &o.node_binary).await);
@@ -39,7 +68,10 @@ pub async fn run(o: &Options) -> bool {
     let deadline = t0 + Duration::from_secs(o.seconds);
     let bases = Arc::new(cluster.bases.clone());
     let clients: Vec<_> = (0..o.clients)
-        .map(|i| tokio::spawn(Client::new(i, o.seed, bases.clone(), rec.clone()).run(deadline)))
+        .map(|i| {
+            let c = Client::new(i, o.seed, bases.clone(), &cluster.grpc, rec.clone());
+            tokio::spawn(c.run(deadline))
+        })
         .collect();
     let log = Arc::new(Mutex::new(Vec::new()));
     let nemesis = tokio::spawn(nemesis::run(
@@ -57,29 +89,54 @@ pub async fn run(o: &Options) -> bool {
     let mut violations = stop(&cluster).await;
     let history = rec.history();
     let events = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    violations.extend(
+        events
+            .iter()
+            .filter(|e| e.what.contains(UNCLEAN))
+            .map(|e| Violation {
+                check: "clean-stop",
+                key: format!("node {}", e.node.unwrap_or(0)),
+                what: format!("{} ({} ms)", e.what, e.start_ms),
+                ops: Vec::new(),
+            }),
+    );
     let expect = Expect {
         store: cluster.totals().await,
-        strict_limits: strict_limits(o.mode),
+        strict_limits: strict_limits(o),
         events: events.clone(),
-        sync_ms: if o.mode == Mode::Sync { 0 } else { 200 },
+        // the longest sync period a reload may set
+        sync_ms: if o.mode == Mode::Sync { 0 } else { 500 },
     };
     let mut report = check(&history, &expect);
     report.checks += o.nodes * 2;
     violations.append(&mut report.violations);
     report.violations = violations;
-    write_out(o, &history, &events);
-    print(&history, &events, &report);
-    report.violations.is_empty()
+    let file = write_out(o, &history, &events);
+    Ran {
+        history,
+        events,
+        report,
+        day,
+        file,
+    }
 }
 
-fn strict_limits(mode: Mode) -> BTreeMap<String, f64> {
-    match mode {
-        Mode::Strict => NAMESPACES
-            .iter()
-            .map(|(n, l)| (n.to_string(), *l))
-            .collect(),
-        _ => BTreeMap::new(),
+/// Each strict namespace's limit: the most a reload may set.
+fn strict_limits(o: &Options) -> BTreeMap<String, f64> {
+    if o.mode != Mode::Strict {
+        return BTreeMap::new();
     }
+    let mut out: BTreeMap<String, f64> = NAMESPACES
+        .iter()
+        .map(|(n, l)| (n.to_string(), *l))
+        .collect();
+    if o.faults.contains(&Fault::Reload) {
+        out.insert(
+            "side".into(),
+            SIDE_LIMITS.iter().copied().fold(0.0, f64::max),
+        );
+    }
+    out
 }
 
 /// Stops every node, starts each again to drain its spool, stops it again: a
@@ -110,9 +167,12 @@ async fn stop(cluster: &Arc<Cluster>) -> Vec<Violation> {
     out
 }
 
-fn write_out(o: &Options, history: &[Request], log: &[Event]) {
+fn write_out(o: &Options, history: &[Request], log: &[Event]) -> PathBuf {
     let _ = std::fs::create_dir_all(&o.out);
-    let path = o.out.join(format!("history-{}.jsonl", o.seed));
+    let path = o.out.join(format!(
+        "history-{}-c{}-s{}.jsonl",
+        o.seed, o.clients, o.seconds
+    ));
     if let Ok(mut f) = std::fs::File::create(&path) {
         for r in history {
             let _ = writeln!(f, "{}", serde_json::to_string(r).unwrap_or_default());
@@ -120,32 +180,56 @@ fn write_out(o: &Options, history: &[Request], log: &[Event]) {
         for l in log {
             let _ = writeln!(f, "{}", serde_json::json!({ "nemesis": l }));
         }
-        println!("history: {}", path.display());
+    }
+    path
+}
+
+/// The window a violation is about: the run's day on a namespace of counts.
+pub fn window(v: &Violation, day: u64) -> String {
+    match v.key.split('/').next() {
+        Some("jobs") => "leases in flight".into(),
+        Some(ns) if NAMESPACES.iter().any(|(n, _)| *n == ns) => {
+            format!("window 86400 s from {day}")
+        }
+        _ => "the run".into(),
     }
 }
 
-fn print(history: &[Request], log: &[Event], report: &Report) {
-    for l in log {
+/// A violation's line and the requests involved.
+pub fn print_violation(v: &Violation, ran: &Ran, lead: &str) {
+    println!(
+        "violation: {} {} ({}){lead}: {}",
+        v.check,
+        v.key,
+        window(v, ran.day),
+        v.what
+    );
+    let shown: Vec<&Request> = ran
+        .history
+        .iter()
+        .filter(|r| v.ops.contains(&r.op))
+        .take(24)
+        .collect();
+    if !shown.is_empty() {
+        println!("  the requests involved:");
+    }
+    for r in shown {
+        println!("  {}", r.line());
+    }
+}
+
+fn print(ran: &Ran) {
+    println!("history: {}", ran.file.display());
+    for l in &ran.events {
         println!("nemesis: {}..{} ms {}", l.start_ms, l.end_ms, l.what);
     }
-    for v in &report.violations {
-        println!("violation: {} {}: {}", v.check, v.key, v.what);
-        let shown: Vec<&Request> = history
-            .iter()
-            .filter(|r| v.ops.contains(&r.op))
-            .take(24)
-            .collect();
-        if !shown.is_empty() {
-            println!("  the requests involved (of unknown outcome, or in flight on a node as its store reply was lost):");
-        }
-        for r in shown {
-            println!("  {}", r.line());
-        }
+    for v in &ran.report.violations {
+        print_violation(v, ran, "");
     }
-    let ops = history.len();
     println!(
-        "ops {ops}, checks {}, violations {}",
-        report.checks,
-        report.violations.len()
+        "ops {}, checks {}, violations {}",
+        ran.history.len(),
+        ran.report.checks,
+        ran.report.violations.len()
     );
 }

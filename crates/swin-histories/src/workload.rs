@@ -1,9 +1,10 @@
 //! The clients: each draws its requests from a `StdRng` seeded from the run's seed —
-//! hits (costs, dry runs), increments, batches across the two namespaces, refunds,
-//! reserves on one key and on several, extends, commits under and over the estimate —
-//! sends each to a node picked at random, most under an `Idempotency-Key`, sends it
-//! again (to the same node or another) after an unclear answer, and records every
-//! attempt.
+//! hits (costs, dry runs), increments, batches across namespaces, refunds, reserves on
+//! one key and on several, extends, commits under and over the estimate (`debt` on
+//! `main`, `cap` on `side`), leases (acquire, renew, release), runtime limit changes,
+//! Envoy's `ShouldRateLimit` — sends each to a node picked at random, most under an
+//! `Idempotency-Key`, sends it again (to the same node or another) after an unclear
+//! answer, and records every attempt.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,7 +15,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use crate::history::{Answer, Kind, Request};
-use crate::setup::hot_keys;
+use crate::rls::Rls;
+use crate::setup::{hot_keys, JOBS_KEYS};
 
 /// Where attempts are written, and the clock they are timed by.
 #[derive(Debug)]
@@ -61,15 +63,34 @@ impl Default for Recorder {
 #[derive(Debug, Clone)]
 struct Open {
     id: String,
+    ns: String,
     /// Its key on a key route; `None`: made on the namespace route.
     key: Option<String>,
     total: f64,
+}
+
+/// A lease a client holds.
+#[derive(Debug, Clone)]
+struct Held {
+    lease: String,
+    key: String,
+}
+
+/// How a request is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    Post,
+    Put,
+    Delete,
+    /// Envoy's `ShouldRateLimit` on the node's gRPC port (`body` is the request).
+    Grpc,
 }
 
 /// One request to send.
 #[derive(Debug, Clone)]
 struct Plan {
     kind: Kind,
+    method: Method,
     ns: String,
     key: String,
     path: String,
@@ -79,6 +100,7 @@ struct Plan {
 fn key_plan(kind: Kind, ns: &str, key: &str, op: &str, body: Value) -> Plan {
     Plan {
         kind,
+        method: Method::Post,
         ns: ns.to_owned(),
         key: key.to_owned(),
         path: format!("/v1/namespaces/{ns}/keys/{key}/{op}"),
@@ -90,8 +112,89 @@ fn pick<'a>(rng: &mut StdRng, from: &[&'a str]) -> &'a str {
     from[rng.gen_range(0..from.len())]
 }
 
-/// The next request of a client holding `open`.
-fn draw(rng: &mut StdRng, open: &[Open]) -> Plan {
+/// The next request of a client holding `open` reservations and `held` leases: one in
+/// six a lease, a runtime limit change or an Envoy request.
+fn draw(rng: &mut StdRng, open: &[Open], held: &[Held], id: usize, n: u64) -> Plan {
+    match rng.gen_range(0..120) {
+        0..=99 => counts(rng, open),
+        100..=107 => lease(rng, held, id, n),
+        108..=109 => limits(rng),
+        _ => rls(rng),
+    }
+}
+
+/// Acquire (named by the client half the time, so that its retry replaces itself),
+/// renew or release.
+fn lease(rng: &mut StdRng, held: &[Held], id: usize, n: u64) -> Plan {
+    let roll = rng.gen_range(0..10);
+    if held.is_empty() || roll < 5 {
+        let key = JOBS_KEYS[rng.gen_range(0..JOBS_KEYS.len())];
+        let mut body = json!({"count": rng.gen_range(1..=2), "ttl": rng.gen_range(2..=8)});
+        if rng.gen_bool(0.5) {
+            body["lease"] = json!(format!("c{id}-l{n}"));
+        }
+        return key_plan(Kind::Acquire, "jobs", key, "acquire", body);
+    }
+    let h = &held[rng.gen_range(0..held.len())];
+    if roll < 7 {
+        let body = json!({"lease": h.lease, "ttl": rng.gen_range(2..=8)});
+        key_plan(Kind::Renew, "jobs", &h.key, "renew", body)
+    } else {
+        key_plan(
+            Kind::Release,
+            "jobs",
+            &h.key,
+            "release",
+            json!({"lease": h.lease}),
+        )
+    }
+}
+
+/// The runtime limits of `main/hk-2`: set (below, near or above the config's), or gone.
+fn limits(rng: &mut StdRng) -> Plan {
+    let path = "/v1/namespaces/main/keys/hk-2/limits".to_owned();
+    let (kind, method, body) = if rng.gen_bool(0.7) {
+        let limit = [150.0, 400.0, 2500.0][rng.gen_range(0..3)];
+        let body = json!({"limits": [{"window_size": 86400, "limit": limit}]});
+        (Kind::SetLimits, Method::Put, body)
+    } else {
+        (Kind::DeleteLimits, Method::Delete, Value::Null)
+    };
+    Plan {
+        kind,
+        method,
+        ns: "main".into(),
+        key: "hk-2".into(),
+        path,
+        body,
+    }
+}
+
+/// `ShouldRateLimit` on `edge`: one user's descriptor, or both (all or nothing).
+fn rls(rng: &mut StdRng) -> Plan {
+    let users = crate::setup::EDGE_USERS;
+    let first = users[rng.gen_range(0..users.len())];
+    let mut descriptors = vec![json!([["user", first]])];
+    if rng.gen_bool(0.3) {
+        let other = users
+            .iter()
+            .find(|u| **u != first)
+            .copied()
+            .unwrap_or(first);
+        descriptors.push(json!([["user", other]]));
+    }
+    Plan {
+        kind: Kind::Rls,
+        method: Method::Grpc,
+        ns: "edge".into(),
+        key: String::new(),
+        path: "grpc ShouldRateLimit".into(),
+        body: json!({"domain": "edge", "descriptors": descriptors, "hits_addend": rng.gen_range(1..=3)}),
+    }
+}
+
+/// Hits, increments, batches, refunds, reserves, extends and commits.
+fn counts(rng: &mut StdRng, open: &[Open]) -> Plan {
     let ns = if rng.gen_bool(0.75) { "main" } else { "side" };
     let key = pick(rng, hot_keys(ns));
     let roll = rng.gen_range(0..100);
@@ -112,8 +215,8 @@ fn draw(rng: &mut StdRng, open: &[Open]) -> Plan {
             let e = rng.gen_range(5..=20) as f64;
             key_plan(
                 Kind::Reserve,
-                "main",
-                pick(rng, hot_keys("main")),
+                ns,
+                key,
                 "reserve",
                 json!({"cost": e, "ttl": 600}),
             )
@@ -129,6 +232,7 @@ fn draw(rng: &mut StdRng, open: &[Open]) -> Plan {
             };
             Plan {
                 kind: Kind::Reserve,
+                method: Method::Post,
                 ns: "main".into(),
                 key: String::new(),
                 path: "/v1/namespaces/main/reserve".into(),
@@ -171,6 +275,7 @@ fn batch(rng: &mut StdRng, c: f64) -> Plan {
     ]);
     Plan {
         kind: Kind::Batch,
+        method: Method::Post,
         ns: "main".into(),
         key: String::new(),
         path: "/v1/hits".into(),
@@ -180,29 +285,38 @@ fn batch(rng: &mut StdRng, c: f64) -> Plan {
 
 fn reservation_plan(kind: Kind, o: &Open, op: &str, body: Value) -> Plan {
     match &o.key {
-        Some(k) => key_plan(kind, "main", k, op, body),
+        Some(k) => key_plan(kind, &o.ns, k, op, body),
         None => Plan {
             kind,
-            ns: "main".into(),
+            method: Method::Post,
+            ns: o.ns.clone(),
             key: String::new(),
-            path: format!("/v1/namespaces/main/{op}"),
+            path: format!("/v1/namespaces/{}/{op}", o.ns),
             body,
         },
     }
 }
 
-/// Sends `body` to `base` + `path`: the answer, byte for byte.
+/// Sends `body` to `base` + `path` by `method`: the answer, byte for byte.
 async fn send(
     http: &reqwest::Client,
     base: &str,
+    method: Method,
     path: &str,
     body: &Value,
     idem: Option<&str>,
 ) -> Answer {
-    let mut req = http
-        .post(format!("{base}{path}"))
-        .header("content-type", "application/json")
-        .body(body.to_string());
+    let url = format!("{base}{path}");
+    let mut req = match method {
+        Method::Put => http.put(url),
+        Method::Delete => http.delete(url),
+        _ => http.post(url),
+    };
+    if !body.is_null() {
+        req = req
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
     if let Some(k) = idem {
         req = req.header("Idempotency-Key", k);
     }
@@ -236,11 +350,21 @@ pub struct Client {
     pub bases: Arc<Vec<String>>,
     pub rec: Arc<Recorder>,
     http: reqwest::Client,
+    rls: Rls,
     open: Vec<Open>,
+    held: Vec<Held>,
+    /// Requests drawn so far (names this client's leases).
+    drawn: u64,
 }
 
 impl Client {
-    pub fn new(id: usize, seed: u64, bases: Arc<Vec<String>>, rec: Arc<Recorder>) -> Client {
+    pub fn new(
+        id: usize,
+        seed: u64,
+        bases: Arc<Vec<String>>,
+        grpc: &[String],
+        rec: Arc<Recorder>,
+    ) -> Client {
         let rng = StdRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(id as u64));
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))
@@ -252,13 +376,17 @@ impl Client {
             bases,
             rec,
             http,
+            rls: Rls::new(grpc),
             open: Vec::new(),
+            held: Vec::new(),
+            drawn: 0,
         }
     }
 
     pub async fn run(mut self, deadline: Instant) {
         while Instant::now() < deadline {
-            let plan = draw(&mut self.rng, &self.open);
+            self.drawn += 1;
+            let plan = draw(&mut self.rng, &self.open, &self.held, self.id, self.drawn);
             self.perform(plan).await;
             let pause = self.rng.gen_range(20..120);
             tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -270,9 +398,19 @@ impl Client {
     async fn perform(&mut self, plan: Plan) {
         let op = self.rec.op();
         let dry = plan.body["dry_run"] == true;
-        let idem = (!dry && plan.kind != Kind::Refund && self.rng.gen_bool(0.7))
-            .then(|| format!("c{}-op{op}", self.id));
-        let retry = idem.is_some() || plan.kind == Kind::Commit;
+        let keyed = plan.method == Method::Post
+            && !matches!(plan.kind, Kind::Refund | Kind::Release | Kind::Renew);
+        let idem =
+            (!dry && keyed && self.rng.gen_bool(0.7)).then(|| format!("c{}-op{op}", self.id));
+        // sent again after an unclear answer: what is applied once without a key too
+        // (a commit, a release, a renewal, a named acquire, a limit change); never an
+        // Envoy request (Envoy does not send one again)
+        let retry = idem.is_some()
+            || matches!(
+                plan.kind,
+                Kind::Commit | Kind::Release | Kind::Renew | Kind::SetLimits | Kind::DeleteLimits
+            )
+            || (plan.kind == Kind::Acquire && plan.body["lease"].is_string());
         let mut node = self.rng.gen_range(0..self.bases.len());
         let mut last = None;
         for attempt in 0..4 {
@@ -283,14 +421,19 @@ impl Client {
                 }
             }
             let start_ms = self.rec.ms();
-            let answer = send(
-                &self.http,
-                &self.bases[node],
-                &plan.path,
-                &plan.body,
-                idem.as_deref(),
-            )
-            .await;
+            let answer = if plan.method == Method::Grpc {
+                self.rls.send(node, &plan.body).await
+            } else {
+                send(
+                    &self.http,
+                    &self.bases[node],
+                    plan.method,
+                    &plan.path,
+                    &plan.body,
+                    idem.as_deref(),
+                )
+                .await
+            };
             let r = Request {
                 op,
                 client: self.id,
@@ -330,6 +473,7 @@ impl Client {
         match plan.kind {
             Kind::Reserve if r.kept() && v["reservation"].is_string() => self.open.push(Open {
                 id: v["reservation"].as_str().unwrap_or_default().to_owned(),
+                ns: plan.ns.clone(),
                 key: (!plan.key.is_empty()).then(|| plan.key.clone()),
                 total: plan.body["cost"].as_f64().unwrap_or(0.0),
             }),
@@ -345,6 +489,21 @@ impl Client {
                 None => {}
             },
             Kind::Commit => self.open.retain(|o| o.id != id),
+            Kind::Acquire if r.kept() && v["allowed"] == true => {
+                let lease = v["lease"].as_str().unwrap_or_default().to_owned();
+                if !self.held.iter().any(|h| h.lease == lease) {
+                    self.held.push(Held {
+                        lease,
+                        key: plan.key.clone(),
+                    });
+                }
+            }
+            Kind::Release | Kind::Renew
+                if r.kept() && (plan.kind == Kind::Release || v["renewed"] != true) =>
+            {
+                let lease = plan.body["lease"].as_str().unwrap_or_default();
+                self.held.retain(|h| h.lease != lease);
+            }
             _ => {}
         }
     }

@@ -82,8 +82,13 @@ impl Node {
     /// Starts the node again on its port with `config` (its spool found again under
     /// `data/` beside it), once it has stopped or been killed.
     pub fn restart(&mut self, config: &Path) {
+        self.restart_with_env(config, &[]);
+    }
+
+    /// [`Node::restart`] with more environment variables (a clock off: libfaketime).
+    pub fn restart_with_env(&mut self, config: &Path, env: &[(&str, &str)]) {
         assert!(self.child.is_none(), "the node is still running");
-        *self = Node::start(config, self.port, &[]);
+        *self = Node::start(config, self.port, env);
     }
 
     fn start(config: &Path, port: u16, env: &[(&str, &str)]) -> Node {
@@ -114,6 +119,20 @@ impl Node {
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }
+}
+
+/// Debian's libfaketime (package `faketime`), multi-threaded build, if installed: with
+/// `FAKETIME` (`+40s`) and `FAKETIME_DONT_FAKE_MONOTONIC=1`, a node whose wall clock is
+/// off while its timers run true.
+pub fn libfaketime() -> Option<String> {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib",
+    ]
+    .iter()
+    .map(|d| format!("{d}/faketime/libfaketimeMT.so.1"))
+    .find(|p| Path::new(p).exists())
 }
 
 /// Nodes behind nginx, all reading one config file.

@@ -46,6 +46,10 @@ use swin::policy::client_address::{client_address, NoAddress};
 pub(super) const ROUTES: &[&str] = &[
     "/v1/namespaces/{namespace}/keys/{key}/hit",
     "/v1/namespaces/{namespace}/keys/{key}/increment",
+    "/v1/namespaces/{namespace}/keys/{key}/refund",
+    "/v1/namespaces/{namespace}/keys/{key}/acquire",
+    "/v1/namespaces/{namespace}/keys/{key}/renew",
+    "/v1/namespaces/{namespace}/keys/{key}/release",
     "/v1/namespaces/{namespace}/keys/{key}/reserve",
     "/v1/namespaces/{namespace}/keys/{key}/commit",
     "/v1/namespaces/{namespace}/keys/{key}/extend",

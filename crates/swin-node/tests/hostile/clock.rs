@@ -11,15 +11,8 @@ use swin_testkit::cluster::{key_call, metric_value, metrics_text, Node, TestStor
 
 /// Debian's libfaketime (package `faketime`), multi-threaded build.
 fn libfaketime() -> String {
-    [
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/lib",
-    ]
-    .iter()
-    .map(|d| format!("{d}/faketime/libfaketimeMT.so.1"))
-    .find(|p| Path::new(p).exists())
-    .expect("Debian's faketime installed (scripts/test installs it)")
+    swin_testkit::cluster::libfaketime()
+        .expect("Debian's faketime installed (scripts/test installs it)")
 }
 
 /// A node whose wall clock is `skew` (`+40s`, `-40s`) off; its monotonic clock (tokio's

@@ -1,8 +1,9 @@
 //! Random histories (`swin-histories`, `scripts/histories`) against this build: three
 //! nodes, a nemesis, every request recorded and each mode's promise checked after the
 //! nodes stopped cleanly and drained — exactly once per key, strict admission within its
-//! limit, replays under an `Idempotency-Key` answering the first answer. Short runs
-//! here; `scripts/histories` runs longer ones and soaks.
+//! limit, leases within theirs, answers that keep their word, replays under an
+//! `Idempotency-Key` answering the first answer. Short runs here; `scripts/histories`
+//! runs longer ones and soaks.
 
 use swin_histories::nemesis::Fault;
 use swin_histories::run::{run, Options};
@@ -20,6 +21,7 @@ async fn clean(store: StoreKind, mode: Mode, faults: Vec<Fault>, seed: u64) {
         clients: 4,
         node_binary: env!("CARGO_BIN_EXE_swin-node").to_owned(),
         out: out.path().to_owned(),
+        shrink_runs: 0,
     };
     assert!(run(&options).await, "violations: see the lines above");
 }
@@ -35,4 +37,12 @@ async fn ten_seconds_of_lost_replies_on_redis_are_clean() {
 async fn ten_seconds_of_strict_admission_under_faults_on_postgres_are_clean() {
     let faults = vec![Fault::LostReply, Fault::Cut, Fault::Kill];
     clean(StoreKind::Postgres, Mode::Strict, faults, 11).await;
+}
+
+/// Periodic on Redis, a node's clock moved 5–40 s off and back (libfaketime), reloads
+/// changing `side`'s limit and the sync period, a node killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ten_seconds_of_skew_and_reloads_on_redis_are_clean() {
+    let faults = vec![Fault::Skew, Fault::Reload, Fault::Kill];
+    clean(StoreKind::Redis, Mode::Periodic, faults, 5).await;
 }

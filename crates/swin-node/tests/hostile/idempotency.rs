@@ -24,8 +24,16 @@ idempotency_max_keys = {max_keys}
 "
         )
     };
+    let jobs = "
+[[namespaces]]
+name = \"jobs\"
+algorithm = \"concurrency\"
+limit = 2
+sync_rate = 1
+store = \"main\"
+";
     format!(
-        "store_timeout = 2\n{}{}{}",
+        "store_timeout = 2\n{}{}{}{jobs}",
         store.section(),
         ns("a"),
         ns("b")
@@ -185,6 +193,58 @@ async fn a_retry_on_another_node_answers_the_first_answer_and_counts_nothing_mor
     assert_eq!(total(&store, "b", "x").await, 5.0);
     assert_eq!(total(&store, "b", "i").await, 7.0);
     assert_eq!(total(&store, "b", "j").await, 4.0);
+}
+
+/// An acquire, a release and a refund sent again under their `Idempotency-Key` on
+/// another node answer the first answer and change nothing more. The header used to be
+/// passed over on these routes: an acquire's retry took a second slot, a refund's gave
+/// back twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_and_refunds_sent_again_under_their_key_run_once() {
+    let store = TestStore::redis();
+    let (a, b, _dir) = two_nodes(&store, 1000);
+    let c = reqwest::Client::new();
+    let url = |base: &str, op: &str| format!("{base}/v1/namespaces/jobs/keys/j/{op}");
+    let ask = serde_json::json!({"count": 1, "ttl": 60});
+    let (first, _) = send(&c, &url(&a.base, "acquire"), &[b"acq-1"], ask.clone()).await;
+    assert_eq!(first.status, 200, "{first:?}");
+    let (again, replayed) = send(&c, &url(&b.base, "acquire"), &[b"acq-1"], ask.clone()).await;
+    assert!(replayed && again == first, "{again:?}");
+    // a limit of 2: one more lease fits, then none
+    let (second, _) = send(&c, &url(&a.base, "acquire"), &[], ask.clone()).await;
+    assert_eq!(second.status, 200, "one slot was left: {second:?}");
+    let (third, _) = send(&c, &url(&b.base, "acquire"), &[], ask.clone()).await;
+    assert_eq!(third.status, 429, "{third:?}");
+
+    let lease = serde_json::from_str::<serde_json::Value>(&first.body).expect("json")["lease"]
+        .as_str()
+        .expect("lease")
+        .to_owned();
+    let release = serde_json::json!({ "lease": lease });
+    let (released, _) = send(&c, &url(&a.base, "release"), &[b"rel-1"], release.clone()).await;
+    assert_eq!(released.status, 200, "{released:?}");
+    let (again, replayed) = send(&c, &url(&b.base, "release"), &[b"rel-1"], release).await;
+    assert!(replayed && again == released, "{again:?}");
+
+    let hit = |base: &str, op: &str| format!("{base}/v1/namespaces/a/keys/rf/{op}");
+    let (spent, _) = send(
+        &c,
+        &hit(&a.base, "hit"),
+        &[],
+        serde_json::json!({"cost": 10}),
+    )
+    .await;
+    assert_eq!(spent.status, 200);
+    let back = serde_json::json!({"cost": 4});
+    let (refunded, _) = send(&c, &hit(&a.base, "refund"), &[b"rf-1"], back.clone()).await;
+    assert_eq!(refunded.status, 200, "{refunded:?}");
+    let (again, replayed) = send(&c, &hit(&b.base, "refund"), &[b"rf-1"], back).await;
+    assert!(replayed && again == refunded, "{again:?}");
+    assert_eq!(
+        total(&store, "a", "rf").await,
+        6.0,
+        "10 spent, 4 given back once"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
