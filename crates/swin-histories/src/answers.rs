@@ -57,12 +57,19 @@ struct Decision {
     retry_after: f64,
 }
 
-fn decision(r: &Request) -> Option<Decision> {
+/// `r`'s decision on `key`: over several keys, that key's part of the answer.
+fn decision(r: &Request, key: &str) -> Option<Decision> {
     let Answer::Status { status, .. } = &r.answer else {
         return None;
     };
-    let v: Value = r.json();
-    if !matches!(*status, 200 | 429) || !v["allowed"].is_boolean() {
+    let mut v: Value = r.json();
+    if !matches!(*status, 200 | 429) {
+        return None;
+    }
+    if let Some(parts) = v["keys"].as_array() {
+        v = parts.iter().find(|p| p["key"] == key)?.clone();
+    }
+    if !v["allowed"].is_boolean() {
         return None;
     }
     Some(Decision {
@@ -107,7 +114,7 @@ pub fn answers(history: &[Request], expect: &Expect, report: &mut Report) {
     for (key, mut rs) in by_key {
         rs.sort_by_key(|r| (r.start_ms, r.op));
         for (i, a) in rs.iter().enumerate() {
-            let Some(da) = decision(a).filter(|_| weighed(a)) else {
+            let Some(da) = decision(a, &key.1).filter(|_| weighed(a)) else {
                 continue;
             };
             if !da.allowed && da.retry_after <= 0.0 && a.kind == Kind::Hit {
@@ -120,7 +127,7 @@ pub fn answers(history: &[Request], expect: &Expect, report: &mut Report) {
                 });
             }
             let Some(b) = rs.get(i + 1) else { continue };
-            let (Some(db), Some(cost)) = (decision(b), asked(b)) else {
+            let (Some(db), Some(cost)) = (decision(b, &key.1), asked(b)) else {
                 continue;
             };
             if !da.allowed || db.allowed || b.start_ms < a.end_ms {

@@ -170,8 +170,8 @@ async fn stop(cluster: &Arc<Cluster>) -> Vec<Violation> {
 fn write_out(o: &Options, history: &[Request], log: &[Event]) -> PathBuf {
     let _ = std::fs::create_dir_all(&o.out);
     let path = o.out.join(format!(
-        "history-{}-c{}-s{}.jsonl",
-        o.seed, o.clients, o.seconds
+        "history-{:?}-{:?}-{}-c{}-s{}.jsonl",
+        o.store, o.mode, o.seed, o.clients, o.seconds
     ));
     if let Ok(mut f) = std::fs::File::create(&path) {
         for r in history {
