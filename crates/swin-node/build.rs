@@ -24,13 +24,20 @@ fn git_commit() -> Option<String> {
     };
     let dir = git(&["rev-parse", "--absolute-git-dir"])?;
     println!("cargo:rerun-if-changed={dir}/HEAD");
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        // a worktree's HEAD is its own; its branches are in the common directory (a
-        // path watched that never exists reruns this script on every build)
+    if git(&["symbolic-ref", "-q", "HEAD"]).is_some() {
+        // a worktree's HEAD is its own; its branches are in the common directory, loose
+        // (a file under refs/heads, watched as the directory: a commit may create it) or
+        // packed. A path watched that does not exist reruns this script on every build
+        // (a fresh clone has no packed-refs), so only what exists is watched.
         let common = git(&["rev-parse", "--path-format=absolute", "--git-common-dir"])
             .unwrap_or_else(|| dir.clone());
-        println!("cargo:rerun-if-changed={common}/{branch}");
-        println!("cargo:rerun-if-changed={common}/packed-refs");
+        let heads = std::path::Path::new(&common).join("refs/heads");
+        let packed = std::path::Path::new(&common).join("packed-refs");
+        for path in [heads, packed] {
+            if path.exists() {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
+        }
     }
     git(&["rev-parse", "--short=12", "HEAD"])
 }
