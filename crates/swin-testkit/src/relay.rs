@@ -7,10 +7,12 @@
 //! can also be the one to the next request holding other patterns on the same
 //! connection ([`Relay::lose_reply_after`]: a statement, then its transaction's
 //! `COMMIT`). It speaks no protocol, so it serves Redis and PostgreSQL alike; it can
-//! also refuse every connection for a while (`cut`).
+//! also refuse every connection for a while (`cut`), and hold the store's replies back
+//! for a while before passing them on (`delay_replies`: the store applied the request
+//! at once, its answer comes late).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -56,6 +58,8 @@ struct State {
     cut: AtomicBool,
     /// Bumped by every cut: a connection opened before it ends.
     epoch: AtomicUsize,
+    /// Milliseconds each reply is held before it is passed on.
+    delay_ms: AtomicU64,
 }
 
 impl State {
@@ -168,6 +172,14 @@ impl Relay {
     }
 
     /// Cuts every open connection and refuses new ones until [`Relay::heal`].
+    /// Holds each of the store's replies back `delay` before passing it on (zero: as
+    /// they come); the requests reach the store at once.
+    pub fn delay_replies(&self, delay: std::time::Duration) {
+        self.state
+            .delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
     pub fn cut(&self) {
         self.state.cut.store(true, Ordering::SeqCst);
         self.state.epoch.fetch_add(1, Ordering::SeqCst);
@@ -248,6 +260,10 @@ async fn relay(client: TcpStream, upstream: SocketAddr, state: Arc<State>) {
                 // the store applied the request; the node never hears of it
                 st.lost.fetch_add(1, Ordering::SeqCst);
                 return;
+            }
+            let delay = st.delay_ms.load(Ordering::SeqCst);
+            if delay > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
             }
             if cw.write_all(&buf[..n]).await.is_err() {
                 return;

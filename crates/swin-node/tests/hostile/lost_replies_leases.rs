@@ -461,7 +461,52 @@ async fn a_limit_removed_whose_reply_is_lost_is_not_answered_unchanged(store: &T
     assert_eq!((s, &v["deleted"]), (200, &false.into()), "sent again: {v}");
 }
 
+/// A lease change whose reply comes later than `answer_timeout` — the store applied it
+/// at once — is 503 `outcome_unknown`, never `store_unreachable` ("nothing was
+/// changed"): a named acquire, a renewal and a release held up so each answered that
+/// it changed nothing though the store held the lease, moved its lapse, ended it.
+async fn lease_changes_whose_replies_come_late_are_not_answered_unchanged(store: &TestStore) {
+    let (_dir, relay, node) = node_via(store).await;
+    let c = reqwest::Client::new();
+    warm(&c, &node).await;
+    let late = Duration::from_millis(900);
+    // Redis applies each change as one script call the moment it arrives; PostgreSQL's
+    // transaction waits for each statement's reply before the next, so a late reply
+    // may leave it undone: there the slots are either as before or as after
+    let one_step = store.url.starts_with("redis");
+    let mut slots = 0;
+    for (op, body, after) in [
+        ("acquire", serde_json::json!({"lease": "slow-1", "count": 2, "ttl": 600}), 2),
+        ("renew", serde_json::json!({"lease": "slow-1", "ttl": 900}), 2),
+        ("release", serde_json::json!({"lease": "slow-1"}), 0),
+    ] {
+        if slots == 0 && op != "acquire" {
+            // PostgreSQL left the acquire undone: hold the lease for the next change
+            let again = serde_json::json!({"lease": "slow-1", "count": 2, "ttl": 600});
+            let (s, v) = lease(&c, &node, "k", "acquire", again).await;
+            assert_eq!(s, 200, "{v}");
+        }
+        relay.delay_replies(late);
+        let (s, v) = lease(&c, &node, "k", op, body).await;
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (503, Some("outcome_unknown")),
+            "{op}: {v}"
+        );
+        relay.delay_replies(Duration::ZERO);
+        // the late replies drain before the next calls' come back
+        tokio::time::sleep(late).await;
+        let before = if op == "acquire" { 0 } else { 2 };
+        slots = in_flight(&c, &node, "k").await;
+        assert!(
+            slots == after || (!one_step && slots == before),
+            "after the {op}: {slots} in flight"
+        );
+    }
+}
+
 swin_testkit::for_stores!([postgres, redis] [
+    lease_changes_whose_replies_come_late_are_not_answered_unchanged,
     a_release_whose_reply_is_lost_answers_released,
     a_renewal_whose_reply_is_lost_answers_renewed,
     an_acquire_whose_reply_is_lost_is_granted_once,

@@ -7,7 +7,9 @@
 //! A change whose store reply is lost is sent again (the same acquire, the same
 //! release operation, the renewal to the same lapse) until the store answers, within
 //! the time its caller gives; still unknown then, it is [`Error::OutcomeUnknown`] (its
-//! caller says what the client does about it).
+//! caller says what the client does about it). A call that outwaited its time is
+//! unknown too: its deadline keeps the store from applying it later, but the store may
+//! have applied it in time and its reply come late.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +20,7 @@ use swin_sync::{NamespaceSync, StoreError};
 
 use super::LocalLeases;
 use crate::error::Error;
-use crate::known::{reply_lost, until_known_as, Outcome};
+use crate::known::{until_known, Outcome};
 
 /// A namespace's leases: its store's, or this node's.
 #[derive(Debug, Clone)]
@@ -66,8 +68,7 @@ impl LeaseBook {
     ) -> Result<Acquired, Error> {
         match self {
             LeaseBook::Store(sync) => {
-                // an acquire carries a deadline: one that timed out was not applied
-                let r = until_known_as(within, reply_lost, |w| async move {
+                let r = until_known(within, |w| async move {
                     no_store(sync.acquire_lease(a, w).await)
                 })
                 .await;
@@ -91,8 +92,7 @@ impl LeaseBook {
         let op = new_op();
         match self {
             LeaseBook::Store(sync) => {
-                // a release carries a deadline: one that timed out was not applied
-                let r = until_known_as(within, reply_lost, |w| {
+                let r = until_known(within, |w| {
                     let op = &op;
                     async move { no_store(sync.release_lease(key, lease, op, now, w).await) }
                 })
@@ -117,7 +117,7 @@ impl LeaseBook {
     ) -> Result<bool, Error> {
         match self {
             LeaseBook::Store(sync) => {
-                let r = until_known_as(within, reply_lost, |w| async move {
+                let r = until_known(within, |w| async move {
                     no_store(sync.renew_lease(key, lease, to, now, w).await)
                 })
                 .await;
@@ -143,9 +143,9 @@ impl LeaseBook {
                 match no_store(sync.release_lease_slots(key, prefix, count, now).await) {
                     Ok(n) => Ok(n),
                     // never sent again: it ends slots by count, not by lease, and a second
-                    // attempt would end as many more (it carries a deadline: one that timed
-                    // out was not applied)
-                    Err(e) if reply_lost(&e) => {
+                    // attempt would end as many more (one that timed out may have been
+                    // applied in time, its reply late)
+                    Err(e) if e.may_have_run() => {
                         tracing::warn!(cause = %e, "{what}");
                         Err(Error::OutcomeUnknown(format!(
                         "{what}: the store may have ended the slots, but its reply was lost; they are not ended again (that would end other requests' slots): slots not ended lapse by the lease ttl"
