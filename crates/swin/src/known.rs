@@ -37,16 +37,8 @@ where
     until_known_as(within, StoreError::may_have_run, change).await
 }
 
-/// Whether a change that carries a deadline in the store's time (past it the store
-/// applies nothing: see `NamespaceSync::deadline_within`) may have been applied though
-/// it failed: its reply was lost (the connection failed after it was sent). One that
-/// outwaited its caller (a timeout) was not: its deadline had passed.
-pub(crate) fn reply_lost(e: &StoreError) -> bool {
-    e.may_have_run() && !matches!(e, StoreError::Timeout(_))
-}
-
 /// [`until_known`], with what says whether a failed attempt may have been applied.
-pub(crate) async fn until_known_as<T, F, Fut>(
+async fn until_known_as<T, F, Fut>(
     within: Duration,
     may_have_applied: fn(&StoreError) -> bool,
     mut change: F,

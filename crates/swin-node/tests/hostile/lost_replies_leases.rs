@@ -476,8 +476,16 @@ async fn lease_changes_whose_replies_come_late_are_not_answered_unchanged(store:
     let one_step = store.url.starts_with("redis");
     let mut slots = 0;
     for (op, body, after) in [
-        ("acquire", serde_json::json!({"lease": "slow-1", "count": 2, "ttl": 600}), 2),
-        ("renew", serde_json::json!({"lease": "slow-1", "ttl": 900}), 2),
+        (
+            "acquire",
+            serde_json::json!({"lease": "slow-1", "count": 2, "ttl": 600}),
+            2,
+        ),
+        (
+            "renew",
+            serde_json::json!({"lease": "slow-1", "ttl": 900}),
+            2,
+        ),
         ("release", serde_json::json!({"lease": "slow-1"}), 0),
     ] {
         if slots == 0 && op != "acquire" {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::known::{reply_lost, until_known_as, Outcome};
+use crate::known::{until_known, Outcome};
 use crate::pipeline::{Plan, Ran, Request};
 use crate::policy::input::check_key;
 use crate::policy::limits::RawKeyLimits;
@@ -232,8 +232,8 @@ async fn remove(ns: &Namespace, namespace: &str, key: &str) -> Result<bool, Erro
 /// Sends a change of runtime limits (given the time left to wait for it) until the
 /// store answers, within `store_timeout` (an operator's change: `answer_timeout` does
 /// not bound it): what it came to, and whether an attempt's reply was lost (the store
-/// may have applied that attempt). A change that timed out was not applied (its deadline
-/// had passed).
+/// may have applied that attempt). A change that timed out may have been applied too (in
+/// time, its reply late): its deadline only keeps it from landing later.
 async fn until_stored<T, F, Fut>(ns: &Namespace, mut change: F) -> (Outcome<T>, bool)
 where
     F: FnMut(Duration) -> Fut,
@@ -241,11 +241,11 @@ where
 {
     let lost = AtomicBool::new(false);
     let noted = &lost;
-    let r = until_known_as(ns.sync.store_timeout(), reply_lost, |w| {
+    let r = until_known(ns.sync.store_timeout(), |w| {
         let attempt = change(w);
         async move {
             let r = attempt.await;
-            if r.as_ref().is_err_and(reply_lost) {
+            if r.as_ref().is_err_and(StoreError::may_have_run) {
                 noted.store(true, Ordering::Relaxed);
             }
             r
