@@ -256,7 +256,8 @@ fn header_value(headers: &axum::http::HeaderMap) -> Result<&[u8], Error> {
 
 /// The route's namespace (a route of one namespace; `None` for a batch route) and key:
 /// the path after the namespace with its parameters decoded, or a batch route's path.
-/// `None` when the path's parameters do not decode (the handler answers 400).
+/// `None` when the path's parameters do not decode or its key is not one (the handler
+/// answers 400, and no record is claimed for it).
 async fn route_key(parts: &mut Parts) -> Option<(Option<String>, String)> {
     let template = parts.extensions.get::<MatchedPath>()?.as_str().to_owned();
     let Some(rest) = template.strip_prefix(NAMESPACED) else {
@@ -269,6 +270,8 @@ async fn route_key(parts: &mut Parts) -> Option<(Option<String>, String)> {
     for (name, value) in &params {
         if name == "namespace" {
             namespace = Some(value.to_owned());
+        } else if name == "key" && swin::policy::input::check_key(value).is_err() {
+            return None;
         } else {
             route = route.replace(&format!("{{{name}}}"), value);
         }

@@ -247,6 +247,32 @@ async fn leases_and_refunds_sent_again_under_their_key_run_once() {
     );
 }
 
+/// A key that is not one (U+0000, past 1,024 bytes) under an `Idempotency-Key` is 400
+/// `invalid_key` and claims no record: PostgreSQL answered 503 `store_failed` (its text
+/// cannot hold U+0000) and kept trying to release the claim; Redis kept a record of the
+/// 400 and replayed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_is_not_one_under_an_idempotency_key_is_400_and_keeps_no_record() {
+    for store in [TestStore::postgres().await, TestStore::redis()] {
+        let (a, _b, _dir) = two_nodes(&store, 1000);
+        let c = reqwest::Client::new();
+        let long = "k".repeat(1025);
+        for key in ["%00", "a%00b", long.as_str()] {
+            let url = format!("{}/v1/namespaces/a/keys/{key}/hit", a.base);
+            for _ in 0..2 {
+                let (seen, replayed) =
+                    send(&c, &url, &[b"bad-key"], serde_json::json!({"cost": 1})).await;
+                let v: serde_json::Value = serde_json::from_str(&seen.body).expect("json");
+                assert_eq!(
+                    (seen.status, v["error"]["code"].as_str(), replayed),
+                    (400, Some("invalid_key"), false),
+                    "{key}: {seen:?}"
+                );
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotency_key_reused_across_namespaces_is_two_records_each_counted_once() {
     let store = TestStore::postgres().await;
