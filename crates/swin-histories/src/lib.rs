@@ -10,6 +10,7 @@ pub mod check;
 pub mod history;
 pub mod leases;
 pub mod nemesis;
+pub mod reservations;
 pub mod rls;
 pub mod run;
 pub mod setup;

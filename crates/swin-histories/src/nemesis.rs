@@ -1,6 +1,7 @@
 //! The nemesis: every 1–3 s one fault drawn from the run's list — `lost-reply` (a
 //! node's relay loses the reply to its next reservation write or next request naming a
-//! hot key, after the store applied it), `kill` (SIGKILL a node, start it again on its
+//! hot key, after the store applied it; half the time the node is then cut from the
+//! store for 1.5–3 s, so that the change's outcome stays unknown past its answer), `kill` (SIGKILL a node, start it again on its
 //! `data_dir`), `pause` (SIGSTOP the run's own Redis for 1–4 s), `cut` (a node's relay
 //! refuses and cuts its store connections for 1–3 s), `reload` (SIGHUP a node, half the
 //! time with a changed config: `side`'s limit, the sync period), `skew` (a node stopped
@@ -121,6 +122,42 @@ fn lose_reply(c: &Cluster, i: usize, rng: &mut StdRng, redis: bool) -> String {
     format!("lost-reply node {i} next reservation {}", names[what])
 }
 
+/// A reply lost and then node `i` cut from the store for 1.5–3 s, longer than it waits
+/// for an answer: the node answers 503 `outcome_unknown` and resolves the change in the
+/// background (a lost reply alone is sent again and answered at once).
+async fn lost_then_away(
+    c: &Arc<Cluster>,
+    i: usize,
+    rng: &mut StdRng,
+    redis: bool,
+) -> (Option<usize>, Disruption, String) {
+    let relay = &c.relays[i];
+    let before = relay.lost();
+    relay.cut_on_next_loss(true);
+    let what = lose_reply(c, i, rng, redis);
+    let give_up = Instant::now() + Duration::from_secs(4);
+    while relay.lost() == before && Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    relay.cut_on_next_loss(false);
+    if relay.lost() == before {
+        relay.disarm();
+        return (
+            Some(i),
+            Disruption::Other,
+            format!("{what} (none lost within 4 s)"),
+        );
+    }
+    let ms = rng.gen_range(1500..3000);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    relay.heal();
+    (
+        Some(i),
+        Disruption::Away,
+        format!("{what}, then cut from the store {ms} ms"),
+    )
+}
+
 /// One fault, started and ended: what it did, to which node, and how the checks weigh it.
 async fn strike(
     c: &Arc<Cluster>,
@@ -130,6 +167,7 @@ async fn strike(
 ) -> (Option<usize>, Disruption, String) {
     let i = rng.gen_range(0..c.nodes.len());
     match fault {
+        Fault::LostReply if rng.gen_bool(0.5) => lost_then_away(c, i, rng, redis).await,
         Fault::LostReply => (Some(i), Disruption::Other, lose_reply(c, i, rng, redis)),
         Fault::Kill => {
             c.kill(i);

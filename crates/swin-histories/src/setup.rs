@@ -38,7 +38,7 @@ pub enum Mode {
 
 /// The namespaces of counts and their limits per day: `main`, `side` and `edge` (its
 /// descriptor rule's `requests_per_unit`).
-pub const NAMESPACES: [(&str, f64); 3] = [("main", 2000.0), ("side", 150.0), ("edge", 300.0)];
+pub const NAMESPACES: [(&str, f64); 3] = [("main", 4000.0), ("side", 150.0), ("edge", 300.0)];
 
 /// The limits `side` takes in turn when a reload changes the config.
 pub const SIDE_LIMITS: [f64; 3] = [150.0, 120.0, 180.0];
@@ -187,7 +187,12 @@ impl Cluster {
                 store.section()
             } else {
                 let relay = Relay::to_url(&store.url).await;
-                let s = store.section_via(&relay);
+                // PostgreSQL: every statement sent with its text (not a prepared one's
+                // name), so that the relay can lose the reply to any of them
+                let s = store.section_via(&relay).replace(
+                    "sslmode=disable",
+                    "sslmode=disable&statement-cache-capacity=0",
+                );
                 relays.push(relay);
                 s
             };

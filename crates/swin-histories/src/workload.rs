@@ -415,7 +415,16 @@ impl Client {
         let mut last = None;
         for attempt in 0..4 {
             if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(self.rng.gen_range(100..400))).await;
+                // after 503 `outcome_unknown` the store is away: wait it out
+                let unknown = last.as_ref().is_some_and(|r: &Request| {
+                    crate::history::error_code(&r.json()) == Some("outcome_unknown")
+                });
+                let ms = if unknown {
+                    self.rng.gen_range(1500..3500)
+                } else {
+                    self.rng.gen_range(100..400)
+                };
+                tokio::time::sleep(Duration::from_millis(ms)).await;
                 if self.rng.gen_bool(0.5) {
                     node = self.rng.gen_range(0..self.bases.len());
                 }

@@ -275,3 +275,79 @@ fn shrinking_tries_fewer_clients_then_fewer_seconds() {
     tiny.seconds = 5;
     assert!(swin_histories::shrink::smaller(&tiny, false).is_none());
 }
+
+fn resv(op: u64, kind: Kind, body: Value, status: u16, answer: Value) -> Request {
+    let mut r = at(
+        op,
+        op * 10,
+        op * 10 + 5,
+        kind,
+        "main",
+        "hk-0",
+        body,
+        answer.clone(),
+    );
+    r.answer = Answer::Status {
+        status,
+        body: answer.to_string(),
+    };
+    r
+}
+
+#[test]
+fn a_reservation_total_past_its_history_or_a_404_while_open_is_a_violation() {
+    let reserved = resv(
+        1,
+        Kind::Reserve,
+        json!({"cost": 10}),
+        200,
+        json!({"reservation": "r1", "allowed": true, "remaining": 90.0}),
+    );
+    // an extend answered "nothing was changed" that the store applied: the next one's
+    // total says so
+    let unchanged = resv(
+        2,
+        Kind::Extend,
+        json!({"reservation": "r1", "cost": 5}),
+        503,
+        json!({"error": {"code": "store_unreachable"}}),
+    );
+    let extended = resv(
+        3,
+        Kind::Extend,
+        json!({"reservation": "r1", "cost": 5}),
+        200,
+        json!({"reservation": "r1", "total": 20.0, "allowed": true, "remaining": 80.0}),
+    );
+    let h = vec![reserved.clone(), unchanged, extended];
+    let report = check(&h, &expect(&[("main", "hk-0", 20.0)], 200));
+    assert_eq!(
+        found(&report, "reservation-total"),
+        vec!["main/r1"],
+        "{report:?}"
+    );
+
+    let lost = resv(
+        2,
+        Kind::Commit,
+        json!({"reservation": "r1", "cost": 4}),
+        503,
+        json!({"error": {"code": "store_failed"}}),
+    );
+    let gone = resv(
+        3,
+        Kind::Commit,
+        json!({"reservation": "r1", "cost": 4}),
+        404,
+        json!({"error": {"code": "unknown_reservation"}}),
+    );
+    let report = check(
+        &[reserved, lost, gone],
+        &expect(&[("main", "hk-0", 10.0)], 200),
+    );
+    assert_eq!(
+        found(&report, "reservation-open"),
+        vec!["main/r1"],
+        "{report:?}"
+    );
+}

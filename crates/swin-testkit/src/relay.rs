@@ -60,6 +60,8 @@ struct State {
     epoch: AtomicUsize,
     /// Milliseconds each reply is held before it is passed on.
     delay_ms: AtomicU64,
+    /// Set: the next reply lost also cuts the relay (until `heal`).
+    cut_on_loss: AtomicBool,
 }
 
 impl State {
@@ -180,6 +182,13 @@ impl Relay {
             .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
+    /// With `on`, the next reply lost also cuts the relay — connections refused, open
+    /// ones cut — until [`Relay::heal`]: the store applied a change and then went away
+    /// for the node, longer than it waits for an answer.
+    pub fn cut_on_next_loss(&self, on: bool) {
+        self.state.cut_on_loss.store(on, Ordering::SeqCst);
+    }
+
     pub fn cut(&self) {
         self.state.cut.store(true, Ordering::SeqCst);
         self.state.epoch.fetch_add(1, Ordering::SeqCst);
@@ -258,6 +267,10 @@ async fn relay(client: TcpStream, upstream: SocketAddr, state: Arc<State>) {
             };
             if doomed.load(Ordering::SeqCst) {
                 // the store applied the request; the node never hears of it
+                if st.cut_on_loss.swap(false, Ordering::SeqCst) {
+                    st.cut.store(true, Ordering::SeqCst);
+                    st.epoch.fetch_add(1, Ordering::SeqCst);
+                }
                 st.lost.fetch_add(1, Ordering::SeqCst);
                 return;
             }
