@@ -12,6 +12,10 @@ use crate::engine::QuotaKeeper;
 use crate::store::Hold;
 use crate::NamespaceSync;
 
+/// A current window's quota going back: its slot, its start, what the slot asks the
+/// store to hold for it there.
+type GoingBack = (Arc<Slot>, i64, f64);
+
 impl QuotaKeeper for Holds {
     fn return_unused<'a>(
         &'a self,
@@ -42,9 +46,23 @@ impl Holds {
         let Some(store) = sync.store().cloned() else {
             return true;
         };
+        let (holds, current) = self.going_back(now, all);
+        if holds.is_empty() {
+            return true;
+        }
+        let answer = self.calls.holds(sync, &store, &holds).await;
+        let ok = answer.is_ok();
+        self.gone_back(&holds, current, ok);
+        ok
+    }
+
+    /// What a return asks the store (under each slot's lock): a hold at what was used
+    /// for each ended window, and for each current window that gives back (ended with
+    /// no hit since to roll the slot, idle, or `all`), its slot, window and what it asks
+    /// the store to hold for it there.
+    pub(super) fn going_back(&self, now: UnixMs, all: bool) -> (Vec<Hold>, Vec<GoingBack>) {
         let mut holds = Vec::new();
-        // (the slot, its window, what it asks the store to hold for it there)
-        let mut current: Vec<(Arc<Slot>, i64, f64)> = Vec::new();
+        let mut current = Vec::new();
         for ((key, size), slot) in self.all() {
             let mut s = lock(&slot);
             if !s.inflight {
@@ -64,11 +82,11 @@ impl Holds {
                 current.push((slot.clone(), s.start, s.used));
             }
         }
-        if holds.is_empty() {
-            return true;
-        }
-        let answer = self.calls.holds(sync, &store, &holds).await;
-        let ok = answer.is_ok();
+        (holds, current)
+    }
+
+    /// The store's answer to a return (`ok`: it took `holds`) taken into the slots.
+    pub(super) fn gone_back(&self, holds: &[Hold], current: Vec<GoingBack>, ok: bool) {
         for (slot, start, want) in current {
             let mut s = lock(&slot);
             s.inflight = false;
@@ -84,9 +102,8 @@ impl Holds {
             slot.changed.notify_waiters();
         }
         if ok {
-            returned_all(&holds, self.all());
+            returned_all(holds, self.all());
         }
-        ok
     }
 
     /// Returns now what the ended windows of `key` hold (a commit gave back into one):
