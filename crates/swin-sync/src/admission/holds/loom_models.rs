@@ -108,12 +108,13 @@ fn hit(n: &Node, cost: f64, now: UnixMs) -> f64 {
     }
 }
 
-/// The engine's return at `now`: what goes back, the store's answer, taken in.
-fn give_back_unused(n: &Node, now: UnixMs) {
+/// The engine's return at `now`: what goes back, the store's answer (which the store
+/// applies, but the node does not get when `lost`), taken in.
+fn give_back_unused(n: &Node, now: UnixMs, lost: bool) {
     let (holds, current) = n.holds.going_back(now, false);
     if !holds.is_empty() {
         n.store.hold(&holds);
-        n.holds.gone_back(&holds, current, true);
+        n.holds.gone_back(&holds, current, !lost);
     }
 }
 
@@ -165,6 +166,34 @@ fn two_hits_racing_a_refund_take_only_what_is_held() {
     });
 }
 
+/// A hit that fits in what an idle key holds racing the engine's return of that quota
+/// (its answer `lost` or not): the hit takes quota the node still holds (before the
+/// return, or asking the store after it), never quota that went back.
+fn a_hit_racing_a_return(lost: bool) {
+    loom::model(move || {
+        let n = node();
+        let first = hit(&n, 2.0, T0);
+        let idle = UnixMs(T0.0 + super::IDLE_MS);
+        let hitter = {
+            let n = n.clone();
+            thread::spawn(move || hit(&n, 1.0, idle))
+        };
+        give_back_unused(&n, idle, lost);
+        let taken = hitter.join().expect("hit");
+        balanced(&n, first + taken, 0.0);
+    });
+}
+
+#[test]
+fn a_hit_racing_the_return_of_idle_quota_takes_none_that_went_back() {
+    a_hit_racing_a_return(false);
+}
+
+#[test]
+fn a_hit_racing_a_return_whose_answer_is_lost_takes_none_that_went_back() {
+    a_hit_racing_a_return(true);
+}
+
 /// A refund into a window that has ended racing that window's return: what goes back
 /// reaches the store exactly once, in this return or the next.
 #[test]
@@ -177,12 +206,12 @@ fn a_refund_into_an_ended_window_racing_its_return_reaches_the_store() {
         assert_eq!(hit(&n, 1.0, next), 1.0);
         let returner = {
             let n = n.clone();
-            thread::spawn(move || give_back_unused(&n, next))
+            thread::spawn(move || give_back_unused(&n, next, false))
         };
         let back = refund(&n, 1.0, T0);
         returner.join().expect("return");
         // the engine's next tick
-        give_back_unused(&n, next);
+        give_back_unused(&n, next, false);
         assert_eq!(back, 1.0, "what was taken goes back");
         let start = limit().window.start_of(T0);
         assert_eq!(

@@ -13,8 +13,8 @@ use crate::store::Hold;
 use crate::NamespaceSync;
 
 /// A current window's quota going back: its slot, its start, what the slot asks the
-/// store to hold for it there.
-type GoingBack = (Arc<Slot>, i64, f64);
+/// store to hold for it there, what it held before.
+type GoingBack = (Arc<Slot>, i64, f64, f64);
 
 impl QuotaKeeper for Holds {
     fn return_unused<'a>(
@@ -76,10 +76,15 @@ impl Holds {
             let over = now.0 >= (s.start + i64::from(size)).saturating_mul(1000);
             if (all || idle || over) && !s.inflight && (s.held > s.used || s.unsure) && s.start != 0
             {
-                // no hit uses the quota while it goes back
+                // no hit uses the quota while it goes back: the slot holds what it used
+                // (hits beyond it wait for the answer), and the store may hold more for
+                // it until the answer comes (a lost one leaves it unsure: it goes back
+                // again at the next return)
                 s.inflight = true;
                 holds.push(returned(&key, size, s.start, s.used));
-                current.push((slot.clone(), s.start, s.used));
+                current.push((slot.clone(), s.start, s.used, s.held));
+                s.held = s.used;
+                s.unsure = true;
             }
         }
         (holds, current)
@@ -87,15 +92,14 @@ impl Holds {
 
     /// The store's answer to a return (`ok`: it took `holds`) taken into the slots.
     pub(super) fn gone_back(&self, holds: &[Hold], current: Vec<GoingBack>, ok: bool) {
-        for (slot, start, want) in current {
+        for (slot, start, want, held) in current {
             let mut s = lock(&slot);
             s.inflight = false;
             if ok && s.start == start {
-                // what the store holds now, and counts in the window; a give-back while
-                // it was out (hits wait) leaves `used` below it, to go back at the next
-                // return
-                s.current = (s.current - (s.held - want).max(0.0)).max(0.0);
-                s.held = want;
+                // the store holds `want` now (the slot's `held` since the return went
+                // out), and counts it in the window; a give-back while it was out leaves
+                // `used` below it, to go back at the next return
+                s.current = (s.current - (held - want).max(0.0)).max(0.0);
                 s.unsure = false;
                 s.block = 1.0;
             }

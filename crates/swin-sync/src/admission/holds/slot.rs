@@ -19,8 +19,9 @@ pub(super) struct SlotState {
     pub(super) block: f64,
     /// A request for this slot is at the store; hits wait for its answer.
     pub(super) inflight: bool,
-    /// A request failed: the store may hold more for this node than `held` says (its
-    /// reply was lost), so what is unused goes back even when `held` shows none.
+    /// A request failed, or a return is out: the store may hold more for this node
+    /// than `held` says (a reply lost, or not come yet), so what is unused goes back
+    /// even when `held` shows none.
     pub(super) unsure: bool,
     pub(super) last_hit_ms: i64,
     /// Earlier windows and what was used in each: their quota goes back.
