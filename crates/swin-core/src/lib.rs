@@ -13,7 +13,7 @@ pub mod fair;
 mod gcra;
 mod grant;
 mod hold;
-#[cfg(all(test, loom))]
+#[cfg(all(test, swin_loom))]
 mod loom_models;
 mod namespace;
 mod sync;

@@ -1,9 +1,9 @@
 //! The counters' concurrent operations under every interleaving loom can make of them
-//! (`scripts/loom`: built with `--cfg loom`, where `crate::sync` is loom's). Each model
-//! races the operations a node runs at once on one key — increments on the request
-//! threads, the sync's drain, a failed push's restore, the store's totals, an eviction,
-//! a window's roll — and checks that every hit is counted exactly once and that a read
-//! never misses a hit that was counted before it began.
+//! (`scripts/loom`: built with `--cfg swin_loom`, where `crate::sync` is loom's). Each
+//! model races the operations a node runs at once on one key — increments on the
+//! request threads, the sync's drain, a failed push's restore, the store's totals, an
+//! eviction, a window's roll — and checks that every hit is counted exactly once and
+//! that a read never misses a hit that was counted before it began.
 
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::{Arc, Mutex};

@@ -1,14 +1,14 @@
 //! The atomics and locks the lock-free counters are made of: the standard library's,
-//! or loom's when built with `--cfg loom` (`scripts/loom`), so that loom can run the
-//! counters' concurrent operations under every interleaving (see `loom_models`).
+//! or loom's when built with `--cfg swin_loom` (`scripts/loom`), so that loom can run
+//! the counters' concurrent operations under every interleaving (see `loom_models`).
 
-#[cfg(loom)]
+#[cfg(swin_loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
-#[cfg(loom)]
+#[cfg(swin_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(loom))]
+#[cfg(not(swin_loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
-#[cfg(not(loom))]
+#[cfg(not(swin_loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
 /// Where the counters rely on `SeqCst` accesses being in one total order (the eviction
@@ -18,6 +18,6 @@ pub(crate) use std::sync::{Mutex, MutexGuard};
 /// a race it is not.
 #[inline(always)]
 pub(crate) fn seq_cst_point() {
-    #[cfg(loom)]
+    #[cfg(swin_loom)]
     loom::sync::atomic::fence(Ordering::SeqCst);
 }

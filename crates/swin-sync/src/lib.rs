@@ -8,6 +8,7 @@ mod engine;
 mod error;
 mod identity;
 pub mod store;
+mod sync;
 mod unconfirmed;
 
 pub use admission::{horizon, BucketView, StrictView, IDLE_MS, MAX_HORIZON, MIN_HORIZON};

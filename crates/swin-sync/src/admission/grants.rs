@@ -15,7 +15,7 @@
 //! horizon lasts, so the store answers it as it did the first time.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use swin_core::{CompactString, Gcra, GrantRequest, Tat, UnixMs};
@@ -24,7 +24,11 @@ use tracing::warn;
 use super::queue::{queue_for_store, Queue, StoreCalls};
 use crate::engine::{nanos, QuotaKeeper};
 use crate::store::{Grant, Granted};
+use crate::sync::{AtomicI64, Mutex, MutexGuard};
 use crate::{NamespaceSync, StoreError};
+
+#[cfg(all(test, swin_loom))]
+mod loom_models;
 
 /// The longest a grant may be spent for.
 pub const MAX_HORIZON: Duration = Duration::from_secs(1);
@@ -110,10 +114,10 @@ struct BucketSlot {
 pub struct Grants {
     calls: Arc<StoreCalls>,
     slots: Mutex<HashMap<CompactString, Arc<BucketSlot>>>,
-    queue: Arc<Mutex<Queue<Grant, Granted>>>,
+    queue: Arc<std::sync::Mutex<Queue<Grant, Granted>>>,
     /// Request numbers, for every key of this run: a key's slot pruned and made again
     /// never reuses a number the store would answer with an old grant.
-    numbers: std::sync::atomic::AtomicI64,
+    numbers: AtomicI64,
 }
 
 impl QuotaKeeper for Grants {
@@ -143,7 +147,7 @@ impl Grants {
             calls: Arc::new(StoreCalls::new(push)),
             slots: Mutex::default(),
             queue: Arc::default(),
-            numbers: std::sync::atomic::AtomicI64::new(0),
+            numbers: AtomicI64::new(0),
         }
     }
 
@@ -178,7 +182,7 @@ impl Grants {
     }
 }
 
-fn lock(slot: &BucketSlot) -> std::sync::MutexGuard<'_, BucketState> {
+fn lock(slot: &BucketSlot) -> MutexGuard<'_, BucketState> {
     slot.state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -218,32 +222,22 @@ impl Grants {
                 tokio::pin!(notified);
                 {
                     let mut s = lock(&slot);
-                    if s.dead {
-                        refetch = true;
-                        continue;
-                    }
-                    let t = at();
-                    match self.spend_held(&mut s, gcra, cost, t) {
+                    match self.spend_held(&mut s, gcra, cost, at()) {
                         Local::Answered(v) => return Ok(v),
                         Local::Ask(request) => break request,
                         Local::Wait => {
                             notified.as_mut().enable();
+                        }
+                        Local::Pruned => {
+                            refetch = true;
+                            continue;
                         }
                     }
                 }
                 notified.await;
             };
             let answer = self.grant_batched(sync, key, request).await;
-            let mut s = lock(&slot);
-            s.inflight = false;
-            slot.changed.notify_waiters();
-            let granted = match answer {
-                Ok(g) => g,
-                Err(e) => {
-                    s.pending = Some(request);
-                    return Err(e);
-                }
-            };
+            let (s, granted, took) = answered(&slot, &request, answer, gcra)?;
             if let Some(tat) = granted.tat_ns {
                 let tats = [Tat {
                     key: key.into(),
@@ -252,7 +246,7 @@ impl Grants {
                 // the bucket as the store showed it, for reads
                 sync.counters().buckets().apply(&tats, true);
             }
-            if !take_grant(&mut s, &request, &granted, gcra) {
+            if !took {
                 return Ok(s.view(false, at()));
             }
             if at() + CLOCK_GRAIN_NS > s.until_ns {
@@ -271,8 +265,11 @@ impl Grants {
 
     /// Spends `cost` from the units this node holds when it can; else the request for
     /// more (this hit's, or a request that failed inside its horizon, asked again), or
-    /// wait for the one out.
+    /// wait for the one out; or take the key's new slot when this one was pruned.
     fn spend_held(&self, s: &mut BucketState, gcra: &Gcra, cost: i64, t: i64) -> Local {
+        if s.dead {
+            return Local::Pruned;
+        }
         // `now` has whole milliseconds: the real clock may be one ahead
         if cost == 0 || s.unused(t + CLOCK_GRAIN_NS) >= cost {
             s.spent += cost;
@@ -392,6 +389,32 @@ enum Local {
     Ask(GrantRequest),
     /// Another spend's request is out: wait for its answer.
     Wait,
+    /// The slot was pruned from the map: the spend takes the key's new one.
+    Pruned,
+}
+
+/// The store's answer to `request` taken into its slot, whose lock it holds on for the
+/// caller: the answer, and whether it granted anything; or, when the answer was lost,
+/// the request kept to ask again.
+fn answered<'a>(
+    slot: &'a BucketSlot,
+    request: &GrantRequest,
+    answer: Result<Granted, Arc<StoreError>>,
+    gcra: &Gcra,
+) -> Result<(MutexGuard<'a, BucketState>, Granted, bool), Arc<StoreError>> {
+    let mut s = lock(slot);
+    s.inflight = false;
+    slot.changed.notify_waiters();
+    match answer {
+        Ok(granted) => {
+            let took = take_grant(&mut s, request, &granted, gcra);
+            Ok((s, granted, took))
+        }
+        Err(e) => {
+            s.pending = Some(*request);
+            Err(e)
+        }
+    }
 }
 
 /// Takes a grant the store answered `request` with; false when it granted nothing.

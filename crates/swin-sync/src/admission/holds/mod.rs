@@ -19,11 +19,13 @@
 //!
 //! `grants.rs` is the bucket side.
 
+#[cfg(all(test, swin_loom))]
+mod loom_models;
 mod returns;
 mod slot;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use swin_core::{
     CompactString, HoldRequest, HoldState, Total, UnixMs, WindowAlgorithm, WindowLimit,
@@ -32,6 +34,7 @@ use swin_core::{
 use self::slot::{from_slot, lock, settle, view, Local, Slot};
 use super::queue::{queue_for_store, Queue, StoreCalls};
 use crate::store::Hold;
+use crate::sync::Mutex;
 use crate::{NamespaceSync, StoreError};
 
 /// A key with quota it has not used for this long gives the rest back.
@@ -56,7 +59,7 @@ type SlotKey = (CompactString, u32);
 pub struct Holds {
     calls: Arc<StoreCalls>,
     slots: Mutex<HashMap<SlotKey, Arc<Slot>>>,
-    queue: Arc<Mutex<Queue<Hold, HoldState>>>,
+    queue: Arc<std::sync::Mutex<Queue<Hold, HoldState>>>,
 }
 
 impl Holds {
@@ -264,15 +267,15 @@ impl Holds {
             tokio::pin!(notified);
             {
                 let mut s = lock(&slot);
-                if s.dead {
-                    refetch = true;
-                    continue;
-                }
                 match from_slot(&mut s, l, start, weight, cost, now) {
                     Local::Answered(v) => return Ok((v, slot.clone(), start)),
                     Local::Ask(request) => break request,
                     Local::Wait => {
                         notified.as_mut().enable();
+                    }
+                    Local::Pruned => {
+                        refetch = true;
+                        continue;
                     }
                 }
             }

@@ -12,6 +12,10 @@ use crate::engine::QuotaKeeper;
 use crate::store::Hold;
 use crate::NamespaceSync;
 
+/// A current window's quota going back: its slot, its start, what the slot asks the
+/// store to hold for it there, what it held before.
+type GoingBack = (Arc<Slot>, i64, f64, f64);
+
 impl QuotaKeeper for Holds {
     fn return_unused<'a>(
         &'a self,
@@ -42,9 +46,23 @@ impl Holds {
         let Some(store) = sync.store().cloned() else {
             return true;
         };
+        let (holds, current) = self.going_back(now, all);
+        if holds.is_empty() {
+            return true;
+        }
+        let answer = self.calls.holds(sync, &store, &holds).await;
+        let ok = answer.is_ok();
+        self.gone_back(&holds, current, ok);
+        ok
+    }
+
+    /// What a return asks the store (under each slot's lock): a hold at what was used
+    /// for each ended window, and for each current window that gives back (ended with
+    /// no hit since to roll the slot, idle, or `all`), its slot, window and what it asks
+    /// the store to hold for it there.
+    pub(super) fn going_back(&self, now: UnixMs, all: bool) -> (Vec<Hold>, Vec<GoingBack>) {
         let mut holds = Vec::new();
-        // (the slot, its window, what it asks the store to hold for it there)
-        let mut current: Vec<(Arc<Slot>, i64, f64)> = Vec::new();
+        let mut current = Vec::new();
         for ((key, size), slot) in self.all() {
             let mut s = lock(&slot);
             if !s.inflight {
@@ -58,35 +76,38 @@ impl Holds {
             let over = now.0 >= (s.start + i64::from(size)).saturating_mul(1000);
             if (all || idle || over) && !s.inflight && (s.held > s.used || s.unsure) && s.start != 0
             {
-                // no hit uses the quota while it goes back
+                // no hit uses the quota while it goes back: the slot holds what it used
+                // (hits beyond it wait for the answer), and the store may hold more for
+                // it until the answer comes (a lost one leaves it unsure: it goes back
+                // again at the next return)
                 s.inflight = true;
                 holds.push(returned(&key, size, s.start, s.used));
-                current.push((slot.clone(), s.start, s.used));
+                current.push((slot.clone(), s.start, s.used, s.held));
+                s.held = s.used;
+                s.unsure = true;
             }
         }
-        if holds.is_empty() {
-            return true;
-        }
-        let answer = self.calls.holds(sync, &store, &holds).await;
-        let ok = answer.is_ok();
-        for (slot, start, want) in current {
+        (holds, current)
+    }
+
+    /// The store's answer to a return (`ok`: it took `holds`) taken into the slots.
+    pub(super) fn gone_back(&self, holds: &[Hold], current: Vec<GoingBack>, ok: bool) {
+        for (slot, start, want, held) in current {
             let mut s = lock(&slot);
             s.inflight = false;
             if ok && s.start == start {
-                // what the store holds now, and counts in the window; a give-back while
-                // it was out (hits wait) leaves `used` below it, to go back at the next
-                // return
-                s.current = (s.current - (s.held - want).max(0.0)).max(0.0);
-                s.held = want;
+                // the store holds `want` now (the slot's `held` since the return went
+                // out), and counts it in the window; a give-back while it was out leaves
+                // `used` below it, to go back at the next return
+                s.current = (s.current - (held - want).max(0.0)).max(0.0);
                 s.unsure = false;
                 s.block = 1.0;
             }
             slot.changed.notify_waiters();
         }
         if ok {
-            returned_all(&holds, self.all());
+            returned_all(holds, self.all());
         }
-        ok
     }
 
     /// Returns now what the ended windows of `key` hold (a commit gave back into one):

@@ -1,11 +1,12 @@
 //! One key's window quota on this node (a slot): what it holds and has used, and how
 //! a hit is decided from it or asks the store for more.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use swin_core::{HoldRequest, HoldState, UnixMs, WindowLimit};
 
 use super::StrictView;
+use crate::sync::{Mutex, MutexGuard};
 use crate::StoreError;
 
 #[derive(Debug, Default)]
@@ -18,8 +19,9 @@ pub(super) struct SlotState {
     pub(super) block: f64,
     /// A request for this slot is at the store; hits wait for its answer.
     pub(super) inflight: bool,
-    /// A request failed: the store may hold more for this node than `held` says (its
-    /// reply was lost), so what is unused goes back even when `held` shows none.
+    /// A request failed, or a return is out: the store may hold more for this node
+    /// than `held` says (a reply lost, or not come yet), so what is unused goes back
+    /// even when `held` shows none.
     pub(super) unsure: bool,
     pub(super) last_hit_ms: i64,
     /// Earlier windows and what was used in each: their quota goes back.
@@ -38,7 +40,7 @@ pub(super) struct Slot {
     pub(super) changed: tokio::sync::Notify,
 }
 
-pub(super) fn lock(slot: &Slot) -> std::sync::MutexGuard<'_, SlotState> {
+pub(super) fn lock(slot: &Slot) -> MutexGuard<'_, SlotState> {
     slot.state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -78,6 +80,8 @@ pub(super) enum Local {
     Ask(HoldRequest),
     /// Another hit's request is out: wait for its answer.
     Wait,
+    /// The slot was pruned from the map: the hit takes the key's new one.
+    Pruned,
 }
 
 /// Starts the slot afresh in the window starting at `start` (for a hit of `cost`),
@@ -107,7 +111,7 @@ pub(super) fn roll(s: &mut SlotState, l: &WindowLimit, start: i64, cost: f64) {
 }
 
 /// Decides a hit of `cost` from the slot's quota when it can (a new window starts
-/// the slot afresh, keeping what ended for the return).
+/// the slot afresh, keeping what ended for the return), unless the slot was pruned.
 pub(super) fn from_slot(
     s: &mut SlotState,
     l: &WindowLimit,
@@ -116,6 +120,9 @@ pub(super) fn from_slot(
     cost: f64,
     now: UnixMs,
 ) -> Local {
+    if s.dead {
+        return Local::Pruned;
+    }
     if s.start != start {
         roll(s, l, start, cost);
     }
