@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::accounting::Key;
-use crate::check::{Expect, Report, Violation, PUSH_MS};
 use crate::history::{Answer, Kind, Request};
+use crate::verdict::{Expect, Report, Violation, PUSH_MS};
 
 /// Slack for costs summed in floating point.
 const EPSILON: f64 = 1e-6;
@@ -105,12 +105,6 @@ pub fn answers(history: &[Request], expect: &Expect, report: &mut Report) {
             }
         }
     }
-    let eventual_local = expect.sync_ms > 0;
-    let lead = if eventual_local {
-        expect.sync_ms + PUSH_MS
-    } else {
-        0
-    };
     for (key, mut rs) in by_key {
         rs.sort_by_key(|r| (r.start_ms, r.op));
         for (i, a) in rs.iter().enumerate() {
@@ -133,36 +127,7 @@ pub fn answers(history: &[Request], expect: &Expect, report: &mut Report) {
             if !da.allowed || db.allowed || b.start_ms < a.end_ms {
                 continue;
             }
-            // nodes may hold different configs after a reload, and a key's runtime
-            // limits reach a node's cache within a few seconds of their change
-            let reloaded = expect.events.iter().any(|e| e.what.starts_with("reload"));
-            if (eventual_local || reloaded) && a.node != b.node {
-                continue;
-            }
-            let retuned = rs.iter().any(|r| {
-                matches!(r.kind, Kind::SetLimits | Kind::DeleteLimits)
-                    && r.start_ms <= b.end_ms
-                    && r.end_ms + LIMITS_SETTLE_MS >= a.start_ms
-            });
-            if retuned {
-                continue;
-            }
-            let from = a.start_ms.saturating_sub(lead);
-            let busy = |r: &&Request| {
-                r.op != a.op && r.op != b.op && r.start_ms <= b.end_ms && r.end_ms >= from
-            };
-            let ns_wild = wild.iter().any(|r| r.ns == key.0 && busy(r));
-            let earlier = if i > 0 {
-                rs[..i].iter().any(busy)
-            } else {
-                false
-            };
-            let others = rs[i + 1..].iter().any(busy);
-            let faults = expect
-                .events
-                .iter()
-                .any(|e| e.start_ms <= b.end_ms && e.end_ms + lead >= a.start_ms);
-            if ns_wild || earlier || others || faults {
+            if !quiet(a, b, &rs, i, &wild, &key, expect) {
                 continue;
             }
             report.checks += 1;
@@ -179,4 +144,52 @@ pub fn answers(history: &[Request], expect: &Expect, report: &mut Report) {
             }
         }
     }
+}
+
+/// Whether nothing but `a` and `b` (the key's requests `rs[i]` and `rs[i + 1]`) could
+/// have moved the key between them, within the mode's bound.
+fn quiet(
+    a: &Request,
+    b: &Request,
+    rs: &[&Request],
+    i: usize,
+    wild: &[&Request],
+    key: &Key,
+    expect: &Expect,
+) -> bool {
+    let eventual_local = expect.sync_ms > 0;
+    let lead = if eventual_local {
+        expect.sync_ms + PUSH_MS
+    } else {
+        0
+    };
+    // nodes may hold different configs after a reload, and a key's runtime
+    // limits reach a node's cache within a few seconds of their change
+    let reloaded = expect.events.iter().any(|e| e.what.starts_with("reload"));
+    if (eventual_local || reloaded) && a.node != b.node {
+        return false;
+    }
+    let retuned = rs.iter().any(|r| {
+        matches!(r.kind, Kind::SetLimits | Kind::DeleteLimits)
+            && r.start_ms <= b.end_ms
+            && r.end_ms + LIMITS_SETTLE_MS >= a.start_ms
+    });
+    if retuned {
+        return false;
+    }
+    let from = a.start_ms.saturating_sub(lead);
+    let busy =
+        |r: &&Request| r.op != a.op && r.op != b.op && r.start_ms <= b.end_ms && r.end_ms >= from;
+    let ns_wild = wild.iter().any(|r| r.ns == key.0 && busy(r));
+    let earlier = if i > 0 {
+        rs[..i].iter().any(busy)
+    } else {
+        false
+    };
+    let others = rs[i + 1..].iter().any(busy);
+    let faults = expect
+        .events
+        .iter()
+        .any(|e| e.start_ms <= b.end_ms && e.end_ms + lead >= a.start_ms);
+    !(ns_wild || earlier || others || faults)
 }

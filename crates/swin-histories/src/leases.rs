@@ -8,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::check::{Report, Violation};
 use crate::history::{Kind, Request};
 use crate::setup::JOBS_LIMIT;
+use crate::verdict::{Report, Violation};
 
 /// What a node's reading of the store's clock may be off by, with a round trip.
 const MARGIN_MS: u64 = 250;

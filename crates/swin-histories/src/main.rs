@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use swin_histories::nemesis::{parse_faults, unsupported};
-use swin_histories::run::{run, Options};
+use swin_histories::run::Options;
 use swin_histories::setup::{Mode, StoreKind};
+use swin_histories::shrink::run_and_shrink;
 
 /// Random histories against a swin cluster under a nemesis, checked: exactly once
 /// (each key's store count within what acknowledged requests charged, each request of
@@ -97,6 +98,6 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let clean = rt.block_on(run(&options));
+    let clean = rt.block_on(run_and_shrink(&options));
     std::process::exit(if clean { 0 } else { 1 });
 }

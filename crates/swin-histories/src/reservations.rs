@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::check::{Report, Violation};
 use crate::history::{error_code, outcome, Kind, Outcome, Request};
+use crate::verdict::{Report, Violation};
 
 const EPSILON: f64 = 1e-6;
 
@@ -81,40 +81,47 @@ pub fn reservations(history: &[Request], report: &mut Report) {
                 }
             }
             (Kind::Commit, _) => {
-                let Some(h) = held.get_mut(id) else { continue };
-                if h.settled {
-                    continue;
-                }
-                match &out {
-                    Outcome::Kept { status: 200, body } if body["committed"] == true => {
-                        h.settled = true;
-                        report.checks += 1;
-                        let e = body["estimate"].as_f64().unwrap_or(h.lo);
-                        if e > h.hi + EPSILON || e < h.lo - EPSILON {
-                            let what = format!(
-                                "a commit answered estimate {e} where the history allows {}..{}",
-                                h.lo, h.hi
-                            );
-                            report
-                                .violations
-                                .push(outside("reservation-total", h, id, what, op));
-                        }
-                    }
-                    Outcome::Kept { status: 404, body }
-                        if error_code(body) == Some("unknown_reservation") && !h.unknown_commit =>
-                    {
-                        h.settled = true;
-                        report.checks += 1;
-                        let what = "a commit answered 404 unknown_reservation for a reservation the history holds open".to_owned();
-                        report
-                            .violations
-                            .push(outside("reservation-open", h, id, what, op));
-                    }
-                    Outcome::Unknown => h.unknown_commit = true,
-                    _ => {}
+                if let Some(h) = held.get_mut(id) {
+                    commit(h, id, op, &out, report);
                 }
             }
             _ => {}
         }
+    }
+}
+
+/// A commit of the reservation `h`: its estimate within the history's, never a 404
+/// while it is open.
+fn commit(h: &mut Held, id: &str, op: u64, out: &Outcome, report: &mut Report) {
+    if h.settled {
+        return;
+    }
+    match &out {
+        Outcome::Kept { status: 200, body } if body["committed"] == true => {
+            h.settled = true;
+            report.checks += 1;
+            let e = body["estimate"].as_f64().unwrap_or(h.lo);
+            if e > h.hi + EPSILON || e < h.lo - EPSILON {
+                let what = format!(
+                    "a commit answered estimate {e} where the history allows {}..{}",
+                    h.lo, h.hi
+                );
+                report
+                    .violations
+                    .push(outside("reservation-total", h, id, what, op));
+            }
+        }
+        Outcome::Kept { status: 404, body }
+            if error_code(body) == Some("unknown_reservation") && !h.unknown_commit =>
+        {
+            h.settled = true;
+            report.checks += 1;
+            let what = "a commit answered 404 unknown_reservation for a reservation the history holds open".to_owned();
+            report
+                .violations
+                .push(outside("reservation-open", h, id, what, op));
+        }
+        Outcome::Unknown => h.unknown_commit = true,
+        _ => {}
     }
 }

@@ -1,7 +1,7 @@
 //! One run: the cluster started, clients and nemesis for the run's seconds, every node
 //! stopped cleanly (a node that exits non-zero is a violation), started again once to
-//! drain its spool and stopped again, then the checks, printed; a run with violations is
-//! shrunk ([`crate::shrink`]) unless told not to.
+//! drain its spool and stopped again, then the checks, printed (a run with violations is
+//! shrunk by `crate::shrink`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -42,17 +42,6 @@ pub struct Ran {
     pub day: u64,
     /// Where its history was written.
     pub file: PathBuf,
-}
-
-/// Runs, checks and prints (shrinking a run with violations); whether none was found.
-pub async fn run(o: &Options) -> bool {
-    let ran = run_once(o).await;
-    print(&ran);
-    if ran.report.violations.is_empty() {
-        return true;
-    }
-    crate::shrink::shrink(o, &ran).await;
-    false
 }
 
 /// One run, checked; its history written, nothing printed.
@@ -218,7 +207,8 @@ pub fn print_violation(v: &Violation, ran: &Ran, lead: &str) {
     }
 }
 
-fn print(ran: &Ran) {
+/// The run's history file, the nemesis's faults, its violations and its tally.
+pub fn print(ran: &Ran) {
     println!("history: {}", ran.file.display());
     for l in &ran.events {
         println!("nemesis: {}..{} ms {}", l.start_ms, l.end_ms, l.what);

@@ -4,7 +4,18 @@
 //! is left (one client, five seconds). The last run that still showed it is the shortest
 //! history printed.
 
-use crate::run::{print_violation, run_once, Options, Ran};
+use crate::run::{print, print_violation, run_once, Options, Ran};
+
+/// Runs, checks and prints, shrinking a run with violations; whether none was found.
+pub async fn run_and_shrink(o: &Options) -> bool {
+    let ran = run_once(o).await;
+    print(&ran);
+    if ran.report.violations.is_empty() {
+        return true;
+    }
+    shrink(o, &ran).await;
+    false
+}
 
 /// The next smaller options to try after `o`: fewer clients first, then fewer seconds.
 pub fn smaller(o: &Options, clients_failed: bool) -> Option<Options> {

@@ -6,8 +6,9 @@
 //! runs longer ones and soaks.
 
 use swin_histories::nemesis::Fault;
-use swin_histories::run::{run, Options};
+use swin_histories::run::Options;
 use swin_histories::setup::{Mode, StoreKind};
+use swin_histories::shrink::run_and_shrink;
 
 async fn clean(store: StoreKind, mode: Mode, faults: Vec<Fault>, seed: u64) {
     let out = tempfile::tempdir().expect("dir");
@@ -23,7 +24,10 @@ async fn clean(store: StoreKind, mode: Mode, faults: Vec<Fault>, seed: u64) {
         out: out.path().to_owned(),
         shrink_runs: 0,
     };
-    assert!(run(&options).await, "violations: see the lines above");
+    assert!(
+        run_and_shrink(&options).await,
+        "violations: see the lines above"
+    );
 }
 
 /// Synchronous on Redis, store replies lost after the store applied them.
