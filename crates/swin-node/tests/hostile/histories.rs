@@ -42,11 +42,3 @@ async fn ten_seconds_of_strict_admission_under_faults_on_postgres_are_clean() {
     let faults = vec![Fault::LostReply, Fault::Cut, Fault::Kill];
     clean(StoreKind::Postgres, Mode::Strict, faults, 11).await;
 }
-
-/// Periodic on Redis, a node's clock moved 5–40 s off and back (libfaketime), reloads
-/// changing `side`'s limit and the sync period, a node killed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn ten_seconds_of_skew_and_reloads_on_redis_are_clean() {
-    let faults = vec![Fault::Skew, Fault::Reload, Fault::Kill];
-    clean(StoreKind::Redis, Mode::Periodic, faults, 5).await;
-}
