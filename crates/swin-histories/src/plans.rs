@@ -66,7 +66,7 @@ fn pick<'a>(rng: &mut StdRng, from: &[&'a str]) -> &'a str {
 /// six a lease, a runtime limit change or an Envoy request.
 pub(crate) fn draw(rng: &mut StdRng, open: &[Open], held: &[Held], id: usize, n: u64) -> Plan {
     match rng.gen_range(0..120) {
-        0..=99 => counts(rng, open),
+        0..=99 => counts(rng, open, id, n),
         100..=107 => lease(rng, held, id, n),
         108..=109 => limits(rng),
         _ => rls(rng),
@@ -143,8 +143,9 @@ fn rls(rng: &mut StdRng) -> Plan {
     }
 }
 
-/// Hits, increments, batches, refunds, reserves, extends and commits.
-fn counts(rng: &mut StdRng, open: &[Open]) -> Plan {
+/// Hits, increments, batches, refunds, reserves (one in four on a key of its own, see
+/// [`own_key`]), extends and commits.
+fn counts(rng: &mut StdRng, open: &[Open], id: usize, n: u64) -> Plan {
     let ns = if rng.gen_bool(0.75) { "main" } else { "side" };
     let key = pick(rng, hot_keys(ns));
     let roll = rng.gen_range(0..100);
@@ -161,7 +162,18 @@ fn counts(rng: &mut StdRng, open: &[Open]) -> Plan {
         25..=31 => key_plan(Kind::Increment, ns, key, "increment", json!({"value": c})),
         32..=41 => batch(rng, c),
         42..=48 => key_plan(Kind::Refund, ns, key, "refund", json!({"cost": c})),
-        49..=60 => {
+        49..=51 => {
+            let e = rng.gen_range(10..=40) as f64;
+            let own = own_key(id, n);
+            key_plan(
+                Kind::Reserve,
+                "main",
+                &own,
+                "reserve",
+                json!({"cost": e, "ttl": 600}),
+            )
+        }
+        52..=60 => {
             let e = rng.gen_range(5..=20) as f64;
             key_plan(
                 Kind::Reserve,
@@ -215,6 +227,32 @@ fn counts(rng: &mut StdRng, open: &[Open]) -> Plan {
             )
         }
     }
+}
+
+/// A key of its own for a reservation of client `id`'s `n`th request: nothing else
+/// counts on it, so the store's count of it is only what the node pushed of the
+/// reservation (none of it, while a push that failed is owed), and the commit that
+/// follows gives back into that alone.
+pub(crate) fn own_key(id: usize, n: u64) -> String {
+    format!("own-c{id}-{n}")
+}
+
+/// Whether `key` is a reservation's key of its own ([`own_key`]).
+pub(crate) fn is_own(key: &str) -> bool {
+    key.starts_with("own-")
+}
+
+/// The commit of a reservation on a key of its own, under its estimate (none of it
+/// used, half, or all but one).
+pub(crate) fn own_commit(rng: &mut StdRng, o: &Open) -> Plan {
+    let total = o.total.round() as i64;
+    let cost = [0, total / 2, total - 1][rng.gen_range(0..3)];
+    reservation_plan(
+        Kind::Commit,
+        o,
+        "commit",
+        json!({"reservation": o.id, "cost": cost}),
+    )
 }
 
 fn batch(rng: &mut StdRng, c: f64) -> Plan {

@@ -4,7 +4,8 @@
 //! `main`, `cap` on `side`), leases (acquire, renew, release), runtime limit changes,
 //! Envoy's `ShouldRateLimit` — sends each to a node picked at random, most under an
 //! `Idempotency-Key`, sends it again (to the same node or another) after an unclear
-//! answer, and records every attempt.
+//! answer, and records every attempt. A reservation on a key of its own is committed
+//! on its node at once, again and again while the store is away.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
 use crate::history::{Answer, Kind, Request};
-use crate::plans::{draw, Held, Method, Open, Plan};
+use crate::plans::{draw, is_own, own_commit, Held, Method, Open, Plan};
 use crate::rls::Rls;
 
 /// Where attempts are written, and the clock they are timed by.
@@ -104,6 +105,10 @@ async fn send(
     }
 }
 
+/// How long a client commits its reservation on a key of its own before it leaves it
+/// open (the store away longer than the nemesis keeps it).
+const OWN_FOR: Duration = Duration::from_secs(10);
+
 /// One client's life until `deadline`.
 #[derive(Debug)]
 pub struct Client {
@@ -114,6 +119,10 @@ pub struct Client {
     http: reqwest::Client,
     rls: Rls,
     open: Vec<Open>,
+    /// A reservation on a key of its own, the node that made it and when: committed
+    /// there at the client's next requests, again after each unclear answer, until one
+    /// is clear (a store that is away leaves it owed; it lands as the store comes back).
+    own: Option<(Open, usize, Instant)>,
     held: Vec<Held>,
     /// Requests drawn so far (names this client's leases).
     drawn: u64,
@@ -140,6 +149,7 @@ impl Client {
             http,
             rls: Rls::new(grpc),
             open: Vec::new(),
+            own: None,
             held: Vec::new(),
             drawn: 0,
         }
@@ -148,16 +158,27 @@ impl Client {
     pub async fn run(mut self, deadline: Instant) {
         while Instant::now() < deadline {
             self.drawn += 1;
-            let plan = draw(&mut self.rng, &self.open, &self.held, self.id, self.drawn);
-            self.perform(plan).await;
+            match self.own.clone() {
+                Some((o, node, since)) => {
+                    let plan = own_commit(&mut self.rng, &o);
+                    if self.perform(plan, Some(node)).await || since.elapsed() > OWN_FOR {
+                        self.own = None;
+                    }
+                }
+                None => {
+                    let plan = draw(&mut self.rng, &self.open, &self.held, self.id, self.drawn);
+                    self.perform(plan, None).await;
+                }
+            }
             let pause = self.rng.gen_range(20..120);
             tokio::time::sleep(Duration::from_millis(pause)).await;
         }
     }
 
-    /// Sends `plan` and, while its answer is unclear, again (at most three more times)
-    /// under its `Idempotency-Key` (a commit without one: sent again as it is).
-    async fn perform(&mut self, plan: Plan) {
+    /// Sends `plan` (to node `pin`, or to one drawn) and, while its answer is unclear,
+    /// again (at most three more times) under its `Idempotency-Key` (a commit without
+    /// one: sent again as it is). Whether the last answer was clear.
+    async fn perform(&mut self, plan: Plan, pin: Option<usize>) -> bool {
         let op = self.rec.op();
         let dry = plan.body["dry_run"] == true;
         let keyed = plan.method == Method::Post
@@ -173,7 +194,7 @@ impl Client {
                 Kind::Commit | Kind::Release | Kind::Renew | Kind::SetLimits | Kind::DeleteLimits
             )
             || (plan.kind == Kind::Acquire && plan.body["lease"].is_string());
-        let mut node = self.rng.gen_range(0..self.bases.len());
+        let mut node = pin.unwrap_or_else(|| self.rng.gen_range(0..self.bases.len()));
         let mut last = None;
         for attempt in 0..4 {
             if attempt > 0 {
@@ -187,7 +208,7 @@ impl Client {
                     self.rng.gen_range(100..400)
                 };
                 tokio::time::sleep(Duration::from_millis(ms)).await;
-                if self.rng.gen_bool(0.5) {
+                if pin.is_none() && self.rng.gen_bool(0.5) {
                     node = self.rng.gen_range(0..self.bases.len());
                 }
             }
@@ -229,9 +250,11 @@ impl Client {
                 break;
             }
         }
-        if let Some(r) = last {
-            self.follow(&plan, &r);
-        }
+        let Some(r) = last else {
+            return false;
+        };
+        self.follow(&plan, &r);
+        r.kept()
     }
 
     /// Keeps the client's open reservations as the answer says.
@@ -242,12 +265,18 @@ impl Client {
             .unwrap_or_default()
             .to_owned();
         match plan.kind {
-            Kind::Reserve if r.kept() && v["reservation"].is_string() => self.open.push(Open {
-                id: v["reservation"].as_str().unwrap_or_default().to_owned(),
-                ns: plan.ns.clone(),
-                key: (!plan.key.is_empty()).then(|| plan.key.clone()),
-                total: plan.body["cost"].as_f64().unwrap_or(0.0),
-            }),
+            Kind::Reserve if r.kept() && v["reservation"].is_string() => {
+                let o = Open {
+                    id: v["reservation"].as_str().unwrap_or_default().to_owned(),
+                    ns: plan.ns.clone(),
+                    key: (!plan.key.is_empty()).then(|| plan.key.clone()),
+                    total: plan.body["cost"].as_f64().unwrap_or(0.0),
+                };
+                match is_own(&plan.key) {
+                    true => self.own = Some((o, r.node, Instant::now())),
+                    false => self.open.push(o),
+                }
+            }
             Kind::Extend => match v["total"].as_f64() {
                 Some(t) => self
                     .open

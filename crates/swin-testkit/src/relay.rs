@@ -62,6 +62,8 @@ struct State {
     delay_ms: AtomicU64,
     /// Set: the next reply lost also cuts the relay (until `heal`).
     cut_on_loss: AtomicBool,
+    /// Requests whose reply is held back a while (patterns, milliseconds), each once.
+    slow: Mutex<Vec<(Patterns, u64)>>,
 }
 
 impl State {
@@ -76,6 +78,13 @@ impl State {
             return Some(armed[i].then.clone());
         }
         Some(armed.remove(i).then)
+    }
+
+    /// How long the reply to `request` is held back, if it was armed to be.
+    fn slows(&self, request: &[u8]) -> Option<u64> {
+        let mut slow = self.slow.lock().unwrap_or_else(|p| p.into_inner());
+        let i = slow.iter().position(|(p, _)| holds(request, p))?;
+        Some(slow.remove(i).1)
     }
 }
 
@@ -182,6 +191,15 @@ impl Relay {
             .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
+    /// The store's reply to the next request holding every one of `patterns` is held
+    /// back `delay` (the store applied it at once; its answer comes late). Replies after
+    /// it on that connection wait behind it, as on a slow link.
+    pub fn delay_reply_to(&self, patterns: &[&[u8]], delay: std::time::Duration) {
+        let owned = patterns.iter().map(|p| p.to_vec()).collect();
+        let mut slow = self.state.slow.lock().unwrap_or_else(|p| p.into_inner());
+        slow.push((owned, delay.as_millis() as u64));
+    }
+
     /// With `on`, the next reply lost also cuts the relay — connections refused, open
     /// ones cut — until [`Relay::heal`]: the store applied a change and then went away
     /// for the node, longer than it waits for an answer.
@@ -230,6 +248,9 @@ async fn relay(client: TcpStream, upstream: SocketAddr, state: Arc<State>) {
     let (mut sr, mut sw) = server.into_split();
     let doomed = Arc::new(AtomicBool::new(false));
     let d = doomed.clone();
+    // milliseconds the next reply of this connection is held back (a request armed)
+    let late = Arc::new(AtomicU64::new(0));
+    let l = late.clone();
     let st = state.clone();
     let up = async move {
         let mut buf = vec![0u8; 64 * 1024];
@@ -243,6 +264,9 @@ async fn relay(client: TcpStream, upstream: SocketAddr, state: Arc<State>) {
             let request = &buf[..n];
             if std::env::var("RELAY_DEBUG").is_ok() {
                 eprintln!("relay> {:?}", String::from_utf8_lossy(request));
+            }
+            if let Some(ms) = st.slows(request) {
+                l.store(ms, Ordering::SeqCst);
             }
             if primed.as_ref().is_some_and(|p| holds(request, p)) {
                 d.store(true, Ordering::SeqCst);
@@ -274,7 +298,7 @@ async fn relay(client: TcpStream, upstream: SocketAddr, state: Arc<State>) {
                 st.lost.fetch_add(1, Ordering::SeqCst);
                 return;
             }
-            let delay = st.delay_ms.load(Ordering::SeqCst);
+            let delay = st.delay_ms.load(Ordering::SeqCst) + late.swap(0, Ordering::SeqCst);
             if delay > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
             }

@@ -642,6 +642,77 @@ async fn a_give_back_into_an_ended_window_answers_it_as_the_store_has_it_on_post
     a_give_back_into_an_ended_window_answers_it_as_the_store_has_it(store).await;
 }
 
+/// As above, with the reply to B's first return of quota after the window ended held
+/// back 1 s: B's engine sends the ended window's unused quota back at its first tick
+/// after the end, and that return is still out when B's commit gives back into the
+/// window. The commit waits for it, then returns its own give-back, and answers the
+/// window as the store then has it (it used to skip its return while another was out,
+/// and answer the window as B last saw it, where a hit is refused). Windows of 20 s:
+/// the answer comes within the first 1.5 s, where the ended window still weighs enough
+/// (until 2.4 s) for nothing to remain. PostgreSQL: the return and the commit go out
+/// on connections of their own (on Redis the node's one connection keeps them in order,
+/// so the commit's calls come back after the return).
+async fn a_give_back_while_the_tick_s_return_is_out_answers_the_store_s_window(store: TestStore) {
+    let cfg = |section: &str| {
+        four_seconds(section, "ns", 100, STRICT)
+            .replace("window_sizes = [4]", "window_sizes = [20]")
+            .replace("window_size = 4,", "window_size = 20,")
+    };
+    let relay = swin_testkit::Relay::to_url(&store.url).await;
+    // every statement sent with its text, so that the hold's can be told from others
+    let via = store.section_via(&relay).replace(
+        "sslmode=disable",
+        "sslmode=disable&statement-cache-capacity=0",
+    );
+    let dirs = [0, 1].map(|_| tempfile::tempdir().expect("dir"));
+    let a = node_in(dirs[0].path(), &cfg(&store.section()));
+    let b = node_in(dirs[1].path(), &cfg(&via));
+    let c = reqwest::Client::new();
+    into_the_next_window_of(20, 17500).await;
+    let small = reserve(&c, &b.base, 20.0).await;
+    let rid = reserve(&c, &a.base, 50.0).await;
+    let v = commit(&c, &a.base, &rid, 110.0).await;
+    assert!(v["keys"][0]["debt"].as_f64() > Some(0.0), "{v}");
+    // B's next hold: its engine's return of the ended window, at its first tick after it
+    let hold: &[u8] = match store.url.starts_with("redis") {
+        true => &HOLD_SHA.as_bytes()[..],
+        false => b"coalesce(h.held, 0)",
+    };
+    relay.delay_reply_to(&[hold], Duration::from_millis(1000));
+    into_the_next_window_of(20, 300).await;
+    let v = commit(&c, &b.base, &small, 4.0).await;
+    assert_eq!(v["keys"][0]["given_back"].as_f64(), Some(16.0), "{v}");
+    assert_eq!(v["keys"][0]["remaining"].as_f64(), Some(0.0), "{v}");
+    for dry_run in [true, false] {
+        let (s, v) = try_hit(&c, &b.base, "k", 1.0, dry_run).await;
+        assert_eq!(s, 429, "dry run {dry_run}: {v}");
+    }
+}
+
+/// The SHA1 Redis knows strict admission's hold script by (its `EVALSHA`s carry it).
+static HOLD_SHA: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    redis::Script::new(include_str!("../../../swin-sync/src/store/redis/hold.lua"))
+        .get_hash()
+        .to_owned()
+});
+
+/// Sleeps until `ms` into the next window of `size` seconds.
+async fn into_the_next_window_of(size: u64, ms: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let period = size * 1000;
+    let target = (now / period + 1) * period + ms;
+    tokio::time::sleep(Duration::from_millis(target - now)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_while_the_tick_s_return_is_out_answers_the_store_s_window_on_postgres() {
+    let store = TestStore::postgres().await;
+    a_give_back_while_the_tick_s_return_is_out_answers_the_store_s_window(store).await;
+}
+
 /// Strict admission of a GCRA bucket of 100 on two nodes: A reserves 30 and hits 40.
 /// B, which holds nothing of the key, commits the reservation at 10 (it gives nothing
 /// back) and answers the bucket as the store has it (at most 30 left), not a full one;

@@ -112,27 +112,34 @@ impl Holds {
 
     /// Returns now what the ended windows of `key` hold (a commit gave back into one):
     /// the give-back is in the store when the commit answers, not at the engine's next
-    /// tick. A return that fails is left for the tick to try again.
+    /// tick. A return of the key already out (the tick's, or a hit's ask) is waited for
+    /// first: it may carry the window as it was before the give-back, and this call's
+    /// return then carries the rest. A return that fails is left for the tick to try
+    /// again.
     pub async fn return_ended(&self, sync: &Arc<NamespaceSync>, key: &str, limits: &[WindowLimit]) {
         let Some(store) = sync.store().cloned() else {
             return;
         };
         let key = CompactString::from(key);
-        let mut holds = Vec::new();
-        let mut slots = Vec::new();
-        for l in limits {
-            let size = l.window.secs();
-            let slot = self.slot(&key, size);
-            let s = lock(&slot);
-            if s.inflight || s.ended.is_empty() {
-                continue;
+        let (holds, slots) = loop {
+            match self.ended_of(&key, limits) {
+                Ended::Ready(holds, slots) => break (holds, slots),
+                Ended::Out(slot) => {
+                    // a return or ask ends within the store's timeout (its answer or
+                    // its failure); past it the tick returns what is left
+                    let notified = slot.changed.notified();
+                    tokio::pin!(notified);
+                    notified.as_mut().enable();
+                    if !lock(&slot).inflight {
+                        continue;
+                    }
+                    let wait = sync.store_timeout();
+                    if tokio::time::timeout(wait, notified).await.is_err() {
+                        return;
+                    }
+                }
             }
-            for &(start, used) in &s.ended {
-                holds.push(returned(&key, size, start, used));
-            }
-            drop(s);
-            slots.push(((key.clone(), size), slot));
-        }
+        };
         if holds.is_empty() {
             return;
         }
@@ -151,6 +158,37 @@ impl Holds {
         }
         returned_all(&holds, slots);
     }
+
+    /// What the ended windows of `key` hold, with their slots; or, when one of the
+    /// key's slots has a request out, what to wait on before asking again.
+    fn ended_of(&self, key: &CompactString, limits: &[WindowLimit]) -> Ended {
+        let mut holds = Vec::new();
+        let mut slots = Vec::new();
+        for l in limits {
+            let size = l.window.secs();
+            let slot = self.slot(key, size);
+            let s = lock(&slot);
+            if s.inflight {
+                drop(s);
+                return Ended::Out(slot);
+            }
+            if s.ended.is_empty() {
+                continue;
+            }
+            for &(start, used) in &s.ended {
+                holds.push(returned(key, size, start, used));
+            }
+            drop(s);
+            slots.push(((key.clone(), size), slot));
+        }
+        Ended::Ready(holds, slots)
+    }
+}
+
+/// The ended windows of a key, ready to go back, or a request of the key still out.
+enum Ended {
+    Ready(Vec<Hold>, Vec<(SlotKey, Arc<Slot>)>),
+    Out(Arc<Slot>),
 }
 
 /// After `holds` went back to the store: each slot's ended windows that went back at
