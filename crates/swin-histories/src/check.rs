@@ -52,7 +52,7 @@ pub fn check(history: &[Request], expect: &Expect) -> Report {
     exactly_once(history, expect, &mut report);
     bounds(history, expect, &mut report);
     idempotency(history, &mut report);
-    crate::reservations::reservations(history, &mut report);
+    crate::reservations::reservations(history, &expect.strict_limits, &mut report);
     crate::leases::leases(history, &mut report);
     crate::answers::answers(history, expect, &mut report);
     report

@@ -66,7 +66,7 @@ fn pick<'a>(rng: &mut StdRng, from: &[&'a str]) -> &'a str {
 /// six a lease, a runtime limit change or an Envoy request.
 pub(crate) fn draw(rng: &mut StdRng, open: &[Open], held: &[Held], id: usize, n: u64) -> Plan {
     match rng.gen_range(0..120) {
-        0..=99 => counts(rng, open, id, n),
+        0..=99 => counts(rng, open),
         100..=107 => lease(rng, held, id, n),
         108..=109 => limits(rng),
         _ => rls(rng),
@@ -143,9 +143,8 @@ fn rls(rng: &mut StdRng) -> Plan {
     }
 }
 
-/// Hits, increments, batches, refunds, reserves (one in four on a key of its own, see
-/// [`own_key`]), extends and commits.
-fn counts(rng: &mut StdRng, open: &[Open], id: usize, n: u64) -> Plan {
+/// Hits, increments, batches, refunds, reserves, extends and commits.
+fn counts(rng: &mut StdRng, open: &[Open]) -> Plan {
     let ns = if rng.gen_bool(0.75) { "main" } else { "side" };
     let key = pick(rng, hot_keys(ns));
     let roll = rng.gen_range(0..100);
@@ -162,18 +161,7 @@ fn counts(rng: &mut StdRng, open: &[Open], id: usize, n: u64) -> Plan {
         25..=31 => key_plan(Kind::Increment, ns, key, "increment", json!({"value": c})),
         32..=41 => batch(rng, c),
         42..=48 => key_plan(Kind::Refund, ns, key, "refund", json!({"cost": c})),
-        49..=51 => {
-            let e = rng.gen_range(10..=40) as f64;
-            let own = own_key(id, n);
-            key_plan(
-                Kind::Reserve,
-                "main",
-                &own,
-                "reserve",
-                json!({"cost": e, "ttl": 600}),
-            )
-        }
-        52..=60 => {
+        49..=60 => {
             let e = rng.gen_range(5..=20) as f64;
             key_plan(
                 Kind::Reserve,
@@ -235,6 +223,13 @@ fn counts(rng: &mut StdRng, open: &[Open], id: usize, n: u64) -> Plan {
 /// follows gives back into that alone.
 pub(crate) fn own_key(id: usize, n: u64) -> String {
     format!("own-c{id}-{n}")
+}
+
+/// A reservation of 10–40 on a key of its own (client `id`'s `n`th request).
+pub(crate) fn own_reserve(rng: &mut StdRng, id: usize, n: u64) -> Plan {
+    let e = rng.gen_range(10..=40) as f64;
+    let body = json!({"cost": e, "ttl": 600});
+    key_plan(Kind::Reserve, "main", &own_key(id, n), "reserve", body)
 }
 
 /// Whether `key` is a reservation's key of its own ([`own_key`]).

@@ -6,11 +6,14 @@
 //! outcome before it). The counts alone miss both: a commit is booked as its answer
 //! says, so a total raised by an extend answered "nothing was changed" gives back what
 //! it charged, and a commit lost then 404 leaves the estimate charged, as a reservation
-//! never committed does.
+//! never committed does. Under eventual admission a commit under the estimate on a key
+//! of its own gives back all the difference (nothing else counts there to keep it
+//! below zero).
 
 use std::collections::BTreeMap;
 
 use crate::history::{error_code, outcome, Kind, Outcome, Request};
+use crate::plans::is_own;
 use crate::verdict::{Report, Violation};
 
 const EPSILON: f64 = 1e-6;
@@ -23,6 +26,8 @@ struct Held {
     hi: f64,
     settled: bool,
     unknown_commit: bool,
+    /// When the reserve's window ends (ms into the run, from its answer's `reset_after`).
+    window_end_ms: f64,
 }
 
 fn outside(check: &'static str, h: &Held, id: &str, what: String, op: u64) -> Violation {
@@ -34,7 +39,9 @@ fn outside(check: &'static str, h: &Held, id: &str, what: String, op: u64) -> Vi
     }
 }
 
-pub fn reservations(history: &[Request], report: &mut Report) {
+/// Checks the reservations of `history`; `strict` names the namespaces under strict
+/// admission (their give-backs are not checked: see [`give_back`]).
+pub fn reservations(history: &[Request], strict: &BTreeMap<String, f64>, report: &mut Report) {
     let mut ops: BTreeMap<u64, Vec<&Request>> = BTreeMap::new();
     for r in history {
         ops.entry(r.op).or_default().push(r);
@@ -54,6 +61,8 @@ pub fn reservations(history: &[Request], report: &mut Report) {
                         hi: c,
                         settled: false,
                         unknown_commit: false,
+                        window_end_ms: first.end_ms as f64
+                            + body["reset_after"].as_f64().unwrap_or(0.0) * 1000.0,
                     };
                     held.insert(id.to_owned(), h);
                 }
@@ -82,7 +91,8 @@ pub fn reservations(history: &[Request], report: &mut Report) {
             }
             (Kind::Commit, _) => {
                 if let Some(h) = held.get_mut(id) {
-                    commit(h, id, op, &out, report);
+                    let eventual = !strict.contains_key(&h.ns);
+                    commit(h, id, first, &out, eventual, report);
                 }
             }
             _ => {}
@@ -91,10 +101,16 @@ pub fn reservations(history: &[Request], report: &mut Report) {
 }
 
 /// A commit of the reservation `h`: its estimate within the history's, never a 404
-/// while it is open.
-fn commit(h: &mut Held, id: &str, op: u64, out: &Outcome, report: &mut Report) {
+/// while it is open, and on a key of its own the give-back it asked.
+fn commit(h: &mut Held, id: &str, r: &Request, out: &Outcome, eventual: bool, report: &mut Report) {
     if h.settled {
         return;
+    }
+    let op = r.op;
+    if let Outcome::Kept { status: 200, body } = out {
+        if eventual && is_own(&r.key) && body["committed"] == true {
+            give_back(h, id, r, body, report);
+        }
     }
     match &out {
         Outcome::Kept { status: 200, body } if body["committed"] == true => {
@@ -123,5 +139,34 @@ fn commit(h: &mut Held, id: &str, op: u64, out: &Outcome, report: &mut Report) {
         }
         Outcome::Unknown => h.unknown_commit = true,
         _ => {}
+    }
+}
+
+/// A commit under the estimate of a reservation on a key of its own (nothing else
+/// counts on it, and its day's window has not ended) gives back the difference: as
+/// `given_back`, and what the store does not hold yet as `owed`. Less is a give-back
+/// lost (the store then keeps the estimate charged for a smaller cost). Eventual
+/// admission only: under strict admission a give-back on a node that holds nothing of
+/// the key (another node reserved, or the node restarted since) gives nothing back, as
+/// docs/api.md says, and the quota the reserve took stays counted.
+fn give_back(h: &Held, id: &str, r: &Request, body: &serde_json::Value, report: &mut Report) {
+    let (e, cost) = (body["estimate"].as_f64(), r.body["cost"].as_f64());
+    let (Some(e), Some(cost)) = (e, cost) else {
+        return;
+    };
+    if cost >= e || r.start_ms as f64 >= h.window_end_ms {
+        return;
+    }
+    report.checks += 1;
+    let back = body["given_back"].as_f64().unwrap_or(0.0) + body["owed"].as_f64().unwrap_or(0.0);
+    if (back - (e - cost)).abs() > EPSILON {
+        let what = format!(
+            "a commit at {cost} of an estimate of {e} on a key of its own gave back {back} \
+             (given_back + owed), not {}",
+            e - cost
+        );
+        report
+            .violations
+            .push(outside("reservation-give-back", h, id, what, r.op));
     }
 }

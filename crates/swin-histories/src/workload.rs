@@ -5,7 +5,7 @@
 //! Envoy's `ShouldRateLimit` — sends each to a node picked at random, most under an
 //! `Idempotency-Key`, sends it again (to the same node or another) after an unclear
 //! answer, and records every attempt. A reservation on a key of its own is committed
-//! on its node at once, again and again while the store is away.
+//! on its node a moment later, again and again while the store is away.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
 use crate::history::{Answer, Kind, Request};
-use crate::plans::{draw, is_own, own_commit, Held, Method, Open, Plan};
+use crate::plans::{draw, is_own, own_commit, own_reserve, Held, Method, Open, Plan};
 use crate::rls::Rls;
 
 /// Where attempts are written, and the clock they are timed by.
@@ -109,6 +109,17 @@ async fn send(
 /// open (the store away longer than the nemesis keeps it).
 const OWN_FOR: Duration = Duration::from_secs(10);
 
+/// A reservation on a key of its own: the node that made it, when it is committed
+/// there (0.3–1.5 s later: past the node's next push of it, which a store gone away
+/// meanwhile fails), and when it was made.
+#[derive(Debug, Clone)]
+struct Own {
+    open: Open,
+    node: usize,
+    due: Instant,
+    since: Instant,
+}
+
 /// One client's life until `deadline`.
 #[derive(Debug)]
 pub struct Client {
@@ -119,10 +130,10 @@ pub struct Client {
     http: reqwest::Client,
     rls: Rls,
     open: Vec<Open>,
-    /// A reservation on a key of its own, the node that made it and when: committed
-    /// there at the client's next requests, again after each unclear answer, until one
-    /// is clear (a store that is away leaves it owed; it lands as the store comes back).
-    own: Option<(Open, usize, Instant)>,
+    /// A reservation on a key of its own: committed on its node when due, again after
+    /// each unclear answer until one is clear (a store that is away leaves it owed; it
+    /// lands as the store comes back). One at a time.
+    own: Option<Own>,
     held: Vec<Held>,
     /// Requests drawn so far (names this client's leases).
     drawn: u64,
@@ -159,13 +170,17 @@ impl Client {
         while Instant::now() < deadline {
             self.drawn += 1;
             match self.own.clone() {
-                Some((o, node, since)) => {
-                    let plan = own_commit(&mut self.rng, &o);
-                    if self.perform(plan, Some(node)).await || since.elapsed() > OWN_FOR {
+                Some(o) if Instant::now() >= o.due => {
+                    let plan = own_commit(&mut self.rng, &o.open);
+                    if self.perform(plan, Some(o.node)).await || o.since.elapsed() > OWN_FOR {
                         self.own = None;
                     }
                 }
-                None => {
+                None if self.rng.gen_bool(0.15) => {
+                    let plan = own_reserve(&mut self.rng, self.id, self.drawn);
+                    self.perform(plan, None).await;
+                }
+                _ => {
                     let plan = draw(&mut self.rng, &self.open, &self.held, self.id, self.drawn);
                     self.perform(plan, None).await;
                 }
@@ -273,7 +288,15 @@ impl Client {
                     total: plan.body["cost"].as_f64().unwrap_or(0.0),
                 };
                 match is_own(&plan.key) {
-                    true => self.own = Some((o, r.node, Instant::now())),
+                    true => {
+                        let later = Duration::from_millis(self.rng.gen_range(300..1500));
+                        self.own = Some(Own {
+                            open: o,
+                            node: r.node,
+                            due: Instant::now() + later,
+                            since: Instant::now(),
+                        });
+                    }
                     false => self.open.push(o),
                 }
             }

@@ -229,3 +229,49 @@ fn a_crash_loses_only_what_its_node_took_since_its_last_sync() {
     e.events.push(kill(60_000));
     only(&check(&history(), &e), "exactly-once");
 }
+
+/// A reservation of 19 on a key of its own committed at 9: a give-back of 10 (or 4
+/// back and 6 owed) passes; one of 0 (the node read the key from the store while its
+/// push of the reserve had failed, and gave back from that) is caught, though the
+/// store's count is as the answer says.
+#[test]
+fn a_give_back_short_on_a_key_of_its_own_is_caught() {
+    let own = "own-c0-1";
+    let with = |given: f64, owed: f64| {
+        let reserved = json!({"reservation": "r9", "cost": 19.0, "allowed": true,
+            "reset_after": 600.0});
+        let mut committed = json!({"committed": true, "reservation": "r9", "key": own,
+            "estimate": 19.0, "cost": 9.0, "charged": 0.0, "given_back": given});
+        if owed > 0.0 {
+            committed["owed"] = json!(owed);
+        }
+        let h = vec![
+            req(
+                1,
+                Kind::Reserve,
+                own,
+                "reserve",
+                json!({"cost": 19.0}),
+                ok(200, reserved),
+            ),
+            req(
+                2,
+                Kind::Commit,
+                own,
+                "commit",
+                json!({"reservation": "r9", "cost": 9}),
+                ok(200, committed),
+            ),
+        ];
+        let mut expect = holding(0.0, false);
+        expect.store = [(("main".to_owned(), own.to_owned()), 19.0 - given - owed)]
+            .into_iter()
+            .collect();
+        check(&h, &expect)
+    };
+    assert!(with(10.0, 0.0).violations.is_empty());
+    assert!(with(4.0, 6.0).violations.is_empty());
+    let report = with(0.0, 0.0);
+    assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
+    assert_eq!(report.violations[0].check, "reservation-give-back");
+}

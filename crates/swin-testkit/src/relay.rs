@@ -235,6 +235,28 @@ fn host_port(url: &str) -> SocketAddr {
         .unwrap_or_else(|e| panic!("{url:?}: no host:port to relay to ({e})"))
 }
 
+/// What `request` was armed for: its reply lost (`doomed`), or held back (`late`, ms),
+/// or a later request's on its connection (`primed`).
+fn mark(
+    st: &State,
+    request: &[u8],
+    primed: &mut Option<Patterns>,
+    doomed: &AtomicBool,
+    late: &AtomicU64,
+) {
+    if let Some(ms) = st.slows(request) {
+        late.store(ms, Ordering::SeqCst);
+    }
+    if primed.as_ref().is_some_and(|p| holds(request, p)) {
+        doomed.store(true, Ordering::SeqCst);
+    } else if let Some(then) = st.takes(request) {
+        match then {
+            None => doomed.store(true, Ordering::SeqCst),
+            Some(p) => *primed = Some(p),
+        }
+    }
+}
+
 /// One connection: the client's bytes to the store; the store's back, unless the last
 /// request was one to lose the reply of.
 async fn relay(client: TcpStream, upstream: SocketAddr, state: Arc<State>) {
@@ -265,17 +287,7 @@ async fn relay(client: TcpStream, upstream: SocketAddr, state: Arc<State>) {
             if std::env::var("RELAY_DEBUG").is_ok() {
                 eprintln!("relay> {:?}", String::from_utf8_lossy(request));
             }
-            if let Some(ms) = st.slows(request) {
-                l.store(ms, Ordering::SeqCst);
-            }
-            if primed.as_ref().is_some_and(|p| holds(request, p)) {
-                d.store(true, Ordering::SeqCst);
-            } else if let Some(then) = st.takes(request) {
-                match then {
-                    None => d.store(true, Ordering::SeqCst),
-                    Some(p) => primed = Some(p),
-                }
-            }
+            mark(&st, request, &mut primed, &d, &l);
             if sw.write_all(&buf[..n]).await.is_err() {
                 return;
             }

@@ -675,7 +675,7 @@ async fn a_give_back_while_the_tick_s_return_is_out_answers_the_store_s_window(s
     assert!(v["keys"][0]["debt"].as_f64() > Some(0.0), "{v}");
     // B's next hold: its engine's return of the ended window, at its first tick after it
     let hold: &[u8] = match store.url.starts_with("redis") {
-        true => &HOLD_SHA.as_bytes()[..],
+        true => HOLD_SHA.as_bytes(),
         false => b"coalesce(h.held, 0)",
     };
     relay.delay_reply_to(&[hold], Duration::from_millis(1000));
