@@ -19,6 +19,10 @@
 //! [`policy`] (limits, descriptor rules, counter keys, what a request may carry) and
 //! [`spool`].
 //! What the pipeline decides is told to a [`recorder::Recorder`] (the daemon's metrics).
+//! The read side — each namespace's [`status::NamespaceStatus`], readiness, the clock,
+//! the heaviest keys, a sync now, a key reset ([`status`]) and a key's limits with where
+//! they come from ([`limiter::KeyLimitsView`]) — answers owned snapshots: a caller (the
+//! daemon's admin and limits routes, its metrics) reads without holding an engine.
 //!
 //! With the feature `tower`, `swin::tower::RateLimitLayer` puts a [`Limiter`] in front of an
 //! axum router's or a tonic server's routes: a hit per request on a key the caller picks
@@ -44,8 +48,12 @@ pub mod shares;
 pub mod spans;
 pub mod spool;
 pub mod state;
+pub mod status;
 #[cfg(feature = "tower")]
 pub mod tower;
 pub(crate) mod unresolved;
 
 pub use limiter::Limiter;
+/// What the library's answers are made of: a decision, a window's rate, a time (Unix
+/// milliseconds, the store's clock).
+pub use swin_core::{Decision, UnixMs, WindowRate};

@@ -41,7 +41,7 @@ fn the_embedded_default_is_sqlite_on_7070() {
     assert_eq!(c.listen.to_string(), "127.0.0.1:7070");
     assert_eq!(
         c.limiter().stores()["main"].kind(),
-        swin_sync::store::StoreKind::Sqlite
+        swin::config::StoreKind::Sqlite
     );
     let ns = &c.limiter().namespaces()[0];
     assert_eq!(ns.name(), "default");

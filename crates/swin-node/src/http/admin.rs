@@ -2,23 +2,20 @@
 //! readiness and metrics.
 
 use std::sync::Arc;
-use swin::config::{AdmissionMode, OnStoreFailure};
 
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::error::ApiError;
 use super::extract::ApiPath;
 use super::Route;
 use crate::state::AppState;
 use swin::error::Error;
-use swin::policy::input::check_key;
-use swin::state::Namespace;
-use swin_sync::now;
+use swin::status::{NamespaceStatus, TopBy};
 
 /// What the `admin` scope allows: reset a key, list namespaces, sync now, the status
 /// page.
@@ -82,95 +79,13 @@ async fn reset(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
 ) -> Result<Response, ApiError> {
-    check_key(&key)?;
-    let ns = state.namespace(&namespace)?;
-    ns.sync()
-        .reset(&key)
-        .await
-        .map_err(|e| Error::store(&e, "reset"))?;
+    state.limiter.reset(&namespace, &key).await?;
     Ok(Json(serde_json::json!({
         "namespace": namespace,
         "key": key,
         "reset": true,
     }))
     .into_response())
-}
-
-#[derive(Debug, Serialize)]
-struct NamespaceInfo {
-    name: String,
-    window_sizes: Vec<u32>,
-    sync_mode: &'static str,
-    sync_rate: f64,
-    store: Option<String>,
-    /// `sliding_window`, `fixed_window`, `gcra` or `concurrency`; none when the
-    /// namespace only counts.
-    algorithm: Option<&'static str>,
-    /// Concurrency only: leases in flight per key, and a lease's default life (s).
-    limit: Option<u64>,
-    lease_ttl: Option<f64>,
-    counters: usize,
-    buckets: usize,
-    evictions: u64,
-    last_sync_ms: Option<i64>,
-    pending_diffs: usize,
-    pending_advances: usize,
-    degraded: bool,
-    /// A short reason (`store_unreachable`, …); the detail is in the log.
-    degraded_reason: Option<&'static str>,
-    /// `eventual` or `strict`; none when the namespace only counts.
-    admission: Option<&'static str>,
-    /// Strict only: `local` or `deny`.
-    on_store_failure: Option<&'static str>,
-    /// Store calls of strict admission: holds of window quota and grants of bucket quota, taken or given back.
-    reservations: u64,
-    /// Every limit in shadow (`shadow = true`): decided and counted, never denied.
-    shadow: bool,
-}
-
-fn info(ns: &Namespace) -> NamespaceInfo {
-    let st = ns.sync().status();
-    let mode = ns.sync().mode();
-    NamespaceInfo {
-        name: ns.sync().name().to_owned(),
-        window_sizes: ns
-            .sync()
-            .counters()
-            .window_sizes()
-            .map(|s| s.secs())
-            .collect(),
-        sync_mode: mode.name(),
-        sync_rate: match mode {
-            swin_sync::SyncMode::Periodic(p) => p.as_secs_f64(),
-            swin_sync::SyncMode::Synchronous => 0.0,
-            swin_sync::SyncMode::LocalOnly => -1.0,
-        },
-        store: ns.store_name().clone(),
-        algorithm: match ns.algorithm() {
-            swin::policy::algorithm::Algorithm::Concurrency => Some("concurrency"),
-            _ => ns.limits().as_ref().map(|l| l.algorithm().name()),
-        },
-        limit: ns.concurrency().map(|c| c.limit()),
-        lease_ttl: ns.concurrency().map(|c| c.lease_ttl().as_secs_f64()),
-        counters: ns.sync().counters().len(),
-        buckets: ns.sync().counters().buckets().len(),
-        evictions: ns.sync().counters().evictions(),
-        last_sync_ms: st.last_success_ms,
-        pending_diffs: st.pending_diffs,
-        pending_advances: st.pending_advances,
-        degraded: st.degraded.is_some(),
-        degraded_reason: st.degraded,
-        admission: ns.limits().as_ref().map(|_| ns.admission_mode().name()),
-        on_store_failure: match ns.admission_mode() {
-            AdmissionMode::Strict { on_store_failure } => Some(match on_store_failure {
-                OnStoreFailure::Local => "local",
-                OnStoreFailure::Deny => "deny",
-            }),
-            AdmissionMode::Eventual => None,
-        },
-        reservations: ns.sync().reservations(),
-        shadow: ns.limits().as_ref().is_some_and(|l| l.shadow()),
-    }
 }
 
 /// The status page: one HTML file, no assets, refreshing itself from [`ui_status`].
@@ -211,28 +126,25 @@ const UI_TOP: usize = 5;
 /// lists it, its most denied keys of the last minute on this node, the node's clock, and
 /// the streams of Envoy's quota service open on it (one per proxy).
 async fn ui_status(State(state): State<Arc<AppState>>) -> Response {
-    let now = now();
-    let namespaces = state.namespaces();
-    let mut list: Vec<NamespaceInfo> = namespaces.values().map(|n| info(n)).collect();
-    list.sort_by(|a, b| a.name.cmp(&b.name));
-    let top: serde_json::Map<String, serde_json::Value> = namespaces
+    let limiter = &state.limiter;
+    let list = limiter.status();
+    let top: serde_json::Map<String, serde_json::Value> = list
         .iter()
-        .map(|(name, ns)| {
-            let keys: Vec<serde_json::Value> = ns
-                .heaviest()
-                .denied()
-                .top(UI_TOP, now.secs())
-                .keys
-                .iter()
-                .map(|h| serde_json::json!({"key": h.key.as_str(), "count": h.count}))
+        .map(|n| {
+            let keys: Vec<serde_json::Value> = limiter
+                .top_keys(&n.name, TopBy::Denied, UI_TOP)
+                .map(|t| t.keys)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(key, count, _)| serde_json::json!({"key": key, "count": count}))
                 .collect();
-            (name.clone(), keys.into())
+            (n.name.clone(), keys.into())
         })
         .collect();
     (
         [(header::CACHE_CONTROL, "no-store")],
         Json(serde_json::json!({
-            "now_ms": now.0,
+            "now_ms": limiter.clock().now_ms,
             "namespaces": list,
             "top_denied": top,
             "quota_streams": state.metrics.quota_streams.load(std::sync::atomic::Ordering::Relaxed),
@@ -242,7 +154,7 @@ async fn ui_status(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn list_namespaces(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    let list: Vec<NamespaceInfo> = state.namespaces().values().map(|n| info(n)).collect();
+    let list: Vec<NamespaceStatus> = state.limiter.status();
     Json(serde_json::json!({ "namespaces": list }))
 }
 
@@ -250,13 +162,10 @@ async fn sync_now(
     State(state): State<Arc<AppState>>,
     ApiPath(namespace): ApiPath<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let ns = state.namespace(&namespace)?;
-    match ns.sync().sync_requested(now()).await {
-        Ok(r) => Ok(Json(serde_json::json!({
-            "namespace": namespace, "pushed": r.pushed, "fetched": r.fetched, "duration_ms": r.duration_ms
-        }))),
-        Err(e) => Err(Error::store(&e, &format!("sync of namespace {namespace:?}")).into()),
-    }
+    let r = state.limiter.sync_now(&namespace).await?;
+    Ok(Json(serde_json::json!({
+        "namespace": namespace, "pushed": r.pushed, "fetched": r.fetched, "duration_ms": r.duration_ms
+    })))
 }
 
 /// What `/readyz` asks of each store-backed namespace (`?store=`).
@@ -288,28 +197,17 @@ async fn ready(
     query: Result<Query<ReadyQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| Error::BadRequest(format!("query: {}", e.body_text())))?;
-    let now = now();
-    let namespaces = state.namespaces();
+    let readiness = state.limiter.readiness();
     let (mut unready, mut answering) = (Vec::new(), Vec::new());
-    for n in namespaces.values() {
-        let Err(why) = n.sync().readiness(now) else {
-            continue;
-        };
-        let entry = serde_json::json!({"namespace": n.sync().name(), "reason": why});
-        let reached_once = n.sync().status().last_success_ms.is_some();
-        if q.store == StoreReach::Reached && reached_once {
+    for n in readiness.unready {
+        let entry = serde_json::json!({"namespace": n.namespace, "reason": n.reason});
+        if q.store == StoreReach::Reached && n.reached_once {
             answering.push(entry);
         } else {
             unready.push(entry);
         }
     }
-    // namespaces whose totals are still loading: they serve (each key read at its
-    // first touch), so they are named, not held against readiness
-    let warming: Vec<String> = namespaces
-        .values()
-        .filter(|n| n.sync().warming())
-        .map(|n| n.sync().name().to_owned())
-        .collect();
+    let warming = readiness.warming;
     let mut body = if unready.is_empty() {
         serde_json::json!({"status": "ready"})
     } else {
@@ -329,29 +227,27 @@ async fn ready(
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let namespaces = state.namespaces();
-    let engines: Vec<&swin_sync::NamespaceSync> =
-        namespaces.values().map(|n| n.sync().as_ref()).collect();
+    let limiter = &state.limiter;
+    let namespaces = limiter.status();
     // each concurrency namespace's slots in flight, and the reservations open in each
     // namespace this node has reserved in, asked of their stores together
-    let now = swin_sync::now();
     let live = futures_util::future::join_all(
         namespaces
             .iter()
-            .filter(|(name, n)| n.concurrency().is_some() || state.metrics.reserved_in(name))
-            .map(|(name, n)| async move {
-                let live = match n.concurrency() {
-                    Some(_) => n.leases().in_flight(now).await,
-                    None => n.reservations().open_count(now).await,
+            .filter(|n| n.limit.is_some() || state.metrics.reserved_in(&n.name))
+            .map(|n| async move {
+                let leases = n.limit.is_some();
+                let live = match leases {
+                    true => limiter.leases_in_flight(&n.name).await,
+                    false => limiter.reservations_open(&n.name).await,
                 };
-                let live = match live {
-                    Ok(live) => Some(live),
+                match live {
+                    Ok(live) => Some((leases, n.name.clone(), live)),
                     Err(e) => {
-                        tracing::debug!(namespace = %name, cause = %e, "leases in flight: no answer");
+                        tracing::debug!(namespace = %n.name, cause = %e, "in flight: no answer");
                         None
                     }
-                };
-                live.map(|l| (n.concurrency().is_some(), name.to_string(), l))
+                }
             }),
     )
     .await;
@@ -359,9 +255,12 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let strip = |v: Vec<(bool, String, u64)>| -> Vec<(String, u64)> {
         v.into_iter().map(|(_, n, l)| (n, l)).collect()
     };
-    let mut body = state
-        .metrics
-        .render(&engines, &strip(in_flight), &strip(open));
+    let mut body = state.metrics.render(
+        &namespaces,
+        &limiter.clock(),
+        &strip(in_flight),
+        &strip(open),
+    );
     if let Some(dir) = &state.data_dir {
         body.push_str(&crate::metrics::spool_gauge(swin::spool::files(dir).len()));
     }

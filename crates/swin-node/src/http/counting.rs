@@ -9,7 +9,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
-use swin_core::WindowRate;
+use swin::WindowRate;
 
 use super::error::ApiError;
 use super::extract::{parse_json, ApiPath, JsonBody, RawJson};

@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Json;
 use serde::Deserialize;
-use swin_core::UnixMs;
+use swin::UnixMs;
 
 use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody};

@@ -11,7 +11,7 @@
 //! - `GET /v1/namespaces/{namespace}/limits?after=KEY&count=N`: runtime limits in key
 //!   order.
 //! - `GET /v1/namespaces/{namespace}/top?by=denied|hits&count=N`: who is being limited —
-//!   the heaviest keys of the last minute on this node (see [`swin_core::top`]).
+//!   the heaviest keys of the last minute on this node (see [`swin::status::TopKeys`]).
 //!
 //! Keys are counter keys, so a runtime limit on `key=value|…` applies to that Envoy
 //! descriptor. Every change is logged with the token's name and counted.
@@ -23,9 +23,7 @@ use axum::http::Extensions;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use axum::Json;
-use serde::{Deserialize, Serialize};
-use swin_core::UnixMs;
-use swin_sync::store::StoredLimit;
+use serde::Deserialize;
 use tracing::info;
 
 use super::auth::Caller;
@@ -37,7 +35,7 @@ use swin::error::Error;
 use swin::policy::input::check_key;
 use swin::policy::limits::{RawGcra, RawKeyLimits, RawLimit};
 use swin::requests::Change;
-use swin::state::Namespace;
+use swin::status::TopBy;
 
 const KEY_LIMITS: &str = "/v1/namespaces/{namespace}/keys/{key}/limits";
 
@@ -70,85 +68,6 @@ struct SetBody {
     expires_in: Option<f64>,
 }
 
-/// A key's limits as answered.
-#[derive(Debug, Serialize)]
-struct KeyAnswer {
-    namespace: String,
-    key: String,
-    /// `override` (set at run time) or `config`.
-    source: &'static str,
-    limits: Vec<RawLimit>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    gcra: Option<RawGcra>,
-    /// Unix seconds when an override lapses; `null`: never (or from the config).
-    expires_at: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    set_by: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    set_at: Option<f64>,
-    /// Where overrides of this namespace are kept: `store` (every node holds them) or
-    /// `node` (a namespace without a store: this node only).
-    kept: &'static str,
-    /// Stored limits this namespace cannot hold, as stored (they do not decide).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ignored: Option<String>,
-}
-
-fn secs(t: UnixMs) -> f64 {
-    t.0 as f64 / 1e3
-}
-
-fn kept(ns: &Namespace) -> &'static str {
-    if ns.keeps_limits_in_store() {
-        "store"
-    } else {
-        "node"
-    }
-}
-
-/// The key's answer from its runtime limits, or from the config's when it has none.
-/// Stored limits the namespace cannot hold (written by hand, or set before its window
-/// sizes or algorithm changed) do not decide: the answer is the config's, with
-/// `ignored` saying what was stored.
-fn answer(ns: &Namespace, namespace: &str, key: &str, runtime: Option<&StoredLimit>) -> KeyAnswer {
-    let base = |source, raw: RawKeyLimits| {
-        let (limits, gcra) = raw.into_parts();
-        KeyAnswer {
-            namespace: namespace.to_owned(),
-            key: key.to_owned(),
-            source,
-            limits,
-            gcra,
-            expires_at: None,
-            set_by: None,
-            set_at: None,
-            kept: kept(ns),
-            ignored: None,
-        }
-    };
-    let held = runtime.map(|s| (s, ns.runtime_limits_of(s)));
-    match held {
-        Some((stored, Some(limits))) => KeyAnswer {
-            expires_at: stored.expires_at.map(secs),
-            set_by: Some(stored.set_by.clone()),
-            set_at: Some(secs(stored.set_at)),
-            ..base("override", RawKeyLimits::of(&limits))
-        },
-        _ => {
-            let config = ns
-                .limits()
-                .as_ref()
-                .map(|l| RawKeyLimits::of(l.for_key(key)))
-                // a namespace of descriptor rules: the descriptor's rule decides
-                .unwrap_or_default();
-            KeyAnswer {
-                ignored: held.map(|(stored, _)| stored.limits.clone()),
-                ..base("config", config)
-            }
-        }
-    }
-}
-
 async fn set(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
@@ -156,23 +75,22 @@ async fn set(
     JsonBody(body): JsonBody<SetBody>,
 ) -> Result<Response, ApiError> {
     check_key(&key)?;
-    let ns = state.namespace(&namespace)?;
     let caller = Caller::of(&extensions);
     let change = Change::new(
         RawKeyLimits::new(body.limits, body.gcra),
         body.expires_in,
         caller.to_string(),
     );
-    let stored = state.limiter.set_limits(&namespace, &key, change).await?;
+    let set = state.limiter.set_limits(&namespace, &key, change).await?;
     info!(
         namespace,
         key,
         by = &*caller,
-        limits = stored.limits,
-        expires_at = stored.expires_at.map(|t| t.0),
+        limits = %serde_json::json!({"limits": set.limits, "gcra": set.gcra}),
+        expires_at = set.expires_at,
         "runtime limits set"
     );
-    Ok(Json(answer(&ns, &namespace, &key, Some(&stored))).into_response())
+    Ok(Json(set).into_response())
 }
 
 async fn remove(
@@ -181,14 +99,13 @@ async fn remove(
     extensions: Extensions,
 ) -> Result<Response, ApiError> {
     check_key(&key)?;
-    let ns = state.namespace(&namespace)?;
     let had = state.limiter.remove_limits(&namespace, &key).await?;
     if had {
         let caller = Caller::of(&extensions);
         info!(namespace, key, by = &*caller, "runtime limits deleted");
     }
-    let mut body =
-        serde_json::to_value(answer(&ns, &namespace, &key, None)).map_err(|_| Error::Internal)?;
+    let config = state.limiter.config_limits(&namespace, &key)?;
+    let mut body = serde_json::to_value(config).map_err(|_| Error::Internal)?;
     body["deleted"] = had.into();
     Ok(Json(body).into_response())
 }
@@ -198,9 +115,8 @@ async fn show(
     ApiPath((namespace, key)): ApiPath<(String, String)>,
 ) -> Result<Response, ApiError> {
     check_key(&key)?;
-    let ns = state.namespace(&namespace)?;
-    let stored = state.limiter.limits(&namespace, &key).await?;
-    Ok(Json(answer(&ns, &namespace, &key, stored.as_ref())).into_response())
+    let limits = state.limiter.limits(&namespace, &key).await?;
+    Ok(Json(limits).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -216,7 +132,7 @@ async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
-    let ns = state.namespace(&namespace)?;
+    state.namespace(&namespace)?;
     let count = match query.count.as_deref() {
         None => 100,
         Some(c) => match c.parse::<usize>() {
@@ -234,15 +150,12 @@ async fn list(
         .list_limits(&namespace, query.after.as_deref(), count)
         .await?;
     let next = (page.len() == count).then(|| page.last().map(|l| l.key.clone()));
-    let items: Vec<KeyAnswer> = page
-        .iter()
-        .map(|l| answer(&ns, &namespace, &l.key, Some(l)))
-        .collect();
     Ok(Json(serde_json::json!({
         "namespace": namespace,
-        "limits": items,
+        // where the namespace keeps its overrides, as any key's view says
+        "kept": state.limiter.config_limits(&namespace, "")?.kept,
+        "limits": page,
         "next": next.flatten(),
-        "kept": kept(&ns),
     }))
     .into_response())
 }
@@ -267,10 +180,10 @@ async fn top(
     query: Result<Query<TopQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
-    let ns = state.namespace(&namespace)?;
-    let (by, sketch) = match query.by.as_deref() {
-        None | Some("denied") => ("denied", ns.heaviest().denied()),
-        Some("hits") => ("hits", ns.heaviest().hits()),
+    state.namespace(&namespace)?;
+    let (by, which) = match query.by.as_deref() {
+        None | Some("denied") => ("denied", TopBy::Denied),
+        Some("hits") => ("hits", TopBy::Hits),
         Some(other) => {
             return Err(
                 Error::BadRequest(format!("by: {other:?} is not \"denied\" or \"hits\"")).into(),
@@ -289,19 +202,19 @@ async fn top(
             }
         },
     };
-    let answer = sketch.top(count, swin_sync::now().secs());
+    let answer = state.limiter.top_keys(&namespace, which, count)?;
     let keys: Vec<serde_json::Value> = answer
         .keys
         .iter()
-        .map(|h| serde_json::json!({"key": h.key.as_str(), "count": h.count, "error": h.error}))
+        .map(|(key, count, error)| serde_json::json!({"key": key, "count": count, "error": error}))
         .collect();
     Ok(Json(serde_json::json!({
         "namespace": namespace,
         "by": by,
-        "window_secs": swin_core::top::SLOTS as i64 * swin_core::top::SLOT_SECS,
+        "window_secs": answer.window_secs,
         "keys": keys,
         "total": answer.total,
-        "error_bound": answer.bound,
+        "error_bound": answer.error_bound,
         "scope": "node",
     }))
     .into_response())

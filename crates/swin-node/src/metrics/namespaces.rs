@@ -1,52 +1,21 @@
-//! Each namespace's families in `/metrics`: what its engine and tables show at the
-//! scrape, read once per namespace ([`NamespaceSample`]) and written as a table of
-//! gauges and counters, with its sync durations.
+//! Each namespace's families in `/metrics`: what its status shows at the scrape
+//! ([`NamespaceStatus`], read once per namespace), written as a table of gauges and
+//! counters, with its sync durations.
 
 use prometheus::proto::{Bucket, Histogram, MetricFamily, MetricType};
-use swin_sync::{NamespaceSync, SyncStatus, SYNC_BUCKETS_SECS};
+use swin::status::{NamespaceStatus, SyncCounts};
 
 use super::families::{counter_family, family, gauge_family, metric};
 
-/// One namespace as a scrape sees it: its engine's status read once.
-#[derive(Debug)]
-pub(super) struct NamespaceSample {
-    name: String,
-    status: SyncStatus,
-    counters: usize,
-    buckets: usize,
-    evictions: u64,
-    reservations: u64,
-    /// First touches: keys read from the store, keys answered from local knowledge.
-    first_touches: (u64, u64),
-    strict: bool,
-}
-
-impl NamespaceSample {
-    pub(super) fn of(sync: &NamespaceSync) -> Self {
-        let c = sync.counters();
-        NamespaceSample {
-            name: sync.name().to_owned(),
-            status: sync.status(),
-            counters: c.len(),
-            buckets: c.buckets().len(),
-            evictions: c.evictions(),
-            reservations: sync.reservations(),
-            first_touches: sync.first_touches(),
-            strict: sync.is_strict(),
-        }
-    }
-}
-
-/// The engine's sync durations: its non-cumulative buckets made cumulative.
-fn sync_histogram(st: &SyncStatus) -> Histogram {
+/// The sync durations: their non-cumulative buckets made cumulative.
+fn sync_histogram(st: &SyncCounts) -> Histogram {
     let mut h = Histogram::default();
     h.set_sample_count(st.syncs);
     h.set_sample_sum(st.duration_sum_secs);
     let mut cumulative = 0;
     h.set_bucket(
-        SYNC_BUCKETS_SECS
+        st.duration_buckets
             .iter()
-            .zip(st.duration_buckets.iter())
             .map(|(le, n)| {
                 cumulative += n;
                 let mut b = Bucket::default();
@@ -62,8 +31,8 @@ fn sync_histogram(st: &SyncStatus) -> Histogram {
 /// Per namespace: what its tables hold and how its syncs go.
 /// How a namespace's sample is read: a gauge's value or a counter's.
 enum Sample {
-    Gauge(fn(&NamespaceSample) -> f64),
-    Counter(fn(&NamespaceSample) -> u64),
+    Gauge(fn(&NamespaceStatus) -> f64),
+    Counter(fn(&NamespaceStatus) -> u64),
 }
 
 /// Each namespace's gauges and counters: name, help, and how its value is read.
@@ -86,37 +55,37 @@ const NAMESPACE_SAMPLES: &[(&str, &str, Sample)] = &[
     (
         "swin_pending_diffs",
         "Window diffs drained but not yet confirmed by the store.",
-        Sample::Gauge(|n| n.status.pending_diffs as f64),
+        Sample::Gauge(|n| n.pending_diffs as f64),
     ),
     (
         "swin_pending_advances",
         "GCRA TAT advances drained but not yet confirmed by the store.",
-        Sample::Gauge(|n| n.status.pending_advances as f64),
+        Sample::Gauge(|n| n.pending_advances as f64),
     ),
     (
         "swin_sync_failures_total",
         "Syncs that failed.",
-        Sample::Counter(|n| n.status.failures),
+        Sample::Counter(|n| n.syncs.failures),
     ),
     (
         "swin_rejected_windows_total",
         "Windows the store refused for good (logged with their key) and dropped.",
-        Sample::Counter(|n| n.status.rejected_windows),
+        Sample::Counter(|n| n.syncs.rejected_windows),
     ),
     (
         "swin_syncs_total",
         "Syncs that reached the store.",
-        Sample::Counter(|n| n.status.syncs),
+        Sample::Counter(|n| n.syncs.syncs),
     ),
     (
         "swin_first_touch_loads_total",
         "Keys this node held nothing for, read from the store before an answer.",
-        Sample::Counter(|n| n.first_touches.0),
+        Sample::Counter(|n| n.syncs.first_touch_loads),
     ),
     (
         "swin_first_touch_fallbacks_total",
         "Keys this node held nothing for and answered from local knowledge: the store did not answer within store_timeout.",
-        Sample::Counter(|n| n.first_touches.1),
+        Sample::Counter(|n| n.syncs.first_touch_fallbacks),
     ),
     (
         "swin_reservations_total",
@@ -126,17 +95,17 @@ const NAMESPACE_SAMPLES: &[(&str, &str, Sample)] = &[
     (
         "swin_strict_admission",
         "1 when the namespace admits strictly (admission = \"strict\"), else 0.",
-        Sample::Gauge(|n| f64::from(u8::from(n.strict))),
+        Sample::Gauge(|n| f64::from(u8::from(n.syncs.strict))),
     ),
     (
         "swin_degraded",
         "1 while the namespace cannot reach its store.",
-        Sample::Gauge(|n| f64::from(u8::from(n.status.degraded.is_some()))),
+        Sample::Gauge(|n| f64::from(u8::from(n.degraded))),
     ),
 ];
 
-pub(super) fn namespace_families(namespaces: &[NamespaceSample]) -> Vec<MetricFamily> {
-    let ns = |n: &NamespaceSample| vec![("namespace", n.name.clone())];
+pub(super) fn namespace_families(namespaces: &[NamespaceStatus]) -> Vec<MetricFamily> {
+    let ns = |n: &NamespaceStatus| vec![("namespace", n.name.clone())];
     let mut out: Vec<MetricFamily> = NAMESPACE_SAMPLES
         .iter()
         .map(|(name, help, sample)| match sample {
@@ -150,7 +119,7 @@ pub(super) fn namespace_families(namespaces: &[NamespaceSample]) -> Vec<MetricFa
         .iter()
         .map(|n| {
             let mut m = metric(ns(n));
-            m.set_histogram(sync_histogram(&n.status));
+            m.set_histogram(sync_histogram(&n.syncs));
             m
         })
         .collect();

@@ -4,30 +4,29 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus::proto::{Histogram, MetricFamily, MetricType};
-use swin_sync::NamespaceSync;
+use swin::status::{ClockReading, NamespaceStatus};
 
 use super::families::{counter_family, family, float_counter_family, gauge_family, metric};
-use super::namespaces::{namespace_families, NamespaceSample};
+use super::namespaces::namespace_families;
 use super::Metrics;
 
 impl Metrics {
-    /// The exposition of these counters, of each namespace's engine, of the slots in
-    /// flight of each concurrency namespace (`in_flight`) and of the reservations open
-    /// (`open`), both read from the stores at the scrape (a namespace whose store did not
-    /// answer is left out).
+    /// The exposition of these counters, of each namespace's status, of the node's
+    /// clock, of the slots in flight of each concurrency namespace (`in_flight`) and of
+    /// the reservations open (`open`), both read from the stores at the scrape (a
+    /// namespace whose store did not answer is left out).
     pub fn render(
         &self,
-        engines: &[&NamespaceSync],
+        namespaces: &[NamespaceStatus],
+        clock: &ClockReading,
         in_flight: &[(String, u64)],
         open: &[(String, u64)],
     ) -> String {
-        let namespaces: Vec<NamespaceSample> =
-            engines.iter().map(|s| NamespaceSample::of(s)).collect();
         let mut families = self.request_families();
         families.extend(self.operation_families());
-        families.extend(self.node_gauges(in_flight, open));
+        families.extend(self.node_gauges(clock, in_flight, open));
         families.push(self.duration_family());
-        families.extend(namespace_families(&namespaces));
+        families.extend(namespace_families(namespaces));
         // a family without samples (no decision yet) is left out, as registries do
         families.retain(|f| !f.get_metric().is_empty());
         let mut out = String::new();
@@ -151,6 +150,7 @@ impl Metrics {
     /// in flight across the cluster (leases, open reservations) at this scrape.
     fn node_gauges(
         &self,
+        clock: &ClockReading,
         in_flight: &[(String, u64)],
         open: &[(String, u64)],
     ) -> Vec<MetricFamily> {
@@ -177,19 +177,18 @@ impl Metrics {
                 self.quota_streams.load(Ordering::Relaxed) as f64,
             )],
         ));
-        let clock = swin_sync::clock::clock();
         out.push(gauge_family(
             "swin_clock_offset_seconds",
             "The store's clock minus this node's, as last measured (0 until a store with a clock of its own answers); decisions are taken in the store's time.",
             [(
                 Vec::new(),
-                clock.offset_ms().unwrap_or(0) as f64 / 1e3,
+                clock.offset_ms.unwrap_or(0) as f64 / 1e3,
             )],
         ));
         out.push(gauge_family(
             "swin_clock_offset_exceeded",
             "1 while this node's clock is further from the store's than max_clock_offset.",
-            [(Vec::new(), f64::from(u8::from(clock.beyond_bound())))],
+            [(Vec::new(), f64::from(u8::from(clock.beyond_bound)))],
         ));
         out.push(gauge_family(
             "swin_leases_in_flight",

@@ -7,7 +7,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use swin::requests::{Answer, Decided, Shown, Strictest};
-use swin_core::Decision;
+use swin::Decision;
 
 use super::{leases, metadata};
 use swin::policy::headers::{shadow_item, RateLimitHeaders, SHADOW_DENIED};

@@ -40,6 +40,8 @@ pub use self::reservations::{
     MAX_RESERVATIONS_MAX_OPEN,
 };
 pub use self::stores::{redact, StoreConfig};
+/// The kinds of store a config names.
+pub use swin_sync::store::StoreKind;
 
 /// What a setting is when the config leaves it out (docs/configuration.md lists them).
 pub mod defaults {

@@ -4,6 +4,7 @@
 //! left unconfirmed, retried and spooled, in `leftovers`.
 
 mod idempotent;
+mod key_limits;
 mod leftovers;
 mod namespaces;
 mod requests;
@@ -20,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+pub use self::key_limits::KeyLimitsView;
 use self::leftovers::{Leftovers, SpoolFiles};
 use self::stopping::retire;
 pub use self::stores::{migrate_all, open_store, open_stores};

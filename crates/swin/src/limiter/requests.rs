@@ -188,9 +188,8 @@ impl Limiter {
         .await
     }
 
-    /// Sets `key`'s limits from now on (kept in the namespace's store: every node holds
-    /// them within two sync periods); answers what was stored.
-    pub async fn set_limits(
+    /// Sets `key`'s limits from now on; answers what was stored.
+    pub(super) async fn set_stored_limits(
         &self,
         namespace: &str,
         key: &str,
@@ -211,7 +210,11 @@ impl Limiter {
     }
 
     /// `key`'s runtime limits live now, as the store holds them.
-    pub async fn limits(&self, namespace: &str, key: &str) -> Result<Option<StoredLimit>, Error> {
+    pub(super) async fn stored_limits(
+        &self,
+        namespace: &str,
+        key: &str,
+    ) -> Result<Option<StoredLimit>, Error> {
         match self.limits_op(namespace, key, Op::Read).await? {
             Changed::Read(l) => Ok(l),
             _ => Err(Error::Internal),
@@ -219,7 +222,7 @@ impl Limiter {
     }
 
     /// Up to `count` keys' live runtime limits after `after`, in key order.
-    pub async fn list_limits(
+    pub(super) async fn list_stored_limits(
         &self,
         namespace: &str,
         after: Option<&str>,

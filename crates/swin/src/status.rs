@@ -1,0 +1,345 @@
+//! The limiter's read side: what each namespace is and holds at one instant, whether
+//! the node is ready, its clock against the store's, the heaviest keys of the last
+//! minute, and the operations an operator asks for (a sync now, a key reset). Each read
+//! is an owned snapshot: a caller (the daemon's admin routes, its metrics, a status
+//! page) reads a namespace without holding its engine.
+
+use serde::Serialize;
+
+use crate::config::{AdmissionMode, OnStoreFailure};
+use crate::error::Error;
+use crate::limiter::Limiter;
+use crate::policy::algorithm::Algorithm;
+use crate::state::Namespace;
+
+/// A namespace as this node sees it at one instant (`GET /v1/namespaces` answers a list
+/// of them as they serialize).
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct NamespaceStatus {
+    /// Its name.
+    pub name: String,
+    /// Its window sizes, seconds.
+    pub window_sizes: Vec<u32>,
+    /// `periodic`, `synchronous` or `local`.
+    pub sync_mode: &'static str,
+    /// Seconds between syncs; 0 synchronous, -1 local-only.
+    pub sync_rate: f64,
+    /// The store it syncs with (a name of `[stores]`); none when local-only.
+    pub store: Option<String>,
+    /// `sliding_window`, `fixed_window`, `gcra` or `concurrency`; none when the
+    /// namespace only counts.
+    pub algorithm: Option<&'static str>,
+    /// Concurrency only: leases in flight per key.
+    pub limit: Option<u64>,
+    /// Concurrency only: a lease's default life (s).
+    pub lease_ttl: Option<f64>,
+    /// Counters held in memory (key × window size).
+    pub counters: usize,
+    /// GCRA buckets held in memory.
+    pub buckets: usize,
+    /// Counters evicted to stay under `max_counters`.
+    pub evictions: u64,
+    /// Unix milliseconds of the last sync that reached the store.
+    pub last_sync_ms: Option<i64>,
+    /// Window diffs drained, not yet confirmed by the store.
+    pub pending_diffs: usize,
+    /// GCRA advances drained, not yet confirmed by the store.
+    pub pending_advances: usize,
+    /// The store cannot be reached.
+    pub degraded: bool,
+    /// A short reason (`store_unreachable`, …) while the store cannot be reached; the
+    /// detail is in the log.
+    pub degraded_reason: Option<&'static str>,
+    /// `eventual` or `strict`; none when the namespace only counts.
+    pub admission: Option<&'static str>,
+    /// Strict only: `local` or `deny`.
+    pub on_store_failure: Option<&'static str>,
+    /// Store calls of strict admission: holds of window quota and grants of bucket
+    /// quota, taken or given back.
+    pub reservations: u64,
+    /// Every limit in shadow (`shadow = true`): decided and counted, never denied.
+    pub shadow: bool,
+    /// How its syncs go (for metrics; not in the list's JSON).
+    #[serde(skip)]
+    pub syncs: SyncCounts,
+}
+
+/// A namespace's syncs and first touches, counted since it was built.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct SyncCounts {
+    /// Syncs that reached the store.
+    pub syncs: u64,
+    /// Syncs that failed.
+    pub failures: u64,
+    /// Windows the store refused for good (logged with their key) and dropped.
+    pub rejected_windows: u64,
+    /// The syncs' durations summed, seconds.
+    pub duration_sum_secs: f64,
+    /// Per upper bound (seconds), the syncs that took at most it and more than the
+    /// bound before (not cumulative).
+    pub duration_buckets: Vec<(f64, u64)>,
+    /// Keys this node held nothing for, read from the store before an answer.
+    pub first_touch_loads: u64,
+    /// Keys this node held nothing for, answered from local knowledge (the store did
+    /// not answer in time).
+    pub first_touch_fallbacks: u64,
+    /// Admission is strict.
+    pub strict: bool,
+}
+
+/// What `/readyz` reports: the namespaces that have not reached their store recently
+/// enough to answer with the cluster's counts, and those still loading their totals.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Readiness {
+    /// The namespaces not ready, by name.
+    pub unready: Vec<Unready>,
+    /// Namespaces whose totals are still loading: they serve (each key read at its
+    /// first touch), so they are named, not held against readiness.
+    pub warming: Vec<String>,
+}
+
+/// A namespace not ready, why, and whether it has reached its store since it was built
+/// (through an outage after that, it answers as its `on_store_failure` says).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Unready {
+    /// The namespace.
+    pub namespace: String,
+    /// Why it is not ready.
+    pub reason: String,
+    /// It reached its store once since it was built.
+    pub reached_once: bool,
+}
+
+/// A sync asked for now: windows pushed, totals read back, how long it took.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Synced {
+    /// Windows pushed (key × window).
+    pub pushed: usize,
+    /// Totals read back and applied.
+    pub fetched: usize,
+    /// How long the sync took, milliseconds.
+    pub duration_ms: f64,
+}
+
+/// This node's clock against the store's, as last measured.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct ClockReading {
+    /// The store's clock minus this node's (ms); none until a store with a clock of
+    /// its own answers.
+    pub offset_ms: Option<i64>,
+    /// Further from the store's than `max_clock_offset`.
+    pub beyond_bound: bool,
+    /// The time decisions are taken at now (Unix ms, the store's).
+    pub now_ms: i64,
+}
+
+/// Which hits a top list weighs keys by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopBy {
+    /// Hits denied.
+    Denied,
+    /// Hits decided.
+    Hits,
+}
+
+/// The heaviest keys of the last minute on this node.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct TopKeys {
+    /// Key, count, and the most the count can be off by.
+    pub keys: Vec<(String, f64, f64)>,
+    /// Every hit weighed in the period.
+    pub total: f64,
+    /// The most any key's count can be off by.
+    pub error_bound: f64,
+    /// The period, seconds.
+    pub window_secs: i64,
+}
+
+impl Limiter {
+    /// Every namespace served, by name.
+    pub fn status(&self) -> Vec<NamespaceStatus> {
+        let namespaces = self.namespaces();
+        let mut list: Vec<NamespaceStatus> = namespaces.values().map(|n| status_of(n)).collect();
+        list.sort_by(|a, b| a.name.cmp(&b.name));
+        list
+    }
+
+    /// The namespace `name`.
+    pub fn namespace_status(&self, name: &str) -> Result<NamespaceStatus, Error> {
+        let ns = self.namespace(name)?;
+        Ok(status_of(&ns))
+    }
+
+    /// Whether every store-backed namespace has reached its store recently enough to
+    /// answer with the cluster's counts.
+    pub fn readiness(&self) -> Readiness {
+        let now = swin_sync::now();
+        let mut r = Readiness::default();
+        let namespaces = self.namespaces();
+        let mut sorted: Vec<&std::sync::Arc<Namespace>> = namespaces.values().collect();
+        sorted.sort_by(|a, b| a.sync().name().cmp(b.sync().name()));
+        for n in sorted {
+            let sync = n.sync();
+            if let Err(reason) = sync.readiness(now) {
+                r.unready.push(Unready {
+                    namespace: sync.name().to_owned(),
+                    reason,
+                    reached_once: sync.status().last_success_ms.is_some(),
+                });
+            }
+            if sync.warming() {
+                r.warming.push(sync.name().to_owned());
+            }
+        }
+        r
+    }
+
+    /// Syncs `namespace` now: pushes what this node holds, reads the cluster's totals.
+    pub async fn sync_now(&self, namespace: &str) -> Result<Synced, Error> {
+        let ns = self.namespace(namespace)?;
+        match ns.sync().sync_requested(swin_sync::now()).await {
+            Ok(r) => Ok(Synced {
+                pushed: r.pushed,
+                fetched: r.fetched,
+                duration_ms: r.duration_ms,
+            }),
+            Err(e) => Err(Error::store(
+                &e,
+                &format!("sync of namespace {namespace:?}"),
+            )),
+        }
+    }
+
+    /// Deletes `key`'s counts and bucket in the store, then on this node (other nodes
+    /// drop theirs at their next sync); nothing is reset when the store cannot be
+    /// reached.
+    pub async fn reset(&self, namespace: &str, key: &str) -> Result<(), Error> {
+        crate::policy::input::check_key(key)?;
+        let ns = self.namespace(namespace)?;
+        ns.sync()
+            .reset(key)
+            .await
+            .map_err(|e| Error::store(&e, "reset"))
+    }
+
+    /// Slots of live leases in the concurrency namespace `namespace`, across the
+    /// cluster as its store counts them (a local-only namespace: this node's).
+    pub async fn leases_in_flight(&self, namespace: &str) -> Result<u64, Error> {
+        let ns = self.namespace(namespace)?;
+        let live = ns.leases().in_flight(swin_sync::now()).await;
+        live.map_err(|e| unread(&e, "leases in flight"))
+    }
+
+    /// Reservations of `namespace` made and not yet committed or lapsed, across the
+    /// cluster as its store counts them.
+    pub async fn reservations_open(&self, namespace: &str) -> Result<u64, Error> {
+        let ns = self.namespace(namespace)?;
+        let open = ns.reservations().open_count(swin_sync::now()).await;
+        open.map_err(|e| unread(&e, "reservations open"))
+    }
+
+    /// This node's clock against the store's.
+    pub fn clock(&self) -> ClockReading {
+        let clock = swin_sync::clock::clock();
+        ClockReading {
+            offset_ms: clock.offset_ms(),
+            beyond_bound: clock.beyond_bound(),
+            now_ms: swin_sync::now().0,
+        }
+    }
+
+    /// The `count` heaviest keys of `namespace` in the last minute on this node.
+    pub fn top_keys(&self, namespace: &str, by: TopBy, count: usize) -> Result<TopKeys, Error> {
+        let ns = self.namespace(namespace)?;
+        let sketch = match by {
+            TopBy::Denied => ns.heaviest().denied(),
+            TopBy::Hits => ns.heaviest().hits(),
+        };
+        let answer = sketch.top(count, swin_sync::now().secs());
+        Ok(TopKeys {
+            keys: answer
+                .keys
+                .iter()
+                .map(|h| (h.key.to_string(), h.count, h.error))
+                .collect(),
+            total: answer.total,
+            error_bound: answer.bound,
+            window_secs: swin_core::top::SLOTS as i64 * swin_core::top::SLOT_SECS,
+        })
+    }
+}
+
+/// A read the store did not answer (not logged: a scrape asks again).
+fn unread(e: &swin_sync::StoreError, what: &str) -> Error {
+    Error::Store {
+        reason: e.reason(),
+        message: format!("{what}: the store could not be read"),
+    }
+}
+
+fn status_of(ns: &Namespace) -> NamespaceStatus {
+    let sync = ns.sync();
+    let st = sync.status();
+    let mode = sync.mode();
+    let c = sync.counters();
+    let (loads, fallbacks) = sync.first_touches();
+    NamespaceStatus {
+        name: sync.name().to_owned(),
+        window_sizes: c.window_sizes().map(|s| s.secs()).collect(),
+        sync_mode: mode.name(),
+        sync_rate: match mode {
+            swin_sync::SyncMode::Periodic(p) => p.as_secs_f64(),
+            swin_sync::SyncMode::Synchronous => 0.0,
+            swin_sync::SyncMode::LocalOnly => -1.0,
+        },
+        store: ns.store_name().clone(),
+        algorithm: match ns.algorithm() {
+            Algorithm::Concurrency => Some("concurrency"),
+            _ => ns.limits().as_ref().map(|l| l.algorithm().name()),
+        },
+        limit: ns.concurrency().as_ref().map(|c| c.limit()),
+        lease_ttl: ns
+            .concurrency()
+            .as_ref()
+            .map(|c| c.lease_ttl().as_secs_f64()),
+        counters: c.len(),
+        buckets: c.buckets().len(),
+        evictions: c.evictions(),
+        last_sync_ms: st.last_success_ms,
+        pending_diffs: st.pending_diffs,
+        pending_advances: st.pending_advances,
+        degraded: st.degraded.is_some(),
+        degraded_reason: st.degraded,
+        admission: ns.limits().as_ref().map(|_| ns.admission_mode().name()),
+        on_store_failure: match ns.admission_mode() {
+            AdmissionMode::Strict { on_store_failure } => Some(match on_store_failure {
+                OnStoreFailure::Local => "local",
+                OnStoreFailure::Deny => "deny",
+            }),
+            AdmissionMode::Eventual => None,
+        },
+        reservations: sync.reservations(),
+        shadow: ns.limits().as_ref().is_some_and(|l| l.shadow()),
+        syncs: SyncCounts {
+            syncs: st.syncs,
+            failures: st.failures,
+            rejected_windows: st.rejected_windows,
+            duration_sum_secs: st.duration_sum_secs,
+            duration_buckets: swin_sync::SYNC_BUCKETS_SECS
+                .iter()
+                .copied()
+                .zip(st.duration_buckets.iter().copied())
+                .collect(),
+            first_touch_loads: loads,
+            first_touch_fallbacks: fallbacks,
+            strict: sync.is_strict(),
+        },
+    }
+}
