@@ -622,13 +622,7 @@ async fn a_give_back_into_an_ended_window_answers_it_as_the_store_has_it(store: 
     let v = commit(&c, &a.base, &rid, 110.0).await;
     assert!(v["keys"][0]["debt"].as_f64() > Some(0.0), "{v}");
     into_the_next_window(50).await;
-    let v = commit(&c, &b.base, &small, 4.0).await;
-    assert_eq!(v["keys"][0]["given_back"].as_f64(), Some(16.0), "{v}");
-    assert_eq!(v["keys"][0]["remaining"].as_f64(), Some(0.0), "{v}");
-    for dry_run in [true, false] {
-        let (s, v) = try_hit(&c, &b.base, "k", 1.0, dry_run).await;
-        assert_eq!(s, 429, "dry run {dry_run}: {v}");
-    }
+    b_s_commit_answers_the_ended_window_as_the_store_has_it(&c, &b.base, &small).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -640,6 +634,23 @@ async fn a_give_back_into_an_ended_window_answers_it_as_the_store_has_it_on_redi
 async fn a_give_back_into_an_ended_window_answers_it_as_the_store_has_it_on_postgres() {
     let store = TestStore::postgres().await;
     a_give_back_into_an_ended_window_answers_it_as_the_store_has_it(store).await;
+}
+
+/// B commits its reservation of 20 at 4 just after the window ended: 16 given back,
+/// and the window answered as the store has it (A's debt in it): nothing remains, and a
+/// dry run says 429 as a hit does.
+async fn b_s_commit_answers_the_ended_window_as_the_store_has_it(
+    c: &reqwest::Client,
+    base: &str,
+    small: &str,
+) {
+    let v = commit(c, base, small, 4.0).await;
+    assert_eq!(v["keys"][0]["given_back"].as_f64(), Some(16.0), "{v}");
+    assert_eq!(v["keys"][0]["remaining"].as_f64(), Some(0.0), "{v}");
+    for dry_run in [true, false] {
+        let (s, v) = try_hit(c, base, "k", 1.0, dry_run).await;
+        assert_eq!(s, 429, "dry run {dry_run}: {v}");
+    }
 }
 
 /// As above, with the reply to B's first return of quota after the window ended held
@@ -680,13 +691,7 @@ async fn a_give_back_while_the_tick_s_return_is_out_answers_the_store_s_window(s
     };
     relay.delay_reply_to(&[hold], Duration::from_millis(1000));
     into_the_next_window_of(20, 300).await;
-    let v = commit(&c, &b.base, &small, 4.0).await;
-    assert_eq!(v["keys"][0]["given_back"].as_f64(), Some(16.0), "{v}");
-    assert_eq!(v["keys"][0]["remaining"].as_f64(), Some(0.0), "{v}");
-    for dry_run in [true, false] {
-        let (s, v) = try_hit(&c, &b.base, "k", 1.0, dry_run).await;
-        assert_eq!(s, 429, "dry run {dry_run}: {v}");
-    }
+    b_s_commit_answers_the_ended_window_as_the_store_has_it(&c, &b.base, &small).await;
 }
 
 /// The SHA1 Redis knows strict admission's hold script by (its `EVALSHA`s carry it).
