@@ -88,12 +88,25 @@ impl State {
     }
 }
 
+/// A listener on a free local port: another process may take the port `free_port`
+/// found between its check and this bind (it did, once, in CI), so a port taken is
+/// passed over for another.
+async fn bind_free() -> TcpListener {
+    let mut last = None;
+    for _ in 0..50 {
+        match TcpListener::bind(("127.0.0.1", crate::free_port())).await {
+            Ok(l) => return l,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => last = Some(e),
+            Err(e) => panic!("bind the relay: {e}"),
+        }
+    }
+    panic!("bind the relay: every port tried was taken ({last:?})")
+}
+
 impl Relay {
     /// A relay to `upstream` (a store's `host:port`) on a free local port.
     pub async fn start(upstream: SocketAddr) -> Relay {
-        let listener = TcpListener::bind(("127.0.0.1", crate::free_port()))
-            .await
-            .expect("bind the relay");
+        let listener = bind_free().await;
         let addr = listener.local_addr().expect("the relay's address");
         let state = Arc::new(State::default());
         let s = state.clone();
