@@ -143,7 +143,9 @@ async fn each_namespace(store: TestStore) {
 
 /// 60 reserves at once from one client at a cap of 4 (and 6 in the namespace): 4 are
 /// made, no more (a burst once went past the caps, up to 12 times the client's), and
-/// the store holds exactly those.
+/// the store holds exactly those. A store that cannot keep up with the burst may answer
+/// some 503 `store_unreachable` (nothing made, what was spent given back): those are
+/// within the 4 the cap lets through, and the counts hold what was made.
 async fn a_burst_from_one_client_stays_within_its_cap(node: &Node, store: &TestStore, ns: &str) {
     let c = reqwest::Client::new();
     let burst = (0..60).map(|_| {
@@ -152,19 +154,30 @@ async fn a_burst_from_one_client_stays_within_its_cap(node: &Node, store: &TestS
     });
     let answers = futures_util::future::join_all(burst).await;
     let made = answers.iter().filter(|(s, _)| *s == 200).count();
-    assert_eq!(made, 4, "{ns}: {answers:?}");
+    let unmade = answers.iter().filter(|(s, _)| *s == 503).count();
+    assert!(made <= 4 && made + unmade >= 4, "{ns}: {answers:?}");
     for (s, v) in &answers {
-        assert!(*s == 200 || *s == 429, "{ns}: {s} {v}");
+        let unreachable = *s == 503 && v["error"]["code"] == "store_unreachable";
+        assert!(*s == 200 || *s == 429 || unreachable, "{ns}: {s} {v}");
     }
     within(
         Duration::from_secs(10),
         "what was made counted",
-        async || counted(&c, &node.base, ns).await == 4.0,
+        async || counted(&c, &node.base, ns).await == made as f64,
     )
     .await;
     if ns == "sync" {
-        let open = store.store.open_reservations(ns, swin_sync::now()).await;
-        assert_eq!(open.expect("open"), 4);
+        // (a record the store wrote for a reserve answered 503 is ended in the
+        // background)
+        within(
+            Duration::from_secs(10),
+            "the store holds what was made",
+            async || {
+                let open = store.store.open_reservations(ns, swin_sync::now()).await;
+                open.expect("open") == made as u64
+            },
+        )
+        .await;
     }
 }
 
