@@ -73,17 +73,8 @@ pub fn reservations(history: &[Request], strict: &BTreeMap<String, f64>, report:
                     Outcome::Kept { status: 200, body } => {
                         h.lo += c;
                         h.hi += c;
-                        report.checks += 1;
                         let t = body["total"].as_f64().unwrap_or(h.lo);
-                        if t > h.hi + EPSILON || t < h.lo - EPSILON {
-                            let what = format!(
-                                "an extend answered total {t} where the history allows {}..{}",
-                                h.lo, h.hi
-                            );
-                            report
-                                .violations
-                                .push(outside("reservation-total", h, id, what, op));
-                        }
+                        total_within(h, id, op, "an extend answered total", t, report);
                     }
                     Outcome::Unknown => h.hi += c,
                     _ => {}
@@ -97,6 +88,18 @@ pub fn reservations(history: &[Request], strict: &BTreeMap<String, f64>, report:
             }
             _ => {}
         }
+    }
+}
+
+/// An answer's total of the reservation `h` (`answered` says which: an extend's
+/// `total`, a commit's `estimate`) within what the history allows.
+fn total_within(h: &Held, id: &str, op: u64, answered: &str, t: f64, report: &mut Report) {
+    report.checks += 1;
+    if t > h.hi + EPSILON || t < h.lo - EPSILON {
+        let what = format!("{answered} {t} where the history allows {}..{}", h.lo, h.hi);
+        report
+            .violations
+            .push(outside("reservation-total", h, id, what, op));
     }
 }
 
@@ -115,17 +118,8 @@ fn commit(h: &mut Held, id: &str, r: &Request, out: &Outcome, eventual: bool, re
     match &out {
         Outcome::Kept { status: 200, body } if body["committed"] == true => {
             h.settled = true;
-            report.checks += 1;
             let e = body["estimate"].as_f64().unwrap_or(h.lo);
-            if e > h.hi + EPSILON || e < h.lo - EPSILON {
-                let what = format!(
-                    "a commit answered estimate {e} where the history allows {}..{}",
-                    h.lo, h.hi
-                );
-                report
-                    .violations
-                    .push(outside("reservation-total", h, id, what, op));
-            }
+            total_within(h, id, op, "a commit answered estimate", e, report);
         }
         Outcome::Kept { status: 404, body }
             if error_code(body) == Some("unknown_reservation") && !h.unknown_commit =>
