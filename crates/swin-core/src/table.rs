@@ -268,6 +268,33 @@ impl WindowTable {
         }
     }
 
+    /// Writes the synced totals of keys the table does not hold (adding them, as far as
+    /// the cap allows) and leaves every key it holds as it is: a read sent before the
+    /// key was counted or read again, landing after, holds older news than the table.
+    pub fn fill(&self, totals: &[Total], now: UnixMs) {
+        let size = self.size.secs();
+        let oldest_live = self.size.previous_start_of(now);
+        let map = self.map.pin();
+        // keys added by this call: their other windows are filled too
+        let mut added: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        for t in totals {
+            if t.window_start < oldest_live {
+                continue;
+            }
+            let entry = match map.get(t.key.as_str()) {
+                Some(e) if added.contains(t.key.as_str()) => e,
+                Some(_) => continue,
+                None if self.make_room().is_ok() => {
+                    added.insert(t.key.as_str());
+                    map.get_or_insert_with(t.key.clone(), || Entry::new(now.secs()))
+                }
+                None => continue,
+            };
+            let mut spill = |s, v| self.spill(&t.key, s, v);
+            entry.apply(t.window_start, size, t.count, &mut spill);
+        }
+    }
+
     /// Forgets the key: its counts and any hits not yet pushed (a reset). A hit racing
     /// with it may land on either side.
     pub fn reset(&self, key: &str) {

@@ -6,9 +6,11 @@
 //! Loads are coalesced per key (a key already asked for waits for that read) and batched
 //! per store call (keys that arrive while a read is in flight go together in the next
 //! one). A caller waits `store_timeout` at most, in all (a read in flight before its own
-//! included); when the store cannot answer in time it goes on with what the node knows (a
-//! read that lands later still applies, and the next sync brings the rest), and the
-//! fallback is counted ([`NamespaceSync::first_touches`]).
+//! included); when the store cannot answer in time it goes on with what the node knows,
+//! and the fallback is counted ([`NamespaceSync::first_touches`]). A read that lands
+//! later fills only keys still not held: a key counted meanwhile holds newer news (a sync
+//! may have pushed it and brought the store's total back), and the next sync brings the
+//! rest.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -183,7 +185,8 @@ impl NamespaceSync {
             .chunks(READ_CHUNK)
             .map(|chunk| self.call(store.read(self.name(), chunk)));
         for totals in futures_util::future::join_all(reads).await {
-            self.apply(&totals?, now, Create::Yes);
+            // a key held by now was counted or read since this read was sent
+            self.apply(&totals?, now, Create::Absent);
         }
         if self.buckets {
             let reads = keys

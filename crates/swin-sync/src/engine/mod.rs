@@ -12,6 +12,7 @@
 mod blocking;
 mod demands;
 mod first_touch;
+mod fresh;
 mod gcra;
 mod idempotency;
 mod leases;
@@ -53,6 +54,9 @@ use crate::StoreError;
 enum Create {
     Yes,
     No,
+    /// Only keys the table does not hold: a first touch's read, which may land after
+    /// the key was counted (its caller stopped waiting) and a sync brought newer totals.
+    Absent,
 }
 
 /// How a namespace meets the store (Kong's `sync_rate`).
@@ -124,6 +128,9 @@ pub struct NamespaceSync {
     strict: StrictQuota,
     /// Keys this node holds nothing for, read from the store before an answer.
     first: first_touch::FirstTouch,
+    /// Keys applied from counting and holding calls' answers since the last tick began:
+    /// a sync's totals read before them leave them.
+    fresh: Arc<fresh::Fresh>,
 }
 
 pub use self::session::DEFAULT_ANSWER_WITHIN;
@@ -168,6 +175,7 @@ impl NamespaceSync {
             strict: StrictQuota::default(),
             node_id,
             first: first_touch::FirstTouch::default(),
+            fresh: Arc::default(),
         }
     }
 
@@ -378,8 +386,10 @@ fn apply_to(
             .filter(|x| x.window_size == size)
             .cloned()
             .collect();
-        if !mine.is_empty() {
-            t.apply(&mine, now, create == Create::Yes);
+        match create {
+            _ if mine.is_empty() => {}
+            Create::Absent => t.fill(&mine, now),
+            _ => t.apply(&mine, now, create == Create::Yes),
         }
     }
 }

@@ -66,7 +66,7 @@ impl NamespaceSync {
                     for r in &pushed.rejected {
                         warn!(namespace = self.name(), key = %r.diff.key, reason = %r.reason, "the store refused a window for good; its hits are dropped");
                     }
-                    self.apply(&pushed.totals, crate::now(), super::Create::No);
+                    self.apply_answered(&pushed.totals, crate::now(), super::Create::No);
                     let mut o = self.owed_lock();
                     if o.chunks.front().is_some_and(|(s, _)| *s == seq) {
                         o.chunks.pop_front();

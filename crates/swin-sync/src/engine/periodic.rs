@@ -108,6 +108,7 @@ impl NamespaceSync {
         let read = async {
             // under the push lock, as a sync reads: a push in flight is in what is read
             let st = self.rounds.state.lock().await;
+            let since = self.fresh.mark();
             let totals = self.call(store.read(self.name(), &wanted)).await?;
             let mut totals = with_absent_as_zero(&wanted, totals);
             // what this node drained but the store has not confirmed (a push that failed,
@@ -116,7 +117,7 @@ impl NamespaceSync {
             let owed = self.owed_diffs();
             let unconfirmed = st.pending.iter().flat_map(|(_, d)| d).chain(&owed);
             with_unconfirmed(&mut totals, unconfirmed);
-            self.apply(&totals, now, Create::Yes);
+            (self.fresh).apply_unless_newer(&self.counters, totals, now, since, Create::Yes);
             Ok(())
         };
         // a request waits for it (the lock too, held by a sync on a hung store) at most
@@ -139,6 +140,8 @@ impl NamespaceSync {
         now: UnixMs,
         pace: &mut Pace,
     ) -> Result<(usize, usize), StoreError> {
+        // no sync call is out (the caller holds the push lock): stamps before now are moot
+        self.fresh.clear();
         // windows whose totals a push of this sync returned: no need to read them again
         let mut fresh: Vec<Diff> = Vec::new();
         let mut pushed = self
@@ -180,10 +183,11 @@ impl NamespaceSync {
         let mut fetched = 0;
         for chunk in wanted.chunks(READ_CHUNK) {
             let read = async {
+                let since = self.fresh.mark();
                 let totals = self.call(store.read(self.name(), chunk)).await?;
                 fetched += totals.len();
                 let totals = with_absent_as_zero(chunk, totals);
-                self.apply_off_runtime(totals, now).await
+                self.apply_off_runtime(totals, now, since).await
             };
             pace.call(read).await?;
         }
@@ -284,15 +288,18 @@ impl NamespaceSync {
         off_runtime(move || counters.buckets().apply(&tats, false)).await
     }
 
-    /// Applies store totals on a blocking thread: with 100,000 keys this is tens of
-    /// milliseconds of CPU that must not hold up a runtime worker serving requests.
+    /// Applies a sync call's store totals (the call sent at `since`, see `fresh`) on a
+    /// blocking thread: with 100,000 keys this is tens of milliseconds of CPU that must
+    /// not hold up a runtime worker serving requests.
     pub(super) async fn apply_off_runtime(
         &self,
         totals: Vec<swin_core::Total>,
         now: UnixMs,
+        since: u64,
     ) -> Result<(), StoreError> {
-        let counters = self.counters.clone();
-        off_runtime(move || apply_to(&counters, &totals, now, Create::No)).await
+        let (counters, fresh) = (self.counters.clone(), self.fresh.clone());
+        off_runtime(move || fresh.apply_unless_newer(&counters, totals, now, since, Create::No))
+            .await
     }
 
     pub(super) fn apply(&self, totals: &[swin_core::Total], now: UnixMs, create: Create) {
@@ -302,7 +309,7 @@ impl NamespaceSync {
     /// Writes the store's totals for keys a request just read or held into the
     /// tables (adding keys they do not hold), for reads of their rates.
     pub(crate) fn apply_totals(&self, totals: &[swin_core::Total], now: UnixMs) {
-        self.apply(totals, now, Create::Yes);
+        self.apply_answered(totals, now, Create::Yes);
     }
 }
 
@@ -356,9 +363,10 @@ impl Rows for Diff {
             seq: Some(seq),
             diffs,
         };
+        let since = sync.fresh.mark();
         let reply = sync.call(store.push(sync.name(), push)).await?;
         let totals = sync.settle(diffs, reply);
-        let applied = sync.apply_off_runtime(totals, now).await;
+        let applied = sync.apply_off_runtime(totals, now, since).await;
         confirmed(sync, applied);
         Ok(())
     }

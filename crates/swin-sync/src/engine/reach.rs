@@ -4,7 +4,7 @@
 
 use swin_core::UnixMs;
 
-use super::{apply_to, nanos, now, off_runtime, Create, NamespaceSync};
+use super::{nanos, now, off_runtime, Create, NamespaceSync};
 use crate::StoreError;
 
 impl NamespaceSync {
@@ -62,11 +62,15 @@ impl NamespaceSync {
             .window_sizes()
             .map(|s| (s.secs(), s.previous_start_of(now)))
             .collect();
+        let since = self.fresh.mark();
         let totals = self
             .call(store.load_namespace(self.name(), &windows))
             .await?;
-        let (counters, mut loaded) = (self.counters.clone(), totals.len());
-        off_runtime(move || apply_to(&counters, &totals, now, Create::Yes)).await?;
+        let (counters, fresh, mut loaded) =
+            (self.counters.clone(), self.fresh.clone(), totals.len());
+        // keys counted through the store meanwhile keep their newer counts
+        off_runtime(move || fresh.apply_unless_newer(&counters, totals, now, since, Create::Yes))
+            .await?;
         if self.buckets {
             let tats = self.call(store.load_tats(self.name(), nanos(now))).await?;
             loaded += tats.len();

@@ -75,8 +75,8 @@ impl NamespaceSync {
             Err(e) => return self.failed_synchronous(&e, batch),
         };
         let now = batch.iter().map(|w| w.now).max().unwrap_or(UnixMs(0));
-        self.apply(&pushed, now, Create::Yes);
-        self.apply(&previous, now, Create::Yes);
+        self.apply_answered(&pushed, now, Create::Yes);
+        self.apply_answered(&previous, now, Create::Yes);
         type Window = (CompactString, u32, i64);
         let prev: std::collections::HashMap<Window, f64> = previous
             .iter()

@@ -16,6 +16,7 @@ mod idempotency;
 mod leases;
 mod limits;
 mod pushes;
+mod raced;
 mod redis_only;
 mod refunds;
 mod reservations;
@@ -31,6 +32,7 @@ use idempotency::*;
 use leases::*;
 use limits::*;
 use pushes::*;
+use raced::*;
 use refunds::*;
 use reservations::*;
 use swin_core::{
@@ -165,6 +167,8 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     a_key_read_while_its_push_is_unconfirmed_keeps_it_in_view,
     idle_keys_are_still_refreshed,
     synchronous_mode_reads_store_totals,
+    a_sync_read_answered_after_a_round_trip_leaves_its_newer_count,
+    a_first_touch_answered_after_a_sync_leaves_its_newer_count,
     synchronous_mode_falls_back_when_down,
     a_refund_after_an_outage_is_in_the_store_at_once,
     shutdown_pushes_last_diffs,

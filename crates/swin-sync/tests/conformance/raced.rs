@@ -1,0 +1,103 @@
+//! Store calls that race: a sync's read of a key, sent before a synchronous round trip
+//! on it was answered and answered after it, leaves the round trip's newer count.
+
+use super::*;
+
+/// A synchronous engine holds `k` at 2. A sync's read of `k` is sent, and its answer
+/// (2) held back; meanwhile an increment of 1 goes through the store (3, and the node's
+/// count 3). The read's answer, applied last, used to set the node's count back to 2
+/// until the next sync (a read of the key after the node had answered 3 said 2).
+pub(super) async fn a_sync_read_answered_after_a_round_trip_leaves_its_newer_count(s: &TestStore) {
+    let (faulty, control) = common::faulty(&s.store);
+    let e = engine(&faulty, SyncMode::Synchronous, &[3600]);
+    // one instant for every call: the same windows, whenever the test runs
+    let now = UnixMs::from_system_time(std::time::SystemTime::now());
+    let r = e.increment("k", 3600, 2.0, now).await.expect("first");
+    assert_eq!(r.current, 2.0, "{r:?}");
+    // the sync's first call is its read of k (nothing to push: the round trip did)
+    control.plan([Fault::Slow(Duration::from_millis(800))]);
+    let sync = tokio::spawn({
+        let e = e.clone();
+        async move { e.sync_once(now).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = e.increment("k", 3600, 1.0, now).await.expect("second");
+    assert_eq!(r.current, 3.0, "{r:?}");
+    sync.await.expect("sync task").expect("sync");
+    let r = e.counters().rate("k", 3600, now, None).expect("size");
+    assert_eq!(
+        r.current, 3.0,
+        "the node's count after the late read: {r:?}"
+    );
+    let start = WindowSize::new(3600).expect("size").start_of(now);
+    let stored = s
+        .store
+        .read(
+            "api",
+            &[WindowKey {
+                key: "k".into(),
+                window_size: 3600,
+                window_start: start,
+            }],
+        )
+        .await
+        .expect("read");
+    assert_eq!(
+        stored.iter().map(|t| t.count).sum::<f64>(),
+        3.0,
+        "{stored:?}"
+    );
+}
+
+/// A periodic engine's first touch of `k` (the store holds 1) whose answer comes after
+/// the caller stopped waiting for it (`answer_within`, 500 ms): the node counts 2 on
+/// its own, a sync pushes them and brings the store's 3 back, and then the first
+/// touch's answer lands, 1. It used to overwrite the sync's 3 (the node read 1 until its
+/// next sync); a key held by then keeps what it holds.
+pub(super) async fn a_first_touch_answered_after_a_sync_leaves_its_newer_count(s: &TestStore) {
+    let (faulty, control) = common::faulty(&s.store);
+    let e = engine(
+        &faulty,
+        SyncMode::Periodic(Duration::from_secs(60)),
+        &[3600],
+    );
+    let now = UnixMs::from_system_time(std::time::SystemTime::now());
+    let start = WindowSize::new(3600).expect("size").start_of(now);
+    let other = engine(
+        &s.store,
+        SyncMode::Periodic(Duration::from_secs(60)),
+        &[3600],
+    );
+    other.increment("k", 3600, 1.0, now).await.expect("other");
+    other.sync_once(now).await.expect("other's sync");
+    control.plan([Fault::Slow(Duration::from_millis(1500))]);
+    e.first_touch(&["k"]).await;
+    assert_eq!(e.first_touches().1, 1, "the caller stopped waiting");
+    e.increment("k", 3600, 2.0, now)
+        .await
+        .expect("counted here");
+    e.sync_once(now).await.expect("sync");
+    let r = e.counters().rate("k", 3600, now, None).expect("size");
+    assert_eq!(r.current, 3.0, "after the sync: {r:?}");
+    // past the first touch's answer
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let r = e.counters().rate("k", 3600, now, None).expect("size");
+    assert_eq!(r.current, 3.0, "after the first touch's answer: {r:?}");
+    let stored = s
+        .store
+        .read(
+            "api",
+            &[WindowKey {
+                key: "k".into(),
+                window_size: 3600,
+                window_start: start,
+            }],
+        )
+        .await
+        .expect("read");
+    assert_eq!(
+        stored.iter().map(|t| t.count).sum::<f64>(),
+        3.0,
+        "{stored:?}"
+    );
+}
