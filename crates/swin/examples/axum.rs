@@ -1,6 +1,6 @@
 //! Two axum services, each with a `swin::Limiter` of its own on one store, share one
 //! limit: 5 requests per minute per client across both. Each service puts
-//! `swin::tower::RateLimitLayer` in front of its routes, keyed by the `x-client` header
+//! `swin::tower::LimiterLayer` in front of its routes, keyed by the `x-client` header
 //! (`swin::tower::HeaderKey`), so that each run is a client of its own on a shared Redis;
 //! a service whose clients are not to choose their key uses `swin::tower::ClientAddr`.
 //!
@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use axum::{routing::get, Router};
-use swin::tower::{HeaderKey, RateLimitLayer};
+use swin::tower::{HeaderKey, LimiterLayer};
 
 /// The config of one service: the namespace `api` on the shared store, decided in the
 /// store at every request (`sync_rate = 0`), 5 per minute per key.
@@ -36,10 +36,12 @@ async fn service(name: &'static str, store: &str) -> anyhow::Result<String> {
     let limiter =
         Arc::new(swin::Limiter::start(swin::config::Config::from_toml(&config(store))?).await?);
     // every byte of the header is the key: a value past ASCII is counted like any other
-    let by_client = HeaderKey::new("x-client");
+    let layer = LimiterLayer::builder(limiter, "api")
+        .key(HeaderKey::new("x-client"))
+        .build()?;
     let app = Router::new()
         .route("/", get(move || async move { name }))
-        .layer(RateLimitLayer::new(limiter, "api", by_client));
+        .layer(layer);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });

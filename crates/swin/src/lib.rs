@@ -24,10 +24,11 @@
 //! they come from ([`limiter::KeyLimitsView`]) — answers owned snapshots: a caller (the
 //! daemon's admin and limits routes, its metrics) reads without holding an engine.
 //!
-//! With the feature `tower`, `swin::tower::RateLimitLayer` puts a [`Limiter`] in front of an
-//! axum router's or a tonic server's routes: a hit per request on a key the caller picks
-//! (the client's address behind trusted proxies, the peer's, a header's bytes, or a
-//! closure's), 429 (gRPC: RESOURCE_EXHAUSTED) with `Retry-After` when denied, the
+//! With the feature `tower`, `swin::tower::LimiterLayer` puts a [`Limiter`] in front of an
+//! axum router's or a tonic server's routes: built once with its namespace checked, a hit
+//! per request of the cost it says on a key the caller picks (the client's address behind
+//! trusted proxies, the peer's, a header's bytes, or a closure's), 429 (gRPC:
+//! RESOURCE_EXHAUSTED) with `Retry-After` when denied or what its error hook answers, the
 //! RateLimit headers on every answer (`examples/axum.rs`: two services on one store
 //! sharing one limit).
 

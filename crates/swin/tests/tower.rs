@@ -1,4 +1,4 @@
-//! `swin::tower::RateLimitLayer` in front of axum routes and a tonic server, without a
+//! `swin::tower::LimiterLayer` in front of axum routes and a tonic server, without a
 //! socket for axum (the router is called as a service): a request without a key passes
 //! unlimited; an allowed one reaches the route and carries the RateLimit headers; a
 //! denied one is 429 with `Retry-After` and never reaches the route (gRPC:
@@ -12,9 +12,11 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::{routing::get, Router};
-use swin::tower::{KeyExtractor, RateLimitLayer};
+use swin::tower::{KeyExtractor, LimiterLayer};
 use tower::ServiceExt;
 
+#[path = "tower/builder.rs"]
+mod builder;
 #[path = "tower/keys.rs"]
 mod keys;
 
@@ -55,7 +57,12 @@ where
                 "ok"
             }),
         )
-        .layer(RateLimitLayer::new(limiter, "api", key))
+        .layer(
+            LimiterLayer::builder(limiter, "api")
+                .key(key)
+                .build()
+                .expect("layer"),
+        )
 }
 
 fn request(client: Option<&str>) -> Request<Body> {
@@ -214,7 +221,12 @@ async fn a_tonic_server_behind_the_layer() {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server = tonic::transport::Server::builder()
-        .layer(RateLimitLayer::new(limiter, "api", by_caller))
+        .layer(
+            LimiterLayer::builder(limiter, "api")
+                .key(by_caller)
+                .build()
+                .expect("layer"),
+        )
         .add_service(health)
         .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
     tokio::spawn(server);

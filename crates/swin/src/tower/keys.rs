@@ -34,6 +34,29 @@ where
     }
 }
 
+/// What a request costs: a hit of that much on its key. A number is one (every request
+/// the same), and so is a closure `Fn(&Request<B>) -> f64`. A cost the limiter refuses
+/// (negative, not finite, more than a limit takes) is answered 400, never let through.
+pub trait Cost<B> {
+    /// The cost of `request`.
+    fn cost(&self, request: &Request<B>) -> f64;
+}
+
+impl<B> Cost<B> for f64 {
+    fn cost(&self, _: &Request<B>) -> f64 {
+        *self
+    }
+}
+
+impl<B, F> Cost<B> for F
+where
+    F: Fn(&Request<B>) -> f64,
+{
+    fn cost(&self, request: &Request<B>) -> f64 {
+        self(request)
+    }
+}
+
 /// Why a request has no key: it is refused, never let through.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NoKey {
