@@ -74,6 +74,7 @@ mod late;
 mod leases;
 mod limits;
 mod lost_replies;
+mod lost_replies_admin;
 mod lost_replies_leases;
 mod quota;
 mod quota_cluster;

@@ -612,16 +612,18 @@ async fn a_capped_bucket_commit_charges_what_the_bucket_leaves_on_postgres() {
 /// node A reserves 50, then commits it at 110 (a debt). Just after the window ends, B
 /// commits at 4: its 16 go back into the ended window, and B's answer counts that window
 /// as the store then has it (about 114, every node's hits in it), not as B last saw it:
-/// nothing remains, and a dry run on B says 429 as a hit there does.
+/// nothing remains, and a dry run on B says 429 as a hit there does. Windows of 20 s:
+/// the ended window weighs enough for nothing to remain until 2.4 s into the next (with
+/// windows of 4 s, 0.5 s: a loaded machine answered the last hit past it).
 async fn a_give_back_into_an_ended_window_answers_it_as_the_store_has_it(store: TestStore) {
-    let (_dirs, a, b) = two_nodes(&four_seconds(&store.section(), "ns", 100, STRICT));
+    let (_dirs, a, b) = two_nodes(&twenty_seconds(&store.section()));
     let c = reqwest::Client::new();
-    into_the_next_window(2800).await;
+    into_the_next_window_of(20, 17500).await;
     let small = reserve(&c, &b.base, 20.0).await;
     let rid = reserve(&c, &a.base, 50.0).await;
     let v = commit(&c, &a.base, &rid, 110.0).await;
     assert!(v["keys"][0]["debt"].as_f64() > Some(0.0), "{v}");
-    into_the_next_window(50).await;
+    into_the_next_window_of(20, 50).await;
     b_s_commit_answers_the_ended_window_as_the_store_has_it(&c, &b.base, &small).await;
 }
 
@@ -664,11 +666,6 @@ async fn b_s_commit_answers_the_ended_window_as_the_store_has_it(
 /// on connections of their own (on Redis the node's one connection keeps them in order,
 /// so the commit's calls come back after the return).
 async fn a_give_back_while_the_tick_s_return_is_out_answers_the_store_s_window(store: TestStore) {
-    let cfg = |section: &str| {
-        four_seconds(section, "ns", 100, STRICT)
-            .replace("window_sizes = [4]", "window_sizes = [20]")
-            .replace("window_size = 4,", "window_size = 20,")
-    };
     let relay = swin_testkit::Relay::to_url(&store.url).await;
     // every statement sent with its text, so that the hold's can be told from others
     let via = store.section_via(&relay).replace(
@@ -676,8 +673,8 @@ async fn a_give_back_while_the_tick_s_return_is_out_answers_the_store_s_window(s
         "sslmode=disable&statement-cache-capacity=0",
     );
     let dirs = [0, 1].map(|_| tempfile::tempdir().expect("dir"));
-    let a = node_in(dirs[0].path(), &cfg(&store.section()));
-    let b = node_in(dirs[1].path(), &cfg(&via));
+    let a = node_in(dirs[0].path(), &twenty_seconds(&store.section()));
+    let b = node_in(dirs[1].path(), &twenty_seconds(&via));
     let c = reqwest::Client::new();
     into_the_next_window_of(20, 17500).await;
     let small = reserve(&c, &b.base, 20.0).await;
@@ -700,6 +697,13 @@ static HOLD_SHA: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         .get_hash()
         .to_owned()
 });
+
+/// Strict admission on `ns`, a sliding limit of 100 in windows of 20 s.
+fn twenty_seconds(section: &str) -> String {
+    four_seconds(section, "ns", 100, STRICT)
+        .replace("window_sizes = [4]", "window_sizes = [20]")
+        .replace("window_size = 4,", "window_size = 20,")
+}
 
 /// Sleeps until `ms` into the next window of `size` seconds.
 async fn into_the_next_window_of(size: u64, ms: u64) {

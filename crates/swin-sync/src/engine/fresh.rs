@@ -1,11 +1,12 @@
 //! Totals that raced. A sync's read (or push) of a key and a synchronous round trip or a
 //! hold on it are separate store calls, each applying the totals the store answered it;
-//! when the sync's call was sent before the other was answered, the store may have run
-//! it first, and its totals, applied last, would overwrite the newer count with the older
-//! one (a key read back 2 where the store, and this node's own answer, held 3). So each
-//! apply of a call that counted or held stamps its keys, and a sync's apply leaves a key
-//! stamped after the sync's call was sent: that key's count is newer than what the sync
-//! read. The stamps are dropped at each tick's start, when no sync call is out.
+//! when the other call was sent after the sync's and answered before it, the store ran it
+//! after the sync's (as far as the node can tell), and the sync's totals, applied last,
+//! would overwrite the newer count with the older one (a key read back 2 where the store,
+//! and this node's own answer, held 3). So every such call is numbered as it is sent;
+//! the apply of a call that counted or held stamps its keys with its number, and a
+//! sync's apply leaves a key stamped with a later number than its own. The stamps are
+//! dropped at each tick's start, when no sync call is out.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -21,8 +22,8 @@ pub(super) struct Fresh(Mutex<Stamps>);
 
 #[derive(Debug, Default)]
 struct Stamps {
-    /// Applies so far (the last one's number).
-    applies: u64,
+    /// Calls numbered so far (the last one's number).
+    sent: u64,
     keys: HashMap<CompactString, u64>,
 }
 
@@ -31,10 +32,12 @@ impl Fresh {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The number to give a sync's call as it is sent: its apply leaves keys stamped
-    /// after it.
-    pub(super) fn mark(&self) -> u64 {
-        self.lock().applies
+    /// The number of a call about to be sent: a sync's (its apply leaves keys stamped
+    /// later), or one that counts or holds (its apply stamps its keys with it).
+    pub(super) fn next(&self) -> u64 {
+        let mut stamps = self.lock();
+        stamps.sent += 1;
+        stamps.sent
     }
 
     /// Drops every stamp (a tick begins: no sync call is out).
@@ -42,8 +45,8 @@ impl Fresh {
         self.lock().keys.clear();
     }
 
-    /// Applies a sync call's `totals`, sent at `since` ([`Fresh::mark`]), except those of
-    /// keys stamped after it.
+    /// Applies a sync call's `totals`, sent as `since` ([`Fresh::next`]), except those of
+    /// keys stamped later.
     pub(super) fn apply_unless_newer(
         &self,
         counters: &NamespaceCounters,
@@ -65,19 +68,23 @@ impl Fresh {
 
 impl NamespaceSync {
     /// Applies the totals the store answered a call that counted or held (a synchronous
-    /// round trip, an owed one sent again, a hold), stamping their keys.
-    pub(super) fn apply_answered(&self, totals: &[Total], now: UnixMs, create: Create) {
+    /// round trip, an owed one sent again, a hold), sent as `sent` ([`Fresh::next`]),
+    /// stamping their keys.
+    pub(super) fn apply_answered(&self, totals: &[Total], now: UnixMs, create: Create, sent: u64) {
         let mut stamps = self.fresh.lock();
-        stamps.applies += 1;
-        let n = stamps.applies;
         for t in totals {
             match stamps.keys.get_mut(t.key.as_str()) {
-                Some(s) => *s = n,
+                Some(s) => *s = (*s).max(sent),
                 None => {
-                    stamps.keys.insert(t.key.clone(), n);
+                    stamps.keys.insert(t.key.clone(), sent);
                 }
             }
         }
         apply_to(&self.counters, totals, now, create);
+    }
+
+    /// The number of a store call about to be sent (see `fresh`).
+    pub(crate) fn fresh_number(&self) -> u64 {
+        self.fresh.next()
     }
 }

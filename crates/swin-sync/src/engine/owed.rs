@@ -61,12 +61,13 @@ impl NamespaceSync {
                 seq: Some(seq),
                 diffs: &diffs,
             };
+            let sent = self.fresh.next();
             match self.call(store.push(self.name(), push)).await {
                 Ok(pushed) => {
                     for r in &pushed.rejected {
                         warn!(namespace = self.name(), key = %r.diff.key, reason = %r.reason, "the store refused a window for good; its hits are dropped");
                     }
-                    self.apply_answered(&pushed.totals, crate::now(), super::Create::No);
+                    self.apply_answered(&pushed.totals, crate::now(), super::Create::No, sent);
                     let mut o = self.owed_lock();
                     if o.chunks.front().is_some_and(|(s, _)| *s == seq) {
                         o.chunks.pop_front();

@@ -108,7 +108,7 @@ impl NamespaceSync {
         let read = async {
             // under the push lock, as a sync reads: a push in flight is in what is read
             let st = self.rounds.state.lock().await;
-            let since = self.fresh.mark();
+            let since = self.fresh.next();
             let totals = self.call(store.read(self.name(), &wanted)).await?;
             let mut totals = with_absent_as_zero(&wanted, totals);
             // what this node drained but the store has not confirmed (a push that failed,
@@ -183,7 +183,7 @@ impl NamespaceSync {
         let mut fetched = 0;
         for chunk in wanted.chunks(READ_CHUNK) {
             let read = async {
-                let since = self.fresh.mark();
+                let since = self.fresh.next();
                 let totals = self.call(store.read(self.name(), chunk)).await?;
                 fetched += totals.len();
                 let totals = with_absent_as_zero(chunk, totals);
@@ -308,8 +308,9 @@ impl NamespaceSync {
 
     /// Writes the store's totals for keys a request just read or held into the
     /// tables (adding keys they do not hold), for reads of their rates.
-    pub(crate) fn apply_totals(&self, totals: &[swin_core::Total], now: UnixMs) {
-        self.apply_answered(totals, now, Create::Yes);
+    /// `sent`: the call's number ([`Self::fresh_number`], taken as it was sent).
+    pub(crate) fn apply_totals(&self, totals: &[swin_core::Total], now: UnixMs, sent: u64) {
+        self.apply_answered(totals, now, Create::Yes, sent);
     }
 }
 
@@ -363,7 +364,7 @@ impl Rows for Diff {
             seq: Some(seq),
             diffs,
         };
-        let since = sync.fresh.mark();
+        let since = sync.fresh.next();
         let reply = sync.call(store.push(sync.name(), push)).await?;
         let totals = sync.settle(diffs, reply);
         let applied = sync.apply_off_runtime(totals, now, since).await;

@@ -62,7 +62,7 @@ impl NamespaceSync {
             .window_sizes()
             .map(|s| (s.secs(), s.previous_start_of(now)))
             .collect();
-        let since = self.fresh.mark();
+        let since = self.fresh.next();
         let totals = self
             .call(store.load_namespace(self.name(), &windows))
             .await?;

@@ -61,6 +61,7 @@ impl NamespaceSync {
             return self.failed_synchronous(&e, batch);
         }
         let seq = self.next_sync_seq();
+        let sent = self.fresh.next();
         let (answer, may_have_run) = self.send_until_known(store, &diffs, &prev_keys, seq).await;
         let (pushed, previous, refused) = match answer {
             Ok((p, r)) => {
@@ -75,8 +76,8 @@ impl NamespaceSync {
             Err(e) => return self.failed_synchronous(&e, batch),
         };
         let now = batch.iter().map(|w| w.now).max().unwrap_or(UnixMs(0));
-        self.apply_answered(&pushed, now, Create::Yes);
-        self.apply_answered(&previous, now, Create::Yes);
+        self.apply_answered(&pushed, now, Create::Yes, sent);
+        self.apply_answered(&previous, now, Create::Yes, sent);
         type Window = (CompactString, u32, i64);
         let prev: std::collections::HashMap<Window, f64> = previous
             .iter()

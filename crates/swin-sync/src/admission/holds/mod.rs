@@ -281,6 +281,7 @@ impl Holds {
             }
             notified.await;
         };
+        let sent = sync.fresh_number();
         let answer = self
             .hold_batched(sync, key, size.secs(), start, request)
             .await;
@@ -301,7 +302,7 @@ impl Holds {
                         count: v.previous,
                     },
                 ];
-                sync.apply_totals(&totals, now);
+                sync.apply_totals(&totals, now, sent);
                 Ok((v, slot, start))
             }
             // the window ended while the request was out: its quota goes back with the
