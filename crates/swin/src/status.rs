@@ -210,15 +210,12 @@ impl Limiter {
                 fetched: r.fetched,
                 duration_ms: r.duration_ms,
             }),
-            Err(e) if e.may_have_run() => {
-                tracing::warn!(namespace, cause = %e, "a sync asked for: its outcome is unknown");
-                Err(Error::OutcomeUnknown(format!(
-                    "sync of namespace {namespace:?}: the store's answer was lost or late, so \
-                     whether it took the push is unknown; the push goes again under the same \
-                     number, which the store counts once (ask again, or read the namespace's \
-                     pending_diffs)"
-                )))
-            }
+            Err(e) if e.may_have_run() => Err(Error::store_maybe(
+                &e,
+                &format!("sync of namespace {namespace:?}"),
+                "the push goes again under the same number, which the store counts once (ask \
+                 again, or read the namespace's pending_diffs)",
+            )),
             Err(e) => Err(Error::store(
                 &e,
                 &format!("sync of namespace {namespace:?}"),
@@ -228,8 +225,8 @@ impl Limiter {
 
     /// Deletes `key`'s counts and bucket in the store, then on this node (other nodes
     /// drop theirs at their next sync); nothing is reset when the store cannot be
-    /// reached, and when its answer is lost the error says the outcome is unknown (a
-    /// reset sent again does the same).
+    /// reached, and when its answer may have been lost the error says the outcome is
+    /// unknown (a reset sent again does the same).
     pub async fn reset(&self, namespace: &str, key: &str) -> Result<(), Error> {
         crate::policy::input::check_key(key)?;
         let ns = self.namespace(namespace)?;
@@ -237,14 +234,12 @@ impl Limiter {
             .reset(key)
             .await
             .map_err(|e| match e.may_have_run() {
-                true => {
-                    tracing::warn!(namespace, key, cause = %e, "a reset: its outcome is unknown");
-                    Error::OutcomeUnknown(format!(
-                        "reset of key {key:?}: the store's answer was lost or late, so whether it \
-                     deleted the key's counts is unknown; this node kept its own: send the \
-                     reset again (a reset sent twice resets once)"
-                    ))
-                }
+                true => Error::store_maybe(
+                    &e,
+                    &format!("reset of key {key:?}"),
+                    "this node kept its counts: send the reset again (a reset sent twice \
+                     resets once)",
+                ),
                 false => Error::store(&e, "reset"),
             })
     }
