@@ -57,12 +57,12 @@ pub struct SpoolEntry {
 
 impl SpoolEntry {
     /// The store's name in the config.
-    pub fn store(&self) -> &String {
+    pub fn store(&self) -> &str {
         &self.store
     }
 
     /// [`crate::config::StoreConfig::fingerprint`] of that store.
-    pub fn store_fingerprint(&self) -> &String {
+    pub fn store_fingerprint(&self) -> &str {
         &self.store_fingerprint
     }
 

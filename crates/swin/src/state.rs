@@ -88,13 +88,13 @@ impl Namespace {
     }
 
     /// The `[stores]` entry it syncs with (none: local only).
-    pub fn store_name(&self) -> &Option<String> {
-        &self.store_name
+    pub fn store_name(&self) -> Option<&str> {
+        self.store_name.as_deref()
     }
 
     /// The limits `/hit` decides against; none when it only counts (or has descriptor rules only).
-    pub fn limits(&self) -> &Option<crate::policy::limits::Limits> {
-        &self.limits
+    pub fn limits(&self) -> Option<&crate::policy::limits::Limits> {
+        self.limits.as_ref()
     }
 
     /// Whether `/increment` takes negative values (`allow_decrements`); without it a
@@ -115,8 +115,8 @@ impl Namespace {
     }
 
     /// Envoy's descriptor rules (the gRPC rate limit service), when the namespace has some.
-    pub fn rules(&self) -> &Option<Arc<crate::policy::rules::Rules>> {
-        &self.rules
+    pub fn rules(&self) -> Option<&Arc<crate::policy::rules::Rules>> {
+        self.rules.as_ref()
     }
 
     /// Envoy's answers carry the RateLimit headers.
@@ -146,8 +146,8 @@ impl Namespace {
     }
 
     /// `algorithm = "concurrency"`: leases in flight per key, not hits.
-    pub fn concurrency(&self) -> &Option<crate::config::Concurrency> {
-        &self.concurrency
+    pub fn concurrency(&self) -> Option<&crate::config::Concurrency> {
+        self.concurrency.as_ref()
     }
 
     /// Where the namespace's leases and reservations are kept (its store, or this node

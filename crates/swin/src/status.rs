@@ -314,7 +314,7 @@ fn status_of(ns: &Namespace) -> NamespaceStatus {
             swin_sync::SyncMode::Synchronous => 0.0,
             swin_sync::SyncMode::LocalOnly => -1.0,
         },
-        store: ns.store_name().clone(),
+        store: ns.store_name().map(str::to_owned),
         algorithm: match ns.algorithm() {
             Algorithm::Concurrency => Some("concurrency"),
             _ => ns.limits().as_ref().map(|l| l.algorithm().name()),

@@ -27,7 +27,7 @@ pub(super) fn response(
         let applied: Vec<Option<&Rule>> = decided
             .answers()
             .iter()
-            .map(|a| a.rule().as_deref())
+            .map(|a| a.rule())
             .collect();
         metadata::of(req, &statuses, &applied)
     });
@@ -57,7 +57,7 @@ pub(super) fn response(
 /// limit in `current_limit` when one replaced the rule's (its first window, in Envoy's
 /// unit of that length; UNKNOWN for another length).
 fn status_of_answer(a: &Answer) -> DescriptorStatus {
-    let (rule, decision, denied, runtime) = match (&a.rule(), &a.shown()) {
+    let (rule, decision, denied, runtime) = match (a.rule(), &a.shown()) {
         (
             rule,
             Shown::Slots {
@@ -66,7 +66,7 @@ fn status_of_answer(a: &Answer) -> DescriptorStatus {
                 remaining,
                 until,
             },
-        ) => return leases::status(rule.as_deref(), *ok, *limit, *remaining, *until),
+        ) => return leases::status(rule, *ok, *limit, *remaining, *until),
         (_, Shown::NoRule) | (None, _) => return ok_without_limit(),
         (Some(_), Shown::Unlimited) => {
             return DescriptorStatus {
@@ -122,7 +122,7 @@ fn descriptor_status(rule: &Rule, d: &Decision, denied: bool) -> DescriptorStatu
         current_limit: Some(RateLimit {
             // envoyproxy/ratelimit's: the rule's name, empty without one (Envoy adds a
             // non-empty name to X-RateLimit-Limit for clients to see)
-            name: rule.name().clone().unwrap_or_default(),
+            name: rule.name().unwrap_or_default().to_owned(),
             requests_per_unit: rule.requests_per_unit(),
             unit: rule.unit(),
         }),
@@ -141,7 +141,7 @@ fn headers(v: &Verdict, denied: bool) -> Vec<(&'static str, String)> {
     let h = RateLimitHeaders::of(v.policies(), v.policy(), &v.decision());
     let mut out = vec![
         ("RateLimit-Policy", h.policy().to_string()),
-        ("RateLimit", h.state().clone()),
+        ("RateLimit", h.state().to_owned()),
     ];
     // a descriptor in shadow mode is over its limit but not denied: no Retry-After, and
     // the shadow header says which would have denied it

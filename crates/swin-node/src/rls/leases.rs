@@ -23,7 +23,7 @@ pub(super) fn status(
     DescriptorStatus {
         code: if ok { Code::Ok } else { Code::OverLimit } as i32,
         current_limit: Some(RateLimit {
-            name: rule.and_then(|r| r.name().clone()).unwrap_or_default(),
+            name: rule.and_then(|r| r.name()).unwrap_or_default().to_owned(),
             requests_per_unit: u32::try_from(limit).unwrap_or(u32::MAX),
             // in flight, not per a unit of time
             unit: 0,

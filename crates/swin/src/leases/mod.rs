@@ -56,7 +56,7 @@ impl AcquireAnswer {
     }
 
     /// The lease's id (the client's, or one made here).
-    pub fn lease(&self) -> &String {
+    pub fn lease(&self) -> &str {
         &self.lease
     }
 
@@ -120,8 +120,8 @@ impl AcquireRequest {
     }
 
     /// A client's own id, so that a retried acquire (a lost answer) replaces itself.
-    pub fn lease(&self) -> &Option<String> {
-        &self.lease
+    pub fn lease(&self) -> Option<&str> {
+        self.lease.as_deref()
     }
 }
 

@@ -29,13 +29,13 @@ impl<'a> RateLimitHeaders<'a> {
 
     /// `RateLimit`: the state of the strictest limit; `t` on a denial is when this hit
     /// would pass.
-    pub fn state(&self) -> &String {
+    pub fn state(&self) -> &str {
         &self.state
     }
 
     /// `Retry-After` on a denial, never earlier than `t` and at least 1.
-    pub fn retry_after(&self) -> &Option<u64> {
-        &self.retry_after
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
     }
 }
 

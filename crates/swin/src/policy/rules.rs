@@ -152,7 +152,7 @@ pub struct Rule {
 
 impl Rule {
     /// Its path: `generic_key_login.remote_address`.
-    pub fn path(&self) -> &String {
+    pub fn path(&self) -> &str {
         &self.path
     }
 
@@ -167,12 +167,12 @@ impl Rule {
     }
 
     /// `rate_limit.name`, for `replaces` and the answer's `current_limit.name`.
-    pub fn name(&self) -> &Option<String> {
-        &self.name
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
     }
 
     /// Names of the rules it replaces when both apply.
-    pub fn replaces(&self) -> &Vec<String> {
+    pub fn replaces(&self) -> &[String] {
         &self.replaces
     }
 
@@ -188,8 +188,8 @@ impl Rule {
     }
 
     /// The rule's `metadata`, for the answer's dynamic metadata.
-    pub fn metadata(&self) -> &Option<Arc<serde_json::Map<String, serde_json::Value>>> {
-        &self.metadata
+    pub fn metadata(&self) -> Option<&Arc<serde_json::Map<String, serde_json::Value>>> {
+        self.metadata.as_ref()
     }
 }
 
@@ -210,7 +210,7 @@ impl Found {
     }
 
     /// (entry index, the value as the rule writes it, `*` included)
-    pub fn shared(&self) -> &Vec<(usize, Arc<str>)> {
+    pub fn shared(&self) -> &[(usize, Arc<str>)] {
         &self.shared
     }
 }

@@ -64,7 +64,7 @@ impl Change {
     }
 
     /// Who made the change (a token's name), kept beside it.
-    pub fn set_by(&self) -> &String {
+    pub fn set_by(&self) -> &str {
         &self.set_by
     }
 }

@@ -21,12 +21,12 @@ impl Reports {
     }
 
     /// The namespace.
-    pub fn domain(&self) -> &String {
+    pub fn domain(&self) -> &str {
         &self.domain
     }
 
     /// Each bucket's usage since the last report.
-    pub fn usages(&self) -> &Vec<Usage> {
+    pub fn usages(&self) -> &[Usage] {
         &self.usages
     }
 }

@@ -167,8 +167,8 @@ pub struct Answer {
 
 impl Answer {
     /// The rule that applied (none: no rule matched).
-    pub fn rule(&self) -> &Option<Arc<Rule>> {
-        &self.rule
+    pub fn rule(&self) -> Option<&Rule> {
+        self.rule.as_deref()
     }
 
     /// What it shows.
@@ -222,7 +222,7 @@ pub struct Decided {
 
 impl Decided {
     /// One answer per descriptor, in order.
-    pub fn answers(&self) -> &Vec<Answer> {
+    pub fn answers(&self) -> &[Answer] {
         &self.answers
     }
 
@@ -232,17 +232,17 @@ impl Decided {
     }
 
     /// The strictest descriptor, for the RateLimit headers.
-    pub fn strictest(&self) -> &Option<Strictest> {
-        &self.strictest
+    pub fn strictest(&self) -> Option<&Strictest> {
+        self.strictest.as_ref()
     }
 
     /// Each hit or acquire decided, for the metrics.
-    pub fn counted(&self) -> &Vec<Counted> {
+    pub fn counted(&self) -> &[Counted] {
         &self.counted
     }
 
     /// What each lease call did (`released`, `acquired`, `denied`), for the metrics.
-    pub fn leases(&self) -> &Vec<&'static str> {
+    pub fn leases(&self) -> &[&'static str] {
         &self.leases
     }
 }

@@ -92,8 +92,8 @@ impl Reserved {
     }
 
     /// The reservation's id and lapse time (allowed only).
-    pub fn reservation(&self) -> &Option<(String, UnixMs)> {
-        &self.reservation
+    pub fn reservation(&self) -> Option<&(String, UnixMs)> {
+        self.reservation.as_ref()
     }
 
     /// The reservation's total after it (allowed; denied: what it had, or 0 for a
