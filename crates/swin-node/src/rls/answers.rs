@@ -24,11 +24,7 @@ pub(super) fn response(
 ) -> RateLimitResponse {
     let statuses: Vec<DescriptorStatus> = decided.answers().iter().map(status_of_answer).collect();
     let dynamic_metadata = ns.envoy_dynamic_metadata().then(|| {
-        let applied: Vec<Option<&Rule>> = decided
-            .answers()
-            .iter()
-            .map(|a| a.rule())
-            .collect();
+        let applied: Vec<Option<&Rule>> = decided.answers().iter().map(|a| a.rule()).collect();
         metadata::of(req, &statuses, &applied)
     });
     RateLimitResponse {

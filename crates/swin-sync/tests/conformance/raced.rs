@@ -3,6 +3,17 @@
 
 use super::*;
 
+/// The store's count of `k` in the hour of `now`.
+async fn stored(s: &TestStore, now: UnixMs) -> f64 {
+    let window = WindowKey {
+        key: "k".into(),
+        window_size: 3600,
+        window_start: WindowSize::new(3600).expect("size").start_of(now),
+    };
+    let totals = s.store.read("api", &[window]).await.expect("read");
+    totals.iter().map(|t| t.count).sum()
+}
+
 /// A synchronous engine holds `k` at 2. A sync's read of `k` is sent, and its answer
 /// (2) held back; meanwhile an increment of 1 goes through the store (3, and the node's
 /// count 3). The read's answer, applied last, used to set the node's count back to 2
@@ -29,24 +40,7 @@ pub(super) async fn a_sync_read_answered_after_a_round_trip_leaves_its_newer_cou
         r.current, 3.0,
         "the node's count after the late read: {r:?}"
     );
-    let start = WindowSize::new(3600).expect("size").start_of(now);
-    let stored = s
-        .store
-        .read(
-            "api",
-            &[WindowKey {
-                key: "k".into(),
-                window_size: 3600,
-                window_start: start,
-            }],
-        )
-        .await
-        .expect("read");
-    assert_eq!(
-        stored.iter().map(|t| t.count).sum::<f64>(),
-        3.0,
-        "{stored:?}"
-    );
+    assert_eq!(stored(s, now).await, 3.0);
 }
 
 /// A periodic engine's first touch of `k` (the store holds 1) whose answer comes after
@@ -62,7 +56,6 @@ pub(super) async fn a_first_touch_answered_after_a_sync_leaves_its_newer_count(s
         &[3600],
     );
     let now = UnixMs::from_system_time(std::time::SystemTime::now());
-    let start = WindowSize::new(3600).expect("size").start_of(now);
     let other = engine(
         &s.store,
         SyncMode::Periodic(Duration::from_secs(60)),
@@ -83,21 +76,5 @@ pub(super) async fn a_first_touch_answered_after_a_sync_leaves_its_newer_count(s
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let r = e.counters().rate("k", 3600, now, None).expect("size");
     assert_eq!(r.current, 3.0, "after the first touch's answer: {r:?}");
-    let stored = s
-        .store
-        .read(
-            "api",
-            &[WindowKey {
-                key: "k".into(),
-                window_size: 3600,
-                window_start: start,
-            }],
-        )
-        .await
-        .expect("read");
-    assert_eq!(
-        stored.iter().map(|t| t.count).sum::<f64>(),
-        3.0,
-        "{stored:?}"
-    );
+    assert_eq!(stored(s, now).await, 3.0);
 }
