@@ -327,7 +327,7 @@ fn run(section: String) {
     std::fs::write(&path, config_text(&section, data_dir.path(), false)).expect("write");
     let mut cluster = rt.block_on(async {
         let config = Config::load(&path).expect("config");
-        let store = open_store(&config.limiter().stores()["main"])
+        let store = open_store("main", &config.limiter().stores()["main"])
             .await
             .expect("store");
         let mut nodes = Vec::new();

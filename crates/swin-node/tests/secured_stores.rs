@@ -27,7 +27,7 @@ fn store_config(section: &str, password: &str) -> swin::config::StoreConfig {
 
 /// The store a `[stores.main]` section opens, its password in the environment.
 async fn open(section: &str, password: &str) -> Store {
-    open_store(&store_config(section, password))
+    open_store("main", &store_config(section, password))
         .await
         .expect("open")
 }

@@ -9,7 +9,7 @@ use swin::Limiter;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-pub use swin::limiter::{migrate_all, open_store, open_stores};
+pub use swin::limiter::{migrate_all, open_store};
 
 use crate::config::Config;
 use crate::http::router;
@@ -123,7 +123,7 @@ impl Daemon {
 
     /// Stops the limiter: a last push, and what the stores do not confirm is spooled.
     pub async fn shutdown_engines(self) -> anyhow::Result<()> {
-        self.limiter.stop().await
+        Ok(self.limiter.stop().await?)
     }
 
     /// Serves until SIGTERM or SIGINT; reloads `config_path` on SIGHUP. On the way out,
@@ -188,6 +188,6 @@ impl Daemon {
             }
         }
         info!("pushing the last diffs");
-        self.limiter.stop().await
+        Ok(self.limiter.stop().await?)
     }
 }

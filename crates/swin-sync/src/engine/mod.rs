@@ -24,6 +24,7 @@ mod quota;
 mod reach;
 mod reservations;
 mod round_trips;
+mod rows;
 mod session;
 mod status;
 mod stopping;

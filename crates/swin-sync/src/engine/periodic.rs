@@ -6,7 +6,8 @@
 //! holds — keys used here within the last two windows (older entries are dropped at the
 //! drain), at most `max_counters` — not with every key in the cluster (Kong reads the
 //! whole namespace on every node). GCRA buckets go the same way (TAT advances instead of
-//! diffs).
+//! diffs). On Redis the windows a push's keys need read go in the push itself (see
+//! `rows.rs`, `reads_beside`): a synced key costs the store one call's share, not two.
 //!
 //! A failed push keeps its chunks and their sequence numbers; the next attempt sends
 //! exactly the same chunks, which the store applies at most once each (see
@@ -15,11 +16,12 @@
 use std::time::Instant;
 
 use swin_core::{Advance, Diff, Tat, UnixMs};
-use tracing::{debug, error};
+use tracing::error;
 
 use super::pace::Pace;
+use super::rows::Rows;
 use super::{apply_to, nanos, off_runtime, Create, NamespaceSync, SyncReport};
-use crate::store::{normalize, normalize_advances, Push, Pushed, Store, TatPush, WindowKey};
+use crate::store::{Pushed, Store, WindowKey};
 use crate::StoreError;
 
 /// Windows read per store call when refreshing held keys, and pushed per store call.
@@ -144,11 +146,16 @@ impl NamespaceSync {
         self.fresh.clear();
         // windows whose totals a push of this sync returned: no need to read them again
         let mut fresh: Vec<Diff> = Vec::new();
+        let mut fetched = 0;
         let mut pushed = self
-            .push_rounds(store, st, now, pace, |diffs: Vec<Diff>| fresh.extend(diffs))
+            .push_rounds(store, st, now, pace, |diffs: Vec<Diff>, read: Vec<Diff>| {
+                fetched += read.len();
+                fresh.extend(diffs);
+                fresh.extend(read);
+            })
             .await?;
         pushed += self
-            .push_rounds::<Advance>(store, st, now, pace, drop)
+            .push_rounds::<Advance>(store, st, now, pace, |_, _| ())
             .await?;
         let counters = self.counters.clone();
         let wanted = off_runtime(move || {
@@ -180,7 +187,6 @@ impl NamespaceSync {
         // runtime worker in one go, nor send one statement of that size.
         // A held window the store does not hold counts 0 in the cluster: never pushed, or
         // reset (DELETE on some node) — its synced total drops to 0, local hits stay.
-        let mut fetched = 0;
         for chunk in wanted.chunks(READ_CHUNK) {
             let read = async {
                 let since = self.fresh.next();
@@ -219,14 +225,15 @@ impl NamespaceSync {
     /// own call with its own sequence number, so that no single reply holds a runtime
     /// worker decoding 100,000 rows while requests wait behind it. A chunk leaves the
     /// queue only once its push succeeded (then `done` takes it); after a failure it
-    /// stays, to go again unchanged. Returns the rows pushed.
+    /// stays, to go again unchanged. `done` takes each pushed chunk with the rows read
+    /// beside it. Returns the rows pushed.
     async fn push_rounds<R: Rows>(
         &self,
         store: &Store,
         st: &mut PushState,
         now: UnixMs,
         pace: &mut Pace,
-        mut done: impl FnMut(Vec<R>),
+        mut done: impl FnMut(Vec<R>, Vec<R>),
     ) -> Result<usize, StoreError> {
         let mut pushed = 0;
         for _ in 0..2 {
@@ -240,10 +247,10 @@ impl NamespaceSync {
                 st.seq = seq;
             }
             while let Some((seq, rows)) = R::queue(st).front() {
-                pace.call(R::push(self, store, *seq, rows, now)).await?;
+                let read = pace.call(R::push(self, store, *seq, rows, now)).await?;
                 if let Some((_, rows)) = R::queue(st).pop_front() {
                     pushed += rows.len();
-                    done(rows);
+                    done(rows, read);
                 }
             }
         }
@@ -255,7 +262,9 @@ impl NamespaceSync {
     /// store refused are logged with their key and counted, never retried: they would
     /// fail every time and hold back every diff behind them.
     pub(super) fn settle(&self, diffs: &[Diff], reply: Pushed) -> Vec<swin_core::Total> {
-        for r in &reply.rejected {
+        // a window read beside a push (a diff of 0) drops no hits: not logged as one
+        let dropped = reply.rejected.iter().filter(|r| r.diff.value != 0.0);
+        for r in dropped.clone() {
             error!(
                 namespace = self.name(),
                 key = %r.diff.key,
@@ -266,9 +275,10 @@ impl NamespaceSync {
                 "the store refused a window for good; its hits are dropped"
             );
         }
-        if !reply.rejected.is_empty() {
+        let dropped = dropped.count() as u64;
+        if dropped > 0 {
             let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-            s.rejected_windows += reply.rejected.len() as u64;
+            s.rejected_windows += dropped;
         }
         let refused: std::collections::HashSet<WindowKey> = reply
             .rejected
@@ -311,105 +321,6 @@ impl NamespaceSync {
     /// `sent`: the call's number ([`Self::fresh_number`], taken as it was sent).
     pub(crate) fn apply_totals(&self, totals: &[swin_core::Total], now: UnixMs, sent: u64) {
         self.apply_answered(totals, now, Create::Yes, sent);
-    }
-}
-
-/// What a sync pushes: window diffs or GCRA TAT advances, each with its queue in
-/// [`PushState`], its drain and its store call.
-trait Rows: Clone + Send + Sync + 'static {
-    fn queue(st: &mut PushState) -> &mut std::collections::VecDeque<(u64, Vec<Self>)>;
-
-    /// Takes what the local tables hold for the store, normalized (summed per window or
-    /// bucket, in lock order), off the runtime. An error: the runtime is shutting down
-    /// and drained nothing.
-    async fn drain(sync: &NamespaceSync, now: UnixMs) -> Result<Vec<Self>, StoreError>;
-
-    /// Pushes one chunk and applies what the store answers.
-    async fn push(
-        sync: &NamespaceSync,
-        store: &Store,
-        seq: u64,
-        rows: &[Self],
-        now: UnixMs,
-    ) -> Result<(), StoreError>;
-}
-
-impl Rows for Diff {
-    fn queue(st: &mut PushState) -> &mut std::collections::VecDeque<(u64, Vec<Self>)> {
-        &mut st.pending
-    }
-
-    async fn drain(sync: &NamespaceSync, now: UnixMs) -> Result<Vec<Self>, StoreError> {
-        let counters = sync.counters.clone();
-        off_runtime(move || {
-            let all: Vec<Diff> = counters
-                .tables()
-                .iter()
-                .flat_map(|t| t.drain(now))
-                .collect();
-            normalize(&all)
-        })
-        .await
-    }
-
-    async fn push(
-        sync: &NamespaceSync,
-        store: &Store,
-        seq: u64,
-        diffs: &[Self],
-        now: UnixMs,
-    ) -> Result<(), StoreError> {
-        let push = Push {
-            node_id: &sync.node_id,
-            seq: Some(seq),
-            diffs,
-        };
-        let since = sync.fresh.next();
-        let reply = sync.call(store.push(sync.name(), push)).await?;
-        let totals = sync.settle(diffs, reply);
-        let applied = sync.apply_off_runtime(totals, now, since).await;
-        confirmed(sync, applied);
-        Ok(())
-    }
-}
-
-/// Advances are applied as `tat = max(tat, now) + Σ`.
-impl Rows for Advance {
-    fn queue(st: &mut PushState) -> &mut std::collections::VecDeque<(u64, Vec<Self>)> {
-        &mut st.pending_tats
-    }
-
-    async fn drain(sync: &NamespaceSync, now: UnixMs) -> Result<Vec<Self>, StoreError> {
-        let counters = sync.counters.clone();
-        off_runtime(move || normalize_advances(&counters.buckets().drain(nanos(now)))).await
-    }
-
-    async fn push(
-        sync: &NamespaceSync,
-        store: &Store,
-        seq: u64,
-        advances: &[Self],
-        now: UnixMs,
-    ) -> Result<(), StoreError> {
-        let push = TatPush {
-            node_id: &sync.node_id,
-            seq: Some(seq),
-            now_ns: nanos(now),
-            advances,
-        };
-        let tats = sync.call(store.push_tats(sync.name(), push)).await?;
-        let applied = sync.apply_tats_off_runtime(tats).await;
-        confirmed(sync, applied);
-        Ok(())
-    }
-}
-
-/// A push the store confirmed is done, whether or not its totals were applied: a runtime
-/// shutting down before they were leaves this node's view a sync behind, and the chunk
-/// must not go again (nor into what the engine hands over unconfirmed).
-fn confirmed(sync: &NamespaceSync, applied: Result<(), StoreError>) {
-    if let Err(e) = applied {
-        debug!(namespace = sync.name(), cause = %e, "a confirmed push's totals were not applied");
     }
 }
 

@@ -239,7 +239,48 @@ pub(super) async fn redis_a_push_record_that_is_not_a_number_does_not_stop_pushe
     assert_eq!(tat_of(&s.store, "ns", "b").await, Some(NOW_NS + SEC));
 }
 
+/// A periodic sync reads the windows of the keys it pushes in the push itself: the
+/// script's HMGET of a key's hash takes its other window too. A node holding only keys
+/// it pushes makes one store call a sync (there was one read more per hash after the
+/// push: here the planned failure of a second call failed the sync), and its view has
+/// the other node's hits of the previous window.
+pub(super) async fn redis_a_sync_reads_its_pushed_keys_in_the_push(s: &TestStore) {
+    let b = engine(
+        &s.store,
+        SyncMode::Periodic(Duration::from_millis(100)),
+        &[60],
+    );
+    let then = UnixMs::from_secs(NOW - 60);
+    b.increment("k", 60, 5.0, then).await.expect("b");
+    b.sync_once(then).await.expect("sync b");
+    let (faulty, control) = common::faulty(&s.store);
+    let a = engine(
+        &faulty,
+        SyncMode::Periodic(Duration::from_millis(100)),
+        &[60],
+    );
+    let now = UnixMs::from_secs(NOW);
+    a.sync_once(now)
+        .await
+        .expect("a first sync: the store reached");
+    for key in ["k", "other"] {
+        a.increment(key, 60, 3.0, now).await.expect("a");
+    }
+    control.plan([Fault::Slow(Duration::ZERO), Fault::FailBefore]);
+    a.sync_once(now).await.expect("one call: the push");
+    control.clear_plan();
+    let r = a.counters().rate("k", 60, now, None).expect("size");
+    assert_eq!((r.current, r.previous), (3.0, 5.0), "{r:?}");
+    let r = a.counters().rate("other", 60, now, None).expect("size");
+    assert_eq!((r.current, r.previous), (3.0, 0.0), "{r:?}");
+    assert_eq!(
+        totals(&s.store, "api", &[wk("k", CUR), wk("k", PREV)]).await,
+        vec![("k".into(), PREV, 5.0), ("k".into(), CUR, 3.0)]
+    );
+}
+
 swin_testkit::for_stores!([redis, valkey, redis8] [
+    redis_a_sync_reads_its_pushed_keys_in_the_push,
     redis_push_checks_before_writing_and_a_retry_applies_once,
     redis_pushes_survive_a_flushed_script_cache,
     redis_pushes_write_what_changed_and_every_hash_expires,

@@ -6,6 +6,7 @@
 mod idempotent;
 mod key_limits;
 mod leftovers;
+mod lifecycle;
 mod namespaces;
 mod requests;
 mod reservations;
@@ -15,7 +16,6 @@ mod stores;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use anyhow::Context;
 use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -23,8 +23,10 @@ use tracing::{info, warn};
 
 pub use self::key_limits::KeyLimitsView;
 use self::leftovers::{Leftovers, SpoolFiles};
+pub use self::lifecycle::LimiterError;
 use self::stopping::retire;
-pub use self::stores::{migrate_all, open_store, open_stores};
+use self::stores::open_stores;
+pub use self::stores::{migrate_all, open_store};
 use self::stores::{open_answering, Connected};
 use crate::config::{Config, NamespaceConfig, StoreConfig};
 use crate::error::Error;
@@ -75,14 +77,12 @@ impl Control {
     async fn start(
         config: Config,
         recorder: Arc<dyn crate::recorder::Recorder>,
-    ) -> anyhow::Result<Control> {
+    ) -> Result<Control, LimiterError> {
         if !config.stores.is_empty() {
             // found out now, not at the stop that needs to spool
-            spool::prepare(&config.data_dir).with_context(|| {
-                format!(
-                    "data_dir {}: the spool needs a directory this node can write",
-                    config.data_dir.display()
-                )
+            spool::prepare(&config.data_dir).map_err(|source| LimiterError::DataDir {
+                path: config.data_dir.clone(),
+                source,
             })?;
         }
         swin_sync::clock::clock().set_max_offset(config.max_clock_offset);
@@ -271,7 +271,7 @@ impl Limiter {
     /// what an earlier run spooled under `data_dir`, and builds and starts its
     /// namespaces. A store that does not answer yet does not hold up the start: its
     /// namespaces count in memory and sync once it answers.
-    pub async fn start(config: Config) -> anyhow::Result<Limiter> {
+    pub async fn start(config: Config) -> Result<Limiter, LimiterError> {
         Limiter::start_recording(config, Arc::new(crate::recorder::NoRecorder)).await
     }
 
@@ -280,7 +280,7 @@ impl Limiter {
     pub async fn start_recording(
         config: Config,
         recorder: Arc<dyn crate::recorder::Recorder>,
-    ) -> anyhow::Result<Limiter> {
+    ) -> Result<Limiter, LimiterError> {
         let control = Control::start(config.clone(), recorder).await?;
         let serving = control.serving.clone();
         // Envoy's quota service divides each bucket's limit in rounds, until the stop
@@ -301,11 +301,9 @@ impl Limiter {
     /// which), removed ones let go, and namespaces added, rebuilt, given new limits or
     /// retired as [`Limiter::start`] describes for each. Unchanged namespaces keep their
     /// counts.
-    pub async fn reconfigure(&self, config: Config) -> anyhow::Result<()> {
+    pub async fn reconfigure(&self, config: Config) -> Result<(), LimiterError> {
         let mut control = self.control.lock().await;
-        let control = control
-            .as_mut()
-            .ok_or_else(|| anyhow::anyhow!("the limiter is stopped"))?;
+        let control = control.as_mut().ok_or(LimiterError::Stopped)?;
         control.reconfigure(config.clone()).await?;
         self.config.store(Arc::new(config));
         Ok(())
@@ -316,7 +314,7 @@ impl Limiter {
     /// `shutdown_grace`, the last part of it kept for the spool. An error when a count
     /// could be neither confirmed nor spooled (the process then exits non-zero). A
     /// second stop does nothing.
-    pub async fn stop(&self) -> anyhow::Result<()> {
+    pub async fn stop(&self) -> Result<(), LimiterError> {
         let control = self.control.lock().await.take();
         match control {
             Some(c) => c.stop().await,

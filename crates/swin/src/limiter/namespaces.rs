@@ -111,7 +111,7 @@ impl Control {
     /// which), removed ones let go, and namespaces added, rebuilt, given new limits or
     /// retired as [`Limiter::start`] describes for each. Unchanged namespaces keep their
     /// counts.
-    pub(super) async fn reconfigure(&mut self, config: Config) -> anyhow::Result<()> {
+    pub(super) async fn reconfigure(&mut self, config: Config) -> Result<(), LimiterError> {
         let mut fresh = Vec::new();
         for (name, cfg) in &config.stores {
             if self.stores.get(name).is_some_and(|c| c.config == *cfg) {
@@ -119,12 +119,8 @@ impl Control {
             }
             // a store the new config would switch to must answer now: hits counted
             // for a store that never answers could only be spooled for it
-            match open_answering(cfg, self.config.store_timeout).await {
-                Ok(store) => fresh.push((name.clone(), cfg.clone(), store)),
-                Err(e) => {
-                    return Err(e.context(format!("store {name} does not answer")));
-                }
-            }
+            let store = open_answering(name, cfg, self.config.store_timeout).await?;
+            fresh.push((name.clone(), cfg.clone(), store));
         }
         for (name, cfg, store) in fresh {
             if config.migrate {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tracing::{error, info, warn};
 
 use super::leftovers::{Leftover, Leftovers};
-use super::{Control, Running};
+use super::{Control, LimiterError, Running};
 use crate::spool::{self, SpoolEntry};
 use crate::state::Namespaces;
 
@@ -16,7 +16,7 @@ impl Control {
     /// left until then, and spools whatever the store still did not confirm — all within
     /// `shutdown_grace`, the last part of it kept for the spool. An error when a count
     /// could be neither confirmed nor spooled (the process then exits non-zero).
-    pub(super) async fn stop(mut self) -> anyhow::Result<()> {
+    pub(super) async fn stop(mut self) -> Result<(), LimiterError> {
         let grace = self.config.shutdown_grace;
         let started = tokio::time::Instant::now();
         // time kept for taking what is unconfirmed and writing the spool
@@ -56,21 +56,27 @@ impl Control {
             .collect();
         if unfinished > 0 {
             // their engines still hold what they counted: neither pushed nor spooled
-            let written = if entries.is_empty() {
-                Ok(None)
+            let spooled = if entries.is_empty() {
+                None
             } else {
-                spool::write(&self.config.data_dir, &entries).map(Some)
+                match spool::write(&self.config.data_dir, &entries) {
+                    Ok(path) => Some(path),
+                    Err(e) => {
+                        error!(dir = %self.config.data_dir.display(), cause = %e, "cannot write the spool: these hits are lost");
+                        None
+                    }
+                }
             };
-            anyhow::bail!(
-                "{unfinished} namespaces did not stop within shutdown_grace ({grace:?}): their unconfirmed hits are lost (others spooled: {written:?})"
-            );
+            return Err(LimiterError::Unfinished {
+                namespaces: unfinished,
+                grace,
+                spooled,
+            });
         }
         self.spool(&entries)?;
         if owed > 0 {
             // logged with each one's name by its namespace's retirement
-            anyhow::bail!(
-                "{owed} changes whose store reply was lost were not resolved before the stop (see the errors above): what they owed the store is not applied"
-            );
+            return Err(LimiterError::Owed { changes: owed });
         }
         Ok(())
     }
@@ -115,7 +121,7 @@ impl Control {
     }
 
     /// Writes what the stores did not confirm to the spool, for the next start.
-    fn spool(&self, entries: &[SpoolEntry]) -> anyhow::Result<()> {
+    fn spool(&self, entries: &[SpoolEntry]) -> Result<(), LimiterError> {
         if entries.is_empty() {
             info!("stopped");
             return Ok(());
@@ -130,10 +136,12 @@ impl Control {
             }
             Err(e) => {
                 error!(dir = %self.config.data_dir.display(), cause = %e, windows, hits, "cannot write the spool: these hits are lost");
-                anyhow::bail!(
-                    "lost {windows} windows ({hits} hits): cannot write the spool under {}: {e}",
-                    self.config.data_dir.display()
-                )
+                Err(LimiterError::Spool {
+                    windows,
+                    hits,
+                    dir: self.config.data_dir.clone(),
+                    source: e,
+                })
             }
         }
     }

@@ -3,39 +3,38 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Context;
 use swin_sync::store::{PostgresStore, RedisStore, SqliteStore};
 use swin_sync::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::Control;
+use super::{Control, LimiterError};
 use crate::config::{Config, StoreConfig};
 
-/// Opens the store `cfg` describes (PostgreSQL and Redis connect on first use).
-pub async fn open_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
+/// Opens the store `cfg` describes, named `name` in the config (PostgreSQL and Redis
+/// connect on first use).
+pub async fn open_store(name: &str, cfg: &StoreConfig) -> Result<Store, LimiterError> {
+    let configure = |e| LimiterError::store(name, "configure", e);
     Ok(match cfg {
         StoreConfig::Postgres {
             url,
             max_connections,
             access,
         } => Store::Postgres(
-            PostgresStore::with_access(url, *max_connections, access)
-                .context("configure postgres")?,
+            PostgresStore::with_access(url, *max_connections, access).map_err(configure)?,
         ),
         StoreConfig::Redis {
             url,
             prefix,
             access,
-        } => Store::Redis(RedisStore::with_access(url, prefix, access).context("configure redis")?),
+        } => Store::Redis(RedisStore::with_access(url, prefix, access).map_err(configure)?),
         StoreConfig::RedisCluster {
             urls,
             prefix,
             access,
             wait_replicas,
         } => Store::Redis(
-            RedisStore::cluster(urls, prefix, access, *wait_replicas)
-                .context("configure redis_cluster")?,
+            RedisStore::cluster(urls, prefix, access, *wait_replicas).map_err(configure)?,
         ),
         StoreConfig::Sqlite { url } => {
             if let Some(path) = url.strip_prefix("sqlite://") {
@@ -43,37 +42,40 @@ pub async fn open_store(cfg: &StoreConfig) -> anyhow::Result<Store> {
                     .parent()
                     .filter(|d| !d.as_os_str().is_empty())
                 {
-                    std::fs::create_dir_all(dir)
-                        .with_context(|| format!("create {}", dir.display()))?;
+                    std::fs::create_dir_all(dir).map_err(|e| {
+                        LimiterError::store(name, "open", format!("create {}: {e}", dir.display()))
+                    })?;
                 }
             }
-            Store::Sqlite(SqliteStore::connect(url).await.context("open sqlite")?)
+            Store::Sqlite(
+                SqliteStore::connect(url)
+                    .await
+                    .map_err(|e| LimiterError::store(name, "open", e))?,
+            )
         }
     })
 }
 
 /// Opens every store of the config (PostgreSQL and Redis connect on first use).
 /// Nothing is migrated here.
-pub async fn open_stores(
+pub(crate) async fn open_stores(
     config: &Config,
-) -> anyhow::Result<BTreeMap<String, (StoreConfig, Store)>> {
+) -> Result<BTreeMap<String, (StoreConfig, Store)>, LimiterError> {
     let mut stores = BTreeMap::new();
     for (name, cfg) in &config.stores {
-        let store = open_store(cfg)
-            .await
-            .with_context(|| format!("store {name:?}"))?;
+        let store = open_store(name, cfg).await?;
         stores.insert(name.clone(), (cfg.clone(), store));
     }
     Ok(stores)
 }
 
 /// `swin-node migrate`: applies the schema to every store, failing on the first error.
-pub async fn migrate_all(config: &Config) -> anyhow::Result<()> {
+pub async fn migrate_all(config: &Config) -> Result<(), LimiterError> {
     for (name, (_, store)) in open_stores(config).await? {
         store
             .migrate()
             .await
-            .with_context(|| format!("migrate store {name:?}"))?;
+            .map_err(|e| LimiterError::store(&name, "migrate", e))?;
     }
     Ok(())
 }
@@ -158,13 +160,17 @@ impl Control {
 
 /// Opens a store and pings it within `timeout`.
 pub(super) async fn open_answering(
+    name: &str,
     cfg: &StoreConfig,
     timeout: std::time::Duration,
-) -> anyhow::Result<swin_sync::Store> {
-    let store = open_store(cfg).await?;
+) -> Result<swin_sync::Store, LimiterError> {
+    let store = open_store(name, cfg).await?;
     match tokio::time::timeout(timeout, store.ping()).await {
         Ok(Ok(_)) => Ok(store),
-        Ok(Err(e)) => Err(anyhow::Error::new(e).context("ping")),
-        Err(_) => anyhow::bail!("no answer to a ping within store_timeout ({timeout:?})"),
+        Ok(Err(e)) => Err(LimiterError::store(name, "ping", e)),
+        Err(_) => Err(LimiterError::StoreTimeout {
+            store: name.to_owned(),
+            timeout,
+        }),
     }
 }

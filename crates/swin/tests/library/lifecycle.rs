@@ -2,7 +2,10 @@
 //! next hit under the new ones, adds and retires namespaces; a stop pushes what a
 //! periodic namespace counted, so a fresh limiter reads it back.
 
+use swin::config::Config;
 use swin::error::Error;
+use swin::limiter::LimiterError;
+use swin::Limiter;
 use swin_testkit::TestStore;
 
 use super::{hourly, known, start, stored};
@@ -106,4 +109,62 @@ async fn a_stop_pushes_what_a_periodic_namespace_counted(store: &TestStore) {
     assert!(!fresh.hit("api", "k", 1.0).await.expect("hit").allowed());
     fresh.stop().await.expect("stop");
     assert_eq!(stored(store, "api", "k").await, 5.0);
+}
+
+/// Start, reconfigure and stop answer a [`LimiterError`] a caller can tell apart: a
+/// `data_dir` that cannot hold the spool, a store a new config switches to that does
+/// not answer (the config not taken), a reconfigure after the stop.
+#[tokio::test]
+async fn start_reconfigure_and_stop_fail_with_what_went_wrong() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"not a directory").expect("write");
+    let sqlite = |name: &str| {
+        format!(
+            "[stores.main]\nkind = \"sqlite\"\nurl = \"sqlite://{}\"\n",
+            dir.path().join(name).display()
+        )
+    };
+    let text = format!(
+        "data_dir = \"{}\"\n{}\n{}",
+        file.join("spool").display(),
+        sqlite("a.db"),
+        hourly("api", 0.0, 5)
+    );
+    let config = Config::from_toml(&text).expect("config");
+    let e = Limiter::start(config)
+        .await
+        .expect_err("no spool directory");
+    assert!(
+        matches!(&e, LimiterError::DataDir { path, .. } if path.starts_with(&file)),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("data_dir"), "{e}");
+
+    let running = super::start_on(&sqlite("b.db"), &hourly("api", 0.0, 5)).await;
+    // a store on a port nothing listens on: refused at once, the config not taken
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let text = format!(
+        "data_dir = \"{}\"\nstore_timeout = 1\n[stores.main]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{port}\"\n{}",
+        dir.path().join("spool").display(),
+        hourly("api", 0.0, 5)
+    );
+    let e = running
+        .reconfigure(Config::from_toml(&text).expect("config"))
+        .await
+        .expect_err("a store that does not answer");
+    assert!(
+        matches!(&e, LimiterError::Store { store, what: "ping", .. } if store == "main")
+            || matches!(&e, LimiterError::StoreTimeout { store, .. } if store == "main"),
+        "{e:?}"
+    );
+    assert!(running.hit("api", "k", 1.0).await.expect("hit").allowed());
+    running.stop().await.expect("stop");
+    let e = running
+        .reconfigure(running.config_with(&hourly("api", 0.0, 5)))
+        .await
+        .expect_err("stopped");
+    assert!(matches!(e, LimiterError::Stopped), "{e:?}");
 }

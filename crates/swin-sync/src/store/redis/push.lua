@@ -11,18 +11,24 @@
 -- Everything is read and checked before the first write, so a call that fails applies
 -- nothing (Redis does not roll a script back).
 -- Server work per hash: one HMGET (its windows, the stale one and the node's record),
--- one HSET of what changed and the record (a diff of 0 only reads), and, when a window
--- opens, EXPIRE and the stale window's removal if it is there: a synchronous hit on a
--- fresh key costs three calls.
-local call, tonumber, format = redis.call, tonumber, string.format
+-- one HSET of what changed and the record (a diff of 0 only reads: a sync sends the
+-- windows it needs read of a pushed key so), and, when a window opens, EXPIRE and the
+-- stale window's removal if it is there: a synchronous hit on a fresh key costs three
+-- calls. Two passes, the reads then the writes, with no list per window: the script's
+-- own work was about as much as its calls (BENCHMARKS.md, "The store's work per synced
+-- key").
+-- A count that is a whole number below 1e14 goes to HSET and back as a Lua number:
+-- Redis writes it as the integer and answers it as one, with no format here.
+local call, tonumber, format, floor = redis.call, tonumber, string.format, math.floor
 -- finite: x - x is 0 for every number but NaN and the infinities
 local function finite(x) return x ~= nil and x - x == 0 end
 local seq = tonumber(ARGV[2])
 if not finite(seq) then return redis.error_reply('swin push: seq is not a number') end
 local bound = tonumber(ARGV[3])
 if not finite(bound) then return redis.error_reply('swin push: bound is not a number') end
+local nkeys = #KEYS
 local a = 4
-for k = 1, #KEYS do
+for k = 1, nkeys do
   local n = tonumber(ARGV[a + 2])
   if not (finite(tonumber(ARGV[a])) and finite(n)) then
     return redis.error_reply('swin push: malformed arguments')
@@ -30,98 +36,97 @@ for k = 1, #KEYS do
   a = a + 3 + 2 * n
 end
 if a - 1 ~= #ARGV then return redis.error_reply('swin push: argument count') end
--- first pass: read and check. What each window does is kept in flat lists (a table per
--- window costs more than the Redis calls): its kind ('r' read, 's' set, '!' refused),
--- its answer (the count, or the reason) and where its field is in ARGV; per hash, whether
--- a window opens (then its stale window goes, if it is there).
-local kinds, vals, fields, opens, stale_there = {}, {}, {}, {}, {}
-local p = 0
+-- first pass: each hash's windows, its stale window and the node's record
+local node, gots = ARGV[1], {}
 a = 4
-for k = 1, #KEYS do
+for k = 1, nkeys do
   local n = tonumber(ARGV[a + 2])
-  -- the hash's windows, its stale window, the node's record
-  local got
   if n == 1 then
-    got = call('HMGET', KEYS[k], ARGV[a + 3], ARGV[a + 1], ARGV[1])
+    gots[k] = call('HMGET', KEYS[k], ARGV[a + 3], ARGV[a + 1], node)
   elseif n == 2 then
-    got = call('HMGET', KEYS[k], ARGV[a + 3], ARGV[a + 5], ARGV[a + 1], ARGV[1])
+    gots[k] = call('HMGET', KEYS[k], ARGV[a + 3], ARGV[a + 5], ARGV[a + 1], node)
   else
     local f = {}
     for i = 1, n do f[i] = ARGV[a + 1 + 2 * i] end
     f[n + 1] = ARGV[a + 1]
-    f[n + 2] = ARGV[1]
-    got = call('HMGET', KEYS[k], unpack(f))
+    f[n + 2] = node
+    gots[k] = call('HMGET', KEYS[k], unpack(f))
   end
-  stale_there[k] = got[n + 1] ~= false
+  a = a + 3 + 2 * n
+end
+-- second pass: each window's answer ('!' and the reason for a refused one) and the
+-- hash's one write, with the node's record when the push has a seq (a hash it only
+-- read or refused needs none: a retry changes nothing)
+local vals, p = {}, 0
+a = 4
+for k = 1, nkeys do
+  local key, ttl, stale, n = KEYS[k], ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local got = gots[k]
   -- a record that is not a number (written by hand) counts as none: refusing it would
   -- hold back every push to this hash for good
   local last = tonumber(got[n + 2] or '-1')
   local apply = seq < 0 or not finite(last) or seq > last
-  local opened = false
+  local opened, writes, w = false, nil, 0
   a = a + 3
   for i = 1, n do
-    local stored, diff = got[i], tonumber(ARGV[a + 1])
-    local cur = tonumber(stored or '0')
-    local kind, val = 's', nil
+    local stored = got[i]
+    local cur, val = tonumber(stored or '0'), nil
     if not finite(cur) then
-      kind, val = '!', '!stored count is not a finite number'
+      val = '!stored count is not a finite number'
     elseif not apply then
-      kind, val = 'r', stored or '0'
-    elseif not finite(diff) then
-      kind, val = '!', '!diff is not a finite number'
-    elseif not finite(cur + diff) then
-      kind, val = '!', '!the sum would not be finite'
-    elseif cur + diff >= bound then
-      kind, val = '!', '!the count would reach 2^53'
-    elseif diff == 0 and cur >= 0 then
-      kind, val = 'r', stored or '0'
-    elseif cur + diff < 0 then
-      val = '0'
+      val = stored or '0'
     else
-      -- %.17g round-trips every double; HINCRBYFLOAT would keep 17 digits after the
-      -- point only (2^-20 came back as 9.5367431641e-7)
-      val = format('%.17g', cur + diff)
+      local diff = tonumber(ARGV[a + 1])
+      if diff == 0 and cur >= 0 then
+        val = stored or '0'
+      elseif not finite(diff) then
+        val = '!diff is not a finite number'
+      else
+        local sum = cur + diff
+        if not finite(sum) then
+          val = '!the sum would not be finite'
+        elseif sum >= bound then
+          val = '!the count would reach 2^53'
+        else
+          if sum < 0 then
+            val = '0'
+          elseif sum == floor(sum) and sum < 1e14 then
+            val = sum
+          else
+            -- %.17g round-trips every double; HINCRBYFLOAT would keep 17 digits after
+            -- the point only (2^-20 came back as 9.5367431641e-7)
+            val = format('%.17g', sum)
+          end
+          if not writes then writes = {} end
+          writes[w + 1] = ARGV[a]
+          writes[w + 2] = val
+          w = w + 2
+          if stored == false then opened = true end
+        end
+      end
     end
-    if kind == 's' and stored == false then opened = true end
     p = p + 1
-    kinds[p], vals[p], fields[p] = kind, val, a
+    vals[p] = val
     a = a + 2
   end
-  opens[k] = opened
-end
--- second pass: write each hash's windows in one HSET, with the node's record when the
--- push has a seq (a hash it only read or refused needs none: a retry changes nothing)
-a = 4
-p = 0
-for k = 1, #KEYS do
-  local ttl, stale, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
-  a = a + 3 + 2 * n
-  local writes = {}
-  for i = 1, n do
-    p = p + 1
-    if kinds[p] == 's' then
-      writes[#writes + 1] = ARGV[fields[p]]
-      writes[#writes + 1] = vals[p]
-    end
-  end
-  if #writes > 0 then
+  if writes then
     if seq >= 0 then
-      writes[#writes + 1] = ARGV[1]
-      writes[#writes + 1] = ARGV[2]
+      writes[w + 1] = node
+      writes[w + 2] = ARGV[2]
     end
-    call('HSET', KEYS[k], unpack(writes))
-    if opens[k] then
+    call('HSET', key, unpack(writes))
+    if opened then
       -- the window before the previous goes, with every holder's total in it (a
       -- holder's total is written with its window's count, so none outlives it)
-      if stale_there[k] then
-        call('HDEL', KEYS[k], stale)
+      if got[n + 1] ~= false then
+        call('HDEL', key, stale)
         local prefix = 'h:' .. stale .. ':'
-        for _, f in ipairs(call('HKEYS', KEYS[k])) do
-          if string.sub(f, 1, #prefix) == prefix then call('HDEL', KEYS[k], f) end
+        for _, f in ipairs(call('HKEYS', key)) do
+          if string.sub(f, 1, #prefix) == prefix then call('HDEL', key, f) end
         end
       end
       -- the hash outlives its newest window by two: set when a window opens
-      call('EXPIRE', KEYS[k], ttl)
+      call('EXPIRE', key, ttl)
     end
   end
 end
