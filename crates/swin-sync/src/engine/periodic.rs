@@ -19,7 +19,7 @@ use swin_core::{Advance, Diff, Tat, UnixMs};
 use tracing::error;
 
 use super::pace::Pace;
-use super::rows::Rows;
+use super::rows::{enqueue, PushState, Rows};
 use super::{apply_to, nanos, off_runtime, Create, NamespaceSync, SyncReport};
 use crate::store::{Pushed, Store, WindowKey};
 use crate::StoreError;
@@ -32,17 +32,6 @@ use crate::StoreError;
 /// at 25 % of the synchronous peak: 6 ms; BENCHMARKS.md). More calls cost little: each
 /// is one round trip, and a node holding 100,000 keys makes 400 a second.
 pub(super) const READ_CHUNK: usize = 500;
-
-pub(super) const PUSH_CHUNK: usize = 500;
-
-#[derive(Debug, Default)]
-pub(super) struct PushState {
-    pub(super) seq: u64,
-    /// Drained batches not yet confirmed, each with its sequence number, in push order.
-    pub(super) pending: std::collections::VecDeque<(u64, Vec<Diff>)>,
-    /// GCRA advances drained but not confirmed, with their own sequence number.
-    pub(super) pending_tats: std::collections::VecDeque<(u64, Vec<Advance>)>,
-}
 
 impl NamespaceSync {
     /// One sync now: push pending and fresh diffs, then refresh active keys.
@@ -158,31 +147,7 @@ impl NamespaceSync {
             .push_rounds::<Advance>(store, st, now, pace, |_, _| ())
             .await?;
         let counters = self.counters.clone();
-        let wanted = off_runtime(move || {
-            let fresh: std::collections::HashSet<(&str, u32, i64), foldhash::fast::RandomState> =
-                fresh
-                    .iter()
-                    .map(|d| (d.key.as_str(), d.window_size, d.window_start))
-                    .collect();
-            let mut wanted = Vec::new();
-            for t in counters.tables() {
-                let size = t.size();
-                for key in t.keys() {
-                    for start in [size.start_of(now), size.previous_start_of(now)] {
-                        if fresh.contains(&(key.as_str(), size.secs(), start)) {
-                            continue;
-                        }
-                        wanted.push(WindowKey {
-                            key: key.clone(),
-                            window_size: size.secs(),
-                            window_start: start,
-                        });
-                    }
-                }
-            }
-            wanted
-        })
-        .await?;
+        let wanted = off_runtime(move || held_windows_but(&counters, &fresh, now)).await?;
         // In chunks: a node holding 100,000 keys should not decode 200,000 rows on a
         // runtime worker in one go, nor send one statement of that size.
         // A held window the store does not hold counts 0 in the cluster: never pushed, or
@@ -370,15 +335,32 @@ pub(super) fn with_absent_as_zero(
     totals
 }
 
-/// Queues a drained batch for pushing: chunks of at most PUSH_CHUNK, each with the next
-/// sequence number of the namespace (shared by counters and buckets).
-pub(super) fn enqueue<T: Clone>(
-    seq: &mut u64,
-    pending: &mut std::collections::VecDeque<(u64, Vec<T>)>,
-    drained: Vec<T>,
-) {
-    for chunk in drained.chunks(PUSH_CHUNK) {
-        *seq += 1;
-        pending.push_back((*seq, chunk.to_vec()));
+/// The current and previous windows of every key `counters` hold, but those in `fresh`
+/// (pushed or read beside a push in this sync).
+fn held_windows_but(
+    counters: &swin_core::NamespaceCounters,
+    fresh: &[Diff],
+    now: UnixMs,
+) -> Vec<WindowKey> {
+    let fresh: std::collections::HashSet<(&str, u32, i64), foldhash::fast::RandomState> = fresh
+        .iter()
+        .map(|d| (d.key.as_str(), d.window_size, d.window_start))
+        .collect();
+    let mut wanted = Vec::new();
+    for t in counters.tables() {
+        let size = t.size();
+        for key in t.keys() {
+            for start in [size.start_of(now), size.previous_start_of(now)] {
+                if fresh.contains(&(key.as_str(), size.secs(), start)) {
+                    continue;
+                }
+                wanted.push(WindowKey {
+                    key: key.clone(),
+                    window_size: size.secs(),
+                    window_start: start,
+                });
+            }
+        }
     }
+    wanted
 }

@@ -4,10 +4,22 @@
 use swin_core::{Advance, Diff, UnixMs};
 use tracing::debug;
 
-use super::periodic::PushState;
 use super::{nanos, off_runtime, NamespaceSync};
 use crate::store::{normalize, normalize_advances, Push, Store, TatPush};
 use crate::StoreError;
+
+/// Windows pushed per store call (see `READ_CHUNK` in `periodic.rs`: a chunk is how
+/// long a sync can hold requests back on the store's connection).
+pub(super) const PUSH_CHUNK: usize = 500;
+
+#[derive(Debug, Default)]
+pub(super) struct PushState {
+    pub(super) seq: u64,
+    /// Drained batches not yet confirmed, each with its sequence number, in push order.
+    pub(super) pending: std::collections::VecDeque<(u64, Vec<Diff>)>,
+    /// GCRA advances drained but not confirmed, with their own sequence number.
+    pub(super) pending_tats: std::collections::VecDeque<(u64, Vec<Advance>)>,
+}
 
 /// What a sync pushes: window diffs or GCRA TAT advances, each with its queue in
 /// [`PushState`], its drain and its store call.
@@ -149,5 +161,18 @@ fn reads_beside(diffs: &[Diff], now: UnixMs) -> Vec<Diff> {
 fn confirmed(sync: &NamespaceSync, applied: Result<(), StoreError>) {
     if let Err(e) = applied {
         debug!(namespace = sync.name(), cause = %e, "a confirmed push's totals were not applied");
+    }
+}
+
+/// Queues a drained batch for pushing: chunks of at most PUSH_CHUNK, each with the next
+/// sequence number of the namespace (shared by counters and buckets).
+pub(super) fn enqueue<T: Clone>(
+    seq: &mut u64,
+    pending: &mut std::collections::VecDeque<(u64, Vec<T>)>,
+    drained: Vec<T>,
+) {
+    for chunk in drained.chunks(PUSH_CHUNK) {
+        *seq += 1;
+        pending.push_back((*seq, chunk.to_vec()));
     }
 }

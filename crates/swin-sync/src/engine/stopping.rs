@@ -6,7 +6,7 @@ use std::time::Duration;
 use swin_core::{Diff, UnixMs};
 use tracing::{info, warn};
 
-use super::periodic::enqueue;
+use super::rows::enqueue;
 use super::{nanos, now, NamespaceSync};
 use crate::store::{normalize, normalize_advances};
 use crate::unconfirmed::{Chunk, Unconfirmed};

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::pace::Pace;
-use super::periodic::PushState;
+use super::rows::PushState;
 use super::{now, NamespaceSync, SyncMode, SyncReport};
 use crate::backoff::Backoff;
 use crate::StoreError;
