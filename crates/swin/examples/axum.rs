@@ -35,7 +35,8 @@ fn config(store: &str) -> String {
 async fn service(name: &'static str, store: &str) -> anyhow::Result<String> {
     let limiter =
         Arc::new(swin::Limiter::start(swin::config::Config::from_toml(&config(store))?).await?);
-    // every byte of the header is the key: a value past ASCII is counted like any other
+    // every byte of the header is the key: a value past ASCII is counted like any other,
+    // and a request without the header is refused 400, never let through
     let layer = LimiterLayer::builder(limiter, "api")
         .key(HeaderKey::new("x-client"))
         .build()?;

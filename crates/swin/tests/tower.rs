@@ -208,7 +208,8 @@ async fn two_services_on_one_store_share_one_limit() {
 }
 
 /// Behind a tonic server (the standard health service, called over a socket): the
-/// fourth call of a key is RESOURCE_EXHAUSTED and never reaches the service.
+/// fourth call of a key is RESOURCE_EXHAUSTED and never reaches the service; a call
+/// without the key's header is INVALID_ARGUMENT, naming it.
 #[tokio::test]
 async fn a_tonic_server_behind_the_layer() {
     use tonic_health::pb::health_client::HealthClient;
@@ -253,11 +254,13 @@ async fn a_tonic_server_behind_the_layer() {
         tonic::Code::ResourceExhausted,
         "{refused:?}"
     );
-    // a call without the key passes
-    client
+    // a call without the key is refused, never let through
+    let refused = client
         .check(HealthCheckRequest {
             service: String::new(),
         })
         .await
-        .expect("no key: unlimited");
+        .expect_err("no key");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("x-caller"), "{refused:?}");
 }

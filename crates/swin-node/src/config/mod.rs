@@ -23,7 +23,7 @@ pub const DEFAULT_CONFIG: &str = include_str!("../../../../config/swin.toml");
 pub const DEFAULT_CONFIG_NAME: &str = "<embedded config/swin.toml>";
 
 /// What a daemon setting is when the config leaves it out (docs/configuration.md lists
-/// them; the library's are in [`swin::config::defaults`]).
+/// them, with the library's).
 pub mod defaults {
     /// `listen`: HTTP on loopback, port 7070.
     pub const LISTEN: &str = "127.0.0.1:7070";

@@ -67,8 +67,9 @@ async fn a_give_back_short_of_takes_not_in_the_store_yet_is_given_when_they_land
 }
 
 /// A commit whose give-back cannot read the key (every reply to a request naming the
-/// key lost) ends the reservation and answers 503, the node settling it when
-/// the store answers: it is counted as committed at once (the nodes' counts equal the
+/// key lost) ends the reservation and answers 503 `outcome_unknown` (it answered
+/// `store_unreachable`, which says nothing was changed), the node settling it when the
+/// store answers: it is counted as committed at once (the nodes' counts equal the
 /// commits made), and the store then holds what was used.
 async fn a_commit_whose_settlement_waits_for_the_store_is_counted(store: &TestStore) {
     let relay = Relay::to_url(&store.url).await;
@@ -85,6 +86,11 @@ async fn a_commit_whose_settlement_waits_for_the_store_is_counted(store: &TestSt
     let (s, v) = ns_call(&c, &node.base, "periodic", "commit", commit).await;
     relay.disarm();
     assert_eq!(s, 503, "the settlement waits for the store: {v}");
+    // the reservation is ended: a store code (which says nothing changed) would have a
+    // client count the commit as never made
+    assert_eq!(v["error"]["code"], "outcome_unknown", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(!message.contains("nothing was changed"), "{v}");
     let series = "swin_reservation_operations_total{namespace=\"periodic\",outcome=\"committed\"}";
     let text = metrics_text(&c, &node.base).await;
     assert_eq!(metric_value(&text, series), Some(1.0), "{text}");
@@ -153,6 +159,11 @@ async fn a_settlement_waiting_at_a_stop_is_made_by_the_next_start(store: &TestSt
     let commit = serde_json::json!({"reservation": id(&v), "cost": 40});
     let (s, v) = ns_call(&c, &node.base, "periodic", "commit", commit).await;
     assert_eq!(s, 503, "the settlement waits for the store: {v}");
+    // the reservation is ended: a store code (which says nothing changed) would have a
+    // client count the commit as never made
+    assert_eq!(v["error"]["code"], "outcome_unknown", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(!message.contains("nothing was changed"), "{v}");
     assert!(node.terminate(), "the settlement spooled: exits 0");
     assert!(
         !super::support::spool_files(dir.path()).is_empty(),

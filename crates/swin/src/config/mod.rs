@@ -24,27 +24,21 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use self::admission::{AdmissionMode, OnStoreFailure, STRICT_SHADOW};
+pub(crate) use self::admission::STRICT_SHADOW;
+pub use self::admission::{AdmissionMode, OnStoreFailure};
 pub use self::builder::{ConfigBuilder, NamespaceBuilder, StoreBuilder};
-pub use self::concurrency::{Concurrency, MAX_CONCURRENCY, MAX_LEASE_TTL_SECS, MIN_TTL_SECS};
-pub use self::idempotency::{
-    default_max_keys_per_client, Idempotency, DEFAULT_IDEMPOTENCY_CLIENT_DIVISOR,
-    DEFAULT_IDEMPOTENCY_MAX_KEYS, DEFAULT_IDEMPOTENCY_TTL_SECS, MAX_IDEMPOTENCY_MAX_KEYS,
-    MAX_IDEMPOTENCY_TTL_SECS, MIN_DEFAULT_IDEMPOTENCY_MAX_KEYS_PER_CLIENT,
-    MIN_IDEMPOTENCY_TTL_SECS,
-};
+pub use self::concurrency::Concurrency;
+pub(crate) use self::concurrency::{MAX_CONCURRENCY, MAX_LEASE_TTL_SECS, MIN_TTL_SECS};
+pub use self::idempotency::Idempotency;
 pub use self::namespaces::NamespaceConfig;
 pub use self::quota::QuotaLimits;
-pub use self::reservations::{
-    ReservationCaps, DEFAULT_RESERVATIONS_MAX_OPEN, DEFAULT_RESERVATIONS_MAX_OPEN_PER_CLIENT,
-    MAX_RESERVATIONS_MAX_OPEN,
-};
-pub use self::stores::{redact, StoreConfig};
+pub use self::reservations::ReservationCaps;
+pub use self::stores::StoreConfig;
 /// The kinds of store a config names.
 pub use swin_sync::store::StoreKind;
 
 /// What a setting is when the config leaves it out (docs/configuration.md lists them).
-pub mod defaults {
+pub(crate) mod defaults {
     /// `shutdown_grace`, in seconds.
     pub const SHUTDOWN_GRACE_SECS: f64 = 10.0;
     /// `store_timeout`, in seconds.

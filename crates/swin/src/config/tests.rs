@@ -2,6 +2,7 @@
 //! checks, and the field every error names, in `checks`; a config built in code against
 //! the same in TOML, in `builder`.
 
+use super::stores::redact;
 use super::*;
 
 mod builder;

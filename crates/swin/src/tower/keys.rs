@@ -11,6 +11,7 @@ use http::{HeaderName, Request};
 use ipnet::IpNet;
 
 use crate::policy::client_address::{client_address, trusted_proxy, NoAddress, NotAProxy};
+use crate::policy::input::MAX_KEY_BYTES;
 
 /// Names the key a request is a hit on.
 ///
@@ -59,11 +60,17 @@ where
 
 /// Why a request has no key: it is refused, never let through.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum NoKey {
     /// What the request carries cannot name a key (a trusted proxy passed something that
-    /// is not an address): 400 (gRPC: INVALID_ARGUMENT).
+    /// is not an address, a header that makes a key too long): 400 (gRPC:
+    /// INVALID_ARGUMENT).
     #[error("{0}")]
     Invalid(String),
+    /// The request lacks what its key is read from (the header of a [`HeaderKey`]): 400
+    /// (gRPC: INVALID_ARGUMENT). Leaving it out must not be a way past the limit.
+    #[error("{0}")]
+    Missing(String),
     /// The server does not give the extractor what it reads (no `ConnectInfo`): 500
     /// (gRPC: INTERNAL). Every request is refused until the server is set up to give it.
     #[error("{0}")]
@@ -85,8 +92,10 @@ impl From<NoAddress> for NoKey {
 
 /// The key is the value of a header, all of its bytes: printable ASCII as it is, any
 /// other byte and `%` as `%XX`, so two values are never one key and a value that is not
-/// UTF-8 is counted like any other. A request without the header passes (`None`); one
-/// whose value makes a key too long, or an empty one, is answered 400.
+/// UTF-8 is counted like any other. A request without the header is answered 400
+/// ([`NoKey::Missing`]): leaving the header out would otherwise pass unlimited (a
+/// closure answering `None` lets a request through where that is meant); one whose value
+/// makes a key too long, or an empty one, is answered 400 too.
 ///
 /// The value is what the client wrote: key by a header a layer in front has
 /// authenticated (an API key), or by [`ClientAddr`], when clients are not to choose
@@ -111,8 +120,21 @@ impl HeaderKey {
 
 impl<B> KeyExtractor<B> for HeaderKey {
     fn key(&self, request: &Request<B>) -> Result<Option<String>, NoKey> {
-        let value = request.headers().get(&self.name);
-        Ok(value.map(|v| percent_escaped(v.as_bytes())))
+        let Some(value) = request.headers().get(&self.name) else {
+            return Err(NoKey::Missing(format!(
+                "the request has no {} header (the rate limit key)",
+                self.name
+            )));
+        };
+        // escaped no further than a key can be long: a header of 8 KiB of bytes that
+        // each escape to three is refused before it is all written out
+        match escaped_within(value.as_bytes(), MAX_KEY_BYTES) {
+            Some(key) => Ok(Some(key)),
+            None => Err(NoKey::Invalid(format!(
+                "the {} header makes a key of more than {MAX_KEY_BYTES} bytes",
+                self.name
+            ))),
+        }
     }
 }
 
@@ -168,22 +190,40 @@ impl<B> KeyExtractor<B> for ClientAddr {
     }
 }
 
+/// The peer's address: axum's `ConnectInfo<SocketAddr>`, or a plain `SocketAddr` a
+/// server (or a `map_request` in front of the layer) put in the extensions.
 fn peer<B>(request: &Request<B>) -> Option<SocketAddr> {
-    let info = request.extensions().get::<ConnectInfo<SocketAddr>>();
-    info.map(|ConnectInfo(a)| *a)
+    let extensions = request.extensions();
+    match extensions.get::<ConnectInfo<SocketAddr>>() {
+        Some(ConnectInfo(a)) => Some(*a),
+        None => extensions.get::<SocketAddr>().copied(),
+    }
 }
 
 /// `bytes` as text, losslessly: printable ASCII but `%` as it is, every other byte
 /// `%XX` (gRPC's percent-encoding of `grpc-message`, too).
 pub(super) fn percent_escaped(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
+    escaped_within(bytes, usize::MAX).unwrap_or_default()
+}
+
+/// [`percent_escaped`], or `None` once the text would pass `max` bytes.
+fn escaped_within(bytes: &[u8], max: usize) -> Option<String> {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(bytes.len().min(max));
     for &b in bytes {
         match b {
             b' '..=b'~' if b != b'%' => out.push(b as char),
-            _ => out.push_str(&format!("%{b:02X}")),
+            _ => {
+                out.push('%');
+                out.push(HEX[usize::from(b >> 4)] as char);
+                out.push(HEX[usize::from(b & 0xF)] as char);
+            }
+        }
+        if out.len() > max {
+            return None;
         }
     }
-    out
+    Some(out)
 }
 
 #[cfg(test)]

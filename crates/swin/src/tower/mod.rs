@@ -13,10 +13,11 @@
 //!   bytes of a header, for a header a layer in front has authenticated), or a closure
 //!   `Fn(&Request<B>) -> Option<String>`.
 //! - A request whose key is `None` passes, unlimited, and costs nothing: no allocation,
-//!   no boxed future. That is the service's explicit choice (a closure's `None`,
-//!   [`HeaderKey`] when the header is absent), so a key function returns it only for
-//!   requests meant to be unlimited — never for a value it cannot read (`to_str().ok()`
-//!   lets every client that sends a byte past ASCII through).
+//!   no boxed future. That is the service's explicit choice (a closure's `None`; the
+//!   ready extractors never answer it: [`HeaderKey`] refuses a request without its
+//!   header), so a key function returns it only for requests meant to be unlimited —
+//!   never for a value it cannot read (`to_str().ok()` lets every client that sends a
+//!   byte past ASCII through).
 //! - An allowed request reaches the inner service; its response carries `RateLimit` and
 //!   `RateLimit-Policy` (and `swin-shadow-denied` when it passed only because what would
 //!   deny it is in shadow).
@@ -184,10 +185,14 @@ impl<K, C, H> LimiterLayerBuilder<K, C, H> {
     }
 }
 
-impl<K, C, H> LimiterLayerBuilder<K, C, H> {
-    /// The layer, once the limiter serves the namespace and decides hits on it.
+impl<K, C: 'static, H> LimiterLayerBuilder<K, C, H> {
+    /// The layer, once the limiter serves the namespace and decides hits on it, and a
+    /// fixed cost is one a hit can have (a closure's costs are checked per request).
     pub fn build(self) -> Result<LimiterLayer<K, C, H>, BuildError> {
         let name = &*self.namespace;
+        if let Some(&cost) = (&self.cost as &dyn std::any::Any).downcast_ref::<f64>() {
+            swin_core::check_cost(cost).map_err(|e| BuildError::Cost(e.to_string()))?;
+        }
         let status = self
             .limiter
             .namespace_status(name)
@@ -220,6 +225,10 @@ pub enum BuildError {
     /// The namespace limits requests in flight: it takes leases, not hits.
     #[error("namespace {0:?} limits requests in flight (algorithm concurrency): it takes leases, not hits")]
     Leases(String),
+    /// The fixed cost is not one a hit can have (negative, not finite, too large): every
+    /// request would be refused.
+    #[error("cost: {0}")]
+    Cost(String),
 }
 
 impl<S, K: Clone, C: Clone, H: Clone> tower_layer::Layer<S> for LimiterLayer<K, C, H> {
@@ -248,6 +257,23 @@ pub struct Limited<S, K, C = f64, H = Refusals> {
     on_refused: H,
 }
 
+impl<S, K, C, H> Limited<S, K, C, H> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, to change.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, the layer let go.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
 impl<S: std::fmt::Debug, K, C, H> std::fmt::Debug for Limited<S, K, C, H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Limited")
@@ -264,7 +290,7 @@ where
     S::Error: Send + 'static,
     K: KeyExtractor<B>,
     C: Cost<B>,
-    H: OnRefused<ResBody> + Clone + Send + Sync + 'static,
+    H: OnRefused<ResBody> + Clone + Send + 'static,
     B: Send + 'static,
     ResBody: Send + 'static,
 {
@@ -277,16 +303,17 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let grpc = answers::is_grpc(&request);
         let key = match self.key.key(&request) {
             Ok(Some(key)) => key,
-            // unlimited: the inner service's own future, nothing boxed
+            // unlimited: the inner service's own future, nothing boxed, nothing read
             Ok(None) => return LimitedFuture::pass(self.inner.call(request)),
             Err(e) => {
+                let grpc = answers::is_grpc(&request);
                 let answer = self.on_refused.answer(Refused::NoKey(&e), grpc);
                 return LimitedFuture::answered(answer);
             }
         };
+        let grpc = answers::is_grpc(&request);
         let cost = self.cost.cost(&request);
         // the service made ready is the one called; a clone is left for the next call
         let clone = self.inner.clone();

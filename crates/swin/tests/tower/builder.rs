@@ -1,7 +1,9 @@
-//! The layer's builder and what it is built with: a namespace it cannot decide fails at
-//! build time, not at every request; a cost per request (a number, or read from the
-//! request); an error hook that answers refusals (a denial keeps its headers); the old
-//! name, deprecated, still builds the same layer.
+//! The layer's builder and what it is built with: a namespace it cannot decide, or a
+//! fixed cost no hit can have, fails at build time, not at every request; a cost per
+//! request (a number, or read from the request); an error hook that answers refusals (a
+//! denial keeps its headers; a gRPC request gets a gRPC refusal); a namespace a reload
+//! removed is the server's error (500), not the store's (503); the old name,
+//! deprecated, still builds the same layer.
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
@@ -185,4 +187,94 @@ async fn the_old_name_still_builds_the_layer() {
         statuses.push(r.status().as_u16());
     }
     assert_eq!(statuses, [200, 200, 200, 429]);
+}
+
+#[tokio::test]
+async fn a_fixed_cost_no_hit_can_have_fails_at_build_time() {
+    let limiter = limiter("", LOCAL).await;
+    for cost in [-1.0, f64::NAN, f64::INFINITY] {
+        let built = LimiterLayer::builder(limiter.clone(), "api")
+            .key(HeaderKey::new("x-client"))
+            .cost(cost)
+            .build()
+            .map(drop);
+        assert!(
+            matches!(built, Err(BuildError::Cost(_))),
+            "{cost}: {built:?}"
+        );
+    }
+    let built = LimiterLayer::builder(limiter, "api")
+        .key(HeaderKey::new("x-client"))
+        .cost(2.5)
+        .build()
+        .map(drop);
+    assert_eq!(built, Ok(()));
+}
+
+/// A hook that answers HTTP to a gRPC request: the layer makes it a gRPC refusal (a
+/// gRPC client reads HTTP 429 as UNAVAILABLE and retries); a hook's own grpc-status is
+/// kept.
+#[tokio::test]
+async fn a_hook_answering_a_grpc_request_gives_a_grpc_refusal() {
+    let limiter = limiter("", LOCAL).await;
+    let hook = |why: Refused<'_>| -> Response<Body> {
+        let mut r = Response::new(Body::empty());
+        *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        if matches!(why, Refused::NoKey(_)) {
+            r.headers_mut()
+                .insert("grpc-status", http::HeaderValue::from_static("7"));
+        }
+        r
+    };
+    let app = Router::new().route("/", get(|| async { "ok" })).layer(
+        LimiterLayer::builder(limiter, "api")
+            .key(HeaderKey::new("x-client"))
+            .on_refused(hook)
+            .build()
+            .expect("layer"),
+    );
+    let grpc = |client: Option<&str>| {
+        let mut r = request(client);
+        r.headers_mut().insert(
+            "content-type",
+            http::HeaderValue::from_static("application/grpc"),
+        );
+        r
+    };
+    for _ in 0..3 {
+        let r = app.clone().oneshot(grpc(Some("a"))).await.expect("answer");
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    let r = app.clone().oneshot(grpc(Some("a"))).await.expect("answer");
+    assert_eq!(r.status(), StatusCode::OK, "a gRPC refusal is HTTP 200");
+    assert_eq!(r.headers()["grpc-status"], "8", "{:?}", r.headers());
+    assert_eq!(r.headers()["content-type"], "application/grpc");
+    let r = app.clone().oneshot(grpc(None)).await.expect("answer");
+    assert_eq!(r.headers()["grpc-status"], "7", "the hook's own status");
+    // an HTTP request gets what the hook answered
+    let r = app
+        .clone()
+        .oneshot(request(Some("a")))
+        .await
+        .expect("answer");
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.headers().get("grpc-status").is_none());
+}
+
+/// A reload that removes the layer's namespace: every keyed request is refused 500 (the
+/// server's configuration), not 503 as if a store were down.
+#[tokio::test]
+async fn a_namespace_a_reload_removed_is_a_server_error() {
+    let limiter = limiter("", LOCAL).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = app(limiter.clone(), calls.clone());
+    assert_eq!(status_of(&app, "a", None).await.0, StatusCode::OK);
+    let other = LOCAL.replace("name = \"api\"", "name = \"other\"");
+    let config = swin::config::Config::from_toml(&other).expect("config");
+    limiter.reconfigure(config).await.expect("reload");
+    assert_eq!(
+        status_of(&app, "a", None).await.0,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

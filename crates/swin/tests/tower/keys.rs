@@ -1,6 +1,7 @@
 //! The layer's ready key extractors against hostile clients: a header's bytes past ASCII
 //! are counted (never let through), two such headers are two keys, a header too long for
-//! a key is 400; the peer address ignores the port and the forwarding headers; the
+//! a key is 400, a request without the header is 400 (never let through); the peer
+//! address (from axum's `ConnectInfo` or a plain `SocketAddr`) ignores the port and the forwarding headers; the
 //! client address believes X-Forwarded-For from trusted proxies only; a request without
 //! a peer address is refused, never let through.
 
@@ -83,9 +84,6 @@ async fn headers_that_differ_past_ascii_are_two_keys() {
     // another byte, and the text the escaped byte spells, are keys of their own
     let got = statuses(&app, vec![one(b"\xfe"), one(b"%FF"), one(b"%25FF")]).await;
     assert_eq!(got, [200, 200, 200]);
-    // an absent header passes: the service's explicit choice
-    let got = statuses(&app, (0..5).map(|_| get(None, &[])).collect()).await;
-    assert_eq!(got, [200; 5]);
 }
 
 #[tokio::test]
@@ -222,4 +220,39 @@ async fn a_served_router_gives_the_peer_address() {
     }
     assert_eq!(got[3], StatusCode::TOO_MANY_REQUESTS, "{got:?}");
     assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+/// Leaving the header out is not a way past the limit: 400, naming the header, and the
+/// route never reached (it used to pass unlimited).
+#[tokio::test]
+async fn a_request_without_the_header_is_refused_never_let_through() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = keyed_app(
+        limiter("", FIVE).await,
+        calls.clone(),
+        HeaderKey::new("x-client"),
+    );
+    let requests = (0..10).map(|_| get(Some("203.0.113.7:4000"), &[]));
+    assert_eq!(statuses(&app, requests.collect()).await, [400; 10]);
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "let through without a key");
+    let answer = app.clone().oneshot(get(None, &[])).await.expect("answer");
+    assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
+}
+
+/// A server that puts the peer as a plain `SocketAddr` in the extensions (tonic's
+/// users, with a `map_request`) is served: keyed by it, not refused 500.
+#[tokio::test]
+async fn the_peer_address_is_read_from_a_plain_socket_address_too() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = keyed_app(limiter("", FIVE).await, calls.clone(), PeerAddr);
+    let from = |p: &str| {
+        let mut r = get(None, &[]);
+        r.extensions_mut()
+            .insert(p.parse::<SocketAddr>().expect("socket address"));
+        r
+    };
+    let requests = (0..7).map(|i| from(&format!("198.51.100.9:{}", 5000 + i)));
+    let got = statuses(&app, requests.collect()).await;
+    assert_eq!(got, [200, 200, 200, 200, 200, 429, 429]);
+    assert_eq!(statuses(&app, vec![from("198.51.100.10:1")]).await, [200]);
 }

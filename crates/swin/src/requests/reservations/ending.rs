@@ -122,12 +122,10 @@ impl Ending {
         count_commit(&ns, &all);
         match failed {
             None => Ok(all),
-            Some(Error::Store { reason, .. }) => Err(Error::Store {
-                reason,
-                message: format!(
-                    "settling reservation {id:?}: the store could not be used; the reservation is ended and this node settles it when the store answers"
-                ),
-            }),
+            // ended, its settlement owed: never a store code, which says nothing changed
+            Some(Error::Store { .. }) => Err(Error::OutcomeUnknown(format!(
+                "settling reservation {id:?}: the store could not be used; the reservation is ended at cost {cost} and this node settles it once when the store answers: send the same commit again to learn how it was settled"
+            ))),
             Some(other) => Err(other),
         }
     }
