@@ -207,7 +207,7 @@ pub(crate) fn verdict(limits: &KeyLimits, a: Admitted) -> Verdict {
 pub(crate) fn bounds(limits: &KeyLimits) -> Bounds<'_> {
     match limits {
         KeyLimits::Gcra(g) => Bounds::Bucket(g),
-        KeyLimits::Windows(set) => Bounds::Windows(set),
+        KeyLimits::Windows(set) => Bounds::Windows(set.limits()),
     }
 }
 

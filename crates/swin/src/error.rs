@@ -132,15 +132,17 @@ impl Error {
     }
 
     /// A store failure after which the store may have applied the call (its answer lost,
-    /// or late past the store's timeout), as a client may see it: `outcome_unknown`,
-    /// never a store code (those say nothing was changed); `then` says what the client
-    /// does. Its detail logged here.
+    /// or late past the store's timeout), as a client may see it: never "nothing was
+    /// changed"; `then` says what the client does. Its detail logged here.
     pub fn store_maybe(e: &swin_sync::StoreError, what: &str, then: &str) -> Error {
         tracing::warn!(cause = %e, "{what}: the store may have applied it");
-        Error::OutcomeUnknown(format!(
-            "{what}: the store could not be used, or its answer was lost or late, so \
-             whether it took the change is unknown: {then}"
-        ))
+        Error::Store {
+            reason: e.reason(),
+            message: format!(
+                "{what}: the store could not be used, or its answer was lost or late, so \
+                 whether it took the change is unknown: {then}"
+            ),
+        }
     }
 
     /// Whether the store failed (it may have applied the call before failing).

@@ -83,7 +83,7 @@ fn status_of_answer(a: &Answer) -> DescriptorStatus {
     if let (Some(r), Some(current)) = (runtime, &mut status.current_limit) {
         match &r.limits() {
             KeyLimits::Windows(w) => {
-                if let Some(first) = w.first() {
+                if let Some(first) = w.limits().first() {
                     current.requests_per_unit = first.limit.min(f64::from(u32::MAX)) as u32;
                     current.unit = rules::unit_of(u64::from(first.window.secs()));
                 }

@@ -123,12 +123,15 @@ impl WindowSet {
     pub fn items(&self) -> &Arc<[Arc<str>]> {
         &self.items
     }
-}
 
-impl std::ops::Deref for WindowSet {
-    type Target = [WindowLimit];
-    fn deref(&self) -> &[WindowLimit] {
+    /// The limits, in order (a set is never empty).
+    pub fn limits(&self) -> &[WindowLimit] {
         &self.limits
+    }
+
+    /// The limits, one by one.
+    pub fn iter(&self) -> std::slice::Iter<'_, WindowLimit> {
+        self.limits.iter()
     }
 }
 
@@ -256,7 +259,7 @@ impl Limits {
     pub fn algorithm(&self) -> Algorithm {
         match &self.default {
             KeyLimits::Gcra(_) => Algorithm::Gcra,
-            KeyLimits::Windows(w) => match w.first().map(|w| w.algorithm) {
+            KeyLimits::Windows(w) => match w.limits().first().map(|w| w.algorithm) {
                 Some(WindowAlgorithm::Fixed) => Algorithm::FixedWindow,
                 _ => Algorithm::SlidingWindow,
             },

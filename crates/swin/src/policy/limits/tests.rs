@@ -38,7 +38,7 @@ fn limits_are_validated_against_the_window_sizes() {
     let KeyLimits::Windows(w) = &l.default else {
         panic!("windows")
     };
-    assert_eq!(w[0].algorithm, WindowAlgorithm::Fixed);
+    assert_eq!(w.limits()[0].algorithm, WindowAlgorithm::Fixed);
     assert_eq!(
         validate(raw(None, vec![(30, 5.0)]), &sizes())
             .expect_err("size")
@@ -91,7 +91,7 @@ fn overrides_replace_the_default_for_their_keys() {
     });
     let l = validate(r, &sizes()).expect("valid").expect("some");
     let limit = |k: &str| match l.for_key(k) {
-        KeyLimits::Windows(w) => w[0].limit,
+        KeyLimits::Windows(w) => w.limits()[0].limit,
         KeyLimits::Gcra(_) => panic!("windows"),
     };
     assert_eq!(limit("vip"), 50.0);
