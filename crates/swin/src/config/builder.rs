@@ -16,7 +16,7 @@ use crate::policy::algorithm::Algorithm;
 const BUILT: &str = "(config)";
 
 /// Builds a [`Config`] in code ([`Config::builder`]); what it leaves out has the
-/// default a file's does ([`super::defaults`]).
+/// default a file's does (docs/configuration.md).
 #[derive(Debug, Clone, Default)]
 pub struct ConfigBuilder {
     table: Table,

@@ -1,7 +1,7 @@
 //! Configuration: TOML (or a [`ConfigBuilder`]) read into raw serde structs, then
 //! validated into [`Config`], one section at a time: the top level here, `stores` and
 //! `namespaces` beside it, the limits in [`crate::policy::limits`]. Errors name the file,
-//! the field and why; every default is in [`defaults`].
+//! the field and why; every default is in docs/configuration.md.
 //!
 //! The library's keys share a file with those of a program embedding it (the daemon's
 //! `listen`, `[auth]`, …): [`Config::parse_within`] reads its own and leaves the

@@ -77,8 +77,8 @@ impl StoreConfig {
         }
     }
 
-    /// The URL as configured (a cluster's first seed); it may hold a password, so print
-    /// [`redact`]ed.
+    /// The URL as configured (a cluster's first seed); it may hold a password: print
+    /// it with the password hidden.
     pub fn url(&self) -> &str {
         match self {
             StoreConfig::Postgres { url, .. }
