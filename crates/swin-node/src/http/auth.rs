@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderMap;
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use tracing::{info, warn};
 
 use super::error::ApiError;
+use super::layers::{Check, Gate};
 use crate::auth::{check_authorization, Denied};
 use crate::config::{AuthConfig, Scope, Token};
 use crate::state::AppState;
@@ -35,35 +35,46 @@ pub(super) fn guard(
     state: &Arc<AppState>,
     scopes: &'static [Scope],
 ) -> Router<Arc<AppState>> {
-    router.route_layer(middleware::from_fn_with_state(
-        (state.clone(), scopes),
-        authorize,
-    ))
+    router.route_layer(Gate(Scoped {
+        state: state.clone(),
+        scopes,
+    }))
 }
 
-async fn authorize(
-    State((state, scopes)): State<(Arc<AppState>, &'static [Scope])>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    let auth = state.auth.load();
-    let Some(auth) = auth.as_ref() else {
-        return next.run(req).await;
-    };
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str)
-        .to_owned();
+/// The check of an area's routes: a token granting one of `scopes`.
+#[derive(Clone)]
+struct Scoped {
+    state: Arc<AppState>,
+    scopes: &'static [Scope],
+}
+
+impl Check for Scoped {
+    fn check(&self, req: &mut Request) -> Option<Response> {
+        let auth = self.state.auth.load();
+        let auth = auth.as_ref()?;
+        authorize(&self.state, auth, self.scopes, req)
+    }
+}
+
+/// `None` when the request's token grants one of `scopes` (the request then carries its
+/// [`Caller`]); otherwise the refusal.
+fn authorize(
+    state: &AppState,
+    auth: &AuthConfig,
+    scopes: &[Scope],
+    req: &mut Request,
+) -> Option<Response> {
+    let matched = req.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     // the status page is opened by a browser, which sends what its login prompt took as
     // Basic credentials: the password is the token
     let browser = route == "/ui" || route.starts_with("/ui/");
-    match check(auth, req.headers(), scopes, browser) {
+    Some(match check(auth, req.headers(), scopes, browser) {
         Ok(token) => {
             state.metrics.auth(&token.name, "allowed");
             req.extensions_mut()
                 .insert(Caller(Arc::from(token.name.as_str())));
-            next.run(req).await
+            return None;
         }
         Err(Denied::Missing) => {
             state.metrics.auth("", "missing");
@@ -98,7 +109,7 @@ async fn authorize(
             ))
             .into_response()
         }
-    }
+    })
 }
 
 /// A 401, asking a browser for credentials (any user name, the token as the password)

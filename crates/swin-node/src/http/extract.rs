@@ -5,9 +5,8 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
@@ -101,7 +100,9 @@ impl RawJson {
             return Ok(RawJson(None));
         }
         let is_json = declared_json(headers);
-        let body = tokio::time::timeout(state.body_timeout, Bytes::from_request(req, state))
+        // read within the limit here (no DefaultBodyLimit layer: a request extension less)
+        let read = axum::body::to_bytes(req.into_body(), state.body_limit);
+        let body = tokio::time::timeout(state.body_timeout, read)
             .await
             .map_err(|_| ApiError::BodyTimeout(state.body_timeout))?;
         Ok(RawJson(json_bytes(is_json, body, state.body_limit)?))
@@ -123,12 +124,12 @@ fn declared_json(headers: &HeaderMap) -> bool {
 /// The body of a POST: `None` when empty, else it must be declared JSON.
 fn json_bytes(
     is_json: bool,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<Bytes, axum::Error>,
     limit: usize,
 ) -> Result<Option<Bytes>, ApiError> {
-    let body = body.map_err(|r| match r.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(limit),
-        _ => Error::BadRequest(r.body_text()).into(),
+    let body = body.map_err(|e| match past_limit(&e) {
+        true => ApiError::PayloadTooLarge(limit),
+        false => Error::BadRequest(format!("failed to read the request body: {e}")).into(),
     })?;
     if body.is_empty() {
         return Ok(None);
@@ -137,6 +138,18 @@ fn json_bytes(
         return Err(ApiError::UnsupportedMediaType);
     }
     Ok(Some(body))
+}
+
+/// Whether reading a body failed because it went past the limit.
+fn past_limit(e: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 pub(crate) fn parse_json<'a, T: Deserialize<'a> + Default>(

@@ -8,6 +8,7 @@ mod decisions;
 pub mod error;
 mod extract;
 mod idempotency;
+mod layers;
 mod leases;
 mod limits;
 mod reservations;
@@ -15,8 +16,7 @@ pub mod server;
 
 use std::sync::Arc;
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::{self, Next};
+use axum::extract::Request;
 use axum::response::Response;
 use axum::routing::MethodRouter;
 use axum::Router;
@@ -95,52 +95,8 @@ pub fn router(state: Arc<AppState>) -> Router {
             ApiError::NotFound(format!("{} {}", req.method(), req.uri().path()))
         })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(middleware::from_fn_with_state(state.clone(), front))
-        // the extractors enforce the limit themselves (JSON 413), so no default cap
-        .layer(axum::extract::DefaultBodyLimit::max(state.body_limit))
+        .layer(layers::Front(state.clone()))
         .with_state(state)
-}
-
-/// What every request goes through, in one layer (each layer costs a boxed service clone
-/// and a boxed future per request): the bounds of its head, then the route, counted by
-/// route and status.
-async fn front(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    // MatchedPath is an Arc: the route's name is not copied per request
-    let route = req.extensions().get::<MatchedPath>().cloned();
-    let start = std::time::Instant::now();
-    let name = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    // none unless traces are on and this request is sampled
-    let span = crate::telemetry::request_span(crate::telemetry::sample(req.headers()), || {
-        tracing::trace_span!(
-        target: crate::telemetry::REQUEST,
-        "request",
-        otel.name = %format_args!("{} {name}", req.method()),
-        otel.kind = "server",
-        http.request.method = %req.method(),
-        http.route = name,
-        http.response.status_code = tracing::field::Empty,
-        namespace = tracing::field::Empty,
-        decision = tracing::field::Empty,
-        )
-    });
-    let resp = match bounded_head(&req) {
-        Some(refused) => refused,
-        None => {
-            use tracing::Instrument;
-            next.run(req).instrument(span.clone()).await
-        }
-    };
-    let took = start.elapsed();
-    span.record(
-        "http.response.status_code",
-        i64::from(resp.status().as_u16()),
-    );
-    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    state.metrics.http_request(route, resp.status().as_u16());
-    state
-        .metrics
-        .request_took(crate::metrics::Door::Http, route, took);
-    resp
 }
 
 /// A URI or headers past the node's limits get 414 or 431 with a JSON error. (hyper

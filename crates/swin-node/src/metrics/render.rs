@@ -8,7 +8,7 @@ use swin::status::{ClockReading, NamespaceStatus};
 
 use super::families::{counter_family, family, float_counter_family, gauge_family, metric};
 use super::namespaces::namespace_families;
-use super::Metrics;
+use super::{Map, Metrics};
 
 impl Metrics {
     /// The exposition of these counters, of each namespace's status, of the node's
@@ -255,9 +255,7 @@ impl Metrics {
     }
 }
 
-fn nested(
-    map: &papaya::HashMap<String, papaya::HashMap<&'static str, AtomicU64>>,
-) -> Vec<(String, &'static str, u64)> {
+fn nested(map: &Map<String, Map<&'static str, AtomicU64>>) -> Vec<(String, &'static str, u64)> {
     let mut v = Vec::new();
     for (outer, inner) in map.pin().iter() {
         for (k, c) in inner.pin().iter() {
@@ -268,9 +266,7 @@ fn nested(
     v
 }
 
-fn nested_owned(
-    map: &papaya::HashMap<String, papaya::HashMap<String, AtomicU64>>,
-) -> Vec<(String, String, u64)> {
+fn nested_owned(map: &Map<String, Map<String, AtomicU64>>) -> Vec<(String, String, u64)> {
     let mut v = Vec::new();
     for (outer, inner) in map.pin().iter() {
         for (k, c) in inner.pin().iter() {
@@ -281,7 +277,7 @@ fn nested_owned(
     v
 }
 
-fn sorted(map: &papaya::HashMap<String, AtomicU64>) -> Vec<(String, u64)> {
+fn sorted(map: &Map<String, AtomicU64>) -> Vec<(String, u64)> {
     let mut v: Vec<_> = map
         .pin()
         .iter()
