@@ -1,4 +1,5 @@
-//! Bearer tokens over HTTP: each area's routes require a scope ([`guard`]); without
+//! Bearer tokens over HTTP: each area's routes require a scope (checked by the front
+//! layer, [`super::layers::Front`], with [`authorize`]); without
 //! `[auth]` in the config every route is open. The check is the doors' shared one
 //! ([`crate::auth`]).
 
@@ -7,11 +8,9 @@ use std::sync::Arc;
 use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::Router;
 use tracing::{info, warn};
 
 use super::error::ApiError;
-use super::layers::{Check, Gate};
 use crate::auth::{check_authorization, Denied};
 use crate::config::{AuthConfig, Scope, Token};
 use crate::state::AppState;
@@ -29,36 +28,9 @@ impl Caller {
     }
 }
 
-/// `router`'s routes require one of `scopes` (when the node has `[auth]`).
-pub(super) fn guard(
-    router: Router<Arc<AppState>>,
-    state: &Arc<AppState>,
-    scopes: &'static [Scope],
-) -> Router<Arc<AppState>> {
-    router.route_layer(Gate(Scoped {
-        state: state.clone(),
-        scopes,
-    }))
-}
-
-/// The check of an area's routes: a token granting one of `scopes`.
-#[derive(Clone)]
-struct Scoped {
-    state: Arc<AppState>,
-    scopes: &'static [Scope],
-}
-
-impl Check for Scoped {
-    fn check(&self, req: &mut Request) -> Option<Response> {
-        let auth = self.state.auth.load();
-        let auth = auth.as_ref()?;
-        authorize(&self.state, auth, self.scopes, req)
-    }
-}
-
 /// `None` when the request's token grants one of `scopes` (the request then carries its
 /// [`Caller`]); otherwise the refusal.
-fn authorize(
+pub(super) fn authorize(
     state: &AppState,
     auth: &AuthConfig,
     scopes: &[Scope],

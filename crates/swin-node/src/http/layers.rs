@@ -1,12 +1,12 @@
-//! The two layers every route runs under, written as plain tower services: what each
-//! does before the route is synchronous, so the route's service is called in place and
-//! its future wrapped, never boxed. (axum's `middleware::from_fn` clones the whole inner
+//! The layer every route runs under, written as a plain tower service: what it does
+//! before the route is synchronous, so the route's service is called in place and its
+//! future wrapped, never boxed. (axum's `middleware::from_fn` clones the whole inner
 //! stack into a box and boxes its future on every request: measured at about a tenth of
-//! a `/hit`'s instructions for the two.)
-//! - [`Front`]: the bounds of a request's head, its trace span, and the route counted by
-//!   status and timed (every route, the fallbacks included).
-//! - [`Gate`]: a check that answers the request itself or lets it through to the route
-//!   (the areas' bearer tokens, [`super::auth`]).
+//! a `/hit`'s instructions for the two it replaced.)
+//! [`Front`]: the bounds of a request's head, its trace span, the bearer token its route
+//! needs ([`super::auth`]), and the route counted by status and timed (every route, the
+//! fallbacks included). One layer: each layer axum nests is a boxed route cloned per
+//! request.
 
 use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
@@ -15,71 +15,31 @@ use std::sync::Arc;
 use std::task::{ready as ready_poll, Context, Poll};
 use std::time::Instant;
 
+use std::collections::HashMap;
+
 use axum::extract::{MatchedPath, Request};
+use axum::http::Method;
 use axum::response::Response;
 use futures_util::future::Either;
 use tower::{Layer, Service};
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
 
+use crate::config::Scope;
 use crate::state::AppState;
 
-/// A check run before a route: `Some(answer)` answers the request, `None` lets it
-/// through (the check may add to the request, e.g. who made it).
-pub(super) trait Check: Clone + Send + Sync + 'static {
-    fn check(&self, req: &mut Request) -> Option<Response>;
-}
+/// The scopes a route needs a token for, one of them: by path template, then method
+/// (`*`: any). A route not listed for the request's method is open (its 405 needs no
+/// token), as is the fallback.
+pub(super) type Scopes = HashMap<&'static str, Vec<(&'static str, &'static [Scope])>>;
 
-/// The layer of a [`Check`].
+/// What every request goes through, in one layer: the bounds of its head, the token its
+/// route needs, then the route, counted by route and status and timed.
 #[derive(Clone)]
-pub(super) struct Gate<C>(pub(super) C);
-
-impl<S, C: Clone> Layer<S> for Gate<C> {
-    type Service = Gated<S, C>;
-
-    fn layer(&self, inner: S) -> Gated<S, C> {
-        Gated {
-            inner,
-            check: self.0.clone(),
-        }
-    }
+pub(super) struct Front {
+    pub(super) state: Arc<AppState>,
+    pub(super) scopes: Arc<Scopes>,
 }
-
-/// A route behind a [`Check`].
-#[derive(Clone)]
-pub(super) struct Gated<S, C> {
-    inner: S,
-    check: C,
-}
-
-type Answered = Ready<Result<Response, Infallible>>;
-
-impl<S, C> Service<Request> for Gated<S, C>
-where
-    S: Service<Request, Response = Response, Error = Infallible>,
-    C: Check,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Either<S::Future, Answered>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request) -> Self::Future {
-        match self.check.check(&mut req) {
-            Some(answer) => Either::Right(ready(Ok(answer))),
-            // ready: `poll_ready` asked the route
-            None => Either::Left(self.inner.call(req)),
-        }
-    }
-}
-
-/// What every request goes through, in one layer: the bounds of its head, then the
-/// route, counted by route and status and timed.
-#[derive(Clone)]
-pub(super) struct Front(pub(super) Arc<AppState>);
 
 impl<S> Layer<S> for Front {
     type Service = Fronted<S>;
@@ -87,7 +47,7 @@ impl<S> Layer<S> for Front {
     fn layer(&self, inner: S) -> Fronted<S> {
         Fronted {
             inner,
-            state: self.0.clone(),
+            front: self.clone(),
         }
     }
 }
@@ -96,7 +56,27 @@ impl<S> Layer<S> for Front {
 #[derive(Clone)]
 pub(super) struct Fronted<S> {
     inner: S,
-    state: Arc<AppState>,
+    front: Front,
+}
+
+impl Front {
+    /// The refusal of a request without a token its route needs (when the node has
+    /// `[auth]`).
+    fn authorize(&self, route: Option<&MatchedPath>, req: &mut Request) -> Option<Response> {
+        let auth = self.state.auth.load();
+        let auth = auth.as_ref()?;
+        let method = match *req.method() {
+            Method::HEAD => "GET",
+            ref m => m.as_str(),
+        };
+        let scopes = self
+            .scopes
+            .get(route?.as_str())?
+            .iter()
+            .find(|(m, _)| *m == method || *m == "*")?
+            .1;
+        super::auth::authorize(&self.state, auth, scopes, req)
+    }
 }
 
 impl<S> Service<Request> for Fronted<S>
@@ -105,24 +85,27 @@ where
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = Counted<Either<S::Future, Answered>>;
+    type Future = Counted<Either<S::Future, Ready<Result<Response, Infallible>>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request) -> Self::Future {
+    fn call(&mut self, mut req: Request) -> Self::Future {
         // MatchedPath is an Arc: the route's name is not copied per request
         let route = req.extensions().get::<MatchedPath>().cloned();
         let start = Instant::now();
         let span = request_span(&req, route.as_ref());
-        let inner = match super::bounded_head(&req) {
+        let refused = super::bounded_head(&req)
+            .or_else(|| self.front.authorize(route.as_ref(), &mut req));
+        let inner = match refused {
             Some(refused) => Either::Right(ready(Ok(refused))),
+            // ready: `poll_ready` asked the route
             None => Either::Left(span.in_scope(|| self.inner.call(req))),
         };
         Counted {
             inner: inner.instrument(span),
-            state: self.state.clone(),
+            state: self.front.state.clone(),
             route,
             start,
         }

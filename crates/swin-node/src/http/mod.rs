@@ -78,24 +78,31 @@ pub fn routes() -> Vec<(&'static str, &'static str)> {
 /// node has `[auth]` (see [`Scope`]), health, readiness and the description never do.
 pub fn router(state: Arc<AppState>) -> Router {
     let mut router = Router::new();
+    let mut scoped = layers::Scopes::default();
     for (routes, scope) in areas() {
         let area = routes.into_iter().fold(Router::new(), |r, route| {
+            if let Some(scopes) = scope {
+                scoped
+                    .entry(route.path)
+                    .or_default()
+                    .push((route.method, scopes));
+            }
             r.route(
                 route.path,
                 idempotency::wrap(route.path, route.handler, &state),
             )
         });
-        router = router.merge(match scope {
-            Some(scopes) => auth::guard(area, &state, scopes),
-            None => area,
-        });
+        router = router.merge(area);
     }
     router
         .fallback(|req: Request| async move {
             ApiError::NotFound(format!("{} {}", req.method(), req.uri().path()))
         })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(layers::Front(state.clone()))
+        .layer(layers::Front {
+            state: state.clone(),
+            scopes: Arc::new(scoped),
+        })
         .with_state(state)
 }
 

@@ -238,6 +238,17 @@ async fn tokens_and_scopes() {
         let (status, code, _) = authed(&r, method, uri, token).await;
         assert_eq!(status, StatusCode::OK, "{method} {uri} {token:?}: {code}");
     }
+    // a HEAD is its GET route's, token and all; a method no route serves on a path is
+    // 405 and a path none serves 404, with or without a token (no route: no scope)
+    assert_eq!(authed(&r, "HEAD", "/metrics", None).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(authed(&r, "HEAD", "/metrics", prom).await.0, StatusCode::OK);
+    assert_eq!(authed(&r, "HEAD", "/metrics", app).await.0, StatusCode::FORBIDDEN);
+    for token in [None, app] {
+        let (status, code, _) = authed(&r, "PATCH", inc, token).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{token:?}: {code}");
+        let (status, code, _) = authed(&r, "POST", "/v1/nowhere", token).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{token:?}: {code}");
+    }
     // only the two allowed increments counted
     let (_, v) = {
         let req = Request::builder()
