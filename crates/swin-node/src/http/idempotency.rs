@@ -2,8 +2,8 @@
 //! an `Idempotency-Key` header is run through `swin::Limiter::once` — the first one runs,
 //! a retry with the same key, route and body gets the first answer again (status, body
 //! and headers, with `Idempotent-Replayed: true`), on any node, counting nothing more.
-//! A request without the header goes straight to its handler (this layer then costs a
-//! header lookup).
+//! A request without the header goes straight to its handler (the front layer,
+//! [`super::layers::Front`], then costs a header lookup).
 //!
 //! The record is kept in the route's namespace (`/v1/hits` and `/v1/increments`: the
 //! first of their items' namespaces that keeps its records in a store, where every node
@@ -19,15 +19,12 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderName, HeaderValue};
+use axum::http::{HeaderName, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
-use axum::routing::MethodRouter;
-use futures_util::future::Either;
 use tower::ServiceExt;
 
 use std::net::SocketAddr;
@@ -66,72 +63,26 @@ const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 /// The prefix of the routes of one namespace.
 const NAMESPACED: &str = "/v1/namespaces/{namespace}/";
 
-/// `handler`, made idempotent when `path` is one of [`ROUTES`].
-pub(super) fn wrap(
-    path: &str,
-    handler: MethodRouter<Arc<AppState>>,
-    state: &Arc<AppState>,
-) -> MethodRouter<Arc<AppState>> {
-    if ROUTES.contains(&path) {
-        handler.layer(Layer {
-            state: state.clone(),
-        })
-    } else {
-        handler
-    }
+/// Whether `req`, on the route of path template `route`, is to run once for its
+/// idempotency key (the routes of [`ROUTES`] are all POST routes; another method is
+/// their 405).
+pub(super) fn wanted(route: &str, req: &Request) -> bool {
+    req.method() == Method::POST
+        && req.headers().contains_key(IDEMPOTENCY_KEY)
+        && ROUTES.contains(&route)
 }
 
-/// Makes a route's handler idempotent (see the module's note).
-#[derive(Debug, Clone)]
-struct Layer {
-    state: Arc<AppState>,
-}
+/// A request's answer under way through [`once`].
+pub(super) type Boxed = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
-impl<S> tower::Layer<S> for Layer {
-    type Service = Idempotency<S>;
-
-    fn layer(&self, inner: S) -> Idempotency<S> {
-        Idempotency {
-            inner,
-            state: self.state.clone(),
-        }
-    }
-}
-
-/// A route's handler behind [`Layer`].
-#[derive(Debug, Clone)]
-struct Idempotency<S> {
-    inner: S,
-    state: Arc<AppState>,
-}
-
-type Boxed = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
-
-impl<S> tower::Service<Request> for Idempotency<S>
+/// Runs `req` through `route` (the route's service, made ready) once for its
+/// idempotency key (see the module's note).
+pub(super) fn once<S>(state: Arc<AppState>, route: S, req: Request) -> Boxed
 where
-    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Send + 'static,
     S::Future: Send + 'static,
 {
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Either<S::Future, Boxed>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        if !req.headers().contains_key(IDEMPOTENCY_KEY) {
-            return Either::Left(self.inner.call(req));
-        }
-        // the service made ready goes with the request; a clone stays for the next
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        let state = self.state.clone();
-        Either::Right(Box::pin(
-            async move { Ok(idempotent(state, inner, req).await) },
-        ))
-    }
+    Box::pin(async move { Ok(idempotent(state, route, req).await) })
 }
 
 /// Runs `req` once for its idempotency key.

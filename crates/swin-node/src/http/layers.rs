@@ -4,8 +4,8 @@
 //! stack into a box and boxes its future on every request: measured at about a tenth of
 //! a `/hit`'s instructions for the two it replaced.)
 //! [`Front`]: the bounds of a request's head, its trace span, the bearer token its route
-//! needs ([`super::auth`]), and the route counted by status and timed (every route, the
-//! fallbacks included). One layer: each layer axum nests is a boxed route cloned per
+//! needs ([`super::auth`]), a run once for an idempotency key ([`super::idempotency`]),
+//! and the route counted by status and timed (every route, the fallbacks included). One layer: each layer axum nests is a boxed route cloned per
 //! request.
 
 use std::convert::Infallible;
@@ -25,6 +25,7 @@ use tower::{Layer, Service};
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
 
+use super::idempotency::{self, Boxed};
 use crate::config::Scope;
 use crate::state::AppState;
 
@@ -81,11 +82,12 @@ impl Front {
 
 impl<S> Service<Request> for Fronted<S>
 where
-    S: Service<Request, Response = Response, Error = Infallible>,
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = Counted<Either<S::Future, Ready<Result<Response, Infallible>>>>;
+    type Future = Counted<Either<Either<S::Future, Boxed>, Ready<Result<Response, Infallible>>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
@@ -96,12 +98,22 @@ where
         let route = req.extensions().get::<MatchedPath>().cloned();
         let start = Instant::now();
         let span = request_span(&req, route.as_ref());
-        let refused = super::bounded_head(&req)
-            .or_else(|| self.front.authorize(route.as_ref(), &mut req));
+        let refused =
+            super::bounded_head(&req).or_else(|| self.front.authorize(route.as_ref(), &mut req));
+        let once = route
+            .as_ref()
+            .is_some_and(|r| idempotency::wanted(r.as_str(), &req));
         let inner = match refused {
             Some(refused) => Either::Right(ready(Ok(refused))),
+            None if once => {
+                // the service made ready goes with the request; a clone stays for the next
+                let clone = self.inner.clone();
+                let route = std::mem::replace(&mut self.inner, clone);
+                let state = self.front.state.clone();
+                Either::Left(Either::Right(idempotency::once(state, route, req)))
+            }
             // ready: `poll_ready` asked the route
-            None => Either::Left(span.in_scope(|| self.inner.call(req))),
+            None => Either::Left(Either::Left(span.in_scope(|| self.inner.call(req)))),
         };
         Counted {
             inner: inner.instrument(span),

@@ -87,10 +87,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                     .or_default()
                     .push((route.method, scopes));
             }
-            r.route(
-                route.path,
-                idempotency::wrap(route.path, route.handler, &state),
-            )
+            r.route(route.path, route.handler)
         });
         router = router.merge(area);
     }

@@ -240,9 +240,15 @@ async fn tokens_and_scopes() {
     }
     // a HEAD is its GET route's, token and all; a method no route serves on a path is
     // 405 and a path none serves 404, with or without a token (no route: no scope)
-    assert_eq!(authed(&r, "HEAD", "/metrics", None).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        authed(&r, "HEAD", "/metrics", None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
     assert_eq!(authed(&r, "HEAD", "/metrics", prom).await.0, StatusCode::OK);
-    assert_eq!(authed(&r, "HEAD", "/metrics", app).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(
+        authed(&r, "HEAD", "/metrics", app).await.0,
+        StatusCode::FORBIDDEN
+    );
     for token in [None, app] {
         let (status, code, _) = authed(&r, "PATCH", inc, token).await;
         assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{token:?}: {code}");
