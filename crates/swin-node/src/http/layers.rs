@@ -34,6 +34,10 @@ use crate::state::AppState;
 /// token), as is the fallback.
 pub(super) type Scopes = HashMap<&'static str, Vec<(&'static str, &'static [Scope])>>;
 
+/// The methods a `*` route serves (the standard ones; another is its 405, which needs no
+/// token).
+const STANDARD: &[&str] = &["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"];
+
 /// What every request goes through, in one layer: the bounds of its head, the token its
 /// route needs, then the route, counted by route and status and timed.
 #[derive(Clone)]
@@ -74,7 +78,7 @@ impl Front {
             .scopes
             .get(route?.as_str())?
             .iter()
-            .find(|(m, _)| *m == method || *m == "*")?
+            .find(|(m, _)| *m == method || (*m == "*" && STANDARD.contains(&method)))?
             .1;
         super::auth::authorize(&self.state, auth, scopes, req)
     }
@@ -98,8 +102,10 @@ where
         let route = req.extensions().get::<MatchedPath>().cloned();
         let start = Instant::now();
         let span = request_span(&req, route.as_ref());
-        let refused =
-            super::bounded_head(&req).or_else(|| self.front.authorize(route.as_ref(), &mut req));
+        // in the span: a refused token's log lines are the request's
+        let refused = span.in_scope(|| {
+            super::bounded_head(&req).or_else(|| self.front.authorize(route.as_ref(), &mut req))
+        });
         let once = route
             .as_ref()
             .is_some_and(|r| idempotency::wanted(r.as_str(), &req));

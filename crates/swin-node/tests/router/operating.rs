@@ -179,6 +179,40 @@ async fn health_ready_namespaces_and_metrics() {
 /// `WWW-Authenticate: Bearer`, a token without the scope is 403, and neither counts
 /// anything; health and readiness stay open. (Tables of calls and what each answers:
 /// long because the tables are.)
+/// Every method on every route that needs a token, sent without one: 401 where the
+/// route serves the method (HEAD as its GET; a `*` route the standard methods), 405
+/// where it does not — never an answer from the handler, and never a 401 for a method
+/// no handler serves.
+#[tokio::test]
+async fn every_method_of_every_guarded_route_needs_a_token_or_is_405() {
+    let r = router_with(&auth_section()).await;
+    let open = ["/healthz", "/readyz", "/v1/openapi.json"];
+    let table = http::routes();
+    let standard = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"];
+    let methods = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "PURGE",
+    ];
+    for (_, path) in table.iter().filter(|(_, p)| !open.contains(p)) {
+        let uri = path
+            .replace("{namespace}", "api")
+            .replace("{key}", "k")
+            .replace("{id}", "r1");
+        for method in methods {
+            let asked = if method == "HEAD" { "GET" } else { method };
+            let served = table.iter().any(|(m, p)| {
+                p == path && (*m == asked || (*m == "*" && standard.contains(&asked)))
+            });
+            let (status, code, _) = authed(&r, method, &uri, None).await;
+            let want = if served {
+                StatusCode::UNAUTHORIZED
+            } else {
+                StatusCode::METHOD_NOT_ALLOWED
+            };
+            assert_eq!(status, want, "{method} {uri} ({path}): {code}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn tokens_and_scopes() {
     let r = router_with(&auth_section()).await;
