@@ -460,8 +460,11 @@ fn not_starved(out: &Value, proxy: usize, seconds: std::ops::Range<usize>) {
     let sum = |v: &[f64]| v[seconds.clone()].iter().sum::<f64>();
     let (a, o) = (sum(&admitted), sum(&offered));
     assert!(o > 0.0, "the proxy offered nothing");
+    // as with the lapses above, how much is a figure of the machine: a debug build on 2
+    // shared cores has admitted 945 of 1,200 (0.79) in a slow sitting, where a node
+    // the flood keeps from assigning admits next to nothing of the flood's seconds
     assert!(
-        a >= 0.8 * o,
+        a >= 0.5 * o,
         "the proxy admitted {a} of {o} offered: per second {admitted:?} of {offered:?}"
     );
 }
