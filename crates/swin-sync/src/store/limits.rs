@@ -138,3 +138,208 @@ pub(crate) fn numbered_changes(since: i64, rows: Vec<(i64, String)>) -> LimitCha
         complete: true,
     }
 }
+
+/// Chunks of keys a SQL store reads per statement (one JSON array each: no limit on
+/// bound parameters).
+pub(crate) const READ_AT_ONCE: usize = 5_000;
+
+/// Implements [`LimitStore`] for a SQL store (PostgreSQL, SQLite) from its statements,
+/// in its placeholders: `bump` (adds one to namespace `$1`'s change number and returns
+/// it, locking the namespace's row until commit, so that numbers are given in commit
+/// order and a reader never skips one committed late), `log` (logs key `$3` under
+/// namespace `$1`'s change number `$2`, at the store's time), `put` (writes key `$2`'s
+/// limits: `$3` the JSON, `$4` the lapse, `$5` who, `$6` when), `lock` (if the store needs
+/// it, locks namespace `$1`'s change row before a delete, as a put's `bump` does first:
+/// one order, no deadlock), `delete`, `read` (the rows of namespace `$1` whose keys are
+/// in the JSON array `$2`), `list` (after key `$2`, or from the first when NULL, live at
+/// `$3`, at most `$4`, in the bytes' order), `head` (the namespace's change number and
+/// how far its log was purged) and `changes` (the log after `$2`, at most `$3`).
+/// `storable` says whether a text can be stored (PostgreSQL's `text` cannot hold
+/// U+0000): limits are not set for a key that cannot be, and such a key has none. Each
+/// change is one transaction committed by `not_after`.
+macro_rules! sql_limit_store {
+    (
+        $store:ty,
+        db: $db:ty,
+        err: $err:path,
+        commit_by: $commit_by:path,
+        storable: $storable:path,
+        bump: $bump:expr,
+        log: $log:expr,
+        put: $put:expr,
+        lock: $lock:expr,
+        delete: $delete:expr,
+        read: $read:expr,
+        list: $list:expr,
+        head: $head:expr,
+        changes: $changes:expr $(,)?
+    ) => {
+        // a block of its own, so that its imports stay out of the caller's module
+        const _: () = {
+            use swin_core::UnixMs;
+            use $crate::store::limits::{
+                from_row, numbered_changes, numbered_since, LimitChanges, LimitRow, LimitStore,
+                StoredLimit, CHANGES_PER_CALL, READ_AT_ONCE,
+            };
+            use $crate::StoreError;
+
+            fn check_storable(key: &str) -> Result<(), StoreError> {
+                match $storable(key) {
+                    true => Ok(()),
+                    false => Err(StoreError::Protocol(format!(
+                        "this store cannot keep the key {key:?} (it holds U+0000)"
+                    ))),
+                }
+            }
+
+            impl $store {
+                /// The namespace's next change number, logged for `key`, inside `tx`.
+                async fn log_limit_change(
+                    tx: &mut sqlx::Transaction<'static, $db>,
+                    namespace: &str,
+                    key: &str,
+                ) -> Result<(), StoreError> {
+                    let version: i64 = sqlx::query_scalar($bump)
+                        .bind(namespace)
+                        .fetch_one(&mut **tx)
+                        .await
+                        .map_err($err)?;
+                    sqlx::query($log)
+                        .bind(namespace)
+                        .bind(version)
+                        .bind(key)
+                        .execute(&mut **tx)
+                        .await
+                        .map_err($err)?;
+                    Ok(())
+                }
+            }
+
+            impl LimitStore for $store {
+                async fn put_limit(
+                    &self,
+                    namespace: &str,
+                    limit: &StoredLimit,
+                    not_after: UnixMs,
+                ) -> Result<(), StoreError> {
+                    check_storable(&limit.key)?;
+                    let mut tx = self.pool().begin().await.map_err($err)?;
+                    Self::log_limit_change(&mut tx, namespace, &limit.key).await?;
+                    sqlx::query($put)
+                        .bind(namespace)
+                        .bind(&limit.key)
+                        .bind(&limit.limits)
+                        .bind(limit.expires_at.map(|t| t.0))
+                        .bind(&limit.set_by)
+                        .bind(limit.set_at.0)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err($err)?;
+                    $commit_by(tx, not_after).await
+                }
+
+                async fn delete_limit(
+                    &self,
+                    namespace: &str,
+                    key: &str,
+                    not_after: UnixMs,
+                ) -> Result<bool, StoreError> {
+                    check_storable(key)?;
+                    let mut tx = self.pool().begin().await.map_err($err)?;
+                    if let Some(lock) = $lock {
+                        sqlx::query(lock)
+                            .bind(namespace)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err($err)?;
+                    }
+                    let gone = sqlx::query($delete)
+                        .bind(namespace)
+                        .bind(key)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err($err)?
+                        .rows_affected();
+                    if gone == 0 {
+                        return Ok(false);
+                    }
+                    Self::log_limit_change(&mut tx, namespace, key).await?;
+                    $commit_by(tx, not_after).await?;
+                    Ok(true)
+                }
+
+                async fn read_limits(
+                    &self,
+                    namespace: &str,
+                    keys: &[&str],
+                ) -> Result<Vec<StoredLimit>, StoreError> {
+                    // a key the store cannot keep has no limits in it
+                    let keys: Vec<&str> = keys.iter().copied().filter(|k| $storable(k)).collect();
+                    let mut out = Vec::new();
+                    for chunk in keys.chunks(READ_AT_ONCE) {
+                        let keys = serde_json::to_string(chunk)
+                            .map_err(|e| StoreError::Protocol(format!("keys as JSON: {e}")))?;
+                        let rows: Vec<LimitRow> = sqlx::query_as($read)
+                            .bind(namespace)
+                            .bind(keys)
+                            .fetch_all(self.pool())
+                            .await
+                            .map_err($err)?;
+                        out.extend(rows.into_iter().map(from_row));
+                    }
+                    Ok(out)
+                }
+
+                async fn list_limits(
+                    &self,
+                    namespace: &str,
+                    after: Option<&str>,
+                    count: usize,
+                    now: UnixMs,
+                ) -> Result<Vec<StoredLimit>, StoreError> {
+                    // after a key the store cannot keep: after the part of it before
+                    // U+0000 (no key it keeps lies between the two)
+                    let after = after.map(|a| match $storable(a) {
+                        true => a,
+                        false => a.split('\0').next().unwrap_or(""),
+                    });
+                    let rows: Vec<LimitRow> = sqlx::query_as($list)
+                        .bind(namespace)
+                        .bind(after)
+                        .bind(now.0)
+                        .bind(i64::try_from(count).unwrap_or(i64::MAX))
+                        .fetch_all(self.pool())
+                        .await
+                        .map_err($err)?;
+                    Ok(rows.into_iter().map(from_row).collect())
+                }
+
+                async fn limit_changes(
+                    &self,
+                    namespace: &str,
+                    since: Option<&str>,
+                ) -> Result<LimitChanges, StoreError> {
+                    let head: Option<(i64, i64)> = sqlx::query_as($head)
+                        .bind(namespace)
+                        .fetch_optional(self.pool())
+                        .await
+                        .map_err($err)?;
+                    let since = match numbered_since(head, since)? {
+                        Ok(since) => since,
+                        Err(answer) => return Ok(answer),
+                    };
+                    let rows: Vec<(i64, String)> = sqlx::query_as($changes)
+                        .bind(namespace)
+                        .bind(since)
+                        .bind(CHANGES_PER_CALL as i64)
+                        .fetch_all(self.pool())
+                        .await
+                        .map_err($err)?;
+                    Ok(numbered_changes(since, rows))
+                }
+            }
+        };
+    };
+}
+
+pub(crate) use sql_limit_store;

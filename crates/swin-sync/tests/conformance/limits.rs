@@ -127,6 +127,30 @@ pub async fn runtime_limits_list_in_key_order_without_lapsed_ones(s: &TestStore)
     assert!(lapsed.iter().all(|l| !l.live_at(now)), "{lapsed:?}");
 }
 
+/// A page asked after a key no stored one can equal (U+0000 in it, which PostgreSQL's
+/// text cannot hold) goes on from where that key would sort, in the bytes' order: not
+/// from the first key again (a client paging would see the same keys for ever), and not
+/// in the database's collation (upper case before lower in the bytes).
+pub async fn a_page_after_any_key_goes_on_from_where_it_sorts(s: &TestStore) {
+    let st = &s.store;
+    let now = UnixMs(1_763_784_000_000);
+    for key in ["B", "a", "b", "c"] {
+        st.put_limit("ns", &limit(key, 1, None), LATER)
+            .await
+            .expect("put");
+    }
+    let keys = |page: Vec<StoredLimit>| page.into_iter().map(|l| l.key).collect::<Vec<_>>();
+    let page = st.list_limits("ns", Some("b\0x"), 10, now).await;
+    assert_eq!(keys(page.expect("list")), ["c"]);
+    let page = st.list_limits("ns", Some("B"), 10, now).await;
+    assert_eq!(keys(page.expect("list")), ["a", "b", "c"]);
+    let page = st.list_limits("ns", None, 10, now).await;
+    assert_eq!(keys(page.expect("list")), ["B", "a", "b", "c"]);
+    // and a read of such a key finds none
+    let read = st.read_limits("ns", &["b\0x", "c"]).await.expect("read");
+    assert_eq!(keys(read), ["c"]);
+}
+
 pub async fn a_cursor_the_store_cannot_reach_back_to_is_incomplete(s: &TestStore) {
     let st = &s.store;
     st.put_limit("ns", &limit("a", 1, None), LATER)

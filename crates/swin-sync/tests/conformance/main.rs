@@ -176,6 +176,7 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     a_change_past_its_deadline_is_not_applied,
     a_ping_tells_the_stores_time,
     runtime_limits_list_in_key_order_without_lapsed_ones,
+    a_page_after_any_key_goes_on_from_where_it_sorts,
     a_cursor_the_store_cannot_reach_back_to_is_incomplete,
     leases_never_pass_the_limit_under_racing_acquires,
     a_lease_change_past_its_deadline_changes_nothing,
