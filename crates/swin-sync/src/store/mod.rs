@@ -26,6 +26,7 @@ mod postgres;
 mod redis;
 pub mod reservations;
 mod sql;
+mod sql_tx;
 mod sqlite;
 mod types;
 

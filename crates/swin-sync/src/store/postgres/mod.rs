@@ -9,8 +9,8 @@ use tracing::instrument;
 
 use super::sql::{self, tats, totals, TatRow, TotalRow};
 use super::{
-    normalize, normalize_advances, BoxFuture, Capabilities, CounterStore, Push, Pushed, StoreKind,
-    TatPush, WindowKey,
+    normalize, normalize_advances, Capabilities, CounterStore, Push, Pushed, StoreKind, TatPush,
+    WindowKey,
 };
 use crate::StoreError;
 

@@ -13,8 +13,8 @@ use swin_core::{CompactString, Diff, Tat, Total, UnixMs};
 
 use super::sql::{self, tats, totals, TatRow, TotalRow};
 use super::{
-    normalize, normalize_advances, BoxFuture, Capabilities, CounterStore, Grant, Granted, Held,
-    Hold, Push, Pushed, QuotaStore, StoreKind, TatPush, WindowKey,
+    normalize, normalize_advances, Capabilities, CounterStore, Grant, Granted, Held, Hold, Push,
+    Pushed, QuotaStore, StoreKind, TatPush, WindowKey,
 };
 use crate::StoreError;
 
