@@ -10,6 +10,8 @@ pub struct NamespaceCounters {
     tables: Vec<WindowTable>,
     /// GCRA buckets (namespaces with `algorithm = "gcra"`; empty otherwise).
     buckets: BucketTable,
+    /// Counters per table at most.
+    max_counters: usize,
 }
 
 impl NamespaceCounters {
@@ -20,6 +22,7 @@ impl NamespaceCounters {
         sizes.dedup();
         NamespaceCounters {
             name: name.to_owned(),
+            max_counters: options.max_counters,
             buckets: BucketTable::new(name, options.max_counters),
             tables: sizes
                 .into_iter()
@@ -30,6 +33,11 @@ impl NamespaceCounters {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Counters per window size (and buckets) at most.
+    pub fn max_counters(&self) -> usize {
+        self.max_counters
     }
 
     pub fn window_sizes(&self) -> impl Iterator<Item = WindowSize> + '_ {

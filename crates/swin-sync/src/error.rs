@@ -30,6 +30,10 @@ pub enum StoreError {
     /// store did not apply it.
     #[error("the store took the change after its deadline; not applied")]
     TooLate,
+    /// A table of the node's own memory ([`crate::store::MemoryStore`]) is full: nothing
+    /// was changed; room comes back as its entries lapse or end.
+    #[error("{0}")]
+    Full(String),
 }
 
 impl StoreError {
@@ -55,7 +59,8 @@ impl StoreError {
             | StoreError::Injected
             | StoreError::Unavailable(_)
             | StoreError::Unreplicated { .. }
-            | StoreError::TooLate => true,
+            | StoreError::TooLate
+            | StoreError::Full(_) => true,
             StoreError::Postgres(e) | StoreError::Sqlite(e) => sqlx_transient(e),
             StoreError::Redis(e) => {
                 e.is_io_error()
@@ -79,7 +84,10 @@ impl StoreError {
     /// connection was made or lent, the engine did not ask, the store refused it).
     pub fn may_have_run(&self) -> bool {
         match self {
-            StoreError::Unavailable(_) | StoreError::Migrate(_) | StoreError::TooLate => false,
+            StoreError::Unavailable(_)
+            | StoreError::Migrate(_)
+            | StoreError::TooLate
+            | StoreError::Full(_) => false,
             StoreError::Postgres(e) | StoreError::Sqlite(e) => !matches!(
                 e,
                 sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Database(_)

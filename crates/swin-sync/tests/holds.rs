@@ -194,11 +194,46 @@ async fn a_hold_whose_reply_is_lost_settles_once(s: &TestStore) {
     assert!((current(&s.store, "ns", "k").await - (10.0 + once.held)).abs() < 1e-9);
 }
 
+/// Fractional counts go into the store and come back bit for bit: each window holds what
+/// the core settles, and a hold asked again finds exactly that (a count read back from
+/// text one unit in the last place off would make the retry give quota back).
+async fn fractional_holds_keep_every_bit(s: &TestStore) {
+    let store = &s.store;
+    let holder = swin_sync::Holder::from("x");
+    // fractions of every size, as a seeded generator gives them
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut values = vec![26.74998368597692, 0.1, 1.0 / 3.0, 1e-9];
+    for _ in 0..60 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        values.push((x >> 11) as f64 / (1u64 << 53) as f64 * 1_000.0);
+    }
+    let holds: Vec<Hold> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| hold(&format!("f{i}"), 1e6, 0.0, *v, *v))
+        .collect();
+    let first = store.hold("ns", &holder, &holds).await.expect("hold");
+    let again = store.hold("ns", &holder, &holds).await.expect("hold again");
+    for (i, v) in values.iter().enumerate() {
+        let empty = HoldState {
+            current: 0.0,
+            previous: 0.0,
+            held: 0.0,
+        };
+        let want = settle_hold(empty, holds[i].request);
+        assert_eq!(first[i].state, want, "{v}");
+        assert_eq!(again[i].state, want, "asked again: {v}");
+        let stored = current(store, "ns", &format!("f{i}")).await;
+        assert_eq!(stored.to_bits(), v.to_bits(), "{v} stored as {stored}");
+    }
+}
+
 swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis8] [
     a_hold_whose_reply_is_lost_settles_once,
     holds_settle_as_the_core_does,
     concurrent_holders_never_pass_the_limit,
-    one_call_holds_many_windows
+    one_call_holds_many_windows,
+    fractional_holds_keep_every_bit
 ]);
 
 /// Redis keeps holders' totals as fields of the window's hash: when a window opens (by a

@@ -267,9 +267,9 @@ impl Namespace {
             crate::config::AdmissionMode::Strict { on_store_failure } => Some(on_store_failure),
         };
         let (sync, admission) = admission::for_namespace(sync, gcra, strict);
-        let leases = crate::leases::LeaseBook::for_namespace(&sync, cfg.max_counters);
+        let leases = crate::leases::LeaseBook::for_namespace(&sync);
         let records = crate::idempotency::RecordBook::for_namespace(&sync);
-        let reservations = crate::leases::ReservationBook::for_namespace(&sync, cfg.max_counters);
+        let reservations = crate::leases::ReservationBook::for_namespace(&sync);
         Namespace {
             admission,
             sync,

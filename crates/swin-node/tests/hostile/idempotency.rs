@@ -437,7 +437,7 @@ async fn past_the_cap_new_keys_are_refused_and_kept_ones_still_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_distinct_keys_hold_the_cap_and_the_memory_bound() {
     use std::sync::Arc;
-    use swin::idempotency::{Answer, Idempotent, LocalRecords, RecordBook};
+    use swin::idempotency::{Answer, Idempotent};
 
     const CAP: u64 = 10_000;
     const KEYS: u64 = 1_000_000;
@@ -493,14 +493,12 @@ async fn a_million_distinct_keys_hold_the_cap_and_the_memory_bound() {
     }
     assert_eq!((first, full), (CAP, KEYS - CAP));
     let a = limiter.namespace("a").expect("a");
-    let RecordBook::Local(records) = a.records() else {
-        panic!("a local-only namespace keeps its records on the node")
-    };
-    let records: &LocalRecords = records;
-    assert_eq!(records.len() as u64, CAP);
+    let memory = a.records().memory();
+    let records = memory.expect("a local-only namespace keeps its records on the node");
+    assert_eq!(records.records() as u64, CAP);
     // the bound docs/api.md states for a node's own records: 128 bytes, the record's key
     // and its answer
-    let per_key = records.bytes() as f64 / CAP as f64;
+    let per_key = records.record_bytes() as f64 / CAP as f64;
     eprintln!("a local record: {per_key:.0} bytes");
     assert!(per_key <= (128 + 40 + 20 + 40) as f64, "{per_key}");
     // exactly what was admitted counted, in the key's current and previous windows

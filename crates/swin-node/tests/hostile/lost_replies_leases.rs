@@ -363,7 +363,7 @@ async fn an_envoy_end_whose_reply_is_lost_ends_its_slots_once(store: &TestStore)
         &relay,
         store,
         &[b"$6\r\nenvoy.\r\n"],
-        b"left(lease, length($4)) = $4",
+        b"substr(lease, 1, length($4)) = $4",
     );
     let e = send(1, true).await.expect_err("its reply lost");
     assert_eq!(

@@ -1,7 +1,7 @@
 //! Idempotency records through a namespace's engine: its store, under its name, each
 //! call bounded as a request's (see `store::idempotency`). Nothing is queued or synced: a
 //! claim is one atomic step in the store. A namespace without a store keeps its records
-//! on the node (the `swin` library's own table).
+//! in the node's memory, reached the same way ([`crate::store::MemoryStore`]).
 //!
 //! A claim whose store does not answer within `answer_within` is answered as a timeout
 //! (its caller answers 503 and runs nothing), but the claim may still land: a script
@@ -59,13 +59,11 @@ impl From<Result<Claimed, StoreError>> for Landed {
 impl NamespaceSync {
     /// Claims an idempotency record, waiting at most `answer_within` (then a timeout).
     /// When it fails, its caller runs nothing, and what the claim wrote or may still
-    /// write is released in the background (see the module's note). `None`: the
-    /// namespace has no store.
+    /// write is released in the background (see the module's note).
     pub async fn claim_idempotency(
         self: &Arc<Self>,
         claim: Claim<'_>,
-    ) -> Option<Result<Claimed, StoreError>> {
-        self.session.store.as_ref()?;
+    ) -> Result<Claimed, StoreError> {
         let (key, fingerprint) = (claim.key.to_owned(), *claim.fingerprint);
         let Claim {
             token,
@@ -80,9 +78,7 @@ impl NamespaceSync {
         let this = self.clone();
         // owned, so that it can go on once its caller has given up
         let mut call = Box::pin(async move {
-            let Some(store) = &this.session.store else {
-                return Err(StoreError::Unavailable("no store".into()));
-            };
+            let store = this.records();
             let claim = Claim {
                 key: &key,
                 fingerprint: &fingerprint,
@@ -107,7 +103,7 @@ impl NamespaceSync {
             (self.clone(), c)
         };
         let e = match tokio::time::timeout(self.session.answer_within, &mut call).await {
-            Ok(Ok(claimed)) => return Some(Ok(claimed)),
+            Ok(Ok(claimed)) => return Ok(claimed),
             Ok(Err(e)) => {
                 if e.may_have_run() {
                     let (this, given_up) = given_up();
@@ -130,7 +126,7 @@ impl NamespaceSync {
         if let StoreError::Timeout(_) = e {
             self.trip(&e);
         }
-        Some(Err(e))
+        Err(e)
     }
 
     /// Releases what a claim its caller gave up on wrote: the record it made, at once, or
@@ -144,9 +140,7 @@ impl NamespaceSync {
             Landed::Nothing => return,
             Landed::Unknown => false,
         };
-        let Some(store) = &self.session.store else {
-            return;
-        };
+        let store = self.records();
         let mut pause = RELEASE_PAUSE;
         loop {
             if ask_now || !self.skipping_store() {
@@ -183,17 +177,17 @@ impl NamespaceSync {
     }
 
     /// Keeps `answer` (`Some`) or releases (`None`) the claim `token` of the record `key`;
-    /// false when the claim is not held. `None`: no store.
+    /// false when the claim is not held.
     pub async fn end_idempotency_claim(
         &self,
         key: &str,
         token: i64,
         answer: Option<&[u8]>,
         now: UnixMs,
-    ) -> Option<Result<bool, StoreError>> {
-        let store = self.session.store.as_ref()?;
+    ) -> Result<bool, StoreError> {
+        let store = self.records();
         let name = self.name();
-        Some(match answer {
+        match answer {
             Some(a) => {
                 self.call_for_request(store.keep_answer(name, key, token, a, now))
                     .await
@@ -202,16 +196,13 @@ impl NamespaceSync {
                 self.call_for_request(store.release_claim(name, key, token))
                     .await
             }
-        })
+        }
     }
 
-    /// The namespace's live idempotency records, as the store counts them. `None`: no
-    /// store.
-    pub async fn idempotency_records(&self, now: UnixMs) -> Option<Result<u64, StoreError>> {
-        let store = self.session.store.as_ref()?;
-        Some(
-            self.call_for_request(store.idempotency_records(self.name(), now))
-                .await,
-        )
+    /// The namespace's live idempotency records, as the store counts them.
+    pub async fn idempotency_records(&self, now: UnixMs) -> Result<u64, StoreError> {
+        let store = self.records();
+        self.call_for_request(store.idempotency_records(self.name(), now))
+            .await
     }
 }

@@ -2,7 +2,8 @@
 //! bounded by its store timeout. A lease is one atomic step in the store whatever the
 //! sync rate, so nothing here is queued or synced: a call that fails changed nothing the
 //! caller was told of (an acquire that timed out may still have been granted; it lapses
-//! by its ttl). A namespace without a store keeps its leases on the node.
+//! by its ttl). A namespace without a store keeps its leases in the node's memory,
+//! reached the same way ([`crate::store::MemoryStore`]).
 
 use swin_core::UnixMs;
 
@@ -14,17 +15,16 @@ use crate::StoreError;
 
 impl NamespaceSync {
     /// Takes `acquire.count` slots of `acquire.key` if its live leases leave room.
-    /// `None`: the namespace has no store (the node keeps its leases itself).
     /// The caller waits at most `within`.
     pub async fn acquire_lease(
         &self,
         acquire: Acquire<'_>,
         within: Duration,
-    ) -> Option<Result<Acquired, StoreError>> {
-        let store = self.session.store.as_ref()?;
+    ) -> Result<Acquired, StoreError> {
+        let store = self.records();
         let not_after = self.deadline_within(within);
         let call = store.acquire(self.name(), acquire, not_after);
-        Some(self.lease_call(within, call).await)
+        self.lease_call(within, call).await
     }
 
     /// A lease call its caller waits for at most `within` (and the store timeout); a
@@ -42,41 +42,36 @@ impl NamespaceSync {
     }
 
     /// Ends up to `count` slots of `key`'s live leases whose ids begin with `prefix`,
-    /// earliest lapse first; answers the slots ended. `None`: no store.
+    /// earliest lapse first; answers the slots ended.
     pub async fn release_lease_slots(
         &self,
         key: &str,
         prefix: &str,
         count: u32,
         now: UnixMs,
-    ) -> Option<Result<u32, StoreError>> {
-        let store = self.session.store.as_ref()?;
-        Some(
-            self.call_for_request(store.release_slots(
-                self.name(),
-                key,
-                prefix,
-                count,
-                now,
-                self.deadline_within(self.answer_within()),
-            ))
-            .await,
-        )
+    ) -> Result<u32, StoreError> {
+        let store = self.records();
+        self.call_for_request(store.release_slots(
+            self.name(),
+            key,
+            prefix,
+            count,
+            now,
+            self.deadline_within(self.answer_within()),
+        ))
+        .await
     }
 
     /// The slots of the namespace's live leases across the cluster, as the store counts
-    /// them now. `None`: no store.
-    pub async fn leases_in_flight(&self, now: UnixMs) -> Option<Result<u64, StoreError>> {
-        let store = self.session.store.as_ref()?;
-        Some(
-            self.call_for_request(store.in_flight(self.name(), now))
-                .await,
-        )
+    /// them now.
+    pub async fn leases_in_flight(&self, now: UnixMs) -> Result<u64, StoreError> {
+        let store = self.records();
+        self.call_for_request(store.in_flight(self.name(), now))
+            .await
     }
 
     /// Ends a live lease as the operation `op` (see
     /// [`crate::store::LeaseStore::release`]). The caller waits at most `within`.
-    /// `None`: no store.
     pub async fn release_lease(
         &self,
         key: &str,
@@ -84,15 +79,15 @@ impl NamespaceSync {
         op: &str,
         now: UnixMs,
         within: Duration,
-    ) -> Option<Result<Released, StoreError>> {
-        let store = self.session.store.as_ref()?;
+    ) -> Result<Released, StoreError> {
+        let store = self.records();
         let (name, not_after) = (self.name(), self.deadline_within(within));
         let call = store.release(name, key, lease, op, now, not_after);
-        Some(self.lease_call(within, call).await)
+        self.lease_call(within, call).await
     }
 
     /// Moves a live lease's lapse to `to`; false when it is not live. The caller waits at
-    /// most `within`. `None`: no store.
+    /// most `within`.
     pub async fn renew_lease(
         &self,
         key: &str,
@@ -100,10 +95,10 @@ impl NamespaceSync {
         to: UnixMs,
         now: UnixMs,
         within: Duration,
-    ) -> Option<Result<bool, StoreError>> {
-        let store = self.session.store.as_ref()?;
+    ) -> Result<bool, StoreError> {
+        let store = self.records();
         let (name, not_after) = (self.name(), self.deadline_within(within));
         let call = store.renew(name, key, lease, to, now, not_after);
-        Some(self.lease_call(within, call).await)
+        self.lease_call(within, call).await
     }
 }

@@ -207,6 +207,40 @@ impl NamespaceSync {
         self.session.store.as_ref()
     }
 
+    /// Where the namespace's leases, reservations and idempotency records are kept: its
+    /// store, or the node's memory ([`Store::Memory`]) for a local-only namespace.
+    pub(crate) fn records(&self) -> &Store {
+        self.session.records.get_or_init(|| {
+            let max = self.counters.max_counters();
+            Store::Memory(Arc::new(crate::store::MemoryStore::new(max)))
+        })
+    }
+
+    /// The node's memory that keeps the namespace's leases, reservations and idempotency
+    /// records (a local-only namespace); `None` for a namespace with a store.
+    pub fn memory(&self) -> Option<&crate::store::MemoryStore> {
+        match self.records() {
+            Store::Memory(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Whether every node sees the namespace's leases, reservations and idempotency
+    /// records (they are its store's, not this node's memory).
+    pub fn records_shared(&self) -> bool {
+        self.session.store.is_some()
+    }
+
+    /// Keeps the leases, reservations and idempotency records of `old`, the namespace this
+    /// one replaces, where both keep them in the node's memory (a rebuilt local-only
+    /// namespace: a new table would let a limit's worth more in, and run retries again);
+    /// a store keeps its own. Before the namespace serves.
+    pub fn keep_records_of(&self, old: &NamespaceSync) {
+        if let (None, Some(Store::Memory(m))) = (&self.session.store, old.session.records.get()) {
+            let _ = self.session.records.set(Store::Memory(m.clone()));
+        }
+    }
+
     /// The identity this engine pushes under: unique to the engine, so a namespace
     /// rebuilt by a reload never reuses a `(push_id, namespace, seq)` the store has seen.
     pub fn push_id(&self) -> &crate::PushId {

@@ -1,7 +1,7 @@
 //! Reservations of a cost through a namespace's engine: its store, under its name, each
 //! call bounded by its store timeout (a change also by how long its caller waits,
-//! `within`: past it the store changes nothing). `None`: the namespace has no store (the
-//! node keeps its reservations itself).
+//! `within`: past it the store changes nothing). A namespace without a store keeps them
+//! in the node's memory, reached the same way ([`crate::store::MemoryStore`]).
 
 use swin_core::UnixMs;
 
@@ -11,12 +11,10 @@ use crate::StoreError;
 
 impl NamespaceSync {
     /// How many of the namespace's reservations are open across the cluster.
-    pub async fn open_reservations(&self, now: UnixMs) -> Option<Result<u64, StoreError>> {
-        let store = self.session.store.as_ref()?;
-        Some(
-            self.call_for_request(store.open_reservations(self.name(), now))
-                .await,
-        )
+    pub async fn open_reservations(&self, now: UnixMs) -> Result<u64, StoreError> {
+        let store = self.records();
+        self.call_for_request(store.open_reservations(self.name(), now))
+            .await
     }
 
     /// Records an open reservation unless a cap refuses it: what it did (open also when
@@ -25,10 +23,10 @@ impl NamespaceSync {
         &self,
         open: OpenReservation<'_>,
         within: std::time::Duration,
-    ) -> Option<Result<Opened, StoreError>> {
-        let store = self.session.store.as_ref()?;
+    ) -> Result<Opened, StoreError> {
+        let store = self.records();
         let opening = store.open_reservation(self.name(), open);
-        Some(self.call_within(within, opening).await)
+        self.call_within(within, opening).await
     }
 
     /// Raises an open reservation's total by `more`, counted at `at`, as the operation
@@ -41,12 +39,12 @@ impl NamespaceSync {
         more: f64,
         at: UnixMs,
         within: std::time::Duration,
-    ) -> Option<Result<Option<ReservationRecord>, StoreError>> {
-        let store = self.session.store.as_ref()?;
+    ) -> Result<Option<ReservationRecord>, StoreError> {
+        let store = self.records();
         let not_after = self.deadline_within(within);
         let now = crate::now();
         let extend = store.extend_reservation(self.name(), id, op, more, at, now, not_after);
-        Some(self.call_within(within, extend).await)
+        self.call_within(within, extend).await
     }
 
     /// Ends an open reservation as the commit `op` at `cost`, answering its record with
@@ -58,11 +56,11 @@ impl NamespaceSync {
         op: &str,
         cost: f64,
         within: std::time::Duration,
-    ) -> Option<Result<Option<ReservationRecord>, StoreError>> {
-        let store = self.session.store.as_ref()?;
+    ) -> Result<Option<ReservationRecord>, StoreError> {
+        let store = self.records();
         let not_after = self.deadline_within(within);
         let take = store.take_reservation(self.name(), id, op, cost, crate::now(), not_after);
-        Some(self.call_within(within, take).await)
+        self.call_within(within, take).await
     }
 
     /// An open reservation's record, changing nothing.
@@ -70,11 +68,9 @@ impl NamespaceSync {
         &self,
         id: &str,
         now: UnixMs,
-    ) -> Option<Result<Option<ReservationRecord>, StoreError>> {
-        let store = self.session.store.as_ref()?;
-        Some(
-            self.call_for_request(store.read_reservation(self.name(), id, now))
-                .await,
-        )
+    ) -> Result<Option<ReservationRecord>, StoreError> {
+        let store = self.records();
+        self.call_for_request(store.read_reservation(self.name(), id, now))
+            .await
     }
 }

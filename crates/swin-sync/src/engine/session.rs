@@ -20,6 +20,10 @@ pub const DEFAULT_ANSWER_WITHIN: Duration = Duration::from_millis(500);
 pub(crate) struct Session {
     /// `None` exactly when the namespace is local only.
     pub(super) store: Option<Store>,
+    /// Where its leases, reservations and idempotency records are kept: its store, or
+    /// (local only) the node's memory, made at first use unless carried from the
+    /// namespace it replaces ([`super::NamespaceSync::keep_records_of`]).
+    pub(super) records: OnceLock<Store>,
     /// Bounds every store call.
     pub(super) timeout: Duration,
     /// The longest a request waits for the store (at most `timeout`): past it, the
@@ -41,8 +45,13 @@ pub(crate) struct Session {
 
 impl Session {
     pub(super) fn new(store: Option<Store>, timeout: Duration) -> Self {
+        let records = OnceLock::new();
+        if let Some(store) = &store {
+            let _ = records.set(store.clone());
+        }
         Session {
             store,
+            records,
             timeout,
             answer_within: timeout.min(DEFAULT_ANSWER_WITHIN),
             stop_by: OnceLock::new(),

@@ -105,7 +105,7 @@ pub enum Claimed {
 store_calls! {
     /// The idempotency side of a store. Every store implements it beside
     /// [`super::CounterStore`].
-    pub trait IdempotencyStore {
+    pub trait IdempotencyStore kept in_memory {
         /// Claims a record for a request, atomically across the cluster (see the module's
         /// note).
         fn claim_idempotency(&self, namespace: &str, claim: Claim<'_>) -> Claimed;

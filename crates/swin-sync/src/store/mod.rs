@@ -21,6 +21,7 @@ mod faulty;
 pub mod idempotency;
 pub mod leases;
 pub mod limits;
+mod memory;
 mod normalize;
 mod postgres;
 mod redis;
@@ -39,6 +40,7 @@ pub use self::faulty::{Fault, FaultyStore};
 pub use self::idempotency::{Claim, Claimed, ClientShare, Fingerprint, IdempotencyStore, Record};
 pub use self::leases::{Acquire, Acquired, LeaseStore, Released, LEASE_END_KEPT_MS};
 pub use self::limits::{LimitChanges, LimitStore, StoredLimit};
+pub use self::memory::{MemoryStore, RECORD_OVERHEAD_BYTES};
 pub(crate) use self::normalize::{normalize, normalize_advances};
 pub use self::postgres::PostgresStore;
 pub use self::redis::RedisStore;
@@ -134,6 +136,9 @@ pub enum Store {
     Postgres(PostgresStore),
     Redis(RedisStore),
     Sqlite(SqliteStore),
+    /// The node's own memory: a local-only namespace's leases, reservations and
+    /// idempotency records (see [`MemoryStore`]).
+    Memory(std::sync::Arc<MemoryStore>),
     #[cfg(feature = "faults")]
     Faulty(std::sync::Arc<FaultyStore>),
 }
@@ -181,6 +186,7 @@ impl Store {
             Store::Postgres(s) => s.kind(),
             Store::Redis(s) => s.kind(),
             Store::Sqlite(s) => s.kind(),
+            Store::Memory(_) => StoreKind::Memory,
             #[cfg(feature = "faults")]
             Store::Faulty(f) => f.inner().kind(),
         }
@@ -191,6 +197,10 @@ impl Store {
             Store::Postgres(s) => s.capabilities(),
             Store::Redis(s) => s.capabilities(),
             Store::Sqlite(s) => s.capabilities(),
+            Store::Memory(_) => Capabilities {
+                pipelines: false,
+                expires_by_itself: false,
+            },
             #[cfg(feature = "faults")]
             Store::Faulty(f) => f.inner().capabilities(),
         }

@@ -19,7 +19,9 @@ pub(crate) fn hold_windows(holds: &[Hold]) -> String {
     Value::Array(rows).to_string()
 }
 
-/// Windows whose state a hold changed: `[key, size, start, count, holder's total]`.
+/// Windows whose state a hold changed: `[key, size, start, count, holder's total]`
+/// (PostgreSQL reads a JSON number's text as written, with a correctly rounded parse:
+/// every double comes back the same).
 pub(crate) fn hold_states(changed: &[(HoldWindow, swin_core::HoldState)]) -> String {
     let rows: Vec<Value> = changed
         .iter()
@@ -66,7 +68,7 @@ macro_rules! sql_tx {
         upsert: $upsert:path,
         hold_rows: $hold_rows:expr,
         hold_read: $hold_read:expr,
-        hold_write: $hold_write:expr,
+        write_holds: $write_holds:path,
         grant_rows: $grant_rows:expr,
         grant_read: $grant_read:expr,
         grant_tats: $grant_tats:expr,
@@ -76,7 +78,7 @@ macro_rules! sql_tx {
         const _: () = {
             use swin_core::{Diff, Total};
             use $crate::store::sql::{GrantRow, HoldRow, HoldWindow, SettledGrants, SqlTx};
-            use $crate::store::sql_tx::{grant_records, grant_tats, hold_states, hold_windows};
+            use $crate::store::sql_tx::{grant_records, grant_tats, hold_windows};
             use $crate::store::{BoxFuture, Hold};
             use $crate::StoreError;
 
@@ -136,19 +138,7 @@ macro_rules! sql_tx {
                     holder: &'a str,
                     changed: &'a [(HoldWindow, swin_core::HoldState)],
                 ) -> BoxFuture<'a, Result<(), StoreError>> {
-                    Box::pin(async move {
-                        let states = hold_states(changed);
-                        for statement in $hold_write {
-                            sqlx::query(statement)
-                                .bind(namespace)
-                                .bind(&states)
-                                .bind(holder)
-                                .execute(&mut *self.0)
-                                .await
-                                .map_err($err)?;
-                        }
-                        Ok(())
-                    })
+                    Box::pin($write_holds(&mut self.0, namespace, holder, changed))
                 }
 
                 fn lock_buckets<'a>(

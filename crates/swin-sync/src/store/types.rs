@@ -139,16 +139,21 @@ pub enum StoreKind {
     Redis,
     RedisCluster,
     Sqlite,
+    /// A node's own memory (a local-only namespace's leases, reservations and
+    /// idempotency records): never configured.
+    Memory,
 }
 
 impl StoreKind {
-    /// `postgres`, `redis`, `redis_cluster` or `sqlite`, as the config names it.
+    /// `postgres`, `redis`, `redis_cluster` or `sqlite`, as the config names it (`memory`:
+    /// a node's own).
     pub fn name(self) -> &'static str {
         match self {
             StoreKind::Postgres => "postgres",
             StoreKind::Redis => "redis",
             StoreKind::RedisCluster => "redis_cluster",
             StoreKind::Sqlite => "sqlite",
+            StoreKind::Memory => "memory",
         }
     }
 }

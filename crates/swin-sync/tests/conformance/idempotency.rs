@@ -490,10 +490,7 @@ pub async fn an_idempotency_claim_that_failed_to_its_caller_is_released(s: &Test
     let (e, faults) = engine();
     faults.plan([Fault::Slow(Duration::from_millis(400))]);
     let t = Instant::now();
-    let r = e
-        .claim_idempotency(claim("late", &f, 1, now, 100))
-        .await
-        .expect("a store");
+    let r = e.claim_idempotency(claim("late", &f, 1, now, 100)).await;
     assert!(matches!(r, Err(StoreError::Timeout(_))), "{r:?}");
     assert!(
         t.elapsed() < Duration::from_millis(350),
@@ -514,10 +511,7 @@ pub async fn an_idempotency_claim_that_failed_to_its_caller_is_released(s: &Test
     // taken, then its reply lost
     let (e, faults) = engine();
     faults.plan([Fault::FailAfter]);
-    let r = e
-        .claim_idempotency(claim("lost", &f, 1, now, 100))
-        .await
-        .expect("a store");
+    let r = e.claim_idempotency(claim("lost", &f, 1, now, 100)).await;
     assert!(matches!(r, Err(StoreError::Injected)), "{r:?}");
     retry_runs("lost").await;
 
@@ -525,10 +519,7 @@ pub async fn an_idempotency_claim_that_failed_to_its_caller_is_released(s: &Test
     // stays its holder's (token 99 above), its answer kept
     let (e, faults) = engine();
     faults.plan([Fault::Slow(Duration::from_millis(200))]);
-    let r = e
-        .claim_idempotency(claim("lost", &f, 5, now, 100))
-        .await
-        .expect("a store");
+    let r = e.claim_idempotency(claim("lost", &f, 5, now, 100)).await;
     assert!(matches!(r, Err(StoreError::Timeout(_))), "{r:?}");
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(s

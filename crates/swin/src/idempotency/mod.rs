@@ -8,7 +8,7 @@
 //!   namespace's `idempotency_ttl` lapses;
 //! - where the namespace keeps leases: its store (a claim is one atomic put-if-absent
 //!   there, see [`swin_sync::store::IdempotencyStore`]), or this node's memory for a
-//!   local-only namespace ([`LocalRecords`], a memory backend of the same interface);
+//!   local-only namespace ([`swin_sync::store::MemoryStore`], under the same contract);
 //! - at most `idempotency_max_keys` live records per namespace: a new key past them is
 //!   refused (503 `idempotency_full`), keys already recorded still answer;
 //! - at most `idempotency_max_keys_per_client` of them made by one client
@@ -20,7 +20,6 @@
 //! it works with.
 
 mod book;
-mod local;
 
 use sha2::{Digest, Sha256};
 use swin_sync::store::Fingerprint;
@@ -28,7 +27,7 @@ use swin_sync::store::Fingerprint;
 use crate::error::Error;
 
 pub use self::book::RecordBook;
-pub use self::local::{LocalRecords, RECORD_OVERHEAD_BYTES};
+pub use swin_sync::store::RECORD_OVERHEAD_BYTES;
 
 /// The longest idempotency key.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;

@@ -1,8 +1,8 @@
-//! Where a namespace's leases (and reservations' records) are kept, picked once when the
-//! namespace is built: in its store (every call one atomic step there, bounded by
-//! `answer_timeout`), or, for a local-only namespace, in this node's memory
-//! ([`LocalLeases`], a memory backend of the same [`LeaseStore`] interface). Every
-//! lease call of every door goes through it; nothing else asks where leases live.
+//! A namespace's leases, as its requests see them: every lease call of every door goes
+//! through its [`LeaseBook`], to its engine and the store that keeps them — its own, each
+//! call one atomic step there bounded by `answer_timeout`, or, for a local-only
+//! namespace, the node's memory ([`swin_sync::store::MemoryStore`], under the same
+//! contract). Nothing here asks where they live.
 //!
 //! A change whose store reply is lost is sent again (the same acquire, the same
 //! release operation, the renewal to the same lapse) until the store answers, within
@@ -15,45 +15,33 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use swin_core::UnixMs;
-use swin_sync::store::{new_op, Acquire, Acquired, LeaseStore, Released};
+use swin_sync::store::{new_op, Acquire, Acquired, Released};
 use swin_sync::{NamespaceSync, StoreError};
 
-use super::LocalLeases;
 use crate::error::Error;
 use crate::known::{until_known, Outcome};
 
-/// A namespace's leases: its store's, or this node's.
+/// A namespace's leases, through its engine.
 #[derive(Debug, Clone)]
-pub enum LeaseBook {
-    /// Kept in the namespace's store, through its engine.
-    Store(Arc<NamespaceSync>),
-    /// Kept on this node (a local-only namespace).
-    Local(Arc<LocalLeases>),
-}
+pub struct LeaseBook(Arc<NamespaceSync>);
 
 impl LeaseBook {
-    /// The store of `sync` when it has one, else a table on this node of at most
-    /// `max_keys` keys.
-    pub fn for_namespace(sync: &Arc<NamespaceSync>, max_keys: usize) -> LeaseBook {
-        match sync.store() {
-            Some(_) => LeaseBook::Store(sync.clone()),
-            None => LeaseBook::Local(Arc::new(LocalLeases::new(max_keys))),
-        }
+    /// The leases of the namespace `sync` runs.
+    pub fn for_namespace(sync: &Arc<NamespaceSync>) -> LeaseBook {
+        LeaseBook(sync.clone())
     }
 
-    /// Keeps the leases of `old` where both are this node's (a rebuilt local-only
-    /// namespace: a new table would let a limit's worth more in); a store keeps its own.
-    pub fn carry_from(&mut self, old: &LeaseBook) {
-        if let (LeaseBook::Local(new), LeaseBook::Local(old)) = (self, old) {
-            *new = old.clone();
-        }
+    /// Whether every node sees them (they are the namespace's store's).
+    pub fn is_shared(&self) -> bool {
+        self.0.records_shared()
     }
 
-    /// How long a lease call of a request waits for the store (`answer_timeout`).
+    /// How long a lease call of a request waits for the store (`answer_timeout`; the
+    /// node's memory answers at once, and once: a full table is not asked again).
     pub fn answer_within(&self) -> Duration {
-        match self {
-            LeaseBook::Store(sync) => sync.answer_within(),
-            LeaseBook::Local(_) => Duration::ZERO,
+        match self.is_shared() {
+            true => self.0.answer_within(),
+            false => Duration::ZERO,
         }
     }
 
@@ -66,16 +54,9 @@ impl LeaseBook {
         within: Duration,
         what: &str,
     ) -> Result<Acquired, Error> {
-        match self {
-            LeaseBook::Store(sync) => {
-                let r = until_known(within, |w| async move {
-                    no_store(sync.acquire_lease(a, w).await)
-                })
-                .await;
-                known(r, what)
-            }
-            LeaseBook::Local(l) => local(l.acquire("", a, a.now).await),
-        }
+        let sync = &self.0;
+        let r = until_known(within, |w| sync.acquire_lease(a, w)).await;
+        known(r, what)
     }
 
     /// Ends the live lease `lease` of `key` as one operation (sent again while its reply
@@ -89,18 +70,9 @@ impl LeaseBook {
         within: Duration,
         what: &str,
     ) -> Result<Released, Error> {
-        let op = new_op();
-        match self {
-            LeaseBook::Store(sync) => {
-                let r = until_known(within, |w| {
-                    let op = &op;
-                    async move { no_store(sync.release_lease(key, lease, op, now, w).await) }
-                })
-                .await;
-                known(r, what)
-            }
-            LeaseBook::Local(l) => local(l.release("", key, lease, &op, now, now).await),
-        }
+        let (op, sync) = (new_op(), &self.0);
+        let r = until_known(within, |w| sync.release_lease(key, lease, &op, now, w)).await;
+        known(r, what)
     }
 
     /// Moves the lapse of the live lease `lease` of `key` to `to` (sent again while its
@@ -115,16 +87,9 @@ impl LeaseBook {
         within: Duration,
         what: &str,
     ) -> Result<bool, Error> {
-        match self {
-            LeaseBook::Store(sync) => {
-                let r = until_known(within, |w| async move {
-                    no_store(sync.renew_lease(key, lease, to, now, w).await)
-                })
-                .await;
-                known(r, what)
-            }
-            LeaseBook::Local(l) => local(l.renew("", key, lease, to, now, now).await),
-        }
+        let sync = &self.0;
+        let r = until_known(within, |w| sync.renew_lease(key, lease, to, now, w)).await;
+        known(r, what)
     }
 
     /// Ends up to `count` slots of `key`'s live leases whose ids begin with `prefix`,
@@ -138,39 +103,26 @@ impl LeaseBook {
         now: UnixMs,
         what: &str,
     ) -> Result<u32, Error> {
-        match self {
-            LeaseBook::Store(sync) => {
-                match no_store(sync.release_lease_slots(key, prefix, count, now).await) {
-                    Ok(n) => Ok(n),
-                    // never sent again: it ends slots by count, not by lease, and a second
-                    // attempt would end as many more (one that timed out may have been
-                    // applied in time, its reply late)
-                    Err(e) if e.may_have_run() => {
-                        tracing::warn!(cause = %e, "{what}");
-                        Err(Error::OutcomeUnknown(format!(
-                        "{what}: the store may have ended the slots, but its reply was lost; they are not ended again (that would end other requests' slots): slots not ended lapse by the lease ttl"
-                    )))
-                    }
-                    Err(e) => Err(Error::store(&e, what)),
-                }
+        match self.0.release_lease_slots(key, prefix, count, now).await {
+            Ok(n) => Ok(n),
+            // never sent again: it ends slots by count, not by lease, and a second
+            // attempt would end as many more (one that timed out may have been
+            // applied in time, its reply late)
+            Err(e) if e.may_have_run() => {
+                tracing::warn!(cause = %e, "{what}");
+                Err(Error::OutcomeUnknown(format!(
+                    "{what}: the store may have ended the slots, but its reply was lost; they are not ended again (that would end other requests' slots): slots not ended lapse by the lease ttl"
+                )))
             }
-            LeaseBook::Local(l) => local(l.release_slots("", key, prefix, count, now, now).await),
+            Err(e) => Err(Error::store(&e, what)),
         }
     }
 
     /// The slots of the namespace's live leases (across the cluster, for a store); the
     /// store's error as it is (a scrape logs it quietly: no request waits on it).
     pub async fn in_flight(&self, now: UnixMs) -> Result<u64, swin_sync::StoreError> {
-        match self {
-            LeaseBook::Store(sync) => sync.leases_in_flight(now).await.unwrap_or(Ok(0)),
-            LeaseBook::Local(l) => l.in_flight("", now).await,
-        }
+        self.0.leases_in_flight(now).await
     }
-}
-
-/// A store call made through a book built with a store (`None`, no store, never comes).
-fn no_store<T>(r: Option<Result<T, StoreError>>) -> Result<T, StoreError> {
-    r.unwrap_or_else(|| Err(StoreError::Unavailable("no store".into())))
 }
 
 /// A change sent until the store answered, as a request's answer: unknown, an
@@ -178,6 +130,8 @@ fn no_store<T>(r: Option<Result<T, StoreError>>) -> Result<T, StoreError> {
 fn known<T>(r: Outcome<T>, what: &str) -> Result<T, Error> {
     match r {
         Outcome::Known(v) => Ok(v),
+        // the node's own table is full: a 503, try again later
+        Outcome::NotApplied(StoreError::Full(m)) => Err(Error::Unavailable(m)),
         Outcome::NotApplied(e) => Err(Error::store(&e, what)),
         Outcome::Unknown(e) => {
             tracing::warn!(cause = %e, "{what}: the outcome is unknown");
@@ -186,13 +140,4 @@ fn known<T>(r: Outcome<T>, what: &str) -> Result<T, Error> {
             )))
         }
     }
-}
-
-/// A call on this node's leases as a request's answer: the one failure it has is a full
-/// table (a 503, try again later).
-fn local<T>(r: Result<T, swin_sync::StoreError>) -> Result<T, Error> {
-    r.map_err(|e| match e {
-        swin_sync::StoreError::Unavailable(m) => Error::Unavailable(m),
-        e => Error::store(&e, "leases kept on this node"),
-    })
 }

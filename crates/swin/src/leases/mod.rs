@@ -7,14 +7,14 @@
 //! and renewal is one atomic step there, whatever the sync rate — see
 //! [`swin_sync::store::LeaseStore`]), so a slot released on one node is free on every other
 //! at once and no interleaving of nodes passes the limit; a node that dies frees its
-//! leases by their lapse. A local-only namespace keeps them here, in [`LocalLeases`].
+//! leases by their lapse. A local-only namespace keeps them in the node's memory
+//! ([`swin_sync::store::MemoryStore`], under the same contract).
 //! A store that cannot be asked refuses the acquire (503): admitting without it could
 //! pass the limit.
 //! Either way the calls below go through the namespace's [`LeaseBook`], picked once when
 //! the namespace is built.
 
 mod book;
-mod local;
 mod records;
 
 use std::time::Duration;
@@ -26,8 +26,7 @@ use crate::config::Concurrency;
 use crate::error::Error;
 
 pub use self::book::LeaseBook;
-pub use self::local::LocalLeases;
-pub use self::records::{LocalReservations, ReservationBook};
+pub use self::records::ReservationBook;
 
 /// The longest lease id a client may choose.
 pub const MAX_LEASE_ID_BYTES: usize = 128;

@@ -50,15 +50,11 @@ impl Control {
                 }
                 Some(old) => {
                     info!(namespace = cfg.name, "namespace changed; rebuilding");
-                    let mut r = self.build(cfg);
+                    let r = self.build(cfg);
                     // leases, reservations and idempotency records a node keeps itself (no
                     // store) are live across the rebuild: a new table would let a limit's
                     // worth more in, and count retries again
-                    let built =
-                        Arc::get_mut(&mut r.namespace).expect("built just now, shared with nobody");
-                    built.leases.carry_from(&old.namespace.leases);
-                    built.records.carry_from(&old.namespace.records);
-                    built.reservations.carry_from(&old.namespace.reservations);
+                    r.namespace.sync.keep_records_of(&old.namespace.sync);
                     retired.push(old);
                     rebuilt.push(cfg.name.clone());
                     next.insert(cfg.name.clone(), r);

@@ -10,7 +10,7 @@ use swin_core::UnixMs;
 use crate::error::Error;
 use swin_sync::store::Released;
 
-use crate::leases::{advised, check_lease_id, lease_ttl, AcquireAnswer, AcquireRequest, LeaseBook};
+use crate::leases::{advised, check_lease_id, lease_ttl, AcquireAnswer, AcquireRequest};
 use crate::pipeline::{concurrency_of, Acquiring, Asked, Plan, Ran, Request, Taken};
 use crate::policy::input::check_key;
 use crate::state::Namespace;
@@ -30,7 +30,7 @@ impl Request for Acquire {
     type Acted = ();
 
     fn waits_on_store(&self) -> bool {
-        matches!(self.ns.leases, LeaseBook::Store(_))
+        self.ns.leases.is_shared()
     }
 
     fn plan(&self) -> Result<Plan<'_>, Error> {
@@ -73,7 +73,7 @@ impl Request for EndOrRenew {
     type Acted = (UnixMs, bool);
 
     fn waits_on_store(&self) -> bool {
-        matches!(self.ns.leases, LeaseBook::Store(_))
+        self.ns.leases.is_shared()
     }
 
     fn plan(&self) -> Result<Plan<'_>, Error> {

@@ -5,7 +5,8 @@
 //! key order as pushes lock them.
 
 use super::*;
-use crate::store::sql_tx::sql_tx;
+use crate::store::sql::HoldWindow;
+use crate::store::sql_tx::{hold_states, sql_tx};
 use crate::store::{Grant, Granted, Held, Hold, QuotaStore};
 
 /// A transaction on PostgreSQL.
@@ -38,6 +39,41 @@ async fn upsert_in(
     upsert(&mut **tx, namespace, diffs, "", None).await
 }
 
+/// The windows' new counts and the holder's new totals, in one statement.
+async fn write_holds(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    namespace: &str,
+    holder: &str,
+    changed: &[(HoldWindow, swin_core::HoldState)],
+) -> Result<(), StoreError> {
+    sqlx::query(HOLD_WRITE)
+        .bind(namespace)
+        .bind(hold_states(changed))
+        .bind(holder)
+        .execute(&mut **tx)
+        .await
+        .map_err(err)?;
+    Ok(())
+}
+
+/// Holds' step 3: the windows' new counts (`$2`: `[key, size, start, count, held]`) and
+/// the holder's (`$3`) new totals.
+const HOLD_WRITE: &str = "
+        WITH v AS (
+            SELECT r ->> 0 AS key, (r ->> 1)::int4 AS window_size,
+                   (r ->> 2)::int8 AS window_start, (r ->> 3)::float8 AS count,
+                   (r ->> 4)::float8 AS held
+            FROM json_array_elements($2::json) AS r
+        ), counted AS (
+            UPDATE swin_counters c SET count = v.count, updated_at = now()
+            FROM v WHERE c.namespace = $1 AND c.key = v.key AND c.window_size = v.window_size
+             AND c.window_start = to_timestamp(v.window_start)
+        )
+        INSERT INTO swin_holds (namespace, key, window_size, window_start, holder, held)
+        SELECT $1, v.key, v.window_size, to_timestamp(v.window_start), $3, v.held FROM v
+        ON CONFLICT (namespace, key, window_size, window_start, holder)
+        DO UPDATE SET held = excluded.held, updated_at = now()";
+
 sql_tx! {
     Tx,
     err: err,
@@ -66,21 +102,7 @@ sql_tx! {
          AND h.holder = $3
         ORDER BY c.key, c.window_size, c.window_start
         FOR UPDATE OF c",
-    hold_write: ["
-        WITH v AS (
-            SELECT r ->> 0 AS key, (r ->> 1)::int4 AS window_size,
-                   (r ->> 2)::int8 AS window_start, (r ->> 3)::float8 AS count,
-                   (r ->> 4)::float8 AS held
-            FROM json_array_elements($2::json) AS r
-        ), counted AS (
-            UPDATE swin_counters c SET count = v.count, updated_at = now()
-            FROM v WHERE c.namespace = $1 AND c.key = v.key AND c.window_size = v.window_size
-             AND c.window_start = to_timestamp(v.window_start)
-        )
-        INSERT INTO swin_holds (namespace, key, window_size, window_start, holder, held)
-        SELECT $1, v.key, v.window_size, to_timestamp(v.window_start), $3, v.held FROM v
-        ON CONFLICT (namespace, key, window_size, window_start, holder)
-        DO UPDATE SET held = excluded.held, updated_at = now()"],
+    write_holds: write_holds,
     // every bucket a grant touches has a row
     grant_rows: "
         INSERT INTO swin_buckets (namespace, key, tat_ns)

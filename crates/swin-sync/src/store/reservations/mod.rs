@@ -209,7 +209,7 @@ pub fn is_client(client: &str) -> bool {
 
 store_calls! {
     /// The reservations side of a store.
-    pub trait ReservationStore {
+    pub trait ReservationStore kept in_memory {
         /// How many reservations of the namespace are open at `now` (a gauge an operator
         /// reads).
         fn open_reservations(&self, namespace: &str, now: UnixMs) -> u64;

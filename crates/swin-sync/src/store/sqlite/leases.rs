@@ -24,5 +24,10 @@ sql_lease_store! {
     storable: storable,
     // the purge that comes first takes the write lock
     lock: None::<&str>,
+    // an acquire's steps one statement each (the write lock held throughout)
+    acquire: None::<&str>,
+    slots_end: "DELETE FROM swin_leases
+                WHERE namespace = ?1 AND key = ?2 AND lease IN (SELECT value FROM json_each(?3))
+                RETURNING CAST(count AS BIGINT)",
     sql: SQL,
 }

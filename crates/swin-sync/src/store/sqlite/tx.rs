@@ -5,6 +5,7 @@
 //! lock (waiting on busy_timeout) before it reads.
 
 use super::*;
+use crate::store::sql::HoldWindow;
 use crate::store::sql_tx::sql_tx;
 
 /// A write transaction on SQLite.
@@ -17,6 +18,46 @@ async fn upsert_in(
     diffs: &[Diff],
 ) -> Result<Vec<Total>, StoreError> {
     upsert(tx, namespace, diffs).await
+}
+
+/// The windows' new counts and the holder's new totals, a statement each, their numbers
+/// bound as doubles (SQLite's reading of a number's text is not correctly rounded: a
+/// count through JSON could come back a unit in the last place off).
+async fn write_holds(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    namespace: &str,
+    holder: &str,
+    changed: &[(HoldWindow, swin_core::HoldState)],
+) -> Result<(), StoreError> {
+    for ((key, size, start), state) in changed {
+        sqlx::query(
+            "UPDATE swin_counters SET count = ?5, updated_at = unixepoch()
+             WHERE namespace = ?1 AND key = ?2 AND window_size = ?3 AND window_start = ?4",
+        )
+        .bind(namespace)
+        .bind(key.as_str())
+        .bind(i64::from(*size))
+        .bind(*start)
+        .bind(state.current)
+        .execute(&mut **tx)
+        .await
+        .map_err(err)?;
+        sqlx::query(
+            "INSERT INTO swin_holds (namespace, key, window_size, window_start, holder, held)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT DO UPDATE SET held = excluded.held, updated_at = unixepoch()",
+        )
+        .bind(namespace)
+        .bind(key.as_str())
+        .bind(i64::from(*size))
+        .bind(*start)
+        .bind(holder)
+        .bind(state.held)
+        .execute(&mut **tx)
+        .await
+        .map_err(err)?;
+    }
+    Ok(())
 }
 
 sql_tx! {
@@ -41,16 +82,7 @@ sql_tx! {
          AND h.holder = ?3
         WHERE c.namespace = ?1 AND c.key = r.value ->> 0
          AND c.window_size = r.value ->> 1 AND c.window_start = r.value ->> 2",
-    hold_write: [
-        "UPDATE swin_counters AS c SET count = r.value ->> 3, updated_at = unixepoch()
-         FROM json_each(?2) AS r
-         WHERE c.namespace = ?1 AND c.key = r.value ->> 0
-          AND c.window_size = r.value ->> 1 AND c.window_start = r.value ->> 2",
-        "INSERT INTO swin_holds (namespace, key, window_size, window_start, holder, held)
-         SELECT ?1, r.value ->> 0, r.value ->> 1, r.value ->> 2, ?3, r.value ->> 4
-         FROM json_each(?2) AS r WHERE true
-         ON CONFLICT DO UPDATE SET held = excluded.held, updated_at = unixepoch()",
-    ],
+    write_holds: write_holds,
     grant_rows: "
         INSERT INTO swin_buckets (namespace, key, tat_ns)
         SELECT ?1, r.value, 0 FROM json_each(?2) AS r WHERE true ON CONFLICT DO NOTHING",

@@ -67,7 +67,7 @@ impl Request for Descriptors {
     /// (Envoy's timeout is 20 ms by default) leaves all of it or nothing.
     fn waits_on_store(&self) -> bool {
         match &self.ns.concurrency {
-            Some(_) => matches!(self.ns.leases, crate::leases::LeaseBook::Store(_)),
+            Some(_) => self.ns.leases.is_shared(),
             None => self.ns.counts_in_the_store(),
         }
     }

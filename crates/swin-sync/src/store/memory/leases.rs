@@ -1,17 +1,16 @@
-//! A local-only namespace's leases, kept on this node: a memory backend of the same
-//! store interface as the others ([`LeaseStore`]), so its acquire, release and lapse
-//! rules are the stores' and are called the same way. One table per namespace: the
-//! calls' `namespace` is not read, and neither is `not_after` (nothing here waits). No
-//! reply is lost between a node and its own table, so a release keeps no mark of its end
-//! (a lease released is not live, as any other).
+//! A local-only namespace's leases, kept on this node, under the stores' acquire,
+//! release and lapse rules. No reply is lost between a node and its own table, so a
+//! release keeps no mark of its end (a lease released is not live, as any other).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use swin_core::UnixMs;
-use swin_sync::store::{Acquire, Acquired, LeaseStore, Released};
-use swin_sync::StoreError;
+
+use super::MemoryStore;
+use crate::store::{Acquire, Acquired, LeaseStore, Released};
+use crate::StoreError;
 
 /// One lease held on this node (local-only namespaces).
 #[derive(Debug, Clone)]
@@ -28,17 +27,17 @@ const SHARDS: usize = 16;
 /// their key is next touched, and every 1,024 calls a sweep drops keys with none live,
 /// so memory follows the leases in flight.
 #[derive(Debug)]
-pub struct LocalLeases {
+pub(super) struct Leases {
     shards: [Mutex<HashMap<String, Vec<LocalLease>>>; SHARDS],
     calls: AtomicU64,
     /// Keys with live leases at most (the namespace's `max_counters`).
     max_keys: usize,
 }
 
-impl LocalLeases {
+impl Leases {
     /// A table for leases of at most `max_keys` keys.
-    pub fn new(max_keys: usize) -> Self {
-        LocalLeases {
+    pub(super) fn new(max_keys: usize) -> Self {
+        Leases {
             shards: std::array::from_fn(|_| Mutex::default()),
             calls: AtomicU64::new(0),
             max_keys,
@@ -102,7 +101,7 @@ impl LocalLeases {
                 !leases.is_empty()
             });
             if map.len() >= max_keys.div_ceil(SHARDS) {
-                return Err(StoreError::Unavailable(format!(
+                return Err(StoreError::Full(format!(
                     "the node holds leases of {max_keys} keys (max_counters); try again later"
                 )));
             }
@@ -122,7 +121,7 @@ impl LocalLeases {
         } else if leases.is_empty() {
             map.remove(a.key);
         }
-        Ok(swin_sync::store::leases::acquired(
+        Ok(crate::store::leases::acquired(
             in_flight,
             earliest.map(|e| e.0),
             granted,
@@ -153,7 +152,7 @@ impl LocalLeases {
     }
 }
 
-impl LocalLeases {
+impl Leases {
     /// See [`LeaseStore::release_slots`].
     fn end_slots(&self, key: &str, prefix: &str, count: u32, now: UnixMs) -> u32 {
         self.maybe_sweep(now);
@@ -169,7 +168,7 @@ impl LocalLeases {
             .collect();
         live.sort_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
         let live: Vec<(String, u32)> = live.into_iter().map(|(id, c, _)| (id, c)).collect();
-        let (whole, part) = swin_sync::store::leases::slots_to_end(&live, count);
+        let (whole, part) = crate::store::leases::slots_to_end(&live, count);
         leases.retain(|l| !whole.contains(&l.id.as_str()));
         if let Some((id, keep)) = part {
             if let Some(l) = leases.iter_mut().find(|l| l.id == id) {
@@ -184,14 +183,14 @@ impl LocalLeases {
     }
 }
 
-impl LeaseStore for LocalLeases {
+impl LeaseStore for MemoryStore {
     async fn acquire(
         &self,
         _namespace: &str,
         a: Acquire<'_>,
         _not_after: UnixMs,
     ) -> Result<Acquired, StoreError> {
-        self.take(&a)
+        self.leases.take(&a)
     }
 
     async fn release(
@@ -203,7 +202,7 @@ impl LeaseStore for LocalLeases {
         now: UnixMs,
         _not_after: UnixMs,
     ) -> Result<Released, StoreError> {
-        Ok(match self.end_or_renew(key, lease, now, None) {
+        Ok(match self.leases.end_or_renew(key, lease, now, None) {
             true => Released::Now,
             false => Released::NotLive,
         })
@@ -218,11 +217,11 @@ impl LeaseStore for LocalLeases {
         now: UnixMs,
         _not_after: UnixMs,
     ) -> Result<u32, StoreError> {
-        Ok(self.end_slots(key, prefix, count, now))
+        Ok(self.leases.end_slots(key, prefix, count, now))
     }
 
     async fn in_flight(&self, _namespace: &str, now: UnixMs) -> Result<u64, StoreError> {
-        Ok(self.slots_in_flight(now))
+        Ok(self.leases.slots_in_flight(now))
     }
 
     async fn renew(
@@ -234,7 +233,7 @@ impl LeaseStore for LocalLeases {
         now: UnixMs,
         _not_after: UnixMs,
     ) -> Result<bool, StoreError> {
-        Ok(self.end_or_renew(key, lease, now, Some(expires_at)))
+        Ok(self.leases.end_or_renew(key, lease, now, Some(expires_at)))
     }
 }
 
@@ -244,7 +243,7 @@ mod tests {
 
     #[test]
     fn slots_released_by_prefix_go_earliest_first_and_spare_other_leases() {
-        let l = LocalLeases::new(100);
+        let l = Leases::new(100);
         let at = |lease, count, lapse| Acquire {
             key: "k",
             lease,
@@ -291,7 +290,7 @@ mod tests {
 
     #[test]
     fn never_past_the_limit_and_freed_by_release_or_lapse() {
-        let l = LocalLeases::new(100);
+        let l = Leases::new(100);
         assert!(l.take(&acquire("k", "a", 2, 0)).unwrap().granted);
         let b = l.take(&acquire("k", "b", 2, 10)).unwrap();
         assert_eq!((b.granted, b.in_flight), (false, 2));
@@ -312,13 +311,13 @@ mod tests {
 
     #[test]
     fn keys_are_bounded() {
-        let l = LocalLeases::new(32);
+        let l = Leases::new(32);
         let mut refused = 0;
         for i in 0..200 {
             let key = format!("k{i}");
             match l.take(&acquire(&key, "a", 1, 0)) {
                 Ok(a) => assert!(a.granted),
-                Err(StoreError::Unavailable(_)) => refused += 1,
+                Err(StoreError::Full(_)) => refused += 1,
                 Err(e) => panic!("{e}"),
             }
         }

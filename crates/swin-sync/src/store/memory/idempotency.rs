@@ -1,14 +1,14 @@
-//! A local-only namespace's idempotency records, kept on this node: a memory backend of
-//! the same store interface as the others ([`IdempotencyStore`]), so its claim and lapse
-//! rules are the stores' and are called the same way. One table per namespace: the
-//! calls' `namespace` is not read.
+//! A local-only namespace's idempotency records, kept on this node, under the stores'
+//! claim and lapse rules.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use swin_core::UnixMs;
-use swin_sync::store::{Claim, Claimed, Fingerprint, IdempotencyStore, Record};
-use swin_sync::StoreError;
+
+use super::MemoryStore;
+use crate::store::{Claim, Claimed, Fingerprint, IdempotencyStore, Record};
+use crate::StoreError;
 
 /// One record held on this node.
 #[derive(Debug)]
@@ -95,7 +95,7 @@ fn uncount(clients: &mut HashMap<Box<str>, u64>, client: Option<&str>) {
 /// first sweeps the lapsed ones (only when one may have lapsed: a full table refuses
 /// without walking it).
 #[derive(Debug, Default)]
-pub struct LocalRecords {
+pub(super) struct Records {
     table: Mutex<Table>,
 }
 
@@ -103,19 +103,14 @@ pub struct LocalRecords {
 /// length, the record itself) and the allocations' headers.
 pub const RECORD_OVERHEAD_BYTES: usize = 128;
 
-impl LocalRecords {
+impl Records {
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records held (live or not yet swept).
-    pub fn len(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.table().records.len()
-    }
-
-    /// Whether it holds no record.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The bytes its records take, as [`RECORD_OVERHEAD_BYTES`] counts them, with their
@@ -198,13 +193,13 @@ fn record(c: &Claim<'_>) -> LocalRecord {
     }
 }
 
-impl IdempotencyStore for LocalRecords {
+impl IdempotencyStore for MemoryStore {
     async fn claim_idempotency(
         &self,
         _namespace: &str,
         c: Claim<'_>,
     ) -> Result<Claimed, StoreError> {
-        Ok(self.claim(&c))
+        Ok(self.records.claim(&c))
     }
 
     async fn keep_answer(
@@ -215,7 +210,7 @@ impl IdempotencyStore for LocalRecords {
         answer: &[u8],
         now: UnixMs,
     ) -> Result<bool, StoreError> {
-        Ok(self.end(key, token, Some(answer), now))
+        Ok(self.records.end(key, token, Some(answer), now))
     }
 
     async fn release_claim(
@@ -224,16 +219,16 @@ impl IdempotencyStore for LocalRecords {
         key: &str,
         token: i64,
     ) -> Result<bool, StoreError> {
-        Ok(self.end(key, token, None, UnixMs(i64::MIN)))
+        Ok(self.records.end(key, token, None, UnixMs(i64::MIN)))
     }
 
     async fn idempotency_records(&self, _namespace: &str, now: UnixMs) -> Result<u64, StoreError> {
-        let t = self.table();
+        let t = self.records.table();
         Ok(t.records.values().filter(|r| r.expires_at > now).count() as u64)
     }
 
     async fn purge_idempotency(&self, now: UnixMs) -> Result<u64, StoreError> {
-        let mut t = self.table();
+        let mut t = self.records.table();
         let before = t.records.len();
         t.earliest_lapse = Some(now);
         t.sweep(now);
@@ -244,7 +239,7 @@ impl IdempotencyStore for LocalRecords {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use swin_sync::store::ClientShare;
+    use crate::store::ClientShare;
 
     fn claim<'a>(key: &'a str, f: &'a Fingerprint, token: i64, now: i64, max: u64) -> Claim<'a> {
         Claim {
@@ -261,7 +256,7 @@ mod tests {
 
     #[test]
     fn a_record_is_claimed_once_answered_again_and_bounded() {
-        let t = LocalRecords::default();
+        let t = Records::default();
         let f = Fingerprint([7; 32]);
         assert_eq!(t.claim(&claim("a", &f, 1, 0, 2)), Claimed::Mine);
         assert_eq!(
@@ -286,12 +281,12 @@ mod tests {
         assert_eq!(t.claim(&claim("c", &f, 7, 200, 2)), Claimed::Mine);
         // once a and c lapse, new keys fit again
         assert_eq!(t.claim(&claim("d", &f, 8, 1_100, 2)), Claimed::Mine);
-        assert_eq!(t.len(), 2);
+        assert_eq!(t.count(), 2);
     }
 
     #[test]
     fn a_client_holds_its_share_and_others_still_claim() {
-        let t = LocalRecords::default();
+        let t = Records::default();
         let f = Fingerprint([7; 32]);
         let by = |key: &'static str, client: &'static str, token: i64, now: i64| Claim {
             client: Some(ClientShare {
