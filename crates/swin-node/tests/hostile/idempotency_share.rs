@@ -225,6 +225,54 @@ async fn a_client_past_its_share_leaves_room_for_every_other_token() {
     assert_eq!(records(&store, "shared").await, 8);
 }
 
+/// Two tokens under one idempotency key, with the same body: each is its own request,
+/// run and counted once (the second token used to be answered the first's answer, its
+/// hit never counted), and each token's retry is answered its own first answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tokens_idempotency_keys_are_its_own() {
+    let store = TestStore::redis();
+    let token = |name: &str| {
+        format!(
+            "[[auth.tokens]]\nname = \"{name}\"\nsha256 = \"{}\"\nscopes = [\"decide\", \"count\"]\n",
+            sha256(&format!("{name}-secret-token"))
+        )
+    };
+    let config = format!(
+        "{}{}{}{}",
+        token("one"),
+        token("two"),
+        store.section(),
+        namespace("shared", Some("main"), "")
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let (a, b) = (node_in(dir.path(), &config), node_in(dir.path(), &config));
+    let c = reqwest::Client::new();
+    let from = |t| Sender {
+        token: Some(t),
+        ..Sender::default()
+    };
+    let (one, two) = (from("one-secret-token"), from("two-secret-token"));
+    let body = serde_json::json!({"cost": 3});
+    let mut seen = Vec::new();
+    for (base, who) in [
+        (&a.base, one),
+        (&b.base, two),
+        (&b.base, one),
+        (&a.base, two),
+    ] {
+        let url = format!("{base}/v1/namespaces/shared/keys/k/hit");
+        seen.push(send(&c, &url, "order-1", who, body.clone()).await);
+    }
+    let replayed: Vec<bool> = seen.iter().map(|s| s.2).collect();
+    assert!(seen.iter().all(|s| s.0 == 200), "{seen:?}");
+    assert_eq!(replayed, [false, false, true, true], "{seen:?}");
+    // each retry is its own token's first answer
+    assert_eq!(seen[2].1, seen[0].1);
+    assert_eq!(seen[3].1, seen[1].1);
+    assert_eq!(total(&store, "shared", "k").await, 6.0, "two runs of 3");
+    assert_eq!(records(&store, "shared").await, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_tokens_a_client_is_its_address() {
     let store = TestStore::postgres().await;

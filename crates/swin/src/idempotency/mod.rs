@@ -59,7 +59,12 @@ pub fn check_idempotency_key(key: &[u8]) -> Result<&str, Error> {
 /// of a namespace's: a short id (24 hex digits) of what the caller knows the client by —
 /// a token's name, an address. What it was made of is not kept.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ClientId(String);
+pub struct ClientId {
+    id: String,
+    /// Known by a token: its idempotency keys are its own (an address is not a client's
+    /// own — a retry may come through another proxy — so its keys are the namespace's).
+    token: bool,
+}
 
 impl ClientId {
     /// The client known as `identity` of the kind `kind` (`token`, `address`: two kinds
@@ -70,12 +75,15 @@ impl ClientId {
         h.update(kind.as_bytes());
         h.update(identity);
         let digest = h.finalize();
-        ClientId(digest[..12].iter().map(|b| format!("{b:02x}")).collect())
+        ClientId {
+            id: digest[..12].iter().map(|b| format!("{b:02x}")).collect(),
+            token: kind == "token",
+        }
     }
 
     /// Its id, as stores keep it.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.id
     }
 }
 
@@ -121,10 +129,17 @@ impl Idempotent {
     }
 
     /// The same request, sent by `client`: its record counts against the client's share
-    /// of the namespace's records (`idempotency_max_keys_per_client`).
+    /// of the namespace's records (`idempotency_max_keys_per_client`). A client known by
+    /// a token has idempotency keys of its own: another token's request under the same key
+    /// is another record (it neither gets the first's answer nor goes uncounted).
     pub fn by(self, client: ClientId) -> Idempotent {
+        let record = match client.token {
+            true => format!("{}/{}", client.id, self.record),
+            false => self.record,
+        };
         Idempotent {
             client: Some(client),
+            record,
             ..self
         }
     }
@@ -338,6 +353,16 @@ mod tests {
         assert_ne!(base, f("POST", "keys/a/hit", b"{ }"));
         // the lengths keep a route's end and a body's start apart
         assert_ne!(f("POST", "ab", b"c"), f("POST", "a", b"bc"));
+    }
+
+    #[test]
+    fn a_tokens_keys_are_its_own_an_address_shares_the_namespaces() {
+        let asked = || Idempotent::new("ns", "keys/k/hit", b"same", "POST", b"{}").expect("key");
+        let by = |kind: &str, who: &[u8]| asked().by(ClientId::of(kind, who)).record;
+        assert_ne!(by("token", b"a"), by("token", b"b"));
+        assert_eq!(by("token", b"a"), by("token", b"a"));
+        assert_eq!(by("address", b"10.0.0.1"), by("address", b"10.0.0.2"));
+        assert_eq!(by("address", b"10.0.0.1"), asked().record);
     }
 
     #[test]

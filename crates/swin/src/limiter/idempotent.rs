@@ -216,6 +216,11 @@ fn after(now: UnixMs, d: Duration) -> UnixMs {
 
 /// The idempotency key of a record's key (`<len>:<route>:<key>`).
 fn key_of(record: &str) -> &str {
+    // a token's record begins with its client's id (24 hex digits) and `/`
+    let record = match record.split_once('/') {
+        Some((id, rest)) if id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit()) => rest,
+        _ => record,
+    };
     record
         .split_once(':')
         .and_then(|(len, rest)| rest.get(len.parse::<usize>().ok()? + 1..))
