@@ -212,7 +212,7 @@ pub(crate) fn bounds(limits: &KeyLimits) -> Bounds<'_> {
 }
 
 /// The namespace's limits; a namespace that only counts has none to decide against.
-pub fn limits_of<'a>(ns: &'a Namespace, namespace: &str) -> Result<&'a Limits, Error> {
+pub(crate) fn limits_of<'a>(ns: &'a Namespace, namespace: &str) -> Result<&'a Limits, Error> {
     ns.limits.as_ref().ok_or_else(|| {
         Error::BadRequest(format!(
             "namespace {namespace:?} has no limits to decide against"

@@ -62,6 +62,6 @@ pub trait Recorder: Send + Sync + std::fmt::Debug {
 
 /// Records nothing (a namespace nobody counts for).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct NoRecorder;
+pub(crate) struct NoRecorder;
 
 impl Recorder for NoRecorder {}

@@ -141,7 +141,7 @@ impl Namespace {
     }
 
     /// The heaviest keys of the last minute on this node, shared the same way.
-    pub fn heaviest(&self) -> &Arc<Heaviest> {
+    pub(crate) fn heaviest(&self) -> &Arc<Heaviest> {
         &self.heaviest
     }
 
@@ -176,7 +176,7 @@ impl Namespace {
 /// A namespace's heaviest keys of the last minute on this node, in fixed memory (see
 /// [`swin_core::top`]): by hits decided (allowed or denied) and by hits denied.
 #[derive(Debug, Default)]
-pub struct Heaviest {
+pub(crate) struct Heaviest {
     /// Keys by hits decided.
     pub(crate) hits: swin_core::top::TopKeys,
     /// Keys by hits denied.

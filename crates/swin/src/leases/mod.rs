@@ -155,7 +155,7 @@ pub fn check_lease_id(id: &str) -> Result<(), Error> {
 }
 
 /// A new lease id: 128 random bits in hex.
-pub fn new_lease_id() -> String {
+pub(crate) fn new_lease_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 

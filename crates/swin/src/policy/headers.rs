@@ -108,7 +108,7 @@ pub fn shadow_item(policy: &str, decision: &Decision) -> String {
 
 /// `"60s";r=12;t=30`. A whole `remaining` (the usual case) is written as an integer,
 /// without going through the float formatter; a fraction as Rust writes an f64.
-pub fn state_item(policy: &str, remaining: f64, t: u64) -> String {
+pub(crate) fn state_item(policy: &str, remaining: f64, t: u64) -> String {
     use std::fmt::Write;
     let mut s = String::with_capacity(policy.len() + 32);
     s.push('"');

@@ -38,7 +38,7 @@ pub fn check_batch_size(list: &str, len: usize, max: usize) -> Result<(), Error>
 
 /// `v` with a negative zero made 0: a cost a client sent as `-0.0` is 0 wherever it is
 /// kept or shown again (JSON would echo `-0.0`).
-pub fn unsigned_zero(v: f64) -> f64 {
+pub(crate) fn unsigned_zero(v: f64) -> f64 {
     if v == 0.0 {
         0.0
     } else {

@@ -52,7 +52,7 @@ pub fn counter_key(entries: &[(&str, &str)]) -> String {
 
 /// The entries of a counter key [`counter_key`] wrote, or `None` for a key it cannot
 /// have written in full (a lone `%`, a long key cut and hashed, a stray `%`).
-pub fn entries_of(key: &str) -> Option<Vec<(String, String)>> {
+pub(crate) fn entries_of(key: &str) -> Option<Vec<(String, String)>> {
     fn decode(s: &str) -> Option<String> {
         let mut out = String::with_capacity(s.len());
         let mut rest = s;

@@ -20,7 +20,7 @@ use serde::Deserialize;
 /// `rate_limit = { unit, requests_per_unit, name, replaces, unlimited }`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct RawRateLimit {
+pub(crate) struct RawRateLimit {
     #[serde(default)]
     unit: String,
     #[serde(default)]
@@ -35,14 +35,14 @@ pub struct RawRateLimit {
 /// A `replaces` entry: the name of a rule this one takes the place of.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct RawReplace {
+pub(crate) struct RawReplace {
     name: String,
 }
 
 /// swin's own window limit inside a rule: `{ window_size = 90, limit = 10 }`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct RawWindow {
+pub(crate) struct RawWindow {
     window_size: u64,
     limit: f64,
 }
@@ -50,7 +50,7 @@ pub struct RawWindow {
 /// swin's own GCRA bucket inside a rule.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct RawBucket {
+pub(crate) struct RawBucket {
     burst: i64,
     count: i64,
     period: String,
@@ -59,7 +59,7 @@ pub struct RawBucket {
 /// One descriptor rule, in envoyproxy/ratelimit's shape (plus `limits` / `gcra`).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct RawRule {
+pub(crate) struct RawRule {
     key: String,
     #[serde(default)]
     value: String,
@@ -262,7 +262,7 @@ impl Rules {
     /// Rules from inline TOML descriptors and, when given, a YAML file whose `domain`
     /// must be `domain`. `algorithm` is the namespace's (`rate_limit` rules become
     /// windows of that kind, or GCRA buckets of `requests_per_unit` per unit).
-    pub fn load(
+    pub(crate) fn load(
         domain: &str,
         inline: &[RawRule],
         file: Option<&std::path::Path>,
@@ -287,7 +287,7 @@ impl Rules {
     /// same places: a rule's `rate_limit.requests_per_unit` is the slots its key may have
     /// in flight ([`RuleLimit::InFlight`]; 0 blocks, `unlimited` takes no slot), its
     /// `unit` may be left out and is not read, and `limits` or `gcra` are refused.
-    pub fn load_concurrency(
+    pub(crate) fn load_concurrency(
         domain: &str,
         inline: &[RawRule],
         file: Option<&std::path::Path>,
@@ -465,7 +465,7 @@ fn collect_sizes(level: &Level, sizes: &mut Vec<u64>) {
 mod load;
 
 use load::add;
-pub use load::limit_for;
+pub(crate) use load::limit_for;
 
 #[cfg(test)]
 mod tests;

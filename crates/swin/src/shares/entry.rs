@@ -18,25 +18,6 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// Requests per unit it asks for; `None`: it went away, and only assigned.
-    pub fn asks(&self) -> Option<f64> {
-        self.asks
-    }
-
-    /// Whether its ask is shown by its own reports (a stream's second report of the
-    /// bucket on): an ask only claimed (a first report's) takes only the room that shown
-    /// asks leave.
-    pub fn shown(&self) -> bool {
-        self.shown
-    }
-
-    /// The share it is assigned now (what it was last told, until that lapses).
-    pub fn assigned(&self) -> f64 {
-        self.assigned
-    }
-}
-
-impl Entry {
     /// As the store keeps it: two numbers, what it asks for and what it assigned, then
     /// its client as two more, `-1` and `-1 - tag`. The ask is `d ≥ 0` when shown,
     /// `-2 - d` when only claimed, `-1` when it went away. A node that reads pairs only

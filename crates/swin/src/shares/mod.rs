@@ -10,13 +10,13 @@
 //! counter key replaces it, as for every other ask). Each proxy's demand (allowed +
 //! denied per unit of the rule) is shared through the namespace's store every sharing
 //! round ([`Shares::run`]), so that every node divides a bucket's limit among every
-//! proxy of the cluster, max-min fair ([`assign`]); a proxy is told its share as a token
+//! proxy of the cluster, max-min fair (`assign.rs`); a proxy is told its share as a token
 //! bucket at once and again whenever it goes down, grows by more than 2 %, or half of
 //! its ttl has passed — without waiting for its next report. The allowed requests are
 //! counted on the bucket's counter key like hits, so the store and `/rate` show them.
 //!
 //! A proxy that goes away keeps enforcing its last assignment until its ttl: its share
-//! stays taken off the limit until then ([`assign::Entry`]). A bucket's first report on a
+//! stays taken off the limit until then (`assign::Entry`). A bucket's first report on a
 //! stream only claims; its later reports show its demand, and claims divide only what
 //! shown demand leaves, so streams that report once and fall silent (or close) are no
 //! votes. Nothing told holds past this node's entry for the bucket in the store, as of the
@@ -30,7 +30,7 @@
 //! Caps ([`QuotaLimits`]) bound the streams of one client and the live buckets of a
 //! stream, of a client and of the node.
 
-pub mod assign;
+pub(crate) mod assign;
 mod buckets;
 mod by_client;
 mod client;

@@ -15,7 +15,8 @@ use super::FieldError;
 
 mod raw;
 
-pub use self::raw::{RawGcra, RawKeyLimits, RawLimit, RawLimits, RawOverride};
+pub use self::raw::{RawGcra, RawKeyLimits, RawLimit};
+pub(crate) use self::raw::{RawLimits, RawOverride};
 
 /// The limits one key is decided against.
 #[derive(Debug, Clone, PartialEq)]
@@ -333,7 +334,7 @@ fn key_from(raw: Option<&str>) -> Result<KeyFrom, FieldError> {
 }
 
 /// Validates a namespace's limit keys; `None` when it has none.
-pub fn validate(raw: RawLimits, sizes: &[WindowSize]) -> Result<Option<Limits>, FieldError> {
+pub(crate) fn validate(raw: RawLimits, sizes: &[WindowSize]) -> Result<Option<Limits>, FieldError> {
     let algorithm = algorithm(raw.algorithm.as_deref())?;
     let key_from = key_from(raw.key_from.as_deref())?;
     let overrun = Overrun::parse(raw.overrun.as_deref())?;
@@ -444,7 +445,7 @@ fn overrides(
 }
 
 /// Whole seconds, rounded up: a client told to wait must not come back early.
-pub fn ceil_secs(d: Duration) -> u64 {
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 

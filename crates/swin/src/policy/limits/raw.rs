@@ -101,7 +101,7 @@ impl RawKeyLimits {
 /// An `overrides` entry: keys and the limits they get instead of the default.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawOverride {
+pub(crate) struct RawOverride {
     pub(super) keys: Vec<String>,
     #[serde(default)]
     pub(super) limits: Vec<RawLimit>,
@@ -110,7 +110,7 @@ pub struct RawOverride {
 
 /// A namespace's limit keys as the config file has them, before they are checked.
 #[derive(Debug)]
-pub struct RawLimits {
+pub(crate) struct RawLimits {
     /// `algorithm` (none: sliding windows).
     pub(crate) algorithm: Option<String>,
     /// `limits`.

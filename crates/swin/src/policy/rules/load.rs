@@ -259,7 +259,7 @@ fn gcra_rule(mut out: Rule, b: &RawBucket, at: &str) -> Result<Option<Rule>, Rul
 }
 
 /// `n` per `secs` seconds as the namespace's algorithm counts it.
-pub fn limit_for(n: f64, secs: u64, algorithm: Algorithm) -> Result<KeyLimits, String> {
+pub(crate) fn limit_for(n: f64, secs: u64, algorithm: Algorithm) -> Result<KeyLimits, String> {
     let size = WindowSize::new(secs).map_err(|e| e.to_string())?;
     match algorithm.window().map_err(|(_, why)| why)? {
         None => {
