@@ -56,7 +56,10 @@ where
             Err(e) => e,
         };
         may_have_run |= may_have_applied(&e);
-        if Instant::now() + AGAIN_AFTER >= deadline {
+        // a table of the node's own memory that is full stays full for now: no reply was
+        // lost, so there is nothing to learn by asking again
+        let full = matches!(e, StoreError::Full(_));
+        if full || Instant::now() + AGAIN_AFTER >= deadline {
             return match may_have_run {
                 true => Outcome::Unknown(e),
                 false => Outcome::NotApplied(e),

@@ -23,7 +23,7 @@ const PREFIX: &str = "spool-";
 
 /// What one stop left for one store: written to `data_dir`, pushed at the next start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SpoolEntry {
+pub(crate) struct SpoolEntry {
     /// The store's name in the config.
     pub(crate) store: String,
     /// [`crate::config::StoreConfig::fingerprint`] of that store.
@@ -56,21 +56,6 @@ pub struct SpoolEntry {
 }
 
 impl SpoolEntry {
-    /// The store's name in the config.
-    pub fn store(&self) -> &str {
-        &self.store
-    }
-
-    /// [`crate::config::StoreConfig::fingerprint`] of that store.
-    pub fn store_fingerprint(&self) -> &str {
-        &self.store_fingerprint
-    }
-
-    /// The diffs, advances and changes the store did not confirm.
-    pub fn unconfirmed(&self) -> &Unconfirmed {
-        &self.unconfirmed
-    }
-
     /// What it spools that the node owed (every kind but pushes), oldest kind first.
     pub(crate) fn owed(&self) -> Vec<Owed> {
         let owed = self.commits.iter().cloned().map(Owed::Commit);
@@ -106,7 +91,7 @@ struct SpoolFile {
 /// directory (made when missing) that only this user may enter (0700, tightened when
 /// wider), where this node can write, and whose spool files only this user may read
 /// (0600: they hold keys — client addresses, API keys).
-pub fn prepare(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn prepare(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -151,7 +136,7 @@ fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// Writes `entries` to a new spool file in `dir` (created when missing, 0700) and makes
 /// it durable before returning its path (0600).
-pub fn write(dir: &Path, entries: &[SpoolEntry]) -> std::io::Result<PathBuf> {
+pub(crate) fn write(dir: &Path, entries: &[SpoolEntry]) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -202,7 +187,7 @@ pub fn files(dir: &Path) -> Vec<PathBuf> {
 
 /// Every spool file in `dir`, oldest first, each with its entries or why it cannot be
 /// read (such a file is left where it is).
-pub fn read_all(dir: &Path) -> Vec<(PathBuf, Result<Vec<SpoolEntry>, String>)> {
+pub(crate) fn read_all(dir: &Path) -> Vec<(PathBuf, Result<Vec<SpoolEntry>, String>)> {
     let paths = files(dir);
     paths
         .into_iter()
@@ -230,7 +215,7 @@ pub fn read_all(dir: &Path) -> Vec<(PathBuf, Result<Vec<SpoolEntry>, String>)> {
 /// of such a window; the namespace may have changed its sizes since), every value
 /// finite and below 2^53. A file is a node's own output, so a failed check means it was
 /// damaged or edited: it is left alone.
-pub fn check(entry: &SpoolEntry, namespaces: &[&str]) -> Result<(), String> {
+pub(crate) fn check(entry: &SpoolEntry, namespaces: &[&str]) -> Result<(), String> {
     use swin_sync::Rows;
     let owed = entry.commits.iter().map(|c| ("commit", &c.namespace));
     let owed = owed.chain(entry.extends.iter().map(|x| ("extend", &x.namespace)));

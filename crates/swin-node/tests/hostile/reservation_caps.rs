@@ -262,3 +262,48 @@ async fn reservations_are_capped_per_client_and_namespace_on_redis() {
 async fn reservations_are_capped_per_client_and_namespace_on_postgres() {
     each_namespace(TestStore::postgres().await).await;
 }
+
+/// A local-only namespace whose node holds `max_counters` open reservations: the next
+/// reserve is 503 `unavailable` naming `max_counters`, as docs/api.md says (it was
+/// `store_unreachable`, "the store did not confirm it", after asking the full table again
+/// for the whole answer time), and what it spent is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_local_table_refuses_a_reserve_as_unavailable() {
+    let config = "
+[[namespaces]]
+name = \"local\"
+window_sizes = [86400]
+sync_rate = -1
+max_counters = 2
+limits = [{ window_size = 86400, limit = 1000 }]
+";
+    let dir = tempfile::tempdir().expect("dir");
+    let node = node_in(dir.path(), config);
+    let c = reqwest::Client::new();
+    let base = node.base.as_str();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let (s, v) = reserve(&c, base, "local", "10.0.0.1", 5.0).await;
+        assert_eq!(s, 200, "{v}");
+        held.push(v["reservation"].as_str().expect("id").to_owned());
+    }
+    let (s, v) = reserve(&c, base, "local", "10.0.0.1", 5.0).await;
+    assert_eq!(s, 503, "{v}");
+    assert_eq!(v["error"]["code"], "unavailable", "{v}");
+    let m = v["error"]["message"].as_str().expect("message");
+    assert!(m.contains("max_counters"), "{v}");
+    assert_eq!(
+        counted(&c, base, "local").await,
+        10.0,
+        "the refused one gave back"
+    );
+    // a commit answers (its record stays two minutes for its retries, in the table)
+    let commit = c
+        .post(format!("{base}/v1/namespaces/local/keys/k/commit"))
+        .json(&serde_json::json!({ "reservation": held[0], "cost": 5 }))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(commit.status().as_u16(), 200);
+    assert_eq!(counted(&c, base, "local").await, 10.0);
+}

@@ -102,3 +102,53 @@ impl NamespaceSync {
         self.lease_call(within, call).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use swin_core::{CounterOptions, NamespaceCounters, UnixMs, WindowSize};
+
+    use crate::engine::{NamespaceSync, SyncMode};
+    use crate::store::Acquire;
+
+    fn local(name: &str) -> NamespaceSync {
+        let size = WindowSize::new(60).expect("size");
+        let counters = NamespaceCounters::new(name, &[size], CounterOptions::default());
+        NamespaceSync::new(
+            Arc::new(counters),
+            SyncMode::LocalOnly,
+            None,
+            "n1".into(),
+            Duration::from_secs(1),
+        )
+    }
+
+    /// A rebuilt local-only namespace keeps the leases of the one it replaces, also
+    /// those the old one takes after the rebuild and before it is retired — when it had
+    /// taken none before (its table made then, not at first use by each apart).
+    #[tokio::test]
+    async fn a_rebuilt_namespace_keeps_what_the_old_one_takes_until_retired() {
+        let (old, new) = (local("api"), local("api"));
+        new.keep_records_of(&old);
+        let now = UnixMs(1_700_000_000_000);
+        let a = Acquire {
+            key: "k",
+            lease: "l1",
+            count: 1,
+            limit: 1,
+            expires_at: UnixMs(now.0 + 60_000),
+            now,
+        };
+        let within = Duration::from_millis(100);
+        assert!(old.acquire_lease(a, within).await.expect("acquire").granted);
+        assert_eq!(new.leases_in_flight(now).await.expect("in flight"), 1);
+        let b = Acquire { lease: "l2", ..a };
+        let refused = new.acquire_lease(b, within).await.expect("acquire");
+        assert!(
+            !refused.granted,
+            "the limit's one slot is the old one's lease"
+        );
+    }
+}

@@ -236,8 +236,12 @@ impl NamespaceSync {
     /// namespace: a new table would let a limit's worth more in, and run retries again);
     /// a store keeps its own. Before the namespace serves.
     pub fn keep_records_of(&self, old: &NamespaceSync) {
-        if let (None, Some(Store::Memory(m))) = (&self.session.store, old.session.records.get()) {
-            let _ = self.session.records.set(Store::Memory(m.clone()));
+        if self.session.store.is_none() && old.session.store.is_none() {
+            // the old one's table made now if it has none yet: it serves until it is
+            // retired, and what it takes meanwhile must be in the table this one keeps
+            let kept = old.records().clone();
+            let set = self.session.records.set(kept);
+            debug_assert!(set.is_ok(), "records kept before the namespace served");
         }
     }
 
@@ -369,6 +373,11 @@ impl NamespaceSync {
 
     /// After a synchronous call failed: answer from local memory until a sync succeeds.
     pub(crate) fn trip(&self, e: &StoreError) {
+        // a namespace without a store has no store to fail (its records are the node's
+        // memory: a call cut off by the stop is not a store failing)
+        if self.session.store.is_none() {
+            return;
+        }
         if self.session.trip(e) {
             // degraded until a sync reaches the store again (a slow answer trips before
             // the call itself fails and is recorded)

@@ -142,7 +142,7 @@ impl ReservationStore for MemoryStore {
             }
             if t.records.len() >= self.reservations.max {
                 return Err(StoreError::Full(format!(
-                    "this node holds {} open reservations, its most (max_counters); try again once some are committed or lapse",
+                    "this node holds {} reservations, its most (max_counters); try again once some lapse (a committed one is kept two minutes for its retries)",
                     self.reservations.max
                 )));
             }

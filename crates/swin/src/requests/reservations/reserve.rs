@@ -105,6 +105,8 @@ impl Request for Reserve {
                 tracing::error!(id, "a new reservation id was already recorded");
                 Error::Internal
             }
+            // the node's own table is full (a local-only namespace): a 503, try later
+            Outcome::NotApplied(swin_sync::StoreError::Full(m)) => Error::Unavailable(m),
             Outcome::NotApplied(e) | Outcome::Unknown(e) => {
                 tracing::warn!(cause = %e, "recording a reservation");
                 Error::Store {
