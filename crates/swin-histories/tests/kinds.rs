@@ -147,6 +147,42 @@ fn remaining_that_the_next_request_does_not_get_is_a_violation() {
     assert_eq!(found(&report, "answers"), vec!["main/hk-0"], "{report:?}");
 }
 
+/// A node cut from the store answers from its own view until a sync reaches the store
+/// again — after the cut ends too, until its next tick: a pair a second after a cut is
+/// not weighed; three seconds after, it is.
+#[test]
+fn remaining_is_not_weighed_until_a_node_cut_off_has_synced_again() {
+    let pair = |at: u64| {
+        vec![
+            hit(
+                1,
+                at,
+                1.0,
+                json!({"allowed": true, "limit": 10.0, "remaining": 5.0}),
+            ),
+            hit(
+                2,
+                at + 20,
+                2.0,
+                json!({"allowed": false, "limit": 10.0, "remaining": 0.0, "retry_after": 30.0}),
+            ),
+        ]
+    };
+    let cut = swin_histories::history::Event {
+        node: Some(1),
+        start_ms: 5_000,
+        end_ms: 6_000,
+        disruption: swin_histories::history::Disruption::Away,
+        what: "cut node 1 from the store 1000 ms".into(),
+    };
+    let mut e = expect(&[("main", "hk-0", 1.0)], 0);
+    e.events.push(cut);
+    let report = check(&pair(7_073), &e);
+    assert_eq!(found(&report, "answers"), Vec::<&str>::new(), "{report:?}");
+    let report = check(&pair(9_000), &e);
+    assert_eq!(found(&report, "answers"), vec!["main/hk-0"], "{report:?}");
+}
+
 #[test]
 fn remaining_is_not_weighed_across_another_request_of_the_key() {
     let mut h = vec![
