@@ -158,6 +158,7 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     kong_seeded_sync,
     retried_push_applies_once,
     fractional_and_negative,
+    fractional_counts_keep_every_bit,
     odd_keys_round_trip,
     load_namespace_returns_live_windows,
     purge_drops_old_windows,

@@ -123,6 +123,54 @@ pub(super) async fn fractional_and_negative(s: &TestStore) {
     );
 }
 
+/// Fractional diffs are stored bit for bit: a window pushed once holds the diff, pushed
+/// twice the sum as a double adds it (a count read back from text a unit in the last place
+/// off is a count the cluster did not take).
+pub(super) async fn fractional_counts_keep_every_bit(s: &TestStore) {
+    let st = &s.store;
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = || {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        (x >> 11) as f64 / (1u64 << 53) as f64 * 1_000.0
+    };
+    let mut values = vec![(26.74998368597692, 0.1), (1.0 / 3.0, 2.0 / 3.0)];
+    for _ in 0..40 {
+        values.push((next(), next()));
+    }
+    let key = |i: usize| format!("f{i}");
+    let first: Vec<Diff> = values
+        .iter()
+        .enumerate()
+        .map(|(i, (a, _))| diff(&key(i), CUR, *a))
+        .collect();
+    st.push("ns", push(&PushId::from("n"), 1, &first))
+        .await
+        .expect("push");
+    let wanted: Vec<WindowKey> = (0..values.len()).map(|i| wk(&key(i), CUR)).collect();
+    let got = totals(st, "ns", &wanted).await;
+    for (i, (a, _)) in values.iter().enumerate() {
+        let stored = got.iter().find(|t| t.0 == key(i)).expect("stored").2;
+        assert_eq!(stored.to_bits(), a.to_bits(), "{a} stored as {stored}");
+    }
+    let second: Vec<Diff> = values
+        .iter()
+        .enumerate()
+        .map(|(i, (_, b))| diff(&key(i), CUR, *b))
+        .collect();
+    st.push("ns", push(&PushId::from("n"), 2, &second))
+        .await
+        .expect("push");
+    let got = totals(st, "ns", &wanted).await;
+    for (i, (a, b)) in values.iter().enumerate() {
+        let stored = got.iter().find(|t| t.0 == key(i)).expect("stored").2;
+        assert_eq!(
+            stored.to_bits(),
+            (a + b).to_bits(),
+            "{a} + {b} stored as {stored}"
+        );
+    }
+}
+
 pub(super) async fn odd_keys_round_trip(s: &TestStore) {
     let st = &s.store;
     let keys = [

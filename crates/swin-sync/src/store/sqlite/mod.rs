@@ -61,35 +61,43 @@ async fn record_push(
 
 /// Adds `diffs` on `conn`, a count never going below zero: diffs of at least 0 are
 /// upserted; negative ones update existing windows to `max(count + diff, 0)` and leave
-/// absent windows absent (0). A normalized batch holds each window once.
+/// absent windows absent (0). A normalized batch holds each window once. Whole diffs go
+/// as one JSON array per direction; a diff with a fraction is bound as a double, a
+/// statement of its own (SQLite's reading of a number's text is not correctly rounded:
+/// through JSON its sum could be stored a unit in the last place off).
 async fn upsert(
     conn: &mut sqlx::SqliteConnection,
     namespace: &str,
     diffs: &[Diff],
 ) -> Result<Vec<Total>, StoreError> {
+    // exact through text: a whole number below 2^53
+    let whole = |v: f64| v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0;
     let rows = |up: bool| {
         let r: Vec<serde_json::Value> = diffs
             .iter()
-            .filter(|d| (d.value >= 0.0) == up)
+            .filter(|d| (d.value >= 0.0) == up && whole(d.value))
             .map(|d| serde_json::json!([d.key.as_str(), d.window_size, d.window_start, d.value]))
             .collect();
         (!r.is_empty()).then(|| serde_json::Value::Array(r).to_string())
     };
     // SQLite would keep an overflowing sum as Inf; as NULL, NOT NULL refuses the row
     // (a rejection) instead of storing a count that poisons every read
-    const UP: &str = "INSERT INTO swin_counters (namespace, key, window_size, window_start, count)
-         SELECT ?1, value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?2) WHERE true
-         ON CONFLICT (namespace, key, window_size, window_start)
+    const ADD: &str = "ON CONFLICT (namespace, key, window_size, window_start)
          DO UPDATE SET count = CASE WHEN abs(count + excluded.count) <= 1.7976931348623157e308
              THEN count + excluded.count END, updated_at = unixepoch()
          RETURNING key, window_size, window_start, count";
+    let up = format!(
+        "INSERT INTO swin_counters (namespace, key, window_size, window_start, count)
+         SELECT ?1, value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?2) WHERE true
+         {ADD}"
+    );
     const DOWN: &str = "UPDATE swin_counters AS c SET count = max(c.count + (r.value ->> 3), 0), updated_at = unixepoch()
          FROM json_each(?2) AS r
          WHERE c.namespace = ?1 AND c.key = r.value ->> 0
            AND c.window_size = r.value ->> 1 AND c.window_start = r.value ->> 2
          RETURNING key, window_size, window_start, count";
     let mut out: Vec<TotalRow> = Vec::with_capacity(diffs.len());
-    for (up, sql) in [(true, UP), (false, DOWN)] {
+    for (up, sql) in [(true, up.as_str()), (false, DOWN)] {
         if let Some(batch) = rows(up) {
             out.extend(
                 sqlx::query_as::<_, TotalRow>(sql)
@@ -100,6 +108,32 @@ async fn upsert(
                     .map_err(err)?,
             );
         }
+    }
+    let up_one = format!(
+        "INSERT INTO swin_counters (namespace, key, window_size, window_start, count)
+         VALUES (?1, ?2, ?3, ?4,
+             CASE WHEN abs(?5) <= 1.7976931348623157e308 THEN ?5 END) {ADD}"
+    );
+    const DOWN_ONE: &str =
+        "UPDATE swin_counters SET count = max(count + ?5, 0), updated_at = unixepoch()
+         WHERE namespace = ?1 AND key = ?2 AND window_size = ?3 AND window_start = ?4
+         RETURNING key, window_size, window_start, count";
+    for d in diffs.iter().filter(|d| !whole(d.value)) {
+        let sql = if d.value >= 0.0 {
+            up_one.as_str()
+        } else {
+            DOWN_ONE
+        };
+        let row: Option<TotalRow> = sqlx::query_as(sql)
+            .bind(namespace)
+            .bind(d.key.as_str())
+            .bind(i64::from(d.window_size))
+            .bind(d.window_start)
+            .bind(d.value)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(err)?;
+        out.extend(row);
     }
     totals(out)
 }
