@@ -7,7 +7,6 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, ArcSwapOption};
 
 use crate::config::AuthConfig;
-use swin::state::Namespaces;
 use swin::Limiter;
 
 use crate::metrics::Metrics;
@@ -28,40 +27,17 @@ pub struct AppState {
     pub auth: ArcSwapOption<AuthConfig>,
     /// Peers whose forwarding headers are believed, swapped on reload.
     pub trusted_proxies: ArcSwap<Vec<ipnet::IpNet>>,
-    /// Where the spool lives (`data_dir`), for the metrics; `None` for a bare router.
-    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl AppState {
-    /// The state of a node serving `namespaces`, whose outcomes are recorded to its
-    /// metrics.
-    pub fn new(namespaces: Namespaces, body_limit: usize) -> Self {
-        let metrics = Arc::new(Metrics::default());
-        for ns in namespaces.values() {
-            ns.record_to(metrics.clone());
-        }
-        AppState {
-            limiter: Arc::new(Limiter::over(namespaces)),
-            metrics,
-            body_limit,
-            body_timeout: Duration::from_secs_f64(crate::config::defaults::BODY_TIMEOUT_SECS),
-            max_batch: crate::config::defaults::MAX_BATCH,
-            auth: ArcSwapOption::empty(),
-            trusted_proxies: ArcSwap::from_pointee(Vec::new()),
-            data_dir: None,
-        }
-    }
-
-    /// The state of a node asking `limiter` (namespaces recording nowhere yet record to
-    /// `metrics`): the request limits and access of `config`.
-    pub fn for_config(
+    /// The state of a node started from `config`: its limiter, recording what it decides
+    /// to the node's metrics, and the request limits and access of `config`.
+    pub async fn start(
         config: &crate::config::Config,
-        limiter: Arc<Limiter>,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        for ns in limiter.namespaces().values() {
-            ns.record_to(metrics.clone());
-        }
+    ) -> Result<Self, swin::limiter::LimiterError> {
+        let metrics = Arc::new(Metrics::default());
+        let limiter =
+            Arc::new(Limiter::start_recording(config.limiter().clone(), metrics.clone()).await?);
         let state = AppState {
             limiter,
             metrics,
@@ -70,10 +46,9 @@ impl AppState {
             max_batch: config.max_batch,
             auth: ArcSwapOption::empty(),
             trusted_proxies: ArcSwap::from_pointee(Vec::new()),
-            data_dir: Some(config.limiter().data_dir().to_owned()),
         };
         state.set_access(config);
-        state
+        Ok(state)
     }
 
     /// Who may call what, from `config`: its tokens and its trusted proxies (at start
@@ -84,16 +59,11 @@ impl AppState {
             .store(Arc::new(config.trusted_proxies.clone()));
     }
 
-    /// The namespace `name`, as served now (status reads).
-    pub(crate) fn namespace(
-        &self,
-        name: &str,
-    ) -> Result<Arc<swin::state::Namespace>, swin::error::Error> {
-        self.limiter.namespace(name)
-    }
-
-    /// The namespaces served now (status pages and metrics).
-    pub fn namespaces(&self) -> Arc<Namespaces> {
-        self.limiter.namespaces()
+    /// Nothing when it serves a namespace `name` now, else the error naming it.
+    pub(crate) fn served(&self, name: &str) -> Result<(), swin::error::Error> {
+        match self.limiter.serves(name) {
+            true => Ok(()),
+            false => Err(swin::error::Error::unknown_namespace(name)),
+        }
     }
 }

@@ -15,9 +15,6 @@ use axum::body::Body;
 use axum::http::Request;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use swin::config::{NamespaceConfig, StoreConfig};
-use swin::policy::algorithm::Algorithm;
-use swin::state::{Namespace, Namespaces};
 use swin_core::{UnixMs, WindowSize};
 use swin_node::http;
 use swin_node::state::AppState;
@@ -27,46 +24,57 @@ use tower::ServiceExt;
 
 const HOUR: u64 = 3600;
 
-fn node(store: Store, ns: &str, limit: f64, gcra: bool) -> axum::Router {
-    node_in(store, ns, limit, gcra, SyncMode::Synchronous)
-}
-
-fn node_in(store: Store, ns: &str, limit: f64, gcra: bool, mode: SyncMode) -> axum::Router {
+/// Three nodes of one namespace `ns` on the store of `section` (its `[stores.main]`
+/// keys), each started as a swin-node process starts its limiter.
+async fn nodes(
+    section: &str,
+    ns: &str,
+    limit: u32,
+    gcra: bool,
+    mode: SyncMode,
+) -> Vec<Arc<AppState>> {
     let sync_rate = match mode {
         SyncMode::Periodic(p) => p.as_secs_f64(),
         SyncMode::Synchronous => 0.0,
         SyncMode::LocalOnly => -1.0,
     };
-    let namespace = NamespaceConfig::builder(ns)
-        .store("main")
-        .window_sizes([HOUR])
-        .sync_rate(sync_rate)
-        .key_from("client_address");
-    let namespace = if gcra {
+    let limits = if gcra {
         // burst `limit`, refilled over an hour: no refill to speak of during a case
-        namespace.algorithm(Algorithm::Gcra).gcra(
-            limit as i64,
-            limit as i64,
-            Duration::from_secs(HOUR),
+        format!(
+            "algorithm = \"gcra\"\ngcra = {{ burst = {limit}, count = {limit}, period = \"1h\" }}"
         )
     } else {
-        namespace.limit(HOUR, limit)
+        format!("limits = [{{ window_size = {HOUR}, limit = {limit} }}]")
     };
-    let config = swin::config::Config::builder()
-        .store("main", StoreConfig::sqlite("sqlite::memory:"))
-        .namespace(namespace)
-        .build()
-        .expect("config");
-    let cfg = &config.namespaces()[0];
-    let namespace = Namespace::build(
-        cfg,
-        Some(store),
-        swin_sync::new_node_id().into(),
-        Duration::from_secs(5),
+    let text = format!(
+        "data_dir = \"{}\"\nmigrate = false\n[stores.main]\n{section}\n\
+         [[namespaces]]\nname = \"{ns}\"\nstore = \"main\"\nwindow_sizes = [{HOUR}]\n\
+         sync_rate = {sync_rate}\nkey_from = \"client_address\"\n{limits}\n",
+        concat!(env!("CARGO_TARGET_TMPDIR"), "/limits_property"),
     );
-    let mut map = Namespaces::new();
-    map.insert(ns.to_owned(), Arc::new(namespace));
-    http::router(Arc::new(AppState::new(map, 4096)))
+    let config = swin_node::config::Config::parse("p.toml", &text, &|_| None).expect("config");
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(Arc::new(AppState::start(&config).await.expect("started")));
+    }
+    nodes
+}
+
+/// Runs `case` on three nodes of `ns`, then stops them (their connections closed).
+async fn on_nodes<F>(
+    section: &str,
+    (ns, limit, gcra, mode): (&str, u32, bool, SyncMode),
+    case: impl FnOnce(Vec<axum::Router>) -> F,
+) -> Result<(), TestCaseError>
+where
+    F: std::future::Future<Output = Result<(), TestCaseError>>,
+{
+    let states = nodes(section, ns, limit, gcra, mode).await;
+    let outcome = case(states.iter().map(|s| http::router(s.clone())).collect()).await;
+    for s in states {
+        s.limiter.stop().await.expect("stop");
+    }
+    outcome
 }
 
 fn hour_start() -> i64 {
@@ -80,15 +88,12 @@ fn hour_start() -> i64 {
 /// One generated case from start to end, so it reads in order; hence its length.
 async fn case(
     stores: &[Store; 3],
+    nodes: Vec<axum::Router>,
     ns: &str,
     limit: u32,
     hits: Vec<(usize, u32)>,
     gcra: bool,
 ) -> Result<(), TestCaseError> {
-    let nodes: Vec<axum::Router> = stores
-        .iter()
-        .map(|s| node(s.clone(), ns, f64::from(limit), gcra))
-        .collect();
     let started = hour_start();
     let admitted = Arc::new(AtomicU64::new(0));
     let mut sends = Vec::new();
@@ -132,14 +137,18 @@ async fn case(
         let keys = [swin_core::CompactString::from("k")];
         let tat = stores[0].read_tats(ns, &keys).await.expect("read tats");
         let ei = HOUR as f64 / f64::from(limit);
+        // the nodes' time is the store's: this one's clock, moved by the offset they
+        // measured against the store
+        let offset_s = swin_sync::clock::clock().offset_ms().unwrap_or(0) as f64 / 1e3;
         let now_s = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .expect("clock")
-            .as_secs_f64();
+            .as_secs_f64()
+            + offset_s;
         let ahead = tat.first().map_or(0.0, |t| t.tat_ns as f64 / 1e9 - now_s);
         let want = admitted as f64 * ei;
         prop_assert!(
-            ahead <= want + 1e-3 && ahead >= want - 5.0,
+            ahead <= want + 2e-3 && ahead >= want - 5.0,
             "TAT {ahead} s ahead for {admitted} admitted of {ei} s each"
         );
         return Ok(());
@@ -200,21 +209,12 @@ fn step() -> impl Strategy<Value = Step> {
 /// One generated case from start to end, so it reads in order; hence its length.
 async fn refund_case(
     stores: &[Store; 3],
+    nodes: Vec<axum::Router>,
     ns: &str,
     limit: u32,
     steps: Vec<Step>,
     gcra: bool,
-    synchronous: bool,
 ) -> Result<(), TestCaseError> {
-    let mode = if synchronous {
-        SyncMode::Synchronous
-    } else {
-        SyncMode::Periodic(Duration::from_secs(3600)) // synced by the steps only
-    };
-    let nodes: Vec<axum::Router> = stores
-        .iter()
-        .map(|s| node_in(s.clone(), ns, f64::from(limit), gcra, mode))
-        .collect();
     let started = hour_start();
     let (hit, refund, sync) = (
         format!("/v1/namespaces/{ns}/keys/k/hit"),
@@ -298,7 +298,7 @@ fn runner(cases: u32) -> TestRunner {
     })
 }
 
-fn run_refunds(stores: [Store; 3], rt: &tokio::runtime::Runtime) {
+fn run_refunds(stores: [Store; 3], section: &str, rt: &tokio::runtime::Runtime) {
     let mut runner = runner(16);
     let n = AtomicU64::new(0);
     let strategy = (
@@ -310,12 +310,19 @@ fn run_refunds(stores: [Store; 3], rt: &tokio::runtime::Runtime) {
     runner
         .run(&strategy, |(limit, steps, gcra, synchronous)| {
             let ns = format!("refund{}", n.fetch_add(1, Ordering::SeqCst));
-            rt.block_on(refund_case(&stores, &ns, limit, steps, gcra, synchronous))
+            let mode = if synchronous {
+                SyncMode::Synchronous
+            } else {
+                SyncMode::Periodic(Duration::from_secs(3600)) // synced by the steps only
+            };
+            rt.block_on(on_nodes(section, (&ns, limit, gcra, mode), |nodes| {
+                refund_case(&stores, nodes, &ns, limit, steps, gcra)
+            }))
         })
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
-fn run(stores: [Store; 3], rt: &tokio::runtime::Runtime) {
+fn run(stores: [Store; 3], section: &str, rt: &tokio::runtime::Runtime) {
     let mut runner = runner(24);
     let n = AtomicU64::new(0);
     let strategy = (
@@ -326,7 +333,10 @@ fn run(stores: [Store; 3], rt: &tokio::runtime::Runtime) {
     runner
         .run(&strategy, |(limit, hits, gcra)| {
             let ns = format!("prop{}", n.fetch_add(1, Ordering::SeqCst));
-            rt.block_on(case(&stores, &ns, limit, hits, gcra))
+            let mode = SyncMode::Synchronous;
+            rt.block_on(on_nodes(section, (&ns, limit, gcra, mode), |nodes| {
+                case(&stores, nodes, &ns, limit, hits, gcra)
+            }))
         })
         .unwrap_or_else(|e| panic!("{e}"));
 }
@@ -352,8 +362,9 @@ fn synchronous_limits_hold_across_three_nodes_postgres() {
         v[0].migrate().await.expect("migrate");
         [v[0].clone(), v[1].clone(), v[2].clone()]
     });
-    run(stores.clone(), &rt);
-    run_refunds(stores.clone(), &rt);
+    let section = format!("kind = \"postgres\"\nurl = \"{}\"", db.url);
+    run(stores.clone(), &section, &rt);
+    run_refunds(stores.clone(), &section, &rt);
     rt.block_on(async {
         for s in &stores {
             if let Store::Postgres(p) = s {
@@ -381,8 +392,9 @@ fn synchronous_limits_hold_across_three_nodes_redis() {
     });
     // cleaned up whether the property holds or not
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run(stores.clone(), &rt);
-        run_refunds(stores.clone(), &rt);
+        let section = format!("kind = \"redis\"\nurl = \"{url}\"\nprefix = \"{prefix}\"");
+        run(stores.clone(), &section, &rt);
+        run_refunds(stores.clone(), &section, &rt);
     }));
     rt.block_on(async {
         if let Store::Redis(r) = &stores[0] {
@@ -411,5 +423,6 @@ fn refunds_cannot_create_quota_sqlite() {
         v[0].migrate().await.expect("migrate");
         [v[0].clone(), v[1].clone(), v[2].clone()]
     });
-    run_refunds(stores, &rt);
+    let section = format!("kind = \"sqlite\"\nurl = \"{url}\"");
+    run_refunds(stores, &section, &rt);
 }

@@ -9,37 +9,25 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use swin::state::{Namespace, Namespaces};
 use swin_node::config::Config;
 use swin_node::http;
 use swin_node::state::AppState;
-use swin_sync::store::{RedisStore, SqliteStore};
-use swin_sync::Store;
 use tower::ServiceExt;
 
 fn config(store: &str, extra: &str) -> Config {
     let text = format!(
-        "[stores.main]\n{store}\n[[namespaces]]\nname = \"api\"\nwindow_sizes = [3600]\nsync_rate = 1\nstore = \"main\"\nlimits = [{{ window_size = 3600, limit = 5 }}]\nadmission = \"strict\"\n{extra}"
+        "data_dir = \"{DATA_DIR}\"\n[stores.main]\n{store}\n[[namespaces]]\nname = \"api\"\nwindow_sizes = [3600]\nsync_rate = 1\nstore = \"main\"\nlimits = [{{ window_size = 3600, limit = 5 }}]\nadmission = \"strict\"\n{extra}"
     );
     Config::parse("strict.toml", &text, &|_| None).expect("config")
 }
 
-fn router(config: &Config, store: Store) -> (axum::Router, Arc<Namespace>) {
-    let cfg = &config.limiter().namespaces()[0];
-    let ns = Arc::new(Namespace::build(
-        cfg,
-        Some(store),
-        "test".into(),
-        Duration::from_millis(500),
-    ));
-    let mut all = Namespaces::new();
-    all.insert(cfg.name().to_owned(), ns.clone());
-    let state = Arc::new(AppState::for_config(
-        config,
-        Arc::new(swin::Limiter::over(all)),
-        Default::default(),
-    ));
-    (http::router(state), ns)
+/// Where a node's spool lives: under the build's own dir (a stop spools there).
+const DATA_DIR: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/strict");
+
+/// A node of `config`, started as the daemon starts one.
+async fn router(config: &Config) -> (axum::Router, Arc<AppState>) {
+    let state = Arc::new(AppState::start(config).await.expect("started"));
+    (http::router(state.clone()), state)
 }
 
 async fn post(
@@ -73,20 +61,10 @@ async fn get(r: &axum::Router, uri: &str) -> String {
     String::from_utf8(bytes.to_vec()).expect("utf-8")
 }
 
-async fn sqlite() -> Store {
-    let store = Store::Sqlite(
-        SqliteStore::connect("sqlite::memory:")
-            .await
-            .expect("sqlite"),
-    );
-    store.migrate().await.expect("migrate");
-    store
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strict_hits_refunds_and_what_the_node_shows() {
     let config = config("kind = \"sqlite\"\nurl = \"sqlite::memory:\"", "");
-    let (r, _ns) = router(&config, sqlite().await);
+    let (r, _) = router(&config).await;
     let hit = "/v1/namespaces/api/keys/k/hit";
     for i in 0..5 {
         let (status, body, _) = post(&r, hit, "").await;
@@ -127,18 +105,16 @@ async fn strict_hits_refunds_and_what_the_node_shows() {
 }
 
 /// A Redis nobody listens on: every hold fails at once.
-fn unreachable_redis() -> (Store, String) {
+fn unreachable_redis() -> String {
     let port = swin_testkit::free_port();
-    let url = format!("redis://127.0.0.1:{port}");
-    let store = Store::Redis(RedisStore::new(&url, "swin-strict-test").expect("url"));
-    (store, format!("kind = \"redis\"\nurl = \"{url}\""))
+    format!("kind = \"redis\"\nurl = \"redis://127.0.0.1:{port}\"")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_away_denies_or_decides_locally_as_configured() {
-    let (store, section) = unreachable_redis();
+    let section = unreachable_redis();
     let deny = config(&section, "on_store_failure = \"deny\"");
-    let (r, _) = router(&deny, store.clone());
+    let (r, _) = router(&deny).await;
     let (status, body, retry) = post(&r, "/v1/namespaces/api/keys/k/hit", "").await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert_eq!(body["reason"], "store_unreachable", "{body}");
@@ -146,7 +122,7 @@ async fn a_store_away_denies_or_decides_locally_as_configured() {
     assert!(retry.is_some_and(|s| s.parse::<u64>().expect("seconds") >= 1));
 
     let local = config(&section, "on_store_failure = \"local\"");
-    let (r, ns) = router(&local, store);
+    let (r, node) = router(&local).await;
     for i in 0..5 {
         let (status, body, _) = post(&r, "/v1/namespaces/api/keys/k/hit", "").await;
         assert_eq!(status, StatusCode::OK, "hit {i}: {body}");
@@ -159,16 +135,20 @@ async fn a_store_away_denies_or_decides_locally_as_configured() {
     // and the hits it admitted wait, counted, for the store (read until a read does not
     // meet the sync's drain of the key: a read during one can see part of its hits in
     // neither half for a moment)
-    let table = ns.sync().counters().table(3600).expect("table");
     swin_testkit::cluster::within(Duration::from_secs(5), "5 counted", async || {
-        table.rate("k", swin_sync::now(), None).current == 5.0
+        let w = node
+            .limiter
+            .rates("api", "k", Some(3600))
+            .await
+            .expect("rates");
+        w[0].current == 5.0
     })
     .await;
 }
 
 fn gcra_config(section: &str, extra: &str) -> Config {
     let text = format!(
-        "{section}\n[[namespaces]]\nname = \"api\"\nsync_rate = 1\nstore = \"main\"\nalgorithm = \"gcra\"\ngcra = {{ burst = 5, count = 5, period = \"1h\" }}\nadmission = \"strict\"\n{extra}"
+        "data_dir = \"{DATA_DIR}\"\n{section}\n[[namespaces]]\nname = \"api\"\nsync_rate = 1\nstore = \"main\"\nalgorithm = \"gcra\"\ngcra = {{ burst = 5, count = 5, period = \"1h\" }}\nadmission = \"strict\"\n{extra}"
     );
     Config::parse("strict.toml", &text, &|_| None).expect("config")
 }
@@ -181,10 +161,7 @@ fn gcra_config(section: &str, extra: &str) -> Config {
 async fn strict_gcra_buckets_over_http() {
     let s = swin_testkit::TestStore::redis();
     let config = gcra_config(&s.section(), "");
-    let nodes = [
-        router(&config, s.store.clone()).0,
-        router(&config, s.store.clone()).0,
-    ];
+    let nodes = [router(&config).await.0, router(&config).await.0];
     let hit = "/v1/namespaces/api/keys/k/hit";
     let mut admitted = 0;
     for i in 0..10 {
@@ -233,9 +210,8 @@ async fn strict_gcra_buckets_over_http() {
     let ei = 720 * 1_000_000_000i64;
     assert!(ahead > 4 * ei && ahead <= 5 * ei + 1_000_000_000, "{ahead}");
 
-    let (store, section) = unreachable_redis();
-    let section = format!("[stores.main]\n{section}");
-    let (r, _) = router(&gcra_config(&section, "on_store_failure = \"deny\""), store);
+    let section = format!("[stores.main]\n{}", unreachable_redis());
+    let (r, _) = router(&gcra_config(&section, "on_store_failure = \"deny\"")).await;
     let (status, body, _) = post(&r, hit, "").await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert_eq!(body["reason"], "store_unreachable", "{body}");
@@ -244,7 +220,7 @@ async fn strict_gcra_buckets_over_http() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_limits_in_shadow_are_refused_on_a_strict_namespace() {
     let config = config("kind = \"sqlite\"\nurl = \"sqlite::memory:\"", "");
-    let (r, _ns) = router(&config, sqlite().await);
+    let (r, _) = router(&config).await;
     let req = Request::builder()
         .method("PUT")
         .uri("/v1/namespaces/api/keys/k/limits")

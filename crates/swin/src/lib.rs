@@ -12,12 +12,12 @@
 //! (what each asks and answers; its public types in [`requests`]) and the quota
 //! service ([`shares`]) → `pipeline` (the one runner every request goes through: check,
 //! first touch, effective limits, take together, all or nothing, run to the end,
-//! record) → [`decisions`] (what a decision answers) → the namespace ([`state`]) →
-//! [`leases`] (where leases are kept), [`idempotency`] (where idempotency records are
+//! record) → `decisions` (what a decision answers) → the namespace (`state`) →
+//! `leases` (where leases are kept), [`idempotency`] (where idempotency records are
 //! kept) and `runtime_limits` (limits set per key at run
 //! time, as this node holds them) → [`config`] (a config, read into policy types) →
 //! [`policy`] (limits, descriptor rules, counter keys, what a request may carry) and
-//! [`spool`].
+//! `spool`.
 //! What the pipeline decides is told to a [`recorder::Recorder`] (the daemon's metrics).
 //! The read side — each namespace's [`status::NamespaceStatus`], readiness, the clock,
 //! the heaviest keys, a sync now, a key reset ([`status`]) and a key's limits with where
@@ -34,11 +34,11 @@
 
 #![warn(missing_docs)]
 pub mod config;
-pub mod decisions;
+pub(crate) mod decisions;
 pub mod error;
 pub mod idempotency;
 pub(crate) mod known;
-pub mod leases;
+pub(crate) mod leases;
 pub mod limiter;
 pub(crate) mod pipeline;
 pub mod policy;
@@ -47,8 +47,8 @@ pub mod requests;
 pub(crate) mod runtime_limits;
 pub mod shares;
 pub mod spans;
-pub mod spool;
-pub mod state;
+pub(crate) mod spool;
+pub(crate) mod state;
 pub mod status;
 #[cfg(feature = "tower")]
 pub mod tower;

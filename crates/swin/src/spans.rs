@@ -8,7 +8,7 @@ pub const REQUEST: &str = "swin::request";
 /// Records what a request decided on its span, when traces are on: the namespace and
 /// the outcome (`allowed`, `denied`, `shadow_denied`; the last hit's, for a request of
 /// several).
-pub fn decided(namespace: &str, outcome: &'static str) {
+pub(crate) fn decided(namespace: &str, outcome: &'static str) {
     if tracing::enabled!(target: REQUEST, tracing::Level::TRACE) {
         let span = tracing::Span::current();
         span.record("namespace", namespace);

@@ -104,7 +104,10 @@ pub(crate) fn prepare(dir: &Path) -> std::io::Result<()> {
     if meta.permissions().mode() & 0o077 != 0 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     }
-    let probe = dir.join(format!(".probe-{}", std::process::id()));
+    // one name per call: limiters of one process may start at once on one dir
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = dir.join(format!(".probe-{}-{n}", std::process::id()));
     private_file(&probe)?.write_all(b"probe")?;
     std::fs::remove_file(&probe)?;
     for entry in std::fs::read_dir(dir)?.filter_map(Result::ok) {
@@ -337,6 +340,22 @@ fn check_settlements(entry: &SpoolEntry) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Limiters of one process starting at once on one `data_dir` each get it ready (its
+    /// write probe was named by the process alone: the second found the first's file).
+    #[test]
+    fn limiters_of_one_process_prepare_one_dir_at_once() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::thread::scope(|s| {
+            let starts: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| (0..200).try_for_each(|_| prepare(dir.path()))))
+                .collect();
+            for start in starts {
+                start.join().expect("thread").expect("prepared");
+            }
+        });
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+    }
 
     /// A link or a directory named like a spool file is left as it is: its target's
     /// mode is not changed (a link to any file would have the node chmod it), and it is

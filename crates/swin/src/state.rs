@@ -97,26 +97,9 @@ impl Namespace {
         self.limits.as_ref()
     }
 
-    /// Whether `/increment` takes negative values (`allow_decrements`); without it a
-    /// client could lift its own limit.
-    pub fn allow_decrements(&self) -> bool {
-        self.allow_decrements
-    }
-
     /// How `/hit` admits (`admission`, `on_store_failure`), as configured.
     pub fn admission_mode(&self) -> &crate::config::AdmissionMode {
         &self.admission_mode
-    }
-
-    /// Decides every hit, on every door: picked once, here, from the namespace's
-    /// algorithm and admission.
-    pub fn admission(&self) -> &Arc<dyn Admission> {
-        &self.admission
-    }
-
-    /// Envoy's descriptor rules (the gRPC rate limit service), when the namespace has some.
-    pub fn rules(&self) -> Option<&Arc<crate::policy::rules::Rules>> {
-        self.rules.as_ref()
     }
 
     /// Envoy's answers carry the RateLimit headers.
@@ -134,12 +117,6 @@ impl Namespace {
         &self.algorithm
     }
 
-    /// Limits set per key at run time, for the keys this node serves; shared by the
-    /// namespace's versions while its counters are.
-    pub fn runtime(&self) -> &Arc<RuntimeLimits> {
-        &self.runtime
-    }
-
     /// The heaviest keys of the last minute on this node, shared the same way.
     pub(crate) fn heaviest(&self) -> &Arc<Heaviest> {
         &self.heaviest
@@ -154,16 +131,6 @@ impl Namespace {
     /// for a local-only namespace), shared by the namespace's versions.
     pub fn leases(&self) -> &crate::leases::LeaseBook {
         &self.leases
-    }
-
-    /// Where the namespace's idempotency records are kept.
-    pub fn records(&self) -> &crate::idempotency::RecordBook {
-        &self.records
-    }
-
-    /// How long its idempotency records answer, and how many it keeps at most.
-    pub fn idempotency(&self) -> crate::config::Idempotency {
-        self.idempotency
     }
 
     /// Where the namespace's reservations of a cost are recorded (its store, or this
@@ -205,18 +172,7 @@ pub struct Timeouts {
     pub(crate) answer: Duration,
 }
 
-impl Timeouts {
-    /// `store_timeout`: one store call.
-    pub fn store(&self) -> Duration {
-        self.store
-    }
-
-    /// `answer_timeout`: a request's wait for the store; past it the request is answered
-    /// as the namespace says for a failed store, and the call goes on.
-    pub fn answer(&self) -> Duration {
-        self.answer
-    }
-}
+impl Timeouts {}
 
 impl From<Duration> for Timeouts {
     /// `store` per call, and the default wait for a request.

@@ -63,6 +63,10 @@ pub struct NamespaceStatus {
     /// How its syncs go (for metrics; not in the list's JSON).
     #[serde(skip)]
     pub syncs: SyncCounts,
+    /// Idempotency records this node keeps itself (a namespace with no store; those of
+    /// a store-backed one are kept in the store): how many, and their bytes.
+    #[serde(skip)]
+    pub local_records: (usize, usize),
 }
 
 /// A namespace's syncs and first touches, counted since it was built.
@@ -260,7 +264,13 @@ impl Limiter {
         open.map_err(|e| unread(&e, "reservations open"))
     }
 
-    /// This node's clock against the store's.
+    /// Spool files waiting under `data_dir` for their store (what a stop could not
+    /// push, taken back when the store answers).
+    pub fn spooled_files(&self) -> usize {
+        crate::spool::files(self.config().data_dir()).len()
+    }
+
+    /// This node's clock against the store's, as last measured.
     pub fn clock(&self) -> ClockReading {
         let clock = swin_sync::clock::clock();
         ClockReading {
@@ -356,5 +366,9 @@ fn status_of(ns: &Namespace) -> NamespaceStatus {
             first_touch_fallbacks: fallbacks,
             strict: sync.is_strict(),
         },
+        local_records: ns
+            .records
+            .memory()
+            .map_or((0, 0), |m| (m.records(), m.record_bytes())),
     }
 }

@@ -261,8 +261,6 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         &strip(in_flight),
         &strip(open),
     );
-    if let Some(dir) = &state.data_dir {
-        body.push_str(&crate::metrics::spool_gauge(swin::spool::files(dir).len()));
-    }
+    body.push_str(&crate::metrics::spool_gauge(limiter.spooled_files()));
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
 }

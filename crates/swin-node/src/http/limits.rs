@@ -132,7 +132,7 @@ async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
-    state.namespace(&namespace)?;
+    state.served(&namespace)?;
     let count = match query.count.as_deref() {
         None => 100,
         Some(c) => match c.parse::<usize>() {
@@ -180,7 +180,7 @@ async fn top(
     query: Result<Query<TopQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
-    state.namespace(&namespace)?;
+    state.served(&namespace)?;
     let (by, which) = match query.by.as_deref() {
         None | Some("denied") => ("denied", TopBy::Denied),
         Some("hits") => ("hits", TopBy::Hits),

@@ -57,13 +57,11 @@ impl Daemon {
         if config.auth.is_none() && !config.listen.ip().is_loopback() {
             warn!(listen = %config.listen, "no [auth] section: anyone who reaches this address can reset keys, sync and read metrics; add [auth] tokens or listen on loopback");
         }
-        let metrics = Arc::new(crate::metrics::Metrics::default());
-        let limiter =
-            Arc::new(Limiter::start_recording(config.limiter().clone(), metrics.clone()).await?);
+        let state = Arc::new(AppState::start(&config).await?);
         Ok(Daemon {
-            state: Arc::new(AppState::for_config(&config, limiter.clone(), metrics)),
+            limiter: state.limiter.clone(),
+            state,
             config,
-            limiter,
             tls,
         })
     }
@@ -115,10 +113,7 @@ impl Daemon {
         }
         self.state.set_access(&config);
         self.config = config;
-        info!(
-            namespaces = self.state.namespaces().len(),
-            "config reloaded"
-        );
+        info!(namespaces = self.limiter.status().len(), "config reloaded");
     }
 
     /// Stops the limiter: a last push, and what the stores do not confirm is spooled.
@@ -163,7 +158,7 @@ impl Daemon {
             }
             None => None,
         };
-        info!(listen = %addr, namespaces = self.state.namespaces().len(), "swin-node ready");
+        info!(listen = %addr, namespaces = self.limiter.status().len(), "swin-node ready");
         loop {
             tokio::select! {
                 _ = signals.hup.recv() => match &config_path {

@@ -14,16 +14,12 @@ use swin::policy::headers::{shadow_item, RateLimitHeaders, SHADOW_DENIED};
 use swin::policy::limits::KeyLimits;
 use swin::policy::rules::{self, Rule};
 use swin::requests::Verdict;
-use swin::state::Namespace;
 
-/// The answer to `req` on `ns`, from what its descriptors decided.
-pub(super) fn response(
-    req: &RateLimitRequest,
-    ns: &Namespace,
-    decided: Decided,
-) -> RateLimitResponse {
+/// The answer to `req`, from what its descriptors decided.
+pub(super) fn response(req: &RateLimitRequest, decided: Decided) -> RateLimitResponse {
+    let (with_headers, with_metadata) = decided.envoy_answers();
     let statuses: Vec<DescriptorStatus> = decided.answers().iter().map(status_of_answer).collect();
-    let dynamic_metadata = ns.envoy_dynamic_metadata().then(|| {
+    let dynamic_metadata = with_metadata.then(|| {
         let applied: Vec<Option<&Rule>> = decided.answers().iter().map(|a| a.rule()).collect();
         metadata::of(req, &statuses, &applied)
     });
@@ -36,7 +32,7 @@ pub(super) fn response(
         } as i32,
         statuses,
         response_headers_to_add: match decided.strictest() {
-            Some(s) if ns.envoy_response_headers() => match s {
+            Some(s) if with_headers => match s {
                 Strictest::Hits(v, denied) => headers(v, *denied),
                 Strictest::Slots(a, over) => leases::headers(a, *over),
             }

@@ -8,8 +8,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
 
-use swin::leases::AcquireAnswer;
 use swin::policy::rules::Rule;
+use swin::requests::AcquireAnswer;
 
 /// A descriptor's slots: OK or over, its limit in flight (under its rule's name), the
 /// slots left, and until a slot is sure to be free.

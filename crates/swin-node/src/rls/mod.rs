@@ -355,28 +355,26 @@ impl Rls {
         &self,
         req: RateLimitRequest,
     ) -> (Result<RateLimitResponse, Status>, RateLimitRequest, bool) {
-        let ns = self.state.namespace(&req.domain).ok();
-        let known = ns.is_some();
-        (self.decide(&req, ns.as_deref()).await, req, known)
+        let known = self.state.limiter.serves(&req.domain);
+        (self.decide(&req, known).await, req, known)
     }
 
     async fn decide(
         &self,
         req: &RateLimitRequest,
-        ns: Option<&swin::state::Namespace>,
+        known: bool,
     ) -> Result<RateLimitResponse, Status> {
         let asked = check(req, self.state.max_batch)?;
-        let Some(ns) = ns else {
+        if !known {
             return Ok(answers::all_ok(asked.len()));
-        };
+        }
         // the limiter runs it to its end where it waits on the store: Envoy giving up
         // (its timeout is 20 ms by default) leaves all of it counted or none
-        let decided = self
-            .state
-            .limiter
-            .descriptors(&req.domain, &asked)
-            .await
-            .map_err(|e| status_of(&e))?;
-        Ok(answers::response(req, ns, decided))
+        match self.state.limiter.descriptors(&req.domain, &asked).await {
+            Ok(decided) => Ok(answers::response(req, decided)),
+            // retired by a reload since it was looked up: a domain not served
+            Err(swin::error::Error::UnknownNamespace(_)) => Ok(answers::all_ok(asked.len())),
+            Err(e) => Err(status_of(&e)),
+        }
     }
 }

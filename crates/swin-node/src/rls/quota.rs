@@ -212,7 +212,7 @@ async fn serve_stream(
 
 /// The stream's `domain` in the metrics: as the rate limit service labels its calls'.
 fn label<'a>(state: &AppState, domain: &'a str) -> &'a str {
-    super::domain_label(domain, state.namespace(domain).is_ok())
+    super::domain_label(domain, state.limiter.serves(domain))
 }
 
 fn translate(r: RateLimitQuotaUsageReports) -> Reports {

@@ -15,14 +15,10 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use std::time::Duration;
 
-use swin::state::{Namespace, Namespaces};
 use swin_node::config::Config;
 use swin_node::http;
 use swin_node::state::AppState;
-use swin_sync::store::SqliteStore;
-use swin_sync::Store;
 use tower::ServiceExt;
 
 /// The namespaces the router tests use, as an operator would write them: `api` counts;
@@ -97,32 +93,15 @@ async fn router() -> axum::Router {
 
 /// The same, with `more` config (an `[auth]` section) after the namespaces.
 async fn router_with(more: &str) -> axum::Router {
-    let text = format!("{NAMESPACES}\n{more}");
+    // the spool's dir under the build's own (a stop spools there; nothing is left
+    // outside the target dir)
+    let dir = concat!(env!("CARGO_TARGET_TMPDIR"), "/router");
+    let text = format!("data_dir = \"{dir}\"\n{NAMESPACES}\n{more}");
     let config = Config::parse("router.toml", &text, &|_| None).expect("config");
-    let store = Store::Sqlite(
-        SqliteStore::connect("sqlite::memory:")
-            .await
-            .expect("sqlite"),
-    );
-    store.migrate().await.expect("migrate");
-    let mut ns = Namespaces::new();
-    for cfg in config.limiter().namespaces() {
-        let store = cfg.store().map(|_| store.clone());
-        let n = Namespace::build(cfg, store, "test".into(), Duration::from_secs(1));
-        if cfg.store().is_some() {
-            n.sync()
-                .sync_once(swin_sync::now())
-                .await
-                .expect("first sync");
-        }
-        ns.insert(cfg.name().to_owned(), Arc::new(n));
-    }
-    let state = Arc::new(AppState::for_config(
-        &config,
-        Arc::new(swin::Limiter::over(ns)),
-        Default::default(),
-    ));
-    http::router(state)
+    let state = AppState::start(&config).await.expect("started");
+    // `tiny` syncs once an hour: its first sync, asked now, makes the node ready
+    state.limiter.sync_now("tiny").await.expect("first sync");
+    http::router(Arc::new(state))
 }
 
 async fn call(

@@ -18,52 +18,52 @@ const BUILT: &str = "(config)";
 /// Builds a [`Config`] in code ([`Config::builder`]); what it leaves out has the
 /// default a file's does (docs/configuration.md).
 #[derive(Debug, Clone, Default)]
-pub struct ConfigBuilder {
+pub(crate) struct ConfigBuilder {
     table: Table,
 }
 
 impl ConfigBuilder {
     /// Where the spool lives (`data_dir`).
-    pub fn data_dir(mut self, dir: impl AsRef<Path>) -> Self {
+    pub(crate) fn data_dir(mut self, dir: impl AsRef<Path>) -> Self {
         let dir = dir.as_ref().to_string_lossy().into_owned();
         self.table.insert("data_dir".into(), Value::String(dir));
         self
     }
 
     /// Whether the stores' migrations run at start (`migrate`, default true).
-    pub fn migrate(mut self, migrate: bool) -> Self {
+    pub(crate) fn migrate(mut self, migrate: bool) -> Self {
         self.table.insert("migrate".into(), Value::Boolean(migrate));
         self
     }
 
     /// How long a stop lets the work in flight finish (`shutdown_grace`).
-    pub fn shutdown_grace(self, grace: Duration) -> Self {
+    pub(crate) fn shutdown_grace(self, grace: Duration) -> Self {
         self.secs("shutdown_grace", grace)
     }
 
     /// The longest a store call may take (`store_timeout`).
-    pub fn store_timeout(self, timeout: Duration) -> Self {
+    pub(crate) fn store_timeout(self, timeout: Duration) -> Self {
         self.secs("store_timeout", timeout)
     }
 
     /// The longest a request waits for a store (`answer_timeout`).
-    pub fn answer_timeout(self, timeout: Duration) -> Self {
+    pub(crate) fn answer_timeout(self, timeout: Duration) -> Self {
         self.secs("answer_timeout", timeout)
     }
 
     /// How far the node's clock may be from the store's (`max_clock_offset`).
-    pub fn max_clock_offset(self, offset: Duration) -> Self {
+    pub(crate) fn max_clock_offset(self, offset: Duration) -> Self {
         self.secs("max_clock_offset", offset)
     }
 
     /// The most counters a namespace keeps in memory, unless it says (`max_counters`).
-    pub fn max_counters(mut self, max: usize) -> Self {
+    pub(crate) fn max_counters(mut self, max: usize) -> Self {
         self.table.insert("max_counters".into(), integer(max));
         self
     }
 
     /// Caps of Envoy's quota service (`[quota]`).
-    pub fn quota(mut self, quota: crate::config::QuotaLimits) -> Self {
+    pub(crate) fn quota(mut self, quota: crate::config::QuotaLimits) -> Self {
         let table = Table::from_iter([
             (
                 "streams_per_client".into(),
@@ -84,7 +84,7 @@ impl ConfigBuilder {
     }
 
     /// A store (`[stores.<name>]`); a second of the same name replaces the first.
-    pub fn store(mut self, name: &str, store: StoreBuilder) -> Self {
+    pub(crate) fn store(mut self, name: &str, store: StoreBuilder) -> Self {
         let stores = self
             .table
             .entry("stores")
@@ -96,7 +96,7 @@ impl ConfigBuilder {
     }
 
     /// A namespace (`[[namespaces]]`), after those added before.
-    pub fn namespace(mut self, namespace: NamespaceBuilder) -> Self {
+    pub(crate) fn namespace(mut self, namespace: NamespaceBuilder) -> Self {
         let namespaces = self
             .table
             .entry("namespaces")
@@ -108,7 +108,7 @@ impl ConfigBuilder {
     }
 
     /// The config, checked as a file's is.
-    pub fn build(self) -> Result<Config, ConfigError> {
+    pub(crate) fn build(self) -> Result<Config, ConfigError> {
         Config::from_table(BUILT, self.table)
     }
 
@@ -122,7 +122,7 @@ impl ConfigBuilder {
 /// [`StoreConfig::redis`], [`StoreConfig::redis_cluster`] or [`StoreConfig::sqlite`].
 /// Its password goes in its URL (a builder reads no environment).
 #[derive(Debug, Clone)]
-pub struct StoreBuilder {
+pub(crate) struct StoreBuilder {
     table: Table,
 }
 
@@ -136,28 +136,28 @@ impl StoreBuilder {
     }
 
     /// Every key's prefix (Redis and Redis Cluster; default `swin`).
-    pub fn prefix(mut self, prefix: &str) -> Self {
+    pub(crate) fn prefix(mut self, prefix: &str) -> Self {
         self.table
             .insert("prefix".into(), Value::String(prefix.into()));
         self
     }
 
     /// The pool's size (PostgreSQL; default 8).
-    pub fn max_connections(mut self, max: u32) -> Self {
+    pub(crate) fn max_connections(mut self, max: u32) -> Self {
         self.table
             .insert("max_connections".into(), Value::Integer(max.into()));
         self
     }
 
     /// Replicas that must acknowledge a push (Redis Cluster; default 0).
-    pub fn wait_replicas(mut self, replicas: u32) -> Self {
+    pub(crate) fn wait_replicas(mut self, replicas: u32) -> Self {
         self.table
             .insert("wait_replicas".into(), Value::Integer(replicas.into()));
         self
     }
 
     /// A CA certificate (PEM) to verify the server's TLS certificate by.
-    pub fn ca_file(mut self, path: impl AsRef<Path>) -> Self {
+    pub(crate) fn ca_file(mut self, path: impl AsRef<Path>) -> Self {
         let path = path.as_ref().to_string_lossy().into_owned();
         self.table.insert("ca_file".into(), Value::String(path));
         self
@@ -167,30 +167,30 @@ impl StoreBuilder {
 impl super::NamespaceConfig {
     /// A namespace built in code, added with [`ConfigBuilder::namespace`] and checked
     /// with the rest of the config.
-    pub fn builder(name: &str) -> NamespaceBuilder {
+    pub(crate) fn builder(name: &str) -> NamespaceBuilder {
         NamespaceBuilder::new(name)
     }
 }
 
 impl StoreConfig {
     /// A PostgreSQL store at `url` (`postgres://…`).
-    pub fn postgres(url: &str) -> StoreBuilder {
+    pub(crate) fn postgres(url: &str) -> StoreBuilder {
         StoreBuilder::new("postgres", ("url", Value::String(url.into())))
     }
 
     /// A Redis server at `url` (`redis://…`, `rediss://…`).
-    pub fn redis(url: &str) -> StoreBuilder {
+    pub(crate) fn redis(url: &str) -> StoreBuilder {
         StoreBuilder::new("redis", ("url", Value::String(url.into())))
     }
 
     /// A Redis Cluster, found from its seed nodes' URLs.
-    pub fn redis_cluster<'a>(seeds: impl IntoIterator<Item = &'a str>) -> StoreBuilder {
+    pub(crate) fn redis_cluster<'a>(seeds: impl IntoIterator<Item = &'a str>) -> StoreBuilder {
         let seeds = seeds.into_iter().map(|u| Value::String(u.into())).collect();
         StoreBuilder::new("redis_cluster", ("urls", Value::Array(seeds)))
     }
 
     /// A SQLite file (`sqlite://path`, `sqlite::memory:`).
-    pub fn sqlite(url: &str) -> StoreBuilder {
+    pub(crate) fn sqlite(url: &str) -> StoreBuilder {
         StoreBuilder::new("sqlite", ("url", Value::String(url.into())))
     }
 }
@@ -199,7 +199,7 @@ impl StoreConfig {
 /// file's entry, it needs a `sync_rate`, and window sizes unless its algorithm counts in
 /// none.
 #[derive(Debug, Clone)]
-pub struct NamespaceBuilder {
+pub(crate) struct NamespaceBuilder {
     table: Table,
 }
 
@@ -226,35 +226,35 @@ impl NamespaceBuilder {
     }
 
     /// The window sizes it counts in, in seconds (`window_sizes`).
-    pub fn window_sizes(self, secs: impl IntoIterator<Item = u64>) -> Self {
+    pub(crate) fn window_sizes(self, secs: impl IntoIterator<Item = u64>) -> Self {
         let sizes = secs.into_iter().map(integer).collect();
         self.set("window_sizes", Value::Array(sizes))
     }
 
     /// How often it syncs, in seconds (`sync_rate`): 0 on every hit, below 0 never
     /// (local only).
-    pub fn sync_rate(self, secs: f64) -> Self {
+    pub(crate) fn sync_rate(self, secs: f64) -> Self {
         self.set("sync_rate", Value::Float(secs))
     }
 
     /// The store it syncs with (`store`; none when local only).
-    pub fn store(self, store: &str) -> Self {
+    pub(crate) fn store(self, store: &str) -> Self {
         self.set("store", Value::String(store.into()))
     }
 
     /// The most counters it keeps in memory (`max_counters`).
-    pub fn max_counters(self, max: usize) -> Self {
+    pub(crate) fn max_counters(self, max: usize) -> Self {
         self.set("max_counters", integer(max))
     }
 
     /// What its limits count with (`algorithm`; default sliding windows).
-    pub fn algorithm(self, algorithm: Algorithm) -> Self {
+    pub(crate) fn algorithm(self, algorithm: Algorithm) -> Self {
         self.set("algorithm", Value::String(algorithm.name().into()))
     }
 
     /// A limit of `limit` hits per window of `window_size` seconds (`limits`), beside
     /// those added before.
-    pub fn limit(self, window_size: u64, limit: f64) -> Self {
+    pub(crate) fn limit(self, window_size: u64, limit: f64) -> Self {
         let entry = Table::from_iter([
             ("window_size".into(), integer(window_size)),
             ("limit".into(), Value::Float(limit)),
@@ -264,7 +264,7 @@ impl NamespaceBuilder {
 
     /// A GCRA bucket of `burst`, refilled by `count` every `period` (`gcra`; with
     /// [`Algorithm::Gcra`]).
-    pub fn gcra(self, burst: i64, count: i64, period: Duration) -> Self {
+    pub(crate) fn gcra(self, burst: i64, count: i64, period: Duration) -> Self {
         let gcra = Table::from_iter([
             ("burst".into(), Value::Integer(burst)),
             ("count".into(), Value::Integer(count)),
@@ -278,14 +278,14 @@ impl NamespaceBuilder {
 
     /// Leases in flight per key, each living `lease_ttl` unless renewed
     /// (`algorithm = "concurrency"`, `limit`, `lease_ttl`).
-    pub fn concurrency(self, limit: u64, lease_ttl: Duration) -> Self {
+    pub(crate) fn concurrency(self, limit: u64, lease_ttl: Duration) -> Self {
         self.algorithm(Algorithm::Concurrency)
             .set("limit", integer(limit))
             .set("lease_ttl", Value::Float(lease_ttl.as_secs_f64()))
     }
 
     /// How it admits (`admission`, `on_store_failure`).
-    pub fn admission(self, admission: AdmissionMode) -> Self {
+    pub(crate) fn admission(self, admission: AdmissionMode) -> Self {
         let this = self.set("admission", Value::String(admission.name().into()));
         match admission {
             AdmissionMode::Eventual => this,
@@ -300,46 +300,39 @@ impl NamespaceBuilder {
     }
 
     /// Denied hits count too (`count_denied`).
-    pub fn count_denied(self, count_denied: bool) -> Self {
+    pub(crate) fn count_denied(self, count_denied: bool) -> Self {
         self.set("count_denied", Value::Boolean(count_denied))
     }
 
     /// What a reservation's commit above its estimate does with the excess (`overrun`:
     /// `"debt"`, the default, or `"cap"`).
-    pub fn overrun(self, overrun: crate::policy::limits::Overrun) -> Self {
+    pub(crate) fn overrun(self, overrun: crate::policy::limits::Overrun) -> Self {
         self.set("overrun", Value::String(overrun.name().into()))
     }
 
     /// Where a request's key comes from when it names none (`key_from`).
-    pub fn key_from(self, key_from: &str) -> Self {
+    pub(crate) fn key_from(self, key_from: &str) -> Self {
         self.set("key_from", Value::String(key_from.into()))
     }
 
     /// Increments may be negative (`allow_decrements`).
-    pub fn allow_decrements(self, allow: bool) -> Self {
+    pub(crate) fn allow_decrements(self, allow: bool) -> Self {
         self.set("allow_decrements", Value::Boolean(allow))
     }
 
     /// Every limit decides and counts but never denies (`shadow`).
-    pub fn shadow(self, shadow: bool) -> Self {
+    pub(crate) fn shadow(self, shadow: bool) -> Self {
         self.set("shadow", Value::Boolean(shadow))
-    }
-
-    /// Envoy's descriptor rules from an envoyproxy/ratelimit YAML file
-    /// (`descriptors_file`).
-    pub fn descriptors_file(self, path: impl AsRef<Path>) -> Self {
-        let path = path.as_ref().to_string_lossy().into_owned();
-        self.set("descriptors_file", Value::String(path))
     }
 
     /// Envoy's answers carry the RateLimit headers (`envoy_response_headers`, default
     /// true).
-    pub fn envoy_response_headers(self, on: bool) -> Self {
+    pub(crate) fn envoy_response_headers(self, on: bool) -> Self {
         self.set("envoy_response_headers", Value::Boolean(on))
     }
 
     /// Envoy's answers carry dynamic metadata (`envoy_dynamic_metadata`, default false).
-    pub fn envoy_dynamic_metadata(self, on: bool) -> Self {
+    pub(crate) fn envoy_dynamic_metadata(self, on: bool) -> Self {
         self.set("envoy_dynamic_metadata", Value::Boolean(on))
     }
 }

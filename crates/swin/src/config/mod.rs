@@ -1,4 +1,4 @@
-//! Configuration: TOML (or a [`ConfigBuilder`]) read into raw serde structs, then
+//! Configuration: TOML (text, or a table of a program's own file) read into raw serde structs, then
 //! validated into [`Config`], one section at a time: the top level here, `stores` and
 //! `namespaces` beside it, the limits in [`crate::policy::limits`]. Errors name the file,
 //! the field and why; every default is in docs/configuration.md.
@@ -8,6 +8,7 @@
 //! program's to it, and a key neither takes is refused.
 
 mod admission;
+#[cfg(test)]
 mod builder;
 mod concurrency;
 mod idempotency;
@@ -25,14 +26,15 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub(crate) use self::admission::STRICT_SHADOW;
-pub use self::admission::{AdmissionMode, OnStoreFailure};
-pub use self::builder::{ConfigBuilder, NamespaceBuilder, StoreBuilder};
-pub use self::concurrency::Concurrency;
+pub(crate) use self::admission::{AdmissionMode, OnStoreFailure};
+#[cfg(test)]
+pub(crate) use self::builder::ConfigBuilder;
+pub(crate) use self::concurrency::Concurrency;
 pub(crate) use self::concurrency::{MAX_CONCURRENCY, MAX_LEASE_TTL_SECS, MIN_TTL_SECS};
-pub use self::idempotency::Idempotency;
+pub(crate) use self::idempotency::Idempotency;
 pub use self::namespaces::NamespaceConfig;
-pub use self::quota::QuotaLimits;
-pub use self::reservations::ReservationCaps;
+pub(crate) use self::quota::QuotaLimits;
+pub(crate) use self::reservations::ReservationCaps;
 pub use self::stores::StoreConfig;
 /// The kinds of store a config names.
 pub use swin_sync::store::StoreKind;
@@ -220,34 +222,8 @@ impl Parser<'_> {
 
 impl Config {
     /// A config built in code, checked by the same rules as a file when it is built.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use swin::config::{Config, NamespaceConfig, StoreConfig};
-    ///
-    /// let config = Config::builder()
-    ///     .data_dir("/var/lib/my-program/swin")
-    ///     .store("main", StoreConfig::redis("redis://127.0.0.1:6379").prefix("app"))
-    ///     .namespace(
-    ///         NamespaceConfig::builder("api")
-    ///             .store("main")
-    ///             .window_sizes([60])
-    ///             .sync_rate(1.0)
-    ///             .limit(60, 100.0),
-    ///     )
-    ///     .store_timeout(Duration::from_secs(2))
-    ///     .build()
-    ///     .expect("a valid config");
-    /// assert_eq!(config.namespaces()[0].name(), "api");
-    ///
-    /// // a value the file would refuse is refused the same way, naming the same field
-    /// let e = Config::builder()
-    ///     .namespace(NamespaceConfig::builder("api").window_sizes([0]).sync_rate(-1.0))
-    ///     .build()
-    ///     .expect_err("no window of 0 seconds");
-    /// assert_eq!(e.field, "namespaces[0].window_sizes");
-    /// ```
-    pub fn builder() -> ConfigBuilder {
+    #[cfg(test)]
+    pub(crate) fn builder() -> ConfigBuilder {
         ConfigBuilder::default()
     }
 
@@ -306,11 +282,6 @@ impl Config {
         p.config(p.toml(text)?)
     }
 
-    /// Whether the stores' migrations run at start (`migrate`).
-    pub fn migrate(&self) -> bool {
-        self.migrate
-    }
-
     /// How long a stop lets the work in flight finish (`shutdown_grace`).
     pub fn shutdown_grace(&self) -> Duration {
         self.shutdown_grace
@@ -321,18 +292,8 @@ impl Config {
         self.store_timeout
     }
 
-    /// The longest a request waits for a store (`answer_timeout`).
-    pub fn answer_timeout(&self) -> Duration {
-        self.answer_timeout
-    }
-
-    /// How far the node's clock may be from the store's (`max_clock_offset`).
-    pub fn max_clock_offset(&self) -> Duration {
-        self.max_clock_offset
-    }
-
     /// Where the spool lives (`data_dir`).
-    pub fn data_dir(&self) -> &Path {
+    pub(crate) fn data_dir(&self) -> &Path {
         &self.data_dir
     }
 
@@ -344,11 +305,6 @@ impl Config {
     /// The namespaces, in file order (`[[namespaces]]`).
     pub fn namespaces(&self) -> &[NamespaceConfig] {
         &self.namespaces
-    }
-
-    /// Caps of Envoy's quota service (`[quota]`).
-    pub fn quota(&self) -> QuotaLimits {
-        self.quota
     }
 }
 

@@ -107,74 +107,10 @@ impl NamespaceConfig {
         &self.name
     }
 
-    /// The window sizes it counts in (`window_sizes`, with its rules' sizes).
-    pub fn window_sizes(&self) -> &[WindowSize] {
-        &self.window_sizes
-    }
-
-    /// How it syncs (`sync_rate`).
-    pub fn mode(&self) -> SyncMode {
-        self.mode
-    }
-
-    /// Its store's name; `None` exactly when the namespace is local only.
-    pub fn store(&self) -> Option<&str> {
-        self.store.as_deref()
-    }
-
-    /// The most counters it keeps in memory (`max_counters`).
-    pub fn max_counters(&self) -> usize {
-        self.max_counters
-    }
-
     /// The limits hits are decided against; `None` when the namespace only counts.
-    pub fn limits(&self) -> Option<&crate::policy::limits::Limits> {
+    #[cfg(test)]
+    pub(crate) fn limits(&self) -> Option<&crate::policy::limits::Limits> {
         self.limits.as_ref()
-    }
-
-    /// Whether increments may be negative (`allow_decrements`).
-    pub fn allow_decrements(&self) -> bool {
-        self.allow_decrements
-    }
-
-    /// How it admits (`admission`, `on_store_failure`).
-    pub fn admission(&self) -> AdmissionMode {
-        self.admission
-    }
-
-    /// What its limits and rules count with.
-    pub fn algorithm(&self) -> crate::policy::algorithm::Algorithm {
-        self.algorithm
-    }
-
-    /// Its descriptor rules for Envoy's rate limit service, if any.
-    pub fn rules(&self) -> Option<&std::sync::Arc<crate::policy::rules::Rules>> {
-        self.rules.as_ref()
-    }
-
-    /// Whether Envoy's answers carry the RateLimit headers (`envoy_response_headers`).
-    pub fn envoy_response_headers(&self) -> bool {
-        self.envoy_response_headers
-    }
-
-    /// Whether Envoy's answers carry dynamic metadata (`envoy_dynamic_metadata`).
-    pub fn envoy_dynamic_metadata(&self) -> bool {
-        self.envoy_dynamic_metadata
-    }
-
-    /// `algorithm = "concurrency"`: its `limit` and `lease_ttl`.
-    pub fn concurrency(&self) -> Option<Concurrency> {
-        self.concurrency
-    }
-
-    /// Its idempotency records: how long, how many.
-    pub fn idempotency(&self) -> super::Idempotency {
-        self.idempotency
-    }
-
-    /// Its caps on open reservations.
-    pub fn reservation_caps(&self) -> super::ReservationCaps {
-        self.reservation_caps
     }
 }
 

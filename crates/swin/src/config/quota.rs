@@ -16,29 +16,7 @@ pub struct QuotaLimits {
     pub(crate) buckets: usize,
 }
 
-impl QuotaLimits {
-    /// Streams one client may hold open (per token with `[auth]`, else per peer address);
-    /// past it a stream is refused.
-    pub fn streams_per_client(&self) -> usize {
-        self.streams_per_client
-    }
-
-    /// Live buckets one stream may hold; past it a new bucket is abandoned.
-    pub fn buckets_per_stream(&self) -> usize {
-        self.buckets_per_stream
-    }
-
-    /// Live buckets one client may hold across its streams; past it a new bucket is
-    /// abandoned (one client cannot take the node's room from the others).
-    pub fn buckets_per_client(&self) -> usize {
-        self.buckets_per_client
-    }
-
-    /// Live buckets across the node's streams; past it a new bucket is abandoned.
-    pub fn buckets(&self) -> usize {
-        self.buckets
-    }
-}
+impl QuotaLimits {}
 
 impl Default for QuotaLimits {
     fn default() -> Self {

@@ -92,7 +92,7 @@ impl StoreConfig {
     /// of kind, URL and prefix. The spool keeps it to send counts only where they
     /// belong; it must stay the same across versions, so no std hasher (and stores
     /// without a prefix hash the default one, as they always have).
-    pub fn fingerprint(&self) -> String {
+    pub(crate) fn fingerprint(&self) -> String {
         let (prefix, urls) = match self {
             StoreConfig::Redis { prefix, .. } => (prefix.as_str(), String::new()),
             StoreConfig::RedisCluster { prefix, urls, .. } => (prefix.as_str(), urls.join(" ")),

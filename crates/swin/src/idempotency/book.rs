@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use swin_core::UnixMs;
 use swin_sync::store::{Claim, Claimed};
-use swin_sync::{NamespaceSync, StoreError};
+use swin_sync::NamespaceSync;
 
 use crate::error::Error;
 
@@ -50,10 +50,5 @@ impl RecordBook {
     ) -> Result<bool, Error> {
         let ended = self.0.end_idempotency_claim(key, token, answer, now).await;
         ended.map_err(|e| Error::store(&e, "keeping an idempotent answer"))
-    }
-
-    /// The namespace's live records (across the cluster, for a store).
-    pub async fn records(&self, now: UnixMs) -> Result<u64, StoreError> {
-        self.0.idempotency_records(now).await
     }
 }

@@ -26,8 +26,7 @@ use swin_sync::store::Fingerprint;
 
 use crate::error::Error;
 
-pub use self::book::RecordBook;
-pub use swin_sync::store::RECORD_OVERHEAD_BYTES;
+pub(crate) use self::book::RecordBook;
 
 /// The longest idempotency key.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;

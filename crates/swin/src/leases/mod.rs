@@ -25,8 +25,8 @@ use swin_sync::store::Acquired;
 use crate::config::Concurrency;
 use crate::error::Error;
 
-pub use self::book::LeaseBook;
-pub use self::records::ReservationBook;
+pub(crate) use self::book::LeaseBook;
+pub(crate) use self::records::ReservationBook;
 
 /// The longest lease id a client may choose.
 pub const MAX_LEASE_ID_BYTES: usize = 128;

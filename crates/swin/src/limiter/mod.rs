@@ -322,40 +322,24 @@ impl Limiter {
         }
     }
 
-    /// What [`Limiter::over`] reports as its config.
-    const OVER_CONFIG: &'static str =
-        "[[namespaces]]\nname = \"unserved\"\nsync_rate = -1\nwindow_sizes = [60]\n";
-
-    /// A limiter serving `namespaces` built elsewhere ([`Namespace::build`]), with no
-    /// stores or engines of its own (its config: every default, no namespace): a
-    /// daemon's router tested without a socket.
-    #[doc(hidden)]
-    pub fn over(namespaces: Namespaces) -> Limiter {
-        let serving = Arc::new(ArcSwap::from_pointee(namespaces));
-        Limiter {
-            shares: crate::shares::Shares::new(serving.clone(), Default::default()),
-            serving,
-            // every default, and (a config needs one) a local namespace it does not serve
-            config: ArcSwap::from_pointee(
-                Config::from_toml(Self::OVER_CONFIG).expect("a config of defaults"),
-            ),
-            control: tokio::sync::Mutex::new(None),
-        }
-    }
-
     /// The config it runs now.
     pub fn config(&self) -> Arc<Config> {
         self.config.load_full()
     }
 
-    /// The namespaces served now (for a daemon's status pages and metrics): read
-    /// without a lock, each change [`Limiter::reconfigure`] makes seen at once.
-    pub fn namespaces(&self) -> Arc<Namespaces> {
+    /// The namespaces served now: read without a lock, each change
+    /// [`Limiter::reconfigure`] makes seen at once.
+    pub(crate) fn namespaces(&self) -> Arc<Namespaces> {
         self.serving.load_full()
     }
 
-    /// The namespace `name`, as served now (for a daemon's status reads).
-    pub fn namespace(&self, name: &str) -> Result<Arc<Namespace>, Error> {
+    /// The namespace `name`, as served now.
+    pub(crate) fn namespace(&self, name: &str) -> Result<Arc<Namespace>, Error> {
         namespace_in(&self.serving.load(), name)
+    }
+
+    /// Whether it serves a namespace `name` now.
+    pub fn serves(&self, name: &str) -> bool {
+        self.serving.load().contains_key(name)
     }
 }

@@ -17,9 +17,10 @@ use crate::requests::quota::QuotaReport;
 use crate::requests::refunds::Refund;
 use crate::requests::{
     AcquireAnswer, AcquireRequest, Batch, Change, Decided, Descriptor, Refunded, StoredLimit,
-    Verdict, WindowRate,
+    Verdict,
 };
 use crate::shares::{BucketAction, Proxy, Reports};
+use swin_core::WindowRate;
 
 impl Limiter {
     /// Decides a hit of `cost` on `key` of `namespace` against the key's limits and

@@ -24,5 +24,4 @@ pub use self::reservations::{
 };
 pub use crate::decisions::{HitAnswer, Verdict};
 pub use crate::leases::{AcquireAnswer, AcquireRequest};
-pub use swin_core::WindowRate;
 pub use swin_sync::store::StoredLimit;

@@ -183,16 +183,6 @@ impl RuntimeLimits {
         out
     }
 
-    /// Entries held, and of those, entries with limits.
-    pub fn held(&self) -> (usize, usize) {
-        (self.entries.len(), self.set.load(Ordering::Relaxed))
-    }
-
-    /// Changes of other nodes this node has read from the store.
-    pub fn changes_seen(&self) -> u64 {
-        self.changes_seen.load(Ordering::Relaxed)
-    }
-
     /// Whether this node holds what the store says of every one of `keys` (limits, or
     /// none): nothing for a first touch to read.
     pub fn holds_all(&self, keys: &[&str]) -> bool {

@@ -59,13 +59,13 @@ use crate::error::Error;
 use crate::state::{Namespace, Namespaces};
 
 /// Buckets one report may carry.
-pub const MAX_BUCKETS_PER_REPORT: usize = 10_000;
+pub(crate) const MAX_BUCKETS_PER_REPORT: usize = 10_000;
 /// Pairs one bucket id may carry.
-pub const MAX_PAIRS_PER_BUCKET: usize = 64;
-pub use crate::config::QuotaLimits;
+pub(crate) const MAX_PAIRS_PER_BUCKET: usize = 64;
+pub(crate) use crate::config::QuotaLimits;
 
 /// How often demands are shared and divisions made again.
-pub const ROUND: Duration = Duration::from_millis(500);
+pub(crate) const ROUND: Duration = Duration::from_millis(500);
 /// Assignments that a proxy's answers keep in its queue before newer ones wait for
 /// the next round.
 const QUEUED: usize = 16;
@@ -76,7 +76,7 @@ pub type BucketId = Vec<(String, String)>;
 /// The quota service of one node: its proxies, and what the other nodes' proxies ask
 /// for as the store last said.
 #[derive(Debug)]
-pub struct Shares {
+pub(crate) struct Shares {
     /// This node's name in the store's entries.
     node: String,
     namespaces: Arc<ArcSwap<Namespaces>>,

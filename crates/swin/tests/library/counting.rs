@@ -3,7 +3,7 @@
 //! and never go below zero.
 
 use swin::error::Error;
-use swin::requests::WindowRate;
+use swin::WindowRate;
 use swin_testkit::TestStore;
 
 use super::{hourly, start, stored};

@@ -218,6 +218,8 @@ pub(super) fn answer(
         over,
         strictest: worst.map(|(v, denied)| Strictest::Hits(v, denied)),
         leases: Vec::new(),
+        envoy_headers: false,
+        envoy_metadata: false,
         counted,
     })
 }

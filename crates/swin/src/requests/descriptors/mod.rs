@@ -84,10 +84,13 @@ impl Request for Descriptors {
     }
 
     fn answer(&self, plan: Plan<'_>, ran: Ran<()>) -> Result<Decided, Error> {
-        match &self.parts {
+        let mut d = match &self.parts {
             Parts::Hits(p) => hits::answer(p, plan, ran),
             Parts::Slots(_, p) => slots::answer(p, plan, ran),
-        }
+        }?;
+        d.envoy_headers = self.ns.envoy_response_headers();
+        d.envoy_metadata = self.ns.envoy_dynamic_metadata();
+        Ok(d)
     }
 }
 
@@ -218,6 +221,10 @@ pub struct Decided {
     pub(crate) counted: Vec<Counted>,
     /// What each lease call did (`released`, `acquired`, `denied`), for the metrics.
     pub(crate) leases: Vec<&'static str>,
+    /// The namespace's `envoy_response_headers`.
+    pub(crate) envoy_headers: bool,
+    /// The namespace's `envoy_dynamic_metadata`.
+    pub(crate) envoy_metadata: bool,
 }
 
 impl Decided {
@@ -229,6 +236,12 @@ impl Decided {
     /// Whether any descriptor (not in shadow) is over its limit.
     pub fn over(&self) -> bool {
         self.over
+    }
+
+    /// Whether Envoy's answer carries the RateLimit headers (the namespace's
+    /// `envoy_response_headers`) and its dynamic metadata (`envoy_dynamic_metadata`).
+    pub fn envoy_answers(&self) -> (bool, bool) {
+        (self.envoy_headers, self.envoy_metadata)
     }
 
     /// The strictest descriptor, for the RateLimit headers.

@@ -182,6 +182,8 @@ pub(super) fn answer(
         strictest: None,
         counted: Vec::new(),
         leases: Vec::new(),
+        envoy_headers: false,
+        envoy_metadata: false,
     };
     let mut takes = plan.asks.iter().zip(ran.taken);
     let mut strictest: Option<(u64, AcquireAnswer)> = None;
