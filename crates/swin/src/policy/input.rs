@@ -27,7 +27,7 @@ pub fn check_key(key: &str) -> Result<(), Error> {
 /// A batch's size: 1 to `max` items (`max_batch`); `list` names the batch's list in its
 /// body. An empty batch is refused like an oversized one: it would answer nothing, and
 /// an idempotency key on it would record nothing.
-pub fn check_batch_size(list: &str, len: usize, max: usize) -> Result<(), Error> {
+pub(crate) fn check_batch_size(list: &str, len: usize, max: usize) -> Result<(), Error> {
     if len == 0 || len > max {
         return Err(Error::BadRequest(format!(
             "{list} must hold 1 to {max} items (max_batch), got {len}"
@@ -48,7 +48,7 @@ pub(crate) fn unsigned_zero(v: f64) -> f64 {
 
 /// The value of an increment (1 when absent): finite, within ±2^53, and not negative
 /// unless the namespace allows decrements.
-pub fn check_increment(
+pub(crate) fn check_increment(
     v: Option<f64>,
     allow_decrements: bool,
     namespace: &str,

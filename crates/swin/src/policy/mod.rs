@@ -1,18 +1,18 @@
 //! Policy: what a request is decided against, with no I/O and no front door — a
-//! namespace's algorithm ([`algorithm`]), its limits and overrides ([`limits`]), Envoy's
+//! namespace's algorithm (`algorithm`), its limits and overrides ([`limits`]), Envoy's
 //! descriptor rules and how a descriptor finds its rule ([`rules`]), the counter key a
-//! descriptor counts on ([`keys`]), what a request may carry ([`input`]), and the
+//! descriptor counts on (`keys`), what a request may carry ([`input`]), and the
 //! RateLimit headers of a decision ([`headers`]), and the client address a request comes
 //! from behind trusted proxies ([`client_address`]). Config builds these from its raw types;
 //! `decisions` and the front doors (`http`, `rls`) use them; nothing here imports either.
 
-pub mod algorithm;
+pub(crate) mod algorithm;
 pub mod client_address;
 pub mod headers;
 pub mod input;
-pub mod keys;
+pub(crate) mod keys;
 pub mod limits;
 pub mod rules;
 
 /// A config error: the field (under the namespace) and why.
-pub type FieldError = (String, String);
+pub(crate) type FieldError = (String, String);

@@ -7,7 +7,7 @@
 //!
 //! Invariants: every rule's limits are validated like a namespace's own (`limits::*`);
 //! every window size a rule or a request override can use has a table (see
-//! [`Rules::window_sizes`]); a rule's error names the file (or the config), the rule
+//! `Rules::window_sizes`); a rule's error names the file (or the config), the rule
 //! path and the field.
 
 use std::collections::HashMap;
@@ -196,24 +196,14 @@ impl Rule {
 /// A rule a descriptor found, and the entries whose values count as the rule writes
 /// them (`share_threshold`: every value a `*` matches shares one counter).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Found {
+pub(crate) struct Found {
     /// The rule.
     pub(crate) rule: Arc<Rule>,
     /// (entry index, the value as the rule writes it, `*` included)
     pub(crate) shared: Vec<(usize, Arc<str>)>,
 }
 
-impl Found {
-    /// The rule.
-    pub fn rule(&self) -> &Arc<Rule> {
-        &self.rule
-    }
-
-    /// (entry index, the value as the rule writes it, `*` included)
-    pub fn shared(&self) -> &[(usize, Arc<str>)] {
-        &self.shared
-    }
-}
+impl Found {}
 
 impl Found {
     /// The entries the descriptor counts under: its own, with shared values replaced.
@@ -246,7 +236,7 @@ struct Node {
 
 /// A namespace's descriptor rules.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Rules {
+pub(crate) struct Rules {
     root: Level,
     /// The namespace's `algorithm`: what a request's own `limit` becomes too.
     algorithm: Algorithm,
@@ -339,11 +329,6 @@ impl Rules {
     /// Whether every hit counts, allowed or denied.
     pub fn count_denied(&self) -> bool {
         self.count_denied
-    }
-
-    /// Whether there is no rule at all.
-    pub fn is_empty(&self) -> bool {
-        self.root.nodes.is_empty()
     }
 
     /// Every window size a rule uses, and every Envoy unit (a request's own `limit`

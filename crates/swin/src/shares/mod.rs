@@ -2,14 +2,14 @@
 //! locally, each under a share of the limit that swin divides among them by demand,
 //! across every node of the cluster.
 //!
-//! A proxy opens one stream ([`Shares::open`]) and reports, per bucket, the requests it
+//! A proxy opens one stream (`Shares::open`) and reports, per bucket, the requests it
 //! allowed and denied since its last report (`Limiter::quota_report`). A report's domain names
 //! a namespace; a bucket (a map of strings) is matched by the namespace's descriptor
 //! rules as one descriptor whose entries are the bucket's pairs, sorted by key, and its
 //! rule's limit is the limit its proxies share (a runtime limit set on the bucket's
 //! counter key replaces it, as for every other ask). Each proxy's demand (allowed +
 //! denied per unit of the rule) is shared through the namespace's store every sharing
-//! round ([`Shares::run`]), so that every node divides a bucket's limit among every
+//! round (`Shares::run`), so that every node divides a bucket's limit among every
 //! proxy of the cluster, max-min fair (`assign.rs`); a proxy is told its share as a token
 //! bucket at once and again whenever it goes down, grows by more than 2 %, or half of
 //! its ttl has passed — without waiting for its next report. The allowed requests are
@@ -27,7 +27,7 @@
 //! their last assignment is half-way to its lapse (no gap between the two). A bucket grows
 //! no share until this node has posted its entry for it once, nor while the store has lost
 //! this node's entries (a restart without its data) and what they stood for may hold.
-//! Caps ([`QuotaLimits`]) bound the streams of one client and the live buckets of a
+//! Caps (`[quota]` in the config) bound the streams of one client and the live buckets of a
 //! stream, of a client and of the node.
 
 pub(crate) mod assign;

@@ -155,7 +155,7 @@ pub enum KeyFrom {
 
 /// A namespace's limits: the default and per-key overrides.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// What a key without an override is decided against.
     pub(crate) default: KeyLimits,
     /// Keys decided against limits of their own instead.
@@ -173,7 +173,7 @@ pub struct Limits {
 
 /// What a reservation's commit above its estimate does with the excess (`overrun`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Overrun {
+pub(crate) enum Overrun {
     /// All of it is charged, even past the limit (`"debt"`, the default): the key's
     /// hits and reserves are then denied until its windows or bucket bring it back
     /// under the limit.
@@ -186,7 +186,8 @@ pub enum Overrun {
 
 impl Overrun {
     /// Its name in a config.
-    pub fn name(self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Overrun::Debt => "debt",
             Overrun::Cap => "cap",
@@ -206,33 +207,6 @@ impl Overrun {
 }
 
 impl Limits {
-    /// Every key decided against `default`: no overrides, denied hits not counted, the
-    /// forward-auth key from the client's address, not in shadow.
-    pub fn of(default: KeyLimits) -> Limits {
-        Limits {
-            default,
-            overrides: Default::default(),
-            count_denied: false,
-            key_from: KeyFrom::ClientAddress,
-            shadow: false,
-            overrun: Overrun::Debt,
-        }
-    }
-    /// What a key without an override is decided against.
-    pub fn default(&self) -> &KeyLimits {
-        &self.default
-    }
-
-    /// Keys decided against limits of their own instead.
-    pub fn overrides(&self) -> &BTreeMap<String, KeyLimits> {
-        &self.overrides
-    }
-
-    /// Denied hits count too (Kong's penalty); by default they do not.
-    pub fn count_denied(&self) -> bool {
-        self.count_denied
-    }
-
     /// Where `/v1/auth` (nginx) reads the key from.
     pub fn key_from(&self) -> &KeyFrom {
         &self.key_from
@@ -245,7 +219,8 @@ impl Limits {
     }
 
     /// What a reservation's commit above its estimate does with the excess.
-    pub fn overrun(&self) -> Overrun {
+    #[cfg(test)]
+    pub(crate) fn overrun(&self) -> Overrun {
         self.overrun
     }
 }
