@@ -33,7 +33,6 @@ use super::Route;
 use crate::state::AppState;
 use swin::error::Error;
 use swin::policy::input::check_key;
-use swin::policy::limits::{RawGcra, RawKeyLimits, RawLimit};
 use swin::requests::Change;
 use swin::status::TopBy;
 
@@ -59,28 +58,15 @@ pub(super) fn reads() -> Vec<Route> {
 /// Keys a list answers at most (and by default, 100).
 const MAX_LIST: usize = 1_000;
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SetBody {
-    #[serde(default)]
-    limits: Vec<RawLimit>,
-    gcra: Option<RawGcra>,
-    expires_in: Option<f64>,
-}
-
 async fn set(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     extensions: Extensions,
-    JsonBody(body): JsonBody<SetBody>,
+    JsonBody(change): JsonBody<Change>,
 ) -> Result<Response, ApiError> {
     check_key(&key)?;
     let caller = Caller::of(&extensions);
-    let change = Change::new(
-        RawKeyLimits::new(body.limits, body.gcra),
-        body.expires_in,
-        caller.to_string(),
-    );
+    let change = change.by(caller.to_string());
     let set = state.limiter.set_limits(&namespace, &key, change).await?;
     info!(
         namespace,

@@ -29,10 +29,10 @@ use crate::error::Error;
 pub(crate) use self::book::RecordBook;
 
 /// The longest idempotency key.
-pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
+pub(crate) const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
 
 /// The header that carries an idempotency key over HTTP.
-pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+pub(crate) const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 
 /// An idempotency key as a client sent it: 1 to 255 visible ASCII characters
 /// (`!` to `~`), or the error that says why not.

@@ -16,11 +16,11 @@ use crate::requests::limit_changes::{Changed, LimitChange, Op};
 use crate::requests::quota::QuotaReport;
 use crate::requests::refunds::Refund;
 use crate::requests::{
-    AcquireAnswer, AcquireRequest, Batch, Change, Decided, Descriptor, Refunded, StoredLimit,
-    Verdict,
+    AcquireAnswer, AcquireRequest, Batch, Change, Decided, Descriptor, Refunded, Verdict,
 };
 use crate::shares::{BucketAction, Proxy, Reports};
 use swin_core::WindowRate;
+use swin_sync::store::StoredLimit;
 
 impl Limiter {
     /// Decides a hit of `cost` on `key` of `namespace` against the key's limits and
@@ -273,10 +273,5 @@ impl Limiter {
         reports: Reports,
     ) -> Result<Vec<BucketAction>, Error> {
         run(QuotaReport::new(proxy.stream(), reports)?).await
-    }
-
-    /// Proxies with a quota stream open on this node.
-    pub fn quota_proxies(&self) -> usize {
-        self.shares.proxies()
     }
 }

@@ -246,7 +246,7 @@ pub(crate) struct Rules {
 }
 
 /// Where a rule error is: the file (or "the config"), the rule path, the field.
-pub type RuleError = String;
+pub(crate) type RuleError = String;
 
 impl Rules {
     /// Rules from inline TOML descriptors and, when given, a YAML file whose `domain`

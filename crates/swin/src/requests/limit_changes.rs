@@ -21,16 +21,28 @@ use crate::error::Error;
 use crate::known::{until_known, Outcome};
 use crate::pipeline::{Plan, Ran, Request};
 use crate::policy::input::check_key;
-use crate::policy::limits::RawKeyLimits;
+use crate::policy::limits::{RawGcra, RawKeyLimits, RawLimit};
 use crate::policy::rules::{RuleLimit, Rules};
 use crate::runtime_limits::RuntimeLimit;
 use crate::state::Namespace;
 
 /// The longest `expires_in`: ten years.
-pub const MAX_EXPIRES_IN_SECS: f64 = 10.0 * 365.0 * 86_400.0;
+pub(crate) const MAX_EXPIRES_IN_SECS: f64 = 10.0 * 365.0 * 86_400.0;
 
-/// A change of a key's limits, as a door read it.
-#[derive(Debug, Clone)]
+/// A change of a key's limits, as a client sends it: JSON (or any serde format) of
+/// `limits` (window limits) or `gcra` (a bucket), the shape the namespace's algorithm
+/// takes, and `expires_in` seconds (never when left out); nothing else. Who made it is
+/// kept beside it ([`Change::by`]).
+///
+/// ```
+/// let change: swin::requests::Change =
+///     serde_json::from_str(r#"{"limits": [{"window_size": 3600, "limit": 2}], "expires_in": 60}"#)
+///         .expect("a change");
+/// let change = change.by("ops");
+/// # let _ = change;
+/// ```
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(from = "ChangeBody")]
 pub struct Change {
     /// The limits, in the shape the namespace's algorithm takes (window limits, or a
     /// GCRA bucket).
@@ -41,31 +53,33 @@ pub struct Change {
     pub(crate) set_by: String,
 }
 
-impl Change {
-    /// A change to `limits` (in the shape the namespace's algorithm takes), lapsing in
-    /// `expires_in` seconds (never when `None`), made by `set_by`.
-    pub fn new(limits: RawKeyLimits, expires_in: Option<f64>, set_by: String) -> Change {
+/// A change's fields as a client writes them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChangeBody {
+    #[serde(default)]
+    limits: Vec<RawLimit>,
+    gcra: Option<RawGcra>,
+    expires_in: Option<f64>,
+}
+
+impl From<ChangeBody> for Change {
+    fn from(b: ChangeBody) -> Change {
         Change {
-            limits,
-            expires_in,
-            set_by,
+            limits: RawKeyLimits::new(b.limits, b.gcra),
+            expires_in: b.expires_in,
+            set_by: String::new(),
         }
     }
+}
 
-    /// The limits, in the shape the namespace's algorithm takes (window limits, or a
-    /// GCRA bucket).
-    pub fn limits(&self) -> &RawKeyLimits {
-        &self.limits
-    }
-
-    /// Seconds until the limits lapse (`None`: never).
-    pub fn expires_in(&self) -> Option<f64> {
-        self.expires_in
-    }
-
-    /// Who made the change (a token's name), kept beside it.
-    pub fn set_by(&self) -> &str {
-        &self.set_by
+impl Change {
+    /// The same change, made by `who` (a token's name, say).
+    pub fn by(self, who: impl Into<String>) -> Change {
+        Change {
+            set_by: who.into(),
+            ..self
+        }
     }
 }
 

@@ -17,11 +17,8 @@ pub(crate) mod reservations;
 
 pub use self::descriptors::{Answer, Counted, Decided, Descriptor, Shown, Strictest};
 pub use self::hits::Batch;
-pub use self::limit_changes::{Change, MAX_EXPIRES_IN_SECS};
+pub use self::limit_changes::Change;
 pub use self::refunds::Refunded;
-pub use self::reservations::{
-    Reserved, Settled, DEFAULT_RESERVATION_TTL_SECS, MAX_RESERVATION_KEYS, MAX_RESERVATION_TTL_SECS,
-};
+pub use self::reservations::{Reserved, Settled, MAX_RESERVATION_KEYS};
 pub use crate::decisions::{HitAnswer, Verdict};
 pub use crate::leases::{AcquireAnswer, AcquireRequest};
-pub use swin_sync::store::StoredLimit;

@@ -71,7 +71,7 @@ pub(crate) const ROUND: Duration = Duration::from_millis(500);
 const QUEUED: usize = 16;
 
 /// A bucket: its pairs, sorted by key.
-pub type BucketId = Vec<(String, String)>;
+pub(crate) type BucketId = Vec<(String, String)>;
 
 /// The quota service of one node: its proxies, and what the other nodes' proxies ask
 /// for as the store last said.
@@ -260,11 +260,6 @@ impl Shares {
             id,
         };
         Ok((proxy, rx))
-    }
-
-    /// Proxies with an open stream on this node.
-    pub fn proxies(&self) -> usize {
-        self.state().proxies.values().filter(|p| p.open).count()
     }
 
     fn namespace(&self, name: &str) -> Option<Arc<Namespace>> {

@@ -3,7 +3,6 @@
 //! listed, and once removed the config's limits decide again.
 
 use swin::error::Error;
-use swin::policy::limits::RawKeyLimits;
 use swin::requests::Change;
 use swin_testkit::TestStore;
 
@@ -15,15 +14,12 @@ swin_testkit::for_stores!([sqlite, redis] [
 ]);
 
 /// `limit` hits an hour, as a client writes it.
-fn hourly_limit(limit: u32) -> RawKeyLimits {
-    toml::from_str(&format!(
+fn change(limit: u32) -> Change {
+    let change: Change = toml::from_str(&format!(
         "limits = [{{ window_size = 3600, limit = {limit} }}]"
     ))
-    .expect("limits")
-}
-
-fn change(limit: u32) -> Change {
-    Change::new(hourly_limit(limit), None, "ops".into())
+    .expect("limits");
+    change.by("ops")
 }
 
 async fn a_runtime_limit_decides_the_next_hit(store: &TestStore) {
@@ -79,10 +75,10 @@ async fn a_runtime_limit_decides_the_next_hit(store: &TestStore) {
     assert!(v.allowed(), "{v:?}");
     assert_eq!(v.decision().limit, 3.0);
     // a limit of a shape the namespace does not take is refused
-    let gcra: RawKeyLimits =
+    let gcra: Change =
         toml::from_str("gcra = { burst = 5, count = 5, period = \"1m\" }").expect("limits");
     let e = limiter
-        .set_limits("api", "k", Change::new(gcra, None, "ops".into()))
+        .set_limits("api", "k", gcra.by("ops"))
         .await
         .expect_err("a bucket on a window namespace");
     assert!(matches!(e, Error::BadRequest(_)), "{e:?}");

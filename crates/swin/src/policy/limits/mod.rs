@@ -2,7 +2,7 @@
 //! `key_from`, `[[namespaces.overrides]]`), validated, and the decision `/hit` answers
 //! with: every limit of the key is checked and the strictest decision wins (a denial,
 //! then the longer wait, then fewer remaining). Runtime limits set over the API take the
-//! same shapes and the same checks ([`RawKeyLimits`]).
+//! same shapes and the same checks (`RawKeyLimits`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use super::FieldError;
 
 mod raw;
 
-pub use self::raw::{RawGcra, RawKeyLimits, RawLimit};
+pub(crate) use self::raw::{RawGcra, RawKeyLimits, RawLimit};
 pub(crate) use self::raw::{RawLimits, RawOverride};
 
 /// The limits one key is decided against.

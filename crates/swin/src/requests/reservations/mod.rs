@@ -51,9 +51,9 @@ pub(crate) use self::extend::{resume_extend, Extend};
 pub(crate) use self::reserve::{undo, Reserve};
 
 /// A reservation's life when the client names none.
-pub const DEFAULT_RESERVATION_TTL_SECS: f64 = 30.0;
+pub(crate) const DEFAULT_RESERVATION_TTL_SECS: f64 = 30.0;
 /// The longest life a reservation can ask for: a day.
-pub const MAX_RESERVATION_TTL_SECS: f64 = 86_400.0;
+pub(crate) const MAX_RESERVATION_TTL_SECS: f64 = 86_400.0;
 /// The most keys one reservation holds.
 pub const MAX_RESERVATION_KEYS: usize = 16;
 
