@@ -90,7 +90,7 @@ impl Error {
     /// The same error about one item of a batch: the message of every error a client
     /// caused starts with `at` (its kind, hence its status and code, unchanged); the
     /// node's own failures are about the request, not the item.
-    pub fn at(self, at: &str) -> Error {
+    pub(crate) fn at(self, at: &str) -> Error {
         let p = |m: String| format!("{at}: {m}");
         match self {
             Error::BadRequest(m) => Error::BadRequest(p(m)),
@@ -123,7 +123,7 @@ impl Error {
 
 impl Error {
     /// A store failure as a client may see it, its detail logged here.
-    pub fn store(e: &swin_sync::StoreError, what: &str) -> Error {
+    pub(crate) fn store(e: &swin_sync::StoreError, what: &str) -> Error {
         tracing::warn!(cause = %e, "{what}");
         Error::Store {
             reason: e.reason(),
@@ -134,7 +134,7 @@ impl Error {
     /// A store failure after which the store may have applied the call (its answer lost,
     /// or late past the store's timeout), as a client may see it: never "nothing was
     /// changed"; `then` says what the client does. Its detail logged here.
-    pub fn store_maybe(e: &swin_sync::StoreError, what: &str, then: &str) -> Error {
+    pub(crate) fn store_maybe(e: &swin_sync::StoreError, what: &str, then: &str) -> Error {
         tracing::warn!(cause = %e, "{what}: the store may have applied it");
         Error::Store {
             reason: e.reason(),
@@ -146,13 +146,13 @@ impl Error {
     }
 
     /// Whether the store failed (it may have applied the call before failing).
-    pub fn is_store(&self) -> bool {
+    pub(crate) fn is_store(&self) -> bool {
         matches!(self, Error::Store { .. } | Error::OutcomeUnknown(_))
     }
 
     /// A change whose outcome the store did not tell in time (see
     /// [`Error::OutcomeUnknown`]): `what` it was and how the client learns the outcome.
-    pub fn outcome_unknown(what: &str, retry: &str) -> Error {
+    pub(crate) fn outcome_unknown(what: &str, retry: &str) -> Error {
         Error::OutcomeUnknown(format!(
             "{what}: the store took the change but its answer was lost; this node applies it exactly once (or takes it back) when the store answers: {retry}"
         ))

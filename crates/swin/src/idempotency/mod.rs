@@ -143,13 +143,9 @@ impl Idempotent {
         }
     }
 
-    /// The namespace that keeps its record.
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
     /// What the request asked.
-    pub fn fingerprint(&self) -> &Fingerprint {
+    #[cfg(test)]
+    pub(crate) fn fingerprint(&self) -> &Fingerprint {
         &self.fingerprint
     }
 }
@@ -217,13 +213,13 @@ impl Answer {
 
     /// Whether a retry gets it again: every answer but the node's or store's failures
     /// (5xx), after which a retry runs the request again.
-    pub fn is_kept(&self) -> bool {
+    pub(crate) fn is_kept(&self) -> bool {
         self.status < 500
     }
 
     /// The answer as a record holds it: status (2 bytes), header count (2), then each
     /// header as name length (2), name, value length (4), value, then the body.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let size: usize = self
             .headers
             .iter()
@@ -245,7 +241,7 @@ impl Answer {
     }
 
     /// An answer read back from [`Answer::encode`]'s bytes; `None` when they are not one.
-    pub fn decode(bytes: &[u8]) -> Option<Answer> {
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Answer> {
         let mut r = Reader(bytes);
         let status = u16::from_be_bytes(r.take(2)?.try_into().ok()?);
         let count = u16::from_be_bytes(r.take(2)?.try_into().ok()?);
@@ -283,7 +279,7 @@ impl<'a> Reader<'a> {
 /// How an idempotent request was answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Once {
-    /// It ran now: its answer (kept for retries unless [`Answer::is_kept`] says no).
+    /// It ran now: its answer (kept for retries unless it is a 5xx).
     First(Answer),
     /// It ran before: the first answer, again; nothing ran or counted now.
     Again(Answer),

@@ -61,7 +61,7 @@ impl<'a> RateLimitHeaders<'a> {
 
 impl RateLimitHeaders<'_> {
     /// Sets `RateLimit-Policy`, `RateLimit` and (on a denial) `Retry-After` on `h`.
-    pub fn write_to(&self, h: &mut http::HeaderMap) {
+    pub(crate) fn write_to(&self, h: &mut http::HeaderMap) {
         use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
         const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
         const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");

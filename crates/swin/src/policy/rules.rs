@@ -161,19 +161,9 @@ impl Rule {
         &self.limit
     }
 
-    /// Decided and counted, never denied.
-    pub fn shadow(&self) -> bool {
-        self.shadow
-    }
-
     /// `rate_limit.name`, for `replaces` and the answer's `current_limit.name`.
     pub fn name(&self) -> Option<&str> {
         self.name.as_deref()
-    }
-
-    /// Names of the rules it replaces when both apply.
-    pub fn replaces(&self) -> &[String] {
-        &self.replaces
     }
 
     /// What the answer's `current_limit` says: requests per unit and the unit (0 when

@@ -130,7 +130,7 @@ pub enum Action {
 
 impl Action {
     /// The assignment of a whole share per `unit` for `ttl`.
-    pub fn of_share(share: u64, unit: Duration, ttl: Duration) -> Action {
+    pub(crate) fn of_share(share: u64, unit: Duration, ttl: Duration) -> Action {
         if share == 0 {
             return Action::DenyAll { ttl };
         }
@@ -163,7 +163,7 @@ impl Action {
     }
 
     /// The same action, holding for `ttl`.
-    pub fn with_ttl(self, ttl: Duration) -> Action {
+    pub(crate) fn with_ttl(self, ttl: Duration) -> Action {
         match self {
             Action::Assign {
                 tokens_per_fill,
@@ -183,7 +183,7 @@ impl Action {
     }
 
     /// The same action with its ttl left out: two actions a proxy enforces alike.
-    pub fn enforced_alike(&self, other: &Action) -> bool {
+    pub(crate) fn enforced_alike(&self, other: &Action) -> bool {
         self.with_ttl(Duration::ZERO) == other.with_ttl(Duration::ZERO)
     }
 }

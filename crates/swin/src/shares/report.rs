@@ -19,16 +19,6 @@ impl Reports {
     pub fn new(domain: String, usages: Vec<Usage>) -> Reports {
         Reports { domain, usages }
     }
-
-    /// The namespace.
-    pub fn domain(&self) -> &str {
-        &self.domain
-    }
-
-    /// Each bucket's usage since the last report.
-    pub fn usages(&self) -> &[Usage] {
-        &self.usages
-    }
 }
 
 /// One bucket's usage since the proxy's last report of it.
@@ -54,26 +44,6 @@ impl Usage {
             allowed,
             denied,
         }
-    }
-
-    /// The bucket (any order; sorted here).
-    pub fn bucket(&self) -> &BucketId {
-        &self.bucket
-    }
-
-    /// The time the usage covers, as the proxy measured it (`None` or zero: unknown).
-    pub fn elapsed(&self) -> Option<Duration> {
-        self.elapsed
-    }
-
-    /// Requests the proxy let through.
-    pub fn allowed(&self) -> u64 {
-        self.allowed
-    }
-
-    /// Requests the proxy refused.
-    pub fn denied(&self) -> u64 {
-        self.denied
     }
 }
 

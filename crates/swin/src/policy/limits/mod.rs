@@ -30,7 +30,7 @@ pub enum KeyLimits {
 impl KeyLimits {
     /// The most one hit may cost: the smallest enforced window limit (at least 1), or a
     /// bucket's burst; limits in shadow refuse no cost.
-    pub fn most_at_once(&self) -> f64 {
+    pub(crate) fn most_at_once(&self) -> f64 {
         match self {
             KeyLimits::Gcra(g) => g.burst() as f64,
             KeyLimits::Windows(set) => set
@@ -42,7 +42,7 @@ impl KeyLimits {
     }
 
     /// The limits that deny (those not in shadow), or `None` when every one is in shadow.
-    pub fn enforced(&self) -> Option<KeyLimits> {
+    pub(crate) fn enforced(&self) -> Option<KeyLimits> {
         match self {
             KeyLimits::Gcra(_) => Some(self.clone()),
             KeyLimits::Windows(set) if !set.iter().any(|l| l.shadow) => Some(self.clone()),
@@ -54,7 +54,7 @@ impl KeyLimits {
     }
 
     /// Whether any of the limits is in shadow.
-    pub fn has_shadow(&self) -> bool {
+    pub(crate) fn has_shadow(&self) -> bool {
         match self {
             KeyLimits::Gcra(_) => false,
             KeyLimits::Windows(set) => set.iter().any(|l| l.shadow),
@@ -65,7 +65,7 @@ impl KeyLimits {
     /// every enforced limit can hold (more at once than a limit allows in all is an
     /// error, on every door; a limit in shadow refuses no cost, and a namespace in shadow
     /// checks only [`swin_core::check_cost`]: see [`Self::check_cost_in`]).
-    pub fn check_cost(&self, cost: f64) -> Result<(), swin_core::CoreError> {
+    pub(crate) fn check_cost(&self, cost: f64) -> Result<(), swin_core::CoreError> {
         swin_core::check_cost(cost)?;
         match self {
             KeyLimits::Gcra(g) => g.units(cost).map(|_| ()),
@@ -76,7 +76,11 @@ impl KeyLimits {
     /// [`Self::check_cost`] in a namespace (or descriptor rule) that is in shadow when
     /// `shadow`: there no window limit refuses a cost (a GCRA bucket still takes whole
     /// units up to its burst: it cannot spend more).
-    pub fn check_cost_in(&self, cost: f64, shadow: bool) -> Result<(), swin_core::CoreError> {
+    pub(crate) fn check_cost_in(
+        &self,
+        cost: f64,
+        shadow: bool,
+    ) -> Result<(), swin_core::CoreError> {
         match self {
             KeyLimits::Windows(_) if shadow => swin_core::check_cost(cost),
             _ => self.check_cost(cost),
@@ -98,7 +102,7 @@ pub struct WindowSet {
 
 impl WindowSet {
     /// The set of `limits`, each named by its window (`60s`).
-    pub fn new(limits: Vec<WindowLimit>) -> Self {
+    pub(crate) fn new(limits: Vec<WindowLimit>) -> Self {
         let names: Vec<Arc<str>> = limits
             .iter()
             .map(|l| format!("{}s", l.window.secs()).into())
@@ -116,12 +120,12 @@ impl WindowSet {
     }
 
     /// The policy name of the `i`th limit.
-    pub fn name(&self, i: usize) -> &Arc<str> {
+    pub(crate) fn name(&self, i: usize) -> &Arc<str> {
         &self.names[i]
     }
 
     /// Every limit's policy item, in order.
-    pub fn items(&self) -> &Arc<[Arc<str>]> {
+    pub(crate) fn items(&self) -> &Arc<[Arc<str>]> {
         &self.items
     }
 
@@ -131,7 +135,7 @@ impl WindowSet {
     }
 
     /// The limits, one by one.
-    pub fn iter(&self) -> std::slice::Iter<'_, WindowLimit> {
+    pub(crate) fn iter(&self) -> std::slice::Iter<'_, WindowLimit> {
         self.limits.iter()
     }
 }

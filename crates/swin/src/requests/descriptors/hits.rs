@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use swin_core::Decision;
 
-use super::{blocked, Answer, Counted, Decided, Descriptor, Shown, Strictest};
+use super::{blocked, Answer, Decided, Descriptor, Shown, Strictest};
 use crate::decisions::Verdict;
 use crate::error::Error;
 use crate::pipeline::{Asked, Back, Given, Plan, Ran, Refusal, Take, Taken};
@@ -164,7 +164,6 @@ pub(super) fn answer(
     );
     let mut answers = Vec::with_capacity(parts.len());
     let mut worst: Option<(Verdict, bool)> = None;
-    let mut counted = Vec::new();
     for (rule, p) in parts {
         let rule = rule.clone();
         let shown = match p {
@@ -177,14 +176,6 @@ pub(super) fn answer(
                 Some((Asked::Hit(t), None)) => shown_of(t, blocked(), !r.shadow),
                 Some((Asked::Hit(t), Some(Taken::Hit(v)))) => {
                     let denied = !v.decision.allowed && !r.shadow;
-                    counted.push(Counted {
-                        policy: r
-                            .name
-                            .as_deref()
-                            .map_or_else(|| v.policy.clone(), Arc::from),
-                        allowed: !denied,
-                        shadow_denied: v.shadow_denied || (!v.decision.allowed && r.shadow),
-                    });
                     let shown = if undone && v.allowed() {
                         // nothing of the request counted: a descriptor within its limit
                         // shows what it had before it (envoyproxy/ratelimit's
@@ -217,10 +208,8 @@ pub(super) fn answer(
         answers,
         over,
         strictest: worst.map(|(v, denied)| Strictest::Hits(v, denied)),
-        leases: Vec::new(),
         envoy_headers: false,
         envoy_metadata: false,
-        counted,
     })
 }
 

@@ -180,34 +180,6 @@ impl Answer {
     }
 }
 
-/// A hit a descriptor took, as the metrics count it.
-#[derive(Debug, Clone)]
-pub struct Counted {
-    /// The rule's name, or (unnamed) the limit that decided.
-    pub(crate) policy: Arc<str>,
-    /// Whether the hit was admitted.
-    pub(crate) allowed: bool,
-    /// Admitted only because its limit is in shadow.
-    pub(crate) shadow_denied: bool,
-}
-
-impl Counted {
-    /// The rule's name, or (unnamed) the limit that decided.
-    pub fn policy(&self) -> &Arc<str> {
-        &self.policy
-    }
-
-    /// Whether the hit was admitted.
-    pub fn allowed(&self) -> bool {
-        self.allowed
-    }
-
-    /// Admitted only because its limit is in shadow.
-    pub fn shadow_denied(&self) -> bool {
-        self.shadow_denied
-    }
-}
-
 /// What a request of descriptors decided.
 #[derive(Debug, Clone)]
 pub struct Decided {
@@ -217,10 +189,6 @@ pub struct Decided {
     pub(crate) over: bool,
     /// The strictest descriptor, for the RateLimit headers.
     pub(crate) strictest: Option<Strictest>,
-    /// Each hit or acquire decided, for the metrics.
-    pub(crate) counted: Vec<Counted>,
-    /// What each lease call did (`released`, `acquired`, `denied`), for the metrics.
-    pub(crate) leases: Vec<&'static str>,
     /// The namespace's `envoy_response_headers`.
     pub(crate) envoy_headers: bool,
     /// The namespace's `envoy_dynamic_metadata`.
@@ -247,16 +215,6 @@ impl Decided {
     /// The strictest descriptor, for the RateLimit headers.
     pub fn strictest(&self) -> Option<&Strictest> {
         self.strictest.as_ref()
-    }
-
-    /// Each hit or acquire decided, for the metrics.
-    pub fn counted(&self) -> &[Counted] {
-        &self.counted
-    }
-
-    /// What each lease call did (`released`, `acquired`, `denied`), for the metrics.
-    pub fn leases(&self) -> &[&'static str] {
-        &self.leases
     }
 }
 

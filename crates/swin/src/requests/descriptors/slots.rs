@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use swin_core::UnixMs;
 
-use super::{Answer, Counted, Decided, Descriptor, Shown, Strictest};
+use super::{Answer, Decided, Descriptor, Shown, Strictest};
 use crate::config::Concurrency;
 use crate::error::Error;
 use crate::leases::AcquireAnswer;
@@ -180,8 +180,6 @@ pub(super) fn answer(
         answers: Vec::with_capacity(parts.len()),
         over,
         strictest: None,
-        counted: Vec::new(),
-        leases: Vec::new(),
         envoy_headers: false,
         envoy_metadata: false,
     };
@@ -190,16 +188,13 @@ pub(super) fn answer(
     for (rule, p) in parts {
         let shown = match p {
             Part::Answer(shown, _) => shown.clone(),
-            Part::Slots(s, true) => {
-                d.leases.push("released");
-                s.shown(true, 0, Duration::ZERO)
-            }
+            Part::Slots(s, true) => s.shown(true, 0, Duration::ZERO),
             Part::Slots(s, false) if s.count == 0 => s.shown(true, 0, Duration::ZERO),
             Part::Slots(s, false) => match takes.next() {
                 // more slots than the limit holds in all: over it, nothing taken
                 Some((_, None)) => s.shown(false, 0, Duration::ZERO),
                 Some((_, Some(Taken::Slots(a)))) => {
-                    let shown = show_taken(s, &a, over, &mut d);
+                    let shown = show_taken(s, &a, over);
                     let left = s.limit.saturating_sub(a.acquired.in_flight);
                     let stricter = strictest.as_ref().is_none_or(|(w_left, w)| {
                         (!a.acquired.granted && w.acquired.granted)
@@ -222,16 +217,9 @@ pub(super) fn answer(
     Ok(d)
 }
 
-/// An acquire's answer, and what the metrics count of it.
-fn show_taken(s: &Slots, a: &AcquireAnswer, over: bool, d: &mut Decided) -> Shown {
+/// An acquire's answer.
+fn show_taken(s: &Slots, a: &AcquireAnswer, over: bool) -> Shown {
     let granted = a.acquired.granted;
-    d.leases.push(if granted { "acquired" } else { "denied" });
-    // a rule in shadow took slots past its limit: a would-be denial
-    d.counted.push(Counted {
-        policy: Arc::from("concurrency"),
-        allowed: granted,
-        shadow_denied: a.shadow_denied,
-    });
     if granted && !over {
         s.shown(
             true,
