@@ -46,12 +46,12 @@ impl Verdict {
     }
 
     /// `RateLimit-Policy` items of the key's limits.
-    pub fn policies(&self) -> &Arc<[Arc<str>]> {
+    pub fn policies(&self) -> &[Arc<str>] {
         &self.policies
     }
 
     /// The policy the decision comes from.
-    pub fn policy(&self) -> &Arc<str> {
+    pub fn policy(&self) -> &str {
         &self.policy
     }
 

@@ -178,8 +178,8 @@ impl Rule {
     }
 
     /// The rule's `metadata`, for the answer's dynamic metadata.
-    pub fn metadata(&self) -> Option<&Arc<serde_json::Map<String, serde_json::Value>>> {
-        self.metadata.as_ref()
+    pub fn metadata(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        self.metadata.as_deref()
     }
 }
 
