@@ -87,6 +87,9 @@ struct SpoolFile {
     entries: Vec<SpoolEntry>,
 }
 
+/// Write probes made by this process (each `prepare` names its own).
+static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Makes `dir` ready to take a spool, at start rather than at the stop that needs it: a
 /// directory (made when missing) that only this user may enter (0700, tightened when
 /// wider), where this node can write, and whose spool files only this user may read
@@ -105,10 +108,20 @@ pub(crate) fn prepare(dir: &Path) -> std::io::Result<()> {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     }
     // one name per call: limiters of one process may start at once on one dir
-    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let probe = dir.join(format!(".probe-{}-{n}", std::process::id()));
-    private_file(&probe)?.write_all(b"probe")?;
+    let file = match private_file(&probe) {
+        // no live process holds this name (this one's pid, its own count): a probe a
+        // crash left behind, by an earlier process of the same pid — in a container,
+        // every start is pid 1. Removed (a link is removed, not what it points to), and
+        // made again
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(&probe)?;
+            private_file(&probe)
+        }
+        made => made,
+    };
+    file?.write_all(b"probe")?;
     std::fs::remove_file(&probe)?;
     for entry in std::fs::read_dir(dir)?.filter_map(Result::ok) {
         let is_spool = entry
@@ -340,6 +353,23 @@ fn check_settlements(entry: &SpoolEntry) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A probe a crash left (a node that died between making it and removing it, whose
+    /// next start has the same pid: a container's pid 1) does not stop the start.
+    #[test]
+    fn a_probe_a_crash_left_does_not_stop_a_start() {
+        let dir = tempfile::tempdir().expect("dir");
+        let next = PROBES.load(std::sync::atomic::Ordering::Relaxed);
+        let left = |n: u64| {
+            dir.path()
+                .join(format!(".probe-{}-{n}", std::process::id()))
+        };
+        // the names the next calls of this process take (the test beside takes 800)
+        for n in next..next + 2_000 {
+            std::fs::write(left(n), "probe").expect("left");
+        }
+        prepare(dir.path()).expect("prepared over a probe left behind");
+    }
 
     /// Limiters of one process starting at once on one `data_dir` each get it ready (its
     /// write probe was named by the process alone: the second found the first's file).

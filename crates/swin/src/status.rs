@@ -63,10 +63,6 @@ pub struct NamespaceStatus {
     /// How its syncs go (for metrics; not in the list's JSON).
     #[serde(skip)]
     pub syncs: SyncCounts,
-    /// Idempotency records this node keeps itself (a namespace with no store; those of
-    /// a store-backed one are kept in the store): how many, and their bytes.
-    #[serde(skip)]
-    pub local_records: (usize, usize),
 }
 
 /// A namespace's syncs and first touches, counted since it was built.
@@ -264,6 +260,21 @@ impl Limiter {
         open.map_err(|e| unread(&e, "reservations open"))
     }
 
+    /// The idempotency records this node keeps itself for `namespace` (one with no
+    /// store; a store-backed one keeps them in its store: `(0, 0)`): how many, and the
+    /// bytes they take. It walks the records under their table's lock: a diagnostic,
+    /// not a read for every scrape.
+    pub fn local_records(&self, namespace: &str) -> Result<(usize, usize), Error> {
+        let ns = self.namespace(namespace)?;
+        Ok(match ns.records.is_shared() {
+            true => (0, 0),
+            false => ns
+                .records
+                .memory()
+                .map_or((0, 0), |m| (m.records(), m.record_bytes())),
+        })
+    }
+
     /// Spool files waiting under `data_dir` for their store (what a stop could not
     /// push, taken back when the store answers).
     pub fn spooled_files(&self) -> usize {
@@ -366,9 +377,5 @@ fn status_of(ns: &Namespace) -> NamespaceStatus {
             first_touch_fallbacks: fallbacks,
             strict: sync.is_strict(),
         },
-        local_records: ns
-            .records
-            .memory()
-            .map_or((0, 0), |m| (m.records(), m.record_bytes())),
     }
 }

@@ -492,8 +492,7 @@ async fn a_million_distinct_keys_hold_the_cap_and_the_memory_bound() {
         full += x;
     }
     assert_eq!((first, full), (CAP, KEYS - CAP));
-    let a = limiter.namespace_status("a").expect("a");
-    let (records, bytes) = a.local_records;
+    let (records, bytes) = limiter.local_records("a").expect("a");
     assert_eq!(records as u64, CAP);
     // the bound docs/api.md states for a node's own records: 128 bytes, the record's key
     // and its answer
