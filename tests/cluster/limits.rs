@@ -233,6 +233,18 @@ pub(super) async fn gcra_and_reset(store: &Store) {
     )
     .await;
     eprintln!("gcra periodic (0.1 s): every node empty after {took:?}");
+    // every node's spends at the store first: a node's own spends can be in its view
+    // (it saw the bucket empty) and not yet pushed, and a push landing after the reset
+    // counts them after it, as any hit racing a reset may be (on a loaded machine the
+    // 0.1 s sync can lag that long)
+    for b in &bases {
+        let r = c
+            .post(format!("{b}/v1/namespaces/loose/sync"))
+            .send()
+            .await
+            .expect("sync");
+        assert_eq!(r.status().as_u16(), 200);
+    }
     // a reset on one node reaches every node
     let r = c
         .delete(format!("{}/v1/namespaces/loose/keys/k", bases[0]))
