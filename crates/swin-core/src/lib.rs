@@ -32,7 +32,7 @@ pub use gcra::{Gcra, GcraOutcome};
 pub use grant::{settle_grant, GrantRequest, GrantSettled, GrantState};
 pub use hold::{settle_hold, HoldRequest, HoldState, HOLD_SHARE};
 pub use namespace::NamespaceCounters;
-pub use table::{check_value, CounterOptions, WindowTable};
+pub use table::{check_value, CounterOptions, DrainSlices, WindowTable};
 pub use time::UnixMs;
 pub use window::{sliding_rate, WindowRate, WindowSize, MAX_WINDOW_SIZE_SECS};
 pub use window_limit::{WindowAlgorithm, WindowLimit};

@@ -197,38 +197,92 @@ impl WindowTable {
         WindowRate::at(self.size, now, current, previous)
     }
 
-    /// Takes every non-zero diff, including those of windows that rolled over. An
-    /// increment racing with the drain is in this batch or left for the next, never both.
-    /// Also drops entries whose windows have all expired and that hold no diff.
+    /// Takes every non-zero diff, including those of windows that rolled over, each
+    /// window once. An increment racing with the drain is in this batch or left for the
+    /// next, never both. Also drops entries whose windows have all expired and that hold
+    /// no diff. One walk of the table: [`WindowTable::drain_in_slices`] takes it a slice
+    /// of keys at a time.
     pub fn drain(&self, now: UnixMs) -> Vec<Diff> {
-        self.drains.fetch_add(1, Ordering::SeqCst);
-        let mut out = std::mem::take(&mut *self.overflow.lock().unwrap_or_else(|p| p.into_inner()));
-        let size = self.size.secs();
-        let oldest_live = self.size.previous_start_of(now);
+        let mut slices = self.drain_in_slices_of(Vec::new());
         let map = self.map.pin();
         let mut expired = Vec::new();
         for (key, e) in map.iter() {
-            if e.has_diff() {
-                e.drain(&mut |start, value| {
-                    out.push(Diff {
-                        key: key.clone(),
-                        window_size: size,
-                        window_start: start,
-                        value,
-                    })
-                });
-            } else if e.expired(oldest_live) {
-                expired.push(key.clone());
+            self.drain_entry(key, e, now, &mut slices.drained, &mut expired);
+        }
+        self.retire_expired(&map, expired, now);
+        slices.finish()
+    }
+
+    /// A drain taken a slice of keys at a time ([`WindowTable::drain_slice`]), so that
+    /// no one call walks a large table: what the table holds for its store moves into
+    /// the drain as each slice is taken (the diffs of windows that rolled over at once),
+    /// and [`DrainSlices::finish`] answers it as [`WindowTable::drain`] does. Keys added
+    /// after this call wait for the next drain.
+    pub fn drain_in_slices(&self) -> DrainSlices {
+        self.drain_in_slices_of(self.keys())
+    }
+
+    fn drain_in_slices_of(&self, keys: Vec<CompactString>) -> DrainSlices {
+        // from here on, entries with diffs may become evictable again
+        self.drains.fetch_add(1, Ordering::SeqCst);
+        let overflow =
+            std::mem::take(&mut *self.overflow.lock().unwrap_or_else(|p| p.into_inner()));
+        DrainSlices {
+            keys,
+            next: 0,
+            overflow,
+            drained: Vec::new(),
+        }
+    }
+
+    /// Drains the next `max` keys of `slices` (at least one). `false` once every key is
+    /// drained.
+    pub fn drain_slice(&self, slices: &mut DrainSlices, max: usize, now: UnixMs) -> bool {
+        let end = slices.keys.len().min(slices.next + max.max(1));
+        let map = self.map.pin();
+        let mut expired = Vec::new();
+        for key in &slices.keys[slices.next..end] {
+            if let Some(e) = map.get(key.as_str()) {
+                self.drain_entry(key, e, now, &mut slices.drained, &mut expired);
             }
         }
+        self.retire_expired(&map, expired, now);
+        slices.next = end;
+        end < slices.keys.len()
+    }
+
+    fn drain_entry(
+        &self,
+        key: &CompactString,
+        e: &Entry,
+        now: UnixMs,
+        out: &mut Vec<Diff>,
+        expired: &mut Vec<CompactString>,
+    ) {
+        let size = self.size.secs();
+        if e.has_diff() {
+            e.drain(&mut |start, value| {
+                out.push(Diff {
+                    key: key.clone(),
+                    window_size: size,
+                    window_start: start,
+                    value,
+                })
+            });
+        } else if e.expired(self.size.previous_start_of(now)) {
+            expired.push(key.clone());
+        }
+    }
+
+    fn retire_expired(&self, map: &MapRef<'_>, expired: Vec<CompactString>, now: UnixMs) {
+        let oldest_live = self.size.previous_start_of(now);
         for key in expired {
             if let Some(e) = map.get(&key) {
                 if e.expired(oldest_live) && e.retire(self.options.retention) {
-                    self.remove_retired(&map, &key, e);
+                    self.remove_retired(map, &key, e);
                 }
             }
         }
-        out
     }
 
     /// Puts diffs back after a failed push; those whose window left the entry meanwhile
@@ -361,6 +415,58 @@ impl WindowTable {
     /// Removes `key` only while it still maps to the retired `entry`.
     fn remove_retired(&self, map: &MapRef<'_>, key: &str, entry: &Entry) {
         let _ = map.remove_if(key, |_, v| std::ptr::eq(v, entry));
+    }
+}
+
+/// A drain of one table in slices (see [`WindowTable::drain_in_slices`]). Dropped
+/// unfinished, what it took is lost to the store: the caller finishes it or puts it back
+/// ([`WindowTable::restore`] of [`DrainSlices::finish`]).
+#[derive(Debug)]
+pub struct DrainSlices {
+    keys: Vec<CompactString>,
+    next: usize,
+    /// Diffs of windows that rolled out of their entries, taken when the drain began.
+    overflow: Vec<Diff>,
+    drained: Vec<Diff>,
+}
+
+impl DrainSlices {
+    /// Keys left to drain.
+    pub fn left(&self) -> usize {
+        self.keys.len() - self.next
+    }
+
+    /// Everything taken so far, each window once: a window that rolled out of its entry
+    /// (the overflow list) and is also drained from one sums into one diff.
+    pub fn finish(self) -> Vec<Diff> {
+        let DrainSlices {
+            overflow,
+            mut drained,
+            ..
+        } = self;
+        if overflow.is_empty() {
+            return drained;
+        }
+        // only windows that rolled over can be taken twice: one map of those
+        let mut at: std::collections::HashMap<(CompactString, i64), usize> =
+            std::collections::HashMap::with_capacity(overflow.len());
+        let mut out: Vec<Diff> = Vec::with_capacity(overflow.len() + drained.len());
+        for d in overflow {
+            match at.entry((d.key.clone(), d.window_start)) {
+                std::collections::hash_map::Entry::Occupied(o) => out[*o.get()].value += d.value,
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(out.len());
+                    out.push(d);
+                }
+            }
+        }
+        for d in drained.drain(..) {
+            match at.get(&(d.key.clone(), d.window_start)) {
+                Some(&i) => out[i].value += d.value,
+                None => out.push(d),
+            }
+        }
+        out
     }
 }
 

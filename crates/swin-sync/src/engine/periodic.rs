@@ -13,9 +13,10 @@
 //! exactly the same chunks, which the store applies at most once each (see
 //! `store::Push`). New hits wait in the counter table meanwhile and go in the batch after.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use swin_core::{Advance, Diff, Tat, UnixMs};
+use swin_core::{Advance, CompactString, Diff, Tat, UnixMs};
 use tracing::error;
 
 use super::pace::Pace;
@@ -134,20 +135,21 @@ impl NamespaceSync {
         // no sync call is out (the caller holds the push lock): stamps before now are moot
         self.fresh.clear();
         // windows whose totals a push of this sync returned: no need to read them again
-        let mut fresh: Vec<Diff> = Vec::new();
+        let mut fresh = Fresh::default();
         let mut fetched = 0;
         let mut pushed = self
             .push_rounds(store, st, now, pace, |diffs: Vec<Diff>, read: Vec<Diff>| {
                 fetched += read.len();
-                fresh.extend(diffs);
-                fresh.extend(read);
+                fresh.extend(diffs.into_iter().chain(read).map(|d| {
+                    let w = WindowKey::of(&d);
+                    (w.key, w.window_size, w.window_start)
+                }));
             })
             .await?;
         pushed += self
             .push_rounds::<Advance>(store, st, now, pace, |_, _| ())
             .await?;
-        let counters = self.counters.clone();
-        let wanted = off_runtime(move || held_windows_but(&counters, &fresh, now)).await?;
+        let wanted = held_windows_but(&self.counters, Arc::new(fresh), now).await?;
         // In chunks: a node holding 100,000 keys should not decode 200,000 rows on a
         // runtime worker in one go, nor send one statement of that size.
         // A held window the store does not hold counts 0 in the cluster: never pushed, or
@@ -335,32 +337,45 @@ pub(super) fn with_absent_as_zero(
     totals
 }
 
+/// Windows a sync pushed or read beside a push: (key, size, start).
+type Fresh = std::collections::HashSet<(CompactString, u32, i64), foldhash::fast::RandomState>;
+
+/// Keys of a table a call off the runtime looks at for the windows a sync reads (see
+/// `DRAIN_SLICE` in `rows.rs`: a node's keys in slices, not in one walk).
+const WALK_SLICE: usize = 2_000;
+
 /// The current and previous windows of every key `counters` hold, but those in `fresh`
-/// (pushed or read beside a push in this sync).
-fn held_windows_but(
-    counters: &swin_core::NamespaceCounters,
-    fresh: &[Diff],
+/// (pushed or read beside a push in this sync): one list of each table's keys, then
+/// slices of it, each a call off the runtime.
+async fn held_windows_but(
+    counters: &Arc<swin_core::NamespaceCounters>,
+    fresh: Arc<Fresh>,
     now: UnixMs,
-) -> Vec<WindowKey> {
-    let fresh: std::collections::HashSet<(&str, u32, i64), foldhash::fast::RandomState> = fresh
-        .iter()
-        .map(|d| (d.key.as_str(), d.window_size, d.window_start))
-        .collect();
+) -> Result<Vec<WindowKey>, StoreError> {
     let mut wanted = Vec::new();
-    for t in counters.tables() {
-        let size = t.size();
-        for key in t.keys() {
-            for start in [size.start_of(now), size.previous_start_of(now)] {
-                if fresh.contains(&(key.as_str(), size.secs(), start)) {
-                    continue;
+    for table in 0..counters.tables().len() {
+        let c = counters.clone();
+        let keys = Arc::new(off_runtime(move || c.tables()[table].keys()).await?);
+        for from in (0..keys.len()).step_by(WALK_SLICE) {
+            let (c, keys, fresh) = (counters.clone(), keys.clone(), fresh.clone());
+            let slice = off_runtime(move || {
+                let size = c.tables()[table].size();
+                let mut out = Vec::new();
+                for key in &keys[from..keys.len().min(from + WALK_SLICE)] {
+                    for start in [size.start_of(now), size.previous_start_of(now)] {
+                        if !fresh.contains(&(key.clone(), size.secs(), start)) {
+                            out.push(WindowKey {
+                                key: key.clone(),
+                                window_size: size.secs(),
+                                window_start: start,
+                            });
+                        }
+                    }
                 }
-                wanted.push(WindowKey {
-                    key: key.clone(),
-                    window_size: size.secs(),
-                    window_start: start,
-                });
-            }
+                out
+            });
+            wanted.extend(slice.await?);
         }
     }
-    wanted
+    Ok(wanted)
 }

@@ -1,16 +1,24 @@
 //! What a periodic sync pushes, window diffs and GCRA TAT advances alike: each kind's
 //! queue, its drain and its store call (see `periodic.rs` for the sync around them).
 
-use swin_core::{Advance, Diff, UnixMs};
+use std::sync::{Arc, Mutex};
+
+use swin_core::{Advance, Diff, DrainSlices, UnixMs};
 use tracing::debug;
 
 use super::{nanos, off_runtime, NamespaceSync};
-use crate::store::{normalize, normalize_advances, Push, Store, TatPush};
+use crate::store::{normalize_advances, Push, Store, TatPush};
 use crate::StoreError;
 
 /// Windows pushed per store call (see `READ_CHUNK` in `periodic.rs`: a chunk is how
 /// long a sync can hold requests back on the store's connection).
 pub(super) const PUSH_CHUNK: usize = 500;
+
+/// Keys of a table drained per call off the runtime: a large table's drain goes in
+/// slices, so that no one call holds a core while requests wait for it (about 60 µs
+/// a slice here, where one walk of 100,000 keys took 6-18 ms; BENCHMARKS.md). A table
+/// of up to twice this many keys is drained in one walk.
+pub(super) const DRAIN_SLICE: usize = 1_000;
 
 #[derive(Debug, Default)]
 pub(super) struct PushState {
@@ -26,9 +34,10 @@ pub(super) struct PushState {
 pub(super) trait Rows: Clone + Send + Sync + 'static {
     fn queue(st: &mut PushState) -> &mut std::collections::VecDeque<(u64, Vec<Self>)>;
 
-    /// Takes what the local tables hold for the store, normalized (summed per window or
-    /// bucket, in lock order), off the runtime. An error: the runtime is shutting down
-    /// and drained nothing.
+    /// Takes what the local tables hold for the store, each window or bucket once, off the
+    /// runtime (a large table in slices). Not sorted: a store sorts each push it is
+    /// handed into its lock order. An error: the runtime is shutting down, and whatever
+    /// the drain took is back in the tables.
     async fn drain(sync: &NamespaceSync, now: UnixMs) -> Result<Vec<Self>, StoreError>;
 
     /// Pushes one chunk and applies what the store answers. Returns the rows it read
@@ -48,16 +57,41 @@ impl Rows for Diff {
     }
 
     async fn drain(sync: &NamespaceSync, now: UnixMs) -> Result<Vec<Self>, StoreError> {
-        let counters = sync.counters.clone();
-        off_runtime(move || {
-            let all: Vec<Diff> = counters
-                .tables()
-                .iter()
-                .flat_map(|t| t.drain(now))
-                .collect();
-            normalize(&all)
-        })
-        .await
+        let mut taken = Taken {
+            counters: sync.counters.clone(),
+            done: Vec::new(),
+            open: None,
+        };
+        for table in 0..sync.counters.tables().len() {
+            let counters = sync.counters.clone();
+            let whole = off_runtime(move || {
+                let t = &counters.tables()[table];
+                // a small table: one walk, no list of keys
+                (t.len() <= 2 * DRAIN_SLICE).then(|| t.drain(now))
+            })
+            .await?;
+            if let Some(diffs) = whole {
+                taken.done.push((table, diffs));
+                continue;
+            }
+            let slices = Arc::new(Mutex::new(None::<DrainSlices>));
+            taken.open = Some((table, slices.clone()));
+            loop {
+                let (counters, slices) = (sync.counters.clone(), slices.clone());
+                let more = off_runtime(move || {
+                    let t = &counters.tables()[table];
+                    let mut s = slices.lock().unwrap_or_else(|p| p.into_inner());
+                    let s = s.get_or_insert_with(|| t.drain_in_slices());
+                    t.drain_slice(s, DRAIN_SLICE, now)
+                });
+                // a slice that did not run: what the drain took goes back (see Taken)
+                if !more.await? {
+                    break;
+                }
+            }
+            taken.close();
+        }
+        Ok(taken.all())
     }
 
     async fn push(
@@ -122,6 +156,47 @@ impl Rows for Advance {
     }
 }
 
+/// What a drain took from a namespace's tables, table by table: the push's once the
+/// drain is complete ([`Taken::all`]). Dropped before that — a slice the stopping
+/// runtime did not run, or a sync that went away mid-drain — it goes back into the
+/// tables, as a failed push's diffs do: a drained hit is never only in a dropped value.
+struct Taken {
+    counters: Arc<swin_core::NamespaceCounters>,
+    done: Vec<(usize, Vec<Diff>)>,
+    /// The table whose drain is in slices, and its drain (shared with the slice in
+    /// flight: dropping this waits for that slice to end).
+    open: Option<(usize, Arc<Mutex<Option<DrainSlices>>>)>,
+}
+
+impl Taken {
+    fn close(&mut self) {
+        if let Some((table, slices)) = self.open.take() {
+            let taken = slices.lock().unwrap_or_else(|p| p.into_inner()).take();
+            self.done
+                .push((table, taken.map(DrainSlices::finish).unwrap_or_default()));
+        }
+    }
+
+    fn all(mut self) -> Vec<Diff> {
+        self.close();
+        std::mem::take(&mut self.done)
+            .into_iter()
+            .flat_map(|(_, d)| d)
+            .collect()
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        self.close();
+        for (table, diffs) in self.done.drain(..) {
+            if !diffs.is_empty() {
+                self.counters.tables()[table].restore(diffs);
+            }
+        }
+    }
+}
+
 /// The windows a sync reads of each key `diffs` push — its current and previous at
 /// `now` — that `diffs` lack, as diffs of 0: on a store that pipelines (Redis) they go
 /// in the push, whose script reads them in the same HMGET as the key's pushed windows
@@ -174,5 +249,96 @@ pub(super) fn enqueue<T: Clone>(
     for chunk in drained.chunks(PUSH_CHUNK) {
         *seq += 1;
         pending.push_back((*seq, chunk.to_vec()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use swin_core::{CounterOptions, NamespaceCounters, UnixMs, WindowSize};
+
+    use super::{Taken, DRAIN_SLICE};
+    use crate::store::{CounterStore, SqliteStore, WindowKey};
+    use crate::{NamespaceSync, Store, SyncMode};
+
+    const NOW: UnixMs = UnixMs(1_700_000_000_000);
+
+    fn counters(keys: usize) -> Arc<NamespaceCounters> {
+        let size = WindowSize::new(60).expect("size");
+        let c = Arc::new(NamespaceCounters::new(
+            "api",
+            &[size],
+            CounterOptions::default(),
+        ));
+        let t = c.table(60).expect("table");
+        for i in 0..keys {
+            t.increment(&format!("k{i}"), (i % 7 + 1) as f64, NOW)
+                .expect("counted");
+        }
+        c
+    }
+
+    fn expected(keys: usize) -> f64 {
+        (0..keys).map(|i| (i % 7 + 1) as f64).sum()
+    }
+
+    /// A table past twice the slice drains in slices, and every hit reaches the store,
+    /// each window once, nothing left behind in the table.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_table_drains_in_slices_and_every_hit_reaches_the_store() {
+        let keys = 2 * DRAIN_SLICE + 777;
+        let c = counters(keys);
+        let store = SqliteStore::connect("sqlite::memory:")
+            .await
+            .expect("store");
+        store.migrate().await.expect("schema");
+        let engine = NamespaceSync::new(
+            c.clone(),
+            SyncMode::Periodic(Duration::from_secs(1)),
+            Some(Store::Sqlite(store.clone())),
+            "n1".into(),
+            Duration::from_secs(1),
+        );
+        let report = engine.sync_once(NOW).await.expect("synced");
+        assert_eq!(report.pushed, keys);
+        let wanted: Vec<WindowKey> = (0..keys)
+            .map(|i| WindowKey {
+                key: format!("k{i}").into(),
+                window_size: 60,
+                window_start: 1_700_000_000 - 1_700_000_000 % 60,
+            })
+            .collect();
+        let totals = store.read("api", &wanted).await.expect("read");
+        assert_eq!(totals.len(), keys);
+        assert_eq!(totals.iter().map(|t| t.count).sum::<f64>(), expected(keys));
+        assert!(c.table(60).expect("table").drain(NOW).is_empty());
+    }
+
+    /// A drain dropped part way (a slice the stopping runtime did not run, a sync that
+    /// went away) puts what it took back into the tables: the next drain has every hit.
+    #[test]
+    fn a_drain_dropped_part_way_puts_back_what_it_took() {
+        let keys = 2_500;
+        let c = counters(keys);
+        let t = c.table(60).expect("table");
+        let done = t.drain(NOW); // as if an earlier table of the namespace
+        t.restore(done[..100].to_vec());
+        t.restore(done[100..].to_vec());
+        let done = t.drain(NOW);
+        t.restore(done[..500].to_vec());
+        let mut slices = t.drain_in_slices();
+        t.drain_slice(&mut slices, 200, NOW);
+        assert_eq!(slices.left(), keys - 200);
+        let taken = Taken {
+            counters: c.clone(),
+            done: vec![(0, done[500..].to_vec())],
+            open: Some((0, Arc::new(Mutex::new(Some(slices))))),
+        };
+        drop(taken);
+        let all = t.drain(NOW);
+        assert_eq!(all.len(), keys);
+        assert_eq!(all.iter().map(|d| d.value).sum::<f64>(), expected(keys));
     }
 }
