@@ -266,13 +266,11 @@ impl Limiter {
     /// not a read for every scrape.
     pub fn local_records(&self, namespace: &str) -> Result<(usize, usize), Error> {
         let ns = self.namespace(namespace)?;
-        Ok(match ns.records.is_shared() {
-            true => (0, 0),
-            false => ns
-                .records
-                .memory()
-                .map_or((0, 0), |m| (m.records(), m.record_bytes())),
-        })
+        // a store-backed namespace's records are its store's: no memory of the node's
+        Ok(ns
+            .records
+            .memory()
+            .map_or((0, 0), |m| (m.records(), m.record_bytes())))
     }
 
     /// Spool files waiting under `data_dir` for their store (what a stop could not
