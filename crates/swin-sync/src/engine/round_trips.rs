@@ -122,8 +122,8 @@ impl NamespaceSync {
         let mut may_have_run = false;
         loop {
             let answer = if store.capabilities().pipelines {
-                // Redis: one script call per slot does both — the previous windows ride
-                // along as diffs of 0, which add nothing and bring their counts back
+                // Redis (a script call per slot) and PostgreSQL (one statement) do both:
+                // the previous windows ride along as diffs of 0, read, not written
                 self.push_with_previous(store, diffs, prev_keys, seq).await
             } else {
                 self.push_beside_read(store, diffs, prev_keys, seq).await
@@ -140,8 +140,7 @@ impl NamespaceSync {
         }
     }
 
-    /// SQL: the push and a read of the previous windows side by side (a 0 added to the
-    /// previous windows would take their row locks on every hit).
+    /// SQLite: the push and a read of the previous windows side by side.
     async fn push_beside_read(
         &self,
         store: &Store,

@@ -198,10 +198,10 @@ impl Drop for Taken {
 }
 
 /// The windows a sync reads of each key `diffs` push — its current and previous at
-/// `now` — that `diffs` lack, as diffs of 0: on a store that pipelines (Redis) they go
-/// in the push, whose script reads them in the same HMGET as the key's pushed windows
-/// and writes nothing for them, where a read after the push was one more command per
-/// key. SQL stores read them apart (a 0 added would take the rows' locks).
+/// `now` — that `diffs` lack, as diffs of 0: on a store that pipelines they go in the
+/// push and are read, not written (Redis's script reads them in the same HMGET as the
+/// key's pushed windows; PostgreSQL's statement selects them, taking no row lock), where
+/// a read after the push was one more call per chunk. SQLite reads them apart.
 fn reads_beside(diffs: &[Diff], now: UnixMs) -> Vec<Diff> {
     let pushed: std::collections::HashSet<(&str, u32, i64)> = diffs
         .iter()

@@ -167,9 +167,10 @@ impl std::fmt::Display for StoreKind {
 /// What a store can do, so callers ask for a capability, never for a store by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
-    /// One call can carry several writes and reads of any windows (Redis: a script call
-    /// adds diffs of 0 to bring counts back), so a synchronous increment's previous
-    /// window rides in its push; PostgreSQL and SQLite read beside the push.
+    /// One call can carry several writes and reads of any windows (a diff of 0 in a push
+    /// brings its window's count back: Redis's script, PostgreSQL's statement), so a
+    /// synchronous increment's previous window, and the windows a sync reads of the
+    /// keys it pushes, ride in the push; SQLite reads beside it.
     pub pipelines: bool,
     /// Keys expire by themselves (Redis TTLs): nothing to purge.
     pub expires_by_itself: bool,

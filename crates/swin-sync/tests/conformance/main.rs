@@ -157,6 +157,7 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     kong_push_vectors,
     kong_seeded_sync,
     retried_push_applies_once,
+    a_diff_of_0_in_a_push_reads_and_writes_nothing,
     fractional_and_negative,
     fractional_counts_keep_every_bit,
     odd_keys_round_trip,

@@ -101,6 +101,70 @@ pub(super) async fn retried_push_applies_once(s: &TestStore) {
     );
 }
 
+/// On a store whose push carries reads (Redis, PostgreSQL), a diff of 0 reads its window
+/// as it stands and writes nothing: an absent window stays absent (no row, no hash
+/// field), and the push sent again answers the same totals. Fails on PostgreSQL if a
+/// diff of 0 is upserted (a row of 0 made, its lock taken).
+pub(super) async fn a_diff_of_0_in_a_push_reads_and_writes_nothing(s: &TestStore) {
+    let st = &s.store;
+    if !st.capabilities().pipelines {
+        // SQLite reads beside its pushes: the sync never hands it a diff of 0 to read
+        return;
+    }
+    st.push(
+        "ns",
+        push(&PushId::from("seed"), 1, &[diff("k", PREV, 4.0)]),
+    )
+    .await
+    .expect("seed");
+    let d = [
+        diff("k", CUR, 2.0),
+        diff("k", PREV, 0.0),
+        diff("absent", CUR, 0.0),
+        diff("absent", PREV, 0.0),
+    ];
+    let answer = |totals: &[Total]| {
+        // an absent window may be answered as 0 (Redis) or left out (PostgreSQL): both 0
+        let mut t: Vec<(String, i64, f64)> = totals
+            .iter()
+            .filter(|t| t.count != 0.0)
+            .map(|t| (t.key.to_string(), t.window_start, t.count))
+            .collect();
+        t.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+        t
+    };
+    let first = st
+        .push("ns", push(&PushId::from("n1"), 3, &d))
+        .await
+        .expect("push");
+    let want = vec![("k".to_string(), PREV, 4.0), ("k".to_string(), CUR, 2.0)];
+    assert_eq!(answer(&first.totals), want);
+    let again = st
+        .push("ns", push(&PushId::from("n1"), 3, &d))
+        .await
+        .expect("sent again");
+    assert_eq!(
+        answer(&again.totals),
+        want,
+        "the same answer, nothing added"
+    );
+    assert_eq!(
+        totals(
+            st,
+            "ns",
+            &[
+                wk("k", PREV),
+                wk("k", CUR),
+                wk("absent", CUR),
+                wk("absent", PREV)
+            ]
+        )
+        .await,
+        vec![("k".into(), PREV, 4.0), ("k".into(), CUR, 2.0)],
+        "a window read stays as it was: absent ones absent"
+    );
+}
+
 pub(super) async fn fractional_and_negative(s: &TestStore) {
     let st = &s.store;
     st.push(

@@ -40,10 +40,12 @@ fn err(e: sqlx::Error) -> StoreError {
 /// and nothing is added again (the caller then reads the totals). Rows go in key order
 /// so that nodes pushing the same keys lock them in the same order: no deadlocks.
 ///
-/// A count never goes below zero: diffs of at least 0 are upserted, negative ones
-/// (refunds, given-back hits) update existing rows to `greatest(count + diff, 0)` and
-/// leave absent windows absent (0). A normalized batch holds each window once, so the
-/// two never touch the same row.
+/// A count never goes below zero: positive diffs are upserted, negative ones (refunds,
+/// given-back hits) update existing rows to `greatest(count + diff, 0)` and leave absent
+/// windows absent (0). A diff of 0 is a read of its window beside the push (a sync's
+/// previous windows, a synchronous hit's): no row written, no row lock taken, one
+/// statement where a push and a read were two. A normalized batch holds each window
+/// once, so the three never touch the same row.
 const PUSH: &str = "
 WITH fresh AS (
     INSERT INTO swin_pushes (node_id, namespace, seq)
@@ -56,7 +58,7 @@ r AS (
 up AS (
     INSERT INTO swin_counters AS c (namespace, key, window_size, window_start, count)
     SELECT $1, r.key, r.window_size, to_timestamp(r.window_start), r.diff
-    FROM r WHERE r.diff >= 0
+    FROM r WHERE r.diff > 0
     ORDER BY r.key, r.window_size, r.window_start
     ON CONFLICT (namespace, key, window_size, window_start)
     DO UPDATE SET count = c.count + EXCLUDED.count, updated_at = now()
@@ -66,8 +68,14 @@ down AS (
     FROM r
     WHERE r.diff < 0 AND c.namespace = $1 AND c.key = r.key
       AND c.window_size = r.window_size AND c.window_start = to_timestamp(r.window_start)
-    RETURNING c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count)
-SELECT * FROM up UNION ALL SELECT * FROM down";
+    RETURNING c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count),
+-- a diff of 0 adds nothing: its window is read, as it stands, without a row lock
+seen AS (
+    SELECT c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count
+    FROM r JOIN swin_counters c ON c.namespace = $1 AND c.key = r.key
+      AND c.window_size = r.window_size AND c.window_start = to_timestamp(r.window_start)
+    WHERE r.diff = 0)
+SELECT * FROM up UNION ALL SELECT * FROM down UNION ALL SELECT * FROM seen";
 
 /// Whether `(node, namespace, seq)` is new, recorded inside a transaction (the slow path
 /// of a push that isolates rejected rows).
@@ -168,7 +176,8 @@ impl CounterStore for PostgresStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            pipelines: false,
+            // a diff of 0 in a push is a read of its window (PUSH's `seen`)
+            pipelines: true,
             expires_by_itself: false,
         }
     }
