@@ -44,7 +44,7 @@ pub struct WindowTable {
     overflow: Mutex<Vec<Diff>>,
     evict_lock: Mutex<()>,
     evictions: AtomicU64,
-    /// Drains so far: a drain is what makes entries with diffs evictable.
+    /// Drains (and slices of one) so far: a drain is what makes entries evictable.
     drains: AtomicU64,
     /// `drains` when an eviction last left the table full (`u64::MAX`: never): until
     /// the next drain a new key is refused without scanning again.
@@ -248,6 +248,9 @@ impl WindowTable {
         }
         self.retire_expired(&map, expired, now);
         slices.next = end;
+        // what this slice drained may be evicted: a table found full before it is
+        // scanned again
+        self.drains.fetch_add(1, Ordering::SeqCst);
         end < slices.keys.len()
     }
 
@@ -436,36 +439,44 @@ impl DrainSlices {
         self.keys.len() - self.next
     }
 
-    /// Everything taken so far, each window once: a window that rolled out of its entry
-    /// (the overflow list) and is also drained from one sums into one diff.
+    /// Everything taken so far, each window once and each key's windows together: a
+    /// window that rolled out of its entry (the overflow list) goes beside the key's
+    /// drained windows, and one also drained sums into one diff. (A sync pushes the
+    /// batch in chunks and reads beside each chunk the windows of its keys it does not
+    /// push: a key's windows apart in two chunks would be read in the first before the
+    /// second pushed them.)
     pub fn finish(self) -> Vec<Diff> {
         let DrainSlices {
-            overflow,
-            mut drained,
-            ..
+            overflow, drained, ..
         } = self;
         if overflow.is_empty() {
             return drained;
         }
-        // only windows that rolled over can be taken twice: one map of those
-        let mut at: std::collections::HashMap<(CompactString, i64), usize> =
+        let mut by_key: std::collections::HashMap<CompactString, Vec<Diff>> =
             std::collections::HashMap::with_capacity(overflow.len());
-        let mut out: Vec<Diff> = Vec::with_capacity(overflow.len() + drained.len());
+        let add = |to: &mut Vec<Diff>, d: Diff| match to
+            .iter_mut()
+            .find(|x| x.window_start == d.window_start)
+        {
+            Some(x) => x.value += d.value,
+            None => to.push(d),
+        };
         for d in overflow {
-            match at.entry((d.key.clone(), d.window_start)) {
-                std::collections::hash_map::Entry::Occupied(o) => out[*o.get()].value += d.value,
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(out.len());
-                    out.push(d);
-                }
-            }
+            add(by_key.entry(d.key.clone()).or_default(), d);
         }
-        for d in drained.drain(..) {
-            match at.get(&(d.key.clone(), d.window_start)) {
-                Some(&i) => out[i].value += d.value,
-                None => out.push(d),
+        let mut out: Vec<Diff> = Vec::with_capacity(drained.len() + by_key.len());
+        let mut drained = drained.into_iter().peekable();
+        // an entry's windows are drained one after the other: a key's run
+        while let Some(first) = drained.next() {
+            let mut run = by_key.remove(first.key.as_str()).unwrap_or_default();
+            let key = first.key.clone();
+            add(&mut run, first);
+            while let Some(d) = drained.next_if(|d| d.key == key) {
+                add(&mut run, d);
             }
+            out.extend(run);
         }
+        out.extend(by_key.into_values().flatten());
         out
     }
 }

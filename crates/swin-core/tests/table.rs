@@ -211,6 +211,57 @@ fn a_drain_in_slices_takes_what_one_walk_takes() {
     assert_eq!((next.len(), sum(&next)), (1, 1.0));
 }
 
+/// A key's windows come out of a drain together, a window that rolled over beside the
+/// ones drained from its entry: the sync pushes a drain in chunks and reads beside
+/// each chunk the windows of its keys that the chunk does not push.
+#[test]
+fn a_keys_windows_drain_together() {
+    let t = table(1, 10_000, Retention::Synced);
+    for i in 0..500 {
+        t.increment(&format!("other{i}"), 1.0, at(2))
+            .expect("finite");
+    }
+    for i in 0..10 {
+        let key = format!("k{i}");
+        t.increment(&key, 1.0, at(0)).expect("finite");
+        t.increment(&key, 2.0, at(1)).expect("finite");
+        t.increment(&key, 4.0, at(2)).expect("finite"); // window 0 spilled
+    }
+    let drained = t.drain(at(2));
+    for i in 0..10 {
+        let key = format!("k{i}");
+        let at: Vec<usize> = (0..drained.len())
+            .filter(|&j| drained[j].key == key.as_str())
+            .collect();
+        assert_eq!(at.len(), 3, "{key}");
+        assert_eq!(at[2] - at[0], 2, "{key}'s windows apart: {at:?}");
+    }
+}
+
+/// A table found full while a drain in slices is under way is scanned again once a
+/// slice made entries evictable: a new key does not wait for the next drain.
+#[test]
+fn a_slice_of_a_drain_makes_room_at_once() {
+    let t = table(60, 10, Retention::Synced);
+    for i in 0..10 {
+        t.increment(&format!("k{i}"), 1.0, at(0)).expect("finite");
+    }
+    let mut slices = t.drain_in_slices();
+    assert!(
+        matches!(
+            t.increment("x", 1.0, at(0)),
+            Err(CoreError::CapacityExceeded { .. })
+        ),
+        "nothing drained yet: every entry holds hits"
+    );
+    t.drain_slice(&mut slices, 5, at(0));
+    t.increment("y", 1.0, at(0))
+        .expect("room made by the slice");
+    while t.drain_slice(&mut slices, 5, at(0)) {}
+    let all = slices.finish();
+    assert_eq!(sum(&all), 10.0);
+}
+
 #[test]
 fn local_only_forgets_expired_windows() {
     let t = table(1, 100, Retention::LocalOnly);

@@ -213,8 +213,15 @@ impl NamespaceSync {
                 enqueue(&mut seq, R::queue(st), drained);
                 st.seq = seq;
             }
-            while let Some((seq, rows)) = R::queue(st).front() {
-                let read = pace.call(R::push(self, store, *seq, rows, now)).await?;
+            loop {
+                let queue = R::queue(st);
+                let Some((seq, rows)) = queue.front() else {
+                    break;
+                };
+                let next = queue.get(1).map_or(&[][..], |(_, r)| r.as_slice());
+                let read = pace
+                    .call(R::push(self, store, *seq, rows, next, now))
+                    .await?;
                 if let Some((_, rows)) = R::queue(st).pop_front() {
                     pushed += rows.len();
                     done(rows, read);

@@ -42,11 +42,14 @@ pub(super) trait Rows: Clone + Send + Sync + 'static {
 
     /// Pushes one chunk and applies what the store answers. Returns the rows it read
     /// beside the push (see [`reads_beside`]), which the sync need not read again.
+    /// `next`: the chunk queued after this one (a key split between the two is read in
+    /// neither before its last rows are pushed).
     async fn push(
         sync: &NamespaceSync,
         store: &Store,
         seq: u64,
         rows: &[Self],
+        next: &[Self],
         now: UnixMs,
     ) -> Result<Vec<Self>, StoreError>;
 }
@@ -63,28 +66,12 @@ impl Rows for Diff {
             open: None,
         };
         for table in 0..sync.counters.tables().len() {
-            let counters = sync.counters.clone();
-            let whole = off_runtime(move || {
-                let t = &counters.tables()[table];
-                // a small table: one walk, no list of keys
-                (t.len() <= 2 * DRAIN_SLICE).then(|| t.drain(now))
-            })
-            .await?;
-            if let Some(diffs) = whole {
-                taken.done.push((table, diffs));
-                continue;
-            }
-            let slices = Arc::new(Mutex::new(None::<DrainSlices>));
-            taken.open = Some((table, slices.clone()));
+            let slot = Arc::new(Mutex::new(Slot::Waiting));
+            taken.open = Some((table, slot.clone()));
             loop {
-                let (counters, slices) = (sync.counters.clone(), slices.clone());
-                let more = off_runtime(move || {
-                    let t = &counters.tables()[table];
-                    let mut s = slices.lock().unwrap_or_else(|p| p.into_inner());
-                    let s = s.get_or_insert_with(|| t.drain_in_slices());
-                    t.drain_slice(s, DRAIN_SLICE, now)
-                });
-                // a slice that did not run: what the drain took goes back (see Taken)
+                let (counters, slot) = (sync.counters.clone(), slot.clone());
+                let more = off_runtime(move || take_slice(&counters.tables()[table], &slot, now));
+                // a call that did not run: what the drain took goes back (see Taken)
                 if !more.await? {
                     break;
                 }
@@ -99,10 +86,11 @@ impl Rows for Diff {
         store: &Store,
         seq: u64,
         diffs: &[Self],
+        next: &[Self],
         now: UnixMs,
     ) -> Result<Vec<Self>, StoreError> {
         let reads = if store.capabilities().pipelines {
-            reads_beside(diffs, now)
+            reads_beside(diffs, next, now)
         } else {
             Vec::new()
         };
@@ -141,6 +129,7 @@ impl Rows for Advance {
         store: &Store,
         seq: u64,
         advances: &[Self],
+        _next: &[Self],
         now: UnixMs,
     ) -> Result<Vec<Self>, StoreError> {
         let push = TatPush {
@@ -163,17 +152,55 @@ impl Rows for Advance {
 struct Taken {
     counters: Arc<swin_core::NamespaceCounters>,
     done: Vec<(usize, Vec<Diff>)>,
-    /// The table whose drain is in slices, and its drain (shared with the slice in
-    /// flight: dropping this waits for that slice to end).
-    open: Option<(usize, Arc<Mutex<Option<DrainSlices>>>)>,
+    /// The table being drained and its drain, shared with the call off the runtime in
+    /// flight or queued: dropping this waits for a call that runs, and closes the slot
+    /// to one that has yet to run.
+    open: Option<(usize, Arc<Mutex<Slot>>)>,
+}
+
+/// One table's drain, as the calls off the runtime take it.
+enum Slot {
+    /// No call has run yet.
+    Waiting,
+    /// A small table, drained in one walk.
+    Whole(Vec<Diff>),
+    /// A large table's drain, a slice at a time.
+    Open(DrainSlices),
+    /// Taken by the sync (or put back): a call that runs now takes nothing.
+    Closed,
+}
+
+/// One call's part of a table's drain (see [`Slot`]): whether more is left.
+fn take_slice(t: &swin_core::WindowTable, slot: &Mutex<Slot>, now: UnixMs) -> bool {
+    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    match &mut *slot {
+        // the sync went away before this call ran: nothing is taken
+        Slot::Closed | Slot::Whole(_) => false,
+        // a small table: one walk, no list of keys
+        Slot::Waiting if t.len() <= 2 * DRAIN_SLICE => {
+            *slot = Slot::Whole(t.drain(now));
+            false
+        }
+        Slot::Waiting => {
+            let mut s = t.drain_in_slices();
+            let more = t.drain_slice(&mut s, DRAIN_SLICE, now);
+            *slot = Slot::Open(s);
+            more
+        }
+        Slot::Open(s) => t.drain_slice(s, DRAIN_SLICE, now),
+    }
 }
 
 impl Taken {
     fn close(&mut self) {
-        if let Some((table, slices)) = self.open.take() {
-            let taken = slices.lock().unwrap_or_else(|p| p.into_inner()).take();
-            self.done
-                .push((table, taken.map(DrainSlices::finish).unwrap_or_default()));
+        if let Some((table, slot)) = self.open.take() {
+            let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+            let taken = match std::mem::replace(&mut *slot, Slot::Closed) {
+                Slot::Whole(d) => d,
+                Slot::Open(s) => s.finish(),
+                Slot::Waiting | Slot::Closed => Vec::new(),
+            };
+            self.done.push((table, taken));
         }
     }
 
@@ -202,9 +229,13 @@ impl Drop for Taken {
 /// push and are read, not written (Redis's script reads them in the same HMGET as the
 /// key's pushed windows; PostgreSQL's statement selects them, taking no row lock), where
 /// a read after the push was one more call per chunk. SQLite reads them apart.
-fn reads_beside(diffs: &[Diff], now: UnixMs) -> Vec<Diff> {
+fn reads_beside(diffs: &[Diff], next: &[Diff], now: UnixMs) -> Vec<Diff> {
+    // a window pushed here or in the next chunk is not read: its total comes back with
+    // its push (read earlier, it would overwrite this node's drained diff in its view
+    // with a count that lacks it until that push answers)
     let pushed: std::collections::HashSet<(&str, u32, i64)> = diffs
         .iter()
+        .chain(next)
         .map(|d| (d.key.as_str(), d.window_size, d.window_start))
         .collect();
     let mut keys: std::collections::HashSet<(&str, u32)> = std::collections::HashSet::new();
@@ -259,7 +290,7 @@ mod tests {
 
     use swin_core::{CounterOptions, NamespaceCounters, UnixMs, WindowSize};
 
-    use super::{Taken, DRAIN_SLICE};
+    use super::{take_slice, Slot, Taken, DRAIN_SLICE};
     use crate::store::{CounterStore, SqliteStore, WindowKey};
     use crate::{NamespaceSync, Store, SyncMode};
 
@@ -316,6 +347,50 @@ mod tests {
         assert!(c.table(60).expect("table").drain(NOW).is_empty());
     }
 
+    /// A key whose windows a chunk boundary splits is not read beside the first chunk:
+    /// its window in the next chunk comes back with that push (read before it, the
+    /// store's count, which lacks this node's drained diff, would replace the node's
+    /// view of it until the next chunk answered).
+    #[test]
+    fn a_window_the_next_chunk_pushes_is_not_read_beside_this_one() {
+        let size = WindowSize::new(60).expect("size");
+        let (cur, prev) = (size.start_of(NOW), size.previous_start_of(NOW));
+        let d = |key: &str, start: i64| swin_core::Diff {
+            key: key.into(),
+            window_size: 60,
+            window_start: start,
+            value: 1.0,
+        };
+        let chunk = [d("a", cur), d("k", prev)];
+        let next = [d("k", cur), d("z", cur)];
+        let mut reads: Vec<(String, i64)> = super::reads_beside(&chunk, &next, NOW)
+            .into_iter()
+            .map(|r| (r.key.to_string(), r.window_start))
+            .collect();
+        reads.sort();
+        assert_eq!(reads, vec![("a".to_string(), prev)]);
+    }
+
+    /// A call of the drain that runs after its sync went away (its future dropped while
+    /// the call waited for a thread) takes nothing: every hit stays in the table.
+    #[test]
+    fn a_slice_that_runs_after_its_sync_went_away_takes_nothing() {
+        for keys in [10, 3 * DRAIN_SLICE] {
+            let c = counters(keys);
+            let t = c.table(60).expect("table");
+            let slot = Arc::new(Mutex::new(Slot::Waiting));
+            drop(Taken {
+                counters: c.clone(),
+                done: Vec::new(),
+                open: Some((0, slot.clone())),
+            });
+            assert!(!take_slice(t, &slot, NOW), "nothing more to take");
+            let all = t.drain(NOW);
+            assert_eq!(all.len(), keys);
+            assert_eq!(all.iter().map(|d| d.value).sum::<f64>(), expected(keys));
+        }
+    }
+
     /// A drain dropped part way (a slice the stopping runtime did not run, a sync that
     /// went away) puts what it took back into the tables: the next drain has every hit.
     #[test]
@@ -334,7 +409,7 @@ mod tests {
         let taken = Taken {
             counters: c.clone(),
             done: vec![(0, done[500..].to_vec())],
-            open: Some((0, Arc::new(Mutex::new(Some(slices))))),
+            open: Some((0, Arc::new(Mutex::new(Slot::Open(slices))))),
         };
         drop(taken);
         let all = t.drain(NOW);
