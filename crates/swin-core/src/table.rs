@@ -12,6 +12,7 @@ use std::sync::Mutex;
 
 use compact_str::CompactString;
 
+use crate::drain::DrainSlices;
 use crate::entry::{Added, Entry, Retention, View};
 use crate::{CoreError, Diff, Total, UnixMs, WindowRate, WindowSize, MAX_COUNT};
 
@@ -210,7 +211,15 @@ impl WindowTable {
             self.drain_entry(key, e, now, &mut slices.drained, &mut expired);
         }
         self.retire_expired(&map, expired, now);
+        self.drained();
         slices.finish()
+    }
+
+    /// A drain has ended: what it took may be evicted, and a table found full while it
+    /// ran is scanned again (a drain counts at its start and at its end: two scans at
+    /// most per drain of a full table).
+    fn drained(&self) {
+        self.drains.fetch_add(1, Ordering::SeqCst);
     }
 
     /// A drain taken a slice of keys at a time ([`WindowTable::drain_slice`]), so that
@@ -248,10 +257,11 @@ impl WindowTable {
         }
         self.retire_expired(&map, expired, now);
         slices.next = end;
-        // what this slice drained may be evicted: a table found full before it is
-        // scanned again
-        self.drains.fetch_add(1, Ordering::SeqCst);
-        end < slices.keys.len()
+        let more = end < slices.keys.len();
+        if !more {
+            self.drained();
+        }
+        more
     }
 
     fn drain_entry(
@@ -418,66 +428,6 @@ impl WindowTable {
     /// Removes `key` only while it still maps to the retired `entry`.
     fn remove_retired(&self, map: &MapRef<'_>, key: &str, entry: &Entry) {
         let _ = map.remove_if(key, |_, v| std::ptr::eq(v, entry));
-    }
-}
-
-/// A drain of one table in slices (see [`WindowTable::drain_in_slices`]). Dropped
-/// unfinished, what it took is lost to the store: the caller finishes it or puts it back
-/// ([`WindowTable::restore`] of [`DrainSlices::finish`]).
-#[derive(Debug)]
-pub struct DrainSlices {
-    keys: Vec<CompactString>,
-    next: usize,
-    /// Diffs of windows that rolled out of their entries, taken when the drain began.
-    overflow: Vec<Diff>,
-    drained: Vec<Diff>,
-}
-
-impl DrainSlices {
-    /// Keys left to drain.
-    pub fn left(&self) -> usize {
-        self.keys.len() - self.next
-    }
-
-    /// Everything taken so far, each window once and each key's windows together: a
-    /// window that rolled out of its entry (the overflow list) goes beside the key's
-    /// drained windows, and one also drained sums into one diff. (A sync pushes the
-    /// batch in chunks and reads beside each chunk the windows of its keys it does not
-    /// push: a key's windows apart in two chunks would be read in the first before the
-    /// second pushed them.)
-    pub fn finish(self) -> Vec<Diff> {
-        let DrainSlices {
-            overflow, drained, ..
-        } = self;
-        if overflow.is_empty() {
-            return drained;
-        }
-        let mut by_key: std::collections::HashMap<CompactString, Vec<Diff>> =
-            std::collections::HashMap::with_capacity(overflow.len());
-        let add = |to: &mut Vec<Diff>, d: Diff| match to
-            .iter_mut()
-            .find(|x| x.window_start == d.window_start)
-        {
-            Some(x) => x.value += d.value,
-            None => to.push(d),
-        };
-        for d in overflow {
-            add(by_key.entry(d.key.clone()).or_default(), d);
-        }
-        let mut out: Vec<Diff> = Vec::with_capacity(drained.len() + by_key.len());
-        let mut drained = drained.into_iter().peekable();
-        // an entry's windows are drained one after the other: a key's run
-        while let Some(first) = drained.next() {
-            let mut run = by_key.remove(first.key.as_str()).unwrap_or_default();
-            let key = first.key.clone();
-            add(&mut run, first);
-            while let Some(d) = drained.next_if(|d| d.key == key) {
-                add(&mut run, d);
-            }
-            out.extend(run);
-        }
-        out.extend(by_key.into_values().flatten());
-        out
     }
 }
 

@@ -181,11 +181,13 @@ fn take_slice(t: &swin_core::WindowTable, slot: &Mutex<Slot>, now: UnixMs) -> bo
             *slot = Slot::Whole(t.drain(now));
             false
         }
+        // in the slot before a slice is taken: what it takes is the guard's at once
         Slot::Waiting => {
-            let mut s = t.drain_in_slices();
-            let more = t.drain_slice(&mut s, DRAIN_SLICE, now);
-            *slot = Slot::Open(s);
-            more
+            *slot = Slot::Open(t.drain_in_slices());
+            match &mut *slot {
+                Slot::Open(s) => t.drain_slice(s, DRAIN_SLICE, now),
+                _ => false,
+            }
         }
         Slot::Open(s) => t.drain_slice(s, DRAIN_SLICE, now),
     }
