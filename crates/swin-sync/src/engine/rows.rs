@@ -120,8 +120,12 @@ impl Rows for Advance {
     }
 
     async fn drain(sync: &NamespaceSync, now: UnixMs) -> Result<Vec<Self>, StoreError> {
+        let taken = AdvancesTaken::new(sync.counters.clone());
+        let slot = taken.slot.clone();
         let counters = sync.counters.clone();
-        off_runtime(move || normalize_advances(&counters.buckets().drain(nanos(now)))).await
+        // a call that did not run, or whose sync went away: what it took goes back
+        off_runtime(move || take_advances(&counters, &slot, now)).await?;
+        Ok(taken.all())
     }
 
     async fn push(
@@ -142,6 +146,58 @@ impl Rows for Advance {
         let applied = sync.apply_tats_off_runtime(tats).await;
         confirmed(sync, applied);
         Ok(Vec::new())
+    }
+}
+
+/// What a drain took from a namespace's buckets, as [`Taken`] is for its tables: the
+/// push's once the drain answers ([`AdvancesTaken::all`]); dropped before that (a sync
+/// that went away while the call ran), back in the buckets.
+struct AdvancesTaken {
+    counters: Arc<swin_core::NamespaceCounters>,
+    /// `None` before the call runs; `Some` once it took what it took. Closed (taken by
+    /// the sync or put back): `Some(None)`, so a call that runs late takes nothing.
+    slot: Arc<Mutex<Option<Option<Vec<Advance>>>>>,
+}
+
+impl AdvancesTaken {
+    fn new(counters: Arc<swin_core::NamespaceCounters>) -> AdvancesTaken {
+        AdvancesTaken {
+            counters,
+            slot: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    fn close(&self) -> Vec<Advance> {
+        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        slot.replace(None).flatten().unwrap_or_default()
+    }
+
+    fn all(self) -> Vec<Advance> {
+        self.close()
+    }
+}
+
+impl Drop for AdvancesTaken {
+    fn drop(&mut self) {
+        let left = self.close();
+        if !left.is_empty() {
+            self.counters.buckets().restore(&left);
+        }
+    }
+}
+
+/// The call off the runtime of a buckets' drain: takes every pending advance into
+/// `slot`, unless its sync went away first.
+fn take_advances(
+    counters: &swin_core::NamespaceCounters,
+    slot: &Mutex<Option<Option<Vec<Advance>>>>,
+    now: UnixMs,
+) {
+    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if slot.is_none() {
+        *slot = Some(Some(normalize_advances(
+            &counters.buckets().drain(nanos(now)),
+        )));
     }
 }
 
@@ -292,7 +348,7 @@ mod tests {
 
     use swin_core::{CounterOptions, NamespaceCounters, UnixMs, WindowSize};
 
-    use super::{take_slice, Slot, Taken, DRAIN_SLICE};
+    use super::{take_advances, take_slice, AdvancesTaken, Slot, Taken, DRAIN_SLICE};
     use crate::store::{CounterStore, SqliteStore, WindowKey};
     use crate::{NamespaceSync, Store, SyncMode};
 
@@ -391,6 +447,37 @@ mod tests {
             assert_eq!(all.len(), keys);
             assert_eq!(all.iter().map(|d| d.value).sum::<f64>(), expected(keys));
         }
+    }
+
+    /// A buckets' drain whose sync went away after the call ran puts its advances back;
+    /// one that runs after its sync went away takes nothing.
+    #[test]
+    fn a_buckets_drain_dropped_after_it_ran_puts_back_what_it_took() {
+        let c = counters(0);
+        let gcra = swin_core::Gcra::new(10, 10, Duration::from_secs(60)).expect("gcra");
+        let now_ns = super::nanos(NOW);
+        for key in ["a", "b"] {
+            let d = c
+                .buckets()
+                .spend(&gcra, key, now_ns, 3, false)
+                .expect("spent");
+            assert!(d.allowed);
+        }
+        let taken = AdvancesTaken::new(c.clone());
+        take_advances(&c, &taken.slot, NOW);
+        drop(taken); // the sync went away before it read what the call took
+        let back = c.buckets().drain(now_ns);
+        assert_eq!(back.len(), 2, "{back:?}");
+        c.buckets().restore(&back);
+        let late = AdvancesTaken::new(c.clone());
+        let slot = late.slot.clone();
+        drop(late);
+        take_advances(&c, &slot, NOW);
+        assert_eq!(
+            c.buckets().drain(now_ns),
+            back,
+            "nothing taken by a late call"
+        );
     }
 
     /// A drain dropped part way (a slice the stopping runtime did not run, a sync that
