@@ -16,6 +16,7 @@ use serde::Serialize;
 use swin_core::{Decision, Gcra};
 
 use crate::error::Error;
+use crate::policy::headers;
 use crate::policy::limits::{ceil_secs, KeyLimits, Limits};
 use crate::state::Namespace;
 pub use swin_sync::admission::together;
@@ -45,9 +46,12 @@ impl Verdict {
         self.decision
     }
 
-    /// `RateLimit-Policy` items of the key's limits.
-    pub fn policies(&self) -> &[Arc<str>] {
-        &self.policies
+    /// The headers its answer carries, by name: `RateLimit-Policy` (one item per limit
+    /// of the key), `RateLimit` (the state of the limit that decided), `Retry-After` when
+    /// denied, `swin-shadow-denied` when it passed only because what would deny it is in
+    /// shadow.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        headers_of(self, &self.policies, !self.decision.allowed, None)
     }
 
     /// The policy the decision comes from.
@@ -77,7 +81,7 @@ impl Verdict {
 
     /// The verdict of an allowed hit of `cost` that was given back (its request was
     /// refused as a whole): what remains is what remained before it.
-    pub fn given_back(&self, cost: f64) -> Verdict {
+    pub(crate) fn given_back(&self, cost: f64) -> Verdict {
         let mut v = self.clone();
         v.decision.remaining = (v.decision.remaining + cost).min(v.decision.limit);
         v
@@ -98,7 +102,8 @@ impl Verdict {
     }
 }
 
-/// One hit's answer as the doors show it (the JSON of `/hit`).
+/// One hit's answer as the doors show it: the JSON of `/hit` (serialize it). A Rust
+/// caller reads the [`Verdict`] it is made from.
 #[derive(Debug, Serialize)]
 pub struct HitAnswer {
     /// Whether the hit was admitted.
@@ -122,48 +127,6 @@ pub struct HitAnswer {
     pub(crate) shadow_denied: bool,
 }
 
-impl HitAnswer {
-    /// Whether the hit was admitted.
-    pub fn allowed(&self) -> bool {
-        self.allowed
-    }
-
-    /// The limit that decided.
-    pub fn limit(&self) -> f64 {
-        self.limit
-    }
-
-    /// What is left of it after this hit.
-    pub fn remaining(&self) -> f64 {
-        self.remaining
-    }
-
-    /// Seconds until the counts this answer saw weigh nothing (GCRA: the bucket is full).
-    pub fn reset_after(&self) -> f64 {
-        self.reset_after
-    }
-
-    /// Seconds until the same hit would pass; 0 when it passed.
-    pub fn retry_after(&self) -> f64 {
-        self.retry_after
-    }
-
-    /// Set when the hit was refused for another reason than its counts.
-    pub fn reason(&self) -> Option<&'static str> {
-        self.reason
-    }
-
-    /// A refund's answer: how much it gave back (at most the cost asked for).
-    pub fn refunded(&self) -> Option<f64> {
-        self.refunded
-    }
-
-    /// Allowed only because the limits that would deny it are in shadow.
-    pub fn shadow_denied(&self) -> bool {
-        self.shadow_denied
-    }
-}
-
 impl From<&Decision> for HitAnswer {
     fn from(d: &Decision) -> Self {
         HitAnswer {
@@ -177,6 +140,47 @@ impl From<&Decision> for HitAnswer {
             shadow_denied: false,
         }
     }
+}
+
+/// The headers of `v` among `policies` (its own, or a request's every policy): the
+/// RateLimit headers of its decision, Retry-After when `denied` (a door may let an
+/// over-limit hit pass: Envoy's rules in shadow), and `swin-shadow-denied` for `v` when it
+/// passed only because what would deny it is in shadow — or, failing that, for
+/// `shadowed`, another hit of the request that did.
+pub(crate) fn headers_of(
+    v: &Verdict,
+    policies: &[Arc<str>],
+    denied: bool,
+    shadowed: Option<&Verdict>,
+) -> Vec<(&'static str, String)> {
+    let d = &v.decision;
+    let t = if d.allowed {
+        ceil_secs(d.reset_after)
+    } else {
+        ceil_secs(d.retry_after)
+    };
+    let policy = match policies {
+        [one] => one.to_string(),
+        _ => policies.join(", "),
+    };
+    let mut out = Vec::with_capacity(3);
+    out.push(("RateLimit-Policy", policy));
+    out.push(("RateLimit", headers::state_item(&v.policy, d.remaining, t)));
+    if denied && !d.allowed {
+        out.push(("Retry-After", t.max(1).to_string()));
+    }
+    let shadow = if !denied && (v.shadow_denied || !d.allowed) {
+        Some(v)
+    } else {
+        shadowed
+    };
+    if let Some(s) = shadow {
+        out.push((
+            headers::SHADOW_DENIED,
+            headers::shadow_item(&s.policy, &s.decision),
+        ));
+    }
+    out
 }
 
 /// A GCRA limit as a quota policy: `burst` units, refilled over `burst` emission
@@ -218,4 +222,88 @@ pub(crate) fn limits_of<'a>(ns: &'a Namespace, namespace: &str) -> Result<&'a Li
             "namespace {namespace:?} has no limits to decide against"
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use swin_core::Decision;
+
+    use super::{headers_of, Verdict};
+
+    fn verdict(allowed: bool, shadow_denied: bool) -> Verdict {
+        Verdict {
+            decision: Decision {
+                allowed,
+                limit: 10.0,
+                remaining: if allowed { 4.0 } else { 0.0 },
+                reset_after: Duration::from_millis(20_500),
+                retry_after: Duration::from_millis(if allowed { 0 } else { 7_200 }),
+                debt: 0.0,
+            },
+            policies: Arc::from([
+                Arc::from("\"60s\";q=10;w=60"),
+                Arc::from("\"1h\";q=100;w=3600"),
+            ]),
+            policy: Arc::from("60s"),
+            reason: None,
+            shadow_denied,
+        }
+    }
+
+    fn names(h: &[(&'static str, String)]) -> Vec<&'static str> {
+        h.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// An allowed hit: the policies and the state (`t` until the counts weigh nothing),
+    /// no Retry-After; denied: Retry-After, never earlier than `t`.
+    #[test]
+    fn a_verdicts_headers_say_its_state_and_retry_after_on_a_denial() {
+        let v = verdict(true, false);
+        let h = headers_of(&v, &v.policies, !v.decision.allowed, None);
+        assert_eq!(
+            h,
+            [
+                (
+                    "RateLimit-Policy",
+                    "\"60s\";q=10;w=60, \"1h\";q=100;w=3600".to_owned()
+                ),
+                ("RateLimit", "\"60s\";r=4;t=21".to_owned()),
+            ]
+        );
+        let v = verdict(false, false);
+        let h = headers_of(&v, &v.policies, true, None);
+        assert_eq!(names(&h), ["RateLimit-Policy", "RateLimit", "Retry-After"]);
+        assert_eq!(h[1].1, "\"60s\";r=0;t=8");
+        assert_eq!(h[2].1, "8");
+    }
+
+    /// Passed only because of a shadow (the namespace's, or an Envoy rule's that let an
+    /// over-limit hit pass): no Retry-After, and the shadow header names what would
+    /// have denied it and when it would have passed; another hit of the request that
+    /// did is named when the strictest did not.
+    #[test]
+    fn a_hit_let_through_by_a_shadow_says_so_and_asks_no_wait() {
+        let mut v = verdict(true, true);
+        v.decision.retry_after = Duration::from_secs(3);
+        let h = headers_of(&v, &v.policies, false, None);
+        assert_eq!(
+            names(&h),
+            ["RateLimit-Policy", "RateLimit", "swin-shadow-denied"]
+        );
+        assert_eq!(h[2].1, "\"60s\";t=3");
+        let over = verdict(false, false);
+        let h = headers_of(&over, &over.policies, false, None);
+        assert_eq!(
+            names(&h),
+            ["RateLimit-Policy", "RateLimit", "swin-shadow-denied"]
+        );
+        assert_eq!(h[2].1, "\"60s\";t=8");
+        let plain = verdict(true, false);
+        let h = headers_of(&plain, &[Arc::from("\"b\";q=1")], false, Some(&v));
+        assert_eq!(h[0].1, "\"b\";q=1");
+        assert_eq!(h[2], ("swin-shadow-denied", "\"60s\";t=3".to_owned()));
+    }
 }

@@ -26,7 +26,6 @@ use super::Route;
 use crate::state::AppState;
 use swin::error::Error;
 use swin::policy::client_address::client_address;
-use swin::policy::headers::{self, shadow_item};
 use swin::policy::limits::KeyFrom;
 use swin::requests::{HitAnswer, Verdict};
 
@@ -64,36 +63,36 @@ impl Default for HitBody {
     }
 }
 
-/// The decision as an HTTP answer: `status` (200 unless given), the JSON `body`, and
-/// the headers of draft-ietf-httpapi-ratelimit-headers: one policy per limit, the
-/// current state of the strictest; `t` on a denial is when this hit would pass, and
-/// Retry-After is never earlier than it.
+/// An answer over HTTP: `status`, the JSON `body` and the answer's `headers` (see
+/// [`Verdict::headers`]: the headers of draft-ietf-httpapi-ratelimit-headers, one policy
+/// per limit and the current state of the strictest; `t` on a denial is when this hit
+/// would pass, and Retry-After is never earlier than it).
 pub(super) fn respond(
-    v: &Verdict,
-    policies: &[Arc<str>],
+    headers: Vec<(&'static str, String)>,
     status: StatusCode,
     body: impl Serialize,
 ) -> Response {
     let mut resp = (status, Json(body)).into_response();
-    headers::write_headers(
-        resp.headers_mut(),
-        policies,
-        v.policy(),
-        &v.decision(),
-        v.shadow_denied(),
-    );
+    let h = resp.headers_mut();
+    for (name, value) in headers {
+        if let (Some(name), Ok(value)) = (header_name(name), HeaderValue::try_from(value)) {
+            h.insert(name, value);
+        }
+    }
     resp
 }
 
-/// `swin-shadow-denied: "60s";t=12` on a hit allowed only because what would deny it is
-/// in shadow.
-fn shadow_header(h: &mut axum::http::HeaderMap, v: &Verdict) {
-    if let Ok(s) = HeaderValue::from_str(&shadow_item(v.policy(), &v.decision())) {
-        h.insert(SHADOW_DENIED, s);
-    }
+/// The name of one of an answer's headers as HTTP writes it (the ones the library
+/// names now without an allocation).
+fn header_name(name: &'static str) -> Option<HeaderName> {
+    Some(match name {
+        "RateLimit-Policy" => HeaderName::from_static("ratelimit-policy"),
+        "RateLimit" => HeaderName::from_static("ratelimit"),
+        "Retry-After" => axum::http::header::RETRY_AFTER,
+        "swin-shadow-denied" => HeaderName::from_static("swin-shadow-denied"),
+        other => return HeaderName::from_bytes(other.as_bytes()).ok(),
+    })
 }
-
-const SHADOW_DENIED: HeaderName = HeaderName::from_static(headers::SHADOW_DENIED);
 
 pub(super) fn status_of(v: &Verdict) -> StatusCode {
     if v.allowed() {
@@ -112,7 +111,7 @@ async fn hit(
         true => state.limiter.check(&namespace, &key, body.cost).await?,
         false => state.limiter.hit(&namespace, &key, body.cost).await?,
     };
-    Ok(respond(&v, v.policies(), status_of(&v), v.answer()))
+    Ok(respond(v.headers(), status_of(&v), v.answer()))
 }
 
 #[derive(Debug, Deserialize)]
@@ -214,12 +213,11 @@ async fn hits_batch(
             })
             .collect(),
     };
-    let w = batch.strictest();
-    let mut resp = respond(w, batch.policies(), status_of(w), answer);
-    if let Some(v) = batch.shadowed() {
-        shadow_header(resp.headers_mut(), v);
-    }
-    Ok(resp)
+    Ok(respond(
+        batch.headers(),
+        status_of(batch.strictest()),
+        answer,
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -307,5 +305,5 @@ async fn auth(
     };
     let v = state.limiter.hit(&namespace, &key, q.cost).await?;
     let status = if v.allowed() { StatusCode::OK } else { deny };
-    Ok(respond(&v, v.policies(), status, v.answer()))
+    Ok(respond(v.headers(), status, v.answer()))
 }

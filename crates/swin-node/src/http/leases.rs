@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Json;
@@ -29,7 +29,7 @@ use super::extract::{ApiPath, JsonBody};
 use super::Route;
 use crate::state::AppState;
 use swin::error::Error;
-use swin::requests::{AcquireAnswer, AcquireRequest};
+use swin::requests::AcquireRequest;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -89,10 +89,6 @@ fn secs(t: UnixMs) -> f64 {
     t.0 as f64 / 1e3
 }
 
-const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-const RETRY_AFTER: HeaderName = HeaderName::from_static("retry-after");
-
 async fn acquire(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
@@ -123,31 +119,7 @@ async fn acquire(
             }),
         )
     };
-    let mut resp = (status, Json(body)).into_response();
-    concurrency_headers(resp.headers_mut(), &a)?;
-    Ok(resp)
-}
-
-/// The RateLimit headers of an acquire (and Retry-After when it was refused).
-fn concurrency_headers(h: &mut axum::http::HeaderMap, a: &AcquireAnswer) -> Result<(), Error> {
-    let remaining = a.limit().saturating_sub(a.acquired().in_flight);
-    h.insert(
-        RATELIMIT_POLICY,
-        HeaderValue::from_str(&format!("\"concurrency\";q={}", a.limit()))
-            .map_err(|_| Error::Internal)?,
-    );
-    let state_value = if a.acquired().granted {
-        format!("\"concurrency\";r={remaining}")
-    } else {
-        let t = a.retry_after_secs().ceil().max(1.0) as u64;
-        h.insert(RETRY_AFTER, HeaderValue::from(t));
-        format!("\"concurrency\";r={remaining};t={t}")
-    };
-    h.insert(
-        RATELIMIT,
-        HeaderValue::from_str(&state_value).map_err(|_| Error::Internal)?,
-    );
-    Ok(())
+    Ok(super::decisions::respond(a.headers(), status, body))
 }
 
 async fn release(

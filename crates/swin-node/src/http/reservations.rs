@@ -150,7 +150,7 @@ fn reserved(r: &Reserved, several: bool, extend: bool) -> Response {
                 .collect()
         }),
     };
-    respond(v, v.policies(), status_of(v), answer)
+    respond(v.headers(), status_of(v), answer)
 }
 
 async fn reserve(
@@ -218,12 +218,7 @@ async fn commit(
 ) -> Result<Response, ApiError> {
     let (id, cost) = body.parts("the actual cost")?;
     let s = state.limiter.commit(&namespace, &key, &id, cost).await?;
-    Ok(respond(
-        s.verdict(),
-        s.verdict().policies(),
-        StatusCode::OK,
-        &s,
-    ))
+    Ok(respond(s.after().headers(), StatusCode::OK, &s))
 }
 
 #[derive(Debug, Serialize)]
@@ -249,7 +244,7 @@ async fn commit_reservation(
     let strictest = all
         .iter()
         .max_by(|a, b| {
-            let (a, b) = (a.verdict().decision(), b.verdict().decision());
+            let (a, b) = (a.after().decision(), b.after().decision());
             a.cmp_strictness(&b)
         })
         .ok_or(Error::Internal)?;
@@ -260,6 +255,6 @@ async fn commit_reservation(
         cost: strictest.cost(),
         keys: &all,
     };
-    let v = strictest.verdict();
-    Ok(respond(v, v.policies(), StatusCode::OK, answer))
+    let v = strictest.after();
+    Ok(respond(v.headers(), StatusCode::OK, answer))
 }

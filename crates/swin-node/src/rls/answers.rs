@@ -6,14 +6,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use swin::requests::{Answer, Decided, Shown, Strictest};
+use swin::requests::{Answer, Decided, Shown};
 use swin::Decision;
 
 use super::{leases, metadata};
-use swin::policy::headers::{shadow_item, RateLimitHeaders, SHADOW_DENIED};
 use swin::policy::limits::KeyLimits;
 use swin::policy::rules::{self, Rule};
-use swin::requests::Verdict;
 
 /// The answer to `req`, from what its descriptors decided.
 pub(super) fn response(req: &RateLimitRequest, decided: Decided) -> RateLimitResponse {
@@ -31,15 +29,13 @@ pub(super) fn response(req: &RateLimitRequest, decided: Decided) -> RateLimitRes
             Code::Ok
         } as i32,
         statuses,
-        response_headers_to_add: match decided.strictest() {
-            Some(s) if with_headers => match s {
-                Strictest::Hits(v, denied) => headers(v, *denied),
-                Strictest::Slots(a, over) => leases::headers(a, *over),
-            }
-            .into_iter()
-            .map(|(key, value)| header(key, value))
-            .collect(),
-            _ => Vec::new(),
+        response_headers_to_add: match with_headers {
+            true => decided
+                .headers()
+                .into_iter()
+                .map(|(key, value)| header(key, value))
+                .collect(),
+            false => Vec::new(),
         },
         ..Default::default()
     }
@@ -125,25 +121,6 @@ fn descriptor_status(rule: &Rule, d: &Decision, denied: bool) -> DescriptorStatu
         }),
         ..Default::default()
     }
-}
-
-/// The IETF headers of the strictest descriptor, and Retry-After when over the limit, by
-/// name.
-fn headers(v: &Verdict, denied: bool) -> Vec<(&'static str, String)> {
-    let h = RateLimitHeaders::of(v.policies(), v.policy(), &v.decision());
-    let mut out = vec![
-        ("RateLimit-Policy", h.policy().to_string()),
-        ("RateLimit", h.state().to_owned()),
-    ];
-    // a descriptor in shadow mode is over its limit but not denied: no Retry-After, and
-    // the shadow header says which would have denied it
-    if let (true, Some(t)) = (denied, h.retry_after()) {
-        out.push(("Retry-After", t.to_string()));
-    }
-    if !denied && (v.shadow_denied() || !v.decision().allowed) {
-        out.push((SHADOW_DENIED, shadow_item(v.policy(), &v.decision())));
-    }
-    out
 }
 
 /// An Envoy response header: the one place an answer's headers become Envoy's type.

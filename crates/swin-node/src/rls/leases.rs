@@ -9,7 +9,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 
 use swin::policy::rules::Rule;
-use swin::requests::AcquireAnswer;
 
 /// A descriptor's slots: OK or over, its limit in flight (under its rule's name), the
 /// slots left, and until a slot is sure to be free.
@@ -35,21 +34,4 @@ pub(super) fn status(
         }),
         ..Default::default()
     }
-}
-
-/// The headers the HTTP door's acquire answers with, by name.
-pub(super) fn headers(a: &AcquireAnswer, over: bool) -> Vec<(&'static str, String)> {
-    let remaining = a.limit().saturating_sub(a.acquired().in_flight);
-    let mut out = vec![(
-        "RateLimit-Policy",
-        format!("\"concurrency\";q={}", a.limit()),
-    )];
-    if over {
-        let t = a.retry_after_secs().ceil().max(1.0) as u64;
-        out.push(("RateLimit", format!("\"concurrency\";r={remaining};t={t}")));
-        out.push(("Retry-After", t.to_string()));
-    } else {
-        out.push(("RateLimit", format!("\"concurrency\";r={remaining}")));
-    }
-    out
 }

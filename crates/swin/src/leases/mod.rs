@@ -87,6 +87,18 @@ impl AcquireAnswer {
         let at = self.acquired.earliest_lapse.unwrap_or(self.expires_at);
         ((at.0 - self.now.0).max(1)) as f64 / 1e3
     }
+
+    /// The headers its answer carries, by name: `RateLimit-Policy` (`"concurrency";q=`
+    /// the limit), `RateLimit` (the slots left, and `t` when refused) and, when refused,
+    /// `Retry-After`.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        crate::policy::headers::of_slots(
+            self.limit,
+            self.acquired.in_flight,
+            !self.acquired.granted,
+            self.retry_after_secs(),
+        )
+    }
 }
 
 /// What an acquire asks for, as read from a door.
@@ -106,21 +118,6 @@ impl AcquireRequest {
     /// replaces the lease).
     pub fn new(count: u32, ttl: Option<f64>, lease: Option<String>) -> AcquireRequest {
         AcquireRequest { count, ttl, lease }
-    }
-
-    /// Slots to take (1 for one request).
-    pub fn count(&self) -> u32 {
-        self.count
-    }
-
-    /// The lease's life (the namespace's `lease_ttl` unless the client says).
-    pub fn ttl(&self) -> Option<f64> {
-        self.ttl
-    }
-
-    /// A client's own id, so that a retried acquire (a lost answer) replaces itself.
-    pub fn lease(&self) -> Option<&str> {
-        self.lease.as_deref()
     }
 }
 

@@ -1,108 +1,67 @@
-//! The RateLimit headers of a decision (draft-ietf-httpapi-ratelimit-headers) and its
-//! Retry-After, written once for every door: HTTP sets them on its response, Envoy's
-//! service hands them to Envoy in `response_headers_to_add`.
-
-use std::borrow::Cow;
-use std::sync::Arc;
+//! The headers of an answer, written once for every door: the RateLimit headers of a
+//! decision (draft-ietf-httpapi-ratelimit-headers), its Retry-After and the shadow
+//! header. Each answer hands them out by name ([`Verdict::headers`],
+//! [`Batch::headers`](crate::requests::Batch::headers),
+//! [`Decided::headers`](crate::requests::Decided::headers),
+//! [`AcquireAnswer::headers`](crate::requests::AcquireAnswer::headers)): HTTP sets them
+//! on its response, Envoy's service hands them to Envoy in `response_headers_to_add`,
+//! the tower layer sets them on the inner service's answer.
 
 use swin_core::Decision;
 
 use super::limits::ceil_secs;
 
-/// The header values of one decision.
-#[derive(Debug)]
-pub struct RateLimitHeaders<'a> {
-    /// `RateLimit-Policy`: one item per limit of the key.
-    pub(crate) policy: Cow<'a, str>,
-    /// `RateLimit`: the state of the strictest limit; `t` on a denial is when this hit
-    /// would pass.
-    pub(crate) state: String,
-    /// `Retry-After` on a denial, never earlier than `t` and at least 1.
-    pub(crate) retry_after: Option<u64>,
-}
-
-impl<'a> RateLimitHeaders<'a> {
-    /// `RateLimit-Policy`: one item per limit of the key.
-    pub fn policy(&self) -> &Cow<'a, str> {
-        &self.policy
-    }
-
-    /// `RateLimit`: the state of the strictest limit; `t` on a denial is when this hit
-    /// would pass.
-    pub fn state(&self) -> &str {
-        &self.state
-    }
-
-    /// `Retry-After` on a denial, never earlier than `t` and at least 1.
-    pub fn retry_after(&self) -> Option<u64> {
-        self.retry_after
-    }
-}
-
-impl<'a> RateLimitHeaders<'a> {
-    /// The headers of `decision`, taken under `policy` (the name of its limit) among the
-    /// key's `policies` (their items).
-    pub fn of(policies: &'a [Arc<str>], policy: &str, decision: &Decision) -> Self {
-        let t = if decision.allowed {
-            ceil_secs(decision.reset_after)
-        } else {
-            ceil_secs(decision.retry_after)
-        };
-        RateLimitHeaders {
-            policy: match policies {
-                [one] => Cow::Borrowed(&**one),
-                _ => Cow::Owned(policies.join(", ")),
-            },
-            state: state_item(policy, decision.remaining, t),
-            retry_after: (!decision.allowed).then_some(t.max(1)),
-        }
-    }
-}
-
-impl RateLimitHeaders<'_> {
-    /// Sets `RateLimit-Policy`, `RateLimit` and (on a denial) `Retry-After` on `h`.
-    pub(crate) fn write_to(&self, h: &mut http::HeaderMap) {
-        use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
-        const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-        const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-        if let Ok(p) = HeaderValue::from_str(&self.policy) {
-            h.insert(RATELIMIT_POLICY, p);
-        }
-        if let Ok(s) = HeaderValue::from_str(&self.state) {
-            h.insert(RATELIMIT, s);
-        }
-        if let Some(t) = self.retry_after {
-            h.insert(RETRY_AFTER, HeaderValue::from(t));
-        }
-    }
-}
-
-/// Sets the headers of a hit's answer on `h`: the RateLimit headers of `decision` under
-/// `policy` among `policies`, and [`SHADOW_DENIED`] when it passed only because what would
-/// deny it is in shadow.
-pub fn write_headers(
-    h: &mut http::HeaderMap,
-    policies: &[Arc<str>],
-    policy: &str,
-    decision: &Decision,
-    shadow_denied: bool,
-) {
-    RateLimitHeaders::of(policies, policy, decision).write_to(h);
-    if shadow_denied {
-        if let Ok(s) = http::HeaderValue::from_str(&shadow_item(policy, decision)) {
-            h.insert(http::HeaderName::from_static(SHADOW_DENIED), s);
-        }
-    }
-}
+/// An answer's headers by name (`RateLimit-Policy`, `RateLimit`, `Retry-After`,
+/// `swin-shadow-denied`), in the order a door sets them.
+pub(crate) type Headers = Vec<(&'static str, String)>;
 
 /// The header a hit allowed only because what would deny it is in shadow answers with:
 /// `"60s";t=12`, the limit (or rule) that would have denied it and in how many seconds
 /// the same hit would have passed.
-pub const SHADOW_DENIED: &str = "swin-shadow-denied";
+pub(crate) const SHADOW_DENIED: &str = "swin-shadow-denied";
+
+/// The headers of a concurrency limit of `limit` slots, `in_flight` of them held: with
+/// Retry-After (and `t`) `retry_after_secs` when the request is `over`.
+pub(crate) fn of_slots(limit: u64, in_flight: u64, over: bool, retry_after_secs: f64) -> Headers {
+    let remaining = limit.saturating_sub(in_flight);
+    let mut out = vec![("RateLimit-Policy", format!("\"concurrency\";q={limit}"))];
+    if over {
+        let t = retry_after_secs.ceil().max(1.0) as u64;
+        out.push(("RateLimit", format!("\"concurrency\";r={remaining};t={t}")));
+        out.push(("Retry-After", t.to_string()));
+    } else {
+        out.push(("RateLimit", format!("\"concurrency\";r={remaining}")));
+    }
+    out
+}
+
+/// Sets `headers` on `h` (names as HTTP/2 writes them; a value a header cannot carry
+/// is left out).
+pub(crate) fn write_to(h: &mut http::HeaderMap, headers: Headers) {
+    for (name, value) in headers {
+        if let Ok(value) = http::HeaderValue::try_from(value) {
+            h.insert(header_name(name), value);
+        }
+    }
+}
+
+/// The name of one of an answer's headers, as HTTP writes it.
+pub(crate) fn header_name(name: &'static str) -> http::HeaderName {
+    use http::header::{HeaderName, RETRY_AFTER};
+    match name {
+        "RateLimit-Policy" => HeaderName::from_static("ratelimit-policy"),
+        "RateLimit" => HeaderName::from_static("ratelimit"),
+        "Retry-After" => RETRY_AFTER,
+        _ => {
+            debug_assert_eq!(name, SHADOW_DENIED);
+            HeaderName::from_static(SHADOW_DENIED)
+        }
+    }
+}
 
 /// The [`SHADOW_DENIED`] header's value for a hit that would have been denied by
 /// `policy`, passing `decision.retry_after` later.
-pub fn shadow_item(policy: &str, decision: &Decision) -> String {
+pub(crate) fn shadow_item(policy: &str, decision: &Decision) -> String {
     format!("\"{policy}\";t={}", ceil_secs(decision.retry_after).max(1))
 }
 
@@ -126,7 +85,27 @@ pub(crate) fn state_item(policy: &str, remaining: f64, t: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::state_item;
+    use super::{of_slots, state_item};
+
+    /// Slots: the slots left, and when over, `t` and Retry-After (at least a second).
+    #[test]
+    fn slots_headers_say_what_is_left_and_when_one_frees() {
+        assert_eq!(
+            of_slots(5, 3, false, 0.0),
+            [
+                ("RateLimit-Policy", "\"concurrency\";q=5".to_owned()),
+                ("RateLimit", "\"concurrency\";r=2".to_owned()),
+            ]
+        );
+        assert_eq!(
+            of_slots(5, 6, true, 0.2),
+            [
+                ("RateLimit-Policy", "\"concurrency\";q=5".to_owned()),
+                ("RateLimit", "\"concurrency\";r=0;t=1".to_owned()),
+                ("Retry-After", "1".to_owned()),
+            ]
+        );
+    }
 
     #[test]
     fn the_state_item_writes_whole_counts_as_integers() {

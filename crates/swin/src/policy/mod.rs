@@ -2,13 +2,13 @@
 //! namespace's algorithm (`algorithm`), its limits and overrides ([`limits`]), Envoy's
 //! descriptor rules and how a descriptor finds its rule ([`rules`]), the counter key a
 //! descriptor counts on (`keys`), what a request may carry ([`input`]), and the
-//! RateLimit headers of a decision ([`headers`]), and the client address a request comes
+//! RateLimit headers of a decision (`headers`), and the client address a request comes
 //! from behind trusted proxies ([`client_address`]). Config builds these from its raw types;
 //! `decisions` and the front doors (`http`, `rls`) use them; nothing here imports either.
 
 pub(crate) mod algorithm;
 pub mod client_address;
-pub mod headers;
+pub(crate) mod headers;
 pub mod input;
 pub(crate) mod keys;
 pub mod limits;

@@ -78,14 +78,17 @@ impl Batch {
         &self.strictest
     }
 
-    /// Every policy of the batch, once.
-    pub fn policies(&self) -> &[Arc<str>] {
-        &self.policies
+    /// The headers its answer carries: the strictest hit's (see [`Verdict::headers`])
+    /// with every policy of the batch once, and `swin-shadow-denied` for a hit let
+    /// through by a limit in shadow when the batch was spent.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let s = &self.strictest;
+        crate::decisions::headers_of(s, &self.policies, !s.decision.allowed, self.shadowed())
     }
 
     /// A hit let through by a limit in shadow, when the batch was spent and its
     /// strictest hit was not one (the answer says so too).
-    pub fn shadowed(&self) -> Option<&Verdict> {
+    fn shadowed(&self) -> Option<&Verdict> {
         match self.denied || self.strictest.shadow_denied {
             true => None,
             false => self.verdicts.iter().find(|v| v.shadow_denied),

@@ -7,7 +7,6 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use super::keys::{percent_escaped, NoKey};
 use crate::decisions::Verdict;
 use crate::error::Error;
-use crate::policy::headers::write_headers;
 
 /// Why the layer answered a request itself, without the inner service.
 #[derive(Debug)]
@@ -135,7 +134,7 @@ fn log(why: &Refused<'_>) {
 }
 
 pub(super) fn headers(h: &mut http::HeaderMap, v: &Verdict) {
-    write_headers(h, &v.policies, &v.policy, &v.decision, v.shadow_denied);
+    crate::policy::headers::write_to(h, v.headers());
 }
 
 pub(super) fn is_grpc<B>(request: &Request<B>) -> bool {

@@ -46,7 +46,7 @@ async fn a_commit_below_the_estimate_gives_back(store: &TestStore) {
     assert_eq!(s.given_back(), 3.0);
     assert_eq!(s.charged(), 0.0);
     assert_eq!(s.uncharged(), 0.0);
-    assert_eq!(s.after().remaining(), 9.0);
+    assert_eq!(s.after().decision().remaining, 9.0);
     assert_eq!(stored(store, "api", "k").await, 1.0);
     // settled at zero: all of it back
     let r = limiter
@@ -96,7 +96,7 @@ async fn a_commit_above_the_estimate_charges_what_the_limit_leaves(store: &TestS
     assert_eq!(s.charged(), 1.0, "{s:?}");
     assert_eq!(s.uncharged(), 2.0, "{s:?}");
     assert_eq!(s.given_back(), 0.0, "{s:?}");
-    assert_eq!(s.after().remaining(), 0.0);
+    assert_eq!(s.after().decision().remaining, 0.0);
     assert_eq!(
         stored(store, "api", "k").await,
         10.0,

@@ -46,7 +46,7 @@ async fn a_commit_above_the_estimate_charges_all_of_it_as_debt(store: &TestStore
         (10.0, 0.0, 0.0, 7.0),
         "{s:?}"
     );
-    assert_eq!(s.after().remaining(), 0.0);
+    assert_eq!(s.after().decision().remaining, 0.0);
     assert_eq!(stored(store, "api", "k").await, 17.0);
     let v = limiter.hit("api", "k", 1.0).await.expect("hit");
     assert!(!v.allowed(), "a key in debt admits nothing: {v:?}");

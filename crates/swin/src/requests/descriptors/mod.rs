@@ -19,6 +19,7 @@ use crate::decisions::Verdict;
 use crate::error::Error;
 use crate::leases::AcquireAnswer;
 use crate::pipeline::{Plan, Ran, Request};
+use crate::policy::headers;
 use crate::policy::rules::Rule;
 use crate::runtime_limits::RuntimeLimit;
 use crate::state::Namespace;
@@ -212,15 +213,28 @@ impl Decided {
         (self.envoy_headers, self.envoy_metadata)
     }
 
-    /// The strictest descriptor, for the RateLimit headers.
-    pub fn strictest(&self) -> Option<&Strictest> {
-        self.strictest.as_ref()
+    /// The headers of the strictest descriptor, by name (none when nothing was counted):
+    /// a hit's as [`Verdict::headers`](crate::requests::Verdict::headers) says, with
+    /// Retry-After only when it denies (a rule in shadow lets an over-limit hit pass,
+    /// and `swin-shadow-denied` says so); slots' as
+    /// [`AcquireAnswer::headers`](crate::requests::AcquireAnswer::headers), Retry-After
+    /// when the request is over.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        match &self.strictest {
+            Some(Strictest::Hits(v, denied)) => {
+                crate::decisions::headers_of(v, &v.policies, *denied, None)
+            }
+            Some(Strictest::Slots(a, over)) => {
+                headers::of_slots(a.limit, a.acquired.in_flight, *over, a.retry_after_secs())
+            }
+            None => Vec::new(),
+        }
     }
 }
 
 /// The strictest descriptor of a request.
 #[derive(Debug, Clone)]
-pub enum Strictest {
+pub(crate) enum Strictest {
     /// Of hits: its verdict, and whether it denies.
     Hits(Verdict, bool),
     /// Of slots: its acquire, and whether the request is over.

@@ -206,12 +206,7 @@ impl Settled {
     }
 
     /// The key after the settlement, as a dry run sees it.
-    pub fn after(&self) -> &HitAnswer {
-        &self.after
-    }
-
-    /// The key after the settlement, as its verdict.
-    pub fn verdict(&self) -> &Verdict {
+    pub fn after(&self) -> &Verdict {
         &self.verdict
     }
 }
