@@ -37,6 +37,7 @@ pub(crate) fn of_slots(limit: u64, in_flight: u64, over: bool, retry_after_secs:
 
 /// Sets `headers` on `h` (names as HTTP/2 writes them; a value a header cannot carry
 /// is left out).
+#[cfg(feature = "tower")]
 pub(crate) fn write_to(h: &mut http::HeaderMap, headers: Headers) {
     for (name, value) in headers {
         if let Ok(value) = http::HeaderValue::try_from(value) {
@@ -46,7 +47,8 @@ pub(crate) fn write_to(h: &mut http::HeaderMap, headers: Headers) {
 }
 
 /// The name of one of an answer's headers, as HTTP writes it.
-pub(crate) fn header_name(name: &'static str) -> http::HeaderName {
+#[cfg(feature = "tower")]
+fn header_name(name: &'static str) -> http::HeaderName {
     use http::header::{HeaderName, RETRY_AFTER};
     match name {
         "RateLimit-Policy" => HeaderName::from_static("ratelimit-policy"),
