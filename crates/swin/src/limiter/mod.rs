@@ -300,10 +300,19 @@ impl Limiter {
     /// (each must answer within `store_timeout`, else nothing changes and the error says
     /// which), removed ones let go, and namespaces added, rebuilt, given new limits or
     /// retired as [`Limiter::start`] describes for each. Unchanged namespaces keep their
-    /// counts.
-    pub async fn reconfigure(&self, config: Config) -> Result<(), LimiterError> {
+    /// counts. A running limiter keeps its `data_dir` (what it spooled, what it will spool
+    /// at its stop): a change of it is logged and takes a restart.
+    pub async fn reconfigure(&self, mut config: Config) -> Result<(), LimiterError> {
         let mut control = self.control.lock().await;
         let control = control.as_mut().ok_or(LimiterError::Stopped)?;
+        if config.data_dir != control.config.data_dir {
+            warn!(
+                running = %control.config.data_dir.display(),
+                asked = %config.data_dir.display(),
+                "a data_dir change needs a restart: the spool stays where it is"
+            );
+            config.data_dir = control.config.data_dir.clone();
+        }
         control.reconfigure(config.clone()).await?;
         self.config.store(Arc::new(config));
         Ok(())

@@ -8,11 +8,12 @@ use swin::limiter::LimiterError;
 use swin::Limiter;
 use swin_testkit::TestStore;
 
-use super::{hourly, known, start, stored};
+use super::{config_on, hourly, known, start, stored};
 
 swin_testkit::for_stores!([sqlite, redis] [
     a_reconfigure_applies_new_limits_and_keeps_the_counts,
     a_stop_pushes_what_a_periodic_namespace_counted,
+    a_reconfigure_keeps_the_running_data_dir,
 ]);
 
 /// `sync` decided on the store's count, `periodic` synced every hour, each of `limit`.
@@ -166,4 +167,37 @@ async fn start_reconfigure_and_stop_fail_with_what_went_wrong() {
         .await
         .expect_err("stopped");
     assert!(matches!(e, LimiterError::Stopped), "{e:?}");
+}
+
+/// A reload that names another `data_dir` keeps the running one: the spool an earlier
+/// run left there, and the one a stop writes, stay where this node looks for them.
+async fn a_reconfigure_keeps_the_running_data_dir(store: &TestStore) {
+    let limiter = start(store, &hourly("api", 3600.0, 5)).await;
+    let other = tempfile::tempdir().expect("dir");
+    // a spool file of some other run under the new dir: read by this node only if it
+    // took the new dir
+    let elsewhere = other.path().join("spool");
+    std::fs::create_dir_all(&elsewhere).expect("dir");
+    std::fs::write(elsewhere.join("spool-0-1-00000000.json"), "[]").expect("file");
+    assert_eq!(limiter.spooled_files(), 0);
+    limiter
+        .reconfigure(config_on(
+            &store.section(),
+            other.path(),
+            &hourly("api", 3600.0, 6),
+        ))
+        .await
+        .expect("reconfigure");
+    assert_eq!(limiter.spooled_files(), 0, "the spool moved with a reload");
+    assert_eq!(
+        limiter
+            .hit("api", "k", 1.0)
+            .await
+            .expect("hit")
+            .decision()
+            .limit,
+        6.0,
+        "the rest of the reload applies"
+    );
+    limiter.stop().await.expect("stop");
 }
