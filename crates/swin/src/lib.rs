@@ -55,6 +55,6 @@ pub mod tower;
 pub(crate) mod unresolved;
 
 pub use limiter::Limiter;
-/// What the library's answers are made of: a decision, a window's rate, a time (Unix
-/// milliseconds, the store's clock).
-pub use swin_core::{Decision, UnixMs, WindowRate};
+/// What the library's answers are made of: a decision, a window's rate. (Their times
+/// are the store's clock's, as `std::time::SystemTime`.)
+pub use swin_core::{Decision, WindowRate};

@@ -22,7 +22,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Json;
 use serde::Deserialize;
-use swin::UnixMs;
 
 use super::error::ApiError;
 use super::extract::{ApiPath, JsonBody};
@@ -85,8 +84,10 @@ impl LeaseBody {
     }
 }
 
-fn secs(t: UnixMs) -> f64 {
-    t.0 as f64 / 1e3
+pub(super) fn secs(t: std::time::SystemTime) -> f64 {
+    // whole milliseconds, as the store keeps them
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_millis() as f64 / 1e3)
 }
 
 async fn acquire(

@@ -131,7 +131,7 @@ struct KeyAnswer {
 fn reserved(r: &Reserved, several: bool, extend: bool) -> Response {
     let v = r.verdict();
     let (reservation, expires_at) = match r.reservation() {
-        Some((id, at)) => (Some(id.clone()), Some(at.0 as f64 / 1e3)),
+        Some((id, at)) => (Some(id.to_owned()), Some(super::leases::secs(at))),
         None => (None, None),
     };
     let answer = ReserveAnswer {

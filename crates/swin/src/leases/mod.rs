@@ -17,13 +17,14 @@
 mod book;
 mod records;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use swin_core::UnixMs;
 use swin_sync::store::Acquired;
 
 use crate::config::Concurrency;
 use crate::error::Error;
+use crate::policy::system_time;
 
 pub(crate) use self::book::LeaseBook;
 pub(crate) use self::records::ReservationBook;
@@ -65,13 +66,13 @@ impl AcquireAnswer {
     }
 
     /// When the lease lapses (store time).
-    pub fn expires_at(&self) -> UnixMs {
-        self.expires_at
+    pub fn expires_at(&self) -> SystemTime {
+        system_time(self.expires_at)
     }
 
     /// The time the acquire was decided at (store time).
-    pub fn now(&self) -> UnixMs {
-        self.now
+    pub fn now(&self) -> SystemTime {
+        system_time(self.now)
     }
 
     /// Granted only because its limit is in shadow (the limit would have refused it).

@@ -167,9 +167,9 @@ impl Limiter {
         key: &str,
         lease: &str,
         ttl: Option<f64>,
-    ) -> Result<UnixMs, Error> {
+    ) -> Result<std::time::SystemTime, Error> {
         let (to, _) = self.end_or_renew(namespace, key, lease, Some(ttl)).await?;
-        Ok(to)
+        Ok(crate::policy::system_time(to))
     }
 
     async fn end_or_renew(

@@ -7,6 +7,12 @@
 //! `decisions` and the front doors (`http`, `rls`) use them; nothing here imports either.
 
 pub(crate) mod algorithm;
+
+/// A time of the store's clock (Unix milliseconds) as the library's answers give it.
+pub(crate) fn system_time(t: swin_core::UnixMs) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + std::time::Duration::from_millis(t.0.max(0) as u64)
+}
+
 pub mod client_address;
 pub(crate) mod headers;
 pub mod input;

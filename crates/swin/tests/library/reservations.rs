@@ -23,8 +23,8 @@ pub fn capped(namespace: &str) -> String {
 
 /// The reservation's id, of an allowed reserve.
 pub fn id(r: &swin::requests::Reserved) -> String {
-    let (id, _) = r.reservation().as_ref().expect("allowed: a reservation");
-    id.clone()
+    let (id, _) = r.reservation().expect("allowed: a reservation");
+    id.to_owned()
 }
 
 async fn a_commit_below_the_estimate_gives_back(store: &TestStore) {

@@ -34,7 +34,7 @@ mod extend;
 mod reserve;
 mod settlement;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use swin_core::UnixMs;
@@ -92,8 +92,9 @@ impl Reserved {
     }
 
     /// The reservation's id and lapse time (allowed only).
-    pub fn reservation(&self) -> Option<&(String, UnixMs)> {
-        self.reservation.as_ref()
+    pub fn reservation(&self) -> Option<(&str, SystemTime)> {
+        let (id, at) = self.reservation.as_ref()?;
+        Some((id, crate::policy::system_time(*at)))
     }
 
     /// The reservation's total after it (allowed; denied: what it had, or 0 for a
