@@ -480,6 +480,46 @@ mod tests {
         );
     }
 
+    /// The same through the sync's own drain: its future polled until the call off the
+    /// runtime has run, then dropped (the sync went away), leaves every advance in the
+    /// buckets for the next drain.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sync_dropped_after_its_buckets_drain_ran_leaves_every_advance() {
+        let c = counters(0);
+        let gcra = swin_core::Gcra::new(10, 10, Duration::from_secs(60)).expect("gcra");
+        let now_ns = super::nanos(NOW);
+        for key in ["a", "b", "c"] {
+            c.buckets()
+                .spend(&gcra, key, now_ns, 2, false)
+                .expect("spent");
+        }
+        let engine = NamespaceSync::new(
+            c.clone(),
+            SyncMode::Periodic(Duration::from_secs(1)),
+            None,
+            "n1".into(),
+            Duration::from_secs(1),
+        );
+        let mut drain = Box::pin(<swin_core::Advance as super::Rows>::drain(&engine, NOW));
+        // polled once: the call is on the blocking pool
+        tokio::select! {
+            biased;
+            _ = &mut drain => panic!("the drain answered before its call ran"),
+            _ = async {} => {}
+        }
+        // the call has run (it takes nothing but the buckets' walk) ...
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // ... and the sync goes away before reading what it took
+        drop(drain);
+        let left = c.buckets().drain(now_ns);
+        assert_eq!(
+            left.len(),
+            3,
+            "advances lost with the dropped drain: {left:?}"
+        );
+        assert!(left.iter().all(|a| a.ns > 0), "{left:?}");
+    }
+
     /// A drain dropped part way (a slice the stopping runtime did not run, a sync that
     /// went away) puts what it took back into the tables: the next drain has every hit.
     #[test]
