@@ -25,7 +25,7 @@ use super::extract::{ApiPath, JsonBody, RawJson};
 use super::Route;
 use crate::state::AppState;
 use swin::error::Error;
-use swin::policy::client_address::client_address;
+use swin::policy::client_address::client_key;
 use swin::policy::limits::KeyFrom;
 use swin::requests::{HitAnswer, Verdict};
 
@@ -280,8 +280,7 @@ async fn auth(
                 .extensions
                 .get::<ConnectInfo<SocketAddr>>()
                 .map(|ConnectInfo(a)| *a);
-            client_address(peer, &parts.headers, &state.trusted_proxies.load())
-                .map(|ip| ip.to_string())
+            client_key(peer, &parts.headers, &state.trusted_proxies.load())
                 .map_err(|e| e.to_string())
         }
         KeyFrom::Header(h) => parts

@@ -37,7 +37,7 @@ use super::extract::RawJson;
 use crate::state::AppState;
 use swin::error::Error;
 use swin::idempotency::{Answer, ClientId, Idempotent, Once};
-use swin::policy::client_address::{client_address, NoAddress};
+use swin::policy::client_address::{client_key, NoAddress};
 
 /// The routes an `Idempotency-Key` makes idempotent (their path templates).
 pub(super) const ROUTES: &[&str] = &[
@@ -163,7 +163,9 @@ pub(super) fn client_of(state: &AppState, parts: &Parts) -> Result<ClientId, Api
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(a)| *a);
-    let address = match client_address(peer, &parts.headers, &state.trusted_proxies.load()) {
+    // an IPv6 client is its /64, as its limits' keys are: one client, however many
+    // addresses of it it sends from
+    let address = match client_key(peer, &parts.headers, &state.trusted_proxies.load()) {
         Ok(a) => Some(a),
         Err(NoAddress::NotAnAddress(v)) => {
             return Err(Error::BadRequest(format!(
@@ -175,10 +177,7 @@ pub(super) fn client_of(state: &AppState, parts: &Parts) -> Result<ClientId, Api
     };
     Ok(ClientId::of(
         "address",
-        address
-            .map(|a| a.to_string())
-            .unwrap_or_default()
-            .as_bytes(),
+        address.unwrap_or_default().as_bytes(),
     ))
 }
 

@@ -1,6 +1,6 @@
 //! The HTTP door as a hostile client uses it: forwarding headers with bytes that are
-//! not ASCII, keys that are not UTF-8, and a refund sent to a node that did not admit
-//! the hits.
+//! not ASCII, an IPv6 client moving inside its /64, keys that are not UTF-8, and a
+//! refund sent to a node that did not admit the hits.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -53,6 +53,39 @@ fn forwarding_headers_with_bytes_that_are_not_ascii_do_not_lift_a_limit() {
         ["200", "200", "200", "200", "200", "429", "429", "429"],
         "5 of a limit of 5 admitted"
     );
+}
+
+/// An IPv6 client that sends each request from another address of its /64 (a host is
+/// given 2^64 of them) is one client: its limit holds (it used to be a new key each
+/// time: 8 of 8 admitted on a limit of 5), and a client of another /64 is another key.
+#[test]
+fn an_ipv6_client_moving_inside_its_64_does_not_lift_a_limit() {
+    let dir = tempfile::tempdir().expect("dir");
+    let n = node(
+        dir.path(),
+        "trusted_proxies = [\"127.0.0.1/32\"]\n[[namespaces]]\nname = \"login\"\nwindow_sizes = [60]\nsync_rate = -1\nlimits = [{ window_size = 60, limit = 5 }]\n",
+    );
+    let status = |from: &str| {
+        let req = format!(
+            "GET /v1/auth/login HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: {from}\r\nConnection: close\r\n\r\n"
+        );
+        let answer = exchange(n.port, req.as_bytes());
+        answer.get(9..12).unwrap_or("").to_owned()
+    };
+    let codes: Vec<String> = (1..=8)
+        .map(|i| status(&format!("2001:db8:7:1:{i:x}:{i:x}:0:{i:x}")))
+        .collect();
+    assert_eq!(
+        codes,
+        ["200", "200", "200", "200", "200", "429", "429", "429"],
+        "5 of a limit of 5 admitted"
+    );
+    assert_eq!(
+        status("2001:db8:7:2::1"),
+        "200",
+        "another /64 is another client"
+    );
+    assert_eq!(status("203.0.113.7"), "200");
 }
 
 /// A key that is not UTF-8 once percent-decoded is `invalid_key` on every route that

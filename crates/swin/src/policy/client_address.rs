@@ -5,7 +5,7 @@
 //! `X-Real-IP`. What a client writes into those headers is never believed from an
 //! untrusted peer, and a value that is not an IP address is never a key.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use http::HeaderMap;
 use ipnet::IpNet;
@@ -35,9 +35,32 @@ pub fn trusted_proxy(s: &str) -> Result<IpNet, NotAProxy> {
         .map_err(|_| NotAProxy(s.to_owned()))
 }
 
+/// The client as a limit's key (and as one client of the per-client caps): its address,
+/// as the module's note decides it, an IPv6 one as its /64 (`2001:db8:7:1::/64`). A host
+/// or a site is given a whole /64: a client that moves from address to address inside it
+/// is one client, not 2^64 of them.
+pub fn client_key(
+    peer: Option<SocketAddr>,
+    headers: &HeaderMap,
+    trusted: &[IpNet],
+) -> Result<String, NoAddress> {
+    client_address(peer, headers, trusted).map(key_of)
+}
+
+/// An address as a key: IPv4 as written, IPv6 as its /64.
+pub(crate) fn key_of(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            format!("{}/64", Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+    }
+}
+
 /// The client's address, canonical (an IPv4-mapped IPv6 address as IPv4): `peer` is the
 /// connection's, `trusted` the proxies whose forwarding headers are believed.
-pub fn client_address(
+pub(crate) fn client_address(
     peer: Option<SocketAddr>,
     headers: &HeaderMap,
     trusted: &[IpNet],
@@ -186,6 +209,21 @@ mod tests {
         // an empty X-Forwarded-For line: the peer, not X-Real-IP
         let h = headers(&[("x-forwarded-for", " , "), ("x-real-ip", "6.6.6.6")]);
         assert_eq!(client_address(p, &h, &trusted), ip("127.0.0.1"));
+    }
+
+    /// An IPv6 client is its /64: addresses inside one /64 are one key, another /64 is
+    /// another; IPv4 (and IPv4-mapped IPv6) keys by the address.
+    #[test]
+    fn an_ipv6_client_is_keyed_by_its_64() {
+        let key = |s: &str| client_key(peer(s), &HeaderMap::new(), &[]).expect("key");
+        assert_eq!(key("[2001:db8:7:1::1]:1"), "2001:db8:7:1::/64");
+        assert_eq!(key("[2001:db8:7:1:ffff:1:2:3]:1"), "2001:db8:7:1::/64");
+        assert_eq!(key("[2001:db8:7:2::1]:1"), "2001:db8:7:2::/64");
+        assert_eq!(key("203.0.113.7:1"), "203.0.113.7");
+        assert_eq!(key("[::ffff:203.0.113.7]:1"), "203.0.113.7");
+        let fwd = headers(&[("x-forwarded-for", "2001:db8:9:9:1::5")]);
+        let via = client_key(peer("127.0.0.1:1"), &fwd, &nets(&["127.0.0.1/32"]));
+        assert_eq!(via.expect("key"), "2001:db8:9:9::/64");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use axum::extract::ConnectInfo;
 use http::{HeaderName, Request};
 use ipnet::IpNet;
 
-use crate::policy::client_address::{client_address, trusted_proxy, NoAddress, NotAProxy};
+use crate::policy::client_address::{client_key, trusted_proxy, NoAddress, NotAProxy};
 use crate::policy::input::MAX_KEY_BYTES;
 
 /// Names the key a request is a hit on.
@@ -139,7 +139,9 @@ impl<B> KeyExtractor<B> for HeaderKey {
 }
 
 /// The key is the address of the connection's peer (no port: a client opens as many
-/// connections as it likes), canonical: `::ffff:203.0.113.7` is `203.0.113.7`. It is
+/// connections as it likes), canonical: `::ffff:203.0.113.7` is `203.0.113.7`, and an
+/// IPv6 address is its /64 (`2001:db8:7:1::/64`: a host is given a whole /64, and an
+/// address it moves to inside it is the same client). It is
 /// read from axum's `ConnectInfo<SocketAddr>` in the request's extensions (serve with
 /// `into_make_service_with_connect_info::<SocketAddr>()`; another server inserts it
 /// itself — tonic keeps the address in its `TcpConnectInfo`, which a `map_request` in
@@ -151,13 +153,13 @@ pub struct PeerAddr;
 
 impl<B> KeyExtractor<B> for PeerAddr {
     fn key(&self, request: &Request<B>) -> Result<Option<String>, NoKey> {
-        let ip = client_address(peer(request), request.headers(), &[])?;
-        Ok(Some(ip.to_string()))
+        Ok(Some(client_key(peer(request), request.headers(), &[])?))
     }
 }
 
 /// The key is the client's address as the daemon decides it for `key_from =
-/// "client_address"` (one implementation: [`crate::policy::client_address`]): the peer,
+/// "client_address"` (one implementation: [`crate::policy::client_address`]; IPv6 as its
+/// /64, as [`PeerAddr`]): the peer,
 /// unless it is a trusted proxy; then the right-most `X-Forwarded-For` address that is
 /// not itself a trusted proxy, else `X-Real-IP`. Forwarding headers from any other peer
 /// are ignored. A value from a trusted proxy that is not an address is refused 400; a
@@ -185,8 +187,11 @@ impl ClientAddr {
 
 impl<B> KeyExtractor<B> for ClientAddr {
     fn key(&self, request: &Request<B>) -> Result<Option<String>, NoKey> {
-        let ip = client_address(peer(request), request.headers(), &self.trusted)?;
-        Ok(Some(ip.to_string()))
+        Ok(Some(client_key(
+            peer(request),
+            request.headers(),
+            &self.trusted,
+        )?))
     }
 }
 
