@@ -5,7 +5,7 @@
 //! `X-Real-IP`. What a client writes into those headers is never believed from an
 //! untrusted peer, and a value that is not an IP address is never a key.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use http::HeaderMap;
 use ipnet::IpNet;
@@ -47,15 +47,31 @@ pub fn client_key(
     client_address(peer, headers, trusted).map(key_of)
 }
 
-/// An address as a key: IPv4 as written, IPv6 as its /64.
+/// An address as a key: IPv4 as written; IPv6 as its /64, except where it carries an
+/// IPv4 client (IPv4-mapped; NAT64's well-known `64:ff9b::/96`; 6to4 `2002::/16`; Teredo
+/// `2001::/32`: keyed as that IPv4 address, as the client is when it comes natively) and
+/// where a /64 is not one host's (the loopback, the unspecified and IPv4-compatible
+/// `::/64`, link-local `fe80::/10`: keyed by the whole address).
 pub(crate) fn key_of(ip: IpAddr) -> String {
-    match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            format!("{}/64", Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-        }
+    let v6 = match ip.to_canonical() {
+        IpAddr::V4(v4) => return v4.to_string(),
+        IpAddr::V6(v6) => v6,
+    };
+    let s = v6.segments();
+    let low32 = (u32::from(s[6]) << 16) | u32::from(s[7]);
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return Ipv4Addr::from(low32).to_string();
     }
+    if s[0] == 0x2002 {
+        return Ipv4Addr::from((u32::from(s[1]) << 16) | u32::from(s[2])).to_string();
+    }
+    if s[..2] == [0x2001, 0] {
+        return Ipv4Addr::from(!low32).to_string();
+    }
+    if s[..4] == [0, 0, 0, 0] || s[0] & 0xffc0 == 0xfe80 {
+        return v6.to_string();
+    }
+    format!("{}/64", Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
 }
 
 /// The client's address, canonical (an IPv4-mapped IPv6 address as IPv4): `peer` is the
@@ -224,6 +240,32 @@ mod tests {
         let fwd = headers(&[("x-forwarded-for", "2001:db8:9:9:1::5")]);
         let via = client_key(peer("127.0.0.1:1"), &fwd, &nets(&["127.0.0.1/32"]));
         assert_eq!(via.expect("key"), "2001:db8:9:9::/64");
+        let real = headers(&[("x-real-ip", "[2001:db8:9:8::7]:443")]);
+        let via = client_key(peer("127.0.0.1:1"), &real, &nets(&["127.0.0.1/32"]));
+        assert_eq!(via.expect("key"), "2001:db8:9:8::/64");
+        // a /63 is two clients
+        assert_ne!(key("[2001:db8:7:0::1]:1"), key("[2001:db8:7:1::1]:1"));
+    }
+
+    /// An IPv6 address that carries an IPv4 client is that client (as it is when it
+    /// comes natively), and one whose /64 is not one host's is keyed whole.
+    #[test]
+    fn an_ipv6_address_carrying_an_ipv4_client_is_that_client() {
+        let key = |s: &str| key_of(s.parse().expect("address"));
+        // NAT64's well-known prefix, 6to4, Teredo (the client's address, inverted)
+        assert_eq!(key("64:ff9b::cb00:7107"), "203.0.113.7");
+        assert_eq!(key("64:ff9b::203.0.113.8"), "203.0.113.8");
+        assert_eq!(key("2002:cb00:7107:1:2::3"), "203.0.113.7");
+        assert_eq!(key("2001:0:4136:e378:8000:63bf:34ff:8ef8"), "203.0.113.7");
+        assert_eq!(key("::ffff:198.51.100.1"), "198.51.100.1");
+        // not one host's /64: the whole address
+        assert_eq!(key("::1"), "::1");
+        assert_eq!(key("::"), "::");
+        assert_eq!(key("::198.51.100.1"), "::c633:6401");
+        assert_eq!(key("fe80::1:2"), "fe80::1:2");
+        assert_ne!(key("fe80::1"), key("fe80::2"));
+        // another address of NAT64's /64 that carries no client is a /64 as any
+        assert_eq!(key("64:ff9b:0:0:1::1"), "64:ff9b::/64");
     }
 
     #[test]

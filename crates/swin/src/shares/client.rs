@@ -24,9 +24,13 @@ impl Client {
         Client::named(format!("token {name:?}"))
     }
 
-    /// The client at `addr` (a client without a token).
+    /// The client at `addr` (a client without a token), keyed as a limit keys a client
+    /// address: an IPv6 one by its /64, so that one moving inside it stays one client.
     pub fn peer(addr: IpAddr) -> Client {
-        Client::named(format!("peer {addr}"))
+        Client::named(format!(
+            "peer {}",
+            crate::policy::client_address::key_of(addr)
+        ))
     }
 
     /// A client nothing is known of (no token, no address): all such are one client.
@@ -72,5 +76,20 @@ mod tests {
         assert_eq!(p.to_string(), "peer 10.0.0.1");
         assert_ne!(p.tag(), a.tag());
         assert!(p.tag() < 1 << 48 && Client::unknown().tag() < 1 << 48);
+    }
+
+    /// A client without a token that opens its streams from many addresses of its IPv6
+    /// /64 is one client (its streams' and buckets' caps, its share), as its limits' keys
+    /// are.
+    #[test]
+    fn an_ipv6_peer_is_one_client_across_its_64() {
+        let peer = |s: &str| Client::peer(s.parse().expect("an address"));
+        assert_eq!(peer("2001:db8:7:1::1"), peer("2001:db8:7:1:ffff::9"));
+        assert_eq!(
+            peer("2001:db8:7:1::1").to_string(),
+            "peer 2001:db8:7:1::/64"
+        );
+        assert_ne!(peer("2001:db8:7:1::1"), peer("2001:db8:7:2::1"));
+        assert_eq!(peer("::ffff:10.0.0.1"), peer("10.0.0.1"));
     }
 }

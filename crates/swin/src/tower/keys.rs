@@ -141,7 +141,8 @@ impl<B> KeyExtractor<B> for HeaderKey {
 /// The key is the address of the connection's peer (no port: a client opens as many
 /// connections as it likes), canonical: `::ffff:203.0.113.7` is `203.0.113.7`, and an
 /// IPv6 address is its /64 (`2001:db8:7:1::/64`: a host is given a whole /64, and an
-/// address it moves to inside it is the same client). It is
+/// address it moves to inside it is the same client; one that carries an IPv4 client —
+/// NAT64, 6to4, Teredo — is that IPv4 client). It is
 /// read from axum's `ConnectInfo<SocketAddr>` in the request's extensions (serve with
 /// `into_make_service_with_connect_info::<SocketAddr>()`; another server inserts it
 /// itself — tonic keeps the address in its `TcpConnectInfo`, which a `map_request` in

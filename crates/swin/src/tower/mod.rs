@@ -45,7 +45,8 @@
 //!      limits = [{ window_size = 60, limit = 100 }]\n",
 //! )?;
 //! let limiter = Arc::new(swin::Limiter::start(config).await?);
-//! // each client address its own key, believing X-Forwarded-For from the local proxy only
+//! // each client address its own key (IPv6: its /64), believing X-Forwarded-For from
+//! // the local proxy only
 //! let layer = LimiterLayer::builder(limiter, "api")
 //!     .key(ClientAddr::new(["127.0.0.1"])?)
 //!     .cost(1.0)
