@@ -30,6 +30,7 @@ mod status;
 mod stopping;
 mod sync_loop;
 mod synchronous;
+mod taken;
 
 use self::blocking::off_runtime;
 pub use self::quota::QuotaKeeper;

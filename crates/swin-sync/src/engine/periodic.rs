@@ -348,7 +348,7 @@ pub(super) fn with_absent_as_zero(
 type Fresh = std::collections::HashSet<(CompactString, u32, i64), foldhash::fast::RandomState>;
 
 /// Keys of a table a call off the runtime looks at for the windows a sync reads (see
-/// `DRAIN_SLICE` in `rows.rs`: a node's keys in slices, not in one walk).
+/// `DRAIN_SLICE` in `taken.rs`: a node's keys in slices, not in one walk).
 const WALK_SLICE: usize = 2_000;
 
 /// The current and previous windows of every key `counters` hold, but those in `fresh`

@@ -3,22 +3,17 @@
 
 use std::sync::{Arc, Mutex};
 
-use swin_core::{Advance, Diff, DrainSlices, UnixMs};
+use swin_core::{Advance, Diff, UnixMs};
 use tracing::debug;
 
+use super::taken::{take_advances, take_slice, AdvancesTaken, Slot, Taken};
 use super::{nanos, off_runtime, NamespaceSync};
-use crate::store::{normalize_advances, Push, Store, TatPush};
+use crate::store::{Push, Store, TatPush};
 use crate::StoreError;
 
 /// Windows pushed per store call (see `READ_CHUNK` in `periodic.rs`: a chunk is how
 /// long a sync can hold requests back on the store's connection).
 pub(super) const PUSH_CHUNK: usize = 500;
-
-/// Keys of a table drained per call off the runtime: a large table's drain goes in
-/// slices, so that no one call holds a core while requests wait for it (about 60 µs
-/// a slice here, where one walk of 100,000 keys took 6-18 ms; BENCHMARKS.md). A table
-/// of up to twice this many keys is drained in one walk.
-pub(super) const DRAIN_SLICE: usize = 1_000;
 
 #[derive(Debug, Default)]
 pub(super) struct PushState {
@@ -149,139 +144,6 @@ impl Rows for Advance {
     }
 }
 
-/// What a drain took from a namespace's buckets, as [`Taken`] is for its tables: the
-/// push's once the drain answers ([`AdvancesTaken::all`]); dropped before that (a sync
-/// that went away while the call ran), back in the buckets.
-struct AdvancesTaken {
-    counters: Arc<swin_core::NamespaceCounters>,
-    /// `None` before the call runs; `Some` once it took what it took. Closed (taken by
-    /// the sync or put back): `Some(None)`, so a call that runs late takes nothing.
-    slot: Arc<Mutex<Option<Option<Vec<Advance>>>>>,
-}
-
-impl AdvancesTaken {
-    fn new(counters: Arc<swin_core::NamespaceCounters>) -> AdvancesTaken {
-        AdvancesTaken {
-            counters,
-            slot: Arc::new(Mutex::new(None)),
-        }
-    }
-
-    fn close(&self) -> Vec<Advance> {
-        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
-        slot.replace(None).flatten().unwrap_or_default()
-    }
-
-    fn all(self) -> Vec<Advance> {
-        self.close()
-    }
-}
-
-impl Drop for AdvancesTaken {
-    fn drop(&mut self) {
-        let left = self.close();
-        if !left.is_empty() {
-            self.counters.buckets().restore(&left);
-        }
-    }
-}
-
-/// The call off the runtime of a buckets' drain: takes every pending advance into
-/// `slot`, unless its sync went away first.
-fn take_advances(
-    counters: &swin_core::NamespaceCounters,
-    slot: &Mutex<Option<Option<Vec<Advance>>>>,
-    now: UnixMs,
-) {
-    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
-    if slot.is_none() {
-        *slot = Some(Some(normalize_advances(
-            &counters.buckets().drain(nanos(now)),
-        )));
-    }
-}
-
-/// What a drain took from a namespace's tables, table by table: the push's once the
-/// drain is complete ([`Taken::all`]). Dropped before that — a slice the stopping
-/// runtime did not run, or a sync that went away mid-drain — it goes back into the
-/// tables, as a failed push's diffs do: a drained hit is never only in a dropped value.
-struct Taken {
-    counters: Arc<swin_core::NamespaceCounters>,
-    done: Vec<(usize, Vec<Diff>)>,
-    /// The table being drained and its drain, shared with the call off the runtime in
-    /// flight or queued: dropping this waits for a call that runs, and closes the slot
-    /// to one that has yet to run.
-    open: Option<(usize, Arc<Mutex<Slot>>)>,
-}
-
-/// One table's drain, as the calls off the runtime take it.
-enum Slot {
-    /// No call has run yet.
-    Waiting,
-    /// A small table, drained in one walk.
-    Whole(Vec<Diff>),
-    /// A large table's drain, a slice at a time.
-    Open(DrainSlices),
-    /// Taken by the sync (or put back): a call that runs now takes nothing.
-    Closed,
-}
-
-/// One call's part of a table's drain (see [`Slot`]): whether more is left.
-fn take_slice(t: &swin_core::WindowTable, slot: &Mutex<Slot>, now: UnixMs) -> bool {
-    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
-    match &mut *slot {
-        // the sync went away before this call ran: nothing is taken
-        Slot::Closed | Slot::Whole(_) => false,
-        // a small table: one walk, no list of keys
-        Slot::Waiting if t.len() <= 2 * DRAIN_SLICE => {
-            *slot = Slot::Whole(t.drain(now));
-            false
-        }
-        // in the slot before a slice is taken: what it takes is the guard's at once
-        Slot::Waiting => {
-            *slot = Slot::Open(t.drain_in_slices());
-            match &mut *slot {
-                Slot::Open(s) => t.drain_slice(s, DRAIN_SLICE, now),
-                _ => false,
-            }
-        }
-        Slot::Open(s) => t.drain_slice(s, DRAIN_SLICE, now),
-    }
-}
-
-impl Taken {
-    fn close(&mut self) {
-        if let Some((table, slot)) = self.open.take() {
-            let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
-            let taken = match std::mem::replace(&mut *slot, Slot::Closed) {
-                Slot::Whole(d) => d,
-                Slot::Open(s) => s.finish(),
-                Slot::Waiting | Slot::Closed => Vec::new(),
-            };
-            self.done.push((table, taken));
-        }
-    }
-
-    fn all(mut self) -> Vec<Diff> {
-        self.close();
-        std::mem::take(&mut self.done)
-            .into_iter()
-            .flat_map(|(_, d)| d)
-            .collect()
-    }
-}
-
-impl Drop for Taken {
-    fn drop(&mut self) {
-        self.close();
-        for (table, diffs) in self.done.drain(..) {
-            if !diffs.is_empty() {
-                self.counters.tables()[table].restore(diffs);
-            }
-        }
-    }
-}
-
 /// The windows a sync reads of each key `diffs` push — its current and previous at
 /// `now` — that `diffs` lack, as diffs of 0: on a store that pipelines they go in the
 /// push and are read, not written (Redis's script reads them in the same HMGET as the
@@ -343,12 +205,12 @@ pub(super) fn enqueue<T: Clone>(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     use std::time::Duration;
 
     use swin_core::{CounterOptions, NamespaceCounters, UnixMs, WindowSize};
 
-    use super::{take_advances, take_slice, AdvancesTaken, Slot, Taken, DRAIN_SLICE};
+    use crate::engine::taken::DRAIN_SLICE;
     use crate::store::{CounterStore, SqliteStore, WindowKey};
     use crate::{NamespaceSync, Store, SyncMode};
 
@@ -429,57 +291,6 @@ mod tests {
         assert_eq!(reads, vec![("a".to_string(), prev)]);
     }
 
-    /// A call of the drain that runs after its sync went away (its future dropped while
-    /// the call waited for a thread) takes nothing: every hit stays in the table.
-    #[test]
-    fn a_slice_that_runs_after_its_sync_went_away_takes_nothing() {
-        for keys in [10, 3 * DRAIN_SLICE] {
-            let c = counters(keys);
-            let t = c.table(60).expect("table");
-            let slot = Arc::new(Mutex::new(Slot::Waiting));
-            drop(Taken {
-                counters: c.clone(),
-                done: Vec::new(),
-                open: Some((0, slot.clone())),
-            });
-            assert!(!take_slice(t, &slot, NOW), "nothing more to take");
-            let all = t.drain(NOW);
-            assert_eq!(all.len(), keys);
-            assert_eq!(all.iter().map(|d| d.value).sum::<f64>(), expected(keys));
-        }
-    }
-
-    /// A buckets' drain whose sync went away after the call ran puts its advances back;
-    /// one that runs after its sync went away takes nothing.
-    #[test]
-    fn a_buckets_drain_dropped_after_it_ran_puts_back_what_it_took() {
-        let c = counters(0);
-        let gcra = swin_core::Gcra::new(10, 10, Duration::from_secs(60)).expect("gcra");
-        let now_ns = super::nanos(NOW);
-        for key in ["a", "b"] {
-            let d = c
-                .buckets()
-                .spend(&gcra, key, now_ns, 3, false)
-                .expect("spent");
-            assert!(d.allowed);
-        }
-        let taken = AdvancesTaken::new(c.clone());
-        take_advances(&c, &taken.slot, NOW);
-        drop(taken); // the sync went away before it read what the call took
-        let back = c.buckets().drain(now_ns);
-        assert_eq!(back.len(), 2, "{back:?}");
-        c.buckets().restore(&back);
-        let late = AdvancesTaken::new(c.clone());
-        let slot = late.slot.clone();
-        drop(late);
-        take_advances(&c, &slot, NOW);
-        assert_eq!(
-            c.buckets().drain(now_ns),
-            back,
-            "nothing taken by a late call"
-        );
-    }
-
     /// The same through the sync's own drain: its future polled until the call off the
     /// runtime has run, then dropped (the sync went away), leaves every advance in the
     /// buckets for the next drain.
@@ -518,31 +329,5 @@ mod tests {
             "advances lost with the dropped drain: {left:?}"
         );
         assert!(left.iter().all(|a| a.ns > 0), "{left:?}");
-    }
-
-    /// A drain dropped part way (a slice the stopping runtime did not run, a sync that
-    /// went away) puts what it took back into the tables: the next drain has every hit.
-    #[test]
-    fn a_drain_dropped_part_way_puts_back_what_it_took() {
-        let keys = 2_500;
-        let c = counters(keys);
-        let t = c.table(60).expect("table");
-        let done = t.drain(NOW); // as if an earlier table of the namespace
-        t.restore(done[..100].to_vec());
-        t.restore(done[100..].to_vec());
-        let done = t.drain(NOW);
-        t.restore(done[..500].to_vec());
-        let mut slices = t.drain_in_slices();
-        t.drain_slice(&mut slices, 200, NOW);
-        assert_eq!(slices.left(), keys - 200);
-        let taken = Taken {
-            counters: c.clone(),
-            done: vec![(0, done[500..].to_vec())],
-            open: Some((0, Arc::new(Mutex::new(Slot::Open(slices))))),
-        };
-        drop(taken);
-        let all = t.drain(NOW);
-        assert_eq!(all.len(), keys);
-        assert_eq!(all.iter().map(|d| d.value).sum::<f64>(), expected(keys));
     }
 }
