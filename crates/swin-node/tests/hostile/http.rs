@@ -99,6 +99,37 @@ fn an_ipv6_client_moving_inside_its_64_does_not_lift_a_limit() {
     assert_eq!(status("64:ff9b::203.0.113.8"), "200", "another IPv4 client");
 }
 
+/// Behind a proxy that appends an empty value to X-Forwarded-For, or adds an X-Real-IP
+/// beside the client's, the client could name any key — a victim's: no such request is
+/// keyed by what the client wrote (both used to be: the client's address, left of the
+/// empty entry or first of the two, was counted).
+#[test]
+fn a_client_written_address_is_not_believed_past_an_empty_hop_or_a_second_real_ip() {
+    let dir = tempfile::tempdir().expect("dir");
+    let n = node(
+        dir.path(),
+        "trusted_proxies = [\"127.0.0.1/32\"]\n[[namespaces]]\nname = \"login\"\nwindow_sizes = [60]\nsync_rate = -1\nlimits = [{ window_size = 60, limit = 5 }]\n",
+    );
+    let status = |headers: &str| {
+        let req =
+            format!("GET /v1/auth/login HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n");
+        let answer = exchange(n.port, req.as_bytes());
+        answer.get(9..12).unwrap_or("").to_owned()
+    };
+    for h in [
+        "X-Forwarded-For: 198.51.100.41,\r\n",
+        "X-Forwarded-For: 198.51.100.41, , \r\n",
+        "X-Real-IP: 198.51.100.41\r\nX-Real-IP: 198.51.100.42\r\n",
+    ] {
+        assert_eq!(status(h), "401", "{h:?}: no key, nothing counted");
+    }
+    let read = exchange(
+        n.port,
+        b"GET /v1/namespaces/login/keys/198.51.100.41 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(read.contains("\"current\":0.0"), "{read}");
+}
+
 /// A key that is not UTF-8 once percent-decoded is `invalid_key` on every route that
 /// takes one, as the README says (it was `bad_request`).
 #[test]

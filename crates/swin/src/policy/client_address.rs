@@ -31,8 +31,21 @@ pub struct NotAProxy(pub String);
 pub fn trusted_proxy(s: &str) -> Result<IpNet, NotAProxy> {
     s.parse::<IpNet>()
         .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-        .map(|n| n.trunc())
+        .map(|n| canonical_net(n.trunc()))
         .map_err(|_| NotAProxy(s.to_owned()))
+}
+
+/// An IPv4-mapped network (`::ffff:127.0.0.1`, `::ffff:10.0.0.0/104`) as the IPv4 one it
+/// maps: peers and forwarded addresses are compared in canonical form, where it would
+/// match nothing.
+fn canonical_net(n: IpNet) -> IpNet {
+    match n {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(n, IpNet::V4),
+            None => n,
+        },
+        _ => n,
+    }
 }
 
 /// The client as a limit's key (and as one client of the per-client caps): its address,
@@ -94,11 +107,12 @@ pub(crate) fn client_address(
         .iter()
         .flat_map(|v| v.as_bytes().split(|b| *b == b','))
         .map(<[u8]>::trim_ascii)
-        .filter(|v| !v.is_empty())
         .collect();
-    if !chain.is_empty() {
+    if chain.iter().any(|v| !v.is_empty()) {
         let mut nearest = None;
         for entry in chain.iter().rev() {
+            // an empty entry right of the client is no address (a proxy appended an
+            // empty value): the client-written one left of it is never believed instead
             let ip = parse_bytes(entry)?;
             if !is_trusted(&ip) {
                 return Ok(ip);
@@ -113,8 +127,12 @@ pub(crate) fn client_address(
         // instead (the client may have written it)
         return Ok(peer);
     }
-    match headers.get("x-real-ip").map(|v| v.as_bytes().trim_ascii()) {
-        Some(v) if !v.is_empty() => parse_bytes(v),
+    // two X-Real-IP lines: one is the client's (a proxy that adds the header rather
+    // than replacing it), and which is not known
+    let mut real = headers.get_all("x-real-ip").iter();
+    match (real.next().map(|v| v.as_bytes().trim_ascii()), real.next()) {
+        (Some(_), Some(_)) => Err(NoAddress::NotAnAddress("several X-Real-IP headers".into())),
+        (Some(v), None) if !v.is_empty() => parse_bytes(v),
         _ => Ok(peer),
     }
 }
@@ -266,6 +284,52 @@ mod tests {
         assert_ne!(key("fe80::1"), key("fe80::2"));
         // another address of NAT64's /64 that carries no client is a /64 as any
         assert_eq!(key("64:ff9b:0:0:1::1"), "64:ff9b::/64");
+    }
+
+    /// What a client could write to pick its key is never believed: an empty last
+    /// X-Forwarded-For entry (a proxy appended an empty value) is no address, not a pass
+    /// to the client-written one left of it; two X-Real-IP lines are no address.
+    #[test]
+    fn an_empty_last_hop_or_two_real_ips_name_no_client() {
+        let t = nets(&["127.0.0.1/32"]);
+        let from = |h: &[(&'static str, &'static str)]| {
+            client_address(peer("127.0.0.1:1"), &headers(h), &t)
+        };
+        for xff in ["198.51.100.41,", "198.51.100.41, , ", "6.6.6.2, "] {
+            let got = from(&[("x-forwarded-for", xff)]);
+            assert!(
+                matches!(got, Err(NoAddress::NotAnAddress(_))),
+                "{xff:?}: {got:?}"
+            );
+        }
+        // empty entries left of the client are the client's own business
+        assert_eq!(
+            from(&[("x-forwarded-for", ", 198.51.100.9")]),
+            ip("198.51.100.9")
+        );
+        // lines with nothing at all: the peer, as before
+        assert_eq!(from(&[("x-forwarded-for", " ")]), ip("127.0.0.1"));
+        let two = from(&[
+            ("x-real-ip", "198.51.100.44"),
+            ("x-real-ip", "198.51.100.45"),
+        ]);
+        assert!(matches!(two, Err(NoAddress::NotAnAddress(_))), "{two:?}");
+        assert_eq!(from(&[("x-real-ip", "198.51.100.44")]), ip("198.51.100.44"));
+    }
+
+    /// An IPv4-mapped trusted proxy is the IPv4 one: it matches the peer it names.
+    #[test]
+    fn an_ipv4_mapped_trusted_proxy_matches_its_ipv4_peer() {
+        for entry in ["::ffff:127.0.0.1", "::ffff:127.0.0.0/120"] {
+            let t = vec![trusted_proxy(entry).expect("a proxy")];
+            let fwd = headers(&[("x-forwarded-for", "198.51.100.7")]);
+            let got = client_address(peer("127.0.0.1:1"), &fwd, &t);
+            assert_eq!(got, ip("198.51.100.7"), "{entry}");
+        }
+        assert_eq!(
+            trusted_proxy("::ffff:10.0.0.0/104").expect("a proxy"),
+            "10.0.0.0/8".parse::<IpNet>().expect("net")
+        );
     }
 
     #[test]
