@@ -274,14 +274,25 @@ impl Entry {
                 .all(|s| s.start.load(Ordering::Acquire) < oldest_live)
     }
 
-    /// Marks the entry dead if it has no unsynced diff (with [`Retention::LocalOnly`],
-    /// whatever it holds). After `true`, any add that races with this call sees
+    /// Marks the entry dead if nothing in it would be lost: with [`Retention::Synced`], no
+    /// unsynced diff (the store holds the rest); with [`Retention::LocalOnly`], where the
+    /// entry is the only record, no window that still weighs (none starting at
+    /// `oldest_live` or later). After `true`, any add that races with this call sees
     /// `retired` (see the module comment).
-    pub(crate) fn retire(&self, retention: Retention) -> bool {
+    pub(crate) fn retire(&self, retention: Retention, oldest_live: i64) -> bool {
         let _guard = self.locked();
         self.retired.store(true, Ordering::SeqCst);
         crate::sync::seq_cst_point();
-        if retention == Retention::Synced && self.has_diff() {
+        let keep = match retention {
+            Retention::Synced => self.has_diff(),
+            // a window is rolled in under the lock held here: one rolled in before is
+            // seen, one after finds `retired`
+            Retention::LocalOnly => self
+                .slots
+                .iter()
+                .any(|s| s.start.load(Ordering::Acquire) >= oldest_live),
+        };
+        if keep {
             self.retired.store(false, Ordering::SeqCst);
             return false;
         }
@@ -290,6 +301,14 @@ impl Entry {
 }
 
 impl Entry {
+    /// Whether the entry is retired for good: an add that saw `retired` may have seen an
+    /// eviction that then kept the entry (it holds something that would be lost); the
+    /// eviction decides under the lock taken here.
+    pub(crate) fn is_retired(&self) -> bool {
+        let _guard = self.locked();
+        self.retired.load(Ordering::SeqCst)
+    }
+
     /// Called by an incrementer that saw `retired`: moves every diff still held to
     /// `spill`, so hits that raced with the eviction reach the overflow list.
     pub(crate) fn flush_retired(&self, spill: &mut dyn FnMut(i64, f64)) {

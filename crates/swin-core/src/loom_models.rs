@@ -103,7 +103,7 @@ fn an_eviction_racing_an_add_loses_nothing() {
                 }
             })
         };
-        let retired = e.retire(Retention::Synced);
+        let retired = e.retire(Retention::Synced, 0);
         adder.join().expect("adder");
         let spilled = *overflow.lock().expect("overflow");
         let held = read(&e, 0);
@@ -164,5 +164,35 @@ fn a_roll_racing_an_add_spills_the_old_window_once() {
         let in_new = read(&e, later);
         let total = spilled + in_new;
         assert_eq!(total, if counted { 1.0 } else { 0.0 }, "exactly once");
+    });
+}
+
+/// A local-only eviction racing an increment that rolls a new window into an expired
+/// entry: the entry is retired only when no window that weighs was rolled in before, and
+/// an increment that rolled one in after sees it retired (the table counts it again in
+/// a new entry) — a hit is never left in a retired entry unseen.
+#[test]
+fn a_local_only_eviction_racing_a_new_window_leaves_no_hit_unseen() {
+    loom::model(|| {
+        let (e, _) = entry();
+        let later = 2 * i64::from(SIZE);
+        let adder = {
+            let e = e.clone();
+            thread::spawn(move || {
+                let i = e
+                    .prepare(later, SIZE, &mut |_, _| {})
+                    .expect("newer window");
+                e.add(i, 1.0)
+            })
+        };
+        // at `later`, the window at 0 no longer weighs (the oldest live starts at SIZE)
+        let retired = e.retire(Retention::LocalOnly, i64::from(SIZE));
+        // an add that saw the eviction under way asks whether it kept the entry
+        let added = adder.join().expect("adder");
+        let dead = added == Added::Retired && e.is_retired();
+        assert_eq!(retired, dead, "a hit left unseen in a retired entry");
+        if !retired {
+            assert_eq!(read(&e, later), 1.0);
+        }
     });
 }

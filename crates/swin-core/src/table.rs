@@ -111,7 +111,7 @@ impl WindowTable {
         let entry = match map.get(key) {
             Some(e) => e,
             None => {
-                self.make_room()?;
+                self.make_room(now)?;
                 map.get_or_insert_with(key.into(), || Entry::new(now.secs()))
             }
         };
@@ -144,7 +144,18 @@ impl WindowTable {
             added = Added::Retired;
         }
         if added == Added::Retired {
-            entry.flush_retired(&mut spill);
+            if self.options.retention == Retention::LocalOnly {
+                if entry.is_retired() {
+                    // an eviction took the entry as this hit landed (its windows had
+                    // passed): nothing else holds the hit, so it is counted again in a
+                    // new entry
+                    self.remove_retired(&map, key, entry);
+                    return self.increment(key, value, now);
+                }
+                // the eviction kept the entry: the hit is in it
+            } else {
+                entry.flush_retired(&mut spill);
+            }
         }
         if out_of_range {
             return Err(CoreError::CountOutOfRange {
@@ -174,7 +185,7 @@ impl WindowTable {
         let map = self.map.pin();
         let entry = match map.get(key) {
             Some(e) => e,
-            None if self.make_room().is_ok() => {
+            None if self.make_room(now).is_ok() => {
                 map.get_or_insert_with(key.into(), || Entry::new(now.secs()))
             }
             None => return WindowRate::at(self.size, now, 0.0, 0.0),
@@ -291,7 +302,7 @@ impl WindowTable {
         let oldest_live = self.size.previous_start_of(now);
         for key in expired {
             if let Some(e) = map.get(&key) {
-                if e.expired(oldest_live) && e.retire(self.options.retention) {
+                if e.expired(oldest_live) && e.retire(self.options.retention, oldest_live) {
                     self.remove_retired(map, &key, e);
                 }
             }
@@ -325,7 +336,7 @@ impl WindowTable {
             }
             let entry = match map.get(t.key.as_str()) {
                 Some(e) => e,
-                None if create && self.make_room().is_ok() => {
+                None if create && self.make_room(now).is_ok() => {
                     map.get_or_insert_with(t.key.clone(), || Entry::new(now.secs()))
                 }
                 None => continue,
@@ -351,7 +362,7 @@ impl WindowTable {
             let entry = match map.get(t.key.as_str()) {
                 Some(e) if added.contains(t.key.as_str()) => e,
                 Some(_) => continue,
-                None if self.make_room().is_ok() => {
+                None if self.make_room(now).is_ok() => {
                     added.insert(t.key.as_str());
                     map.get_or_insert_with(t.key.clone(), || Entry::new(now.secs()))
                 }
@@ -373,11 +384,14 @@ impl WindowTable {
         self.map.pin().keys().cloned().collect()
     }
 
-    /// Evicts least recently used entries without unsynced diffs once the cap is reached:
-    /// down to 90 % of the cap, so the scan is paid once per tenth of the cap inserts.
-    /// When that leaves the table full (every entry holds unsynced hits), new keys are
-    /// refused without another scan until the next drain.
-    fn make_room(&self) -> Result<(), CoreError> {
+    /// Evicts least recently used entries that lose nothing once the cap is reached: in a
+    /// synced table those without unsynced diffs (the store holds their counts), in a
+    /// local-only one those whose windows no longer weigh (the table is their only
+    /// record: a key at its limit evicted by other keys' churn would start again at 0).
+    /// Down to 90 % of the cap, so the scan is paid once per tenth of the cap inserts.
+    /// When that leaves the table full, new keys are refused (`CapacityExceeded`, the
+    /// namespace's memory is full) without another scan until the next drain.
+    fn make_room(&self, now: UnixMs) -> Result<(), CoreError> {
         let max = self.options.max_counters;
         if self.map.len() < max {
             return Ok(());
@@ -398,9 +412,14 @@ impl WindowTable {
             return Err(full());
         }
         let map = self.map.pin();
+        let oldest_live = self.size.previous_start_of(now);
+        let loses_nothing = |e: &Entry| match self.options.retention {
+            Retention::Synced => !e.has_diff(),
+            Retention::LocalOnly => e.expired(oldest_live),
+        };
         let mut candidates: Vec<(u32, CompactString)> = map
             .iter()
-            .filter(|(_, e)| !e.has_diff())
+            .filter(|(_, e)| loses_nothing(e))
             .map(|(k, e)| (e.last_used(), k.clone()))
             .collect();
         let target = max - max / 10;
@@ -411,7 +430,7 @@ impl WindowTable {
         }
         for (_, key) in candidates.into_iter().take(n) {
             if let Some(e) = map.get(&key) {
-                if e.retire(self.options.retention) {
+                if e.retire(self.options.retention, oldest_live) {
                     self.remove_retired(&map, &key, e);
                     self.evictions.fetch_add(1, Ordering::Relaxed);
                 }

@@ -309,6 +309,33 @@ fn the_cap_evicts_least_recently_used_synced_keys() {
     assert!(t.len() <= 10);
 }
 
+/// In a local-only namespace the table is the only record of a key's hits: a full table
+/// evicts only keys whose windows no longer weigh (a key at its limit whose previous
+/// window still counts is kept, and a new key waits for room instead).
+#[test]
+fn a_full_local_only_table_keeps_keys_whose_previous_window_weighs() {
+    let t = table(60, 10, Retention::LocalOnly);
+    t.increment("k0", 5.0, at(59)).expect("room");
+    t.drain(at(59));
+    let mut refused = 0;
+    for i in 0..20 {
+        // at the minute's turn, other keys churn (each drained, as the local loop does)
+        match t.increment(&format!("churn-{i}"), 1.0, at(61)) {
+            Ok(_) => {}
+            Err(CoreError::CapacityExceeded { .. }) => refused += 1,
+            Err(e) => panic!("unexpected {e}"),
+        }
+        t.drain(at(61));
+    }
+    assert!(refused > 0, "a full table of live keys refuses a new key");
+    let r = t.rate("k0", at(62), None);
+    assert_eq!(r.previous, 5.0, "k0's previous window still weighs");
+    // once their windows no longer weigh, keys make room again
+    t.drain(at(180));
+    t.increment("late", 1.0, at(180))
+        .expect("room once the churned keys' windows passed");
+}
+
 #[test]
 fn a_flood_of_distinct_keys_stays_under_the_cap() {
     let t = table(60, 1000, Retention::Synced);

@@ -55,6 +55,71 @@ fn forwarding_headers_with_bytes_that_are_not_ascii_do_not_lift_a_limit() {
     );
 }
 
+/// The status code of a raw exchange's answer, and its body.
+fn code_and_body(answer: &str) -> (String, String) {
+    let code = answer.get(9..12).unwrap_or("").to_owned();
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (code, body)
+}
+
+/// In a local-only namespace whose counter table is full (`max_counters`), a client at
+/// its limit churns other keys at the window's turn: its counter, whose previous window
+/// still weighs, is kept (it used to be evicted: its count started again at 0 and the
+/// client was admitted past its limit); the churned keys wait for room (503).
+#[test]
+fn churning_keys_does_not_evict_a_local_count_that_still_weighs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let n = node(
+        dir.path(),
+        "[[namespaces]]\nname = \"api\"\nwindow_sizes = [3]\nsync_rate = -1\nmax_counters = 4\nlimits = [{ window_size = 3, limit = 5 }]\n",
+    );
+    let hit = |key: &str| {
+        let req = format!(
+            "POST /v1/namespaces/api/keys/{key}/hit HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        code_and_body(&exchange(n.port, req.as_bytes()))
+    };
+    let ms_into_window = || {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis();
+        (t % 3000) as u64
+    };
+    // the hits early in a window, the churn early in the next (the previous window
+    // weighs about 90 % then), a local drain (every second) in between
+    std::thread::sleep(Duration::from_millis(3000 - ms_into_window() + 50));
+    for _ in 0..5 {
+        assert_eq!(hit("victim").0, "200");
+    }
+    std::thread::sleep(Duration::from_millis(3000 - ms_into_window() + 50));
+    let mut codes = Vec::new();
+    for i in 0..10 {
+        codes.push(hit(&format!("churn-{i}")).0);
+    }
+    assert!(
+        codes.iter().all(|c| c == "200" || c == "503"),
+        "churned keys are counted or wait for room: {codes:?}"
+    );
+    assert!(
+        codes.iter().any(|c| c == "503"),
+        "the table is full: {codes:?}"
+    );
+    let read =
+        "GET /v1/namespaces/api/keys/victim HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let (code, body) = code_and_body(&exchange(n.port, read.as_bytes()));
+    assert_eq!(code, "200", "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let previous = v.pointer("/windows/0/previous");
+    assert_eq!(
+        previous.and_then(serde_json::Value::as_f64),
+        Some(5.0),
+        "the victim's previous window: {v}"
+    );
+    let (code, body) = hit("victim");
+    assert_eq!(code, "429", "past its limit: {body}");
+}
+
 /// An IPv6 client that sends each request from another address of its /64 (a host is
 /// given 2^64 of them) is one client: its limit holds (it used to be a new key each
 /// time: 8 of 8 admitted on a limit of 5), and a client of another /64 is another key.
