@@ -11,7 +11,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use swin_core::{BucketTable, Gcra};
+use swin_core::{BucketTable, Gcra, Retention};
 
 const CAP: usize = 200_000;
 const NOW: i64 = 1_763_784_000_000_000_000;
@@ -19,7 +19,7 @@ const OPS: usize = 200_000;
 const RUNS: usize = 5;
 
 fn full_table(g: &Gcra, drained: bool) -> BucketTable {
-    let t = BucketTable::new("bench", CAP);
+    let t = BucketTable::new("bench", CAP, Retention::Synced);
     for i in 0..CAP {
         t.spend(g, &format!("k{i}"), NOW + i as i64, g.burst(), false)
             .expect("room");

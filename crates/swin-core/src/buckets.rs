@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use compact_str::CompactString;
 
-use crate::{CoreError, Decision, Gcra, GcraOutcome};
+use crate::{CoreError, Decision, Gcra, GcraOutcome, Retention};
 
 /// A TAT advance drained from a bucket: what this node's spends (and refunds) moved it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +56,9 @@ type Hasher = foldhash::fast::RandomState;
 pub struct BucketTable {
     namespace: CompactString,
     max: usize,
+    /// Local-only: the table is the only record of a key's spends, and only a full
+    /// bucket may be evicted (a new bucket is full: nothing is lost).
+    retention: Retention,
     map: papaya::HashMap<CompactString, Arc<Bucket>, Hasher>,
     /// Drains so far: a drain is what makes buckets with pending advances evictable.
     drains: AtomicU64,
@@ -66,10 +69,11 @@ pub struct BucketTable {
 }
 
 impl BucketTable {
-    pub fn new(namespace: &str, max_buckets: usize) -> Self {
+    pub fn new(namespace: &str, max_buckets: usize, retention: Retention) -> Self {
         BucketTable {
             namespace: namespace.into(),
             max: max_buckets.max(1),
+            retention,
             map: papaya::HashMap::builder()
                 .hasher(Hasher::default())
                 .resize_mode(papaya::ResizeMode::Blocking)
@@ -88,13 +92,13 @@ impl BucketTable {
         self.map.is_empty()
     }
 
-    fn bucket(&self, key: &str) -> Result<Arc<Bucket>, CoreError> {
+    fn bucket(&self, key: &str, now_ns: i64) -> Result<Arc<Bucket>, CoreError> {
         let map = self.map.pin();
         if let Some(b) = map.get(key) {
             return Ok(b.clone());
         }
         if map.len() >= self.max {
-            self.make_room();
+            self.make_room(now_ns);
             if self.map.len() >= self.max {
                 return Err(CoreError::BucketsFull {
                     namespace: self.namespace.to_string(),
@@ -189,7 +193,7 @@ impl BucketTable {
         f: impl Fn(Option<i64>) -> Result<(GcraOutcome, bool), CoreError>,
     ) -> Result<Decision, CoreError> {
         loop {
-            let b = self.bucket(key)?;
+            let b = self.bucket(key, now_ns)?;
             let old = b.tat.load(SeqCst);
             if old == DEAD {
                 self.forget(key, &b);
@@ -214,21 +218,21 @@ impl BucketTable {
 
     /// Marks a full, idle bucket dead and drops it. False when it is in use.
     fn try_drop(&self, key: &str, b: &Arc<Bucket>, now_ns: i64) -> bool {
-        let t = b.tat.load(SeqCst);
-        t <= now_ns && self.evict(key, b)
+        self.evict(key, b, Some(now_ns))
     }
 
     /// Makes room for a new bucket: evicts the buckets that refill soonest (the least
     /// state lost: full ones first, then the ones closest to full) among those with no
     /// advance waiting to be pushed, down to 90 % of the cap, so the scan is paid once
     /// per tenth of the cap of new keys. An evicted bucket that was not full is
-    /// forgotten here: that key starts full again on this node (until a sync reads its
-    /// TAT back, for a store-backed namespace). The alternative, evicting only full
-    /// buckets, let a flood of keys spending their whole burst lock every new key out
-    /// until they refilled. When nothing can be evicted (every bucket has advances not
-    /// yet pushed) that is remembered until the next drain, so refusing a new key costs
-    /// no scan.
-    fn make_room(&self) {
+    /// forgotten here: that key starts full again on this node until a sync reads its
+    /// TAT back (the alternative, evicting only full buckets, let a flood of keys
+    /// spending their whole burst lock every new key out until they refilled). In a
+    /// local-only namespace nothing would read it back — a key at its limit that churned
+    /// other keys would spend its burst again — so only full buckets are evicted there,
+    /// and a new key waits while none is. When nothing can be evicted that is remembered
+    /// until the next drain, so refusing a new key costs no scan.
+    fn make_room(&self, now_ns: i64) {
         let drains = self.drains.load(SeqCst);
         if self.full_at.load(SeqCst) == drains {
             return;
@@ -240,7 +244,10 @@ impl BucketTable {
         let map = self.map.pin();
         let mut candidates: Vec<(i64, CompactString, Arc<Bucket>)> = map
             .iter()
-            .filter(|(_, b)| b.pending.load(SeqCst) == 0)
+            .filter(|(_, b)| {
+                b.pending.load(SeqCst) == 0
+                    && (self.retention == Retention::Synced || b.tat.load(SeqCst) <= now_ns)
+            })
             .map(|(k, b)| (b.tat.load(SeqCst), k.clone(), b.clone()))
             .collect();
         drop(map);
@@ -252,7 +259,8 @@ impl BucketTable {
         }
         let mut evicted = 0;
         for (_, k, b) in candidates.into_iter().take(n) {
-            if self.evict(&k, &b) {
+            let full_by = (self.retention == Retention::LocalOnly).then_some(now_ns);
+            if self.evict(&k, &b, full_by) {
                 evicted += 1;
             }
         }
@@ -261,15 +269,16 @@ impl BucketTable {
         }
     }
 
-    /// Drops `b` if it has nothing to push (a spend that races with this retries on a
-    /// fresh bucket, as with `try_drop`).
-    fn evict(&self, key: &str, b: &Arc<Bucket>) -> bool {
+    /// Drops `b` if it has nothing to push and, with `full_by`, is full by then (a spend
+    /// that races with this retries on a fresh bucket, as with `try_drop`).
+    fn evict(&self, key: &str, b: &Arc<Bucket>, full_by: Option<i64>) -> bool {
         let t = b.tat.load(SeqCst);
         if t == DEAD {
             self.forget(key, b);
             return true;
         }
-        if b.pending.load(SeqCst) != 0 {
+        // the TAT checked is the one the compare-and-swap below replaces
+        if full_by.is_some_and(|now_ns| t > now_ns) || b.pending.load(SeqCst) != 0 {
             return false;
         }
         if b.tat.compare_exchange(t, DEAD, SeqCst, SeqCst).is_ok() {

@@ -23,7 +23,7 @@ impl NamespaceCounters {
         NamespaceCounters {
             name: name.to_owned(),
             max_counters: options.max_counters,
-            buckets: BucketTable::new(name, options.max_counters),
+            buckets: BucketTable::new(name, options.max_counters, options.retention),
             tables: sizes
                 .into_iter()
                 .map(|s| WindowTable::new(name, s, options))

@@ -11,7 +11,7 @@ fn gcra() -> Gcra {
 
 #[test]
 fn spends_until_empty_and_records_the_advances() {
-    let t = BucketTable::new("ns", 100);
+    let t = BucketTable::new("ns", 100, Retention::Synced);
     let g = gcra();
     for _ in 0..10 {
         assert!(t.spend(&g, "k", NOW, 1, false).expect("spend").allowed);
@@ -32,7 +32,7 @@ fn spends_until_empty_and_records_the_advances() {
 
 #[test]
 fn forced_spends_move_the_tat_when_denied() {
-    let t = BucketTable::new("ns", 100);
+    let t = BucketTable::new("ns", 100, Retention::Synced);
     let g = gcra();
     for _ in 0..12 {
         t.spend(&g, "k", NOW, 1, true).expect("spend");
@@ -42,7 +42,7 @@ fn forced_spends_move_the_tat_when_denied() {
 
 #[test]
 fn cluster_tats_and_own_spends_combine() {
-    let t = BucketTable::new("ns", 100);
+    let t = BucketTable::new("ns", 100, Retention::Synced);
     let g = gcra();
     t.spend(&g, "k", NOW, 2, false).expect("spend");
     let drained = t.drain(NOW);
@@ -70,7 +70,7 @@ fn cluster_tats_and_own_spends_combine() {
 
 #[test]
 fn a_full_table_evicts_the_buckets_that_refill_soonest() {
-    let t = BucketTable::new("ns", 10);
+    let t = BucketTable::new("ns", 10, Retention::Synced);
     let g = gcra();
     // ten keys spend their whole burst a tenth of a second apart: k0 refills first
     for i in 0..10 {
@@ -102,7 +102,7 @@ fn a_full_table_evicts_the_buckets_that_refill_soonest() {
 
 #[test]
 fn full_idle_buckets_are_dropped_and_the_cap_holds() {
-    let t = BucketTable::new("ns", 2);
+    let t = BucketTable::new("ns", 2, Retention::Synced);
     let g = gcra();
     t.spend(&g, "a", NOW, 1, false).expect("spend");
     t.spend(&g, "b", NOW, 1, false).expect("spend");
@@ -120,7 +120,7 @@ fn full_idle_buckets_are_dropped_and_the_cap_holds() {
 
 #[test]
 fn restore_puts_advances_back_and_refund_takes_one_back() {
-    let t = BucketTable::new("ns", 100);
+    let t = BucketTable::new("ns", 100, Retention::Synced);
     let g = gcra();
     t.spend(&g, "k", NOW, 3, false).expect("spend");
     let d = t.drain(NOW);
@@ -133,7 +133,7 @@ fn restore_puts_advances_back_and_refund_takes_one_back() {
 
 #[test]
 fn concurrent_spends_never_exceed_the_burst() {
-    let t = Arc::new(BucketTable::new("ns", 100));
+    let t = Arc::new(BucketTable::new("ns", 100, Retention::Synced));
     let g = gcra();
     let allowed: usize = std::thread::scope(|s| {
         let hs: Vec<_> = (0..4)
@@ -150,4 +150,38 @@ fn concurrent_spends_never_exceed_the_burst() {
     });
     assert_eq!(allowed, 10);
     assert_eq!(t.drain(NOW)[0].ns, 10 * SEC);
+}
+
+/// Local-only: the table is a key's only record, so a full table evicts only full
+/// buckets; a key at its limit is not evicted by other keys' churn (it used to start
+/// full again, its burst spent twice), and a new key waits while every bucket refills.
+#[test]
+fn a_full_local_only_table_evicts_only_full_buckets() {
+    let t = BucketTable::new("ns", 2, Retention::LocalOnly);
+    let g = gcra();
+    for _ in 0..10 {
+        assert!(t.spend(&g, "victim", NOW, 1, false).expect("spend").allowed);
+    }
+    assert!(!t.spend(&g, "victim", NOW, 1, false).expect("spend").allowed);
+    t.drain(NOW);
+    // other keys spend their whole burst a moment later: their buckets are further
+    // from full than the victim's
+    let soon = NOW + SEC / 10;
+    for i in 0..5 {
+        let churn = format!("churn-{i}");
+        for _ in 0..10 {
+            let _ = t.spend(&g, &churn, soon, 1, false);
+        }
+        t.drain(soon);
+    }
+    assert!(
+        !t.spend(&g, "victim", soon, 1, false)
+            .expect("spend")
+            .allowed,
+        "the victim's empty bucket was kept"
+    );
+    // once it has refilled it may go
+    let later = NOW + 20 * SEC;
+    t.drain(later);
+    assert!(t.spend(&g, "late", later, 1, false).expect("spend").allowed);
 }

@@ -120,6 +120,41 @@ fn churning_keys_does_not_evict_a_local_count_that_still_weighs() {
     assert_eq!(code, "429", "past its limit: {body}");
 }
 
+/// The same in a local-only GCRA namespace: a client that spent its burst churns other
+/// keys, each spending its own burst, into a full table (`max_counters`); its empty
+/// bucket is kept (it used to be evicted, and the client spent a whole burst again).
+#[test]
+fn churning_keys_does_not_evict_a_local_bucket_that_is_not_full() {
+    let dir = tempfile::tempdir().expect("dir");
+    let n = node(
+        dir.path(),
+        "[[namespaces]]\nname = \"api\"\nsync_rate = -1\nmax_counters = 4\nalgorithm = \"gcra\"\ngcra = { burst = 5, count = 5, period = \"1h\" }\n",
+    );
+    let hit = |key: &str| {
+        let req = format!(
+            "POST /v1/namespaces/api/keys/{key}/hit HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        code_and_body(&exchange(n.port, req.as_bytes())).0
+    };
+    let codes: Vec<String> = (0..6).map(|_| hit("victim")).collect();
+    assert_eq!(codes, ["200", "200", "200", "200", "200", "429"]);
+    // the local loop folds the spends every second: then the churn
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut churned = Vec::new();
+    for i in 0..10 {
+        for _ in 0..5 {
+            churned.push(hit(&format!("churn-{i}")));
+        }
+    }
+    assert!(
+        churned.iter().any(|c| c == "503"),
+        "the table is full: {churned:?}"
+    );
+    // folded again: the churned buckets could go now, the victim's is still kept
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(hit("victim"), "429", "the victim's empty bucket is kept");
+}
+
 /// An IPv6 client that sends each request from another address of its /64 (a host is
 /// given 2^64 of them) is one client: its limit holds (it used to be a new key each
 /// time: 8 of 8 admitted on a limit of 5), and a client of another /64 is another key.
