@@ -86,9 +86,13 @@ fn the_file_is_split_between_the_daemon_and_the_library() {
     assert_eq!(c.max_batch, 5);
     // the library's share is what the library reads of the same file without the
     // daemon's keys
-    let library =
-        swin::config::Config::parse("f.toml", &format!("store_timeout = 2\n{ns}"), &no_env)
-            .expect("valid");
+    let library = swin::config::Config::parse_within(
+        "f.toml",
+        &format!("store_timeout = 2\n{ns}"),
+        &no_env,
+        &[],
+    )
+    .expect("valid");
     assert_eq!(c.limiter(), &library);
     assert_eq!(c.limiter().store_timeout(), Duration::from_secs(2));
     // a key neither takes is refused where it stands, every key of both named

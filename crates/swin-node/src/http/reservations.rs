@@ -164,7 +164,7 @@ async fn reserve(
         .ok_or_else(|| Error::BadRequest("cost: required (the estimate to spend now)".into()))?;
     let r = state
         .limiter
-        .reserve_as(&client, &namespace, &key, cost, body.ttl)
+        .reserve(&namespace, &[&key], cost, body.ttl, Some(&client))
         .await?;
     Ok(reserved(&r, false, false))
 }
@@ -183,7 +183,13 @@ async fn reserve_keys(
         .ok_or_else(|| Error::BadRequest("cost: required (the estimate to spend now)".into()))?;
     let r = state
         .limiter
-        .reserve_keys_as(&client, &namespace, &keys, cost, body.ttl)
+        .reserve(
+            &namespace,
+            &keys.iter().map(String::as_str).collect::<Vec<_>>(),
+            cost,
+            body.ttl,
+            Some(&client),
+        )
         .await?;
     Ok(reserved(&r, true, false))
 }
@@ -194,7 +200,10 @@ async fn extend(
     JsonBody(body): JsonBody<ReservationBody>,
 ) -> Result<Response, ApiError> {
     let (id, more) = body.parts("the cost to add to the reservation")?;
-    let r = state.limiter.extend(&namespace, &key, &id, more).await?;
+    let r = state
+        .limiter
+        .extend(&namespace, Some(&key), &id, more)
+        .await?;
     Ok(reserved(&r, false, true))
 }
 
@@ -204,10 +213,7 @@ async fn extend_reservation(
     JsonBody(body): JsonBody<ReservationBody>,
 ) -> Result<Response, ApiError> {
     let (id, more) = body.parts("the cost to add to the reservation")?;
-    let r = state
-        .limiter
-        .extend_reservation(&namespace, &id, more)
-        .await?;
+    let r = state.limiter.extend(&namespace, None, &id, more).await?;
     Ok(reserved(&r, true, true))
 }
 

@@ -9,6 +9,7 @@
 
 mod admission;
 #[cfg(test)]
+#[cfg(test)]
 mod builder;
 mod concurrency;
 mod idempotency;
@@ -17,7 +18,7 @@ mod namespaces;
 mod quota;
 mod reservations;
 mod settings;
-mod stores;
+pub(crate) mod stores;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,6 +28,7 @@ use serde::Deserialize;
 
 pub(crate) use self::admission::STRICT_SHADOW;
 pub(crate) use self::admission::{AdmissionMode, OnStoreFailure};
+#[cfg(test)]
 #[cfg(test)]
 pub(crate) use self::builder::ConfigBuilder;
 pub(crate) use self::concurrency::Concurrency;
@@ -223,6 +225,7 @@ impl Parser<'_> {
 impl Config {
     /// A config built in code, checked by the same rules as a file when it is built.
     #[cfg(test)]
+    #[cfg(test)]
     pub(crate) fn builder() -> ConfigBuilder {
         ConfigBuilder::default()
     }
@@ -245,9 +248,10 @@ impl Config {
         Config::parse("(config)", text, &|_| None)
     }
 
-    /// Validates a config given as a TOML table (a section of a program's own file, say),
-    /// with no environment overrides; `file` is what errors call it.
-    pub fn from_table(file: &str, table: toml::Table) -> Result<Config, ConfigError> {
+    /// Validates a config given as a TOML table (the builder's), with no environment
+    /// overrides; `file` is what errors call it.
+    #[cfg(test)]
+    pub(crate) fn from_table(file: &str, table: toml::Table) -> Result<Config, ConfigError> {
         let p = Parser {
             file,
             env: &|_| None,
@@ -260,7 +264,7 @@ impl Config {
 
     /// Parses and validates `text`, every key of which is the library's; `env` looks up
     /// overrides (`SWIN_DATA_DIR`, `SWIN_MIGRATE`, `SWIN_STORE_<NAME>_URL`, …).
-    pub fn parse(
+    pub(crate) fn parse(
         file: &str,
         text: &str,
         env: &dyn Fn(&str) -> Option<String>,
@@ -268,9 +272,11 @@ impl Config {
         Config::parse_within(file, text, env, &[])
     }
 
-    /// The library's share of a file that also holds the top-level keys `others` (those
-    /// of the program that embeds it: the daemon's `listen`, `[auth]`, …), which are left
-    /// to that program. A key neither takes is refused, both lists named.
+    /// Parses and validates the library's share of `text`, a file that may also hold the
+    /// top-level keys `others` (those of the program that embeds it: the daemon's
+    /// `listen`, `[auth]`, …), which are left to that program; a key neither takes is
+    /// refused, both lists named. `env` looks up overrides (`SWIN_DATA_DIR`,
+    /// `SWIN_MIGRATE`, `SWIN_STORE_<NAME>_URL`, …).
     pub fn parse_within(
         file: &str,
         text: &str,

@@ -26,9 +26,14 @@ pub(super) struct RawStore {
     ca_file: Option<String>,
 }
 
-/// One store, typed by kind. Its `Debug` output redacts the URL's password.
+/// One store of the config (`[stores.<name>]`): its kind and URL; the rest is the
+/// library's. Its `Debug` output redacts the URL's password.
 #[derive(Clone, PartialEq, Eq)]
-pub enum StoreConfig {
+pub struct StoreConfig(pub(crate) Spec);
+
+/// A store as the config gives it, typed by kind.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum Spec {
     /// PostgreSQL (`kind = "postgres"`).
     Postgres {
         /// Its connection URL, the password in `password_env` rather than here.
@@ -69,22 +74,20 @@ impl StoreConfig {
     /// What kind of store it is.
     pub fn kind(&self) -> swin_sync::store::StoreKind {
         use swin_sync::store::StoreKind;
-        match self {
-            StoreConfig::Postgres { .. } => StoreKind::Postgres,
-            StoreConfig::Redis { .. } => StoreKind::Redis,
-            StoreConfig::RedisCluster { .. } => StoreKind::RedisCluster,
-            StoreConfig::Sqlite { .. } => StoreKind::Sqlite,
+        match &self.0 {
+            Spec::Postgres { .. } => StoreKind::Postgres,
+            Spec::Redis { .. } => StoreKind::Redis,
+            Spec::RedisCluster { .. } => StoreKind::RedisCluster,
+            Spec::Sqlite { .. } => StoreKind::Sqlite,
         }
     }
 
     /// The URL as configured (a cluster's first seed); it may hold a password: print
     /// it with the password hidden.
     pub fn url(&self) -> &str {
-        match self {
-            StoreConfig::Postgres { url, .. }
-            | StoreConfig::Redis { url, .. }
-            | StoreConfig::Sqlite { url } => url,
-            StoreConfig::RedisCluster { urls, .. } => urls.first().map_or("", String::as_str),
+        match &self.0 {
+            Spec::Postgres { url, .. } | Spec::Redis { url, .. } | Spec::Sqlite { url } => url,
+            Spec::RedisCluster { urls, .. } => urls.first().map_or("", String::as_str),
         }
     }
 
@@ -93,9 +96,9 @@ impl StoreConfig {
     /// belong; it must stay the same across versions, so no std hasher (and stores
     /// without a prefix hash the default one, as they always have).
     pub(crate) fn fingerprint(&self) -> String {
-        let (prefix, urls) = match self {
-            StoreConfig::Redis { prefix, .. } => (prefix.as_str(), String::new()),
-            StoreConfig::RedisCluster { prefix, urls, .. } => (prefix.as_str(), urls.join(" ")),
+        let (prefix, urls) = match &self.0 {
+            Spec::Redis { prefix, .. } => (prefix.as_str(), String::new()),
+            Spec::RedisCluster { prefix, urls, .. } => (prefix.as_str(), urls.join(" ")),
             _ => (defaults::REDIS_PREFIX, String::new()),
         };
         let url = if urls.is_empty() { self.url() } else { &urls };
@@ -113,25 +116,23 @@ impl StoreConfig {
 impl std::fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct(self.kind().name());
-        match self {
-            StoreConfig::RedisCluster { urls, .. } => {
+        match &self.0 {
+            Spec::RedisCluster { urls, .. } => {
                 let urls: Vec<String> = urls.iter().map(|u| redact(u)).collect();
                 d.field("urls", &urls)
             }
             _ => d.field("url", &redact(self.url())),
         };
-        match self {
-            StoreConfig::Postgres {
+        match &self.0 {
+            Spec::Postgres {
                 max_connections,
                 access,
                 ..
             } => d
                 .field("max_connections", max_connections)
                 .field("access", access),
-            StoreConfig::Redis { prefix, access, .. } => {
-                d.field("prefix", prefix).field("access", access)
-            }
-            StoreConfig::RedisCluster {
+            Spec::Redis { prefix, access, .. } => d.field("prefix", prefix).field("access", access),
+            Spec::RedisCluster {
                 prefix,
                 access,
                 wait_replicas,
@@ -140,7 +141,7 @@ impl std::fmt::Debug for StoreConfig {
                 .field("prefix", prefix)
                 .field("access", access)
                 .field("wait_replicas", wait_replicas),
-            StoreConfig::Sqlite { .. } => &mut d,
+            Spec::Sqlite { .. } => &mut d,
         };
         d.finish()
     }
@@ -324,7 +325,7 @@ impl Parser<'_> {
         access: Access,
         f: &dyn Fn(&str) -> String,
     ) -> Result<StoreConfig, ConfigError> {
-        Ok(match s.kind.as_str() {
+        Ok(StoreConfig(match s.kind.as_str() {
             "postgres" => {
                 let max_connections = s
                     .max_connections
@@ -332,13 +333,13 @@ impl Parser<'_> {
                 if max_connections == 0 {
                     return Err(self.err(&f("max_connections"), "must be above 0".into()));
                 }
-                StoreConfig::Postgres {
+                Spec::Postgres {
                     url,
                     max_connections,
                     access,
                 }
             }
-            "redis" => StoreConfig::Redis {
+            "redis" => Spec::Redis {
                 url,
                 prefix: s.prefix.unwrap_or_else(|| defaults::REDIS_PREFIX.into()),
                 access,
@@ -351,15 +352,15 @@ impl Parser<'_> {
                         format!("{wait_replicas} is above {MAX_WAIT_REPLICAS}"),
                     ));
                 }
-                StoreConfig::RedisCluster {
+                Spec::RedisCluster {
                     urls,
                     prefix: s.prefix.unwrap_or_else(|| defaults::REDIS_PREFIX.into()),
                     access,
                     wait_replicas,
                 }
             }
-            _ => StoreConfig::Sqlite { url },
-        })
+            _ => Spec::Sqlite { url },
+        }))
     }
 }
 

@@ -3,6 +3,7 @@
 //! the same in TOML, in `builder`.
 
 use super::stores::redact;
+use super::stores::Spec;
 use super::*;
 
 mod builder;
@@ -37,33 +38,33 @@ fn defaults_fill_what_a_config_leaves_out() {
     );
     assert_eq!(
         c.stores["r"],
-        StoreConfig::Redis {
+        StoreConfig(Spec::Redis {
             url: "redis://h".into(),
             prefix: defaults::REDIS_PREFIX.into(),
             access: Default::default(),
-        }
+        })
     );
     assert_eq!(
         c.stores["p"],
-        StoreConfig::Postgres {
+        StoreConfig(Spec::Postgres {
             url: "postgres://h/db".into(),
             max_connections: defaults::POSTGRES_MAX_CONNECTIONS,
             access: Default::default(),
-        }
+        })
     );
 }
 
 #[test]
 fn store_fingerprints_stay_what_spools_hold() {
     // written by earlier versions into spool files: must never change
-    let sqlite = StoreConfig::Sqlite {
+    let sqlite = StoreConfig(Spec::Sqlite {
         url: "sqlite://data/swin.db".into(),
-    };
-    let redis = StoreConfig::Redis {
+    });
+    let redis = StoreConfig(Spec::Redis {
         url: "redis://127.0.0.1:6379".into(),
         prefix: "swin".into(),
         access: Default::default(),
-    };
+    });
     assert_eq!(
         sqlite.fingerprint(),
         fnv(&["sqlite", "sqlite://data/swin.db", "swin"])
@@ -95,7 +96,7 @@ fn passwords_come_from_the_environment_and_never_show() {
         _ => None,
     };
     let c = Config::parse("x", text, &env).expect("valid");
-    let StoreConfig::Redis { access, .. } = &c.stores["r"] else {
+    let Spec::Redis { access, .. } = &c.stores["r"].0 else {
         panic!("redis")
     };
     assert_eq!(access.password.as_deref(), Some("r-secret"));
@@ -103,7 +104,7 @@ fn passwords_come_from_the_environment_and_never_show() {
         access.ca_file.as_deref(),
         Some(std::path::Path::new("/etc/ca.pem"))
     );
-    let StoreConfig::Postgres { access, .. } = &c.stores["p"] else {
+    let Spec::Postgres { access, .. } = &c.stores["p"].0 else {
         panic!("postgres")
     };
     assert_eq!(access.password.as_deref(), Some("p-secret"));

@@ -12,63 +12,28 @@ use crate::requests::reservations::{not_open, open_record, Commit, Extend, Reser
 use crate::requests::{Reserved, Settled};
 
 impl Limiter {
-    /// Spends `cost` (an estimate) on `key` as a hit would and, when allowed, opens a
-    /// reservation for `ttl` seconds (30 when `None`) that [`Limiter::commit`] settles.
-    /// It counts against the namespace's `reservations_max_open` only: a service that
-    /// knows its callers reserves with [`Limiter::reserve_as`].
+    /// Spends `cost` (an estimate) on each of `keys` as a hit would and, when allowed,
+    /// opens one reservation over them for `ttl` seconds (30 when `None`), which
+    /// [`Limiter::commit`] (one key) or [`Limiter::commit_reservation`] settles. Over
+    /// several keys (1 to [`MAX_RESERVATION_KEYS`](crate::requests::MAX_RESERVATION_KEYS),
+    /// none twice) it is one request, all or nothing: a reserve denied by one key spends
+    /// nothing on any, and errors name the key (`keys[i]: …`).
+    ///
+    /// It counts against the namespace's `reservations_max_open`; a service that knows
+    /// its callers names the `client`, which holds at most
+    /// `reservations_max_open_per_client` open reservations ([`Error::Exhausted`] past
+    /// them).
     pub async fn reserve(
         &self,
         namespace: &str,
-        key: &str,
+        keys: &[&str],
         cost: f64,
         ttl: Option<f64>,
+        client: Option<&ClientId>,
     ) -> Result<Reserved, Error> {
-        self.reserve_by(None, namespace, &[key.to_owned()], cost, ttl, false)
-            .await
-    }
-
-    /// [`Limiter::reserve`] for `client`, which holds at most the namespace's
-    /// `reservations_max_open_per_client` open reservations ([`Error::Exhausted`] past
-    /// them).
-    pub async fn reserve_as(
-        &self,
-        client: &ClientId,
-        namespace: &str,
-        key: &str,
-        cost: f64,
-        ttl: Option<f64>,
-    ) -> Result<Reserved, Error> {
-        let keys = [key.to_owned()];
-        self.reserve_by(Some(client), namespace, &keys, cost, ttl, false)
-            .await
-    }
-
-    /// Spends `cost` on each of `keys` (1 to
-    /// [`MAX_RESERVATION_KEYS`](crate::requests::MAX_RESERVATION_KEYS), none twice) as
-    /// one request, all or nothing (a reserve denied by one key spends nothing on any),
-    /// and when allowed opens one reservation over all of them, which
-    /// [`Limiter::commit_reservation`] settles.
-    pub async fn reserve_keys(
-        &self,
-        namespace: &str,
-        keys: &[String],
-        cost: f64,
-        ttl: Option<f64>,
-    ) -> Result<Reserved, Error> {
-        self.reserve_by(None, namespace, keys, cost, ttl, true)
-            .await
-    }
-
-    /// [`Limiter::reserve_keys`] for `client` (as [`Limiter::reserve_as`]).
-    pub async fn reserve_keys_as(
-        &self,
-        client: &ClientId,
-        namespace: &str,
-        keys: &[String],
-        cost: f64,
-        ttl: Option<f64>,
-    ) -> Result<Reserved, Error> {
-        self.reserve_by(Some(client), namespace, keys, cost, ttl, true)
+        let several = keys.len() != 1;
+        let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
+        self.reserve_by(client, namespace, &keys, cost, ttl, several)
             .await
     }
 
@@ -93,28 +58,17 @@ impl Limiter {
         .await
     }
 
-    /// Adds `more` to the open reservation `id` of `key` alone, decided as a hit of
-    /// `more` on it: allowed, the reservation's total grows; denied, it stays open at
-    /// what it had.
+    /// Adds `more` to the open reservation `id`, decided as a hit of `more` on each of its
+    /// keys, all or nothing: allowed, the reservation's total grows; denied, it stays
+    /// open at what it had. With `key`, the reservation must be of that key alone.
     pub async fn extend(
         &self,
         namespace: &str,
-        key: &str,
+        key: Option<&str>,
         id: &str,
         more: f64,
     ) -> Result<Reserved, Error> {
-        self.extend_of(namespace, Some(key), id, more).await
-    }
-
-    /// Adds `more` to the open reservation `id` (over any number of keys), decided as a
-    /// hit of `more` on each of its keys, all or nothing.
-    pub async fn extend_reservation(
-        &self,
-        namespace: &str,
-        id: &str,
-        more: f64,
-    ) -> Result<Reserved, Error> {
-        self.extend_of(namespace, None, id, more).await
+        self.extend_of(namespace, key, id, more).await
     }
 
     async fn extend_of(

@@ -9,26 +9,27 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{Control, LimiterError};
+use crate::config::stores::Spec;
 use crate::config::{Config, StoreConfig};
 
 /// Opens the store `cfg` describes, named `name` in the config (PostgreSQL and Redis
 /// connect on first use).
 pub async fn open_store(name: &str, cfg: &StoreConfig) -> Result<Store, LimiterError> {
     let configure = |e| LimiterError::store(name, "configure", e);
-    Ok(match cfg {
-        StoreConfig::Postgres {
+    Ok(match &cfg.0 {
+        Spec::Postgres {
             url,
             max_connections,
             access,
         } => Store::Postgres(
             PostgresStore::with_access(url, *max_connections, access).map_err(configure)?,
         ),
-        StoreConfig::Redis {
+        Spec::Redis {
             url,
             prefix,
             access,
         } => Store::Redis(RedisStore::with_access(url, prefix, access).map_err(configure)?),
-        StoreConfig::RedisCluster {
+        Spec::RedisCluster {
             urls,
             prefix,
             access,
@@ -36,7 +37,7 @@ pub async fn open_store(name: &str, cfg: &StoreConfig) -> Result<Store, LimiterE
         } => Store::Redis(
             RedisStore::cluster(urls, prefix, access, *wait_replicas).map_err(configure)?,
         ),
-        StoreConfig::Sqlite { url } => {
+        Spec::Sqlite { url } => {
             if let Some(path) = url.strip_prefix("sqlite://") {
                 if let Some(dir) = std::path::Path::new(path)
                     .parent()

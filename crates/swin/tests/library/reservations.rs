@@ -30,7 +30,7 @@ pub fn id(r: &swin::requests::Reserved) -> String {
 async fn a_commit_below_the_estimate_gives_back(store: &TestStore) {
     let limiter = start(store, &hourly("api", 0.0, 10)).await;
     let r = limiter
-        .reserve("api", "k", 4.0, None)
+        .reserve("api", &["k"], 4.0, None, None)
         .await
         .expect("reserve");
     assert!(r.verdict().allowed(), "{r:?}");
@@ -50,7 +50,7 @@ async fn a_commit_below_the_estimate_gives_back(store: &TestStore) {
     assert_eq!(stored(store, "api", "k").await, 1.0);
     // settled at zero: all of it back
     let r = limiter
-        .reserve("api", "k", 2.0, None)
+        .reserve("api", &["k"], 2.0, None, None)
         .await
         .expect("reserve");
     let s = limiter
@@ -70,7 +70,7 @@ async fn a_commit_above_the_estimate_charges_what_the_limit_leaves(store: &TestS
     let limiter = start(store, &capped(&hourly("api", 0.0, 10))).await;
     assert!(limiter.hit("api", "k", 5.0).await.expect("hit").allowed());
     let r = limiter
-        .reserve("api", "k", 2.0, None)
+        .reserve("api", &["k"], 2.0, None, None)
         .await
         .expect("reserve");
     assert!(r.verdict().allowed());
@@ -84,7 +84,7 @@ async fn a_commit_above_the_estimate_charges_what_the_limit_leaves(store: &TestS
     );
     assert_eq!(stored(store, "api", "k").await, 8.0);
     let r = limiter
-        .reserve("api", "k", 1.0, None)
+        .reserve("api", &["k"], 1.0, None, None)
         .await
         .expect("reserve");
     assert!(r.verdict().allowed());
@@ -104,7 +104,7 @@ async fn a_commit_above_the_estimate_charges_what_the_limit_leaves(store: &TestS
     );
     // a reserve past the limit is denied as a hit is, with no reservation
     let r = limiter
-        .reserve("api", "k", 1.0, None)
+        .reserve("api", &["k"], 1.0, None, None)
         .await
         .expect("reserve");
     assert!(!r.verdict().allowed());
@@ -117,7 +117,7 @@ async fn a_commit_above_the_estimate_charges_what_the_limit_leaves(store: &TestS
 async fn a_reservation_settles_once(store: &TestStore) {
     let limiter = start(store, &hourly("api", 0.0, 10)).await;
     let r = limiter
-        .reserve("api", "k", 3.0, None)
+        .reserve("api", &["k"], 3.0, None, None)
         .await
         .expect("reserve");
     let id = id(&r);
@@ -148,7 +148,7 @@ async fn a_reservation_settles_once(store: &TestStore) {
     }
     // another key does not know it
     let r = limiter
-        .reserve("api", "k", 2.0, None)
+        .reserve("api", &["k"], 2.0, None, None)
         .await
         .expect("reserve");
     let e = limiter
@@ -164,7 +164,10 @@ async fn a_reservation_settles_once(store: &TestStore) {
 async fn another_limiter_over_the_store_settles_a_reservation(store: &TestStore) {
     let a = start(store, &hourly("api", 0.0, 10)).await;
     let b = start(store, &hourly("api", 0.0, 10)).await;
-    let r = a.reserve("api", "k", 5.0, None).await.expect("reserve");
+    let r = a
+        .reserve("api", &["k"], 5.0, None, None)
+        .await
+        .expect("reserve");
     let id = id(&r);
     let s = b.commit("api", "k", &id, 2.0).await.expect("commit on b");
     assert!(s.committed());

@@ -34,7 +34,7 @@ async fn a_commit_above_the_estimate_charges_all_of_it_as_debt(store: &TestStore
     let limiter = start(store, &hourly("api", 0.0, 10)).await;
     assert!(limiter.hit("api", "k", 5.0).await.expect("hit").allowed());
     let r = limiter
-        .reserve("api", "k", 2.0, None)
+        .reserve("api", &["k"], 2.0, None, None)
         .await
         .expect("reserve");
     let s = limiter
@@ -53,7 +53,7 @@ async fn a_commit_above_the_estimate_charges_all_of_it_as_debt(store: &TestStore
     let wait = v.decision().retry_after;
     assert!(wait.as_secs() > 0 && wait.as_secs() <= 7200, "{wait:?}");
     let r = limiter
-        .reserve("api", "k", 1.0, None)
+        .reserve("api", &["k"], 1.0, None, None)
         .await
         .expect("reserve");
     assert!(!r.verdict().allowed() && r.reservation().is_none());
@@ -73,7 +73,7 @@ async fn a_bucket_in_debt_denies_until_it_has_refilled(store: &TestStore) {
               algorithm = \"gcra\"\ngcra = { burst = 10, count = 10, period = \"1h\" }\n";
     let limiter = start(store, ns).await;
     let r = limiter
-        .reserve("llm", "k", 2.0, None)
+        .reserve("llm", &["k"], 2.0, None, None)
         .await
         .expect("reserve");
     assert!(r.verdict().allowed());
@@ -101,9 +101,9 @@ async fn a_bucket_in_debt_denies_until_it_has_refilled(store: &TestStore) {
 async fn a_reserve_denied_by_one_key_spends_nothing_on_any(store: &TestStore) {
     let limiter = start(store, &two_limits(0.0)).await;
     assert!(limiter.hit("api", "a", 9.0).await.expect("hit").allowed());
-    let keys = ["tenant".to_owned(), "a".to_owned()];
+    let keys = ["tenant", "a"];
     let r = limiter
-        .reserve_keys("api", &keys, 2.0, None)
+        .reserve("api", &keys, 2.0, None, None)
         .await
         .expect("reserve");
     assert!(!r.verdict().allowed() && r.reservation().is_none(), "{r:?}");
@@ -111,9 +111,9 @@ async fn a_reserve_denied_by_one_key_spends_nothing_on_any(store: &TestStore) {
     assert_eq!(each, [true, false], "tenant had room, a had not");
     assert_eq!(stored(store, "api", "tenant").await, 0.0);
     assert_eq!(stored(store, "api", "a").await, 9.0);
-    let keys = ["tenant".to_owned(), "b".to_owned()];
+    let keys = ["tenant", "b"];
     let r = limiter
-        .reserve_keys("api", &keys, 2.0, None)
+        .reserve("api", &keys, 2.0, None, None)
         .await
         .expect("reserve");
     assert!(r.verdict().allowed() && r.reservation().is_some(), "{r:?}");
@@ -128,9 +128,9 @@ async fn a_reserve_denied_by_one_key_spends_nothing_on_any(store: &TestStore) {
 /// Once: a second commit, or a commit of it through one key alone, settles nothing.
 async fn a_commit_settles_every_key_of_its_reservation_once(store: &TestStore) {
     let limiter = start(store, &two_limits(0.0)).await;
-    let keys = ["tenant".to_owned(), "b".to_owned()];
+    let keys = ["tenant", "b"];
     let r = limiter
-        .reserve_keys("api", &keys, 4.0, None)
+        .reserve("api", &keys, 4.0, None, None)
         .await
         .expect("reserve");
     let rid = id(&r);
@@ -158,7 +158,7 @@ async fn a_commit_settles_every_key_of_its_reservation_once(store: &TestStore) {
     assert_eq!(stored(store, "api", "tenant").await, 1.0);
     // debt on the key whose limit the overrun passes, not on the other
     let r = limiter
-        .reserve_keys("api", &keys, 4.0, None)
+        .reserve("api", &keys, 4.0, None, None)
         .await
         .expect("reserve");
     let all = limiter
@@ -180,15 +180,21 @@ async fn a_commit_settles_every_key_of_its_reservation_once(store: &TestStore) {
 async fn an_extend_adds_to_the_total_the_commit_settles_against(store: &TestStore) {
     let limiter = start(store, &hourly("api", 0.0, 10)).await;
     let r = limiter
-        .reserve("api", "k", 2.0, None)
+        .reserve("api", &["k"], 2.0, None, None)
         .await
         .expect("reserve");
     let rid = id(&r);
-    let x = limiter.extend("api", "k", &rid, 3.0).await.expect("extend");
+    let x = limiter
+        .extend("api", Some("k"), &rid, 3.0)
+        .await
+        .expect("extend");
     assert!(x.verdict().allowed(), "{x:?}");
     assert_eq!(x.total(), 5.0);
     assert_eq!(stored(store, "api", "k").await, 5.0);
-    let x = limiter.extend("api", "k", &rid, 6.0).await.expect("extend");
+    let x = limiter
+        .extend("api", Some("k"), &rid, 6.0)
+        .await
+        .expect("extend");
     assert!(!x.verdict().allowed(), "{x:?}");
     assert_eq!(x.total(), 5.0, "denied: the reservation keeps what it had");
     assert_eq!(stored(store, "api", "k").await, 5.0);
@@ -204,12 +210,12 @@ async fn an_extend_adds_to_the_total_the_commit_settles_against(store: &TestStor
 async fn an_extend_of_a_reservation_not_open_counts_nothing(store: &TestStore) {
     let limiter = start(store, &hourly("api", 0.0, 10)).await;
     let r = limiter
-        .reserve("api", "k", 2.0, Some(0.2))
+        .reserve("api", &["k"], 2.0, Some(0.2), None)
         .await
         .expect("reserve");
     let lapsing = id(&r);
     let r = limiter
-        .reserve("api", "k", 1.0, None)
+        .reserve("api", &["k"], 1.0, None, None)
         .await
         .expect("reserve");
     let committed = id(&r);
@@ -225,7 +231,7 @@ async fn an_extend_of_a_reservation_not_open_counts_nothing(store: &TestStore) {
         "00000000000000000000000000000000",
     ] {
         let e = limiter
-            .extend("api", "k", rid, 1.0)
+            .extend("api", Some("k"), rid, 1.0)
             .await
             .expect_err("not open");
         assert!(matches!(e, Error::UnknownReservation(_)), "{rid}: {e:?}");
@@ -243,16 +249,13 @@ async fn an_extend_of_a_reservation_not_open_counts_nothing(store: &TestStore) {
 async fn another_limiter_extends_and_commits_a_reservation_of_several_keys(store: &TestStore) {
     let a = start(store, &two_limits(0.0)).await;
     let b = start(store, &two_limits(0.0)).await;
-    let keys = ["tenant".to_owned(), "u".to_owned()];
+    let keys = ["tenant", "u"];
     let r = a
-        .reserve_keys("api", &keys, 2.0, None)
+        .reserve("api", &keys, 2.0, None, None)
         .await
         .expect("reserve");
     let rid = id(&r);
-    let x = b
-        .extend_reservation("api", &rid, 3.0)
-        .await
-        .expect("extend on b");
+    let x = b.extend("api", None, &rid, 3.0).await.expect("extend on b");
     assert!(x.verdict().allowed());
     assert_eq!(x.total(), 5.0);
     let all = a
@@ -285,8 +288,9 @@ async fn bad_reservations_of_several_keys_are_refused_naming_the_field(store: &T
         (k(&["a", ""]), "keys[1]:"),
         (many, "keys:"),
     ] {
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let e = limiter
-            .reserve_keys("api", &keys, 1.0, None)
+            .reserve("api", &keys, 1.0, None, None)
             .await
             .expect_err("refused");
         assert!(e.to_string().contains(field), "{field}: {e}");
@@ -296,7 +300,7 @@ async fn bad_reservations_of_several_keys_are_refused_naming_the_field(store: &T
         );
     }
     let e = limiter
-        .reserve_keys("api", &k(&["a"]), -1.0, None)
+        .reserve("api", &["a"], -1.0, None, None)
         .await
         .expect_err("a negative cost");
     assert!(e.to_string().contains("cost"), "{e}");
@@ -323,7 +327,10 @@ async fn strict_admission_charges_a_debt_past_any_hold(store: &TestStore) {
                    window_sizes = [3600]\nlimits = [{ window_size = 3600, limit = 10 }]\n\
                    admission = \"strict\"\n";
     let limiter = start(store, windows).await;
-    let r = limiter.reserve("w", "k", 4.0, None).await.expect("reserve");
+    let r = limiter
+        .reserve("w", &["k"], 4.0, None, None)
+        .await
+        .expect("reserve");
     assert!(r.verdict().allowed(), "{r:?}");
     let s = limiter
         .commit("w", "k", &id(&r), 40.0)
@@ -338,7 +345,10 @@ async fn strict_admission_charges_a_debt_past_any_hold(store: &TestStore) {
                   algorithm = \"gcra\"\ngcra = { burst = 10, count = 10, period = \"1h\" }\n\
                   admission = \"strict\"\n";
     let limiter = start(store, bucket).await;
-    let r = limiter.reserve("g", "k", 2.0, None).await.expect("reserve");
+    let r = limiter
+        .reserve("g", &["k"], 2.0, None, None)
+        .await
+        .expect("reserve");
     assert!(r.verdict().allowed(), "{r:?}");
     let s = limiter
         .commit("g", "k", &id(&r), 30.0)

@@ -1,6 +1,7 @@
 //! Every error names its field: one test per kind of namespace and section, the cases
 //! side by side.
 
+use super::stores::Spec;
 use super::*;
 
 #[test]
@@ -144,12 +145,12 @@ fn redis_cluster_stores_take_seed_urls() {
     let c = Config::parse("x", &text, &|_: &str| None).expect("valid");
     assert_eq!(
         c.stores["c"],
-        StoreConfig::RedisCluster {
+        StoreConfig(Spec::RedisCluster {
             urls: vec!["redis://:pw@h1:7000".into(), "redis://h2:7001".into()],
             prefix: "p".into(),
             access: Default::default(),
             wait_replicas: 1,
-        }
+        })
     );
     assert_eq!(
         c.stores["c"].kind(),
@@ -161,17 +162,17 @@ fn redis_cluster_stores_take_seed_urls() {
     let env =
         |k: &str| (k == "SWIN_STORE_C_URLS").then(|| "redis://e1:1, redis://e2:2".to_string());
     let c = Config::parse("x", &text, &env).expect("valid");
-    let StoreConfig::RedisCluster { urls, .. } = &c.stores["c"] else {
+    let Spec::RedisCluster { urls, .. } = &c.stores["c"].0 else {
         panic!("redis_cluster")
     };
     assert_eq!(urls, &["redis://e1:1", "redis://e2:2"]);
     // fingerprints tell clusters apart by every seed
-    let other = StoreConfig::RedisCluster {
+    let other = StoreConfig(Spec::RedisCluster {
         urls: vec!["redis://:pw@h1:7000".into()],
         prefix: "p".into(),
         access: Default::default(),
         wait_replicas: 1,
-    };
+    });
     assert_ne!(other.fingerprint(), c.stores["c"].fingerprint());
     for (store, field) in [
         (
