@@ -150,19 +150,9 @@ pub struct Settled {
 }
 
 impl Settled {
-    /// True once settled (a second commit of it answers that it is unknown).
-    pub fn committed(&self) -> bool {
-        self.committed
-    }
-
     /// True when an earlier commit of the reservation settled it (see the field).
     pub fn replayed(&self) -> bool {
         self.replayed
-    }
-
-    /// Its id.
-    pub fn reservation(&self) -> &str {
-        &self.reservation
     }
 
     /// The key.
