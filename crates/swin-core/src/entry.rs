@@ -281,6 +281,12 @@ impl Entry {
     /// `retired` (see the module comment).
     pub(crate) fn retire(&self, retention: Retention, oldest_live: i64) -> bool {
         let _guard = self.locked();
+        if self.retired.load(Ordering::SeqCst) {
+            // retired for good by another eviction, whose caller removes it: a second
+            // one (the sync's drain and a table making room both found it) must not
+            // bring it back, nor remove it twice
+            return false;
+        }
         self.retired.store(true, Ordering::SeqCst);
         crate::sync::seq_cst_point();
         let keep = match retention {
@@ -320,5 +326,52 @@ impl Entry {
                 spill(start, d);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod retire_tests {
+    use super::{Added, Entry, Retention};
+
+    const SIZE: u32 = 60;
+
+    /// Two evictions of one local-only entry, one after the other (the sync's drain and
+    /// a table making room both found it expired): the second does not bring the dead
+    /// entry back — an increment that rolled a window into it after the first sees it
+    /// dead and counts its hit again in a new entry (it used to be told "kept", its hit
+    /// left in an entry no longer in the table).
+    #[test]
+    fn a_second_retire_does_not_bring_a_dead_local_only_entry_back() {
+        let e = Entry::new(0);
+        let i0 = e.prepare(0, SIZE, &mut |_, _| {}).expect("a fresh slot");
+        e.add(i0, 5.0);
+        let later = 2 * i64::from(SIZE);
+        assert!(
+            e.retire(Retention::LocalOnly, i64::from(SIZE)),
+            "first eviction"
+        );
+        let i = e
+            .prepare(later, SIZE, &mut |_, _| {})
+            .expect("newer window");
+        assert_eq!(e.add(i, 1.0), Added::Retired);
+        assert!(!e.retire(Retention::LocalOnly, i64::from(SIZE)));
+        assert!(e.is_retired(), "the dead entry stays dead");
+    }
+
+    /// The same for a synced entry: after a second eviction, an add by a thread that
+    /// still holds the removed entry sees it retired (and flushes its diff to the
+    /// overflow list) rather than being counted in it.
+    #[test]
+    fn a_second_retire_does_not_bring_a_dead_synced_entry_back() {
+        let e = Entry::new(0);
+        let i0 = e.prepare(0, SIZE, &mut |_, _| {}).expect("a fresh slot");
+        assert!(e.retire(Retention::Synced, 0), "first eviction");
+        assert_eq!(e.add(i0, 1.0), Added::Retired);
+        assert!(!e.retire(Retention::Synced, 0));
+        assert_eq!(
+            e.add(i0, 1.0),
+            Added::Retired,
+            "an add into a removed entry"
+        );
     }
 }

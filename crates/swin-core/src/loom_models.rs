@@ -196,3 +196,64 @@ fn a_local_only_eviction_racing_a_new_window_leaves_no_hit_unseen() {
         }
     });
 }
+
+/// Two evictions of one local-only entry (the sync's drain and a table making room, each
+/// having found it expired before the increment touched it) racing an increment that
+/// rolls a new window in: a hit is never left in an entry an eviction removed (a second
+/// retire used to bring the dead entry back, and the increment took it as kept).
+#[test]
+fn two_local_only_evictions_racing_a_new_window_leave_no_hit_unseen() {
+    loom::model(|| {
+        let (e, _) = entry();
+        let later = 2 * i64::from(SIZE);
+        let adder = {
+            let e = e.clone();
+            thread::spawn(move || {
+                let i = e
+                    .prepare(later, SIZE, &mut |_, _| {})
+                    .expect("newer window");
+                e.add(i, 1.0) == Added::Retired && e.is_retired()
+            })
+        };
+        let first = e.retire(Retention::LocalOnly, i64::from(SIZE));
+        let second = e.retire(Retention::LocalOnly, i64::from(SIZE));
+        let counted_again = adder.join().expect("adder");
+        // a true retire means its caller removed the entry from the table
+        assert!(
+            !(first || second) || counted_again,
+            "a hit left in a removed entry: first={first} second={second}"
+        );
+    });
+}
+
+/// Two increments rolling the new window into an expired local-only entry racing one
+/// eviction: each counts its hit again (the entry is dead) or is held by the kept entry.
+#[test]
+fn two_adds_racing_a_local_only_eviction_are_each_held_once() {
+    loom::model(|| {
+        let (e, _) = entry();
+        let later = 2 * i64::from(SIZE);
+        let adders: Vec<_> = (0..2)
+            .map(|_| {
+                let e = e.clone();
+                thread::spawn(move || {
+                    let i = e
+                        .prepare(later, SIZE, &mut |_, _| {})
+                        .expect("newer window");
+                    e.add(i, 1.0) == Added::Retired && e.is_retired()
+                })
+            })
+            .collect();
+        let retired = e.retire(Retention::LocalOnly, i64::from(SIZE));
+        let dead: Vec<bool> = adders
+            .into_iter()
+            .map(|a| a.join().expect("adder"))
+            .collect();
+        if retired {
+            assert!(dead.iter().all(|d| *d), "a hit left in a dead entry");
+        } else {
+            assert!(dead.iter().all(|d| !*d), "a hit counted again though kept");
+            assert_eq!(read(&e, later), 2.0);
+        }
+    });
+}
