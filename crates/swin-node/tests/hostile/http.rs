@@ -62,6 +62,14 @@ fn code_and_body(answer: &str) -> (String, String) {
     (code, body)
 }
 
+/// A hit of 1 on `key` of namespace `api`, on a connection of its own: code and body.
+fn hit_api(port: u16, key: &str) -> (String, String) {
+    let req = format!(
+        "POST /v1/namespaces/api/keys/{key}/hit HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    code_and_body(&exchange(port, req.as_bytes()))
+}
+
 /// In a local-only namespace whose counter table is full (`max_counters`), a client at
 /// its limit churns other keys at the window's turn: its counter, whose previous window
 /// still weighs, is kept (it used to be evicted: its count started again at 0 and the
@@ -73,12 +81,7 @@ fn churning_keys_does_not_evict_a_local_count_that_still_weighs() {
         dir.path(),
         "[[namespaces]]\nname = \"api\"\nwindow_sizes = [3]\nsync_rate = -1\nmax_counters = 4\nlimits = [{ window_size = 3, limit = 5 }]\n",
     );
-    let hit = |key: &str| {
-        let req = format!(
-            "POST /v1/namespaces/api/keys/{key}/hit HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        );
-        code_and_body(&exchange(n.port, req.as_bytes()))
-    };
+    let hit = |key: &str| hit_api(n.port, key);
     let ms_into_window = || {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -130,12 +133,7 @@ fn churning_keys_does_not_evict_a_local_bucket_that_is_not_full() {
         dir.path(),
         "[[namespaces]]\nname = \"api\"\nsync_rate = -1\nmax_counters = 4\nalgorithm = \"gcra\"\ngcra = { burst = 5, count = 5, period = \"1h\" }\n",
     );
-    let hit = |key: &str| {
-        let req = format!(
-            "POST /v1/namespaces/api/keys/{key}/hit HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        );
-        code_and_body(&exchange(n.port, req.as_bytes())).0
-    };
+    let hit = |key: &str| hit_api(n.port, key).0;
     let codes: Vec<String> = (0..6).map(|_| hit("victim")).collect();
     assert_eq!(codes, ["200", "200", "200", "200", "200", "429"]);
     // the local loop folds the spends every second: then the churn
