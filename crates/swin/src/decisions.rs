@@ -87,8 +87,8 @@ impl Verdict {
         v
     }
 
-    /// The answer a door shows for it.
-    pub fn answer(&self) -> HitAnswer {
+    /// The answer a door shows for it (what it serializes as).
+    pub(crate) fn answer(&self) -> HitAnswer {
         let mut a = HitAnswer {
             reason: self.reason,
             shadow_denied: self.shadow_denied,
@@ -102,10 +102,18 @@ impl Verdict {
     }
 }
 
-/// One hit's answer as the doors show it: the JSON of `/hit` (serialize it). A Rust
-/// caller reads the [`Verdict`] it is made from.
+/// A verdict serializes as the doors show it: the JSON of `/hit` (`allowed`, `limit`,
+/// `remaining`, `reset_after` and `retry_after` in seconds, `reason` when refused other
+/// than by its counts, `shadow_denied` when set).
+impl Serialize for Verdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.answer().serialize(s)
+    }
+}
+
+/// One hit's answer as the doors show it: the JSON of `/hit`.
 #[derive(Debug, Serialize)]
-pub struct HitAnswer {
+pub(crate) struct HitAnswer {
     /// Whether the hit was admitted.
     pub(crate) allowed: bool,
     /// The limit that decided.

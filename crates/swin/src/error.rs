@@ -21,16 +21,9 @@ pub enum Error {
     /// No namespace of that name: the message names it (see [`Error::unknown_namespace`]).
     #[error("{0}")]
     UnknownNamespace(String),
-    /// A window size the namespace does not count in.
-    #[error("{at}namespace {namespace:?} has no window size {window_size}")]
-    UnknownWindowSize {
-        /// The namespace asked for.
-        namespace: String,
-        /// The size asked for, in seconds.
-        window_size: u32,
-        /// The item of a batch it is about (`increments[2]: `), or empty.
-        at: String,
-    },
+    /// A window size the namespace does not count in: the message names both.
+    #[error("{0}")]
+    UnknownWindowSize(String),
     /// The node cannot take the request now: its memory for the namespace is full
     /// (`max_counters`); the client may try again later.
     #[error("{0}")]
@@ -101,15 +94,7 @@ impl Error {
             Error::UnknownReservation(m) => Error::UnknownReservation(p(m)),
             Error::AlreadyCommitted(m) => Error::AlreadyCommitted(p(m)),
             Error::Exhausted(m) => Error::Exhausted(p(m)),
-            Error::UnknownWindowSize {
-                namespace,
-                window_size,
-                at: before,
-            } => Error::UnknownWindowSize {
-                namespace,
-                window_size,
-                at: format!("{at}: {before}"),
-            },
+            Error::UnknownWindowSize(m) => Error::UnknownWindowSize(p(m)),
             other @ (Error::Unavailable(_)
             | Error::Store { .. }
             | Error::OutcomeUnknown(_)
@@ -182,11 +167,9 @@ impl From<CoreError> for Error {
             CoreError::UnknownWindowSize {
                 namespace,
                 window_size,
-            } => Error::UnknownWindowSize {
-                namespace,
-                window_size,
-                at: String::new(),
-            },
+            } => Error::UnknownWindowSize(format!(
+                "namespace {namespace:?} has no window size {window_size}"
+            )),
             CoreError::CapacityExceeded { .. } | CoreError::BucketsFull { .. } => {
                 Error::Unavailable(e.to_string())
             }

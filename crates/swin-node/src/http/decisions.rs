@@ -27,7 +27,7 @@ use crate::state::AppState;
 use swin::error::Error;
 use swin::policy::client_address::client_key;
 use swin::policy::limits::KeyFrom;
-use swin::requests::{HitAnswer, Verdict};
+use swin::requests::Verdict;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -111,7 +111,7 @@ async fn hit(
         true => state.limiter.check(&namespace, &key, body.cost).await?,
         false => state.limiter.hit(&namespace, &key, body.cost).await?,
     };
-    Ok(respond(v.headers(), status_of(&v), v.answer()))
+    Ok(respond(v.headers(), status_of(&v), &v))
 }
 
 #[derive(Debug, Deserialize)]
@@ -133,7 +133,7 @@ async fn refund(
     JsonBody(body): JsonBody<RefundBody>,
 ) -> Result<Response, ApiError> {
     let r = state.limiter.refund(&namespace, &key, body.cost).await?;
-    Ok(Json(r.answer()).into_response())
+    Ok(Json(r).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -162,13 +162,13 @@ struct BatchResult<'a> {
     namespace: &'a str,
     key: &'a str,
     #[serde(flatten)]
-    answer: HitAnswer,
+    answer: &'a Verdict,
 }
 
 #[derive(Debug, Serialize)]
 struct BatchAnswer<'a> {
     #[serde(flatten)]
-    answer: HitAnswer,
+    answer: &'a Verdict,
     /// Whether the hits were counted: only when every one was allowed (and not a dry run).
     spent: bool,
     results: Vec<BatchResult<'a>>,
@@ -200,7 +200,7 @@ async fn hits_batch(
         .hits(&asked, body.dry_run, state.max_batch)
         .await?;
     let answer = BatchAnswer {
-        answer: batch.strictest().answer(),
+        answer: batch.strictest(),
         spent: !batch.denied() && !body.dry_run,
         results: body
             .hits
@@ -209,7 +209,7 @@ async fn hits_batch(
             .map(|(h, v)| BatchResult {
                 namespace: &h.namespace,
                 key: &h.key,
-                answer: v.answer(),
+                answer: v,
             })
             .collect(),
     };
@@ -304,5 +304,5 @@ async fn auth(
     };
     let v = state.limiter.hit(&namespace, &key, q.cost).await?;
     let status = if v.allowed() { StatusCode::OK } else { deny };
-    Ok(respond(v.headers(), status, v.answer()))
+    Ok(respond(v.headers(), status, &v))
 }

@@ -85,7 +85,7 @@ fn limiter_status_and_code(e: &Error) -> (StatusCode, &'static str) {
         Error::InvalidKey(_) => (StatusCode::BAD_REQUEST, "invalid_key"),
         Error::InvalidValue(_) => (StatusCode::BAD_REQUEST, "invalid_value"),
         Error::UnknownNamespace(_) => (StatusCode::NOT_FOUND, "unknown_namespace"),
-        Error::UnknownWindowSize { .. } => (StatusCode::BAD_REQUEST, "unknown_window_size"),
+        Error::UnknownWindowSize(_) => (StatusCode::BAD_REQUEST, "unknown_window_size"),
         Error::UnknownLease(_) => (StatusCode::NOT_FOUND, "unknown_lease"),
         Error::UnknownReservation(_) => (StatusCode::NOT_FOUND, "unknown_reservation"),
         Error::AlreadyCommitted(_) => (StatusCode::CONFLICT, "already_committed"),

@@ -29,7 +29,7 @@ use super::idempotency::Client;
 use super::Route;
 use crate::state::AppState;
 use swin::error::Error;
-use swin::requests::{HitAnswer, Reserved, Settled};
+use swin::requests::{Reserved, Settled, Verdict};
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -103,7 +103,7 @@ impl ReservationBody {
 }
 
 #[derive(Debug, Serialize)]
-struct ReserveAnswer {
+struct ReserveAnswer<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     reservation: Option<String>,
     cost: f64,
@@ -113,17 +113,17 @@ struct ReserveAnswer {
     #[serde(skip_serializing_if = "Option::is_none")]
     expires_at: Option<f64>,
     #[serde(flatten)]
-    answer: HitAnswer,
+    answer: &'a Verdict,
     /// Each key's verdict (a reservation over several keys).
     #[serde(skip_serializing_if = "Option::is_none")]
-    keys: Option<Vec<KeyAnswer>>,
+    keys: Option<Vec<KeyAnswer<'a>>>,
 }
 
 #[derive(Debug, Serialize)]
-struct KeyAnswer {
-    key: String,
+struct KeyAnswer<'a> {
+    key: &'a str,
     #[serde(flatten)]
-    answer: HitAnswer,
+    answer: &'a Verdict,
 }
 
 /// A reserve's or an extend's answer: the cost it took, the strictest key's verdict (and
@@ -139,14 +139,11 @@ fn reserved(r: &Reserved, several: bool, extend: bool) -> Response {
         cost: r.cost(),
         total: extend.then(|| r.total()),
         expires_at,
-        answer: v.answer(),
+        answer: v,
         keys: several.then(|| {
             r.verdicts()
                 .iter()
-                .map(|(key, v)| KeyAnswer {
-                    key: key.clone(),
-                    answer: v.answer(),
-                })
+                .map(|(key, v)| KeyAnswer { key, answer: v })
                 .collect()
         }),
     };

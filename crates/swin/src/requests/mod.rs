@@ -20,5 +20,5 @@ pub use self::hits::Batch;
 pub use self::limit_changes::Change;
 pub use self::refunds::Refunded;
 pub use self::reservations::{Reserved, Settled, MAX_RESERVATION_KEYS};
-pub use crate::decisions::{HitAnswer, Verdict};
+pub use crate::decisions::Verdict;
 pub use crate::leases::{AcquireAnswer, AcquireRequest};

@@ -33,7 +33,7 @@ impl Refunded {
     }
 
     /// The answer a door shows: `allowed` when anything was given back.
-    pub fn answer(&self) -> HitAnswer {
+    fn answer(&self) -> HitAnswer {
         HitAnswer {
             allowed: self.given > 0.0,
             retry_after: 0.0,
@@ -41,6 +41,14 @@ impl Refunded {
             refunded: Some(self.given),
             ..self.after.answer()
         }
+    }
+}
+
+/// A refund serializes as the doors show it: the key's answer after it (as a dry run
+/// sees it), `allowed` when anything was given back, `refunded` how much.
+impl serde::Serialize for Refunded {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.answer().serialize(s)
     }
 }
 
