@@ -32,7 +32,6 @@ use super::extract::{ApiPath, JsonBody};
 use super::Route;
 use crate::state::AppState;
 use swin::error::Error;
-use swin::policy::input::check_key;
 use swin::requests::Change;
 use swin::status::TopBy;
 
@@ -64,7 +63,6 @@ async fn set(
     extensions: Extensions,
     JsonBody(change): JsonBody<Change>,
 ) -> Result<Response, ApiError> {
-    check_key(&key)?;
     let caller = Caller::of(&extensions);
     let change = change.by(caller.to_string());
     let set = state.limiter.set_limits(&namespace, &key, change).await?;
@@ -84,14 +82,14 @@ async fn remove(
     ApiPath((namespace, key)): ApiPath<(String, String)>,
     extensions: Extensions,
 ) -> Result<Response, ApiError> {
-    check_key(&key)?;
     let had = state.limiter.remove_limits(&namespace, &key).await?;
     if had {
         let caller = Caller::of(&extensions);
         info!(namespace, key, by = &*caller, "runtime limits deleted");
     }
-    let config = state.limiter.config_limits(&namespace, &key)?;
-    let mut body = serde_json::to_value(config).map_err(|_| Error::Internal)?;
+    // the key's limits as they decide now: the config's, unless another set came since
+    let now = state.limiter.limits(&namespace, &key).await?;
+    let mut body = serde_json::to_value(now).map_err(|_| Error::Internal)?;
     body["deleted"] = had.into();
     Ok(Json(body).into_response())
 }
@@ -100,7 +98,6 @@ async fn show(
     State(state): State<Arc<AppState>>,
     ApiPath((namespace, key)): ApiPath<(String, String)>,
 ) -> Result<Response, ApiError> {
-    check_key(&key)?;
     let limits = state.limiter.limits(&namespace, &key).await?;
     Ok(Json(limits).into_response())
 }
@@ -135,11 +132,16 @@ async fn list(
         .limiter
         .list_limits(&namespace, query.after.as_deref(), count)
         .await?;
+    // where the namespace keeps its overrides: its store (every node holds them), or
+    // this node when it has none
+    let kept = match state.limiter.namespace_status(&namespace)?.store {
+        Some(_) => "store",
+        None => "node",
+    };
     let next = (page.len() == count).then(|| page.last().map(|l| l.key.clone()));
     Ok(Json(serde_json::json!({
         "namespace": namespace,
-        // where the namespace keeps its overrides, as any key's view says
-        "kept": state.limiter.config_limits(&namespace, "")?.kept,
+        "kept": kept,
         "limits": page,
         "next": next.flatten(),
     }))

@@ -67,12 +67,6 @@ impl Limiter {
         Ok(view(&ns, namespace, key, stored.as_ref()))
     }
 
-    /// The config's limits of `key` (what decides once its runtime limits are gone).
-    pub fn config_limits(&self, namespace: &str, key: &str) -> Result<KeyLimitsView, Error> {
-        let ns = self.namespace(namespace)?;
-        Ok(view(&ns, namespace, key, None))
-    }
-
     /// Up to `count` keys with live runtime limits after `after`, in key order.
     pub async fn list_limits(
         &self,

@@ -11,6 +11,7 @@ use super::{hourly, start, stored};
 swin_testkit::for_stores!([sqlite, redis] [
     a_runtime_limit_decides_the_next_hit,
     removing_a_runtime_limit_restores_the_config,
+    a_key_no_request_could_name_has_no_runtime_limits,
 ]);
 
 /// `limit` hits an hour, as a client writes it.
@@ -122,4 +123,31 @@ async fn removing_a_runtime_limit_restores_the_config(store: &TestStore) {
     limiter.stop().await.expect("stop");
     fresh.stop().await.expect("stop");
     assert_eq!(stored(store, "api", "k").await, 5.0);
+}
+
+/// A key that no hit could name (empty, or past `MAX_KEY_BYTES`) is refused by every
+/// runtime-limit call, as by a hit: nothing is stored under it, and the key a hit can
+/// name keeps the config's limits.
+async fn a_key_no_request_could_name_has_no_runtime_limits(store: &TestStore) {
+    let limiter = start(store, &hourly("api", 0.0, 5)).await;
+    let long = "k".repeat(swin::policy::input::MAX_KEY_BYTES + 1);
+    for key in ["", long.as_str()] {
+        let e = limiter
+            .set_limits("api", key, change(1))
+            .await
+            .expect_err("set on a bad key");
+        assert!(matches!(e, Error::InvalidKey(_)), "{e:?}");
+        let e = limiter.limits("api", key).await.expect_err("read");
+        assert!(matches!(e, Error::InvalidKey(_)), "{e:?}");
+        let e = limiter.remove_limits("api", key).await.expect_err("remove");
+        assert!(matches!(e, Error::InvalidKey(_)), "{e:?}");
+        let e = limiter.hit("api", key, 1.0).await.expect_err("hit");
+        assert!(matches!(e, Error::InvalidKey(_)), "{e:?}");
+    }
+    assert!(limiter
+        .list_limits("api", None, 10)
+        .await
+        .expect("list")
+        .is_empty());
+    limiter.stop().await.expect("stop");
 }
