@@ -9,6 +9,7 @@ use swin_sync::store::Demands;
 use tokio::time::Instant;
 
 use super::assign::{own_shares, Action};
+use super::entry::Entry;
 use super::{State, ROUND};
 
 /// A proxy's bucket not reported for this many of its intervals no longer asks.
@@ -29,6 +30,15 @@ pub(super) fn stale_after(interval: Option<Duration>) -> Duration {
 
 /// Each live local proxy's action for one bucket, by the latest division: (proxy,
 /// action), in proxy order.
+///
+/// The division is made twice: with this node's proxies as they ask now, and as the
+/// other nodes have them (their asks as this node last posted them, a proxy not posted
+/// yet asking nothing), and each share is the smaller of the two. The other nodes divide
+/// what they read: a proxy whose ask grew or came to show since this node's last post
+/// (a stream's second report) is still a claim, or a smaller ask, to them, and they grow
+/// their own shares into the room it would take — were this node to grow it from its
+/// fresher ask as well, the two nodes would hand out the same room. A share thus grows
+/// only once the ask it grows for is in the store.
 pub(super) fn division(
     state: &State,
     node: &str,
@@ -38,6 +48,7 @@ pub(super) fn division(
     now: Instant,
 ) -> Vec<(u64, Action)> {
     let mut own = Vec::new();
+    let mut seen = Vec::new();
     let mut who = Vec::new();
     let mut shape = None;
     for &id in proxies {
@@ -49,6 +60,7 @@ pub(super) fn division(
         };
         if let Some(e) = p.entry(b, stale_after(p.interval), now) {
             own.push(e);
+            seen.push(as_posted(e, b.posted));
             who.push((id, p.ttl(), e.asks.is_some()));
             shape = Some((b.limit, b.unit));
         }
@@ -61,12 +73,32 @@ pub(super) fn division(
         .get(&(namespace.to_owned(), key.to_owned()))
         .map_or(&[][..], Vec::as_slice);
     let turn = super::by_client::turn(swin_sync::now());
-    let shares = own_shares(node, &own, others, limit, turn);
+    let fresh = own_shares(node, &own, others, limit, turn);
+    let as_seen = own_shares(node, &seen, others, limit, turn);
+    let shares = fresh.into_iter().zip(as_seen).map(|(f, s)| f.min(s));
     who.into_iter()
         .zip(shares)
         .filter(|((_, _, live), _)| *live)
         .map(|((id, ttl, _), share)| (id, Action::of_share(share, unit, ttl)))
         .collect()
+}
+
+/// A proxy's entry `e` with its ask as this node last posted it (`posted`): what the
+/// other nodes divide; a live proxy not posted yet asks nothing there.
+pub(super) fn as_posted(e: Entry, posted: Option<(f64, bool)>) -> Entry {
+    match (e.asks, posted) {
+        (None, _) => e,
+        (Some(_), Some((asks, shown))) => Entry {
+            asks: Some(asks),
+            shown,
+            ..e
+        },
+        (Some(_), None) => Entry {
+            asks: Some(0.0),
+            shown: false,
+            ..e
+        },
+    }
 }
 
 /// Whether a proxy told `sent` at `at` is to be told `new` now.
@@ -210,4 +242,93 @@ pub(super) fn entries(
         })
         .collect();
     (by_ns, store_now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shares::{Client, ProxyBucket, ProxyState};
+
+    /// A bucket's entry on `node` as the store has it.
+    fn stored(node: &str, e: Entry) -> Demands {
+        Demands {
+            bucket: "b".into(),
+            node: node.into(),
+            demands: e.posted(),
+            expires_at: swin_core::UnixMs(i64::MAX),
+        }
+    }
+
+    fn asks(d: f64, shown: bool, assigned: f64, client: &str) -> Entry {
+        Entry {
+            asks: Some(d),
+            shown,
+            assigned,
+            client: Some(Client::token(client).tag()),
+        }
+    }
+
+    /// The share `node` divides for its one proxy (200/s, its stream's second report in,
+    /// posted while it was a claim) of a limit of 120, beside the other node's proxy as
+    /// the store has it (a claim of 200 assigned nothing: its second report came after
+    /// its post too) and a third node's proxy shown asking 40 and holding it.
+    fn share_on(node: &str, other: &str) -> u64 {
+        let now = Instant::now();
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        let bucket = ProxyBucket {
+            id: vec![("k".into(), "v".into())],
+            demand: 200.0,
+            limit: 120.0,
+            unit: Duration::from_secs(1),
+            reported: now,
+            reports: 2,
+            sent: None,
+            divided: None,
+            posted: Some((200.0, false)),
+        };
+        let mut state = State::default();
+        state.proxies.insert(
+            1,
+            ProxyState {
+                client: Client::token(node),
+                namespace: Some("ns".into()),
+                tx,
+                open: true,
+                last_report: Some(now),
+                interval: Some(Duration::from_secs(1)),
+                buckets: HashMap::from([("b".to_owned(), bucket)]),
+            },
+        );
+        state.remote.insert(
+            ("ns".into(), "b".into()),
+            vec![
+                stored(other, asks(200.0, false, 0.0, other)),
+                stored("c", asks(40.0, true, 40.0, "c")),
+            ],
+        );
+        let out = division(&state, node, "ns", "b", &[1], now);
+        out[0].1.share().expect("a share")
+    }
+
+    /// Two nodes whose proxies' asks came to show between their posts and their next
+    /// division each see the other's as the claim it posted: dividing their own fresh
+    /// asks, each took the whole room for itself (80 + 80 + 40 on a limit of 120). As the
+    /// store has them, both are claims that split the room, and so do their shares.
+    #[test]
+    fn two_nodes_whose_asks_came_to_show_at_once_do_not_hand_out_the_same_room() {
+        let (a, b) = (share_on("a", "b"), share_on("b", "a"));
+        assert!(a + b + 40 <= 120, "a {a}, b {b}, c 40 on a limit of 120");
+        assert_eq!((a, b), (40, 40));
+    }
+
+    #[test]
+    fn a_proxy_not_posted_yet_asks_nothing_as_the_others_have_it() {
+        let e = asks(50.0, true, 3.0, "x");
+        assert_eq!(as_posted(e, None).asks, Some(0.0));
+        assert_eq!(as_posted(e, None).assigned, 3.0);
+        assert_eq!(as_posted(e, Some((20.0, false))).asks, Some(20.0));
+        assert!(!as_posted(e, Some((20.0, false))).shown);
+        let gone = Entry { asks: None, ..e };
+        assert_eq!(as_posted(gone, Some((20.0, true))), gone);
+    }
 }

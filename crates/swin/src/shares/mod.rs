@@ -158,6 +158,10 @@ struct ProxyBucket {
     /// What the last sharing round divided for it (a report is answered from it: a
     /// report never divides, so a thousand proxies' reports cost no division each).
     divided: Option<Action>,
+    /// Its ask as the other nodes have it: what this node's last post that reached the
+    /// store said it asks, and whether shown; `None` until one did. Its share grows only
+    /// as far as the division of that ask allows too (`division::division`).
+    posted: Option<(f64, bool)>,
 }
 
 impl ProxyBucket {

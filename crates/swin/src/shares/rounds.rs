@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::assign::Action;
 use super::division::{bucket_entry, division, emptied, entries, tell};
+use super::entry::Entry;
 use super::reads::{lost_entries, remember};
 use super::{within, BucketAction, Shares, State, ROUND};
 use crate::config::AdmissionMode;
@@ -111,6 +112,10 @@ impl Shares {
             })
             .await
         };
+        let (posted, asks) = match posted {
+            Some((posted, asks)) => (Some(posted), asks),
+            None => (None, Vec::new()),
+        };
         // a store that could not be read is not written to either: the round ends
         // sooner, and a deny goes out while what it replaces still holds
         let ok = match &posted {
@@ -121,6 +126,16 @@ impl Shares {
             let mut state = self.state();
             match (&posted, ok) {
                 (Some(posted), true) => {
+                    // the other nodes have these asks now
+                    for (id, key, ask) in asks {
+                        let b = state
+                            .proxies
+                            .get_mut(&id)
+                            .and_then(|p| p.buckets.get_mut(&key));
+                        if let Some(b) = b {
+                            b.posted = Some(ask);
+                        }
+                    }
                     for d in posted {
                         let at_key = (name.to_owned(), d.bucket.clone());
                         // an emptied entry replaced the last: nothing is held any more
@@ -165,8 +180,9 @@ impl Shares {
     }
 
     /// The division of `keys` of `name` (off the workers, under one hold of the lock):
-    /// the plans, what their buckets held before, this node's entries to post (`None`:
-    /// the store is out, post nothing) and the store's time they were made at.
+    /// the plans, what their buckets held before, this node's entries to post with each
+    /// live proxy's ask in them (`None`: the store is out, post nothing) and the store's
+    /// time they were made at.
     fn plan(
         &self,
         name: &str,
@@ -178,7 +194,7 @@ impl Shares {
     ) -> (
         Vec<Plan>,
         Vec<Sent>,
-        Option<Vec<Demands>>,
+        Option<Posting>,
         swin_core::UnixMs,
     ) {
         let mut state = self.state();
@@ -215,15 +231,17 @@ impl Shares {
         let store_now = swin_sync::now();
         let posted = match mode {
             Mode::Quiet { .. } => None,
-            _ => Some(
-                keys.iter()
+            _ => {
+                let entries = keys
+                    .iter()
                     .map(|k| {
                         let ids = by_key.get(k.as_str()).map_or(&[][..], Vec::as_slice);
                         bucket_entry(state, &self.node, k, ids, store_now, now)
                             .unwrap_or_else(|| emptied(&self.node, k, store_now))
                     })
-                    .collect(),
-            ),
+                    .collect();
+                Some((entries, asked(state, keys, &by_key, now)))
+            }
         };
         (plans, before, posted, store_now)
     }
@@ -302,6 +320,42 @@ impl Shares {
         }
         plans
     }
+}
+
+/// A live proxy's ask in a bucket's posted entry: (proxy, bucket key, (ask, shown)).
+type Asked = (u64, String, (f64, bool));
+
+/// What a round posts: this node's entries, and each live proxy's ask in them.
+type Posting = (Vec<Demands>, Vec<Asked>);
+
+/// Each live proxy's ask in the entries posted for `keys`, as `bucket_entry` writes it.
+fn asked(
+    state: &State,
+    keys: &[String],
+    by_key: &HashMap<&str, Vec<u64>>,
+    now: Instant,
+) -> Vec<Asked> {
+    let mut out = Vec::new();
+    for key in keys {
+        for id in by_key.get(key.as_str()).map_or(&[][..], Vec::as_slice) {
+            let Some(p) = state.proxies.get(id) else {
+                continue;
+            };
+            let Some(b) = p.buckets.get(key) else {
+                continue;
+            };
+            let entry = b.entry(p.open, super::division::stale_after(p.interval), now);
+            if let Some(Entry {
+                asks: Some(d),
+                shown,
+                ..
+            }) = entry
+            {
+                out.push((*id, key.clone(), (d.max(0.0), shown)));
+            }
+        }
+    }
+    out
 }
 
 /// How a round may change shares.

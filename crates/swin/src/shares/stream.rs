@@ -197,6 +197,7 @@ impl Stream {
                     reports: 0,
                     sent: None,
                     divided: None,
+                    posted: None,
                 });
             (b.demand, b.limit, b.unit, b.reported) = (demand, s.limit, s.unit, now);
             b.reports = b.reports.saturating_add(1);
