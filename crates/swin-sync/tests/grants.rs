@@ -207,7 +207,37 @@ async fn a_grant_whose_reply_is_lost_settles_once(s: &TestStore) {
     );
 }
 
+/// A reservation and its retry racing it (the first's answer late, not lost): one
+/// settlement — both answer the same grant and the bucket spends it once. (PostgreSQL
+/// read the holder's last reservation as the statement began, before the first's commit
+/// it waited for, and granted the retry again.)
+async fn a_reservation_racing_its_retry_settles_once(s: &TestStore) {
+    let store = &s.store;
+    let holder = swin_sync::Holder::from("a");
+    for round in 0..30 {
+        let key = format!("race{round}");
+        // the bucket's row is there before the race
+        store
+            .grant("ns", &holder, &[grant(&key, 6, T0, 1, 1)])
+            .await
+            .expect("grant");
+        let one = [grant(&key, 7, T0, 2, 2)];
+        let (a, b) = tokio::join!(
+            store.grant("ns", &holder, &one),
+            store.grant("ns", &holder, &one)
+        );
+        let (a, b) = (a.expect("grant"), b.expect("grant"));
+        assert_eq!((a[0].granted, b[0].granted), (2, 2), "round {round}");
+        assert_eq!(
+            tat(store, "ns", &key).await,
+            Some(T0 + 50 * MS + 3 * 100 * MS),
+            "round {round}: the bucket spent the grant once"
+        );
+    }
+}
+
 swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis8] [
+    a_reservation_racing_its_retry_settles_once,
     a_grant_whose_reply_is_lost_settles_once,
     reservations_settle_as_the_core_does,
     concurrent_holders_never_pass_the_burst,

@@ -228,7 +228,41 @@ async fn fractional_holds_keep_every_bit(s: &TestStore) {
     }
 }
 
+/// One holder's holds of one window racing each other (a commit's give-back and the
+/// engine's return of an ended window): each settles against what the holder holds as
+/// the one before it left it, so the window counts exactly what the holder holds after
+/// both, whichever landed last. (PostgreSQL read the holder's hold as the statement
+/// began, before the other's commit it waited for: the count went to what one hold
+/// left less what the other had taken back — 0 where 47 was held.)
+async fn one_holders_racing_holds_leave_the_count_exact(s: &TestStore) {
+    let store = &s.store;
+    let holder = swin_sync::Holder::from("a");
+    for round in 0..30 {
+        let key = format!("race{round}");
+        let h = |want: f64| hold(&key, 1_000.0, 0.0, 0.0, want);
+        store
+            .hold("ns", &holder, &[hold(&key, 1_000.0, 0.0, 107.0, 107.0)])
+            .await
+            .expect("hold");
+        let (one, other) = ([h(47.0)], [h(60.0)]);
+        let (a, b) = tokio::join!(
+            store.hold("ns", &holder, &one),
+            store.hold("ns", &holder, &other)
+        );
+        a.expect("hold");
+        b.expect("hold");
+        let last = store.hold("ns", &holder, &[h(10.0)]).await.expect("hold");
+        assert_eq!(last[0].state.held, 10.0, "round {round}: {last:?}");
+        assert_eq!(
+            (last[0].state.current, current(store, "ns", &key).await),
+            (10.0, 10.0),
+            "round {round}: the window counts what its one holder holds"
+        );
+    }
+}
+
 swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis8] [
+    one_holders_racing_holds_leave_the_count_exact,
     a_hold_whose_reply_is_lost_settles_once,
     holds_settle_as_the_core_does,
     concurrent_holders_never_pass_the_limit,

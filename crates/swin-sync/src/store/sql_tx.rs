@@ -54,11 +54,11 @@ pub(crate) fn grant_records(settled: &SettledGrants) -> String {
 /// `sqlx::Transaction<'static, _>`) from its store's pieces: `err`, `record_push` and
 /// `upsert` (the push's steps, each given the transaction) and the statements of each
 /// step, bound `$1` namespace, `$2` the rows as JSON, `$3` holder:
-/// `hold_rows` (every window a hold touches made to exist, at 0), `hold_read` (the
-/// windows locked in key order, with the previous window's count and the holder's total
-/// beside each), `hold_write` (the windows' new counts and the holder's totals: one
-/// statement or more), `grant_rows` (every bucket made to exist), `grant_read` (the
-/// buckets locked in key order, with the holder's last grant), `grant_tats` (the TATs
+/// `hold_rows` (every window a hold touches made to exist, at 0, and locked in key
+/// order), `hold_read` (the windows, with the previous window's count and the holder's
+/// total beside each), `hold_write` (the windows' new counts and the holder's totals: one
+/// statement or more), `grant_rows` (every bucket made to exist and locked), `grant_read`
+/// (the buckets, with the holder's last grant), `grant_tats` (the TATs
 /// that moved; bound `$1`, `$2` only) and `grant_records` (the holder's records).
 macro_rules! sql_tx {
     (
@@ -115,7 +115,9 @@ macro_rules! sql_tx {
                 ) -> BoxFuture<'a, Result<Vec<HoldRow>, StoreError>> {
                     Box::pin(async move {
                         let windows = hold_windows(holds);
-                        // the read below sees every other hold and push before it
+                        // the rows, made and locked (PostgreSQL; SQLite's write lock is
+                        // the database's): the read below, a statement of its own, sees
+                        // every hold and push that held a lock before this one
                         sqlx::query($hold_rows)
                             .bind(namespace)
                             .bind(&windows)

@@ -191,12 +191,7 @@ impl Shares {
         deny_on_failure: bool,
         shared: bool,
         now: Instant,
-    ) -> (
-        Vec<Plan>,
-        Vec<Sent>,
-        Option<Posting>,
-        swin_core::UnixMs,
-    ) {
+    ) -> (Vec<Plan>, Vec<Sent>, Option<Posting>, swin_core::UnixMs) {
         let mut state = self.state();
         let state = &mut *state;
         let mode = match read {

@@ -79,13 +79,17 @@ sql_tx! {
     err: err,
     record_push: record_push,
     upsert: upsert_in,
-    // every window a hold touches has a row (new rows start at 0)
+    // every window a hold touches has a row (new rows start at 0), locked here, in key
+    // order: the read below is a statement of its own, so it sees every hold and push
+    // that held a lock before this one (a read that waited for the lock itself would see
+    // the holder's hold as its statement began, before the hold it waited for)
     hold_rows: "
         INSERT INTO swin_counters (namespace, key, window_size, window_start, count)
         SELECT DISTINCT $1, r ->> 0, (r ->> 1)::int4, to_timestamp((r ->> 2)::int8), 0::float8
         FROM json_array_elements($2::json) AS r
         ORDER BY 2, 3, 4
-        ON CONFLICT DO NOTHING",
+        ON CONFLICT (namespace, key, window_size, window_start)
+        DO UPDATE SET count = swin_counters.count",
     hold_read: "
         SELECT c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count,
                coalesce(p.count, 0), coalesce(h.held, 0)
@@ -103,11 +107,11 @@ sql_tx! {
         ORDER BY c.key, c.window_size, c.window_start
         FOR UPDATE OF c",
     write_holds: write_holds,
-    // every bucket a grant touches has a row
+    // every bucket a grant touches has a row, locked here (as a hold's windows are)
     grant_rows: "
         INSERT INTO swin_buckets (namespace, key, tat_ns)
         SELECT $1, k, 0 FROM json_array_elements_text($2::json) AS k ORDER BY 2
-        ON CONFLICT DO NOTHING",
+        ON CONFLICT (namespace, key) DO UPDATE SET tat_ns = swin_buckets.tat_ns",
     grant_read: "
         SELECT b.key, b.tat_ns, r.seq, r.granted
         FROM swin_buckets b
