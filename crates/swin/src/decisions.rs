@@ -1,4 +1,4 @@
-//! Decisions: may a hit pass? What a decision answers ([`Verdict`], [`HitAnswer`]);
+//! Decisions: may a hit pass? What a decision answers ([`Verdict`], and the JSON it serializes as);
 //! every hit, alone or in a request of several, is decided by the request pipeline
 //! (`pipeline`). Giving back (refunds) is in
 //! `giving_back`; a request of several hits decided as one in `requests` (HTTP batches)
