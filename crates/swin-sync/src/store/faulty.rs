@@ -21,6 +21,9 @@ pub enum Fault {
     FailAfter,
     /// Call the inner store and answer after this long (a slow store or link).
     Slow(std::time::Duration),
+    /// Call the inner store only after this long (a call slow on its way there: calls
+    /// sent after it reach the store first).
+    Late(std::time::Duration),
 }
 
 #[derive(Debug)]
@@ -102,6 +105,10 @@ impl FaultyStore {
                 let answer = call.await;
                 tokio::time::sleep(d).await;
                 answer
+            }
+            Some(Fault::Late(d)) => {
+                tokio::time::sleep(d).await;
+                call.await
             }
             None => call.await,
         }

@@ -534,7 +534,7 @@ pub(super) async fn every_call_honours_its_faults(s: &TestStore) {
                 assert_eq!(applied[0].count, 5.0);
                 assert_eq!(tats.len(), 1, "the advance was applied, its reply lost");
             }
-            Fault::Slow(_) => unreachable!("not planned here"),
+            Fault::Slow(_) | Fault::Late(_) => unreachable!("not planned here"),
         }
         // a count for the reset to remove, pushed around the faults
         let seq = if fault == Fault::FailBefore { 3 } else { 4 };
