@@ -32,13 +32,15 @@ pub(super) fn stale_after(interval: Option<Duration>) -> Duration {
 /// action), in proxy order.
 ///
 /// The division is made twice: with this node's proxies as they ask now, and as the
-/// other nodes have them (their asks as this node last posted them, a proxy not posted
-/// yet asking nothing), and each share is the smaller of the two. The other nodes divide
-/// what they read: a proxy whose ask grew or came to show since this node's last post
-/// (a stream's second report) is still a claim, or a smaller ask, to them, and they grow
-/// their own shares into the room it would take — were this node to grow it from its
-/// fresher ask as well, the two nodes would hand out the same room. A share thus grows
-/// only once the ask it grows for is in the store.
+/// other nodes have them (their asks as this node last posted them), and each share is
+/// the smaller of the two. The other nodes divide what they read: a proxy whose ask grew
+/// or came to show since this node's last post (a stream's second report) is still a
+/// claim, or a smaller ask, to them, and they grow their own shares into the room it
+/// would take — were this node to grow it from its fresher ask as well, the two nodes
+/// would hand out the same room. A proxy whose ask is in no post that reached the store
+/// (new, or posted as gone since) is not in the second division at all, as it is in
+/// none of theirs, and keeps at most what it holds. A share thus grows only once the ask
+/// it grows for is in the store.
 pub(super) fn division(
     state: &State,
     node: &str,
@@ -59,8 +61,10 @@ pub(super) fn division(
             continue;
         };
         if let Some(e) = p.entry(b, stale_after(p.interval), now) {
+            if let Some(e) = as_posted(e, b.posted) {
+                seen.push((own.len(), e));
+            }
             own.push(e);
-            seen.push(as_posted(e, b.posted));
             who.push((id, p.ttl(), e.asks.is_some()));
             shape = Some((b.limit, b.unit));
         }
@@ -74,8 +78,19 @@ pub(super) fn division(
         .map_or(&[][..], Vec::as_slice);
     let turn = super::by_client::turn(swin_sync::now());
     let fresh = own_shares(node, &own, others, limit, turn);
-    let as_seen = own_shares(node, &seen, others, limit, turn);
-    let shares = fresh.into_iter().zip(as_seen).map(|(f, s)| f.min(s));
+    // as the others have them: a proxy in no post keeps at most what it holds
+    let mut shares: Vec<u64> = fresh
+        .iter()
+        .zip(&own)
+        .map(|(&f, e)| f.min(e.assigned.max(0.0).floor() as u64))
+        .collect();
+    let posted: Vec<Entry> = seen.iter().map(|(_, e)| *e).collect();
+    for ((i, _), s) in seen
+        .iter()
+        .zip(own_shares(node, &posted, others, limit, turn))
+    {
+        shares[*i] = fresh[*i].min(s);
+    }
     who.into_iter()
         .zip(shares)
         .filter(|((_, _, live), _)| *live)
@@ -84,20 +99,17 @@ pub(super) fn division(
 }
 
 /// A proxy's entry `e` with its ask as this node last posted it (`posted`): what the
-/// other nodes divide; a live proxy not posted yet asks nothing there.
-pub(super) fn as_posted(e: Entry, posted: Option<(f64, bool)>) -> Entry {
+/// other nodes divide. A live proxy whose ask is in no post is in no division of theirs:
+/// `None`.
+pub(super) fn as_posted(e: Entry, posted: Option<(f64, bool)>) -> Option<Entry> {
     match (e.asks, posted) {
-        (None, _) => e,
-        (Some(_), Some((asks, shown))) => Entry {
+        (None, _) => Some(e),
+        (Some(_), Some((asks, shown))) => Some(Entry {
             asks: Some(asks),
             shown,
             ..e
-        },
-        (Some(_), None) => Entry {
-            asks: Some(0.0),
-            shown: false,
-            ..e
-        },
+        }),
+        (Some(_), None) => None,
     }
 }
 
@@ -321,14 +333,129 @@ mod tests {
         assert_eq!((a, b), (40, 40));
     }
 
+    /// A proxy's bucket on this node: `demand` asked, `reports` in, holding `sent`, its
+    /// ask as last posted `posted`.
+    fn bucket(
+        at: Instant,
+        demand: f64,
+        reports: u32,
+        sent: Option<u64>,
+        posted: Option<(f64, bool)>,
+    ) -> ProxyBucket {
+        let ttl = Duration::from_secs(10);
+        ProxyBucket {
+            id: vec![("k".into(), "v".into())],
+            demand,
+            limit: 120.0,
+            unit: Duration::from_secs(1),
+            reported: at,
+            reports,
+            sent: sent.map(|s| (Action::of_share(s, Duration::from_secs(1), ttl), at)),
+            divided: None,
+            posted,
+        }
+    }
+
+    fn proxy(state: &mut State, id: u64, client: &str, b: ProxyBucket, at: Instant) {
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        state.proxies.insert(
+            id,
+            ProxyState {
+                client: Client::token(client),
+                namespace: Some("ns".into()),
+                tx,
+                open: true,
+                last_report: Some(at),
+                interval: Some(Duration::from_secs(1)),
+                buckets: HashMap::from([("b".to_owned(), b)]),
+            },
+        );
+    }
+
+    fn shares(state: &State, ids: &[u64], at: Instant) -> Vec<u64> {
+        division(state, "a", "ns", "b", ids, at)
+            .into_iter()
+            .map(|(_, a)| a.share().expect("a share"))
+            .collect()
+    }
+
+    /// A second proxy joins a bucket this node posted already, beside one asking 10 and
+    /// holding it; the other node's proxy shows 20 and holds 20 of 120. The other node
+    /// has not seen the newcomer and grows its proxy into the room left (to 65); the
+    /// newcomer keeps what it holds (nothing) until its ask is posted — it took 90 when
+    /// it stood in the second division as a claim of nothing.
     #[test]
-    fn a_proxy_not_posted_yet_asks_nothing_as_the_others_have_it() {
+    fn a_proxy_joining_a_posted_bucket_keeps_what_it_holds_until_its_ask_is_posted() {
+        let now = Instant::now();
+        let mut st = State::default();
+        let p1 = bucket(now, 10.0, 5, Some(10), Some((10.0, true)));
+        proxy(&mut st, 1, "p1", p1, now);
+        proxy(&mut st, 2, "p2", bucket(now, 120.0, 1, None, None), now);
+        let q = asks(20.0, true, 20.0, "q");
+        st.remote
+            .insert(("ns".into(), "b".into()), vec![stored("b", q)]);
+        let a = shares(&st, &[1, 2], now);
+        let b = own_shares(
+            "b",
+            &[q],
+            &[stored("a", asks(10.0, true, 10.0, "p1"))],
+            120.0,
+            0,
+        );
+        assert!(
+            a.iter().sum::<u64>() + b[0] <= 120,
+            "a {a:?}, b {b:?} on 120"
+        );
+        assert_eq!(
+            a[1], 0,
+            "the newcomer grew before its ask was posted: {a:?}"
+        );
+    }
+
+    /// A proxy's bucket goes stale (its reports late) while it holds 40: the round posts
+    /// it as gone, and the other node grows its own proxy into the room. Its report then
+    /// comes: it grows no further than it holds until a post shows it asking again.
+    #[test]
+    fn a_bucket_posted_as_gone_grows_only_once_its_ask_is_posted_again() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(3);
+        let mut st = State::default();
+        let p = bucket(t0, 200.0, 5, Some(40), Some((200.0, true)));
+        proxy(&mut st, 1, "p", p, t0);
+        let by_key = HashMap::from([("b", vec![1])]);
+        let asked = super::super::rounds::asked(&st, &["b".to_owned()], &by_key, later);
+        assert_eq!(asked, vec![(1, "b".to_owned(), None)], "posted as gone");
+        let b = st.proxies.get_mut(&1).and_then(|p| p.buckets.get_mut("b"));
+        let b = b.expect("the bucket");
+        b.posted = asked[0].2;
+        // its report comes back
+        b.reported = later;
+        let q = asks(200.0, true, 40.0, "q");
+        st.remote
+            .insert(("ns".into(), "b".into()), vec![stored("b", q)]);
+        let a = shares(&st, &[1], later);
+        let gone = Entry {
+            asks: None,
+            ..asks(0.0, false, 40.0, "p")
+        };
+        let b = own_shares("b", &[q], &[stored("a", gone)], 120.0, 0);
+        assert!(a[0] + b[0] <= 120, "a {a:?}, b {b:?} on 120");
+        assert_eq!(
+            a[0], 40,
+            "it grew on the ask it had before it was posted as gone"
+        );
+    }
+
+    #[test]
+    fn a_proxy_in_no_post_is_in_no_division_of_the_others() {
         let e = asks(50.0, true, 3.0, "x");
-        assert_eq!(as_posted(e, None).asks, Some(0.0));
-        assert_eq!(as_posted(e, None).assigned, 3.0);
-        assert_eq!(as_posted(e, Some((20.0, false))).asks, Some(20.0));
-        assert!(!as_posted(e, Some((20.0, false))).shown);
+        assert_eq!(as_posted(e, None), None);
+        let seen = as_posted(e, Some((20.0, false))).expect("posted");
+        assert_eq!(
+            (seen.asks, seen.shown, seen.assigned),
+            (Some(20.0), false, 3.0)
+        );
         let gone = Entry { asks: None, ..e };
-        assert_eq!(as_posted(gone, Some((20.0, true))), gone);
+        assert_eq!(as_posted(gone, Some((20.0, true))), Some(gone));
     }
 }

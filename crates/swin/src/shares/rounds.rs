@@ -133,7 +133,7 @@ impl Shares {
                             .get_mut(&id)
                             .and_then(|p| p.buckets.get_mut(&key));
                         if let Some(b) = b {
-                            b.posted = Some(ask);
+                            b.posted = ask;
                         }
                     }
                     for d in posted {
@@ -317,14 +317,15 @@ impl Shares {
     }
 }
 
-/// A live proxy's ask in a bucket's posted entry: (proxy, bucket key, (ask, shown)).
-type Asked = (u64, String, (f64, bool));
+/// A proxy's ask in a bucket's posted entry: (proxy, bucket key, (ask, shown)), `None`
+/// when the entry shows it gone or leaves it out.
+type Asked = (u64, String, Option<(f64, bool)>);
 
 /// What a round posts: this node's entries, and each live proxy's ask in them.
 type Posting = (Vec<Demands>, Vec<Asked>);
 
-/// Each live proxy's ask in the entries posted for `keys`, as `bucket_entry` writes it.
-fn asked(
+/// Each proxy's ask in the entries posted for `keys`, as `bucket_entry` writes it.
+pub(super) fn asked(
     state: &State,
     keys: &[String],
     by_key: &HashMap<&str, Vec<u64>>,
@@ -339,15 +340,15 @@ fn asked(
             let Some(b) = p.buckets.get(key) else {
                 continue;
             };
-            let entry = b.entry(p.open, super::division::stale_after(p.interval), now);
-            if let Some(Entry {
-                asks: Some(d),
-                shown,
-                ..
-            }) = entry
-            {
-                out.push((*id, key.clone(), (d.max(0.0), shown)));
-            }
+            let ask = match b.entry(p.open, super::division::stale_after(p.interval), now) {
+                Some(Entry {
+                    asks: Some(d),
+                    shown,
+                    ..
+                }) => Some((d.max(0.0), shown)),
+                _ => None,
+            };
+            out.push((*id, key.clone(), ask));
         }
     }
     out
