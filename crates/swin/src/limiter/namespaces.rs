@@ -12,10 +12,13 @@ use crate::config::{Config, NamespaceConfig};
 impl Control {
     /// Brings the running namespaces in line with `wanted`. Unchanged ones keep their
     /// counts and engine, as do ones whose limits alone changed. Changed ones are rebuilt
-    /// and removed ones stop, in this order: the new map is served first, then each old
-    /// namespace is retired once no request holds it (its engine's last push then holds
-    /// every hit its tables took), then rebuilt namespaces load the totals that push
-    /// made, and their engines start.
+    /// and removed ones stop, in this order: the new map is served and the rebuilt
+    /// namespaces' engines start (what they count is pushed on their schedule from the
+    /// first hit, not once the old ones have gone: a node killed while an old namespace
+    /// waits for a request that holds it, or for its store, loses no more than a sync
+    /// period of them), then each old namespace is retired once no request holds it (its
+    /// engine's last push then holds every hit its tables took), then rebuilt namespaces
+    /// load the totals that push made.
     pub(super) async fn apply_namespaces(&mut self, wanted: &[NamespaceConfig]) {
         let mut next = BTreeMap::new();
         let mut retired = Vec::new();
@@ -78,16 +81,20 @@ impl Control {
         }
         self.running = next;
         self.publish();
+        for name in &rebuilt {
+            if let Some(mut r) = self.running.remove(name) {
+                self.start_engine(&mut r);
+                self.running.insert(name.clone(), r);
+            }
+        }
         for old in retired {
             self.retire(old).await;
         }
         // what the retired engines could not push goes out before the rebuilt ones load
         self.retry_leftovers().await;
         for name in rebuilt {
-            if let Some(mut r) = self.running.remove(&name) {
-                self.warm_up(&r).await;
-                self.start_engine(&mut r);
-                self.running.insert(name, r);
+            if let Some(r) = self.running.get(&name) {
+                self.warm_up(r).await;
             }
         }
     }

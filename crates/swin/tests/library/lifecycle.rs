@@ -14,6 +14,7 @@ swin_testkit::for_stores!([sqlite, redis] [
     a_reconfigure_applies_new_limits_and_keeps_the_counts,
     a_stop_pushes_what_a_periodic_namespace_counted,
     a_reconfigure_keeps_the_running_data_dir,
+    a_rebuilt_namespace_pushes_while_the_one_it_replaced_waits_to_retire,
 ]);
 
 /// `sync` decided on the store's count, `periodic` synced every hour, each of `limit`.
@@ -200,4 +201,42 @@ async fn a_reconfigure_keeps_the_running_data_dir(store: &TestStore) {
         "the rest of the reload applies"
     );
     limiter.stop().await.expect("stop");
+}
+
+/// A reload that rebuilds a periodic namespace (its sync period changes) while a request
+/// holds the namespace it replaces (a run under an idempotency key, 3 s): the old one
+/// waits for it to retire, and the new one, served at once, pushes its hits on its own
+/// schedule meanwhile — a node killed then loses no more than a sync period of them. (Its
+/// engine started only once the old one had retired: 1.2 s after its hit the store held
+/// nothing of it.)
+async fn a_rebuilt_namespace_pushes_while_the_one_it_replaced_waits_to_retire(store: &TestStore) {
+    use std::time::Duration;
+    use swin::idempotency::{Answer, Idempotent};
+    let limiter = start(store, &hourly("api", 0.2, 100)).await;
+    let asked = Idempotent::new("api", "keys/held/hit", b"held-1", "POST", b"{}").expect("key");
+    let held = limiter.once(asked, async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        Answer::new(200, Vec::new(), b"{}".to_vec())
+    });
+    let rest = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let reload = limiter.reconfigure(limiter.config_with(&hourly("api", 0.3, 100)));
+        let hit = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(limiter.hit("api", "k", 1.0).await.expect("hit").allowed());
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            stored(store, "api", "k").await
+        };
+        let (reloaded, stored) = tokio::join!(reload, hit);
+        reloaded.expect("reconfigure");
+        stored
+    };
+    let (once, pushed) = tokio::join!(held, rest);
+    once.expect("the held request");
+    assert_eq!(
+        pushed, 1.0,
+        "the rebuilt namespace's hit was not pushed on its schedule"
+    );
+    limiter.stop().await.expect("stop");
+    assert_eq!(stored(store, "api", "k").await, 1.0);
 }
