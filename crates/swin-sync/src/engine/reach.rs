@@ -54,6 +54,18 @@ impl NamespaceSync {
     /// Loads the namespace's current and previous windows from the store (a node that
     /// starts knows the cluster's totals before its first sync).
     pub async fn warm_up(&self, now: UnixMs) -> Result<usize, StoreError> {
+        self.load_totals(now, Create::Yes).await
+    }
+
+    /// Loads the namespace's current and previous windows into the keys it does not hold:
+    /// for a namespace whose engine runs already (one rebuilt by a reload), which keeps
+    /// the keys it holds current itself — a load read before its last sync must not set
+    /// them back.
+    pub async fn fill(&self, now: UnixMs) -> Result<usize, StoreError> {
+        self.load_totals(now, Create::Absent).await
+    }
+
+    async fn load_totals(&self, now: UnixMs, create: Create) -> Result<usize, StoreError> {
         let Some(store) = &self.session.store else {
             return Ok(0);
         };
@@ -69,7 +81,7 @@ impl NamespaceSync {
         let (counters, fresh, mut loaded) =
             (self.counters.clone(), self.fresh.clone(), totals.len());
         // keys counted through the store meanwhile keep their newer counts
-        off_runtime(move || fresh.apply_unless_newer(&counters, totals, now, since, Create::Yes))
+        off_runtime(move || fresh.apply_unless_newer(&counters, totals, now, since, create))
             .await?;
         if self.buckets {
             let tats = self.call(store.load_tats(self.name(), nanos(now))).await?;

@@ -165,7 +165,10 @@ impl Control {
     /// pushed): the node serves meanwhile — each key it is asked about is read at its first
     /// touch — so a keyspace of any size holds up no start and no reload; `/readyz` lists
     /// the namespace as warming until the load ends.
-    async fn warm_up(&self, r: &Running) {
+    /// A namespace `rebuilt` by a reload has its engine running already (it keeps the
+    /// keys it holds current, and its runtime limits' watch reads their changes): its load
+    /// fills only the keys it does not hold.
+    async fn warm_up(&self, r: &Running, rebuilt: bool) {
         let sync = &r.namespace.sync;
         let name = r.config.name.clone();
         if let Err(e) = sync.reach().await {
@@ -173,8 +176,10 @@ impl Control {
         }
         // where this node's reading of runtime limit changes starts (before it serves,
         // so no change made while it starts goes unseen)
-        if let Err(e) = r.namespace.runtime.catch_up(sync).await {
-            warn!(namespace = name, cause = %e, "runtime limits wait for the store");
+        if !rebuilt {
+            if let Err(e) = r.namespace.runtime.catch_up(sync).await {
+                warn!(namespace = name, cause = %e, "runtime limits wait for the store");
+            }
         }
         if sync.store().is_none() {
             return;
@@ -183,8 +188,15 @@ impl Control {
         let (sync, cancel) = (sync.clone(), r.cancel.clone());
         self.tracker.spawn(async move {
             let started = std::time::Instant::now();
+            let now = swin_sync::now();
+            let load = async {
+                match rebuilt {
+                    true => sync.fill(now).await,
+                    false => sync.warm_up(now).await,
+                }
+            };
             tokio::select! {
-                loaded = sync.warm_up(swin_sync::now()) => match loaded {
+                loaded = load => match loaded {
                     Ok(n) => info!(namespace = name, totals = n, seconds = started.elapsed().as_secs_f64(), "warmed up from the store"),
                     Err(e) => warn!(namespace = name, cause = %e, "warm-up failed; totals arrive with the first touches and syncs"),
                 },

@@ -69,7 +69,7 @@ impl Control {
                         "namespace added"
                     );
                     let mut r = self.build(cfg);
-                    self.warm_up(&r).await;
+                    self.warm_up(&r, false).await;
                     self.start_engine(&mut r);
                     next.insert(cfg.name.clone(), r);
                 }
@@ -94,7 +94,7 @@ impl Control {
         self.retry_leftovers().await;
         for name in rebuilt {
             if let Some(r) = self.running.get(&name) {
-                self.warm_up(r).await;
+                self.warm_up(r, true).await;
             }
         }
     }
