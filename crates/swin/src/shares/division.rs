@@ -286,31 +286,9 @@ mod tests {
     /// its post too) and a third node's proxy shown asking 40 and holding it.
     fn share_on(node: &str, other: &str) -> u64 {
         let now = Instant::now();
-        let (tx, _rx) = tokio::sync::mpsc::channel(1);
-        let bucket = ProxyBucket {
-            id: vec![("k".into(), "v".into())],
-            demand: 200.0,
-            limit: 120.0,
-            unit: Duration::from_secs(1),
-            reported: now,
-            reports: 2,
-            sent: None,
-            divided: None,
-            posted: Some((200.0, false)),
-        };
         let mut state = State::default();
-        state.proxies.insert(
-            1,
-            ProxyState {
-                client: Client::token(node),
-                namespace: Some("ns".into()),
-                tx,
-                open: true,
-                last_report: Some(now),
-                interval: Some(Duration::from_secs(1)),
-                buckets: HashMap::from([("b".to_owned(), bucket)]),
-            },
-        );
+        let b = bucket(now, 200.0, 2, None, Some((200.0, false)));
+        proxy(&mut state, 1, node, b, now);
         state.remote.insert(
             ("ns".into(), "b".into()),
             vec![
