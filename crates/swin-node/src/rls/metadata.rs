@@ -5,19 +5,14 @@
 //! key already there stays; two maps under one key merge, recursively).
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value};
 
-use swin::policy::rules::{self, Rule, RuleLimit};
+use swin::requests::Answer;
 
-/// The dynamic metadata of an answer: `applied[i]` is the rule descriptor `i` was
-/// decided by (none: no rule, or a replaced one), `statuses[i]` its answer.
-pub fn of(
-    req: &RateLimitRequest,
-    statuses: &[DescriptorStatus],
-    applied: &[Option<&Rule>],
-) -> Struct {
+/// The dynamic metadata of the answer to `req`: `answers[i]` is descriptor `i`'s.
+pub fn of(req: &RateLimitRequest, answers: &[Answer]) -> Struct {
     let mut out = Struct::default();
     out.fields
         .insert("domain".into(), string(req.domain.clone()));
@@ -28,13 +23,8 @@ pub fn of(
             .insert("hitsAddend".into(), number(f64::from(req.hits_addend)));
     }
     let mut merged = Struct::default();
-    for (rule, status) in applied.iter().zip(statuses) {
-        let Some(rule) = rule else { continue };
-        // envoyproxy/ratelimit: an unlimited rule's descriptor does not count as passed
-        let passed = status.code != Code::OverLimit as i32 && *rule.limit() != RuleLimit::Unlimited;
-        if let (true, Some(m)) = (passed, &rule.metadata()) {
-            merge(&mut merged, &from_json_map(m));
-        }
+    for m in answers.iter().filter_map(Answer::metadata) {
+        merge(&mut merged, &from_json_map(m));
     }
     if !merged.fields.is_empty() {
         out.fields.insert("metadata".into(), structure(merged));
@@ -51,10 +41,7 @@ fn descriptor(d: &RateLimitDescriptor) -> Value {
         .collect();
     s.fields.insert("entries".into(), list(entries));
     if let Some(l) = &d.limit {
-        let unit = rules::UNITS
-            .iter()
-            .find(|u| u.2 == l.unit)
-            .map_or("UNKNOWN".to_owned(), |u| u.0.to_ascii_uppercase());
+        let unit = RateLimitUnit::try_from(l.unit).map_or("UNKNOWN", |u| u.as_str_name());
         s.fields.insert(
             "limit".into(),
             string(format!(

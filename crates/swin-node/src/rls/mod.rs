@@ -27,11 +27,9 @@ use tonic::{Request, Response, Status};
 use crate::listening;
 use crate::state::AppState;
 use swin::error::Error;
-use swin::policy::rules::{self};
 use swin::requests::Descriptor;
 
 mod answers;
-mod leases;
 mod metadata;
 mod quota;
 
@@ -250,18 +248,6 @@ fn check(req: &RateLimitRequest, max: usize) -> Result<Vec<Descriptor<'_>>, Stat
             "descriptors: {} in one request; the most is {max} (max_batch)",
             req.descriptors.len()
         )));
-    }
-    // a unit outside Envoy's RateLimitUnit (Envoy's own config refuses one) is a bad
-    // request: no limit can be read from it, so nothing of the request is counted
-    for (i, d) in req.descriptors.iter().enumerate() {
-        if let Some(o) = &d.limit {
-            if rules::unit_secs(o.unit).is_none() {
-                return Err(invalid(format!(
-                    "descriptors[{i}].limit.unit: {} is not a unit of time (SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7)",
-                    o.unit
-                )));
-            }
-        }
     }
     // hits_addend 0 counts as 1, as Envoy sends it
     let default_hits = u64::from(req.hits_addend.max(1));

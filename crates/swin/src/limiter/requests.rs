@@ -74,12 +74,15 @@ impl Limiter {
     }
 
     /// Decides Envoy's descriptors on `namespace` as one request (a `ShouldRateLimit`
-    /// call): all or nothing.
+    /// call): all or nothing. A descriptor's own limit in a unit outside Envoy's
+    /// `RateLimit.Unit` is a bad request (no limit can be read from it: nothing of the
+    /// request is counted).
     pub async fn descriptors(
         &self,
         namespace: &str,
         descriptors: &[Descriptor<'_>],
     ) -> Result<Decided, Error> {
+        crate::requests::descriptors::check_units(descriptors)?;
         let ns = self.namespace(namespace)?;
         run(Descriptors::new(ns, descriptors)).await
     }

@@ -18,7 +18,7 @@ pub(crate) mod headers;
 pub mod input;
 pub(crate) mod keys;
 pub mod limits;
-pub mod rules;
+pub(crate) mod rules;
 
 /// A config error: the field (under the namespace) and why.
 pub(crate) type FieldError = (String, String);

@@ -93,7 +93,7 @@ struct RawFile {
 
 /// Envoy's rate limit units, in seconds (a month is 30 days, a year 365, as
 /// envoyproxy/ratelimit counts them).
-pub const UNITS: [(&str, u64, i32); 7] = [
+pub(crate) const UNITS: [(&str, u64, i32); 7] = [
     ("second", 1, 1),
     ("minute", 60, 2),
     ("hour", 3_600, 3),
@@ -104,18 +104,18 @@ pub const UNITS: [(&str, u64, i32); 7] = [
 ];
 
 /// The seconds of an Envoy unit number (the proto's enum), if it is one.
-pub fn unit_secs(unit: i32) -> Option<u64> {
+pub(crate) fn unit_secs(unit: i32) -> Option<u64> {
     UNITS.iter().find(|u| u.2 == unit).map(|u| u.1)
 }
 
 /// The Envoy unit of a window, or 0 (UNKNOWN) for a length that is none of them.
-pub fn unit_of(secs: u64) -> i32 {
+pub(crate) fn unit_of(secs: u64) -> i32 {
     UNITS.iter().find(|u| u.1 == secs).map_or(0, |u| u.2)
 }
 
 /// What a rule limits with.
 #[derive(Debug, Clone, PartialEq)]
-pub enum RuleLimit {
+pub(crate) enum RuleLimit {
     /// Matched, counted nowhere, never limited.
     Unlimited,
     /// `requests_per_unit: 0`: every request is over the limit (envoyproxy/ratelimit's
@@ -130,7 +130,7 @@ pub enum RuleLimit {
 
 /// A rule that a descriptor found.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Rule {
+pub(crate) struct Rule {
     /// Its path: `generic_key_login.remote_address`.
     pub(crate) path: String,
     /// What it limits with.
@@ -148,39 +148,6 @@ pub struct Rule {
     pub(crate) unit: i32,
     /// The rule's `metadata`, for the answer's dynamic metadata.
     pub(crate) metadata: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
-}
-
-impl Rule {
-    /// Its path: `generic_key_login.remote_address`.
-    pub fn path(&self) -> &str {
-        &self.path
-    }
-
-    /// What it limits with.
-    pub fn limit(&self) -> &RuleLimit {
-        &self.limit
-    }
-
-    /// `rate_limit.name`, for `replaces` and the answer's `current_limit.name`.
-    pub fn name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
-
-    /// What the answer's `current_limit` says: requests per unit and the unit (0 when
-    /// the window is no Envoy unit).
-    pub fn requests_per_unit(&self) -> u32 {
-        self.requests_per_unit
-    }
-
-    /// The unit, as Envoy's `RateLimit.Unit` numbers it.
-    pub fn unit(&self) -> i32 {
-        self.unit
-    }
-
-    /// The rule's `metadata`, for the answer's dynamic metadata.
-    pub fn metadata(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
-        self.metadata.as_deref()
-    }
 }
 
 /// A rule a descriptor found, and the entries whose values count as the rule writes

@@ -15,7 +15,7 @@ pub(crate) mod quota;
 pub(crate) mod refunds;
 pub(crate) mod reservations;
 
-pub use self::descriptors::{Answer, Decided, Descriptor, Shown};
+pub use self::descriptors::{Answer, Decided, Descriptor};
 pub use self::hits::Batch;
 pub use self::limit_changes::Change;
 pub use self::refunds::Refunded;

@@ -41,23 +41,11 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// A key's runtime limits, validated for its namespace.
 #[derive(Debug)]
-pub struct RuntimeLimit {
+pub(crate) struct RuntimeLimit {
     /// The limits, in the namespace's algorithm.
     pub(crate) limits: KeyLimits,
     /// As the store keeps them (who set them, when, until when).
     pub(crate) stored: StoredLimit,
-}
-
-impl RuntimeLimit {
-    /// The limits, in the namespace's algorithm.
-    pub fn limits(&self) -> &KeyLimits {
-        &self.limits
-    }
-
-    /// As the store keeps them (who set them, when, until when).
-    pub fn stored(&self) -> &StoredLimit {
-        &self.stored
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -69,7 +57,7 @@ enum Cached {
 
 /// The limits a key is decided against: the config's, or its runtime limits.
 #[derive(Debug, Clone)]
-pub enum Effective<'a> {
+pub(crate) enum Effective<'a> {
     /// The config's limits for the key (none set at run time).
     Config(&'a KeyLimits),
     /// Limits set at run time, in force for the key.

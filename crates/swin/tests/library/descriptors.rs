@@ -2,7 +2,7 @@
 //! be: under the namespace's descriptor rules, each descriptor counted on its own counter
 //! key, and a request over the limit counts nothing of any of its descriptors.
 
-use swin::requests::{Decided, Descriptor, Shown};
+use swin::requests::{Decided, Descriptor};
 use swin_testkit::TestStore;
 
 use super::{start, stored};
@@ -52,11 +52,7 @@ fn request(address: &str) -> Vec<Descriptor<'_>> {
 
 /// Whether the descriptor `i` of `d` denied the request.
 fn denied(d: &Decided, i: usize) -> bool {
-    match d.answers()[i].shown() {
-        Shown::Decided { denied, .. } => *denied,
-        Shown::Slots { ok, .. } => !ok,
-        Shown::NoRule | Shown::Unlimited => false,
-    }
+    d.answers()[i].over()
 }
 
 async fn descriptors_over_the_limit_deny_the_request_and_count_nothing(store: &TestStore) {
@@ -68,7 +64,7 @@ async fn descriptors_over_the_limit_deny_the_request_and_count_nothing(store: &T
             .expect("decided");
         assert!(!d.over(), "{d:?}");
         assert_eq!(d.answers().len(), 3);
-        assert!(matches!(d.answers()[2].shown(), Shown::NoRule));
+        assert_eq!(d.answers()[2].limit(), None, "no rule: no limit");
     }
     assert_eq!(stored(store, "edge", LOGIN).await, 2.0);
     assert_eq!(stored(store, "edge", SEARCH).await, 2.0);

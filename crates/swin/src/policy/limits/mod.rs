@@ -20,7 +20,7 @@ pub(crate) use self::raw::{RawLimits, RawOverride};
 
 /// The limits one key is decided against.
 #[derive(Debug, Clone, PartialEq)]
-pub enum KeyLimits {
+pub(crate) enum KeyLimits {
     /// Sliding or fixed windows, each checked; the strictest wins.
     Windows(WindowSet),
     /// One GCRA bucket.
@@ -92,7 +92,7 @@ impl KeyLimits {
 /// the config is read (a `/hit` answers with it: writing it per request took a tenth of
 /// the request's instructions).
 #[derive(Debug, Clone, PartialEq)]
-pub struct WindowSet {
+pub(crate) struct WindowSet {
     limits: Vec<WindowLimit>,
     /// Per limit, its policy name: `60s`.
     names: Vec<Arc<str>>,
@@ -130,7 +130,7 @@ impl WindowSet {
     }
 
     /// The limits, in order (a set is never empty).
-    pub fn limits(&self) -> &[WindowLimit] {
+    pub(crate) fn limits(&self) -> &[WindowLimit] {
         &self.limits
     }
 

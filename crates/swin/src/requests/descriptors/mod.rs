@@ -6,11 +6,14 @@
 //! namespace (`slots`). All or nothing either way. The answer has no gRPC type in it;
 //! the door renders it.
 
+mod answer;
 mod hits;
 mod slots;
 
+pub use self::answer::Answer;
+pub(crate) use self::answer::Shown;
+
 use std::sync::Arc;
-use std::time::Duration;
 
 use swin_core::Decision;
 
@@ -21,7 +24,6 @@ use crate::leases::AcquireAnswer;
 use crate::pipeline::{Plan, Ran, Request};
 use crate::policy::headers;
 use crate::policy::rules::Rule;
-use crate::runtime_limits::RuntimeLimit;
 use crate::state::Namespace;
 
 /// Envoy's descriptors on a namespace as one request (a `ShouldRateLimit` call). An
@@ -129,56 +131,18 @@ impl<'a> Descriptor<'a> {
     }
 }
 
-/// What one descriptor answers.
-#[derive(Debug, Clone)]
-pub enum Shown {
-    /// No rule applies: OK, no limit.
-    NoRule,
-    /// Its rule sets no limit of hits: OK, the largest remaining.
-    Unlimited,
-    /// Decided under its rule: the decision it shows and whether it denies the request;
-    /// `runtime` when a runtime limit on its key replaced the rule's limits.
-    Decided {
-        /// What it shows (remaining, reset).
-        decision: Decision,
-        /// Whether it denies the request.
-        denied: bool,
-        /// The runtime limit that replaced the rule's, if one did.
-        runtime: Option<Arc<RuntimeLimit>>,
-    },
-    /// Slots of a concurrency key: whether it is OK, its limit in flight, the slots
-    /// left, and until a slot is sure to be free (or the lease lapses).
-    Slots {
-        /// Whether a slot was free.
-        ok: bool,
-        /// Slots in flight allowed.
-        limit: u64,
-        /// Slots left.
-        remaining: u64,
-        /// Until a slot is sure to be free.
-        until: Duration,
-    },
-}
-
-/// A descriptor's answer and the rule that applied to it (for the dynamic metadata).
-#[derive(Debug, Clone)]
-pub struct Answer {
-    /// The rule that applied (none: no rule matched).
-    pub(crate) rule: Option<Arc<Rule>>,
-    /// What it shows.
-    pub(crate) shown: Shown,
-}
-
-impl Answer {
-    /// The rule that applied (none: no rule matched).
-    pub fn rule(&self) -> Option<&Rule> {
-        self.rule.as_deref()
+/// Each descriptor's own limit is in a unit of time Envoy names (SECOND 1 … WEEK 7).
+pub(crate) fn check_units(asks: &[Descriptor<'_>]) -> Result<(), Error> {
+    for (i, a) in asks.iter().enumerate() {
+        if let Some((_, unit)) = a.limit {
+            if crate::policy::rules::unit_secs(unit).is_none() {
+                return Err(Error::BadRequest(format!(
+                    "descriptors[{i}].limit.unit: {unit} is not a unit of time (SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7)"
+                )));
+            }
+        }
     }
-
-    /// What it shows.
-    pub fn shown(&self) -> &Shown {
-        &self.shown
-    }
+    Ok(())
 }
 
 /// What a request of descriptors decided.
