@@ -261,7 +261,63 @@ async fn one_holders_racing_holds_leave_the_count_exact(s: &TestStore) {
     }
 }
 
+/// A push that adds to one window and gives back on another, racing a hold of both:
+/// neither fails, and each window counts the push and the hold exactly. (PostgreSQL's
+/// push locked the rows it added to before those it gave back on, each in key order —
+/// two passes — while a hold locks all of its rows in one: a push adding to `b` and
+/// giving back on `a` and a hold of `a` then `b` deadlocked, and the store aborted one
+/// of them a second later.)
+async fn a_push_that_gives_back_never_deadlocks_a_hold(s: &TestStore) {
+    let store = &s.store;
+    let holder = swin_sync::Holder::from("h");
+    for round in 0..150 {
+        let (a, b) = (format!("dl{round}a"), format!("dl{round}b"));
+        push(store, "ns", &a, CUR, 5.0).await;
+        push(store, "ns", &b, CUR, 5.0).await;
+        let diffs = [
+            swin_core::Diff {
+                key: a.as_str().into(),
+                window_size: 60,
+                window_start: CUR,
+                value: -1.0,
+            },
+            swin_core::Diff {
+                key: b.as_str().into(),
+                window_size: 60,
+                window_start: CUR,
+                value: 1.0,
+            },
+        ];
+        let node = swin_sync::PushId::new("pusher");
+        let p = Push {
+            node_id: &node,
+            seq: None,
+            diffs: &diffs,
+        };
+        let holds = [
+            hold(&a, 1_000.0, 0.0, 1.0, 1.0),
+            hold(&b, 1_000.0, 0.0, 1.0, 1.0),
+        ];
+        let (pushed, held) = tokio::join!(store.push("ns", p), store.hold("ns", &holder, &holds));
+        pushed.unwrap_or_else(|e| panic!("round {round}: the push failed: {e}"));
+        let held = held.unwrap_or_else(|e| panic!("round {round}: the hold failed: {e}"));
+        assert!(
+            held.iter().all(|h| h.state.held == 1.0),
+            "round {round}: {held:?}"
+        );
+        assert_eq!(
+            (
+                current(store, "ns", &a).await,
+                current(store, "ns", &b).await
+            ),
+            (5.0, 7.0),
+            "round {round}: 5 - 1 + a hold of 1, and 5 + 1 + a hold of 1"
+        );
+    }
+}
+
 swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis8] [
+    a_push_that_gives_back_never_deadlocks_a_hold,
     one_holders_racing_holds_leave_the_count_exact,
     a_hold_whose_reply_is_lost_settles_once,
     holds_settle_as_the_core_does,

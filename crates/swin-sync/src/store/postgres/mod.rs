@@ -40,12 +40,15 @@ fn err(e: sqlx::Error) -> StoreError {
 /// and nothing is added again (the caller then reads the totals). Rows go in key order
 /// so that nodes pushing the same keys lock them in the same order: no deadlocks.
 ///
-/// A count never goes below zero: positive diffs are upserted, negative ones (refunds,
-/// given-back hits) update existing rows to `greatest(count + diff, 0)` and leave absent
-/// windows absent (0). A diff of 0 is a read of its window beside the push (a sync's
-/// previous windows, a synchronous hit's): no row written, no row lock taken, one
+/// A count never goes below zero: every diff is upserted to `greatest(count + diff, 0)`,
+/// a negative one (refunds, given-back hits) only where its window has a row, leaving
+/// absent windows absent (0) — in one pass in key order, as a hold locks its rows
+/// (negative diffs updated in a second pass, after the positive ones, deadlocked with a
+/// hold of the same keys; a row the cleanup deletes between the check and the insert —
+/// a window two lengths old, which no rate reads — is written at the diff). A diff of 0 is a read of its window beside the push (a
+/// sync's previous windows, a synchronous hit's): no row written, no row lock taken, one
 /// statement where a push and a read were two. A normalized batch holds each window
-/// once, so the three never touch the same row.
+/// once, so the two never touch the same row.
 const PUSH: &str = "
 WITH fresh AS (
     INSERT INTO swin_pushes (node_id, namespace, seq)
@@ -58,16 +61,12 @@ r AS (
 up AS (
     INSERT INTO swin_counters AS c (namespace, key, window_size, window_start, count)
     SELECT $1, r.key, r.window_size, to_timestamp(r.window_start), r.diff
-    FROM r WHERE r.diff > 0
+    FROM r WHERE r.diff > 0 OR (r.diff < 0 AND EXISTS (
+        SELECT 1 FROM swin_counters e WHERE e.namespace = $1 AND e.key = r.key
+          AND e.window_size = r.window_size AND e.window_start = to_timestamp(r.window_start)))
     ORDER BY r.key, r.window_size, r.window_start
     ON CONFLICT (namespace, key, window_size, window_start)
-    DO UPDATE SET count = c.count + EXCLUDED.count, updated_at = now()
-    RETURNING c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count),
-down AS (
-    UPDATE swin_counters AS c SET count = greatest(c.count + r.diff, 0), updated_at = now()
-    FROM r
-    WHERE r.diff < 0 AND c.namespace = $1 AND c.key = r.key
-      AND c.window_size = r.window_size AND c.window_start = to_timestamp(r.window_start)
+    DO UPDATE SET count = greatest(c.count + EXCLUDED.count, 0), updated_at = now()
     RETURNING c.key, c.window_size::int8, extract(epoch FROM c.window_start)::int8, c.count),
 -- a diff of 0 adds nothing: its window is read, as it stands, without a row lock
 seen AS (
@@ -75,7 +74,7 @@ seen AS (
     FROM r JOIN swin_counters c ON c.namespace = $1 AND c.key = r.key
       AND c.window_size = r.window_size AND c.window_start = to_timestamp(r.window_start)
     WHERE r.diff = 0)
-SELECT * FROM up UNION ALL SELECT * FROM down UNION ALL SELECT * FROM seen";
+SELECT * FROM up UNION ALL SELECT * FROM seen";
 
 /// Whether `(node, namespace, seq)` is new, recorded inside a transaction (the slow path
 /// of a push that isolates rejected rows).
