@@ -33,6 +33,7 @@
 //! sharing one limit).
 
 #![warn(missing_docs)]
+pub(crate) mod client;
 pub mod config;
 pub(crate) mod decisions;
 pub mod error;
@@ -54,6 +55,7 @@ pub mod status;
 pub mod tower;
 pub(crate) mod unresolved;
 
+pub use client::Client;
 pub use limiter::Limiter;
 /// What the library's answers are made of: a decision, a window's rate. (Their times
 /// are the store's clock's, as `std::time::SystemTime`.)

@@ -36,8 +36,8 @@ use super::error::ApiError;
 use super::extract::RawJson;
 use crate::state::AppState;
 use swin::error::Error;
-use swin::idempotency::{Answer, ClientId, Idempotent, Once};
-use swin::policy::client_address::{client_key, NoAddress};
+use swin::idempotency::{Answer, Idempotent, Once};
+use swin::policy::client_address::{client_address, NoAddress};
 
 /// The routes an `Idempotency-Key` makes idempotent (their path templates).
 pub(super) const ROUTES: &[&str] = &[
@@ -145,7 +145,7 @@ async fn asked(
         return Ok((None, req));
     }
     let method = req.method().as_str().to_owned();
-    let asked = Idempotent::new(&namespace, &route, &key, &method, &body_bytes)?.by(client);
+    let asked = Idempotent::new(&namespace, &route, &key, &method, &body_bytes)?.by(&client);
     Ok((Some(asked), req))
 }
 
@@ -155,30 +155,22 @@ async fn asked(
 /// no address). A trusted proxy that passed something other than an address is a bad
 /// request (400 naming the header), as for limits keyed by client address: pooled
 /// under the proxy's own address, such requests would share (and could fill) its share.
-pub(super) fn client_of(state: &AppState, parts: &Parts) -> Result<ClientId, ApiError> {
+pub(super) fn client_of(state: &AppState, parts: &Parts) -> Result<swin::Client, ApiError> {
     if let Some(Caller(name)) = parts.extensions.get::<Caller>() {
-        return Ok(ClientId::of("token", name.as_bytes()));
+        return Ok(swin::Client::Token(name.to_string()));
     }
     let peer = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(a)| *a);
-    // an IPv6 client is its /64, as its limits' keys are: one client, however many
-    // addresses of it it sends from
-    let address = match client_key(peer, &parts.headers, &state.trusted_proxies.load()) {
-        Ok(a) => Some(a),
-        Err(NoAddress::NotAnAddress(v)) => {
-            return Err(Error::BadRequest(format!(
-                "X-Forwarded-For / X-Real-IP: the proxy passed {v:?} as the client's address, which is not an IP address"
-            ))
-            .into())
-        }
-        Err(NoAddress::NoPeer) => None,
-    };
-    Ok(ClientId::of(
-        "address",
-        address.unwrap_or_default().as_bytes(),
-    ))
+    match client_address(peer, &parts.headers, &state.trusted_proxies.load()) {
+        Ok(a) => Ok(swin::Client::Address(a)),
+        Err(NoAddress::NotAnAddress(v)) => Err(Error::BadRequest(format!(
+            "X-Forwarded-For / X-Real-IP: the proxy passed {v:?} as the client's address, which is not an IP address"
+        ))
+        .into()),
+        Err(NoAddress::NoPeer) => Ok(swin::Client::Unknown),
+    }
 }
 
 /// Whether the body asks a dry run (`"dry_run": true` at its top).
@@ -309,7 +301,7 @@ mod tests {
 
 /// The request's client ([`client_of`]), for a handler.
 #[derive(Debug)]
-pub(super) struct Client(pub(super) ClientId);
+pub(super) struct Client(pub(super) swin::Client);
 
 impl FromRequestParts<Arc<AppState>> for Client {
     type Rejection = ApiError;

@@ -26,7 +26,8 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 use envoy_types::pb::google::protobuf;
 use futures_util::Stream;
 use swin::error::Error;
-use swin::shares::{Action, BucketAction, Client, Proxy, Reports, Usage};
+use swin::shares::{Action, BucketAction, Proxy, Reports, Usage};
+use swin::Client;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
@@ -77,10 +78,10 @@ impl RateLimitQuotaService for Rlqs {
         let headers = request.metadata().clone().into_headers();
         // the client its streams are capped for: its token's name, else its address
         let client = match request.extensions().get::<super::Caller>() {
-            Some(caller) => Client::token(&caller.0),
+            Some(caller) => Client::Token(caller.0.to_string()),
             None => request
                 .remote_addr()
-                .map_or_else(Client::unknown, |a| Client::peer(a.ip())),
+                .map_or(Client::Unknown, |a| Client::Address(a.ip())),
         };
         let reports = request.into_inner();
         let (proxy, pushed) = self

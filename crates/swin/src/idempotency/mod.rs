@@ -12,7 +12,7 @@
 //! - at most `idempotency_max_keys` live records per namespace: a new key past them is
 //!   refused (503 `idempotency_full`), keys already recorded still answer;
 //! - at most `idempotency_max_keys_per_client` of them made by one client
-//!   ([`ClientId`], when the caller names one): its new key past them is refused
+//!   ([`Client`](crate::Client), when the caller names one): its new key past them is refused
 //!   ([`Error::Exhausted`], 429), other clients' are not. Counted where the records are,
 //!   in the claim's atomic step: across the cluster for a store's.
 //!
@@ -58,7 +58,7 @@ pub fn check_idempotency_key(key: &[u8]) -> Result<&str, Error> {
 /// of a namespace's: a short id (24 hex digits) of what the caller knows the client by —
 /// a token's name, an address. What it was made of is not kept.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ClientId {
+pub(crate) struct ClientId {
     id: String,
     /// Known by a token: its idempotency keys are its own (an address is not a client's
     /// own — a retry may come through another proxy — so its keys are the namespace's).
@@ -68,7 +68,7 @@ pub struct ClientId {
 impl ClientId {
     /// The client known as `identity` of the kind `kind` (`token`, `address`: two kinds
     /// never name one client).
-    pub fn of(kind: &str, identity: &[u8]) -> ClientId {
+    pub(crate) fn of(kind: &str, identity: &[u8]) -> ClientId {
         let mut h = Sha256::new();
         h.update((kind.len() as u64).to_be_bytes());
         h.update(kind.as_bytes());
@@ -81,8 +81,24 @@ impl ClientId {
     }
 
     /// Its id, as stores keep it.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.id
+    }
+}
+
+impl From<&crate::Client> for ClientId {
+    /// A client as its records and reservations are counted: a token by its name; an
+    /// address keyed as a limit keys a client address (an IPv6 one by its /64); an
+    /// unknown client as the empty address.
+    fn from(client: &crate::Client) -> ClientId {
+        match client {
+            crate::Client::Token(name) => ClientId::of("token", name.as_bytes()),
+            crate::Client::Address(addr) => ClientId::of(
+                "address",
+                crate::policy::client_address::key_of(*addr).as_bytes(),
+            ),
+            crate::Client::Unknown => ClientId::of("address", b""),
+        }
     }
 }
 
@@ -131,7 +147,8 @@ impl Idempotent {
     /// of the namespace's records (`idempotency_max_keys_per_client`). A client known by
     /// a token has idempotency keys of its own: another token's request under the same key
     /// is another record (it neither gets the first's answer nor goes uncounted).
-    pub fn by(self, client: ClientId) -> Idempotent {
+    pub fn by(self, client: &crate::Client) -> Idempotent {
+        let client = ClientId::from(client);
         let record = match client.token {
             true => format!("{}/{}", client.id, self.record),
             false => self.record,
@@ -353,11 +370,14 @@ mod tests {
     #[test]
     fn a_tokens_keys_are_its_own_an_address_shares_the_namespaces() {
         let asked = || Idempotent::new("ns", "keys/k/hit", b"same", "POST", b"{}").expect("key");
-        let by = |kind: &str, who: &[u8]| asked().by(ClientId::of(kind, who)).record;
-        assert_ne!(by("token", b"a"), by("token", b"b"));
-        assert_eq!(by("token", b"a"), by("token", b"a"));
-        assert_eq!(by("address", b"10.0.0.1"), by("address", b"10.0.0.2"));
-        assert_eq!(by("address", b"10.0.0.1"), asked().record);
+        let by = |client: crate::Client| asked().by(&client).record;
+        let token = |name: &str| crate::Client::Token(name.into());
+        let address = |a: &str| crate::Client::Address(a.parse().expect("an address"));
+        assert_ne!(by(token("a")), by(token("b")));
+        assert_eq!(by(token("a")), by(token("a")));
+        assert_eq!(by(address("10.0.0.1")), by(address("10.0.0.2")));
+        assert_eq!(by(address("10.0.0.1")), asked().record);
+        assert_eq!(by(crate::Client::Unknown), asked().record);
     }
 
     #[test]
@@ -368,5 +388,21 @@ mod tests {
         assert_eq!(t, ClientId::of("token", b"ops"));
         assert_ne!(t, ClientId::of("address", b"ops"));
         assert_ne!(t, ClientId::of("token", b"ops2"));
+        // a client as a door names it is the id its records were kept under before:
+        // an address as a limit keys it (an IPv6 one by its /64), an unknown one as
+        // the empty address
+        let of = |c: crate::Client| ClientId::from(&c);
+        assert_eq!(of(crate::Client::Token("ops".into())), t);
+        let v6 = |a: &str| crate::Client::Address(a.parse().expect("an address"));
+        assert_eq!(
+            of(v6("2001:db8:7:1::1")),
+            ClientId::of("address", b"2001:db8:7:1::/64")
+        );
+        assert_eq!(of(v6("2001:db8:7:1::1")), of(v6("2001:db8:7:1:ffff::9")));
+        assert_eq!(
+            of(v6("::ffff:10.0.0.1")),
+            ClientId::of("address", b"10.0.0.1")
+        );
+        assert_eq!(of(crate::Client::Unknown), ClientId::of("address", b""));
     }
 }

@@ -252,9 +252,9 @@ impl Limiter {
     /// streams already is refused ([`Error::Exhausted`]).
     pub fn quota_stream(
         &self,
-        client: &crate::shares::Client,
+        client: &crate::Client,
     ) -> Result<(Proxy, tokio::sync::mpsc::Receiver<Vec<BucketAction>>), Error> {
-        self.shares.open(client)
+        self.shares.open(&crate::shares::Sharer::of(client))
     }
 
     /// Where a proxy's hits on `namespace` take their key from (`key_from`: a header,

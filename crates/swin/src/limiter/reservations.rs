@@ -29,7 +29,7 @@ impl Limiter {
         keys: &[&str],
         cost: f64,
         ttl: Option<f64>,
-        client: Option<&ClientId>,
+        client: Option<&crate::Client>,
     ) -> Result<Reserved, Error> {
         let several = keys.len() != 1;
         let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
@@ -39,7 +39,7 @@ impl Limiter {
 
     async fn reserve_by(
         &self,
-        client: Option<&ClientId>,
+        client: Option<&crate::Client>,
         namespace: &str,
         keys: &[String],
         cost: f64,
@@ -53,7 +53,7 @@ impl Limiter {
             cost: unsigned_zero(cost),
             ttl,
             several,
-            client: client.cloned(),
+            client: client.map(ClientId::from),
         })
         .await
     }

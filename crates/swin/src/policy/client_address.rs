@@ -89,7 +89,7 @@ pub(crate) fn key_of(ip: IpAddr) -> String {
 
 /// The client's address, canonical (an IPv4-mapped IPv6 address as IPv4): `peer` is the
 /// connection's, `trusted` the proxies whose forwarding headers are believed.
-pub(crate) fn client_address(
+pub fn client_address(
     peer: Option<SocketAddr>,
     headers: &HeaderMap,
     trusted: &[IpNet],

@@ -1,6 +1,6 @@
 //! Policy: what a request is decided against, with no I/O and no front door — a
 //! namespace's algorithm (`algorithm`), its limits and overrides ([`limits`]), Envoy's
-//! descriptor rules and how a descriptor finds its rule ([`rules`]), the counter key a
+//! descriptor rules and how a descriptor finds its rule (`rules`), the counter key a
 //! descriptor counts on (`keys`), what a request may carry ([`input`]), and the
 //! RateLimit headers of a decision (`headers`), and the client address a request comes
 //! from behind trusted proxies ([`client_address`]). Config builds these from its raw types;

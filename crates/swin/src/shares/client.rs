@@ -11,38 +11,47 @@ use sha2::{Digest, Sha256};
 /// limit is divided max-min fair among clients first, then among each one's streams, so
 /// a client opening more streams gets no more of it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Client {
+pub(crate) struct Sharer {
     /// As logs and errors name it.
     name: String,
-    /// As the store's entries carry it (see [`Client::tag`]).
+    /// As the store's entries carry it (see [`Sharer::tag`]).
     tag: u64,
 }
 
-impl Client {
+impl Sharer {
     /// The client presenting the token configured as `name` (its name, never the token).
-    pub fn token(name: &str) -> Client {
-        Client::named(format!("token {name:?}"))
+    pub(crate) fn token(name: &str) -> Sharer {
+        Sharer::named(format!("token {name:?}"))
     }
 
     /// The client at `addr` (a client without a token), keyed as a limit keys a client
     /// address: an IPv6 one by its /64, so that one moving inside it stays one client.
-    pub fn peer(addr: IpAddr) -> Client {
-        Client::named(format!(
+    pub(crate) fn peer(addr: IpAddr) -> Sharer {
+        Sharer::named(format!(
             "peer {}",
             crate::policy::client_address::key_of(addr)
         ))
     }
 
     /// A client nothing is known of (no token, no address): all such are one client.
-    pub fn unknown() -> Client {
-        Client::named("an unknown peer".to_owned())
+    pub(crate) fn unknown() -> Sharer {
+        Sharer::named("an unknown peer".to_owned())
     }
 
-    fn named(name: String) -> Client {
+    /// The quota's view of `client`.
+    pub(crate) fn of(client: &crate::Client) -> Sharer {
+        match client {
+            crate::Client::Token(name) => Sharer::token(name),
+            crate::Client::Address(addr) => Sharer::peer(*addr),
+            crate::Client::Unknown => Sharer::unknown(),
+        }
+    }
+
+    fn named(name: String) -> Sharer {
         let hash = Sha256::digest(name.as_bytes());
         let mut bytes = [0u8; 8];
         bytes[2..].copy_from_slice(&hash[..6]);
-        Client {
+        Sharer {
             name,
             tag: u64::from_be_bytes(bytes),
         }
@@ -56,7 +65,7 @@ impl Client {
     }
 }
 
-impl fmt::Display for Client {
+impl fmt::Display for Sharer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.name)
     }
@@ -68,14 +77,14 @@ mod tests {
 
     #[test]
     fn a_client_is_named_by_its_token_or_its_address_and_tagged_alike_everywhere() {
-        let a = Client::token("edge");
+        let a = Sharer::token("edge");
         assert_eq!(a.to_string(), "token \"edge\"");
-        assert_eq!(a.tag(), Client::token("edge").tag());
-        assert_ne!(a.tag(), Client::token("edge2").tag());
-        let p = Client::peer("10.0.0.1".parse().expect("an address"));
+        assert_eq!(a.tag(), Sharer::token("edge").tag());
+        assert_ne!(a.tag(), Sharer::token("edge2").tag());
+        let p = Sharer::peer("10.0.0.1".parse().expect("an address"));
         assert_eq!(p.to_string(), "peer 10.0.0.1");
         assert_ne!(p.tag(), a.tag());
-        assert!(p.tag() < 1 << 48 && Client::unknown().tag() < 1 << 48);
+        assert!(p.tag() < 1 << 48 && Sharer::unknown().tag() < 1 << 48);
     }
 
     /// A client without a token that opens its streams from many addresses of its IPv6
@@ -83,7 +92,7 @@ mod tests {
     /// are.
     #[test]
     fn an_ipv6_peer_is_one_client_across_its_64() {
-        let peer = |s: &str| Client::peer(s.parse().expect("an address"));
+        let peer = |s: &str| Sharer::peer(s.parse().expect("an address"));
         assert_eq!(peer("2001:db8:7:1::1"), peer("2001:db8:7:1:ffff::9"));
         assert_eq!(
             peer("2001:db8:7:1::1").to_string(),

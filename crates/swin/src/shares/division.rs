@@ -195,7 +195,7 @@ pub(super) fn entries(
     let store_now = swin_sync::now();
     state.held.retain(|_, until| *until > now);
     let mut live = 0;
-    let mut of_clients: HashMap<super::Client, usize> = HashMap::new();
+    let mut of_clients: HashMap<super::Sharer, usize> = HashMap::new();
     let mut by_ns: BTreeMap<String, BTreeMap<String, Vec<u64>>> = BTreeMap::new();
     state.proxies.retain(|&id, p| {
         let stale = stale_after(p.interval);
@@ -259,7 +259,7 @@ pub(super) fn entries(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shares::{Client, ProxyBucket, ProxyState};
+    use crate::shares::{ProxyBucket, ProxyState, Sharer};
 
     /// A bucket's entry on `node` as the store has it.
     fn stored(node: &str, e: Entry) -> Demands {
@@ -276,7 +276,7 @@ mod tests {
             asks: Some(d),
             shown,
             assigned,
-            client: Some(Client::token(client).tag()),
+            client: Some(Sharer::token(client).tag()),
         }
     }
 
@@ -339,7 +339,7 @@ mod tests {
         state.proxies.insert(
             id,
             ProxyState {
-                client: Client::token(client),
+                client: Sharer::token(client),
                 namespace: Some("ns".into()),
                 tx,
                 open: true,

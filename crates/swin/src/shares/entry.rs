@@ -12,7 +12,7 @@ pub struct Entry {
     pub(crate) shown: bool,
     /// The share it is assigned now (what it was last told, until that lapses).
     pub(crate) assigned: f64,
-    /// Its client's tag ([`super::Client`]); `None` as a node that posts none has it
+    /// Its client's tag ([`super::Sharer`]); `None` as a node that posts none has it
     /// (each such entry a client of its own).
     pub(crate) client: Option<u64>,
 }

@@ -52,7 +52,7 @@ use tokio::time::Instant;
 
 pub use self::assign::Action;
 use self::assign::Entry;
-pub use self::client::Client;
+pub(crate) use self::client::Sharer;
 pub use self::report::{BucketAction, Reports, Usage};
 pub(crate) use self::stream::Stream;
 use crate::error::Error;
@@ -99,9 +99,9 @@ struct State {
     /// it lost may hold until then.
     lost: HashMap<String, swin_core::UnixMs>,
     /// Client → its open streams.
-    clients: HashMap<Client, usize>,
+    clients: HashMap<Sharer, usize>,
     /// Client → its live buckets, across its streams.
-    client_buckets: HashMap<Client, usize>,
+    client_buckets: HashMap<Sharer, usize>,
     /// Buckets whose last read showed other nodes than the read before: none of their
     /// shares grows until two reads agree.
     moved: std::collections::HashSet<(String, String)>,
@@ -112,7 +112,7 @@ struct State {
 #[derive(Debug)]
 struct ProxyState {
     /// Who opened it.
-    client: Client,
+    client: Sharer,
     namespace: Option<String>,
     tx: mpsc::Sender<Vec<BucketAction>>,
     open: bool,
@@ -232,7 +232,7 @@ impl Shares {
     /// refused ([`Error::Exhausted`]).
     pub fn open(
         self: &Arc<Self>,
-        client: &Client,
+        client: &Sharer,
     ) -> Result<(Proxy, mpsc::Receiver<Vec<BucketAction>>), Error> {
         let (tx, rx) = mpsc::channel(QUEUED);
         let id = self.next.fetch_add(1, Ordering::Relaxed);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use swin::error::Error;
-use swin::idempotency::{Answer, ClientId, Idempotent, Once};
+use swin::idempotency::{Answer, Idempotent, Once};
 use swin_testkit::TestStore;
 
 use super::{hourly, start, stored};
@@ -129,13 +129,13 @@ async fn a_client_holds_its_share_across_limiters_and_others_still_run(store: &T
     let one = Arc::new(start(store, &config).await);
     let two = Arc::new(start(store, &config).await);
     let (greedy, other) = (
-        ClientId::of("token", b"greedy"),
-        ClientId::of("token", b"other"),
+        swin::Client::Token("greedy".into()),
+        swin::Client::Token("other".into()),
     );
     let mut ran = 0;
     for i in 0..8 {
         let l = if i % 2 == 0 { &one } else { &two };
-        let a = asked(&format!("g-{i}"), "{}").by(greedy.clone());
+        let a = asked(&format!("g-{i}"), "{}").by(&greedy);
         match l.once(a, hit(l.clone())).await {
             Ok(o) => {
                 assert!(!o.replayed());
@@ -148,13 +148,13 @@ async fn a_client_holds_its_share_across_limiters_and_others_still_run(store: &T
         }
     }
     assert_eq!(ran, 3);
-    let a = asked("o-1", "{}").by(other);
+    let a = asked("o-1", "{}").by(&other);
     assert!(!two
         .once(a, hit(two.clone()))
         .await
         .expect("room")
         .replayed());
-    let kept = asked("g-0", "{}").by(greedy);
+    let kept = asked("g-0", "{}").by(&greedy);
     assert!(one
         .once(kept, hit(one.clone()))
         .await

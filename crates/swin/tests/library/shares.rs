@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use swin::shares::{Action, BucketAction, Client, Proxy, Reports, Usage};
+use swin::shares::{Action, BucketAction, Proxy, Reports, Usage};
+use swin::Client;
 use swin_testkit::TestStore;
 use tokio::sync::mpsc::Receiver;
 use tokio::time::Instant;
@@ -42,7 +43,7 @@ struct Stream {
 
 impl Stream {
     async fn open(limiter: &swin::Limiter, client: &str) -> Stream {
-        let client = Client::peer(client.parse().expect("an address"));
+        let client = Client::Address(client.parse().expect("an address"));
         let (proxy, pushed) = limiter.quota_stream(&client).expect("a stream");
         Stream {
             proxy,
