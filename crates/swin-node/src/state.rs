@@ -61,9 +61,6 @@ impl AppState {
 
     /// Nothing when it serves a namespace `name` now, else the error naming it.
     pub(crate) fn served(&self, name: &str) -> Result<(), swin::error::Error> {
-        match self.limiter.serves(name) {
-            true => Ok(()),
-            false => Err(swin::error::Error::unknown_namespace(name)),
-        }
+        self.limiter.serves(name)
     }
 }

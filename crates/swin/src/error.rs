@@ -18,7 +18,7 @@ pub enum Error {
     /// A value or cost that is not a finite number in range.
     #[error("{0}")]
     InvalidValue(String),
-    /// No namespace of that name: the message names it (see [`Error::unknown_namespace`]).
+    /// No namespace of that name: the message names it (`namespace "…" is not configured`).
     #[error("{0}")]
     UnknownNamespace(String),
     /// A window size the namespace does not count in: the message names both.
@@ -76,7 +76,7 @@ pub enum Error {
 
 impl Error {
     /// No namespace `name`.
-    pub fn unknown_namespace(name: &str) -> Error {
+    pub(crate) fn unknown_namespace(name: &str) -> Error {
         Error::UnknownNamespace(format!("namespace {name:?} is not configured"))
     }
 

@@ -244,20 +244,22 @@ impl Limiter {
             })
     }
 
-    /// Slots of live leases in the concurrency namespace `namespace`, across the
-    /// cluster as its store counts them (a local-only namespace: this node's).
-    pub async fn leases_in_flight(&self, namespace: &str) -> Result<u64, Error> {
+    /// What `namespace` has taken and not given back, across the cluster as its store
+    /// counts them (a local-only namespace: this node's): on a concurrency namespace
+    /// (its status has a `limit`), slots of live leases; on another, reservations made
+    /// and not yet committed or lapsed.
+    pub async fn in_flight(&self, namespace: &str) -> Result<u64, Error> {
         let ns = self.namespace(namespace)?;
-        let live = ns.leases().in_flight(swin_sync::now()).await;
-        live.map_err(|e| unread(&e, "leases in flight"))
-    }
-
-    /// Reservations of `namespace` made and not yet committed or lapsed, across the
-    /// cluster as its store counts them.
-    pub async fn reservations_open(&self, namespace: &str) -> Result<u64, Error> {
-        let ns = self.namespace(namespace)?;
-        let open = ns.reservations().open_count(swin_sync::now()).await;
-        open.map_err(|e| unread(&e, "reservations open"))
+        match ns.concurrency {
+            Some(_) => {
+                let live = ns.leases().in_flight(swin_sync::now()).await;
+                live.map_err(|e| unread(&e, "leases in flight"))
+            }
+            None => {
+                let open = ns.reservations().open_count(swin_sync::now()).await;
+                open.map_err(|e| unread(&e, "reservations open"))
+            }
+        }
     }
 
     /// The idempotency records this node keeps itself for `namespace` (one with no

@@ -123,6 +123,76 @@ async fn allowed_requests_carry_the_headers_and_denied_ones_never_reach_the_rout
     assert_eq!(r.status(), StatusCode::OK);
 }
 
+/// Two layers stacked (a limit per client outside, one for all inside): an answer
+/// carries the RateLimit fields of both, so that a client sees every limit it passed
+/// (the outer layer's set over the inner's, and the stricter limit was lost); a denial
+/// inside keeps its Retry-After.
+#[tokio::test]
+async fn stacked_layers_show_every_limit() {
+    let namespaces = format!(
+        "{LOCAL}[[namespaces]]\nname = \"all\"\nsync_rate = -1\nwindow_sizes = [10]\n\
+         limits = [{{ window_size = 10, limit = 2 }}]\n"
+    );
+    let limiter = limiter("", &namespaces).await;
+    let all = |_: &Request<Body>| Some("everyone".to_owned());
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(
+            LimiterLayer::builder(limiter.clone(), "all")
+                .key(all)
+                .build()
+                .expect("inner layer"),
+        )
+        .layer(
+            LimiterLayer::builder(limiter, "api")
+                .key(by_client)
+                .build()
+                .expect("outer layer"),
+        );
+    let policies = |r: &axum::http::Response<Body>, name: &str| -> Vec<String> {
+        r.headers()
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().expect("text").to_owned())
+            .collect()
+    };
+    for left in [1, 0] {
+        let r = app
+            .clone()
+            .oneshot(request(Some("a")))
+            .await
+            .expect("answer");
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(
+            policies(&r, "ratelimit-policy"),
+            ["\"10s\";q=2;w=10", "\"60s\";q=3;w=60"],
+            "the inner limit's policy, then the outer's"
+        );
+        let state = policies(&r, "ratelimit");
+        assert_eq!(state.len(), 2, "{state:?}");
+        assert!(
+            state[0].starts_with(&format!("\"10s\";r={left};")),
+            "{state:?}"
+        );
+        assert!(
+            state[1].starts_with(&format!("\"60s\";r={};", left + 1)),
+            "{state:?}"
+        );
+    }
+    // the inner limit denies: its 429 keeps its Retry-After, and the outer limit's
+    // fields join its own
+    let r = app
+        .clone()
+        .oneshot(request(Some("b")))
+        .await
+        .expect("answer");
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(policies(&r, "ratelimit-policy").len(), 2);
+    assert_eq!(policies(&r, "retry-after").len(), 1);
+    let retry: u64 = policies(&r, "retry-after")[0].parse().expect("secs");
+    assert!((1..=20).contains(&retry), "{retry}");
+}
+
 #[tokio::test]
 async fn a_request_without_a_key_passes_unlimited() {
     let calls = Arc::new(AtomicUsize::new(0));

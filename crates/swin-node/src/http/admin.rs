@@ -237,11 +237,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
             .filter(|n| n.limit.is_some() || state.metrics.reserved_in(&n.name))
             .map(|n| async move {
                 let leases = n.limit.is_some();
-                let live = match leases {
-                    true => limiter.leases_in_flight(&n.name).await,
-                    false => limiter.reservations_open(&n.name).await,
-                };
-                match live {
+                match limiter.in_flight(&n.name).await {
                     Ok(live) => Some((leases, n.name.clone(), live)),
                     Err(e) => {
                         tracing::debug!(namespace = %n.name, cause = %e, "in flight: no answer");

@@ -141,7 +141,7 @@ async fn asked(
     let (Some(namespace), Some((_, route))) = (namespace, route) else {
         return Ok((None, req));
     };
-    if !state.limiter.serves(&namespace) {
+    if state.limiter.serves(&namespace).is_err() {
         return Ok((None, req));
     }
     let method = req.method().as_str().to_owned();

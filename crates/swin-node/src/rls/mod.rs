@@ -341,7 +341,7 @@ impl Rls {
         &self,
         req: RateLimitRequest,
     ) -> (Result<RateLimitResponse, Status>, RateLimitRequest, bool) {
-        let known = self.state.limiter.serves(&req.domain);
+        let known = self.state.limiter.serves(&req.domain).is_ok();
         (self.decide(&req, known).await, req, known)
     }
 

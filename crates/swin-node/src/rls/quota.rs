@@ -213,7 +213,7 @@ async fn serve_stream(
 
 /// The stream's `domain` in the metrics: as the rate limit service labels its calls'.
 fn label<'a>(state: &AppState, domain: &'a str) -> &'a str {
-    super::domain_label(domain, state.limiter.serves(domain))
+    super::domain_label(domain, state.limiter.serves(domain).is_ok())
 }
 
 fn translate(r: RateLimitQuotaUsageReports) -> Reports {

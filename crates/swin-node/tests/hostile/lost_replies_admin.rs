@@ -65,7 +65,7 @@ async fn a_sync_whose_push_reply_is_lost_is_unknown_and_counts_once(store: TestS
         ))]),
         // the push is one statement, prepared first: its execution (the next request
         // on the connection) is applied and its reply lost
-        false => relay.lose_reply_after(&[b"SELECT * FROM up UNION ALL SELECT * FROM down"], &[]),
+        false => relay.lose_reply_after(&[b"SELECT * FROM up UNION ALL SELECT * FROM seen"], &[]),
     }
     let sync = format!("{}/v1/namespaces/ns/sync", node.base);
     let (s, v) = post(&c, sync.clone(), serde_json::json!({})).await;

@@ -344,7 +344,7 @@ impl Limiter {
     }
 
     /// The config it runs now.
-    pub fn config(&self) -> Arc<Config> {
+    pub(crate) fn config(&self) -> Arc<Config> {
         self.config.load_full()
     }
 
@@ -359,8 +359,12 @@ impl Limiter {
         namespace_in(&self.serving.load(), name)
     }
 
-    /// Whether it serves a namespace `name` now.
-    pub fn serves(&self, name: &str) -> bool {
-        self.serving.load().contains_key(name)
+    /// Nothing when it serves a namespace `name` now, else the error naming it
+    /// ([`Error::UnknownNamespace`]).
+    pub fn serves(&self, name: &str) -> Result<(), Error> {
+        match self.serving.load().contains_key(name) {
+            true => Ok(()),
+            false => Err(Error::unknown_namespace(name)),
+        }
     }
 }

@@ -35,13 +35,24 @@ pub(crate) fn of_slots(limit: u64, in_flight: u64, over: bool, retry_after_secs:
     out
 }
 
-/// Sets `headers` on `h` (names as HTTP/2 writes them; a value a header cannot carry
-/// is left out).
+/// Adds `headers` to `h` (names as HTTP/2 writes them; a value a header cannot carry
+/// is left out). The RateLimit fields and the shadow header are lists: what `h` has of
+/// them already (an inner layer's, limits stacked) stays, and these join it, so that a
+/// client sees every limit it passed. Retry-After is one number of seconds: the longer
+/// wait stays.
 #[cfg(feature = "tower")]
 pub(crate) fn write_to(h: &mut http::HeaderMap, headers: Headers) {
+    use http::header::RETRY_AFTER;
+    let secs = |v: &http::HeaderValue| v.to_str().ok()?.parse::<u64>().ok();
     for (name, value) in headers {
-        if let Ok(value) = http::HeaderValue::try_from(value) {
-            h.insert(header_name(name), value);
+        let Ok(value) = http::HeaderValue::try_from(value) else {
+            continue;
+        };
+        let name = header_name(name);
+        if name != RETRY_AFTER {
+            h.append(name, value);
+        } else if h.get(&name).is_none_or(|old| secs(old) < secs(&value)) {
+            h.insert(name, value);
         }
     }
 }

@@ -37,7 +37,7 @@ async fn a_reconfigure_applies_new_limits_and_keeps_the_counts(store: &TestStore
         .reconfigure(limiter.config_with(&both(3)))
         .await
         .expect("reconfigure");
-    assert_eq!(limiter.config().namespaces().len(), 2);
+    assert_eq!(limiter.status().len(), 2);
     for ns in ["sync", "periodic"] {
         let v = limiter.hit(ns, "k", 1.0).await.expect("hit");
         assert!(!v.allowed(), "{ns}: 3 counted, a new limit of 3: {v:?}");
