@@ -204,7 +204,21 @@ async fn a_synchronous_hit_whose_reply_is_lost_counts_once(store: &TestStore) {
 /// what was used, and the commit sent again is told how it was settled (the stop exited
 /// 0 having dropped the give-back, and the store kept the reservation's total).
 async fn a_commit_unresolved_at_a_stop_is_settled_once_by_the_next_start(store: &TestStore) {
-    let (dir, relay, mut node) = node_via(store).await;
+    a_commit_unresolved_at_a_stop(store, async |_, _, _| {}).await;
+}
+
+/// A reservation of 100 on `periodic`'s `k` whose commit at 81 loses every reply (503
+/// `outcome_unknown`), then `before_stop` (given the node's directory, its config and
+/// the node), a stop that spools the commit (exit 0), and a start on the same config:
+/// the commit is settled once, at 81, and sent again is told how it was.
+pub(super) async fn a_commit_unresolved_at_a_stop(
+    store: &TestStore,
+    before_stop: impl AsyncFnOnce(&std::path::Path, &str, &Node),
+) {
+    let relay = Relay::to_url(&store.url).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let first = config(&store.section_via(&relay));
+    let mut node = node_in(dir.path(), &first);
     let c = reqwest::Client::new();
     let body = serde_json::json!({"keys": ["k"], "cost": 100});
     let (s, v) = ns_call(&c, &node.base, "periodic", "reserve", body).await;
@@ -219,9 +233,10 @@ async fn a_commit_unresolved_at_a_stop_is_settled_once_by_the_next_start(store: 
         (503, Some("outcome_unknown")),
         "{v}"
     );
+    before_stop(dir.path(), &first, &node).await;
     assert!(node.terminate(), "spooled, nothing dropped: exits 0");
     relay.disarm();
-    let node = node_in(dir.path(), &config(&store.section_via(&relay)));
+    let node = node_in(dir.path(), &first);
     within(
         Duration::from_secs(15),
         "the spooled commit settled",

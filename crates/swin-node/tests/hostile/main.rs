@@ -76,6 +76,7 @@ mod limits;
 mod lost_replies;
 mod lost_replies_admin;
 mod lost_replies_leases;
+mod lost_replies_reload;
 mod quota;
 mod quota_cluster;
 mod readiness;

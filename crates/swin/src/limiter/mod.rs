@@ -67,6 +67,10 @@ struct Control {
     owed: Vec<crate::unresolved::Owed>,
     /// Where every namespace's outcomes are recorded.
     recorder: Arc<dyn crate::recorder::Recorder>,
+    /// Namespaces a reload retired (removed, or rebuilt on another store) with what
+    /// they owed their store then: their tasks go on resolving it, and a stop spools
+    /// what is left, as it does a running namespace's.
+    orphans: Vec<stopping::Orphan>,
 }
 
 impl Control {
@@ -101,6 +105,7 @@ impl Control {
             spool_files: Default::default(),
             owed: Vec::new(),
             recorder,
+            orphans: Vec::new(),
         };
         for (name, (cfg, store)) in connected {
             node.add_store(name, cfg, store);
@@ -136,11 +141,14 @@ impl Control {
         Ok(node)
     }
 
-    /// Builds a namespace and its engine, without starting it.
-    fn build(&mut self, cfg: &NamespaceConfig) -> Running {
+    /// Builds a namespace and its engine, without starting it. A namespace rebuilt on
+    /// the store of the one it replaces takes over what that one owes the store
+    /// (`replaced`'s unresolved changes: resolved by their tasks as before, spooled by
+    /// the stop as this one's).
+    fn build(&mut self, cfg: &NamespaceConfig, replaced: Option<&Running>) -> Running {
         let connected = cfg.store.as_ref().and_then(|s| self.stores.get(s));
         self.generation += 1;
-        let namespace = Namespace::build(
+        let mut namespace = Namespace::build(
             cfg,
             connected.map(|c| c.store.clone()),
             format!("{}.{}", self.node_id, self.generation).into(),
@@ -150,9 +158,15 @@ impl Control {
             },
         );
         namespace.record_to(self.recorder.clone());
+        let store_config = connected.map(|c| c.config.clone());
+        if let Some(old) = replaced {
+            if old.config.store == cfg.store && old.store_config == store_config {
+                namespace.unresolved = old.namespace.unresolved.clone();
+            }
+        }
         Running {
             config: cfg.clone(),
-            store_config: connected.map(|c| c.config.clone()),
+            store_config,
             namespace: Arc::new(namespace),
             cancel: self.shutdown.child_token(),
             engine: None,

@@ -23,6 +23,8 @@ impl Control {
         let mut next = BTreeMap::new();
         let mut retired = Vec::new();
         let mut rebuilt = Vec::new();
+        // namespaces an earlier reload retired that owe nothing any more
+        self.orphans.retain(|o| !o.settled());
         for cfg in wanted {
             let store_config = cfg
                 .store
@@ -52,12 +54,7 @@ impl Control {
                     );
                 }
                 Some(old) => {
-                    info!(namespace = cfg.name, "namespace changed; rebuilding");
-                    let r = self.build(cfg);
-                    // leases, reservations and idempotency records a node keeps itself (no
-                    // store) are live across the rebuild: a new table would let a limit's
-                    // worth more in, and count retries again
-                    r.namespace.sync.keep_records_of(&old.namespace.sync);
+                    let r = self.rebuild(cfg, &old);
                     retired.push(old);
                     rebuilt.push(cfg.name.clone());
                     next.insert(cfg.name.clone(), r);
@@ -68,7 +65,7 @@ impl Control {
                         mode = cfg.mode.name(),
                         "namespace added"
                     );
-                    let mut r = self.build(cfg);
+                    let mut r = self.build(cfg, None);
                     self.warm_up(&r, false).await;
                     self.start_engine(&mut r);
                     next.insert(cfg.name.clone(), r);
@@ -77,6 +74,7 @@ impl Control {
         }
         for (name, old) in std::mem::take(&mut self.running) {
             info!(namespace = name, "namespace removed");
+            self.orphans.push(super::stopping::Orphan::of(&old));
             retired.push(old);
         }
         self.running = next;
@@ -97,6 +95,20 @@ impl Control {
                 self.warm_up(r, true).await;
             }
         }
+    }
+
+    /// A new version of `old`'s namespace, built for `cfg` (not started).
+    fn rebuild(&mut self, cfg: &NamespaceConfig, old: &Running) -> Running {
+        info!(namespace = cfg.name, "namespace changed; rebuilding");
+        let r = self.build(cfg, Some(old));
+        // leases, reservations and idempotency records a node keeps itself (no store)
+        // are live across the rebuild: a new table would let a limit's worth more in,
+        // and count retries again
+        r.namespace.sync.keep_records_of(&old.namespace.sync);
+        if !Arc::ptr_eq(&r.namespace.unresolved, &old.namespace.unresolved) {
+            self.orphans.push(super::stopping::Orphan::of(old));
+        }
+        r
     }
 
     /// Serves the running namespaces.

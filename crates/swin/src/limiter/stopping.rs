@@ -102,6 +102,11 @@ impl Control {
             retiring.spawn(retire(r, deadline, self.leftovers.clone(), Some(tx)));
         }
         let (mut commits, mut owed) = (Vec::new(), 0);
+        for orphan in std::mem::take(&mut self.orphans) {
+            let (entry, others) = orphan.owing();
+            commits.extend(entry);
+            owed += others;
+        }
         for rx in owing {
             if let Ok(Ok((entry, others))) = tokio::time::timeout_at(hard_end, rx).await {
                 commits.extend(entry);
@@ -153,7 +158,8 @@ impl Control {
 /// At a stop (`owed` given), sends what the node still owed the store for the namespace
 /// at `deadline` (changes whose outcome it was resolving: see `crate::unresolved`) as
 /// soon as its requests are done, before its engine stops; a reload (`None`) leaves
-/// them to the namespace's next version, which shares them.
+/// them to the namespace's next version on the same store, which shares them, or else
+/// to the stop (`Control::orphans`).
 pub(super) async fn retire(
     mut old: Running,
     deadline: tokio::time::Instant,
@@ -199,18 +205,59 @@ pub(super) async fn retire(
 /// many other changes (named, not spooled).
 type Owing = (Option<SpoolEntry>, usize);
 
+/// A namespace a reload retired, with what it owed its store then (see
+/// `Control::orphans`).
+#[derive(Debug)]
+pub(super) struct Orphan {
+    config: crate::config::NamespaceConfig,
+    store_config: Option<crate::config::StoreConfig>,
+    unresolved: Arc<crate::unresolved::Unresolved>,
+}
+
+impl Orphan {
+    /// `old`, retired by a reload, whose unresolved changes no namespace served now
+    /// shares.
+    pub(super) fn of(old: &Running) -> Orphan {
+        Orphan {
+            config: old.config.clone(),
+            store_config: old.store_config.clone(),
+            unresolved: old.namespace.unresolved.clone(),
+        }
+    }
+
+    /// Whether it owes nothing now (once retired, nothing owed is added to it).
+    pub(super) fn settled(&self) -> bool {
+        self.unresolved.is_empty()
+    }
+
+    /// What it still owes at a stop, as [`owed_of`] tells a running namespace's.
+    pub(super) fn owing(&self) -> Owing {
+        owing(&self.config, self.store_config.as_ref(), &self.unresolved)
+    }
+}
+
 /// What `old`'s node still owes: what a spool keeps (commits, extends, undos,
 /// settlements, give-backs: resolved by the next start) as a spool entry for its store,
 /// and how many other changes (steps under way, named here as errors).
-fn owed_of(old: &Running) -> (Option<SpoolEntry>, usize) {
-    let name = &old.config.name;
+fn owed_of(old: &Running) -> Owing {
+    owing(
+        &old.config,
+        old.store_config.as_ref(),
+        &old.namespace.unresolved,
+    )
+}
+
+/// What the namespace of `config` on `store_config` owes, of `unresolved` (see
+/// [`owed_of`]).
+fn owing(
+    config: &crate::config::NamespaceConfig,
+    store_config: Option<&crate::config::StoreConfig>,
+    unresolved: &crate::unresolved::Unresolved,
+) -> Owing {
+    let name = &config.name;
     let mut entry = SpoolEntry {
-        store: old.config.store.clone().unwrap_or_default(),
-        store_fingerprint: old
-            .store_config
-            .as_ref()
-            .map(|c| c.fingerprint())
-            .unwrap_or_default(),
+        store: config.store.clone().unwrap_or_default(),
+        store_fingerprint: store_config.map(|c| c.fingerprint()).unwrap_or_default(),
         unconfirmed: swin_sync::Unconfirmed {
             namespace: name.clone(),
             push_id: String::new(),
@@ -222,9 +269,9 @@ fn owed_of(old: &Running) -> (Option<SpoolEntry>, usize) {
         settles: Vec::new(),
         give_backs: Vec::new(),
     };
-    let has_store = old.config.store.is_some() && old.store_config.is_some();
+    let has_store = config.store.is_some() && store_config.is_some();
     let (mut spooled, mut others) = (0, 0);
-    for owed in old.namespace.unresolved.take_at_stop() {
+    for owed in unresolved.take_at_stop() {
         let named = owed.to_string();
         let kept = match has_store {
             true => entry.spool(owed),
