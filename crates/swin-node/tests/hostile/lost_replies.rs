@@ -204,16 +204,18 @@ async fn a_synchronous_hit_whose_reply_is_lost_counts_once(store: &TestStore) {
 /// what was used, and the commit sent again is told how it was settled (the stop exited
 /// 0 having dropped the give-back, and the store kept the reservation's total).
 async fn a_commit_unresolved_at_a_stop_is_settled_once_by_the_next_start(store: &TestStore) {
-    a_commit_unresolved_at_a_stop(store, async |_, _, _| {}).await;
+    a_commit_unresolved_at_a_stop(store, async |_, _, _| {}, async |_, _| {}).await;
 }
 
 /// A reservation of 100 on `periodic`'s `k` whose commit at 81 loses every reply (503
 /// `outcome_unknown`), then `before_stop` (given the node's directory, its config and
-/// the node), a stop that spools the commit (exit 0), and a start on the same config:
-/// the commit is settled once, at 81, and sent again is told how it was.
+/// the node), a stop that spools the commit (exit 0), `after_stop` (given the directory
+/// and the config), and a start on the first config: the commit is settled once, at 81,
+/// and sent again is told how it was.
 pub(super) async fn a_commit_unresolved_at_a_stop(
     store: &TestStore,
     before_stop: impl AsyncFnOnce(&std::path::Path, &str, &Node),
+    after_stop: impl AsyncFnOnce(&std::path::Path, &str),
 ) {
     let relay = Relay::to_url(&store.url).await;
     let dir = tempfile::tempdir().expect("dir");
@@ -236,6 +238,7 @@ pub(super) async fn a_commit_unresolved_at_a_stop(
     before_stop(dir.path(), &first, &node).await;
     assert!(node.terminate(), "spooled, nothing dropped: exits 0");
     relay.disarm();
+    after_stop(dir.path(), &first).await;
     let node = node_in(dir.path(), &first);
     within(
         Duration::from_secs(15),

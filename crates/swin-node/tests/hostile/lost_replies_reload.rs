@@ -7,7 +7,7 @@
 use swin_testkit::cluster::TestStore;
 
 use super::lost_replies::a_commit_unresolved_at_a_stop;
-use super::support::applied;
+use super::support::{applied, increment, node_in};
 
 /// A reload to the config `reload` makes of the running one, applied once the first
 /// namespace listed shows `field` = `value`.
@@ -29,14 +29,18 @@ async fn reloaded(
 /// total).
 async fn a_commit_unresolved_across_a_rebuild_is_settled_once_by_the_next_start(store: &TestStore) {
     let reload = |first: &str| first.replacen("sync_rate = 0.2", "sync_rate = 0.3", 1);
-    a_commit_unresolved_at_a_stop(store, async |dir, first, node| {
-        reloaded(dir, first, node, reload, "sync_rate", 0.3.into()).await
-    })
+    a_commit_unresolved_at_a_stop(
+        store,
+        async |dir, first, node| reloaded(dir, first, node, reload, "sync_rate", 0.3.into()).await,
+        async |_, _| {},
+    )
     .await;
 }
 
 /// Removed by the reload: the stop spools what it owed (it was named nowhere, and the
-/// store kept the reservation's total).
+/// store kept the reservation's total) in a file of its own, which a start without the
+/// namespace leaves as it is (it serves, and replays the other files: a file holding it
+/// beside another namespace's pushes would be left whole), and a start with it replays.
 async fn a_commit_unresolved_when_its_namespace_is_removed_is_settled_by_the_next_start(
     store: &TestStore,
 ) {
@@ -49,9 +53,28 @@ async fn a_commit_unresolved_when_its_namespace_is_removed_is_settled_by_the_nex
             .expect("sync");
         format!("{}{}", &first[..start], &first[end..])
     };
-    a_commit_unresolved_at_a_stop(store, async |dir, first, node| {
-        reloaded(dir, first, node, reload, "name", "sync".into()).await
-    })
+    let spooled = |dir: &std::path::Path| {
+        std::fs::read_dir(dir.join("data")).map_or(0, |d| {
+            d.flatten()
+                .filter(|f| f.file_name().to_string_lossy().starts_with("spool-"))
+                .count()
+        })
+    };
+    a_commit_unresolved_at_a_stop(
+        store,
+        async |dir, first, node| reloaded(dir, first, node, reload, "name", "sync".into()).await,
+        async |dir, first| {
+            let mut node = node_in(dir, &reload(first));
+            // a start without the namespace serves
+            increment(&reqwest::Client::new(), &node.base, "sync", "other", 2).await;
+            assert_eq!(
+                spooled(dir),
+                1,
+                "the retired namespace's file is left as it is"
+            );
+            assert!(node.terminate());
+        },
+    )
     .await;
 }
 

@@ -24,6 +24,7 @@ impl Control {
         let deadline = started + grace.saturating_sub(reserve);
         let hard_end = started + grace;
         let (unfinished, commits, owed) = self.retire_all(deadline, hard_end).await;
+        let owed = owed + self.spool_orphans();
         self.shutdown.cancel();
         self.tracker.close();
         if tokio::time::timeout_at(hard_end, self.tracker.wait())
@@ -102,11 +103,6 @@ impl Control {
             retiring.spawn(retire(r, deadline, self.leftovers.clone(), Some(tx)));
         }
         let (mut commits, mut owed) = (Vec::new(), 0);
-        for orphan in std::mem::take(&mut self.orphans) {
-            let (entry, others) = orphan.owing();
-            commits.extend(entry);
-            owed += others;
-        }
         for rx in owing {
             if let Ok(Ok((entry, others))) = tokio::time::timeout_at(hard_end, rx).await {
                 commits.extend(entry);
@@ -123,6 +119,29 @@ impl Control {
             "sync engines did not stop within the grace period"
         );
         (retiring.len(), commits, owed)
+    }
+
+    /// Spools what namespaces a reload retired still owe, a file each: the next start
+    /// replays one once its config keeps the namespace on that store, and a namespace
+    /// removed (or moved to another store) leaves its file as it is without holding up
+    /// the others'. How many changes are neither resolved nor spooled.
+    fn spool_orphans(&mut self) -> usize {
+        let mut lost = 0;
+        for orphan in std::mem::take(&mut self.orphans) {
+            let (entry, others) = orphan.owing();
+            lost += others;
+            let Some(entry) = entry else { continue };
+            match spool::write(&self.config.data_dir, std::slice::from_ref(&entry)) {
+                Ok(path) => {
+                    warn!(file = %path.display(), namespace = orphan.config.name, "what a namespace a reload retired owed its store is spooled for the next start");
+                }
+                Err(e) => {
+                    error!(dir = %self.config.data_dir.display(), namespace = orphan.config.name, cause = %e, "cannot write the spool: what the namespace owed its store is lost");
+                    lost += entry.owed().len();
+                }
+            }
+        }
+        lost
     }
 
     /// Writes what the stores did not confirm to the spool, for the next start.
@@ -225,7 +244,10 @@ impl Orphan {
         }
     }
 
-    /// Whether it owes nothing now (once retired, nothing owed is added to it).
+    /// Whether it owes nothing now. Its tasks may still add to it (a settlement moving
+    /// on to its next step adds that step before it lets go of the last), and a request
+    /// still under way on it may until it ends (waited for up to `shutdown_grace` when
+    /// it was retired): the reload after next, which asks, comes later.
     pub(super) fn settled(&self) -> bool {
         self.unresolved.is_empty()
     }
