@@ -197,11 +197,6 @@ impl Unresolved {
         self.lock().entries.values().cloned().collect()
     }
 
-    /// Whether nothing is owed now.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.lock().entries.is_empty()
-    }
-
     /// What is still owed, oldest first, taken by a stop: from now on no task goes on
     /// to a step of its own ([`Owing::go_on`] is false), the next start does it.
     pub(crate) fn take_at_stop(&self) -> Vec<Owed> {

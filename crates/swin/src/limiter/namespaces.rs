@@ -23,7 +23,7 @@ impl Control {
         let mut next = BTreeMap::new();
         let mut retired = Vec::new();
         let mut rebuilt = Vec::new();
-        // namespaces an earlier reload retired that owe nothing any more
+        // namespaces an earlier reload retired that owe nothing and never will
         self.orphans.retain(|o| !o.settled());
         for cfg in wanted {
             let store_config = cfg

@@ -244,12 +244,12 @@ impl Orphan {
         }
     }
 
-    /// Whether it owes nothing now. Its tasks may still add to it (a settlement moving
-    /// on to its next step adds that step before it lets go of the last), and a request
-    /// still under way on it may until it ends (waited for up to `shutdown_grace` when
-    /// it was retired): the reload after next, which asks, comes later.
+    /// Whether it owes nothing and never will: nothing but this holds its book — no
+    /// request still under way on the retired namespace, no task resolving an entry
+    /// (each holds the book while its entry is owed, and a task moving on to its next
+    /// step adds that step before it lets go of the last).
     pub(super) fn settled(&self) -> bool {
-        self.unresolved.is_empty()
+        Arc::strong_count(&self.unresolved) == 1
     }
 
     /// What it still owes at a stop, as [`owed_of`] tells a running namespace's.
