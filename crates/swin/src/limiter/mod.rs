@@ -285,11 +285,12 @@ pub struct Limiter {
     /// The namespaces served, swapped whole when the config changes.
     serving: Arc<ArcSwap<Namespaces>>,
     /// The config it runs.
-    config: ArcSwap<Config>,
+    config: Arc<ArcSwap<Config>>,
     /// Envoy's quota service: shares of each bucket's limit among the proxies.
     shares: Arc<crate::shares::Shares>,
-    /// What runs the namespaces (`None` once stopped).
-    control: tokio::sync::Mutex<Option<Control>>,
+    /// What runs the namespaces (`None` once stopped); changed by a task of its own, so
+    /// that a caller who drops a reconfigure or a stop midway cuts nothing short.
+    control: Arc<tokio::sync::Mutex<Option<Control>>>,
 }
 
 impl Limiter {
@@ -317,8 +318,8 @@ impl Limiter {
         Ok(Limiter {
             shares,
             serving,
-            config: ArcSwap::from_pointee(config),
-            control: tokio::sync::Mutex::new(Some(control)),
+            config: Arc::new(ArcSwap::from_pointee(config)),
+            control: Arc::new(tokio::sync::Mutex::new(Some(control))),
         })
     }
 
@@ -329,32 +330,40 @@ impl Limiter {
     /// counts. A running limiter keeps its `data_dir` (what it spooled, what it will spool
     /// at its stop): a change of it is logged and takes a restart.
     pub async fn reconfigure(&self, mut config: Config) -> Result<(), LimiterError> {
-        let mut control = self.control.lock().await;
-        let control = control.as_mut().ok_or(LimiterError::Stopped)?;
-        if config.data_dir != control.config.data_dir {
-            warn!(
-                running = %control.config.data_dir.display(),
-                asked = %config.data_dir.display(),
-                "a data_dir change needs a restart: the spool stays where it is"
-            );
-            config.data_dir = control.config.data_dir.clone();
-        }
-        control.reconfigure(config.clone()).await?;
-        self.config.store(Arc::new(config));
-        Ok(())
+        let (control, running) = (self.control.clone(), self.config.clone());
+        to_the_end(async move {
+            let mut control = control.lock_owned().await;
+            let control = control.as_mut().ok_or(LimiterError::Stopped)?;
+            if config.data_dir != control.config.data_dir {
+                warn!(
+                    running = %control.config.data_dir.display(),
+                    asked = %config.data_dir.display(),
+                    "a data_dir change needs a restart: the spool stays where it is"
+                );
+                config.data_dir = control.config.data_dir.clone();
+            }
+            control.reconfigure(config.clone()).await?;
+            running.store(Arc::new(config));
+            Ok(())
+        })
+        .await
     }
 
     /// Stops every engine at once (each pushes until a common deadline), tries what is
     /// left until then, and spools whatever the store still did not confirm — all within
     /// `shutdown_grace`, the last part of it kept for the spool. An error when a count
     /// could be neither confirmed nor spooled (the process then exits non-zero). A
-    /// second stop does nothing.
+    /// second stop waits for the first, then does nothing.
     pub async fn stop(&self) -> Result<(), LimiterError> {
-        let control = self.control.lock().await.take();
-        match control {
-            Some(c) => c.stop().await,
-            None => Ok(()),
-        }
+        let control = self.control.clone();
+        to_the_end(async move {
+            let mut control = control.lock_owned().await;
+            match control.take() {
+                Some(c) => c.stop().await,
+                None => Ok(()),
+            }
+        })
+        .await
     }
 
     /// The config it runs now.
@@ -380,5 +389,19 @@ impl Limiter {
             true => Ok(()),
             false => Err(Error::unknown_namespace(name)),
         }
+    }
+}
+
+/// Runs `change` to its end on a task of its own: a caller that stops waiting (a timeout,
+/// a `select!`) does not cut it short midway, with namespaces taken out of what runs or a
+/// stop's last push undone. A panic in it is the caller's.
+async fn to_the_end<T: Send + 'static>(
+    change: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    match tokio::spawn(change).await {
+        Ok(out) => out,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // cancelled only as the runtime shuts down, which drops this caller too
+        Err(_) => std::future::pending().await,
     }
 }

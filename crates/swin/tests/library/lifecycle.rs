@@ -15,6 +15,7 @@ swin_testkit::for_stores!([sqlite, redis] [
     a_stop_pushes_what_a_periodic_namespace_counted,
     a_reconfigure_keeps_the_running_data_dir,
     a_rebuilt_namespace_pushes_while_the_one_it_replaced_waits_to_retire,
+    a_reconfigure_or_stop_dropped_midway_still_finishes,
 ]);
 
 /// `sync` decided on the store's count, `periodic` synced every hour, each of `limit`.
@@ -239,4 +240,43 @@ async fn a_rebuilt_namespace_pushes_while_the_one_it_replaced_waits_to_retire(st
     );
     limiter.stop().await.expect("stop");
     assert_eq!(stored(store, "api", "k").await, 1.0);
+}
+
+/// A caller that drops `reconfigure` or `stop` at its first wait (a timeout, a `select!`)
+/// loses nothing: the change, or the stop's last push, finishes without it. Dropped
+/// mid-way, a reconfigure had taken the unchanged namespace out of what it runs (so no
+/// stop pushed it), and a stop had taken what it stops (so nothing pushed or spooled).
+async fn a_reconfigure_or_stop_dropped_midway_still_finishes(store: &TestStore) {
+    let zero = std::time::Duration::ZERO;
+    let limiter = start(store, &hourly("api", 3600.0, 100)).await;
+    for _ in 0..4 {
+        assert!(limiter.hit("api", "k", 1.0).await.expect("hit").allowed());
+    }
+    // the added namespace waits on its store: the first poll cannot finish
+    let next = format!(
+        "{}\n{}",
+        hourly("api", 3600.0, 100),
+        hourly("added", 3600.0, 1)
+    );
+    let cut = tokio::time::timeout(zero, limiter.reconfigure(limiter.config_with(&next))).await;
+    assert!(
+        cut.is_err(),
+        "the reconfigure finished in one poll: {cut:?}"
+    );
+    // it finishes on its own: the added namespace comes to be served
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while limiter.serves("added").is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reconfigure never finished"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(limiter.hit("added", "k", 1.0).await.expect("hit").allowed());
+    let cut = tokio::time::timeout(zero, limiter.stop()).await;
+    assert!(cut.is_err(), "the stop finished in one poll: {cut:?}");
+    // a second stop waits for the first
+    limiter.stop().await.expect("a second stop");
+    assert_eq!(stored(store, "api", "k").await, 4.0);
+    assert_eq!(stored(store, "added", "k").await, 1.0);
 }
