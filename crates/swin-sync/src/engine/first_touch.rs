@@ -20,7 +20,7 @@ use swin_core::{CompactString, UnixMs};
 use tokio::sync::oneshot;
 
 use super::periodic::READ_CHUNK;
-use super::{Create, NamespaceSync};
+use super::NamespaceSync;
 use crate::store::{Store, WindowKey};
 use crate::StoreError;
 
@@ -181,12 +181,13 @@ impl NamespaceSync {
         now: UnixMs,
     ) -> Result<(), StoreError> {
         let wanted = self.windows_of(keys, now);
+        let sent = self.fresh.next();
         let reads = wanted
             .chunks(READ_CHUNK)
             .map(|chunk| self.call(store.read(self.name(), chunk)));
         for totals in futures_util::future::join_all(reads).await {
             // a key held by now was counted or read since this read was sent
-            self.apply(&totals?, now, Create::Absent);
+            self.apply_first_read(&totals?, now, sent);
         }
         if self.buckets {
             let reads = keys

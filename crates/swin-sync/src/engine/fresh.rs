@@ -5,8 +5,9 @@
 //! would overwrite the newer count with the older one (a key read back 2 where the store,
 //! and this node's own answer, held 3). So every such call is numbered as it is sent;
 //! the apply of a call that counted or held stamps its keys with its number, and a
-//! sync's apply leaves a key stamped with a later number than its own. The stamps are
-//! dropped at each tick's start, when no sync call is out.
+//! sync's apply leaves a key stamped with a later number than its own. A first touch's
+//! read stamps the keys it fills, and a start's load of the namespace is applied as a
+//! sync's is. The stamps are dropped at each tick's start, when no sync call is out.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -81,6 +82,23 @@ impl NamespaceSync {
             }
         }
         apply_to(&self.counters, totals, now, create);
+    }
+
+    /// Applies a first touch's read, sent as `sent`, to the keys not held yet, stamping
+    /// them: a load sent before it (a start's, a sync's), answered after it, leaves them
+    /// as read. A key held by now was counted or read meanwhile, and keeps what it holds.
+    pub(super) fn apply_first_read(&self, totals: &[Total], now: UnixMs, sent: u64) {
+        let mut stamps = self.fresh.lock();
+        let unheld: Vec<Total> = totals
+            .iter()
+            .filter(|t| !self.holds(&t.key))
+            .cloned()
+            .collect();
+        for t in &unheld {
+            let s = stamps.keys.entry(t.key.clone()).or_insert(sent);
+            *s = (*s).max(sent);
+        }
+        apply_to(&self.counters, &unheld, now, Create::Absent);
     }
 
     /// The number of a store call about to be sent (see `fresh`).

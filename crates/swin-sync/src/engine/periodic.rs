@@ -21,7 +21,7 @@ use tracing::error;
 
 use super::pace::Pace;
 use super::rows::{enqueue, PushState, Rows};
-use super::{apply_to, nanos, off_runtime, Create, NamespaceSync, SyncReport};
+use super::{nanos, off_runtime, Create, NamespaceSync, SyncReport};
 use crate::store::{Pushed, Store, WindowKey};
 use crate::StoreError;
 
@@ -284,10 +284,6 @@ impl NamespaceSync {
         let (counters, fresh) = (self.counters.clone(), self.fresh.clone());
         off_runtime(move || fresh.apply_unless_newer(&counters, totals, now, since, Create::No))
             .await
-    }
-
-    pub(super) fn apply(&self, totals: &[swin_core::Total], now: UnixMs, create: Create) {
-        apply_to(&self.counters, totals, now, create);
     }
 
     /// Writes the store's totals for keys a request just read or held into the

@@ -1,5 +1,6 @@
 //! Store calls that race: a sync's read of a key, sent before a synchronous round trip
-//! on it was answered and answered after it, leaves the round trip's newer count.
+//! on it was answered and answered after it, leaves the round trip's newer count; so
+//! does a start's load answered after a first touch read the key.
 
 use super::*;
 
@@ -76,5 +77,38 @@ pub(super) async fn a_first_touch_answered_after_a_sync_leaves_its_newer_count(s
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let r = e.counters().rate("k", 3600, now, None).expect("size");
     assert_eq!(r.current, 3.0, "after the first touch's answer: {r:?}");
+    assert_eq!(stored(s, now).await, 3.0);
+}
+
+/// A node starts: its load of the namespace's totals is sent when the store holds 1 for
+/// `k`, and its answer held back; meanwhile another node counts 2 more and pushes them,
+/// and this node's first touch of `k` reads the store's 3. The load's answer, landing
+/// last, used to set the key back to 1 (the node decided on 1 until its next sync, an
+/// hour here); a key held by then keeps what it holds.
+pub(super) async fn a_start_load_answered_after_a_first_touch_leaves_its_newer_count(
+    s: &TestStore,
+) {
+    let (faulty, control) = common::faulty(&s.store);
+    let hourly = SyncMode::Periodic(Duration::from_secs(3600));
+    let e = engine(&faulty, hourly, &[3600]);
+    let now = UnixMs::from_system_time(std::time::SystemTime::now());
+    let other = engine(&s.store, hourly, &[3600]);
+    other.increment("k", 3600, 1.0, now).await.expect("other");
+    other.sync_once(now).await.expect("other's sync");
+    control.plan([Fault::Slow(Duration::from_millis(1500))]);
+    let load = tokio::spawn({
+        let e = e.clone();
+        async move { e.warm_up(now).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    other.increment("k", 3600, 2.0, now).await.expect("other");
+    other.sync_once(now).await.expect("other's sync");
+    e.first_touch(&["k"]).await;
+    assert_eq!(e.first_touches().0, 1, "the first touch read the store");
+    let r = e.counters().rate("k", 3600, now, None).expect("size");
+    assert_eq!(r.current, 3.0, "after the first touch: {r:?}");
+    load.await.expect("load task").expect("load");
+    let r = e.counters().rate("k", 3600, now, None).expect("size");
+    assert_eq!(r.current, 3.0, "after the load's answer: {r:?}");
     assert_eq!(stored(s, now).await, 3.0);
 }
