@@ -185,9 +185,18 @@ impl NamespaceSync {
         let reads = wanted
             .chunks(READ_CHUNK)
             .map(|chunk| self.call(store.read(self.name(), chunk)));
+        // applied as one read: a key's windows may come in different calls
+        let (mut read, mut failed) = (Vec::new(), None);
         for totals in futures_util::future::join_all(reads).await {
-            // a key held by now was counted or read since this read was sent
-            self.apply_first_read(&totals?, now, sent);
+            match totals {
+                Ok(totals) => read.extend(totals),
+                Err(e) => failed = Some(e),
+            }
+        }
+        // what a table holds by now was counted or read since this read was sent
+        self.apply_first_read(&read, now, sent);
+        if let Some(e) = failed {
+            return Err(e);
         }
         if self.buckets {
             let reads = keys

@@ -7,17 +7,17 @@
 //! the apply of a call that counted or held stamps its keys with its number, and a
 //! sync's apply leaves a key stamped with a later number than its own. A first touch's
 //! read stamps the keys it fills, and a start's load of the namespace is applied as a
-//! sync's is. The stamps are dropped at each tick's start, when no sync call is out.
+//! sync's is. Stamps no sync call still out could skip are dropped at each tick's start.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use swin_core::{CompactString, NamespaceCounters, Total, UnixMs};
 
 use super::{apply_to, Create, NamespaceSync};
 
-/// The keys applied from the answers to counting or holding calls since the last tick
-/// began, each with the number of its latest such apply.
+/// The keys applied from the answers to counting or holding calls, each with the number
+/// of its latest such apply, and the sync calls still out.
 #[derive(Debug, Default)]
 pub(super) struct Fresh(Mutex<Stamps>);
 
@@ -26,6 +26,29 @@ struct Stamps {
     /// Calls numbered so far (the last one's number).
     sent: u64,
     keys: HashMap<CompactString, u64>,
+    /// The numbers of the sync calls sent and not applied yet (each with how many: a
+    /// number is taken once, but a count keeps this honest).
+    out: BTreeMap<u64, usize>,
+}
+
+/// A sync call's number, held while the call is out: the stamps it must honour stay
+/// until it is applied, or given up (dropped).
+#[derive(Debug)]
+pub(super) struct Since {
+    fresh: Arc<Fresh>,
+    n: u64,
+}
+
+impl Drop for Since {
+    fn drop(&mut self) {
+        let mut stamps = self.fresh.lock();
+        if let Some(c) = stamps.out.get_mut(&self.n) {
+            *c -= 1;
+            if *c == 0 {
+                stamps.out.remove(&self.n);
+            }
+        }
+    }
 }
 
 impl Fresh {
@@ -33,27 +56,45 @@ impl Fresh {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The number of a call about to be sent: a sync's (its apply leaves keys stamped
-    /// later), or one that counts or holds (its apply stamps its keys with it).
+    /// The number of a call about to be sent that counts, holds or first reads: its
+    /// apply stamps its keys with it.
     pub(super) fn next(&self) -> u64 {
         let mut stamps = self.lock();
         stamps.sent += 1;
         stamps.sent
     }
 
-    /// Drops every stamp (a tick begins: no sync call is out).
-    pub(super) fn clear(&self) {
-        self.lock().keys.clear();
+    /// The number of a sync call about to be sent (a tick's read or push, a start's load):
+    /// its apply leaves keys stamped later.
+    pub(super) fn since(self: &Arc<Self>) -> Since {
+        let mut stamps = self.lock();
+        stamps.sent += 1;
+        let n = stamps.sent;
+        *stamps.out.entry(n).or_default() += 1;
+        Since {
+            fresh: self.clone(),
+            n,
+        }
     }
 
-    /// Applies a sync call's `totals`, sent as `since` ([`Fresh::next`]), except those of
-    /// keys stamped later.
+    /// Drops the stamps no sync call still out would skip (a tick begins; a start's load
+    /// may still be out).
+    pub(super) fn clear(&self) {
+        let mut stamps = self.lock();
+        match stamps.out.keys().next().copied() {
+            None => stamps.keys.clear(),
+            Some(oldest) => stamps.keys.retain(|_, n| *n > oldest),
+        }
+    }
+
+    /// Applies a sync call's `totals`, sent as `since`, except those of keys stamped
+    /// later.
     pub(super) fn apply_unless_newer(
         &self,
         counters: &NamespaceCounters,
         totals: Vec<Total>,
         now: UnixMs,
-        since: u64,
+        since: Since,
         create: Create,
     ) {
         // held through the apply: a stamp cannot land between the check and the write
@@ -61,9 +102,25 @@ impl Fresh {
         if stamps.keys.is_empty() {
             return apply_to(counters, &totals, now, create);
         }
-        let older = |t: &Total| stamps.keys.get(t.key.as_str()).is_none_or(|&n| n <= since);
+        let older = |t: &Total| {
+            stamps
+                .keys
+                .get(t.key.as_str())
+                .is_none_or(|&n| n <= since.n)
+        };
         let kept: Vec<Total> = totals.into_iter().filter(older).collect();
         apply_to(counters, &kept, now, create);
+        drop(stamps);
+        drop(since);
+    }
+}
+
+fn stamp(stamps: &mut Stamps, key: &CompactString, sent: u64) {
+    match stamps.keys.get_mut(key.as_str()) {
+        Some(s) => *s = (*s).max(sent),
+        None => {
+            stamps.keys.insert(key.clone(), sent);
+        }
     }
 }
 
@@ -74,31 +131,26 @@ impl NamespaceSync {
     pub(super) fn apply_answered(&self, totals: &[Total], now: UnixMs, create: Create, sent: u64) {
         let mut stamps = self.fresh.lock();
         for t in totals {
-            match stamps.keys.get_mut(t.key.as_str()) {
-                Some(s) => *s = (*s).max(sent),
-                None => {
-                    stamps.keys.insert(t.key.clone(), sent);
-                }
-            }
+            stamp(&mut stamps, &t.key, sent);
         }
         apply_to(&self.counters, totals, now, create);
     }
 
-    /// Applies a first touch's read, sent as `sent`, to the keys not held yet, stamping
-    /// them: a load sent before it (a start's, a sync's), answered after it, leaves them
-    /// as read. A key held by now was counted or read meanwhile, and keeps what it holds.
+    /// Applies a first touch's read, sent as `sent`, to the tables that do not hold its
+    /// keys, and stamps every key some table lacked: a sync's or a start's load sent
+    /// before it and answered after it leaves them as read. What a table holds by now
+    /// was counted or read meanwhile, and stays. The whole read at once: a key is filled
+    /// in every table that lacked it, whatever call of the read brought each window.
     pub(super) fn apply_first_read(&self, totals: &[Total], now: UnixMs, sent: u64) {
         let mut stamps = self.fresh.lock();
-        let unheld: Vec<Total> = totals
-            .iter()
-            .filter(|t| !self.holds(&t.key))
-            .cloned()
-            .collect();
-        for t in &unheld {
-            let s = stamps.keys.entry(t.key.clone()).or_insert(sent);
-            *s = (*s).max(sent);
+        let tables = self.counters.tables();
+        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        for t in totals {
+            if seen.insert(t.key.as_str()) && tables.iter().any(|table| !table.contains(&t.key)) {
+                stamp(&mut stamps, &t.key, sent);
+            }
         }
-        apply_to(&self.counters, &unheld, now, Create::Absent);
+        apply_to(&self.counters, totals, now, Create::Absent);
     }
 
     /// The number of a store call about to be sent (see `fresh`).

@@ -100,7 +100,7 @@ impl NamespaceSync {
         let read = async {
             // under the push lock, as a sync reads: a push in flight is in what is read
             let st = self.rounds.state.lock().await;
-            let since = self.fresh.next();
+            let since = self.fresh.since();
             let totals = self.call(store.read(self.name(), &wanted)).await?;
             let mut totals = with_absent_as_zero(&wanted, totals);
             // what this node drained but the store has not confirmed (a push that failed,
@@ -156,7 +156,7 @@ impl NamespaceSync {
         // reset (DELETE on some node) — its synced total drops to 0, local hits stay.
         for chunk in wanted.chunks(READ_CHUNK) {
             let read = async {
-                let since = self.fresh.next();
+                let since = self.fresh.since();
                 let totals = self.call(store.read(self.name(), chunk)).await?;
                 fetched += totals.len();
                 let totals = with_absent_as_zero(chunk, totals);
@@ -279,7 +279,7 @@ impl NamespaceSync {
         &self,
         totals: Vec<swin_core::Total>,
         now: UnixMs,
-        since: u64,
+        since: super::fresh::Since,
     ) -> Result<(), StoreError> {
         let (counters, fresh) = (self.counters.clone(), self.fresh.clone());
         off_runtime(move || fresh.apply_unless_newer(&counters, totals, now, since, Create::No))

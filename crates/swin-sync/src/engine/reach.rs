@@ -74,7 +74,7 @@ impl NamespaceSync {
             .window_sizes()
             .map(|s| (s.secs(), s.previous_start_of(now)))
             .collect();
-        let since = self.fresh.next();
+        let since = self.fresh.since();
         let totals = self
             .call(store.load_namespace(self.name(), &windows))
             .await?;

@@ -99,7 +99,7 @@ impl Rows for Diff {
             seq: Some(seq),
             diffs: &all,
         };
-        let since = sync.fresh.next();
+        let since = sync.fresh.since();
         let reply = sync.call(store.push(sync.name(), push)).await?;
         let totals = sync.settle(&all, reply);
         let applied = sync.apply_off_runtime(totals, now, since).await;

@@ -172,6 +172,8 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     a_sync_read_answered_after_a_round_trip_leaves_its_newer_count,
     a_first_touch_answered_after_a_sync_leaves_its_newer_count,
     a_start_load_answered_after_a_first_touch_leaves_its_newer_count,
+    a_tick_while_a_start_load_is_out_keeps_a_first_touch_count,
+    a_first_touch_of_many_keys_fills_every_size,
     synchronous_mode_falls_back_when_down,
     a_refund_after_an_outage_is_in_the_store_at_once,
     shutdown_pushes_last_diffs,

@@ -112,3 +112,73 @@ pub(super) async fn a_start_load_answered_after_a_first_touch_leaves_its_newer_c
     assert_eq!(r.current, 3.0, "after the load's answer: {r:?}");
     assert_eq!(stored(s, now).await, 3.0);
 }
+
+/// As above, and a tick runs between the first touch and the load's answer: the tick
+/// used to drop every stamp (no sync call of its own was out), so the load's answer,
+/// landing after it, set the key back to 1 all the same.
+pub(super) async fn a_tick_while_a_start_load_is_out_keeps_a_first_touch_count(s: &TestStore) {
+    let (faulty, control) = common::faulty(&s.store);
+    let hourly = SyncMode::Periodic(Duration::from_secs(3600));
+    let e = engine(&faulty, hourly, &[3600]);
+    let now = UnixMs::from_system_time(std::time::SystemTime::now());
+    let other = engine(&s.store, hourly, &[3600]);
+    other.increment("k", 3600, 1.0, now).await.expect("other");
+    other.sync_once(now).await.expect("other's sync");
+    control.plan([Fault::Slow(Duration::from_millis(1500))]);
+    let load = tokio::spawn({
+        let e = e.clone();
+        async move { e.warm_up(now).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    other.increment("k", 3600, 2.0, now).await.expect("other");
+    other.sync_once(now).await.expect("other's sync");
+    e.first_touch(&["k"]).await;
+    assert_eq!(e.first_touches().0, 1, "the first touch read the store");
+    e.sync_once(now)
+        .await
+        .expect("a tick while the load is out");
+    let r = e.counters().rate("k", 3600, now, None).expect("size");
+    assert_eq!(r.current, 3.0, "after the tick: {r:?}");
+    load.await.expect("load task").expect("load");
+    let r = e.counters().rate("k", 3600, now, None).expect("size");
+    assert_eq!(r.current, 3.0, "after the load's answer: {r:?}");
+    assert_eq!(stored(s, now).await, 3.0);
+}
+
+/// A first touch of 200 keys in a namespace of two window sizes: the read goes in calls
+/// of 500 windows (the minute's windows of every key first, then the hour's), and each
+/// key's windows of each size are filled, whichever call brought them. Applying each
+/// call as it came used to skip the hour of every key the minute's calls had filled
+/// (150 keys read 0 for the hour where the store held 1).
+pub(super) async fn a_first_touch_of_many_keys_fills_every_size(s: &TestStore) {
+    let hourly = SyncMode::Periodic(Duration::from_secs(3600));
+    let sizes = [60u32, 3600];
+    let e = engine(&s.store, hourly, &[60, 3600]);
+    let other = engine(&s.store, hourly, &[60, 3600]);
+    let now = UnixMs::from_system_time(std::time::SystemTime::now());
+    let keys: Vec<String> = (0..200).map(|i| format!("k{i:03}")).collect();
+    for k in &keys {
+        for size in sizes {
+            other.increment(k, size, 1.0, now).await.expect("other");
+        }
+    }
+    other.sync_once(now).await.expect("other's sync");
+    let asked: Vec<&str> = keys.iter().map(String::as_str).collect();
+    e.first_touch(&asked).await;
+    assert_eq!(e.first_touches(), (200, 0), "every key read from the store");
+    let mut wrong = Vec::new();
+    for k in &keys {
+        for size in sizes {
+            let r = e.counters().rate(k, size, now, None).expect("size");
+            if r.current != 1.0 {
+                wrong.push((k.clone(), size, r.current));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} windows not as stored: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+}

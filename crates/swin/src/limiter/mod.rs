@@ -288,9 +288,9 @@ pub struct Limiter {
     config: Arc<ArcSwap<Config>>,
     /// Envoy's quota service: shares of each bucket's limit among the proxies.
     shares: Arc<crate::shares::Shares>,
-    /// What runs the namespaces (`None` once stopped); changed by a task of its own, so
-    /// that a caller who drops a reconfigure or a stop midway cuts nothing short.
-    control: Arc<tokio::sync::Mutex<Option<Control>>>,
+    /// What runs the namespaces; changed by a task of its own, so that a caller who
+    /// drops a reconfigure or a stop midway cuts nothing short.
+    control: Arc<tokio::sync::Mutex<Lifecycle>>,
 }
 
 impl Limiter {
@@ -319,7 +319,9 @@ impl Limiter {
             shares,
             serving,
             config: Arc::new(ArcSwap::from_pointee(config)),
-            control: Arc::new(tokio::sync::Mutex::new(Some(control))),
+            control: Arc::new(tokio::sync::Mutex::new(Lifecycle::Running(Box::new(
+                control,
+            )))),
         })
     }
 
@@ -333,7 +335,9 @@ impl Limiter {
         let (control, running) = (self.control.clone(), self.config.clone());
         to_the_end(async move {
             let mut control = control.lock_owned().await;
-            let control = control.as_mut().ok_or(LimiterError::Stopped)?;
+            let Lifecycle::Running(control) = &mut *control else {
+                return Err(LimiterError::Stopped);
+            };
             if config.data_dir != control.config.data_dir {
                 warn!(
                     running = %control.config.data_dir.display(),
@@ -353,17 +357,30 @@ impl Limiter {
     /// left until then, and spools whatever the store still did not confirm — all within
     /// `shutdown_grace`, the last part of it kept for the spool. An error when a count
     /// could be neither confirmed nor spooled (the process then exits non-zero). A
-    /// second stop waits for the first, then does nothing.
+    /// second stop waits for the first, then does nothing — but answers the first's
+    /// error when the first's caller stopped waiting before it came.
     pub async fn stop(&self) -> Result<(), LimiterError> {
         let control = self.control.clone();
-        to_the_end(async move {
-            let mut control = control.lock_owned().await;
-            match control.take() {
-                Some(c) => c.stop().await,
-                None => Ok(()),
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut state = control.lock_owned().await;
+            let out = match std::mem::replace(&mut *state, Lifecycle::Stopped(None)) {
+                Lifecycle::Running(c) => (*c).stop().await,
+                Lifecycle::Stopped(kept) => kept.map_or(Ok(()), Err),
+            };
+            // under the lock: a stop after this one sees what this one did not hand over
+            if let Err(Err(e)) = tx.send(out) {
+                *state = Lifecycle::Stopped(Some(e));
             }
-        })
-        .await
+        });
+        match rx.await {
+            Ok(out) => out,
+            Err(_) => match task.await {
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // cancelled only as the runtime shuts down, which drops this caller too
+                _ => std::future::pending().await,
+            },
+        }
     }
 
     /// The config it runs now.
@@ -390,6 +407,14 @@ impl Limiter {
             false => Err(Error::unknown_namespace(name)),
         }
     }
+}
+
+/// What runs the namespaces, or what the stop left.
+#[derive(Debug)]
+enum Lifecycle {
+    Running(Box<Control>),
+    /// Stopped, with the stop's error when its caller stopped waiting before it came.
+    Stopped(Option<LimiterError>),
 }
 
 /// Runs `change` to its end on a task of its own: a caller that stops waiting (a timeout,

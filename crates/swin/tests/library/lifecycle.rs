@@ -276,3 +276,35 @@ async fn a_reconfigure_or_stop_dropped_midway_still_finishes(store: &TestStore) 
     assert_eq!(stored(store, "api", "k").await, 4.0);
     assert_eq!(stored(store, "added", "k").await, 1.0);
 }
+
+/// A stop that failed (here: the store unreachable and the spool unwritable) while its
+/// caller had stopped waiting hands its error to the next stop, which used to answer
+/// `Ok` (the hits lost, and nobody told); a stop after that answers `Ok`.
+#[tokio::test]
+async fn a_failed_stop_nobody_waited_for_tells_the_next_stop() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let spool = dir.path().join("spool");
+    let text = format!(
+        "data_dir = \"{}\"\nstore_timeout = 1\nshutdown_grace = 1\n\
+         [stores.main]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{port}\"\n{}",
+        spool.display(),
+        hourly("api", 3600.0, 5)
+    );
+    let limiter = Limiter::start(Config::from_toml(&text).expect("config"))
+        .await
+        .expect("a store that does not answer yet does not hold up the start");
+    assert!(limiter.hit("api", "k", 1.0).await.expect("hit").allowed());
+    // the spool cannot be written now: its directory is a file
+    let _ = std::fs::remove_dir_all(&spool);
+    std::fs::write(&spool, b"not a directory").expect("write");
+    let _ = tokio::time::timeout(std::time::Duration::ZERO, limiter.stop()).await;
+    let e = limiter.stop().await.expect_err("the first stop's error");
+    assert!(
+        matches!(&e, LimiterError::Spool { windows: 1, .. }),
+        "{e:?}"
+    );
+    limiter.stop().await.expect("the error is told once");
+}
