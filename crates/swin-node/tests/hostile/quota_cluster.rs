@@ -470,7 +470,9 @@ fn not_starved(out: &Value, proxy: usize, seconds: std::ops::Range<usize>) {
 }
 
 /// One stream sends 20 reports of 10,000 new buckets: past `quota.buckets_per_stream`
-/// they are abandoned, each such report answered within 2 s and every one within 10 s;
+/// they are abandoned, each such report answered within 2 s and every one within 30 s
+/// (one that fills the cap does the first touch of 10,000 keys: a few seconds in this
+/// debug build, more beside the suite's other lane on two shared cores);
 /// the honest proxy on the same node is never starved (see [`not_starved`]: its
 /// assignment never lapses, and it admits at least 80 % of what it offers); `/healthz`
 /// answers throughout.
@@ -512,9 +514,9 @@ async fn a_flood_of_buckets_holds_up_no_honest_proxy() {
         // taken is answered by the round); a round's answer about earlier buckets is not it
         let prefix = format!("flood-{i}-");
         let abandons = loop {
-            let answer = tokio::time::timeout(Duration::from_secs(10), flood.answers.message())
+            let answer = tokio::time::timeout(Duration::from_secs(30), flood.answers.message())
                 .await
-                .expect("an answer within 10 s")
+                .expect("an answer within 30 s")
                 .expect("the stream stays open")
                 .expect("an answer");
             let mine: Vec<_> = answer
@@ -552,7 +554,7 @@ async fn a_flood_of_buckets_holds_up_no_honest_proxy() {
     // a report the caps refuse whole is answered at once; one that fills the stream's
     // cap does the first touch of 10,000 keys (about 1 s in a release build, more in
     // this debug one on a loaded machine: BENCHMARKS.md has the figures), within the
-    // 10 s every report was given above
+    // 30 s every report was given above
     let refused = took
         .iter()
         .zip(&abandoned)

@@ -175,6 +175,7 @@ swin_testkit::for_stores!([postgres, redis, redis_cluster, sqlite, valkey, redis
     a_tick_while_a_start_load_is_out_keeps_a_first_touch_count,
     a_first_touch_of_many_keys_fills_every_size,
     synchronous_mode_falls_back_when_down,
+    a_fallback_hit_answered_late_is_pushed_once,
     a_refund_after_an_outage_is_in_the_store_at_once,
     shutdown_pushes_last_diffs,
     runtime_limits_round_trip_and_log_every_change,
