@@ -472,7 +472,7 @@ fn not_starved(out: &Value, proxy: usize, seconds: std::ops::Range<usize>) {
 /// One stream sends 20 reports of 10,000 new buckets: past `quota.buckets_per_stream`
 /// they are abandoned, each such report answered within 2 s and every one within 30 s
 /// (one that fills the cap does the first touch of 10,000 keys: a few seconds in this
-/// debug build, more beside the suite's other lane on two shared cores);
+/// debug build, more on two shared cores busy with CI's builds);
 /// the honest proxy on the same node is never starved (see [`not_starved`]: its
 /// assignment never lapses, and it admits at least 80 % of what it offers); `/healthz`
 /// answers throughout.
