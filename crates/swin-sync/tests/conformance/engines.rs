@@ -221,35 +221,20 @@ pub(super) async fn synchronous_mode_reads_store_totals(s: &TestStore) {
 
 /// A synchronous namespace whose store is down counts locally and pushes later, once.
 pub(super) async fn synchronous_mode_falls_back_when_down(s: &TestStore) {
-    falls_back_when_down(s, None).await;
+    falls_back_when_down(s, swin_sync::DEFAULT_ANSWER_WITHIN).await;
 }
 
 /// The same with the hit answered before its round trip ended (a tiny answer time: on a
 /// loaded machine, a round trip not begun within it): the round trip owns the hit, counts
 /// it here when the store fails it, and a later sync pushes it, once.
 pub(super) async fn a_fallback_hit_answered_late_is_pushed_once(s: &TestStore) {
-    falls_back_when_down(s, Some(Duration::from_micros(1))).await;
+    falls_back_when_down(s, Duration::from_micros(1)).await;
 }
 
-async fn falls_back_when_down(s: &TestStore, answer_within: Option<Duration>) {
+async fn falls_back_when_down(s: &TestStore, answer_within: Duration) {
     let (faulty, control) = common::faulty(&s.store);
-    let counters = Arc::new(NamespaceCounters::new(
-        "api",
-        &[WindowSize::new(60).expect("size")],
-        CounterOptions::default(),
-    ));
-    let mut e = NamespaceSync::new(
-        counters,
-        SyncMode::Synchronous,
-        Some(faulty.clone()),
-        swin_sync::new_node_id().into(),
-        Duration::from_secs(5),
-    );
+    let e = engine_answering(&faulty, SyncMode::Synchronous, &[60], answer_within);
     let now = UnixMs::from_secs(NOW);
-    if let Some(d) = answer_within {
-        e = e.answering_within(d);
-    }
-    let e = Arc::new(e);
     e.increment("k", 60, 1.0, now).await.expect("inc");
     // answered late too, the first hit lands in the store (and in the node's view) later
     for _ in 0..100 {

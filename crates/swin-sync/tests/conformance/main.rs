@@ -88,6 +88,16 @@ fn push<'a>(node: &'a PushId, seq: u64, diffs: &'a [Diff]) -> Push<'a> {
 }
 
 fn engine(store: &Store, mode: SyncMode, sizes: &[u64]) -> Arc<NamespaceSync> {
+    engine_answering(store, mode, sizes, swin_sync::DEFAULT_ANSWER_WITHIN)
+}
+
+/// [`engine`] whose requests wait for the store at most `within`.
+fn engine_answering(
+    store: &Store,
+    mode: SyncMode,
+    sizes: &[u64],
+    within: Duration,
+) -> Arc<NamespaceSync> {
     let sizes: Vec<WindowSize> = sizes
         .iter()
         .map(|s| WindowSize::new(*s).expect("size"))
@@ -97,13 +107,16 @@ fn engine(store: &Store, mode: SyncMode, sizes: &[u64]) -> Arc<NamespaceSync> {
         &sizes,
         CounterOptions::default(),
     ));
-    Arc::new(NamespaceSync::new(
-        counters,
-        mode,
-        Some(store.clone()),
-        swin_sync::new_node_id().into(),
-        Duration::from_secs(5),
-    ))
+    Arc::new(
+        NamespaceSync::new(
+            counters,
+            mode,
+            Some(store.clone()),
+            swin_sync::new_node_id().into(),
+            Duration::from_secs(5),
+        )
+        .answering_within(within),
+    )
 }
 
 const SEC: i64 = 1_000_000_000;
