@@ -12,135 +12,142 @@ use crate::limiter::Limiter;
 use crate::policy::algorithm::Algorithm;
 use crate::state::Namespace;
 
-/// A namespace as this node sees it at one instant (`GET /v1/namespaces` answers a list
-/// of them as they serialize).
+/// A namespace as this node sees it at one instant, a document: `GET /v1/namespaces`
+/// answers a list of them as they serialize (docs/api.md names each field), and the
+/// daemon's metrics are its numbers.
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct NamespaceStatus {
     /// Its name.
-    pub name: String,
+    name: String,
     /// Its window sizes, seconds.
-    pub window_sizes: Vec<u32>,
+    window_sizes: Vec<u32>,
     /// `periodic`, `synchronous` or `local`.
-    pub sync_mode: &'static str,
+    sync_mode: &'static str,
     /// Seconds between syncs; 0 synchronous, -1 local-only.
-    pub sync_rate: f64,
+    sync_rate: f64,
     /// The store it syncs with (a name of `[stores]`); none when local-only.
-    pub store: Option<String>,
+    store: Option<String>,
     /// `sliding_window`, `fixed_window`, `gcra` or `concurrency`; none when the
     /// namespace only counts.
-    pub algorithm: Option<&'static str>,
+    pub(crate) algorithm: Option<&'static str>,
     /// Concurrency only: leases in flight per key.
-    pub limit: Option<u64>,
+    limit: Option<u64>,
     /// Concurrency only: a lease's default life (s).
-    pub lease_ttl: Option<f64>,
+    lease_ttl: Option<f64>,
     /// Counters held in memory (key × window size).
-    pub counters: usize,
+    counters: usize,
     /// GCRA buckets held in memory.
-    pub buckets: usize,
+    buckets: usize,
     /// Counters evicted to stay under `max_counters`.
-    pub evictions: u64,
+    evictions: u64,
     /// Unix milliseconds of the last sync that reached the store.
-    pub last_sync_ms: Option<i64>,
+    last_sync_ms: Option<i64>,
     /// Window diffs drained, not yet confirmed by the store.
-    pub pending_diffs: usize,
+    pending_diffs: usize,
     /// GCRA advances drained, not yet confirmed by the store.
-    pub pending_advances: usize,
+    pending_advances: usize,
     /// The store cannot be reached.
-    pub degraded: bool,
+    degraded: bool,
     /// A short reason (`store_unreachable`, …) while the store cannot be reached; the
     /// detail is in the log.
-    pub degraded_reason: Option<&'static str>,
+    degraded_reason: Option<&'static str>,
     /// `eventual` or `strict`; none when the namespace only counts.
-    pub admission: Option<&'static str>,
+    admission: Option<&'static str>,
     /// Strict only: `local` or `deny`.
-    pub on_store_failure: Option<&'static str>,
+    on_store_failure: Option<&'static str>,
     /// Store calls of strict admission: holds of window quota and grants of bucket
     /// quota, taken or given back.
-    pub reservations: u64,
+    reservations: u64,
     /// Every limit in shadow (`shadow = true`): decided and counted, never denied.
-    pub shadow: bool,
-    /// How its syncs go (for metrics; not in the list's JSON).
-    #[serde(skip)]
-    pub syncs: SyncCounts,
+    shadow: bool,
+    /// How its syncs and first touches go, counted since it was built.
+    syncs: SyncCounts,
 }
 
 /// A namespace's syncs and first touches, counted since it was built.
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct SyncCounts {
+#[derive(Debug, Clone, Default, Serialize)]
+struct SyncCounts {
     /// Syncs that reached the store.
-    pub syncs: u64,
+    syncs: u64,
     /// Syncs that failed.
-    pub failures: u64,
+    failures: u64,
     /// Windows the store refused for good (logged with their key) and dropped.
-    pub rejected_windows: u64,
+    rejected_windows: u64,
     /// The syncs' durations summed, seconds.
-    pub duration_sum_secs: f64,
+    duration_sum_secs: f64,
     /// Per upper bound (seconds), the syncs that took at most it and more than the
     /// bound before (not cumulative).
-    pub duration_buckets: Vec<(f64, u64)>,
+    duration_buckets: Vec<(f64, u64)>,
     /// Keys this node held nothing for, read from the store before an answer.
-    pub first_touch_loads: u64,
+    first_touch_loads: u64,
     /// Keys this node held nothing for, answered from local knowledge (the store did
     /// not answer in time).
-    pub first_touch_fallbacks: u64,
+    first_touch_fallbacks: u64,
     /// Admission is strict.
-    pub strict: bool,
+    strict: bool,
 }
 
-/// What `/readyz` reports: the namespaces that have not reached their store recently
-/// enough to answer with the cluster's counts, and those still loading their totals.
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
+/// What `/readyz` answers, a document: `"status"` is `"ready"` or `"degraded"`; a
+/// degraded node names its namespaces not ready (`"namespaces"`, each with its
+/// `"reason"`); those that reached their store once, when that will do, under
+/// `"degraded"`; and those still loading their totals under `"warming"` (they serve, each
+/// key read at its first touch, so they are named, not held against readiness).
+#[derive(Debug, Clone, Serialize)]
 pub struct Readiness {
-    /// The namespaces not ready, by name.
-    pub unready: Vec<Unready>,
-    /// Namespaces whose totals are still loading: they serve (each key read at its
-    /// first touch), so they are named, not held against readiness.
-    pub warming: Vec<String>,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    namespaces: Vec<Unready>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    degraded: Vec<Unready>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warming: Vec<String>,
 }
 
-/// A namespace not ready, why, and whether it has reached its store since it was built
-/// (through an outage after that, it answers as its `on_store_failure` says).
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Unready {
-    /// The namespace.
-    pub namespace: String,
-    /// Why it is not ready.
-    pub reason: String,
-    /// It reached its store once since it was built.
-    pub reached_once: bool,
+impl Readiness {
+    /// Every namespace is ready (its `"status"` is `"ready"`).
+    pub fn is_ready(&self) -> bool {
+        self.namespaces.is_empty()
+    }
 }
 
-/// A sync asked for now: windows pushed, totals read back, how long it took.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
+/// A namespace not ready, and why.
+#[derive(Debug, Clone, Serialize)]
+struct Unready {
+    namespace: String,
+    reason: String,
+}
+
+/// A sync asked for now, a document: the namespace, windows pushed, totals read back,
+/// how long it took.
+#[derive(Debug, Clone, Serialize)]
 pub struct Synced {
+    /// The namespace.
+    namespace: String,
     /// Windows pushed (key × window).
-    pub pushed: usize,
+    pushed: usize,
     /// Totals read back and applied.
-    pub fetched: usize,
+    fetched: usize,
     /// How long the sync took, milliseconds.
-    pub duration_ms: f64,
+    duration_ms: f64,
 }
 
-/// This node's clock against the store's, as last measured.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
+/// This node's clock against the store's, as last measured, a document (`offset_ms`,
+/// `beyond_bound`, `now_ms`).
+#[derive(Debug, Clone, Copy, Serialize)]
 pub struct ClockReading {
     /// The store's clock minus this node's (ms); none until a store with a clock of
     /// its own answers.
-    pub offset_ms: Option<i64>,
+    offset_ms: Option<i64>,
     /// Further from the store's than `max_clock_offset`.
-    pub beyond_bound: bool,
+    beyond_bound: bool,
     /// The time decisions are taken at now (Unix ms, the store's).
-    pub now_ms: i64,
+    now_ms: i64,
 }
 
 /// Which hits a top list weighs keys by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TopBy {
     /// Hits denied.
     Denied,
@@ -148,21 +155,44 @@ pub enum TopBy {
     Hits,
 }
 
-/// The heaviest keys of the last minute on this node.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
+/// The heaviest keys of the last minute on this node, a document: the namespace, what
+/// they are weighed `by`, the period (`window_secs`), the `keys` (each its `key`, `count`
+/// and the most that count can be off by, `error`), every hit weighed in the period
+/// (`total`), the most any key's count can be off by (`error_bound`), and its `scope`,
+/// `"node"` (a caller wanting the cluster's asks every node and adds them up per key).
+#[derive(Debug, Clone, Serialize)]
 pub struct TopKeys {
-    /// Key, count, and the most the count can be off by.
-    pub keys: Vec<(String, f64, f64)>,
-    /// Every hit weighed in the period.
-    pub total: f64,
-    /// The most any key's count can be off by.
-    pub error_bound: f64,
-    /// The period, seconds.
-    pub window_secs: i64,
+    namespace: String,
+    by: TopBy,
+    window_secs: i64,
+    keys: Vec<TopKey>,
+    total: f64,
+    error_bound: f64,
+    scope: &'static str,
+}
+
+/// A key of a top list.
+#[derive(Debug, Clone, Serialize)]
+struct TopKey {
+    key: String,
+    count: f64,
+    error: f64,
+}
+
+impl NamespaceStatus {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 impl Limiter {
+    /// The namespace `name` (what the tower layer's builder checks).
+    #[cfg(feature = "tower")]
+    pub(crate) fn namespace_status(&self, name: &str) -> Result<NamespaceStatus, Error> {
+        Ok(status_of(&*self.namespace(name)?))
+    }
+
     /// Every namespace served, by name.
     pub fn status(&self) -> Vec<NamespaceStatus> {
         let namespaces = self.namespaces();
@@ -171,32 +201,40 @@ impl Limiter {
         list
     }
 
-    /// The namespace `name`.
-    pub fn namespace_status(&self, name: &str) -> Result<NamespaceStatus, Error> {
-        let ns = self.namespace(name)?;
-        Ok(status_of(&ns))
-    }
-
     /// Whether every store-backed namespace has reached its store recently enough to
-    /// answer with the cluster's counts.
-    pub fn readiness(&self) -> Readiness {
+    /// answer with the cluster's counts, or, when `reached_once_will_do`, once since it
+    /// was built (through an outage after that it answers as its `on_store_failure`
+    /// says: an orchestrator keeps routing to it).
+    pub fn readiness(&self, reached_once_will_do: bool) -> Readiness {
         let now = swin_sync::now();
-        let mut r = Readiness::default();
+        let mut r = Readiness {
+            status: "ready",
+            namespaces: Vec::new(),
+            degraded: Vec::new(),
+            warming: Vec::new(),
+        };
         let namespaces = self.namespaces();
         let mut sorted: Vec<&std::sync::Arc<Namespace>> = namespaces.values().collect();
         sorted.sort_by(|a, b| a.sync().name().cmp(b.sync().name()));
         for n in sorted {
             let sync = n.sync();
             if let Err(reason) = sync.readiness(now) {
-                r.unready.push(Unready {
+                let reached_once = sync.status().last_success_ms.is_some();
+                let unready = Unready {
                     namespace: sync.name().to_owned(),
                     reason,
-                    reached_once: sync.status().last_success_ms.is_some(),
-                });
+                };
+                match reached_once_will_do && reached_once {
+                    true => r.degraded.push(unready),
+                    false => r.namespaces.push(unready),
+                }
             }
             if sync.warming() {
                 r.warming.push(sync.name().to_owned());
             }
+        }
+        if !r.namespaces.is_empty() {
+            r.status = "degraded";
         }
         r
     }
@@ -206,6 +244,7 @@ impl Limiter {
         let ns = self.namespace(namespace)?;
         match ns.sync().sync_requested(swin_sync::now()).await {
             Ok(r) => Ok(Synced {
+                namespace: namespace.to_owned(),
                 pushed: r.pushed,
                 fetched: r.fetched,
                 duration_ms: r.duration_ms,
@@ -300,14 +339,21 @@ impl Limiter {
         };
         let answer = sketch.top(count, swin_sync::now().secs());
         Ok(TopKeys {
+            namespace: namespace.to_owned(),
+            by,
+            window_secs: swin_core::top::SLOTS as i64 * swin_core::top::SLOT_SECS,
             keys: answer
                 .keys
                 .iter()
-                .map(|h| (h.key.to_string(), h.count, h.error))
+                .map(|h| TopKey {
+                    key: h.key.to_string(),
+                    count: h.count,
+                    error: h.error,
+                })
                 .collect(),
             total: answer.total,
             error_bound: answer.bound,
-            window_secs: swin_core::top::SLOTS as i64 * swin_core::top::SLOT_SECS,
+            scope: "node",
         })
     }
 }

@@ -15,7 +15,7 @@ use super::extract::ApiPath;
 use super::Route;
 use crate::state::AppState;
 use swin::error::Error;
-use swin::status::{NamespaceStatus, TopBy};
+use swin::status::{NamespaceStatus, Synced, TopBy};
 
 /// What the `admin` scope allows: reset a key, list namespaces, sync now, the status
 /// page.
@@ -131,20 +131,17 @@ async fn ui_status(State(state): State<Arc<AppState>>) -> Response {
     let top: serde_json::Map<String, serde_json::Value> = list
         .iter()
         .map(|n| {
-            let keys: Vec<serde_json::Value> = limiter
-                .top_keys(&n.name, TopBy::Denied, UI_TOP)
-                .map(|t| t.keys)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(key, count, _)| serde_json::json!({"key": key, "count": count}))
-                .collect();
-            (n.name.clone(), keys.into())
+            let keys = limiter
+                .top_keys(n.name(), TopBy::Denied, UI_TOP)
+                .map(|t| crate::metrics::document(&t)["keys"].take())
+                .unwrap_or_default();
+            (n.name().to_owned(), keys)
         })
         .collect();
     (
         [(header::CACHE_CONTROL, "no-store")],
         Json(serde_json::json!({
-            "now_ms": limiter.clock().now_ms,
+            "now_ms": crate::metrics::document(&limiter.clock())["now_ms"],
             "namespaces": list,
             "top_denied": top,
             "quota_streams": state.metrics.quota_streams.load(std::sync::atomic::Ordering::Relaxed),
@@ -161,11 +158,8 @@ async fn list_namespaces(State(state): State<Arc<AppState>>) -> Json<serde_json:
 async fn sync_now(
     State(state): State<Arc<AppState>>,
     ApiPath(namespace): ApiPath<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let r = state.limiter.sync_now(&namespace).await?;
-    Ok(Json(serde_json::json!({
-        "namespace": namespace, "pushed": r.pushed, "fetched": r.fetched, "duration_ms": r.duration_ms
-    })))
+) -> Result<Json<Synced>, ApiError> {
+    Ok(Json(state.limiter.sync_now(&namespace).await?))
 }
 
 /// What `/readyz` asks of each store-backed namespace (`?store=`).
@@ -197,32 +191,10 @@ async fn ready(
     query: Result<Query<ReadyQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| Error::BadRequest(format!("query: {}", e.body_text())))?;
-    let readiness = state.limiter.readiness();
-    let (mut unready, mut answering) = (Vec::new(), Vec::new());
-    for n in readiness.unready {
-        let entry = serde_json::json!({"namespace": n.namespace, "reason": n.reason});
-        if q.store == StoreReach::Reached && n.reached_once {
-            answering.push(entry);
-        } else {
-            unready.push(entry);
-        }
-    }
-    let warming = readiness.warming;
-    let mut body = if unready.is_empty() {
-        serde_json::json!({"status": "ready"})
-    } else {
-        serde_json::json!({"status": "degraded", "namespaces": unready})
-    };
-    if !answering.is_empty() {
-        body["degraded"] = answering.into();
-    }
-    if !warming.is_empty() {
-        body["warming"] = warming.into();
-    }
-    Ok(if unready.is_empty() {
-        Json(body).into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+    let readiness = state.limiter.readiness(q.store == StoreReach::Reached);
+    Ok(match readiness.is_ready() {
+        true => Json(readiness).into_response(),
+        false => (StatusCode::SERVICE_UNAVAILABLE, Json(readiness)).into_response(),
     })
 }
 
@@ -234,13 +206,13 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let live = futures_util::future::join_all(
         namespaces
             .iter()
-            .filter(|n| n.limit.is_some() || state.metrics.reserved_in(&n.name))
-            .map(|n| async move {
-                let leases = n.limit.is_some();
-                match limiter.in_flight(&n.name).await {
-                    Ok(live) => Some((leases, n.name.clone(), live)),
+            .map(|n| (n.name(), !crate::metrics::document(n)["limit"].is_null()))
+            .filter(|(name, leases)| *leases || state.metrics.reserved_in(name))
+            .map(|(name, leases)| async move {
+                match limiter.in_flight(name).await {
+                    Ok(live) => Some((leases, name.to_owned(), live)),
                     Err(e) => {
-                        tracing::debug!(namespace = %n.name, cause = %e, "in flight: no answer");
+                        tracing::debug!(namespace = %name, cause = %e, "in flight: no answer");
                         None
                     }
                 }

@@ -134,9 +134,11 @@ async fn list(
         .await?;
     // where the namespace keeps its overrides: its store (every node holds them), or
     // this node when it has none
-    let kept = match state.limiter.namespace_status(&namespace)?.store {
-        Some(_) => "store",
-        None => "node",
+    let status = state.limiter.status();
+    let ns = status.iter().find(|n| n.name() == namespace);
+    let kept = match ns.map(|n| crate::metrics::document(n)["store"].is_null()) {
+        Some(false) => "store",
+        _ => "node",
     };
     let next = (page.len() == count).then(|| page.last().map(|l| l.key.clone()));
     Ok(Json(serde_json::json!({
@@ -169,9 +171,9 @@ async fn top(
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| Error::BadRequest(e.body_text()))?;
     state.served(&namespace)?;
-    let (by, which) = match query.by.as_deref() {
-        None | Some("denied") => ("denied", TopBy::Denied),
-        Some("hits") => ("hits", TopBy::Hits),
+    let which = match query.by.as_deref() {
+        None | Some("denied") => TopBy::Denied,
+        Some("hits") => TopBy::Hits,
         Some(other) => {
             return Err(
                 Error::BadRequest(format!("by: {other:?} is not \"denied\" or \"hits\"")).into(),
@@ -190,20 +192,5 @@ async fn top(
             }
         },
     };
-    let answer = state.limiter.top_keys(&namespace, which, count)?;
-    let keys: Vec<serde_json::Value> = answer
-        .keys
-        .iter()
-        .map(|(key, count, error)| serde_json::json!({"key": key, "count": count, "error": error}))
-        .collect();
-    Ok(Json(serde_json::json!({
-        "namespace": namespace,
-        "by": by,
-        "window_secs": answer.window_secs,
-        "keys": keys,
-        "total": answer.total,
-        "error_bound": answer.error_bound,
-        "scope": "node",
-    }))
-    .into_response())
+    Ok(Json(state.limiter.top_keys(&namespace, which, count)?).into_response())
 }

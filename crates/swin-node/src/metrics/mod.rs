@@ -21,6 +21,17 @@ mod render;
 
 pub use self::render::spool_gauge;
 
+/// What one of the library's read-side snapshots (a namespace's status, the clock, a top
+/// list) says, as it serializes: the documents the admin routes answer, whose fields
+/// docs/api.md names, and whose numbers the metrics are.
+pub fn document(snapshot: &impl serde::Serialize) -> serde_json::Value {
+    // a snapshot is plain data: only a bug makes it fail to serialize
+    serde_json::to_value(snapshot).unwrap_or_else(|e| {
+        tracing::error!(cause = %e, "a status snapshot did not serialize");
+        serde_json::Value::Null
+    })
+}
+
 /// The counters' maps: their keys are routes, namespaces, rules, token names and
 /// domains the config names (unknown ones are counted as `unknown`), so a fast hash
 /// (foldhash, seeded per process) serves where SipHash's resistance buys nothing; a

@@ -24,7 +24,7 @@ impl Metrics {
     ) -> String {
         let mut families = self.request_families();
         families.extend(self.operation_families());
-        families.extend(self.node_gauges(clock, in_flight, open));
+        families.extend(self.node_gauges(&super::document(clock), in_flight, open));
         families.push(self.duration_family());
         families.extend(namespace_families(namespaces));
         // a family without samples (no decision yet) is left out, as registries do
@@ -150,7 +150,7 @@ impl Metrics {
     /// in flight across the cluster (leases, open reservations) at this scrape.
     fn node_gauges(
         &self,
-        clock: &ClockReading,
+        clock: &serde_json::Value,
         in_flight: &[(String, u64)],
         open: &[(String, u64)],
     ) -> Vec<MetricFamily> {
@@ -182,13 +182,16 @@ impl Metrics {
             "The store's clock minus this node's, as last measured (0 until a store with a clock of its own answers); decisions are taken in the store's time.",
             [(
                 Vec::new(),
-                clock.offset_ms.unwrap_or(0) as f64 / 1e3,
+                clock["offset_ms"].as_f64().unwrap_or(0.0) / 1e3,
             )],
         ));
         out.push(gauge_family(
             "swin_clock_offset_exceeded",
             "1 while this node's clock is further from the store's than max_clock_offset.",
-            [(Vec::new(), f64::from(u8::from(clock.beyond_bound)))],
+            [(
+                Vec::new(),
+                f64::from(u8::from(clock["beyond_bound"] == true)),
+            )],
         ));
         out.push(gauge_family(
             "swin_leases_in_flight",

@@ -23,7 +23,8 @@ use tracing::{info, warn};
 
 pub use self::key_limits::KeyLimitsView;
 use self::leftovers::{Leftovers, SpoolFiles};
-pub use self::lifecycle::LimiterError;
+use self::lifecycle::Failure;
+pub use self::lifecycle::{LimiterError, LimiterErrorKind};
 use self::stopping::retire;
 use self::stores::open_stores;
 pub use self::stores::{migrate_all, open_store};
@@ -84,7 +85,7 @@ impl Control {
     ) -> Result<Control, LimiterError> {
         if !config.stores.is_empty() {
             // found out now, not at the stop that needs to spool
-            spool::prepare(&config.data_dir).map_err(|source| LimiterError::DataDir {
+            spool::prepare(&config.data_dir).map_err(|source| Failure::DataDir {
                 path: config.data_dir.clone(),
                 source,
             })?;
@@ -336,7 +337,7 @@ impl Limiter {
         to_the_end(async move {
             let mut control = control.lock_owned().await;
             let Lifecycle::Running(control) = &mut *control else {
-                return Err(LimiterError::Stopped);
+                return Err(Failure::Stopped.into());
             };
             if config.data_dir != control.config.data_dir {
                 warn!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tracing::{error, info, warn};
 
 use super::leftovers::{Leftover, Leftovers};
-use super::{Control, LimiterError, Running};
+use super::{Control, Failure, LimiterError, Running};
 use crate::spool::{self, SpoolEntry};
 use crate::state::Namespaces;
 
@@ -68,16 +68,17 @@ impl Control {
                     }
                 }
             };
-            return Err(LimiterError::Unfinished {
+            return Err(Failure::Unfinished {
                 namespaces: unfinished,
                 grace,
                 spooled,
-            });
+            }
+            .into());
         }
         self.spool(&entries)?;
         if owed > 0 {
             // logged with each one's name by its namespace's retirement
-            return Err(LimiterError::Owed { changes: owed });
+            return Err(Failure::Owed { changes: owed }.into());
         }
         Ok(())
     }
@@ -160,12 +161,13 @@ impl Control {
             }
             Err(e) => {
                 error!(dir = %self.config.data_dir.display(), cause = %e, windows, hits, "cannot write the spool: these hits are lost");
-                Err(LimiterError::Spool {
+                Err(Failure::Spool {
                     windows,
                     hits,
                     dir: self.config.data_dir.clone(),
                     source: e,
-                })
+                }
+                .into())
             }
         }
     }

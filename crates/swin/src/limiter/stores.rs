@@ -8,7 +8,7 @@ use swin_sync::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{Control, LimiterError};
+use super::{Control, Failure, LimiterError};
 use crate::config::stores::Spec;
 use crate::config::{Config, StoreConfig};
 
@@ -169,9 +169,10 @@ pub(super) async fn open_answering(
     match tokio::time::timeout(timeout, store.ping()).await {
         Ok(Ok(_)) => Ok(store),
         Ok(Err(e)) => Err(LimiterError::store(name, "ping", e)),
-        Err(_) => Err(LimiterError::StoreTimeout {
+        Err(_) => Err(Failure::StoreTimeout {
             store: name.to_owned(),
             timeout,
-        }),
+        }
+        .into()),
     }
 }

@@ -4,7 +4,7 @@
 
 use swin::config::Config;
 use swin::error::Error;
-use swin::limiter::LimiterError;
+use swin::limiter::LimiterErrorKind;
 use swin::Limiter;
 use swin_testkit::TestStore;
 
@@ -60,7 +60,11 @@ async fn a_reconfigure_applies_new_limits_and_keeps_the_counts(store: &TestStore
         .reconfigure(limiter.config_with(&next))
         .await
         .expect("reconfigure");
-    let served: Vec<String> = limiter.status().into_iter().map(|s| s.name).collect();
+    let served: Vec<String> = limiter
+        .status()
+        .iter()
+        .map(|s| s.name().to_owned())
+        .collect();
     assert_eq!(served, ["new", "sync"]);
     assert!(limiter.hit("new", "k", 1.0).await.expect("hit").allowed());
     assert!(!limiter.hit("new", "k", 1.0).await.expect("hit").allowed());
@@ -113,7 +117,7 @@ async fn a_stop_pushes_what_a_periodic_namespace_counted(store: &TestStore) {
     assert_eq!(stored(store, "api", "k").await, 5.0);
 }
 
-/// Start, reconfigure and stop answer a [`LimiterError`] a caller can tell apart: a
+/// Start, reconfigure and stop answer a `LimiterError` whose kind a caller can tell apart: a
 /// `data_dir` that cannot hold the spool, a store a new config switches to that does
 /// not answer (the config not taken), a reconfigure after the stop.
 #[tokio::test]
@@ -138,7 +142,7 @@ async fn start_reconfigure_and_stop_fail_with_what_went_wrong() {
         .await
         .expect_err("no spool directory");
     assert!(
-        matches!(&e, LimiterError::DataDir { path, .. } if path.starts_with(&file)),
+        e.kind() == LimiterErrorKind::DataDir && e.to_string().contains(&*file.to_string_lossy()),
         "{e:?}"
     );
     assert!(e.to_string().contains("data_dir"), "{e}");
@@ -158,9 +162,10 @@ async fn start_reconfigure_and_stop_fail_with_what_went_wrong() {
         .await
         .expect_err("a store that does not answer");
     assert!(
-        matches!(&e, LimiterError::Store { store, what: "ping", .. } if store == "main")
-            || matches!(&e, LimiterError::StoreTimeout { store, .. } if store == "main"),
-        "{e:?}"
+        (e.kind() == LimiterErrorKind::Store && e.to_string().starts_with("store \"main\": ping:"))
+            || (e.kind() == LimiterErrorKind::StoreTimeout
+                && e.to_string().starts_with("store \"main\" does not answer")),
+        "{e}"
     );
     assert!(running.hit("api", "k", 1.0).await.expect("hit").allowed());
     running.stop().await.expect("stop");
@@ -168,7 +173,7 @@ async fn start_reconfigure_and_stop_fail_with_what_went_wrong() {
         .reconfigure(running.config_with(&hourly("api", 0.0, 5)))
         .await
         .expect_err("stopped");
-    assert!(matches!(e, LimiterError::Stopped), "{e:?}");
+    assert_eq!(e.kind(), LimiterErrorKind::Stopped, "{e:?}");
 }
 
 /// A reload that names another `data_dir` keeps the running one: the spool an earlier
@@ -303,7 +308,7 @@ async fn a_failed_stop_nobody_waited_for_tells_the_next_stop() {
     let _ = tokio::time::timeout(std::time::Duration::ZERO, limiter.stop()).await;
     let e = limiter.stop().await.expect_err("the first stop's error");
     assert!(
-        matches!(&e, LimiterError::Spool { windows: 1, .. }),
+        e.kind() == LimiterErrorKind::Spool && e.to_string().starts_with("lost 1 windows "),
         "{e:?}"
     );
     limiter.stop().await.expect("the error is told once");
