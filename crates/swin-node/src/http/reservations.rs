@@ -228,8 +228,8 @@ async fn commit(
 struct CommitAnswer<'a> {
     committed: bool,
     reservation: &'a str,
-    estimate: f64,
-    cost: f64,
+    estimate: serde_json::Value,
+    cost: serde_json::Value,
     keys: &'a [Settled],
 }
 
@@ -251,11 +251,13 @@ async fn commit_reservation(
             a.cmp_strictness(&b)
         })
         .ok_or(Error::Internal)?;
+    // the strictest key's settlement as it serializes: its estimate and cost
+    let mut settled = crate::metrics::document(strictest);
     let answer = CommitAnswer {
         committed: true,
         reservation: &id,
-        estimate: strictest.estimate(),
-        cost: strictest.cost(),
+        estimate: settled["estimate"].take(),
+        cost: settled["cost"].take(),
         keys: &all,
     };
     let v = strictest.after();

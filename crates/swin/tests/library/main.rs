@@ -70,6 +70,25 @@ pub async fn start_on(section: &str, namespaces: &str) -> Running {
 }
 
 /// The config of a limiter of `namespaces` on the store `section`, spooling in `dir`.
+/// A number a commit's settlement of a key answers (as it serializes: the daemon's JSON).
+pub fn settled(s: &impl serde::Serialize, field: &str) -> f64 {
+    let doc = serde_json::to_value(s).expect("a document");
+    doc[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{field} in {doc}"))
+}
+
+/// The key a settlement is of.
+pub fn settled_key(s: &impl serde::Serialize) -> String {
+    let doc = serde_json::to_value(s).expect("a document");
+    doc["key"].as_str().expect("a key").to_owned()
+}
+
+/// Whether a settlement repeats an earlier commit's (the field is left out when not).
+pub fn replayed(s: &impl serde::Serialize) -> bool {
+    serde_json::to_value(s).expect("a document")["replayed"] == true
+}
+
 pub fn config_on(section: &str, dir: &std::path::Path, namespaces: &str) -> Config {
     let text = format!(
         "data_dir = \"{}\"\nshutdown_grace = 3\n\n{section}\n{namespaces}",

@@ -109,7 +109,9 @@ impl Reserved {
     }
 }
 
-/// How a commit settled one key of a reservation.
+/// How a commit settled one key of a reservation, a document: as it serializes, each of
+/// the fields below (the daemon's answer to a commit lists them per key), and the key
+/// after it (`after`) as a [`Verdict`].
 #[derive(Debug, Serialize)]
 pub struct Settled {
     /// True once settled (a second commit of it answers that it is unknown).
@@ -150,52 +152,6 @@ pub struct Settled {
 }
 
 impl Settled {
-    /// True when an earlier commit of the reservation settled it (see the field).
-    pub fn replayed(&self) -> bool {
-        self.replayed
-    }
-
-    /// The key.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// What the reservation held spent: the estimate and every extend since.
-    pub fn estimate(&self) -> f64 {
-        self.estimate
-    }
-
-    /// The actual cost it was settled at.
-    pub fn cost(&self) -> f64 {
-        self.cost
-    }
-
-    /// Spent beyond the estimate.
-    pub fn charged(&self) -> f64 {
-        self.charged
-    }
-
-    /// Of the estimate, given back.
-    pub fn given_back(&self) -> f64 {
-        self.given_back
-    }
-
-    /// Of the estimate, still to give back (see the field).
-    pub fn owed(&self) -> f64 {
-        self.owed
-    }
-
-    /// Beyond the estimate but not charged (`overrun = "cap"`: the limits had no room
-    /// left for it).
-    pub fn uncharged(&self) -> f64 {
-        self.uncharged
-    }
-
-    /// How far past its limit the key is after the settlement (0 when within it).
-    pub fn debt(&self) -> f64 {
-        self.debt
-    }
-
     /// The key after the settlement, as a dry run sees it.
     pub fn after(&self) -> &Verdict {
         &self.verdict
