@@ -97,30 +97,11 @@ async fn acquire(
 ) -> Result<Response, ApiError> {
     let req = AcquireRequest::new(body.count, body.ttl, body.lease);
     let a = state.limiter.acquire(&namespace, &key, req).await?;
-    let granted = a.acquired().granted;
-    let (status, body) = if granted {
-        (
-            StatusCode::OK,
-            serde_json::json!({
-                "allowed": true,
-                "lease": a.lease(),
-                "in_flight": a.acquired().in_flight,
-                "limit": a.limit(),
-                "expires_at": secs(a.expires_at()),
-            }),
-        )
-    } else {
-        (
-            StatusCode::TOO_MANY_REQUESTS,
-            serde_json::json!({
-                "allowed": false,
-                "in_flight": a.acquired().in_flight,
-                "limit": a.limit(),
-                "retry_after": a.retry_after_secs(),
-            }),
-        )
+    let status = match a.allowed() {
+        true => StatusCode::OK,
+        false => StatusCode::TOO_MANY_REQUESTS,
     };
-    Ok(super::decisions::respond(a.headers(), status, body))
+    Ok(super::decisions::respond(a.headers(), status, &a))
 }
 
 async fn release(

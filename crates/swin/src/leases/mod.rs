@@ -32,7 +32,10 @@ pub(crate) use self::records::ReservationBook;
 /// The longest lease id a client may choose.
 pub const MAX_LEASE_ID_BYTES: usize = 128;
 
-/// A granted or refused acquire, with what a client is told.
+/// A granted or refused acquire, with what a client is told: a document, serialized as
+/// the daemon answers it (granted: `allowed`, `lease`, `in_flight`, `limit`,
+/// `expires_at` in Unix seconds; refused: `allowed`, `in_flight`, `limit`,
+/// `retry_after` in seconds), and its headers.
 #[derive(Debug, Clone)]
 pub struct AcquireAnswer {
     /// What the store or this node's table granted or refused, with the slots in flight.
@@ -50,19 +53,15 @@ pub struct AcquireAnswer {
 }
 
 impl AcquireAnswer {
-    /// What the store or this node's table granted or refused, with the slots in flight.
-    pub fn acquired(&self) -> Acquired {
-        self.acquired
+    /// The slots were granted (under [`lease`](AcquireAnswer::lease)).
+    pub fn allowed(&self) -> bool {
+        self.acquired.granted
     }
 
-    /// The lease's id (the client's, or one made here).
+    /// The lease's id (the client's, or one made here): what a release or a renewal
+    /// names.
     pub fn lease(&self) -> &str {
         &self.lease
-    }
-
-    /// Slots in flight allowed for the key.
-    pub fn limit(&self) -> u64 {
-        self.limit
     }
 
     /// When the lease lapses (store time).
@@ -70,21 +69,9 @@ impl AcquireAnswer {
         system_time(self.expires_at)
     }
 
-    /// The time the acquire was decided at (store time).
-    pub fn now(&self) -> SystemTime {
-        system_time(self.now)
-    }
-
-    /// Granted only because its limit is in shadow (the limit would have refused it).
-    pub fn shadow_denied(&self) -> bool {
-        self.shadow_denied
-    }
-}
-
-impl AcquireAnswer {
     /// Seconds until a slot is sure to be free (a denied acquire: the earliest lapse of
     /// a live lease), at least a millisecond.
-    pub fn retry_after_secs(&self) -> f64 {
+    pub(crate) fn retry_after_secs(&self) -> f64 {
         let at = self.acquired.earliest_lapse.unwrap_or(self.expires_at);
         ((at.0 - self.now.0).max(1)) as f64 / 1e3
     }
@@ -99,6 +86,25 @@ impl AcquireAnswer {
             !self.acquired.granted,
             self.retry_after_secs(),
         )
+    }
+}
+
+impl serde::Serialize for AcquireAnswer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(5))?;
+        m.serialize_entry("allowed", &self.acquired.granted)?;
+        if self.acquired.granted {
+            m.serialize_entry("lease", &self.lease)?;
+        }
+        m.serialize_entry("in_flight", &self.acquired.in_flight)?;
+        m.serialize_entry("limit", &self.limit)?;
+        match self.acquired.granted {
+            // whole milliseconds, as the store keeps them
+            true => m.serialize_entry("expires_at", &(self.expires_at.0 as f64 / 1e3))?,
+            false => m.serialize_entry("retry_after", &self.retry_after_secs())?,
+        }
+        m.end()
     }
 }
 

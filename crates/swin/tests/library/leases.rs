@@ -8,7 +8,7 @@ use swin::error::Error;
 use swin::requests::AcquireRequest;
 use swin_testkit::TestStore;
 
-use super::start;
+use super::{settled as answered, start};
 
 swin_testkit::for_stores!([sqlite, redis] [
     leases_fill_to_the_limit_and_a_release_frees_a_slot,
@@ -29,42 +29,41 @@ async fn leases_fill_to_the_limit_and_a_release_frees_a_slot(store: &TestStore) 
     let a = start(store, SLOTS).await;
     let b = start(store, SLOTS).await;
     let first = a.acquire("slots", "k", one()).await.expect("acquire");
-    assert!(first.acquired().granted, "{first:?}");
-    assert_eq!(first.acquired().in_flight, 1);
-    assert_eq!(first.limit(), 2);
-    assert!(first.expires_at() > first.now());
+    assert!(first.allowed(), "{first:?}");
+    assert_eq!(answered(&first, "in_flight"), 1.0);
+    assert_eq!(answered(&first, "limit"), 2.0);
+    assert!(first.expires_at() > std::time::SystemTime::now());
     let second = b.acquire("slots", "k", one()).await.expect("acquire");
-    assert!(second.acquired().granted, "{second:?}");
-    assert_eq!(second.acquired().in_flight, 2);
+    assert!(second.allowed(), "{second:?}");
+    assert_eq!(answered(&second, "in_flight"), 2.0);
     assert_ne!(first.lease(), second.lease());
     for limiter in [&a, &b] {
         let third = limiter.acquire("slots", "k", one()).await.expect("acquire");
-        assert!(!third.acquired().granted, "a third slot of 2: {third:?}");
-        assert_eq!(third.acquired().in_flight, 2);
-        assert!(third.retry_after_secs() > 0.0);
+        assert!(!third.allowed(), "a third slot of 2: {third:?}");
+        assert_eq!(answered(&third, "in_flight"), 2.0);
+        assert!(answered(&third, "retry_after") > 0.0);
     }
     // two slots at once, on another key: its own limit
     let two = a
         .acquire("slots", "j", AcquireRequest::new(2, None, None))
         .await
         .expect("acquire");
-    assert!(two.acquired().granted, "{two:?}");
+    assert!(two.allowed(), "{two:?}");
     // released on one limiter, free on the other at once
     a.release("slots", "k", second.lease())
         .await
         .expect("release");
     let again = b.acquire("slots", "k", one()).await.expect("acquire");
     assert!(
-        again.acquired().granted,
+        again.allowed(),
         "the released slot is free: {again:?}"
     );
-    assert_eq!(again.acquired().in_flight, 2);
+    assert_eq!(answered(&again, "in_flight"), 2.0);
     assert!(
         !a.acquire("slots", "k", one())
             .await
             .expect("acquire")
-            .acquired()
-            .granted
+            .allowed()
     );
     // a client's own id: a retried acquire replaces itself
     b.release("slots", "k", again.lease())
@@ -76,11 +75,10 @@ async fn leases_fill_to_the_limit_and_a_release_frees_a_slot(store: &TestStore) 
         .await
         .expect("acquire");
     let retried = b.acquire("slots", "k", mine).await.expect("acquire");
-    assert!(once.acquired().granted && retried.acquired().granted);
+    assert!(once.allowed() && retried.allowed());
     assert_eq!(retried.lease(), "request-7");
     assert_eq!(
-        retried.acquired().in_flight,
-        2,
+        answered(&retried, "in_flight"), 2.0,
         "a retry took a second slot"
     );
     a.stop().await.expect("stop");
@@ -97,7 +95,7 @@ async fn a_renewal_moves_the_lapse_and_a_lapse_frees_the_slot(store: &TestStore)
         .await
         .expect("acquire");
     let lapsing = limiter.acquire("slots", "k", short).await.expect("acquire");
-    assert!(kept.acquired().granted && lapsing.acquired().granted);
+    assert!(kept.allowed() && lapsing.allowed());
     let until = limiter
         .renew("slots", "k", kept.lease(), Some(60.0))
         .await
@@ -112,14 +110,17 @@ async fn a_renewal_moves_the_lapse_and_a_lapse_frees_the_slot(store: &TestStore)
         .renew("slots", "k", kept.lease(), None)
         .await
         .expect("renew");
-    assert!(until >= kept.now() + Duration::from_secs(29), "{until:?}");
+    // kept was acquired for a second: its lapse, less that second, is when
+    assert!(
+        until + Duration::from_secs(1) >= kept.expires_at() + Duration::from_secs(29),
+        "{until:?}"
+    );
     assert!(
         !limiter
             .acquire("slots", "k", one())
             .await
             .expect("acquire")
-            .acquired()
-            .granted
+            .allowed()
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // the lapsed lease is gone, the renewed one lives
@@ -129,8 +130,8 @@ async fn a_renewal_moves_the_lapse_and_a_lapse_frees_the_slot(store: &TestStore)
         .expect_err("lapsed");
     assert!(matches!(e, Error::UnknownLease(_)), "{e:?}");
     let next = limiter.acquire("slots", "k", one()).await.expect("acquire");
-    assert!(next.acquired().granted, "the lapsed slot is free: {next:?}");
-    assert_eq!(next.acquired().in_flight, 2, "the renewed lease lapsed");
+    assert!(next.allowed(), "the lapsed slot is free: {next:?}");
+    assert_eq!(answered(&next, "in_flight"), 2.0, "the renewed lease lapsed");
     limiter
         .release("slots", "k", kept.lease())
         .await

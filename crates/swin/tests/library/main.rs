@@ -70,7 +70,8 @@ pub async fn start_on(section: &str, namespaces: &str) -> Running {
 }
 
 /// The config of a limiter of `namespaces` on the store `section`, spooling in `dir`.
-/// A number a commit's settlement of a key answers (as it serializes: the daemon's JSON).
+/// A number an answer holds (as it serializes: the daemon's JSON), such as a commit's
+/// settlement of a key or an acquire's slots in flight.
 pub fn settled(s: &impl serde::Serialize, field: &str) -> f64 {
     let doc = serde_json::to_value(s).expect("a document");
     doc[field]
