@@ -13,9 +13,16 @@ fn no_env(_: &str) -> Option<String> {
     None
 }
 
+/// The field a config error blames (`file: field: why`).
+fn field_of(e: &ConfigError) -> String {
+    let said = e.to_string();
+    let (_, rest) = said.split_once(": ").expect("file: field: why");
+    rest.split_once(": ").expect("field: why").0.to_owned()
+}
+
 fn fails(text: &str, field: &str) {
     let e = Config::parse("f.toml", text, &no_env).expect_err("invalid");
-    assert_eq!(e.field, field, "{e}");
+    assert_eq!(field_of(&e), field, "{e}");
     assert!(e.to_string().starts_with("f.toml: "), "{e}");
 }
 
@@ -102,9 +109,9 @@ fn the_file_is_split_between_the_daemon_and_the_library() {
         &no_env,
     )
     .expect_err("no one's key");
-    assert_eq!(e.field, "(toml, line 2, column 1)", "{e}");
+    assert_eq!(field_of(&e), "(toml, line 2, column 1)", "{e}");
     for key in KEYS.iter().chain(["store_timeout", "namespaces"].iter()) {
-        assert!(e.message.contains(&format!("`{key}`")), "{key}: {e}");
+        assert!(e.to_string().contains(&format!("`{key}`")), "{key}: {e}");
     }
 }
 
@@ -136,7 +143,7 @@ fn environment_overrides_listen_and_store_urls() {
         ),
     ] {
         let e = Config::parse("x", DEFAULT_CONFIG, &bad(var, value)).expect_err("invalid");
-        assert_eq!(e.field, field, "{e}");
+        assert_eq!(field_of(&e), field, "{e}");
     }
 }
 
@@ -236,7 +243,7 @@ fn a_token_comes_from_the_environment_hashed() {
     );
     let refused = |text: &str, value: &str, field: &str, says: &str| {
         let e = parse(text, value).expect_err("refused");
-        assert_eq!(e.field, field, "{e}");
+        assert_eq!(field_of(&e), field, "{e}");
         assert!(e.to_string().contains(says), "{e}");
         assert!(
             !e.to_string().contains(value.trim()) || value.is_empty(),

@@ -66,12 +66,13 @@ async fn set(
     let caller = Caller::of(&extensions);
     let change = change.by(caller.to_string());
     let set = state.limiter.set_limits(&namespace, &key, change).await?;
+    let doc = crate::metrics::document(&set);
     info!(
         namespace,
         key,
         by = &*caller,
-        limits = %serde_json::json!({"limits": set.limits, "gcra": set.gcra}),
-        expires_at = set.expires_at,
+        limits = %serde_json::json!({"limits": doc["limits"], "gcra": doc.get("gcra")}),
+        expires_at = doc["expires_at"].as_f64(),
         "runtime limits set"
     );
     Ok(Json(set).into_response())
@@ -140,7 +141,10 @@ async fn list(
         Some(false) => "store",
         _ => "node",
     };
-    let next = (page.len() == count).then(|| page.last().map(|l| l.key.clone()));
+    let next = (page.len() == count).then(|| {
+        page.last()
+            .map(|l| crate::metrics::document(l)["key"].take())
+    });
     Ok(Json(serde_json::json!({
         "namespace": namespace,
         "kept": kept,

@@ -61,17 +61,15 @@ pub(crate) mod defaults {
     pub const REDIS_PREFIX: &str = "swin";
 }
 
-/// A config that cannot be run: the file, the field (dotted, with indexes) and why.
+/// A config that cannot be run: `file: field: why`, the file (or what stands for it:
+/// `(config)` for [`Config::from_toml`]), the field (dotted, with indexes, as
+/// `namespaces[2].limits[0].limit`) and what is wrong with it.
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {field}: {message}")]
 pub struct ConfigError {
-    /// The file (or what stands for it: `(config)` for [`Config::from_toml`] and the
-    /// builder).
-    pub file: String,
-    /// The field, as `namespaces[2].limits[0].limit`.
-    pub field: String,
-    /// What is wrong with it.
-    pub message: String,
+    file: String,
+    field: String,
+    message: String,
 }
 
 impl ConfigError {

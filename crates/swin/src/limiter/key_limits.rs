@@ -13,36 +13,41 @@ use crate::policy::limits::{RawGcra, RawKeyLimits, RawLimit};
 use crate::requests::Change;
 use crate::state::Namespace;
 
-/// A key's limits as they decide now (`GET …/keys/{key}/limits` answers it as it
-/// serializes).
+/// A key's limits as they decide now, and where they come from, a document
+/// (`GET …/keys/{key}/limits` answers it as it serializes): `namespace`, `key`, `source`
+/// (`override`, set at run time, or `config`), the window `limits` (none on a GCRA
+/// namespace) or the `gcra` bucket, an override's `expires_at` (Unix seconds; none:
+/// never), who set it (`set_by`) and when (`set_at`), where the namespace keeps its
+/// overrides (`kept`: `store`, every node holds them, or `node`), and stored limits the
+/// namespace cannot hold (`ignored`, as stored: they do not decide).
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct KeyLimitsView {
     /// The namespace.
-    pub namespace: String,
+    namespace: String,
     /// The key.
-    pub key: String,
+    key: String,
     /// `override` (set at run time) or `config`.
-    pub source: &'static str,
+    source: &'static str,
     /// The window limits (none on a GCRA namespace).
-    pub limits: Vec<RawLimit>,
+    limits: Vec<RawLimit>,
     /// The bucket, on a GCRA namespace.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub gcra: Option<RawGcra>,
+    gcra: Option<RawGcra>,
     /// Unix seconds when an override lapses; none: never (or from the config).
-    pub expires_at: Option<f64>,
+    expires_at: Option<f64>,
     /// Who set the override.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub set_by: Option<String>,
+    set_by: Option<String>,
     /// When the override was set (Unix seconds).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub set_at: Option<f64>,
+    set_at: Option<f64>,
     /// Where overrides of this namespace are kept: `store` (every node holds them) or
     /// `node` (a namespace without a store: this node only).
-    pub kept: &'static str,
+    kept: &'static str,
     /// Stored limits this namespace cannot hold, as stored (they do not decide).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ignored: Option<String>,
+    ignored: Option<String>,
 }
 
 impl Limiter {

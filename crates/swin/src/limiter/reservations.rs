@@ -15,7 +15,7 @@ impl Limiter {
     /// Spends `cost` (an estimate) on each of `keys` as a hit would and, when allowed,
     /// opens one reservation over them for `ttl` seconds (30 when `None`), which
     /// [`Limiter::commit`] (one key) or [`Limiter::commit_reservation`] settles. Over
-    /// several keys (1 to [`MAX_RESERVATION_KEYS`](crate::requests::MAX_RESERVATION_KEYS),
+    /// several keys (1 to 16,
     /// none twice) it is one request, all or nothing: a reserve denied by one key spends
     /// nothing on any, and errors name the key (`keys[i]: …`).
     ///

@@ -4,9 +4,9 @@
 use crate::error::Error;
 
 /// The longest key, in bytes (400 past it).
-pub const MAX_KEY_BYTES: usize = 1024;
+pub(crate) const MAX_KEY_BYTES: usize = 1024;
 
-/// Keys are UTF-8 (the path extractor checked that) of 1 to [`MAX_KEY_BYTES`] bytes
+/// Keys are UTF-8 (the path extractor checked that) of 1 to 1024 (`MAX_KEY_BYTES`) bytes
 /// without U+0000, which PostgreSQL's `text` cannot hold.
 pub fn check_key(key: &str) -> Result<(), Error> {
     if key.contains('\0') {

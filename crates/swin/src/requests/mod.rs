@@ -19,6 +19,6 @@ pub use self::descriptors::{Answer, Decided, Descriptor};
 pub use self::hits::Batch;
 pub use self::limit_changes::Change;
 pub use self::refunds::Refunded;
-pub use self::reservations::{Reserved, Settled, MAX_RESERVATION_KEYS};
+pub use self::reservations::{Reserved, Settled};
 pub use crate::decisions::Verdict;
 pub use crate::leases::{AcquireAnswer, AcquireRequest};

@@ -54,17 +54,13 @@ async fn leases_fill_to_the_limit_and_a_release_frees_a_slot(store: &TestStore) 
         .await
         .expect("release");
     let again = b.acquire("slots", "k", one()).await.expect("acquire");
-    assert!(
-        again.allowed(),
-        "the released slot is free: {again:?}"
-    );
+    assert!(again.allowed(), "the released slot is free: {again:?}");
     assert_eq!(answered(&again, "in_flight"), 2.0);
-    assert!(
-        !a.acquire("slots", "k", one())
-            .await
-            .expect("acquire")
-            .allowed()
-    );
+    assert!(!a
+        .acquire("slots", "k", one())
+        .await
+        .expect("acquire")
+        .allowed());
     // a client's own id: a retried acquire replaces itself
     b.release("slots", "k", again.lease())
         .await
@@ -78,7 +74,8 @@ async fn leases_fill_to_the_limit_and_a_release_frees_a_slot(store: &TestStore) 
     assert!(once.allowed() && retried.allowed());
     assert_eq!(retried.lease(), "request-7");
     assert_eq!(
-        answered(&retried, "in_flight"), 2.0,
+        answered(&retried, "in_flight"),
+        2.0,
         "a retry took a second slot"
     );
     a.stop().await.expect("stop");
@@ -115,13 +112,11 @@ async fn a_renewal_moves_the_lapse_and_a_lapse_frees_the_slot(store: &TestStore)
         until + Duration::from_secs(1) >= kept.expires_at() + Duration::from_secs(29),
         "{until:?}"
     );
-    assert!(
-        !limiter
-            .acquire("slots", "k", one())
-            .await
-            .expect("acquire")
-            .allowed()
-    );
+    assert!(!limiter
+        .acquire("slots", "k", one())
+        .await
+        .expect("acquire")
+        .allowed());
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // the lapsed lease is gone, the renewed one lives
     let e = limiter
@@ -131,7 +126,11 @@ async fn a_renewal_moves_the_lapse_and_a_lapse_frees_the_slot(store: &TestStore)
     assert!(matches!(e, Error::UnknownLease(_)), "{e:?}");
     let next = limiter.acquire("slots", "k", one()).await.expect("acquire");
     assert!(next.allowed(), "the lapsed slot is free: {next:?}");
-    assert_eq!(answered(&next, "in_flight"), 2.0, "the renewed lease lapsed");
+    assert_eq!(
+        answered(&next, "in_flight"),
+        2.0,
+        "the renewed lease lapsed"
+    );
     limiter
         .release("slots", "k", kept.lease())
         .await

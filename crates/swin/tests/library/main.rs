@@ -70,6 +70,11 @@ pub async fn start_on(section: &str, namespaces: &str) -> Running {
 }
 
 /// The config of a limiter of `namespaces` on the store `section`, spooling in `dir`.
+/// An answer or a read as it serializes (the daemon's JSON).
+pub fn document(x: &impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(x).expect("a document")
+}
+
 /// A number an answer holds (as it serializes: the daemon's JSON), such as a commit's
 /// settlement of a key or an acquire's slots in flight.
 pub fn settled(s: &impl serde::Serialize, field: &str) -> f64 {

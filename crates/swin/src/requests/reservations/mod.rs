@@ -55,7 +55,7 @@ pub(crate) const DEFAULT_RESERVATION_TTL_SECS: f64 = 30.0;
 /// The longest life a reservation can ask for: a day.
 pub(crate) const MAX_RESERVATION_TTL_SECS: f64 = 86_400.0;
 /// The most keys one reservation holds.
-pub const MAX_RESERVATION_KEYS: usize = 16;
+pub(crate) const MAX_RESERVATION_KEYS: usize = 16;
 
 /// How long the node keeps trying a settlement or an undo the store refused.
 const RETRY_FOR: Duration = Duration::from_secs(60);
