@@ -54,17 +54,6 @@ impl Verdict {
         headers_of(self, &self.policies, !self.decision.allowed, None)
     }
 
-    /// The policy the decision comes from.
-    pub fn policy(&self) -> &str {
-        &self.policy
-    }
-
-    /// Why a hit was refused other than by its counts: `store_unreachable` (a strict
-    /// namespace with `on_store_failure = "deny"` whose store cannot be asked).
-    pub fn reason(&self) -> Option<&'static str> {
-        self.reason
-    }
-
     /// Allowed only because what would deny it is in shadow (the namespace, or the limit
     /// that decided): `decision` holds what it would have said (`retry_after`: when the
     /// hit would have passed), but allowed.

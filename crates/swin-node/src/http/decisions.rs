@@ -25,8 +25,6 @@ use super::extract::{ApiPath, JsonBody, RawJson};
 use super::Route;
 use crate::state::AppState;
 use swin::error::Error;
-use swin::policy::client_address::client_key;
-use swin::policy::limits::KeyFrom;
 use swin::requests::Verdict;
 
 pub(super) fn routes() -> Vec<Route> {
@@ -274,24 +272,14 @@ async fn auth(
             .into())
         }
     };
-    let key = match state.limiter.key_from(&namespace)? {
-        KeyFrom::ClientAddress => {
-            let peer = parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|ConnectInfo(a)| *a);
-            client_key(peer, &parts.headers, &state.trusted_proxies.load())
-                .map_err(|e| e.to_string())
-        }
-        KeyFrom::Header(h) => parts
-            .headers
-            .get(h.as_str())
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned)
-            .ok_or_else(|| format!("header {h} is missing")),
-    };
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(a)| *a);
+    let trusted = state.trusted_proxies.load();
+    let key = state
+        .limiter
+        .request_key(&namespace, peer, &parts.headers, &trusted)?;
     let key = match key {
         Ok(key) => key,
         Err(what) => {

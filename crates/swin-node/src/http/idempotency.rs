@@ -265,7 +265,7 @@ async fn answer_of(resp: Response) -> Answer {
 
 /// A kept (or first) answer as a response.
 fn response_of(once: Once) -> Response {
-    let replayed = once.replayed();
+    let replayed = matches!(once, Once::Again(_));
     let answer = once.answer();
     let mut resp = Response::new(Body::from(answer.body().to_vec()));
     *resp.status_mut() = axum::http::StatusCode::from_u16(answer.status())

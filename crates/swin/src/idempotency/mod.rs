@@ -309,11 +309,6 @@ impl Once {
             Once::First(a) | Once::Again(a) => a,
         }
     }
-
-    /// Whether it is the first answer again.
-    pub fn replayed(&self) -> bool {
-        matches!(self, Once::Again(_))
-    }
 }
 
 #[cfg(test)]

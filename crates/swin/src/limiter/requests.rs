@@ -257,13 +257,36 @@ impl Limiter {
         self.shares.open(&crate::shares::Sharer::of(client))
     }
 
-    /// Where a proxy's hits on `namespace` take their key from (`key_from`: a header,
-    /// or the client's address), for a door that reads it from a request.
-    pub fn key_from(&self, namespace: &str) -> Result<crate::policy::limits::KeyFrom, Error> {
+    /// The key a proxied request's hit on `namespace` counts under, as the namespace's
+    /// `key_from` says: a header's value (trimmed), or the client's address (its key: an
+    /// IPv6 client's /64) read from the `X-Forwarded-For` and `X-Real-IP` that the
+    /// `trusted` proxies among the request's `peer` and its hops passed. `Ok(Err(why))`
+    /// when the request carries no key (the header is missing, or the address cannot be
+    /// told): there is nothing to limit it by, and a door refuses it.
+    pub fn request_key(
+        &self,
+        namespace: &str,
+        peer: Option<std::net::SocketAddr>,
+        headers: &http::HeaderMap,
+        trusted: &[ipnet::IpNet],
+    ) -> Result<Result<String, String>, Error> {
+        use crate::policy::limits::KeyFrom;
         let ns = self.namespace(namespace)?;
-        Ok(crate::decisions::limits_of(&ns, namespace)?
-            .key_from()
-            .clone())
+        Ok(
+            match crate::decisions::limits_of(&ns, namespace)?.key_from() {
+                KeyFrom::ClientAddress => {
+                    crate::policy::client_address::client_key(peer, headers, trusted)
+                        .map_err(|e| e.to_string())
+                }
+                KeyFrom::Header(h) => headers
+                    .get(h.as_str())
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::trim)
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_owned)
+                    .ok_or_else(|| format!("header {h} is missing")),
+            },
+        )
     }
 
     /// Takes a report of `proxy`'s stream: records each bucket's demand, counts what the

@@ -24,7 +24,7 @@ pub enum NoAddress {
 /// A `trusted_proxies` entry that is neither an address nor a CIDR.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not an address or a CIDR like 10.0.0.0/8")]
-pub struct NotAProxy(pub String);
+pub struct NotAProxy(String);
 
 /// A trusted proxy as a config names it: a CIDR (`10.0.0.0/8`, `::1/128`, its host bits
 /// dropped) or a single address.
@@ -52,7 +52,7 @@ fn canonical_net(n: IpNet) -> IpNet {
 /// as the module's note decides it, an IPv6 one as its /64 (`2001:db8:7:1::/64`). A host
 /// or a site is given a whole /64: a client that moves from address to address inside it
 /// is one client, not 2^64 of them.
-pub fn client_key(
+pub(crate) fn client_key(
     peer: Option<SocketAddr>,
     headers: &HeaderMap,
     trusted: &[IpNet],

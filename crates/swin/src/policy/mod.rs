@@ -17,7 +17,7 @@ pub mod client_address;
 pub(crate) mod headers;
 pub mod input;
 pub(crate) mod keys;
-pub mod limits;
+pub(crate) mod limits;
 pub(crate) mod rules;
 
 /// A config error: the field (under the namespace) and why.

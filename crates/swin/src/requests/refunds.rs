@@ -14,7 +14,8 @@ use crate::policy::input::check_key;
 use crate::runtime_limits::Effective;
 use crate::state::Namespace;
 
-/// What a refund gave back, and the key after it as a dry run would see it.
+/// What a refund gave back, and the key after it as a dry run would see it: a document
+/// (see its `Serialize`).
 #[derive(Debug, Clone)]
 pub struct Refunded {
     pub(crate) given: f64,
@@ -22,16 +23,6 @@ pub struct Refunded {
 }
 
 impl Refunded {
-    /// How much was given back (at most the cost asked for).
-    pub fn given(&self) -> f64 {
-        self.given
-    }
-
-    /// The key after the refund, as a dry run sees it.
-    pub fn after(&self) -> &Verdict {
-        &self.after
-    }
-
     /// The answer a door shows: `allowed` when anything was given back.
     fn answer(&self) -> HitAnswer {
         HitAnswer {

@@ -16,7 +16,7 @@ use crate::policy::input::MAX_KEY_BYTES;
 /// Names the key a request is a hit on.
 ///
 /// `Ok(Some(key))` counts the request under `key` (a key the limiter refuses, empty or
-/// longer than [`crate::policy::input::MAX_KEY_BYTES`], is answered 400, never let
+/// longer than 1024 bytes, is answered 400, never let
 /// through); `Ok(None)` lets it pass unlimited — the service's explicit choice, so an
 /// extractor returns it only for requests its service means to leave unlimited;
 /// `Err` refuses it. A closure `Fn(&Request<B>) -> Option<String>` is one: its `None`
