@@ -132,10 +132,12 @@ pub struct Synced {
     duration_ms: f64,
 }
 
-/// This node's clock against the store's, as last measured, a document (`offset_ms`,
-/// `beyond_bound`, `now_ms`).
+/// This node itself, a document: its clock against the store's, as last measured
+/// (`offset_ms`, `beyond_bound`, `now_ms`), and the spool files waiting under `data_dir`
+/// for their store (`spooled_files`: what a stop could not push, taken back when the
+/// store answers).
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct ClockReading {
+pub struct NodeStatus {
     /// The store's clock minus this node's (ms); none until a store with a clock of
     /// its own answers.
     offset_ms: Option<i64>,
@@ -143,6 +145,8 @@ pub struct ClockReading {
     beyond_bound: bool,
     /// The time decisions are taken at now (Unix ms, the store's).
     now_ms: i64,
+    /// Spool files waiting for their store.
+    spooled_files: usize,
 }
 
 /// Which hits a top list weighs keys by.
@@ -314,19 +318,14 @@ impl Limiter {
             .map_or((0, 0), |m| (m.records(), m.record_bytes())))
     }
 
-    /// Spool files waiting under `data_dir` for their store (what a stop could not
-    /// push, taken back when the store answers).
-    pub fn spooled_files(&self) -> usize {
-        crate::spool::files(self.config().data_dir()).len()
-    }
-
-    /// This node's clock against the store's, as last measured.
-    pub fn clock(&self) -> ClockReading {
+    /// This node: its clock against the store's, and the spool files waiting.
+    pub fn node_status(&self) -> NodeStatus {
         let clock = swin_sync::clock::clock();
-        ClockReading {
+        NodeStatus {
             offset_ms: clock.offset_ms(),
             beyond_bound: clock.beyond_bound(),
             now_ms: swin_sync::now().0,
+            spooled_files: crate::spool::files(self.config().data_dir()).len(),
         }
     }
 

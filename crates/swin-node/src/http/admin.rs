@@ -141,7 +141,7 @@ async fn ui_status(State(state): State<Arc<AppState>>) -> Response {
     (
         [(header::CACHE_CONTROL, "no-store")],
         Json(serde_json::json!({
-            "now_ms": crate::metrics::document(&limiter.clock())["now_ms"],
+            "now_ms": crate::metrics::document(&limiter.node_status())["now_ms"],
             "namespaces": list,
             "top_denied": top,
             "quota_streams": state.metrics.quota_streams.load(std::sync::atomic::Ordering::Relaxed),
@@ -223,12 +223,11 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let strip = |v: Vec<(bool, String, u64)>| -> Vec<(String, u64)> {
         v.into_iter().map(|(_, n, l)| (n, l)).collect()
     };
-    let mut body = state.metrics.render(
+    let body = state.metrics.render(
         &namespaces,
-        &limiter.clock(),
+        &limiter.node_status(),
         &strip(in_flight),
         &strip(open),
     );
-    body.push_str(&crate::metrics::spool_gauge(limiter.spooled_files()));
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
 }

@@ -19,8 +19,6 @@ mod families;
 mod namespaces;
 mod render;
 
-pub use self::render::spool_gauge;
-
 /// What one of the library's read-side snapshots (a namespace's status, the clock, a top
 /// list) says, as it serializes: the documents the admin routes answer, whose fields
 /// docs/api.md names, and whose numbers the metrics are.

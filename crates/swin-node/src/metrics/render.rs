@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus::proto::{Histogram, MetricFamily, MetricType};
-use swin::status::{ClockReading, NamespaceStatus};
+use swin::status::{NamespaceStatus, NodeStatus};
 
 use super::families::{counter_family, family, float_counter_family, gauge_family, metric};
 use super::namespaces::namespace_families;
@@ -18,13 +18,13 @@ impl Metrics {
     pub fn render(
         &self,
         namespaces: &[NamespaceStatus],
-        clock: &ClockReading,
+        node: &NodeStatus,
         in_flight: &[(String, u64)],
         open: &[(String, u64)],
     ) -> String {
         let mut families = self.request_families();
         families.extend(self.operation_families());
-        families.extend(self.node_gauges(&super::document(clock), in_flight, open));
+        families.extend(self.node_gauges(&super::document(node), in_flight, open));
         families.push(self.duration_family());
         families.extend(namespace_families(namespaces));
         // a family without samples (no decision yet) is left out, as registries do
@@ -150,7 +150,7 @@ impl Metrics {
     /// in flight across the cluster (leases, open reservations) at this scrape.
     fn node_gauges(
         &self,
-        clock: &serde_json::Value,
+        node: &serde_json::Value,
         in_flight: &[(String, u64)],
         open: &[(String, u64)],
     ) -> Vec<MetricFamily> {
@@ -182,15 +182,20 @@ impl Metrics {
             "The store's clock minus this node's, as last measured (0 until a store with a clock of its own answers); decisions are taken in the store's time.",
             [(
                 Vec::new(),
-                clock["offset_ms"].as_f64().unwrap_or(0.0) / 1e3,
+                node["offset_ms"].as_f64().unwrap_or(0.0) / 1e3,
             )],
+        ));
+        out.push(gauge_family(
+            "swin_spool_files",
+            "Spool files in data_dir: diffs a stop could not push, not yet pushed by a start (or unreadable, left for an operator).",
+            [(Vec::new(), node["spooled_files"].as_f64().unwrap_or(0.0))],
         ));
         out.push(gauge_family(
             "swin_clock_offset_exceeded",
             "1 while this node's clock is further from the store's than max_clock_offset.",
             [(
                 Vec::new(),
-                f64::from(u8::from(clock["beyond_bound"] == true)),
+                f64::from(u8::from(node["beyond_bound"] == true)),
             )],
         ));
         out.push(gauge_family(
@@ -288,19 +293,4 @@ fn sorted(map: &Map<String, AtomicU64>) -> Vec<(String, u64)> {
         .collect();
     v.sort();
     v
-}
-
-/// `swin_spool_files`: spool files waiting in `data_dir` (what a stop could not push and
-/// a start has not yet pushed, or could not read), in the exposition format.
-pub fn spool_gauge(files: usize) -> String {
-    let family = gauge_family(
-        "swin_spool_files",
-        "Spool files in data_dir: diffs a stop could not push, not yet pushed by a start (or unreadable, left for an operator).",
-        [(Vec::new(), files as f64)],
-    );
-    let mut out = String::new();
-    if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&[family], &mut out) {
-        tracing::error!(cause = %e, "the spool gauge could not be written");
-    }
-    out
 }

@@ -1,6 +1,6 @@
 //! Configuration: TOML (text, or a table of a program's own file) read into raw serde structs, then
 //! validated into [`Config`], one section at a time: the top level here, `stores` and
-//! `namespaces` beside it, the limits in [`crate::policy::limits`]. Errors name the file,
+//! `namespaces` beside it, the limits in `policy::limits`. Errors name the file,
 //! the field and why; every default is in docs/configuration.md.
 //!
 //! The library's keys share a file with those of a program embedding it (the daemon's

@@ -1,5 +1,5 @@
 //! Policy: what a request is decided against, with no I/O and no front door — a
-//! namespace's algorithm (`algorithm`), its limits and overrides ([`limits`]), Envoy's
+//! namespace's algorithm (`algorithm`), its limits and overrides (`limits`), Envoy's
 //! descriptor rules and how a descriptor finds its rule (`rules`), the counter key a
 //! descriptor counts on (`keys`), what a request may carry ([`input`]), and the
 //! RateLimit headers of a decision (`headers`), and the client address a request comes

@@ -8,7 +8,7 @@ use swin::limiter::LimiterErrorKind;
 use swin::Limiter;
 use swin_testkit::TestStore;
 
-use super::{config_on, hourly, known, start, stored};
+use super::{config_on, document, hourly, known, start, stored};
 
 swin_testkit::for_stores!([sqlite, redis] [
     a_reconfigure_applies_new_limits_and_keeps_the_counts,
@@ -186,7 +186,7 @@ async fn a_reconfigure_keeps_the_running_data_dir(store: &TestStore) {
     let elsewhere = other.path().join("spool");
     std::fs::create_dir_all(&elsewhere).expect("dir");
     std::fs::write(elsewhere.join("spool-0-1-00000000.json"), "[]").expect("file");
-    assert_eq!(limiter.spooled_files(), 0);
+    assert_eq!(document(&limiter.node_status())["spooled_files"], 0);
     limiter
         .reconfigure(config_on(
             &store.section(),
@@ -195,7 +195,11 @@ async fn a_reconfigure_keeps_the_running_data_dir(store: &TestStore) {
         ))
         .await
         .expect("reconfigure");
-    assert_eq!(limiter.spooled_files(), 0, "the spool moved with a reload");
+    assert_eq!(
+        document(&limiter.node_status())["spooled_files"],
+        0,
+        "the spool moved with a reload"
+    );
     assert_eq!(
         limiter
             .hit("api", "k", 1.0)
