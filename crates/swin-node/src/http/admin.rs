@@ -133,8 +133,10 @@ async fn ui_status(State(state): State<Arc<AppState>>) -> Response {
         .map(|n| {
             let keys = limiter
                 .top_keys(n.name(), TopBy::Denied, UI_TOP)
-                .map(|t| crate::metrics::document(&t)["keys"].take())
-                .unwrap_or_default();
+                .map_or_else(
+                    |_| serde_json::json!([]),
+                    |t| crate::metrics::document(&t)["keys"].take(),
+                );
             (n.name().to_owned(), keys)
         })
         .collect();
