@@ -74,23 +74,57 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
-/// A port that was free a moment ago, never handed out twice by this process, and below
-/// the kernel's ephemeral range (32768 and up on Linux): a port the kernel picks for
-/// the tests' own outgoing connections (to Redis, to a node) cannot be the one a node
-/// is about to listen on. (Ports it picked itself, as `bind(0)` does, could be: a node
-/// that then failed to bind was seen as another node's port answering.)
+/// A port that was free a moment ago, never handed out twice by this process (nor by
+/// another test process of the same run: see [`claimed_elsewhere`]), and below the
+/// kernel's ephemeral range (32768 and up on Linux): a port the kernel picks for the
+/// tests' own outgoing connections (to Redis, to a node) cannot be the one a node is
+/// about to listen on. (Ports it picked itself, as `bind(0)` does, could be: a node that
+/// then failed to bind was seen as another node's port answering.)
 pub fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         let port = 20_000 + rand::random::<u16>() % 12_000;
-        if given.contains(&port) {
+        if given.contains(&port) || claimed_elsewhere(port) {
             continue;
         }
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
             given.insert(port);
             return port;
         }
+    }
+}
+
+/// Whether another test process of this run holds `port`, else claims it for this one.
+/// The suite runs each test in a process of its own, several at once: a port free when
+/// one test picked it may not be bound yet by the node it is for when another picks.
+/// Claims are files in `SWIN_TEST_PORTS` (a directory `scripts/test` makes for its run
+/// and removes after it), made with `create_new`, so one process alone gets each; a
+/// claim ten minutes old is a finished test's, and taken over. Without the variable (a
+/// test binary run by hand, alone) there is nothing to share with.
+fn claimed_elsewhere(port: u16) -> bool {
+    let Some(dir) = std::env::var_os("SWIN_TEST_PORTS") else {
+        return false;
+    };
+    let path = std::path::Path::new(&dir).join(port.to_string());
+    let claim = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+    };
+    match claim() {
+        Ok(_) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let old = std::fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > Duration::from_secs(600));
+            !(old && std::fs::remove_file(&path).is_ok() && claim().is_ok())
+        }
+        // a directory that cannot be written: this process's own claims only
+        Err(_) => false,
     }
 }
 
