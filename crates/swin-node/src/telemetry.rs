@@ -30,7 +30,7 @@ static RATIO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0
 /// it is not sampled; else the context its span is the child of (empty without a
 /// caller). A caller's well-formed W3C `traceparent` decides by its sampled flag; without
 /// one (or with a malformed one) a draw under `sample_ratio` does.
-pub fn sample(headers: &axum::http::HeaderMap) -> Option<opentelemetry::Context> {
+fn sample(headers: &axum::http::HeaderMap) -> Option<opentelemetry::Context> {
     use opentelemetry::trace::TraceContextExt;
     if !tracing::enabled!(target: REQUEST, tracing::Level::TRACE) {
         return None;
@@ -48,15 +48,16 @@ pub fn sample(headers: &axum::http::HeaderMap) -> Option<opentelemetry::Context>
     (ratio >= 1.0 || rand::random::<f64>() < ratio).then(opentelemetry::Context::new)
 }
 
-/// A request's span: `make`'s, as the child of `cx`'s caller if there is one, when
-/// [`sample`] gave a context; none otherwise.
+/// The span of a request with `headers`: `make`'s, as the child of the caller's span if
+/// it names one, when [`sample`] takes the request; none otherwise (with traces off, one
+/// cached check).
 pub fn request_span(
-    cx: Option<opentelemetry::Context>,
+    headers: &axum::http::HeaderMap,
     make: impl FnOnce() -> tracing::Span,
 ) -> tracing::Span {
     use opentelemetry::trace::TraceContextExt;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let Some(cx) = cx else {
+    let Some(cx) = sample(headers) else {
         return tracing::Span::none();
     };
     let span = make();

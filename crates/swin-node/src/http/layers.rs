@@ -133,7 +133,7 @@ where
 /// The request's span: none unless traces are on and this request is sampled.
 fn request_span(req: &Request, route: Option<&MatchedPath>) -> tracing::Span {
     let name = route.map_or("unmatched", MatchedPath::as_str);
-    crate::telemetry::request_span(crate::telemetry::sample(req.headers()), || {
+    crate::telemetry::request_span(req.headers(), || {
         tracing::trace_span!(
         target: crate::telemetry::REQUEST,
         "request",
@@ -176,8 +176,7 @@ where
             .record("http.response.status_code", i64::from(status));
         let route = this.route.as_ref().map_or("unmatched", MatchedPath::as_str);
         let metrics = &this.state.metrics;
-        metrics.http_request(route, status);
-        metrics.request_took(crate::metrics::Door::Http, route, took);
+        metrics.http_request(route, status, took);
         Poll::Ready(Ok(resp))
     }
 }

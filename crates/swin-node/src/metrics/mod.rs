@@ -42,7 +42,9 @@ pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
 /// Counters bumped on every request, keyed by namespace, and by route then status.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    http: Map<String, Map<u16, AtomicU64>>,
+    /// HTTP requests by route: their count by status and how long they took (one
+    /// lookup of the route per request).
+    http: Map<String, HttpRoute>,
     increments: Map<String, AtomicU64>,
     /// Decisions by namespace then rule (the limit or descriptor rule that decided):
     /// denied, allowed.
@@ -67,8 +69,8 @@ pub struct Metrics {
     reservations: Map<String, Map<&'static str, AtomicU64>>,
     /// Reservations' costs through this node, by namespace then part (the bits of an f64).
     reservation_costs: Map<String, Map<&'static str, AtomicU64>>,
-    /// How long requests took, by door then route (HTTP) or method (gRPC).
-    latency: [Map<String, Latency>; 2],
+    /// How long gRPC calls took, by method.
+    grpc_latency: Map<String, Latency>,
     /// Connections open on the HTTP listener, kept by the listener.
     pub http_connections: Arc<AtomicUsize>,
     /// Connections open on the gRPC listener, kept by the listener.
@@ -80,11 +82,13 @@ pub const REQUEST_BUCKETS_SECS: [f64; 12] = [
     0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
 
-/// The doors a request duration is kept for.
-#[derive(Debug, Clone, Copy)]
-pub enum Door {
-    Http = 0,
-    Grpc = 1,
+/// What is kept of an HTTP route's requests.
+#[derive(Debug, Default)]
+struct HttpRoute {
+    /// By status.
+    statuses: Map<u16, AtomicU64>,
+    /// How long they took.
+    latency: Latency,
 }
 
 /// Shards of a route's durations: each thread bumps its own, so two cores answering
@@ -175,22 +179,24 @@ where
 }
 
 impl Metrics {
-    pub fn http_request(&self, route: &str, status: u16) {
+    /// An HTTP request on `route` (its pattern) answered with `status`, which took
+    /// `took` from its head read to its answer made.
+    pub fn http_request(&self, route: &str, status: u16, took: std::time::Duration) {
         let routes = self.http.pin();
-        let statuses = match routes.get(route) {
-            Some(s) => s,
-            None => routes.get_or_insert_with(route.to_owned(), Default::default),
+        let r = match routes.get(route) {
+            Some(r) => r,
+            None => routes.get_or_insert_with(route.to_owned(), HttpRoute::default),
         };
-        bump(statuses, &status, || status, 1);
+        bump(&r.statuses, &status, || status, 1);
+        r.latency.record(took);
     }
 
-    /// A request through `door` on `route` (an HTTP route's pattern, or a gRPC method)
-    /// that took `took`, from its head read to its answer made.
-    pub fn request_took(&self, door: Door, route: &str, took: std::time::Duration) {
-        let routes = self.latency[door as usize].pin();
-        let latency = match routes.get(route) {
+    /// A gRPC call of `method` that took `took`, from its head read to its answer made.
+    pub fn grpc_took(&self, method: &str, took: std::time::Duration) {
+        let methods = self.grpc_latency.pin();
+        let latency = match methods.get(method) {
             Some(l) => l,
-            None => routes.get_or_insert_with(route.to_owned(), Latency::default),
+            None => methods.get_or_insert_with(method.to_owned(), Latency::default),
         };
         latency.record(took);
     }

@@ -220,23 +220,25 @@ impl Metrics {
         "swin_request_duration_seconds",
         "How long requests took on this node, from their head read to their answer made, by door (http, grpc) and route (HTTP route pattern or gRPC method).",
         MetricType::HISTOGRAM,
-        self.latency
-            .iter()
-            .zip(["http", "grpc"])
-            .flat_map(|(map, door)| {
-                let mut rows: Vec<(String, Histogram)> = map
-                    .pin()
-                    .iter()
-                    .map(|(route, l)| (route.clone(), l.histogram()))
-                    .collect();
-                rows.sort_by(|a, b| a.0.cmp(&b.0));
-                rows.into_iter().map(move |(route, h)| {
-                    let mut m = metric(vec![("door", door.to_owned()), ("route", route)]);
-                    m.set_histogram(h);
-                    m
+        {
+            let http = self.http.pin();
+            let grpc = self.grpc_latency.pin();
+            let doors: [(&str, Vec<(String, Histogram)>); 2] = [
+                ("http", http.iter().map(|(r, h)| (r.clone(), h.latency.histogram())).collect()),
+                ("grpc", grpc.iter().map(|(m, l)| (m.clone(), l.histogram())).collect()),
+            ];
+            doors
+                .into_iter()
+                .flat_map(|(door, mut rows)| {
+                    rows.sort_by(|a, b| a.0.cmp(&b.0));
+                    rows.into_iter().map(move |(route, h)| {
+                        let mut m = metric(vec![("door", door.to_owned()), ("route", route)]);
+                        m.set_histogram(h);
+                        m
+                    })
                 })
-            })
-            .collect(),
+                .collect()
+        },
     )
     }
 
@@ -253,8 +255,8 @@ impl Metrics {
 
     fn sorted_http(&self) -> Vec<(String, u16, u64)> {
         let mut v = Vec::new();
-        for (route, statuses) in self.http.pin().iter() {
-            for (status, c) in statuses.pin().iter() {
+        for (route, r) in self.http.pin().iter() {
+            for (status, c) in r.statuses.pin().iter() {
                 v.push((route.clone(), *status, c.load(Ordering::Relaxed)));
             }
         }

@@ -292,7 +292,7 @@ impl RateLimitService for Rls {
         let (metadata, _, req) = request.into_parts();
         let headers = metadata.into_headers();
         // none unless traces are on and this call is sampled
-        let span = crate::telemetry::request_span(crate::telemetry::sample(&headers), || {
+        let span = crate::telemetry::request_span(&headers, || {
             tracing::trace_span!(
             target: crate::telemetry::REQUEST,
             "request",
@@ -325,11 +325,9 @@ impl RateLimitService for Rls {
         self.state
             .metrics
             .rls_request(domain_label(&req.domain, known), code);
-        self.state.metrics.request_took(
-            crate::metrics::Door::Grpc,
-            "ShouldRateLimit",
-            start.elapsed(),
-        );
+        self.state
+            .metrics
+            .grpc_took("ShouldRateLimit", start.elapsed());
         answer.map(Response::new)
     }
 }

@@ -133,7 +133,7 @@ impl ProxyStream {
     /// Takes one report in a span of its own (when traces are on and it is sampled),
     /// joined to the caller's trace: the store calls it makes are its children.
     async fn report(&self, r: RateLimitQuotaUsageReports) -> Result<Vec<BucketAction>, Error> {
-        let span = crate::telemetry::request_span(crate::telemetry::sample(&self.headers), || {
+        let span = crate::telemetry::request_span(&self.headers, || {
             tracing::trace_span!(
                 target: crate::telemetry::REQUEST,
                 "request",

@@ -35,30 +35,27 @@ impl Limiter {
     /// # }
     /// ```
     pub async fn hit(&self, namespace: &str, key: &str, cost: f64) -> Result<Verdict, Error> {
-        self.decide_hit(namespace, key, cost, false).await
+        run(self.one_hit(namespace, key, cost, false)?).await
     }
 
     /// What [`Limiter::hit`] would decide, spending nothing (a dry run).
     pub async fn check(&self, namespace: &str, key: &str, cost: f64) -> Result<Verdict, Error> {
-        self.decide_hit(namespace, key, cost, true).await
+        run(self.one_hit(namespace, key, cost, true)?).await
     }
 
-    async fn decide_hit(
+    fn one_hit(
         &self,
         namespace: &str,
         key: &str,
         cost: f64,
         dry_run: bool,
-    ) -> Result<Verdict, Error> {
-        let ns = self.namespace(namespace)?;
-        let key = key.to_owned();
-        run(OneHit {
-            ns,
-            key,
+    ) -> Result<OneHit, Error> {
+        Ok(OneHit {
+            ns: self.namespace(namespace)?,
+            key: key.to_owned(),
             cost,
             dry_run,
         })
-        .await
     }
 
     /// Decides 1 to `max` hits, each `(namespace, key, cost)`, as one request: all

@@ -114,7 +114,8 @@ pub(crate) struct Plan<'r> {
     /// When the request was planned: its kind's own part waits for the store only
     /// within what is left of its answer time ([`Plan::left_of`]).
     pub(crate) started: tokio::time::Instant,
-    /// When its hits are taken (the engine's clock, set as they are): each counts in the
+    /// When its hits are taken (the engine's clock, set as they are, by the stages; 0
+    /// while the request is planned and its keys read): each counts in the
     /// windows of this time, and an undo takes back in the same windows, however late it
     /// comes (a take just before a window's end and its undo just after).
     pub(crate) taken_at: UnixMs,
@@ -135,7 +136,8 @@ impl<'r> Plan<'r> {
             label: None,
             record_as_whole: false,
             started: tokio::time::Instant::now(),
-            taken_at: swin_sync::now(),
+            // set by the stages as the asks are taken (the engine's clock read once)
+            taken_at: UnixMs(0),
         }
     }
 

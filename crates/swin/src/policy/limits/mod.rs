@@ -66,10 +66,17 @@ impl KeyLimits {
     /// error, on every door; a limit in shadow refuses no cost, and a namespace in shadow
     /// checks only [`swin_core::check_cost`]: see [`Self::check_cost_in`]).
     pub(crate) fn check_cost(&self, cost: f64) -> Result<(), swin_core::CoreError> {
-        swin_core::check_cost(cost)?;
         match self {
-            KeyLimits::Gcra(g) => g.units(cost).map(|_| ()),
-            KeyLimits::Windows(set) => set.iter().try_for_each(|l| l.check_cost(cost)),
+            KeyLimits::Gcra(g) => {
+                swin_core::check_cost(cost)?;
+                g.units(cost).map(|_| ())
+            }
+            // each limit checks the number first (WindowLimit::check_cost); a set has one
+            // limit at least
+            KeyLimits::Windows(set) if !set.limits().is_empty() => {
+                set.iter().try_for_each(|l| l.check_cost(cost))
+            }
+            KeyLimits::Windows(_) => swin_core::check_cost(cost),
         }
     }
 
