@@ -202,13 +202,18 @@ async fn ready(
 
 async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let limiter = &state.limiter;
-    let namespaces = limiter.status();
+    // each namespace's status document, made once for the scrape
+    let namespaces: Vec<(String, serde_json::Value)> = limiter
+        .status()
+        .iter()
+        .map(|n| (n.name().to_owned(), crate::metrics::document(n)))
+        .collect();
     // each concurrency namespace's slots in flight, and the reservations open in each
     // namespace this node has reserved in, asked of their stores together
     let live = futures_util::future::join_all(
         namespaces
             .iter()
-            .map(|n| (n.name(), !crate::metrics::document(n)["limit"].is_null()))
+            .map(|(name, doc)| (name.as_str(), !doc["limit"].is_null()))
             .filter(|(name, leases)| *leases || state.metrics.reserved_in(name))
             .map(|(name, leases)| async move {
                 match limiter.in_flight(name).await {

@@ -1,12 +1,11 @@
-//! Each namespace's families in `/metrics`: what its status shows at the scrape
-//! ([`NamespaceStatus`], read once per namespace, by the fields of the document it
-//! serializes as), written as a table of gauges and counters, with its sync durations.
+//! Each namespace's families in `/metrics`: what its status shows at the scrape (the
+//! document a [`swin::status::NamespaceStatus`] serializes as, made once per namespace
+//! and scrape by [`super::document`], read by its fields), written as a table of gauges
+//! and counters, with its sync durations.
 
 use prometheus::proto::{Bucket, Histogram, MetricFamily, MetricType};
 use serde_json::Value;
-use swin::status::NamespaceStatus;
 
-use super::document;
 use super::families::{family, float_counter_family, gauge_family, metric};
 
 /// A number of a status document, at its JSON pointer (`/syncs/failures`); a true flag
@@ -124,10 +123,10 @@ const NAMESPACE_SAMPLES: &[(&str, &str, Sample)] = &[
     ),
 ];
 
-pub(super) fn namespace_families(namespaces: &[NamespaceStatus]) -> Vec<MetricFamily> {
-    let docs: Vec<(Vec<(&str, String)>, Value)> = namespaces
+pub(super) fn namespace_families(namespaces: &[(String, Value)]) -> Vec<MetricFamily> {
+    let docs: Vec<(Vec<(&str, String)>, &Value)> = namespaces
         .iter()
-        .map(|n| (vec![("namespace", n.name().to_owned())], document(n)))
+        .map(|(name, doc)| (vec![("namespace", name.clone())], doc))
         .collect();
     let mut out: Vec<MetricFamily> = NAMESPACE_SAMPLES
         .iter()

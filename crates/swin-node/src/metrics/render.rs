@@ -4,20 +4,21 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus::proto::{Histogram, MetricFamily, MetricType};
-use swin::status::{NamespaceStatus, NodeStatus};
+use swin::status::NodeStatus;
 
 use super::families::{counter_family, family, float_counter_family, gauge_family, metric};
 use super::namespaces::namespace_families;
 use super::{Map, Metrics};
 
 impl Metrics {
-    /// The exposition of these counters, of each namespace's status, of the node's
+    /// The exposition of these counters, of each namespace's status (its name and
+    /// document, see [`super::document`]), of the node's
     /// clock, of the slots in flight of each concurrency namespace (`in_flight`) and of
     /// the reservations open (`open`), both read from the stores at the scrape (a
     /// namespace whose store did not answer is left out).
     pub fn render(
         &self,
-        namespaces: &[NamespaceStatus],
+        namespaces: &[(String, serde_json::Value)],
         node: &NodeStatus,
         in_flight: &[(String, u64)],
         open: &[(String, u64)],
